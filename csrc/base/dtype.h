@@ -1,0 +1,33 @@
+// Element types known to the torch-free core, with their StableHLO spelling and size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace torchtpu::base {
+
+enum class DType : int8_t {
+  kBool,
+  kI8,
+  kU8,
+  kI16,
+  kI32,
+  kI64,
+  kF16,
+  kBF16,
+  kF32,
+  kF64,
+  kU32,  // internal: random bits
+  kU64,  // internal: random generator state
+};
+
+// "f32", "bf16", "i1", "i64", "ui8", ...: the element type in StableHLO text.
+const char* dtype_mlir_name(DType t);
+// "float32", "bfloat16", "bool", ...: PyTorch-style names for messages.
+const char* dtype_name(DType t);
+int64_t dtype_size_bytes(DType t);
+bool is_floating(DType t);
+bool is_integral(DType t);  // excludes bool
+bool is_signed_integral(DType t);
+
+}  // namespace torchtpu::base

@@ -1,0 +1,292 @@
+// Elementwise arithmetic, comparison, logical and unary math lowerings.
+#include "lowering/elementwise_util.h"
+#include "lowering/families.h"
+
+namespace torchtpu::lowering {
+
+void register_with_variants(const std::string& base_name, const std::vector<std::string>& overloads,
+                            LoweringFn fn) {
+  for (const std::string& o : overloads) {
+    std::string suffix = o.empty() ? "" : "." + o;
+    register_lowering({("aten::" + base_name + suffix).c_str()}, fn);
+    register_lowering({("aten::" + base_name + "_" + suffix).c_str()}, fn);
+  }
+  register_lowering({("aten::" + base_name + ".out").c_str()}, fn);
+}
+
+namespace {
+
+// a (op) b with PyTorch promotion over args 0 and 1.
+LoweringFn promoted_binary(const char* hlo_op) {
+  return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    DType t = c.result_type({0, 1});
+    Value r = c.b().binary(hlo_op, out_operand(c, 0, t), out_operand(c, 1, t));
+    return std::vector<Value>{to_out(c, r)};
+  };
+}
+
+// add/sub with alpha: self (op) other * alpha.
+LoweringFn add_like(const char* hlo_op) {
+  return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    Builder& b = c.b();
+    DType t = c.result_type({0, 1});
+    Value other = out_operand(c, 1, t);
+    if (c.num_args() > 2 && c.arg(2).kind == ArgKind::kScalar) {
+      other = b.mul(other, b.broadcast_to(c.scalar(2, t), c.out_type().dims));
+    }
+    return std::vector<Value>{to_out(c, b.binary(hlo_op, out_operand(c, 0, t), other))};
+  };
+}
+
+Value floor_divide_int(Builder& b, Value a, Value d) {
+  Value q = b.div(a, d);
+  Value zero = b.zeros(a.type);
+  Value rem = b.binary("remainder", a, d);
+  Value signs_differ = b.compare(b.compare(a, zero, "LT"), b.compare(d, zero, "LT"), "NE");
+  Value adjust = b.binary("and", b.compare(rem, zero, "NE"), signs_differ);
+  return b.select(adjust, b.sub(q, b.splat(1, q.type)), q);
+}
+
+base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
+  Builder& b = c.b();
+  std::string mode;
+  for (size_t i = 2; i < c.num_args(); ++i) {
+    if (c.arg(i).kind == ArgKind::kString) mode = c.string_arg(i);
+  }
+  DType t = c.result_type({0, 1});
+  if (mode.empty()) {
+    if (!base::is_floating(t)) t = DType::kF32;  // true division of integers
+    return std::vector<Value>{to_out(c, b.div(out_operand(c, 0, t), out_operand(c, 1, t)))};
+  }
+  Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
+  Value r;
+  if (mode == "trunc") {
+    r = b.div(x, y);
+    if (base::is_floating(t)) r = b.trunc(r);
+  } else if (mode == "floor") {
+    r = base::is_floating(t) ? b.unary("floor", b.div(x, y)) : floor_divide_int(b, x, y);
+  } else {
+    return base::invalid_argument("lowering: div expected rounding_mode to be one of None, "
+                                  "'trunc', or 'floor' but found '" + mode + "'");
+  }
+  return std::vector<Value>{to_out(c, r)};
+}
+
+base::StatusOr<std::vector<Value>> lower_remainder(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = c.result_type({0, 1});
+  Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
+  Value r = b.binary("remainder", x, y);  // C fmod semantics: sign of the dividend
+  Value zero = b.zeros(r.type);
+  Value fix = b.binary("and", b.compare(r, zero, "NE"),
+                       b.compare(b.compare(r, zero, "LT"), b.compare(y, zero, "LT"), "NE"));
+  return std::vector<Value>{to_out(c, b.select(fix, b.add(r, y), r))};
+}
+
+LoweringFn comparison(const char* direction) {
+  return [direction](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    DType t = c.result_type({0, 1});
+    Value r = c.b().compare(out_operand(c, 0, t), out_operand(c, 1, t), direction);
+    return std::vector<Value>{to_out(c, r)};
+  };
+}
+
+LoweringFn logical(const char* hlo_op) {
+  return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    Value r = c.b().binary(hlo_op, out_operand(c, 0, DType::kBool), out_operand(c, 1, DType::kBool));
+    return std::vector<Value>{to_out(c, r)};
+  };
+}
+
+// A float math function; integer inputs compute in float (PyTorch promotes them).
+LoweringFn float_unary(const char* hlo_op) {
+  return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    DType t = float_compute_type(c);
+    return std::vector<Value>{to_out(c, c.b().unary(hlo_op, out_operand(c, 0, t)))};
+  };
+}
+
+// A function that keeps the input's dtype (neg, abs, sign, ...).
+LoweringFn same_type_unary(const char* hlo_op) {
+  return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    DType t = c.out_type().dtype;
+    return std::vector<Value>{to_out(c, c.b().unary(hlo_op, out_operand(c, 0, t)))};
+  };
+}
+
+// Rounding functions are the identity on integers.
+LoweringFn rounding_unary(const char* hlo_op) {
+  return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    Value x = out_operand(c, 0, c.out_type().dtype);
+    if (!base::is_floating(x.dtype())) return std::vector<Value>{x};
+    return std::vector<Value>{c.b().unary(hlo_op, x)};
+  };
+}
+
+base::StatusOr<std::vector<Value>> lower_where(LoweringContext& c) {
+  DType t = c.result_type({1, 2});
+  Value pred = out_operand(c, 0, DType::kBool);
+  return std::vector<Value>{
+      to_out(c, c.b().select(pred, out_operand(c, 1, t), out_operand(c, 2, t)))};
+}
+
+// clamp(self, min?, max?) for Scalar and Tensor bounds; NaN in self propagates.
+base::StatusOr<std::vector<Value>> lower_clamp(LoweringContext& c) {
+  Builder& b = c.b();
+  std::vector<size_t> promote{0};
+  for (size_t i : {1u, 2u}) if (!c.is_none(i)) promote.push_back(i);
+  DType t = c.result_type(promote);
+  Value x = out_operand(c, 0, t);
+  const std::string& name = c.op_name();
+  bool only_min = name.find("clamp_min") != std::string::npos;
+  bool only_max = name.find("clamp_max") != std::string::npos;
+  if (only_min) return std::vector<Value>{to_out(c, b.max(x, out_operand(c, 1, t)))};
+  if (only_max) return std::vector<Value>{to_out(c, b.min(x, out_operand(c, 1, t)))};
+  if (!c.is_none(1)) x = b.max(x, out_operand(c, 1, t));
+  if (!c.is_none(2)) x = b.min(x, out_operand(c, 2, t));
+  return std::vector<Value>{to_out(c, x)};
+}
+
+// lerp(self, end, weight) = self + weight * (end - self).
+base::StatusOr<std::vector<Value>> lower_lerp(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = c.out_type().dtype;
+  Value s = out_operand(c, 0, t), e = out_operand(c, 1, t), w = out_operand(c, 2, t);
+  return std::vector<Value>{b.add(s, b.mul(w, b.sub(e, s)))};
+}
+
+// addcmul/addcdiv(self, t1, t2, value) = self + value * (t1 op t2).
+LoweringFn addc(const char* hlo_op) {
+  return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    Builder& b = c.b();
+    DType t = c.result_type({0, 1, 2});
+    Value prod = b.binary(hlo_op, out_operand(c, 1, t), out_operand(c, 2, t));
+    Value scaled = b.mul(prod, out_operand(c, 3, t));
+    return std::vector<Value>{to_out(c, b.add(out_operand(c, 0, t), scaled))};
+  };
+}
+
+base::StatusOr<std::vector<Value>> lower_pow(LoweringContext& c) {
+  DType t = c.result_type({0, 1});
+  Value r = c.b().binary("power", out_operand(c, 0, t), out_operand(c, 1, t));
+  return std::vector<Value>{to_out(c, r)};
+}
+
+base::StatusOr<std::vector<Value>> lower_reciprocal(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = float_compute_type(c);
+  Value x = out_operand(c, 0, t);
+  return std::vector<Value>{to_out(c, b.div(b.splat(1, x.type), x))};
+}
+
+base::StatusOr<std::vector<Value>> lower_logical_not(LoweringContext& c) {
+  Value x = out_operand(c, 0, DType::kBool);
+  return std::vector<Value>{to_out(c, c.b().unary("not", x))};
+}
+
+base::StatusOr<std::vector<Value>> lower_sign(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = c.out_type().dtype;
+  Value x = out_operand(c, 0, t);
+  if (t == DType::kBool) return std::vector<Value>{x};
+  if (base::is_floating(t)) return std::vector<Value>{b.unary("sign", x)};
+  Value zero = b.zeros(x.type);
+  Value pos = b.convert(b.compare(x, zero, "GT"), t);
+  Value neg = b.convert(b.compare(x, zero, "LT"), t);
+  return std::vector<Value>{b.sub(pos, neg)};
+}
+
+// log2/log10/exp2 through natural log/exp with a constant factor.
+LoweringFn scaled_log(double inv_ln_base) {
+  return [inv_ln_base](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    Builder& b = c.b();
+    DType t = float_compute_type(c);
+    Value x = out_operand(c, 0, t);
+    return std::vector<Value>{to_out(c, b.mul(b.unary("log", x), b.splat(inv_ln_base, x.type)))};
+  };
+}
+
+base::StatusOr<std::vector<Value>> lower_exp2(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = float_compute_type(c);
+  Value x = out_operand(c, 0, t);
+  return std::vector<Value>{to_out(c, b.unary("exponential", b.mul(x, b.splat(0.6931471805599453, x.type))))};
+}
+
+base::StatusOr<std::vector<Value>> lower_isnan(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  if (!base::is_floating(x.dtype())) return std::vector<Value>{b.zeros(c.out_type())};
+  return std::vector<Value>{b.compare(x, x, "NE")};
+}
+
+}  // namespace
+
+void register_elementwise_lowerings() {
+  register_with_variants("add", {"Tensor", "Scalar"}, add_like("add"));
+  register_with_variants("sub", {"Tensor", "Scalar"}, add_like("subtract"));
+  register_with_variants("mul", {"Tensor", "Scalar"}, promoted_binary("multiply"));
+  register_with_variants("div", {"Tensor", "Scalar", "Tensor_mode", "Scalar_mode"}, lower_div);
+  register_lowering({"aten::div.out_mode"}, lower_div);
+  register_with_variants("remainder", {"Tensor", "Scalar"}, lower_remainder);
+  register_with_variants("fmod", {"Tensor", "Scalar"}, promoted_binary("remainder"));
+  register_with_variants("maximum", {""}, promoted_binary("maximum"));
+  register_with_variants("minimum", {""}, promoted_binary("minimum"));
+  register_with_variants("pow", {"Tensor_Tensor", "Tensor_Scalar"}, lower_pow);
+  register_lowering({"aten::pow.Scalar", "aten::pow.Scalar_out", "aten::pow.Tensor_Scalar_out",
+                     "aten::pow.Tensor_Tensor_out"},
+                    lower_pow);
+  register_with_variants("atan2", {""}, promoted_binary("atan2"));
+  register_with_variants("bitwise_and", {"Tensor", "Scalar"}, promoted_binary("and"));
+  register_with_variants("bitwise_or", {"Tensor", "Scalar"}, promoted_binary("or"));
+  register_with_variants("bitwise_xor", {"Tensor", "Scalar"}, promoted_binary("xor"));
+  register_with_variants("logical_and", {""}, logical("and"));
+  register_with_variants("logical_or", {""}, logical("or"));
+  register_with_variants("logical_xor", {""}, logical("xor"));
+  register_with_variants("logical_not", {""}, lower_logical_not);
+  for (auto [name, dir] : {std::pair{"eq", "EQ"}, {"ne", "NE"}, {"lt", "LT"}, {"le", "LE"},
+                           {"gt", "GT"}, {"ge", "GE"}}) {
+    register_with_variants(name, {"Tensor", "Scalar"}, comparison(dir));
+    register_lowering({("aten::" + std::string(name) + ".Scalar_out").c_str(),
+                       ("aten::" + std::string(name) + ".Tensor_out").c_str()},
+                      comparison(dir));
+  }
+  register_lowering({"aten::where.self", "aten::where.self_out", "aten::where.ScalarOther",
+                     "aten::where.ScalarSelf", "aten::where.Scalar"},
+                    lower_where);
+  register_with_variants("clamp", {"", "Tensor"}, lower_clamp);
+  register_lowering({"aten::clamp.Tensor_out"}, lower_clamp);
+  register_with_variants("clamp_min", {"", "Tensor"}, lower_clamp);
+  register_with_variants("clamp_max", {"", "Tensor"}, lower_clamp);
+  register_lowering({"aten::clamp_min.Tensor_out", "aten::clamp_max.Tensor_out"}, lower_clamp);
+  register_with_variants("lerp", {"Scalar", "Tensor"}, lower_lerp);
+  register_lowering({"aten::lerp.Scalar_out", "aten::lerp.Tensor_out"}, lower_lerp);
+  register_with_variants("addcmul", {""}, addc("multiply"));
+  register_with_variants("addcdiv", {""}, addc("divide"));
+
+  for (auto [name, op] : {std::pair{"exp", "exponential"}, {"log", "log"}, {"sqrt", "sqrt"},
+                          {"rsqrt", "rsqrt"}, {"sin", "sine"}, {"cos", "cosine"}, {"tan", "chlo.tan"},
+                          {"log1p", "log_plus_one"}, {"expm1", "exponential_minus_one"},
+                          {"erf", "chlo.erf"}}) {
+    register_with_variants(name, {""}, float_unary(op));
+  }
+  register_with_variants("neg", {""}, same_type_unary("negate"));
+  register_with_variants("abs", {""}, same_type_unary("abs"));
+  register_with_variants("bitwise_not", {""}, same_type_unary("not"));
+  register_with_variants("floor", {""}, rounding_unary("floor"));
+  register_with_variants("ceil", {""}, rounding_unary("ceil"));
+  register_with_variants("round", {""}, rounding_unary("round_nearest_even"));
+  register_with_variants("trunc", {""}, [](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    Value x = out_operand(c, 0, c.out_type().dtype);
+    return std::vector<Value>{base::is_floating(x.dtype()) ? c.b().trunc(x) : x};
+  });
+  register_with_variants("sign", {""}, lower_sign);
+  register_with_variants("sgn", {""}, lower_sign);
+  register_with_variants("reciprocal", {""}, lower_reciprocal);
+  register_with_variants("log2", {""}, scaled_log(1.4426950408889634));
+  register_with_variants("log10", {""}, scaled_log(0.4342944819032518));
+  register_with_variants("exp2", {""}, lower_exp2);
+  register_lowering({"aten::isnan"}, lower_isnan);
+}
+
+}  // namespace torchtpu::lowering

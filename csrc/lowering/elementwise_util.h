@@ -1,0 +1,32 @@
+// Helpers shared by the elementwise-style lowering families.
+#pragma once
+
+#include "lowering/lowering.h"
+
+namespace torchtpu::lowering {
+
+// Tensor or scalar argument `i` converted to `t` and broadcast to the output's dims.
+inline Value out_operand(LoweringContext& c, size_t i, DType t) {
+  return c.operand(i, t, c.out_type().dims);
+}
+
+// Converts `v` to the dtype of output `k` (the caller's out= or in-place target may have
+// a different dtype than the computation).
+inline Value to_out(LoweringContext& c, Value v, size_t k = 0) {
+  return c.b().convert(v, c.out_type(k).dtype);
+}
+
+// Dtype a floating-only computation runs in: the output's dtype when it is floating,
+// else float32 (e.g. sqrt of an int tensor).
+inline DType float_compute_type(LoweringContext& c) {
+  DType t = c.out_type().dtype;
+  return base::is_floating(t) ? t : DType::kF32;
+}
+
+// Registers one lowering under the functional, in-place and out= names of an op with the
+// given overloads: e.g. ("add", {"Tensor", "Scalar"}) registers aten::add.Tensor,
+// aten::add_.Tensor, aten::add.Scalar, aten::add_.Scalar and aten::add.out.
+void register_with_variants(const std::string& base_name, const std::vector<std::string>& overloads,
+                            LoweringFn fn);
+
+}  // namespace torchtpu::lowering

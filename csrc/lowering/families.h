@@ -1,0 +1,16 @@
+// One registration function per family of lowerings; the table calls each once.
+#pragma once
+
+namespace torchtpu::lowering {
+
+void register_elementwise_lowerings();
+void register_activation_lowerings();
+void register_reduction_lowerings();
+void register_matmul_lowerings();
+void register_nn_lowerings();
+void register_shape_lowerings();
+void register_indexing_lowerings();
+void register_factory_lowerings();
+void register_random_lowerings();
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,364 @@
+#include "lowering/hlo_builder.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "base/check.h"
+
+namespace torchtpu::lowering {
+
+int64_t TensorType::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+std::string TensorType::str() const {
+  std::string s = "tensor<";
+  for (int64_t d : dims) s += std::to_string(d) + "x";
+  s += base::dtype_mlir_name(dtype);
+  return s + ">";
+}
+
+std::string i64_array(const Dims& v) {
+  std::string s = "array<i64";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : ": ") + std::to_string(v[i]);
+  return s + ">";
+}
+
+std::string i64_list(const Dims& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+Builder::Builder(std::string module_name) : module_name_(std::move(module_name)) {}
+
+Value Builder::fresh(const TensorType& t) { return Value{next_id_++, t}; }
+
+std::string Builder::name_of(const Value& v) const {
+  TORCHTPU_CHECK(v.id >= 0, "use of an undefined Value");
+  if (v.result_index >= 0) return "%m" + std::to_string(v.id) + "#" + std::to_string(v.result_index);
+  return "%v" + std::to_string(v.id);
+}
+
+Value Builder::param(const TensorType& type) {
+  Value v = fresh(type);
+  params_.push_back(v);
+  return v;
+}
+
+std::string Builder::signature(const std::vector<Value>& operands,
+                               const std::vector<TensorType>& results) const {
+  std::string s = " : (";
+  for (size_t i = 0; i < operands.size(); ++i) s += (i ? ", " : "") + operands[i].type.str();
+  s += ") -> ";
+  if (results.size() == 1) return s + results[0].str();
+  s += "(";
+  for (size_t i = 0; i < results.size(); ++i) s += (i ? ", " : "") + results[i].str();
+  return s + ")";
+}
+
+std::vector<Value> Builder::op_multi(std::string_view name, const std::vector<Value>& operands,
+                                     const std::vector<TensorType>& results,
+                                     std::string_view attrs) {
+  return op_with_region(name, operands, results, {}, nullptr, attrs);
+}
+
+std::vector<Value> Builder::op_with_region(std::string_view name,
+                                           const std::vector<Value>& operands,
+                                           const std::vector<TensorType>& results,
+                                           const std::vector<TensorType>& block_args,
+                                           const RegionBody& body, std::string_view attrs) {
+  std::vector<Value> outs;
+  for (const TensorType& t : results) outs.push_back(fresh(t));
+  std::string line(indent_, ' ');
+  if (outs.size() == 1) {
+    line += name_of(outs[0]) + " = ";
+  } else if (outs.size() > 1) {
+    // Multi-result ops bind a pack name and read results as %pack#i.
+    line += "%m" + std::to_string(outs[0].id) + ":" + std::to_string(outs.size()) + " = ";
+  }
+  line += "\"" + std::string(name) + "\"(";
+  for (size_t i = 0; i < operands.size(); ++i) line += (i ? ", " : "") + name_of(operands[i]);
+  line += ")";
+  if (body) {
+    line += " ({\n" + std::string(indent_, ' ') + "^bb0(";
+    std::vector<Value> args;
+    for (size_t i = 0; i < block_args.size(); ++i) {
+      args.push_back(fresh(block_args[i]));
+      line += (i ? ", " : "") + name_of(args.back()) + ": " + block_args[i].str();
+    }
+    line += "):\n";
+    body_ += line;
+    indent_ += 2;
+    std::vector<Value> yielded = body(*this, args);
+    std::string ret(indent_, ' ');
+    ret += "\"stablehlo.return\"(";
+    for (size_t i = 0; i < yielded.size(); ++i) ret += (i ? ", " : "") + name_of(yielded[i]);
+    ret += ")";
+    std::vector<TensorType> yt;
+    for (const Value& y : yielded) yt.push_back(y.type);
+    std::string sig = " : (";
+    for (size_t i = 0; i < yt.size(); ++i) sig += (i ? ", " : "") + yt[i].str();
+    body_ += ret + sig + ") -> ()\n";
+    indent_ -= 2;
+    line = std::string(indent_, ' ') + "})";
+  }
+  if (!attrs.empty()) line += " {" + std::string(attrs) + "}";
+  line += signature(operands, results) + "\n";
+  body_ += line;
+  if (outs.size() > 1) {
+    for (size_t i = 0; i < outs.size(); ++i) outs[i] = Value{outs[0].id, outs[i].type, (int)i};
+  }
+  return outs;
+}
+
+Value Builder::op(std::string_view name, const std::vector<Value>& operands,
+                  const TensorType& result, std::string_view attrs) {
+  return op_multi(name, operands, {result}, attrs)[0];
+}
+
+namespace {
+
+std::string float_literal(double v, DType t) {
+  char buf[40];
+  if (t == DType::kF64) {
+    uint64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(bits));
+  } else {
+    float f = static_cast<float>(v);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    std::snprintf(buf, sizeof buf, "0x%08X", bits);
+  }
+  return buf;
+}
+
+}  // namespace
+
+Value Builder::constant(double v, DType t) { return splat(v, TensorType{t, {}}); }
+
+Value Builder::splat(double v, const TensorType& t) {
+  if (t.dtype == DType::kF16 || t.dtype == DType::kBF16) {
+    // Emit in f32 and convert: keeps literal formatting to f32/f64 bit patterns.
+    return convert(splat(v, TensorType{DType::kF32, t.dims}), t.dtype);
+  }
+  std::string lit;
+  if (t.dtype == DType::kBool) {
+    lit = v != 0 ? "true" : "false";
+  } else if (base::is_floating(t.dtype)) {
+    lit = float_literal(v, t.dtype);
+  } else {
+    lit = std::to_string(static_cast<long long>(v));
+  }
+  return op("stablehlo.constant", {}, t, "value = dense<" + lit + "> : " + t.str());
+}
+
+Value Builder::constant_i64(int64_t v, DType t) {
+  TensorType type{t, {}};
+  return op("stablehlo.constant", {}, type,
+            "value = dense<" + std::to_string(v) + "> : " + type.str());
+}
+
+Value Builder::convert(Value v, DType t) {
+  if (v.dtype() == t) return v;
+  if (t == DType::kBool) {
+    // Converting to i1 must mean "!= 0" (PyTorch semantics), not truncation.
+    return compare(v, zeros(v.type), "NE");
+  }
+  return op("stablehlo.convert", {v}, TensorType{t, v.dims()});
+}
+
+Value Builder::reshape(Value v, const Dims& dims) {
+  if (v.dims() == dims) return v;
+  return op("stablehlo.reshape", {v}, TensorType{v.dtype(), dims});
+}
+
+Value Builder::broadcast_in_dim(Value v, const Dims& out_dims, const Dims& broadcast_dims) {
+  return op("stablehlo.broadcast_in_dim", {v}, TensorType{v.dtype(), out_dims},
+            "broadcast_dimensions = " + i64_array(broadcast_dims));
+}
+
+Value Builder::broadcast_to(Value v, const Dims& out_dims) {
+  if (v.dims() == out_dims) return v;
+  int64_t offset = static_cast<int64_t>(out_dims.size()) - v.rank();
+  TORCHTPU_CHECK(offset >= 0, "broadcast_to: target rank smaller than operand rank");
+  Dims bdims;
+  for (int64_t i = 0; i < v.rank(); ++i) bdims.push_back(i + offset);
+  return broadcast_in_dim(v, out_dims, bdims);
+}
+
+Value Builder::transpose(Value v, const Dims& permutation) {
+  bool identity = true;
+  for (size_t i = 0; i < permutation.size(); ++i) identity &= permutation[i] == (int64_t)i;
+  if (identity) return v;
+  Dims out;
+  for (int64_t p : permutation) out.push_back(v.dims()[p]);
+  return op("stablehlo.transpose", {v}, TensorType{v.dtype(), out},
+            "permutation = " + i64_array(permutation));
+}
+
+Value Builder::slice(Value v, const Dims& start, const Dims& limit, const Dims& strides) {
+  Dims out;
+  for (size_t i = 0; i < start.size(); ++i) {
+    int64_t n = limit[i] - start[i];
+    out.push_back(n <= 0 ? 0 : (n + strides[i] - 1) / strides[i]);
+  }
+  if (out == v.dims()) return v;
+  return op("stablehlo.slice", {v}, TensorType{v.dtype(), out},
+            "start_indices = " + i64_array(start) + ", limit_indices = " + i64_array(limit) +
+                ", strides = " + i64_array(strides));
+}
+
+Value Builder::concatenate(const std::vector<Value>& vs, int64_t dim) {
+  TORCHTPU_CHECK(!vs.empty(), "concatenate of nothing");
+  if (vs.size() == 1) return vs[0];
+  Dims out = vs[0].dims();
+  out[dim] = 0;
+  for (const Value& v : vs) out[dim] += v.dims()[dim];
+  return op("stablehlo.concatenate", vs, TensorType{vs[0].dtype(), out},
+            "dimension = " + std::to_string(dim) + " : i64");
+}
+
+Value Builder::iota(const TensorType& t, int64_t dim) {
+  return op("stablehlo.iota", {}, t, "iota_dimension = " + std::to_string(dim) + " : i64");
+}
+
+Value Builder::unary(std::string_view name, Value a) {
+  // Names with a dialect prefix ("chlo.erf") are used as given.
+  std::string full = name.find('.') == std::string_view::npos ? "stablehlo." + std::string(name)
+                                                              : std::string(name);
+  return op(full, {a}, a.type);
+}
+
+Value Builder::trunc(Value a) {
+  return select(compare(a, zeros(a.type), "LT"), unary("ceil", a), unary("floor", a));
+}
+
+Value Builder::binary(std::string_view name, Value a, Value b) {
+  TORCHTPU_CHECK(a.type == b.type, "binary op operands differ in type");
+  return op("stablehlo." + std::string(name), {a, b}, a.type);
+}
+
+Value Builder::compare(Value a, Value b, std::string_view direction) {
+  TORCHTPU_CHECK(a.type == b.type, "compare operands differ in type");
+  const char* kind = base::is_floating(a.dtype())         ? "FLOAT"
+                     : base::is_signed_integral(a.dtype()) ? "SIGNED"
+                                                           : "UNSIGNED";
+  return op("stablehlo.compare", {a, b}, TensorType{DType::kBool, a.dims()},
+            "comparison_direction = #stablehlo<comparison_direction " + std::string(direction) +
+                ">, compare_type = #stablehlo<comparison_type " + kind + ">");
+}
+
+Value Builder::select(Value pred, Value on_true, Value on_false) {
+  return op("stablehlo.select", {pred, on_true, on_false}, on_true.type);
+}
+
+Value Builder::clamp(Value lo, Value x, Value hi) {
+  return op("stablehlo.clamp", {lo, x, hi}, x.type);
+}
+
+Value Builder::reduce(Value v, Value init, const Dims& dims, std::string_view body_op) {
+  Dims out;
+  for (int64_t i = 0; i < v.rank(); ++i) {
+    bool reduced = false;
+    for (int64_t d : dims) reduced |= d == i;
+    if (!reduced) out.push_back(v.dims()[i]);
+  }
+  TensorType scalar{v.dtype(), {}};
+  std::string body_name(body_op);
+  return op_with_region(
+      "stablehlo.reduce", {v, init}, {TensorType{v.dtype(), out}}, {scalar, scalar},
+      [&](Builder& b, const std::vector<Value>& args) {
+        return std::vector<Value>{b.binary(body_name, args[0], args[1])};
+      },
+      "dimensions = " + i64_array(dims))[0];
+}
+
+Value Builder::reduce_sum(Value v, const Dims& dims) {
+  return reduce(v, zeros(TensorType{v.dtype(), {}}), dims, v.dtype() == DType::kBool ? "or" : "add");
+}
+
+Value Builder::reduce_max(Value v, const Dims& dims) {
+  return reduce(v, min_value(v.dtype()), dims, "maximum");
+}
+
+Value Builder::reduce_min(Value v, const Dims& dims) {
+  return reduce(v, max_value(v.dtype()), dims, "minimum");
+}
+
+Value Builder::max_value(DType t) {
+  switch (t) {
+    case DType::kBool: return constant(1, t);
+    case DType::kI8: return constant_i64(127, t);
+    case DType::kU8: return constant_i64(255, t);
+    case DType::kI16: return constant_i64(32767, t);
+    case DType::kI32: return constant_i64(2147483647ll, t);
+    case DType::kI64: return constant_i64(9223372036854775807ll, t);
+    case DType::kU32: return constant_i64(4294967295ll, t);
+    case DType::kU64: return op("stablehlo.constant", {}, TensorType{t, {}},
+                                "value = dense<18446744073709551615> : tensor<ui64>");
+    default: return constant(INFINITY, t);
+  }
+}
+
+Value Builder::min_value(DType t) {
+  switch (t) {
+    case DType::kBool:
+    case DType::kU8:
+    case DType::kU32:
+    case DType::kU64: return constant(0, t);
+    case DType::kI8: return constant_i64(-128, t);
+    case DType::kI16: return constant_i64(-32768, t);
+    case DType::kI32: return constant_i64(-2147483648ll, t);
+    case DType::kI64: return constant_i64(INT64_MIN, t);
+    default: return constant(-INFINITY, t);
+  }
+}
+
+Value Builder::keep_dims(Value v, const Dims& input_dims, const Dims& reduced_dims) {
+  Dims out = input_dims;
+  for (int64_t d : reduced_dims) out[d] = 1;
+  return reshape(v, out);
+}
+
+Value Builder::dot_general(Value lhs, Value rhs, const Dims& lhs_batch, const Dims& rhs_batch,
+                           const Dims& lhs_contract, const Dims& rhs_contract, DType out) {
+  auto contains = [](const Dims& d, int64_t x) {
+    for (int64_t y : d) if (y == x) return true;
+    return false;
+  };
+  Dims out_dims;
+  for (int64_t d : lhs_batch) out_dims.push_back(lhs.dims()[d]);
+  for (int64_t i = 0; i < lhs.rank(); ++i)
+    if (!contains(lhs_batch, i) && !contains(lhs_contract, i)) out_dims.push_back(lhs.dims()[i]);
+  for (int64_t i = 0; i < rhs.rank(); ++i)
+    if (!contains(rhs_batch, i) && !contains(rhs_contract, i)) out_dims.push_back(rhs.dims()[i]);
+  return op("stablehlo.dot_general", {lhs, rhs}, TensorType{out, out_dims},
+            "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " +
+                i64_list(lhs_batch) + ", rhs_batching_dimensions = " + i64_list(rhs_batch) +
+                ", lhs_contracting_dimensions = " + i64_list(lhs_contract) +
+                ", rhs_contracting_dimensions = " + i64_list(rhs_contract) + ">");
+}
+
+std::string Builder::finish(const std::vector<Value>& results) {
+  std::ostringstream os;
+  os << "module @" << module_name_ << " {\n  func.func public @main(";
+  for (size_t i = 0; i < params_.size(); ++i) {
+    os << (i ? ", " : "") << name_of(params_[i]) << ": " << params_[i].type.str();
+  }
+  os << ") -> (";
+  for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << results[i].type.str();
+  os << ") {\n" << body_ << "    \"func.return\"(";
+  for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << name_of(results[i]);
+  os << ")";
+  os << " : (";
+  for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << results[i].type.str();
+  os << ") -> ()\n  }\n}\n";
+  return os.str();
+}
+
+}  // namespace torchtpu::lowering

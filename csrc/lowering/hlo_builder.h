@@ -1,0 +1,140 @@
+// Builder: emits one StableHLO module as MLIR text in the generic op form.
+//
+// The module has one public function `@main`; parameters are declared with param(), ops
+// are appended in order, and finish() returns the module text. Values are SSA handles
+// that carry their tensor type, so helpers can check shapes and derive result types.
+// Generic form ("stablehlo.add"(...) : (...) -> ...) is used throughout because it is
+// the most stable text across StableHLO versions.
+//
+// Every helper that can be misused by shape returns a Value whose type is computed here;
+// shape errors are the lowering's responsibility (they are caught before lowering by the
+// caller's meta check), so helpers assert only our own invariants.
+// Thread safety: a Builder is used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/dtype.h"
+
+namespace torchtpu::lowering {
+
+using base::DType;
+using Dims = std::vector<int64_t>;
+
+struct TensorType {
+  DType dtype = DType::kF32;
+  Dims dims;
+  int64_t rank() const { return static_cast<int64_t>(dims.size()); }
+  int64_t num_elements() const;
+  // "tensor<2x3xf32>"
+  std::string str() const;
+  bool operator==(const TensorType& o) const { return dtype == o.dtype && dims == o.dims; }
+};
+
+struct Value {
+  int id = -1;
+  TensorType type;
+  int result_index = -1;  // >= 0 for one result of a multi-result op (%m<id>#<index>)
+  DType dtype() const { return type.dtype; }
+  const Dims& dims() const { return type.dims; }
+  int64_t rank() const { return type.rank(); }
+};
+
+// "array<i64: 1, 2>"
+std::string i64_array(const Dims& v);
+// "[1, 2]"
+std::string i64_list(const Dims& v);
+
+class Builder {
+ public:
+  explicit Builder(std::string module_name = "torchtpu");
+
+  Value param(const TensorType& type);
+
+  // Appends one op with one result. `attrs` is the body of the attribute dictionary
+  // without braces, e.g. "dimension = 0 : i64".
+  Value op(std::string_view name, const std::vector<Value>& operands, const TensorType& result,
+           std::string_view attrs = "");
+  // An op with several results.
+  std::vector<Value> op_multi(std::string_view name, const std::vector<Value>& operands,
+                              const std::vector<TensorType>& results, std::string_view attrs = "");
+  // An op with one region whose block takes `block_args` and is filled by `body`, which
+  // returns the values the block yields ("stablehlo.return").
+  using RegionBody = std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>;
+  std::vector<Value> op_with_region(std::string_view name, const std::vector<Value>& operands,
+                                    const std::vector<TensorType>& results,
+                                    const std::vector<TensorType>& block_args,
+                                    const RegionBody& body, std::string_view attrs = "");
+
+  // Constants. `constant` is a 0-d tensor; `splat` a tensor of one repeated value.
+  Value constant(double v, DType t);
+  Value splat(double v, const TensorType& t);
+  Value zeros(const TensorType& t) { return splat(0, t); }
+  // Integer constant without going through double (exact for all i64).
+  Value constant_i64(int64_t v, DType t);
+
+  // Shape and type.
+  Value convert(Value v, DType t);
+  Value reshape(Value v, const Dims& dims);
+  Value broadcast_in_dim(Value v, const Dims& out_dims, const Dims& broadcast_dims);
+  // NumPy-style broadcast: right-aligns v's dims against out_dims.
+  Value broadcast_to(Value v, const Dims& out_dims);
+  Value transpose(Value v, const Dims& permutation);
+  Value slice(Value v, const Dims& start, const Dims& limit, const Dims& strides);
+  Value concatenate(const std::vector<Value>& vs, int64_t dim);
+  Value iota(const TensorType& t, int64_t dim);
+
+  // Elementwise. Operands must already share type (use convert/broadcast_to first).
+  // `name` without the "stablehlo." prefix, or with another dialect's ("chlo.erf").
+  Value unary(std::string_view name, Value a);
+  Value trunc(Value a);  // round toward zero (floats only)
+  Value binary(std::string_view name, Value a, Value b);
+  Value add(Value a, Value b) { return binary("add", a, b); }
+  Value sub(Value a, Value b) { return binary("subtract", a, b); }
+  Value mul(Value a, Value b) { return binary("multiply", a, b); }
+  Value div(Value a, Value b) { return binary("divide", a, b); }
+  Value max(Value a, Value b) { return binary("maximum", a, b); }
+  Value min(Value a, Value b) { return binary("minimum", a, b); }
+  // direction: EQ NE LT LE GT GE. Result is i1 with a's dims.
+  Value compare(Value a, Value b, std::string_view direction);
+  Value select(Value pred, Value on_true, Value on_false);
+  Value clamp(Value lo, Value x, Value hi);
+
+  // Reduction of one operand over `dims` with a binary body op ("add", "maximum", ...).
+  Value reduce(Value v, Value init, const Dims& dims, std::string_view body_op);
+  // Common reductions with the right identity (max of floats starts at -inf, of ints at
+  // the type's minimum). Reduced dims are dropped; use reshape to keep them.
+  Value reduce_sum(Value v, const Dims& dims);
+  Value reduce_max(Value v, const Dims& dims);
+  Value reduce_min(Value v, const Dims& dims);
+  // The largest / smallest value of dtype t (infinities for floats).
+  Value max_value(DType t);
+  Value min_value(DType t);
+  // `v` with the listed (already reduced) dims re-inserted as size 1.
+  Value keep_dims(Value v, const Dims& input_dims, const Dims& reduced_dims);
+
+  // dot_general with explicit dimension numbers; result dtype `out`.
+  Value dot_general(Value lhs, Value rhs, const Dims& lhs_batch, const Dims& rhs_batch,
+                    const Dims& lhs_contract, const Dims& rhs_contract, DType out);
+
+  // Returns the module text with `results` as @main's results.
+  std::string finish(const std::vector<Value>& results);
+
+ private:
+  std::string name_of(const Value& v) const;
+  std::string signature(const std::vector<Value>& operands,
+                        const std::vector<TensorType>& results) const;
+  Value fresh(const TensorType& t);
+
+  std::string module_name_;
+  std::vector<Value> params_;
+  std::string body_;
+  int next_id_ = 0;
+  int indent_ = 4;
+};
+
+}  // namespace torchtpu::lowering

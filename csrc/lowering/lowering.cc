@@ -1,0 +1,265 @@
+#include "lowering/lowering.h"
+
+#include <map>
+#include <mutex>
+
+#include "lowering/families.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+std::map<std::string, LoweringFn, std::less<>>& table() {
+  static auto* t = new std::map<std::string, LoweringFn, std::less<>>();
+  return *t;
+}
+
+void ensure_registered() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_elementwise_lowerings();
+    register_activation_lowerings();
+    register_reduction_lowerings();
+    register_matmul_lowerings();
+    register_nn_lowerings();
+    register_shape_lowerings();
+    register_indexing_lowerings();
+    register_factory_lowerings();
+    register_random_lowerings();
+  });
+}
+
+const char* kind_tag(ArgKind k) {
+  switch (k) {
+    case ArgKind::kTensor: return "T";
+    case ArgKind::kTensorList: return "L";
+    case ArgKind::kScalar: return "S";
+    case ArgKind::kInt: return "i";
+    case ArgKind::kDouble: return "d";
+    case ArgKind::kBool: return "b";
+    case ArgKind::kIntList: return "I";
+    case ArgKind::kNone: return "N";
+    case ArgKind::kString: return "s";
+    case ArgKind::kDType: return "t";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void register_lowering(std::initializer_list<const char*> names, LoweringFn fn) {
+  for (const char* n : names) table()[n] = fn;
+}
+
+const LoweringFn* find_lowering(std::string_view name) {
+  ensure_registered();
+  auto it = table().find(name);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> registered_lowerings() {
+  ensure_registered();
+  std::vector<std::string> names;
+  for (const auto& [n, fn] : table()) names.push_back(n);
+  return names;
+}
+
+void OpArg::append_key(std::string* key) const {
+  *key += kind_tag(kind);
+  switch (kind) {
+    case ArgKind::kTensor:
+      *key += type.str();
+      break;
+    case ArgKind::kTensorList:
+      for (const TensorType& t : list_types) *key += t.str() + ",";
+      break;
+    case ArgKind::kScalar:
+      *key += std::to_string(static_cast<int>(scalar_category));
+      break;
+    case ArgKind::kInt:
+    case ArgKind::kBool:
+      *key += std::to_string(int_value);
+      break;
+    case ArgKind::kDouble: {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", double_value);
+      *key += buf;
+      break;
+    }
+    case ArgKind::kIntList:
+      *key += i64_list(ints);
+      break;
+    case ArgKind::kString:
+      *key += string_value;
+      break;
+    case ArgKind::kDType:
+      *key += base::dtype_name(dtype);
+      break;
+    case ArgKind::kNone:
+      break;
+  }
+  *key += ";";
+}
+
+LoweringContext::LoweringContext(Builder& builder, std::string op_name, std::vector<OpArg> args,
+                                 std::vector<TensorType> out_types)
+    : builder_(builder),
+      op_name_(std::move(op_name)),
+      args_(std::move(args)),
+      out_types_(std::move(out_types)) {
+  tensor_params_.resize(args_.size());
+  list_params_.resize(args_.size());
+  for (size_t i = 0; i < args_.size(); ++i) {
+    list_params_[i].resize(args_[i].list_types.size());
+  }
+}
+
+Value LoweringContext::tensor(size_t i) {
+  if (!tensor_params_.at(i)) {
+    tensor_params_[i] = builder_.param(args_.at(i).type);
+    bindings_.push_back({ParamBinding::Source::kTensor, static_cast<int>(i), -1, args_[i].type.dtype});
+  }
+  return *tensor_params_[i];
+}
+
+std::vector<Value> LoweringContext::tensor_list(size_t i) {
+  std::vector<Value> out;
+  for (size_t j = 0; j < list_params_.at(i).size(); ++j) {
+    if (!list_params_[i][j]) {
+      list_params_[i][j] = builder_.param(args_[i].list_types[j]);
+      bindings_.push_back({ParamBinding::Source::kTensorListItem, static_cast<int>(i),
+                           static_cast<int>(j), args_[i].list_types[j].dtype});
+    }
+    out.push_back(*list_params_[i][j]);
+  }
+  return out;
+}
+
+Value LoweringContext::scalar(size_t i, DType t) {
+  // Each request declares its own parameter: the same scalar may be wanted in two dtypes.
+  Value v = builder_.param(TensorType{t, {}});
+  bindings_.push_back({ParamBinding::Source::kScalar, static_cast<int>(i), -1, t});
+  return v;
+}
+
+Value LoweringContext::operand(size_t i, DType t, const Dims& dims) {
+  Value v = arg(i).kind == ArgKind::kScalar ? scalar(i, t) : builder_.convert(tensor(i), t);
+  return builder_.broadcast_to(v, dims);
+}
+
+std::optional<DType> LoweringContext::dtype_arg(size_t i) const {
+  if (is_none(i)) return std::nullopt;
+  return args_.at(i).dtype;
+}
+
+Value LoweringContext::rng_state() {
+  if (!rng_param_) {
+    rng_param_ = builder_.param(TensorType{DType::kU64, {2}});
+    bindings_.push_back({ParamBinding::Source::kRngState, -1, -1, DType::kU64});
+  }
+  return *rng_param_;
+}
+
+namespace {
+
+int type_rank(DType t) {
+  switch (t) {
+    case DType::kBool: return 0;
+    case DType::kU8: return 1;
+    case DType::kI8: return 1;
+    case DType::kI16: return 2;
+    case DType::kI32: return 3;
+    case DType::kI64: return 4;
+    case DType::kF16: return 5;
+    case DType::kBF16: return 5;
+    case DType::kF32: return 6;
+    case DType::kF64: return 7;
+    case DType::kU32: return 3;
+    case DType::kU64: return 4;
+  }
+  return 0;
+}
+
+}  // namespace
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  if ((a == DType::kU8 && b == DType::kI8) || (a == DType::kI8 && b == DType::kU8)) {
+    return DType::kI16;
+  }
+  if ((a == DType::kF16 && b == DType::kBF16) || (a == DType::kBF16 && b == DType::kF16)) {
+    return DType::kF32;
+  }
+  return type_rank(a) >= type_rank(b) ? a : b;
+}
+
+DType LoweringContext::result_type(const std::vector<size_t>& arg_indices) const {
+  // c10's ResultTypeState: dimensioned tensors > zero-dim tensors > wrapped scalars, and
+  // a lower group only wins when it is of a higher category (bool < int < float).
+  std::optional<DType> dim_result, zero_result, wrapped_result;
+  auto update = [](std::optional<DType>& slot, DType t) {
+    slot = slot ? promote_types(*slot, t) : t;
+  };
+  for (size_t i : arg_indices) {
+    const OpArg& a = args_.at(i);
+    if (a.kind == ArgKind::kTensor) {
+      update(a.type.rank() > 0 ? dim_result : zero_result, a.type.dtype);
+    } else if (a.kind == ArgKind::kScalar) {
+      DType t = a.scalar_category == ScalarCategory::kFloat ? DType::kF32
+                : a.scalar_category == ScalarCategory::kInt ? DType::kI64
+                                                             : DType::kBool;
+      update(wrapped_result, t);
+    }
+  }
+  auto combine = [](std::optional<DType> higher, std::optional<DType> lower) -> std::optional<DType> {
+    if (!higher) return lower;
+    if (!lower) return higher;
+    if (base::is_floating(*higher)) return higher;
+    if (*higher == DType::kBool || base::is_floating(*lower)) return promote_types(*higher, *lower);
+    return higher;
+  };
+  std::optional<DType> r = combine(dim_result, combine(zero_result, wrapped_result));
+  return r.value_or(DType::kF32);
+}
+
+void LoweringContext::require(Value ok, std::string message) {
+  checks_.emplace_back(ok, std::move(message));
+}
+
+int64_t wrap_dim(int64_t dim, int64_t rank) {
+  int64_t r = rank == 0 ? 1 : rank;
+  return dim < 0 ? dim + r : dim;
+}
+
+base::StatusOr<LoweredModule> lower_op(const std::string& op_name, std::vector<OpArg> args,
+                                       std::vector<TensorType> out_types) {
+  const LoweringFn* fn = find_lowering(op_name);
+  if (fn == nullptr) {
+    return base::unimplemented("lowering: " + op_name + " has no lowering");
+  }
+  Builder builder;
+  LoweringContext ctx(builder, op_name, std::move(args), std::move(out_types));
+  TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(ctx));
+  if (results.size() != ctx.out_types().size()) {
+    return base::internal_error("lowering: " + op_name + " returned " +
+                                std::to_string(results.size()) + " values (expected " +
+                                std::to_string(ctx.out_types().size()) + ")");
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!(results[i].type == ctx.out_types()[i])) {
+      return base::internal_error("lowering: " + op_name + " result " + std::to_string(i) +
+                                  " has type " + results[i].type.str() + " (expected " +
+                                  ctx.out_types()[i].str() + ")");
+    }
+  }
+  LoweredModule m;
+  for (const auto& [ok, message] : ctx.checks()) {
+    results.push_back(ok);
+    m.check_messages.push_back(message);
+  }
+  m.text = builder.finish(results);
+  m.bindings = ctx.bindings();
+  m.out_types = ctx.out_types();
+  return m;
+}
+
+}  // namespace torchtpu::lowering

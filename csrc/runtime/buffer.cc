@@ -1,0 +1,61 @@
+#include "runtime/buffer.h"
+
+#include "base/metrics.h"
+#include "runtime/event.h"
+#include "runtime/pjrt_c.h"
+
+namespace torchtpu::runtime {
+
+Buffer::Buffer(std::shared_ptr<const Plugin> plugin, PJRT_Buffer* raw, base::DType dtype,
+               std::vector<int64_t> dims, int device_index)
+    : plugin_(std::move(plugin)),
+      raw_(raw),
+      dtype_(dtype),
+      dims_(std::move(dims)),
+      device_index_(device_index) {}
+
+Buffer::~Buffer() {
+  PJRT_Buffer_Destroy_Args args{};
+  args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+  args.buffer = raw_;
+  (void)consume_error(plugin_->api(), plugin_->api()->PJRT_Buffer_Destroy(&args), "PJRT_Buffer_Destroy");
+}
+
+int64_t Buffer::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+base::Status Buffer::to_host(void* dst, int64_t dst_bytes) const {
+  if (dst_bytes < size_bytes()) {
+    return base::invalid_argument("runtime: host destination too small (expected " +
+                                  std::to_string(size_bytes()) + " bytes, got " +
+                                  std::to_string(dst_bytes) + ")");
+  }
+  if (size_bytes() == 0) return base::Status();
+  PJRT_Buffer_ToHostBuffer_Args args{};
+  args.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
+  args.src = raw_;
+  args.dst = dst;
+  args.dst_size = static_cast<size_t>(size_bytes());
+  TORCHTPU_RETURN_IF_ERROR(consume_error(
+      plugin_->api(), plugin_->api()->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer"));
+  Event done(plugin_, args.event);
+  TORCHTPU_RETURN_IF_ERROR(done.await());
+  base::counter_add("num_transfers_to_host");
+  base::counter_add("transfer_to_host_bytes", size_bytes());
+  return base::Status();
+}
+
+base::Status Buffer::await_ready() const {
+  PJRT_Buffer_ReadyEvent_Args args{};
+  args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
+  args.buffer = raw_;
+  TORCHTPU_RETURN_IF_ERROR(consume_error(
+      plugin_->api(), plugin_->api()->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent"));
+  Event ready(plugin_, args.event);
+  return ready.await();
+}
+
+}  // namespace torchtpu::runtime

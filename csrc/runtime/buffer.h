@@ -1,0 +1,54 @@
+// Buffer: RAII owner of one PJRT_Buffer on one device.
+//
+// A Buffer is immutable once created (PJRT buffers are values); in-place semantics are
+// built above it by swapping buffers. Destroying a Buffer while an execution that reads
+// it is still pending is safe: PJRT defers the free until the use completes.
+// Thread safety: const methods may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "runtime/pjrt_api.h"
+
+struct PJRT_Buffer;
+
+namespace torchtpu::runtime {
+
+class Buffer {
+ public:
+  Buffer(std::shared_ptr<const Plugin> plugin, PJRT_Buffer* raw, base::DType dtype,
+         std::vector<int64_t> dims, int device_index);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  base::DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int device_index() const { return device_index_; }
+  int64_t num_elements() const;
+  int64_t size_bytes() const { return num_elements() * base::dtype_size_bytes(dtype_); }
+
+  // Copies the whole buffer into `dst` (dense, row-major), blocking until done.
+  // `dst_bytes` must be at least size_bytes().
+  base::Status to_host(void* dst, int64_t dst_bytes) const;
+  // Blocks until the buffer's contents are computed.
+  base::Status await_ready() const;
+
+  // Runtime-internal: the raw handle, for Executable. Never stored outside runtime/.
+  PJRT_Buffer* raw() const { return raw_; }
+
+ private:
+  std::shared_ptr<const Plugin> plugin_;
+  PJRT_Buffer* raw_;
+  base::DType dtype_;
+  std::vector<int64_t> dims_;
+  int device_index_;
+};
+
+using BufferPtr = std::shared_ptr<Buffer>;
+
+}  // namespace torchtpu::runtime

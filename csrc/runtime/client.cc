@@ -1,0 +1,174 @@
+#include "runtime/client.h"
+
+#include <chrono>
+
+#include "base/metrics.h"
+#include "runtime/element_type.h"
+#include "runtime/event.h"
+#include "runtime/pjrt_c.h"
+
+namespace torchtpu::runtime {
+
+std::string compile_options(int device_index) {
+  // CompileOptionsProto{executable_build_options (3): ExecutableBuildOptionsProto{
+  //   device_ordinal (1): d, num_replicas (4): 1, num_partitions (5): 1,
+  //   device_assignment (9): DeviceAssignmentProto{replica_count (1): 1,
+  //     computation_count (2): 1, computation_devices (3): {replica_device_ids (1): [d]}}}}.
+  // An empty options string makes XLA abort (num_replicas=0). Device ids stay below 128,
+  // so every varint and length here is one byte.
+  const char d = static_cast<char>(device_index);
+  std::string computation_device{'\x0a', '\x01', d};
+  std::string assignment{'\x08', '\x01', '\x10', '\x01', '\x1a',
+                         static_cast<char>(computation_device.size())};
+  assignment += computation_device;
+  std::string build{'\x08', d, '\x20', '\x01', '\x28', '\x01', '\x4a',
+                    static_cast<char>(assignment.size())};
+  build += assignment;
+  return std::string{'\x1a', static_cast<char>(build.size())} + build;
+}
+
+base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plugin> plugin,
+                                                       const ClientOptions& options) {
+  const PJRT_Api* api = plugin->api();
+  std::vector<PJRT_NamedValue> create_options;
+  // Only the XLA CPU plugin knows `cpu_device_count`; other plugins reject unknown options.
+  bool is_cpu_plugin = plugin->path().find("cpu") != std::string::npos;
+  static const char kCpuDeviceCount[] = "cpu_device_count";
+  if (is_cpu_plugin) {
+    PJRT_NamedValue v{};
+    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    v.name = kCpuDeviceCount;
+    v.name_size = sizeof(kCpuDeviceCount) - 1;
+    v.type = PJRT_NamedValue_kInt64;
+    v.int64_value = options.cpu_device_count;
+    v.value_size = 1;
+    create_options.push_back(v);
+  }
+  PJRT_Client_Create_Args args{};
+  args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+  args.create_options = create_options.data();
+  args.num_options = create_options.size();
+  TORCHTPU_RETURN_IF_ERROR(
+      consume_error(api, api->PJRT_Client_Create(&args), "PJRT_Client_Create"));
+
+  auto client = std::shared_ptr<Client>(new Client());
+  client->plugin_ = std::move(plugin);
+  client->raw_ = args.client;
+
+  PJRT_Client_AddressableDevices_Args devs{};
+  devs.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
+  devs.client = client->raw_;
+  TORCHTPU_RETURN_IF_ERROR(consume_error(api, api->PJRT_Client_AddressableDevices(&devs),
+                                         "PJRT_Client_AddressableDevices"));
+  client->devices_.assign(devs.addressable_devices,
+                          devs.addressable_devices + devs.num_addressable_devices);
+  if (client->devices_.empty()) {
+    return base::unavailable("runtime: PJRT plugin " + client->plugin_->path() +
+                             " reports no addressable devices");
+  }
+
+  PJRT_Client_PlatformName_Args pn{};
+  pn.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;
+  pn.client = client->raw_;
+  TORCHTPU_RETURN_IF_ERROR(
+      consume_error(api, api->PJRT_Client_PlatformName(&pn), "PJRT_Client_PlatformName"));
+  client->platform_name_.assign(pn.platform_name, pn.platform_name_size);
+  return client;
+}
+
+Client::~Client() {
+  PJRT_Client_Destroy_Args args{};
+  args.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE;
+  args.client = raw_;
+  (void)consume_error(plugin_->api(), plugin_->api()->PJRT_Client_Destroy(&args), "PJRT_Client_Destroy");
+}
+
+std::string Client::device_kind(int index) const {
+  const PJRT_Api* api = plugin_->api();
+  PJRT_Device_GetDescription_Args d{};
+  d.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+  d.device = devices_.at(index);
+  if (!consume_error(api, api->PJRT_Device_GetDescription(&d), "GetDescription").ok()) return "?";
+  PJRT_DeviceDescription_Kind_Args k{};
+  k.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE;
+  k.device_description = d.device_description;
+  if (!consume_error(api, api->PJRT_DeviceDescription_Kind(&k), "DeviceKind").ok()) return "?";
+  return std::string(k.device_kind, k.device_kind_size);
+}
+
+base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType dtype,
+                                                   const std::vector<int64_t>& dims,
+                                                   int device_index) const {
+  if (device_index < 0 || device_index >= num_devices()) {
+    return base::out_of_range("runtime: device index " + std::to_string(device_index) +
+                              " out of range (have " + std::to_string(num_devices()) +
+                              " devices)");
+  }
+  const PJRT_Api* api = plugin_->api();
+  PJRT_Client_BufferFromHostBuffer_Args args{};
+  args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+  args.client = raw_;
+  args.data = data;
+  args.type = to_pjrt_type(dtype);
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  args.device = devices_[device_index];
+  TORCHTPU_RETURN_IF_ERROR(consume_error(api, api->PJRT_Client_BufferFromHostBuffer(&args),
+                                         "PJRT_Client_BufferFromHostBuffer"));
+  // With kImmutableOnlyDuringCall the host data has been consumed already; the event
+  // only needs releasing.
+  Event done(plugin_, args.done_with_host_buffer);
+  auto buffer = std::make_shared<Buffer>(plugin_, args.buffer, dtype, dims, device_index);
+  base::counter_add("num_transfers_to_device");
+  base::counter_add("transfer_to_device_bytes", buffer->size_bytes());
+  return buffer;
+}
+
+base::StatusOr<ExecutablePtr> Client::compile(const std::string& module_text,
+                                              int device_index) const {
+  if (device_index < 0 || device_index >= num_devices()) {
+    return base::out_of_range("runtime: device index " + std::to_string(device_index) +
+                              " out of range (have " + std::to_string(num_devices()) +
+                              " devices)");
+  }
+  const PJRT_Api* api = plugin_->api();
+  static const char kFormat[] = "mlir";
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.code = const_cast<char*>(module_text.data());
+  program.code_size = module_text.size();
+  program.format = kFormat;
+  program.format_size = sizeof(kFormat) - 1;
+  std::string options = compile_options(device_index);
+  PJRT_Client_Compile_Args args{};
+  args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
+  args.client = raw_;
+  args.program = &program;
+  args.compile_options = options.data();
+  args.compile_options_size = options.size();
+  auto start = std::chrono::steady_clock::now();
+  TORCHTPU_RETURN_IF_ERROR(
+      consume_error(api, api->PJRT_Client_Compile(&args), "PJRT_Client_Compile"));
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::steady_clock::now() - start)
+                .count();
+  base::counter_add("num_compiles");
+  base::counter_add("compile_time_us", us);
+  return std::make_shared<Executable>(plugin_, args.executable, device_index);
+}
+
+base::StatusOr<ExecutablePtr> Client::deserialize(const std::string& bytes,
+                                                  int device_index) const {
+  const PJRT_Api* api = plugin_->api();
+  PJRT_Executable_DeserializeAndLoad_Args args{};
+  args.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE;
+  args.client = raw_;
+  args.serialized_executable = bytes.data();
+  args.serialized_executable_size = bytes.size();
+  TORCHTPU_RETURN_IF_ERROR(consume_error(api, api->PJRT_Executable_DeserializeAndLoad(&args),
+                                         "PJRT_Executable_DeserializeAndLoad"));
+  return std::make_shared<Executable>(plugin_, args.loaded_executable, device_index);
+}
+
+}  // namespace torchtpu::runtime

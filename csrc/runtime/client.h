@@ -1,0 +1,66 @@
+// Client: RAII owner of a PJRT_Client and its addressable devices.
+//
+// One Client per process is the normal case (see device_runtime in aten/). Devices are
+// indexed 0..num_devices()-1 in the plugin's addressable order.
+// Thread safety: all methods may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "runtime/buffer.h"
+#include "runtime/executable.h"
+#include "runtime/pjrt_api.h"
+
+struct PJRT_Client;
+struct PJRT_Device;
+
+namespace torchtpu::runtime {
+
+struct ClientOptions {
+  // Devices to create on the CPU plugin (option `cpu_device_count`); ignored elsewhere.
+  int cpu_device_count = 1;
+};
+
+class Client {
+ public:
+  static base::StatusOr<std::shared_ptr<Client>> create(std::shared_ptr<const Plugin> plugin,
+                                                        const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const Plugin& plugin() const { return *plugin_; }
+  int num_devices() const { return static_cast<int>(devices_.size()); }
+  // "cpu", "cuda", "tpu", ...: the plugin's platform name.
+  const std::string& platform_name() const { return platform_name_; }
+  // Kind of device `index` as the plugin describes it (e.g. "cpu", "NVIDIA H200").
+  std::string device_kind(int index) const;
+
+  // Copies `data` (dense, row-major, `dims`) into a new buffer on device `device_index`.
+  // The host memory may be released as soon as this returns.
+  base::StatusOr<BufferPtr> buffer_from_host(const void* data, base::DType dtype,
+                                             const std::vector<int64_t>& dims,
+                                             int device_index) const;
+  // Compiles StableHLO text (program format "mlir") for device `device_index` (an
+  // executable runs on the device it was compiled for). Errors carry the plugin's message.
+  base::StatusOr<ExecutablePtr> compile(const std::string& module_text, int device_index) const;
+  // Loads bytes produced by Executable::serialize() with the same plugin build.
+  base::StatusOr<ExecutablePtr> deserialize(const std::string& bytes, int device_index) const;
+
+ private:
+  Client() = default;
+  std::shared_ptr<const Plugin> plugin_;
+  PJRT_Client* raw_ = nullptr;
+  std::vector<PJRT_Device*> devices_;
+  std::string platform_name_;
+};
+
+// The serialized CompileOptionsProto we compile with: one replica, one partition, on
+// device `device_index`.
+std::string compile_options(int device_index);
+
+}  // namespace torchtpu::runtime

@@ -1,0 +1,46 @@
+// Executable: RAII owner of a compiled, loaded PJRT program.
+//
+// execute() is asynchronous: it returns output Buffers as soon as the plugin has enqueued
+// the work; reading an output (Buffer::to_host) waits for it.
+// Thread safety: execute() may be called concurrently from several threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/buffer.h"
+#include "runtime/pjrt_api.h"
+
+struct PJRT_LoadedExecutable;
+
+namespace torchtpu::runtime {
+
+class Executable {
+ public:
+  Executable(std::shared_ptr<const Plugin> plugin, PJRT_LoadedExecutable* raw, int device_index);
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  size_t num_outputs() const { return num_outputs_; }
+
+  int device_index() const { return device_index_; }
+
+  // Runs the program on its device with `args` (one buffer per parameter, all on that
+  // device).
+  base::StatusOr<std::vector<BufferPtr>> execute(const std::vector<const Buffer*>& args) const;
+  // Serialized form for the on-disk cache (plugin-specific bytes).
+  base::StatusOr<std::string> serialize() const;
+
+ private:
+  std::shared_ptr<const Plugin> plugin_;
+  PJRT_LoadedExecutable* raw_;
+  int device_index_;
+  size_t num_outputs_ = 0;
+};
+
+using ExecutablePtr = std::shared_ptr<Executable>;
+
+}  // namespace torchtpu::runtime

@@ -1,0 +1,47 @@
+// Loading a PJRT plugin and turning its errors into Status.
+//
+// A Plugin is a dlopen'ed PJRT C API implementation (XLA CPU, XLA CUDA, libtpu). It is
+// loaded once per process and never unloaded (plugins do not support unloading).
+// Thread safety: a loaded Plugin is immutable and may be shared by all threads.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+
+struct PJRT_Api;
+struct PJRT_Error;
+
+namespace torchtpu::runtime {
+
+class Plugin {
+ public:
+  // Loads the shared library at `path`, resolves `GetPjrtApi`, checks the API version and
+  // initializes the plugin.
+  static base::StatusOr<std::shared_ptr<const Plugin>> load(const std::string& path);
+
+  const PJRT_Api* api() const { return api_; }
+  const std::string& path() const { return path_; }
+  int api_major() const { return api_major_; }
+  int api_minor() const { return api_minor_; }
+  // Plugin attributes rendered as strings (`xla_version`, `stablehlo_current_version`...).
+  const std::map<std::string, std::string>& attributes() const { return attributes_; }
+  // A string that identifies this plugin build, part of every executable cache key.
+  std::string identity() const;
+
+ private:
+  Plugin() = default;
+  const PJRT_Api* api_ = nullptr;
+  std::string path_;
+  int api_major_ = 0;
+  int api_minor_ = 0;
+  std::map<std::string, std::string> attributes_;
+};
+
+// Converts (and destroys) a PJRT error. Returns OK for nullptr. `what` names the call,
+// e.g. "PJRT_Client_Compile", and prefixes the plugin's own message.
+base::Status consume_error(const PJRT_Api* api, PJRT_Error* error, const char* what);
+
+}  // namespace torchtpu::runtime

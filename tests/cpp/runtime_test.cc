@@ -1,0 +1,118 @@
+// The runtime on the real XLA CPU plugin: load, transfer, compile, execute, errors.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "base/metrics.h"
+#include "lowering/hlo_builder.h"
+#include "test_plugin.h"
+
+namespace torchtpu {
+namespace {
+
+using lowering::Builder;
+using lowering::TensorType;
+using base::DType;
+
+std::string add_module() {
+  Builder b;
+  auto x = b.param(TensorType{DType::kF32, {2, 3}});
+  auto y = b.param(TensorType{DType::kF32, {2, 3}});
+  return b.finish({b.add(x, y)});
+}
+
+TEST(Runtime, PluginReportsVersionAndDevices) {
+  auto client = testing::test_client();
+  EXPECT_EQ(client->plugin().api_major(), 0);
+  EXPECT_GE(client->plugin().api_minor(), 40);
+  EXPECT_EQ(client->num_devices(), 2);
+  EXPECT_EQ(client->platform_name(), "cpu");
+  EXPECT_NE(client->plugin().identity().find("api=0."), std::string::npos);
+}
+
+TEST(Runtime, CompilesAndRunsAdd) {
+  auto client = testing::test_client();
+  auto exe = client->compile(add_module(), 0);
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  std::vector<float> a{1, 2, 3, 4, 5, 6}, c{10, 20, 30, 40, 50, 60};
+  auto ba = client->buffer_from_host(a.data(), DType::kF32, {2, 3}, 0);
+  auto bc = client->buffer_from_host(c.data(), DType::kF32, {2, 3}, 0);
+  ASSERT_TRUE(ba.ok() && bc.ok());
+  auto out = (*exe)->execute({ba->get(), bc->get()});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ(out->size(), 1u);
+  EXPECT_EQ((*out)[0]->dims(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ((*out)[0]->dtype(), DType::kF32);
+  std::vector<float> result(6);
+  ASSERT_TRUE((*out)[0]->to_host(result.data(), 24).ok());
+  EXPECT_EQ(result, (std::vector<float>{11, 22, 33, 44, 55, 66}));
+}
+
+TEST(Runtime, RunsOnSecondDevice) {
+  auto client = testing::test_client();
+  auto exe = client->compile(add_module(), 1);
+  ASSERT_TRUE(exe.ok());
+  std::vector<float> a(6, 1.5f);
+  auto ba = client->buffer_from_host(a.data(), DType::kF32, {2, 3}, 1);
+  ASSERT_TRUE(ba.ok());
+  auto out = (*exe)->execute({ba->get(), ba->get()});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0]->device_index(), 1);
+  std::vector<float> result(6);
+  ASSERT_TRUE((*out)[0]->to_host(result.data(), 24).ok());
+  EXPECT_EQ(result[5], 3.0f);
+}
+
+TEST(Runtime, MalformedProgramIsAnErrorWithPluginMessage) {
+  auto client = testing::test_client();
+  auto exe = client->compile("module { this is not mlir }", 0);
+  ASSERT_FALSE(exe.ok());
+  EXPECT_NE(exe.status().message().find("PJRT_Client_Compile failed"), std::string::npos);
+  EXPECT_GT(exe.status().message().size(), std::string("runtime: PJRT_Client_Compile failed: ").size());
+}
+
+TEST(Runtime, WrongArgumentCountIsAnError) {
+  auto client = testing::test_client();
+  auto exe = client->compile(add_module(), 0);
+  ASSERT_TRUE(exe.ok());
+  std::vector<float> a(6, 1.0f);
+  auto ba = client->buffer_from_host(a.data(), DType::kF32, {2, 3}, 0);
+  ASSERT_TRUE(ba.ok());
+  auto out = (*exe)->execute({ba->get()});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("PJRT_LoadedExecutable_Execute failed"), std::string::npos)
+      << out.status().message();
+}
+
+TEST(Runtime, BadDeviceIndexIsAnError) {
+  auto client = testing::test_client();
+  float x = 1;
+  auto b = client->buffer_from_host(&x, DType::kF32, {}, 7);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), base::StatusCode::kOutOfRange);
+}
+
+TEST(Runtime, MissingPluginIsAnError) {
+  auto p = runtime::Plugin::load("/nonexistent/plugin.so");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("TORCHTPU_PJRT_PLUGIN"), std::string::npos);
+}
+
+TEST(Runtime, CompileCacheHitsInMemoryAndSerializes) {
+  auto client = testing::test_client();
+  runtime::CompileCache cache(client);
+  int64_t compiles = base::counter_value("num_compiles");
+  auto e1 = cache.get_or_compile(add_module(), 0);
+  auto e2 = cache.get_or_compile(add_module(), 0);
+  ASSERT_TRUE(e1.ok() && e2.ok());
+  EXPECT_EQ(e1->get(), e2->get());
+  EXPECT_EQ(base::counter_value("num_compiles"), compiles + 1);
+  auto bytes = (*e1)->serialize();
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  auto loaded = client->deserialize(*bytes, 0);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ((*loaded)->num_outputs(), 1u);
+}
+
+}  // namespace
+}  // namespace torchtpu
