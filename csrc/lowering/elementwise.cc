@@ -10,6 +10,8 @@ void register_with_variants(const std::string& base_name, const std::vector<std:
     std::string suffix = o.empty() ? "" : "." + o;
     register_lowering({("aten::" + base_name + suffix).c_str()}, fn);
     register_lowering({("aten::" + base_name + "_" + suffix).c_str()}, fn);
+    // Out variants are named ".out" or ".<overload>_out" depending on the op.
+    if (!o.empty()) register_lowering({("aten::" + base_name + "." + o + "_out").c_str()}, fn);
   }
   register_lowering({("aten::" + base_name + ".out").c_str()}, fn);
 }

@@ -25,7 +25,8 @@ inline DType float_compute_type(LoweringContext& c) {
 
 // Registers one lowering under the functional, in-place and out= names of an op with the
 // given overloads: e.g. ("add", {"Tensor", "Scalar"}) registers aten::add.Tensor,
-// aten::add_.Tensor, aten::add.Scalar, aten::add_.Scalar and aten::add.out.
+// aten::add_.Tensor, aten::add.Scalar, aten::add_.Scalar, aten::add.out and the
+// "<overload>_out" names (aten::add.Scalar_out) that some ops use instead.
 void register_with_variants(const std::string& base_name, const std::vector<std::string>& overloads,
                             LoweringFn fn);
 

@@ -71,6 +71,7 @@ void OpArg::append_key(std::string* key) const {
       break;
     case ArgKind::kTensorList:
       for (const TensorType& t : list_types) *key += t.str() + ",";
+      *key += i64_list(ints);  // positions of present items in an optional list
       break;
     case ArgKind::kScalar:
       *key += std::to_string(static_cast<int>(scalar_category));

@@ -37,7 +37,8 @@ struct OpArg {
   ScalarCategory scalar_category = ScalarCategory::kFloat;  // kScalar
   int64_t int_value = 0;                // kInt, kBool (0/1)
   double double_value = 0;              // kDouble
-  Dims ints;                            // kIntList
+  Dims ints;                            // kIntList; kTensorList from a Tensor?[]: the
+                                        // position of each present item (empty: 0..n-1)
   std::string string_value;             // kString
   DType dtype = DType::kF32;            // kDType
 

@@ -1,0 +1,88 @@
+// Copies across devices and dtypes, scalar reads, and storage resizing.
+#include "aten/copy_ops.h"
+
+#include <ATen/ATen.h>
+
+#include "aten/host_transfer.h"
+#include "aten/tpu_storage.h"
+#include "lowering/storage_programs.h"
+
+namespace torchtpu::aten {
+namespace {
+
+std::vector<int64_t> dims_of(const at::Tensor& t) { return {t.sizes().begin(), t.sizes().end()}; }
+
+// `value` converted to dst's dtype and broadcast to dst's shape.
+runtime::BufferPtr conform(const runtime::BufferPtr& value, const at::Tensor& dst) {
+  base::DType want = to_dtype(dst.scalar_type());
+  if (value->dtype() == want && value->dims() == dims_of(dst)) return value;
+  lowering::TensorType src{value->dtype(), value->dims()};
+  return run_program(lowering::convert_module(src, want, dims_of(dst)), {value.get()},
+                     value->device_index())[0];
+}
+
+}  // namespace
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  (void)non_blocking;  // transfers are synchronous at the host boundary
+  if (self.numel() == 0 && dst.numel() == 0) return dst;
+  if (dst.device().is_privateuseone()) {
+    runtime::BufferPtr value;
+    int device = dst.device().index();
+    if (self.device().is_privateuseone()) {
+      value = read_tensor(self);
+      if (value->device_index() != device) {
+        value = cpu_to_buffer(buffer_to_cpu(*value), device);  // staged through the host
+      }
+    } else {
+      TORCH_CHECK(self.device().is_cpu(), "tpu: cannot copy from ", self.device(), " to tpu");
+      value = cpu_to_buffer(self.to(dst.scalar_type()), device);
+    }
+    write_tensor(dst, conform(value, dst));
+    return dst;
+  }
+  TORCH_CHECK(dst.device().is_cpu(), "tpu: cannot copy from tpu to ", dst.device());
+  at::Tensor host = buffer_to_cpu(*read_tensor(self));
+  dst.copy_(host);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  at::Tensor host = buffer_to_cpu(*read_tensor(self));
+  return host.item();
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  TORCH_CHECK(!memory_format || *memory_format == c10::MemoryFormat::Contiguous ||
+                  *memory_format == c10::MemoryFormat::Preserve,
+              "tpu: resize_ supports only contiguous memory format, got ", *memory_format);
+  int64_t numel = 1;
+  for (int64_t s : size) {
+    TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
+    numel *= s;
+  }
+  int64_t item = static_cast<int64_t>(self.element_size());
+  int64_t needed = (self.storage_offset() + numel) * item;
+  StorageState& state = storage_state(self);
+  if (needed > state.nbytes) {
+    // Grow: keep the old contents and zero-fill the rest, like an allocation would.
+    if (state.buffer) {
+      at::Tensor old = buffer_to_cpu(*state.buffer).reshape({-1});
+      at::Tensor grown = at::zeros({needed / item}, old.options());
+      grown.narrow(0, 0, old.numel()).copy_(old);
+      state.buffer = cpu_to_buffer(grown, state.device_index);
+    }
+    state.nbytes = needed;
+    self.storage().unsafeGetStorageImpl()->set_nbytes(needed);
+  }
+  self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
+  return self;
+}
+
+}  // namespace torchtpu::aten

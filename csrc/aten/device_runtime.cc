@@ -1,0 +1,88 @@
+#include "aten/device_runtime.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+namespace torchtpu::aten {
+namespace {
+
+struct State {
+  std::mutex mu;
+  std::string default_plugin;
+  std::shared_ptr<runtime::Client> client;
+  std::unique_ptr<runtime::CompileCache> cache;
+  base::Status init_error;
+  bool tried = false;
+};
+
+State& state() {
+  static State* s = new State();  // lives for the process: buffers may outlive statics
+  return *s;
+}
+
+void ensure_initialized(State& s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.tried) return;
+  s.tried = true;
+  const char* env = std::getenv("TORCHTPU_PJRT_PLUGIN");
+  std::string path = env && *env ? env : s.default_plugin;
+  if (path.empty()) {
+    s.init_error = base::failed_precondition(
+        "tpu: no PJRT plugin configured; import torchtpu (it finds the xla-cpu-pjrt plugin) "
+        "or set TORCHTPU_PJRT_PLUGIN=<path to a PJRT plugin .so>");
+    return;
+  }
+  auto plugin = runtime::Plugin::load(path);
+  if (!plugin.ok()) {
+    s.init_error = plugin.status();
+    return;
+  }
+  runtime::ClientOptions options;
+  if (const char* n = std::getenv("TORCHTPU_NUM_DEVICES")) {
+    char* end = nullptr;
+    long v = std::strtol(n, &end, 10);
+    if (end == n || *end != '\0' || v < 1 || v > 64) {
+      s.init_error = base::invalid_argument(std::string("tpu: TORCHTPU_NUM_DEVICES='") + n +
+                                            "' is not a device count (expected 1..64)");
+      return;
+    }
+    options.cpu_device_count = static_cast<int>(v);
+  }
+  auto c = runtime::Client::create(*plugin, options);
+  if (!c.ok()) {
+    s.init_error = c.status();
+    return;
+  }
+  s.client = *c;
+  s.cache = std::make_unique<runtime::CompileCache>(s.client);
+}
+
+}  // namespace
+
+void set_default_plugin_path(const std::string& path) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().default_plugin = path;
+}
+
+runtime::Client& client() {
+  State& s = state();
+  ensure_initialized(s);
+  TORCH_CHECK(s.client != nullptr, s.init_error.message());
+  return *s.client;
+}
+
+runtime::CompileCache& compile_cache() {
+  client();
+  return *state().cache;
+}
+
+int device_count_or_zero() {
+  State& s = state();
+  ensure_initialized(s);
+  return s.client ? s.client->num_devices() : 0;
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,51 @@
+#include "aten/host_transfer.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "aten/device_runtime.h"
+#include "aten/tpu_storage.h"
+
+namespace torchtpu::aten {
+
+runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int device) {
+  // Convert through a CPU 0-d tensor so the rounding is exactly PyTorch's.
+  at::Tensor host = at::scalar_tensor(s, at::TensorOptions().dtype(to_scalar_type(dtype)));
+  uint64_t bits = 0;
+  std::memcpy(&bits, host.data_ptr(), host.element_size());
+  using Key = std::tuple<int, int, uint64_t>;
+  static std::mutex mu;
+  static auto* cache = new std::map<Key, runtime::BufferPtr>();
+  Key key{static_cast<int>(dtype), device, bits};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache->find(key);
+    if (it != cache->end()) return it->second;
+  }
+  runtime::BufferPtr b = cpu_to_buffer(host, device);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache->size() > 4096) cache->clear();  // bounded: scalars that are data would churn
+  cache->emplace(key, b);
+  return b;
+}
+
+runtime::BufferPtr cpu_to_buffer(const at::Tensor& cpu, int device) {
+  at::Tensor c = cpu.contiguous();
+  std::vector<int64_t> dims(c.sizes().begin(), c.sizes().end());
+  auto b = client().buffer_from_host(c.data_ptr(), to_dtype(c.scalar_type()), dims, device);
+  TORCH_CHECK(b.ok(), b.status().message());
+  return *b;
+}
+
+at::Tensor buffer_to_cpu(const runtime::Buffer& buffer) {
+  at::Tensor out = at::empty(buffer.dims(), at::TensorOptions().dtype(to_scalar_type(buffer.dtype())));
+  auto status = buffer.to_host(out.data_ptr(), out.nbytes());
+  TORCH_CHECK(status.ok(), status.message());
+  return out;
+}
+
+}  // namespace torchtpu::aten

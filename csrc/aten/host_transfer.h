@@ -1,0 +1,19 @@
+// Moving data between host (CPU tensors, scalars) and tpu buffers.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <c10/core/Scalar.h>
+
+#include "runtime/buffer.h"
+
+namespace torchtpu::aten {
+
+// A 0-d buffer holding `s` converted to `dtype`. Small buffers are cached by value so
+// optimizer hyper-parameters do not cost a transfer on every step.
+runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int device);
+// Copies a CPU tensor (any layout; it is made contiguous first) into a new buffer.
+runtime::BufferPtr cpu_to_buffer(const at::Tensor& cpu, int device);
+// Reads a buffer back into a new contiguous CPU tensor (blocks until it is computed).
+at::Tensor buffer_to_cpu(const runtime::Buffer& buffer);
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,495 @@
+#include "aten/op_kernel.h"
+
+#include <ATen/ATen.h>
+#include <ATen/native/CPUFallback.h>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "aten/device_runtime.h"
+#include "aten/host_transfer.h"
+#include "aten/tpu_generator.h"
+#include "aten/tpu_storage.h"
+#include "base/metrics.h"
+#include "lowering/lowering.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using lowering::ArgKind;
+using lowering::OpArg;
+using lowering::TensorType;
+
+struct CompiledOp {
+  runtime::ExecutablePtr exe;
+  std::vector<lowering::ParamBinding> bindings;
+  std::vector<TensorType> out_types;      // one per defined tensor return
+  std::vector<bool> return_defined;       // per schema return
+  std::vector<int> return_to_arg;         // per schema return: mutable arg it writes, or -1
+  std::vector<std::string> check_messages;
+};
+
+std::mutex g_cache_mu;
+std::unordered_map<std::string, std::shared_ptr<CompiledOp>>& op_cache() {
+  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<CompiledOp>>();
+  return *cache;
+}
+
+std::string op_name(const c10::FunctionSchema& schema) {
+  std::string name = schema.name();
+  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  return name;
+}
+
+// Thrown internally when a call cannot run on tpu and must fall back.
+struct NeedsFallback {
+  std::string reason;
+};
+
+bool is_tpu(const at::Tensor& t) { return t.defined() && t.device().is_privateuseone(); }
+
+TensorType type_of(const at::Tensor& t) {
+  return TensorType{to_dtype(t.scalar_type()), std::vector<int64_t>(t.sizes().begin(), t.sizes().end())};
+}
+
+c10::TypePtr unwrap_optional(c10::TypePtr t) {
+  if (auto o = t->cast<c10::OptionalType>()) return o->getElementType();
+  return t;
+}
+
+lowering::ScalarCategory category_of(c10::ScalarType t) {
+  if (t == c10::ScalarType::Bool) return lowering::ScalarCategory::kBool;
+  if (c10::isIntegralType(t, /*includeBool=*/false)) return lowering::ScalarCategory::kInt;
+  return lowering::ScalarCategory::kFloat;
+}
+
+bool is_optional_tensor_list(const c10::IValue& v) {
+  return v.isList() && !v.isTensorList() && v.toListRef().size() >= 0 &&
+         v.type()->castRaw<c10::ListType>() != nullptr &&
+         v.type()->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::OptionalType;
+}
+
+// The defined tensors of a Tensor[] or Tensor?[] argument, in order.
+std::vector<at::Tensor> present_tensors(const c10::IValue& v) {
+  if (v.isTensorList()) return v.toTensorVector();
+  std::vector<at::Tensor> out;
+  for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+    if (t && t->defined()) out.push_back(*t);
+  }
+  return out;
+}
+
+struct CallInfo {
+  std::vector<OpArg> args;
+  std::string key;
+  int device = -1;
+  std::optional<at::Generator> generator;  // a Generator argument, if any
+};
+
+void note_device(CallInfo& info, const at::Tensor& t, const std::string& name) {
+  if (!is_tpu(t)) return;
+  int d = t.device().index();
+  if (info.device < 0) info.device = d;
+  TORCH_CHECK(info.device == d, "Expected all tensors to be on the same device, but found at "
+              "least two devices, tpu:", info.device, " and tpu:", d, "! (in ", name, ")");
+}
+
+OpArg tensor_arg(CallInfo& info, const at::Tensor& t, const std::string& name) {
+  OpArg a;
+  if (!t.defined()) return a;
+  if (!is_tpu(t)) {
+    // PyTorch lets 0-dim CPU tensors mix with device tensors: they are scalars.
+    TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
+                "Expected all tensors to be on the same device, but found at least two "
+                "devices, tpu:", std::max(info.device, 0), " and ", t.device(), "! (in ", name,
+                "; move the tensor with .to('tpu'))");
+    a.kind = ArgKind::kScalar;
+    a.scalar_category = category_of(t.scalar_type());
+    return a;
+  }
+  note_device(info, t, name);
+  if (t.is_complex()) throw NeedsFallback{"complex tensors are not lowered"};
+  a.kind = ArgKind::kTensor;
+  a.type = type_of(t);
+  return a;
+}
+
+CallInfo describe_call(const c10::FunctionSchema& schema, const std::string& name,
+                       c10::ArrayRef<c10::IValue> ivalues) {
+  CallInfo info;
+  info.key = name;
+  const auto& formals = schema.arguments();
+  for (size_t i = 0; i < ivalues.size(); ++i) {
+    const c10::IValue& v = ivalues[i];
+    c10::TypePtr type = unwrap_optional(formals[i].type());
+    OpArg a;
+    if (v.isNone()) {
+      // kNone
+    } else if (v.isTensor()) {
+      a = tensor_arg(info, v.toTensor(), name);
+    } else if (v.isTensorList()) {
+      a.kind = ArgKind::kTensorList;
+      for (const at::Tensor& t : v.toTensorVector()) {
+        TORCH_CHECK(is_tpu(t), "Expected all tensors to be on the same device, but found a ",
+                    t.device(), " tensor in a list of ", name, " (move it with .to('tpu'))");
+        note_device(info, t, name);
+        a.list_types.push_back(type_of(t));
+      }
+    } else if (is_optional_tensor_list(v)) {
+      // Tensor?[] (advanced indexing): the present items, with their positions.
+      a.kind = ArgKind::kTensorList;
+      c10::List<std::optional<at::Tensor>> list = v.toOptionalTensorList();
+      for (size_t k = 0; k < list.size(); ++k) {
+        std::optional<at::Tensor> t = list.get(k);
+        if (!t || !t->defined()) continue;
+        TORCH_CHECK(is_tpu(*t), "Expected all tensors to be on the same device, but found a ",
+                    t->device(), " index tensor in ", name, " (move it with .to('tpu'))");
+        note_device(info, *t, name);
+        a.list_types.push_back(type_of(*t));
+        a.ints.push_back(static_cast<int64_t>(k));
+      }
+    } else if (v.isGenerator()) {
+      info.generator = v.toGenerator();
+    } else if (type->kind() == c10::TypeKind::NumberType) {
+      a.kind = ArgKind::kScalar;
+      a.scalar_category = v.isBool()  ? lowering::ScalarCategory::kBool
+                          : v.isInt() || v.isSymInt() ? lowering::ScalarCategory::kInt
+                                                      : lowering::ScalarCategory::kFloat;
+      if (v.isComplexDouble()) throw NeedsFallback{"complex scalars are not lowered"};
+    } else if (type->kind() == c10::TypeKind::ScalarTypeType) {
+      a.kind = ArgKind::kDType;
+      a.dtype = to_dtype(static_cast<c10::ScalarType>(v.toInt()));
+    } else if (type->kind() == c10::TypeKind::LayoutType ||
+               type->kind() == c10::TypeKind::DeviceObjType ||
+               type->kind() == c10::TypeKind::MemoryFormatType) {
+      // Irrelevant to the computation: the result is always a dense tpu tensor.
+    } else if (v.isBool()) {
+      a.kind = ArgKind::kBool;
+      a.int_value = v.toBool();
+    } else if (v.isInt() || v.isSymInt()) {
+      a.kind = ArgKind::kInt;
+      a.int_value = v.isInt() ? v.toInt() : v.toSymInt().expect_int();
+    } else if (v.isDouble()) {
+      a.kind = ArgKind::kDouble;
+      a.double_value = v.toDouble();
+    } else if (v.isIntList() || v.isSymIntList()) {
+      a.kind = ArgKind::kIntList;
+      for (const c10::SymInt& s : v.toSymIntVector()) a.ints.push_back(s.expect_int());
+    } else if (v.isBoolList()) {
+      a.kind = ArgKind::kIntList;
+      for (bool b : v.toBoolList()) a.ints.push_back(b);
+    } else if (v.isString()) {
+      a.kind = ArgKind::kString;
+      a.string_value = v.toStringRef();
+    } else {
+      throw NeedsFallback{"argument '" + formals[i].name() + "' of type " + type->str() +
+                          " is not lowered"};
+    }
+    a.append_key(&info.key);
+    info.args.push_back(std::move(a));
+  }
+  if (info.device < 0) info.device = 0;
+  info.key += "@" + std::to_string(info.device);
+  return info;
+}
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!is_tpu(t)) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+c10::IValue to_meta(const c10::IValue& v) {
+  if (v.isTensor()) return to_meta(v.toTensor());
+  if (v.isTensorList()) {
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(to_meta(t));
+    return out;
+  }
+  if (is_optional_tensor_list(v)) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+      out.push_back(t && t->defined() ? std::optional<at::Tensor>(to_meta(*t)) : std::nullopt);
+    }
+    return out;
+  }
+  return v;
+}
+
+// Ops whose output shape depends on the data: they run on the host by design (one
+// round-trip, counted under host_roundtrip_ops, allowed in strict mode).
+bool is_data_dependent(const std::string& name) {
+  static const char* kOps[] = {"aten::nonzero", "aten::nonzero.out", "aten::masked_select",
+                               "aten::masked_select.out", "aten::_unique2", "aten::unique_dim",
+                               "aten::unique_consecutive", "aten::_unique"};
+  for (const char* op : kOps) if (name == op) return true;
+  return false;
+}
+
+// Replaces bool/uint8 masks in the Tensor?[] argument of an indexing op by the integer
+// index tensors they select, as PyTorch's own indexing does. The mask's nonzero positions
+// are data, so this costs one host round-trip per mask (counted).
+void expand_index_masks(const c10::FunctionSchema& schema, const std::string& name,
+                        torch::jit::Stack* stack) {
+  size_t n = schema.arguments().size();
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& v = (*stack)[stack->size() - n + i];
+    if (!is_optional_tensor_list(v)) continue;
+    c10::List<std::optional<at::Tensor>> list = v.toOptionalTensorList();
+    bool has_mask = false;
+    for (const std::optional<at::Tensor>& t : list) {
+      has_mask |= t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte);
+    }
+    if (!has_mask) continue;
+    const at::Tensor& self = (*stack)[stack->size() - n].toTensor();
+    c10::List<std::optional<at::Tensor>> expanded;
+    int64_t dim = 0;
+    for (size_t k = 0; k < list.size(); ++k) {
+      std::optional<at::Tensor> t = list.get(k);
+      bool mask = t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte);
+      if (!mask) {
+        expanded.push_back(t);
+        ++dim;
+        continue;
+      }
+      for (int64_t j = 0; j < t->dim(); ++j) {
+        TORCH_CHECK_INDEX(dim + j < self.dim() && t->size(j) == self.size(dim + j),
+                          "The shape of the mask ", t->sizes(), " at index ", j,
+                          " does not match the shape of the indexed tensor ", self.sizes(),
+                          " at index ", dim + j);
+      }
+      at::Tensor positions = at::nonzero(t->cpu());
+      base::keyed_counter_add("host_roundtrip_ops", name + " (bool mask)");
+      base::counter_add("num_host_roundtrips");
+      for (int64_t j = 0; j < t->dim(); ++j) {
+        expanded.push_back(positions.select(1, j).to(t->device()));
+      }
+      dim += t->dim();
+    }
+    v = expanded;
+  }
+}
+
+bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
+  return a && b && a->beforeSets() == b->beforeSets();
+}
+
+// convolution_overrideable and its backward have no meta kernel (their default kernel
+// only raises); their result types are those of aten::convolution on the same arguments.
+bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) {
+  auto& st = *meta_stack;
+  if (name == "aten::convolution_overrideable") {
+    std::optional<at::Tensor> bias;
+    if (!st[2].isNone()) bias = st[2].toTensor();
+    auto out = at::convolution(st[0].toTensor(), st[1].toTensor(), bias, st[3].toIntVector(),
+                               st[4].toIntVector(), st[5].toIntVector(), st[6].toBool(),
+                               st[7].toIntVector(), st[8].toInt());
+    st.clear();
+    st.emplace_back(out);
+    return true;
+  }
+  if (name == "aten::convolution_backward_overrideable") {
+    at::Tensor grad = st[0].toTensor();
+    at::Tensor input = st[1].toTensor();
+    at::Tensor weight = st[2].toTensor();
+    bool transposed = st[6].toBool();
+    int64_t groups = st[8].toInt();
+    std::vector<bool> mask;
+    for (bool b : st[9].toBoolList()) mask.push_back(b);
+    int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
+    st.clear();
+    st.emplace_back(mask[0] ? at::empty_like(input) : at::Tensor());
+    st.emplace_back(mask[1] ? at::empty_like(weight) : at::Tensor());
+    st.emplace_back(mask[2] ? at::empty({bias_size}, grad.options()) : at::Tensor());
+    return true;
+  }
+  return false;
+}
+
+std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std::string& name,
+                                       c10::ArrayRef<c10::IValue> ivalues, CallInfo& info) {
+  const c10::FunctionSchema& schema = op.schema();
+  // 1. Meta: validates the call exactly as PyTorch would and yields the result types.
+  torch::jit::Stack meta_stack;
+  for (const c10::IValue& v : ivalues) meta_stack.push_back(to_meta(v));
+  try {
+    if (!meta_by_equivalent(name, &meta_stack)) op.callBoxed(&meta_stack);
+  } catch (const c10::NotImplementedError& e) {
+    throw NeedsFallback{"no meta kernel"};
+  }
+  auto compiled = std::make_shared<CompiledOp>();
+  const auto& returns = schema.returns();
+  for (size_t j = 0; j < returns.size(); ++j) {
+    const c10::IValue& r = meta_stack[j];
+    if (!r.isTensor()) throw NeedsFallback{"returns a non-tensor value"};
+    const at::Tensor& t = r.toTensor();
+    compiled->return_defined.push_back(t.defined());
+    if (t.defined()) compiled->out_types.push_back(type_of(t));
+    int arg = -1;
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
+      if (ai && ai->isWrite() && same_alias_set(ai, returns[j].alias_info())) arg = static_cast<int>(i);
+    }
+    if (returns[j].alias_info() && arg < 0) throw NeedsFallback{"returns a view"};
+    compiled->return_to_arg.push_back(arg);
+  }
+  // 2. Lower and compile.
+  auto lowered = lowering::lower_op(name, info.args, compiled->out_types);
+  if (!lowered.ok()) throw NeedsFallback{lowered.status().message()};
+  auto exe = compile_cache().get_or_compile(lowered->text, info.device);
+  if (!exe.ok()) throw NeedsFallback{exe.status().message()};
+  compiled->exe = *exe;
+  compiled->bindings = std::move(lowered->bindings);
+  compiled->check_messages = std::move(lowered->check_messages);
+  base::counter_add("num_op_signatures_compiled");
+  return compiled;
+}
+
+runtime::BufferPtr scalar_buffer(const c10::IValue& v, base::DType dtype, int device) {
+  c10::Scalar s = v.isTensor() ? v.toTensor().item() : v.toScalar();
+  return scalar_to_buffer(s, dtype, device);
+}
+
+runtime::BufferPtr rng_buffer(const CallInfo& info) {
+  at::Generator gen = info.generator && info.generator->defined()
+                          ? *info.generator
+                          : default_generator(static_cast<c10::DeviceIndex>(info.device));
+  std::pair<uint64_t, uint64_t> state;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    auto* impl = gen.get<TpuGeneratorImpl>();
+    TORCH_CHECK(impl != nullptr, "tpu: random op given a generator for another device");
+    state = impl->next_state();
+  }
+  uint64_t words[2] = {state.first, state.second};
+  auto b = client().buffer_from_host(words, base::DType::kU64, {2}, info.device);
+  TORCH_CHECK(b.ok(), b.status().message());
+  return *b;
+}
+
+void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch::jit::Stack* stack,
+                  const CallInfo& info) {
+  size_t num_args = schema.arguments().size();
+  auto ivalues = torch::jit::last(*stack, num_args);
+  std::vector<runtime::BufferPtr> inputs;
+  inputs.reserve(c.bindings.size());
+  for (const lowering::ParamBinding& p : c.bindings) {
+    switch (p.source) {
+      case lowering::ParamBinding::Source::kTensor:
+        inputs.push_back(read_tensor(ivalues[p.arg_index].toTensor()));
+        break;
+      case lowering::ParamBinding::Source::kTensorListItem:
+        inputs.push_back(read_tensor(present_tensors(ivalues[p.arg_index])[p.list_index]));
+        break;
+      case lowering::ParamBinding::Source::kScalar:
+        inputs.push_back(scalar_buffer(ivalues[p.arg_index], p.dtype, info.device));
+        break;
+      case lowering::ParamBinding::Source::kRngState:
+        inputs.push_back(rng_buffer(info));
+        break;
+    }
+  }
+  std::vector<const runtime::Buffer*> raw;
+  for (const auto& b : inputs) raw.push_back(b.get());
+  auto outputs = c.exe->execute(raw);
+  TORCH_CHECK(outputs.ok(), outputs.status().message());
+  base::counter_add("num_eager_ops");
+
+  // Data checks run before anything is written, so a failing call changes nothing.
+  size_t num_results = c.out_types.size();
+  for (size_t k = 0; k < c.check_messages.size(); ++k) {
+    bool ok = false;
+    auto status = (*outputs)[num_results + k]->to_host(&ok, 1);
+    TORCH_CHECK(status.ok(), status.message());
+    base::counter_add("num_data_checks");
+    TORCH_CHECK_INDEX(ok, c.check_messages[k]);
+  }
+
+  std::vector<c10::IValue> results;
+  size_t next = 0;
+  for (size_t j = 0; j < c.return_defined.size(); ++j) {
+    if (!c.return_defined[j]) {
+      results.emplace_back(at::Tensor());
+      continue;
+    }
+    runtime::BufferPtr buf = (*outputs)[next++];
+    int arg = c.return_to_arg[j];
+    if (arg >= 0) {
+      const at::Tensor& target = ivalues[arg].toTensor();
+      if (target.sizes() != c10::IntArrayRef(buf->dims())) target.resize_(buf->dims());
+      write_tensor(target, buf);
+      results.emplace_back(target);
+    } else {
+      results.emplace_back(wrap_buffer(std::move(buf), to_scalar_type(c.out_types[next - 1].dtype)));
+    }
+  }
+  torch::jit::drop(*stack, num_args);
+  for (auto& r : results) stack->push_back(std::move(r));
+}
+
+bool fallback_is_error() {
+  const char* mode = std::getenv("TORCHTPU_FALLBACK");
+  return mode != nullptr && std::strcmp(mode, "error") == 0;
+}
+
+}  // namespace
+
+size_t op_cache_size() {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  return op_cache().size();
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
+  std::string name = op_name(op.schema());
+  TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), "tpu: ", name, " cannot run on tpu (", reason,
+                              ") and TORCHTPU_FALLBACK=error forbids running it on the CPU; "
+                              "unset it (or set TORCHTPU_FALLBACK=warn) to allow the fallback");
+  int64_t n = base::keyed_counter_add("fallback_ops", name);
+  base::counter_add("num_cpu_fallbacks");
+  if (n == 1) {
+    TORCH_WARN("tpu: ", name, " ran on the CPU (", reason,
+               "); this copies its inputs to the host and back. torchtpu.debug.report() lists "
+               "every fallback; TORCHTPU_FALLBACK=error makes them errors.");
+  }
+  at::native::cpu_fallback(op, stack);
+}
+
+void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  std::string name = op_name(schema);
+  if (is_data_dependent(name)) {
+    base::keyed_counter_add("host_roundtrip_ops", name);
+    base::counter_add("num_host_roundtrips");
+    at::native::cpu_fallback(op, stack);
+    return;
+  }
+  if (lowering::find_lowering(name) == nullptr) {
+    cpu_fallback(op, stack, "no lowering");
+    return;
+  }
+  expand_index_masks(schema, name, stack);
+  auto ivalues = torch::jit::last(*stack, schema.arguments().size());
+  std::shared_ptr<CompiledOp> compiled;
+  CallInfo info;
+  try {
+    info = describe_call(schema, name, ivalues);
+    {
+      std::lock_guard<std::mutex> lock(g_cache_mu);
+      auto it = op_cache().find(info.key);
+      if (it != op_cache().end()) compiled = it->second;
+    }
+    if (!compiled) {
+      compiled = compile_op(op, name, ivalues, info);
+      std::lock_guard<std::mutex> lock(g_cache_mu);
+      op_cache().emplace(info.key, compiled);
+    }
+  } catch (const NeedsFallback& f) {
+    cpu_fallback(op, stack, f.reason);
+    return;
+  }
+  run_compiled(*compiled, schema, stack, info);
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,103 @@
+// Registration of the `tpu` backend with the dispatcher: the boxed kernel for every op,
+// plus the few kernels that are metadata or transfers rather than lowerings.
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include "aten/copy_ops.h"
+#include "aten/op_kernel.h"
+#include "aten/tpu_guard.h"
+#include "aten/tpu_storage.h"
+#include "lowering/lowering.h"
+
+namespace torchtpu::aten {
+namespace {
+
+constexpr c10::DispatchKeySet kTpuKeys(c10::DispatchKey::PrivateUse1);
+
+int device_of(std::optional<c10::Device> device) {
+  if (device && device->has_index()) return device->index();
+  return current_device_index();
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  TORCH_CHECK(!layout || *layout == c10::kStrided, "tpu: only strided tensors are supported, got ", *layout);
+  c10::ScalarType st = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  to_dtype(st);  // rejects unsupported dtypes with a clear message
+  int d = device_of(device);
+  int prev = current_device_index();
+  set_current_device_index(d);  // the allocator places storage on the current device
+  at::Tensor t = at::detail::empty_generic(size, tpu_allocator(), kTpuKeys, st, memory_format);
+  set_current_device_index(prev);
+  return t;
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!layout || *layout == c10::kStrided, "tpu: only strided tensors are supported, got ", *layout);
+  c10::ScalarType st = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  to_dtype(st);
+  int d = device_of(device);
+  int prev = current_device_index();
+  set_current_device_index(d);
+  at::Tensor t = at::detail::empty_strided_generic(size, stride, tpu_allocator(), kTpuKeys, st);
+  set_current_device_index(prev);
+  return t;
+}
+
+void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  tpu_boxed_kernel(op, stack);
+}
+
+}  // namespace
+
+void register_direct_lowerings() {
+  // Ops with a CompositeExplicitAutograd kernel would decompose before reaching the
+  // backend fallback. Where we have a lowering for the op itself (native_layer_norm,
+  // convolution_overrideable, ...) we claim it for PrivateUse1; autograd still uses the
+  // op's derivative formula. CompositeImplicitAutograd ops are left alone: claiming
+  // them would bypass their autograd decomposition.
+  static torch::Library* lib = new torch::Library(
+      torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const std::string& full : lowering::registered_lowerings()) {
+    std::string name = full.substr(full.find("::") + 2);
+    size_t dot = name.find('.');
+    std::string base = name.substr(0, dot);
+    std::string overload = dot == std::string::npos ? "" : name.substr(dot + 1);
+    auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName("aten::" + base, overload));
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
+  }
+}
+
+void register_hooks();
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("resize_", resize_);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,36 @@
+// The `tpu` random generator: a (seed, offset) pair that random programs take as a
+// runtime input, so a new seed never means a new compile. Every random op consumes one
+// offset step; the state round-trips through get_state/set_state as 16 bytes.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <c10/core/GeneratorImpl.h>
+
+namespace torchtpu::aten {
+
+class TpuGeneratorImpl final : public c10::GeneratorImpl {
+ public:
+  explicit TpuGeneratorImpl(c10::DeviceIndex index, uint64_t seed = 67280421310721ull);
+
+  void set_current_seed(uint64_t seed) override;
+  uint64_t current_seed() const override { return seed_; }
+  uint64_t seed() override;
+  void set_offset(uint64_t offset) override { offset_ = offset; }
+  uint64_t get_offset() const override { return offset_; }
+  void set_state(const c10::TensorImpl& new_state) override;
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
+
+  // Returns the (key, counter) pair for one random op and advances the offset.
+  std::pair<uint64_t, uint64_t> next_state();
+
+  static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
+
+ private:
+  TpuGeneratorImpl* clone_impl() const override;
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+const at::Generator& default_generator(c10::DeviceIndex index);
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,15 @@
+// Current-device bookkeeping and the DeviceGuard implementation for `tpu`.
+// The current device is thread-local, like CUDA's. PJRT work is ordered per buffer, so
+// the device has a single default stream and events are no-ops.
+#pragma once
+
+#include <c10/core/Device.h>
+
+namespace torchtpu::aten {
+
+int current_device_index();
+void set_current_device_index(int index);
+// Blocks until all work enqueued on `index` so far is done.
+void synchronize_device(int index);
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,53 @@
+// PrivateUse1 hooks: what PyTorch asks of an out-of-tree device (generators, device of a
+// pointer, availability).
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CPUAllocator.h>
+
+#include "aten/device_runtime.h"
+#include "aten/tpu_generator.h"
+#include "aten/tpu_guard.h"
+#include "aten/tpu_storage.h"
+
+namespace torchtpu::aten {
+namespace {
+
+struct TpuHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return device_count_or_zero() > 0; }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
+    return default_generator(index < 0 ? current_device_index() : index);
+  }
+  at::Device getDeviceFromPtr(void* data) const override {
+    auto* state = static_cast<StorageState*>(data);
+    return at::Device(c10::DeviceType::PrivateUse1, state ? state->device_index : 0);
+  }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override {
+    return static_cast<c10::DeviceIndex>(device_count_or_zero());
+  }
+  void setCurrentDevice(c10::DeviceIndex d) const override { set_current_device_index(d); }
+  c10::DeviceIndex getCurrentDevice() const override {
+    return static_cast<c10::DeviceIndex>(current_device_index());
+  }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    auto old = getCurrentDevice();
+    set_current_device_index(d);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override {
+    return exchangeDevice(d);
+  }
+  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  void resizePrivateUse1Bytes(const c10::Storage&, size_t) const override {
+    TORCH_CHECK(false, "tpu: raw storage resize is not supported; use Tensor.resize_()");
+  }
+};
+
+}  // namespace
+
+void register_hooks() {
+  static TpuHooks* hooks = new TpuHooks();
+  at::RegisterPrivateUse1HooksInterface(hooks);
+}
+
+}  // namespace torchtpu::aten

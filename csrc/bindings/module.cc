@@ -1,0 +1,68 @@
+// torchtpu._C: Python glue over the aten and runtime layers. No logic lives here.
+#include <torch/csrc/utils/pybind.h>
+
+#include "aten/device_runtime.h"
+#include "aten/op_kernel.h"
+#include "aten/tpu_generator.h"
+#include "aten/tpu_guard.h"
+#include "base/metrics.h"
+#include "lowering/lowering.h"
+
+namespace torchtpu::aten {
+void register_hooks();
+void register_direct_lowerings();
+}
+
+namespace {
+
+namespace py = pybind11;
+using namespace torchtpu;
+
+aten::TpuGeneratorImpl* generator_impl(int device) {
+  const at::Generator& g = aten::default_generator(static_cast<c10::DeviceIndex>(device));
+  return g.get<aten::TpuGeneratorImpl>();
+}
+
+py::dict plugin_info() {
+  runtime::Client& c = aten::client();
+  py::dict d;
+  d["path"] = c.plugin().path();
+  d["platform"] = c.platform_name();
+  d["api_version"] = std::to_string(c.plugin().api_major()) + "." + std::to_string(c.plugin().api_minor());
+  d["device_kind"] = c.device_kind(0);
+  py::dict attrs;
+  for (const auto& [k, v] : c.plugin().attributes()) attrs[py::str(k)] = v;
+  d["attributes"] = attrs;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torchtpu native module";
+  m.def("_init", [](const std::string& default_plugin) {
+    aten::set_default_plugin_path(default_plugin);
+    aten::register_hooks();
+    aten::register_direct_lowerings();
+  });
+  m.def("device_count", &aten::device_count_or_zero);
+  m.def("current_device", &aten::current_device_index);
+  m.def("set_device", &aten::set_current_device_index);
+  m.def("synchronize", &aten::synchronize_device);
+  m.def("plugin_info", &plugin_info);
+  m.def("manual_seed", [](int device, uint64_t seed) { generator_impl(device)->set_current_seed(seed); });
+  m.def("initial_seed", [](int device) { return generator_impl(device)->current_seed(); });
+  m.def("seed", [](int device) { return generator_impl(device)->seed(); });
+  m.def("get_rng_state", [](int device) {
+    return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>(generator_impl(device)->get_state()));
+  });
+  m.def("set_rng_state", [](int device, const at::Tensor& state) {
+    generator_impl(device)->set_state(*state.unsafeGetTensorImpl());
+  });
+  m.def("counters", &base::counters_snapshot);
+  m.def("keyed_counters", &base::keyed_counters_snapshot);
+  m.def("reset_metrics", &base::reset_metrics);
+  m.def("lowered_ops", &lowering::registered_lowerings);
+  m.def("op_cache_size", &aten::op_cache_size);
+  m.def("executable_cache_size", [] { return aten::compile_cache().size(); });
+}

@@ -1,0 +1,160 @@
+// Factory lowerings: fill_, zero_, arange, linspace, logspace, eye.
+//
+// Sequences follow PyTorch's CPU kernels (RangeFactoriesKernel.cpp, RangeFactories.cpp)
+// operation for operation, including the precision each step runs in, so results match
+// PyTorch's CPU reference loops bit for bit. Start/end/step stay runtime scalars; only
+// lengths (from the out type) and the logspace base are compile-time.
+#include <cmath>
+#include <vector>
+
+#include "lowering/families.h"
+#include "lowering/lowering.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Result = base::StatusOr<std::vector<Value>>;
+
+// fill_.Scalar(self, value) and fill_.Tensor(self, value): value may be a runtime scalar
+// or a 0-dim tensor.
+Result lower_fill(LoweringContext& c) {
+  const TensorType& out = c.out_type();
+  return std::vector<Value>{c.operand(1, out.dtype, out.dims)};
+}
+
+Result lower_zero(LoweringContext& c) { return std::vector<Value>{c.b().zeros(c.out_type())}; }
+
+// at::acc_type<T, /*is_cuda=*/false>: the type arange accumulates in on CPU.
+DType cpu_acc_type(DType t) {
+  if (t == DType::kF32 || t == DType::kF64) return DType::kF64;
+  if (base::is_floating(t)) return DType::kF32;
+  return DType::kI64;
+}
+
+// 0, 1, ..., n-1 of `t` (floats get the same rounding as PyTorch's int64 -> float cast).
+Value index_sequence(Builder& b, int64_t n, DType t) {
+  return b.convert(b.iota(TensorType{DType::kI64, {n}}, 0), t);
+}
+
+// arange.start_out(start, end, step, out): start + step * i in the CPU accumulate type,
+// rounded once. PyTorch's AVX2 loop builds f32 vectors from a rounded base instead, so
+// some f32 elements there differ from this (and its own scalar loop) by one ulp.
+Result lower_arange(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  if (out.rank() != 1) {
+    return base::invalid_argument("lowering: aten::arange.start_out expects a 1-d out (got " +
+                                  out.str() + ")");
+  }
+  if (out.dtype == DType::kBool) {
+    return base::invalid_argument("lowering: aten::arange.start_out is not implemented for bool");
+  }
+  int64_t n = out.dims[0];
+  DType acc = cpu_acc_type(out.dtype);
+  Value start = b.broadcast_to(c.scalar(0, acc), out.dims);
+  Value step = b.broadcast_to(c.scalar(2, acc), out.dims);
+  Value r = b.add(start, b.mul(step, index_sequence(b, n, acc)));
+  return std::vector<Value>{b.convert(r, out.dtype)};
+}
+
+// The two halves of a linspace: start + step * i below steps / 2, end - step * (steps-1-i)
+// from there on, so both endpoints are exact. Indices stay i64 (as in PyTorch's loop) and
+// are cast to the type of `start`, `end` and `step` only where they are multiplied.
+Value two_sided_ramp(Builder& b, Value start, Value end, Value step, int64_t steps) {
+  TensorType index_type{DType::kI64, {steps}};
+  Value idx = b.iota(index_type, 0);
+  Value rev = b.sub(b.splat(static_cast<double>(steps - 1), index_type), idx);
+  DType t = start.dtype();
+  Value low = b.add(start, b.mul(step, b.convert(idx, t)));
+  Value high = b.sub(end, b.mul(step, b.convert(rev, t)));
+  Value first_half = b.compare(idx, b.splat(static_cast<double>(steps / 2), index_type), "LT");
+  return b.select(first_half, low, high);
+}
+
+// linspace.out(start, end, steps, out). The step is computed in the out dtype for floats
+// (PyTorch's scalar_t arithmetic) and in f64 for integers, which are truncated per element.
+// The ramp runs in f64 for f32: PyTorch's compiled loop contracts start + step * i into one
+// fused multiply-add, whose single rounding f64 reproduces (f32 * index is exact in f64).
+// Half types use c10::Half operators, which round after every operation.
+Result lower_linspace(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  int64_t steps = out.num_elements();
+  if (out.dtype == DType::kBool) {
+    return base::invalid_argument("lowering: aten::linspace.out is not implemented for bool");
+  }
+  if (steps == 0) return std::vector<Value>{b.zeros(out)};
+  if (steps == 1) return std::vector<Value>{b.broadcast_to(c.scalar(0, out.dtype), out.dims)};
+  bool half = out.dtype == DType::kF16 || out.dtype == DType::kBF16;
+  DType step_type = base::is_floating(out.dtype) ? out.dtype : DType::kF64;
+  DType ramp_type = half ? out.dtype : DType::kF64;
+  // start/end are first cast to the out dtype, as scalar_start.to<scalar_t>() does.
+  Value start = b.convert(c.scalar(0, out.dtype), step_type);
+  Value end = b.convert(c.scalar(1, out.dtype), step_type);
+  Value step = b.div(b.sub(end, start), b.constant(static_cast<double>(steps - 1), step_type));
+  Dims dims{steps};
+  auto ramp_operand = [&](Value v) { return b.broadcast_to(b.convert(v, ramp_type), dims); };
+  Value r = two_sided_ramp(b, ramp_operand(start), ramp_operand(end), ramp_operand(step), steps);
+  return std::vector<Value>{b.reshape(b.convert(r, out.dtype), out.dims)};
+}
+
+// logspace.out(start, end, steps, base, out): base ** linspace computed in f64 (integers:
+// the base is rounded to f32 first, as PyTorch does), then cast.
+Result lower_logspace(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  int64_t steps = out.num_elements();
+  if (out.dtype == DType::kBool) {
+    return base::invalid_argument("lowering: aten::logspace.out is not implemented for bool");
+  }
+  if (steps == 0) return std::vector<Value>{b.zeros(out)};
+  double base_value = c.double_arg(3);
+  Dims dims{steps};
+  Value exponent;
+  if (steps == 1) {
+    // PyTorch fills with pow(base, start.to<double>()), skipping the dtype round trip.
+    exponent = b.broadcast_to(c.scalar(0, DType::kF64), dims);
+  } else {
+    bool floating = base::is_floating(out.dtype);
+    if (!floating) base_value = static_cast<float>(base_value);
+    // The span is end - start in the out dtype (C++ promotes small integers to int, so
+    // integers subtract in i64), widened to f64 before the division.
+    DType span_type = floating ? out.dtype : DType::kI64;
+    Value start = b.convert(c.scalar(0, out.dtype), span_type);
+    Value end = b.convert(c.scalar(1, out.dtype), span_type);
+    Value span = b.convert(b.sub(end, start), DType::kF64);
+    Value step = b.div(span, b.constant(static_cast<double>(steps - 1), DType::kF64));
+    exponent = two_sided_ramp(b, b.broadcast_to(b.convert(start, DType::kF64), dims),
+                              b.broadcast_to(b.convert(end, DType::kF64), dims),
+                              b.broadcast_to(step, dims), steps);
+  }
+  Value base = b.splat(base_value, TensorType{DType::kF64, dims});
+  Value r = b.binary("power", base, exponent);
+  return std::vector<Value>{b.reshape(b.convert(r, out.dtype), out.dims)};
+}
+
+// eye.out(n, out) and eye.m_out(n, m, out): ones where row == column.
+Result lower_eye(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  if (out.rank() != 2) {
+    return base::invalid_argument("lowering: " + c.op_name() + " expects a 2-d out (got " +
+                                  out.str() + ")");
+  }
+  TensorType idx{DType::kI64, out.dims};
+  Value diagonal = b.compare(b.iota(idx, 0), b.iota(idx, 1), "EQ");
+  return std::vector<Value>{b.convert(diagonal, out.dtype)};
+}
+
+}  // namespace
+
+void register_factory_lowerings() {
+  register_lowering({"aten::fill_.Scalar", "aten::fill_.Tensor"}, lower_fill);
+  register_lowering({"aten::zero_"}, lower_zero);
+  register_lowering({"aten::arange.start_out"}, lower_arange);
+  register_lowering({"aten::linspace.out"}, lower_linspace);
+  register_lowering({"aten::logspace.out"}, lower_logspace);
+  register_lowering({"aten::eye.out", "aten::eye.m_out"}, lower_eye);
+}
+
+}  // namespace torchtpu::lowering

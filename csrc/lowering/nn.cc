@@ -1,0 +1,555 @@
+// Normalization, loss and embedding-gradient lowerings; convolution and pooling live in
+// conv.cc. bf16/f16 inputs compute in f32 (PyTorch's accumulate type) and convert back.
+#include <optional>
+
+#include "lowering/families.h"
+#include "lowering/lowering.h"
+
+namespace torchtpu::lowering {
+
+void register_conv_lowerings();
+
+namespace {
+
+using Result = base::StatusOr<std::vector<Value>>;
+
+enum Reduction : int64_t { kNone = 0, kMean = 1, kSum = 2 };
+
+DType acc_type(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
+
+Dims range(int64_t begin, int64_t end) {
+  Dims d;
+  for (int64_t i = begin; i < end; ++i) d.push_back(i);
+  return d;
+}
+
+// [0, rank) without `skip`.
+Dims all_but(int64_t rank, int64_t skip) {
+  Dims d;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i != skip) d.push_back(i);
+  }
+  return d;
+}
+
+// The integer `v` in the type of `like`, broadcast to its dims.
+Value int_splat(Builder& b, int64_t v, Value like) {
+  return b.broadcast_to(b.constant_i64(v, like.dtype()), like.dims());
+}
+
+double num_elements(const Dims& dims, const Dims& which) {
+  double n = 1;
+  for (int64_t d : which) n *= static_cast<double>(dims[d]);
+  return n;
+}
+
+// `v` (same rank as `dims`, size-1 where broadcast) expanded to `dims`.
+Value expand(Builder& b, Value v, const Dims& dims) {
+  if (v.dims() == dims) return v;
+  return b.broadcast_in_dim(v, dims, range(0, v.rank()));
+}
+
+// Mean over `dims`, which stay as size 1.
+Value mean_keep(Builder& b, Value v, const Dims& dims) {
+  Value sum = b.keep_dims(b.reduce_sum(v, dims), v.dims(), dims);
+  return b.div(sum, b.splat(num_elements(v.dims(), dims), sum.type));
+}
+
+// A backward's output_mask (bool[3], passed as an int list).
+base::StatusOr<std::vector<bool>> output_mask(LoweringContext& c, size_t i) {
+  if (c.arg(i).kind != ArgKind::kIntList || c.int_list(i).size() != 3) {
+    return base::invalid_argument("lowering: " + c.op_name() +
+                                  ": output_mask must be a list of 3 bools");
+  }
+  std::vector<bool> m;
+  for (int64_t v : c.int_list(i)) m.push_back(v != 0);
+  return m;
+}
+
+// PyTorch returns an undefined tensor for each gradient the mask leaves out (or whose
+// parameter is absent). The caller lists either the defined results only, or all of them;
+// in the latter case an undefined gradient is returned as zeros of its listed type.
+Result masked_results(LoweringContext& c, const std::vector<std::optional<Value>>& grads) {
+  Builder& b = c.b();
+  size_t num_defined = 0;
+  for (const auto& g : grads) num_defined += g.has_value();
+  std::vector<Value> out;
+  if (c.out_types().size() == grads.size()) {
+    for (size_t k = 0; k < grads.size(); ++k) {
+      out.push_back(grads[k] ? b.convert(*grads[k], c.out_type(k).dtype)
+                             : b.zeros(c.out_type(k)));
+    }
+    return out;
+  }
+  if (c.out_types().size() != num_defined) {
+    return base::invalid_argument("lowering: " + c.op_name() + ": expected " +
+                                  std::to_string(num_defined) + " or " +
+                                  std::to_string(grads.size()) + " result types (got " +
+                                  std::to_string(c.out_types().size()) + ")");
+  }
+  for (const auto& g : grads) {
+    if (g) out.push_back(b.convert(*g, c.out_type(out.size()).dtype));
+  }
+  return out;
+}
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd).
+Result lower_layer_norm(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  DType a = acc_type(x.dtype());
+  Dims red = range(x.rank() - static_cast<int64_t>(c.int_list(1).size()), x.rank());
+  Value xf = b.convert(x, a);
+  Value mean = mean_keep(b, xf, red);
+  Value xc = b.sub(xf, expand(b, mean, x.dims()));
+  Value var = mean_keep(b, b.mul(xc, xc), red);
+  Value rstd = b.unary("rsqrt", b.add(var, b.splat(c.double_arg(4), var.type)));
+  Value y = b.mul(xc, expand(b, rstd, x.dims()));
+  if (!c.is_none(2)) y = b.mul(y, c.operand(2, a, x.dims()));
+  if (!c.is_none(3)) y = b.add(y, c.operand(3, a, x.dims()));
+  return std::vector<Value>{b.convert(y, c.out_type(0).dtype),
+                            b.convert(b.reshape(mean, c.out_type(1).dims), c.out_type(1).dtype),
+                            b.convert(b.reshape(rstd, c.out_type(2).dims), c.out_type(2).dtype)};
+}
+
+// The input gradient shared by layer and group norm over the normalized dims `red` of
+// `g` (grad_out times weight), `xhat` and `rstd`: rstd * (g - mean(g) - xhat*mean(g*xhat)).
+Value norm_input_grad(Builder& b, Value g, Value xhat, Value rstd, const Dims& red) {
+  const Dims& dims = g.dims();
+  Value centered = b.sub(g, expand(b, mean_keep(b, g, red), dims));
+  Value proj = b.mul(xhat, expand(b, mean_keep(b, b.mul(g, xhat), red), dims));
+  return b.mul(expand(b, rstd, dims), b.sub(centered, proj));
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
+// output_mask) -> (grad_input, grad_weight, grad_bias).
+Result lower_layer_norm_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  TORCHTPU_ASSIGN_OR_RETURN(std::vector<bool> mask, output_mask(c, 7));
+  Value x = c.tensor(1);
+  DType a = acc_type(x.dtype());
+  const Dims& dims = x.dims();
+  int64_t axis = x.rank() - static_cast<int64_t>(c.int_list(2).size());
+  Dims red = range(axis, x.rank()), outer = range(0, axis);
+  Value go = c.operand(0, a, dims);
+  Value rstd = b.convert(c.tensor(4), a);
+  Value xhat = b.mul(b.sub(b.convert(x, a), expand(b, b.convert(c.tensor(3), a), dims)),
+                     expand(b, rstd, dims));
+  std::vector<std::optional<Value>> grads(3);
+  if (mask[0]) {
+    Value g = c.is_none(5) ? go : b.mul(go, c.operand(5, a, dims));
+    grads[0] = norm_input_grad(b, g, xhat, rstd, red);
+  }
+  if (mask[1] && !c.is_none(5)) grads[1] = b.reduce_sum(b.mul(go, xhat), outer);
+  if (mask[2] && !c.is_none(6)) grads[2] = b.reduce_sum(go, outer);
+  return masked_results(c, grads);
+}
+
+// `w` of shape [C] broadcast along dim 1 of `dims`.
+Value channel_param(Builder& b, Value w, const Dims& dims) {
+  return b.broadcast_in_dim(w, dims, {1});
+}
+
+// native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean, rstd).
+Result lower_group_norm(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  DType a = acc_type(x.dtype());
+  int64_t n = c.int_arg(3), ch = c.int_arg(4), hw = c.int_arg(5), groups = c.int_arg(6);
+  Dims grouped{n, groups, ch / groups * hw}, flat{n, ch, hw};
+  Value xg = b.reshape(b.convert(x, a), grouped);
+  Value mean = mean_keep(b, xg, {2});
+  Value xc = b.sub(xg, expand(b, mean, grouped));
+  Value var = mean_keep(b, b.mul(xc, xc), {2});
+  Value rstd = b.unary("rsqrt", b.add(var, b.splat(c.double_arg(7), var.type)));
+  Value y = b.reshape(b.mul(xc, expand(b, rstd, grouped)), flat);
+  if (!c.is_none(1)) y = b.mul(y, channel_param(b, b.convert(c.tensor(1), a), flat));
+  if (!c.is_none(2)) y = b.add(y, channel_param(b, b.convert(c.tensor(2), a), flat));
+  return std::vector<Value>{
+      b.convert(b.reshape(y, x.dims()), c.out_type(0).dtype),
+      b.convert(b.reshape(mean, c.out_type(1).dims), c.out_type(1).dtype),
+      b.convert(b.reshape(rstd, c.out_type(2).dims), c.out_type(2).dtype)};
+}
+
+// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group,
+// output_mask). Unlike layer norm, grad_weight is defined even without a weight.
+Result lower_group_norm_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  TORCHTPU_ASSIGN_OR_RETURN(std::vector<bool> mask, output_mask(c, 9));
+  Value x = c.tensor(1);
+  DType a = acc_type(x.dtype());
+  int64_t n = c.int_arg(5), ch = c.int_arg(6), hw = c.int_arg(7), groups = c.int_arg(8);
+  Dims grouped{n, groups, ch / groups * hw}, flat{n, ch, hw};
+  Value go = b.reshape(b.convert(c.tensor(0), a), flat);
+  Value mean = b.reshape(b.convert(c.tensor(2), a), {n, groups, 1});
+  Value rstd = b.reshape(b.convert(c.tensor(3), a), {n, groups, 1});
+  Value xg = b.reshape(b.convert(x, a), grouped);
+  Value xhat = b.mul(b.sub(xg, expand(b, mean, grouped)), expand(b, rstd, grouped));
+  std::vector<std::optional<Value>> grads(3);
+  if (mask[0]) {
+    Value g = c.is_none(4) ? go : b.mul(go, channel_param(b, b.convert(c.tensor(4), a), flat));
+    grads[0] = b.reshape(norm_input_grad(b, b.reshape(g, grouped), xhat, rstd, {2}), x.dims());
+  }
+  if (mask[1]) grads[1] = b.reduce_sum(b.mul(go, b.reshape(xhat, flat)), {0, 2});
+  if (mask[2]) grads[2] = b.reduce_sum(go, {0, 2});
+  return masked_results(c, grads);
+}
+
+// native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum,
+// eps) -> (out, save_mean, save_invstd), and _native_batch_norm_legit (same results; its
+// .no_stats overload has no running stats). The running-stat update PyTorch does in place
+// in training is not a result here; the caller applies it from save_mean/save_invstd.
+Result lower_batch_norm(LoweringContext& c) {
+  Builder& b = c.b();
+  bool no_stats = c.op_name().find("no_stats") != std::string::npos;
+  size_t training_i = no_stats ? 3 : 5, eps_i = no_stats ? 5 : 7;
+  Value x = c.tensor(0);
+  DType a = acc_type(x.dtype());
+  const Dims& dims = x.dims();
+  int64_t ch = dims.at(1);
+  Dims red{0};
+  for (int64_t i = 2; i < x.rank(); ++i) red.push_back(i);
+  Value xf = b.convert(x, a);
+  Value eps = b.splat(c.double_arg(eps_i), TensorType{a, {ch}});
+  Value mean, invstd;
+  if (c.bool_arg(training_i) || no_stats || c.is_none(3)) {
+    Value m = mean_keep(b, xf, red);
+    Value xc = b.sub(xf, expand(b, m, dims));
+    mean = b.reshape(m, {ch});
+    invstd = b.unary("rsqrt", b.add(b.reshape(mean_keep(b, b.mul(xc, xc), red), {ch}), eps));
+  } else {
+    mean = b.convert(c.tensor(3), a);
+    invstd = b.unary("rsqrt", b.add(b.convert(c.tensor(4), a), eps));
+  }
+  Value y = b.mul(b.sub(xf, channel_param(b, mean, dims)), channel_param(b, invstd, dims));
+  if (!c.is_none(1)) y = b.mul(y, channel_param(b, b.convert(c.tensor(1), a), dims));
+  if (!c.is_none(2)) y = b.add(y, channel_param(b, b.convert(c.tensor(2), a), dims));
+  // CPU returns empty statistics in evaluation mode; the meta kernel returns [C].
+  auto stat = [&](Value v, size_t k) {
+    if (c.out_type(k).num_elements() == 0) return b.zeros(c.out_type(k));
+    return b.convert(v, c.out_type(k).dtype);
+  };
+  return std::vector<Value>{b.convert(y, c.out_type(0).dtype), stat(mean, 1), stat(invstd, 2)};
+}
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?,
+// save_mean?, save_invstd?, train, eps, output_mask).
+Result lower_batch_norm_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  TORCHTPU_ASSIGN_OR_RETURN(std::vector<bool> mask, output_mask(c, 9));
+  Value x = c.tensor(1);
+  DType a = acc_type(x.dtype());
+  const Dims& dims = x.dims();
+  int64_t ch = dims.at(1);
+  Dims red{0};
+  for (int64_t i = 2; i < x.rank(); ++i) red.push_back(i);
+  bool train = c.bool_arg(7);
+  Value mean, invstd;
+  if (train) {
+    mean = b.convert(c.tensor(5), a);
+    invstd = b.convert(c.tensor(6), a);
+  } else {
+    mean = b.convert(c.tensor(3), a);
+    Value eps = b.splat(c.double_arg(8), TensorType{a, {ch}});
+    invstd = b.unary("rsqrt", b.add(b.convert(c.tensor(4), a), eps));
+  }
+  Value go = b.convert(c.tensor(0), a);
+  Value xhat = b.mul(b.sub(b.convert(x, a), channel_param(b, mean, dims)),
+                     channel_param(b, invstd, dims));
+  Value w = c.is_none(2) ? b.splat(1, TensorType{a, {ch}}) : b.convert(c.tensor(2), a);
+  std::vector<std::optional<Value>> grads(3);
+  if (mask[0]) {
+    Value g = b.mul(go, channel_param(b, w, dims));
+    Dims keep_dims = dims;
+    for (int64_t r : red) keep_dims[r] = 1;
+    Value invstd_keep = b.reshape(invstd, keep_dims);
+    grads[0] = train ? norm_input_grad(b, g, xhat, invstd_keep, red)
+                     : b.mul(g, channel_param(b, invstd, dims));
+  }
+  if (mask[1]) grads[1] = b.reduce_sum(b.mul(go, xhat), red);
+  if (mask[2]) grads[2] = b.reduce_sum(go, red);
+  return masked_results(c, grads);
+}
+
+// Applies a loss reduction (none/mean/sum) to the elementwise `loss` and converts to the
+// result type.
+Value reduce_loss(LoweringContext& c, Value loss, int64_t reduction) {
+  Builder& b = c.b();
+  if (reduction == kNone) return b.convert(loss, c.out_type().dtype);
+  Value sum = b.reduce_sum(loss, range(0, loss.rank()));
+  if (reduction == kMean) {
+    sum = b.div(sum, b.constant(static_cast<double>(loss.type.num_elements()), sum.dtype()));
+  }
+  return b.convert(sum, c.out_type().dtype);
+}
+
+Dims broadcast_dims(const Dims& x, const Dims& y) {
+  Dims out = x.size() >= y.size() ? x : y;
+  const Dims& shorter = x.size() >= y.size() ? y : x;
+  size_t off = out.size() - shorter.size();
+  for (size_t i = 0; i < shorter.size(); ++i) {
+    if (out[off + i] == 1) out[off + i] = shorter[i];
+  }
+  return out;
+}
+
+// Elementwise losses of d = self - target, with one float parameter (beta, delta).
+using LossFn = std::function<Value(Builder&, Value d, double param)>;
+
+Value abs_lt(Builder& b, Value d, double bound) {
+  return b.compare(b.unary("abs", d), b.splat(bound, d.type), "LT");
+}
+
+const LossFn kMseLoss = [](Builder& b, Value d, double) { return b.mul(d, d); };
+const LossFn kMseGrad = [](Builder& b, Value d, double) { return b.mul(b.splat(2, d.type), d); };
+// smooth_l1 is |d| when beta == 0 (the quadratic branch is empty).
+const LossFn kSmoothL1Loss = [](Builder& b, Value d, double beta) {
+  Value ad = b.unary("abs", d);
+  if (beta == 0) return ad;
+  Value quad = b.div(b.mul(b.splat(0.5, d.type), b.mul(d, d)), b.splat(beta, d.type));
+  return b.select(abs_lt(b, d, beta), quad, b.sub(ad, b.splat(0.5 * beta, d.type)));
+};
+// PyTorch: d <= -beta -> -1, d >= beta -> 1, else d / beta (so d == 0 gives -1 at beta 0).
+const LossFn kSmoothL1Grad = [](Builder& b, Value d, double beta) {
+  Value one = b.splat(1, d.type);
+  Value inner = beta == 0 ? b.zeros(d.type) : b.div(d, b.splat(beta, d.type));
+  Value r = b.select(b.compare(d, b.splat(beta, d.type), "GE"), one, inner);
+  return b.select(b.compare(d, b.splat(-beta, d.type), "LE"), b.unary("negate", one), r);
+};
+const LossFn kHuberLoss = [](Builder& b, Value d, double delta) {
+  Value quad = b.mul(b.splat(0.5, d.type), b.mul(d, d));
+  Value lin = b.mul(b.splat(delta, d.type), b.sub(b.unary("abs", d), b.splat(0.5 * delta, d.type)));
+  return b.select(abs_lt(b, d, delta), quad, lin);
+};
+const LossFn kHuberGrad = [](Builder& b, Value d, double delta) {
+  Value hi = b.splat(delta, d.type), lo = b.splat(-delta, d.type);
+  return b.select(b.compare(d, lo, "LT"), lo, b.select(b.compare(d, hi, "GT"), hi, d));
+};
+
+// loss(self, target, reduction[, param]).
+LoweringFn pointwise_loss(LossFn fn) {
+  return [fn](LoweringContext& c) -> Result {
+    Builder& b = c.b();
+    DType a = acc_type(c.out_type().dtype);
+    Dims dims = broadcast_dims(c.tensor_type(0).dims, c.tensor_type(1).dims);
+    Value d = b.sub(c.operand(0, a, dims), c.operand(1, a, dims));
+    double param = c.num_args() > 3 && c.arg(3).kind == ArgKind::kDouble ? c.double_arg(3) : 0;
+    return std::vector<Value>{reduce_loss(c, fn(b, d, param), c.int_arg(2))};
+  };
+}
+
+// loss_backward(grad_output, self, target, reduction[, param]) -> grad_input.
+LoweringFn pointwise_loss_backward(LossFn grad_fn) {
+  return [grad_fn](LoweringContext& c) -> Result {
+    Builder& b = c.b();
+    DType a = acc_type(c.out_type().dtype);
+    const Dims& dims = c.out_type().dims;
+    Value d = b.sub(c.operand(1, a, dims), c.operand(2, a, dims));
+    double param = c.num_args() > 4 && c.arg(4).kind == ArgKind::kDouble ? c.double_arg(4) : 0;
+    Value g = b.mul(grad_fn(b, d, param), c.operand(0, a, dims));
+    if (c.int_arg(3) == kMean) {
+      g = b.div(g, b.splat(static_cast<double>(c.tensor_type(1).num_elements()), g.type));
+    }
+    return std::vector<Value>{b.convert(g, c.out_type().dtype)};
+  };
+}
+
+// binary_cross_entropy(self, target, weight?, reduction); log terms clamp at -100.
+Result lower_bce(LoweringContext& c) {
+  Builder& b = c.b();
+  DType a = acc_type(c.out_type().dtype);
+  const Dims& dims = c.tensor_type(0).dims;
+  Value x = c.operand(0, a, dims), t = c.operand(1, a, dims);
+  Value one = b.splat(1, x.type), floor = b.splat(-100, x.type);
+  Value in_range = b.binary("and", b.compare(x, b.zeros(x.type), "GE"), b.compare(x, one, "LE"));
+  c.require(b.reduce(in_range, b.constant(1, DType::kBool), range(0, x.rank()), "and"),
+            "binary_cross_entropy: all elements of input should be between 0 and 1");
+  Value log_x = b.max(b.unary("log", x), floor);
+  Value log_1mx = b.max(b.unary("log", b.sub(one, x)), floor);
+  Value loss = b.unary("negate", b.add(b.mul(t, log_x), b.mul(b.sub(one, t), log_1mx)));
+  if (!c.is_none(2)) loss = b.mul(loss, c.operand(2, a, dims));
+  return std::vector<Value>{reduce_loss(c, loss, c.int_arg(3))};
+}
+
+// binary_cross_entropy_backward(grad_output, self, target, weight?, reduction):
+// g * w * (x - t) / max(x * (1 - x), 1e-12).
+Result lower_bce_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  DType a = acc_type(c.out_type().dtype);
+  const Dims& dims = c.out_type().dims;
+  Value x = c.operand(1, a, dims), t = c.operand(2, a, dims);
+  Value denom = b.max(b.mul(x, b.sub(b.splat(1, x.type), x)), b.splat(1e-12, x.type));
+  Value g = b.mul(c.operand(0, a, dims), b.div(b.sub(x, t), denom));
+  if (!c.is_none(3)) g = b.mul(g, c.operand(3, a, dims));
+  if (c.int_arg(4) == kMean) {
+    g = b.div(g, b.splat(static_cast<double>(x.type.num_elements()), g.type));
+  }
+  return std::vector<Value>{b.convert(g, c.out_type().dtype)};
+}
+
+// Per-element pieces of nll_loss over input (C), (N, C) or (N, C, d1, ...): the one-hot
+// mask of each target's class (false for ignored targets) and each target's weight.
+struct NllParts {
+  Value onehot;  // i1, input dims
+  Value weight;  // acc type, target dims
+};
+
+NllParts nll_parts(LoweringContext& c, size_t self_i, size_t target_i, size_t weight_i,
+                   int64_t ignore_index, DType a) {
+  Builder& b = c.b();
+  const Dims& dims = c.tensor_type(self_i).dims;
+  int64_t class_dim = dims.size() == 1 ? 0 : 1, num_classes = dims[class_dim];
+  Value t = c.tensor(target_i);
+  Dims target_map = all_but(static_cast<int64_t>(dims.size()), class_dim);
+  auto splat_int = [&](int64_t v) { return int_splat(b, v, t); };
+  Value kept = b.compare(t, splat_int(ignore_index), "NE");
+  Value in_range = b.binary("and", b.compare(t, b.zeros(t.type), "GE"),
+                            b.compare(t, splat_int(num_classes), "LT"));
+  Value ok = b.binary("or", b.unary("not", kept), in_range);
+  if (ok.rank() > 0) ok = b.reduce(ok, b.constant(1, DType::kBool), range(0, ok.rank()), "and");
+  c.require(ok, "Target is out of bounds: nll_loss expects each target in [0, " +
+                    std::to_string(num_classes) + ") or equal to ignore_index " +
+                    std::to_string(ignore_index));
+  Value classes = b.iota(TensorType{t.dtype(), dims}, class_dim);
+  Value onehot = b.binary("and", b.compare(classes, b.broadcast_in_dim(t, dims, target_map), "EQ"),
+                          b.broadcast_in_dim(kept, dims, target_map));
+  Value w = b.convert(kept, a);
+  if (!c.is_none(weight_i)) {
+    Value wb = b.broadcast_in_dim(b.convert(c.tensor(weight_i), a), dims, {class_dim});
+    w = b.reduce_sum(b.select(onehot, wb, b.zeros(wb.type)), {class_dim});
+  }
+  return {onehot, w};
+}
+
+// nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction, ignore_index)
+// -> (output, total_weight). total_weight is 0 for reduction none (as on CPU).
+Result lower_nll_loss(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  DType a = acc_type(x.dtype());
+  int64_t reduction = c.int_arg(3);
+  NllParts p = nll_parts(c, 0, 1, 2, c.int_arg(4), a);
+  int64_t class_dim = x.rank() == 1 ? 0 : 1;
+  Value xf = b.convert(x, a);
+  Value picked = b.reduce_sum(b.select(p.onehot, xf, b.zeros(xf.type)), {class_dim});
+  Value loss = b.unary("negate", b.mul(picked, p.weight));
+  const TensorType& tw_type = c.out_type(1);
+  if (reduction == kNone) {
+    return std::vector<Value>{b.convert(loss, c.out_type(0).dtype), b.zeros(tw_type)};
+  }
+  Dims all = range(0, loss.rank());
+  Value total = b.reduce_sum(loss, all), total_weight = b.reduce_sum(p.weight, all);
+  if (reduction == kMean) total = b.div(total, total_weight);
+  return std::vector<Value>{b.convert(total, c.out_type(0).dtype),
+                            b.convert(total_weight, tw_type.dtype)};
+}
+
+// nll_loss_backward / nll_loss2d_backward(grad_output, self, target, weight?, reduction,
+// ignore_index, total_weight) -> grad_input.
+Result lower_nll_loss_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  const Dims& dims = c.tensor_type(1).dims;
+  DType a = acc_type(c.out_type().dtype);
+  int64_t reduction = c.int_arg(4);
+  NllParts p = nll_parts(c, 1, 2, 3, c.int_arg(5), a);
+  const Dims& tdims = p.weight.dims();
+  Value g = b.convert(c.tensor(0), a);
+  g = reduction == kNone ? g : b.broadcast_to(b.reshape(g, {}), tdims);
+  if (reduction == kMean) {
+    g = b.div(g, b.broadcast_to(b.reshape(b.convert(c.tensor(6), a), {}), tdims));
+  }
+  Value coef = b.unary("negate", b.mul(g, p.weight));
+  int64_t class_dim = dims.size() == 1 ? 0 : 1;
+  Dims target_map = all_but(static_cast<int64_t>(dims.size()), class_dim);
+  Value spread = b.broadcast_in_dim(coef, dims, target_map);
+  Value grad = b.select(p.onehot, spread, b.zeros(spread.type));
+  return std::vector<Value>{b.convert(grad, c.out_type().dtype)};
+}
+
+// operand[indices[i]] += updates[i] along dim 0 of `operand`; `indices` is [M, 1].
+Value scatter_add_rows(Builder& b, Value operand, Value indices, Value updates) {
+  TensorType scalar{operand.dtype(), {}};
+  std::string dnums = "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " +
+                      i64_list(range(1, updates.rank())) +
+                      ", inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "
+                      "index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false";
+  return b.op_with_region(
+      "stablehlo.scatter", {operand, indices, updates}, {operand.type}, {scalar, scalar},
+      [](Builder& rb, const std::vector<Value>& args) {
+        return std::vector<Value>{rb.add(args[0], args[1])};
+      },
+      dnums)[0];
+}
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
+// scale_grad_by_freq): rows of grad_output scatter-added into a [num_weights, D] gradient.
+Result lower_embedding_dense_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  const Dims& gdims = c.tensor_type(0).dims;
+  DType a = acc_type(c.out_type().dtype);
+  int64_t num_weights = c.int_arg(2), padding_idx = c.int_arg(3);
+  int64_t m = c.tensor_type(1).num_elements(), d = gdims.back();
+  Value idx = b.reshape(c.tensor(1), {m});
+  Value upd = b.reshape(b.convert(c.tensor(0), a), {m, d});
+  Value in_range = b.binary("and", b.compare(idx, b.zeros(idx.type), "GE"),
+                            b.compare(idx, int_splat(b, num_weights, idx), "LT"));
+  c.require(b.reduce(in_range, b.constant(1, DType::kBool), {0}, "and"),
+            "index out of range: embedding indices must be in [0, " +
+                std::to_string(num_weights) + ")");
+  if (padding_idx >= 0) {
+    Value keep = b.compare(idx, int_splat(b, padding_idx, idx), "NE");
+    upd = b.select(b.broadcast_in_dim(keep, {m, d}, {0}), upd, b.zeros(upd.type));
+  }
+  Value idx2 = b.reshape(idx, {m, 1});
+  Value grad = scatter_add_rows(b, b.zeros(TensorType{a, {num_weights, d}}), idx2, upd);
+  if (c.bool_arg(4)) {
+    Value counts = scatter_add_rows(b, b.zeros(TensorType{a, {num_weights}}), idx2,
+                                    b.splat(1, TensorType{a, {m}}));
+    counts = b.max(counts, b.splat(1, counts.type));
+    grad = b.div(grad, b.broadcast_in_dim(counts, {num_weights, d}, {0}));
+  }
+  return std::vector<Value>{b.convert(grad, c.out_type().dtype)};
+}
+
+}  // namespace
+
+void register_nn_lowerings() {
+  register_lowering({"aten::native_layer_norm", "aten::native_layer_norm.out"}, lower_layer_norm);
+  register_lowering({"aten::native_layer_norm_backward", "aten::native_layer_norm_backward.out"},
+                    lower_layer_norm_backward);
+  register_lowering({"aten::native_group_norm", "aten::native_group_norm.out"}, lower_group_norm);
+  register_lowering({"aten::native_group_norm_backward", "aten::native_group_norm_backward.out"},
+                    lower_group_norm_backward);
+  register_lowering({"aten::native_batch_norm", "aten::native_batch_norm.out",
+                     "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit.out",
+                     "aten::_native_batch_norm_legit.no_stats",
+                     "aten::_native_batch_norm_legit.no_stats_out"},
+                    lower_batch_norm);
+  register_lowering({"aten::native_batch_norm_backward", "aten::native_batch_norm_backward.out"},
+                    lower_batch_norm_backward);
+  register_lowering({"aten::nll_loss_forward", "aten::nll_loss_forward.output",
+                     "aten::nll_loss2d_forward", "aten::nll_loss2d_forward.output"},
+                    lower_nll_loss);
+  register_lowering({"aten::nll_loss_backward", "aten::nll_loss_backward.grad_input",
+                     "aten::nll_loss2d_backward", "aten::nll_loss2d_backward.grad_input"},
+                    lower_nll_loss_backward);
+  register_lowering({"aten::mse_loss", "aten::mse_loss.out"}, pointwise_loss(kMseLoss));
+  register_lowering({"aten::mse_loss_backward", "aten::mse_loss_backward.grad_input"},
+                    pointwise_loss_backward(kMseGrad));
+  register_lowering({"aten::smooth_l1_loss", "aten::smooth_l1_loss.out"},
+                    pointwise_loss(kSmoothL1Loss));
+  register_lowering({"aten::smooth_l1_loss_backward", "aten::smooth_l1_loss_backward.grad_input"},
+                    pointwise_loss_backward(kSmoothL1Grad));
+  register_lowering({"aten::huber_loss", "aten::huber_loss.out"}, pointwise_loss(kHuberLoss));
+  register_lowering({"aten::huber_loss_backward", "aten::huber_loss_backward.out"},
+                    pointwise_loss_backward(kHuberGrad));
+  register_lowering({"aten::binary_cross_entropy", "aten::binary_cross_entropy.out"}, lower_bce);
+  register_lowering({"aten::binary_cross_entropy_backward",
+                     "aten::binary_cross_entropy_backward.grad_input"},
+                    lower_bce_backward);
+  register_lowering({"aten::embedding_dense_backward", "aten::embedding_dense_backward.out"},
+                    lower_embedding_dense_backward);
+  register_conv_lowerings();
+}
+
+}  // namespace torchtpu::lowering

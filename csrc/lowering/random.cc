@@ -1,0 +1,481 @@
+// Random lowerings: uniform/normal/bernoulli/random_ and friends, dropout, randperm.
+//
+// Every op draws its bits from stablehlo.rng_bit_generator (THREE_FRY) keyed by a hash of
+// the call's generator state (seed, offset). Hashing the pair, instead of using the offset
+// as ThreeFry's counter, keeps streams of nearby offsets independent whatever step the
+// caller advances the offset by. Distributions follow PyTorch's CPU transformations
+// (ATen/core/TransformationHelper.h); the bits differ from PyTorch's generator, so values
+// do too, but ranges and distributions match.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lowering/families.h"
+#include "lowering/lowering.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Result = base::StatusOr<std::vector<Value>>;
+
+constexpr double kPi = 3.14159265358979323846;
+
+// An unsigned 64-bit constant (Builder::constant_i64 cannot spell values >= 2^63).
+Value u64_constant(Builder& b, uint64_t v, const Dims& dims = {}) {
+  TensorType t{DType::kU64, dims};
+  return b.op("stablehlo.constant", {}, t, "value = dense<" + std::to_string(v) + "> : " + t.str());
+}
+
+Value u64_binary(Builder& b, const char* op, Value x, uint64_t k) {
+  return b.binary(op, x, u64_constant(b, k, x.dims()));
+}
+
+// splitmix64's finalizer: a bijection on u64 that scatters nearby inputs.
+Value mix64(Builder& b, Value z) {
+  z = u64_binary(b, "multiply", b.binary("xor", z, u64_binary(b, "shift_right_logical", z, 30)),
+                 0xbf58476d1ce4e5b9ull);
+  z = u64_binary(b, "multiply", b.binary("xor", z, u64_binary(b, "shift_right_logical", z, 27)),
+                 0x94d049bb133111ebull);
+  return b.binary("xor", z, u64_binary(b, "shift_right_logical", z, 31));
+}
+
+// A sequence of random bit tensors from one op's generator state. Successive draws thread
+// rng_bit_generator's output state, so they never overlap.
+class RandomBits {
+ public:
+  explicit RandomBits(LoweringContext& c) : b_(c.b()) {
+    Value state = c.rng_state();
+    Value seed = b_.slice(state, {0}, {1}, {1});
+    Value offset = b_.slice(state, {1}, {2}, {1});
+    Value salted_offset = u64_binary(b_, "add", offset, 0x9e3779b97f4a7c15ull);
+    Value key = mix64(b_, b_.binary("xor", mix64(b_, seed), mix64(b_, salted_offset)));
+    state_ = b_.concatenate({key, u64_constant(b_, 0, {1})}, 0);
+  }
+
+  // Uniform bits of `dims`; `t` is kU32 or kU64.
+  Value draw(const Dims& dims, DType t) {
+    std::vector<Value> r = b_.op_multi("stablehlo.rng_bit_generator", {state_},
+                                       {state_.type, TensorType{t, dims}},
+                                       "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>");
+    state_ = r[0];
+    return r[1];
+  }
+
+ private:
+  Builder& b_;
+  Value state_;
+};
+
+int mantissa_digits(DType t) {
+  switch (t) {
+    case DType::kF16: return 11;
+    case DType::kBF16: return 8;
+    case DType::kF64: return 53;
+    default: return 24;
+  }
+}
+
+// Transformations run in f64 for f64 outputs and in f32 otherwise (PyTorch's dist_acctype).
+DType compute_type(DType out) { return out == DType::kF64 ? DType::kF64 : DType::kF32; }
+
+// Uniform [0, 1) in `t` (f32 or f64) from the top `digits` bits: every value is k * 2^-digits,
+// exact in `t`, so 1.0 can never appear.
+Value unit_uniform(Builder& b, RandomBits& bits, const Dims& dims, DType t, int digits) {
+  bool wide = t == DType::kF64;
+  Value raw = bits.draw(dims, wide ? DType::kU64 : DType::kU32);
+  int width = wide ? 64 : 32;
+  Value shift = wide ? u64_constant(b, width - digits, dims)
+                     : b.convert(u64_constant(b, width - digits, dims), DType::kU32);
+  Value top = b.convert(b.binary("shift_right_logical", raw, shift), t);
+  return b.mul(top, b.splat(std::ldexp(1.0, -digits), TensorType{t, dims}));
+}
+
+Value unit_uniform(Builder& b, RandomBits& bits, const Dims& dims, DType t) {
+  return unit_uniform(b, bits, dims, t, mantissa_digits(t));
+}
+
+// Standard normal samples by Box–Muller; each pair of uniforms yields two samples.
+Value standard_normal(Builder& b, RandomBits& bits, const Dims& dims, DType t) {
+  int64_t n = TensorType{t, dims}.num_elements();
+  int64_t half = (n + 1) / 2;
+  Value u = unit_uniform(b, bits, {2, half}, t);
+  TensorType row{t, {half}};
+  // 1 - u lies in (0, 1], so the log is finite.
+  Value u1 = b.sub(b.splat(1, row), b.reshape(b.slice(u, {0, 0}, {1, half}, {1, 1}), {half}));
+  Value u2 = b.reshape(b.slice(u, {1, 0}, {2, half}, {1, 1}), {half});
+  Value radius = b.unary("sqrt", b.mul(b.splat(-2, row), b.unary("log", u1)));
+  Value theta = b.mul(b.splat(2 * kPi, row), u2);
+  Value z = b.concatenate({b.mul(radius, b.unary("cosine", theta)),
+                           b.mul(radius, b.unary("sine", theta))}, 0);
+  return b.reshape(b.slice(z, {0}, {n}, {1}), dims);
+}
+
+// P(true) == p for a compile-time p, compared on raw 32-bit integers so no float rounding
+// shifts the probability: bits < floor(p * 2^32).
+Value bernoulli_mask(Builder& b, RandomBits& bits, const Dims& dims, double p) {
+  TensorType mask{DType::kBool, dims};
+  if (p >= 1) return b.splat(1, mask);
+  if (!(p > 0)) return b.splat(0, mask);
+  auto threshold = static_cast<uint64_t>(std::floor(std::ldexp(p, 32)));
+  Value raw = bits.draw(dims, DType::kU32);
+  return b.compare(raw, b.convert(u64_constant(b, threshold, dims), DType::kU32), "LT");
+}
+
+base::Status require_floating(LoweringContext& c) {
+  if (base::is_floating(c.out_type().dtype)) return base::Status::ok_status();
+  return base::invalid_argument("lowering: " + c.op_name() +
+                                " expects a floating point tensor (got " +
+                                base::dtype_name(c.out_type().dtype) + ")");
+}
+
+// A float structural argument or a tensor argument as a value of `t` broadcast to `dims`.
+Value double_or_tensor(LoweringContext& c, size_t i, DType t, const Dims& dims) {
+  if (c.arg(i).kind == ArgKind::kDouble) return c.b().splat(c.double_arg(i), TensorType{t, dims});
+  return c.operand(i, t, dims);
+}
+
+bool is_empty(LoweringContext& c) { return c.out_type().num_elements() == 0; }
+
+// uniform_(self, from, to): x * (to - from) + from with from/to rounded to the dtype first,
+// like PyTorch. The product can round up to `to`; those draws become the float below `to`
+// so the range stays half-open.
+Result lower_uniform(LoweringContext& c) {
+  Builder& b = c.b();
+  if (auto s = require_floating(c); !s.ok()) return s;
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  RandomBits bits(c);
+  DType ct = compute_type(out.dtype);
+  Value from = b.convert(b.splat(c.double_arg(1), out), ct);
+  Value to = b.convert(b.splat(c.double_arg(2), out), ct);
+  Value x = unit_uniform(b, bits, out.dims, ct, mantissa_digits(out.dtype));
+  Value r = b.convert(b.add(b.mul(x, b.sub(to, from)), from), out.dtype);
+  Value to_out = b.splat(c.double_arg(2), out);
+  Value below = b.op("chlo.next_after", {to_out, b.splat(c.double_arg(1), out)}, out);
+  Value keep = b.binary("and", b.compare(r, to_out, "GE"), b.compare(to_out, below, "GT"));
+  return std::vector<Value>{b.select(keep, below, r)};
+}
+
+// normal_(self, mean, std) and normal.{Tensor,float}_{Tensor,float}(mean, std): mean + std * z.
+Result lower_normal(LoweringContext& c) {
+  Builder& b = c.b();
+  if (auto s = require_floating(c); !s.ok()) return s;
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  bool in_place = c.op_name() == "aten::normal_";
+  size_t mean_i = in_place ? 1 : 0;
+  DType ct = compute_type(out.dtype);
+  Value mean = double_or_tensor(c, mean_i, ct, out.dims);
+  Value std_dev = double_or_tensor(c, mean_i + 1, ct, out.dims);
+  if (c.arg(mean_i + 1).kind == ArgKind::kTensor) {
+    Dims all;
+    for (int64_t d = 0; d < out.rank(); ++d) all.push_back(d);
+    Value ok = b.compare(b.reduce_min(std_dev, all), b.constant(0, ct), "GE");
+    c.require(ok, "normal expects all elements of std >= 0.0");
+  }
+  RandomBits bits(c);
+  Value z = standard_normal(b, bits, out.dims, ct);
+  return std::vector<Value>{b.convert(b.add(b.mul(z, std_dev), mean), out.dtype)};
+}
+
+// bernoulli_.float(self, p) and bernoulli.p(self, p): a compile-time probability.
+Result lower_bernoulli_scalar(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  RandomBits bits(c);
+  Value mask = bernoulli_mask(b, bits, out.dims, c.double_arg(1));
+  return std::vector<Value>{b.convert(mask, out.dtype)};
+}
+
+// bernoulli_.Tensor(self, p) takes p from argument 1; bernoulli(self) and bernoulli.out
+// take it from self.
+Result lower_bernoulli_tensor(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  size_t p_i = c.op_name() == "aten::bernoulli_.Tensor" ? 1 : 0;
+  // A 0-dim CPU tensor p arrives as a runtime scalar; f32 resolves it like a float tensor.
+  DType p_type = c.arg(p_i).kind == ArgKind::kTensor ? c.tensor_type(p_i).dtype : DType::kF32;
+  DType ct = compute_type(p_type);
+  Value p = c.operand(p_i, ct, out.dims);
+  RandomBits bits(c);
+  Value u = unit_uniform(b, bits, out.dims, ct);
+  return std::vector<Value>{b.convert(b.compare(u, p, "LT"), out.dtype)};
+}
+
+// static_cast<int64_t>(static_cast<scalar_t>(v)) for a float type with `digits` mantissa
+// bits: round to nearest even at that precision.
+int64_t round_to_digits(int64_t v, int digits) {
+  uint64_t mag = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  int len = 0;
+  for (uint64_t m = mag; m != 0; m >>= 1) ++len;
+  if (len <= digits) return v;
+  int shift = len - digits;
+  uint64_t q = mag >> shift, rem = mag & ((uint64_t{1} << shift) - 1);
+  uint64_t half = uint64_t{1} << (shift - 1);
+  if (rem > half || (rem == half && (q & 1))) ++q;
+  uint64_t r = q << shift;
+  if (r > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return v < 0 ? std::numeric_limits<int64_t>::min() : std::numeric_limits<int64_t>::max();
+  }
+  return v < 0 ? -static_cast<int64_t>(r) : static_cast<int64_t>(r);
+}
+
+int bit_length(uint64_t v) {
+  int n = 0;
+  while (v >>= 1) ++n;
+  return n;
+}
+
+// PyTorch's update_from / update_to: move from up and to down until both are exact in
+// the float type, so a drawn integer never rounds outside [from, to).
+int64_t update_from(int64_t from, int digits) {
+  int64_t from_plus_1 = round_to_digits(from + 1, digits);
+  if (from_plus_1 < from) {
+    int n = bit_length(static_cast<uint64_t>(std::abs(from + 1)));
+    from = from_plus_1 + (int64_t{1} << (n - digits + 1));
+  }
+  return from;
+}
+
+int64_t update_to(int64_t to, int digits) {
+  int64_t to_minus_1 = round_to_digits(to - 1, digits);
+  if (to_minus_1 >= to) {
+    int n = bit_length(static_cast<uint64_t>(std::abs(to - 1)));
+    to = to_minus_1 - (int64_t{1} << (n - digits + 1));
+  }
+  return to;
+}
+
+// [lowest, highest] representable in `t` as doubles.
+std::pair<double, double> dtype_bounds(DType t) {
+  switch (t) {
+    case DType::kBool: return {0, 1};
+    case DType::kU8: return {0, 255};
+    case DType::kI8: return {-128, 127};
+    case DType::kI16: return {-32768, 32767};
+    case DType::kI32: return {-2147483648.0, 2147483647.0};
+    case DType::kI64: return {-9223372036854775808.0, 9223372036854775807.0};
+    case DType::kF16: return {-65504.0, 65504.0};
+    case DType::kBF16: return {-3.3895313892515355e38, 3.3895313892515355e38};
+    case DType::kF32: {
+      double max = std::numeric_limits<float>::max();
+      return {-max, max};
+    }
+    default: return {-std::numeric_limits<double>::max(), std::numeric_limits<double>::max()};
+  }
+}
+
+// The largest value random_ draws without `to`: the dtype's max for integers, 2^digits
+// for floats (where consecutive integers stop being exact), 1 for bool.
+int64_t default_to_inclusive(DType t) {
+  if (t == DType::kBool) return 1;
+  if (base::is_floating(t)) return int64_t{1} << mantissa_digits(t);
+  return static_cast<int64_t>(dtype_bounds(t).second);
+}
+
+// from + (bits mod range) with 64-bit bits (range == 0 means all 2^64 values).
+Value uniform_int(Builder& b, RandomBits& bits, const TensorType& out, int64_t from,
+                  uint64_t range) {
+  Value raw = bits.draw(out.dims, DType::kU64);
+  if (range != 0) raw = b.binary("remainder", raw, u64_constant(b, range, out.dims));
+  // Bit-level reinterpretation plus wrapping add gives from + k mod 2^64 for every k < range.
+  Value k = b.op("stablehlo.bitcast_convert", {raw}, TensorType{DType::kI64, out.dims});
+  Value v = b.add(k, b.broadcast_to(b.constant_i64(from, DType::kI64), out.dims));
+  return b.convert(v, out.dtype);
+}
+
+// random_.from(self, from, to?), random_.to(self, to) and random_(self).
+Result lower_random(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  const std::string& name = c.op_name();
+  DType t = out.dtype;
+  bool floating = base::is_floating(t);
+  int64_t from = 0;
+  std::optional<int64_t> to;
+  if (name == "aten::random_.from") {
+    from = c.int_arg(1);
+    if (!c.is_none(2)) to = c.int_arg(2);
+  } else if (name == "aten::random_.to") {
+    to = c.int_arg(1);
+  }
+  auto fail = [&](const std::string& facts) {
+    return base::invalid_argument("lowering: " + name + ": " + facts);
+  };
+  uint64_t range = 0;
+  if (to) {
+    if (from >= *to) {
+      return fail("expected 'from' to be less than 'to' (got from=" + std::to_string(from) +
+                  " >= to=" + std::to_string(*to) + ")");
+    }
+    if (floating) {
+      from = update_from(from, mantissa_digits(t));
+      *to = update_to(*to, mantissa_digits(t));
+      if (from >= *to) return fail("'from' and 'to' collapse after rounding to " +
+                                   std::string(base::dtype_name(t)));
+    }
+    range = static_cast<uint64_t>(*to) - static_cast<uint64_t>(from);
+  } else if (from == std::numeric_limits<int64_t>::min()) {
+    // The full 64-bit range: PyTorch draws it only for these dtypes.
+    if (t != DType::kI64 && t != DType::kF64 && t != DType::kF32 && t != DType::kBF16) {
+      return fail("the full 64-bit range needs int64, float64, float32 or bfloat16 (got " +
+                  std::string(base::dtype_name(t)) + ")");
+    }
+  } else {
+    int64_t to_inc = default_to_inclusive(t);
+    if (floating) from = update_from(from, mantissa_digits(t));
+    if (floating ? from >= to_inc : from > to_inc) {
+      return fail("expected 'from' <= " + std::to_string(to_inc) + " for " + base::dtype_name(t) +
+                  " (got " + std::to_string(from) + ")");
+    }
+    range = static_cast<uint64_t>(to_inc) - static_cast<uint64_t>(from) + 1;
+  }
+  auto [lo, hi] = dtype_bounds(t);
+  double last = to ? static_cast<double>(*to - 1)
+                   : range == 0 ? lo : static_cast<double>(default_to_inclusive(t));
+  if (static_cast<double>(from) < lo || static_cast<double>(from) > hi || last < lo || last > hi) {
+    return fail("[from, to) must lie within " + std::string(base::dtype_name(t)) + "'s range");
+  }
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  RandomBits bits(c);
+  return std::vector<Value>{uniform_int(b, bits, out, from, range)};
+}
+
+// exponential_(self, lambd): -log1p(-u) / lambd, finite since u < 1.
+Result lower_exponential(LoweringContext& c) {
+  Builder& b = c.b();
+  if (auto s = require_floating(c); !s.ok()) return s;
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  RandomBits bits(c);
+  DType ct = compute_type(out.dtype);
+  Value u = unit_uniform(b, bits, out.dims, ct);
+  Value e = b.unary("log_plus_one", b.unary("negate", u));
+  Value r = b.mul(e, b.splat(-1.0 / c.double_arg(1), u.type));
+  return std::vector<Value>{b.convert(r, out.dtype)};
+}
+
+// geometric_(self, p): ceil(log(u) / log1p(-p)) with u in (0, 1]; at least 1 (one trial).
+Result lower_geometric(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  RandomBits bits(c);
+  DType ct = compute_type(out.dtype);
+  Value u = unit_uniform(b, bits, out.dims, ct);
+  Value u1 = b.sub(b.splat(1, u.type), u);
+  Value log_q = b.splat(std::log1p(-c.double_arg(1)), u.type);
+  Value k = b.unary("ceil", b.div(b.unary("log", u1), log_q));
+  return std::vector<Value>{b.convert(b.max(k, b.splat(1, u.type)), out.dtype)};
+}
+
+// log_normal_(self, mean, std): exp(mean + std * z).
+Result lower_log_normal(LoweringContext& c) {
+  Builder& b = c.b();
+  if (auto s = require_floating(c); !s.ok()) return s;
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  RandomBits bits(c);
+  DType ct = compute_type(out.dtype);
+  Value z = standard_normal(b, bits, out.dims, ct);
+  Value x = b.add(b.mul(z, b.splat(c.double_arg(2), z.type)), b.splat(c.double_arg(1), z.type));
+  return std::vector<Value>{b.convert(b.unary("exponential", x), out.dtype)};
+}
+
+// cauchy_(self, median, sigma): median + sigma * tan(pi * (u - 1/2)).
+Result lower_cauchy(LoweringContext& c) {
+  Builder& b = c.b();
+  if (auto s = require_floating(c); !s.ok()) return s;
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  RandomBits bits(c);
+  DType ct = compute_type(out.dtype);
+  Value u = unit_uniform(b, bits, out.dims, ct);
+  Value angle = b.mul(b.sub(u, b.splat(0.5, u.type)), b.splat(kPi, u.type));
+  Value x = b.add(b.mul(b.unary("chlo.tan", angle), b.splat(c.double_arg(2), u.type)),
+                  b.splat(c.double_arg(1), u.type));
+  return std::vector<Value>{b.convert(x, out.dtype)};
+}
+
+// input * mask * scale computed like PyTorch's mul chain (half types in f32, rounded once;
+// the mask factor is exact).
+Value masked_scale(Builder& b, Value x, Value mask, double scale, DType out) {
+  DType ct = compute_type(out);
+  x = b.convert(x, ct);
+  Value kept = b.mul(x, b.convert(mask, ct));
+  return b.convert(b.mul(kept, b.splat(scale, kept.type)), out);
+}
+
+// native_dropout(input, p, train?) -> (input * mask / (1 - p), mask); eval is identity.
+Result lower_native_dropout(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type(0);
+  const TensorType& mask_type = c.out_type(1);
+  bool train = c.is_none(2) || c.bool_arg(2);
+  if (!train || is_empty(c)) {
+    Value x = is_empty(c) ? b.zeros(out) : c.tensor(0);
+    return std::vector<Value>{x, b.splat(1, mask_type)};
+  }
+  double keep = 1 - c.double_arg(1);
+  double scale = keep == 0 ? 0 : 1 / keep;
+  RandomBits bits(c);
+  Value mask = bernoulli_mask(b, bits, out.dims, keep);
+  Value y = masked_scale(b, c.tensor(0), mask, scale, out.dtype);
+  return std::vector<Value>{y, b.convert(mask, mask_type.dtype)};
+}
+
+// native_dropout_backward(grad, mask, scale) = grad * mask * scale.
+Result lower_native_dropout_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  Value grad = c.operand(0, out.dtype, out.dims);
+  Value mask = c.operand(1, DType::kBool, out.dims);
+  return std::vector<Value>{masked_scale(b, grad, mask, c.double_arg(2), out.dtype)};
+}
+
+// randperm.generator_out(n, generator, out): iota sorted by random 64-bit keys.
+Result lower_randperm(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  if (out.num_elements() <= 1) return std::vector<Value>{b.zeros(out)};
+  RandomBits bits(c);
+  Value keys = bits.draw(out.dims, DType::kU64);
+  Value idx = b.iota(out, 0);
+  TensorType key_s{DType::kU64, {}}, idx_s{out.dtype, {}};
+  std::vector<Value> sorted = b.op_with_region(
+      "stablehlo.sort", {keys, idx}, {keys.type, idx.type}, {key_s, key_s, idx_s, idx_s},
+      [](Builder& rb, const std::vector<Value>& a) {
+        return std::vector<Value>{rb.compare(a[0], a[1], "LT")};
+      },
+      "dimension = 0 : i64, is_stable = true");
+  return std::vector<Value>{sorted[1]};
+}
+
+}  // namespace
+
+void register_random_lowerings() {
+  register_lowering({"aten::uniform_"}, lower_uniform);
+  register_lowering({"aten::normal_", "aten::normal.Tensor_float", "aten::normal.Tensor_float_out",
+                     "aten::normal.float_Tensor", "aten::normal.float_Tensor_out",
+                     "aten::normal.Tensor_Tensor", "aten::normal.Tensor_Tensor_out"},
+                    lower_normal);
+  register_lowering({"aten::bernoulli_.float", "aten::bernoulli.p"}, lower_bernoulli_scalar);
+  register_lowering({"aten::bernoulli_.Tensor", "aten::bernoulli", "aten::bernoulli.out"},
+                    lower_bernoulli_tensor);
+  register_lowering({"aten::random_.from", "aten::random_.to", "aten::random_"}, lower_random);
+  register_lowering({"aten::exponential_"}, lower_exponential);
+  register_lowering({"aten::geometric_"}, lower_geometric);
+  register_lowering({"aten::log_normal_"}, lower_log_normal);
+  register_lowering({"aten::cauchy_"}, lower_cauchy);
+  register_lowering({"aten::native_dropout"}, lower_native_dropout);
+  register_lowering({"aten::native_dropout_backward"}, lower_native_dropout_backward);
+  register_lowering({"aten::randperm.generator_out"}, lower_randperm);
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,362 @@
+// Reduction lowerings: sum/mean/prod, max/min (with indices), arg-reductions, any/all,
+// var/std, logsumexp, vector norms and cumulative scans.
+//
+// Conventions shared by every lowering here:
+// - Reduced dims come from a dim argument (int or int list); None or an empty list means
+//   every dim, as in PyTorch. The result is reshaped to the caller's out type, which
+//   already encodes keepdim.
+// - 16-bit floats accumulate in f32 and are rounded once at the end (PyTorch's CPU
+//   acc_type); everything else accumulates in the output's dtype, which PyTorch's meta
+//   kernel has already promoted (e.g. sum of bool/int8 is int64).
+#include <algorithm>
+#include <cmath>
+
+#include "lowering/elementwise_util.h"
+#include "lowering/families.h"
+
+namespace torchtpu::lowering {
+
+namespace {
+
+using Lowered = base::StatusOr<std::vector<Value>>;
+
+DType acc_type(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
+
+// Sorted, wrapped, de-duplicated dims named by argument `i` (int or int list); all dims when
+// the argument is None, an empty list or not a dim at all (e.g. prod's dtype).
+Dims reduction_dims(const LoweringContext& c, size_t i, int64_t rank) {
+  Dims named;
+  if (!c.is_none(i) && c.arg(i).kind == ArgKind::kInt) named = {c.int_arg(i)};
+  if (!c.is_none(i) && c.arg(i).kind == ArgKind::kIntList) named = c.int_list(i);
+  Dims dims;
+  if (named.empty()) {
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+    return dims;
+  }
+  // A 0-d tensor accepts dim 0/-1 but has nothing to reduce.
+  if (rank == 0) return dims;
+  for (int64_t d : named) dims.push_back(wrap_dim(d, rank));
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  return dims;
+}
+
+int64_t num_reduced(const Value& v, const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= v.dims()[d];
+  return n;
+}
+
+// Reshapes to output k's dims (keepdim or not) and converts to its dtype.
+Value finish(LoweringContext& c, Value v, size_t k = 0) {
+  return c.b().convert(c.b().reshape(v, c.out_type(k).dims), c.out_type(k).dtype);
+}
+
+Value is_nan(Builder& b, Value x) { return b.compare(x, x, "NE"); }
+
+// XLA's CPU maximum/minimum may drop NaN (a > b ? a : b); PyTorch propagates it.
+Value nan_extreme(Builder& b, Value x, Value y, bool is_max) {
+  Value r = is_max ? b.max(x, y) : b.min(x, y);
+  if (!base::is_floating(x.dtype())) return r;
+  return b.select(is_nan(b, x), x, b.select(is_nan(b, y), y, r));
+}
+
+Value reduce_extreme(Builder& b, Value x, const Dims& dims, bool is_max) {
+  Dims out;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) out.push_back(x.dims()[i]);
+  }
+  TensorType s{x.dtype(), {}};
+  Value init = is_max ? b.min_value(x.dtype()) : b.max_value(x.dtype());
+  return b.op_with_region(
+      "stablehlo.reduce", {x, init}, {TensorType{x.dtype(), out}}, {s, s},
+      [&](Builder& r, const std::vector<Value>& a) {
+        return std::vector<Value>{nan_extreme(r, a[0], a[1], is_max)};
+      },
+      "dimensions = " + i64_array(dims))[0];
+}
+
+// A reduced value broadcast back over the reduced dims of `like`.
+Value expand_back(Builder& b, Value reduced, const Value& like, const Dims& dims) {
+  Dims kept;
+  for (int64_t i = 0, j = 0; i < like.rank(); ++i) {
+    if (j < static_cast<int64_t>(dims.size()) && dims[j] == i) {
+      ++j;
+    } else {
+      kept.push_back(i);
+    }
+  }
+  return b.broadcast_in_dim(reduced, like.dims(), kept);
+}
+
+// sum / nansum / prod: the input in the accumulation type of the output, then one reduce.
+LoweringFn accumulate(const char* body_op, double identity, bool ignore_nan) {
+  return [=](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    DType t = acc_type(c.out_type().dtype);
+    Value x = b.convert(c.tensor(0), t);
+    if (ignore_nan && base::is_floating(t)) x = b.select(is_nan(b, x), b.zeros(x.type), x);
+    Dims dims = reduction_dims(c, 1, x.rank());
+    // Logical or/and are the bool forms of add/multiply (sum/prod with dtype=bool).
+    std::string op = t != DType::kBool ? body_op : std::string(body_op) == "add" ? "or" : "and";
+    Value r = b.reduce(x, b.constant(identity, t), dims, op);
+    return std::vector<Value>{finish(c, r)};
+  };
+}
+
+Lowered lower_mean(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = acc_type(c.out_type().dtype);
+  Value x = b.convert(c.tensor(0), t);
+  Dims dims = reduction_dims(c, 1, x.rank());
+  Value s = b.reduce_sum(x, dims);
+  // 0/0 = NaN for an empty reduction, as in PyTorch.
+  Value n = b.splat(static_cast<double>(num_reduced(x, dims)), s.type);
+  return std::vector<Value>{finish(c, b.div(s, n))};
+}
+
+LoweringFn extreme(bool is_max) {
+  return [is_max](LoweringContext& c) -> Lowered {
+    Value x = c.tensor(0);
+    Dims dims = reduction_dims(c, 1, x.rank());
+    Value r = reduce_extreme(c.b(), x, dims, is_max);
+    return std::vector<Value>{finish(c, r)};
+  };
+}
+
+// (values, int64 indices) of the max or min of `x` along `dim`. NaN counts as larger than
+// every number (so it wins for max and min alike, as PyTorch propagates it) and ties pick
+// the first index: the comparator is a lexicographic order, hence associative.
+std::pair<Value, Value> arg_extreme(Builder& b, Value x, int64_t dim, bool is_max) {
+  DType t = x.dtype();
+  Value idx = b.iota(TensorType{DType::kI64, x.dims()}, dim);
+  TensorType vt{t, {}}, it{DType::kI64, {}};
+  Dims out_dims;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i != dim) out_dims.push_back(x.dims()[i]);
+  }
+  Value init_v = is_max ? b.min_value(t) : b.max_value(t);
+  Value init_i = b.constant_i64(INT64_MAX, DType::kI64);
+  auto body = [&](Builder& r, const std::vector<Value>& a) {
+    Value av = a[0], ai = a[1], bv = a[2], bi = a[3];
+    Value a_wins = r.compare(av, bv, is_max ? "GT" : "LT");
+    Value tie = r.compare(av, bv, "EQ");
+    if (base::is_floating(t)) {
+      Value a_nan = is_nan(r, av), b_nan = is_nan(r, bv);
+      a_wins = r.binary("or", a_wins, r.binary("and", a_nan, r.unary("not", b_nan)));
+      tie = r.binary("or", tie, r.binary("and", a_nan, b_nan));
+    }
+    Value i = r.select(a_wins, ai, r.select(tie, r.min(ai, bi), bi));
+    return std::vector<Value>{r.select(a_wins, av, bv), i};
+  };
+  auto outs = b.op_with_region("stablehlo.reduce", {x, idx, init_v, init_i},
+                               {TensorType{t, out_dims}, TensorType{DType::kI64, out_dims}},
+                               {vt, it, vt, it}, body, "dimensions = " + i64_array({dim}));
+  return {outs[0], outs[1]};
+}
+
+// max.dim / min.dim: (self, dim, keepdim) -> (values, indices).
+LoweringFn extreme_with_index(bool is_max) {
+  return [is_max](LoweringContext& c) -> Lowered {
+    Value x = c.tensor(0);
+    if (x.rank() == 0) x = c.b().reshape(x, {1});
+    auto [v, i] = arg_extreme(c.b(), x, wrap_dim(c.int_arg(1), x.rank()), is_max);
+    return std::vector<Value>{finish(c, v, 0), finish(c, i, 1)};
+  };
+}
+
+// argmax / argmin: (self, dim?, keepdim); no dim means the flattened tensor.
+LoweringFn arg_index(bool is_max) {
+  return [is_max](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    Value x = c.tensor(0);
+    int64_t dim = 0;
+    if (c.is_none(1) || x.rank() == 0) {
+      x = b.reshape(x, {x.type.num_elements()});
+    } else {
+      dim = wrap_dim(c.int_arg(1), x.rank());
+    }
+    return std::vector<Value>{finish(c, arg_extreme(b, x, dim, is_max).second)};
+  };
+}
+
+// aminmax(self, *, dim?, keepdim) -> (min, max).
+Lowered lower_aminmax(LoweringContext& c) {
+  Value x = c.tensor(0);
+  Dims dims = reduction_dims(c, 1, x.rank());
+  return std::vector<Value>{finish(c, reduce_extreme(c.b(), x, dims, false), 0),
+                            finish(c, reduce_extreme(c.b(), x, dims, true), 1)};
+}
+
+// any / all over bools; a uint8 input yields uint8 (the out type says so).
+LoweringFn logical_reduce(bool is_any) {
+  return [is_any](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    Value x = b.convert(c.tensor(0), DType::kBool);
+    Dims dims = reduction_dims(c, 1, x.rank());
+    Value r = b.reduce(x, b.constant(is_any ? 0 : 1, DType::kBool), dims, is_any ? "or" : "and");
+    return std::vector<Value>{finish(c, r)};
+  };
+}
+
+Lowered lower_count_nonzero(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  Value nz = b.convert(b.compare(x, b.zeros(x.type), "NE"), DType::kI64);
+  return std::vector<Value>{finish(c, b.reduce_sum(nz, reduction_dims(c, 1, x.rank())))};
+}
+
+// var/std/var_mean/std_mean.correction(self, dim?, *, correction?, keepdim). Two passes
+// (mean, then squared deviations) in the accumulation type; the divisor is
+// max(N - correction, 0) as in PyTorch, so too few samples give inf or NaN.
+LoweringFn variance(bool take_sqrt, bool with_mean) {
+  return [=](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    DType t = acc_type(c.out_type().dtype);
+    Value x = b.convert(c.tensor(0), t);
+    Dims dims = reduction_dims(c, 1, x.rank());
+    Value n = b.constant(static_cast<double>(num_reduced(x, dims)), t);
+    Value sum = b.reduce_sum(x, dims);
+    Value mean = b.div(sum, b.broadcast_to(n, sum.dims()));
+    Value d = b.sub(x, expand_back(b, mean, x, dims));
+    Value ss = b.reduce_sum(b.mul(d, d), dims);
+    Value corr = c.is_none(2) ? b.constant(1, t) : c.scalar(2, t);
+    Value denom = b.max(b.sub(n, corr), b.zeros(n.type));
+    Value var = b.div(ss, b.broadcast_to(denom, ss.dims()));
+    if (take_sqrt) var = b.unary("sqrt", var);
+    std::vector<Value> out{finish(c, var, 0)};
+    if (with_mean) out.push_back(finish(c, mean, 1));
+    return out;
+  };
+}
+
+// logsumexp.out(self, dim, keepdim): shifted by the max so large inputs do not overflow;
+// an infinite max shifts by 0, as PyTorch does, so -inf rows stay -inf.
+Lowered lower_logsumexp(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = acc_type(float_compute_type(c));
+  Value x = b.convert(c.tensor(0), t);
+  Dims dims = reduction_dims(c, 1, x.rank());
+  Value m = reduce_extreme(b, x, dims, true);
+  Value m_inf = b.compare(b.unary("abs", m), b.splat(INFINITY, m.type), "EQ");
+  m = b.select(m_inf, b.zeros(m.type), m);
+  Value s = b.reduce_sum(b.unary("exponential", b.sub(x, expand_back(b, m, x, dims))), dims);
+  return std::vector<Value>{finish(c, b.add(b.unary("log", s), m))};
+}
+
+// norm.* / linalg_vector_norm(self, p, dim, keepdim, ...). p is a runtime scalar, so every
+// special case (inf, -inf, 0, 1, 2) is computed and the right one selected at run time.
+Lowered lower_vector_norm(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = acc_type(c.out_type().dtype);
+  Value a = b.unary("abs", b.convert(c.tensor(0), t));
+  Dims dims = reduction_dims(c, 2, a.rank());
+  Value p = c.is_none(1) ? b.constant(2, t) : c.scalar(1, t);
+  Value sum_abs = b.reduce_sum(a, dims);
+  Value l2 = b.unary("sqrt", b.reduce_sum(b.mul(a, a), dims));
+  Value pb = b.broadcast_to(p, a.dims());
+  Value sum_pow = b.reduce_sum(b.binary("power", a, pb), dims);
+  Value inv_p = b.div(b.splat(1, sum_pow.type), b.broadcast_to(p, sum_pow.dims()));
+  Value general = b.binary("power", sum_pow, inv_p);
+  Value nonzero = b.reduce_sum(b.convert(b.convert(a, DType::kBool), t), dims);
+  Value r = general;
+  auto pick = [&](double special, Value v) {
+    r = b.select(b.compare(p, b.constant(special, t), "EQ"), v, r);
+  };
+  pick(1, sum_abs);
+  pick(2, l2);
+  pick(0, nonzero);
+  pick(INFINITY, reduce_extreme(b, a, dims, true));
+  pick(-INFINITY, reduce_extreme(b, a, dims, false));
+  return std::vector<Value>{finish(c, r)};
+}
+
+// Inclusive scan of `x` along `dim` with a binary body: a reduce_window whose window spans
+// the whole dim, padded on the left with the identity.
+Value scan(Builder& b, Value x, int64_t dim, Value identity,
+           const std::function<Value(Builder&, Value, Value)>& body) {
+  int64_t n = x.dims()[dim];
+  Dims window(x.rank(), 1), strides(x.rank(), 1);
+  window[dim] = n;
+  std::string padding = "dense<[";
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? n - 1 : 0) + ", 0]";
+  }
+  padding += "]> : tensor<" + std::to_string(x.rank()) + "x2xi64>";
+  TensorType s{x.dtype(), {}};
+  return b.op_with_region(
+      "stablehlo.reduce_window", {x, identity}, {x.type}, {s, s},
+      [&](Builder& r, const std::vector<Value>& a) {
+        return std::vector<Value>{body(r, a[0], a[1])};
+      },
+      "window_dimensions = " + i64_array(window) + ", window_strides = " + i64_array(strides) +
+          ", padding = " + padding)[0];
+}
+
+// cumsum / cumprod(self, dim, *, dtype?) and _logcumsumexp(self, dim).
+LoweringFn cumulative(const char* kind) {
+  std::string k = kind;
+  return [k](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    DType t = acc_type(c.out_type().dtype);
+    Value x = b.convert(c.tensor(0), t);
+    if (x.rank() == 0 || x.type.num_elements() == 0) return std::vector<Value>{finish(c, x)};
+    int64_t dim = wrap_dim(c.int_arg(1), x.rank());
+    Value r;
+    if (k == "logsumexp") {
+      r = scan(b, x, dim, b.constant(-INFINITY, t), [](Builder& s, Value p, Value q) {
+        Value hi = nan_extreme(s, p, q, true), lo = nan_extreme(s, p, q, false);
+        Value sum = s.add(hi, s.unary("log_plus_one", s.unary("exponential", s.sub(lo, hi))));
+        // -inf with -inf and inf with anything would give inf - inf = NaN.
+        Value skip = s.binary("or", s.compare(lo, s.constant(-INFINITY, lo.dtype()), "EQ"),
+                              s.compare(hi, s.constant(INFINITY, hi.dtype()), "EQ"));
+        return s.select(skip, hi, sum);
+      });
+    } else {
+      bool is_sum = k == "sum";
+      std::string op = t == DType::kBool ? (is_sum ? "or" : "and") : (is_sum ? "add" : "multiply");
+      r = scan(b, x, dim, b.constant(is_sum ? 0 : 1, t),
+               [op](Builder& s, Value p, Value q) { return s.binary(op, p, q); });
+    }
+    return std::vector<Value>{finish(c, r)};
+  };
+}
+
+}  // namespace
+
+void register_reduction_lowerings() {
+  register_lowering({"aten::sum.dim_IntList", "aten::sum.IntList_out"},
+                    accumulate("add", 0, false));
+  register_lowering({"aten::nansum", "aten::nansum.out"}, accumulate("add", 0, true));
+  register_lowering({"aten::prod", "aten::prod.dim_int", "aten::prod.int_out"},
+                    accumulate("multiply", 1, false));
+  register_lowering({"aten::mean.dim", "aten::mean.out"}, lower_mean);
+  register_lowering({"aten::amax", "aten::amax.out", "aten::max", "aten::max.unary_out"},
+                    extreme(true));
+  register_lowering({"aten::amin", "aten::amin.out", "aten::min", "aten::min.unary_out"},
+                    extreme(false));
+  register_lowering({"aten::aminmax", "aten::aminmax.out"}, lower_aminmax);
+  register_lowering({"aten::max.dim", "aten::max.dim_max"}, extreme_with_index(true));
+  register_lowering({"aten::min.dim", "aten::min.dim_min"}, extreme_with_index(false));
+  register_lowering({"aten::argmax", "aten::argmax.out"}, arg_index(true));
+  register_lowering({"aten::argmin", "aten::argmin.out"}, arg_index(false));
+  register_lowering({"aten::any", "aten::any.dim", "aten::any.out", "aten::any.all_out"},
+                    logical_reduce(true));
+  register_lowering({"aten::all", "aten::all.dim", "aten::all.out", "aten::all.all_out"},
+                    logical_reduce(false));
+  register_lowering({"aten::count_nonzero.dim_IntList"}, lower_count_nonzero);
+  register_lowering({"aten::var.correction", "aten::var.correction_out"}, variance(false, false));
+  register_lowering({"aten::std.correction", "aten::std.correction_out"}, variance(true, false));
+  register_lowering({"aten::var_mean.correction"}, variance(false, true));
+  register_lowering({"aten::std_mean.correction"}, variance(true, true));
+  register_lowering({"aten::logsumexp.out"}, lower_logsumexp);
+  register_lowering({"aten::norm.ScalarOpt_dim", "aten::norm.ScalarOpt_dim_dtype", "aten::norm.out",
+                     "aten::norm.dtype_out", "aten::linalg_vector_norm",
+                     "aten::linalg_vector_norm.out"},
+                    lower_vector_norm);
+  register_lowering({"aten::cumsum", "aten::cumsum_", "aten::cumsum.out"}, cumulative("sum"));
+  register_lowering({"aten::cumprod", "aten::cumprod_", "aten::cumprod.out"}, cumulative("prod"));
+  register_lowering({"aten::_logcumsumexp", "aten::_logcumsumexp.out"}, cumulative("logsumexp"));
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,305 @@
+// Shape lowerings: ops that rearrange or pad data into a new tensor (cat, flip, roll,
+// constant_pad_nd, repeat, tril/triu, diag_embed, diagonal_copy, slice/select_scatter).
+//
+// Pure views (view, permute, expand, slice, ...) are not here: the aten layer keeps them
+// as metadata over a storage and only materializes them through these or copy programs.
+#include <algorithm>
+
+#include "lowering/elementwise_util.h"
+#include "lowering/families.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Result = base::StatusOr<std::vector<Value>>;
+
+// A tensor of `type` filled with `v`. Broadcasting a 0-d constant works for zero-size
+// shapes too, where a splat literal of an empty type would not.
+Value filled(Builder& b, double v, const TensorType& type) {
+  return b.broadcast_in_dim(b.constant(v, type.dtype), type.dims, {});
+}
+
+Dims wrap_dims(const Dims& dims, int64_t rank) {
+  Dims out;
+  for (int64_t d : dims) out.push_back(wrap_dim(d, rank));
+  return out;
+}
+
+// cat(Tensor[] tensors, int dim): inputs of mixed dtypes are converted to the output's
+// (promoted) dtype. Legacy 1-D empty tensors (shape [0]) are skipped whatever the rank of
+// the others, as PyTorch does; other zero-size inputs add nothing and are dropped too.
+Result lower_cat(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  int64_t dim = wrap_dim(c.int_arg(1), out.rank());
+  std::vector<Value> parts;
+  for (const Value& v : c.tensor_list(0)) {
+    if (v.type.num_elements() == 0) continue;
+    parts.push_back(b.convert(v, out.dtype));
+  }
+  if (parts.empty()) return std::vector<Value>{filled(b, 0, out)};
+  return std::vector<Value>{b.concatenate(parts, dim)};
+}
+
+// flip(self, int[] dims)
+Result lower_flip(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  Dims dims = wrap_dims(c.int_list(1), x.rank());
+  if (dims.empty() || x.rank() == 0) return std::vector<Value>{x};
+  return std::vector<Value>{b.op("stablehlo.reverse", {x}, x.type, "dimensions = " + i64_array(dims))};
+}
+
+// Rotates `x` along `dim` by `shift` (positive moves elements toward higher indices).
+Value roll_one(Builder& b, Value x, int64_t shift, int64_t dim) {
+  int64_t n = x.dims()[dim];
+  if (n == 0) return x;
+  int64_t s = ((shift % n) + n) % n;
+  if (s == 0) return x;
+  Dims start(x.rank(), 0), limit = x.dims(), strides(x.rank(), 1);
+  Dims tail_start = start;
+  tail_start[dim] = n - s;
+  Dims head_limit = limit;
+  head_limit[dim] = n - s;
+  Value tail = b.slice(x, tail_start, limit, strides);
+  Value head = b.slice(x, start, head_limit, strides);
+  return b.concatenate({tail, head}, dim);
+}
+
+// roll(self, int[] shifts, int[] dims=[]): with no dims the tensor rolls as if flattened.
+Result lower_roll(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  const Dims& shifts = c.int_list(1);
+  const Dims& dims = c.int_list(2);
+  if (dims.empty()) {
+    Value flat = b.reshape(x, {x.type.num_elements()});
+    return std::vector<Value>{b.reshape(roll_one(b, flat, shifts.at(0), 0), x.dims())};
+  }
+  if (shifts.size() != dims.size()) {
+    return base::invalid_argument("lowering: roll: shifts and dims differ in length (" +
+                                  std::to_string(shifts.size()) + " vs " +
+                                  std::to_string(dims.size()) + ")");
+  }
+  for (size_t i = 0; i < dims.size(); ++i) x = roll_one(b, x, shifts[i], wrap_dim(dims[i], x.rank()));
+  return std::vector<Value>{x};
+}
+
+// constant_pad_nd(self, int[] pad, Scalar value=0): pad pairs run from the last dim
+// backwards; negative amounts crop, which stablehlo.pad supports directly.
+Result lower_constant_pad_nd(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  const Dims& pad = c.int_list(1);
+  if (pad.size() % 2 != 0 || static_cast<int64_t>(pad.size()) / 2 > x.rank()) {
+    return base::invalid_argument("lowering: constant_pad_nd: pad length " +
+                                  std::to_string(pad.size()) + " is odd or longer than 2*rank " +
+                                  std::to_string(2 * x.rank()));
+  }
+  Dims low(x.rank(), 0), high(x.rank(), 0), interior(x.rank(), 0);
+  for (size_t i = 0; i < pad.size() / 2; ++i) {
+    int64_t d = x.rank() - 1 - static_cast<int64_t>(i);
+    low[d] = pad[2 * i];
+    high[d] = pad[2 * i + 1];
+  }
+  DType t = x.dtype();
+  Value value = c.is_none(2) ? b.constant(0, t) : c.scalar(2, t);
+  Value r = b.op("stablehlo.pad", {x, value}, c.out_type(),
+                 "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
+                     i64_array(high) + ", interior_padding = " + i64_array(interior));
+  return std::vector<Value>{r};
+}
+
+// repeat(self, int[] repeats): broadcast into interleaved [r0, s0, r1, s1, ...] and merge
+// each pair, so every copy is laid out whole along its dim.
+Result lower_repeat(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  const Dims& repeats = c.int_list(1);
+  int64_t rank = static_cast<int64_t>(repeats.size());
+  if (rank < x.rank()) {
+    return base::invalid_argument("lowering: repeat: number of repeats (" + std::to_string(rank) +
+                                  ") is smaller than the tensor's rank (" +
+                                  std::to_string(x.rank()) + ")");
+  }
+  Dims padded(rank - x.rank(), 1);
+  for (int64_t d : x.dims()) padded.push_back(d);
+  x = b.reshape(x, padded);
+  Dims interleaved, bdims;
+  for (int64_t i = 0; i < rank; ++i) {
+    interleaved.push_back(repeats[i]);
+    interleaved.push_back(padded[i]);
+    bdims.push_back(2 * i + 1);
+  }
+  Value wide = b.broadcast_in_dim(x, interleaved, bdims);
+  return std::vector<Value>{b.reshape(wide, c.out_type().dims)};
+}
+
+// tril/triu(self, int diagonal=0) over the last two dims.
+LoweringFn triangle(bool lower) {
+  return [lower](LoweringContext& c) -> Result {
+    Builder& b = c.b();
+    Value x = c.tensor(0);
+    if (x.rank() < 2) {
+      return base::invalid_argument("lowering: " + c.op_name() +
+                                    ": input must have at least 2 dims (got " +
+                                    std::to_string(x.rank()) + ")");
+    }
+    TensorType it{DType::kI64, x.dims()};
+    Value offset = b.sub(b.iota(it, x.rank() - 1), b.iota(it, x.rank() - 2));
+    Value diagonal = b.broadcast_in_dim(b.constant_i64(c.int_arg(1), DType::kI64), x.dims(), {});
+    Value keep = b.compare(offset, diagonal, lower ? "LE" : "GE");
+    return std::vector<Value>{to_out(c, b.select(keep, x, filled(b, 0, x.type)))};
+  };
+}
+
+// Length of the diagonal `offset` of an (n1 x n2) matrix.
+int64_t diagonal_length(int64_t n1, int64_t n2, int64_t offset) {
+  int64_t len = offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2);
+  return std::max<int64_t>(len, 0);
+}
+
+// diagonal_copy(self, offset=0, dim1=0, dim2=1): moves dim1, dim2 last, flattens them, and
+// takes every (n2 + 1)-th element from the diagonal's first one.
+Result lower_diagonal_copy(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  int64_t offset = c.int_arg(1);
+  int64_t d1 = wrap_dim(c.int_arg(2), x.rank()), d2 = wrap_dim(c.int_arg(3), x.rank());
+  if (d1 == d2) {
+    return base::invalid_argument("lowering: diagonal_copy: dim1 and dim2 are both " +
+                                  std::to_string(d1));
+  }
+  const TensorType& out = c.out_type();
+  int64_t n1 = x.dims()[d1], n2 = x.dims()[d2];
+  int64_t len = diagonal_length(n1, n2, offset);
+  if (len == 0 || out.num_elements() == 0) return std::vector<Value>{filled(b, 0, out)};
+  Dims perm, batch;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i != d1 && i != d2) {
+      perm.push_back(i);
+      batch.push_back(x.dims()[i]);
+    }
+  }
+  perm.push_back(d1);
+  perm.push_back(d2);
+  Dims flat_dims = batch;
+  flat_dims.push_back(n1 * n2);
+  Value flat = b.reshape(b.transpose(x, perm), flat_dims);
+  int64_t first = std::max<int64_t>(-offset, 0) * n2 + std::max<int64_t>(offset, 0);
+  Dims start(batch.size(), 0), limit = batch, strides(batch.size(), 1);
+  start.push_back(first);
+  limit.push_back(first + (len - 1) * (n2 + 1) + 1);
+  strides.push_back(n2 + 1);
+  return std::vector<Value>{b.slice(flat, start, limit, strides)};
+}
+
+// diag_embed(self, offset=0, dim1=-2, dim2=-1): the last dim of self becomes the diagonal
+// `offset` of a new (dim1, dim2) plane. Self is broadcast along the plane (indexed by row
+// for offset >= 0, by column otherwise) and masked to the diagonal.
+Result lower_diag_embed(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  const TensorType& out = c.out_type();
+  int64_t offset = c.int_arg(1);
+  int64_t d1 = wrap_dim(c.int_arg(2), out.rank()), d2 = wrap_dim(c.int_arg(3), out.rank());
+  if (d1 == d2 || x.rank() == 0) {
+    return base::invalid_argument("lowering: diag_embed: needs a tensor of rank >= 1 and two "
+                                  "distinct dims (got dim1 = dim2 = " + std::to_string(d1) + ")");
+  }
+  int64_t n = x.dims().back();
+  int64_t m = n + (offset >= 0 ? offset : -offset);
+  // Pad the diagonal's dim to the plane's size; padded entries are masked off below.
+  Dims low(x.rank(), 0), high(x.rank(), 0), interior(x.rank(), 0);
+  high.back() = m - n;
+  Dims padded_dims = x.dims();
+  padded_dims.back() = m;
+  Value padded = b.op("stablehlo.pad", {x, b.constant(0, x.dtype())},
+                      TensorType{x.dtype(), padded_dims},
+                      "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
+                          i64_array(high) + ", interior_padding = " + i64_array(interior));
+  Dims bdims;
+  for (int64_t i = 0; i < out.rank(); ++i) {
+    if (i != d1 && i != d2) bdims.push_back(i);
+  }
+  bdims.push_back(offset >= 0 ? d1 : d2);
+  Value wide = b.broadcast_in_dim(padded, out.dims, bdims);
+  TensorType it{DType::kI64, out.dims};
+  Value diff = b.sub(b.iota(it, d2), b.iota(it, d1));
+  Value on_diag = b.compare(diff, b.broadcast_in_dim(b.constant_i64(offset, DType::kI64), out.dims, {}), "EQ");
+  return std::vector<Value>{to_out(c, b.select(on_diag, wide, filled(b, 0, wide.type)))};
+}
+
+// `src` laid into a tensor of self's shape along `dim`: element k of src lands at
+// first + k * step; returns (placed, mask of the positions it covers).
+std::pair<Value, Value> place_along(Builder& b, Value self, Value src, int64_t dim, int64_t first,
+                                    int64_t step) {
+  int64_t len = src.dims()[dim], size = self.dims()[dim];
+  Dims low(self.rank(), 0), high(self.rank(), 0), interior(self.rank(), 0);
+  low[dim] = first;
+  high[dim] = size - (first + (len - 1) * step + 1);
+  interior[dim] = step - 1;
+  Value placed = b.op("stablehlo.pad", {b.convert(src, self.dtype()), b.constant(0, self.dtype())},
+                      self.type,
+                      "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
+                          i64_array(high) + ", interior_padding = " + i64_array(interior));
+  TensorType it{DType::kI64, self.dims()};
+  Value rel = b.sub(b.iota(it, dim), b.broadcast_in_dim(b.constant_i64(first, DType::kI64), self.dims(), {}));
+  Value zero = filled(b, 0, it);
+  Value on_step = b.compare(b.binary("remainder", rel, filled(b, step, it)), zero, "EQ");
+  Value in_range = b.binary("and", b.compare(rel, zero, "GE"),
+                            b.compare(rel, filled(b, (len - 1) * step, it), "LE"));
+  return {placed, b.binary("and", on_step, in_range)};
+}
+
+// slice_scatter(self, src, dim=0, start=None, end=None, step=1): the functional form of
+// writing src through self[start:end:step] along dim (compiled graphs use it).
+Result lower_slice_scatter(LoweringContext& c) {
+  Builder& b = c.b();
+  Value self = c.tensor(0);
+  Value src = c.tensor(1);
+  int64_t dim = wrap_dim(c.int_arg(2), self.rank());
+  int64_t size = self.dims()[dim];
+  int64_t start = c.is_none(3) ? 0 : c.int_arg(3);
+  if (start < 0) start += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  int64_t step = c.is_none(5) ? 1 : c.int_arg(5);
+  if (src.type.num_elements() == 0 || src.dims()[dim] == 0) return std::vector<Value>{self};
+  auto [placed, mask] = place_along(b, self, src, dim, start, step);
+  return std::vector<Value>{b.select(mask, placed, self)};
+}
+
+// select_scatter(self, src, dim, index): src (self without dim) written at self[..., index].
+Result lower_select_scatter(LoweringContext& c) {
+  Builder& b = c.b();
+  Value self = c.tensor(0);
+  int64_t dim = wrap_dim(c.int_arg(2), self.rank());
+  int64_t index = c.int_arg(3);
+  if (index < 0) index += self.dims()[dim];
+  Dims with_dim = self.dims();
+  with_dim[dim] = 1;
+  Value src = b.reshape(c.tensor(1), with_dim);
+  if (self.type.num_elements() == 0) return std::vector<Value>{self};
+  auto [placed, mask] = place_along(b, self, src, dim, index, 1);
+  return std::vector<Value>{b.select(mask, placed, self)};
+}
+
+}  // namespace
+
+void register_shape_lowerings() {
+  register_lowering({"aten::cat", "aten::cat.out"}, lower_cat);
+  register_lowering({"aten::flip", "aten::flip.out"}, lower_flip);
+  register_lowering({"aten::roll", "aten::roll.out"}, lower_roll);
+  // constant_pad_nd and repeat have composite kernels today; registered so that compiled
+  // graphs (which keep them as single aten ops) and any explicit override can use them.
+  register_lowering({"aten::constant_pad_nd", "aten::constant_pad_nd.out"}, lower_constant_pad_nd);
+  register_lowering({"aten::repeat", "aten::repeat.out"}, lower_repeat);
+  register_lowering({"aten::tril", "aten::tril_", "aten::tril.out"}, triangle(true));
+  register_lowering({"aten::triu", "aten::triu_", "aten::triu.out"}, triangle(false));
+  register_lowering({"aten::diagonal_copy", "aten::diagonal_copy.out"}, lower_diagonal_copy);
+  register_lowering({"aten::diag_embed", "aten::diag_embed.out"}, lower_diag_embed);
+  register_lowering({"aten::slice_scatter", "aten::slice_scatter.out"}, lower_slice_scatter);
+  register_lowering({"aten::select_scatter", "aten::select_scatter.out"}, lower_select_scatter);
+}
+
+}  // namespace torchtpu::lowering

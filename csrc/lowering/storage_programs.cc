@@ -1,0 +1,114 @@
+#include "lowering/storage_programs.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+int64_t numel_of(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+bool is_contiguous(const Dims& sizes, const Dims& strides) {
+  int64_t expected = 1;
+  for (int64_t i = static_cast<int64_t>(sizes.size()) - 1; i >= 0; --i) {
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
+}
+
+// Flat indices (i64) of every element of the view, shaped `sizes` + [1] for gather/scatter.
+Value flat_indices(Builder& b, const Dims& sizes, const Dims& strides, int64_t offset) {
+  TensorType t{DType::kI64, sizes};
+  Value idx = b.broadcast_to(b.constant_i64(offset, DType::kI64), sizes);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k] == 1 || strides[k] == 0) continue;
+    Value term = b.mul(b.iota(t, static_cast<int64_t>(k)),
+                       b.broadcast_to(b.constant_i64(strides[k], DType::kI64), sizes));
+    idx = b.add(idx, term);
+  }
+  Dims with_vec = sizes;
+  with_vec.push_back(1);
+  return b.reshape(idx, with_vec);
+}
+
+std::string gather_attrs(int64_t rank) {
+  return "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = "
+         "[0], index_vector_dim = " +
+         std::to_string(rank) + ">, indices_are_sorted = false, slice_sizes = array<i64: 1>";
+}
+
+std::string scatter_attrs(int64_t rank) {
+  return "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<"
+         "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = " +
+         std::to_string(rank) + ">, unique_indices = false";
+}
+
+}  // namespace
+
+bool is_whole_buffer_view(int64_t buffer_numel, const Dims& sizes, const Dims& strides,
+                          int64_t offset) {
+  return offset == 0 && numel_of(sizes) == buffer_numel && is_contiguous(sizes, strides);
+}
+
+std::string strided_read_module(const TensorType& base, const Dims& sizes, const Dims& strides,
+                                int64_t offset) {
+  Builder b("torchtpu_view_read");
+  Value src = b.param(base);
+  int64_t n = base.num_elements();
+  int64_t count = numel_of(sizes);
+  TensorType out{base.dtype, sizes};
+  if (count == 0) return b.finish({b.zeros(out)});
+  Value flat = b.reshape(src, {n});
+  if (is_contiguous(sizes, strides)) {
+    // A contiguous window: one slice, no index arithmetic.
+    Value window = b.slice(flat, {offset}, {offset + count}, {1});
+    return b.finish({b.reshape(window, sizes)});
+  }
+  Value idx = flat_indices(b, sizes, strides, offset);
+  Value r = b.op("stablehlo.gather", {flat, idx}, out, gather_attrs(static_cast<int64_t>(sizes.size())));
+  return b.finish({r});
+}
+
+std::string strided_write_module(const TensorType& base, const Dims& sizes, const Dims& strides,
+                                 int64_t offset) {
+  Builder b("torchtpu_view_write");
+  Value dst = b.param(base);
+  Value value = b.param(TensorType{base.dtype, sizes});
+  int64_t n = base.num_elements();
+  int64_t count = numel_of(sizes);
+  if (count == 0) return b.finish({dst});
+  Value flat = b.reshape(dst, {n});
+  Value result;
+  if (is_contiguous(sizes, strides)) {
+    // Contiguous window: splice [head | value | tail].
+    std::vector<Value> parts;
+    if (offset > 0) parts.push_back(b.slice(flat, {0}, {offset}, {1}));
+    parts.push_back(b.reshape(value, {count}));
+    if (offset + count < n) parts.push_back(b.slice(flat, {offset + count}, {n}, {1}));
+    result = b.concatenate(parts, 0);
+  } else {
+    Value idx = flat_indices(b, sizes, strides, offset);
+    TensorType scalar{base.dtype, {}};
+    result = b.op_with_region(
+        "stablehlo.scatter", {flat, idx, value}, {flat.type}, {scalar, scalar},
+        [](Builder&, const std::vector<Value>& args) { return std::vector<Value>{args[1]}; },
+        scatter_attrs(static_cast<int64_t>(sizes.size())))[0];
+  }
+  return b.finish({b.reshape(result, base.dims)});
+}
+
+std::string convert_module(const TensorType& src, DType dtype, const Dims& dims) {
+  Builder b("torchtpu_convert");
+  Value v = b.param(src);
+  return b.finish({b.broadcast_to(b.convert(v, dtype), dims)});
+}
+
+std::string zeros_module(const TensorType& t) {
+  Builder b("torchtpu_zeros");
+  return b.finish({b.zeros(t)});
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,31 @@
+// Programs the device layer needs that are not aten ops: reading a strided view out of a
+// storage buffer, writing a value back through a view, converting and broadcasting for
+// copies, and zero-filling. Each returns a module with one result.
+//
+// A storage buffer has the logical shape it was produced with (`base`); views address it
+// by PyTorch's (sizes, strides, offset) over the flattened buffer, row-major.
+#pragma once
+
+#include <string>
+
+#include "lowering/hlo_builder.h"
+
+namespace torchtpu::lowering {
+
+// (base) -> the view's values, shape `sizes`, dtype base.dtype.
+std::string strided_read_module(const TensorType& base, const Dims& sizes, const Dims& strides,
+                                int64_t offset);
+// (base, value[sizes]) -> base with the view's elements replaced by value.
+std::string strided_write_module(const TensorType& base, const Dims& sizes, const Dims& strides,
+                                 int64_t offset);
+// (src) -> src converted to `dtype` and broadcast (NumPy rules) to `dims`.
+std::string convert_module(const TensorType& src, DType dtype, const Dims& dims);
+// () -> zeros of type `t`.
+std::string zeros_module(const TensorType& t);
+
+// True when the view (sizes, strides, offset) covers the buffer exactly in row-major
+// order, so the buffer can be used as the view's value after a reshape.
+bool is_whole_buffer_view(int64_t buffer_numel, const Dims& sizes, const Dims& strides,
+                          int64_t offset);
+
+}  // namespace torchtpu::lowering

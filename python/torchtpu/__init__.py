@@ -1,0 +1,47 @@
+"""torchtpu: PyTorch on XLA accelerators through a device named ``tpu``.
+
+Importing this package registers the device: tensors created with ``device="tpu"`` live in
+PJRT buffers, every op is lowered to StableHLO and run by a PJRT plugin (the XLA CPU plugin
+by default; ``TORCHTPU_PJRT_PLUGIN=<path.so>`` selects another, e.g. the CUDA plugin or
+libtpu).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torchtpu import _plugin
+
+# Torch's own libraries must be loaded before our extension resolves against them.
+from torchtpu import _C  # noqa: E402
+
+_C._init(_plugin.default_plugin_path())
+
+torch.utils.rename_privateuse1_backend("tpu")
+
+from torchtpu import device as _device_module  # noqa: E402
+
+torch._register_device_module("tpu", _device_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=False
+)
+
+from torchtpu import debug  # noqa: E402
+from torchtpu.device import (  # noqa: E402
+    current_device,
+    device_count,
+    is_available,
+    manual_seed,
+    set_device,
+    synchronize,
+)
+
+__all__ = [
+    "current_device",
+    "debug",
+    "device_count",
+    "is_available",
+    "manual_seed",
+    "set_device",
+    "synchronize",
+]

@@ -1,0 +1,69 @@
+"""Nothing silent: metrics of the ``tpu`` device and a readable report.
+
+``metrics()`` returns counters (compiles, cache hits, executions, transfers and bytes,
+compile time) and CPU fallbacks per op. ``report()`` renders them as a table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchtpu import _C
+
+
+def metrics() -> dict[str, Any]:
+    """A snapshot of every counter; ``fallback_ops`` maps op name -> number of CPU runs."""
+    counters: dict[str, Any] = dict(_C.counters())
+    keyed = _C.keyed_counters()
+    counters["fallback_ops"] = dict(keyed.get("fallback_ops", {}))
+    counters["host_roundtrip_ops"] = dict(keyed.get("host_roundtrip_ops", {}))
+    counters["compile_time_s"] = counters.get("compile_time_us", 0) / 1e6
+    counters["num_op_signatures_cached"] = _C.op_cache_size()
+    return counters
+
+
+def reset_metrics() -> None:
+    _C.reset_metrics()
+
+
+_ROWS = [
+    ("num_compiles", "programs compiled"),
+    ("compile_time_s", "seconds compiling"),
+    ("num_compile_cache_hits_memory", "compile cache hits (memory)"),
+    ("num_op_signatures_compiled", "op signatures compiled"),
+    ("num_eager_ops", "eager ops executed on tpu"),
+    ("num_executions", "programs executed (ops + copies/views)"),
+    ("num_cpu_fallbacks", "ops run on the CPU (fallback)"),
+    ("num_data_checks", "data checks read back (index bounds)"),
+    ("num_host_roundtrips", "data-dependent ops via host (nonzero...)"),
+    ("num_transfers_to_device", "host->device transfers"),
+    ("transfer_to_device_bytes", "host->device bytes"),
+    ("num_transfers_to_host", "device->host transfers"),
+    ("transfer_to_host_bytes", "device->host bytes"),
+]
+
+
+def report() -> str:
+    """A readable table of the metrics, with every CPU fallback listed by op."""
+    m = metrics()
+    width = max(len(label) for _, label in _ROWS)
+    lines = ["torchtpu report", "-" * (width + 16)]
+    for key, label in _ROWS:
+        value = m.get(key, 0)
+        shown = f"{value:.3f}" if isinstance(value, float) else f"{value:,}"
+        lines.append(f"{label:<{width}}  {shown:>12}")
+    fallbacks = m["fallback_ops"]
+    lines.append("-" * (width + 16))
+    if fallbacks:
+        lines.append("CPU fallbacks by op (each copies inputs to the host and back):")
+        for op, n in sorted(fallbacks.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {op:<{width - 2}}  {n:>12,}")
+    else:
+        lines.append("CPU fallbacks: none")
+    if m["host_roundtrip_ops"]:
+        lines.append("Host round-trips for data-dependent shapes (by design):")
+        for op, n in sorted(m["host_roundtrip_ops"].items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {op:<{width - 2}}  {n:>12,}")
+    text = "\n".join(lines)
+    print(text)
+    return text

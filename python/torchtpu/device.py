@@ -1,0 +1,103 @@
+"""The ``torch.tpu`` module: device management and random state for the ``tpu`` device."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+from torchtpu import _C
+
+
+def is_available() -> bool:
+    """True when a PJRT plugin loaded and reports at least one device."""
+    return _C.device_count() > 0
+
+
+def device_count() -> int:
+    return _C.device_count()
+
+
+def current_device() -> int:
+    return _C.current_device()
+
+
+def _index(device: int | str | torch.device | None) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    if d.type != "tpu":
+        raise ValueError(f"tpu: expected a tpu device, got {d}")
+    return current_device() if d.index is None else d.index
+
+
+def set_device(device: int | str | torch.device) -> None:
+    _C.set_device(_index(device))
+
+
+@contextlib.contextmanager
+def device(device: int | str | torch.device) -> Iterator[None]:
+    """Context manager that makes ``device`` current inside the block."""
+    previous = current_device()
+    set_device(device)
+    try:
+        yield
+    finally:
+        set_device(previous)
+
+
+def synchronize(device: int | str | torch.device | None = None) -> None:
+    """Blocks until the work queued so far on ``device`` has finished."""
+    _C.synchronize(_index(device))
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the current device's generator."""
+    _C.manual_seed(current_device(), int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def manual_seed_all(seed: int) -> None:
+    for i in range(device_count()):
+        _C.manual_seed(i, int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def seed() -> None:
+    _C.seed(current_device())
+
+
+def seed_all() -> None:
+    for i in range(device_count()):
+        _C.seed(i)
+
+
+def initial_seed() -> int:
+    return _C.initial_seed(current_device())
+
+
+def get_rng_state(device: int | str | torch.device | None = None) -> torch.Tensor:
+    """The generator state of ``device`` as a uint8 CPU tensor (seed, offset)."""
+    return _C.get_rng_state(_index(device))
+
+
+def set_rng_state(state: torch.Tensor, device: int | str | torch.device | None = None) -> None:
+    _C.set_rng_state(_index(device), state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(states: list[torch.Tensor]) -> None:
+    for i, state in enumerate(states):
+        set_rng_state(state, i)
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.bfloat16, torch.float16]
+
+
+def _is_in_bad_fork() -> bool:
+    return False
