@@ -5,6 +5,7 @@
 #include "aten/op_kernel.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_guard.h"
+#include "aten/tpu_storage.h"
 #include "base/metrics.h"
 #include "lowering/lowering.h"
 
@@ -58,6 +59,10 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("set_rng_state", [](int device, const at::Tensor& state) {
     generator_impl(device)->set_state(*state.unsafeGetTensorImpl());
+  });
+  m.def("block_until_ready", [](const at::Tensor& t) {
+    auto status = aten::read_tensor(t)->await_ready();
+    TORCH_CHECK(status.ok(), status.message());
   });
   m.def("counters", &base::counters_snapshot);
   m.def("keyed_counters", &base::keyed_counters_snapshot);

@@ -27,6 +27,14 @@ torch.utils.generate_methods_for_privateuse1_backend(
 )
 
 from torchtpu import debug  # noqa: E402
+
+
+def block_until_ready(tensor: torch.Tensor) -> torch.Tensor:
+    """Waits until ``tensor``'s value is computed (ops are asynchronous) and returns it."""
+    _C.block_until_ready(tensor)
+    return tensor
+
+
 from torchtpu.device import (  # noqa: E402
     current_device,
     device_count,
@@ -37,6 +45,7 @@ from torchtpu.device import (  # noqa: E402
 )
 
 __all__ = [
+    "block_until_ready",
     "current_device",
     "debug",
     "device_count",

@@ -1,0 +1,68 @@
+# torchtpu developer entry points. Every target that runs code first runs scripts/setup.sh,
+# which is idempotent and fast when nothing is missing.
+#
+#   make setup   system packages, .venv, Python deps, first build (skipped when done)
+#   make build   setup + incremental rebuild/reinstall of the C++ extension
+#   make test    build, then the C++ (ctest) and Python (pytest) suites
+#   make demo    build, then examples/train_demo.py
+#   make bench   build, then bench/eager_overhead.py
+#   make clean   remove what these targets build: build/<wheel tag>, caches (keeps .venv and
+#                any other tree under build/); `make distclean` removes build/ and .venv
+#
+# Variables: VERBOSE=1 (pip -v), JOBS (compile jobs, default: cores), CTEST_JOBS (default 2),
+# PYTEST_TIMEOUT (seconds per Python test), PYTEST_ARGS, CTEST_ARGS.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+PY := .venv/bin/python
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CTEST_JOBS ?= 2
+PYTEST_TIMEOUT ?= 300
+PYTEST_ARGS ?=
+CTEST_ARGS ?=
+export VERBOSE
+export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
+
+# The CMake tree that scikit-build-core keeps at build/{wheel_tag}, for this venv's Python.
+BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-* \
+	2>/dev/null | head -1
+
+.PHONY: setup build test test-cpp test-python demo bench clean distclean
+
+setup:
+	bash scripts/setup.sh
+
+build:
+	TORCHTPU_REBUILD=1 bash scripts/setup.sh
+
+# Both suites always run, so both summaries are printed; the target fails if either fails.
+test: build
+	@rc=0; \
+	$(MAKE) --no-print-directory test-cpp || rc=1; \
+	$(MAKE) --no-print-directory test-python || rc=1; \
+	if [[ $$rc -ne 0 ]]; then echo "make test: FAILED (see the summaries above)"; fi; \
+	exit $$rc
+
+test-cpp:
+	@dir=$$($(BUILD_DIR_CMD)); \
+	if [[ -z "$$dir" ]]; then echo "make test: no build/<wheel tag> tree; run make build"; exit 1; fi; \
+	echo "== C++ tests (ctest, $$dir)"; \
+	ctest --test-dir "$$dir" --output-on-failure -j$(CTEST_JOBS) $(CTEST_ARGS)
+
+test-python:
+	@echo "== Python tests (pytest tests/python, timeout $(PYTEST_TIMEOUT)s per test)"
+	$(PY) -m pytest tests/python -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
+
+demo: build
+	$(PY) examples/train_demo.py
+
+bench: build
+	$(PY) bench/eager_overhead.py
+
+clean:
+	rm -rf build/cp*-* dist .pytest_cache .ruff_cache .venv/.torchtpu-editable
+	find . -path ./.venv -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+distclean: clean
+	rm -rf build .venv
