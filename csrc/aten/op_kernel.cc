@@ -429,6 +429,28 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
   for (auto& r : results) stack->push_back(std::move(r));
 }
 
+// Batch norm in training mode also updates the running statistics in place, which the
+// schema does not declare as results: running = (1 - momentum) * running + momentum *
+// batch statistic, with the unbiased variance (PyTorch's CPU kernel does the same).
+void update_batch_norm_stats(const std::string& name, c10::ArrayRef<c10::IValue> args,
+                             const torch::jit::Stack& results) {
+  if (name != "aten::native_batch_norm" && name != "aten::_native_batch_norm_legit") return;
+  const at::Tensor& input = args[0].toTensor();
+  if (!args[5].toBool() || args[3].isNone() || args[4].isNone()) return;
+  const at::Tensor& running_mean = args[3].toTensor();
+  const at::Tensor& running_var = args[4].toTensor();
+  if (!running_mean.defined() || !running_var.defined()) return;
+  double momentum = args[6].toDouble();
+  double eps = args[7].toDouble();
+  int64_t n = input.numel() / std::max<int64_t>(input.size(1), 1);
+  at::Tensor save_mean = results[results.size() - 2].toTensor();
+  at::Tensor save_invstd = results[results.size() - 1].toTensor();
+  at::Tensor biased_var = save_invstd.pow(-2).sub_(eps);
+  at::Tensor unbiased_var = biased_var.mul_(static_cast<double>(n) / std::max<int64_t>(n - 1, 1));
+  running_mean.mul_(1 - momentum).add_(save_mean.to(running_mean.scalar_type()), momentum);
+  running_var.mul_(1 - momentum).add_(unbiased_var.to(running_var.scalar_type()), momentum);
+}
+
 bool fallback_is_error() {
   const char* mode = std::getenv("TORCHTPU_FALLBACK");
   return mode != nullptr && std::strcmp(mode, "error") == 0;
@@ -489,7 +511,9 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     cpu_fallback(op, stack, f.reason);
     return;
   }
+  std::vector<c10::IValue> args(ivalues.begin(), ivalues.end());
   run_compiled(*compiled, schema, stack, info);
+  update_batch_norm_stats(name, args, *stack);
 }
 
 }  // namespace torchtpu::aten

@@ -27,6 +27,15 @@ LoweringFn promoted_binary(const char* hlo_op) {
   };
 }
 
+// maximum/minimum through the Builder's NaN-propagating forms.
+LoweringFn lower_max_min(bool is_max) {
+  return [is_max](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    DType t = c.result_type({0, 1});
+    Value a = out_operand(c, 0, t), b = out_operand(c, 1, t);
+    return std::vector<Value>{to_out(c, is_max ? c.b().max(a, b) : c.b().min(a, b))};
+  };
+}
+
 // add/sub with alpha: self (op) other * alpha.
 LoweringFn add_like(const char* hlo_op) {
   return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
@@ -232,8 +241,8 @@ void register_elementwise_lowerings() {
   register_lowering({"aten::div.out_mode"}, lower_div);
   register_with_variants("remainder", {"Tensor", "Scalar"}, lower_remainder);
   register_with_variants("fmod", {"Tensor", "Scalar"}, promoted_binary("remainder"));
-  register_with_variants("maximum", {""}, promoted_binary("maximum"));
-  register_with_variants("minimum", {""}, promoted_binary("minimum"));
+  register_with_variants("maximum", {""}, lower_max_min(/*is_max=*/true));
+  register_with_variants("minimum", {""}, lower_max_min(/*is_max=*/false));
   register_with_variants("pow", {"Tensor_Tensor", "Tensor_Scalar"}, lower_pow);
   register_lowering({"aten::pow.Scalar", "aten::pow.Scalar_out", "aten::pow.Tensor_Scalar_out",
                      "aten::pow.Tensor_Tensor_out"},

@@ -282,12 +282,38 @@ Value Builder::reduce_sum(Value v, const Dims& dims) {
   return reduce(v, zeros(TensorType{v.dtype(), {}}), dims, v.dtype() == DType::kBool ? "or" : "add");
 }
 
+Value Builder::nan_propagating(std::string_view name, Value a, Value b) {
+  Value r = binary(name, a, b);
+  if (!base::is_floating(a.dtype())) return r;
+  return select(compare(a, a, "NE"), a, select(compare(b, b, "NE"), b, r));
+}
+
+namespace {
+
+Value reduce_with(Builder& b, Value v, Value init, const Dims& dims, bool is_max) {
+  Dims out;
+  for (int64_t i = 0; i < v.rank(); ++i) {
+    bool reduced = false;
+    for (int64_t d : dims) reduced |= d == i;
+    if (!reduced) out.push_back(v.dims()[i]);
+  }
+  TensorType scalar{v.dtype(), {}};
+  return b.op_with_region(
+      "stablehlo.reduce", {v, init}, {TensorType{v.dtype(), out}}, {scalar, scalar},
+      [is_max](Builder& rb, const std::vector<Value>& args) {
+        return std::vector<Value>{is_max ? rb.max(args[0], args[1]) : rb.min(args[0], args[1])};
+      },
+      "dimensions = " + i64_array(dims))[0];
+}
+
+}  // namespace
+
 Value Builder::reduce_max(Value v, const Dims& dims) {
-  return reduce(v, min_value(v.dtype()), dims, "maximum");
+  return reduce_with(*this, v, min_value(v.dtype()), dims, /*is_max=*/true);
 }
 
 Value Builder::reduce_min(Value v, const Dims& dims) {
-  return reduce(v, max_value(v.dtype()), dims, "minimum");
+  return reduce_with(*this, v, max_value(v.dtype()), dims, /*is_max=*/false);
 }
 
 Value Builder::max_value(DType t) {

@@ -97,8 +97,10 @@ class Builder {
   Value sub(Value a, Value b) { return binary("subtract", a, b); }
   Value mul(Value a, Value b) { return binary("multiply", a, b); }
   Value div(Value a, Value b) { return binary("divide", a, b); }
-  Value max(Value a, Value b) { return binary("maximum", a, b); }
-  Value min(Value a, Value b) { return binary("minimum", a, b); }
+  // NaN-propagating like PyTorch (XLA's CPU maximum/minimum return the non-NaN operand
+  // when only the second one is NaN).
+  Value max(Value a, Value b) { return nan_propagating("maximum", a, b); }
+  Value min(Value a, Value b) { return nan_propagating("minimum", a, b); }
   // direction: EQ NE LT LE GT GE. Result is i1 with a's dims.
   Value compare(Value a, Value b, std::string_view direction);
   Value select(Value pred, Value on_true, Value on_false);
@@ -125,6 +127,7 @@ class Builder {
   std::string finish(const std::vector<Value>& results);
 
  private:
+  Value nan_propagating(std::string_view op, Value a, Value b);
   std::string name_of(const Value& v) const;
   std::string signature(const std::vector<Value>& operands,
                         const std::vector<TensorType>& results) const;
