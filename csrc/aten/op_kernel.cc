@@ -30,6 +30,7 @@ struct CompiledOp {
   std::vector<bool> return_defined;       // per schema return
   std::vector<int> return_to_arg;         // per schema return: mutable arg it writes, or -1
   std::vector<std::string> check_messages;
+  std::vector<lowering::CheckKind> check_kinds;
 };
 
 std::mutex g_cache_mu;
@@ -80,6 +81,12 @@ std::vector<at::Tensor> present_tensors(const c10::IValue& v) {
     if (t && t->defined()) out.push_back(*t);
   }
   return out;
+}
+
+// Ops whose result shape is computed from Scalar arguments: their values join the key.
+bool shape_depends_on_scalars(const std::string& name) {
+  return name.rfind("aten::arange", 0) == 0 || name.rfind("aten::linspace", 0) == 0 ||
+         name.rfind("aten::logspace", 0) == 0;
 }
 
 struct CallInfo {
@@ -189,6 +196,13 @@ CallInfo describe_call(const c10::FunctionSchema& schema, const std::string& nam
                           " is not lowered"};
     }
     a.append_key(&info.key);
+    if (a.kind == ArgKind::kScalar && shape_depends_on_scalars(name)) {
+      // arange(0, n): the output length is a function of the scalar values.
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "v%.17g;",
+                    (v.isTensor() ? v.toTensor().item() : v.toScalar()).toDouble());
+      info.key += buf;
+    }
     info.args.push_back(std::move(a));
   }
   if (info.device < 0) info.device = 0;
@@ -197,7 +211,12 @@ CallInfo describe_call(const c10::FunctionSchema& schema, const std::string& nam
 }
 
 at::Tensor to_meta(const at::Tensor& t) {
-  if (!is_tpu(t)) return t;
+  if (!t.defined()) return t;
+  // Wrapped numbers (Python scalars) stay on the CPU: meta kernels accept them, and some
+  // are Python kernels that turn them back into numbers. Other 0-dim CPU tensors become
+  // meta, since some meta kernels (masked_fill) insist on a single device.
+  bool cpu_scalar = t.device().is_cpu() && t.dim() == 0;
+  if (!is_tpu(t) && !(cpu_scalar && !t.unsafeGetTensorImpl()->is_wrapped_number())) return t;
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
 }
 
@@ -343,6 +362,7 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
   compiled->exe = *exe;
   compiled->bindings = std::move(lowered->bindings);
   compiled->check_messages = std::move(lowered->check_messages);
+  compiled->check_kinds = std::move(lowered->check_kinds);
   base::counter_add("num_op_signatures_compiled");
   return compiled;
 }
@@ -404,7 +424,7 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
     auto status = (*outputs)[num_results + k]->to_host(&ok, 1);
     TORCH_CHECK(status.ok(), status.message());
     base::counter_add("num_data_checks");
-    TORCH_CHECK_INDEX(ok, c.check_messages[k]);
+    raise_if_failed(ok, c.check_kinds[k], c.check_messages[k]);
   }
 
   std::vector<c10::IValue> results;
@@ -457,6 +477,12 @@ bool fallback_is_error() {
 }
 
 }  // namespace
+
+void raise_if_failed(bool ok, lowering::CheckKind kind, const std::string& message) {
+  if (ok) return;
+  if (kind == lowering::CheckKind::kIndexError) TORCH_CHECK_INDEX(false, message);
+  TORCH_CHECK(false, message);
+}
 
 size_t op_cache_size() {
   std::lock_guard<std::mutex> lock(g_cache_mu);

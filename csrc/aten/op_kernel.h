@@ -11,11 +11,15 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include "lowering/lowering.h"
+
 namespace torchtpu::aten {
 
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // Runs `op` on the CPU and accounts for it; `reason` says why it could not run on tpu.
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason);
+// Raises the error a failed data check stands for (IndexError or RuntimeError).
+void raise_if_failed(bool ok, lowering::CheckKind kind, const std::string& message);
 // Number of distinct op signatures compiled in this process.
 size_t op_cache_size();
 

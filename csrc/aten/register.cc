@@ -60,6 +60,7 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }  // namespace
 
 void register_direct_lowerings() {
+  // Also prunes table entries that name no overload of this PyTorch.
   // Ops with a CompositeExplicitAutograd kernel would decompose before reaching the
   // backend fallback. Where we have a lowering for the op itself (native_layer_norm,
   // convolution_overrideable, ...) we claim it for PrivateUse1; autograd still uses the
@@ -73,10 +74,23 @@ void register_direct_lowerings() {
     std::string base = name.substr(0, dot);
     std::string overload = dot == std::string::npos ? "" : name.substr(dot + 1);
     auto op = c10::Dispatcher::singleton().findOp(c10::OperatorName("aten::" + base, overload));
-    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+    if (!op) {
+      // Family helpers register in-place/out= names by pattern; not all exist.
+      lowering::remove_lowering(full);
+      continue;
+    }
+    if (!op->hasSchema() ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
         op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
       continue;
     }
+    // View ops (permute, expand, ...) have graph-mode lowerings that copy; in eager mode
+    // they must stay metadata over the same storage.
+    bool returns_view = false;
+    for (const c10::Argument& r : op->schema().returns()) {
+      returns_view |= r.alias_info() != nullptr && !r.alias_info()->isWrite();
+    }
+    if (returns_view) continue;
     lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
   }
 }

@@ -14,6 +14,8 @@ void register_hooks();
 void register_direct_lowerings();
 }
 
+void bind_compile(pybind11::module& m);
+
 namespace {
 
 namespace py = pybind11;
@@ -70,4 +72,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("lowered_ops", &lowering::registered_lowerings);
   m.def("op_cache_size", &aten::op_cache_size);
   m.def("executable_cache_size", [] { return aten::compile_cache().size(); });
+  bind_compile(m);
 }

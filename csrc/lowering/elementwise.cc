@@ -21,7 +21,7 @@ namespace {
 // a (op) b with PyTorch promotion over args 0 and 1.
 LoweringFn promoted_binary(const char* hlo_op) {
   return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
-    DType t = c.result_type({0, 1});
+    DType t = opmath(c.result_type({0, 1}));
     Value r = c.b().binary(hlo_op, out_operand(c, 0, t), out_operand(c, 1, t));
     return std::vector<Value>{to_out(c, r)};
   };
@@ -30,7 +30,7 @@ LoweringFn promoted_binary(const char* hlo_op) {
 // maximum/minimum through the Builder's NaN-propagating forms.
 LoweringFn lower_max_min(bool is_max) {
   return [is_max](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
-    DType t = c.result_type({0, 1});
+    DType t = opmath(c.result_type({0, 1}));
     Value a = out_operand(c, 0, t), b = out_operand(c, 1, t);
     return std::vector<Value>{to_out(c, is_max ? c.b().max(a, b) : c.b().min(a, b))};
   };
@@ -40,8 +40,13 @@ LoweringFn lower_max_min(bool is_max) {
 LoweringFn add_like(const char* hlo_op) {
   return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
     Builder& b = c.b();
-    DType t = c.result_type({0, 1});
-    Value other = out_operand(c, 1, t);
+    DType rt = c.result_type({0, 1});
+    DType t = opmath(rt);
+    // PyTorch's CPU add/sub read a scalar `other` after casting it to the result dtype
+    // (unlike mul/div, which use the original value), then compute in opmath.
+    Value other = c.arg(1).kind == ArgKind::kScalar
+                      ? b.broadcast_to(b.convert(c.scalar(1, rt), t), c.out_type().dims)
+                      : out_operand(c, 1, t);
     if (c.num_args() > 2 && c.arg(2).kind == ArgKind::kScalar) {
       other = b.mul(other, b.broadcast_to(c.scalar(2, t), c.out_type().dims));
     }
@@ -64,7 +69,7 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
   for (size_t i = 2; i < c.num_args(); ++i) {
     if (c.arg(i).kind == ArgKind::kString) mode = c.string_arg(i);
   }
-  DType t = c.result_type({0, 1});
+  DType t = opmath(c.result_type({0, 1}));
   if (mode.empty()) {
     if (!base::is_floating(t)) t = DType::kF32;  // true division of integers
     return std::vector<Value>{to_out(c, b.div(out_operand(c, 0, t), out_operand(c, 1, t)))};
@@ -85,7 +90,7 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
 
 base::StatusOr<std::vector<Value>> lower_remainder(LoweringContext& c) {
   Builder& b = c.b();
-  DType t = c.result_type({0, 1});
+  DType t = opmath(c.result_type({0, 1}));
   Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
   Value r = b.binary("remainder", x, y);  // C fmod semantics: sign of the dividend
   Value zero = b.zeros(r.type);
@@ -96,7 +101,7 @@ base::StatusOr<std::vector<Value>> lower_remainder(LoweringContext& c) {
 
 LoweringFn comparison(const char* direction) {
   return [direction](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
-    DType t = c.result_type({0, 1});
+    DType t = opmath(c.result_type({0, 1}));
     Value r = c.b().compare(out_operand(c, 0, t), out_operand(c, 1, t), direction);
     return std::vector<Value>{to_out(c, r)};
   };
@@ -161,16 +166,16 @@ base::StatusOr<std::vector<Value>> lower_clamp(LoweringContext& c) {
 // lerp(self, end, weight) = self + weight * (end - self).
 base::StatusOr<std::vector<Value>> lower_lerp(LoweringContext& c) {
   Builder& b = c.b();
-  DType t = c.out_type().dtype;
+  DType t = opmath(c.out_type().dtype);
   Value s = out_operand(c, 0, t), e = out_operand(c, 1, t), w = out_operand(c, 2, t);
-  return std::vector<Value>{b.add(s, b.mul(w, b.sub(e, s)))};
+  return std::vector<Value>{to_out(c, b.add(s, b.mul(w, b.sub(e, s))))};
 }
 
 // addcmul/addcdiv(self, t1, t2, value) = self + value * (t1 op t2).
 LoweringFn addc(const char* hlo_op) {
   return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
     Builder& b = c.b();
-    DType t = c.result_type({0, 1, 2});
+    DType t = opmath(c.result_type({0, 1, 2}));
     Value prod = b.binary(hlo_op, out_operand(c, 1, t), out_operand(c, 2, t));
     Value scaled = b.mul(prod, out_operand(c, 3, t));
     return std::vector<Value>{to_out(c, b.add(out_operand(c, 0, t), scaled))};
@@ -178,7 +183,7 @@ LoweringFn addc(const char* hlo_op) {
 }
 
 base::StatusOr<std::vector<Value>> lower_pow(LoweringContext& c) {
-  DType t = c.result_type({0, 1});
+  DType t = opmath(c.result_type({0, 1}));
   Value r = c.b().binary("power", out_operand(c, 0, t), out_operand(c, 1, t));
   return std::vector<Value>{to_out(c, r)};
 }

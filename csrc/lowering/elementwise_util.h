@@ -16,11 +16,18 @@ inline Value to_out(LoweringContext& c, Value v, size_t k = 0) {
   return c.b().convert(v, c.out_type(k).dtype);
 }
 
+// The type arithmetic runs in for a result of type `t`: float16/bfloat16 compute in
+// float32 and round once at the end, like PyTorch's CPU kernels (opmath), so a Python
+// scalar is not rounded to 16 bits before use.
+inline DType opmath(DType t) {
+  return t == DType::kF16 || t == DType::kBF16 ? DType::kF32 : t;
+}
+
 // Dtype a floating-only computation runs in: the output's dtype when it is floating,
 // else float32 (e.g. sqrt of an int tensor).
 inline DType float_compute_type(LoweringContext& c) {
   DType t = c.out_type().dtype;
-  return base::is_floating(t) ? t : DType::kF32;
+  return base::is_floating(t) ? opmath(t) : DType::kF32;
 }
 
 // Registers one lowering under the functional, in-place and out= names of an op with the

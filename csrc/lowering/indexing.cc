@@ -48,14 +48,14 @@ Value all_true(Builder& b, Value pred) {
 
 // `idx` as i64, negative entries wrapped when `wrap`; records the bounds check [0, size).
 Value checked_index(LoweringContext& c, Value idx, int64_t size, bool wrap,
-                    const std::string& message) {
+                    const std::string& message, CheckKind kind = CheckKind::kIndexError) {
   Builder& b = c.b();
   Value i = b.convert(idx, DType::kI64);
   if (i.type.num_elements() == 0) return i;
   Value zero = fill_i64(b, 0, i.dims()), n = fill_i64(b, size, i.dims());
   if (wrap) i = b.select(b.compare(i, zero, "LT"), b.add(i, n), i);
   c.require(all_true(b, b.binary("and", b.compare(i, zero, "GE"), b.compare(i, n, "LT"))),
-            message);
+            message, kind);
   return i;
 }
 
@@ -139,7 +139,9 @@ Result lower_gather(LoweringContext& c) {
   int64_t dim = wrap_dim(c.int_arg(1), self.rank());
   int64_t size = self.dims()[dim];
   Value idx = at_least_1d(b, c.tensor(2));
-  idx = checked_index(c, idx, size, false, bounds_message("gather", dim, size));
+  // PyTorch raises RuntimeError (not IndexError) for gather/scatter bounds.
+  idx = checked_index(c, idx, size, false, bounds_message("gather", dim, size),
+                      CheckKind::kRuntimeError);
   Dims all = iota_dims(self.rank());
   Value r = gather(b, self, coordinates(b, idx, dim), {}, all, all, self.rank(),
                    Dims(self.rank(), 1), idx.dims());
@@ -166,7 +168,8 @@ Result lower_scatter(LoweringContext& c) {
   int64_t size = self.dims()[dim];
   Value idx = at_least_1d(b, c.tensor(2));
   if (idx.type.num_elements() == 0) return std::vector<Value>{b.reshape(self, out.dims)};
-  idx = checked_index(c, idx, size, false, bounds_message("scatter", dim, size));
+  idx = checked_index(c, idx, size, false, bounds_message("scatter", dim, size),
+                      CheckKind::kRuntimeError);
   Value updates;
   if (c.arg(3).kind == ArgKind::kScalar) {
     updates = b.broadcast_in_dim(c.scalar(3, t), idx.dims(), {});

@@ -56,6 +56,12 @@ const LoweringFn* find_lowering(std::string_view name) {
   return it == table().end() ? nullptr : &it->second;
 }
 
+void remove_lowering(std::string_view name) {
+  ensure_registered();
+  auto it = table().find(name);
+  if (it != table().end()) table().erase(it);
+}
+
 std::vector<std::string> registered_lowerings() {
   ensure_registered();
   std::vector<std::string> names;
@@ -120,6 +126,10 @@ Value LoweringContext::tensor(size_t i) {
     bindings_.push_back({ParamBinding::Source::kTensor, static_cast<int>(i), -1, args_[i].type.dtype});
   }
   return *tensor_params_[i];
+}
+
+void LoweringContext::bind_tensor_list(size_t i, const std::vector<Value>& vs) {
+  list_params_.at(i).assign(vs.begin(), vs.end());
 }
 
 std::vector<Value> LoweringContext::tensor_list(size_t i) {
@@ -222,8 +232,8 @@ DType LoweringContext::result_type(const std::vector<size_t>& arg_indices) const
   return r.value_or(DType::kF32);
 }
 
-void LoweringContext::require(Value ok, std::string message) {
-  checks_.emplace_back(ok, std::move(message));
+void LoweringContext::require(Value ok, std::string message, CheckKind kind) {
+  checks_.push_back(Check{ok, std::move(message), kind});
 }
 
 int64_t wrap_dim(int64_t dim, int64_t rank) {
@@ -253,9 +263,10 @@ base::StatusOr<LoweredModule> lower_op(const std::string& op_name, std::vector<O
     }
   }
   LoweredModule m;
-  for (const auto& [ok, message] : ctx.checks()) {
-    results.push_back(ok);
-    m.check_messages.push_back(message);
+  for (const Check& check : ctx.checks()) {
+    results.push_back(check.ok);
+    m.check_messages.push_back(check.message);
+    m.check_kinds.push_back(check.kind);
   }
   m.text = builder.finish(results);
   m.bindings = ctx.bindings();

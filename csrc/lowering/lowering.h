@@ -46,6 +46,15 @@ struct OpArg {
   void append_key(std::string* key) const;
 };
 
+enum class CheckKind { kIndexError, kRuntimeError };
+
+// A data check: `ok` (i1 scalar) must hold, else the caller raises `message`.
+struct Check {
+  Value ok;
+  std::string message;
+  CheckKind kind = CheckKind::kIndexError;
+};
+
 // Where the runtime value of one @main parameter comes from.
 struct ParamBinding {
   enum class Source { kTensor, kTensorListItem, kScalar, kRngState } source;
@@ -65,7 +74,11 @@ class LoweringContext {
   const OpArg& arg(size_t i) const { return args_.at(i); }
   bool is_none(size_t i) const { return i >= args_.size() || args_[i].kind == ArgKind::kNone; }
 
-  // Tensor arguments (declared as parameters on first use).
+  // Graph mode: argument `i` is an existing value, not a parameter.
+  void bind_tensor(size_t i, Value v) { tensor_params_.at(i) = v; }
+  void bind_tensor_list(size_t i, const std::vector<Value>& vs);
+
+  // Tensor arguments (declared as parameters on first use unless bound).
   Value tensor(size_t i);
   const TensorType& tensor_type(size_t i) const { return args_.at(i).type; }
   std::vector<Value> tensor_list(size_t i);
@@ -89,8 +102,9 @@ class LoweringContext {
   // Data checks the caller must run after execution (XLA clamps out-of-range indices
   // where PyTorch raises): `ok` is an i1 scalar; when it is false the caller raises
   // `message` as an IndexError-style error (message shape: "index out of range: ...").
-  void require(Value ok, std::string message);
-  const std::vector<std::pair<Value, std::string>>& checks() const { return checks_; }
+  // `kind` picks the Python exception PyTorch raises for the same condition.
+  void require(Value ok, std::string message, CheckKind kind = CheckKind::kIndexError);
+  const std::vector<Check>& checks() const { return checks_; }
 
   const std::vector<TensorType>& out_types() const { return out_types_; }
   const TensorType& out_type(size_t i = 0) const { return out_types_.at(i); }
@@ -109,7 +123,7 @@ class LoweringContext {
   std::vector<std::optional<Value>> tensor_params_;
   std::vector<std::vector<std::optional<Value>>> list_params_;
   std::optional<Value> rng_param_;
-  std::vector<std::pair<Value, std::string>> checks_;
+  std::vector<Check> checks_;
 };
 
 using LoweringFn = std::function<base::StatusOr<std::vector<Value>>(LoweringContext&)>;
@@ -121,6 +135,9 @@ void register_lowering(std::initializer_list<const char*> names, LoweringFn fn);
 // nullptr when `name` has no lowering.
 const LoweringFn* find_lowering(std::string_view name);
 std::vector<std::string> registered_lowerings();
+// Drops an entry (the aten layer prunes names that are not overloads of the running
+// PyTorch, so the table and coverage reports list only reachable ops).
+void remove_lowering(std::string_view name);
 
 // Type promotion primitives (c10's table).
 DType promote_types(DType a, DType b);
@@ -135,6 +152,7 @@ struct LoweredModule {
   std::vector<ParamBinding> bindings;
   std::vector<TensorType> out_types;
   std::vector<std::string> check_messages;
+  std::vector<CheckKind> check_kinds;
 };
 
 // Lowers `op_name` with `args` into a module whose @main returns `out_types`.

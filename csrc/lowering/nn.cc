@@ -363,7 +363,8 @@ Result lower_bce(LoweringContext& c) {
   Value one = b.splat(1, x.type), floor = b.splat(-100, x.type);
   Value in_range = b.binary("and", b.compare(x, b.zeros(x.type), "GE"), b.compare(x, one, "LE"));
   c.require(b.reduce(in_range, b.constant(1, DType::kBool), range(0, x.rank()), "and"),
-            "binary_cross_entropy: all elements of input should be between 0 and 1");
+            "binary_cross_entropy: all elements of input should be between 0 and 1",
+            CheckKind::kRuntimeError);
   Value log_x = b.max(b.unary("log", x), floor);
   Value log_1mx = b.max(b.unary("log", b.sub(one, x)), floor);
   Value loss = b.unary("negate", b.add(b.mul(t, log_x), b.mul(b.sub(one, t), log_1mx)));

@@ -175,7 +175,7 @@ Result lower_normal(LoweringContext& c) {
     Dims all;
     for (int64_t d = 0; d < out.rank(); ++d) all.push_back(d);
     Value ok = b.compare(b.reduce_min(std_dev, all), b.constant(0, ct), "GE");
-    c.require(ok, "normal expects all elements of std >= 0.0");
+    c.require(ok, "normal expects all elements of std >= 0.0", CheckKind::kRuntimeError);
   }
   RandomBits bits(c);
   Value z = standard_normal(b, bits, out.dims, ct);

@@ -3,26 +3,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include "base/hash.h"
 #include "base/metrics.h"
 
 namespace torchtpu::runtime {
 
-CompileCache::CompileCache(std::shared_ptr<Client> client) : client_(std::move(client)) {
-  identity_hash_ = base::fnv1a(client_->plugin().identity());
-}
-
-uint64_t CompileCache::key_of(const std::string& module_text, int device_index) const {
-  return base::fnv1a(module_text, base::fnv1a(compile_options(device_index), identity_hash_));
-}
-
-size_t CompileCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return entries_.size();
-}
-
 namespace {
+
+uint64_t identity_hash_of(const Client& client) {
+  return base::fnv1a(client.platform_name(), base::fnv1a(client.plugin().identity()));
+}
 
 void dump_module(uint64_t key, const std::string& module_text) {
   const char* dir = std::getenv("TORCHTPU_DUMP_DIR");
@@ -35,6 +27,39 @@ void dump_module(uint64_t key, const std::string& module_text) {
 
 }  // namespace
 
+CompileCache::CompileCache(std::shared_ptr<Client> client)
+    : CompileCache(client, default_disk_cache_dir()) {}
+
+CompileCache::CompileCache(std::shared_ptr<Client> client, const std::string& disk_root)
+    : client_(std::move(client)),
+      identity_hash_(identity_hash_of(*client_)),
+      disk_(disk_root, identity_hash_) {}
+
+uint64_t CompileCache::key_of(const std::string& module_text, int device_index) const {
+  return base::fnv1a(module_text, base::fnv1a(compile_options(device_index), identity_hash_));
+}
+
+size_t CompileCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+base::StatusOr<ExecutablePtr> CompileCache::compile_and_store(uint64_t key,
+                                                              const std::string& module_text,
+                                                              int device_index) {
+  dump_module(key, module_text);
+  TORCHTPU_ASSIGN_OR_RETURN(ExecutablePtr exe, client_->compile(module_text, device_index));
+  if (disk_.enabled()) {
+    base::StatusOr<std::string> bytes = exe->serialize();
+    if (bytes.ok()) {
+      disk_.store(key, *bytes);
+    } else {
+      disk_.report_write_failure(key, bytes.status().message());
+    }
+  }
+  return exe;
+}
+
 base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& module_text,
                                                            int device_index) {
   uint64_t key = key_of(module_text, device_index);
@@ -46,8 +71,22 @@ base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& mo
       return it->second;
     }
   }
-  dump_module(key, module_text);
-  TORCHTPU_ASSIGN_OR_RETURN(ExecutablePtr exe, client_->compile(module_text, device_index));
+  ExecutablePtr exe;
+  // An out-of-range device can have no entry; let compile() report it.
+  if (device_index >= 0 && device_index < client_->num_devices()) {
+    if (std::optional<std::string> bytes = disk_.load(key)) {
+      base::StatusOr<ExecutablePtr> loaded = client_->deserialize(*bytes, device_index);
+      if (loaded.ok()) {
+        base::counter_add("num_compile_cache_hits_disk");
+        exe = std::move(loaded).value();
+      } else {
+        disk_.discard(key, "plugin cannot load it: " + loaded.status().message());
+      }
+    }
+  }
+  if (exe == nullptr) {
+    TORCHTPU_ASSIGN_OR_RETURN(exe, compile_and_store(key, module_text, device_index));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   return entries_.emplace(key, std::move(exe)).first->second;
 }

@@ -1,12 +1,21 @@
-// CompileCache: module text -> loaded executable, in memory.
+// CompileCache: module text -> loaded executable, in memory and on disk.
 //
-// Key: hash of module text + compile options (which name the device) + plugin identity. A hit counts
-// `num_compile_cache_hits_memory`; a miss compiles (counted by Client) and, when
-// TORCHTPU_DUMP_DIR is set, writes the module text to <dir>/module_<hash>.mlir.
-// Entries are never evicted (executables are small next to their buffers; the set of
-// eager op signatures in a program is bounded).
+// Key: hash of module text + compile options (which name the device) + plugin identity
+// (path, API version, `xla_version`, ...) + platform name. Lookup order:
+//   1. memory: counts `num_compile_cache_hits_memory`;
+//   2. disk (see disk_cache.h): the entry is deserialized by the plugin, counts
+//      `num_compile_cache_hits_disk`, and joins the memory tier;
+//   3. compile (counted by Client); when TORCHTPU_DUMP_DIR is set the module text goes to
+//      <dir>/module_<key>.mlir; the serialized executable is written to disk
+//      (`num_disk_cache_writes`).
+// A corrupt or unloadable disk entry is logged, counted (`num_disk_cache_corrupt`),
+// deleted and recompiled; a failed disk write is counted
+// (`num_disk_cache_write_failures`). Neither fails get_or_compile.
+// Memory entries are never evicted (executables are small next to their buffers; the set
+// of eager op signatures in a program is bounded); disk entries are never evicted either
+// (delete the directory to reclaim space).
 // Thread safety: get_or_compile may be called from any thread; two threads missing on the
-// same key may both compile, and the first insert wins.
+// same key may both compile (and both write the same disk entry), and the first insert wins.
 #pragma once
 
 #include <memory>
@@ -16,20 +25,31 @@
 
 #include "base/status.h"
 #include "runtime/client.h"
+#include "runtime/disk_cache.h"
 
 namespace torchtpu::runtime {
 
 class CompileCache {
  public:
+  // Disk tier at default_disk_cache_dir() (TORCHTPU_CACHE_DIR and friends).
   explicit CompileCache(std::shared_ptr<Client> client);
+  // Disk tier under `disk_root` ("" disables it).
+  CompileCache(std::shared_ptr<Client> client, const std::string& disk_root);
 
   base::StatusOr<ExecutablePtr> get_or_compile(const std::string& module_text, int device_index);
+  // Number of executables in the memory tier.
   size_t size() const;
   uint64_t key_of(const std::string& module_text, int device_index) const;
+  const DiskCache& disk_cache() const { return disk_; }
 
  private:
+  // Compiles and writes the result to the disk tier.
+  base::StatusOr<ExecutablePtr> compile_and_store(uint64_t key, const std::string& module_text,
+                                                  int device_index);
+
   std::shared_ptr<Client> client_;
   uint64_t identity_hash_;
+  DiskCache disk_;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, ExecutablePtr> entries_;
 };

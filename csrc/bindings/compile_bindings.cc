@@ -1,0 +1,77 @@
+// Python glue for compiled graphs: the graph description types and CompiledGraph.
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "compile/compiled_graph.h"
+#include "lowering/graph.h"
+
+namespace py = pybind11;
+using namespace torchtpu;
+
+void bind_compile(py::module& m) {
+  py::enum_<base::DType>(m, "DType")
+      .value("bool", base::DType::kBool)
+      .value("int8", base::DType::kI8)
+      .value("uint8", base::DType::kU8)
+      .value("int16", base::DType::kI16)
+      .value("int32", base::DType::kI32)
+      .value("int64", base::DType::kI64)
+      .value("float16", base::DType::kF16)
+      .value("bfloat16", base::DType::kBF16)
+      .value("float32", base::DType::kF32)
+      .value("float64", base::DType::kF64);
+  py::enum_<lowering::ArgKind>(m, "ArgKind")
+      .value("tensor", lowering::ArgKind::kTensor)
+      .value("tensor_list", lowering::ArgKind::kTensorList)
+      .value("scalar", lowering::ArgKind::kScalar)
+      .value("int", lowering::ArgKind::kInt)
+      .value("double", lowering::ArgKind::kDouble)
+      .value("bool", lowering::ArgKind::kBool)
+      .value("int_list", lowering::ArgKind::kIntList)
+      .value("none", lowering::ArgKind::kNone)
+      .value("string", lowering::ArgKind::kString)
+      .value("dtype", lowering::ArgKind::kDType);
+  py::enum_<lowering::ScalarCategory>(m, "ScalarCategory")
+      .value("bool", lowering::ScalarCategory::kBool)
+      .value("int", lowering::ScalarCategory::kInt)
+      .value("float", lowering::ScalarCategory::kFloat);
+  py::class_<lowering::TensorType>(m, "TensorType")
+      .def(py::init([](base::DType d, std::vector<int64_t> dims) {
+        return lowering::TensorType{d, std::move(dims)};
+      }))
+      .def("__repr__", &lowering::TensorType::str);
+  py::class_<lowering::OpArg>(m, "OpArg")
+      .def(py::init<>())
+      .def_readwrite("kind", &lowering::OpArg::kind)
+      .def_readwrite("type", &lowering::OpArg::type)
+      .def_readwrite("list_types", &lowering::OpArg::list_types)
+      .def_readwrite("scalar_category", &lowering::OpArg::scalar_category)
+      .def_readwrite("int_value", &lowering::OpArg::int_value)
+      .def_readwrite("double_value", &lowering::OpArg::double_value)
+      .def_readwrite("ints", &lowering::OpArg::ints)
+      .def_readwrite("string_value", &lowering::OpArg::string_value)
+      .def_readwrite("dtype", &lowering::OpArg::dtype);
+  py::class_<lowering::GraphScalar>(m, "GraphScalar")
+      .def(py::init<>())
+      .def_readwrite("category", &lowering::GraphScalar::category)
+      .def_readwrite("float_value", &lowering::GraphScalar::float_value)
+      .def_readwrite("int_value", &lowering::GraphScalar::int_value);
+  py::class_<lowering::GraphNode>(m, "GraphNode")
+      .def(py::init<>())
+      .def_readwrite("op", &lowering::GraphNode::op)
+      .def_readwrite("args", &lowering::GraphNode::args)
+      .def_readwrite("tensor_refs", &lowering::GraphNode::tensor_refs)
+      .def_readwrite("list_refs", &lowering::GraphNode::list_refs)
+      .def_readwrite("scalars", &lowering::GraphNode::scalars)
+      .def_readwrite("out_types", &lowering::GraphNode::out_types)
+      .def_readwrite("out_ids", &lowering::GraphNode::out_ids);
+  py::class_<lowering::GraphSpec>(m, "GraphSpec")
+      .def(py::init<>())
+      .def_readwrite("inputs", &lowering::GraphSpec::inputs)
+      .def_readwrite("nodes", &lowering::GraphSpec::nodes)
+      .def_readwrite("outputs", &lowering::GraphSpec::outputs);
+  py::class_<compile::CompiledGraph, std::shared_ptr<compile::CompiledGraph>>(m, "CompiledGraph")
+      .def(py::init(&compile::CompiledGraph::create), py::arg("spec"), py::arg("device"))
+      .def("run", &compile::CompiledGraph::run, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("module_text", &compile::CompiledGraph::module_text);
+}

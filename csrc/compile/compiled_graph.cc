@@ -1,0 +1,98 @@
+#include "compile/compiled_graph.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "aten/device_runtime.h"
+#include "aten/host_transfer.h"
+#include "aten/op_kernel.h"
+#include "aten/tpu_generator.h"
+#include "aten/tpu_storage.h"
+#include "base/metrics.h"
+
+namespace torchtpu::compile {
+namespace {
+
+c10::Scalar to_scalar(const lowering::GraphScalar& s) {
+  switch (s.category) {
+    case lowering::ScalarCategory::kBool: return c10::Scalar(s.int_value != 0);
+    case lowering::ScalarCategory::kInt: return c10::Scalar(s.int_value);
+    case lowering::ScalarCategory::kFloat: return c10::Scalar(s.float_value);
+  }
+  return c10::Scalar(s.float_value);
+}
+
+runtime::BufferPtr rng_buffer(int device) {
+  at::Generator gen = aten::default_generator(static_cast<c10::DeviceIndex>(device));
+  std::pair<uint64_t, uint64_t> state;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state = gen.get<aten::TpuGeneratorImpl>()->next_state();
+  }
+  uint64_t words[2] = {state.first, state.second};
+  auto b = aten::client().buffer_from_host(words, base::DType::kU64, {2}, device);
+  TORCH_CHECK(b.ok(), b.status().message());
+  return *b;
+}
+
+}  // namespace
+
+std::shared_ptr<CompiledGraph> CompiledGraph::create(const lowering::GraphSpec& spec, int device) {
+  auto lowered = lowering::lower_graph(spec);
+  TORCH_CHECK_NOT_IMPLEMENTED(lowered.ok(), "tpu compile: ", lowered.status().message());
+  auto exe = aten::compile_cache().get_or_compile(lowered->text, device);
+  TORCH_CHECK(exe.ok(), "tpu compile: ", exe.status().message());
+  auto g = std::shared_ptr<CompiledGraph>(new CompiledGraph());
+  g->lowered_ = std::move(lowered).value();
+  g->exe_ = *exe;
+  g->device_ = device;
+  g->num_inputs_ = spec.inputs.size();
+  base::counter_add("num_graphs_compiled");
+  return g;
+}
+
+std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs) const {
+  TORCH_CHECK(inputs.size() == num_inputs_, "tpu compile: graph expects ", num_inputs_,
+              " inputs, got ", inputs.size());
+  std::vector<runtime::BufferPtr> buffers;
+  buffers.reserve(lowered_.params.size());
+  for (const lowering::GraphParam& p : lowered_.params) {
+    switch (p.source) {
+      case lowering::GraphParam::Source::kInput: {
+        const at::Tensor& t = inputs[p.input_index];
+        TORCH_CHECK(t.device().is_privateuseone() && t.device().index() == device_,
+                    "tpu compile: graph input ", p.input_index, " is on ", t.device(),
+                    " but the graph runs on tpu:", device_, "; move inputs with .to('tpu')");
+        buffers.push_back(aten::read_tensor(t));
+        break;
+      }
+      case lowering::GraphParam::Source::kScalar:
+        buffers.push_back(aten::scalar_to_buffer(to_scalar(p.scalar), p.dtype, device_));
+        break;
+      case lowering::GraphParam::Source::kRngState:
+        buffers.push_back(rng_buffer(device_));
+        break;
+    }
+  }
+  std::vector<const runtime::Buffer*> raw;
+  for (const auto& b : buffers) raw.push_back(b.get());
+  auto outputs = exe_->execute(raw);
+  TORCH_CHECK(outputs.ok(), outputs.status().message());
+  base::counter_add("num_graph_executions");
+  size_t n = lowered_.output_types.size();
+  for (size_t k = 0; k < lowered_.check_messages.size(); ++k) {
+    bool ok = false;
+    auto status = (*outputs)[n + k]->to_host(&ok, 1);
+    TORCH_CHECK(status.ok(), status.message());
+    base::counter_add("num_data_checks");
+    aten::raise_if_failed(ok, lowered_.check_kinds[k], lowered_.check_messages[k]);
+  }
+  std::vector<at::Tensor> result;
+  result.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    result.push_back(aten::wrap_buffer((*outputs)[k], aten::to_scalar_type(lowered_.output_types[k].dtype)));
+  }
+  return result;
+}
+
+}  // namespace torchtpu::compile

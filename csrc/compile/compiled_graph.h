@@ -1,0 +1,36 @@
+// A compiled FX graph: one StableHLO module lowered by lowering::lower_graph, compiled
+// for one device, run on tpu tensors.
+//
+// run() is asynchronous like eager ops: outputs are new tpu tensors whose buffers are
+// being computed. Data checks (index bounds) are read back before outputs are returned.
+// Thread safety: run() may be called from any thread; one graph, one device.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lowering/graph.h"
+#include "runtime/executable.h"
+
+namespace torchtpu::compile {
+
+class CompiledGraph {
+ public:
+  // Lowers and compiles `spec` for `device` (memory and disk caches apply).
+  static std::shared_ptr<CompiledGraph> create(const lowering::GraphSpec& spec, int device);
+
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+  const std::string& module_text() const { return lowered_.text; }
+  size_t num_inputs() const { return num_inputs_; }
+
+ private:
+  lowering::LoweredGraph lowered_;
+  runtime::ExecutablePtr exe_;
+  int device_ = 0;
+  size_t num_inputs_ = 0;
+};
+
+}  // namespace torchtpu::compile

@@ -1,0 +1,186 @@
+#include "runtime/disk_cache.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "base/hash.h"
+#include "base/metrics.h"
+
+namespace torchtpu::runtime {
+
+namespace {
+
+constexpr char kMagic[8] = {'T', 'T', 'P', 'U', 'E', 'X', 'E', '\0'};
+
+std::string hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+void put_u32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+void put_u64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint64_t get_u(const std::string& in, size_t offset, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) {
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(in[offset + i])) << (8 * i);
+  }
+  return v;
+}
+
+// Reads the whole file. nullopt when it cannot be opened (a miss, not corruption: the
+// common case is that it does not exist).
+std::optional<std::string> read_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return std::nullopt;
+  std::string bytes;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, n);
+  bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return std::nullopt;
+  return bytes;
+}
+
+// Why `bytes` is not a valid entry for `key`, or "" when it is.
+std::string check_entry(const std::string& bytes, uint64_t key) {
+  if (bytes.size() < kDiskCacheHeaderBytes) {
+    return "truncated header: " + std::to_string(bytes.size()) + " bytes (expected at least " +
+           std::to_string(kDiskCacheHeaderBytes) + ")";
+  }
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return "bad magic";
+  uint64_t version = get_u(bytes, 8, 4);
+  if (version != kDiskCacheFormatVersion) {
+    return "format version " + std::to_string(version) + " (expected " +
+           std::to_string(kDiskCacheFormatVersion) + ")";
+  }
+  uint64_t stored_key = get_u(bytes, 16, 8);
+  if (stored_key != key) return "key " + hex16(stored_key) + " (expected " + hex16(key) + ")";
+  uint64_t length = get_u(bytes, 24, 8);
+  uint64_t actual = bytes.size() - kDiskCacheHeaderBytes;
+  if (length != actual) {
+    return std::string(actual < length ? "truncated payload" : "trailing bytes") + ": " +
+           std::to_string(actual) + " bytes (expected " + std::to_string(length) + ")";
+  }
+  uint64_t checksum = get_u(bytes, 32, 8);
+  std::string_view payload(bytes.data() + kDiskCacheHeaderBytes, actual);
+  if (base::fnv1a(payload) != checksum) return "payload checksum mismatch";
+  return "";
+}
+
+}  // namespace
+
+std::string default_disk_cache_dir() {
+  if (const char* dir = std::getenv("TORCHTPU_CACHE_DIR")) {
+    std::string d(dir);
+    if (d.empty() || d == "off") return "";
+    return d;
+  }
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && *xdg != '\0') return std::string(xdg) + "/torchtpu";
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && *home != '\0') return std::string(home) + "/.cache/torchtpu";
+  return "";
+}
+
+DiskCache::DiskCache(std::string root, uint64_t identity_hash) {
+  if (!root.empty()) dir_ = root + "/" + hex16(identity_hash);
+}
+
+std::string DiskCache::path_of(uint64_t key) const {
+  if (!enabled()) return "";
+  return dir_ + "/" + hex16(key) + ".pjrtexe";
+}
+
+std::string DiskCache::encode(uint64_t key, const std::string& payload) {
+  std::string out(kMagic, sizeof(kMagic));
+  put_u32(out, kDiskCacheFormatVersion);
+  put_u32(out, 0);
+  put_u64(out, key);
+  put_u64(out, payload.size());
+  put_u64(out, base::fnv1a(payload));
+  out += payload;
+  return out;
+}
+
+std::optional<std::string> DiskCache::load(uint64_t key) const {
+  if (!enabled()) return std::nullopt;
+  std::optional<std::string> bytes = read_file(path_of(key));
+  if (!bytes) return std::nullopt;
+  std::string why = check_entry(*bytes, key);
+  if (!why.empty()) {
+    discard(key, why);
+    return std::nullopt;
+  }
+  return bytes->substr(kDiskCacheHeaderBytes);
+}
+
+void DiskCache::discard(uint64_t key, const std::string& reason) const {
+  std::string path = path_of(key);
+  std::fprintf(stderr, "torchtpu: disk cache entry %s is corrupt (%s); recompiling\n",
+               path.c_str(), reason.c_str());
+  base::counter_add("num_disk_cache_corrupt");
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+}
+
+void DiskCache::report_write_failure(uint64_t key, const std::string& reason) const {
+  base::counter_add("num_disk_cache_write_failures");
+  if (!write_failure_logged_.exchange(true)) {
+    std::fprintf(stderr,
+                 "torchtpu: cannot write disk cache entry %s (%s); compiled programs will "
+                 "not be cached on disk\n",
+                 path_of(key).c_str(), reason.c_str());
+  }
+}
+
+bool DiskCache::store(uint64_t key, const std::string& payload) const {
+  if (!enabled()) return true;
+  std::string path = path_of(key);
+  auto fail = [&](const std::string& why) {
+    report_write_failure(key, why);
+    return false;
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) return fail("cannot create " + dir_ + ": " + ec.message());
+
+  // Unique per process and per call, so concurrent writers never share a temp file.
+  static std::atomic<uint64_t> next_temp{0};
+  std::string temp = dir_ + "/." + hex16(key) + ".tmp." + std::to_string(::getpid()) + "." +
+                     std::to_string(next_temp.fetch_add(1));
+  std::FILE* f = std::fopen(temp.c_str(), "wb");
+  if (f == nullptr) return fail(std::strerror(errno));
+  std::string bytes = encode(key, payload);
+  bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  int write_errno = errno;
+  if (std::fclose(f) != 0 && written) {
+    written = false;
+    write_errno = errno;
+  }
+  if (!written) {
+    std::filesystem::remove(temp, ec);
+    return fail(std::strerror(write_errno));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    int rename_errno = errno;
+    std::filesystem::remove(temp, ec);
+    return fail(std::string("rename: ") + std::strerror(rename_errno));
+  }
+  base::counter_add("num_disk_cache_writes");
+  return true;
+}
+
+}  // namespace torchtpu::runtime

@@ -1,0 +1,75 @@
+// DiskCache: serialized executables on disk, so a later process skips compiling.
+//
+// Layout: <root>/<identity hash, 16 hex>/<key, 16 hex>.pjrtexe, one file per executable.
+// The root comes from default_disk_cache_dir(); an empty root disables the cache (every
+// load misses, every store is a no-op).
+//
+// File format (all integers little-endian):
+//   offset  0  magic "TTPUEXE\0"          (8 bytes)
+//   offset  8  format version (kDiskCacheFormatVersion, u32), reserved (u32, zero)
+//   offset 16  key (u64): the file's own cache key, so a misnamed file is caught
+//   offset 24  payload length in bytes (u64)
+//   offset 32  FNV-1a 64 of the payload (u64)
+//   offset 40  payload: the bytes of Executable::serialize()
+//
+// Failure contract: nothing here is fatal. A corrupt entry (bad magic, version, key,
+// length or checksum; or a payload the plugin refuses, reported through discard()) is
+// logged to stderr as "torchtpu: disk cache entry <path> is corrupt (<reason>);
+// recompiling", counted in `num_disk_cache_corrupt` and deleted. A failed store is
+// counted in `num_disk_cache_write_failures` and logged on the first failure only (a
+// read-only or full disk would otherwise log once per op).
+//
+// Concurrency: a store writes a uniquely named temp file in the entry's directory and
+// rename()s it over the entry, so readers in any process see either no file or a whole
+// one, and concurrent writers of the same key simply replace each other's equal bytes.
+// All methods may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace torchtpu::runtime {
+
+inline constexpr uint32_t kDiskCacheFormatVersion = 1;
+inline constexpr size_t kDiskCacheHeaderBytes = 40;
+
+// TORCHTPU_CACHE_DIR if set ("" or "off" disables: returns ""), else
+// $XDG_CACHE_HOME/torchtpu, else $HOME/.cache/torchtpu, else "" (no home: disabled).
+std::string default_disk_cache_dir();
+
+class DiskCache {
+ public:
+  // `root` "" disables the cache. `identity_hash` names the plugin build (and platform):
+  // entries of different plugin builds live in different subdirectories.
+  DiskCache(std::string root, uint64_t identity_hash);
+
+  bool enabled() const { return !dir_.empty(); }
+  // Directory holding this plugin's entries ("" when disabled).
+  const std::string& dir() const { return dir_; }
+  // Path of the entry for `key` ("" when disabled).
+  std::string path_of(uint64_t key) const;
+
+  // The payload stored for `key`, or nullopt on a miss. A corrupt entry is reported,
+  // deleted and reported as a miss.
+  std::optional<std::string> load(uint64_t key) const;
+  // Writes `payload` as the entry for `key`. Returns false (after counting and maybe
+  // logging) when the entry could not be written.
+  bool store(uint64_t key, const std::string& payload) const;
+  // Reports the entry for `key` as corrupt for `reason` (e.g. the plugin could not
+  // deserialize it) and deletes it.
+  void discard(uint64_t key, const std::string& reason) const;
+  // Counts (and on the first failure logs) that the entry for `key` could not be written
+  // for `reason`; store() reports its own failures through this.
+  void report_write_failure(uint64_t key, const std::string& reason) const;
+
+  // The file bytes store() writes; exposed for tests that build damaged entries.
+  static std::string encode(uint64_t key, const std::string& payload);
+
+ private:
+  std::string dir_;
+  mutable std::atomic<bool> write_failure_logged_{false};
+};
+
+}  // namespace torchtpu::runtime

@@ -1,0 +1,215 @@
+"""The device itself: discovery, selection, synchronization, RNG state, transfers, printing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import torchtpu
+
+REPO_PYTHON = os.path.join(os.path.dirname(__file__), "..", "..", "..", "python")
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.path.abspath(REPO_PYTHON) + os.pathsep + full_env.get(
+        "PYTHONPATH", "")
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_is_available_and_count() -> None:
+    assert torchtpu.is_available()
+    assert torch.tpu.is_available()
+    assert torchtpu.device_count() >= 1
+    assert torch.tpu.device_count() == torchtpu.device_count()
+
+
+def test_default_device_is_tpu0() -> None:
+    t = torch.ones(2, device="tpu")
+    assert t.device == torch.device("tpu", 0)
+    assert torchtpu.current_device() == 0
+
+
+def test_two_devices_in_subprocess() -> None:
+    r = run_python(
+        """
+        import torch, torchtpu
+        assert torch.tpu.device_count() == 2, torch.tpu.device_count()
+        a = torch.arange(6.0, device="tpu:0")
+        b = torch.arange(6.0, device="tpu:1")
+        assert a.device == torch.device("tpu", 0) and b.device == torch.device("tpu", 1)
+        c = b * 2 + 1
+        assert c.device == torch.device("tpu", 1), c.device
+        assert torch.equal(c.cpu(), torch.arange(6.0) * 2 + 1)
+        moved = a.to("tpu:1")
+        assert moved.device == torch.device("tpu", 1)
+        assert torch.equal(moved.cpu(), a.cpu())
+        try:
+            a + b
+        except RuntimeError as e:
+            assert "same device" in str(e), e
+        else:
+            raise SystemExit("mixing tpu:0 and tpu:1 did not raise")
+        torch.tpu.set_device(1)
+        assert torch.tpu.current_device() == 1
+        d = torch.zeros(3, device="tpu")
+        assert d.device == torch.device("tpu", 1), d.device
+        with torch.tpu.device(0):
+            assert torch.tpu.current_device() == 0
+        assert torch.tpu.current_device() == 1
+        torch.tpu.synchronize(1)
+        print("OK")
+        """,
+        TORCHTPU_NUM_DEVICES="2",
+    )
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_set_device_out_of_range_raises() -> None:
+    with pytest.raises(RuntimeError):
+        torchtpu.set_device(torchtpu.device_count())
+    assert torchtpu.current_device() == 0
+
+
+def test_synchronize() -> None:
+    x = torch.randn(64, 64).to("tpu")
+    y = x @ x
+    torchtpu.synchronize()
+    torch.tpu.synchronize("tpu:0")
+    torch.testing.assert_close(y.cpu(), x.cpu() @ x.cpu(), rtol=1e-4, atol=1e-4)
+
+
+def test_manual_seed_reproducible() -> None:
+    torchtpu.manual_seed(1234)
+    a = torch.rand(100, device="tpu").cpu()
+    b = torch.randn(100, device="tpu").cpu()
+    torchtpu.manual_seed(1234)
+    a2 = torch.rand(100, device="tpu").cpu()
+    b2 = torch.randn(100, device="tpu").cpu()
+    assert torch.equal(a, a2) and torch.equal(b, b2)
+    assert not torch.equal(a, torch.rand(100, device="tpu").cpu()), "generator did not advance"
+    torchtpu.manual_seed(4321)
+    assert not torch.equal(a, torch.rand(100, device="tpu").cpu()), "seed had no effect"
+
+
+def test_torch_manual_seed_seeds_tpu() -> None:
+    torch.manual_seed(7)
+    a = torch.rand(50, device="tpu").cpu()
+    torch.manual_seed(7)
+    b = torch.rand(50, device="tpu").cpu()
+    assert torch.equal(a, b)
+
+
+def test_rng_state_roundtrip() -> None:
+    torchtpu.manual_seed(99)
+    torch.rand(10, device="tpu")
+    state = torch.tpu.get_rng_state()
+    assert state.dtype == torch.uint8 and state.device.type == "cpu"
+    a = torch.rand(20, device="tpu").cpu()
+    torch.rand(5, device="tpu")
+    torch.tpu.set_rng_state(state)
+    b = torch.rand(20, device="tpu").cpu()
+    assert torch.equal(a, b)
+
+
+def test_generator_argument() -> None:
+    g1 = torch.Generator(device="tpu")
+    g1.manual_seed(5)
+    g2 = torch.Generator(device="tpu")
+    g2.manual_seed(5)
+    a = torch.rand(30, device="tpu", generator=g1).cpu()
+    b = torch.rand(30, device="tpu", generator=g2).cpu()
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool,
+                                   torch.int32, torch.uint8, torch.float16])
+def test_roundtrip_cpu_tpu(dtype: torch.dtype) -> None:
+    x = (torch.randn(3, 5) * 10).to(dtype)
+    t = x.tpu()
+    assert t.device.type == "tpu" and t.dtype == dtype and t.shape == x.shape
+    assert torch.equal(t.cpu(), x)
+    assert torch.equal(x.to("tpu").to("cpu"), x)
+
+
+def test_noncontiguous_roundtrip() -> None:
+    x = torch.arange(24.0).reshape(4, 6)
+    for v in (x.t(), x[:, ::2], x[1:3, 2:5]):
+        assert torch.equal(v.to("tpu").cpu(), v)
+
+
+def test_copy_into_tpu_tensor_from_cpu() -> None:
+    t = torch.zeros(4, 4, device="tpu")
+    src = torch.randn(4, 4)
+    t.copy_(src)
+    assert torch.equal(t.cpu(), src)
+    back = torch.empty(4, 4)
+    back.copy_(t)
+    assert torch.equal(back, src)
+
+
+def test_item() -> None:
+    assert torch.tensor(3.5).to("tpu").item() == 3.5
+    assert torch.tensor(7).to("tpu").item() == 7
+    assert torch.tensor(True).to("tpu").item() is True
+    x = torch.arange(10.0).to("tpu")
+    assert x.sum().item() == 45.0
+    assert x[3].item() == 3.0
+
+
+def test_numpy_via_cpu() -> None:
+    x = torch.randn(3, 4)
+    n = x.to("tpu").cpu().numpy()
+    np.testing.assert_array_equal(n, x.numpy())
+    with pytest.raises(TypeError):
+        x.to("tpu").numpy()
+
+
+def test_tolist() -> None:
+    x = torch.tensor([[1, 2], [3, 4]])
+    assert x.to("tpu").tolist() == [[1, 2], [3, 4]]
+
+
+def test_printing() -> None:
+    x = torch.tensor([[1.5, -2.0], [3.25, 4.0]])
+    s = repr(x.to("tpu"))
+    assert "device='tpu:0'" in s
+    assert "1.5000" in s and "-2.0000" in s and "3.2500" in s
+    assert "dtype=torch.int64" not in repr(torch.tensor([1, 2]).to("tpu"))
+    assert "tensor([1, 2], device='tpu:0')" == repr(torch.tensor([1, 2]).to("tpu"))
+    assert "True" in str(torch.tensor([True, False]).to("tpu"))
+
+
+def test_module_to_tpu() -> None:
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(5, 4)
+    expected = m(x)
+    m.to("tpu")
+    assert all(p.device.type == "tpu" for p in m.parameters())
+    out = m(x.to("tpu"))
+    assert out.device.type == "tpu"
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
+    m2 = torch.nn.Linear(3, 3).tpu()
+    assert m2.weight.device.type == "tpu"
+
+
+def test_tensor_is_tpu_and_storage() -> None:
+    t = torch.ones(3).tpu()
+    assert t.is_tpu
+    assert not torch.ones(3).is_tpu
+    assert t.untyped_storage().device.type == "tpu"
+    assert t.untyped_storage().nbytes() == 12
+
+
+def test_device_object() -> None:
+    d = torch.device("tpu:0")
+    assert d.type == "tpu" and d.index == 0
+    assert torch.empty(2, device=d).device == d

@@ -1,0 +1,303 @@
+"""Elementwise ops, differential against CPU per dtype, with broadcasting and strided inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _compare import FLOAT_DTYPES, assert_same, make
+
+UNARY_FLOAT = {
+    "abs": torch.abs,
+    "neg": torch.neg,
+    "exp": torch.exp,
+    "expm1": torch.expm1,
+    "log": lambda x: torch.log(x.abs() + 0.5),
+    "log1p": lambda x: torch.log1p(x.abs()),
+    "log2": lambda x: torch.log2(x.abs() + 0.5),
+    "sqrt": lambda x: torch.sqrt(x.abs()),
+    "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.5),
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "erf": torch.erf,
+    "reciprocal": lambda x: torch.reciprocal(x.abs() + 0.5),
+    "floor": torch.floor,
+    "ceil": torch.ceil,
+    "trunc": torch.trunc,
+    "round": torch.round,
+    "sign": torch.sign,
+}
+
+BINARY = {
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "eq": torch.eq,
+    "ne": torch.ne,
+    "lt": torch.lt,
+    "le": torch.le,
+    "gt": torch.gt,
+    "ge": torch.ge,
+}
+
+# Transcendentals over [-3, 3]: exp(3) ~ 20, so 1e-5 relative is a few f32 ulp.
+F32_TRANS = {torch.float32: (2e-5, 2e-5)}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY_FLOAT))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_unary_float(name: str, dtype: torch.dtype) -> None:
+    assert_same(UNARY_FLOAT[name], make((4, 7), dtype), dtype_tols=F32_TRANS)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_tan(dtype: torch.dtype) -> None:
+    # Away from the poles, where one ulp of input is many ulps of output.
+    assert_same(torch.tan, make((4, 7), dtype, low=-1.2, high=1.2), dtype_tols=F32_TRANS)
+
+
+def test_bf16_times_python_scalar_rounds_once() -> None:
+    # PyTorch computes bf16 (op) python-float in f32 and rounds the result once; rounding the
+    # scalar to bf16 first (0.4 -> 0.40039) changes results by one bf16 ulp. Exact match.
+    x = make((64,), torch.bfloat16)
+    assert_same(lambda t: t * 0.4, x, dtype_tols={torch.bfloat16: (0.0, 0.0)})
+    assert_same(lambda t: t + 0.1, x, dtype_tols={torch.bfloat16: (0.0, 0.0)})
+
+
+@pytest.mark.parametrize("name", ["abs", "neg", "sign"])
+def test_unary_int64(name: str) -> None:
+    assert_same(UNARY_FLOAT[name], make((4, 7), torch.int64, low=-50, high=50))
+
+
+def test_unary_noncontiguous() -> None:
+    x = make((5, 6), torch.float32, noncontiguous=True)
+    assert_same(torch.exp, x)
+    assert_same(torch.tanh, make((6, 5), torch.float32).t())
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_binary(name: str, dtype: torch.dtype) -> None:
+    a = make((3, 4), dtype, low=-5, high=5)
+    b = make((3, 4), dtype, low=-5, high=5)
+    assert_same(BINARY[name], a, b)
+
+
+@pytest.mark.parametrize("name", ["add", "mul", "maximum", "lt"])
+def test_binary_broadcast(name: str) -> None:
+    fn = BINARY[name]
+    assert_same(fn, make((3, 1, 5), torch.float32), make((4, 1), torch.float32))
+    assert_same(fn, make((2, 3), torch.float32), make((3,), torch.float32))
+    assert_same(fn, make((2, 3), torch.float32), make((), torch.float32))
+
+
+def test_binary_noncontiguous() -> None:
+    a = make((4, 5), torch.float32, noncontiguous=True)
+    b = make((5, 4), torch.float32).t()
+    assert_same(torch.add, a, b)
+    assert_same(torch.mul, a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_div(dtype: torch.dtype) -> None:
+    a = make((3, 4), dtype)
+    b = make((3, 4), dtype, low=0.5, high=3.0)
+    assert_same(torch.div, a, b)
+    assert_same(lambda x, y: torch.div(x, y, rounding_mode="floor"), a, b)
+    assert_same(lambda x, y: torch.div(x, y, rounding_mode="trunc"), a, b)
+
+
+def test_div_int64() -> None:
+    a = make((3, 4), torch.int64, low=-20, high=20)
+    b = make((3, 4), torch.int64, low=1, high=7)
+    assert_same(torch.div, a, b)  # true division promotes to float32
+    assert_same(lambda x, y: torch.div(x, y, rounding_mode="floor"), a, b)
+    assert_same(lambda x, y: torch.div(x, y, rounding_mode="trunc"), a, -b)
+    assert_same(torch.remainder, a, b)
+    assert_same(torch.fmod, a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_remainder_fmod_signs(dtype: torch.dtype) -> None:
+    a = torch.tensor([-7, -3, 0, 3, 7], dtype=dtype)
+    b = torch.tensor([2, -2, 3, -4, 5], dtype=dtype)
+    assert_same(torch.remainder, a, b)
+    assert_same(torch.fmod, a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pow(dtype: torch.dtype) -> None:
+    a = make((3, 4), dtype, low=0.5, high=2.0)
+    b = make((3, 4), dtype, low=-2.0, high=2.0)
+    assert_same(torch.pow, a, b, dtype_tols=F32_TRANS)
+    assert_same(lambda x: x ** 2, a)
+    assert_same(lambda x: 2.0 ** x, b, dtype_tols=F32_TRANS)
+
+
+def test_pow_int64() -> None:
+    a = make((3, 4), torch.int64, low=-4, high=4)
+    assert_same(lambda x: x ** 3, a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_scalar_operands(dtype: torch.dtype) -> None:
+    x = make((2, 5), dtype, low=-5, high=5)
+    assert_same(lambda t: t + 3, x)
+    assert_same(lambda t: 2 * t - 1, x)
+    assert_same(lambda t: t * 2.5, x)  # int64 * float scalar -> float32
+    assert_same(lambda t: t > 1, x)
+
+
+def test_type_promotion() -> None:
+    i = make((3,), torch.int64)
+    f = make((3,), torch.float32)
+    b = make((3,), torch.bfloat16)
+    assert_same(torch.add, i, f)
+    assert_same(torch.mul, f, b)
+    assert_same(torch.add, i, make((3,), torch.bool))
+    assert_same(torch.add, b, torch.tensor(2.5))  # 0-dim f32 tensor does not promote bf16
+
+
+def test_zero_dim_cpu_tensor_as_scalar() -> None:
+    x = make((3, 3), torch.float32)
+    out = x.to("tpu") * torch.tensor(2.0)
+    assert out.device.type == "tpu"
+    torch.testing.assert_close(out.cpu(), x * 2.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_clamp(dtype: torch.dtype) -> None:
+    x = make((4, 5), dtype)
+    assert_same(lambda t: t.clamp(-1, 1), x)
+    assert_same(lambda t: t.clamp(min=0.5), x)
+    assert_same(lambda t: t.clamp(max=-0.5), x)
+    lo = make((5,), dtype, low=-2, high=0)
+    hi = make((4, 1), dtype, low=0, high=2)
+    assert_same(lambda t, a, b: torch.clamp(t, a, b), x, lo, hi)
+
+
+def test_clamp_int64() -> None:
+    assert_same(lambda t: t.clamp(-2, 3), make((4, 5), torch.int64, low=-9, high=9))
+
+
+def test_where() -> None:
+    c = make((3, 4), torch.bool)
+    a = make((3, 4), torch.float32)
+    b = make((4,), torch.float32)
+    assert_same(torch.where, c, a, b)
+    assert_same(lambda cc, x: torch.where(cc, x, 0.0), c, a)
+    assert_same(torch.where, c, make((3, 4), torch.int64), make((3, 4), torch.int64))
+
+
+@pytest.mark.parametrize("name", ["logical_and", "logical_or", "logical_xor"])
+def test_logical(name: str) -> None:
+    fn = getattr(torch, name)
+    assert_same(fn, make((3, 4), torch.bool), make((3, 4), torch.bool))
+    assert_same(fn, make((3, 4), torch.float32), make((3, 4), torch.int64))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
+def test_bitwise(dtype: torch.dtype) -> None:
+    a = make((3, 4), dtype, low=0, high=100)
+    b = make((3, 4), dtype, low=0, high=100)
+    assert_same(torch.bitwise_and, a, b)
+    assert_same(torch.bitwise_or, a, b)
+    assert_same(torch.bitwise_xor, a, b)
+    assert_same(torch.bitwise_not, a)
+    assert_same(lambda x, y: x & y, a, b)
+
+
+def test_logical_not_isnan() -> None:
+    assert_same(torch.logical_not, make((5,), torch.bool))
+    x = torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 0.0])
+    assert_same(torch.isnan, x)
+    assert_same(torch.exp, x)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_addcmul_addcdiv_lerp(dtype: torch.dtype) -> None:
+    a, b = make((3, 4), dtype), make((3, 4), dtype)
+    c = make((3, 4), dtype, low=0.5, high=2.0)
+    assert_same(lambda x, y, z: torch.addcmul(x, y, z, value=0.5), a, b, c)
+    assert_same(lambda x, y, z: torch.addcdiv(x, y, z, value=-2), a, b, c)
+    assert_same(lambda x, y: torch.lerp(x, y, 0.3), a, b)
+
+
+def test_atan2_exp2_logit() -> None:
+    a, b = make((3, 4), torch.float32), make((3, 4), torch.float32)
+    assert_same(torch.atan2, a, b)
+    assert_same(torch.exp2, a)
+    assert_same(torch.logit, make((3, 4), torch.float32, low=0.05, high=0.95))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_cast(dtype: torch.dtype) -> None:
+    x = make((3, 4), torch.float32, low=-4, high=4)
+    assert_same(lambda t: t.to(dtype), x)
+    assert_same(lambda t: t.to(torch.float32), make((3, 4), dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.uint8, torch.int8, torch.float16,
+                                   torch.float64])
+def test_other_dtypes(dtype: torch.dtype) -> None:
+    low, high = (0, 9) if dtype == torch.uint8 else (-9, 9)
+    a, b = make((3, 4), dtype, low=low, high=high), make((3, 4), dtype, low=low, high=high)
+    assert_same(torch.add, a, b)
+    assert_same(torch.mul, a, b)
+    assert_same(torch.maximum, a, b)
+    assert_same(torch.lt, a, b)
+
+
+def test_uint8_wraps_like_cpu() -> None:
+    a = torch.tensor([250, 3, 128], dtype=torch.uint8)
+    assert_same(lambda x: x + 10, a)
+    assert_same(lambda x: x * 2, a)
+
+
+def test_scalar_values_are_not_baked_into_the_program() -> None:
+    # Programs are cached per op signature; scalar operands must be runtime inputs.
+    x = make((4,), torch.float32)
+    for s in (1.0, -2.5, 7.0):
+        assert_same(lambda t, s=s: t * s + s, x)
+    for s in (1, 5):
+        assert_same(lambda t, s=s: t.clamp(-s, s), make((4,), torch.int64, low=-9, high=9))
+
+
+def test_same_shape_different_strides_share_no_stale_layout() -> None:
+    x = make((4, 4), torch.float32)
+    assert_same(lambda t: t + 1, x)
+    assert_same(lambda t: t.t() + 1, x)
+    assert_same(lambda t: t[::1, :].flip(0)[:, ::1] * 1, x)
+
+
+OUT_BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "remainder": torch.remainder, "fmod": torch.fmod, "pow": torch.pow,
+    "maximum": torch.maximum, "atan2": torch.atan2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUT_BINARY))
+def test_binary_out_variant(name: str) -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(3, 4, device=a.device)
+        result = OUT_BINARY[name](a, b, out=out)
+        assert result is out
+        return out
+
+    assert_same(fn, make((3, 4), torch.float32, low=0.5, high=2), make((4,), torch.float32,
+                low=0.5, high=2), dtype_tols=F32_TRANS)
+
+
+@pytest.mark.parametrize("name", ["bitwise_and", "bitwise_or", "bitwise_xor"])
+def test_bitwise_out_variant(name: str) -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(3, 4, dtype=torch.int64, device=a.device)
+        getattr(torch, name)(a, b, out=out)
+        return out
+
+    assert_same(fn, make((3, 4), torch.int64, low=0, high=99), make((3, 4), torch.int64, low=0,
+                high=99))

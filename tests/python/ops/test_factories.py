@@ -1,0 +1,170 @@
+"""Factory functions: shapes, dtypes, values, and the statistics of random ones."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import torchtpu
+
+TPU = "tpu"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_empty_zeros_ones_full(dtype: torch.dtype) -> None:
+    e = torch.empty(2, 3, dtype=dtype, device=TPU)
+    assert e.device.type == TPU and e.shape == (2, 3) and e.dtype == dtype
+    z = torch.zeros(2, 3, dtype=dtype, device=TPU)
+    assert torch.equal(z.cpu(), torch.zeros(2, 3, dtype=dtype))
+    o = torch.ones(4, dtype=dtype, device=TPU)
+    assert torch.equal(o.cpu(), torch.ones(4, dtype=dtype))
+    value = True if dtype == torch.bool else 3
+    f = torch.full((2, 2), value, dtype=dtype, device=TPU)
+    assert torch.equal(f.cpu(), torch.full((2, 2), value, dtype=dtype))
+
+
+def test_full_infers_dtype() -> None:
+    assert torch.full((2,), 1.5, device=TPU).dtype == torch.float32
+    assert torch.full((2,), 7, device=TPU).dtype == torch.int64
+    assert torch.full((2,), True, device=TPU).dtype == torch.bool
+
+
+def test_like_factories() -> None:
+    x = torch.randn(3, 4, device=TPU)
+    for fn, expected in ((torch.zeros_like, torch.zeros(3, 4)), (torch.ones_like, torch.ones(3, 4)),
+                         (lambda t: torch.full_like(t, 2.5), torch.full((3, 4), 2.5))):
+        y = fn(x)
+        assert y.device.type == TPU
+        assert torch.equal(y.cpu(), expected)
+    assert torch.empty_like(x).shape == x.shape
+    assert x.new_zeros(5).device.type == TPU
+    assert torch.equal(x.new_ones(2, dtype=torch.int64).cpu(), torch.ones(2, dtype=torch.int64))
+
+
+def test_zero_size() -> None:
+    for shape in ((0,), (3, 0), (0, 2, 4)):
+        t = torch.zeros(shape, device=TPU)
+        assert t.shape == shape and t.numel() == 0
+        assert t.cpu().shape == shape
+
+
+@pytest.mark.parametrize("args,kwargs", [
+    ((10,), {}),
+    ((2, 11, 3), {}),
+    ((0.0, 1.0, 0.1), {}),
+    ((5,), {"dtype": torch.float32}),
+    ((-3, 3), {"dtype": torch.bfloat16}),
+    ((10, 0, -2), {}),
+])
+def test_arange(args: tuple, kwargs: dict) -> None:
+    t = torch.arange(*args, device=TPU, **kwargs)
+    expected = torch.arange(*args, **kwargs)
+    assert t.dtype == expected.dtype and t.shape == expected.shape
+    torch.testing.assert_close(t.cpu(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_linspace_logspace_eye() -> None:
+    torch.testing.assert_close(torch.linspace(-1, 2, 7, device=TPU).cpu(),
+                               torch.linspace(-1, 2, 7), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(torch.logspace(0, 2, 5, device=TPU).cpu(), torch.logspace(0, 2, 5),
+                               rtol=1e-5, atol=1e-5)
+    assert torch.equal(torch.eye(3, 4, device=TPU).cpu(), torch.eye(3, 4))
+    assert torch.equal(torch.eye(3, dtype=torch.int64, device=TPU).cpu(),
+                       torch.eye(3, dtype=torch.int64))
+
+
+def test_tensor_constructor() -> None:
+    t = torch.tensor([[1, 2], [3, 4]], device=TPU)
+    assert t.dtype == torch.int64 and t.device.type == TPU
+    assert t.tolist() == [[1, 2], [3, 4]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rand(dtype: torch.dtype) -> None:
+    torchtpu.manual_seed(0)
+    t = torch.rand(100_000, dtype=dtype, device=TPU)
+    assert t.dtype == dtype and t.device.type == TPU and t.shape == (100_000,)
+    c = t.float().cpu()
+    assert c.min().item() >= 0.0 and c.max().item() < 1.0
+    assert abs(c.mean().item() - 0.5) < 0.01
+    assert abs(c.var().item() - 1 / 12) < 0.005
+    # Roughly uniform: each decile holds ~10%.
+    counts = torch.histc(c, bins=10, min=0, max=1) / c.numel()
+    assert (counts - 0.1).abs().max().item() < 0.01, counts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_randn(dtype: torch.dtype) -> None:
+    torchtpu.manual_seed(0)
+    t = torch.randn(200, 500, dtype=dtype, device=TPU)
+    assert t.dtype == dtype and t.shape == (200, 500)
+    c = t.float().cpu()
+    assert abs(c.mean().item()) < 0.015  # 4.7 standard errors at n = 100k
+    assert abs(c.std().item() - 1.0) < 0.01
+    assert torch.isfinite(c).all()
+    # Normal tails: P(|x| > 2) = 4.55%.
+    assert abs((c.abs() > 2).float().mean().item() - 0.0455) < 0.005
+
+
+def test_randint() -> None:
+    torchtpu.manual_seed(0)
+    t = torch.randint(-3, 5, (50_000,), device=TPU)
+    assert t.dtype == torch.int64 and t.device.type == TPU
+    c = t.cpu()
+    assert c.min().item() == -3 and c.max().item() == 4
+    counts = torch.bincount(c + 3, minlength=8).float() / c.numel()
+    assert (counts - 1 / 8).abs().max().item() < 0.01, counts
+    assert torch.randint(10, (3, 4), dtype=torch.int32, device=TPU).dtype == torch.int32
+
+
+def test_randperm() -> None:
+    torchtpu.manual_seed(0)
+    p = torch.randperm(50, device=TPU)
+    assert p.device.type == TPU and p.dtype == torch.int64
+    assert torch.equal(p.cpu().sort().values, torch.arange(50))
+    assert not torch.equal(p.cpu(), torch.arange(50))
+
+
+def test_inplace_random() -> None:
+    torchtpu.manual_seed(0)
+    x = torch.empty(20_000, device=TPU)
+    x.uniform_(-2, 4)
+    c = x.cpu()
+    assert c.min().item() >= -2 and c.max().item() < 4 and abs(c.mean().item() - 1) < 0.05
+    x.normal_(3.0, 0.5)
+    c = x.cpu()
+    assert abs(c.mean().item() - 3.0) < 0.02 and abs(c.std().item() - 0.5) < 0.02
+    x.bernoulli_(0.25)
+    assert set(x.cpu().unique().tolist()) <= {0.0, 1.0}
+    assert abs(x.cpu().mean().item() - 0.25) < 0.02
+    x.exponential_(2.0)
+    assert abs(x.cpu().mean().item() - 0.5) < 0.02 and x.cpu().min().item() >= 0
+    x.random_(0, 7)
+    assert x.cpu().min().item() == 0 and x.cpu().max().item() == 6
+
+
+def test_normal_tensor_args() -> None:
+    torchtpu.manual_seed(0)
+    mean = torch.full((10_000,), 5.0, device=TPU)
+    t = torch.normal(mean, 2.0)
+    assert t.device.type == TPU
+    assert abs(t.cpu().mean().item() - 5.0) < 0.1 and abs(t.cpu().std().item() - 2.0) < 0.1
+
+
+def test_random_differs_across_calls_and_elements() -> None:
+    torchtpu.manual_seed(0)
+    a, b = torch.rand(1000, device=TPU).cpu(), torch.rand(1000, device=TPU).cpu()
+    assert not torch.equal(a, b)
+    assert a.unique().numel() > 990
+    # Independence of consecutive draws: correlation near zero.
+    corr = torch.corrcoef(torch.stack([a, b]))[0, 1].item()
+    assert abs(corr) < 0.1 and not math.isnan(corr)
+
+
+def test_arange_lengths_in_one_process() -> None:
+    # The length of arange depends on the values of start/end/step, not only their types: two
+    # calls with different lengths must not share one compiled program.
+    for args in ((10,), (2, 11, 3), (10, 0, -2), (7,), (0, 100, 7)):
+        assert torch.equal(torch.arange(*args, device=TPU).cpu(), torch.arange(*args)), args

@@ -1,0 +1,204 @@
+"""NN ops: activations, softmax, normalization, dropout, losses, embedding, conv, pooling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _compare import FLOAT_DTYPES, assert_same, make
+
+import torchtpu
+
+NN_TOLS = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2)}
+# Normalizations and convolutions accumulate over many elements.
+ACC_TOLS = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (3e-2, 1e-1)}
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.1),
+    "elu": F.elu,
+    "softplus": F.softplus,
+    "hardtanh": F.hardtanh,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "mish": F.mish,
+    "logsigmoid": F.logsigmoid,
+    "relu6": F.relu6,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_activation(name: str, dtype: torch.dtype) -> None:
+    assert_same(ACTIVATIONS[name], make((4, 9), dtype, low=-5, high=5), dtype_tols=NN_TOLS)
+
+
+def test_relu_int64_and_inplace() -> None:
+    assert_same(F.relu, make((3, 4), torch.int64, low=-5, high=5))
+    assert_same(lambda x: F.relu(x.clone(), inplace=True), make((3, 4), torch.float32))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_softmax_log_softmax(dtype: torch.dtype, dim: int) -> None:
+    x = make((4, 10), dtype, low=-8, high=8)
+    assert_same(lambda t: F.softmax(t, dim=dim), x, dtype_tols=NN_TOLS)
+    assert_same(lambda t: F.log_softmax(t, dim=dim), x, dtype_tols=NN_TOLS)
+
+
+def test_softmax_large_values_and_dtype_arg() -> None:
+    x = torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, -1000.0, -999.0]])
+    assert_same(lambda t: F.softmax(t, dim=1), x)
+    assert_same(lambda t: F.log_softmax(t, dim=1), x)
+    assert_same(lambda t: F.softmax(t, dim=1, dtype=torch.float32), make((2, 5), torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_layer_norm(dtype: torch.dtype) -> None:
+    x = make((2, 3, 16), dtype)
+    w, b = make((16,), dtype), make((16,), dtype)
+    assert_same(lambda t, ww, bb: F.layer_norm(t, (16,), ww, bb), x, w, b, dtype_tols=ACC_TOLS)
+    assert_same(lambda t: F.layer_norm(t, (3, 16)), x, dtype_tols=ACC_TOLS)
+
+
+def test_group_norm() -> None:
+    x = make((2, 6, 4, 4), torch.float32)
+    assert_same(lambda t, w, b: F.group_norm(t, 3, w, b), x, make((6,), torch.float32),
+                make((6,), torch.float32), dtype_tols=ACC_TOLS)
+
+
+def test_batch_norm_train_and_eval() -> None:
+    x = make((4, 3, 5, 5), torch.float32)
+
+    def bn(t: torch.Tensor, training: bool) -> tuple[torch.Tensor, ...]:
+        mean = torch.zeros(3, device=t.device)
+        var = torch.ones(3, device=t.device)
+        w = torch.linspace(0.5, 1.5, 3, device=t.device)
+        out = F.batch_norm(t, mean, var, w, None, training=training, momentum=0.1)
+        return out, mean, var
+
+    assert_same(lambda t: bn(t, True), x, dtype_tols=ACC_TOLS)
+    assert_same(lambda t: bn(t, False), x, dtype_tols=ACC_TOLS)
+
+
+def test_dropout_statistics() -> None:
+    torchtpu.manual_seed(0)
+    p = 0.3
+    x = torch.ones(200, 200, device="tpu")
+    y = F.dropout(x, p=p, training=True)
+    assert y.device.type == "tpu"
+    kept = (y != 0).float().mean().item()
+    assert abs(kept - (1 - p)) < 0.01, f"kept fraction {kept}, expected {1 - p}"
+    nonzero = y.cpu()[y.cpu() != 0]
+    torch.testing.assert_close(nonzero, torch.full_like(nonzero, 1 / (1 - p)))
+    assert torch.equal(F.dropout(x, p=p, training=False).cpu(), x.cpu())
+    torchtpu.manual_seed(0)
+    y2 = F.dropout(x, p=p, training=True)
+    assert torch.equal(y.cpu(), y2.cpu()), "dropout mask is not reproducible from the seed"
+    assert not torch.equal(y.cpu(), F.dropout(x, p=p, training=True).cpu())
+
+
+def test_dropout_edges() -> None:
+    x = torch.randn(10, 10, device="tpu")
+    assert torch.equal(F.dropout(x, p=0.0).cpu(), x.cpu())
+    assert torch.count_nonzero(F.dropout(x, p=1.0)).item() == 0
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy(dtype: torch.dtype, reduction: str) -> None:
+    logits = make((6, 5), dtype)
+    target = torch.randint(0, 5, (6,))
+    assert_same(lambda x, t: F.cross_entropy(x, t, reduction=reduction), logits, target,
+                dtype_tols=ACC_TOLS)
+
+
+def test_cross_entropy_options() -> None:
+    logits = make((6, 5), torch.float32)
+    target = torch.tensor([0, 4, -100, 2, 2, 1])
+    weight = torch.rand(5) + 0.5
+    assert_same(lambda x, t: F.cross_entropy(x, t), logits, target)  # ignore_index=-100
+    assert_same(lambda x, t, w: F.cross_entropy(x, t, weight=w), logits, target, weight,
+                dtype_tols=ACC_TOLS)
+    assert_same(lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), logits,
+                target.clamp(min=0), dtype_tols=ACC_TOLS)
+    # Spatial targets (N, C, H, W) use nll_loss2d.
+    assert_same(lambda x, t: F.cross_entropy(x, t), make((2, 4, 3, 3), torch.float32),
+                torch.randint(0, 4, (2, 3, 3)), dtype_tols=ACC_TOLS)
+
+
+def test_nll_loss() -> None:
+    logp = F.log_softmax(make((5, 4), torch.float32), dim=1)
+    target = torch.randint(0, 4, (5,))
+    assert_same(F.nll_loss, logp, target)
+    assert_same(lambda x, t: F.nll_loss(x, t, reduction="none"), logp, target)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_regression_losses(dtype: torch.dtype) -> None:
+    a, b = make((4, 6), dtype), make((4, 6), dtype)
+    assert_same(F.mse_loss, a, b, dtype_tols=ACC_TOLS)
+    assert_same(lambda x, y: F.mse_loss(x, y, reduction="none"), a, b, dtype_tols=ACC_TOLS)
+    assert_same(F.smooth_l1_loss, a, b, dtype_tols=ACC_TOLS)
+    assert_same(F.huber_loss, a, b, dtype_tols=ACC_TOLS)
+    assert_same(F.l1_loss, a, b, dtype_tols=ACC_TOLS)
+
+
+def test_binary_cross_entropy() -> None:
+    p = make((4, 5), torch.float32, low=0.05, high=0.95)
+    t = torch.rand(4, 5)
+    assert_same(F.binary_cross_entropy, p, t, dtype_tols=ACC_TOLS)
+    assert_same(F.binary_cross_entropy_with_logits, make((4, 5), torch.float32), t,
+                dtype_tols=ACC_TOLS)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_embedding(dtype: torch.dtype) -> None:
+    weight = make((10, 4), dtype)
+    idx = torch.tensor([[0, 3, 9], [3, 3, 1]])
+    assert_same(F.embedding, idx, weight)
+    assert_same(lambda i, w: F.embedding(i, w, padding_idx=3), idx, weight)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("stride,padding,dilation,groups", [
+    (1, 0, 1, 1),
+    (2, 1, 1, 1),
+    (1, 2, 2, 1),
+    (1, 1, 1, 2),
+])
+def test_conv2d(dtype: torch.dtype, stride: int, padding: int, dilation: int, groups: int) -> None:
+    x = make((2, 4, 8, 8), dtype)
+    w = make((6, 4 // groups, 3, 3), dtype)
+    b = make((6,), dtype)
+    assert_same(lambda t, ww, bb: F.conv2d(t, ww, bb, stride, padding, dilation, groups), x, w, b,
+                dtype_tols={torch.float32: (1e-4, 1e-4), torch.bfloat16: (3e-2, 3e-1)})
+
+
+def test_conv1d_and_transposed() -> None:
+    f = torch.float32
+    tols = {f: (1e-4, 1e-4)}
+    assert_same(lambda t, w: F.conv1d(t, w, padding=1), make((2, 3, 10), f), make((5, 3, 3), f),
+                dtype_tols=tols)
+    assert_same(lambda t, w: F.conv_transpose2d(t, w, stride=2), make((1, 4, 5, 5), f),
+                make((4, 2, 3, 3), f), dtype_tols=tols)
+
+
+def test_pooling() -> None:
+    x = make((2, 3, 8, 8), torch.float32)
+    assert_same(lambda t: F.max_pool2d(t, 2), x)
+    assert_same(lambda t: F.max_pool2d(t, 3, stride=2, padding=1), x)
+    assert_same(lambda t: F.avg_pool2d(t, 2), x)
+    assert_same(lambda t: F.adaptive_avg_pool2d(t, (1, 1)), x)
+    assert_same(lambda t: tuple(F.max_pool2d(t, 2, return_indices=True)), x)
+
+
+def test_pad() -> None:
+    x = make((2, 3, 4), torch.float32)
+    assert_same(lambda t: F.pad(t, (1, 2)), x)
+    assert_same(lambda t: F.pad(t, (1, 1, 2, 0), value=-1.5), x)

@@ -1,0 +1,143 @@
+"""Reductions: full and per-dim, keepdim, dtypes, non-contiguous inputs, index-returning ones."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _compare import assert_same, make
+
+# Sums of ~30 values in [-3, 3]: the order of accumulation differs from ATen's.
+SUM_TOLS = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (2e-2, 5e-2)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_sum(dtype: torch.dtype) -> None:
+    x = make((5, 6), dtype, low=-9, high=9)
+    assert_same(torch.sum, x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.sum(dim=1), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.sum(dim=(0, 1), keepdim=True), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.sum(dim=-2, keepdim=True), x, dtype_tols=SUM_TOLS)
+
+
+def test_sum_dtype_argument() -> None:
+    x = make((4, 5), torch.bfloat16)
+    assert_same(lambda t: t.sum(dtype=torch.float32), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.sum(1, dtype=torch.float32), make((4, 5), torch.int64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mean(dtype: torch.dtype) -> None:
+    x = make((4, 3, 5), dtype)
+    assert_same(torch.mean, x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.mean(dim=(0, 2)), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.mean(dim=1, keepdim=True), x, dtype_tols=SUM_TOLS)
+
+
+def test_reduction_noncontiguous() -> None:
+    x = make((6, 4), torch.float32, noncontiguous=True)
+    assert_same(lambda t: t.sum(0), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.amax(1), make((4, 6), torch.float32).t())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_prod(dtype: torch.dtype) -> None:
+    x = make((3, 4), dtype, low=-2, high=2)
+    assert_same(torch.prod, x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.prod(1), x, dtype_tols=SUM_TOLS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_max_min(dtype: torch.dtype) -> None:
+    x = make((4, 6), dtype, low=-50, high=50)
+    assert_same(torch.max, x)
+    assert_same(torch.min, x)
+    assert_same(lambda t: t.amax(dim=0), x)
+    assert_same(lambda t: t.amin(dim=1, keepdim=True), x)
+    assert_same(lambda t: tuple(t.max(dim=1)), x)
+    assert_same(lambda t: tuple(t.min(dim=0, keepdim=True)), x)
+    assert_same(lambda t: tuple(torch.aminmax(t)), x)
+
+
+def test_max_ties_return_first_index() -> None:
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0]])
+    assert_same(lambda t: tuple(t.max(dim=1)), x)
+    assert_same(lambda t: t.argmax(dim=1), x)
+    assert_same(lambda t: t.argmin(dim=1), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_argmax_argmin(dtype: torch.dtype) -> None:
+    x = make((5, 7), dtype, low=-100, high=100)
+    assert_same(torch.argmax, x)
+    assert_same(lambda t: t.argmax(dim=0), x)
+    assert_same(lambda t: t.argmin(dim=1, keepdim=True), x)
+
+
+def test_max_with_nan_propagates() -> None:
+    x = torch.tensor([[1.0, float("nan"), 2.0], [0.0, 5.0, -1.0]])
+    assert_same(lambda t: t.sum(1), x)
+    assert_same(lambda t: tuple(t.max(dim=1)), x)
+    assert_same(torch.argmax, x)
+    assert_same(torch.max, x)
+    assert_same(torch.min, x)
+    assert_same(lambda t: t.amax(1), x)
+    assert_same(lambda t: t.amin(1), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_all_any(dtype: torch.dtype) -> None:
+    x = make((4, 5), dtype, low=0, high=2)
+    assert_same(torch.all, x)
+    assert_same(torch.any, x)
+    assert_same(lambda t: t.all(dim=1), x)
+    assert_same(lambda t: t.any(dim=0), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("correction", [0, 1])
+def test_var_std(dtype: torch.dtype, correction: int) -> None:
+    x = make((4, 8), dtype)
+    assert_same(lambda t: t.var(correction=correction), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.std(dim=1, correction=correction), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: tuple(torch.var_mean(t, dim=0, correction=correction)), x,
+                dtype_tols=SUM_TOLS)
+    assert_same(lambda t: tuple(torch.std_mean(t, dim=1, keepdim=True)), x,
+                dtype_tols=SUM_TOLS)
+
+
+def test_norms() -> None:
+    x = make((4, 6), torch.float32)
+    assert_same(torch.linalg.vector_norm, x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=1, dim=1), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=float("inf"), dim=0), x)
+    assert_same(lambda t: t.norm(p=2, dim=1), x, dtype_tols=SUM_TOLS)
+
+
+def test_logsumexp() -> None:
+    x = make((3, 7), torch.float32) * 10
+    assert_same(lambda t: torch.logsumexp(t, dim=1), x, dtype_tols=SUM_TOLS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_cumsum_cumprod(dtype: torch.dtype) -> None:
+    x = make((3, 6), dtype, low=-2, high=2)
+    assert_same(lambda t: t.cumsum(1), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.cumsum(0), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.cumprod(1), x, dtype_tols=SUM_TOLS)
+
+
+def test_cumsum_bool_promotes_to_int64() -> None:
+    assert_same(lambda t: t.cumsum(0), make((7,), torch.bool))
+
+
+def test_nansum_count_nonzero() -> None:
+    x = torch.tensor([[1.0, float("nan"), 2.0], [0.0, 0.0, -1.0]])
+    assert_same(torch.nansum, x)
+    assert_same(lambda t: torch.count_nonzero(t, dim=1), x)
+
+
+def test_empty_reductions() -> None:
+    x = torch.empty(0, 3)
+    assert_same(lambda t: t.sum(0), x)
+    assert_same(torch.sum, x)
+    assert_same(lambda t: t.prod(0), x)

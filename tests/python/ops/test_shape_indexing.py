@@ -1,0 +1,177 @@
+"""Shape and indexing ops: cat/stack, index_select, gather/scatter, masked ops, index_put, ..."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _compare import ALL_DTYPES, assert_same, make
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_cat(dtype: torch.dtype) -> None:
+    a, b = make((2, 3), dtype), make((4, 3), dtype)
+    assert_same(lambda x, y: torch.cat([x, y]), a, b)
+    assert_same(lambda x, y: torch.cat([x.t(), y.t()], dim=1), a, b)
+    assert_same(lambda x, y: torch.cat([x, y, x], dim=-2), a, b)
+
+
+def test_cat_type_promotion_and_empty() -> None:
+    assert_same(lambda x, y: torch.cat([x, y]), make((2, 3), torch.int64),
+                make((1, 3), torch.float32))
+    assert_same(lambda x, y: torch.cat([x, y]), make((2, 3), torch.float32), torch.empty(0, 3))
+
+
+def test_stack_split_chunk() -> None:
+    a, b = make((2, 3), torch.float32), make((2, 3), torch.float32)
+    assert_same(lambda x, y: torch.stack([x, y], dim=1), a, b)
+    x = make((7, 4), torch.float32)
+    assert_same(lambda t: [c.contiguous() for c in t.split(3)], x)
+    assert_same(lambda t: [c * 1 for c in t.chunk(2, dim=1)], x)
+    assert_same(lambda t: [c + 0 for c in t.unbind(1)], x)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_index_select(dtype: torch.dtype) -> None:
+    x = make((5, 4), dtype)
+    idx = torch.tensor([4, 0, 0, 2])
+    assert_same(lambda t, i: t.index_select(0, i), x, idx)
+    assert_same(lambda t, i: t.index_select(1, i[:3] % 4), x, idx)
+    assert_same(lambda t, i: t.t().index_select(0, i[:2] % 4), x, idx)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_gather(dtype: torch.dtype) -> None:
+    x = make((3, 5), dtype)
+    idx = torch.randint(0, 5, (3, 4))
+    assert_same(lambda t, i: torch.gather(t, 1, i), x, idx)
+    assert_same(lambda t, i: torch.gather(t, 0, i % 3), x, idx)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_scatter(dtype: torch.dtype) -> None:
+    x = make((3, 5), dtype)
+    src = make((3, 5), dtype)
+    idx = torch.stack([torch.randperm(5) for _ in range(3)])  # unique per row: deterministic
+    assert_same(lambda t, i, s: t.scatter(1, i, s), x, idx, src)
+    assert_same(lambda t, i: t.scatter(1, i[:, :2], 7), x, idx)
+    assert_same(lambda t, i, s: t.scatter_add(1, i, s), x, idx, src)
+    dup = torch.tensor([[0, 0, 1, 1, 4]] * 3)
+    assert_same(lambda t, i, s: t.scatter_add(1, i, s), x, dup, src)
+    assert_same(lambda t, i, s: t.scatter_reduce(1, i, s, "amax"), x, dup, src)
+    assert_same(lambda t, i, s: t.scatter_reduce(1, i, s, "sum", include_self=False), x, dup, src)
+
+
+def test_scatter_inplace() -> None:
+    def fn(t: torch.Tensor, i: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        t.scatter_(0, i, s)
+        return t
+
+    assert_same(fn, make((4, 3), torch.float32), torch.tensor([[3, 0, 1]]),
+                make((1, 3), torch.float32))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_masked_fill(dtype: torch.dtype) -> None:
+    x = make((4, 5), dtype)
+    mask = make((4, 5), torch.bool)
+    value = True if dtype == torch.bool else 3
+    assert_same(lambda t, m: t.masked_fill(m, value), x, mask)
+    assert_same(lambda t, m: t.masked_fill(m[0], value), x, mask)  # broadcast mask
+    assert_same(lambda t, m, v: t.masked_fill(m, v), x, mask, torch.tensor(value, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_masked_fill_cpu_scalar_tensor_value(dtype: torch.dtype) -> None:
+    # As on CUDA, a 0-dim CPU tensor is a scalar and may be the fill value of a device tensor.
+    x = make((4, 5), dtype)
+    mask = make((4, 5), torch.bool)
+    value = torch.tensor(3, dtype=dtype)
+    out = x.to("tpu").masked_fill(mask.to("tpu"), value)
+    assert out.device.type == "tpu"
+    assert torch.equal(out.cpu(), x.masked_fill(mask, value))
+
+
+def test_masked_fill_inplace_and_scatter() -> None:
+    x = make((3, 4), torch.float32)
+    mask = make((3, 4), torch.bool)
+    assert_same(lambda t, m: t.clone().masked_fill_(m, -1.0), x, mask)
+    assert_same(lambda t, m, s: t.masked_scatter(m, s), x, mask, make((12,), torch.float32))
+
+
+def test_masked_select_and_nonzero() -> None:
+    x = make((3, 4), torch.float32)
+    mask = x > 0
+    # Data-dependent output shapes: not lowered, run on the CPU.
+    assert_same(torch.masked_select, x, mask, allow_fallback=["aten::masked_select"])
+    assert_same(torch.nonzero, x, allow_fallback=["aten::nonzero"])
+
+
+def test_index_tensor() -> None:
+    x = make((5, 4), torch.float32)
+    idx = torch.tensor([4, 1, 1])
+    assert_same(lambda t, i: t[i], x, idx)
+    assert_same(lambda t, i: t[:, i % 4], x, idx)
+    assert_same(lambda t, i: t[i, i % 4], x, idx)
+
+
+def test_index_put() -> None:
+    def put(t: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        t[i] = v
+        return t
+
+    def put_acc(t: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return t.index_put((i,), v, accumulate=True)
+
+    x = make((5, 3), torch.float32)
+    assert_same(put, x, torch.tensor([0, 3]), make((2, 3), torch.float32))
+    assert_same(put_acc, x, torch.tensor([1, 1, 4]), make((3, 3), torch.float32))
+
+
+def test_index_add_copy_fill() -> None:
+    x = make((5, 3), torch.float32)
+    idx = torch.tensor([0, 4, 0])
+    src = make((3, 3), torch.float32)
+    assert_same(lambda t, i, s: t.index_add(0, i, s, alpha=2), x, idx, src)
+    assert_same(lambda t, i, s: t.index_copy(0, i[:2], s[:2]), x, idx, src)
+    assert_same(lambda t, i: t.index_fill(1, i[:2] % 3, -2.0), x, idx)
+
+
+def test_setitem_bool_mask() -> None:
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        t[t > 0] = 0.0
+        return t
+
+    assert_same(fn, make((4, 4), torch.float32))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_flip_roll_repeat(dtype: torch.dtype) -> None:
+    x = make((3, 4), dtype)
+    assert_same(lambda t: t.flip(0), x)
+    assert_same(lambda t: t.flip((0, 1)), x)
+    assert_same(lambda t: t.roll(2, 1), x)
+    assert_same(lambda t: t.roll((1, -1), (0, 1)), x)
+    assert_same(lambda t: t.repeat(2, 1, 3), x)
+
+
+def test_tril_triu_diag() -> None:
+    x = make((4, 5), torch.float32)
+    assert_same(torch.tril, x)
+    assert_same(lambda t: torch.triu(t, 1), x)
+    assert_same(lambda t: torch.diagonal(t, 1) * 1, x)
+    assert_same(lambda t: torch.diag_embed(t), x[:2])
+
+
+def test_take_and_where_index() -> None:
+    x = make((3, 4), torch.float32)
+    assert_same(torch.take, x, torch.tensor([0, 11, 5]))
+
+
+def test_slice_select_scatter() -> None:
+    x = make((4, 6), torch.float32)
+    assert_same(lambda t, s: torch.slice_scatter(t, s, dim=1, start=1, end=5, step=2), x,
+                make((4, 2), torch.float32))
+    assert_same(lambda t, s: torch.select_scatter(t, s, 0, 2), x, make((6,), torch.float32))

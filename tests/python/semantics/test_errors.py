@@ -1,0 +1,108 @@
+"""User errors raise PyTorch's exceptions (same type as on CPU), never crash the process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _compare import assert_raises_like_cpu, make
+
+TPU = "tpu"
+
+
+def test_shape_mismatch_binary() -> None:
+    assert_raises_like_cpu(torch.add, make((3, 4), torch.float32), make((5,), torch.float32))
+
+
+def test_shape_mismatch_matmul() -> None:
+    e = assert_raises_like_cpu(torch.mm, make((3, 4), torch.float32), make((5, 2), torch.float32))
+    assert "3x4" in str(e) and "5x2" in str(e), e
+
+
+def test_shape_mismatch_cat_and_view() -> None:
+    assert_raises_like_cpu(lambda a, b: torch.cat([a, b]), make((2, 3), torch.float32),
+                           make((2, 4), torch.float32))
+    assert_raises_like_cpu(lambda a: a.view(5, 5), make((3, 4), torch.float32))
+    assert_raises_like_cpu(lambda a: a.t().view(12), make((3, 4), torch.float32))
+
+
+def test_inplace_dtype_mismatch() -> None:
+    # result type float can't be cast to the desired output type Long
+    assert_raises_like_cpu(lambda a, b: a.add_(b), make((3,), torch.int64),
+                           make((3,), torch.float32))
+    assert_raises_like_cpu(lambda a, b: a.mul_(b), make((3,), torch.bool),
+                           make((3,), torch.int64))
+
+
+def test_inplace_broadcast_to_smaller_self() -> None:
+    assert_raises_like_cpu(lambda a, b: a.add_(b), make((3,), torch.float32),
+                           make((2, 3), torch.float32))
+
+
+def test_cpu_tensor_mixed_with_tpu() -> None:
+    a = torch.ones(3, device=TPU)
+    with pytest.raises(RuntimeError, match="same device"):
+        a + torch.ones(3)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.mm(torch.ones(2, 2, device=TPU), torch.ones(2, 2))
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.cat([a, torch.ones(3)])
+    with pytest.raises(RuntimeError):
+        torch.ones(3).index_select(0, torch.tensor([0], device=TPU))
+
+
+@pytest.mark.parametrize("bad", [3, -4, 100])
+def test_index_select_out_of_range(bad: int) -> None:
+    x = make((3, 4), torch.float32)
+    e = assert_raises_like_cpu(lambda t, i: t.index_select(0, i), x, torch.tensor([0, bad]))
+    assert isinstance(e, IndexError)
+
+
+def test_embedding_out_of_range() -> None:
+    assert_raises_like_cpu(F.embedding, torch.tensor([[0, 10]]), make((10, 3), torch.float32))
+    assert_raises_like_cpu(F.embedding, torch.tensor([-1]), make((10, 3), torch.float32))
+
+
+def test_gather_out_of_range() -> None:
+    assert_raises_like_cpu(lambda t, i: t.gather(1, i), make((2, 3), torch.float32),
+                           torch.tensor([[0, 3], [1, 1]]))
+
+
+def test_scatter_out_of_range() -> None:
+    assert_raises_like_cpu(lambda t, i, s: t.scatter(0, i, s), make((2, 3), torch.float32),
+                           torch.tensor([[2, 0, 0]]), make((1, 3), torch.float32))
+
+
+def test_index_tensor_out_of_range() -> None:
+    assert_raises_like_cpu(lambda t, i: t[i], make((3, 4), torch.float32), torch.tensor([0, 5]))
+
+
+def test_failed_indexing_leaves_tensor_unchanged_and_device_usable() -> None:
+    x = torch.arange(6.0).to(TPU)
+    with pytest.raises(IndexError):
+        x.index_select(0, torch.tensor([7], device=TPU))
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert (x * 2).sum().item() == 30.0
+
+
+def test_item_on_multi_element() -> None:
+    assert_raises_like_cpu(lambda t: t.item(), make((2,), torch.float32))
+
+
+def test_cross_entropy_bad_target() -> None:
+    assert_raises_like_cpu(F.cross_entropy, make((3, 4), torch.float32), torch.tensor([0, 1]))
+
+
+def test_reduction_bad_dim() -> None:
+    assert_raises_like_cpu(lambda t: t.sum(dim=2), make((3, 4), torch.float32))
+    assert_raises_like_cpu(lambda t: t.softmax(dim=-3), make((3, 4), torch.float32))
+
+
+def test_unsupported_dtype_is_a_clear_error() -> None:
+    # complex has no lowering; creating one is either supported or a clear error, never a crash.
+    try:
+        t = torch.zeros(2, dtype=torch.complex64, device=TPU)
+    except (RuntimeError, TypeError, NotImplementedError) as e:
+        assert "complex" in str(e).lower() or "dtype" in str(e).lower(), e
+    else:
+        assert torch.equal(t.cpu(), torch.zeros(2, dtype=torch.complex64))

@@ -1,0 +1,163 @@
+"""Ops without a lowering run on the CPU, are counted and warned once; or are errors on request.
+
+The fallback op is ``aten::kthvalue.values`` (``torch.kthvalue`` is composite and dispatches
+to its out= overload): chosen because it has no lowering (the first test checks
+that against ``torchtpu._C.lowered_ops()``, so a future lowering makes this file pick again
+rather than silently test nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torchtpu
+
+FALLBACK_OP = "aten::kthvalue.values"
+TPU = "tpu"
+PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
+
+
+def kthvalue(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return tuple(torch.kthvalue(t, 2, dim=1))
+
+
+def test_op_has_no_lowering() -> None:
+    lowered = set(torchtpu._C.lowered_ops())
+    assert FALLBACK_OP not in lowered, f"{FALLBACK_OP} is lowered now; pick another op"
+    assert "aten::kthvalue" not in lowered
+    assert "aten::add.Tensor" in lowered
+
+
+def test_lowered_op_names_are_real_overloads() -> None:
+    # A lowering registered under a name that is not an aten overload is never found by the
+    # dispatcher: the op it meant to lower silently falls back to the CPU.
+    bad = []
+    for name in torchtpu._C.lowered_ops():
+        assert name.startswith("aten::"), name
+        base, _, overload = name[len("aten::"):].partition(".")
+        packet = getattr(torch.ops.aten, base, None)
+        if packet is None or overload and not hasattr(packet, overload):
+            bad.append(name)
+    assert not bad, f"lowerings registered under names that are not aten overloads: {bad}"
+
+
+def test_fallback_runs_counts_and_matches_cpu() -> None:
+    x = torch.randn(4, 6)
+    before = torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0)
+    values, indices = kthvalue(x.to(TPU))
+    after = torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0)
+    assert after == before + 1
+    assert values.device.type == TPU and indices.device.type == TPU
+    cv, ci = kthvalue(x)
+    assert torch.equal(values.cpu(), cv) and torch.equal(indices.cpu(), ci)
+    assert FALLBACK_OP in torchtpu.debug.report()
+
+
+def test_lowered_op_does_not_fall_back() -> None:
+    before = dict(torchtpu.debug.metrics()["fallback_ops"])
+    (torch.ones(3, device=TPU) + 1).cpu()
+    assert torchtpu.debug.metrics()["fallback_ops"] == before
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.pop("TORCHTPU_FALLBACK", None)
+    full_env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-W", "default", "-c", textwrap.dedent(code)],
+                          env=full_env, capture_output=True, text=True, timeout=120)
+
+
+def test_fallback_warns_once_per_op() -> None:
+    # A fresh process, so that no earlier test has already triggered the warning.
+    r = run_python(
+        f"""
+        import warnings, torch, torchtpu
+        x = torch.randn(4, 6, device="tpu")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                torch.kthvalue(x, 2, dim=1)
+        msgs = [str(m.message) for m in w if "{FALLBACK_OP}" in str(m.message)]
+        assert len(msgs) == 1, msgs
+        assert "CPU" in msgs[0], msgs[0]
+        assert torchtpu.debug.metrics()["fallback_ops"]["{FALLBACK_OP}"] == 3
+        print("OK")
+        """)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_fallback_error_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.randn(4, 6, device=TPU)
+    monkeypatch.setenv("TORCHTPU_FALLBACK", "error")
+    before = torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0)
+    with pytest.raises(NotImplementedError, match=FALLBACK_OP):
+        kthvalue(x)
+    assert torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0) == before
+    # Lowered ops still run.
+    assert (x + 1).sum().item() == pytest.approx(x.cpu().sum().item() + 24, rel=1e-5)
+
+
+def test_fallback_error_mode_in_fresh_process() -> None:
+    r = run_python(
+        """
+        import torch, torchtpu
+        x = torch.randn(4, 6, device="tpu")
+        try:
+            torch.kthvalue(x, 2, dim=1)
+        except NotImplementedError as e:
+            assert "aten::kthvalue.values" in str(e), e
+            print("OK")
+        """,
+        TORCHTPU_FALLBACK="error")
+    assert r.returncode == 0 and "OK" in r.stdout, (r.stdout, r.stderr[-3000:])
+
+
+def test_fallback_inplace_op_writes_tpu_tensor() -> None:
+    # An in-place op without a lowering must write its result back into the tpu tensor.
+    assert "aten::sort" not in set(torchtpu._C.lowered_ops())
+    x = torch.randn(5)
+    t = x.to(TPU)
+    out_v = torch.empty(5, device=TPU)
+    out_i = torch.empty(5, dtype=torch.int64, device=TPU)
+    torch.sort(t, out=(out_v, out_i))
+    cv, ci = torch.sort(x)
+    assert torch.equal(out_v.cpu(), cv) and torch.equal(out_i.cpu(), ci)
+
+
+# In-place unary ops, least likely first to gain a lowering; the test uses the first whose
+# in-place, functional and out= overloads have none. (Structured in-place ops reach the
+# backend as their out= overload, e.g. i0_ -> aten::i0.out, so any of them may be counted.)
+INPLACE_CANDIDATES = {
+    "aten::i0": torch.Tensor.i0_,
+    "aten::lgamma": torch.Tensor.lgamma_,
+    "aten::digamma": torch.Tensor.digamma_,
+    "aten::erfinv": torch.Tensor.erfinv_,
+}
+
+
+def fallbacks_of(base: str) -> int:
+    counts = torchtpu.debug.metrics()["fallback_ops"]
+    return sum(n for op, n in counts.items()
+               if op in (base, base + "_") or op.startswith((base + ".", base + "_.")))
+
+
+def test_fallback_inplace_op_on_view_writes_base() -> None:
+    lowered = set(torchtpu._C.lowered_ops())
+    name, fn = next(((n, f) for n, f in INPLACE_CANDIDATES.items()
+                     if not {n, n + "_", n + ".out"} & lowered), (None, None))
+    assert name is not None, f"all of {list(INPLACE_CANDIDATES)} are lowered; add a candidate"
+    x = torch.rand(4, 5) * 0.9
+    expected = x.clone()
+    fn(expected[:, 1::2])
+    t = x.to(TPU)
+    before = fallbacks_of(name)
+    fn(t[:, 1::2])
+    assert fallbacks_of(name) == before + 1
+    torch.testing.assert_close(t.cpu(), expected, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,216 @@
+"""Views alias their base; in-place ops, copy_/fill_/zero_ and out= write through them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _compare import ALL_DTYPES, assert_close, assert_same, make
+
+TPU = "tpu"
+
+VIEWS = {
+    "view": lambda t: t.view(4, 6),
+    "reshape": lambda t: t.reshape(2, 12),
+    "permute": lambda t: t.permute(1, 0),
+    "transpose": lambda t: t.transpose(0, 1),
+    "t": lambda t: t.t(),
+    "unsqueeze": lambda t: t.unsqueeze(1),
+    "squeeze": lambda t: t.unsqueeze(0).squeeze(0),
+    "slice": lambda t: t[1:5:2, 2:],
+    "select": lambda t: t[3],
+    "narrow": lambda t: t.narrow(1, 1, 3),
+    "as_strided": lambda t: t.as_strided((3, 2), (5, 2), 1),
+    "diagonal": lambda t: t.diagonal(),
+    "unfold": lambda t: t.unfold(1, 2, 2),
+    "flatten": lambda t: t.flatten(),
+    "expand": lambda t: t[:, :1].expand(6, 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_view_values(name: str) -> None:
+    assert_same(lambda t: VIEWS[name](t).contiguous(), make((6, 4), torch.float32))
+
+
+@pytest.mark.parametrize("name", sorted(set(VIEWS) - {"expand"}))
+def test_write_through_view_seen_by_base(name: str) -> None:
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        v = VIEWS[name](t)
+        v.mul_(10).add_(1)
+        return t
+
+    x = make((6, 4), torch.float32)
+    out = assert_same(fn, x)
+    assert out.device.type == TPU
+
+
+def test_view_shares_storage() -> None:
+    base = torch.arange(12.0).to(TPU)
+    v = base.view(3, 4)
+    assert v.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    assert v._base is base
+    s = base[2:8:2]
+    assert s.storage_offset() == 2 and s.stride() == (2,)
+
+
+def test_write_seen_by_other_views() -> None:
+    base = torch.zeros(4, 4, device=TPU)
+    row = base[1]
+    col = base[:, 2]
+    t = base.t()
+    row.fill_(5.0)
+    assert col.cpu().tolist() == [0.0, 5.0, 0.0, 0.0]
+    assert t[2].cpu().tolist() == [0.0, 5.0, 0.0, 0.0]
+    col.zero_()
+    assert row.cpu().tolist() == [5.0, 5.0, 0.0, 5.0]
+    base.add_(1)
+    assert row.cpu().tolist() == [6.0, 6.0, 1.0, 6.0]
+    assert t.cpu()[2].tolist() == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_view_as_other_dtype_is_a_clear_error() -> None:
+    # Documented limitation: a tpu buffer has one dtype, so t.view(dtype) with another element
+    # type cannot alias it. It must be a RuntimeError that says so, not a crash or wrong data.
+    x = torch.ones(4, device=TPU)
+    with pytest.raises(RuntimeError, match="another dtype"):
+        x.view(torch.int32).cpu()
+    assert torch.equal(x.view(torch.float32).cpu(), torch.ones(4))
+
+
+def test_base_write_seen_by_view() -> None:
+    base = torch.arange(6.0).to(TPU)
+    v = base.view(2, 3)[:, 1]
+    base[1] = 100.0
+    assert v.cpu().tolist() == [100.0, 4.0]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_copy_fill_zero_into_views(dtype: torch.dtype) -> None:
+    def fn(t: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        t[1:3].copy_(src)
+        t[:, 0].fill_(1)
+        t[3, 1:].zero_()
+        t.t()[2, ::2].copy_(src[0, :2].to(t.device))
+        return t
+
+    assert_same(fn, make((4, 3), dtype), make((2, 3), dtype))
+
+
+def test_copy_broadcast_and_cross_dtype() -> None:
+    def fn(t: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        t.copy_(src)  # broadcasts (3,) and casts int64 -> float32
+        return t
+
+    assert_same(fn, make((2, 3), torch.float32), make((3,), torch.int64))
+
+
+def test_copy_cpu_into_tpu_view() -> None:
+    t = torch.zeros(3, 4, device=TPU)
+    src = torch.arange(3.0)
+    t[:, 1].copy_(src)
+    expected = torch.zeros(3, 4)
+    expected[:, 1] = src
+    assert torch.equal(t.cpu(), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_inplace_arithmetic(dtype: torch.dtype) -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a = a.clone()
+        a.add_(b).mul_(2).sub_(b[0], alpha=3)
+        a.clamp_(-20, 20)
+        return a
+
+    assert_same(fn, make((3, 4), dtype), make((3, 4), dtype))
+
+
+def test_inplace_on_noncontiguous() -> None:
+    def fn(a: torch.Tensor) -> torch.Tensor:
+        a = a.clone()
+        v = a.t()[::2]
+        v.exp_()
+        v.div_(2)
+        return a
+
+    assert_same(fn, make((4, 6), torch.float32))
+
+
+def test_inplace_returns_self() -> None:
+    a = torch.ones(3, device=TPU)
+    assert a.add_(1) is a
+    assert a.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_out_variants() -> None:
+    a, b = make((3, 4), torch.float32), make((3, 4), torch.float32)
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        o1 = torch.empty(3, 4, device=x.device)
+        r1 = torch.add(x, y, out=o1)
+        o2 = torch.empty(0, device=x.device)  # resized by the op
+        torch.mm(x, y.t(), out=o2)
+        o3 = torch.empty(3, dtype=torch.float32, device=x.device)
+        torch.sum(x, 1, out=o3)
+        o4 = torch.empty(3, 4, dtype=torch.bool, device=x.device)
+        torch.gt(x, y, out=o4)
+        assert r1 is o1
+        return o1, o2, o3, o4
+
+    assert_same(fn, a, b, dtype_tols={torch.float32: (1e-5, 1e-4)})
+
+
+def test_out_into_view() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        big = torch.zeros(4, 6, device=x.device)
+        torch.exp(x, out=big[:, ::2])
+        return big
+
+    assert_same(fn, make((4, 3), torch.float32))
+
+
+def test_out_multiple_returns() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        v = torch.empty(0, device=x.device)
+        i = torch.empty(0, dtype=torch.int64, device=x.device)
+        torch.max(x, 1, out=(v, i))
+        return v, i
+
+    assert_same(fn, make((3, 5), torch.float32))
+
+
+def test_noncontiguous_inputs_to_ops() -> None:
+    x = make((4, 6), torch.float32)
+    assert_same(lambda t: (t.t() @ t[:, :4]), x, dtype_tols={torch.float32: (1e-5, 1e-4)})
+    assert_same(lambda t: torch.softmax(t[:, 1::2], dim=0), x)
+    assert_same(lambda t: t.expand(2, 4, 6) + t.unsqueeze(0), x)
+    assert_same(lambda t: t.as_strided((2, 2), (1, 6), 3).sum(), x)
+
+
+def test_contiguous_and_clone() -> None:
+    x = torch.arange(12.0).to(TPU).view(3, 4).t()
+    assert not x.is_contiguous()
+    c = x.contiguous()
+    assert c.is_contiguous() and c.stride() == (3, 1)
+    assert torch.equal(c.cpu(), torch.arange(12.0).view(3, 4).t())
+    k = x.clone()
+    k.fill_(0)
+    assert x.cpu().sum().item() == 66.0
+
+
+def test_resize_and_set_item_scalar() -> None:
+    t = torch.empty(0, device=TPU)
+    t.resize_(2, 3)
+    assert t.shape == (2, 3)
+    t.fill_(1.0)
+    t[0, 1] = 7.0
+    assert_close(t, torch.tensor([[1.0, 7.0, 1.0], [1.0, 1.0, 1.0]]))
+
+
+def test_detach_shares_storage() -> None:
+    a = torch.zeros(3, device=TPU, requires_grad=True)
+    d = a.detach()
+    d.add_(2)
+    assert a.detach().cpu().tolist() == [2.0, 2.0, 2.0]
