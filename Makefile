@@ -23,6 +23,9 @@ PYTEST_ARGS ?=
 CTEST_ARGS ?=
 export VERBOSE
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
+# ccache keys on paths relative to the checkout, so a fresh clone (CI) reuses the cache.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 
 # The CMake tree that scikit-build-core keeps at build/{wheel_tag}, for this venv's Python.
 BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-* \

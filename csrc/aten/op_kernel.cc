@@ -373,20 +373,10 @@ runtime::BufferPtr scalar_buffer(const c10::IValue& v, base::DType dtype, int de
 }
 
 runtime::BufferPtr rng_buffer(const CallInfo& info) {
-  at::Generator gen = info.generator && info.generator->defined()
-                          ? *info.generator
-                          : default_generator(static_cast<c10::DeviceIndex>(info.device));
-  std::pair<uint64_t, uint64_t> state;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    auto* impl = gen.get<TpuGeneratorImpl>();
-    TORCH_CHECK(impl != nullptr, "tpu: random op given a generator for another device");
-    state = impl->next_state();
-  }
-  uint64_t words[2] = {state.first, state.second};
-  auto b = client().buffer_from_host(words, base::DType::kU64, {2}, info.device);
-  TORCH_CHECK(b.ok(), b.status().message());
-  return *b;
+  bool given = info.generator && info.generator->defined();
+  return next_rng_state_buffer(
+      given ? *info.generator : default_generator(static_cast<c10::DeviceIndex>(info.device)),
+      info.device);
 }
 
 void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch::jit::Stack* stack,
@@ -419,13 +409,7 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
 
   // Data checks run before anything is written, so a failing call changes nothing.
   size_t num_results = c.out_types.size();
-  for (size_t k = 0; k < c.check_messages.size(); ++k) {
-    bool ok = false;
-    auto status = (*outputs)[num_results + k]->to_host(&ok, 1);
-    TORCH_CHECK(status.ok(), status.message());
-    base::counter_add("num_data_checks");
-    raise_if_failed(ok, c.check_kinds[k], c.check_messages[k]);
-  }
+  run_data_checks(*outputs, num_results, c.check_kinds, c.check_messages);
 
   std::vector<c10::IValue> results;
   size_t next = 0;
@@ -478,10 +462,18 @@ bool fallback_is_error() {
 
 }  // namespace
 
-void raise_if_failed(bool ok, lowering::CheckKind kind, const std::string& message) {
-  if (ok) return;
-  if (kind == lowering::CheckKind::kIndexError) TORCH_CHECK_INDEX(false, message);
-  TORCH_CHECK(false, message);
+void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
+                     const std::vector<lowering::CheckKind>& kinds,
+                     const std::vector<std::string>& messages) {
+  for (size_t k = 0; k < messages.size(); ++k) {
+    bool ok = false;
+    auto status = outputs.at(first + k)->to_host(&ok, 1);
+    TORCH_CHECK(status.ok(), status.message());
+    base::counter_add("num_data_checks");
+    if (ok) continue;
+    if (kinds[k] == lowering::CheckKind::kIndexError) TORCH_CHECK_INDEX(false, messages[k]);
+    TORCH_CHECK(false, messages[k]);
+  }
 }
 
 size_t op_cache_size() {

@@ -12,14 +12,18 @@
 #include <ATen/core/stack.h>
 
 #include "lowering/lowering.h"
+#include "runtime/buffer.h"
 
 namespace torchtpu::aten {
 
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // Runs `op` on the CPU and accounts for it; `reason` says why it could not run on tpu.
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason);
-// Raises the error a failed data check stands for (IndexError or RuntimeError).
-void raise_if_failed(bool ok, lowering::CheckKind kind, const std::string& message);
+// Reads the i1 check results outputs[first..] (one per message) and raises the error a
+// failed check stands for (IndexError or RuntimeError). Blocks on the results.
+void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
+                     const std::vector<lowering::CheckKind>& kinds,
+                     const std::vector<std::string>& messages);
 // Number of distinct op signatures compiled in this process.
 size_t op_cache_size();
 

@@ -1,6 +1,5 @@
 #include "aten/tpu_generator.h"
 
-#include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/Utils.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorImpl.h>
@@ -55,6 +54,21 @@ c10::intrusive_ptr<c10::TensorImpl> TpuGeneratorImpl::get_state() const {
   return state.getIntrusivePtr();
 }
 
+runtime::BufferPtr next_rng_state_buffer(const at::Generator& generator, int device) {
+  at::Generator gen = generator;
+  std::pair<uint64_t, uint64_t> state;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    auto* impl = gen.get<TpuGeneratorImpl>();
+    TORCH_CHECK(impl != nullptr, "tpu: random op given a generator for another device");
+    state = impl->next_state();
+  }
+  uint64_t words[2] = {state.first, state.second};
+  auto b = client().buffer_from_host(words, base::DType::kU64, {2}, device);
+  TORCH_CHECK(b.ok(), b.status().message());
+  return *b;
+}
+
 TpuGeneratorImpl* TpuGeneratorImpl::clone_impl() const {
   auto* g = new TpuGeneratorImpl(device().index(), seed_);
   g->offset_ = offset_;
@@ -73,15 +87,5 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
   }
   return (*generators)[index];
 }
-
-namespace {
-
-at::Generator make_new_generator(c10::DeviceIndex index) {
-  return at::make_generator<TpuGeneratorImpl>(index < 0 ? 0 : index);
-}
-
-REGISTER_GENERATOR_PRIVATEUSE1(make_new_generator)
-
-}  // namespace
 
 }  // namespace torchtpu::aten

@@ -6,6 +6,8 @@
 #include <ATen/core/Generator.h>
 #include <c10/core/GeneratorImpl.h>
 
+#include "runtime/buffer.h"
+
 namespace torchtpu::aten {
 
 class TpuGeneratorImpl final : public c10::GeneratorImpl {
@@ -32,5 +34,9 @@ class TpuGeneratorImpl final : public c10::GeneratorImpl {
 };
 
 const at::Generator& default_generator(c10::DeviceIndex index);
+
+// The ui64[2] state buffer one random program takes: `gen` (a tpu generator) advanced
+// by one op, placed on `device`.
+runtime::BufferPtr next_rng_state_buffer(const at::Generator& gen, int device);
 
 }  // namespace torchtpu::aten

@@ -17,6 +17,9 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
     return default_generator(index < 0 ? current_device_index() : index);
   }
+  at::Generator getNewGenerator(c10::DeviceIndex index) const override {
+    return at::make_generator<TpuGeneratorImpl>(index < 0 ? current_device_index() : index);
+  }
   at::Device getDeviceFromPtr(void* data) const override {
     auto* state = static_cast<StorageState*>(data);
     return at::Device(c10::DeviceType::PrivateUse1, state ? state->device_index : 0);

@@ -22,18 +22,6 @@ c10::Scalar to_scalar(const lowering::GraphScalar& s) {
   return c10::Scalar(s.float_value);
 }
 
-runtime::BufferPtr rng_buffer(int device) {
-  at::Generator gen = aten::default_generator(static_cast<c10::DeviceIndex>(device));
-  std::pair<uint64_t, uint64_t> state;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    state = gen.get<aten::TpuGeneratorImpl>()->next_state();
-  }
-  uint64_t words[2] = {state.first, state.second};
-  auto b = aten::client().buffer_from_host(words, base::DType::kU64, {2}, device);
-  TORCH_CHECK(b.ok(), b.status().message());
-  return *b;
-}
 
 }  // namespace
 
@@ -70,7 +58,8 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
         buffers.push_back(aten::scalar_to_buffer(to_scalar(p.scalar), p.dtype, device_));
         break;
       case lowering::GraphParam::Source::kRngState:
-        buffers.push_back(rng_buffer(device_));
+        buffers.push_back(aten::next_rng_state_buffer(
+            aten::default_generator(static_cast<c10::DeviceIndex>(device_)), device_));
         break;
     }
   }
@@ -80,13 +69,7 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   TORCH_CHECK(outputs.ok(), outputs.status().message());
   base::counter_add("num_graph_executions");
   size_t n = lowered_.output_types.size();
-  for (size_t k = 0; k < lowered_.check_messages.size(); ++k) {
-    bool ok = false;
-    auto status = (*outputs)[n + k]->to_host(&ok, 1);
-    TORCH_CHECK(status.ok(), status.message());
-    base::counter_add("num_data_checks");
-    aten::raise_if_failed(ok, lowered_.check_kinds[k], lowered_.check_messages[k]);
-  }
+  aten::run_data_checks(*outputs, n, lowered_.check_kinds, lowered_.check_messages);
   std::vector<at::Tensor> result;
   result.reserve(n);
   for (size_t k = 0; k < n; ++k) {

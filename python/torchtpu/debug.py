@@ -6,6 +6,7 @@ compile time) and CPU fallbacks per op. ``report()`` renders them as a table.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from torchtpu import _C
@@ -19,6 +20,9 @@ def metrics() -> dict[str, Any]:
     counters["host_roundtrip_ops"] = dict(keyed.get("host_roundtrip_ops", {}))
     counters["compile_time_s"] = counters.get("compile_time_us", 0) / 1e6
     counters["num_op_signatures_cached"] = _C.op_cache_size()
+    backend = sys.modules.get("torchtpu.dynamo.backend")  # only once torch.compile was used
+    if backend is not None:
+        counters.update(backend.compile_stats())
     return counters
 
 
@@ -57,6 +61,14 @@ def report() -> str:
         value = m.get(key, 0)
         shown = f"{value:.3f}" if isinstance(value, float) else f"{value:,}"
         lines.append(f"{label:<{width}}  {shown:>12}")
+    if "num_dynamo_compiles" in m:
+        lines.append(f"{'torch.compile: Dynamo graphs compiled':<{width}}  {m['num_dynamo_compiles']:>12,}")
+        lines.append(f"{'torch.compile: recompilations':<{width}}  {m['num_recompiles']:>12,}")
+        lines.append(f"{'torch.compile: graph breaks':<{width}}  {m['num_graph_breaks']:>12,}")
+        for reason in m["recompile_reasons"][-5:]:
+            lines.append(f"  {reason}")
+        for reason, n in sorted(m["graph_breaks"].items(), key=lambda kv: -kv[1])[:5]:
+            lines.append(f"  graph break x{n}: {reason}")
     fallbacks = m["fallback_ops"]
     lines.append("-" * (width + 16))
     if fallbacks:

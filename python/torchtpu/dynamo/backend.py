@@ -19,7 +19,6 @@ import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
-from torch._dynamo.backends.registry import register_backend
 
 from torchtpu import _C
 from torchtpu.dynamo.graph_spec import build_plan
@@ -104,9 +103,9 @@ _aot = aot_autograd(
 )
 
 
-@register_backend(name="tpu")  # type: ignore[misc]
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    """The Dynamo backend registered as ``"tpu"``."""
+    """The Dynamo backend registered as ``"tpu"`` (through the package's
+    ``torch_dynamo_backends`` entry point)."""
     _note_compile(gm, example_inputs)
     return _aot(gm, example_inputs)
 

@@ -1,0 +1,451 @@
+"""torch.compile(backend="tpu") against jax.jit on the same XLA CPU, measured side by side.
+
+One small GPT-style decoder (token embedding + learned positions, pre-LayerNorm blocks with
+causal attention as explicit matmuls + masked softmax, exact-GELU MLP, final LayerNorm,
+untied LM head, cross-entropy) is written once in PyTorch and once in pure jax.numpy, with
+the same sizes, dtype (float32) and initial weights (the PyTorch weights are copied into
+JAX arrays). For each way of running it the script reports the median wall time of
+
+- a forward pass (logits, no autograd), and
+- a training step (loss + grads + plain SGD update, the same optimizer in both),
+
+over ``--steps`` steps after warm-up. Every timed step waits for its results (the loss and
+the updated weights), so the figures are dispatch + execute. The rows are:
+
+- ours: ``torch.compile(backend="tpu")`` on ``tpu`` (the model + loss, and ``opt.step``,
+  each compiled; backward runs the AOTAutograd backward graph);
+- jax: ``jax.jit`` of the forward and of the whole step (``value_and_grad`` + update,
+  weights donated) on JAX's CPU device;
+- for reference: PyTorch eager on the CPU, and ``torch.compile`` (inductor) on the CPU
+  (an inductor failure is reported in its row, not raised).
+
+It also measures the first (cold) training step of ours in a fresh process with an empty
+``TORCHTPU_CACHE_DIR`` and again in a second process that reuses that directory (the disk
+cache should make the second compile nothing), and checks once that our compiled loss
+equals JAX's for the same weights and inputs over a few SGD steps; it exits 1 if not.
+
+    python bench/compiled_vs_jax.py [--steps N]      (make bench-compile)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+
+# The goal for ours/JAX (forward and training step) and the numerics tolerance.
+GOAL_RATIO = 1.10
+LOSS_RTOL = 1e-4
+LOSS_ATOL = 1e-5
+NUM_CHECK_STEPS = 3
+
+
+@dataclass(frozen=True)
+class Config:
+    vocab_size: int = 256
+    d_model: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    seq_len: int = 64
+    batch_size: int = 8
+    lr: float = 0.1
+    seed: int = 0
+
+
+# ----------------------------------------------------------------------------- PyTorch model
+
+
+class Block(torch.nn.Module):
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.num_heads = cfg.num_heads
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        self.ln2 = torch.nn.LayerNorm(d)
+        self.fc = torch.nn.Linear(d, 4 * d)
+        self.fc_out = torch.nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.num_heads
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q = q.view(b, t, h, d // h).transpose(1, 2)
+        k = k.view(b, t, h, d // h).transpose(1, 2)
+        v = v.view(b, t, h, d // h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))
+        att = att.masked_fill(~mask[:t, :t], float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.tok_emb = torch.nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = torch.nn.Parameter(torch.randn(cfg.seq_len, cfg.d_model) * 0.02)
+        self.blocks = torch.nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.ln_f = torch.nn.LayerNorm(cfg.d_model)
+        self.head = torch.nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        mask = torch.tril(torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool))
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.shape[1]
+        x = self.tok_emb(tokens) + self.pos_emb[:t]
+        for block in self.blocks:
+            x = block(x, self.mask)
+        return self.head(self.ln_f(x))
+
+
+def torch_loss(model: torch.nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = model(tokens)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+# ----------------------------------------------------------------------------- JAX model
+# Weights are a dict keyed by the PyTorch parameter names, in PyTorch's layouts (Linear
+# weights are (out, in)), so copying is by name.
+
+
+def _jax_model(cfg: Config) -> tuple[Callable, Callable, Callable]:
+    import jax
+    import jaxlib
+    import jax.numpy as jnp
+
+    def layer_norm(x, w, b):
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(var + 1e-5) * w + b
+
+    def linear(x, p, name, bias=True):
+        y = x @ p[f"{name}.weight"].T
+        return y + p[f"{name}.bias"] if bias else y
+
+    mask = jnp.tril(jnp.ones((cfg.seq_len, cfg.seq_len), dtype=bool))
+
+    def forward(p, tokens):
+        b, t = tokens.shape
+        d, h = cfg.d_model, cfg.num_heads
+        x = p["tok_emb.weight"][tokens] + p["pos_emb"][:t]
+        for i in range(cfg.num_layers):
+            pre = f"blocks.{i}"
+            qkv = linear(layer_norm(x, p[f"{pre}.ln1.weight"], p[f"{pre}.ln1.bias"]), p,
+                         f"{pre}.qkv")
+            q, k, v = jnp.split(qkv, 3, axis=2)
+            q, k, v = (z.reshape(b, t, h, d // h).transpose(0, 2, 1, 3) for z in (q, k, v))
+            att = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(d // h))
+            att = jnp.where(mask[:t, :t], att, -jnp.inf)
+            att = jax.nn.softmax(att, axis=-1)
+            y = (att @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
+            x = x + linear(y, p, f"{pre}.proj")
+            hid = jax.nn.gelu(
+                linear(layer_norm(x, p[f"{pre}.ln2.weight"], p[f"{pre}.ln2.bias"]), p,
+                       f"{pre}.fc"),
+                approximate=False,
+            )
+            x = x + linear(hid, p, f"{pre}.fc_out")
+        x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"])
+        return linear(x, p, "head", bias=False)
+
+    def loss_fn(p, tokens, targets):
+        logits = forward(p, tokens)
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+
+    def train_step(p, tokens, targets):
+        loss, grads = jax.value_and_grad(loss_fn)(p, tokens, targets)
+        return jax.tree_util.tree_map(lambda w, g: w - cfg.lr * g, p, grads), loss
+
+    fwd = jax.jit(forward)
+    step = jax.jit(train_step, donate_argnums=0)
+    return fwd, step, jax.jit(loss_fn)
+
+
+def _jax_params(model: torch.nn.Module) -> dict[str, Any]:
+    import jax.numpy as jnp
+
+    return {n: jnp.asarray(p.detach().cpu().numpy().copy()) for n, p in model.named_parameters()}
+
+
+# ----------------------------------------------------------------------------- harness
+
+
+def _median_ms(fn: Callable[[], Any], steps: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def _make_model(cfg: Config) -> GPT:
+    torch.manual_seed(cfg.seed)
+    return GPT(cfg)
+
+
+def _make_batch(cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    data = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.seq_len + 1), generator=g)
+    return data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+
+class TorchRunner:
+    """A model, its SGD optimizer and the forward / training-step callables for one way of
+    running it (eager or compiled, on ``cpu`` or ``tpu``). ``sync`` waits for a result."""
+
+    def __init__(self, cfg: Config, device: str, backend: str | None) -> None:
+        self.model = _make_model(cfg).to(device)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
+        tokens, targets = _make_batch(cfg)
+        self.tokens, self.targets = tokens.to(device), targets.to(device)
+        self.device = device
+        model, opt = self.model, self.opt
+
+        def loss_fn(tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            return torch_loss(model, tokens, targets)
+
+        def opt_step() -> None:
+            opt.step()
+
+        if backend is None:
+            self._forward, self._loss, self._opt_step = model, loss_fn, opt_step
+        else:
+            self._forward = torch.compile(model, backend=backend)
+            self._loss = torch.compile(loss_fn, backend=backend)
+            self._opt_step = torch.compile(opt_step, backend=backend)
+
+    def sync(self, t: torch.Tensor) -> None:
+        if self.device == "tpu":
+            torchtpu.block_until_ready(t)
+
+    def forward(self) -> torch.Tensor:
+        with torch.no_grad():
+            logits = self._forward(self.tokens)
+        self.sync(logits)
+        return logits
+
+    def train_step(self) -> float | torch.Tensor:
+        loss = self._loss(self.tokens, self.targets)
+        loss.backward()
+        self._opt_step()
+        self.opt.zero_grad(set_to_none=True)
+        self.sync(loss)
+        # The update is the last program enqueued; waiting on one weight waits for it.
+        self.sync(self.model.head.weight)
+        return loss
+
+
+class JaxRunner:
+    def __init__(self, cfg: Config, model: torch.nn.Module) -> None:
+        import jax
+
+        self.jax = jax
+        self.fwd, self.step, self.loss_fn = _jax_model(cfg)
+        self.params = _jax_params(model)
+        tokens, targets = _make_batch(cfg)
+        self.tokens = jax.numpy.asarray(tokens.numpy().astype(np.int32))
+        self.targets = jax.numpy.asarray(targets.numpy().astype(np.int32))
+
+    def forward(self) -> Any:
+        return self.fwd(self.params, self.tokens).block_until_ready()
+
+    def train_step(self) -> Any:
+        self.params, loss = self.step(self.params, self.tokens, self.targets)
+        self.jax.block_until_ready((self.params, loss))
+        return loss
+
+
+def _measure(name: str, make: Callable[[], Any], steps: int, warmup: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": name, "forward_ms": None, "train_ms": None, "error": None}
+    try:
+        runner = make()
+        row["forward_ms"] = _median_ms(runner.forward, steps, warmup)
+        row["train_ms"] = _median_ms(runner.train_step, steps, warmup)
+    except Exception as e:  # a reference row that cannot run reports why instead
+        row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+        if os.environ.get("BENCH_TRACEBACK"):
+            traceback.print_exc()
+    return row
+
+
+def check_numerics(cfg: Config) -> tuple[bool, list[tuple[float, float]]]:
+    """Our compiled training loss vs JAX's over NUM_CHECK_STEPS SGD steps from the same
+    weights and batch; the first step compares the initial loss, the rest the updates."""
+    ours = TorchRunner(cfg, "tpu", "tpu")
+    theirs = JaxRunner(cfg, _make_model(cfg))
+    pairs = []
+    for _ in range(NUM_CHECK_STEPS):
+        pairs.append((float(ours.train_step().item()), float(theirs.train_step())))
+    ok = all(math.isclose(a, b, rel_tol=LOSS_RTOL, abs_tol=LOSS_ATOL) for a, b in pairs)
+    return ok, pairs
+
+
+def cold_start_probe(cfg: Config) -> None:
+    """Run in a child process: times the first compiled training step (Dynamo trace,
+    lowering, PJRT compile or disk-cache load, run), then a steady-state step."""
+    torchtpu.debug.reset_metrics()
+    start = time.perf_counter()
+    runner = TorchRunner(cfg, "tpu", "tpu")
+    setup_s = time.perf_counter() - start
+    start = time.perf_counter()
+    loss = float(runner.train_step().item())
+    first_s = time.perf_counter() - start
+    start = time.perf_counter()
+    runner.train_step()
+    second_s = time.perf_counter() - start
+    m = torchtpu.debug.metrics()
+    print(json.dumps({
+        "setup_s": setup_s, "first_step_s": first_s, "second_step_s": second_s, "loss": loss,
+        "num_compiles": m.get("num_compiles", 0),
+        "num_compile_cache_hits_disk": m.get("num_compile_cache_hits_disk", 0),
+        "num_graphs_compiled": m.get("num_graphs_compiled", 0),
+        "compile_time_s": m.get("compile_time_s", 0.0),
+    }))
+
+
+def _run_probe(cache_dir: str) -> dict[str, Any]:
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=cache_dir)
+    start = time.perf_counter()
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--cold-start-probe"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    wall_s = time.perf_counter() - start
+    if r.returncode != 0:
+        tail = [ln for ln in r.stderr.strip().splitlines() if ln.strip()][-3:]
+        return {"error": f"probe exited {r.returncode}: " + " | ".join(tail)[:400]}
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out["process_wall_s"] = wall_s
+    return out
+
+
+def _fmt(v: float | None, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per figure")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing")
+    parser.add_argument("--skip-inductor", action="store_true")
+    parser.add_argument("--skip-cold-start", action="store_true")
+    parser.add_argument("--cold-start-probe", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    cfg = Config()
+    if args.cold_start_probe:
+        cold_start_probe(cfg)
+        return 0
+
+    import jax
+    import jaxlib
+
+    torch._dynamo.config.cache_size_limit = 64
+    info = torchtpu._C.plugin_info()
+    attrs = info.get("attributes", {})
+    print(f"machine: {platform.machine()} cores={os.cpu_count()} torch={torch.__version__} "
+          f"threads={torch.get_num_threads()} jax={jax.__version__} "
+          f"jaxlib={jaxlib.__version__} jax_devices={jax.devices()}")
+    print(f"tpu plugin: {os.path.basename(info['path'])} platform={info['platform']} "
+          f"api={info['api_version']} kind={info['device_kind']} "
+          f"xla_version={attrs.get('xla_version', '?')} "
+          f"stablehlo={attrs.get('stablehlo_current_version', '?')}")
+    n_params = sum(p.numel() for p in _make_model(cfg).parameters())
+    print(f"model: {json.dumps(asdict(cfg))} params={n_params:,} float32, optimizer=SGD; "
+          f"median of {args.steps} steps after {args.warmup} warm-up")
+
+    rc = 0
+    start = time.perf_counter()
+    try:
+        ok, pairs = check_numerics(cfg)
+    except Exception as e:
+        ok, pairs = False, []
+        print(f"numerics: FAILED to run ours: {type(e).__name__}: "
+              f"{str(e).strip().splitlines()[0][:400]}")
+        if os.environ.get("BENCH_TRACEBACK"):
+            traceback.print_exc()
+    if pairs:
+        shown = ", ".join(f"{a:.6f} vs {b:.6f}" for a, b in pairs)
+        print(f"numerics: ours vs jax loss over {len(pairs)} SGD steps: {shown} "
+              f"(rtol={LOSS_RTOL}, atol={LOSS_ATOL}): {'ok' if ok else 'MISMATCH'} "
+              f"[{time.perf_counter() - start:.1f}s incl. compiles]")
+    if not ok:
+        rc = 1
+
+    rows = [
+        _measure("ours: compile(tpu) on tpu", lambda: TorchRunner(cfg, "tpu", "tpu"),
+                 args.steps, args.warmup),
+        _measure("jax.jit on cpu", lambda: JaxRunner(cfg, _make_model(cfg)), args.steps,
+                 args.warmup),
+        _measure("torch eager on cpu", lambda: TorchRunner(cfg, "cpu", None), args.steps,
+                 args.warmup),
+    ]
+    if args.skip_inductor:
+        rows.append({"name": "compile(inductor) on cpu", "forward_ms": None, "train_ms": None,
+                     "error": "skipped (--skip-inductor)"})
+    else:
+        rows.append(_measure("compile(inductor) on cpu", lambda: TorchRunner(cfg, "cpu", "inductor"),
+                             args.steps, args.warmup))
+
+    jax_row = rows[1]
+    print()
+    print(f"{'':<28} {'forward ms':>11} {'/jax':>6} {'train step ms':>14} {'/jax':>6}")
+    for r in rows:
+        ratios = []
+        for key in ("forward_ms", "train_ms"):
+            ok_vals = r[key] is not None and jax_row[key]
+            ratios.append(r[key] / jax_row[key] if ok_vals else None)
+        print(f"{r['name']:<28} {_fmt(r['forward_ms'], '.3f'):>11} {_fmt(ratios[0]):>6} "
+              f"{_fmt(r['train_ms'], '.3f'):>14} {_fmt(ratios[1]):>6}"
+              + (f"   error: {r['error']}" if r["error"] else ""))
+    ours = rows[0]
+    for key, label in (("forward_ms", "forward"), ("train_ms", "train step")):
+        if ours[key] is not None and jax_row[key]:
+            ratio = ours[key] / jax_row[key]
+            verdict = "met" if ratio <= GOAL_RATIO else "missed"
+            print(f"goal ours/jax {label}: {ratio:.2f} <= {GOAL_RATIO} {verdict}")
+        else:
+            print(f"goal ours/jax {label}: not measured")
+
+    if not args.skip_cold_start:
+        print()
+        with tempfile.TemporaryDirectory(prefix="torchtpu-bench-cache-") as cache_dir:
+            cold = _run_probe(cache_dir)
+            warm = _run_probe(cache_dir)
+        print(f"{'first training step (ours)':<28} {'first s':>8} {'2nd s':>8} {'process s':>10} "
+              f"{'compiles':>9} {'disk hits':>10}")
+        for name, p in (("cold (empty cache dir)", cold), ("warm (same cache dir)", warm)):
+            if "error" in p:
+                print(f"{name:<28} error: {p['error']}")
+                continue
+            print(f"{name:<28} {p['first_step_s']:>8.2f} {p['second_step_s']:>8.3f} "
+                  f"{p['process_wall_s']:>10.2f} {p['num_compiles']:>9} "
+                  f"{p['num_compile_cache_hits_disk']:>10}")
+        if "error" not in cold and "error" not in warm:
+            print(f"cold/warm first step: {cold['first_step_s'] / warm['first_step_s']:.1f}x; "
+                  f"warm process compiled {warm['num_compiles']} programs")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

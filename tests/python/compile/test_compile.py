@@ -1,0 +1,188 @@
+"""torch.compile(backend="tpu"): compiled == eager == CPU, caches, recompilation accounting."""
+
+from __future__ import annotations
+
+import copy
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+
+torch._dynamo.config.cache_size_limit = 64
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)
+    )
+
+
+def _fresh() -> None:
+    torch._dynamo.reset()
+
+
+def test_compiled_mlp_forward_backward_matches_eager_and_cpu() -> None:
+    _fresh()
+    cpu = _mlp()
+    eager = copy.deepcopy(cpu).to("tpu")
+    compiled_model = copy.deepcopy(cpu).to("tpu")
+    compiled = torch.compile(compiled_model, backend="tpu")
+    x = torch.randn(8, 16)
+    y = torch.randint(0, 4, (8,))
+    losses = []
+    for model, dev in ((cpu, "cpu"), (eager, "tpu"), (compiled, "tpu")):
+        loss = F.cross_entropy(model(x.to(dev)), y.to(dev))
+        loss.backward()
+        losses.append(loss.item())
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert losses[2] == pytest.approx(losses[0], rel=1e-5)
+    for p_cpu, p_eager, p_comp in zip(cpu.parameters(), eager.parameters(),
+                                      compiled_model.parameters()):
+        torch.testing.assert_close(p_comp.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(p_comp.grad.cpu(), p_eager.grad.cpu(), rtol=1e-4, atol=1e-5)
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] >= 2  # forward and backward
+
+
+def test_compiled_training_loop_matches_eager() -> None:
+    _fresh()
+    x = torch.randn(32, 16)
+    y = torch.randint(0, 4, (32,))
+    runs = {}
+    for mode in ("eager", "compiled"):
+        model = _mlp().to("tpu")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        step_model = torch.compile(model, backend="tpu") if mode == "compiled" else model
+        losses = []
+        for _ in range(10):
+            opt.zero_grad()
+            loss = F.cross_entropy(step_model(x.to("tpu")), y.to("tpu"))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        runs[mode] = losses
+    assert runs["compiled"] == pytest.approx(runs["eager"], rel=1e-4)
+    assert runs["compiled"][-1] < runs["compiled"][0]
+
+
+def test_scalar_data_is_a_runtime_input() -> None:
+    _fresh()
+
+    def f(x: torch.Tensor, s: float) -> torch.Tensor:
+        return x * s + 1
+
+    compiled = torch.compile(f, backend="tpu", dynamic=False)
+    x = torch.randn(4, device="tpu")
+    before = torchtpu.debug.metrics().get("num_compiles", 0)
+    a = compiled(x, 2.0)
+    torch.testing.assert_close(a.cpu(), x.cpu() * 2.0 + 1)
+    first = torchtpu.debug.metrics()["num_compiles"]
+    assert first > before
+
+
+def test_recompilation_is_counted_with_its_reason() -> None:
+    _fresh()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * 2
+
+    compiled = torch.compile(f, backend="tpu", dynamic=False)
+    compiled(torch.randn(4, device="tpu"))
+    compiled(torch.randn(5, device="tpu"))
+    m = torchtpu.debug.metrics()
+    assert m["num_recompiles"] >= 1
+    assert any("[4]" in r and "[5]" in r for r in m["recompile_reasons"]), m["recompile_reasons"]
+    assert "recompilations" in torchtpu.debug.report()
+
+
+def test_graph_breaks_are_counted_and_reported() -> None:
+    _fresh()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x + 1
+        torch._dynamo.graph_break()
+        return y * 2
+
+    out = torch.compile(f, backend="tpu")(torch.ones(3, device="tpu"))
+    torch.testing.assert_close(out.cpu(), torch.full((3,), 4.0))
+    m = torchtpu.debug.metrics()
+    assert m["num_graph_breaks"] >= 1
+    assert "graph breaks" in torchtpu.debug.report()
+
+
+def test_dump_dir_writes_each_module(tmp_path: pathlib.Path) -> None:
+    script = textwrap.dedent(
+        """
+        import torch, torchtpu
+        f = torch.compile(lambda x: torch.relu(x) + 3, backend="tpu")
+        f(torch.randn(6, device="tpu"))
+        """
+    )
+    env = dict(os.environ, TORCHTPU_DUMP_DIR=str(tmp_path), TORCHTPU_CACHE_DIR=str(tmp_path / "c"))
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    modules = list(tmp_path.glob("module_*.mlir"))
+    assert modules, list(tmp_path.iterdir())
+    assert any("func.func public @main" in p.read_text() for p in modules)
+    assert list(tmp_path.glob("graph_*.fx.txt"))
+
+
+_SECOND_PROCESS = textwrap.dedent(
+    """
+    import json, torch, torchtpu
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    model = model.to("tpu")
+    torchtpu.debug.reset_metrics()
+    out = torch.compile(model, backend="tpu")(torch.ones(8, 16, device="tpu"))
+    out.sum().backward()
+    m = torchtpu.debug.metrics()
+    print(json.dumps({k: m.get(k, 0) for k in
+          ("num_compiles", "num_compile_cache_hits_disk", "num_disk_cache_corrupt")}),
+          float(out.sum().item()))
+    """
+)
+
+
+def _run_model_process(cache: pathlib.Path) -> tuple[dict, float]:
+    import json
+
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(cache))
+    r = subprocess.run([sys.executable, "-c", _SECOND_PROCESS], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = r.stdout.strip().splitlines()[-1]
+    stats, value = line.rsplit(" ", 1)
+    return json.loads(stats), float(value)
+
+
+def test_second_process_compiles_nothing(tmp_path: pathlib.Path) -> None:
+    first, v1 = _run_model_process(tmp_path)
+    assert first["num_compiles"] > 0
+    second, v2 = _run_model_process(tmp_path)
+    assert second["num_compiles"] == 0, second
+    assert second["num_compile_cache_hits_disk"] >= first["num_compiles"] - 1
+    assert v2 == v1
+
+
+def test_corrupted_cache_file_is_recovered(tmp_path: pathlib.Path) -> None:
+    first, v1 = _run_model_process(tmp_path)
+    entries = sorted(tmp_path.rglob("*.pjrtexe"))
+    assert entries
+    for e in entries:
+        data = bytearray(e.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        e.write_bytes(bytes(data))
+    second, v2 = _run_model_process(tmp_path)
+    assert second["num_disk_cache_corrupt"] == len(entries), second
+    assert second["num_compiles"] == len(entries)
+    assert v2 == v1
+    third, _ = _run_model_process(tmp_path)
+    assert third["num_compiles"] == 0 and third["num_disk_cache_corrupt"] == 0
