@@ -6,6 +6,8 @@
 #   make test    build, then the C++ (ctest) and Python (pytest) suites
 #   make demo    build, then examples/train_demo.py
 #   make bench   build, then bench/eager_overhead.py
+#   make bench-compile  build, install jax/jaxlib into .venv if missing, then
+#                bench/compiled_vs_jax.py (BENCH_ARGS, e.g. BENCH_ARGS='--steps 50')
 #   make clean   remove what these targets build: build/<wheel tag>, caches (keeps .venv and
 #                any other tree under build/); `make distclean` removes build/ and .venv
 #
@@ -31,7 +33,7 @@ export CCACHE_NOHASHDIR := 1
 BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-* \
 	2>/dev/null | head -1
 
-.PHONY: setup build test test-cpp test-python demo bench clean distclean
+.PHONY: setup build test test-cpp test-python demo bench bench-compile clean distclean
 
 setup:
 	bash scripts/setup.sh
@@ -62,6 +64,16 @@ demo: build
 
 bench: build
 	$(PY) bench/eager_overhead.py
+
+# jax is a benchmark-only dependency (the reference for compiled mode), so it is not in
+# scripts/setup.sh; pip finds the pinned wheels through the machine's configured indexes.
+JAX_VERSION := 0.10.2
+BENCH_ARGS ?=
+bench-compile: build
+	@$(PY) -c 'import importlib.metadata as m, sys; \
+	sys.exit(any(m.version(p) != "$(JAX_VERSION)" for p in ("jax", "jaxlib")))' 2>/dev/null \
+	|| $(PY) -m pip install -q "jax==$(JAX_VERSION)" "jaxlib==$(JAX_VERSION)"
+	$(PY) bench/compiled_vs_jax.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build/cp*-* dist .pytest_cache .ruff_cache .venv/.torchtpu-editable

@@ -54,6 +54,8 @@ GOAL_RATIO = 1.10
 LOSS_RTOL = 1e-4
 LOSS_ATOL = 1e-5
 NUM_CHECK_STEPS = 3
+OURS = "ours: compile(tpu) on tpu"
+JAX = "jax.jit on cpu"
 
 
 @dataclass(frozen=True)
@@ -190,15 +192,13 @@ def _jax_params(model: torch.nn.Module) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- harness
 
 
-def _median_ms(fn: Callable[[], Any], steps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
+def _timed_ms(fn: Callable[[], Any], steps: int) -> list[float]:
     samples = []
     for _ in range(steps):
         start = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
+    return samples
 
 
 def _make_model(cfg: Config) -> GPT:
@@ -218,7 +218,9 @@ class TorchRunner:
 
     def __init__(self, cfg: Config, device: str, backend: str | None) -> None:
         self.model = _make_model(cfg).to(device)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr)
+        # foreach=False: the CPU default; on tpu the default (foreach) would need
+        # aten::_foreach_add.List in the graph. Compiled, both become one fused program.
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, foreach=False)
         tokens, targets = _make_batch(cfg)
         self.tokens, self.targets = tokens.to(device), targets.to(device)
         self.device = device
@@ -278,17 +280,44 @@ class JaxRunner:
         return loss
 
 
-def _measure(name: str, make: Callable[[], Any], steps: int, warmup: int) -> dict[str, Any]:
-    row: dict[str, Any] = {"name": name, "forward_ms": None, "train_ms": None, "error": None}
-    try:
-        runner = make()
-        row["forward_ms"] = _median_ms(runner.forward, steps, warmup)
-        row["train_ms"] = _median_ms(runner.train_step, steps, warmup)
-    except Exception as e:  # a reference row that cannot run reports why instead
-        row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
-        if os.environ.get("BENCH_TRACEBACK"):
-            traceback.print_exc()
-    return row
+def _summary(e: BaseException) -> str:
+    """The informative lines of an exception (Dynamo wraps the backend's error in prose)."""
+    skip = ("Set TORCHDYNAMO_VERBOSE", "For even more developer context", "backend=")
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip() and not ln.startswith(skip)]
+    return f"{type(e).__name__}: {' '.join(lines)[:400]}"
+
+
+def measure(makers: dict[str, Callable[[], Any]], steps: int, warmup: int,
+            rounds: int) -> list[dict[str, Any]]:
+    """Median forward and training-step times for each runner. The runners are built and
+    warmed up first (compiles happen there), then timed in interleaved rounds, so a burst of
+    load on a shared machine lands on every row alike rather than on one."""
+    rows: dict[str, dict[str, Any]] = {}
+    runners: dict[str, Any] = {}
+    for name, make in makers.items():
+        rows[name] = {"name": name, "forward_ms": None, "train_ms": None, "error": None}
+        try:
+            runner = make()
+            for _ in range(warmup):
+                runner.forward()
+                runner.train_step()
+            runners[name] = runner
+        except Exception as e:  # a row that cannot run reports why instead
+            rows[name]["error"] = _summary(e)
+            if os.environ.get("BENCH_TRACEBACK"):
+                traceback.print_exc()
+    per_round = max(1, math.ceil(steps / rounds))
+    for kind, key in (("forward", "forward_ms"), ("train_step", "train_ms")):
+        samples: dict[str, list[float]] = {name: [] for name in runners}
+        for _ in range(rounds):
+            for name, runner in runners.items():
+                # One untimed step first: the previous runner's worker threads (XLA's and
+                # OpenMP's spin before sleeping) would otherwise steal this one's cores.
+                getattr(runner, kind)()
+                samples[name] += _timed_ms(getattr(runner, kind), per_round)
+        for name, xs in samples.items():
+            rows[name][key] = statistics.median(xs)
+    return list(rows.values())
 
 
 def check_numerics(cfg: Config) -> tuple[bool, list[tuple[float, float]]]:
@@ -311,7 +340,11 @@ def cold_start_probe(cfg: Config) -> None:
     runner = TorchRunner(cfg, "tpu", "tpu")
     setup_s = time.perf_counter() - start
     start = time.perf_counter()
-    loss = float(runner.train_step().item())
+    try:
+        loss = float(runner.train_step().item())
+    except Exception as e:
+        print(json.dumps({"error": _summary(e)}))
+        return
     first_s = time.perf_counter() - start
     start = time.perf_counter()
     runner.train_step()
@@ -336,7 +369,8 @@ def _run_probe(cache_dir: str) -> dict[str, Any]:
         tail = [ln for ln in r.stderr.strip().splitlines() if ln.strip()][-3:]
         return {"error": f"probe exited {r.returncode}: " + " | ".join(tail)[:400]}
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    out["process_wall_s"] = wall_s
+    if "error" not in out:
+        out["process_wall_s"] = wall_s
     return out
 
 
@@ -348,6 +382,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30, help="timed steps per figure")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before timing")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved timing rounds the steps are split into")
     parser.add_argument("--skip-inductor", action="store_true")
     parser.add_argument("--skip-cold-start", action="store_true")
     parser.add_argument("--cold-start-probe", action="store_true", help=argparse.SUPPRESS)
@@ -364,7 +400,7 @@ def main() -> int:
     info = torchtpu._C.plugin_info()
     attrs = info.get("attributes", {})
     print(f"machine: {platform.machine()} cores={os.cpu_count()} torch={torch.__version__} "
-          f"threads={torch.get_num_threads()} jax={jax.__version__} "
+          f"threads={torch.get_num_threads()} load1={os.getloadavg()[0]:.1f} jax={jax.__version__} "
           f"jaxlib={jaxlib.__version__} jax_devices={jax.devices()}")
     print(f"tpu plugin: {os.path.basename(info['path'])} platform={info['platform']} "
           f"api={info['api_version']} kind={info['device_kind']} "
@@ -372,7 +408,8 @@ def main() -> int:
           f"stablehlo={attrs.get('stablehlo_current_version', '?')}")
     n_params = sum(p.numel() for p in _make_model(cfg).parameters())
     print(f"model: {json.dumps(asdict(cfg))} params={n_params:,} float32, optimizer=SGD; "
-          f"median of {args.steps} steps after {args.warmup} warm-up")
+          f"median of {args.steps} steps after {args.warmup} warm-up, in {args.rounds} "
+          "interleaved rounds")
 
     rc = 0
     start = time.perf_counter()
@@ -380,8 +417,7 @@ def main() -> int:
         ok, pairs = check_numerics(cfg)
     except Exception as e:
         ok, pairs = False, []
-        print(f"numerics: FAILED to run ours: {type(e).__name__}: "
-              f"{str(e).strip().splitlines()[0][:400]}")
+        print(f"numerics: FAILED to run ours: {_summary(e)}")
         if os.environ.get("BENCH_TRACEBACK"):
             traceback.print_exc()
     if pairs:
@@ -392,22 +428,20 @@ def main() -> int:
     if not ok:
         rc = 1
 
-    rows = [
-        _measure("ours: compile(tpu) on tpu", lambda: TorchRunner(cfg, "tpu", "tpu"),
-                 args.steps, args.warmup),
-        _measure("jax.jit on cpu", lambda: JaxRunner(cfg, _make_model(cfg)), args.steps,
-                 args.warmup),
-        _measure("torch eager on cpu", lambda: TorchRunner(cfg, "cpu", None), args.steps,
-                 args.warmup),
-    ]
+    makers: dict[str, Callable[[], Any]] = {
+        OURS: lambda: TorchRunner(cfg, "tpu", "tpu"),
+        JAX: lambda: JaxRunner(cfg, _make_model(cfg)),
+        "torch eager on cpu": lambda: TorchRunner(cfg, "cpu", None),
+    }
+    if not args.skip_inductor:
+        makers["compile(inductor) on cpu"] = lambda: TorchRunner(cfg, "cpu", "inductor")
+    rows = measure(makers, args.steps, args.warmup, args.rounds)
     if args.skip_inductor:
         rows.append({"name": "compile(inductor) on cpu", "forward_ms": None, "train_ms": None,
                      "error": "skipped (--skip-inductor)"})
-    else:
-        rows.append(_measure("compile(inductor) on cpu", lambda: TorchRunner(cfg, "cpu", "inductor"),
-                             args.steps, args.warmup))
 
     jax_row = rows[1]
+    assert jax_row["name"] == JAX
     print()
     print(f"{'':<28} {'forward ms':>11} {'/jax':>6} {'train step ms':>14} {'/jax':>6}")
     for r in rows:
@@ -426,6 +460,7 @@ def main() -> int:
             print(f"goal ours/jax {label}: {ratio:.2f} <= {GOAL_RATIO} {verdict}")
         else:
             print(f"goal ours/jax {label}: not measured")
+    print(f"load1 after timing: {os.getloadavg()[0]:.1f} (a shared machine's load skews all rows)")
 
     if not args.skip_cold_start:
         print()

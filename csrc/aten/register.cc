@@ -85,12 +85,20 @@ void register_direct_lowerings() {
       continue;
     }
     // View ops (permute, expand, ...) have graph-mode lowerings that copy; in eager mode
-    // they must stay metadata over the same storage.
-    bool returns_view = false;
+    // they must stay metadata over the same storage. Ops with a Device or MemoryFormat
+    // argument (_to_copy, full, clone) may move data off the device or pick a layout; the
+    // boxed kernel drops both, so their composite kernels keep handling them in eager mode.
+    bool returns_view = false, takes_device = false;
     for (const c10::Argument& r : op->schema().returns()) {
       returns_view |= r.alias_info() != nullptr && !r.alias_info()->isWrite();
     }
-    if (returns_view) continue;
+    for (const c10::Argument& a : op->schema().arguments()) {
+      c10::TypePtr t = a.type();
+      if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
+      takes_device |= t->kind() == c10::TypeKind::DeviceObjType ||
+                      t->kind() == c10::TypeKind::MemoryFormatType;
+    }
+    if (returns_view || takes_device) continue;
     lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
   }
 }

@@ -55,7 +55,8 @@ void bind_compile(py::module& m) {
       .def(py::init<>())
       .def_readwrite("category", &lowering::GraphScalar::category)
       .def_readwrite("float_value", &lowering::GraphScalar::float_value)
-      .def_readwrite("int_value", &lowering::GraphScalar::int_value);
+      .def_readwrite("int_value", &lowering::GraphScalar::int_value)
+      .def_readwrite("symbol", &lowering::GraphScalar::symbol);
   py::class_<lowering::GraphNode>(m, "GraphNode")
       .def(py::init<>())
       .def_readwrite("op", &lowering::GraphNode::op)
@@ -65,13 +66,21 @@ void bind_compile(py::module& m) {
       .def_readwrite("scalars", &lowering::GraphNode::scalars)
       .def_readwrite("out_types", &lowering::GraphNode::out_types)
       .def_readwrite("out_ids", &lowering::GraphNode::out_ids);
+  py::class_<lowering::DynamicDim>(m, "DynamicDim")
+      .def(py::init([](int input, int64_t dim, int symbol) {
+        return lowering::DynamicDim{input, dim, symbol};
+      }));
   py::class_<lowering::GraphSpec>(m, "GraphSpec")
       .def(py::init<>())
       .def_readwrite("inputs", &lowering::GraphSpec::inputs)
       .def_readwrite("nodes", &lowering::GraphSpec::nodes)
-      .def_readwrite("outputs", &lowering::GraphSpec::outputs);
+      .def_readwrite("outputs", &lowering::GraphSpec::outputs)
+      .def_readwrite("dynamic_dims", &lowering::GraphSpec::dynamic_dims)
+      .def_readwrite("numel_symbols", &lowering::GraphSpec::numel_symbols)
+      .def_readwrite("num_symbols", &lowering::GraphSpec::num_symbols);
   py::class_<compile::CompiledGraph, std::shared_ptr<compile::CompiledGraph>>(m, "CompiledGraph")
       .def(py::init(&compile::CompiledGraph::create), py::arg("spec"), py::arg("device"))
-      .def("run", &compile::CompiledGraph::run, py::call_guard<py::gil_scoped_release>())
+      .def("run", &compile::CompiledGraph::run, py::arg("inputs"),
+           py::arg("sizes") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("module_text", &compile::CompiledGraph::module_text);
 }

@@ -35,13 +35,17 @@ std::shared_ptr<CompiledGraph> CompiledGraph::create(const lowering::GraphSpec& 
   g->exe_ = *exe;
   g->device_ = device;
   g->num_inputs_ = spec.inputs.size();
+  g->num_symbols_ = spec.num_symbols;
   base::counter_add("num_graphs_compiled");
   return g;
 }
 
-std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs) const {
+std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs,
+                                           const std::vector<int64_t>& sizes) const {
   TORCH_CHECK(inputs.size() == num_inputs_, "tpu compile: graph expects ", num_inputs_,
               " inputs, got ", inputs.size());
+  TORCH_CHECK(static_cast<int>(sizes.size()) == num_symbols_, "tpu compile: graph expects ",
+              num_symbols_, " size values, got ", sizes.size());
   std::vector<runtime::BufferPtr> buffers;
   buffers.reserve(lowered_.params.size());
   for (const lowering::GraphParam& p : lowered_.params) {
@@ -54,8 +58,14 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
         buffers.push_back(aten::read_tensor(t));
         break;
       }
+      case lowering::GraphParam::Source::kSymbol:
+        buffers.push_back(aten::scalar_to_buffer(c10::Scalar(sizes[p.input_index]),
+                                                 base::DType::kI32, device_));
+        break;
       case lowering::GraphParam::Source::kScalar:
-        buffers.push_back(aten::scalar_to_buffer(to_scalar(p.scalar), p.dtype, device_));
+        buffers.push_back(aten::scalar_to_buffer(
+            p.scalar.symbol >= 0 ? c10::Scalar(sizes.at(p.scalar.symbol)) : to_scalar(p.scalar),
+            p.dtype, device_));
         break;
       case lowering::GraphParam::Source::kRngState:
         buffers.push_back(aten::next_rng_state_buffer(
@@ -73,7 +83,16 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   std::vector<at::Tensor> result;
   result.reserve(n);
   for (size_t k = 0; k < n; ++k) {
-    result.push_back(aten::wrap_buffer((*outputs)[k], aten::to_scalar_type(lowered_.output_types[k].dtype)));
+    runtime::BufferPtr buf = (*outputs)[k];
+    if (num_symbols_ > 0 && buf->is_dynamic()) {
+      // A dynamic result carries its sizes beside the data; restage it as a plain buffer
+      // of the bound's shape (compact layout kept) so any program can read it. This
+      // host round-trip is the current cost of shape buckets (see docs/architecture.md).
+      at::Tensor host = aten::buffer_to_cpu(*buf);
+      buf = aten::cpu_to_buffer(host, device_);
+      base::counter_add("num_dynamic_results_restaged");
+    }
+    result.push_back(aten::wrap_buffer(buf, aten::to_scalar_type(lowered_.output_types[k].dtype)));
   }
   return result;
 }

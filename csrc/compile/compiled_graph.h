@@ -22,7 +22,10 @@ class CompiledGraph {
   // Lowers and compiles `spec` for `device` (memory and disk caches apply).
   static std::shared_ptr<CompiledGraph> create(const lowering::GraphSpec& spec, int device);
 
-  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+  // `inputs` have the graph's static (bucket) shapes; `sizes` holds the true value of each
+  // size symbol (empty for a static graph).
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs,
+                              const std::vector<int64_t>& sizes = {}) const;
   const std::string& module_text() const { return lowered_.text; }
   size_t num_inputs() const { return num_inputs_; }
 
@@ -31,6 +34,7 @@ class CompiledGraph {
   runtime::ExecutablePtr exe_;
   int device_ = 0;
   size_t num_inputs_ = 0;
+  int num_symbols_ = 0;
 };
 
 }  // namespace torchtpu::compile

@@ -1,6 +1,7 @@
 #include "lowering/graph.h"
 
 #include <map>
+#include <optional>
 
 namespace torchtpu::lowering {
 
@@ -8,14 +9,54 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
   Builder builder("torchtpu_graph");
   LoweredGraph out;
   std::map<int, Value> values;
-  // Inputs first, in order, so parameter i of @main is graph input i.
+  // Inputs first, in order, so parameter i of @main is graph input i. An input with
+  // dynamic dims is a flat compact buffer (see graph.h) until it is reshaped below.
+  std::vector<bool> compact(graph.inputs.size(), false);
+  for (const DynamicDim& d : graph.dynamic_dims) {
+    if (d.input < 0 || d.input >= static_cast<int>(graph.inputs.size()) || d.symbol < 0 ||
+        d.symbol >= graph.num_symbols || d.dim < 0 || d.dim >= graph.inputs[d.input].rank()) {
+      return base::invalid_argument("lowering: dynamic dim (input " + std::to_string(d.input) +
+                                    ", dim " + std::to_string(d.dim) + ", symbol " +
+                                    std::to_string(d.symbol) + ") is out of range");
+    }
+    compact[d.input] = true;
+  }
   for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    values[static_cast<int>(i)] = builder.param(graph.inputs[i]);
+    const TensorType& t = graph.inputs[i];
+    TensorType param_type = compact[i] ? TensorType{t.dtype, {t.num_elements()}} : t;
+    values[static_cast<int>(i)] = builder.param(param_type);
     GraphParam p;
     p.source = GraphParam::Source::kInput;
     p.input_index = static_cast<int>(i);
-    p.dtype = graph.inputs[i].dtype;
+    p.dtype = t.dtype;
     out.params.push_back(p);
+  }
+  // Size symbols, then each compact input reshaped to its bounded dynamic shape. From here
+  // on XLA tracks true sizes through every op; lowerings ask element_count() for counts.
+  std::vector<Value> symbols;
+  for (int s = 0; s < graph.num_symbols; ++s) {
+    symbols.push_back(builder.param(TensorType{DType::kI32, {}}));
+    GraphParam p;
+    p.source = GraphParam::Source::kSymbol;
+    p.input_index = s;
+    p.dtype = DType::kI32;
+    out.params.push_back(p);
+  }
+  builder.set_dynamic_sizes(graph.num_symbols > 0);
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    if (!compact[i]) continue;
+    int numel = i < graph.numel_symbols.size() ? graph.numel_symbols[i] : -1;
+    if (numel < 0 || numel >= graph.num_symbols) {
+      return base::invalid_argument("lowering: dynamic input " + std::to_string(i) +
+                                    " has no element-count symbol");
+    }
+    std::vector<std::optional<Value>> sizes(graph.inputs[i].rank());
+    for (const DynamicDim& d : graph.dynamic_dims) {
+      if (d.input == static_cast<int>(i)) sizes[d.dim] = symbols[d.symbol];
+    }
+    Value& v = values[static_cast<int>(i)];
+    v = builder.expand_compact(builder.set_dimension_size(v, symbols[numel], 0),
+                               graph.inputs[i], sizes);
   }
   auto lookup = [&](int id, const std::string& op) -> base::StatusOr<Value> {
     auto it = values.find(id);

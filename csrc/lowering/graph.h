@@ -18,6 +18,7 @@ struct GraphScalar {
   ScalarCategory category = ScalarCategory::kFloat;
   double float_value = 0;
   int64_t int_value = 0;  // exact for kInt and kBool
+  int symbol = -1;         // >= 0: the value is size symbol `symbol`'s runtime value
 };
 
 struct GraphNode {
@@ -30,17 +31,31 @@ struct GraphNode {
   std::vector<int> out_ids;                // value ids of those outputs
 };
 
+// Bounded dynamic shapes: input `input`'s dimension `dim` has a static bound (its bucket)
+// and its true size is the runtime value of size symbol `symbol`. Such an input arrives
+// COMPACT: a flat buffer of the bound's element count whose first (true element count)
+// elements are the true tensor in row-major order — the layout XLA itself returns for
+// dynamic results, so a graph's outputs feed the next graph without a copy.
+struct DynamicDim {
+  int input = 0;
+  int64_t dim = 0;
+  int symbol = 0;
+};
+
 struct GraphSpec {
-  std::vector<TensorType> inputs;
+  std::vector<TensorType> inputs;  // static (bucket-padded) types
   std::vector<GraphNode> nodes;
   std::vector<int> outputs;  // value ids
+  std::vector<DynamicDim> dynamic_dims;
+  std::vector<int> numel_symbols;  // per input: symbol of its true element count, or -1
+  int num_symbols = 0;  // i32 @main parameters after the inputs, one per size symbol
 };
 
 // Where the runtime value of one @main parameter comes from.
 struct GraphParam {
-  enum class Source { kInput, kScalar, kRngState } source = Source::kInput;
-  int input_index = -1;  // kInput
-  GraphScalar scalar;    // kScalar
+  enum class Source { kInput, kSymbol, kScalar, kRngState } source = Source::kInput;
+  int input_index = -1;  // kInput; for kSymbol the symbol index
+  GraphScalar scalar;    // kScalar (scalar.symbol >= 0: the runtime size of that symbol)
   DType dtype = DType::kF32;
 };
 

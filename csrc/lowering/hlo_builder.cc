@@ -1,5 +1,6 @@
 #include "lowering/hlo_builder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -343,6 +344,56 @@ Value Builder::min_value(DType t) {
     case DType::kI64: return constant_i64(INT64_MIN, t);
     default: return constant(-INFINITY, t);
   }
+}
+
+Value Builder::element_count(Value v, const Dims& dims, DType t) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= v.dims()[d];
+  if (!dynamic_sizes_) return constant(static_cast<double>(n), t);
+  // Count along each dim on a 1-D slice of `v` (other dims at index 0): the slice keeps
+  // the dim's dynamic size, and XLA pads reductions with the identity, so the sum of ones
+  // is the true size. (x == x) | (x != x) is true for every element, NaN included.
+  Value total = constant(1, t);
+  for (int64_t d : dims) {
+    Dims start(v.rank(), 0), limit(v.dims()), strides(v.rank(), 1);
+    for (int64_t k = 0; k < v.rank(); ++k) if (k != d) limit[k] = std::min<int64_t>(1, v.dims()[k]);
+    Value line = reshape(slice(v, start, limit, strides), {v.dims()[d]});
+    Value ones = convert(binary("or", compare(line, line, "EQ"), compare(line, line, "NE")), t);
+    total = mul(total, reduce_sum(ones, {0}));
+  }
+  return total;
+}
+
+Value Builder::set_dimension_size(Value v, Value size, int64_t dim) {
+  return op("stablehlo.set_dimension_size", {v, size}, v.type,
+            "dimension = " + std::to_string(dim) + " : i64");
+}
+
+Value Builder::expand_compact(Value flat, const TensorType& bound,
+                              const std::vector<std::optional<Value>>& sizes) {
+  std::vector<Value> parts;
+  std::string dims, bounds;
+  for (size_t k = 0; k < bound.dims.size(); ++k) {
+    bool dynamic = sizes[k].has_value();
+    parts.push_back(dynamic ? reshape(*sizes[k], {1})
+                            : op("stablehlo.constant", {}, TensorType{DType::kI32, {1}},
+                                 "value = dense<" + std::to_string(bound.dims[k]) +
+                                     "> : tensor<1xi32>"));
+    dims += (dynamic ? "?" : std::to_string(bound.dims[k])) + "x";
+    bounds += std::string(k ? ", " : "") + (dynamic ? std::to_string(bound.dims[k]) : "?");
+  }
+  Value shape = concatenate(parts, 0);
+  // The bounded type exists only on this one op; everything after sees `bound`.
+  std::string dynamic_type = "tensor<" + dims + base::dtype_mlir_name(bound.dtype) +
+                             ", #stablehlo.bounds<" + bounds + ">>";
+  Value reshaped = fresh(bound);
+  body_ += std::string(indent_, ' ') + name_of(reshaped) + " = \"stablehlo.dynamic_reshape\"(" +
+           name_of(flat) + ", " + name_of(shape) + ") : (" + flat.type.str() + ", " +
+           shape.type.str() + ") -> " + dynamic_type + "\n";
+  Value out = fresh(bound);
+  body_ += std::string(indent_, ' ') + name_of(out) + " = \"stablehlo.convert\"(" +
+           name_of(reshaped) + ") : (" + dynamic_type + ") -> " + bound.str() + "\n";
+  return out;
 }
 
 Value Builder::keep_dims(Value v, const Dims& input_dims, const Dims& reduced_dims) {

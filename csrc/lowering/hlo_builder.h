@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -119,6 +120,23 @@ class Builder {
   // `v` with the listed (already reduced) dims re-inserted as size 1.
   Value keep_dims(Value v, const Dims& input_dims, const Dims& reduced_dims);
 
+  // Bounded dynamic sizes (graph mode with shape buckets): values may be padded to a
+  // bucket size while XLA tracks their true size (set_dimension_size on the inputs; XLA's
+  // dynamic padder keeps reductions and contractions exact). Sizes that act as data
+  // (mean's divisor, norms' element counts) must then come from element_count(), which
+  // counts the true elements at run time; with dynamic sizes off it is a constant.
+  void set_dynamic_sizes(bool on) { dynamic_sizes_ = on; }
+  bool dynamic_sizes() const { return dynamic_sizes_; }
+  // Number of elements of `v` along `dims` (product of their sizes), as a 0-d `t`.
+  Value element_count(Value v, const Dims& dims, DType t);
+  // Marks dimension `dim` of `v` as having the runtime size `size` (an i32 scalar).
+  Value set_dimension_size(Value v, Value size, int64_t dim);
+  // A flat value holding a tensor in compact layout (true elements first, row-major),
+  // reshaped to `bound` whose dims with a size value are dynamic (stablehlo
+  // dynamic_reshape). The result is re-typed static: XLA keeps tracking the true sizes.
+  Value expand_compact(Value flat, const TensorType& bound,
+                       const std::vector<std::optional<Value>>& sizes);
+
   // dot_general with explicit dimension numbers; result dtype `out`.
   Value dot_general(Value lhs, Value rhs, const Dims& lhs_batch, const Dims& rhs_batch,
                     const Dims& lhs_contract, const Dims& rhs_contract, DType out);
@@ -137,6 +155,7 @@ class Builder {
   std::vector<Value> params_;
   std::string body_;
   int next_id_ = 0;
+  bool dynamic_sizes_ = false;
   int indent_ = 4;
 };
 

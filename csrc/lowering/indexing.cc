@@ -46,13 +46,21 @@ Value all_true(Builder& b, Value pred) {
   return b.reduce(pred, b.constant(1, DType::kBool), iota_dims(pred.rank()), "and");
 }
 
-// `idx` as i64, negative entries wrapped when `wrap`; records the bounds check [0, size).
-Value checked_index(LoweringContext& c, Value idx, int64_t size, bool wrap,
+// `idx` as i64, negative entries wrapped when `wrap`; records the bounds check [0, size),
+// where size is the number of elements of `self` along `size_dims`. In a graph with shape
+// buckets `self` may be padded: the true size (element_count) both wraps and bounds the
+// index, so an index into the padding raises as it would on the unpadded tensor.
+Value checked_index(LoweringContext& c, Value idx, Value self, const Dims& size_dims, bool wrap,
                     const std::string& message, CheckKind kind = CheckKind::kIndexError) {
   Builder& b = c.b();
   Value i = b.convert(idx, DType::kI64);
   if (i.type.num_elements() == 0) return i;
-  Value zero = fill_i64(b, 0, i.dims()), n = fill_i64(b, size, i.dims());
+  int64_t size = 1;
+  for (int64_t d : size_dims) size *= self.dims()[d];
+  Value zero = fill_i64(b, 0, i.dims());
+  Value n = b.dynamic_sizes()
+                ? b.broadcast_to(b.element_count(self, size_dims, DType::kI64), i.dims())
+                : fill_i64(b, size, i.dims());
   if (wrap) i = b.select(b.compare(i, zero, "LT"), b.add(i, n), i);
   c.require(all_true(b, b.binary("and", b.compare(i, zero, "GE"), b.compare(i, n, "LT"))),
             message, kind);
@@ -140,7 +148,7 @@ Result lower_gather(LoweringContext& c) {
   int64_t size = self.dims()[dim];
   Value idx = at_least_1d(b, c.tensor(2));
   // PyTorch raises RuntimeError (not IndexError) for gather/scatter bounds.
-  idx = checked_index(c, idx, size, false, bounds_message("gather", dim, size),
+  idx = checked_index(c, idx, self, {dim}, false, bounds_message("gather", dim, size),
                       CheckKind::kRuntimeError);
   Dims all = iota_dims(self.rank());
   Value r = gather(b, self, coordinates(b, idx, dim), {}, all, all, self.rank(),
@@ -168,7 +176,7 @@ Result lower_scatter(LoweringContext& c) {
   int64_t size = self.dims()[dim];
   Value idx = at_least_1d(b, c.tensor(2));
   if (idx.type.num_elements() == 0) return std::vector<Value>{b.reshape(self, out.dims)};
-  idx = checked_index(c, idx, size, false, bounds_message("scatter", dim, size),
+  idx = checked_index(c, idx, self, {dim}, false, bounds_message("scatter", dim, size),
                       CheckKind::kRuntimeError);
   Value updates;
   if (c.arg(3).kind == ArgKind::kScalar) {
@@ -215,11 +223,11 @@ Result lower_scatter(LoweringContext& c) {
 // ---- selections and updates of whole slices along a dim ----
 
 // The 1-D index of index_select/index_add/index_copy/index_fill as checked i64 [N].
-Value slice_index(LoweringContext& c, size_t arg, int64_t dim, int64_t size, bool wrap,
+Value slice_index(LoweringContext& c, size_t arg, Value self, int64_t dim, bool wrap,
                   const std::string& message) {
   Value idx = c.tensor(arg);
   idx = c.b().reshape(idx, {idx.type.num_elements()});
-  return checked_index(c, idx, size, wrap, message);
+  return checked_index(c, idx, self, {dim}, wrap, message);
 }
 
 Result lower_index_select(LoweringContext& c) {
@@ -228,7 +236,7 @@ Result lower_index_select(LoweringContext& c) {
   if (out.num_elements() == 0) return std::vector<Value>{filled(b, 0, out)};
   Value self = at_least_1d(b, c.tensor(0));
   int64_t dim = wrap_dim(c.int_arg(1), self.rank());
-  Value idx = slice_index(c, 2, dim, self.dims()[dim], false, "index out of range in self");
+  Value idx = slice_index(c, 2, self, dim, false, "index out of range in self");
   int64_t n = idx.dims()[0];
   Dims slice_sizes = self.dims(), out_dims = self.dims();
   slice_sizes[dim] = 1;
@@ -250,7 +258,7 @@ Result lower_index_update(LoweringContext& c) {
   int64_t dim = wrap_dim(c.int_arg(1), self.rank());
   int64_t size = self.dims()[dim];
   std::string op = is_add ? "index_add" : is_fill ? "index_fill" : "index_copy";
-  Value idx = slice_index(c, 2, dim, size, is_fill, bounds_message(op, dim, size));
+  Value idx = slice_index(c, 2, self, dim, is_fill, bounds_message(op, dim, size));
   int64_t n = idx.dims()[0];
   if (n == 0) return std::vector<Value>{b.reshape(self, out.dims)};
   Dims update_dims = self.dims();
@@ -320,7 +328,8 @@ Result lower_take(LoweringContext& c) {
   if (out.num_elements() == 0) return std::vector<Value>{filled(b, 0, out)};
   Value self = c.tensor(0);
   int64_t n = self.type.num_elements();
-  Value idx = checked_index(c, c.tensor(1), n, true, bounds_message("take", 0, n));
+  Value idx = checked_index(c, c.tensor(1), self, iota_dims(self.rank()), true,
+                            bounds_message("take", 0, n));
   Dims vec = idx.dims();
   vec.push_back(1);
   Value r = gather(b, b.reshape(self, {n}), b.reshape(idx, vec), {}, {0}, {0}, idx.rank(), {1},
@@ -376,7 +385,7 @@ base::StatusOr<AdvancedIndex> plan_advanced_index(LoweringContext& c, Value self
   for (int64_t i = 0; i < k; ++i) {
     int64_t p = plan.positions[i];
     Value idx = b.broadcast_to(indices[i], plan.batch);
-    idx = checked_index(c, idx, self.dims()[p], true, bounds_message("index", p, self.dims()[p]));
+    idx = checked_index(c, idx, self, {p}, true, bounds_message("index", p, self.dims()[p]));
     cols.push_back(b.reshape(idx, column));
   }
   plan.stacked = b.concatenate(cols, static_cast<int64_t>(plan.batch.size()));

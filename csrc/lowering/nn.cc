@@ -37,10 +37,16 @@ Value int_splat(Builder& b, int64_t v, Value like) {
   return b.broadcast_to(b.constant_i64(v, like.dtype()), like.dims());
 }
 
-double num_elements(const Dims& dims, const Dims& which) {
-  double n = 1;
-  for (int64_t d : which) n *= static_cast<double>(dims[d]);
-  return n;
+// The number of elements of `v` along `which` as a tensor of type `like`. In a graph with
+// shape buckets `v` may be padded, and only element_count() sees its true size; eager
+// mode keeps the constant splat.
+Value count_splat(Builder& b, Value v, const Dims& which, const TensorType& like) {
+  if (!b.dynamic_sizes()) {
+    double n = 1;
+    for (int64_t d : which) n *= static_cast<double>(v.dims()[d]);
+    return b.splat(n, like);
+  }
+  return b.broadcast_to(b.element_count(v, which, like.dtype), like.dims);
 }
 
 // `v` (same rank as `dims`, size-1 where broadcast) expanded to `dims`.
@@ -52,7 +58,7 @@ Value expand(Builder& b, Value v, const Dims& dims) {
 // Mean over `dims`, which stay as size 1.
 Value mean_keep(Builder& b, Value v, const Dims& dims) {
   Value sum = b.keep_dims(b.reduce_sum(v, dims), v.dims(), dims);
-  return b.div(sum, b.splat(num_elements(v.dims(), dims), sum.type));
+  return b.div(sum, count_splat(b, v, dims, sum.type));
 }
 
 // A backward's output_mask (bool[3], passed as an int list).
@@ -156,11 +162,13 @@ Result lower_group_norm(LoweringContext& c) {
   Value x = c.tensor(0);
   DType a = acc_type(x.dtype());
   int64_t n = c.int_arg(3), ch = c.int_arg(4), hw = c.int_arg(5), groups = c.int_arg(6);
-  Dims grouped{n, groups, ch / groups * hw}, flat{n, ch, hw};
+  // Groups stay [C/G, HxW] rather than one C/G*HxW dim: XLA cannot reshape a dynamic
+  // (shape-bucketed) HxW into a dim it also shares with C/G.
+  Dims grouped{n, groups, ch / groups, hw}, flat{n, ch, hw};
   Value xg = b.reshape(b.convert(x, a), grouped);
-  Value mean = mean_keep(b, xg, {2});
+  Value mean = mean_keep(b, xg, {2, 3});
   Value xc = b.sub(xg, expand(b, mean, grouped));
-  Value var = mean_keep(b, b.mul(xc, xc), {2});
+  Value var = mean_keep(b, b.mul(xc, xc), {2, 3});
   Value rstd = b.unary("rsqrt", b.add(var, b.splat(c.double_arg(7), var.type)));
   Value y = b.reshape(b.mul(xc, expand(b, rstd, grouped)), flat);
   if (!c.is_none(1)) y = b.mul(y, channel_param(b, b.convert(c.tensor(1), a), flat));
@@ -179,16 +187,16 @@ Result lower_group_norm_backward(LoweringContext& c) {
   Value x = c.tensor(1);
   DType a = acc_type(x.dtype());
   int64_t n = c.int_arg(5), ch = c.int_arg(6), hw = c.int_arg(7), groups = c.int_arg(8);
-  Dims grouped{n, groups, ch / groups * hw}, flat{n, ch, hw};
+  Dims grouped{n, groups, ch / groups, hw}, flat{n, ch, hw};
   Value go = b.reshape(b.convert(c.tensor(0), a), flat);
-  Value mean = b.reshape(b.convert(c.tensor(2), a), {n, groups, 1});
-  Value rstd = b.reshape(b.convert(c.tensor(3), a), {n, groups, 1});
+  Value mean = b.reshape(b.convert(c.tensor(2), a), {n, groups, 1, 1});
+  Value rstd = b.reshape(b.convert(c.tensor(3), a), {n, groups, 1, 1});
   Value xg = b.reshape(b.convert(x, a), grouped);
   Value xhat = b.mul(b.sub(xg, expand(b, mean, grouped)), expand(b, rstd, grouped));
   std::vector<std::optional<Value>> grads(3);
   if (mask[0]) {
     Value g = c.is_none(4) ? go : b.mul(go, channel_param(b, b.convert(c.tensor(4), a), flat));
-    grads[0] = b.reshape(norm_input_grad(b, b.reshape(g, grouped), xhat, rstd, {2}), x.dims());
+    grads[0] = b.reshape(norm_input_grad(b, b.reshape(g, grouped), xhat, rstd, {2, 3}), x.dims());
   }
   if (mask[1]) grads[1] = b.reduce_sum(b.mul(go, b.reshape(xhat, flat)), {0, 2});
   if (mask[2]) grads[2] = b.reduce_sum(go, {0, 2});
@@ -278,7 +286,7 @@ Value reduce_loss(LoweringContext& c, Value loss, int64_t reduction) {
   if (reduction == kNone) return b.convert(loss, c.out_type().dtype);
   Value sum = b.reduce_sum(loss, range(0, loss.rank()));
   if (reduction == kMean) {
-    sum = b.div(sum, b.constant(static_cast<double>(loss.type.num_elements()), sum.dtype()));
+    sum = b.div(sum, count_splat(b, loss, range(0, loss.rank()), sum.type));
   }
   return b.convert(sum, c.out_type().dtype);
 }
@@ -348,7 +356,8 @@ LoweringFn pointwise_loss_backward(LossFn grad_fn) {
     double param = c.num_args() > 4 && c.arg(4).kind == ArgKind::kDouble ? c.double_arg(4) : 0;
     Value g = b.mul(grad_fn(b, d, param), c.operand(0, a, dims));
     if (c.int_arg(3) == kMean) {
-      g = b.div(g, b.splat(static_cast<double>(c.tensor_type(1).num_elements()), g.type));
+      Value self = c.tensor(1);
+      g = b.div(g, count_splat(b, self, range(0, self.rank()), g.type));
     }
     return std::vector<Value>{b.convert(g, c.out_type().dtype)};
   };
@@ -383,7 +392,8 @@ Result lower_bce_backward(LoweringContext& c) {
   Value g = b.mul(c.operand(0, a, dims), b.div(b.sub(x, t), denom));
   if (!c.is_none(3)) g = b.mul(g, c.operand(3, a, dims));
   if (c.int_arg(4) == kMean) {
-    g = b.div(g, b.splat(static_cast<double>(x.type.num_elements()), g.type));
+    Value self = c.tensor(1);
+    g = b.div(g, count_splat(b, self, range(0, self.rank()), g.type));
   }
   return std::vector<Value>{b.convert(g, c.out_type().dtype)};
 }
@@ -404,8 +414,13 @@ NllParts nll_parts(LoweringContext& c, size_t self_i, size_t target_i, size_t we
   Dims target_map = all_but(static_cast<int64_t>(dims.size()), class_dim);
   auto splat_int = [&](int64_t v) { return int_splat(b, v, t); };
   Value kept = b.compare(t, splat_int(ignore_index), "NE");
+  // The class count is the true one when the input is padded to a shape bucket.
+  Value classes_n = b.dynamic_sizes() ? b.broadcast_to(b.element_count(c.tensor(self_i),
+                                                                       {class_dim}, t.dtype()),
+                                                       t.dims())
+                                      : splat_int(num_classes);
   Value in_range = b.binary("and", b.compare(t, b.zeros(t.type), "GE"),
-                            b.compare(t, splat_int(num_classes), "LT"));
+                            b.compare(t, classes_n, "LT"));
   Value ok = b.binary("or", b.unary("not", kept), in_range);
   if (ok.rank() > 0) ok = b.reduce(ok, b.constant(1, DType::kBool), range(0, ok.rank()), "and");
   c.require(ok, "Target is out of bounds: nll_loss expects each target in [0, " +

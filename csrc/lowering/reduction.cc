@@ -41,10 +41,15 @@ Dims reduction_dims(const LoweringContext& c, size_t i, int64_t rank) {
   return dims;
 }
 
-int64_t num_reduced(const Value& v, const Dims& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= v.dims()[d];
-  return n;
+// The number of elements of `v` along `dims` as a tensor of type `like`: the true count
+// when `v` is padded to a shape bucket (a constant splat otherwise, as eager mode emits).
+Value count_splat(Builder& b, Value v, const Dims& dims, const TensorType& like) {
+  if (!b.dynamic_sizes()) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= v.dims()[d];
+    return b.splat(static_cast<double>(n), like);
+  }
+  return b.broadcast_to(b.element_count(v, dims, like.dtype), like.dims);
 }
 
 // Reshapes to output k's dims (keepdim or not) and converts to its dtype.
@@ -110,8 +115,9 @@ Lowered lower_mean(LoweringContext& c) {
   Value x = b.convert(c.tensor(0), t);
   Dims dims = reduction_dims(c, 1, x.rank());
   Value s = b.reduce_sum(x, dims);
-  // 0/0 = NaN for an empty reduction, as in PyTorch.
-  Value n = b.splat(static_cast<double>(num_reduced(x, dims)), s.type);
+  // 0/0 = NaN for an empty reduction, as in PyTorch. The count is the true one when x
+  // is padded to a shape bucket.
+  Value n = count_splat(b, x, dims, s.type);
   return std::vector<Value>{finish(c, b.div(s, n))};
 }
 
@@ -215,7 +221,7 @@ LoweringFn variance(bool take_sqrt, bool with_mean) {
     DType t = acc_type(c.out_type().dtype);
     Value x = b.convert(c.tensor(0), t);
     Dims dims = reduction_dims(c, 1, x.rank());
-    Value n = b.constant(static_cast<double>(num_reduced(x, dims)), t);
+    Value n = b.element_count(x, dims, t);
     Value sum = b.reduce_sum(x, dims);
     Value mean = b.div(sum, b.broadcast_to(n, sum.dims()));
     Value d = b.sub(x, expand_back(b, mean, x, dims));
@@ -293,6 +299,23 @@ Value scan(Builder& b, Value x, int64_t dim, Value identity,
           ", padding = " + padding)[0];
 }
 
+// `x` with dim `dim` no longer dynamic and its padding (beyond the true size `n`, i64)
+// set to `identity`. XLA sizes a reduce_window's dynamic result as if it had no padding,
+// which breaks (or crashes) a scan along a shape-bucketed dim; a partial slice drops the
+// dim's dynamic size, so one identity element is appended and sliced off again.
+Value static_along(Builder& b, Value x, int64_t dim, Value n, Value identity) {
+  Value pos = b.iota(TensorType{DType::kI64, x.dims()}, dim);
+  x = b.select(b.compare(pos, b.broadcast_to(n, x.dims()), "LT"), x,
+               b.broadcast_to(identity, x.dims()));
+  Dims zeros(x.rank(), 0), high(x.rank(), 0), grown = x.dims();
+  high[dim] = 1;
+  grown[dim] += 1;
+  Value padded = b.op("stablehlo.pad", {x, identity}, TensorType{x.dtype(), grown},
+                      "edge_padding_high = " + i64_array(high) + ", edge_padding_low = " +
+                          i64_array(zeros) + ", interior_padding = " + i64_array(zeros));
+  return b.slice(padded, zeros, x.dims(), Dims(x.rank(), 1));
+}
+
 // cumsum / cumprod(self, dim, *, dtype?) and _logcumsumexp(self, dim).
 LoweringFn cumulative(const char* kind) {
   std::string k = kind;
@@ -302,9 +325,18 @@ LoweringFn cumulative(const char* kind) {
     Value x = b.convert(c.tensor(0), t);
     if (x.rank() == 0 || x.type.num_elements() == 0) return std::vector<Value>{finish(c, x)};
     int64_t dim = wrap_dim(c.int_arg(1), x.rank());
+    bool is_sum = k == "sum";
+    Value identity = b.constant(k == "logsumexp" ? -INFINITY : is_sum ? 0 : 1, t);
+    // In a graph with shape buckets the scan runs on a static copy, and the result gets
+    // x's true size back.
+    Value n;
+    if (b.dynamic_sizes()) {
+      n = b.element_count(x, {dim}, DType::kI64);
+      x = static_along(b, x, dim, n, identity);
+    }
     Value r;
     if (k == "logsumexp") {
-      r = scan(b, x, dim, b.constant(-INFINITY, t), [](Builder& s, Value p, Value q) {
+      r = scan(b, x, dim, identity, [](Builder& s, Value p, Value q) {
         Value hi = nan_extreme(s, p, q, true), lo = nan_extreme(s, p, q, false);
         Value sum = s.add(hi, s.unary("log_plus_one", s.unary("exponential", s.sub(lo, hi))));
         // -inf with -inf and inf with anything would give inf - inf = NaN.
@@ -313,11 +345,11 @@ LoweringFn cumulative(const char* kind) {
         return s.select(skip, hi, sum);
       });
     } else {
-      bool is_sum = k == "sum";
       std::string op = t == DType::kBool ? (is_sum ? "or" : "and") : (is_sum ? "add" : "multiply");
-      r = scan(b, x, dim, b.constant(is_sum ? 0 : 1, t),
+      r = scan(b, x, dim, identity,
                [op](Builder& s, Value p, Value q) { return s.binary(op, p, q); });
     }
+    if (b.dynamic_sizes()) r = b.set_dimension_size(r, b.convert(n, DType::kI32), dim);
     return std::vector<Value>{finish(c, r)};
   };
 }

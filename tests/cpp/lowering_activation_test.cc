@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -403,96 +402,35 @@ TEST(ActivationLowering, SoftmaxBackwardMatchesFiniteDifference) {
   }
 }
 
-// bf16 is not in the shared harness: encode by rounding f32 to nearest even, decode by
-// widening. Runs `op` with the tensor args in `tensors` and returns output 0's values.
-uint16_t to_bf16(double v) {
-  float f = static_cast<float>(v);
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>(bits >> 16);
-}
-double from_bf16(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-std::vector<double> run_with_bf16(const std::string& op, const std::vector<OpArg>& args,
-                                  const TensorType& out, const std::map<int, HostTensor>& tensors,
-                                  std::string* text) {
-  auto lowered = lowering::lower_op(op, args, {out});
-  EXPECT_TRUE(lowered.ok()) << lowered.status().to_string();
-  if (!lowered.ok()) return {};
-  *text = lowered->text;
-  auto client = test_client();
-  auto exe = client->compile(lowered->text, 0);
-  EXPECT_TRUE(exe.ok()) << exe.status().to_string() << "\n" << lowered->text;
-  if (!exe.ok()) return {};
-  std::vector<runtime::BufferPtr> keep;
-  for (const lowering::ParamBinding& p : lowered->bindings) {
-    const HostTensor& h = tensors.at(p.arg_index);
-    std::vector<char> bytes;
-    if (h.type.dtype == DType::kBF16) {
-      for (double v : h.values) {
-        uint16_t b = to_bf16(v);
-        bytes.insert(bytes.end(), reinterpret_cast<char*>(&b), reinterpret_cast<char*>(&b) + 2);
-      }
-    } else {
-      bytes = to_bytes(h.values, h.type.dtype);
-    }
-    auto buf = client->buffer_from_host(bytes.data(), h.type.dtype, h.type.dims, 0);
-    EXPECT_TRUE(buf.ok()) << buf.status().to_string();
-    if (!buf.ok()) return {};
-    keep.push_back(*buf);
-  }
-  std::vector<const runtime::Buffer*> raw;
-  for (auto& b : keep) raw.push_back(b.get());
-  auto outs = (*exe)->execute(raw);
-  EXPECT_TRUE(outs.ok()) << outs.status().to_string();
-  if (!outs.ok() || outs->empty()) return {};
-  auto& buf = (*outs)[0];
-  EXPECT_EQ(buf->dtype(), out.dtype);
-  std::vector<char> bytes(buf->size_bytes());
-  EXPECT_TRUE(buf->to_host(bytes.data(), bytes.size()).ok());
-  if (out.dtype != DType::kBF16) return from_bytes(bytes, out.dtype, buf->num_elements());
-  std::vector<double> values;
-  for (size_t i = 0; i + 1 < bytes.size(); i += 2) {
-    uint16_t h;
-    std::memcpy(&h, bytes.data() + i, 2);
-    values.push_back(from_bf16(h));
-  }
-  return values;
-}
-
 TEST(ActivationLowering, Bf16SoftmaxComputesInF32) {
   std::vector<double> xs{1.0, 2.0, 3.0, 4.0, 100.0, 100.5, 101.0, 99.0};
   HostTensor x = host(DType::kBF16, {2, 4}, {});
-  for (double v : xs) x.values.push_back(from_bf16(to_bf16(v)));
+  for (double v : xs) x.values.push_back(round_to_bf16(v));
   auto want = softmax_rows(x.values, 4, false);
-  std::string text;
   // half_to_float: the f32 result of the f32 computation, unrounded.
-  auto f32 = run_with_bf16("aten::_softmax", {tensor_arg(x), int_arg(1), bool_arg(true)},
-                           TensorType{DType::kF32, {2, 4}}, {{0, x}}, &text);
-  expect_close(f32, want, 1e-6, "half_to_float");
-  EXPECT_NE(text.find("tensor<2x4xbf16>) -> tensor<2x4xf32>"), std::string::npos) << text;
+  auto f32_run = run_lowering("aten::_softmax", {tensor_arg(x), int_arg(1), bool_arg(true)},
+                              {TensorType{DType::kF32, {2, 4}}}, {{0, x}});
+  expect_close(output_values(f32_run, DType::kF32), want, 1e-6, "half_to_float");
+  EXPECT_NE(f32_run.text.find("tensor<2x4xbf16>) -> tensor<2x4xf32>"), std::string::npos)
+      << f32_run.text;
   // bf16 output: the f32 result rounded once (bf16 has 8 significant bits).
-  auto bf16 = run_with_bf16("aten::_softmax", {tensor_arg(x), int_arg(1), bool_arg(false)},
-                            TensorType{DType::kBF16, {2, 4}}, {{0, x}}, &text);
+  auto bf16 = output_values(run_lowering("aten::_softmax",
+                                         {tensor_arg(x), int_arg(1), bool_arg(false)},
+                                         {TensorType{DType::kBF16, {2, 4}}}, {{0, x}}),
+                            DType::kBF16);
   std::vector<double> want_bf16;
-  for (double v : want) want_bf16.push_back(from_bf16(to_bf16(v)));
+  for (double v : want) want_bf16.push_back(round_to_bf16(v));
   expect_close(bf16, want_bf16, 0, "bf16");
 }
 
 TEST(ActivationLowering, Bf16GeluRoundsOnceFromF32) {
   HostTensor x = host(DType::kBF16, {6}, {});
-  for (double v : kXs) x.values.push_back(from_bf16(to_bf16(v)));
-  std::string text;
-  auto got = run_with_bf16("aten::gelu", {tensor_arg(x), string_arg("tanh")},
-                           TensorType{DType::kBF16, {6}}, {{0, x}}, &text);
+  for (double v : kXs) x.values.push_back(round_to_bf16(v));
+  auto got = output_values(run_lowering("aten::gelu", {tensor_arg(x), string_arg("tanh")},
+                                        {TensorType{DType::kBF16, {6}}}, {{0, x}}),
+                           DType::kBF16);
   std::vector<double> want;
-  for (double v : x.values) want.push_back(from_bf16(to_bf16(gelu_tanh(v))));
+  for (double v : x.values) want.push_back(round_to_bf16(gelu_tanh(v)));
   // f32 vs f64 evaluation may straddle a bf16 rounding boundary: allow one bf16 ulp
   // (8 significant bits).
   ASSERT_EQ(got.size(), want.size());
@@ -508,10 +446,11 @@ TEST(ActivationLowering, SoftmaxBackwardToHalfInputDtype) {
   OpArg input_dtype;
   input_dtype.kind = ArgKind::kDType;
   input_dtype.dtype = DType::kBF16;
-  std::string text;
-  auto got = run_with_bf16("aten::_softmax_backward_data",
-                           {tensor_arg(g), tensor_arg(y), int_arg(-1), input_dtype},
-                           TensorType{DType::kBF16, {1, 3}}, {{0, g}, {1, y}}, &text);
+  auto got = output_values(
+      run_lowering("aten::_softmax_backward_data",
+                   {tensor_arg(g), tensor_arg(y), int_arg(-1), input_dtype},
+                   {TensorType{DType::kBF16, {1, 3}}}, {{0, g}, {1, y}}),
+      DType::kBF16);
   // sum(g * y) = -0.25; y * (g + 0.25) = {0.3125, 0.0625, -0.375}, all exact in bf16.
   expect_close(got, {0.3125, 0.0625, -0.375}, 0, "softmax backward bf16");
 }

@@ -4,8 +4,8 @@
 // instead of guessing. Each golden module is also compiled on the plugin, so a golden file
 // can never hold a program the plugin rejects.
 //
-// TORCHTPU_GOLDEN_DIR (optional) names the directory, falling back to golden/ beside
-// this file; with TORCHTPU_UPDATE_GOLDEN=1
+// TORCHTPU_GOLDEN_DIR (optional) names the directory, else tests/cpp/golden (set by CMake);
+// with TORCHTPU_UPDATE_GOLDEN=1
 // the test rewrites its file instead of comparing.
 #include <gtest/gtest.h>
 
@@ -48,14 +48,13 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// TORCHTPU_GOLDEN_DIR when set; otherwise the golden/ directory beside this source file, so
-// running the binary directly (outside ctest) compares against the same files.
+// TORCHTPU_GOLDEN_DIR when set; otherwise tests/cpp/golden in the source tree (CMake passes
+// its absolute path: __FILE__ may be relative when ccache rewrites paths), so running the
+// binary directly (outside ctest) compares against the same files.
 std::string golden_dir() {
   const char* dir = std::getenv("TORCHTPU_GOLDEN_DIR");
   if (dir != nullptr && *dir != '\0') return dir;
-  std::string source = __FILE__;
-  size_t slash = source.find_last_of('/');
-  return (slash == std::string::npos ? std::string(".") : source.substr(0, slash)) + "/golden";
+  return TORCHTPU_GOLDEN_SOURCE_DIR;
 }
 
 // Names the first differing line, so a failure reads like the top of a diff.

@@ -11,12 +11,6 @@ using base::DType;
 using lowering::ScalarCategory;
 using V = std::vector<double>;
 
-HostTensor arange(DType t, Dims dims, double start = 0) {
-  HostTensor h{{t, dims}, {}};
-  for (int64_t i = 0; i < h.type.num_elements(); ++i) h.values.push_back(start + i);
-  return h;
-}
-
 HostTensor zeros(DType t, Dims dims) {
   HostTensor h{{t, dims}, {}};
   h.values.assign(h.type.num_elements(), 0);

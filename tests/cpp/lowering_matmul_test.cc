@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "lowering_harness.h"
@@ -148,47 +147,13 @@ TEST(MatmulLowering, AddmmActivationReluAndGelu) {
   expect_values(gelu, {0.5 * 1.5 * (1 + std::erf(1.5 / std::sqrt(2.0)))});
 }
 
-// The shared harness moves only 32/64-bit and bool data, so the bf16 test encodes it here.
-std::vector<char> bf16_bytes(const std::vector<double>& values) {
-  std::vector<char> out;
-  for (double v : values) {
-    float f = static_cast<float>(v);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    uint16_t h = static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-    out.insert(out.end(), reinterpret_cast<char*>(&h), reinterpret_cast<char*>(&h) + 2);
-  }
-  return out;
-}
-
 TEST(MatmulLowering, Bf16DotAccumulatesInF32) {
   // 512 products of 1 * 1: a bf16 accumulator would stall at 256.
   constexpr int64_t kN = 512;
   HostTensor ones{{DType::kBF16, {kN}}, std::vector<double>(kN, 1.0)};
-  auto lowered = lowering::lower_op("aten::dot", {tensor_arg(ones), tensor_arg(ones)},
-                                    {TensorType{DType::kBF16, {}}});
-  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
-  auto client = test_client();
-  auto exe = client->compile(lowered->text, 0);
-  ASSERT_TRUE(exe.ok()) << exe.status().to_string() << "\n" << lowered->text;
-  std::vector<char> bytes = bf16_bytes(ones.values);
-  std::vector<runtime::BufferPtr> keep;
-  std::vector<const runtime::Buffer*> raw;
-  for (size_t i = 0; i < lowered->bindings.size(); ++i) {
-    auto buf = client->buffer_from_host(bytes.data(), DType::kBF16, {kN}, 0);
-    ASSERT_TRUE(buf.ok()) << buf.status().to_string();
-    keep.push_back(*buf);
-    raw.push_back(keep.back().get());
-  }
-  auto outs = (*exe)->execute(raw);
-  ASSERT_TRUE(outs.ok()) << outs.status().to_string();
-  ASSERT_EQ((*outs)[0]->dtype(), DType::kBF16);
-  uint16_t h = 0;
-  ASSERT_TRUE((*outs)[0]->to_host(&h, 2).ok());
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float result;
-  std::memcpy(&result, &u, 4);
-  EXPECT_EQ(result, 512.0f);
+  auto run = run_lowering("aten::dot", {tensor_arg(ones), tensor_arg(ones)},
+                          {TensorType{DType::kBF16, {}}}, {{0, ones}, {1, ones}});
+  EXPECT_EQ(output_values(run, DType::kBF16), (std::vector<double>{512}));
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -18,83 +17,6 @@ using base::DType;
 using lowering::ScalarCategory;
 
 constexpr int64_t kDraws = 10000;
-
-double half_to_double(uint16_t h) {
-  int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
-  double magnitude = exponent == 0    ? std::ldexp(mantissa, -24)
-                     : exponent == 31 ? (mantissa ? NAN : INFINITY)
-                                      : std::ldexp(mantissa + 1024, exponent - 25);
-  return (h & 0x8000) ? -magnitude : magnitude;
-}
-
-// Decodes every dtype a random op can produce (the shared harness covers f32/f64/i32/i64/bool).
-std::vector<double> decode(const std::vector<char>& bytes, DType t, int64_t n) {
-  std::vector<double> out(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const char* p = bytes.data() + i * base::dtype_size_bytes(t);
-    switch (t) {
-      case DType::kF16: { uint16_t h; std::memcpy(&h, p, 2); out[i] = half_to_double(h); break; }
-      case DType::kBF16: {
-        uint16_t h; std::memcpy(&h, p, 2);
-        uint32_t f = uint32_t{h} << 16; float x; std::memcpy(&x, &f, 4); out[i] = x; break;
-      }
-      case DType::kI8: out[i] = static_cast<int8_t>(*p); break;
-      case DType::kU8: out[i] = static_cast<uint8_t>(*p); break;
-      case DType::kI16: { int16_t x; std::memcpy(&x, p, 2); out[i] = x; break; }
-      default: return from_bytes(bytes, t, n);
-    }
-  }
-  return out;
-}
-
-// Like run_lowering, with the generator state (seed, offset) chosen by the test.
-std::vector<HostTensor> run_random(const std::string& op, const std::vector<OpArg>& args,
-                                   const std::vector<TensorType>& out_types,
-                                   const std::map<int, HostTensor>& tensors = {},
-                                   uint64_t seed = 42, uint64_t offset = 0,
-                                   std::vector<bool>* checks = nullptr) {
-  auto lowered = lowering::lower_op(op, args, out_types);
-  EXPECT_TRUE(lowered.ok()) << lowered.status().to_string();
-  if (!lowered.ok()) return {};
-  auto client = test_client();
-  auto exe = client->compile(lowered->text, 0);
-  EXPECT_TRUE(exe.ok()) << exe.status().to_string() << "\n" << lowered->text;
-  if (!exe.ok()) return {};
-  std::vector<runtime::BufferPtr> keep;
-  for (const lowering::ParamBinding& p : lowered->bindings) {
-    HostTensor h;
-    if (p.source == lowering::ParamBinding::Source::kRngState) {
-      h = HostTensor{TensorType{DType::kU64, {2}},
-                     {static_cast<double>(seed), static_cast<double>(offset)}};
-    } else {
-      EXPECT_EQ(p.source, lowering::ParamBinding::Source::kTensor);
-      h = tensors.at(p.arg_index);
-    }
-    auto bytes = to_bytes(h.values, h.type.dtype);
-    auto buf = client->buffer_from_host(bytes.data(), h.type.dtype, h.type.dims, 0);
-    EXPECT_TRUE(buf.ok()) << buf.status().to_string();
-    if (!buf.ok()) return {};
-    keep.push_back(*buf);
-  }
-  std::vector<const runtime::Buffer*> raw;
-  for (auto& b : keep) raw.push_back(b.get());
-  auto outs = (*exe)->execute(raw);
-  EXPECT_TRUE(outs.ok()) << outs.status().to_string();
-  if (!outs.ok()) return {};
-  std::vector<HostTensor> result;
-  for (size_t i = 0; i < outs->size(); ++i) {
-    auto& buf = (*outs)[i];
-    std::vector<char> bytes(buf->size_bytes());
-    EXPECT_TRUE(buf->to_host(bytes.data(), bytes.size()).ok());
-    auto values = decode(bytes, buf->dtype(), buf->num_elements());
-    if (i < out_types.size()) {
-      result.push_back(HostTensor{TensorType{buf->dtype(), buf->dims()}, values});
-    } else if (checks != nullptr) {
-      checks->push_back(values.at(0) != 0);
-    }
-  }
-  return result;
-}
 
 HostTensor empty_like_type(TensorType t) {
   return HostTensor{t, std::vector<double>(static_cast<size_t>(t.num_elements()), 0)};
@@ -114,8 +36,8 @@ double variance_of(const std::vector<double>& v) {
 
 TEST(RandomLowering, UniformF32HasRightRangeMeanAndVariance) {
   TensorType t{DType::kF32, {100, 100}};
-  auto out = run_random("aten::uniform_",
-                        {self_arg(t), double_arg(2), double_arg(5), none_arg()}, {t});
+  auto out = run_lowering("aten::uniform_", {self_arg(t), double_arg(2), double_arg(5), none_arg()},
+                          {t}, {}).outputs;
   ASSERT_EQ(out.size(), 1u);
   const auto& v = out[0].values;
   EXPECT_GE(*std::min_element(v.begin(), v.end()), 2.0);
@@ -129,8 +51,9 @@ TEST(RandomLowering, UniformF32HasRightRangeMeanAndVariance) {
 TEST(RandomLowering, UniformStaysHalfOpenInEveryFloatDtype) {
   for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
     TensorType t{d, {kDraws}};
-    auto out = run_random("aten::uniform_",
-                          {self_arg(t), double_arg(1), double_arg(2), none_arg()}, {t});
+    auto out = run_lowering("aten::uniform_",
+                            {self_arg(t), double_arg(1), double_arg(2), none_arg()}, {t},
+                            {}).outputs;
     ASSERT_EQ(out.size(), 1u) << base::dtype_name(d);
     const auto& v = out[0].values;
     EXPECT_GE(*std::min_element(v.begin(), v.end()), 1.0) << base::dtype_name(d);
@@ -142,10 +65,13 @@ TEST(RandomLowering, UniformStaysHalfOpenInEveryFloatDtype) {
 TEST(RandomLowering, SameStateRepeatsAndOtherStatesDiffer) {
   TensorType t{DType::kF32, {1000}};
   std::vector<OpArg> args{self_arg(t), double_arg(0), double_arg(1), none_arg()};
-  auto a = run_random("aten::uniform_", args, {t}, {}, 7, 3);
-  auto same = run_random("aten::uniform_", args, {t}, {}, 7, 3);
-  auto next_offset = run_random("aten::uniform_", args, {t}, {}, 7, 4);
-  auto other_seed = run_random("aten::uniform_", args, {t}, {}, 8, 3);
+  auto draw = [&](RngState state) {
+    return run_lowering("aten::uniform_", args, {t}, {}, {}, {}, state).outputs;
+  };
+  auto a = draw({7, 3});
+  auto same = draw({7, 3});
+  auto next_offset = draw({7, 4});
+  auto other_seed = draw({8, 3});
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(next_offset.size(), 1u);
   ASSERT_EQ(other_seed.size(), 1u);
@@ -166,8 +92,9 @@ TEST(RandomLowering, SameStateRepeatsAndOtherStatesDiffer) {
 TEST(RandomLowering, NormalMatchesMeanAndStdForOddCounts) {
   for (DType d : {DType::kF32, DType::kF64}) {
     TensorType t{d, {kDraws + 1}};  // odd: one Box–Muller pair is half used
-    auto out = run_random("aten::normal_",
-                          {self_arg(t), double_arg(1), double_arg(2), none_arg()}, {t});
+    auto out = run_lowering("aten::normal_",
+                            {self_arg(t), double_arg(1), double_arg(2), none_arg()}, {t},
+                            {}).outputs;
     ASSERT_EQ(out.size(), 1u);
     const auto& v = out[0].values;
     for (double x : v) ASSERT_TRUE(std::isfinite(x));
@@ -183,10 +110,10 @@ TEST(RandomLowering, NormalTensorTensorBroadcastsAndChecksStd) {
   TensorType t{DType::kF32, {2, 5000}};
   HostTensor mean{{DType::kF32, {2, 1}}, {-10, 10}};
   HostTensor std_dev{{DType::kF32, {2, 1}}, {0.5, 3}};
-  std::vector<bool> checks;
-  auto out = run_random("aten::normal.Tensor_Tensor",
-                        {tensor_arg(mean), tensor_arg(std_dev), none_arg()},
-                        {t}, {{0, mean}, {1, std_dev}}, 42, 0, &checks);
+  auto run = run_lowering("aten::normal.Tensor_Tensor",
+                          {tensor_arg(mean), tensor_arg(std_dev), none_arg()}, {t},
+                          {{0, mean}, {1, std_dev}});
+  const auto& out = run.outputs;
   ASSERT_EQ(out.size(), 1u);
   std::vector<double> row0(out[0].values.begin(), out[0].values.begin() + 5000);
   std::vector<double> row1(out[0].values.begin() + 5000, out[0].values.end());
@@ -194,20 +121,20 @@ TEST(RandomLowering, NormalTensorTensorBroadcastsAndChecksStd) {
   EXPECT_NEAR(std::sqrt(variance_of(row0)), 0.5, 0.03);
   EXPECT_NEAR(mean_of(row1), 10, 0.25);
   EXPECT_NEAR(std::sqrt(variance_of(row1)), 3, 0.15);
-  ASSERT_EQ(checks, std::vector<bool>{true});
+  ASSERT_EQ(run.checks, std::vector<bool>{true});
   HostTensor bad{{DType::kF32, {2, 1}}, {1, -1}};
-  checks.clear();
-  run_random("aten::normal.Tensor_Tensor", {tensor_arg(mean), tensor_arg(bad), none_arg()}, {t},
-             {{0, mean}, {1, bad}}, 42, 0, &checks);
-  EXPECT_EQ(checks, std::vector<bool>{false});
+  auto bad_run = run_lowering("aten::normal.Tensor_Tensor",
+                              {tensor_arg(mean), tensor_arg(bad), none_arg()}, {t},
+                              {{0, mean}, {1, bad}});
+  EXPECT_EQ(bad_run.checks, std::vector<bool>{false});
 }
 
 TEST(RandomLowering, NormalFloatTensorUsesScalarMean) {
   TensorType t{DType::kF32, {kDraws}};
   HostTensor std_dev{{DType::kF32, {}}, {0.25}};
-  auto out = run_random("aten::normal.float_Tensor",
-                        {double_arg(5), tensor_arg(std_dev), none_arg()},
-                        {t}, {{1, std_dev}});
+  auto out = run_lowering("aten::normal.float_Tensor",
+                          {double_arg(5), tensor_arg(std_dev), none_arg()}, {t},
+                          {{1, std_dev}}).outputs;
   ASSERT_EQ(out.size(), 1u);
   EXPECT_NEAR(mean_of(out[0].values), 5, 0.02);
   EXPECT_NEAR(std::sqrt(variance_of(out[0].values)), 0.25, 0.02);
@@ -216,7 +143,8 @@ TEST(RandomLowering, NormalFloatTensorUsesScalarMean) {
 TEST(RandomLowering, BernoulliScalarHitsProbabilityAndEdges) {
   TensorType t{DType::kF32, {kDraws}};
   auto run = [&](double p) {
-    auto out = run_random("aten::bernoulli_.float", {self_arg(t), double_arg(p), none_arg()}, {t});
+    auto out = run_lowering("aten::bernoulli_.float", {self_arg(t), double_arg(p), none_arg()}, {t},
+                            {}).outputs;
     EXPECT_EQ(out.size(), 1u);
     return out.empty() ? std::vector<double>{} : out[0].values;
   };
@@ -230,8 +158,8 @@ TEST(RandomLowering, BernoulliScalarHitsProbabilityAndEdges) {
 TEST(RandomLowering, BernoulliTensorTakesPerElementProbability) {
   TensorType t{DType::kF32, {3, 4000}};
   HostTensor p{{DType::kF32, {3, 1}}, {0, 1, 0.75}};
-  auto out = run_random("aten::bernoulli_.Tensor", {self_arg(t), tensor_arg(p), none_arg()}, {t},
-                        {{0, empty_like_type(t)}, {1, p}});
+  auto out = run_lowering("aten::bernoulli_.Tensor", {self_arg(t), tensor_arg(p), none_arg()}, {t},
+                          {{0, empty_like_type(t)}, {1, p}}).outputs;
   ASSERT_EQ(out.size(), 1u);
   const auto& v = out[0].values;
   EXPECT_EQ(mean_of({v.begin(), v.begin() + 4000}), 0);
@@ -240,16 +168,16 @@ TEST(RandomLowering, BernoulliTensorTakesPerElementProbability) {
 
   // bernoulli(self): the probabilities are self's values.
   HostTensor probs{{DType::kF64, {kDraws}}, std::vector<double>(kDraws, 0.2)};
-  auto functional = run_random("aten::bernoulli", {tensor_arg(probs), none_arg()},
-                               {probs.type}, {{0, probs}});
+  auto functional = run_lowering("aten::bernoulli", {tensor_arg(probs), none_arg()}, {probs.type},
+                                 {{0, probs}}).outputs;
   ASSERT_EQ(functional.size(), 1u);
   EXPECT_NEAR(mean_of(functional[0].values), 0.2, 0.02);
 }
 
 TEST(RandomLowering, RandomFromToCoversEveryIntegerEvenly) {
   TensorType t{DType::kI64, {kDraws}};
-  auto out = run_random("aten::random_.from",
-                        {self_arg(t), int_arg(-3), int_arg(7), none_arg()}, {t});
+  auto out = run_lowering("aten::random_.from", {self_arg(t), int_arg(-3), int_arg(7), none_arg()},
+                          {t}, {}).outputs;
   ASSERT_EQ(out.size(), 1u);
   std::vector<int> counts(10, 0);
   for (double x : out[0].values) {
@@ -263,7 +191,8 @@ TEST(RandomLowering, RandomFromToCoversEveryIntegerEvenly) {
 
 TEST(RandomLowering, RandomToAndFullRangeRespectDtypes) {
   TensorType f{DType::kF32, {kDraws}};
-  auto to = run_random("aten::random_.to", {self_arg(f), int_arg(5), none_arg()}, {f});
+  auto to = run_lowering("aten::random_.to", {self_arg(f), int_arg(5), none_arg()}, {f},
+                         {}).outputs;
   ASSERT_EQ(to.size(), 1u);
   for (double x : to[0].values) ASSERT_TRUE(x == std::floor(x) && x >= 0 && x < 5) << x;
   EXPECT_NEAR(mean_of(to[0].values), 2, 0.1);
@@ -273,7 +202,7 @@ TEST(RandomLowering, RandomToAndFullRangeRespectDtypes) {
   for (Case c : {Case{DType::kU8, 255}, Case{DType::kI8, 127}, Case{DType::kF16, 2048},
                  Case{DType::kBool, 1}, Case{DType::kI32, 2147483647.0}}) {
     TensorType t{c.dtype, {kDraws}};
-    auto out = run_random("aten::random_", {self_arg(t), none_arg()}, {t});
+    auto out = run_lowering("aten::random_", {self_arg(t), none_arg()}, {t}, {}).outputs;
     ASSERT_EQ(out.size(), 1u) << base::dtype_name(c.dtype);
     const auto& v = out[0].values;
     EXPECT_GE(*std::min_element(v.begin(), v.end()), 0) << base::dtype_name(c.dtype);
@@ -283,10 +212,10 @@ TEST(RandomLowering, RandomToAndFullRangeRespectDtypes) {
 
   // from = int64 min without `to` draws all 64 bits.
   TensorType l{DType::kI64, {kDraws}};
-  auto full = run_random("aten::random_.from",
-                         {self_arg(l), int_arg(std::numeric_limits<int64_t>::min()), none_arg(),
-                          none_arg()},
-                         {l});
+  auto full = run_lowering("aten::random_.from",
+                           {self_arg(l), int_arg(std::numeric_limits<int64_t>::min()), none_arg(),
+                            none_arg()},
+                           {l}, {}).outputs;
   ASSERT_EQ(full.size(), 1u);
   const auto& drawn = full[0].values;
   auto negatives = std::count_if(drawn.begin(), drawn.end(), [](double x) { return x < 0; });
@@ -306,19 +235,22 @@ TEST(RandomLowering, RandomRejectsEmptyRange) {
 
 TEST(RandomLowering, ExponentialGeometricLogNormalCauchyShapes) {
   TensorType t{DType::kF32, {kDraws}};
-  auto e = run_random("aten::exponential_", {self_arg(t), double_arg(2), none_arg()}, {t});
+  auto e = run_lowering("aten::exponential_", {self_arg(t), double_arg(2), none_arg()}, {t},
+                        {}).outputs;
   ASSERT_EQ(e.size(), 1u);
   for (double x : e[0].values) ASSERT_TRUE(std::isfinite(x) && x >= 0);
   EXPECT_NEAR(mean_of(e[0].values), 0.5, 0.03);  // standard error 0.005
   EXPECT_NEAR(variance_of(e[0].values), 0.25, 0.03);
 
-  auto g = run_random("aten::geometric_", {self_arg(t), double_arg(0.25), none_arg()}, {t});
+  auto g = run_lowering("aten::geometric_", {self_arg(t), double_arg(0.25), none_arg()}, {t},
+                        {}).outputs;
   ASSERT_EQ(g.size(), 1u);
   for (double x : g[0].values) ASSERT_TRUE(x >= 1 && x == std::floor(x)) << x;
   EXPECT_NEAR(mean_of(g[0].values), 4, 0.15);  // 1/p; standard error 0.035
 
-  auto ln = run_random("aten::log_normal_",
-                       {self_arg(t), double_arg(0.5), double_arg(0.25), none_arg()}, {t});
+  auto ln = run_lowering("aten::log_normal_",
+                         {self_arg(t), double_arg(0.5), double_arg(0.25), none_arg()}, {t},
+                         {}).outputs;
   ASSERT_EQ(ln.size(), 1u);
   std::vector<double> logs;
   for (double x : ln[0].values) {
@@ -328,8 +260,8 @@ TEST(RandomLowering, ExponentialGeometricLogNormalCauchyShapes) {
   EXPECT_NEAR(mean_of(logs), 0.5, 0.02);
   EXPECT_NEAR(std::sqrt(variance_of(logs)), 0.25, 0.02);
 
-  auto ca = run_random("aten::cauchy_",
-                       {self_arg(t), double_arg(3), double_arg(2), none_arg()}, {t});
+  auto ca = run_lowering("aten::cauchy_", {self_arg(t), double_arg(3), double_arg(2), none_arg()},
+                         {t}, {}).outputs;
   ASSERT_EQ(ca.size(), 1u);
   const auto& v = ca[0].values;
   double below = std::count_if(v.begin(), v.end(), [](double x) { return x < 3; });
@@ -342,8 +274,8 @@ TEST(RandomLowering, NativeDropoutKeepsAndScales) {
   TensorType t{DType::kF32, {kDraws}};
   TensorType mask{DType::kBool, {kDraws}};
   HostTensor x{t, std::vector<double>(kDraws, 3.0)};
-  auto out = run_random("aten::native_dropout", {tensor_arg(x), double_arg(0.2), bool_arg(true)},
-                        {t, mask}, {{0, x}});
+  auto out = run_lowering("aten::native_dropout", {tensor_arg(x), double_arg(0.2), bool_arg(true)},
+                          {t, mask}, {{0, x}}).outputs;
   ASSERT_EQ(out.size(), 2u);
   int64_t kept = 0;
   for (int64_t i = 0; i < kDraws; ++i) {
@@ -353,14 +285,16 @@ TEST(RandomLowering, NativeDropoutKeepsAndScales) {
   }
   EXPECT_NEAR(static_cast<double>(kept) / kDraws, 0.8, 0.02);
 
-  auto all_dropped = run_random("aten::native_dropout", {tensor_arg(x), double_arg(1), none_arg()},
-                                {t, mask}, {{0, x}});
+  auto all_dropped = run_lowering("aten::native_dropout",
+                                  {tensor_arg(x), double_arg(1), none_arg()}, {t, mask},
+                                  {{0, x}}).outputs;
   ASSERT_EQ(all_dropped.size(), 2u);
   EXPECT_EQ(mean_of(all_dropped[0].values), 0);
   EXPECT_EQ(mean_of(all_dropped[1].values), 0);
 
-  auto eval = run_random("aten::native_dropout", {tensor_arg(x), double_arg(0.5), bool_arg(false)},
-                         {t, mask}, {{0, x}});
+  auto eval = run_lowering("aten::native_dropout",
+                           {tensor_arg(x), double_arg(0.5), bool_arg(false)}, {t, mask},
+                           {{0, x}}).outputs;
   ASSERT_EQ(eval.size(), 2u);
   EXPECT_EQ(eval[0].values, x.values);
   EXPECT_EQ(mean_of(eval[1].values), 1);
@@ -369,9 +303,9 @@ TEST(RandomLowering, NativeDropoutKeepsAndScales) {
 TEST(RandomLowering, NativeDropoutBackwardMasksAndScales) {
   HostTensor grad{{DType::kF32, {4}}, {1, 2, 3, 4}};
   HostTensor mask{{DType::kBool, {4}}, {1, 0, 1, 0}};
-  auto out = run_random("aten::native_dropout_backward",
-                        {tensor_arg(grad), tensor_arg(mask), double_arg(2)},
-                        {grad.type}, {{0, grad}, {1, mask}});
+  auto out = run_lowering("aten::native_dropout_backward",
+                          {tensor_arg(grad), tensor_arg(mask), double_arg(2)}, {grad.type},
+                          {{0, grad}, {1, mask}}).outputs;
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].values, (std::vector<double>{2, 0, 6, 0}));
 }
@@ -379,8 +313,8 @@ TEST(RandomLowering, NativeDropoutBackwardMasksAndScales) {
 TEST(RandomLowering, RandpermIsAShuffledPermutation) {
   for (DType d : {DType::kI64, DType::kF32}) {
     TensorType t{d, {100}};
-    auto out = run_random("aten::randperm.generator_out",
-                          {int_arg(100), none_arg(), self_arg(t)}, {t});
+    auto out = run_lowering("aten::randperm.generator_out", {int_arg(100), none_arg(), self_arg(t)},
+                            {t}, {}).outputs;
     ASSERT_EQ(out.size(), 1u);
     std::vector<double> sorted = out[0].values;
     std::sort(sorted.begin(), sorted.end());
@@ -393,8 +327,8 @@ TEST(RandomLowering, RandpermIsAShuffledPermutation) {
 
 TEST(RandomLowering, EmptyOutputsNeedNoBits) {
   TensorType t{DType::kF32, {0, 3}};
-  auto out = run_random("aten::normal_",
-                        {self_arg(t), double_arg(0), double_arg(1), none_arg()}, {t});
+  auto out = run_lowering("aten::normal_", {self_arg(t), double_arg(0), double_arg(1), none_arg()},
+                          {t}, {}).outputs;
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(out[0].values.empty());
 }

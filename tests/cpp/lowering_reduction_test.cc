@@ -2,8 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "lowering_harness.h"
@@ -39,67 +37,6 @@ void expect_values(const LoweringRun& run, size_t k, const std::vector<double>& 
       EXPECT_NEAR(got[i], expected[i], tol * std::max(1.0, std::abs(expected[i]))) << "at " << i;
     }
   }
-}
-
-// The shared harness moves only 32/64-bit and bool data, so bf16 tests encode it here.
-uint16_t to_bf16(double v) {
-  float f = static_cast<float>(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);  // round to nearest even
-}
-
-double from_bf16(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// Runs `op` whose tensor arguments (by index in `tensors`) may be bf16; returns output 0.
-std::vector<double> run_with_bf16(const std::string& op, const std::vector<OpArg>& args,
-                                  const TensorType& out_type,
-                                  const std::map<int, HostTensor>& tensors) {
-  auto lowered = lowering::lower_op(op, args, {out_type});
-  EXPECT_TRUE(lowered.ok()) << lowered.status().to_string();
-  if (!lowered.ok()) return {};
-  auto client = test_client();
-  auto exe = client->compile(lowered->text, 0);
-  EXPECT_TRUE(exe.ok()) << exe.status().to_string() << "\n" << lowered->text;
-  if (!exe.ok()) return {};
-  std::vector<runtime::BufferPtr> keep;
-  for (const lowering::ParamBinding& p : lowered->bindings) {
-    const HostTensor& h = tensors.at(p.arg_index);
-    std::vector<char> bytes;
-    if (h.type.dtype == DType::kBF16) {
-      for (double v : h.values) {
-        uint16_t x = to_bf16(v);
-        bytes.insert(bytes.end(), reinterpret_cast<char*>(&x), reinterpret_cast<char*>(&x) + 2);
-      }
-    } else {
-      bytes = to_bytes(h.values, h.type.dtype);
-    }
-    auto buf = client->buffer_from_host(bytes.data(), h.type.dtype, h.type.dims, 0);
-    EXPECT_TRUE(buf.ok()) << buf.status().to_string();
-    if (!buf.ok()) return {};
-    keep.push_back(*buf);
-  }
-  std::vector<const runtime::Buffer*> raw;
-  for (auto& b : keep) raw.push_back(b.get());
-  auto outs = (*exe)->execute(raw);
-  EXPECT_TRUE(outs.ok()) << outs.status().to_string();
-  if (!outs.ok()) return {};
-  auto& buf = (*outs)[0];
-  std::vector<char> bytes(buf->size_bytes());
-  EXPECT_TRUE(buf->to_host(bytes.data(), bytes.size()).ok());
-  if (buf->dtype() != DType::kBF16) return from_bytes(bytes, buf->dtype(), buf->num_elements());
-  std::vector<double> values;
-  for (int64_t i = 0; i < buf->num_elements(); ++i) {
-    uint16_t x;
-    std::memcpy(&x, bytes.data() + 2 * i, 2);
-    values.push_back(from_bf16(x));
-  }
-  return values;
 }
 
 const HostTensor k2x3{{DType::kF32, {2, 3}}, {1, 2, 3, 4, 5, 6}};
@@ -390,17 +327,23 @@ TEST(ReductionLowering, CumulativeScans) {
 TEST(ReductionLowering, Bf16AccumulatesInF32) {
   // 1024 ones: a bf16 accumulator stalls at 256 (256 + 1 rounds back to 256).
   HostTensor ones{{DType::kBF16, {1024}}, std::vector<double>(1024, 1.0)};
-  auto sum = run_with_bf16("aten::sum.dim_IntList",
-                           {tensor_arg(ones), none_arg(), bool_arg(false), none_arg()},
-                           TensorType{DType::kBF16, {}}, {{0, ones}});
+  auto sum = output_values(
+      run_lowering("aten::sum.dim_IntList",
+                   {tensor_arg(ones), none_arg(), bool_arg(false), none_arg()},
+                   {TensorType{DType::kBF16, {}}}, {{0, ones}}),
+      DType::kBF16);
   EXPECT_EQ(sum, (std::vector<double>{1024}));
-  auto cumsum = run_with_bf16("aten::cumsum", {tensor_arg(ones), int_arg(0), none_arg()},
-                              TensorType{DType::kBF16, {1024}}, {{0, ones}});
+  auto cumsum = output_values(run_lowering("aten::cumsum",
+                                           {tensor_arg(ones), int_arg(0), none_arg()},
+                                           {TensorType{DType::kBF16, {1024}}}, {{0, ones}}),
+                              DType::kBF16);
   ASSERT_EQ(cumsum.size(), 1024u);
   EXPECT_EQ(cumsum.back(), 1024);
-  auto mean = run_with_bf16("aten::mean.dim",
-                            {tensor_arg(ones), ints_arg({0}), bool_arg(false), none_arg()},
-                            TensorType{DType::kBF16, {}}, {{0, ones}});
+  auto mean = output_values(
+      run_lowering("aten::mean.dim",
+                   {tensor_arg(ones), ints_arg({0}), bool_arg(false), none_arg()},
+                   {TensorType{DType::kBF16, {}}}, {{0, ones}}),
+      DType::kBF16);
   EXPECT_EQ(mean, (std::vector<double>{1}));
 }
 

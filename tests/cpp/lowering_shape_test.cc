@@ -10,12 +10,6 @@ using base::DType;
 using lowering::ScalarCategory;
 using V = std::vector<double>;
 
-HostTensor arange(DType t, Dims dims, double start = 0) {
-  HostTensor h{{t, dims}, {}};
-  for (int64_t i = 0; i < h.type.num_elements(); ++i) h.values.push_back(start + i);
-  return h;
-}
-
 OpArg list_arg(const std::vector<HostTensor>& items) {
   OpArg a;
   a.kind = ArgKind::kTensorList;

@@ -15,54 +15,22 @@ namespace {
 using base::DType;
 using V = std::vector<double>;
 
-HostTensor iota_tensor(DType t, Dims dims) {
-  HostTensor h{TensorType{t, std::move(dims)}, {}};
-  for (int64_t i = 0; i < h.type.num_elements(); ++i) h.values.push_back(static_cast<double>(i));
-  return h;
-}
-
-// Compiles `text` and runs it on `inputs`; returns the single result.
-HostTensor run_module(const std::string& text, const std::vector<HostTensor>& inputs) {
-  auto client = test_client();
-  auto exe = client->compile(text, 0);
-  EXPECT_TRUE(exe.ok()) << exe.status().to_string() << "\n" << text;
-  if (!exe.ok()) return {};
-  std::vector<runtime::BufferPtr> keep;
-  for (const HostTensor& h : inputs) {
-    std::vector<char> bytes = to_bytes(h.values, h.type.dtype);
-    // A 0-element input still needs a valid host pointer.
-    if (bytes.empty()) bytes.reserve(1);
-    auto buf = client->buffer_from_host(bytes.data(), h.type.dtype, h.type.dims, 0);
-    EXPECT_TRUE(buf.ok()) << buf.status().to_string();
-    if (!buf.ok()) return {};
-    keep.push_back(*buf);
-  }
-  std::vector<const runtime::Buffer*> raw;
-  for (auto& b : keep) raw.push_back(b.get());
-  auto outs = (*exe)->execute(raw);
-  EXPECT_TRUE(outs.ok()) << outs.status().to_string();
-  if (!outs.ok()) return {};
-  EXPECT_EQ(outs->size(), 1u) << text;
-  if (outs->empty()) return {};
-  const runtime::BufferPtr& out = (*outs)[0];
-  HostTensor result{TensorType{out->dtype(), out->dims()}, {}};
-  if (out->num_elements() > 0) {
-    std::vector<char> bytes(out->size_bytes());
-    EXPECT_TRUE(out->to_host(bytes.data(), static_cast<int64_t>(bytes.size())).ok());
-    result.values = from_bytes(bytes, out->dtype(), out->num_elements());
-  }
-  return result;
+// Runs a storage program on `inputs`; returns its single result.
+HostTensor run_program(const std::string& text, const std::vector<HostTensor>& inputs) {
+  std::vector<HostTensor> results = run_module(text, inputs);
+  EXPECT_EQ(results.size(), 1u) << text;
+  return results.empty() ? HostTensor{} : results[0];
 }
 
 HostTensor read_view(const HostTensor& base, const Dims& sizes, const Dims& strides,
                      int64_t offset) {
-  return run_module(lowering::strided_read_module(base.type, sizes, strides, offset), {base});
+  return run_program(lowering::strided_read_module(base.type, sizes, strides, offset), {base});
 }
 
 HostTensor write_view(const HostTensor& base, const Dims& sizes, const Dims& strides,
                       int64_t offset, const V& value) {
   HostTensor v{TensorType{base.type.dtype, sizes}, value};
-  return run_module(lowering::strided_write_module(base.type, sizes, strides, offset), {base, v});
+  return run_program(lowering::strided_write_module(base.type, sizes, strides, offset), {base, v});
 }
 
 void expect_tensor(const HostTensor& got, DType dtype, const Dims& dims, const V& values) {
@@ -72,7 +40,7 @@ void expect_tensor(const HostTensor& got, DType dtype, const Dims& dims, const V
 }
 
 TEST(StorageProgram, ContiguousWindowWithOffset) {
-  HostTensor base = iota_tensor(DType::kF32, {3, 4});
+  HostTensor base = arange(DType::kF32, {3, 4});
   // x.view(-1)[2:8].view(2, 3)
   expect_tensor(read_view(base, {2, 3}, {3, 1}, 2), DType::kF32, {2, 3}, {2, 3, 4, 5, 6, 7});
   expect_tensor(write_view(base, {2, 3}, {3, 1}, 2, {-1, -2, -3, -4, -5, -6}), DType::kF32,
@@ -83,7 +51,7 @@ TEST(StorageProgram, ContiguousWindowWithOffset) {
 }
 
 TEST(StorageProgram, TransposedView) {
-  HostTensor base = iota_tensor(DType::kI64, {2, 3});
+  HostTensor base = arange(DType::kI64, {2, 3});
   // x.t(): sizes [3, 2], strides [1, 3]; element (i, j) is flat i + 3j.
   expect_tensor(read_view(base, {3, 2}, {1, 3}, 0), DType::kI64, {3, 2}, {0, 3, 1, 4, 2, 5});
   expect_tensor(write_view(base, {3, 2}, {1, 3}, 0, {10, 11, 12, 13, 14, 15}), DType::kI64,
@@ -91,13 +59,13 @@ TEST(StorageProgram, TransposedView) {
 }
 
 TEST(StorageProgram, StridedSliceStepTwo) {
-  HostTensor base = iota_tensor(DType::kF32, {10});
+  HostTensor base = arange(DType::kF32, {10});
   // x[1::2][:3]
   expect_tensor(read_view(base, {3}, {2}, 1), DType::kF32, {3}, {1, 3, 5});
   expect_tensor(write_view(base, {3}, {2}, 1, {-1, -2, -3}), DType::kF32, {10},
                 {0, -1, 2, -2, 4, -3, 6, 7, 8, 9});
   // A 2-d strided slice: y = x.view(4, 3)[::2, 1:] -> flat 1, 2, 7, 8.
-  HostTensor grid = iota_tensor(DType::kF32, {4, 3});
+  HostTensor grid = arange(DType::kF32, {4, 3});
   expect_tensor(read_view(grid, {2, 2}, {6, 1}, 1), DType::kF32, {2, 2}, {1, 2, 7, 8});
   expect_tensor(write_view(grid, {2, 2}, {6, 1}, 1, {-1, -2, -7, -8}), DType::kF32, {4, 3},
                 {0, -1, -2, 3, 4, 5, 6, -7, -8, 9, 10, 11});
@@ -109,12 +77,12 @@ TEST(StorageProgram, ExpandedViewReadRepeatsElements) {
   expect_tensor(read_view(row, {2, 3}, {0, 1}, 0), DType::kF32, {2, 3},
                 {1.5, 2.5, 3.5, 1.5, 2.5, 3.5});
   // A column of a [2, 2] buffer expanded across 3 columns: x[:, 1:].expand(2, 3).
-  HostTensor square = iota_tensor(DType::kI64, {2, 2});
+  HostTensor square = arange(DType::kI64, {2, 2});
   expect_tensor(read_view(square, {2, 3}, {2, 0}, 1), DType::kI64, {2, 3}, {1, 1, 1, 3, 3, 3});
 }
 
 TEST(StorageProgram, SelectColumn) {
-  HostTensor base = iota_tensor(DType::kF32, {3, 4});
+  HostTensor base = arange(DType::kF32, {3, 4});
   // x[:, 2]
   expect_tensor(read_view(base, {3}, {4}, 2), DType::kF32, {3}, {2, 6, 10});
   expect_tensor(write_view(base, {3}, {4}, 2, {-2, -6, -10}), DType::kF32, {3, 4},
@@ -130,7 +98,7 @@ TEST(StorageProgram, SelectRowIsAContiguousWindow) {
 }
 
 TEST(StorageProgram, ZeroElementView) {
-  HostTensor base = iota_tensor(DType::kF32, {2, 3});
+  HostTensor base = arange(DType::kF32, {2, 3});
   expect_tensor(read_view(base, {0, 3}, {3, 1}, 0), DType::kF32, {0, 3}, {});
   // A 0-element strided view with an offset: nothing to address, nothing to read.
   expect_tensor(read_view(base, {2, 0}, {1, 2}, 4), DType::kF32, {2, 0}, {});
@@ -155,39 +123,39 @@ TEST(StorageProgram, WholeBufferViewDetection) {
 
 TEST(StorageProgram, ConvertFloatToIntTruncatesTowardZeroAndBroadcasts) {
   HostTensor src{TensorType{DType::kF32, {3}}, {1.75, -1.75, -0.5}};
-  expect_tensor(run_module(lowering::convert_module(src.type, DType::kI64, {2, 3}), {src}),
+  expect_tensor(run_program(lowering::convert_module(src.type, DType::kI64, {2, 3}), {src}),
                 DType::kI64, {2, 3}, {1, -1, 0, 1, -1, 0});
   HostTensor scalar{TensorType{DType::kF32, {}}, {7.9}};
-  expect_tensor(run_module(lowering::convert_module(scalar.type, DType::kI64, {2}), {scalar}),
+  expect_tensor(run_program(lowering::convert_module(scalar.type, DType::kI64, {2}), {scalar}),
                 DType::kI64, {2}, {7, 7});
 }
 
 TEST(StorageProgram, ConvertFloatToBoolIsNonZero) {
   HostTensor src{TensorType{DType::kF32, {2, 1}}, {0.0, -0.25}};
-  expect_tensor(run_module(lowering::convert_module(src.type, DType::kBool, {2, 3}), {src}),
+  expect_tensor(run_program(lowering::convert_module(src.type, DType::kBool, {2, 3}), {src}),
                 DType::kBool, {2, 3}, {0, 0, 0, 1, 1, 1});
   HostTensor negative_zero{TensorType{DType::kF32, {2}}, {-0.0, 1e-30}};
   expect_tensor(
-      run_module(lowering::convert_module(negative_zero.type, DType::kBool, {2}), {negative_zero}),
+      run_program(lowering::convert_module(negative_zero.type, DType::kBool, {2}), {negative_zero}),
       DType::kBool, {2}, {0, 1});
 }
 
 TEST(StorageProgram, ConvertI64ToF32RoundsToNearest) {
   const int64_t big = 16777217;  // 2^24 + 1: not representable in f32
   HostTensor src{TensorType{DType::kI64, {3}}, {-3, 0, static_cast<double>(big)}};
-  expect_tensor(run_module(lowering::convert_module(src.type, DType::kF32, {2, 3}), {src}),
+  expect_tensor(run_program(lowering::convert_module(src.type, DType::kF32, {2, 3}), {src}),
                 DType::kF32, {2, 3},
                 {-3, 0, static_cast<float>(big), -3, 0, static_cast<float>(big)});
 }
 
 TEST(StorageProgram, ZerosOfEachType) {
-  expect_tensor(run_module(lowering::zeros_module(TensorType{DType::kF32, {2, 3}}), {}),
+  expect_tensor(run_program(lowering::zeros_module(TensorType{DType::kF32, {2, 3}}), {}),
                 DType::kF32, {2, 3}, V(6, 0));
-  expect_tensor(run_module(lowering::zeros_module(TensorType{DType::kI64, {4}}), {}), DType::kI64,
+  expect_tensor(run_program(lowering::zeros_module(TensorType{DType::kI64, {4}}), {}), DType::kI64,
                 {4}, V(4, 0));
-  expect_tensor(run_module(lowering::zeros_module(TensorType{DType::kBool, {}}), {}),
+  expect_tensor(run_program(lowering::zeros_module(TensorType{DType::kBool, {}}), {}),
                 DType::kBool, {}, {0});
-  expect_tensor(run_module(lowering::zeros_module(TensorType{DType::kF64, {0, 2}}), {}),
+  expect_tensor(run_program(lowering::zeros_module(TensorType{DType::kF64, {0, 2}}), {}),
                 DType::kF64, {0, 2}, {});
 }
 

@@ -15,13 +15,20 @@ import warnings
 from collections import defaultdict
 from typing import Any, Callable
 
+import sympy
 import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from torchtpu import _C
-from torchtpu.dynamo.graph_spec import build_plan
+from torchtpu.dynamo.graph_spec import (
+    GraphPlan,
+    UnsupportedGraph,
+    build_plan,
+    evaluate,
+    free_symbols,
+)
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -73,27 +80,185 @@ def _note_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
         )
 
 
+def buckets_enabled() -> bool:
+    """Shape buckets are opt-in (experimental): ``TORCHTPU_SHAPE_BUCKETS=auto`` or a list.
+
+    Off (the default), a graph with symbolic sizes compiles once per exact size: every
+    result is exact, and each new size is a counted, explained recompilation.
+    """
+    return bool(os.environ.get("TORCHTPU_SHAPE_BUCKETS", "").strip())
+
+
+def bucket_size(n: int) -> int:
+    """The padded size for a true size `n` of a dynamic dimension.
+
+    ``TORCHTPU_SHAPE_BUCKETS="16,32,64,128"`` lists the buckets explicitly (sizes above
+    the largest round up to a power of two); with ``auto``, powers of two from
+    ``TORCHTPU_MIN_BUCKET`` (default 16). Lengths 1..100 thus need 4 executables.
+    """
+    listed = os.environ.get("TORCHTPU_SHAPE_BUCKETS", "").strip()
+    if listed and listed != "auto":
+        for b in sorted(int(x) for x in listed.split(",") if x.strip()):
+            if n <= b:
+                return b
+    b = max(1, int(os.environ.get("TORCHTPU_MIN_BUCKET", "16")))
+    while b < n:
+        b *= 2
+    return b
+
+
+# Ops whose result depends on where a dynamic dimension ends (negative or end-relative
+# positions, reversal, sorting, padding or concatenation along it): padding would change
+# their result, so graphs holding them on a dynamic dimension compile per exact size.
+_SIZE_RELATIVE = {
+    "flip", "roll", "sort", "argsort", "topk", "constant_pad_nd", "cat", "repeat",
+    "kthvalue", "median", "cumprod", "_log_softmax_backward_data",
+}
+
+
+def _dynamic_dims(t: Any) -> set[int]:
+    if not isinstance(t, torch.Tensor):
+        return set()
+    return {d for d, s in enumerate(t.shape) if isinstance(s, torch.SymInt)}
+
+
+def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
+    """Why `gm` cannot run padded to buckets, or None when padding keeps it exact."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        name = node.target._schema.name.split("::")[-1]
+        src = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        dyn = _dynamic_dims(src.meta.get("val")) if src is not None else set()
+        if not dyn:
+            continue
+        rank = src.meta["val"].dim()
+        if name in _SIZE_RELATIVE:
+            return f"{node.target} on a dynamic dimension ({node.name})"
+        if name in ("view", "_unsafe_view", "reshape", "view_copy"):
+            # XLA's padder maps a dynamic size through a reshape only when the dim passes
+            # through unchanged; one that merges or splits it (a 3-D linear's
+            # [b, s, k] -> [b*s, k]) gives wrong values, so such graphs stay exact.
+            out = node.meta.get("val")
+            in_dyn = [str(src.meta["val"].shape[d]) for d in sorted(dyn)]
+            out_dyn = [str(s) for s in out.shape if isinstance(s, torch.SymInt)]
+            if sorted(in_dyn) != sorted(out_dyn):
+                return f"{node.target} merges or splits a dynamic dimension ({node.name})"
+            continue
+        if name in ("select", "slice", "narrow"):
+            dim = node.args[1] if len(node.args) > 1 else 0
+            dim = dim + rank if dim < 0 else dim
+            if dim not in dyn:
+                continue
+            bounds = [a for a in node.args[2:] if isinstance(a, int)]
+            if any(a < 0 for a in bounds):
+                return f"{node.target} with a negative position on a dynamic dimension ({node.name})"
+    return None
+
+
+class _GraphRunner:
+    """Runs one AOT graph; with size symbols, one executable per bucket assignment."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
+        self.gm = gm
+        self.device = 0
+        for x in example_inputs:
+            if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+                self.device = x.device.index or 0
+                break
+        self.symbols = free_symbols(gm)
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.hazard = None
+        if self.symbols and buckets_enabled():
+            self.hazard = bucketing_hazard(gm)
+            if self.hazard:
+                log.warning("torchtpu: graph compiles per exact size: %s", self.hazard)
+        self.bucketed = bool(self.symbols) and buckets_enabled() and self.hazard is None
+        self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
+        if not self.symbols:
+            self._get(())
+
+    def _get(self, key: tuple[int, ...]) -> tuple[Any, GraphPlan]:
+        if key not in self.compiled:
+            plan = build_plan(self.gm, dict(zip(self.symbols, key)), bucketed=self.bucketed)
+            graph = _C.CompiledGraph(plan.spec, self.device)
+            self.compiled[key] = (graph, plan)
+            if self.symbols:
+                log.info("torchtpu: compiled graph for sizes %s", dict(zip(self.symbols, key)))
+            dump_dir = os.environ.get("TORCHTPU_DUMP_DIR")
+            if dump_dir:
+                os.makedirs(dump_dir, exist_ok=True)
+                path = os.path.join(dump_dir, f"graph_{id(graph):x}.fx.txt")
+                with open(path, "w") as f:
+                    f.write(self.gm.print_readable(print_output=False))
+        return self.compiled[key]
+
+    def _bind(self, args: tuple[Any, ...]) -> dict[sympy.Symbol, int]:
+        values: dict[sympy.Symbol, int] = {}
+        for node, arg in zip(self.placeholders, args):
+            val = node.meta.get("val")
+            if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
+                values[val.node.expr] = int(arg)
+            elif isinstance(val, torch.Tensor):
+                for s, n in zip(val.shape, arg.shape):
+                    if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
+                        values[s.node.expr] = int(n)
+        missing = [s for s in self.symbols if s not in values]
+        if missing:
+            raise UnsupportedGraph(f"tpu compile: cannot read sizes {missing} from the inputs")
+        return values
+
+    def __call__(self, *args: Any) -> Any:
+        if not self.symbols:
+            graph, plan = self.compiled[()]
+            tensors = graph.run([args[i] for i in plan.input_placeholders])
+            return tuple(tensors[v[1]] if v[0] == "tensor" else v[1] for v in plan.output_layout)
+        actual = self._bind(args)
+        key = tuple(bucket_size(actual[s]) if self.bucketed else actual[s] for s in self.symbols)
+        graph, plan = self._get(key)
+        inputs = [_compact(args[i], bound) if i in plan.compact_inputs else args[i]
+                  for i, bound in zip(plan.input_placeholders, plan.input_bounds)]
+        sizes = [evaluate(e, actual) for e in plan.slots]
+        tensors = graph.run(inputs, sizes)
+        out = []
+        for entry in plan.output_layout:
+            if entry[0] == "tensor":
+                # Dynamic results come back compact: the true tensor is the buffer's prefix.
+                t = tensors[entry[1]]
+                shape = [evaluate(e, actual) for e in entry[2]]
+                if list(t.shape) != shape:
+                    numel = 1
+                    for n in shape:
+                        numel *= n
+                    t = t.reshape(-1)[:numel].view(shape)
+                out.append(t)
+            elif entry[0] == "size":
+                out.append(evaluate(entry[1], actual))
+            else:
+                out.append(entry[1])
+        return tuple(out)
+
+
+def _compact(t: Any, bound: list[int]) -> Any:
+    """`t` as the flat compact buffer a dynamic graph input takes (lowering/graph.h): its
+    elements first, row-major, then zeros up to the bound's element count. Free when `t`
+    is the leading window of a storage that large (graph outputs are exactly that)."""
+    numel = 1
+    for n in bound:
+        numel *= n
+    if (t.is_contiguous() and t.storage_offset() == 0
+            and t.untyped_storage().nbytes() == numel * t.element_size()):
+        return t.as_strided([numel], [1], 0)
+    flat = t.cpu().reshape(-1)
+    padded = flat.new_zeros(numel)
+    padded[: flat.numel()] = flat
+    return padded.to(t.device)
+
+
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    plan = build_plan(gm)
-    device = 0
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
-            device = x.device.index or 0
-            break
-    compiled = _C.CompiledGraph(plan.spec, device)
-    dump_dir = os.environ.get("TORCHTPU_DUMP_DIR")
-    if dump_dir:
-        os.makedirs(dump_dir, exist_ok=True)
-        with open(os.path.join(dump_dir, f"graph_{id(compiled):x}.fx.txt"), "w") as f:
-            f.write(gm.print_readable(print_output=False))
-    layout = plan.output_layout
-
-    def run(*args: Any) -> Any:
-        tensors = compiled.run(list(args))
-        return tuple(tensors[v] if kind == "tensor" else v for kind, v in layout)
-
-    run._boxed_call = False  # type: ignore[attr-defined]
-    return run
+    runner = _GraphRunner(gm, example_inputs)
+    runner._boxed_call = False  # type: ignore[attr-defined]
+    return runner
 
 
 _aot = aot_autograd(

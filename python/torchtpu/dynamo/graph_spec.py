@@ -4,14 +4,21 @@ Every call_function node must target an aten OpOverload; its arguments are norma
 to schema order and classified exactly like eager mode's boxed kernel does (tensors by
 type, ``Scalar`` values as runtime scalars, ints/lists/bools/strings as structure). Result
 types come from the node's ``meta["val"]`` (fake tensors recorded while tracing).
+
+Graphs with symbolic sizes (``dynamic=True``, ``mark_dynamic``, or Dynamo's automatic
+dynamic shapes) are described for one assignment of bucket sizes to their size symbols:
+shapes are evaluated at the bucket sizes, graph inputs are padded to them, and every
+distinct size expression of an input dimension (or a size used as a scalar) becomes a
+runtime size slot, so XLA tracks the true sizes (see lowering/graph.h).
 """
 
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 
@@ -41,23 +48,68 @@ def _dtype(dtype: torch.dtype, where: str) -> Any:
     return _DTYPES[dtype]
 
 
-def tensor_type(t: torch.Tensor, where: str) -> Any:
-    for s in t.shape:
-        if not isinstance(s, int):
-            raise UnsupportedGraph(
-                f"tpu compile: symbolic shape {tuple(t.shape)} at {where}; dynamic shapes are "
-                "bucketed by torchtpu, compile with dynamic=False"
-            )
-    return _C.TensorType(_dtype(t.dtype, where), list(t.shape))
+def size_expr(s: Any) -> sympy.Expr:
+    """A size as a sympy expression (an int becomes a constant)."""
+    if isinstance(s, torch.SymInt):
+        return s.node.expr
+    return sympy.Integer(int(s))
+
+
+def evaluate(expr: Any, values: dict[sympy.Symbol, int]) -> int:
+    if isinstance(expr, (int, bool)):
+        return int(expr)
+    result = sympy.sympify(sympy.sympify(expr).xreplace(values))
+    if not result.is_number:
+        raise UnsupportedGraph(f"tpu compile: size {expr} depends on unbound symbols")
+    return int(result)
+
+
+def free_symbols(gm: torch.fx.GraphModule) -> list[sympy.Symbol]:
+    """The size symbols of a graph's inputs, in a stable order."""
+    found: set[sympy.Symbol] = set()
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        sizes = [val] if isinstance(val, torch.SymInt) else (
+            list(val.shape) if isinstance(val, torch.Tensor) else [])
+        for s in sizes:
+            found |= size_expr(s).free_symbols
+    return sorted(found, key=lambda s: s.name)
 
 
 @dataclass
 class GraphPlan:
-    """A lowered-graph description plus how to rebuild the FX output structure."""
+    """A lowered-graph description plus how to feed it and rebuild its outputs."""
 
     spec: Any
-    # Per FX output: ("tensor", k) for the k-th C++ output, ("const", value) otherwise.
-    output_layout: list[tuple[str, Any]]
+    # Index into the FX placeholders of each C++ input (tensor placeholders only).
+    input_placeholders: list[int]
+    # Size expression of each runtime size slot (its value is evaluated per call).
+    slots: list[sympy.Expr] = field(default_factory=list)
+    # Per FX output: ("tensor", k, shape exprs), ("size", expr) or ("const", value).
+    output_layout: list[tuple] = field(default_factory=list)
+    # Static (bucket) shape of each C++ input, and the FX placeholders fed compact.
+    input_bounds: list[list[int]] = field(default_factory=list)
+    compact_inputs: set[int] = field(default_factory=set)
+
+
+class _Builder:
+    def __init__(self, values: dict[sympy.Symbol, int], bucketed: bool) -> None:
+        self.values = values
+        self.bucketed = bucketed
+        self.slots: list[sympy.Expr] = []
+
+    def concrete(self, s: Any) -> int:
+        return evaluate(size_expr(s), self.values)
+
+    def slot(self, expr: sympy.Expr) -> int:
+        if expr not in self.slots:
+            self.slots.append(expr)
+        return self.slots.index(expr)
+
+    def tensor_type(self, t: torch.Tensor, where: str) -> Any:
+        return _C.TensorType(_dtype(t.dtype, where), [self.concrete(s) for s in t.shape])
 
 
 def _scalar(value: Any) -> Any:
@@ -89,58 +141,105 @@ def _normalized_args(node: torch.fx.Node) -> list[Any]:
     return values
 
 
-def build_plan(gm: torch.fx.GraphModule) -> GraphPlan:
+def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None = None,
+               bucketed: bool = False) -> GraphPlan:
+    """Describes `gm` with its size symbols bound to `values`: exact sizes (a static
+    graph), or bucket sizes when `bucketed` (inputs then carry their true sizes)."""
+    b = _Builder(values or {}, bucketed)
     spec = _C.GraphSpec()
-    ids: dict[torch.fx.Node, list[int] | int] = {}
-    inputs = []
-    next_id = 0
+    ids: dict[torch.fx.Node, Any] = {}
+    inputs, input_placeholders, dynamic_dims, numel_symbols = [], [], [], []
+    position = 0
     for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            val = node.meta.get("val")
-            if not isinstance(val, torch.Tensor):
-                raise UnsupportedGraph(
-                    f"tpu compile: graph input {node.name} is {type(val).__name__}, not a tensor"
-                )
-            inputs.append(tensor_type(val, node.name))
-            ids[node] = next_id
-            next_id += 1
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            ids[node] = len(inputs)
+            numel: sympy.Expr = sympy.Integer(1)
+            for d, s in enumerate(val.shape):
+                expr = size_expr(s)
+                numel = numel * expr
+                if expr.free_symbols and b.bucketed:
+                    dynamic_dims.append(_C.DynamicDim(len(inputs), d, b.slot(expr)))
+            numel_symbols.append(
+                b.slot(sympy.expand(numel)) if numel.free_symbols and b.bucketed else -1)
+            inputs.append(b.tensor_type(val, node.name))
+            input_placeholders.append(position)
+        elif isinstance(val, (torch.SymInt, int)):
+            ids[node] = ("size", size_expr(val))
+        else:
+            raise UnsupportedGraph(
+                f"tpu compile: graph input {node.name} is {type(val).__name__}, not a tensor"
+            )
+        position += 1
     spec.inputs = inputs
+    next_id = len(inputs)
 
-    nodes = []
-    output_layout: list[tuple[str, Any]] = []
-    outputs: list[int] = []
+    nodes, outputs, layout = [], [], []
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             continue
         if node.op == "output":
             results = node.args[0]
             for r in results if isinstance(results, (tuple, list)) else [results]:
-                if isinstance(r, torch.fx.Node):
-                    ref = ids[r]
-                    if isinstance(ref, list):
-                        raise UnsupportedGraph(f"tpu compile: output {r.name} is a tuple")
-                    output_layout.append(("tensor", len(outputs)))
-                    outputs.append(ref)
+                if isinstance(r, torch.fx.Node) and isinstance(ids.get(r), int):
+                    val = r.meta["val"]
+                    layout.append(("tensor", len(outputs), [size_expr(s) for s in val.shape]))
+                    outputs.append(ids[r])
+                elif isinstance(r, torch.fx.Node) and isinstance(ids.get(r), tuple):
+                    layout.append(("size", ids[r][1]))
+                elif isinstance(r, torch.fx.Node):
+                    raise UnsupportedGraph(f"tpu compile: output {r.name} is a tuple")
                 else:
-                    output_layout.append(("const", r))
+                    layout.append(("const", r))
             continue
         if node.op != "call_function":
             raise UnsupportedGraph(f"tpu compile: unsupported FX node {node.op} {node.name}")
+        val = node.meta.get("val")
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            # Size arithmetic (sym_size, s0 * 2, ...): a size expression, not a tensor.
+            ids[node] = ("size", val.node.expr)
+            continue
         if node.target is operator.getitem:
             source, index = node.args
             ids[node] = ids[source][index]
             continue
         if not isinstance(node.target, torch._ops.OpOverload):
             raise UnsupportedGraph(f"tpu compile: {node.target} is not an aten op ({node.name})")
-        nodes.append(_lower_node(node, ids, next_id))
-        produced = nodes[-1].out_ids
-        next_id = max([next_id, *[i + 1 for i in produced]])
+        g, next_id = _lower_node(node, ids, next_id, b)
+        nodes.append(g)
     spec.nodes = nodes
     spec.outputs = outputs
-    return GraphPlan(spec=spec, output_layout=output_layout)
+    spec.dynamic_dims = dynamic_dims
+    spec.numel_symbols = numel_symbols
+    spec.num_symbols = len(b.slots)
+    return GraphPlan(
+        spec=spec, input_placeholders=input_placeholders, slots=b.slots, output_layout=layout,
+        input_bounds=[_bound_dims(gm, p, b) for p in input_placeholders],
+        compact_inputs={input_placeholders[i] for i, n in enumerate(numel_symbols) if n >= 0},
+    )
 
 
-def _lower_node(node: torch.fx.Node, ids: dict, next_id: int) -> Any:
+def _bound_dims(gm: torch.fx.GraphModule, position: int, b: _Builder) -> list[int]:
+    node = [n for n in gm.graph.nodes if n.op == "placeholder"][position]
+    return [b.concrete(s) for s in node.meta["val"].shape]
+
+
+def _is_scalar_slot(formal: Any) -> bool:
+    """True for `Scalar` (printed "number") and `Tensor` formals, optional or not: a Python
+    number there is runtime data (a wrapped number in a Tensor slot)."""
+    t = formal.type
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return isinstance(t, (torch.NumberType, torch.TensorType))
+
+
+def _is_size(ids: dict, v: Any) -> bool:
+    return isinstance(v, torch.fx.Node) and isinstance(ids.get(v), tuple)
+
+
+def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tuple[Any, int]:
     schema = node.target._schema
     g = _C.GraphNode()
     g.op = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
@@ -149,35 +248,49 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int) -> Any:
         a = _C.OpArg()
         ref, items, scalar = -1, [], _C.GraphScalar()
         type_str = str(formal.type)
-        if isinstance(value, torch.fx.Node):
-            val = value.meta.get("val")
-            if isinstance(val, torch.Tensor):
-                a.kind = _C.ArgKind.tensor
-                a.type = tensor_type(val, value.name)
-                ref = ids[value]
+        if _is_size(ids, value):
+            expr = ids[value][1]
+            if _is_scalar_slot(formal):
+                # A size used as data (x / x.shape[1]): its true value at run time.
+                a.kind = _C.ArgKind.scalar
+                a.scalar_category = _C.ScalarCategory.int
+                scalar.category = _C.ScalarCategory.int
+                if b.bucketed:
+                    scalar.symbol = b.slot(expr)
+                else:
+                    scalar.int_value = evaluate(expr, b.values)
             else:
+                a.kind = _C.ArgKind.int
+                a.int_value = evaluate(expr, b.values)
+        elif isinstance(value, torch.fx.Node):
+            val = value.meta.get("val")
+            if not isinstance(val, torch.Tensor):
                 raise UnsupportedGraph(
                     f"tpu compile: {g.op} argument {formal.name} is a traced "
-                    f"{type(val).__name__} ({value.name}); dynamic values are not lowered"
+                    f"{type(val).__name__} ({value.name}) that is not lowered"
                 )
-        elif isinstance(value, (list, tuple)) and any(isinstance(v, torch.fx.Node) for v in value):
+            a.kind = _C.ArgKind.tensor
+            a.type = b.tensor_type(val, value.name)
+            ref = ids[value]
+        elif isinstance(value, (list, tuple)) and any(
+                isinstance(v, torch.fx.Node) and not _is_size(ids, v) for v in value):
             a.kind = _C.ArgKind.tensor_list
             types, positions = [], []
             for k, v in enumerate(value):
                 if v is None:
                     continue
-                types.append(tensor_type(v.meta["val"], v.name))
+                types.append(b.tensor_type(v.meta["val"], v.name))
                 items.append(ids[v])
                 positions.append(k)
             a.list_types = types
-            if "?" in type_str:
+            if "Optional" in type_str:
                 a.ints = positions
         elif value is None or isinstance(value, (torch.device, torch.layout, torch.memory_format)):
             a.kind = _C.ArgKind.none
         elif isinstance(value, torch.dtype):
             a.kind = _C.ArgKind.dtype
             a.dtype = _dtype(value, g.op)
-        elif type_str.startswith("Scalar") or type_str.startswith("Tensor"):
+        elif _is_scalar_slot(formal) and isinstance(value, (int, float, bool)):
             # A Scalar, or a Python number in a Tensor slot (a wrapped number): runtime data.
             a.kind = _C.ArgKind.scalar
             scalar = _scalar(value)
@@ -185,17 +298,23 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int) -> Any:
         elif isinstance(value, bool):
             a.kind = _C.ArgKind.bool
             a.int_value = int(value)
-        elif isinstance(value, int):
+        elif isinstance(value, (int, torch.SymInt)):
             a.kind = _C.ArgKind.int
-            a.int_value = value
+            a.int_value = b.concrete(value)
         elif isinstance(value, float):
             a.kind = _C.ArgKind.double
             a.double_value = value
         elif isinstance(value, (list, tuple)):
-            if not all(isinstance(v, (int, bool)) for v in value):
-                raise UnsupportedGraph(f"tpu compile: {g.op} argument {formal.name}={value!r}")
+            ints = []
+            for v in value:
+                if _is_size(ids, v):
+                    ints.append(evaluate(ids[v][1], b.values))
+                elif isinstance(v, (int, bool, torch.SymInt)):
+                    ints.append(b.concrete(v))
+                else:
+                    raise UnsupportedGraph(f"tpu compile: {g.op} argument {formal.name}={value!r}")
             a.kind = _C.ArgKind.int_list
-            a.ints = [int(v) for v in value]
+            a.ints = ints
         elif isinstance(value, str):
             a.kind = _C.ArgKind.string
             a.string_value = value
@@ -215,9 +334,9 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int) -> Any:
     val = node.meta.get("val")
     vals = list(val) if isinstance(val, (tuple, list)) else [val]
     out_types, out_ids, node_ids = [], [], []
-    for k, v in enumerate(vals):
+    for v in vals:
         if isinstance(v, torch.Tensor):
-            out_types.append(tensor_type(v, node.name))
+            out_types.append(b.tensor_type(v, node.name))
             out_ids.append(next_id)
             node_ids.append(next_id)
             next_id += 1
@@ -226,4 +345,4 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int) -> Any:
     g.out_types = out_types
     g.out_ids = out_ids
     ids[node] = node_ids if isinstance(val, (tuple, list)) else node_ids[0]
-    return g
+    return g, next_id
