@@ -19,6 +19,7 @@ import sympy
 import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions
+from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from torchtpu import _C
@@ -256,9 +257,9 @@ def _compact(t: Any, bound: list[int]) -> Any:
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    runner = _GraphRunner(gm, example_inputs)
-    runner._boxed_call = False  # type: ignore[attr-defined]
-    return runner
+    # AOTAutograd calls compiled graphs with one list of arguments ("boxed"), so it can
+    # free inputs early; the runner only reads them.
+    return make_boxed_func(_GraphRunner(gm, example_inputs))
 
 
 _aot = aot_autograd(
