@@ -160,7 +160,8 @@ def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
 class _GraphRunner:
     """Runs one AOT graph; with size symbols, one executable per bucket assignment."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
+                 allow_buckets: bool) -> None:
         self.gm = gm
         self.device = 0
         for x in example_inputs:
@@ -171,7 +172,9 @@ class _GraphRunner:
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.hazard = None
         if self.symbols and buckets_enabled():
-            self.hazard = bucketing_hazard(gm)
+            # Training graphs stay exact-size: with autograd, XLA returns some forward
+            # results with corrupt size metadata (it can even abort the process).
+            self.hazard = bucketing_hazard(gm) if allow_buckets else "a training graph"
             if self.hazard:
                 log.warning("torchtpu: graph compiles per exact size: %s", self.hazard)
         self.bucketed = bool(self.symbols) and buckets_enabled() and self.hazard is None
@@ -213,7 +216,8 @@ class _GraphRunner:
         if not self.symbols:
             graph, plan = self.compiled[()]
             tensors = graph.run([args[i] for i in plan.input_placeholders])
-            return tuple(tensors[v[1]] if v[0] == "tensor" else v[1] for v in plan.output_layout)
+            return tuple(tensors[v[1]] if v[0] == "tensor" else args[v[1]] if v[0] == "arg"
+                         else v[1] for v in plan.output_layout)
         actual = self._bind(args)
         key = tuple(bucket_size(actual[s]) if self.bucketed else actual[s] for s in self.symbols)
         graph, plan = self._get(key)
@@ -235,6 +239,8 @@ class _GraphRunner:
                 out.append(t)
             elif entry[0] == "size":
                 out.append(evaluate(entry[1], actual))
+            elif entry[0] == "arg":
+                out.append(args[entry[1]])
             else:
                 out.append(entry[1])
         return tuple(out)
@@ -256,15 +262,20 @@ def _compact(t: Any, bound: list[int]) -> Any:
     return padded.to(t.device)
 
 
-def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+def _compile_training_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     # AOTAutograd calls compiled graphs with one list of arguments ("boxed"), so it can
     # free inputs early; the runner only reads them.
-    return make_boxed_func(_GraphRunner(gm, example_inputs))
+    return make_boxed_func(_GraphRunner(gm, example_inputs, allow_buckets=False))
+
+
+def _compile_inference_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    return make_boxed_func(_GraphRunner(gm, example_inputs, allow_buckets=True))
 
 
 _aot = aot_autograd(
-    fw_compiler=_compile_graph,
-    bw_compiler=_compile_graph,
+    fw_compiler=_compile_training_graph,
+    bw_compiler=_compile_training_graph,
+    inference_compiler=_compile_inference_graph,
     decompositions=core_aten_decompositions(),
 )
 

@@ -87,7 +87,8 @@ class GraphPlan:
     input_placeholders: list[int]
     # Size expression of each runtime size slot (its value is evaluated per call).
     slots: list[sympy.Expr] = field(default_factory=list)
-    # Per FX output: ("tensor", k, shape exprs), ("size", expr) or ("const", value).
+    # Per FX output: ("tensor", k, shape exprs), ("size", expr), ("arg", placeholder
+    # position) or ("const", value).
     output_layout: list[tuple] = field(default_factory=list)
     # Static (bucket) shape of each C++ input, and the FX placeholders fed compact.
     input_bounds: list[list[int]] = field(default_factory=list)
@@ -182,8 +183,13 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
             continue
         if node.op == "output":
             results = node.args[0]
+            placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
             for r in results if isinstance(results, (tuple, list)) else [results]:
-                if isinstance(r, torch.fx.Node) and isinstance(ids.get(r), int):
+                if isinstance(r, torch.fx.Node) and r.op == "placeholder":
+                    # An input handed back (AOTAutograd saves inputs for the backward):
+                    # return the caller's tensor itself, not a program result.
+                    layout.append(("arg", placeholders.index(r)))
+                elif isinstance(r, torch.fx.Node) and isinstance(ids.get(r), int):
                     val = r.meta["val"]
                     layout.append(("tensor", len(outputs), [size_expr(s) for s in val.shape]))
                     outputs.append(ids[r])
