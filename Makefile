@@ -53,6 +53,7 @@ test-cpp:
 	@dir=$$($(BUILD_DIR_CMD)); \
 	if [[ -z "$$dir" ]]; then echo "make test: no build/<wheel tag> tree; run make build"; exit 1; fi; \
 	echo "== C++ tests (ctest, $$dir)"; \
+	cmake --build "$$dir" -j$(JOBS) >/dev/null && \
 	ctest --test-dir "$$dir" --output-on-failure -j$(CTEST_JOBS) $(CTEST_ARGS)
 
 test-python:

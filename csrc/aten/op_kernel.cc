@@ -436,9 +436,11 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
 // Batch norm in training mode also updates the running statistics in place, which the
 // schema does not declare as results: running = (1 - momentum) * running + momentum *
 // batch statistic, with the unbiased variance (PyTorch's CPU kernel does the same).
-void update_batch_norm_stats(const std::string& name, c10::ArrayRef<c10::IValue> args,
-                             const torch::jit::Stack& results) {
-  if (name != "aten::native_batch_norm" && name != "aten::_native_batch_norm_legit") return;
+bool is_batch_norm(const std::string& name) {
+  return name == "aten::native_batch_norm" || name == "aten::_native_batch_norm_legit";
+}
+
+void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::Stack& results) {
   const at::Tensor& input = args[0].toTensor();
   if (!args[5].toBool() || args[3].isNone() || args[4].isNone()) return;
   const at::Tensor& running_mean = args[3].toTensor();
@@ -529,9 +531,13 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     cpu_fallback(op, stack, f.reason);
     return;
   }
-  std::vector<c10::IValue> args(ivalues.begin(), ivalues.end());
+  if (!is_batch_norm(name)) {
+    run_compiled(*compiled, schema, stack, info);
+    return;
+  }
+  std::vector<c10::IValue> args(ivalues.begin(), ivalues.end());  // the stack is consumed
   run_compiled(*compiled, schema, stack, info);
-  update_batch_norm_stats(name, args, *stack);
+  update_batch_norm_stats(args, *stack);
 }
 
 }  // namespace torchtpu::aten
