@@ -11,6 +11,7 @@
 
 #include "aten/device_runtime.h"
 #include "aten/host_transfer.h"
+#include "aten/op_special_cases.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_storage.h"
 #include "base/metrics.h"
@@ -65,22 +66,6 @@ lowering::ScalarCategory category_of(c10::ScalarType t) {
   if (t == c10::ScalarType::Bool) return lowering::ScalarCategory::kBool;
   if (c10::isIntegralType(t, /*includeBool=*/false)) return lowering::ScalarCategory::kInt;
   return lowering::ScalarCategory::kFloat;
-}
-
-bool is_optional_tensor_list(const c10::IValue& v) {
-  return v.isList() && !v.isTensorList() && v.toListRef().size() >= 0 &&
-         v.type()->castRaw<c10::ListType>() != nullptr &&
-         v.type()->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::OptionalType;
-}
-
-// The defined tensors of a Tensor[] or Tensor?[] argument, in order.
-std::vector<at::Tensor> present_tensors(const c10::IValue& v) {
-  if (v.isTensorList()) return v.toTensorVector();
-  std::vector<at::Tensor> out;
-  for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-    if (t && t->defined()) out.push_back(*t);
-  }
-  return out;
 }
 
 // Ops whose result shape is computed from Scalar arguments: their values join the key.
@@ -237,94 +222,8 @@ c10::IValue to_meta(const c10::IValue& v) {
   return v;
 }
 
-// Ops whose output shape depends on the data: they run on the host by design (one
-// round-trip, counted under host_roundtrip_ops, allowed in strict mode).
-bool is_data_dependent(const std::string& name) {
-  static const char* kOps[] = {"aten::nonzero", "aten::nonzero.out", "aten::masked_select",
-                               "aten::masked_select.out", "aten::_unique2", "aten::unique_dim",
-                               "aten::unique_consecutive", "aten::_unique"};
-  for (const char* op : kOps) if (name == op) return true;
-  return false;
-}
-
-// Replaces bool/uint8 masks in the Tensor?[] argument of an indexing op by the integer
-// index tensors they select, as PyTorch's own indexing does. The mask's nonzero positions
-// are data, so this costs one host round-trip per mask (counted).
-void expand_index_masks(const c10::FunctionSchema& schema, const std::string& name,
-                        torch::jit::Stack* stack) {
-  size_t n = schema.arguments().size();
-  for (size_t i = 0; i < n; ++i) {
-    c10::IValue& v = (*stack)[stack->size() - n + i];
-    if (!is_optional_tensor_list(v)) continue;
-    c10::List<std::optional<at::Tensor>> list = v.toOptionalTensorList();
-    bool has_mask = false;
-    for (const std::optional<at::Tensor>& t : list) {
-      has_mask |= t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte);
-    }
-    if (!has_mask) continue;
-    const at::Tensor& self = (*stack)[stack->size() - n].toTensor();
-    c10::List<std::optional<at::Tensor>> expanded;
-    int64_t dim = 0;
-    for (size_t k = 0; k < list.size(); ++k) {
-      std::optional<at::Tensor> t = list.get(k);
-      bool mask = t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte);
-      if (!mask) {
-        expanded.push_back(t);
-        ++dim;
-        continue;
-      }
-      for (int64_t j = 0; j < t->dim(); ++j) {
-        TORCH_CHECK_INDEX(dim + j < self.dim() && t->size(j) == self.size(dim + j),
-                          "The shape of the mask ", t->sizes(), " at index ", j,
-                          " does not match the shape of the indexed tensor ", self.sizes(),
-                          " at index ", dim + j);
-      }
-      at::Tensor positions = at::nonzero(t->cpu());
-      base::keyed_counter_add("host_roundtrip_ops", name + " (bool mask)");
-      base::counter_add("num_host_roundtrips");
-      for (int64_t j = 0; j < t->dim(); ++j) {
-        expanded.push_back(positions.select(1, j).to(t->device()));
-      }
-      dim += t->dim();
-    }
-    v = expanded;
-  }
-}
-
 bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
   return a && b && a->beforeSets() == b->beforeSets();
-}
-
-// convolution_overrideable and its backward have no meta kernel (their default kernel
-// only raises); their result types are those of aten::convolution on the same arguments.
-bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) {
-  auto& st = *meta_stack;
-  if (name == "aten::convolution_overrideable") {
-    std::optional<at::Tensor> bias;
-    if (!st[2].isNone()) bias = st[2].toTensor();
-    auto out = at::convolution(st[0].toTensor(), st[1].toTensor(), bias, st[3].toIntVector(),
-                               st[4].toIntVector(), st[5].toIntVector(), st[6].toBool(),
-                               st[7].toIntVector(), st[8].toInt());
-    st.clear();
-    st.emplace_back(out);
-    return true;
-  }
-  if (name == "aten::convolution_backward_overrideable") {
-    at::Tensor grad = st[0].toTensor();
-    at::Tensor input = st[1].toTensor();
-    at::Tensor weight = st[2].toTensor();
-    bool transposed = st[6].toBool();
-    int64_t groups = st[8].toInt();
-    std::vector<bool> mask;
-    for (bool b : st[9].toBoolList()) mask.push_back(b);
-    int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
-    st.clear();
-    st.emplace_back(mask[0] ? at::empty_like(input) : at::Tensor());
-    st.emplace_back(mask[1] ? at::empty_like(weight) : at::Tensor());
-    st.emplace_back(mask[2] ? at::empty({bias_size}, grad.options()) : at::Tensor());
-    return true;
-  }
-  return false;
 }
 
 std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std::string& name,
@@ -431,30 +330,6 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
   }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->push_back(std::move(r));
-}
-
-// Batch norm in training mode also updates the running statistics in place, which the
-// schema does not declare as results: running = (1 - momentum) * running + momentum *
-// batch statistic, with the unbiased variance (PyTorch's CPU kernel does the same).
-bool is_batch_norm(const std::string& name) {
-  return name == "aten::native_batch_norm" || name == "aten::_native_batch_norm_legit";
-}
-
-void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::Stack& results) {
-  const at::Tensor& input = args[0].toTensor();
-  if (!args[5].toBool() || args[3].isNone() || args[4].isNone()) return;
-  const at::Tensor& running_mean = args[3].toTensor();
-  const at::Tensor& running_var = args[4].toTensor();
-  if (!running_mean.defined() || !running_var.defined()) return;
-  double momentum = args[6].toDouble();
-  double eps = args[7].toDouble();
-  int64_t n = input.numel() / std::max<int64_t>(input.size(1), 1);
-  at::Tensor save_mean = results[results.size() - 2].toTensor();
-  at::Tensor save_invstd = results[results.size() - 1].toTensor();
-  at::Tensor biased_var = save_invstd.pow(-2).sub_(eps);
-  at::Tensor unbiased_var = biased_var.mul_(static_cast<double>(n) / std::max<int64_t>(n - 1, 1));
-  running_mean.mul_(1 - momentum).add_(save_mean.to(running_mean.scalar_type()), momentum);
-  running_var.mul_(1 - momentum).add_(unbiased_var.to(running_var.scalar_type()), momentum);
 }
 
 bool fallback_is_error() {

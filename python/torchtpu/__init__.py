@@ -8,7 +8,12 @@ libtpu).
 
 from __future__ import annotations
 
-import torch
+import os
+
+# The XLA plugins log INFO lines to stderr when a client starts; keep warnings and errors.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import torch  # noqa: E402
 
 from torchtpu import _plugin
 

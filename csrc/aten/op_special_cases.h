@@ -1,0 +1,41 @@
+// What the generic boxed kernel (op_kernel.cc) needs to know about particular ops:
+// argument forms it must unpack, ops whose shapes depend on data, ops without a meta
+// kernel, and side effects a schema does not declare. Each function is small and named
+// after the op family it serves, so the generic path stays generic.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <ATen/core/function_schema.h>
+#include <ATen/core/stack.h>
+
+#include <string>
+#include <vector>
+
+namespace torchtpu::aten {
+
+// A Tensor?[] argument (advanced indexing), as opposed to a Tensor[].
+bool is_optional_tensor_list(const c10::IValue& v);
+// The defined tensors of a Tensor[] or Tensor?[] argument, in order.
+std::vector<at::Tensor> present_tensors(const c10::IValue& v);
+
+// Ops whose output shape depends on the data (nonzero, masked_select, unique): they run
+// on the host by design (one round-trip, counted, allowed in strict mode).
+bool is_data_dependent(const std::string& name);
+
+// Replaces bool/uint8 masks in the Tensor?[] argument of an indexing op on `stack` by the
+// integer index tensors they select, as PyTorch's own indexing does (one host round-trip
+// per mask, counted). Raises IndexError when a mask's shape does not match.
+void expand_index_masks(const c10::FunctionSchema& schema, const std::string& name,
+                        torch::jit::Stack* stack);
+
+// For ops without a meta kernel (convolution_overrideable and its backward), replaces the
+// meta arguments on `meta_stack` by the op's meta results computed from an equivalent op.
+// Returns false for every other op.
+bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
+
+// Batch norm in training mode also updates its running statistics in place, which the
+// schema does not declare as results.
+bool is_batch_norm(const std::string& name);
+void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::Stack& results);
+
+}  // namespace torchtpu::aten
