@@ -262,7 +262,11 @@ Value Builder::clamp(Value lo, Value x, Value hi) {
   return op("stablehlo.clamp", {lo, x, hi}, x.type);
 }
 
-Value Builder::reduce(Value v, Value init, const Dims& dims, std::string_view body_op) {
+namespace {
+
+// stablehlo.reduce of one operand over `dims`, the region computing body(acc, x).
+Value reduce_region(Builder& b, Value v, Value init, const Dims& dims,
+                    const std::function<Value(Builder&, Value, Value)>& body) {
   Dims out;
   for (int64_t i = 0; i < v.rank(); ++i) {
     bool reduced = false;
@@ -270,13 +274,20 @@ Value Builder::reduce(Value v, Value init, const Dims& dims, std::string_view bo
     if (!reduced) out.push_back(v.dims()[i]);
   }
   TensorType scalar{v.dtype(), {}};
-  std::string body_name(body_op);
-  return op_with_region(
+  return b.op_with_region(
       "stablehlo.reduce", {v, init}, {TensorType{v.dtype(), out}}, {scalar, scalar},
-      [&](Builder& b, const std::vector<Value>& args) {
-        return std::vector<Value>{b.binary(body_name, args[0], args[1])};
+      [&](Builder& rb, const std::vector<Value>& args) {
+        return std::vector<Value>{body(rb, args[0], args[1])};
       },
       "dimensions = " + i64_array(dims))[0];
+}
+
+}  // namespace
+
+Value Builder::reduce(Value v, Value init, const Dims& dims, std::string_view body_op) {
+  std::string name(body_op);
+  return reduce_region(*this, v, init, dims,
+                       [&](Builder& b, Value acc, Value x) { return b.binary(name, acc, x); });
 }
 
 Value Builder::reduce_sum(Value v, const Dims& dims) {
@@ -289,32 +300,14 @@ Value Builder::nan_propagating(std::string_view name, Value a, Value b) {
   return select(compare(a, a, "NE"), a, select(compare(b, b, "NE"), b, r));
 }
 
-namespace {
-
-Value reduce_with(Builder& b, Value v, Value init, const Dims& dims, bool is_max) {
-  Dims out;
-  for (int64_t i = 0; i < v.rank(); ++i) {
-    bool reduced = false;
-    for (int64_t d : dims) reduced |= d == i;
-    if (!reduced) out.push_back(v.dims()[i]);
-  }
-  TensorType scalar{v.dtype(), {}};
-  return b.op_with_region(
-      "stablehlo.reduce", {v, init}, {TensorType{v.dtype(), out}}, {scalar, scalar},
-      [is_max](Builder& rb, const std::vector<Value>& args) {
-        return std::vector<Value>{is_max ? rb.max(args[0], args[1]) : rb.min(args[0], args[1])};
-      },
-      "dimensions = " + i64_array(dims))[0];
-}
-
-}  // namespace
-
 Value Builder::reduce_max(Value v, const Dims& dims) {
-  return reduce_with(*this, v, min_value(v.dtype()), dims, /*is_max=*/true);
+  return reduce_region(*this, v, min_value(v.dtype()), dims,
+                       [](Builder& b, Value acc, Value x) { return b.max(acc, x); });
 }
 
 Value Builder::reduce_min(Value v, const Dims& dims) {
-  return reduce_with(*this, v, max_value(v.dtype()), dims, /*is_max=*/false);
+  return reduce_region(*this, v, max_value(v.dtype()), dims,
+                       [](Builder& b, Value acc, Value x) { return b.min(acc, x); });
 }
 
 Value Builder::max_value(DType t) {
