@@ -17,8 +17,6 @@ namespace {
 using base::DType;
 using lowering::ScalarCategory;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 using Fn = std::function<double(double)>;
 

@@ -29,7 +29,6 @@ using V = std::vector<double>;
 constexpr int64_t kTrue = 5;
 constexpr int64_t kBucket = 8;
 constexpr double kHuge = 1e6;
-const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Row-major successor of `idx` within `dims`; false after the last one.
 bool next_index(Dims& idx, const Dims& dims) {

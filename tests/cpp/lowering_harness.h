@@ -24,6 +24,10 @@ using lowering::Dims;
 using lowering::OpArg;
 using lowering::TensorType;
 
+// Special values the lowering tests feed and expect.
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
 struct HostTensor {
   TensorType type;
   std::vector<double> values;

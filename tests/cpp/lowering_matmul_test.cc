@@ -13,7 +13,6 @@ namespace {
 using base::DType;
 using lowering::ScalarCategory;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 OpArg scalar() { return scalar_arg(ScalarCategory::kFloat); }
 

@@ -12,8 +12,6 @@ namespace {
 using base::DType;
 using lowering::ScalarCategory;
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 
 OpArg dtype_arg(DType t) {
   OpArg a;

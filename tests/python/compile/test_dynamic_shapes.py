@@ -42,6 +42,15 @@ class TinyDecoder(torch.nn.Module):
         return self.head(x)
 
 
+def _twin_decoders() -> tuple[TinyDecoder, TinyDecoder]:
+    """The same TinyDecoder on the CPU and on tpu (identical weights)."""
+    torch.manual_seed(0)
+    cpu = TinyDecoder()
+    model = TinyDecoder().to("tpu")
+    model.load_state_dict({k: v.to("tpu") for k, v in cpu.state_dict().items()})
+    return cpu, model
+
+
 def test_reshape_that_merges_a_dynamic_dim_compiles_per_size() -> None:
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -68,10 +77,7 @@ def test_hundred_lengths_use_few_executables_and_exact_results(
     # results with corrupt size metadata under autograd; see docs/architecture.md).
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    cpu = TinyDecoder()
-    model = TinyDecoder().to("tpu")
-    model.load_state_dict({k: v.to("tpu") for k, v in cpu.state_dict().items()})
+    cpu, model = _twin_decoders()
     compiled = torch.compile(model, backend="tpu", dynamic=True)
     before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
     worst = 0.0
@@ -104,10 +110,7 @@ def test_dynamic_training_step_gradients_match_cpu(buckets: str,
     # With buckets on, training graphs still compile per exact size (see backend.py).
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", buckets)
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    cpu = TinyDecoder()
-    model = TinyDecoder().to("tpu")
-    model.load_state_dict({k: v.to("tpu") for k, v in cpu.state_dict().items()})
+    cpu, model = _twin_decoders()
     compiled = torch.compile(model, backend="tpu", dynamic=True)
     for n in (5, 11, 20):
         tokens = torch.randint(0, 32, (n + 1,))
