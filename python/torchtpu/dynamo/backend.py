@@ -9,11 +9,12 @@ changed in its inputs, and a warning is raised once a function has compiled more
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
 from collections import defaultdict
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import sympy
 import torch
@@ -37,6 +38,20 @@ log = logging.getLogger("torchtpu.compile")
 _frames: dict[str, list[tuple[str, ...]]] = defaultdict(list)
 _recompile_reasons: list[str] = []
 _warned: set[str] = set()
+# Depth of `expected_recompiles()` blocks: compiles inside them are counted but not warned.
+_expected_depth = 0
+
+
+@contextlib.contextmanager
+def expected_recompiles() -> Iterator[None]:
+    """Compiles inside this block are planned (a server warming up its shape buckets):
+    they are counted as usual but neither logged as recompilations nor warned about."""
+    global _expected_depth
+    _expected_depth += 1
+    try:
+        yield
+    finally:
+        _expected_depth -= 1
 
 
 def _signature(inputs: list[Any]) -> tuple[str, ...]:
@@ -65,6 +80,9 @@ def _note_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
     frame = _frame_name()
     sig = _signature(example_inputs)
     history = _frames[frame]
+    if _expected_depth:
+        history.append(sig)
+        return
     if history:
         reason = f"recompiling {frame} ({gm.__class__.__name__}): {_explain_change(history[-1], sig)}"
         _recompile_reasons.append(reason)

@@ -1,0 +1,174 @@
+"""Llama-architecture decoders (Llama, Mistral, Qwen2, Qwen3, SmolLM2) over a paged KV pool.
+
+The weights come from a Hugging Face checkpoint loaded with ``transformers`` on the CPU and
+are repacked per layer (q/k/v fused, gate/up fused) onto ``tpu``. One decoder layer is a
+pure function of tensors, so every layer shares one compiled executable per shape bucket.
+
+Shapes of one forward call (see ``runner.py`` for how a schedule becomes a batch):
+  tokens    [S*Q]     the new tokens of S sequences, Q per sequence (padded)
+  positions [S, Q]    their positions; padding positions are 0
+  slots     [S*Q]     KV slot each new token is written to (padding -> the scratch page)
+  ctx_slots [S, C]    the slots holding each sequence's context, in position order
+The KV pool of one layer is [num_slots, kv_heads, head_dim]; attention reads a sequence's
+context by gathering its slots, so pages never need to be contiguous.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                           "Qwen3ForCausalLM")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    num_layers: int
+    hidden: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_eps: float
+    max_position: int
+    sliding_window: int | None
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    var = x.pow(2).mean(-1, keepdim=True)
+    return x * torch.rsqrt(var + eps) * weight
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                  ctx_slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  inv_freq: torch.Tensor, rope_scale: torch.Tensor,
+                  w_in_norm: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor | None,
+                  w_q_norm: torch.Tensor | None, w_k_norm: torch.Tensor | None,
+                  w_o: torch.Tensor, w_post_norm: torch.Tensor, w_gate_up: torch.Tensor,
+                  w_down: torch.Tensor, num_heads: int, num_kv_heads: int, eps: float,
+                  window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One pre-norm decoder layer. Returns (h, k_cache, v_cache) with this step's keys and
+    values written at `slots`. `window` > 0 limits attention to the last `window` keys."""
+    s, q_len = positions.shape
+    head_dim = k_cache.shape[-1]
+    x = _rms_norm(h, w_in_norm, eps)
+    qkv = F.linear(x, w_qkv, b_qkv)
+    q, k, v = qkv.split([num_heads * head_dim, num_kv_heads * head_dim,
+                         num_kv_heads * head_dim], dim=-1)
+    q = q.view(s * q_len, num_heads, head_dim)
+    k = k.view(s * q_len, num_kv_heads, head_dim)
+    v = v.view(s * q_len, num_kv_heads, head_dim)
+    if w_q_norm is not None:  # Qwen3 normalizes each head before the rotation
+        q = _rms_norm(q, w_q_norm, eps)
+        k = _rms_norm(k, w_k_norm, eps)
+
+    freqs = positions.reshape(-1, 1).to(torch.float32) * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos = (emb.cos() * rope_scale).unsqueeze(1)
+    sin = (emb.sin() * rope_scale).unsqueeze(1)
+    q = _rotate(q, cos, sin)
+    k = _rotate(k, cos, sin)
+
+    k_cache = k_cache.index_copy(0, slots, k)
+    v_cache = v_cache.index_copy(0, slots, v)
+    ctx = ctx_slots.shape[1]
+    keys = k_cache.index_select(0, ctx_slots.reshape(-1)).view(s, ctx, num_kv_heads, head_dim)
+    values = v_cache.index_select(0, ctx_slots.reshape(-1)).view(s, ctx, num_kv_heads, head_dim)
+
+    group = num_heads // num_kv_heads
+    q = q.view(s, q_len, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
+    keys = keys.permute(0, 2, 3, 1)            # [s, kv, d, ctx]
+    values = values.permute(0, 2, 1, 3)        # [s, kv, ctx, d]
+    scores = torch.matmul(q.reshape(s, num_kv_heads, group * q_len, head_dim), keys)
+    scores = scores.view(s, num_kv_heads, group, q_len, ctx) * (1.0 / math.sqrt(head_dim))
+    key_pos = torch.arange(ctx, device=h.device)
+    query_pos = positions.view(s, 1, 1, q_len, 1)
+    visible = key_pos <= query_pos
+    if window > 0:
+        visible = visible & (key_pos > query_pos - window)
+    scores = scores.masked_fill(~visible, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).view(s, num_kv_heads, group * q_len, ctx)
+    attn = torch.matmul(probs, values).view(s, num_kv_heads, group, q_len, head_dim)
+    attn = attn.permute(0, 3, 1, 2, 4).reshape(s * q_len, num_heads * head_dim)
+    h = h + F.linear(attn, w_o)
+
+    x = _rms_norm(h, w_post_norm, eps)
+    gate, up = F.linear(x, w_gate_up).chunk(2, dim=-1)
+    h = h + F.linear(F.silu(gate) * up, w_down)
+    return h, k_cache, v_cache
+
+
+def embed(tokens: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return F.embedding(tokens, weight)
+
+
+def lm_head(h: torch.Tensor, rows: torch.Tensor, w_norm: torch.Tensor, w_head: torch.Tensor,
+            eps: float) -> torch.Tensor:
+    """Logits (f32) of the rows of `h` that a token is sampled from."""
+    x = _rms_norm(h.index_select(0, rows), w_norm, eps)
+    return F.linear(x, w_head).to(torch.float32)
+
+
+class PagedDecoder:
+    """The weights of one decoder model on a device, repacked for `decoder_layer`."""
+
+    def __init__(self, hf_model: torch.nn.Module, device: torch.device | str) -> None:
+        config = hf_model.config
+        arch = (getattr(config, "architectures", None) or [type(hf_model).__name__])[0]
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise ValueError(f"serve: architecture {arch} is not supported; supported: "
+                             f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        window = getattr(config, "sliding_window", None)
+        if window is not None and not getattr(config, "use_sliding_window", True):
+            window = None
+        self.shape = ModelShape(
+            num_layers=config.num_hidden_layers, hidden=config.hidden_size, num_heads=heads,
+            num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+            head_dim=head_dim, vocab_size=config.vocab_size, rms_eps=config.rms_norm_eps,
+            max_position=config.max_position_embeddings, sliding_window=window)
+        self.device = torch.device(device)
+        self.dtype = torch.float32
+        base = hf_model.model
+
+        def put(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.detach().to(self.dtype).contiguous().to(self.device)
+
+        rotary = base.rotary_emb
+        self.inv_freq = put(rotary.inv_freq.to(torch.float32))
+        self.rope_scale = put(torch.tensor(float(getattr(rotary, "attention_scaling", 1.0))))
+        self.embed_weight = put(base.embed_tokens.weight)
+        self.norm_weight = put(base.norm.weight)
+        tied = hf_model.lm_head.weight.data_ptr() == base.embed_tokens.weight.data_ptr()
+        self.head_weight = self.embed_weight if tied else put(hf_model.lm_head.weight)
+        self.layers = []
+        for layer in base.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            biases = [p.bias for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
+            self.layers.append(dict(
+                w_in_norm=put(layer.input_layernorm.weight),
+                w_qkv=put(torch.cat([attn.q_proj.weight, attn.k_proj.weight,
+                                     attn.v_proj.weight])),
+                b_qkv=put(torch.cat(biases)) if biases[0] is not None else None,
+                w_q_norm=put(attn.q_norm.weight) if hasattr(attn, "q_norm") else None,
+                w_k_norm=put(attn.k_norm.weight) if hasattr(attn, "k_norm") else None,
+                w_o=put(attn.o_proj.weight),
+                w_post_norm=put(layer.post_attention_layernorm.weight),
+                w_gate_up=put(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
+                w_down=put(mlp.down_proj.weight),
+            ))
+
+    def kv_bytes_per_slot(self) -> int:
+        s = self.shape
+        return 2 * s.num_layers * s.num_kv_heads * s.head_dim * torch.finfo(self.dtype).bits // 8
