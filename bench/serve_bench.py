@@ -1,0 +1,269 @@
+"""Serving benchmark: `torchtpu serve` under load, fields named as `vllm bench serve` names them.
+
+Workloads, each against a freshly started server (so every run begins cold, after warm-up):
+  random        random prompts of --input-len tokens, --output-len new tokens, at each
+                concurrency in --concurrency
+  shared-prefix --groups groups x --prompts-per-group prompts; each group shares a
+                --prefix-len-token system prompt followed by a --question-len question;
+                run with the prefix cache on and off
+Baseline: Hugging Face generate() on PyTorch CPU, batch 1, for the random prompts.
+
+Prints one JSON object per run, then a summary with the two ratios the issue asks for:
+mean TTFT prefix-off / prefix-on, and output tok/s at the highest / lowest concurrency.
+
+    python bench/serve_bench.py                    # all workloads (long on 2 CPU cores)
+    python bench/serve_bench.py --quick            # smaller sizes, same structure
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, args, prefix_cache: bool, max_num_seqs: int) -> None:
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "torchtpu.cli", "serve", "--port", str(self.port),
+               "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(max_num_seqs),
+               "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+               "--enable-prefix-caching" if prefix_cache else "--no-enable-prefix-caching"]
+        if args.model:
+            cmd += ["--model", args.model]
+        if args.num_pages:
+            cmd += ["--num-pages", str(args.num_pages)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.url = f"http://127.0.0.1:{self.port}"
+        t0 = time.perf_counter()
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        self.startup_s = time.perf_counter() - t0
+        self.model = httpx.get(self.url + "/v1/models").json()["data"][0]["id"]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+async def one_request(client: httpx.AsyncClient, server: Server, prompt: list[int],
+                      output_len: int) -> dict:
+    body = {"model": server.model, "prompt": prompt, "max_tokens": output_len, "stream": True,
+            "temperature": 0.0, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    ttft, times, usage = None, [], None
+    async with client.stream("POST", server.url + "/v1/completions", json=body) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            now = time.perf_counter()
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            if chunk["choices"] and chunk["choices"][0].get("text"):
+                if ttft is None:
+                    ttft = now - t0
+                times.append(now)
+    e2e = time.perf_counter() - t0
+    n_out = usage["completion_tokens"]
+    return {"ttft": ttft, "e2e": e2e, "itl": [b - a for a, b in zip(times, times[1:])],
+            "tpot": (e2e - ttft) / (n_out - 1) if n_out > 1 else 0.0,
+            "input": usage["prompt_tokens"], "output": n_out}
+
+
+async def run_load(server: Server, prompts: list[list[int]], output_len: int,
+                   concurrency: int) -> tuple[list[dict], float]:
+    sem = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(timeout=None) as client:
+        async def limited(p):
+            async with sem:
+                return await one_request(client, server, p, output_len)
+
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(limited(p) for p in prompts))
+        return results, time.perf_counter() - t0
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    values = sorted(values)
+    k = (len(values) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def summarize(name: str, results: list[dict], duration: float, concurrency: int) -> dict:
+    out = {"workload": name, "max_concurrency": concurrency, "completed": len(results),
+           "duration": duration,
+           "total_input_tokens": sum(r["input"] for r in results),
+           "total_output_tokens": sum(r["output"] for r in results)}
+    out["request_throughput"] = len(results) / duration
+    out["output_throughput"] = out["total_output_tokens"] / duration
+    out["total_token_throughput"] = (out["total_input_tokens"] + out["total_output_tokens"]) / duration
+    series = {"ttft": [r["ttft"] for r in results], "tpot": [r["tpot"] for r in results],
+              "itl": [x for r in results for x in r["itl"]], "e2el": [r["e2e"] for r in results]}
+    for key, vals in series.items():
+        ms = [v * 1000 for v in vals]
+        out[f"mean_{key}_ms"] = statistics.fmean(ms) if ms else 0.0
+        out[f"median_{key}_ms"] = pct(ms, 50)
+        out[f"std_{key}_ms"] = statistics.pstdev(ms) if ms else 0.0
+        out[f"p99_{key}_ms"] = pct(ms, 99)
+    return out
+
+
+def hf_baseline(args, prompts: list[list[int]], output_len: int) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from torchtpu.serve.engine import resolve_model
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(args.model)).eval()
+    ttfts, e2es, n_out = [], [], 0
+    t_all = time.perf_counter()
+    for p in prompts:
+        ids = torch.tensor([p])
+        mask = torch.ones_like(ids)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            model.generate(ids, attention_mask=mask, max_new_tokens=1, do_sample=False)
+            ttfts.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=output_len,
+                                 min_new_tokens=output_len, do_sample=False)
+            e2es.append(time.perf_counter() - t0)
+        n_out += out.shape[1] - ids.shape[1]
+    duration = time.perf_counter() - t_all - sum(ttfts)
+    return {"workload": "hf-generate-cpu-batch1", "completed": len(prompts),
+            "total_output_tokens": n_out, "output_throughput": n_out / sum(e2es),
+            "mean_ttft_ms": 1000 * statistics.fmean(ttfts),
+            "mean_e2el_ms": 1000 * statistics.fmean(e2es),
+            "mean_tpot_ms": 1000 * statistics.fmean(
+                [(e - t) / (output_len - 1) for e, t in zip(e2es, ttfts)]),
+            "duration": duration, "torch_threads": torch.get_num_threads()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, same structure")
+    ap.add_argument("--input-len", type=int, default=256)
+    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--prompts-per-level", type=int, default=None,
+                    help="requests per concurrency level (default: 2x the concurrency, >= 4)")
+    ap.add_argument("--groups", type=int, default=8)
+    ap.add_argument("--prompts-per-group", type=int, default=8)
+    ap.add_argument("--prefix-len", type=int, default=1024)
+    ap.add_argument("--question-len", type=int, default=64)
+    ap.add_argument("--prefix-output-len", type=int, default=16)
+    ap.add_argument("--max-model-len", type=int, default=1280)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=512)
+    ap.add_argument("--num-pages", type=int, default=None)
+    ap.add_argument("--workloads", default="random,shared-prefix,hf")
+    ap.add_argument("--out", default=None, help="also write all results to this JSON file")
+    args = ap.parse_args()
+    if args.quick:
+        args.input_len, args.output_len, args.concurrency = 64, 16, "1,4"
+        args.groups, args.prompts_per_group, args.prefix_len, args.question_len = 2, 4, 256, 32
+        args.max_model_len = 512
+    levels = [int(c) for c in args.concurrency.split(",")]
+    workloads = args.workloads.split(",")
+    rng = random.Random(0)
+    vocab_hi = 20000  # plain-text region of the default tokenizer's vocabulary
+    results = []
+
+    def emit(r: dict) -> None:
+        results.append(r)
+        print(json.dumps(r), flush=True)
+
+    random_prompts = {}
+    if "random" in workloads:
+        server = Server(args, prefix_cache=False, max_num_seqs=max(levels))
+        print(f"# server up in {server.startup_s:.1f} s (load + warm-up)", file=sys.stderr)
+        try:
+            for c in levels:
+                n = args.prompts_per_level or max(4, 2 * c)
+                prompts = [[rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
+                           for _ in range(n)]
+                random_prompts[c] = prompts
+                res, dur = asyncio.run(run_load(server, prompts, args.output_len, c))
+                emit(summarize(f"random-{args.input_len}in-{args.output_len}out", res, dur, c))
+        finally:
+            server.close()
+    if "shared-prefix" in workloads:
+        prefixes = [[rng.randrange(100, vocab_hi) for _ in range(args.prefix_len)]
+                    for _ in range(args.groups)]
+        prompts = [prefix + [rng.randrange(100, vocab_hi) for _ in range(args.question_len)]
+                   for prefix in prefixes for _ in range(args.prompts_per_group)]
+        rng.shuffle(prompts)
+        c = args.prompts_per_group
+        for on in (True, False):
+            server = Server(args, prefix_cache=on, max_num_seqs=c)
+            try:
+                res, dur = asyncio.run(run_load(server, prompts, args.prefix_output_len, c))
+                r = summarize(f"shared-prefix-cache-{'on' if on else 'off'}", res, dur, c)
+                r["prefix_cache_hit_rate"] = _hit_rate(server)
+                emit(r)
+            finally:
+                server.close()
+    if "hf" in workloads and random_prompts:
+        emit(hf_baseline(args, random_prompts[min(levels)][:2], args.output_len))
+    summary = {}
+    on = next((r for r in results if r["workload"] == "shared-prefix-cache-on"), None)
+    off = next((r for r in results if r["workload"] == "shared-prefix-cache-off"), None)
+    if on and off:
+        summary["prefix_cache_mean_ttft_speedup"] = off["mean_ttft_ms"] / on["mean_ttft_ms"]
+    rnd = [r for r in results if r["workload"].startswith("random-")]
+    if len(rnd) > 1:
+        lo = min(rnd, key=lambda r: r["max_concurrency"])
+        hi = max(rnd, key=lambda r: r["max_concurrency"])
+        summary[f"output_throughput_c{hi['max_concurrency']}_over_c{lo['max_concurrency']}"] = (
+            hi["output_throughput"] / lo["output_throughput"])
+        hf = next((r for r in results if r["workload"].startswith("hf-")), None)
+        if hf:
+            summary["c1_output_throughput_over_hf_cpu"] = lo["output_throughput"] / hf["output_throughput"]
+    print(json.dumps({"summary": summary}), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"results": results, "summary": summary}, f, indent=1)
+
+
+def _hit_rate(server: Server) -> float | None:
+    text = httpx.get(server.url + "/metrics").text
+    vals = {}
+    for line in text.splitlines():
+        for key in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
+            if line.startswith(key):
+                vals[key] = float(line.rsplit(" ", 1)[1])
+    q = vals.get("vllm:prefix_cache_queries_total")
+    return vals.get("vllm:prefix_cache_hits_total", 0.0) / q if q else None
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    main()

@@ -1,0 +1,55 @@
+"""The ``torchtpu`` command: ``torchtpu serve [--model DIR_OR_NAME] [--port N] ...``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def _serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="run the OpenAI-compatible server on tpu")
+    p.add_argument("--model", default=None,
+                   help="a local Hugging Face folder (Llama/Mistral/Qwen2/Qwen3), or "
+                        "SmolLM2-135M-Instruct (the default, converted offline once)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--num-pages", type=int, default=None,
+                   help="KV pages in the pool (default: enough for max-num-seqs full contexts)")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=True)
+    p.add_argument("--device", default="tpu")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="torchtpu")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.command == "serve":
+        from torchtpu.serve.engine import LLMEngine
+        from torchtpu.serve.server import serve
+
+        try:
+            engine = LLMEngine(
+                args.model, page_size=args.page_size, num_pages=args.num_pages,
+                max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                max_model_len=args.max_model_len, enable_prefix_cache=args.enable_prefix_caching,
+                device=args.device, served_model_name=args.served_model_name)
+        except ValueError as e:
+            print(f"torchtpu serve: {e}", file=sys.stderr)
+            return 2
+        print(f"torchtpu serve: {engine.model_name} warmed up in {engine.warmup_seconds:.1f} s; "
+              f"listening on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+        serve(engine, args.host, args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""The inference engine: the C++ scheduler (``torchtpu._serve``) decides, the model runner
+computes on ``tpu``, the samplers and detokenizers turn logits into tokens and text.
+
+``LLMEngine`` is single-threaded: the server drives it from one engine thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from torchtpu.serve.detokenizer import IncrementalDetokenizer
+from torchtpu.serve.metrics import ServeMetrics
+from torchtpu.serve.sampling import RequestSampler, Sample, SamplingParams
+
+log = logging.getLogger("torchtpu.serve")
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+
+
+@dataclass
+class RequestOutput:
+    """What one engine step produced for one request."""
+    request_id: str
+    prompt_token_ids: list[int]
+    new_token_ids: list[int]
+    new_text: str
+    new_logprobs: list[Sample]
+    output_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None  # "stop" | "length" | "abort"
+
+
+@dataclass
+class _Request:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    sampler: RequestSampler
+    detokenizer: IncrementalDetokenizer
+    stop_ids: set[int]
+    arrival: float
+    output_token_ids: list[int] = field(default_factory=list)
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+
+
+def resolve_model(model: str | None) -> str:
+    """A local Hugging Face folder for `model`: None or the default model's name gives the
+    converted SmolLM2-135M-Instruct (built once, offline); a folder is used as is."""
+    if model is None or model in (DEFAULT_MODEL, f"HuggingFaceTB/{DEFAULT_MODEL}"):
+        from torchtpu.models import smollm2_path
+
+        return str(smollm2_path())
+    if os.path.isdir(model) and os.path.isfile(os.path.join(model, "config.json")):
+        return model
+    raise ValueError(f"serve: model {model!r} is not a Hugging Face model folder (config.json "
+                     f"not found) and not {DEFAULT_MODEL!r}; pass a local folder (models are "
+                     "never downloaded from a hub)")
+
+
+class LLMEngine:
+    def __init__(self, model: str | None = None, *, page_size: int = 16,
+                 num_pages: int | None = None, max_num_seqs: int = 16,
+                 max_num_batched_tokens: int = 512, max_model_len: int | None = None,
+                 enable_prefix_cache: bool = True, device: str = "tpu",
+                 warmup: bool = True, progress: bool = True,
+                 served_model_name: str | None = None) -> None:
+        import torchtpu  # noqa: F401  (registers the device)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from torchtpu import _serve
+        from torchtpu.serve.model import PagedDecoder
+        from torchtpu.serve.runner import ModelRunner
+
+        path = resolve_model(model)
+        self.model_path = path
+        self.model_name = served_model_name or (
+            DEFAULT_MODEL if model in (None, DEFAULT_MODEL) else os.path.basename(path.rstrip("/")))
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.max_model_len = max_model_len or min(hf.config.max_position_embeddings, 2048)
+        pages_per_seq = -(-self.max_model_len // page_size)
+        self.num_pages = num_pages or max_num_seqs * pages_per_seq
+        self.eos_ids = self._eos_ids(hf)
+        self.decoder = PagedDecoder(hf, device)
+        del hf
+        self.scheduler = _serve.Scheduler(_serve.SchedulerConfig(
+            num_pages=self.num_pages, page_size=page_size, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, max_model_len=self.max_model_len,
+            enable_prefix_cache=enable_prefix_cache))
+        self.runner = ModelRunner(
+            self.decoder, num_pages=self.num_pages, page_size=page_size,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=self.max_model_len)
+        self.metrics = ServeMetrics(self.model_name)
+        self.requests: dict[str, _Request] = {}
+        self.warmup_seconds = self.runner.warmup(progress) if warmup else None
+
+    def _eos_ids(self, hf) -> set[int]:
+        ids = set()
+        for src in (getattr(hf, "generation_config", None), hf.config, self.tokenizer):
+            eos = getattr(src, "eos_token_id", None)
+            if eos is None:
+                continue
+            ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
+        return ids
+
+    # --- requests -----------------------------------------------------------------------
+    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt, add_special_tokens=False) or \
+                self.tokenizer.encode(prompt)
+        vocab = self.decoder.shape.vocab_size
+        if not prompt or any(not isinstance(t, int) or not 0 <= t < vocab for t in prompt):
+            raise ValueError(f"prompt token ids must be a non-empty list of ints in [0, {vocab})")
+        return list(prompt)
+
+    def check_length(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        if num_prompt_tokens == 0:
+            raise ValueError("the prompt is empty")
+        if num_prompt_tokens + max_tokens > self.max_model_len:
+            raise ValueError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"you requested {num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in "
+                f"the prompt, {max_tokens} for the completion). Please reduce the length of the "
+                "prompt or of max_tokens.")
+
+    def add_request(self, request_id: str, prompt: str | list[int],
+                    params: SamplingParams) -> list[int]:
+        """Queues a request; returns its prompt token ids. ValueError on bad input (the
+        engine is unchanged then)."""
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        params.validate()
+        ids = self.encode_prompt(prompt)
+        self.check_length(len(ids), params.max_tokens)
+        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
+        self.scheduler.add_request(request_id, prompt_token_ids=ids,
+                                   max_new_tokens=params.max_tokens,
+                                   stop_token_ids=sorted(stop_ids), ignore_eos=False)
+        self.requests[request_id] = _Request(
+            request_id, ids, params, RequestSampler(params),
+            IncrementalDetokenizer(self.tokenizer, params.stop,
+                                   params.include_stop_str_in_output),
+            stop_ids, time.perf_counter())
+        self.metrics.on_arrival(len(ids))
+        return ids
+
+    def abort(self, request_id: str) -> bool:
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        self.scheduler.abort(request_id)
+        self.metrics.on_finish(req, "abort")
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    # --- one step -----------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        from torchtpu.serve.runner import StepItem
+
+        sched = self.scheduler.schedule()
+        self.metrics.num_preemptions.inc(len(sched.preempted))
+        if not sched.items:
+            self.metrics.observe_scheduler(self.scheduler)
+            return []
+        items = [StepItem(it.request_id, list(it.token_ids), it.start_pos, list(it.page_ids),
+                          it.sample) for it in sched.items]
+        logits = self.runner.execute(items)
+        now = time.perf_counter()
+        samples = {rid: self.requests[rid].sampler.sample(row) for rid, row in logits.items()}
+        finished = dict(self.scheduler.update({rid: s.token for rid, s in samples.items()}))
+        outputs = []
+        for rid, s in samples.items():
+            req = self.requests[rid]
+            req.output_token_ids.append(s.token)
+            self.metrics.on_token(req, now)
+            reason = finished.get(rid)
+            ids = req.output_token_ids
+            if reason == "stop" and ids[-1] in req.stop_ids:
+                ids = ids[:-1]  # a stop token ends the text but is not part of it
+            text = req.detokenizer.update(ids, finished=reason is not None)
+            if reason is None and req.detokenizer.stopped:
+                self.scheduler.finish(rid, "stop")
+                reason = "stop"
+            outputs.append(RequestOutput(
+                rid, req.prompt_token_ids, [s.token], text,
+                [s] if req.params.logprobs is not None else [], list(req.output_token_ids),
+                reason is not None, reason))
+            if reason is not None:
+                del self.requests[rid]
+                self.metrics.on_finish(req, reason)
+        self.metrics.observe_scheduler(self.scheduler)
+        return outputs
+
+    def stats(self) -> dict:
+        s = self.scheduler
+        return dict(num_running=s.num_running, num_waiting=s.num_waiting,
+                    num_free_pages=s.num_free_pages, num_total_pages=s.num_total_pages,
+                    kv_cache_usage=s.kv_cache_usage, prefix_cache_queries=s.prefix_cache_queries,
+                    prefix_cache_hits=s.prefix_cache_hits, num_preemptions=s.num_preemptions,
+                    num_recompiles_after_warmup=self.runner.num_recompiles_after_warmup,
+                    warmup_seconds=self.warmup_seconds)

@@ -1,0 +1,80 @@
+"""Prometheus metrics under vLLM's names, so dashboards, ``vllm bench`` tooling and llm-d
+read a torchtpu server unchanged. Each engine has its own registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0)
+
+
+class ServeMetrics:
+    def __init__(self, model_name: str) -> None:
+        self.registry = CollectorRegistry()
+        label = ["model_name"]
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, label, registry=self.registry).labels(model_name)
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, label, registry=self.registry).labels(model_name)
+
+        def histogram(name: str, doc: str) -> Histogram:
+            return Histogram(name, doc, label, buckets=_LATENCY_BUCKETS,
+                             registry=self.registry).labels(model_name)
+
+        self.num_running = gauge("vllm:num_requests_running", "Requests in the running batch.")
+        self.num_waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.")
+        self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage (1 means 100%).")
+        self.prefix_queries = counter("vllm:prefix_cache_queries",
+                                      "Prompt tokens looked up in the prefix cache.")
+        self.prefix_hits = counter("vllm:prefix_cache_hits",
+                                   "Prompt tokens found in the prefix cache.")
+        self.num_preemptions = counter("vllm:num_preemptions", "Requests preempted.")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens received.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated.")
+        self._success = Counter("vllm:request_success", "Finished requests.",
+                                ["model_name", "finished_reason"], registry=self.registry)
+        self._model_name = model_name
+        self.ttft = histogram("vllm:time_to_first_token_seconds", "Time to first token.")
+        self.itl = histogram("vllm:inter_token_latency_seconds", "Time between output tokens.")
+        self.tpot = histogram("vllm:time_per_output_token_seconds",
+                              "Mean time per output token of each finished request.")
+        self.e2e = histogram("vllm:e2e_request_latency_seconds", "Request latency.")
+        self._seen_queries = 0
+        self._seen_hits = 0
+
+    def on_arrival(self, num_prompt_tokens: int) -> None:
+        self.prompt_tokens.inc(num_prompt_tokens)
+
+    def on_token(self, req, now: float) -> None:
+        self.generation_tokens.inc()
+        if req.first_token_time is None:
+            req.first_token_time = now
+            self.ttft.observe(now - req.arrival)
+        else:
+            self.itl.observe(now - req.last_token_time)
+        req.last_token_time = now
+
+    def on_finish(self, req, reason: str) -> None:
+        self._success.labels(self._model_name, reason).inc()
+        if req.last_token_time is None:
+            return
+        self.e2e.observe(req.last_token_time - req.arrival)
+        n = len(req.output_token_ids)
+        if n > 1:
+            self.tpot.observe((req.last_token_time - req.first_token_time) / (n - 1))
+
+    def observe_scheduler(self, scheduler) -> None:
+        self.num_running.set(scheduler.num_running)
+        self.num_waiting.set(scheduler.num_waiting)
+        self.kv_usage.set(scheduler.kv_cache_usage)
+        # The scheduler's counters are totals; Prometheus counters only move forward.
+        q, h = scheduler.prefix_cache_queries, scheduler.prefix_cache_hits
+        self.prefix_queries.inc(max(0, q - self._seen_queries))
+        self.prefix_hits.inc(max(0, h - self._seen_hits))
+        self._seen_queries, self._seen_hits = q, h
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,73 @@
+"""The engine against Hugging Face generate() on the CPU: greedy tokens must be identical,
+for concurrent requests of mixed lengths, with the prefix cache on and off, and across
+preemption."""
+
+import random
+
+import pytest
+
+from conftest import ENGINE_ARGS
+from torchtpu.serve import LLM, SamplingParams
+
+
+def _prompts(tok, n, seed=0):
+    rng = random.Random(seed)
+    lines = [line for line in __import__("tiny_models").corpus()[:400]]
+    prompts = []
+    for i in range(n):
+        text = " ".join(rng.sample(lines, rng.randint(1, 12)))
+        ids = tok.encode(text)[: rng.randint(3, 150)]
+        prompts.append(ids)
+    return prompts
+
+
+@pytest.mark.parametrize("prefix_cache", [True, False])
+def test_greedy_matches_hf_mixed_lengths(tiny_llama_dir, hf_reference, prefix_cache):
+    llm = LLM(tiny_llama_dir, enable_prefix_cache=prefix_cache, **ENGINE_ARGS)
+    prompts = _prompts(llm.tokenizer, 7)
+    # Two prompts share a long prefix so the cache has something to find.
+    prompts.append(prompts[0][:40] + prompts[1][:20])
+    prompts.append(prompts[0][:40] + prompts[2][:10])
+    params = SamplingParams(max_tokens=32, temperature=0.0)
+    results = llm.generate(prompts, params)
+    for ids, res in zip(prompts, results):
+        assert res.outputs[0].token_ids == hf_reference(tiny_llama_dir, ids, 32)
+    stats = llm.engine.stats()
+    assert stats["num_recompiles_after_warmup"] == 0
+    assert stats["prefix_cache_hits"] > 0 if prefix_cache else stats["prefix_cache_hits"] == 0
+
+
+def test_greedy_matches_hf_across_preemption(tiny_llama_dir, hf_reference):
+    # 12 pages of 16 slots cannot hold four 60-token prompts plus 32 new tokens each.
+    llm = LLM(tiny_llama_dir, num_pages=12, **ENGINE_ARGS)
+    prompts = [p[:60] + [5] * max(0, 60 - len(p)) for p in _prompts(llm.tokenizer, 4, seed=1)]
+    results = llm.generate(prompts, SamplingParams(max_tokens=32, temperature=0.0,
+                                                   ignore_eos=True))
+    stats = llm.engine.stats()
+    assert stats["num_preemptions"] > 0
+    for ids, res in zip(prompts, results):
+        ref = hf_reference(tiny_llama_dir, ids, 32)
+        assert res.outputs[0].token_ids[: len(ref)] == ref
+        assert len(res.outputs[0].token_ids) == 32
+    assert stats["num_free_pages"] + 0 <= stats["num_total_pages"]
+    llm.engine.scheduler.reset_prefix_cache()
+    assert llm.engine.scheduler.num_free_pages == llm.engine.scheduler.num_total_pages
+
+
+def test_more_requests_than_pages_all_complete(tiny_llama_dir):
+    llm = LLM(tiny_llama_dir, num_pages=10, **ENGINE_ARGS)
+    prompts = _prompts(llm.tokenizer, 12, seed=2)
+    prompts = [p[:50] for p in prompts]
+    results = llm.generate(prompts, SamplingParams(max_tokens=24, temperature=0.8, seed=3,
+                                                   ignore_eos=True))
+    assert all(len(r.outputs[0].token_ids) == 24 for r in results)
+    assert all(r.outputs[0].finish_reason == "length" for r in results)
+
+
+def test_prompt_too_long_is_rejected_and_engine_keeps_working(tiny_llama_dir):
+    llm = LLM(tiny_llama_dir, **ENGINE_ARGS)
+    with pytest.raises(ValueError, match="maximum context length is 256"):
+        llm.generate([[7] * 250], SamplingParams(max_tokens=10))
+    out = llm.generate([[7] * 20], SamplingParams(max_tokens=4, temperature=0.0))
+    assert len(out[0].outputs[0].token_ids) <= 4
+    assert not llm.engine.has_unfinished()

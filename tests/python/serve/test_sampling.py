@@ -1,0 +1,95 @@
+"""Sampling parameters, the per-request sampler and the incremental detokenizer."""
+
+import pytest
+import torch
+
+from torchtpu.serve.detokenizer import IncrementalDetokenizer
+from torchtpu.serve.sampling import RequestSampler, SamplingParams
+
+
+@pytest.mark.parametrize("field,value", [
+    ("temperature", -0.5), ("temperature", 3.0), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -2),
+    ("max_tokens", 0), ("presence_penalty", 2.5), ("frequency_penalty", -3.0),
+    ("logprobs", 21), ("stop", [""]), ("stop_token_ids", [-1]),
+])
+def test_invalid_params_name_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: value})
+
+
+def test_greedy_and_top_k_one_agree():
+    logits = torch.randn(100, generator=torch.Generator().manual_seed(0))
+    greedy = RequestSampler(SamplingParams(temperature=0.0)).sample(logits).token
+    assert greedy == int(logits.argmax())
+    for seed in range(5):
+        s = RequestSampler(SamplingParams(temperature=1.0, top_k=1, seed=seed))
+        assert s.sample(logits).token == greedy
+
+
+def test_seed_reproducible_and_distribution():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.2]))
+    a = RequestSampler(SamplingParams(seed=7))
+    b = RequestSampler(SamplingParams(seed=7))
+    seq_a = [a.sample(logits).token for _ in range(50)]
+    assert seq_a == [b.sample(logits).token for _ in range(50)]
+    draws = [RequestSampler(SamplingParams(seed=i)).sample(logits).token for i in range(3000)]
+    freq = torch.bincount(torch.tensor(draws), minlength=3).float() / 3000
+    torch.testing.assert_close(freq, torch.tensor([0.5, 0.3, 0.2]), atol=0.04, rtol=0)
+
+
+def test_top_p_keeps_the_smallest_nucleus():
+    logits = torch.log(torch.tensor([0.6, 0.25, 0.1, 0.05]))
+    seen = {RequestSampler(SamplingParams(top_p=0.8, seed=i)).sample(logits).token
+            for i in range(400)}
+    assert seen == {0, 1}  # 0.6 < 0.8 <= 0.85: tokens 0 and 1 only
+
+
+def test_penalties_move_away_from_repeats():
+    logits = torch.tensor([2.0, 1.9, 0.0])
+    s = RequestSampler(SamplingParams(temperature=0.0, frequency_penalty=0.5))
+    assert [s.sample(logits).token for _ in range(3)] == [0, 1, 0]
+    logits = torch.tensor([2.0, 1.9, 0.5])
+    s = RequestSampler(SamplingParams(temperature=0.0, presence_penalty=2.0))
+    assert [s.sample(logits).token for _ in range(3)] == [0, 1, 2]
+
+
+def test_logprobs_are_raw_log_softmax():
+    logits = torch.tensor([1.0, 2.0, 3.0, 0.5])
+    out = RequestSampler(SamplingParams(temperature=0.0, logprobs=2)).sample(logits)
+    ref = torch.log_softmax(logits, -1)
+    assert out.token == 2 and out.logprob == pytest.approx(float(ref[2]))
+    assert [t for t, _ in out.top_logprobs] == [2, 1]
+
+
+class _CharTokenizer:
+    """Token i is chr(i); 0xFF.. pairs form one two-token character (as with BPE bytes)."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        out, i = "", 0
+        while i < len(ids):
+            if ids[i] == 1:  # first half of a two-token character
+                out += "é" if i + 1 < len(ids) and ids[i + 1] == 2 else "\ufffd"
+                i += 2 if i + 1 < len(ids) and ids[i + 1] == 2 else 1
+                continue
+            out += chr(ids[i])
+            i += 1
+        return out
+
+
+def test_detokenizer_holds_back_stop_prefixes_and_cuts_at_stop():
+    d = IncrementalDetokenizer(_CharTokenizer(), stop=["END"], include_stop=False)
+    ids, pieces = [], []
+    for ch in "abcENxEND tail":
+        ids.append(ord(ch))
+        pieces.append(d.update(ids, finished=False))
+        if d.stopped:
+            break
+    assert "".join(pieces) == "abcENx"
+    assert d.stopped
+
+
+def test_detokenizer_waits_for_whole_characters():
+    d = IncrementalDetokenizer(_CharTokenizer(), stop=[], include_stop=False)
+    assert d.update([ord("a"), 1], finished=False) == "a"
+    assert d.update([ord("a"), 1, 2], finished=False) == "é"
+    assert d.update([ord("a"), 1, 2, ord("b")], finished=True) == "b"

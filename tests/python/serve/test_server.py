@@ -1,0 +1,171 @@
+"""The OpenAI-compatible server, driven by the real `openai` client (and raw HTTP for the
+malformed cases)."""
+
+import json
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from conftest import ENGINE_ARGS
+from torchtpu.serve import LLMEngine
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama_dir):
+    import socket
+
+    import uvicorn
+
+    from torchtpu.serve.server import OpenAIServer
+
+    engine = LLMEngine(tiny_llama_dir, served_model_name="tiny", **ENGINE_ARGS)
+    app = OpenAIServer(engine)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(app.app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if httpx.get(url + "/health").status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    yield app, url
+    srv.should_exit = True
+    thread.join(timeout=10)
+    app.async_engine.shutdown()
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server[1] + "/v1", api_key="none", max_retries=0)
+
+
+def _wait_idle(app, timeout=30):
+    t0 = time.time()
+    while app.engine.has_unfinished() and time.time() - t0 < timeout:
+        time.sleep(0.05)
+    assert not app.engine.has_unfinished()
+
+
+def test_models_and_health(server, client):
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    assert httpx.get(server[1] + "/health").status_code == 200
+
+
+def test_completion_matches_offline_greedy(server, client):
+    app, _ = server
+    r = client.completions.create(model="tiny", prompt="To be, or not to be", max_tokens=12,
+                                  temperature=0)
+    ids = app.engine.tokenizer.encode("To be, or not to be")
+    assert r.usage.prompt_tokens == len(ids)
+    assert r.usage.completion_tokens == 12 or r.choices[0].finish_reason == "stop"
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    # Streaming gives the same text, chunk by chunk.
+    stream = client.completions.create(model="tiny", prompt="To be, or not to be",
+                                       max_tokens=12, temperature=0, stream=True)
+    text = "".join(c.choices[0].text for c in stream if c.choices)
+    assert text == r.choices[0].text
+
+
+def test_chat_streaming_and_not(client):
+    msgs = [{"role": "system", "content": "You are a poet."},
+            {"role": "user", "content": "Speak of the king."}]
+    r = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=10,
+                                       temperature=0, seed=1)
+    assert r.choices[0].message.role == "assistant"
+    stream = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=10,
+                                            temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == r.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    assert chunks[-2].choices[0].finish_reason in ("stop", "length")
+
+
+def test_seeded_sampling_is_reproducible_and_logprobs(client):
+    kw = dict(model="tiny", prompt="Now is the winter", max_tokens=8, temperature=1.0,
+              top_p=0.9, seed=1234, logprobs=3)
+    a, b = client.completions.create(**kw), client.completions.create(**kw)
+    assert a.choices[0].text == b.choices[0].text
+    lp = a.choices[0].logprobs
+    assert len(lp.token_logprobs) == a.usage.completion_tokens
+    assert all(v <= 0 for v in lp.token_logprobs)
+    assert all(len(t) <= 3 for t in lp.top_logprobs)
+
+
+def test_stop_string(client):
+    r = client.completions.create(model="tiny", prompt="To be", max_tokens=40, temperature=0)
+    full = r.choices[0].text
+    if len(full.strip()) < 4:
+        pytest.skip("greedy text too short to cut")
+    stop = full.strip()[2:4]
+    r2 = client.completions.create(model="tiny", prompt="To be", max_tokens=40, temperature=0,
+                                   stop=[stop])
+    assert r2.choices[0].finish_reason == "stop"
+    assert r2.choices[0].text == full[: full.index(stop)]
+
+
+@pytest.mark.parametrize("body,status,match", [
+    (b"{not json", 400, "not valid JSON"),
+    (json.dumps({"model": "nope", "prompt": "hi"}).encode(), 404, "does not exist"),
+    (json.dumps({"model": "tiny", "prompt": "hi " * 400}).encode(), 400, "maximum context"),
+    (json.dumps({"model": "tiny", "prompt": "hi", "temperature": -1}).encode(), 400, "temperature"),
+    (json.dumps({"model": "tiny", "prompt": "hi", "top_p": 0}).encode(), 400, "top_p"),
+    (json.dumps({"model": "tiny", "prompt": "hi", "max_tokens": 0}).encode(), 400, "max_tokens"),
+    (json.dumps({"model": "tiny", "prompt": []}).encode(), 400, "prompt"),
+])
+def test_bad_requests_get_openai_errors(server, body, status, match):
+    r = httpx.post(server[1] + "/v1/completions", content=body,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert match in err["message"] and err["code"] == status
+    assert httpx.get(server[1] + "/health").status_code == 200
+
+
+def test_openai_client_sees_errors(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError, match="presence_penalty"):
+        client.completions.create(model="tiny", prompt="x", presence_penalty=5)
+
+
+def test_disconnect_mid_stream_frees_pages(server):
+    app, url = server
+    _wait_idle(app)
+    sched = app.engine.scheduler
+    body = {"model": "tiny", "prompt": "O Romeo, Romeo", "max_tokens": 150, "stream": True,
+            "ignore_eos": True}
+    with httpx.stream("POST", url + "/v1/completions", json=body) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i >= 6:
+                break  # leave mid-stream
+    _wait_idle(app)
+    sched.reset_prefix_cache()
+    assert sched.num_free_pages == sched.num_total_pages
+
+
+def test_concurrent_requests_all_complete_and_metrics(server, client):
+    import concurrent.futures as cf
+
+    app, url = server
+    prompts = [f"Line {i}: " + "the king " * (i * 3 + 1) for i in range(10)]
+    with cf.ThreadPoolExecutor(10) as pool:
+        outs = list(pool.map(lambda p: client.completions.create(
+            model="tiny", prompt=p, max_tokens=20, temperature=0, extra_body={"ignore_eos": True}),
+            prompts))
+    assert all(o.usage.completion_tokens == 20 for o in outs)
+    text = httpx.get(url + "/metrics").text
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket",
+                 "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+                 "vllm:generation_tokens_total", "vllm:inter_token_latency_seconds_count"):
+        assert name in text, name

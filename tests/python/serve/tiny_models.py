@@ -1,0 +1,71 @@
+"""Small random-weight decoder folders with a real tokenizer, built locally (no hub).
+
+The tokenizer is a byte-level BPE trained on tinyshakespeare in well under a second, with a
+ChatML chat template, so chat requests and stop strings behave as with a real model.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data",
+                    "tinyshakespeare.txt")
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def corpus() -> list[str]:
+    path = os.environ.get("TORCHTPU_TEST_CORPUS", DATA)
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+    else:  # a checkout without the shared data folder: a small built-in text
+        text = "To be, or not to be, that is the question.\n" * 200
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def build_tokenizer(vocab_size: int = 512):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus(), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   bos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHATML
+    return fast
+
+
+def build_model_dir(path: str, arch: str = "llama", seed: int = 0) -> str:
+    """Saves a 2-layer random model of `arch` (llama | qwen2 | qwen3 | mistral) and the
+    tokenizer to `path`; returns it."""
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig,
+                              MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                              Qwen3ForCausalLM)
+
+    tok = build_tokenizer()
+    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+               "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+               "mistral": (MistralConfig, MistralForCausalLM)}
+    config_cls, model_cls = classes[arch]
+    config = config_cls(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        max_position_embeddings=1024, eos_token_id=tok.eos_token_id,
+                        bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id,
+                        tie_word_embeddings=arch == "llama")
+    torch.manual_seed(seed)
+    model = model_cls(config)
+    with torch.no_grad():  # larger logits than the default init: fewer near-ties in argmax
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.08)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
