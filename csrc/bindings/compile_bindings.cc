@@ -77,7 +77,8 @@ void bind_compile(py::module& m) {
       .def_readwrite("outputs", &lowering::GraphSpec::outputs)
       .def_readwrite("dynamic_dims", &lowering::GraphSpec::dynamic_dims)
       .def_readwrite("numel_symbols", &lowering::GraphSpec::numel_symbols)
-      .def_readwrite("num_symbols", &lowering::GraphSpec::num_symbols);
+      .def_readwrite("num_symbols", &lowering::GraphSpec::num_symbols)
+      .def_readwrite("donations", &lowering::GraphSpec::donations);
   py::class_<compile::CompiledGraph, std::shared_ptr<compile::CompiledGraph>>(m, "CompiledGraph")
       .def(py::init(&compile::CompiledGraph::create), py::arg("spec"), py::arg("device"))
       .def("run", &compile::CompiledGraph::run, py::arg("inputs"),

@@ -9,6 +9,7 @@
 #include "aten/tpu_generator.h"
 #include "aten/tpu_storage.h"
 #include "base/metrics.h"
+#include "lowering/storage_programs.h"
 
 namespace torchtpu::compile {
 namespace {
@@ -36,6 +37,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::create(const lowering::GraphSpec& 
   g->device_ = device;
   g->num_inputs_ = spec.inputs.size();
   g->num_symbols_ = spec.num_symbols;
+  g->donations_ = spec.donations;
   base::counter_add("num_graphs_compiled");
   return g;
 }
@@ -73,11 +75,32 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
         break;
     }
   }
+  // Donate a mutated input's buffer when this storage is its only holder: its output is
+  // the input's new value, so the old one is dead once written back (below).
+  std::vector<bool> donate(buffers.size(), false);
+  std::vector<std::pair<int, int>> donated;
+  for (const auto& [input, output] : donations_) {
+    const at::Tensor& t = inputs[input];
+    aten::StorageState& s = aten::storage_state(t);
+    bool whole = lowering::is_whole_buffer_view(
+        s.nbytes / static_cast<int64_t>(t.element_size()),
+        std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
+        std::vector<int64_t>(t.strides().begin(), t.strides().end()), t.storage_offset());
+    // Held by the storage and by `buffers` only; any other holder still reads it.
+    if (whole && s.buffer.get() == buffers[input].get() && s.buffer.use_count() == 2) {
+      donate[input] = true;
+      donated.emplace_back(input, output);
+    }
+  }
   std::vector<const runtime::Buffer*> raw;
   for (const auto& b : buffers) raw.push_back(b.get());
-  auto outputs = exe_->execute(raw);
+  auto outputs = exe_->execute(raw, donate);
   TORCH_CHECK(outputs.ok(), outputs.status().message());
   base::counter_add("num_graph_executions");
+  for (const auto& [input, output] : donated) {
+    aten::storage_state(inputs[input]).buffer = (*outputs)[output];
+    base::counter_add("num_donated_inputs");
+  }
   size_t n = lowered_.output_types.size();
   aten::run_data_checks(*outputs, n, lowered_.check_kinds, lowered_.check_messages);
   std::vector<at::Tensor> result;

@@ -35,6 +35,7 @@ class CompiledGraph {
   int device_ = 0;
   size_t num_inputs_ = 0;
   int num_symbols_ = 0;
+  std::vector<std::pair<int, int>> donations_;  // (input, output): see GraphSpec
 };
 
 }  // namespace torchtpu::compile

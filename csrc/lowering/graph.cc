@@ -119,6 +119,21 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
     for (const auto& c : ctx.checks()) checks.push_back(c);
   }
   std::vector<Value> results;
+  for (const auto& [input, output] : graph.donations) {
+    if (input < 0 || input >= static_cast<int>(graph.inputs.size()) || output < 0 ||
+        output >= static_cast<int>(graph.outputs.size()) || compact[input]) {
+      return base::invalid_argument("lowering: donation of input " + std::to_string(input) +
+                                    " to output " + std::to_string(output) + " is out of range "
+                                    "or names a dynamic input");
+    }
+    TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(graph.outputs[output], "output"));
+    if (!(v.type == graph.inputs[input])) {
+      return base::invalid_argument("lowering: input " + std::to_string(input) + " (" +
+                                    graph.inputs[input].str() + ") cannot be donated to output " +
+                                    std::to_string(output) + " (" + v.type.str() + ")");
+    }
+    builder.alias_param(static_cast<size_t>(input), static_cast<size_t>(output));
+  }
   for (int id : graph.outputs) {
     TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(id, "output"));
     results.push_back(v);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -49,6 +50,9 @@ struct GraphSpec {
   std::vector<DynamicDim> dynamic_dims;
   std::vector<int> numel_symbols;  // per input: symbol of its true element count, or -1
   int num_symbols = 0;  // i32 @main parameters after the inputs, one per size symbol
+  // Graph inputs whose buffer output `donations[k].second` may reuse: the output is the
+  // input's new value (an input mutation), so the old value is dead once it is written back.
+  std::vector<std::pair<int, int>> donations;  // (input index, output index)
 };
 
 // Where the runtime value of one @main parameter comes from.

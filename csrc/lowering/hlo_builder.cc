@@ -50,6 +50,10 @@ Value Builder::param(const TensorType& type) {
   return v;
 }
 
+void Builder::alias_param(size_t param_index, size_t result_index) {
+  param_aliases_[param_index] = result_index;
+}
+
 std::string Builder::signature(const std::vector<Value>& operands,
                                const std::vector<TensorType>& results) const {
   std::string s = " : (";
@@ -419,6 +423,10 @@ std::string Builder::finish(const std::vector<Value>& results) {
   os << "module @" << module_name_ << " {\n  func.func public @main(";
   for (size_t i = 0; i < params_.size(); ++i) {
     os << (i ? ", " : "") << name_of(params_[i]) << ": " << params_[i].type.str();
+    auto alias = param_aliases_.find(i);
+    if (alias != param_aliases_.end()) {
+      os << " {tf.aliasing_output = " << alias->second << " : i32}";
+    }
   }
   os << ") -> (";
   for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << results[i].type.str();

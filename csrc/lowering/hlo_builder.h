@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,6 +56,10 @@ class Builder {
   explicit Builder(std::string module_name = "torchtpu");
 
   Value param(const TensorType& type);
+  // Lets XLA write result `result_index` into parameter `param_index`'s buffer when the
+  // caller donates it (`tf.aliasing_output`); types must match. Without a donation at run
+  // time XLA copies, so an alias is never wrong, only sometimes free.
+  void alias_param(size_t param_index, size_t result_index);
 
   // Appends one op with one result. `attrs` is the body of the attribute dictionary
   // without braces, e.g. "dimension = 0 : i64".
@@ -153,6 +158,7 @@ class Builder {
 
   std::string module_name_;
   std::vector<Value> params_;
+  std::map<size_t, size_t> param_aliases_;
   std::string body_;
   int next_id_ = 0;
   bool dynamic_sizes_ = false;

@@ -64,7 +64,7 @@ base::StatusOr<BufferPtr> wrap_output(const std::shared_ptr<const Plugin>& plugi
 }  // namespace
 
 base::StatusOr<std::vector<BufferPtr>> Executable::execute(
-    const std::vector<const Buffer*>& args) const {
+    const std::vector<const Buffer*>& args, const std::vector<bool>& donate) const {
   for (const Buffer* b : args) {
     if (b->device_index() != device_index_) {
       return base::invalid_argument(
@@ -80,8 +80,14 @@ base::StatusOr<std::vector<BufferPtr>> Executable::execute(
   std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
   PJRT_Buffer** output_list = outputs.data();
 
+  std::vector<int64_t> keep;  // parameters that must not be donated
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i >= donate.size() || !donate[i]) keep.push_back(static_cast<int64_t>(i));
+  }
   PJRT_ExecuteOptions options{};
   options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  options.non_donatable_input_indices = keep.data();
+  options.num_non_donatable_input_indices = keep.size();
   PJRT_LoadedExecutable_Execute_Args exec{};
   exec.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
   exec.executable = raw_;

@@ -29,8 +29,11 @@ class Executable {
   int device_index() const { return device_index_; }
 
   // Runs the program on its device with `args` (one buffer per parameter, all on that
-  // device).
-  base::StatusOr<std::vector<BufferPtr>> execute(const std::vector<const Buffer*>& args) const;
+  // device). Parameter i is donated when `donate[i]` is true and the program aliases it
+  // to an output: the output then reuses its memory and the argument buffer is deleted,
+  // so the caller must hold no other reference to it. Nothing is donated by default.
+  base::StatusOr<std::vector<BufferPtr>> execute(const std::vector<const Buffer*>& args,
+                                                 const std::vector<bool>& donate = {}) const;
   // Serialized form for the on-disk cache (plugin-specific bytes).
   base::StatusOr<std::string> serialize() const;
 

@@ -179,8 +179,11 @@ class _GraphRunner:
     """Runs one AOT graph; with size symbols, one executable per bucket assignment."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
-                 allow_buckets: bool) -> None:
+                 allow_buckets: bool, mutated: list[tuple[int, int]] | None = None) -> None:
         self.gm = gm
+        # (placeholder, graph output) pairs: the output is the placeholder's new value,
+        # which AOTAutograd's epilogue copies back into the caller's tensor.
+        self.mutated = mutated or []
         self.device = 0
         for x in example_inputs:
             if isinstance(x, torch.Tensor) and x.device.type == "tpu":
@@ -203,6 +206,8 @@ class _GraphRunner:
     def _get(self, key: tuple[int, ...]) -> tuple[Any, GraphPlan]:
         if key not in self.compiled:
             plan = build_plan(self.gm, dict(zip(self.symbols, key)), bucketed=self.bucketed)
+            if not self.symbols:
+                plan.spec.donations = _donations(plan, self.mutated)
             graph = _C.CompiledGraph(plan.spec, self.device)
             self.compiled[key] = (graph, plan)
             if self.symbols:
@@ -280,6 +285,36 @@ def _compact(t: Any, bound: list[int]) -> Any:
     return padded.to(t.device)
 
 
+def _donations(plan: GraphPlan, mutated: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Spec (input, output) pairs whose input buffer the output may take over: a mutated
+    input is dead once its new value is written back, so XLA can update it in place (an
+    index_copy_ into a large KV cache then costs the rows written, not the whole cache)."""
+    pairs = []
+    for placeholder, out in mutated:
+        if placeholder not in plan.input_placeholders or out >= len(plan.output_layout):
+            continue
+        entry = plan.output_layout[out]
+        if entry[0] == "tensor":
+            pairs.append((plan.input_placeholders.index(placeholder), entry[1]))
+    return pairs
+
+
+def _mutated_inputs(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
+    """For an inference graph: which placeholders AOTAutograd mutates (data only) and
+    which graph output holds each new value (mutated inputs' values come first)."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    if meta is None:
+        return []
+    n_placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    pairs = []
+    for out, idx in enumerate(meta.mutated_inp_runtime_indices):
+        info = meta.input_info[idx]
+        if info.mutates_data and not info.mutates_metadata and idx < n_placeholders:
+            pairs.append((idx, out))
+    return pairs
+
+
 def _compile_training_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     # AOTAutograd calls compiled graphs with one list of arguments ("boxed"), so it can
     # free inputs early; the runner only reads them.
@@ -287,7 +322,8 @@ def _compile_training_graph(gm: torch.fx.GraphModule, example_inputs: list[Any])
 
 
 def _compile_inference_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    return make_boxed_func(_GraphRunner(gm, example_inputs, allow_buckets=True))
+    return make_boxed_func(_GraphRunner(gm, example_inputs, allow_buckets=True,
+                                        mutated=_mutated_inputs(gm)))
 
 
 _aot = aot_autograd(

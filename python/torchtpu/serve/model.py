@@ -56,9 +56,10 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                   w_q_norm: torch.Tensor | None, w_k_norm: torch.Tensor | None,
                   w_o: torch.Tensor, w_post_norm: torch.Tensor, w_gate_up: torch.Tensor,
                   w_down: torch.Tensor, num_heads: int, num_kv_heads: int, eps: float,
-                  window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One pre-norm decoder layer. Returns (h, k_cache, v_cache) with this step's keys and
-    values written at `slots`. `window` > 0 limits attention to the last `window` keys."""
+                  window: int) -> torch.Tensor:
+    """One pre-norm decoder layer; writes this step's keys and values into the caches at
+    `slots` (in place: compiled, the caches' buffers are donated, so a step costs the rows
+    it writes). `window` > 0 limits attention to the last `window` keys."""
     s, q_len = positions.shape
     head_dim = k_cache.shape[-1]
     x = _rms_norm(h, w_in_norm, eps)
@@ -79,8 +80,8 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
     q = _rotate(q, cos, sin)
     k = _rotate(k, cos, sin)
 
-    k_cache = k_cache.index_copy(0, slots, k)
-    v_cache = v_cache.index_copy(0, slots, v)
+    k_cache.index_copy_(0, slots, k)
+    v_cache.index_copy_(0, slots, v)
     ctx = ctx_slots.shape[1]
     keys = k_cache.index_select(0, ctx_slots.reshape(-1)).view(s, ctx, num_kv_heads, head_dim)
     values = v_cache.index_select(0, ctx_slots.reshape(-1)).view(s, ctx, num_kv_heads, head_dim)
@@ -104,8 +105,7 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
 
     x = _rms_norm(h, w_post_norm, eps)
     gate, up = F.linear(x, w_gate_up).chunk(2, dim=-1)
-    h = h + F.linear(F.silu(gate) * up, w_down)
-    return h, k_cache, v_cache
+    return h + F.linear(F.silu(gate) * up, w_down)
 
 
 def embed(tokens: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

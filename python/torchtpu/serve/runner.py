@@ -178,7 +178,7 @@ class ModelRunner:
         d, shape = self.decoder, self.decoder.shape
         h = self._embed(t_tokens, d.embed_weight)
         for i, w in enumerate(d.layers):
-            h, self.k_caches[i], self.v_caches[i] = self._layer(
+            h = self._layer(
                 h, t_pos, t_slots, t_ctx, self.k_caches[i], self.v_caches[i], d.inv_freq,
                 d.rope_scale, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
                 eps=shape.rms_eps, window=self.window, **w)

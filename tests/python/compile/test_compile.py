@@ -189,3 +189,38 @@ def test_corrupted_cache_file_is_recovered(tmp_path: pathlib.Path) -> None:
     assert v2 == v1
     third, _ = _run_model_process(tmp_path)
     assert third["num_compiles"] == 0 and third["num_disk_cache_corrupt"] == 0
+
+
+def test_mutated_input_is_updated_in_place_through_donation() -> None:
+    def write_rows(cache: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        cache.index_copy_(0, rows, values)
+        return cache.sum(0)
+
+    compiled = torch.compile(write_rows, backend="tpu", dynamic=False)
+    cache_cpu = torch.randn(64, 8)
+    cache = cache_cpu.to("tpu")
+    view = cache[3:5]  # a view of the same storage sees every update
+    before = torchtpu.debug.metrics().get("num_donated_inputs", 0)
+    for step in range(3):
+        rows = torch.tensor([step, 10 + step])
+        values = torch.randn(2, 8)
+        expected_sum = write_rows(cache_cpu, rows, values)
+        got_sum = compiled(cache, rows.to("tpu"), values.to("tpu"))
+        torch.testing.assert_close(got_sum.cpu(), expected_sum)
+        torch.testing.assert_close(cache.cpu(), cache_cpu)
+        torch.testing.assert_close(view.cpu(), cache_cpu[3:5])
+    assert torchtpu.debug.metrics()["num_donated_inputs"] - before == 3
+
+
+def test_mutated_input_shared_with_a_live_output_is_not_donated() -> None:
+    def bump(x: torch.Tensor) -> torch.Tensor:
+        x.add_(1.0)
+        return x * 2
+
+    compiled = torch.compile(bump, backend="tpu", dynamic=False)
+    x = torch.zeros(4, device="tpu")
+    y = compiled(x)
+    z = compiled(x)  # x's buffer is the one the first call wrote back
+    torch.testing.assert_close(x.cpu(), torch.full((4,), 2.0))
+    torch.testing.assert_close(y.cpu(), torch.full((4,), 2.0))
+    torch.testing.assert_close(z.cpu(), torch.full((4,), 4.0))
