@@ -90,7 +90,8 @@ void run_simulation(uint32_t seed, bool enable_prefix_cache) {
   // One request that can never fit is rejected and changes nothing.
   EXPECT_FALSE(s.add_request("huge", std::vector<TokenId>(70, 1), 30, {}, false).ok());
 
-  std::map<std::pair<PageId, int32_t>, std::pair<TokenId, int32_t>> kv;  // (page, slot) -> (token, pos)
+  // The fake KV store: (page, slot) -> (token, position).
+  std::map<std::pair<PageId, int32_t>, std::pair<TokenId, int32_t>> kv;
   std::set<std::string> aborted;
   size_t next = 0;
   int steps = 0;
