@@ -27,12 +27,18 @@ RadixCache::RadixCache(int32_t page_size, PageAllocator* allocator, PageHasher h
   TORCHTPU_CHECK(allocator_ != nullptr, "radix cache needs an allocator");
 }
 
-RadixCache::~RadixCache() { release_all(root_.get()); }
-
-void RadixCache::release_all(Node* node) {
-  for (PageId p : node->pages) TORCHTPU_CHECK(allocator_->decref(p).ok(), "tree page was free");
-  for (auto& [hash, bucket] : node->children) {
-    for (auto& child : bucket) release_all(child.get());
+// Iterative throughout (here and in the walks below): a long multi-turn conversation makes a
+// deep chain of nodes, and recursion (including the nodes' own destructors) could overflow.
+RadixCache::~RadixCache() {
+  std::vector<std::unique_ptr<Node>> nodes;
+  nodes.push_back(std::move(root_));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node* node = nodes[i].get();
+    for (PageId p : node->pages) TORCHTPU_CHECK(allocator_->decref(p).ok(), "tree page was free");
+    for (auto& [hash, bucket] : node->children) {
+      for (auto& child : bucket) nodes.push_back(std::move(child));
+    }
+    node->children.clear();  // so destroying `nodes` never recurses
   }
 }
 
@@ -189,30 +195,34 @@ int32_t RadixCache::evict(int32_t num_pages) {
   return freed;
 }
 
-int32_t RadixCache::count_evictable(const Node* node, bool* whole) const {
-  int32_t count = 0;
-  bool children_whole = true;
-  for (const auto& [hash, bucket] : node->children) {
-    for (const auto& child : bucket) {
-      bool child_whole = false;
-      count += count_evictable(child.get(), &child_whole);
-      children_whole = children_whole && child_whole;
-    }
-  }
-  int32_t own = 0;
-  if (children_whole) {
-    for (int32_t i = node->num_pages() - 1; i >= 0; --i) {
-      if (allocator_->ref_count(node->pages[i]) != 1) break;
-      ++own;
-    }
-  }
-  *whole = children_whole && own == node->num_pages();
-  return count + own;
-}
-
 int32_t RadixCache::num_evictable_pages() const {
-  bool whole = false;
-  return count_evictable(root_.get(), &whole);
+  // Children before parents: a node's pages are evictable only from its tail, and only once
+  // everything below it is.
+  std::vector<const Node*> order{root_.get()};
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (const auto& [hash, bucket] : order[i]->children) {
+      for (const auto& child : bucket) order.push_back(child.get());
+    }
+  }
+  std::unordered_map<const Node*, bool> whole;  // every page under the node is evictable
+  int32_t count = 0;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Node* node = *it;
+    bool children_whole = true;
+    for (const auto& [hash, bucket] : node->children) {
+      for (const auto& child : bucket) children_whole = children_whole && whole[child.get()];
+    }
+    int32_t own = 0;
+    if (children_whole) {
+      for (int32_t i = node->num_pages() - 1; i >= 0; --i) {
+        if (allocator_->ref_count(node->pages[i]) != 1) break;
+        ++own;
+      }
+    }
+    whole[node] = children_whole && own == node->num_pages();
+    count += own;
+  }
+  return count;
 }
 
 int32_t RadixCache::num_nodes() const {

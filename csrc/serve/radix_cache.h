@@ -86,9 +86,6 @@ class RadixCache {
   Node* split(Node* node, int32_t num_pages);
   void add_child(Node* parent, std::unique_ptr<Node> child);
   std::unique_ptr<Node> detach(Node* child);
-  // Pages under `node` that eviction could free; sets `whole` when that is all of them.
-  int32_t count_evictable(const Node* node, bool* whole) const;
-  void release_all(Node* node);
 
   int32_t page_size_;
   PageAllocator* allocator_;
