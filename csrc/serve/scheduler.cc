@@ -1,0 +1,300 @@
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "base/check.h"
+
+namespace torchtpu::serve {
+
+namespace {
+
+int32_t pages_for(int32_t num_tokens, int32_t page_size) {
+  return (num_tokens + page_size - 1) / page_size;
+}
+
+}  // namespace
+
+base::StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(const SchedulerConfig& config) {
+  TORCHTPU_RETURN_IF_ERROR(config.validate());
+  return std::unique_ptr<Scheduler>(new Scheduler(config));
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config), allocator_(config.num_pages) {
+  if (config_.enable_prefix_cache) {
+    cache_ = std::make_unique<RadixCache>(config_.page_size, &allocator_);
+  }
+}
+
+base::Status Scheduler::add_request(const std::string& id, std::vector<TokenId> prompt_token_ids,
+                                    int32_t max_new_tokens, std::vector<TokenId> stop_token_ids,
+                                    bool ignore_eos) {
+  const std::string what = "serve: add_request '" + id + "'";
+  if (id.empty()) return base::invalid_argument("serve: add_request: empty request id");
+  auto known = requests_.find(id);
+  if (known != requests_.end() && !known->second->finished()) {
+    return base::invalid_argument(what + ": a request with this id is still unfinished");
+  }
+  if (prompt_token_ids.empty()) {
+    return base::invalid_argument(what + ": empty prompt (need at least one token)");
+  }
+  for (TokenId t : prompt_token_ids) {
+    if (t < 0) {
+      return base::invalid_argument(what + ": negative token id " + std::to_string(t) +
+                                    " in the prompt");
+    }
+  }
+  if (max_new_tokens < 1) {
+    return base::invalid_argument(what + ": max_new_tokens must be at least 1 (got " +
+                                  std::to_string(max_new_tokens) + ")");
+  }
+  const int64_t total = static_cast<int64_t>(prompt_token_ids.size()) + max_new_tokens;
+  if (total > config_.max_model_len) {
+    return base::invalid_argument(
+        what + ": prompt (" + std::to_string(prompt_token_ids.size()) +
+        " tokens) + max_new_tokens (" + std::to_string(max_new_tokens) +
+        ") exceeds max_model_len (" + std::to_string(config_.max_model_len) +
+        "); shorten the prompt or lower max_new_tokens");
+  }
+  const int64_t pages_needed = (total + config_.page_size - 1) / config_.page_size;
+  if (pages_needed > config_.num_pages) {
+    return base::invalid_argument(
+        what + ": prompt + max_new_tokens (" + std::to_string(total) + " tokens) needs " +
+        std::to_string(pages_needed) + " KV pages but the whole pool has " +
+        std::to_string(config_.num_pages) + " (page_size " + std::to_string(config_.page_size) +
+        "); it could never run: shorten it or give the engine more KV pages");
+  }
+  auto req = std::make_unique<Request>();
+  req->id = id;
+  req->prompt_token_ids = std::move(prompt_token_ids);
+  req->max_new_tokens = max_new_tokens;
+  req->stop_token_ids = std::move(stop_token_ids);
+  req->ignore_eos = ignore_eos;
+  req->arrival = next_arrival_++;
+  waiting_.push_back(req.get());
+  requests_[id] = std::move(req);
+  return base::Status::ok_status();
+}
+
+const Request* Scheduler::find(const std::string& id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+Request* Scheduler::live(const std::string& id, uint64_t arrival) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return nullptr;
+  Request* req = it->second.get();
+  if (req->arrival != arrival || req->finished()) return nullptr;
+  return req;
+}
+
+bool Scheduler::release(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || !it->second->finished()) return false;
+  requests_.erase(it);
+  return true;
+}
+
+double Scheduler::kv_cache_usage() const {
+  const int32_t evictable = cache_ ? cache_->num_evictable_pages() : 0;
+  const int32_t used = allocator_.num_used_pages() - evictable;
+  return static_cast<double>(used) / allocator_.num_total_pages();
+}
+
+bool Scheduler::grow_page_table(Request* req, int32_t num_tokens) {
+  const int32_t missing =
+      pages_for(num_tokens, config_.page_size) - static_cast<int32_t>(req->page_table.size());
+  if (missing <= 0) return true;
+  if (allocator_.num_free_pages() < missing && cache_) {
+    cache_->evict(missing - allocator_.num_free_pages());
+  }
+  auto pages = allocator_.allocate(missing);
+  if (!pages.ok()) return false;
+  req->page_table.insert(req->page_table.end(), pages->begin(), pages->end());
+  return true;
+}
+
+void Scheduler::release_pages(Request* req) {
+  // Computed full pages stay useful to later requests (and to this one's recompute).
+  if (cache_ && req->num_computed_tokens > 0) {
+    cache_->insert(req->all_token_ids(), req->num_computed_tokens, req->page_table);
+  }
+  for (PageId p : req->page_table) {
+    TORCHTPU_CHECK(allocator_.decref(p).ok(), "request page was free");
+  }
+  req->page_table.clear();
+}
+
+void Scheduler::preempt(Request* req) {
+  TORCHTPU_CHECK(!running_.empty() && running_.back() == req, "preempt the newest request");
+  running_.pop_back();
+  release_pages(req);
+  req->num_computed_tokens = 0;
+  req->status = RequestStatus::kPreempted;
+  ++req->num_preemptions;
+  ++num_preemptions_;
+  waiting_.push_front(req);
+}
+
+void Scheduler::finish_request(Request* req, RequestStatus status) {
+  auto in_running = std::find(running_.begin(), running_.end(), req);
+  if (in_running != running_.end()) {
+    running_.erase(in_running);
+  } else {
+    auto in_waiting = std::find(waiting_.begin(), waiting_.end(), req);
+    TORCHTPU_CHECK(in_waiting != waiting_.end(), "an unfinished request is queued");
+    waiting_.erase(in_waiting);
+  }
+  release_pages(req);
+  req->status = status;
+}
+
+bool Scheduler::abort(const std::string& id) {
+  return finish(id, RequestStatus::kFinishedAborted);
+}
+
+bool Scheduler::finish(const std::string& id, RequestStatus status) {
+  TORCHTPU_CHECK(is_finished(status), "finish needs a finished status");
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second->finished()) return false;
+  finish_request(it->second.get(), status);
+  return true;
+}
+
+ScheduledItem Scheduler::make_item(const Request& req, int32_t num_new_tokens) const {
+  ScheduledItem item;
+  item.request_id = req.id;
+  item.start_pos = req.num_computed_tokens;
+  item.token_ids.reserve(num_new_tokens);
+  for (int32_t pos = item.start_pos; pos < item.start_pos + num_new_tokens; ++pos) {
+    item.token_ids.push_back(req.token_at(pos));
+  }
+  item.page_ids = req.page_table;
+  item.sample = item.start_pos + num_new_tokens == req.num_tokens();
+  item.num_output_tokens = req.num_output_tokens();
+  return item;
+}
+
+base::StatusOr<SchedulerOutput> Scheduler::schedule() {
+  if (!pending_.empty()) {
+    return base::failed_precondition(
+        "serve: schedule: the previous step (" + std::to_string(pending_.size()) +
+        " items) was not applied; call update() with its sampled tokens first");
+  }
+  SchedulerOutput out;
+  int32_t budget = config_.max_num_batched_tokens;
+
+  // 1. Running requests: decodes and unfinished prefills, oldest admission first.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* req = running_[i];
+    const int32_t num_new = std::min(req->num_tokens() - req->num_computed_tokens, budget);
+    if (num_new <= 0) {
+      ++i;
+      continue;
+    }
+    bool got_pages = grow_page_table(req, req->num_computed_tokens + num_new);
+    while (!got_pages) {
+      // Free and recompute: the newest admission goes back to the front of the queue.
+      Request* victim = running_.back();
+      preempt(victim);
+      out.preempted.push_back(victim->id);
+      if (victim == req) break;
+      got_pages = grow_page_table(req, req->num_computed_tokens + num_new);
+    }
+    if (!got_pages) break;  // `req` was the newest; everything after it is gone too
+    out.items.push_back(make_item(*req, num_new));
+    pending_.push_back({req->id, req->arrival, num_new, out.items.back().sample});
+    budget -= num_new;
+    ++i;
+  }
+
+  // 2. Waiting requests, FIFO; none in a step that had to preempt (pages are short).
+  while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    Request* req = waiting_.front();
+    TORCHTPU_CHECK(req->page_table.empty() && req->num_computed_tokens == 0,
+                   "a waiting request holds no pages");
+    const int32_t num_tokens = req->num_tokens();
+    PrefixMatch hit;
+    if (cache_) {
+      // At most num_tokens - 1: the last token is always computed so it can be sampled from.
+      hit = cache_->match(req->all_token_ids(), num_tokens - 1);
+      // Our references lock the matched pages against the eviction grow_page_table may do.
+      for (PageId p : hit.pages) TORCHTPU_CHECK(allocator_.incref(p).ok(), "cached page free");
+    }
+    req->page_table = hit.pages;
+    const int32_t num_new = std::min(num_tokens - hit.num_tokens, budget);
+    if (!grow_page_table(req, hit.num_tokens + num_new)) {
+      for (PageId p : req->page_table) TORCHTPU_CHECK(allocator_.decref(p).ok(), "page free");
+      req->page_table.clear();
+      break;  // FIFO: later requests wait behind this one
+    }
+    if (cache_) {
+      prefix_cache_queries_ += num_tokens;
+      prefix_cache_hits_ += hit.num_tokens;
+    }
+    waiting_.pop_front();
+    req->num_computed_tokens = hit.num_tokens;
+    req->num_cached_tokens = hit.num_tokens;
+    req->status = RequestStatus::kRunning;
+    running_.push_back(req);
+    out.items.push_back(make_item(*req, num_new));
+    pending_.push_back({req->id, req->arrival, num_new, out.items.back().sample});
+    budget -= num_new;
+  }
+
+  out.num_scheduled_tokens = config_.max_num_batched_tokens - budget;
+  TORCHTPU_CHECK(!has_unfinished() || !out.items.empty() || !out.preempted.empty(),
+                 "a step with unfinished requests schedules something");
+  return out;
+}
+
+base::StatusOr<std::vector<FinishedRequest>> Scheduler::update(
+    const std::unordered_map<std::string, TokenId>& sampled) {
+  // Check everything before changing anything, so a bad call leaves the state as it was.
+  std::unordered_set<std::string> sampled_ids;
+  for (const PendingItem& item : pending_) {
+    if (!item.sample) continue;
+    sampled_ids.insert(item.request_id);
+    if (live(item.request_id, item.arrival) != nullptr && !sampled.count(item.request_id)) {
+      return base::invalid_argument("serve: update: no sampled token for request '" +
+                                    item.request_id +
+                                    "', which the last schedule() marked sample=True");
+    }
+  }
+  for (const auto& [id, token] : sampled) {
+    if (!sampled_ids.count(id)) {
+      return base::invalid_argument("serve: update: got a token for request '" + id +
+                                    "', which the last schedule() did not mark sample=True");
+    }
+    if (token < 0) {
+      return base::invalid_argument("serve: update: negative token id " +
+                                    std::to_string(token) + " for request '" + id + "'");
+    }
+  }
+
+  std::vector<FinishedRequest> finished;
+  for (const PendingItem& item : pending_) {
+    Request* req = live(item.request_id, item.arrival);
+    if (req == nullptr) continue;  // aborted or finished from outside since schedule()
+    req->num_computed_tokens += item.num_tokens;
+    if (item.sample) {
+      if (req->append_and_check_stop(sampled.at(item.request_id))) {
+        finish_request(req, req->status);
+        finished.emplace_back(req->id, finish_reason(req->status));
+        continue;
+      }
+      // A decode step (one token) fills at most one page; it is cached at finish.
+      if (item.num_tokens == 1) continue;
+    }
+    // A prefill chunk finished: cache its full pages now, so requests that share the prompt
+    // hit while this one still runs.
+    if (cache_) cache_->insert(req->all_token_ids(), req->num_computed_tokens, req->page_table);
+  }
+  pending_.clear();
+  return finished;
+}
+
+}  // namespace torchtpu::serve

@@ -1,0 +1,136 @@
+// Scheduler: continuous batching over a paged KV cache (the shape of vLLM v1's scheduler).
+//
+// One step is schedule() -> the runner computes the scheduled tokens -> update(sampled).
+// Each schedule() spends one token budget (max_num_batched_tokens) and admits at most
+// max_num_seqs running requests:
+//   1. running requests first, in admission order: a decode costs 1 token, a request still
+//      prefilling gets the next chunk of its prompt that fits the budget;
+//   2. then waiting requests, FIFO: the prefix cache supplies what it can (whole pages; at
+//      least the last token is always recomputed so there is a position to sample from),
+//      and the rest is chunked by the remaining budget.
+// Pages are allocated for exactly the tokens scheduled. When a running request needs a page
+// and none is free, the prefix cache evicts first; then the most recently admitted running
+// request is preempted (its pages are dropped and it goes back to the front of the queue,
+// to be recomputed, outputs included). Nothing is admitted in a step that preempted.
+//
+// Progress: add_request rejects a request that could never fit (prompt + max_new_tokens
+// over max_model_len, or more pages than the whole pool), so a request running alone always
+// gets its pages, and every step while anything is unfinished schedules at least one token.
+//
+// Errors are Status (kInvalidArgument for bad input, kNotFound for unknown ids,
+// kFailedPrecondition for calls out of order). Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "serve/page_allocator.h"
+#include "serve/radix_cache.h"
+#include "serve/request.h"
+#include "serve/scheduler_config.h"
+
+namespace torchtpu::serve {
+
+struct ScheduledItem {
+  std::string request_id;
+  std::vector<TokenId> token_ids;  // tokens to compute this step
+  int32_t start_pos = 0;           // position of token_ids[0] (= tokens already computed)
+  std::vector<PageId> page_ids;    // the request's whole page table after allocation
+  bool sample = false;             // this step reaches the last known token: sample one
+  int32_t num_output_tokens = 0;   // output tokens so far
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledItem> items;    // batch order
+  std::vector<std::string> preempted;  // ids preempted during this schedule() call
+  int32_t num_scheduled_tokens = 0;
+};
+
+// (request id, finish reason "stop" | "length")
+using FinishedRequest = std::pair<std::string, std::string>;
+
+class Scheduler {
+ public:
+  static base::StatusOr<std::unique_ptr<Scheduler>> create(const SchedulerConfig& config);
+
+  // Queues a request. kInvalidArgument, saying why, when it can never run.
+  base::Status add_request(const std::string& id, std::vector<TokenId> prompt_token_ids,
+                           int32_t max_new_tokens, std::vector<TokenId> stop_token_ids,
+                           bool ignore_eos);
+  // Finishes an unfinished request as aborted; false if unknown or already finished.
+  bool abort(const std::string& id);
+  // Finishes an unfinished request from outside (a stop string seen by the caller) with
+  // kFinishedStopped, kFinishedLength or kFinishedAborted; false if unknown or finished.
+  bool finish(const std::string& id, RequestStatus status);
+
+  // Plans one step. kFailedPrecondition if the previous step was not update()d.
+  base::StatusOr<SchedulerOutput> schedule();
+  // Applies the step planned by the last schedule(): every item counts as computed, and
+  // `sampled` must hold one token for each item with sample=true (items of requests aborted
+  // since are skipped). Returns the requests that finished, in batch order.
+  base::StatusOr<std::vector<FinishedRequest>> update(
+      const std::unordered_map<std::string, TokenId>& sampled);
+
+  bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
+  // A request known to the scheduler (finished ones stay until release()), or nullptr.
+  const Request* find(const std::string& id) const;
+  // Forgets a finished request's record; false if unknown or not finished.
+  bool release(const std::string& id);
+
+  const SchedulerConfig& config() const { return config_; }
+  int32_t num_free_pages() const { return allocator_.num_free_pages(); }
+  int32_t num_total_pages() const { return allocator_.num_total_pages(); }
+  int32_t num_cached_pages() const { return cache_ ? cache_->num_cached_pages() : 0; }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  // Fraction of pages held by requests (cached pages that eviction could free count as
+  // unused, as in vLLM's kv-cache usage).
+  double kv_cache_usage() const;
+  // In tokens, like vLLM's prefix_cache_queries / prefix_cache_hits: every admission queries
+  // its whole token count and hits what the cache supplied.
+  int64_t prefix_cache_queries() const { return prefix_cache_queries_; }
+  int64_t prefix_cache_hits() const { return prefix_cache_hits_; }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  // Drops every cached page no request uses; returns how many were freed.
+  int32_t reset_prefix_cache() { return cache_ ? cache_->reset() : 0; }
+
+  const PageAllocator& allocator() const { return allocator_; }
+
+ private:
+  explicit Scheduler(const SchedulerConfig& config);
+
+  struct PendingItem {
+    std::string request_id;
+    uint64_t arrival = 0;  // tells a request from a later one that reuses its id
+    int32_t num_tokens = 0;
+    bool sample = false;
+  };
+
+  Request* live(const std::string& id, uint64_t arrival);
+  // Grows the page table to cover `num_tokens` tokens, evicting cached pages if needed.
+  bool grow_page_table(Request* req, int32_t num_tokens);
+  // Caches the request's computed full pages, then drops its references.
+  void release_pages(Request* req);
+  void preempt(Request* req);
+  void finish_request(Request* req, RequestStatus status);
+  ScheduledItem make_item(const Request& req, int32_t num_new_tokens) const;
+
+  SchedulerConfig config_;
+  PageAllocator allocator_;            // declared before cache_: the cache returns its
+  std::unique_ptr<RadixCache> cache_;  // references on destruction; null when disabled
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;  // admission order
+  std::vector<PendingItem> pending_;
+  uint64_t next_arrival_ = 0;
+  int64_t prefix_cache_queries_ = 0;
+  int64_t prefix_cache_hits_ = 0;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace torchtpu::serve
