@@ -156,6 +156,7 @@ class LLMEngine:
         if req is None:
             return False
         self.scheduler.abort(request_id)
+        self.scheduler.release_request(request_id)
         self.metrics.on_finish(req, "abort")
         return True
 
@@ -169,6 +170,7 @@ class LLMEngine:
         sched = self.scheduler.schedule()
         self.metrics.num_preemptions.inc(len(sched.preempted))
         if not sched.items:
+            self.scheduler.update({})
             self.metrics.observe_scheduler(self.scheduler)
             return []
         items = [StepItem(it.request_id, list(it.token_ids), it.start_pos, list(it.page_ids),
@@ -196,6 +198,7 @@ class LLMEngine:
                 reason is not None, reason))
             if reason is not None:
                 del self.requests[rid]
+                self.scheduler.release_request(rid)
                 self.metrics.on_finish(req, reason)
         self.metrics.observe_scheduler(self.scheduler)
         return outputs

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import types
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -37,6 +38,14 @@ def _bucket(n: int, sizes: Sequence[int]) -> int:
         if n <= b:
             return b
     raise ValueError(f"serve: size {n} exceeds the largest bucket {sizes[-1]}")
+
+
+def _own_copy(fn):
+    """`fn` with its own code object. Dynamo keeps compiled graphs per code object, so each
+    runner gets its own cache (and recompile limit) instead of sharing one with every other
+    engine in the process."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
 
 
 @dataclass
@@ -81,9 +90,9 @@ class ModelRunner:
         else:
             cfg.cache_size_limit = max(cfg.cache_size_limit, n_shapes + 8)
         opts = dict(backend="tpu", dynamic=False, fullgraph=True)
-        self._layer = torch.compile(decoder_layer, **opts)
-        self._embed = torch.compile(embed, **opts)
-        self._head = torch.compile(lm_head, **opts)
+        self._layer = torch.compile(_own_copy(decoder_layer), **opts)
+        self._embed = torch.compile(_own_copy(embed), **opts)
+        self._head = torch.compile(_own_copy(lm_head), **opts)
         self._warm_graphs: int | None = None
         self.num_recompiles_after_warmup = 0
 
