@@ -1,7 +1,9 @@
 """Llama-architecture decoders (Llama, Mistral, Qwen2, Qwen3, SmolLM2) over a paged KV pool.
 
 The weights come from a Hugging Face checkpoint loaded with ``transformers`` on the CPU and
-are repacked per layer (q/k/v fused, gate/up fused) onto ``tpu``. One decoder layer is a
+are repacked per layer (q/k/v fused, gate/up fused) onto ``tpu``, stored [in, out]: XLA's
+CPU backend runs a matmul whose right operand is transposed several times slower for more
+than one row (it transposes the weight on every call), so projections are ``x @ w``. One decoder layer is a
 pure function of tensors, so every layer shares one compiled executable per shape bucket.
 
 Shapes of one forward call (see ``runner.py`` for how a schedule becomes a batch):
@@ -63,7 +65,7 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
     s, q_len = positions.shape
     head_dim = k_cache.shape[-1]
     x = _rms_norm(h, w_in_norm, eps)
-    qkv = F.linear(x, w_qkv, b_qkv)
+    qkv = x @ w_qkv if b_qkv is None else torch.addmm(b_qkv, x, w_qkv)
     q, k, v = qkv.split([num_heads * head_dim, num_kv_heads * head_dim,
                          num_kv_heads * head_dim], dim=-1)
     q = q.view(s * q_len, num_heads, head_dim)
@@ -101,11 +103,11 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
     probs = torch.softmax(scores, dim=-1).view(s, num_kv_heads, group * q_len, ctx)
     attn = torch.matmul(probs, values).view(s, num_kv_heads, group, q_len, head_dim)
     attn = attn.permute(0, 3, 1, 2, 4).reshape(s * q_len, num_heads * head_dim)
-    h = h + F.linear(attn, w_o)
+    h = h + attn @ w_o
 
     x = _rms_norm(h, w_post_norm, eps)
-    gate, up = F.linear(x, w_gate_up).chunk(2, dim=-1)
-    return h + F.linear(F.silu(gate) * up, w_down)
+    gate, up = (x @ w_gate_up).chunk(2, dim=-1)
+    return h + (F.silu(gate) * up) @ w_down
 
 
 def embed(tokens: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -116,7 +118,7 @@ def lm_head(h: torch.Tensor, rows: torch.Tensor, w_norm: torch.Tensor, w_head: t
             eps: float) -> torch.Tensor:
     """Logits (f32) of the rows of `h` that a token is sampled from."""
     x = _rms_norm(h.index_select(0, rows), w_norm, eps)
-    return F.linear(x, w_head).to(torch.float32)
+    return (x @ w_head).to(torch.float32)
 
 
 class PagedDecoder:
@@ -145,28 +147,30 @@ class PagedDecoder:
         def put(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.detach().to(self.dtype).contiguous().to(self.device)
 
+        def put_t(w: torch.Tensor) -> torch.Tensor:  # [out, in] -> [in, out]
+            return put(w.detach().t())
+
         rotary = base.rotary_emb
         self.inv_freq = put(rotary.inv_freq.to(torch.float32))
         self.rope_scale = put(torch.tensor(float(getattr(rotary, "attention_scaling", 1.0))))
         self.embed_weight = put(base.embed_tokens.weight)
         self.norm_weight = put(base.norm.weight)
-        tied = hf_model.lm_head.weight.data_ptr() == base.embed_tokens.weight.data_ptr()
-        self.head_weight = self.embed_weight if tied else put(hf_model.lm_head.weight)
+        self.head_weight = put_t(hf_model.lm_head.weight)
         self.layers = []
         for layer in base.layers:
             attn, mlp = layer.self_attn, layer.mlp
             biases = [p.bias for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
             self.layers.append(dict(
                 w_in_norm=put(layer.input_layernorm.weight),
-                w_qkv=put(torch.cat([attn.q_proj.weight, attn.k_proj.weight,
-                                     attn.v_proj.weight])),
+                w_qkv=put_t(torch.cat([attn.q_proj.weight, attn.k_proj.weight,
+                                       attn.v_proj.weight])),
                 b_qkv=put(torch.cat(biases)) if biases[0] is not None else None,
                 w_q_norm=put(attn.q_norm.weight) if hasattr(attn, "q_norm") else None,
                 w_k_norm=put(attn.k_norm.weight) if hasattr(attn, "k_norm") else None,
-                w_o=put(attn.o_proj.weight),
+                w_o=put_t(attn.o_proj.weight),
                 w_post_norm=put(layer.post_attention_layernorm.weight),
-                w_gate_up=put(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
-                w_down=put(mlp.down_proj.weight),
+                w_gate_up=put_t(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
+                w_down=put_t(mlp.down_proj.weight),
             ))
 
     def kv_bytes_per_slot(self) -> int:
