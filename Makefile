@@ -8,6 +8,9 @@
 #   make bench   build, then bench/eager_overhead.py
 #   make bench-compile  build, install jax/jaxlib into .venv if missing, then
 #                bench/compiled_vs_jax.py (BENCH_ARGS, e.g. BENCH_ARGS='--steps 50')
+#   make serve   build, then `torchtpu serve` (SmolLM2-135M-Instruct on tpu, port 8000;
+#                SERVE_ARGS, e.g. SERVE_ARGS='--port 9000 --model DIR')
+#   make bench-serve  build, then bench/serve_bench.py (BENCH_ARGS, e.g. BENCH_ARGS=--quick)
 #   make clean   remove what these targets build: build/<wheel tag>, caches (keeps .venv and
 #                any other tree under build/); `make distclean` removes build/ and .venv
 #
@@ -33,7 +36,8 @@ export CCACHE_NOHASHDIR := 1
 BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-* \
 	2>/dev/null | head -1
 
-.PHONY: setup build test test-cpp test-python demo bench bench-compile clean distclean
+.PHONY: setup build test test-cpp test-python demo bench bench-compile serve bench-serve clean \
+	distclean
 
 setup:
 	bash scripts/setup.sh
@@ -75,6 +79,13 @@ bench-compile: build
 	sys.exit(any(m.version(p) != "$(JAX_VERSION)" for p in ("jax", "jaxlib")))' 2>/dev/null \
 	|| $(PY) -m pip install -q "jax==$(JAX_VERSION)" "jaxlib==$(JAX_VERSION)"
 	$(PY) bench/compiled_vs_jax.py $(BENCH_ARGS)
+
+SERVE_ARGS ?=
+serve: build
+	.venv/bin/torchtpu serve $(SERVE_ARGS)
+
+bench-serve: build
+	$(PY) bench/serve_bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build/cp*-* dist .pytest_cache .ruff_cache .venv/.torchtpu-editable

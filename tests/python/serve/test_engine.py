@@ -71,3 +71,15 @@ def test_prompt_too_long_is_rejected_and_engine_keeps_working(tiny_llama_dir):
     out = llm.generate([[7] * 20], SamplingParams(max_tokens=4, temperature=0.0))
     assert len(out[0].outputs[0].token_ids) <= 4
     assert not llm.engine.has_unfinished()
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "mistral"])
+def test_other_architectures_match_hf(tmp_path, hf_reference, arch):
+    import tiny_models
+
+    path = tiny_models.build_model_dir(str(tmp_path / arch), arch, seed=1)
+    llm = LLM(path, **ENGINE_ARGS)
+    prompts = _prompts(llm.tokenizer, 3, seed=4)
+    results = llm.generate(prompts, SamplingParams(max_tokens=16, temperature=0.0))
+    for ids, res in zip(prompts, results):
+        assert res.outputs[0].token_ids == hf_reference(path, ids, 16)
