@@ -20,7 +20,9 @@ if [[ -z "${PYTHON:-}" ]]; then
   if command -v python3.11 >/dev/null; then PYTHON=python3.11; else PYTHON=python3; fi
 fi
 TORCH_PIN="torch==2.13.0"
-DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja)
+# expecttest: imported by torch.testing._internal (the OpInfo database the op-coverage
+# harness and tests/python/opinfo read).
+DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja expecttest)
 
 say() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
