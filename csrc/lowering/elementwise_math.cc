@@ -198,13 +198,42 @@ LoweringFn shift(bool left) {
   };
 }
 
+// polygamma(n, x) for n >= 1. XLA's is accurate for x > 0 only; below 1 the recurrence
+// psi_n(x) = psi_n(x + K) - (-1)^n n! sum_{k<K} (x + k)^-(n+1) moves the evaluation to
+// x + K (PyTorch's zeta sums those terms directly, for the same reason).
+Value polygamma(Builder& b, int64_t n, Value x) {
+  constexpr int kShift = 24;
+  Value order = b.splat(static_cast<double>(n), x.type);
+  Value low = b.compare(x, b.splat(1, x.type), "LT");
+  Value xs = b.select(low, b.add(x, b.splat(kShift, x.type)), x);
+  Value sum = b.zeros(x.type);
+  for (int k = 0; k < kShift; ++k) {
+    Value inv = b.div(b.splat(1, x.type), b.add(x, b.splat(k, x.type)));
+    Value term = inv;
+    for (int64_t i = 0; i < n; ++i) term = b.mul(term, inv);
+    sum = b.add(sum, term);
+  }
+  double factorial = 1;
+  for (int64_t i = 2; i <= n; ++i) factorial *= static_cast<double>(i);
+  Value correction = b.mul(sum, b.splat((n % 2 == 0 ? 1.0 : -1.0) * factorial, x.type));
+  Value shifted = b.sub(b.binary("chlo.polygamma", order, xs), correction);
+  Value r = b.select(low, shifted, b.binary("chlo.polygamma", order, x));
+  // The CPU's values at the infinities (trigamma has its own kernel): n = 1 gives 0 at
+  // +inf and NaN at -inf; n >= 2 gives NaN at +inf and (-1)^(n+1) inf at -inf.
+  Value inf = b.splat(INFINITY, x.type), nan = b.splat(NAN, x.type);
+  Value at_pos = n == 1 ? b.zeros(x.type) : nan;
+  Value at_neg = n == 1 ? nan : (n % 2 == 1 ? inf : b.unary("negate", inf));
+  r = b.select(b.compare(x, inf, "EQ"), at_pos, r);
+  return b.select(b.compare(x, b.unary("negate", inf), "EQ"), at_neg, r);
+}
+
 // polygamma(n, self): n is an int argument; n = 0 is digamma.
 Lowered lower_polygamma(LoweringContext& c) {
   Builder& b = c.b();
   DType t = float_compute_type(c);
   Value x = out_operand(c, 1, t);
   int64_t n = c.int_arg(0);
-  Value r = n == 0 ? digamma(b, x) : b.binary("chlo.polygamma", b.splat(static_cast<double>(n), x.type), x);
+  Value r = n == 0 ? digamma(b, x) : polygamma(b, n, x);
   return std::vector<Value>{to_out(c, r)};
 }
 

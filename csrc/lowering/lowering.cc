@@ -30,6 +30,7 @@ void ensure_registered() {
     register_interpolate_lowerings();
     register_unpool_lowerings();
     register_search_lowerings();
+    register_index_reduce_lowerings();
     register_graph_lowerings();
   });
 }
