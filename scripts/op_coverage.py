@@ -52,7 +52,8 @@ def worker(keys: list[str]) -> None:
             else:
                 out = h.check(op, mode, dtype)
             row["cells"][f"{mode}:{dtype_name}"] = {
-                "status": out.status, "reason": out.reason, "dtype": str(dtype).replace("torch.", ""),
+                "status": out.status, "reason": out.reason,
+                "dtype": str(dtype).replace("torch.", ""),
                 "roundtrips": list(out.roundtrips), "seconds": round(time.time() - t0, 2)}
         print(_TAG + json.dumps(row), flush=True)
 
@@ -215,7 +216,8 @@ def render_skips(results: dict) -> str:
     lines = [
         '"""Core OpInfos whose eager check fails today, with the reason (OpInfo key -> reason).',
         "",
-        "Written by `python scripts/op_coverage.py --skips-out tests/python/opinfo/opinfo_skips.py`",
+        "Written by `python scripts/op_coverage.py --skips-out "
+        "tests/python/opinfo/opinfo_skips.py`",
         "from the same checks test_opinfo_eager runs; an entry that starts passing fails that",
         'test until it is removed here."""',
         "",
@@ -231,7 +233,8 @@ def render_skips(results: dict) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--ops", help="comma-separated OpInfo keys (default: all)")
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")

@@ -189,7 +189,8 @@ LoweringFn shift(bool left) {
     Value zero = b.zeros(x.type), width = b.splat(static_cast<double>(bits), x.type);
     Value out_of_range = b.binary("or", b.compare(s, zero, "LT"), b.compare(s, width, "GE"));
     if (left) {
-      return std::vector<Value>{to_out(c, b.select(out_of_range, zero, b.binary("shift_left", x, s)))};
+      Value r = b.select(out_of_range, zero, b.binary("shift_left", x, s));
+      return std::vector<Value>{to_out(c, r)};
     }
     bool is_signed = base::is_signed_integral(t);
     const char* op = is_signed ? "shift_right_arithmetic" : "shift_right_logical";
@@ -267,7 +268,8 @@ Value floor_divide_float(Builder& b, Value x, Value y) {
                        b.compare(b.compare(y, zero, "LT"), b.compare(mod, zero, "LT"), "NE"));
   div = b.select(fix, b.sub(div, b.splat(1, div.type)), div);
   Value fl = b.unary("floor", div);
-  fl = b.select(b.compare(b.sub(div, fl), b.splat(0.5, div.type), "GT"), b.add(fl, b.splat(1, div.type)), fl);
+  Value round_up = b.compare(b.sub(div, fl), b.splat(0.5, div.type), "GT");
+  fl = b.select(round_up, b.add(fl, b.splat(1, div.type)), fl);
   Value signed_zero = copysign(b, zero, b.div(x, y));
   Value r = b.select(b.compare(div, zero, "NE"), fl, signed_zero);
   return b.select(b.compare(y, zero, "EQ"), b.div(x, y), r);
@@ -288,7 +290,8 @@ void register_elementwise_math_lowerings() {
     Value x = c.tensor(0);
     return std::vector<Value>{c.b().sub(x, c.b().trunc(x))};
   });
-  register_lowering({"aten::polygamma", "aten::polygamma.out", "aten::polygamma_"}, lower_polygamma);
+  register_lowering({"aten::polygamma", "aten::polygamma.out", "aten::polygamma_"},
+                    lower_polygamma);
   register_with_variants("nan_to_num", {""}, lower_nan_to_num);
   register_lowering({"aten::isposinf", "aten::isposinf.out"}, is_inf_of_sign(INFINITY));
   register_lowering({"aten::isneginf", "aten::isneginf.out"}, is_inf_of_sign(-INFINITY));
@@ -331,17 +334,18 @@ void register_elementwise_math_lowerings() {
                     lower_rsub);
   register_lowering({"aten::round.decimals", "aten::round_.decimals", "aten::round.decimals_out"},
                     lower_round_decimals);
-  for (auto [name, left] : {std::pair{"bitwise_left_shift", true}, {"bitwise_right_shift", false}}) {
+  for (auto [name, left] :
+       {std::pair{"bitwise_left_shift", true}, {"bitwise_right_shift", false}}) {
     register_with_variants(name, {"Tensor", "Tensor_Scalar"}, shift(left));
     register_lowering({("aten::" + std::string(name) + ".Scalar_Tensor").c_str(),
                        ("aten::" + std::string(name) + ".Scalar_Tensor_out").c_str()},
                       shift(left));
   }
-  register_lowering({"aten::__lshift__.Tensor", "aten::__lshift__.Scalar", "aten::__ilshift__.Tensor",
-                     "aten::__ilshift__.Scalar"},
+  register_lowering({"aten::__lshift__.Tensor", "aten::__lshift__.Scalar",
+                     "aten::__ilshift__.Tensor", "aten::__ilshift__.Scalar"},
                     shift(true));
-  register_lowering({"aten::__rshift__.Tensor", "aten::__rshift__.Scalar", "aten::__irshift__.Tensor",
-                     "aten::__irshift__.Scalar"},
+  register_lowering({"aten::__rshift__.Tensor", "aten::__rshift__.Scalar",
+                     "aten::__irshift__.Tensor", "aten::__irshift__.Scalar"},
                     shift(false));
   register_lowering({"aten::trace", "aten::trace.out"}, lower_trace);
 }

@@ -26,9 +26,9 @@ Value scatter_along(Builder& b, Value operand, Value index, Value updates, int64
         return std::vector<Value>{rb.binary(combiner, a[0], a[1])};
       },
       "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " + i64_list(window) +
-          ", inserted_window_dims = [" + std::to_string(dim) + "], scatter_dims_to_operand_dims = [" +
-          std::to_string(dim) + "], index_vector_dim = 1>, indices_are_sorted = false, "
-          "unique_indices = false")[0];
+          ", inserted_window_dims = [" + std::to_string(dim) +
+          "], scatter_dims_to_operand_dims = [" + std::to_string(dim) +
+          "], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false")[0];
 }
 
 Lowered lower_index_reduce(LoweringContext& c) {

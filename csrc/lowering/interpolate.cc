@@ -37,7 +37,9 @@ float scale_value(std::optional<double> scale, int64_t in, int64_t out) {
 
 // ATen's area_pixel_compute_scale.
 float area_scale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
-  if (align_corners) return out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
+  if (align_corners) {
+    return out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
+  }
   return scale_value(scale, in, out);
 }
 
@@ -58,13 +60,15 @@ std::vector<Taps> taps_for(Mode mode, int64_t in, int64_t out, bool align_corner
   for (int64_t o = 0; o < out; ++o) {
     Taps& t = taps[o];
     if (mode == Mode::kNearest) {
-      int64_t i = out == in ? o
+      float src = static_cast<float>(o) * scale_value(scale, in, out);
+      int64_t i = out == in       ? o
                   : out == 2 * in ? o >> 1
-                  : std::min(static_cast<int64_t>(std::floor(static_cast<float>(o) * scale_value(scale, in, out))), in - 1);
+                                  : std::min(static_cast<int64_t>(std::floor(src)), in - 1);
       t = {{i}, {1.f}};
     } else if (mode == Mode::kNearestExact) {
       float s = scale_value(scale, in, out);
-      int64_t i = std::min(static_cast<int64_t>(std::floor(static_cast<float>((o + 0.5) * s))), in - 1);
+      float src = static_cast<float>((o + 0.5) * s);
+      int64_t i = std::min(static_cast<int64_t>(std::floor(src)), in - 1);
       t = {{i}, {1.f}};
     } else if (mode == Mode::kLinear) {
       float real = source_index(area_scale(in, out, align_corners, scale), o, align_corners, false);
@@ -104,11 +108,17 @@ std::string f32_dense(const std::vector<float>& v) {
   return s + "]";
 }
 
+// A constant [k, 1] i64 tensor of positions (gather/scatter indices).
+Value index_constant(Builder& b, const std::vector<int64_t>& index) {
+  TensorType it{DType::kI64, {static_cast<int64_t>(index.size()), 1}};
+  return b.op("stablehlo.constant", {}, it,
+              "value = dense<" + i64_dense(index) + "> : " + it.str());
+}
+
 // x's entries at input positions `index` along `dim` (a constant-index gather).
 Value take(Builder& b, Value x, int64_t dim, const std::vector<int64_t>& index) {
   int64_t k = static_cast<int64_t>(index.size());
-  TensorType it{DType::kI64, {k, 1}};
-  Value idx = b.op("stablehlo.constant", {}, it, "value = dense<" + i64_dense(index) + "> : " + it.str());
+  Value idx = index_constant(b, index);
   Dims out = x.dims(), offset, slice = x.dims();
   out[dim] = k;
   slice[dim] = 1;
@@ -122,10 +132,9 @@ Value take(Builder& b, Value x, int64_t dim, const std::vector<int64_t>& index) 
 }
 
 // The transpose of take(): `g`'s entries along `dim` added into `in_size` positions.
-Value put_add(Builder& b, Value g, int64_t dim, const std::vector<int64_t>& index, int64_t in_size) {
-  int64_t k = static_cast<int64_t>(index.size());
-  TensorType it{DType::kI64, {k, 1}};
-  Value idx = b.op("stablehlo.constant", {}, it, "value = dense<" + i64_dense(index) + "> : " + it.str());
+Value put_add(Builder& b, Value g, int64_t dim, const std::vector<int64_t>& index,
+              int64_t in_size) {
+  Value idx = index_constant(b, index);
   Dims out = g.dims(), window;
   out[dim] = in_size;
   for (int64_t d = 0; d < g.rank(); ++d) if (d != dim) window.push_back(d);
@@ -133,11 +142,13 @@ Value put_add(Builder& b, Value g, int64_t dim, const std::vector<int64_t>& inde
   return b.op_with_region(
       "stablehlo.scatter", {b.zeros(TensorType{g.dtype(), out}), idx, g},
       {TensorType{g.dtype(), out}}, {scalar, scalar},
-      [](Builder& rb, const std::vector<Value>& a) { return std::vector<Value>{rb.add(a[0], a[1])}; },
+      [](Builder& rb, const std::vector<Value>& a) {
+        return std::vector<Value>{rb.add(a[0], a[1])};
+      },
       "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " + i64_list(window) +
-          ", inserted_window_dims = [" + std::to_string(dim) + "], scatter_dims_to_operand_dims = [" +
-          std::to_string(dim) + "], index_vector_dim = 1>, indices_are_sorted = false, "
-          "unique_indices = false")[0];
+          ", inserted_window_dims = [" + std::to_string(dim) +
+          "], scatter_dims_to_operand_dims = [" + std::to_string(dim) +
+          "], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false")[0];
 }
 
 // The gradient of resample(): each output's gradient flows back to its taps, weighted.
@@ -236,8 +247,8 @@ LoweringFn upsample_backward(Mode mode) {
       std::optional<double> scale;
       size_t a = first_scale + static_cast<size_t>(s);
       if (!c.is_none(a) && c.arg(a).kind == ArgKind::kDouble) scale = c.double_arg(a);
-      y = resample_backward(b, y, dim, taps_for(mode, in_dims[dim], g.dims()[dim], align_corners, scale),
-                            in_dims[dim]);
+      std::vector<Taps> taps = taps_for(mode, in_dims[dim], g.dims()[dim], align_corners, scale);
+      y = resample_backward(b, y, dim, taps, in_dims[dim]);
     }
     if (y.dims() != in_dims) return std::vector<Value>{b.zeros(c.out_type())};
     return std::vector<Value>{b.convert(y, c.out_type().dtype)};
@@ -329,7 +340,8 @@ void register_interpolate_lowerings() {
     std::string bw = std::string(n) + "_backward";
     register_lowering({bw.c_str(), (bw + ".grad_input").c_str()}, upsample_backward(Mode::kLinear));
   }
-  register_lowering({"aten::upsample_bicubic2d_backward", "aten::upsample_bicubic2d_backward.grad_input"},
+  register_lowering({"aten::upsample_bicubic2d_backward",
+                     "aten::upsample_bicubic2d_backward.grad_input"},
                     upsample_backward(Mode::kCubic));
   register_lowering({"aten::upsample_linear1d", "aten::upsample_linear1d.out",
                      "aten::upsample_bilinear2d", "aten::upsample_bilinear2d.out",

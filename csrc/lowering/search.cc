@@ -30,7 +30,8 @@ Value binary_search(Builder& b, Value seq, Value values, bool right) {
     Value active = b.compare(start, end, "LT");
     Value mid = b.add(start, b.binary("shift_right_logical", b.sub(end, start), one));
     Value safe_mid = b.min(mid, last);  // inactive lanes may point one past the end
-    Value coords = b.concatenate({b.reshape(row, {rows, k, 1}), b.reshape(safe_mid, {rows, k, 1})}, 2);
+    Value coords =
+        b.concatenate({b.reshape(row, {rows, k, 1}), b.reshape(safe_mid, {rows, k, 1})}, 2);
     Value mid_val = b.op("stablehlo.gather", {seq, coords}, values.type,
                          "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], "
                          "start_index_map = [0, 1], index_vector_dim = 2>, "

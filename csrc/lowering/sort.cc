@@ -80,7 +80,8 @@ Lowered lower_topk(LoweringContext& c) {
   bool largest = c.bool_arg(3);
   auto sorted = sort_with_indices(b, x, dim, largest);
   std::vector<Value> r = take_first(b, sorted, dim, 0, k);
-  return std::vector<Value>{b.reshape(r[0], c.out_type(0).dims), b.reshape(r[1], c.out_type(1).dims)};
+  return std::vector<Value>{b.reshape(r[0], c.out_type(0).dims),
+                            b.reshape(r[1], c.out_type(1).dims)};
 }
 
 // kthvalue(self, k, dim, keepdim): the k-th smallest (1-based) and its index. PyTorch
@@ -92,7 +93,8 @@ Lowered lower_kthvalue(LoweringContext& c) {
   int64_t dim = wrap_dim(c.int_arg(2), c.tensor_type(0).rank());
   auto sorted = sort_with_indices(b, x, dim, /*descending=*/false);
   std::vector<Value> r = take_first(b, sorted, dim, k - 1, 1);
-  return std::vector<Value>{b.reshape(r[0], c.out_type(0).dims), b.reshape(r[1], c.out_type(1).dims)};
+  return std::vector<Value>{b.reshape(r[0], c.out_type(0).dims),
+                            b.reshape(r[1], c.out_type(1).dims)};
 }
 
 // median / nanmedian, over everything or along a dim (with indices): the lower median

@@ -62,13 +62,15 @@ TEST(SortLowering, IntegersAndBools) {
 
 TEST(SortLowering, TopkLargestAndSmallest) {
   auto largest = run_lowering("aten::topk",
-                              {tensor_arg(kRows), int_arg(2), int_arg(1), bool_arg(true), bool_arg(true)},
+                              {tensor_arg(kRows), int_arg(2), int_arg(1), bool_arg(true),
+                               bool_arg(true)},
                               {TensorType{DType::kF32, {2, 2}}, TensorType{DType::kI64, {2, 2}}},
                               {{0, kRows}});
   expect_exact(largest, 0, {kNaN, 3, 5, 2});
   expect_exact(largest, 1, {1, 0, 3, 0});
   auto smallest = run_lowering("aten::topk",
-                               {tensor_arg(kRows), int_arg(1), int_arg(-1), bool_arg(false), bool_arg(true)},
+                               {tensor_arg(kRows), int_arg(1), int_arg(-1), bool_arg(false),
+                                bool_arg(true)},
                                {TensorType{DType::kF32, {2, 1}}, TensorType{DType::kI64, {2, 1}}},
                                {{0, kRows}});
   expect_exact(smallest, 0, {-kInf, 0});

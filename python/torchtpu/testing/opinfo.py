@@ -136,7 +136,8 @@ class _Watch:
 
     def __exit__(self, *exc: Any) -> None:
         after = _C.keyed_counters()
-        for kind, target in (("fallback_ops", self.fallbacks), ("host_roundtrip_ops", self.roundtrips)):
+        for kind, target in (("fallback_ops", self.fallbacks),
+                             ("host_roundtrip_ops", self.roundtrips)):
             before = self._before.get(kind, {})
             target.update(op for op, n in after.get(kind, {}).items() if n > before.get(op, 0))
 
@@ -166,8 +167,8 @@ def _to(x: Any, device: str) -> Any:
         if shared:
             key = (t.untyped_storage().data_ptr(), t.dtype)
             if key not in storages:
-                flat = torch.empty(0, dtype=t.dtype).set_(
-                    t.untyped_storage(), 0, (t.untyped_storage().nbytes() // t.element_size(),), (1,))
+                numel = t.untyped_storage().nbytes() // t.element_size()
+                flat = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, (numel,), (1,))
                 storages[key] = flat.detach().to(device, copy=True)
             y = storages[key].as_strided(t.size(), t.stride(), t.storage_offset())
         else:
@@ -269,7 +270,9 @@ def _compare_cpu(a: Any, b: Any) -> str | None:
     b_flat, _ = tree_flatten(b)
     for x, y in zip(a_flat, b_flat):
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or not torch.equal(torch.nan_to_num(x.detach()), torch.nan_to_num(y.detach())):
+            same = x.shape == y.shape and torch.equal(torch.nan_to_num(x.detach()),
+                                                      torch.nan_to_num(y.detach()))
+            if not same:
                 return "differs"
         elif x != y:
             return "differs"
