@@ -6,6 +6,8 @@
 #   make test    build, then the C++ (ctest) and Python (pytest) suites
 #   make demo    build, then examples/train_demo.py
 #   make bench   build, then bench/eager_overhead.py
+#   make op-coverage  build, then scripts/op_coverage.py: every PyTorch OpInfo checked on tpu
+#                against the CPU, written to docs/op_coverage.md (OPCOV_ARGS, e.g. '--jobs 4')
 #   make bench-compile  build, install jax/jaxlib into .venv if missing, then
 #                bench/compiled_vs_jax.py (BENCH_ARGS, e.g. BENCH_ARGS='--steps 50')
 #   make serve   build, then `torchtpu serve` (SmolLM2-135M-Instruct on tpu, port 8000;
@@ -36,8 +38,8 @@ export CCACHE_NOHASHDIR := 1
 BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-* \
 	2>/dev/null | head -1
 
-.PHONY: setup build test test-cpp test-python demo bench bench-compile serve bench-serve clean \
-	distclean
+.PHONY: setup build test test-cpp test-python demo bench bench-compile serve bench-serve \
+	op-coverage clean distclean
 
 setup:
 	bash scripts/setup.sh
@@ -69,6 +71,10 @@ demo: build
 
 bench: build
 	$(PY) bench/eager_overhead.py
+
+OPCOV_ARGS ?=
+op-coverage: build
+	$(PY) scripts/op_coverage.py $(OPCOV_ARGS)
 
 # jax is a benchmark-only dependency (the reference for compiled mode), so it is not in
 # scripts/setup.sh; pip finds the pinned wheels through the machine's configured indexes.

@@ -20,7 +20,10 @@ if [[ -z "${PYTHON:-}" ]]; then
   if command -v python3.11 >/dev/null; then PYTHON=python3.11; else PYTHON=python3; fi
 fi
 TORCH_PIN="torch==2.13.0"
+# expecttest: imported by torch.testing._internal (the OpInfo database the op-coverage
+# harness and tests/python/opinfo read).
 DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja pybind11
+      expecttest
       # serving: the HTTP server, its metrics, model loading, and the real OpenAI client
       # that the server's tests drive it with
       fastapi uvicorn prometheus_client openai httpx safetensors)

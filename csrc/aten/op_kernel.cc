@@ -12,6 +12,7 @@
 #include "aten/device_runtime.h"
 #include "aten/host_transfer.h"
 #include "aten/op_special_cases.h"
+#include "aten/overlap_checks.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_storage.h"
 #include "base/metrics.h"
@@ -376,6 +377,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   std::string name = op_name(schema);
+  check_written_overlap(schema, name, torch::jit::last(*stack, schema.arguments().size()));
   if (is_data_dependent(name)) {
     base::keyed_counter_add("host_roundtrip_ops", name);
     base::counter_add("num_host_roundtrips");

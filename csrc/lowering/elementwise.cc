@@ -16,6 +16,16 @@ void register_with_variants(const std::string& base_name, const std::vector<std:
   register_lowering({("aten::" + base_name + ".out").c_str()}, fn);
 }
 
+// Integer division rounding toward -inf.
+Value floor_divide_int(Builder& b, Value a, Value d) {
+  Value q = b.div(a, d);
+  Value zero = b.zeros(a.type);
+  Value rem = b.binary("remainder", a, d);
+  Value signs_differ = b.compare(b.compare(a, zero, "LT"), b.compare(d, zero, "LT"), "NE");
+  Value adjust = b.binary("and", b.compare(rem, zero, "NE"), signs_differ);
+  return b.select(adjust, b.sub(q, b.splat(1, q.type)), q);
+}
+
 namespace {
 
 // a (op) b with PyTorch promotion over args 0 and 1.
@@ -54,15 +64,6 @@ LoweringFn add_like(const char* hlo_op) {
   };
 }
 
-Value floor_divide_int(Builder& b, Value a, Value d) {
-  Value q = b.div(a, d);
-  Value zero = b.zeros(a.type);
-  Value rem = b.binary("remainder", a, d);
-  Value signs_differ = b.compare(b.compare(a, zero, "LT"), b.compare(d, zero, "LT"), "NE");
-  Value adjust = b.binary("and", b.compare(rem, zero, "NE"), signs_differ);
-  return b.select(adjust, b.sub(q, b.splat(1, q.type)), q);
-}
-
 base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
   Builder& b = c.b();
   std::string mode;
@@ -80,7 +81,7 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
     r = b.div(x, y);
     if (base::is_floating(t)) r = b.trunc(r);
   } else if (mode == "floor") {
-    r = base::is_floating(t) ? b.unary("floor", b.div(x, y)) : floor_divide_int(b, x, y);
+    r = base::is_floating(t) ? floor_divide_float(b, x, y) : floor_divide_int(b, x, y);
   } else {
     return base::invalid_argument("lowering: div expected rounding_mode to be one of None, "
                                   "'trunc', or 'floor' but found '" + mode + "'");
@@ -205,7 +206,11 @@ base::StatusOr<std::vector<Value>> lower_sign(LoweringContext& c) {
   DType t = c.out_type().dtype;
   Value x = out_operand(c, 0, t);
   if (t == DType::kBool) return std::vector<Value>{x};
-  if (base::is_floating(t)) return std::vector<Value>{b.unary("sign", x)};
+  if (base::is_floating(t)) {
+    // PyTorch's sign(NaN) is 0 (XLA's is NaN).
+    Value nan = b.compare(x, x, "NE");
+    return std::vector<Value>{b.select(nan, b.zeros(x.type), b.unary("sign", x))};
+  }
   Value zero = b.zeros(x.type);
   Value pos = b.convert(b.compare(x, zero, "GT"), t);
   Value neg = b.convert(b.compare(x, zero, "LT"), t);

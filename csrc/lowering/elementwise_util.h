@@ -34,6 +34,11 @@ inline DType float_compute_type(LoweringContext& c) {
 // given overloads: e.g. ("add", {"Tensor", "Scalar"}) registers aten::add.Tensor,
 // aten::add_.Tensor, aten::add.Scalar, aten::add_.Scalar, aten::add.out and the
 // "<overload>_out" names (aten::add.Scalar_out) that some ops use instead.
+// Division rounding toward -inf with PyTorch's CPU semantics (elementwise.cc /
+// elementwise_math.cc): integers, and floats (via fmod, so an infinite dividend gives NaN).
+Value floor_divide_int(Builder& b, Value a, Value d);
+Value floor_divide_float(Builder& b, Value x, Value y);
+
 void register_with_variants(const std::string& base_name, const std::vector<std::string>& overloads,
                             LoweringFn fn);
 

@@ -245,7 +245,10 @@ Value Builder::trunc(Value a) {
 
 Value Builder::binary(std::string_view name, Value a, Value b) {
   TORCHTPU_CHECK(a.type == b.type, "binary op operands differ in type");
-  return op("stablehlo." + std::string(name), {a, b}, a.type);
+  // Names with a dialect prefix ("chlo.next_after") are used as given.
+  std::string full = name.find('.') == std::string_view::npos ? "stablehlo." + std::string(name)
+                                                              : std::string(name);
+  return op(full, {a, b}, a.type);
 }
 
 Value Builder::compare(Value a, Value b, std::string_view direction) {

@@ -95,7 +95,8 @@ class Builder {
   Value iota(const TensorType& t, int64_t dim);
 
   // Elementwise. Operands must already share type (use convert/broadcast_to first).
-  // `name` without the "stablehlo." prefix, or with another dialect's ("chlo.erf").
+  // `name` without the "stablehlo." prefix, or with another dialect's ("chlo.erf",
+  // "chlo.next_after"); the same holds for binary().
   Value unary(std::string_view name, Value a);
   Value trunc(Value a);  // round toward zero (floats only)
   Value binary(std::string_view name, Value a, Value b);

@@ -25,6 +25,12 @@ void ensure_registered() {
     register_indexing_lowerings();
     register_factory_lowerings();
     register_random_lowerings();
+    register_sort_lowerings();
+    register_elementwise_math_lowerings();
+    register_interpolate_lowerings();
+    register_unpool_lowerings();
+    register_search_lowerings();
+    register_index_reduce_lowerings();
     register_graph_lowerings();
   });
 }

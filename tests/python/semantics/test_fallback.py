@@ -1,7 +1,7 @@
 """Ops without a lowering run on the CPU, are counted and warned once; or are errors on request.
 
-The fallback op is ``aten::kthvalue.values`` (``torch.kthvalue`` is composite and dispatches
-to its out= overload): chosen because it has no lowering (the first test checks
+The fallback op is ``aten::mode`` (``torch.mode`` along a dim, values and indices):
+chosen because it has no lowering (the first test checks
 that against ``torchtpu._C.lowered_ops()``, so a future lowering makes this file pick again
 rather than silently test nothing).
 """
@@ -18,19 +18,19 @@ import torch
 
 import torchtpu
 
-FALLBACK_OP = "aten::kthvalue.values"
+FALLBACK_OP = "aten::mode"
 TPU = "tpu"
 PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
 
 
-def kthvalue(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return tuple(torch.kthvalue(t, 2, dim=1))
+def mode(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return tuple(torch.mode(t, dim=1))
 
 
 def test_op_has_no_lowering() -> None:
     lowered = set(torchtpu._C.lowered_ops())
     assert FALLBACK_OP not in lowered, f"{FALLBACK_OP} is lowered now; pick another op"
-    assert "aten::kthvalue" not in lowered
+    assert "aten::mode.values" not in lowered
     assert "aten::add.Tensor" in lowered
 
 
@@ -50,11 +50,11 @@ def test_lowered_op_names_are_real_overloads() -> None:
 def test_fallback_runs_counts_and_matches_cpu() -> None:
     x = torch.randn(4, 6)
     before = torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0)
-    values, indices = kthvalue(x.to(TPU))
+    values, indices = mode(x.to(TPU))
     after = torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0)
     assert after == before + 1
     assert values.device.type == TPU and indices.device.type == TPU
-    cv, ci = kthvalue(x)
+    cv, ci = mode(x)
     assert torch.equal(values.cpu(), cv) and torch.equal(indices.cpu(), ci)
     assert FALLBACK_OP in torchtpu.debug.report()
 
@@ -83,7 +83,7 @@ def test_fallback_warns_once_per_op() -> None:
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             for _ in range(3):
-                torch.kthvalue(x, 2, dim=1)
+                torch.mode(x, dim=1)
         msgs = [str(m.message) for m in w if "{FALLBACK_OP}" in str(m.message)]
         assert len(msgs) == 1, msgs
         assert "CPU" in msgs[0], msgs[0]
@@ -98,7 +98,7 @@ def test_fallback_error_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCHTPU_FALLBACK", "error")
     before = torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0)
     with pytest.raises(NotImplementedError, match=FALLBACK_OP):
-        kthvalue(x)
+        mode(x)
     assert torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0) == before
     # Lowered ops still run.
     assert (x + 1).sum().item() == pytest.approx(x.cpu().sum().item() + 24, rel=1e-5)
@@ -110,9 +110,9 @@ def test_fallback_error_mode_in_fresh_process() -> None:
         import torch, torchtpu
         x = torch.randn(4, 6, device="tpu")
         try:
-            torch.kthvalue(x, 2, dim=1)
+            torch.mode(x, dim=1)
         except NotImplementedError as e:
-            assert "aten::kthvalue.values" in str(e), e
+            assert "aten::mode" in str(e), e
             print("OK")
         """,
         TORCHTPU_FALLBACK="error")
@@ -121,14 +121,11 @@ def test_fallback_error_mode_in_fresh_process() -> None:
 
 def test_fallback_inplace_op_writes_tpu_tensor() -> None:
     # An in-place op without a lowering must write its result back into the tpu tensor.
-    assert "aten::sort" not in set(torchtpu._C.lowered_ops())
-    x = torch.randn(5)
-    t = x.to(TPU)
-    out_v = torch.empty(5, device=TPU)
-    out_i = torch.empty(5, dtype=torch.int64, device=TPU)
-    torch.sort(t, out=(out_v, out_i))
-    cv, ci = torch.sort(x)
-    assert torch.equal(out_v.cpu(), cv) and torch.equal(out_i.cpu(), ci)
+    assert "aten::gcd.out" not in set(torchtpu._C.lowered_ops())
+    a, b = torch.randint(-50, 50, (5,)), torch.randint(-50, 50, (5,))
+    out = torch.empty(5, dtype=torch.int64, device=TPU)
+    torch.gcd(a.to(TPU), b.to(TPU), out=out)
+    assert torch.equal(out.cpu(), torch.gcd(a, b))
 
 
 # In-place unary ops, least likely first to gain a lowering; the test uses the first whose

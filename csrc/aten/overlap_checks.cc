@@ -1,0 +1,54 @@
+#include "aten/overlap_checks.h"
+
+#include <ATen/MemoryOverlap.h>
+#include <ATen/Tensor.h>
+
+#include <vector>
+
+#include "aten/op_special_cases.h"
+
+namespace torchtpu::aten {
+namespace {
+
+// Ops whose CPU out= kernels call at::assert_no_overlap(result, input): any overlap,
+// even the whole tensor, is an error.
+bool rejects_full_overlap(const std::string& name) {
+  static const char* kOps[] = {"aten::index_select.out", "aten::gather.out", "aten::take.out",
+                               "aten::masked_select.out", "aten::kthvalue.values",
+                               "aten::cat.out", "aten::bernoulli.out"};
+  for (const char* op : kOps) if (name == op) return true;
+  return false;
+}
+
+void collect(const c10::IValue& v, std::vector<at::Tensor>* out) {
+  if (v.isTensor()) {
+    if (v.toTensor().defined()) out->push_back(v.toTensor());
+  } else if (v.isTensorList() || is_optional_tensor_list(v)) {
+    for (const at::Tensor& t : present_tensors(v)) out->push_back(t);
+  }
+}
+
+}  // namespace
+
+void check_written_overlap(const c10::FunctionSchema& schema, const std::string& name,
+                           c10::ArrayRef<c10::IValue> args) {
+  std::vector<at::Tensor> written, read;
+  for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i) {
+    const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
+    collect(args[i], ai && ai->isWrite() ? &written : &read);
+  }
+  if (written.empty()) return;
+  bool full = rejects_full_overlap(name);
+  for (const at::Tensor& w : written) {
+    at::assert_no_internal_overlap(w);
+    for (const at::Tensor& r : read) {
+      if (full) {
+        at::assert_no_overlap(w, r);
+      } else {
+        at::assert_no_partial_overlap(w, r);
+      }
+    }
+  }
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,21 @@
+// Memory-overlap checks for calls that write tensors (in-place and out= forms), as
+// PyTorch's CPU kernels make them: the lowerings compute a functional result and the
+// boxed kernel copies it into the written tensors, so without these checks a call whose
+// output aliases its input would silently succeed where PyTorch raises.
+#pragma once
+
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+
+#include <string>
+
+namespace torchtpu::aten {
+
+// Raises PyTorch's "unsupported operation: ..." RuntimeError when a written tensor
+// overlaps itself (an expanded view) or partially overlaps a tensor the op reads; for
+// ops whose CPU kernels reject any overlap with their inputs (index_select, gather,
+// cat, ...), a full overlap raises too.
+void check_written_overlap(const c10::FunctionSchema& schema, const std::string& name,
+                           c10::ArrayRef<c10::IValue> args);
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,353 @@
+// More elementwise math: inverse and hyperbolic trig, gamma-family functions, float
+// classification (signbit, isposinf, ...), NaN-aware binaries (fmax, xlogy, logaddexp),
+// floor division, rounding to decimals, shifts and trace.
+//
+// Each follows the formula of PyTorch's CPU kernel, including its special values (digamma
+// at +-0, floor division of infinities, out-of-range shifts), so results match the CPU
+// and not just the mathematical function.
+#include <cmath>
+#include <limits>
+
+#include "lowering/elementwise_util.h"
+#include "lowering/families.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Lowered = base::StatusOr<std::vector<Value>>;
+
+Value is_nan(Builder& b, Value x) { return b.compare(x, x, "NE"); }
+
+// A unary float function (ints promote to float32, 16-bit floats compute in float32).
+LoweringFn float_fn(std::function<Value(Builder&, Value)> f) {
+  return [f](LoweringContext& c) -> Lowered {
+    DType t = float_compute_type(c);
+    return std::vector<Value>{to_out(c, f(c.b(), out_operand(c, 0, t)))};
+  };
+}
+
+LoweringFn hlo_unary(const char* op) {
+  std::string name = op;
+  return float_fn([name](Builder& b, Value x) { return b.unary(name, x); });
+}
+
+// A binary function of the promoted operands, computed in opmath.
+LoweringFn binary_fn(std::function<Value(Builder&, Value, Value)> f, bool to_float = false) {
+  return [f, to_float](LoweringContext& c) -> Lowered {
+    DType t = opmath(c.result_type({0, 1}));
+    if (to_float && !base::is_floating(t)) t = DType::kF32;
+    return std::vector<Value>{to_out(c, f(c.b(), out_operand(c, 0, t), out_operand(c, 1, t)))};
+  };
+}
+
+// The sign bit of a float (true for -0.0 and negative NaNs), through its bit pattern.
+Value sign_bit(Builder& b, Value x) {
+  if (!base::is_floating(x.dtype())) return b.compare(x, b.zeros(x.type), "LT");
+  DType bits = x.dtype() == DType::kF64 ? DType::kI64
+               : x.dtype() == DType::kF32 ? DType::kI32 : DType::kI16;
+  Value raw = b.op("stablehlo.bitcast_convert", {x}, TensorType{bits, x.dims()});
+  return b.compare(raw, b.zeros(raw.type), "LT");
+}
+
+// digamma with PyTorch's value at zero: -inf at +0, +inf at -0 (XLA gives NaN there).
+Value digamma(Builder& b, Value x) {
+  Value r = b.unary("chlo.digamma", x);
+  Value zero = b.zeros(x.type), inf = b.splat(INFINITY, x.type);
+  Value at_zero = b.select(sign_bit(b, x), inf, b.unary("negate", inf));
+  return b.select(b.compare(x, zero, "EQ"), at_zero, r);
+}
+
+// sin(pi x) / (pi x), 1 at 0.
+Value sinc(Builder& b, Value x) {
+  Value px = b.mul(x, b.splat(M_PI, x.type));
+  Value r = b.div(b.unary("sine", px), px);
+  return b.select(b.compare(x, b.zeros(x.type), "EQ"), b.splat(1, x.type), r);
+}
+
+// The largest finite value of a float dtype (nan_to_num's default for +inf).
+double finite_max(DType t) {
+  switch (t) {
+    case DType::kF16: return 65504.0;
+    case DType::kBF16: return 3.3895313892515355e38;
+    case DType::kF64: return std::numeric_limits<double>::max();
+    default: return std::numeric_limits<float>::max();
+  }
+}
+
+Lowered lower_nan_to_num(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  DType t = x.dtype();
+  if (!base::is_floating(t)) return std::vector<Value>{x};
+  auto value_or = [&](size_t i, double dflt) {
+    return b.splat(c.is_none(i) ? dflt : c.double_arg(i), x.type);
+  };
+  Value r = b.select(is_nan(b, x), value_or(1, 0.0), x);
+  r = b.select(b.compare(x, b.splat(INFINITY, x.type), "EQ"), value_or(2, finite_max(t)), r);
+  r = b.select(b.compare(x, b.splat(-INFINITY, x.type), "EQ"), value_or(3, -finite_max(t)), r);
+  return std::vector<Value>{r};
+}
+
+LoweringFn is_inf_of_sign(double inf) {
+  return [inf](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    Value x = c.tensor(0);
+    if (!base::is_floating(x.dtype())) return std::vector<Value>{b.zeros(c.out_type())};
+    return std::vector<Value>{b.compare(x, b.splat(inf, x.type), "EQ")};
+  };
+}
+
+Lowered lower_signbit(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  if (x.dtype() == DType::kBool) return std::vector<Value>{b.zeros(c.out_type())};
+  return std::vector<Value>{sign_bit(b, x)};
+}
+
+// fmax/fmin: the non-NaN operand when exactly one is NaN.
+LoweringFn nan_ignoring(bool is_max) {
+  return binary_fn([is_max](Builder& b, Value x, Value y) {
+    Value r = b.binary(is_max ? "maximum" : "minimum", x, y);
+    if (!base::is_floating(x.dtype())) return r;
+    return b.select(is_nan(b, x), y, b.select(is_nan(b, y), x, r));
+  });
+}
+
+Value copysign(Builder& b, Value x, Value y) {
+  Value mag = b.unary("abs", x);
+  return b.select(sign_bit(b, y), b.unary("negate", mag), mag);
+}
+
+// PyTorch's logaddexp: equal infinities return themselves (inf - inf would be NaN).
+Value logaddexp(Builder& b, Value x, Value y, bool base2) {
+  Value m = b.max(x, y);
+  Value d = b.unary("negate", b.unary("abs", b.sub(x, y)));
+  Value tail = base2 ? b.mul(b.unary("log_plus_one",
+                                     b.unary("exponential", b.mul(d, b.splat(M_LN2, d.type)))),
+                             b.splat(1.0 / M_LN2, d.type))
+                     : b.unary("log_plus_one", b.unary("exponential", d));
+  Value same_inf = b.binary("and", b.compare(b.unary("abs", x), b.splat(INFINITY, x.type), "EQ"),
+                            b.compare(x, y, "EQ"));
+  return b.select(same_inf, x, b.add(m, tail));
+}
+
+// xlogy: 0 where x == 0 (unless y is NaN), x * log(y) elsewhere.
+Value xlogy(Builder& b, Value x, Value y) {
+  Value r = b.mul(x, b.unary("log", y));
+  Value zero = b.zeros(x.type);
+  Value r0 = b.select(b.compare(x, zero, "EQ"), zero, r);
+  return b.select(is_nan(b, y), y, r0);
+}
+
+// heaviside(x, values): values where x == 0, else (x > 0) (so NaN gives 0, as on the CPU).
+Value heaviside(Builder& b, Value x, Value v) {
+  Value pos = b.convert(b.compare(x, b.zeros(x.type), "GT"), x.dtype());
+  return b.select(b.compare(x, b.zeros(x.type), "EQ"), v, pos);
+}
+
+Value hypot(Builder& b, Value x, Value y) {
+  return b.unary("sqrt", b.add(b.mul(x, x), b.mul(y, y)));
+}
+
+Lowered lower_rsub(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = opmath(c.result_type({0, 1}));
+  Value self = out_operand(c, 0, t), other = out_operand(c, 1, t);
+  if (c.num_args() > 2 && c.arg(2).kind == ArgKind::kScalar) {
+    self = b.mul(self, b.broadcast_to(c.scalar(2, t), c.out_type().dims));
+  }
+  return std::vector<Value>{to_out(c, b.sub(other, self))};
+}
+
+// round(x, decimals): nearbyint on x scaled by 10^decimals, as the CPU kernel does it.
+Lowered lower_round_decimals(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  int64_t decimals = c.int_arg(1);
+  if (!base::is_floating(x.dtype())) return std::vector<Value>{x};
+  DType t = opmath(x.dtype());
+  Value xf = b.convert(x, t);
+  Value r;
+  if (decimals == 0) {
+    r = b.unary("round_nearest_even", xf);
+  } else {
+    Value p = b.splat(std::pow(10.0, static_cast<double>(std::llabs(decimals))), xf.type);
+    r = decimals > 0 ? b.div(b.unary("round_nearest_even", b.mul(xf, p)), p)
+                     : b.mul(b.unary("round_nearest_even", b.div(xf, p)), p);
+  }
+  return std::vector<Value>{b.convert(r, c.out_type().dtype)};
+}
+
+// Shifts with PyTorch's out-of-range rules: a left shift by < 0 or >= the bit width is 0;
+// a right shift by those saturates to the sign fill (x >> (bits - 1)).
+LoweringFn shift(bool left) {
+  return [left](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    DType t = c.result_type({0, 1});
+    Value x = out_operand(c, 0, t), s = out_operand(c, 1, t);
+    int64_t bits = static_cast<int64_t>(base::dtype_size_bytes(t)) * 8;
+    Value zero = b.zeros(x.type), width = b.splat(static_cast<double>(bits), x.type);
+    Value out_of_range = b.binary("or", b.compare(s, zero, "LT"), b.compare(s, width, "GE"));
+    if (left) {
+      Value r = b.select(out_of_range, zero, b.binary("shift_left", x, s));
+      return std::vector<Value>{to_out(c, r)};
+    }
+    bool is_signed = base::is_signed_integral(t);
+    const char* op = is_signed ? "shift_right_arithmetic" : "shift_right_logical";
+    Value fill = is_signed ? b.binary(op, x, b.splat(static_cast<double>(bits - 1), x.type)) : zero;
+    return std::vector<Value>{to_out(c, b.select(out_of_range, fill, b.binary(op, x, s)))};
+  };
+}
+
+// polygamma(n, x) for n >= 1. XLA's is accurate for x > 0 only; below 1 the recurrence
+// psi_n(x) = psi_n(x + K) - (-1)^n n! sum_{k<K} (x + k)^-(n+1) moves the evaluation to
+// x + K (PyTorch's zeta sums those terms directly, for the same reason).
+Value polygamma(Builder& b, int64_t n, Value x) {
+  constexpr int kShift = 24;
+  Value order = b.splat(static_cast<double>(n), x.type);
+  Value low = b.compare(x, b.splat(1, x.type), "LT");
+  Value xs = b.select(low, b.add(x, b.splat(kShift, x.type)), x);
+  Value sum = b.zeros(x.type);
+  for (int k = 0; k < kShift; ++k) {
+    Value inv = b.div(b.splat(1, x.type), b.add(x, b.splat(k, x.type)));
+    Value term = inv;
+    for (int64_t i = 0; i < n; ++i) term = b.mul(term, inv);
+    sum = b.add(sum, term);
+  }
+  double factorial = 1;
+  for (int64_t i = 2; i <= n; ++i) factorial *= static_cast<double>(i);
+  Value correction = b.mul(sum, b.splat((n % 2 == 0 ? 1.0 : -1.0) * factorial, x.type));
+  Value shifted = b.sub(b.binary("chlo.polygamma", order, xs), correction);
+  Value r = b.select(low, shifted, b.binary("chlo.polygamma", order, x));
+  // The CPU's values at the infinities (trigamma has its own kernel): n = 1 gives 0 at
+  // +inf and NaN at -inf; n >= 2 gives NaN at +inf and (-1)^(n+1) inf at -inf.
+  Value inf = b.splat(INFINITY, x.type), nan = b.splat(NAN, x.type);
+  Value at_pos = n == 1 ? b.zeros(x.type) : nan;
+  Value at_neg = n == 1 ? nan : (n % 2 == 1 ? inf : b.unary("negate", inf));
+  r = b.select(b.compare(x, inf, "EQ"), at_pos, r);
+  return b.select(b.compare(x, b.unary("negate", inf), "EQ"), at_neg, r);
+}
+
+// polygamma(n, self): n is an int argument; n = 0 is digamma.
+Lowered lower_polygamma(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = float_compute_type(c);
+  Value x = out_operand(c, 1, t);
+  int64_t n = c.int_arg(0);
+  Value r = n == 0 ? digamma(b, x) : polygamma(b, n, x);
+  return std::vector<Value>{to_out(c, r)};
+}
+
+// angle of a real number: pi for negatives, 0 otherwise, NaN stays NaN.
+Value angle(Builder& b, Value x) {
+  Value r = b.select(b.compare(x, b.zeros(x.type), "LT"), b.splat(M_PI, x.type), b.zeros(x.type));
+  return b.select(is_nan(b, x), x, r);
+}
+
+// trace of a 2-D matrix: the diagonal summed in the output's accumulation type.
+Lowered lower_trace(LoweringContext& c) {
+  Builder& b = c.b();
+  DType out = c.out_type().dtype;
+  DType acc = opmath(out);
+  Value x = b.convert(c.tensor(0), acc);
+  Value rows = b.iota(TensorType{DType::kI64, x.dims()}, 0);
+  Value cols = b.iota(TensorType{DType::kI64, x.dims()}, 1);
+  Value diag = b.select(b.compare(rows, cols, "EQ"), x, b.zeros(x.type));
+  return std::vector<Value>{b.convert(b.reduce_sum(diag, {0, 1}), out)};
+}
+
+}  // namespace
+
+// PyTorch's div_floor for floats: (a - fmod(a, b)) / b, corrected toward -inf, then rounded;
+// b == 0 gives a / b. Infinite a makes fmod NaN, so the result is NaN, as on the CPU.
+Value floor_divide_float(Builder& b, Value x, Value y) {
+  Value zero = b.zeros(x.type);
+  Value mod = b.binary("remainder", x, y);
+  Value div = b.div(b.sub(x, mod), y);
+  Value fix = b.binary("and", b.compare(mod, zero, "NE"),
+                       b.compare(b.compare(y, zero, "LT"), b.compare(mod, zero, "LT"), "NE"));
+  div = b.select(fix, b.sub(div, b.splat(1, div.type)), div);
+  Value fl = b.unary("floor", div);
+  Value round_up = b.compare(b.sub(div, fl), b.splat(0.5, div.type), "GT");
+  fl = b.select(round_up, b.add(fl, b.splat(1, div.type)), fl);
+  Value signed_zero = copysign(b, zero, b.div(x, y));
+  Value r = b.select(b.compare(div, zero, "NE"), fl, signed_zero);
+  return b.select(b.compare(y, zero, "EQ"), b.div(x, y), r);
+}
+
+void register_elementwise_math_lowerings() {
+  for (auto [name, op] : {std::pair{"acos", "chlo.acos"}, {"asin", "chlo.asin"},
+                          {"atan", "chlo.atan"}, {"sinh", "chlo.sinh"}, {"cosh", "chlo.cosh"},
+                          {"asinh", "chlo.asinh"}, {"acosh", "chlo.acosh"},
+                          {"atanh", "chlo.atanh"}, {"erfc", "chlo.erfc"},
+                          {"erfinv", "chlo.erf_inv"}, {"lgamma", "chlo.lgamma"}}) {
+    register_with_variants(name, {""}, hlo_unary(op));
+  }
+  register_with_variants("digamma", {""}, float_fn(digamma));
+  register_with_variants("sinc", {""}, float_fn(sinc));
+  register_with_variants("angle", {""}, float_fn(angle));
+  register_with_variants("frac", {""}, [](LoweringContext& c) -> Lowered {
+    Value x = c.tensor(0);
+    return std::vector<Value>{c.b().sub(x, c.b().trunc(x))};
+  });
+  register_lowering({"aten::polygamma", "aten::polygamma.out", "aten::polygamma_"},
+                    lower_polygamma);
+  register_with_variants("nan_to_num", {""}, lower_nan_to_num);
+  register_lowering({"aten::isposinf", "aten::isposinf.out"}, is_inf_of_sign(INFINITY));
+  register_lowering({"aten::isneginf", "aten::isneginf.out"}, is_inf_of_sign(-INFINITY));
+  register_lowering({"aten::isinf"}, [](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    Value x = c.tensor(0);
+    if (!base::is_floating(x.dtype())) return std::vector<Value>{b.zeros(c.out_type())};
+    return std::vector<Value>{b.compare(b.unary("abs", x), b.splat(INFINITY, x.type), "EQ")};
+  });
+  register_lowering({"aten::signbit", "aten::signbit.out"}, lower_signbit);
+  register_with_variants("fmax", {""}, nan_ignoring(true));
+  register_with_variants("fmin", {""}, nan_ignoring(false));
+  register_with_variants("copysign", {"Tensor", "Scalar"}, binary_fn(copysign, true));
+  register_with_variants("hypot", {""}, binary_fn(hypot));
+  register_with_variants("heaviside", {""}, binary_fn(heaviside));
+  register_with_variants("nextafter", {""}, binary_fn([](Builder& b, Value x, Value y) {
+    return b.binary("chlo.next_after", x, y);
+  }));
+  register_with_variants("logaddexp", {""}, binary_fn([](Builder& b, Value x, Value y) {
+    return logaddexp(b, x, y, false);
+  }, true));
+  register_with_variants("logaddexp2", {""}, binary_fn([](Builder& b, Value x, Value y) {
+    return logaddexp(b, x, y, true);
+  }, true));
+  register_with_variants("xlogy", {"Tensor", "Scalar_Other", "Scalar_Self"},
+                         binary_fn(xlogy, true));
+  register_lowering({"aten::xlogy.OutTensor", "aten::xlogy.OutScalar_Self",
+                     "aten::xlogy.OutScalar_Other"},
+                    binary_fn(xlogy, true));
+  LoweringFn floor_div = [](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    DType t = opmath(c.result_type({0, 1}));
+    Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
+    Value r = base::is_floating(t) ? floor_divide_float(b, x, y) : floor_divide_int(b, x, y);
+    return std::vector<Value>{to_out(c, r)};
+  };
+  register_with_variants("floor_divide", {"", "Scalar"}, floor_div);
+  register_lowering({"aten::rsub.Tensor", "aten::rsub.Scalar", "aten::rsub.Tensor_out",
+                     "aten::rsub.Scalar_out"},
+                    lower_rsub);
+  register_lowering({"aten::round.decimals", "aten::round_.decimals", "aten::round.decimals_out"},
+                    lower_round_decimals);
+  for (auto [name, left] :
+       {std::pair{"bitwise_left_shift", true}, {"bitwise_right_shift", false}}) {
+    register_with_variants(name, {"Tensor", "Tensor_Scalar"}, shift(left));
+    register_lowering({("aten::" + std::string(name) + ".Scalar_Tensor").c_str(),
+                       ("aten::" + std::string(name) + ".Scalar_Tensor_out").c_str()},
+                      shift(left));
+  }
+  register_lowering({"aten::__lshift__.Tensor", "aten::__lshift__.Scalar",
+                     "aten::__ilshift__.Tensor", "aten::__ilshift__.Scalar"},
+                    shift(true));
+  register_lowering({"aten::__rshift__.Tensor", "aten::__rshift__.Scalar",
+                     "aten::__irshift__.Tensor", "aten::__irshift__.Scalar"},
+                    shift(false));
+  register_lowering({"aten::trace", "aten::trace.out"}, lower_trace);
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,92 @@
+// index_reduce(self, dim, index, source, reduce, include_self): along `dim`, position
+// index[i] of self combines with slice i of source by prod, mean, amax or amin. One
+// stablehlo.scatter with the combiner; include_self=False first resets the positions
+// that receive a slice to the combiner's identity; mean divides by the number of
+// contributions (floor division for integers, as the CPU kernel does).
+#include "lowering/elementwise_util.h"
+#include "lowering/families.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Lowered = base::StatusOr<std::vector<Value>>;
+
+Value scatter_along(Builder& b, Value operand, Value index, Value updates, int64_t dim,
+                    const std::string& combiner) {
+  int64_t k = index.dims().empty() ? 1 : index.dims()[0];
+  Value idx = b.reshape(b.convert(index, DType::kI64), {k, 1});
+  Dims window;
+  for (int64_t d = 0; d < updates.rank(); ++d) if (d != dim) window.push_back(d);
+  TensorType scalar{operand.dtype(), {}};
+  return b.op_with_region(
+      "stablehlo.scatter", {operand, idx, updates}, {operand.type}, {scalar, scalar},
+      [&](Builder& rb, const std::vector<Value>& a) {
+        if (combiner == "maximum") return std::vector<Value>{rb.max(a[0], a[1])};
+        if (combiner == "minimum") return std::vector<Value>{rb.min(a[0], a[1])};
+        return std::vector<Value>{rb.binary(combiner, a[0], a[1])};
+      },
+      "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " + i64_list(window) +
+          ", inserted_window_dims = [" + std::to_string(dim) +
+          "], scatter_dims_to_operand_dims = [" + std::to_string(dim) +
+          "], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false")[0];
+}
+
+Lowered lower_index_reduce(LoweringContext& c) {
+  Builder& b = c.b();
+  Value self = c.tensor(0);
+  int64_t dim = wrap_dim(c.int_arg(1), self.rank());
+  Value index = c.tensor(2);
+  const std::string& reduce = c.string_arg(4);
+  bool include_self = c.bool_arg(5);
+  DType t = self.dtype();
+  Value x = self.rank() == 0 ? b.reshape(self, {1}) : self;
+  Value src = c.tensor(3);
+  if (src.rank() == 0) src = b.reshape(src, {1});
+
+  int64_t size = x.dims()[dim];
+  Value idx64 = b.convert(index, DType::kI64);
+  Value ok = b.binary("and", b.compare(idx64, b.zeros(idx64.type), "GE"),
+                      b.compare(idx64, b.splat(static_cast<double>(size), idx64.type), "LT"));
+  if (idx64.type.num_elements() > 0) {
+    c.require(b.reduce(ok, b.constant(1, DType::kBool), {0}, "and"),
+              "index_reduce(): index out of range in self (expected values in [0, " +
+                  std::to_string(size) + "))");
+  }
+
+  std::string combiner = reduce == "prod" ? "multiply" : reduce == "mean" ? "add"
+                         : reduce == "amax" ? "maximum" : "minimum";
+  if (reduce != "prod" && reduce != "mean" && reduce != "amax" && reduce != "amin") {
+    return base::invalid_argument("lowering: index_reduce: unknown reduce '" + reduce + "'");
+  }
+  DType ct = opmath(t);
+  Value xc = b.convert(x, ct), sc = b.convert(src, ct);
+  // Positions that receive at least one slice (and, for mean, how many).
+  Value counts = scatter_along(b, b.zeros(TensorType{ct, x.dims()}), idx64,
+                               b.splat(1, TensorType{ct, src.dims()}), dim, "add");
+  Value hit = b.compare(counts, b.zeros(counts.type), "GT");
+  Value init = xc;
+  if (!include_self) {
+    double identity = reduce == "prod" ? 1 : 0;
+    Value id = reduce == "amax"   ? b.broadcast_to(b.min_value(ct), x.dims())
+               : reduce == "amin" ? b.broadcast_to(b.max_value(ct), x.dims())
+                                  : b.splat(identity, xc.type);
+    init = b.select(hit, id, xc);
+  }
+  Value r = scatter_along(b, init, idx64, sc, dim, combiner);
+  if (reduce == "mean") {
+    Value n = include_self ? b.add(counts, b.splat(1, counts.type)) : counts;
+    n = b.select(b.compare(n, b.zeros(n.type), "EQ"), b.splat(1, n.type), n);
+    Value q = base::is_floating(ct) ? b.div(r, n) : floor_divide_int(b, r, n);
+    r = b.select(hit, q, r);
+  }
+  return std::vector<Value>{b.reshape(b.convert(r, c.out_type().dtype), c.out_type().dims)};
+}
+
+}  // namespace
+
+void register_index_reduce_lowerings() {
+  register_lowering({"aten::index_reduce", "aten::index_reduce_", "aten::index_reduce.out"},
+                    lower_index_reduce);
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,354 @@
+// Resampling by compile-time positions: the interpolation lowerings
+// upsample_{nearest,_nearest_exact}{1,2,3}d, upsample_linear1d, upsample_bilinear2d,
+// upsample_trilinear3d and upsample_bicubic2d (what F.interpolate and nn.Upsample call),
+// and reflection/replication padding (F.pad modes "reflect" and "replicate").
+//
+// Every mode is separable: along each spatial dim, output position o reads a few input
+// positions with fixed weights. Sizes are compile-time, so the positions and weights are
+// computed here with ATen's formulas (UpSample.h, in float like its CPU kernels) and
+// emitted as constants; the device does constant-index gathers along each dim and a
+// weighted sum. The last spatial dim goes first, the order of the CPU kernels' sums.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "lowering/families.h"
+#include "lowering/lowering.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Lowered = base::StatusOr<std::vector<Value>>;
+
+enum class Mode { kNearest, kNearestExact, kLinear, kCubic };
+
+// One output position: input positions and their weights.
+struct Taps {
+  std::vector<int64_t> index;
+  std::vector<float> weight;
+};
+
+// ATen's compute_scales_value: 1/scale when a positive scale was given, else in/out.
+float scale_value(std::optional<double> scale, int64_t in, int64_t out) {
+  return scale && *scale > 0 ? static_cast<float>(1.0 / *scale)
+                             : static_cast<float>(in) / static_cast<float>(out);
+}
+
+// ATen's area_pixel_compute_scale.
+float area_scale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  if (align_corners) {
+    return out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
+  }
+  return scale_value(scale, in, out);
+}
+
+// ATen's area_pixel_compute_source_index.
+float source_index(float scale, int64_t dst, bool align_corners, bool cubic) {
+  if (align_corners) return scale * static_cast<float>(dst);
+  float src = scale * (static_cast<float>(dst) + 0.5f) - 0.5f;
+  return (!cubic && src < 0) ? 0.f : src;
+}
+
+float cubic1(float x, float a) { return ((a + 2) * x - (a + 3)) * x * x + 1; }
+float cubic2(float x, float a) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; }
+
+// Taps of every output position along one dim, in output order.
+std::vector<Taps> taps_for(Mode mode, int64_t in, int64_t out, bool align_corners,
+                           std::optional<double> scale) {
+  std::vector<Taps> taps(out);
+  for (int64_t o = 0; o < out; ++o) {
+    Taps& t = taps[o];
+    if (mode == Mode::kNearest) {
+      float src = static_cast<float>(o) * scale_value(scale, in, out);
+      int64_t i = out == in       ? o
+                  : out == 2 * in ? o >> 1
+                                  : std::min(static_cast<int64_t>(std::floor(src)), in - 1);
+      t = {{i}, {1.f}};
+    } else if (mode == Mode::kNearestExact) {
+      float s = scale_value(scale, in, out);
+      float src = static_cast<float>((o + 0.5) * s);
+      int64_t i = std::min(static_cast<int64_t>(std::floor(src)), in - 1);
+      t = {{i}, {1.f}};
+    } else if (mode == Mode::kLinear) {
+      float real = source_index(area_scale(in, out, align_corners, scale), o, align_corners, false);
+      int64_t i0 = std::min(static_cast<int64_t>(std::floor(real)), in - 1);
+      float l1 = std::min(std::max(real - static_cast<float>(i0), 0.f), 1.f);
+      int64_t i1 = i0 + (i0 < in - 1 ? 1 : 0);
+      t = {{i0, i1}, {1.f - l1, l1}};
+    } else {
+      float real = source_index(area_scale(in, out, align_corners, scale), o, align_corners, true);
+      float fl = std::floor(real);
+      float x = real - fl;
+      const float a = -0.75f;
+      float w[4] = {cubic2(x + 1.f, a), cubic1(x, a), cubic1(1.f - x, a), cubic2(2.f - x, a)};
+      for (int k = 0; k < 4; ++k) {
+        int64_t i = std::clamp<int64_t>(static_cast<int64_t>(fl) - 1 + k, 0, in - 1);
+        t.index.push_back(i);
+        t.weight.push_back(w[k]);
+      }
+    }
+  }
+  return taps;
+}
+
+std::string i64_dense(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", [" : "[") + std::to_string(v[i]) + "]";
+  return s + "]";
+}
+
+std::string f32_dense(const std::vector<float>& v) {
+  std::string s = "[";
+  char buf[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%.9e", static_cast<double>(v[i]));
+    s += (i ? ", " : "") + std::string(buf);
+  }
+  return s + "]";
+}
+
+// A constant [k, 1] i64 tensor of positions (gather/scatter indices).
+Value index_constant(Builder& b, const std::vector<int64_t>& index) {
+  TensorType it{DType::kI64, {static_cast<int64_t>(index.size()), 1}};
+  return b.op("stablehlo.constant", {}, it,
+              "value = dense<" + i64_dense(index) + "> : " + it.str());
+}
+
+// x's entries at input positions `index` along `dim` (a constant-index gather).
+Value take(Builder& b, Value x, int64_t dim, const std::vector<int64_t>& index) {
+  int64_t k = static_cast<int64_t>(index.size());
+  Value idx = index_constant(b, index);
+  Dims out = x.dims(), offset, slice = x.dims();
+  out[dim] = k;
+  slice[dim] = 1;
+  for (int64_t d = 0; d < x.rank(); ++d) if (d != dim) offset.push_back(d);
+  std::string nums = "#stablehlo.gather<offset_dims = " + i64_list(offset) +
+                     ", collapsed_slice_dims = [" + std::to_string(dim) +
+                     "], start_index_map = [" + std::to_string(dim) + "], index_vector_dim = 1>";
+  return b.op("stablehlo.gather", {x, idx}, TensorType{x.dtype(), out},
+              "dimension_numbers = " + nums + ", slice_sizes = " + i64_array(slice) +
+                  ", indices_are_sorted = false");
+}
+
+// The transpose of take(): `g`'s entries along `dim` added into `in_size` positions.
+Value put_add(Builder& b, Value g, int64_t dim, const std::vector<int64_t>& index,
+              int64_t in_size) {
+  Value idx = index_constant(b, index);
+  Dims out = g.dims(), window;
+  out[dim] = in_size;
+  for (int64_t d = 0; d < g.rank(); ++d) if (d != dim) window.push_back(d);
+  TensorType scalar{g.dtype(), {}};
+  return b.op_with_region(
+      "stablehlo.scatter", {b.zeros(TensorType{g.dtype(), out}), idx, g},
+      {TensorType{g.dtype(), out}}, {scalar, scalar},
+      [](Builder& rb, const std::vector<Value>& a) {
+        return std::vector<Value>{rb.add(a[0], a[1])};
+      },
+      "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " + i64_list(window) +
+          ", inserted_window_dims = [" + std::to_string(dim) +
+          "], scatter_dims_to_operand_dims = [" + std::to_string(dim) +
+          "], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false")[0];
+}
+
+// The gradient of resample(): each output's gradient flows back to its taps, weighted.
+Value resample_backward(Builder& b, Value g, int64_t dim, const std::vector<Taps>& taps,
+                        int64_t in_size) {
+  size_t n = taps.front().index.size();
+  Value sum;
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<int64_t> index;
+    std::vector<float> weight;
+    bool all_one = true;
+    for (const Taps& t : taps) {
+      index.push_back(t.index[k]);
+      weight.push_back(t.weight[k]);
+      all_one &= t.weight[k] == 1.f;
+    }
+    Value w_g = g;
+    if (!all_one) {
+      TensorType wt{DType::kF32, {static_cast<int64_t>(weight.size())}};
+      Value w = b.op("stablehlo.constant", {}, wt,
+                     "value = dense<" + f32_dense(weight) + "> : " + wt.str());
+      w_g = b.mul(g, b.broadcast_in_dim(w, g.dims(), {dim}));
+    }
+    Value part = put_add(b, w_g, dim, index, in_size);
+    sum = k == 0 ? part : b.add(sum, part);
+  }
+  return sum;
+}
+
+// Resamples `x` (float32) along `dim` to `taps.size()` positions.
+Value resample(Builder& b, Value x, int64_t dim, const std::vector<Taps>& taps) {
+  size_t n = taps.front().index.size();
+  Value sum;
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<int64_t> index;
+    std::vector<float> weight;
+    bool all_one = true;
+    for (const Taps& t : taps) {
+      index.push_back(t.index[k]);
+      weight.push_back(t.weight[k]);
+      all_one &= t.weight[k] == 1.f;
+    }
+    Value g = take(b, x, dim, index);
+    if (!all_one) {
+      TensorType wt{DType::kF32, {static_cast<int64_t>(weight.size())}};
+      Value w = b.op("stablehlo.constant", {}, wt,
+                     "value = dense<" + f32_dense(weight) + "> : " + wt.str());
+      g = b.mul(g, b.broadcast_in_dim(w, g.dims(), {dim}));
+    }
+    sum = k == 0 ? g : b.add(sum, g);
+  }
+  return sum;
+}
+
+// upsample_*(self, output_size, [align_corners,] scales...): `first_scale` is the index of
+// the first scales argument; align_corners is the argument before it for linear modes.
+LoweringFn upsample(Mode mode) {
+  return [mode](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    Value x = c.tensor(0);
+    const Dims& out_dims = c.out_type().dims;
+    int64_t spatial = x.rank() - 2;
+    bool linear = mode == Mode::kLinear || mode == Mode::kCubic;
+    bool align_corners = linear && c.bool_arg(2);
+    size_t first_scale = linear ? 3 : 2;
+    DType t = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value y = b.convert(x, t);
+    for (int64_t s = spatial - 1; s >= 0; --s) {
+      int64_t dim = 2 + s;
+      if (x.dims()[dim] == 0 || out_dims[dim] == 0) continue;  // empty result: shape only
+      std::optional<double> scale;
+      size_t a = first_scale + static_cast<size_t>(s);
+      if (!c.is_none(a) && c.arg(a).kind == ArgKind::kDouble) scale = c.double_arg(a);
+      y = resample(b, y, dim, taps_for(mode, x.dims()[dim], out_dims[dim], align_corners, scale));
+    }
+    if (y.dims() != out_dims) return std::vector<Value>{b.zeros(c.out_type())};
+    return std::vector<Value>{b.convert(y, c.out_type().dtype)};
+  };
+}
+
+// upsample_*_backward(grad_output, output_size, input_size, [align_corners,] scales...).
+LoweringFn upsample_backward(Mode mode) {
+  return [mode](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    Value g = c.tensor(0);
+    const Dims& in_dims = c.out_type().dims;
+    int64_t spatial = g.rank() - 2;
+    bool linear = mode == Mode::kLinear || mode == Mode::kCubic;
+    bool align_corners = linear && c.bool_arg(3);
+    size_t first_scale = linear ? 4 : 3;
+    DType t = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+    Value y = b.convert(g, t);
+    for (int64_t s = 0; s < spatial; ++s) {
+      int64_t dim = 2 + s;
+      if (in_dims[dim] == 0 || g.dims()[dim] == 0) continue;
+      std::optional<double> scale;
+      size_t a = first_scale + static_cast<size_t>(s);
+      if (!c.is_none(a) && c.arg(a).kind == ArgKind::kDouble) scale = c.double_arg(a);
+      std::vector<Taps> taps = taps_for(mode, in_dims[dim], g.dims()[dim], align_corners, scale);
+      y = resample_backward(b, y, dim, taps, in_dims[dim]);
+    }
+    if (y.dims() != in_dims) return std::vector<Value>{b.zeros(c.out_type())};
+    return std::vector<Value>{b.convert(y, c.out_type().dtype)};
+  };
+}
+
+// reflection_pad{1,2,3}d / replication_pad{1,2,3}d(self, padding): padding lists
+// (before, after) pairs from the last dim backwards; negative amounts crop.
+std::vector<Taps> pad_taps(bool reflect, int64_t in, int64_t out, int64_t before) {
+  std::vector<Taps> taps(out);
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t i = o - before;
+    if (reflect) {
+      // PyTorch requires pad < size, so one reflection lands inside.
+      if (i < 0) i = -i;
+      if (i >= in) i = 2 * (in - 1) - i;
+    } else {
+      i = std::clamp<int64_t>(i, 0, in - 1);
+    }
+    taps[o] = {{i}, {1.f}};
+  }
+  return taps;
+}
+
+LoweringFn pad(bool reflect) {
+  return [reflect](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    Value y = c.tensor(0);
+    const Dims& padding = c.int_list(1);
+    const Dims& out_dims = c.out_type().dims;
+    for (size_t p = 0; p + 1 < padding.size(); p += 2) {
+      int64_t dim = y.rank() - 1 - static_cast<int64_t>(p / 2);
+      int64_t in = y.dims()[dim], out = out_dims[dim];
+      if (in == 0 || out == 0) continue;
+      y = resample(b, y, dim, pad_taps(reflect, in, out, padding[p]));
+    }
+    if (y.dims() != out_dims) return std::vector<Value>{b.zeros(c.out_type())};
+    return std::vector<Value>{y};
+  };
+}
+
+// *_pad{1,2,3}d_backward(grad_output, self, padding): padded positions add into the
+// positions they copied.
+LoweringFn pad_backward(bool reflect) {
+  return [reflect](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    Value g = c.tensor(0);
+    const Dims& padding = c.int_list(2);
+    const Dims& in_dims = c.out_type().dims;
+    DType t = base::is_floating(g.dtype()) ? (g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32)
+                                           : g.dtype();
+    Value y = b.convert(g, t);
+    for (size_t p = 0; p + 1 < padding.size(); p += 2) {
+      int64_t dim = g.rank() - 1 - static_cast<int64_t>(p / 2);
+      int64_t in = in_dims[dim], out = g.dims()[dim];
+      if (in == 0 || out == 0) continue;
+      y = resample_backward(b, y, dim, pad_taps(reflect, in, out, padding[p]), in);
+    }
+    if (y.dims() != in_dims) return std::vector<Value>{b.zeros(c.out_type())};
+    return std::vector<Value>{b.convert(y, c.out_type().dtype)};
+  };
+}
+
+}  // namespace
+
+void register_interpolate_lowerings() {
+  for (const char* d : {"1d", "2d", "3d"}) {
+    std::string r = std::string("aten::reflection_pad") + d;
+    std::string p = std::string("aten::replication_pad") + d;
+    register_lowering({r.c_str(), (r + ".out").c_str()}, pad(/*reflect=*/true));
+    register_lowering({p.c_str(), (p + ".out").c_str()}, pad(/*reflect=*/false));
+    register_lowering({(r + "_backward").c_str(), (r + "_backward.grad_input").c_str()},
+                      pad_backward(/*reflect=*/true));
+    register_lowering({(p + "_backward").c_str(), (p + "_backward.grad_input").c_str()},
+                      pad_backward(/*reflect=*/false));
+  }
+  for (const char* d : {"1d", "2d", "3d"}) {
+    std::string n = std::string("aten::upsample_nearest") + d;
+    std::string e = std::string("aten::_upsample_nearest_exact") + d;
+    register_lowering({n.c_str(), (n + ".out").c_str()}, upsample(Mode::kNearest));
+    register_lowering({e.c_str(), (e + ".out").c_str()}, upsample(Mode::kNearestExact));
+    register_lowering({(n + "_backward").c_str(), (n + "_backward.grad_input").c_str()},
+                      upsample_backward(Mode::kNearest));
+    register_lowering({(e + "_backward").c_str(), (e + "_backward.grad_input").c_str()},
+                      upsample_backward(Mode::kNearestExact));
+  }
+  for (const char* n : {"aten::upsample_linear1d", "aten::upsample_bilinear2d",
+                        "aten::upsample_trilinear3d"}) {
+    std::string bw = std::string(n) + "_backward";
+    register_lowering({bw.c_str(), (bw + ".grad_input").c_str()}, upsample_backward(Mode::kLinear));
+  }
+  register_lowering({"aten::upsample_bicubic2d_backward",
+                     "aten::upsample_bicubic2d_backward.grad_input"},
+                    upsample_backward(Mode::kCubic));
+  register_lowering({"aten::upsample_linear1d", "aten::upsample_linear1d.out",
+                     "aten::upsample_bilinear2d", "aten::upsample_bilinear2d.out",
+                     "aten::upsample_trilinear3d", "aten::upsample_trilinear3d.out"},
+                    upsample(Mode::kLinear));
+  register_lowering({"aten::upsample_bicubic2d", "aten::upsample_bicubic2d.out"},
+                    upsample(Mode::kCubic));
+}
+
+}  // namespace torchtpu::lowering

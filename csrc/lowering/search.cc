@@ -1,0 +1,146 @@
+// Searching lowerings: searchsorted, bucketize (binary search in sorted boundaries) and
+// isin (membership).
+//
+// The binary search runs PyTorch's own loop (cus_lower_bound / cus_upper_bound in
+// Bucketization.cpp) for a fixed ceil(log2(n + 1)) steps, each one gather of the midpoints,
+// so even unsorted or NaN-holding boundaries give the CPU's answer.
+#include <algorithm>
+#include <optional>
+
+#include "lowering/families.h"
+#include "lowering/lowering.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Lowered = base::StatusOr<std::vector<Value>>;
+
+// For every v of `values` ([rows, k]), the insertion position in its row of `seq`
+// ([rows, n]): the first position whose element is >= v (or > v when `right`).
+Value binary_search(Builder& b, Value seq, Value values, bool right) {
+  int64_t rows = seq.dims()[0], n = seq.dims()[1], k = values.dims()[1];
+  TensorType it{DType::kI64, {rows, k}};
+  Value start = b.zeros(it), end = b.splat(static_cast<double>(n), it);
+  if (n == 0) return start;
+  Value row = b.iota(it, 0);
+  Value one = b.splat(1, it), last = b.splat(static_cast<double>(n - 1), it);
+  int steps = 0;
+  while ((int64_t{1} << steps) <= n) ++steps;
+  for (int s = 0; s < steps; ++s) {
+    Value active = b.compare(start, end, "LT");
+    Value mid = b.add(start, b.binary("shift_right_logical", b.sub(end, start), one));
+    Value safe_mid = b.min(mid, last);  // inactive lanes may point one past the end
+    Value coords =
+        b.concatenate({b.reshape(row, {rows, k, 1}), b.reshape(safe_mid, {rows, k, 1})}, 2);
+    Value mid_val = b.op("stablehlo.gather", {seq, coords}, values.type,
+                         "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], "
+                         "start_index_map = [0, 1], index_vector_dim = 2>, "
+                         "slice_sizes = array<i64: 1, 1>, indices_are_sorted = false");
+    // lower bound: go right when !(mid_val >= v); upper bound: when !(mid_val > v).
+    Value go_right = b.unary("not", b.compare(mid_val, values, right ? "GT" : "GE"));
+    start = b.select(b.binary("and", active, go_right), b.add(mid, one), start);
+    end = b.select(b.binary("and", active, b.unary("not", go_right)), mid, end);
+  }
+  return start;
+}
+
+// seq[row, sorter[row, j]] for [rows, n] operands: the sequence in sorted order.
+Value apply_sorter(Builder& b, Value seq, Value sorter) {
+  int64_t rows = seq.dims()[0], n = seq.dims()[1];
+  TensorType it{DType::kI64, {rows, n}};
+  Value coords = b.concatenate({b.reshape(b.iota(it, 0), {rows, n, 1}),
+                                b.reshape(b.convert(sorter, DType::kI64), {rows, n, 1})}, 2);
+  return b.op("stablehlo.gather", {seq, coords}, seq.type,
+              "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], "
+              "start_index_map = [0, 1], index_vector_dim = 2>, "
+              "slice_sizes = array<i64: 1, 1>, indices_are_sorted = false");
+}
+
+// `right` from searchsorted's (right, side) or bucketize's right argument; `sorter`
+// (optional, seq's shape) orders seq.
+Value search(LoweringContext& c, Value seq, Value values, bool right,
+             std::optional<Value> sorter = std::nullopt) {
+  Builder& b = c.b();
+  DType t = promote_types(seq.dtype(), values.dtype());
+  Dims vdims = values.dims();
+  int64_t n = seq.rank() == 0 ? 1 : seq.dims().back();
+  Value s, v;
+  if (seq.rank() <= 1) {
+    // One boundary list for every value.
+    int64_t count = 1;
+    for (int64_t d : vdims) count *= d;
+    s = b.reshape(b.convert(seq, t), {1, n});
+    v = b.reshape(b.convert(values, t), {1, count});
+  } else {
+    int64_t rows = 1;
+    for (int64_t i = 0; i + 1 < seq.rank(); ++i) rows *= seq.dims()[i];
+    s = b.reshape(b.convert(seq, t), {rows, n});
+    v = b.reshape(b.convert(values, t), {rows, vdims.empty() ? 1 : vdims.back()});
+  }
+  if (sorter && n > 0) s = apply_sorter(b, s, b.reshape(*sorter, s.dims()));
+  Value pos = binary_search(b, s, v, right);
+  return b.convert(b.reshape(pos, c.out_type().dims), c.out_type().dtype);
+}
+
+// searchsorted.Tensor(sorted_sequence, self, *, out_int32, right, side, sorter) and the
+// .Scalar form (self is then a scalar argument).
+Lowered lower_searchsorted(LoweringContext& c) {
+  Builder& b = c.b();
+  bool right = c.bool_arg(3) || (!c.is_none(4) && c.string_arg(4) == "right");
+  Value seq = c.tensor(0);
+  Value values = c.arg(1).kind == ArgKind::kTensor ? c.tensor(1) : c.scalar(1, seq.dtype());
+  if (values.rank() == 0) values = b.reshape(values, {1});
+  std::optional<Value> sorter;
+  if (!c.is_none(5)) sorter = c.tensor(5);
+  return std::vector<Value>{search(c, seq, values, right, sorter)};
+}
+
+// bucketize.Tensor(self, boundaries, *, out_int32, right); .Scalar has a scalar self.
+Lowered lower_bucketize(LoweringContext& c) {
+  Builder& b = c.b();
+  Value boundaries = c.tensor(1);
+  Value values = c.arg(0).kind == ArgKind::kTensor ? c.tensor(0) : c.scalar(0, boundaries.dtype());
+  if (values.rank() == 0) values = b.reshape(values, {1});
+  return std::vector<Value>{search(c, boundaries, values, c.bool_arg(3))};
+}
+
+// isin(elements, test_elements, *, assume_unique, invert): equality against every test
+// element (NaN is in nothing), for tensor or scalar elements / test_elements.
+Lowered lower_isin(LoweringContext& c) {
+  Builder& b = c.b();
+  bool e_tensor = c.arg(0).kind == ArgKind::kTensor, t_tensor = c.arg(1).kind == ArgKind::kTensor;
+  DType t = c.result_type({0, 1});
+  Value e = e_tensor ? b.convert(c.tensor(0), t) : c.scalar(0, t);
+  Value tests = t_tensor ? b.convert(c.tensor(1), t) : c.scalar(1, t);
+  int64_t ne = 1, nt = 1;
+  for (int64_t d : e.dims()) ne *= d;
+  for (int64_t d : tests.dims()) nt *= d;
+  Value found;
+  if (nt == 0 || ne == 0) {
+    found = b.zeros(TensorType{DType::kBool, {ne}});
+  } else {
+    Value ee = b.broadcast_in_dim(b.reshape(e, {ne}), {ne, nt}, {0});
+    Value tt = b.broadcast_in_dim(b.reshape(tests, {nt}), {ne, nt}, {1});
+    found = b.reduce(b.compare(ee, tt, "EQ"), b.constant(0, DType::kBool), {1}, "or");
+  }
+  bool invert = c.bool_arg(3);
+  if (invert) found = b.unary("not", found);
+  return std::vector<Value>{b.reshape(found, c.out_type().dims)};
+}
+
+}  // namespace
+
+void register_search_lowerings() {
+  register_lowering({"aten::searchsorted.Tensor", "aten::searchsorted.Tensor_out",
+                     "aten::searchsorted.Scalar", "aten::searchsorted.Scalar_out"},
+                    lower_searchsorted);
+  register_lowering({"aten::bucketize.Tensor", "aten::bucketize.Tensor_out",
+                     "aten::bucketize.Scalar", "aten::bucketize.Scalar_out"},
+                    lower_bucketize);
+  register_lowering({"aten::isin.Tensor_Tensor", "aten::isin.Tensor_Tensor_out",
+                     "aten::isin.Tensor_Scalar", "aten::isin.Tensor_Scalar_out",
+                     "aten::isin.Scalar_Tensor", "aten::isin.Scalar_Tensor_out"},
+                    lower_isin);
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,171 @@
+// Sorting lowerings: sort (every overload), topk, kthvalue, median and nanmedian; argsort
+// and msort reach sort through their composite kernels.
+//
+// One stablehlo.sort over (values, int64 iota indices) along the dim, always stable (the
+// CPU kernel is stable too, so equal values keep their original order and indices match).
+// NaN orders above every number, as in PyTorch: last when ascending, first when
+// descending. topk and kthvalue sort the whole dim and slice; the sort is O(n log n)
+// where the CPU uses a selection, which is the same answer at TPU-friendly cost.
+#include <cmath>
+
+#include "lowering/families.h"
+#include "lowering/lowering.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Lowered = base::StatusOr<std::vector<Value>>;
+
+// "a before b" for scalars a, b of a float or integer dtype.
+Value comes_before(Builder& b, Value x, Value y, bool descending) {
+  if (!base::is_floating(x.dtype())) return b.compare(x, y, descending ? "GT" : "LT");
+  Value x_nan = b.compare(x, x, "NE"), y_nan = b.compare(y, y, "NE");
+  if (descending) {
+    // NaN first: x before y when x is NaN and y is not, or x > y.
+    Value nan_first = b.binary("and", x_nan, b.unary("not", y_nan));
+    return b.binary("or", nan_first, b.compare(x, y, "GT"));
+  }
+  Value nan_last = b.binary("and", b.unary("not", x_nan), y_nan);
+  return b.binary("or", nan_last, b.compare(x, y, "LT"));
+}
+
+// (sorted values, their int64 indices) of `x` along `dim`. Bool sorts as int32.
+std::pair<Value, Value> sort_with_indices(Builder& b, Value x, int64_t dim, bool descending) {
+  DType t = x.dtype();
+  Value keys = t == DType::kBool ? b.convert(x, DType::kI32) : x;
+  Value idx = b.iota(TensorType{DType::kI64, x.dims()}, dim);
+  TensorType kt{keys.dtype(), {}}, it{DType::kI64, {}};
+  std::vector<Value> r = b.op_with_region(
+      "stablehlo.sort", {keys, idx}, {keys.type, idx.type}, {kt, kt, it, it},
+      [&](Builder& rb, const std::vector<Value>& a) {
+        return std::vector<Value>{comes_before(rb, a[0], a[1], descending)};
+      },
+      "dimension = " + std::to_string(dim) + " : i64, is_stable = true");
+  return {t == DType::kBool ? b.convert(r[0], DType::kBool) : r[0], r[1]};
+}
+
+// Views a 0-d tensor as [1] so it has a dim to sort (results reshape to the out types).
+Value at_least_1d(Builder& b, Value x) { return x.rank() == 0 ? b.reshape(x, {1}) : x; }
+
+// sort(self, dim, descending), sort.stable(self, stable, dim, descending) and their out=
+// forms: with a `stable` argument at 1 (bool or None) the dim moves to 2.
+Lowered lower_sort(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  size_t dim_arg = c.arg(1).kind == ArgKind::kInt ? 1 : 2;
+  int64_t dim = wrap_dim(c.int_arg(dim_arg), x.rank());
+  bool descending = c.bool_arg(dim_arg + 1);
+  auto [values, indices] = sort_with_indices(b, at_least_1d(b, x), dim, descending);
+  return std::vector<Value>{b.reshape(values, c.out_type(0).dims),
+                            b.reshape(indices, c.out_type(1).dims)};
+}
+
+// The first `k` entries along `dim` of a sorted pair.
+std::vector<Value> take_first(Builder& b, const std::pair<Value, Value>& sorted, int64_t dim,
+                              int64_t start, int64_t k) {
+  Dims lo(sorted.first.rank(), 0), hi = sorted.first.dims(), step(sorted.first.rank(), 1);
+  lo[dim] = start;
+  hi[dim] = start + k;
+  return {b.slice(sorted.first, lo, hi, step), b.slice(sorted.second, lo, hi, step)};
+}
+
+// topk(self, k, dim, largest, sorted): the k largest (smallest) in sorted order; the
+// CPU returns them sorted for sorted=False too on these sizes, and callers may not rely
+// on any order then, so sorted order is always correct.
+Lowered lower_topk(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = at_least_1d(b, c.tensor(0));
+  int64_t k = c.int_arg(1);
+  int64_t dim = wrap_dim(c.int_arg(2), c.tensor_type(0).rank());
+  bool largest = c.bool_arg(3);
+  auto sorted = sort_with_indices(b, x, dim, largest);
+  std::vector<Value> r = take_first(b, sorted, dim, 0, k);
+  return std::vector<Value>{b.reshape(r[0], c.out_type(0).dims),
+                            b.reshape(r[1], c.out_type(1).dims)};
+}
+
+// kthvalue(self, k, dim, keepdim): the k-th smallest (1-based) and its index. PyTorch
+// checks 1 <= k <= size before the kernel runs (the meta kernel), so k is in range here.
+Lowered lower_kthvalue(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = at_least_1d(b, c.tensor(0));
+  int64_t k = c.int_arg(1);
+  int64_t dim = wrap_dim(c.int_arg(2), c.tensor_type(0).rank());
+  auto sorted = sort_with_indices(b, x, dim, /*descending=*/false);
+  std::vector<Value> r = take_first(b, sorted, dim, k - 1, 1);
+  return std::vector<Value>{b.reshape(r[0], c.out_type(0).dims),
+                            b.reshape(r[1], c.out_type(1).dims)};
+}
+
+// median / nanmedian, over everything or along a dim (with indices): the lower median
+// of the sorted values. median with a NaN in the row returns that row's first NaN (NaN
+// sorts last, stably); nanmedian skips NaNs and is NaN only for an all-NaN row.
+LoweringFn median(bool ignore_nan) {
+  return [ignore_nan](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    Value x = c.tensor(0);
+    bool with_dim = c.out_types().size() == 2;
+    int64_t dim = with_dim && x.rank() > 0 ? wrap_dim(c.int_arg(1), x.rank()) : 0;
+    // Rows of the values to take the median of: [rows, n].
+    Value rows_x;
+    if (!with_dim) {
+      rows_x = b.reshape(x, {1, c.tensor_type(0).num_elements()});
+    } else {
+      Value y = at_least_1d(b, x);
+      Dims perm;
+      for (int64_t d = 0; d < y.rank(); ++d) if (d != dim) perm.push_back(d);
+      perm.push_back(dim);
+      Value t = b.transpose(y, perm);
+      int64_t n = y.dims()[dim];
+      rows_x = b.reshape(t, {n == 0 ? 0 : y.type.num_elements() / n, n});
+    }
+    int64_t rows = rows_x.dims()[0], n = rows_x.dims()[1];
+    if (rows == 0 || n == 0) {
+      std::vector<Value> out{b.splat(NAN, c.out_type(0))};
+      if (with_dim) out.push_back(b.zeros(c.out_type(1)));
+      return out;
+    }
+    auto [sorted, indices] = sort_with_indices(b, rows_x, 1, /*descending=*/false);
+    TensorType it{DType::kI64, {rows}};
+    Value n_valid = b.splat(static_cast<double>(n), it);
+    if (base::is_floating(x.dtype())) {
+      Value nan = b.convert(b.compare(rows_x, rows_x, "NE"), DType::kI64);
+      n_valid = b.sub(n_valid, b.reduce_sum(nan, {1}));
+    }
+    Value one = b.splat(1, it), zero = b.zeros(it);
+    Value pos;
+    if (ignore_nan) {
+      // (valid - 1) / 2, or 0 (a NaN) when every value is NaN.
+      pos = b.max(b.div(b.sub(n_valid, one), b.splat(2, it)), zero);
+    } else {
+      Value lower = b.splat(static_cast<double>((n - 1) / 2), it);
+      pos = b.select(b.compare(n_valid, b.splat(static_cast<double>(n), it), "LT"), n_valid, lower);
+    }
+    Value row = b.iota(it, 0);
+    Value coords = b.concatenate({b.reshape(row, {rows, 1}), b.reshape(pos, {rows, 1})}, 1);
+    auto pick = [&](Value v) {
+      return b.op("stablehlo.gather", {v, coords}, TensorType{v.dtype(), {rows}},
+                  "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0, 1], "
+                  "start_index_map = [0, 1], index_vector_dim = 1>, "
+                  "slice_sizes = array<i64: 1, 1>, indices_are_sorted = false");
+    };
+    std::vector<Value> out{b.reshape(pick(sorted), c.out_type(0).dims)};
+    if (with_dim) out.push_back(b.reshape(pick(indices), c.out_type(1).dims));
+    return out;
+  };
+}
+
+}  // namespace
+
+void register_sort_lowerings() {
+  register_lowering({"aten::median", "aten::median.dim", "aten::median.dim_values"}, median(false));
+  register_lowering({"aten::nanmedian", "aten::nanmedian.dim", "aten::nanmedian.dim_values"},
+                    median(true));
+  register_lowering({"aten::sort", "aten::sort.stable", "aten::sort.values",
+                     "aten::sort.values_stable"},
+                    lower_sort);
+  register_lowering({"aten::topk", "aten::topk.values"}, lower_topk);
+  register_lowering({"aten::kthvalue", "aten::kthvalue.values"}, lower_kthvalue);
+}
+
+}  // namespace torchtpu::lowering
