@@ -1,4 +1,6 @@
 // Elementwise arithmetic, comparison, logical and unary math lowerings.
+#include <limits>
+
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 
@@ -236,6 +238,19 @@ base::StatusOr<std::vector<Value>> lower_isnan(LoweringContext& c) {
   return std::vector<Value>{b.compare(x, x, "NE")};
 }
 
+// isposinf / isneginf: x == +inf / -inf (never true for integer inputs). Attention masks
+// use -inf for masked positions, and PyTorch's math attention tests for fully masked rows.
+LoweringFn signed_isinf(bool negative) {
+  return [negative](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    Builder& b = c.b();
+    Value x = c.tensor(0);
+    if (!base::is_floating(x.dtype())) return std::vector<Value>{b.zeros(c.out_type())};
+    double inf = std::numeric_limits<double>::infinity();
+    Value r = b.compare(x, b.splat(negative ? -inf : inf, x.type), "EQ");
+    return std::vector<Value>{to_out(c, r)};
+  };
+}
+
 }  // namespace
 
 void register_elementwise_lowerings() {
@@ -303,6 +318,8 @@ void register_elementwise_lowerings() {
   register_with_variants("log10", {""}, scaled_log(0.4342944819032518));
   register_with_variants("exp2", {""}, lower_exp2);
   register_lowering({"aten::isnan"}, lower_isnan);
+  register_lowering({"aten::isposinf", "aten::isposinf.out"}, signed_isinf(/*negative=*/false));
+  register_lowering({"aten::isneginf", "aten::isneginf.out"}, signed_isinf(/*negative=*/true));
 }
 
 }  // namespace torchtpu::lowering

@@ -12,6 +12,7 @@ void register_shape_lowerings();
 void register_indexing_lowerings();
 void register_factory_lowerings();
 void register_random_lowerings();
+void register_membership_lowerings();
 // Graph mode only: value-semantics forms of view ops and factories seen in FX graphs.
 void register_graph_lowerings();
 

@@ -25,6 +25,7 @@ void ensure_registered() {
     register_indexing_lowerings();
     register_factory_lowerings();
     register_random_lowerings();
+    register_membership_lowerings();
     register_graph_lowerings();
   });
 }
