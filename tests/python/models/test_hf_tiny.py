@@ -52,7 +52,8 @@ def test_decoder_logits_and_greedy_generate_match_cpu(arch: str, no_fallbacks) -
     assert tokens.device.type == "tpu"
     assert tokens.shape == (1, 8 + NEW_TOKENS)
     assert torch.equal(tokens.cpu(), expected_tokens), (
-        f"{arch}: greedy tokens differ\n tpu: {tokens.cpu().tolist()}\n cpu: {expected_tokens.tolist()}")
+        f"{arch}: greedy tokens differ\n tpu: {tokens.cpu().tolist()}\n"
+        f" cpu: {expected_tokens.tolist()}")
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -60,7 +61,7 @@ def test_from_pretrained_device_map_tpu(arch: str, tmp_path, no_fallbacks) -> No
     model = decoder(arch)
     model.save_pretrained(tmp_path)
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, device_map="tpu")
-    devices = {p.device.type for p in loaded.parameters()} | {b.device.type for b in loaded.buffers()}
+    devices = {t.device.type for t in [*loaded.parameters(), *loaded.buffers()]}
     assert devices == {"tpu"}, f"parameters/buffers on {devices}"
     ids = prompt(batch=1, length=6)
     with torch.no_grad():
