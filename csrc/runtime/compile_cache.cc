@@ -12,8 +12,12 @@ namespace torchtpu::runtime {
 
 namespace {
 
+// XLA_FLAGS changes what the compiler emits (e.g. whether dots use XNNPACK), so an
+// executable compiled under other flags must not be reused.
 uint64_t identity_hash_of(const Client& client) {
-  return base::fnv1a(client.platform_name(), base::fnv1a(client.plugin().identity()));
+  const char* flags = std::getenv("XLA_FLAGS");
+  uint64_t h = base::fnv1a(client.platform_name(), base::fnv1a(client.plugin().identity()));
+  return flags != nullptr && *flags != '\0' ? base::fnv1a(flags, h) : h;
 }
 
 void dump_module(uint64_t key, const std::string& module_text) {

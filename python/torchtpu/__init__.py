@@ -13,6 +13,26 @@ import os
 # The XLA plugins log INFO lines to stderr when a client starts; keep warnings and errors.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
+
+def _disable_xnnpack_dots() -> None:
+    """XNNPACK off in the XLA CPU plugin unless the user chose (XLA_FLAGS names it).
+
+    The plugin's XNNPACK dot path caches packed weights by buffer address. Eager mode frees
+    temporaries (e.g. the transposed weight that ``F.linear`` reads) and the allocator hands
+    the same address to the next layer's weights, so a later dot can run with a previous
+    layer's packed weights: wrong results at random (a 30-layer Llama's logits were off by
+    tens). XLA's own dot emitter has no such cache. Compiled executables are keyed by
+    XLA_FLAGS too, so none built with XNNPACK is reused.
+    """
+    if os.environ.get("TORCHTPU_PJRT_PLUGIN"):
+        return  # another plugin (GPU, TPU): its flags are its own
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_use_xnnpack" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_use_xnnpack=false").strip()
+
+
+_disable_xnnpack_dots()
+
 import torch  # noqa: E402
 
 from torchtpu import _plugin
@@ -32,6 +52,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 )
 
 from torchtpu import debug  # noqa: E402
+from torchtpu import models  # noqa: E402  (stdlib-only until a model is converted)
 
 
 def block_until_ready(tensor: torch.Tensor) -> torch.Tensor:
@@ -55,6 +76,7 @@ __all__ = [
     "debug",
     "device_count",
     "is_available",
+    "models",
     "manual_seed",
     "set_device",
     "synchronize",

@@ -1,0 +1,90 @@
+"""Hugging Face Transformers models on ``tpu``: tiny random-weight configs vs the CPU.
+
+For each decoder architecture: ``model.to("tpu")`` logits match the CPU, greedy generate()
+of 32 new tokens (KV cache on, the default) gives the CPU's tokens, and
+``from_pretrained(dir, device_map="tpu")`` loads onto the device and gives the same logits.
+BERT: hidden states and pooler output with a padding mask. Every check also asserts that
+nothing ran through the CPU fallback.
+
+Tolerance (float32): rtol 1e-5, atol 1e-5 on logits and hidden states; measured differences
+are about 3e-7 (the order of summation in matmuls and softmax differs from ATen's).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+import torchtpu
+from _compare import assert_close
+from _tiny import DECODER_CONFIGS, bert, decoder, prompt
+
+F32_TOLS = {torch.float32: (1e-5, 1e-5)}
+NEW_TOKENS = 32
+
+
+@pytest.fixture
+def no_fallbacks():
+    """Fails the test if any op ran on the CPU through the fallback while it ran."""
+    before = dict(torchtpu.debug.metrics()["fallback_ops"])
+    yield
+    after = torchtpu.debug.metrics()["fallback_ops"]
+    new = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
+    assert not new, f"ops ran on the CPU through the fallback: {new}"
+
+
+@pytest.mark.parametrize("arch", sorted(DECODER_CONFIGS))
+def test_decoder_logits_and_greedy_generate_match_cpu(arch: str, no_fallbacks) -> None:
+    model = decoder(arch)
+    ids = prompt(batch=2, length=8)
+    with torch.no_grad():
+        expected_logits = model(ids).logits
+        expected_tokens = model.generate(ids[:1], max_new_tokens=NEW_TOKENS,
+                                         min_new_tokens=NEW_TOKENS, do_sample=False)
+    model.to("tpu")
+    assert next(model.parameters()).device.type == "tpu"
+    with torch.no_grad():
+        logits = model(ids.to("tpu")).logits
+        tokens = model.generate(ids[:1].to("tpu"), max_new_tokens=NEW_TOKENS,
+                                min_new_tokens=NEW_TOKENS, do_sample=False)
+    assert_close(logits, expected_logits, dtype_tols=F32_TOLS, what=f"{arch} logits")
+    assert tokens.device.type == "tpu"
+    assert tokens.shape == (1, 8 + NEW_TOKENS)
+    assert torch.equal(tokens.cpu(), expected_tokens), (
+        f"{arch}: greedy tokens differ\n tpu: {tokens.cpu().tolist()}\n"
+        f" cpu: {expected_tokens.tolist()}")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_from_pretrained_device_map_tpu(arch: str, tmp_path, no_fallbacks) -> None:
+    model = decoder(arch)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, device_map="tpu")
+    devices = {t.device.type for t in [*loaded.parameters(), *loaded.buffers()]}
+    assert devices == {"tpu"}, f"parameters/buffers on {devices}"
+    ids = prompt(batch=1, length=6)
+    with torch.no_grad():
+        assert_close(loaded(ids.to("tpu")).logits, model(ids).logits, dtype_tols=F32_TOLS,
+                     what=f"{arch} logits after from_pretrained(device_map='tpu')")
+
+
+def test_bert_hidden_states_match_cpu(tmp_path, no_fallbacks) -> None:
+    model = bert()
+    ids = prompt(batch=2, length=10)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0  # padding: exercises the attention mask path of SDPA
+    token_types = torch.zeros_like(ids)
+    token_types[:, 5:] = 1
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask, token_type_ids=token_types)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModel.from_pretrained(tmp_path, device_map="tpu")
+    for m in (model.to("tpu"), loaded):
+        with torch.no_grad():
+            out = m(input_ids=ids.to("tpu"), attention_mask=mask.to("tpu"),
+                    token_type_ids=token_types.to("tpu"))
+        assert_close(out.last_hidden_state, expected.last_hidden_state, dtype_tols=F32_TOLS,
+                     what="bert last_hidden_state")
+        assert_close(out.pooler_output, expected.pooler_output, dtype_tols=F32_TOLS,
+                     what="bert pooler_output")
