@@ -83,3 +83,30 @@ def test_other_architectures_match_hf(tmp_path, hf_reference, arch):
     results = llm.generate(prompts, SamplingParams(max_tokens=16, temperature=0.0))
     for ids, res in zip(prompts, results):
         assert res.outputs[0].token_ids == hf_reference(path, ids, 16)
+
+
+def test_restart_loads_every_bucket_from_the_disk_cache(tiny_llama_dir, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, torchtpu\n"
+        "from torchtpu.serve import LLM, SamplingParams\n"
+        f"llm = LLM({tiny_llama_dir!r}, page_size=16, max_num_seqs=2, max_num_batched_tokens=32,"
+        " max_model_len=256, progress=False)\n"
+        "llm.generate([[5, 6, 7]], SamplingParams(max_tokens=4, temperature=0.0))\n"
+        "m = torchtpu.debug.metrics()\n"
+        "print(json.dumps({k: m.get(k, 0) for k in ('num_compiles', "
+        "'num_compile_cache_hits_disk')}))\n")
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(tmp_path / "cache"))
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert runs[0]["num_compiles"] > 0
+    assert runs[1]["num_compiles"] == 0
+    assert runs[1]["num_compile_cache_hits_disk"] >= runs[0]["num_compiles"]
