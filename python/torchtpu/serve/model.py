@@ -10,9 +10,10 @@ Shapes of one forward call (see ``runner.py`` for how a schedule becomes a batch
   tokens    [S*Q]     the new tokens of S sequences, Q per sequence (padded)
   positions [S, Q]    their positions; padding positions are 0
   slots     [S*Q]     KV slot each new token is written to (padding -> the scratch page)
-  ctx_slots [S, C]    the slots holding each sequence's context, in position order
+  pages     [S, P]    each sequence's page table (padding -> the scratch page); C = P*page
 The KV pool of one layer is [num_slots, kv_heads, head_dim]; attention reads a sequence's
-context by gathering its slots, so pages never need to be contiguous.
+context by gathering its pages in position order (whole pages: a gather of page-sized
+rows is much cheaper than one of single slots), so pages never need to be contiguous.
 """
 
 from __future__ import annotations
@@ -52,13 +53,13 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                  ctx_slots: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  pages: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   inv_freq: torch.Tensor, rope_scale: torch.Tensor,
                   w_in_norm: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor | None,
                   w_q_norm: torch.Tensor | None, w_k_norm: torch.Tensor | None,
                   w_o: torch.Tensor, w_post_norm: torch.Tensor, w_gate_up: torch.Tensor,
-                  w_down: torch.Tensor, num_heads: int, num_kv_heads: int, eps: float,
-                  window: int) -> torch.Tensor:
+                  w_down: torch.Tensor, num_heads: int, num_kv_heads: int, page_size: int,
+                  eps: float, window: int) -> torch.Tensor:
     """One pre-norm decoder layer; writes this step's keys and values into the caches at
     `slots` (in place: compiled, the caches' buffers are donated, so a step costs the rows
     it writes). `window` > 0 limits attention to the last `window` keys."""
@@ -84,9 +85,12 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
 
     k_cache.index_copy_(0, slots, k)
     v_cache.index_copy_(0, slots, v)
-    ctx = ctx_slots.shape[1]
-    keys = k_cache.index_select(0, ctx_slots.reshape(-1)).view(s, ctx, num_kv_heads, head_dim)
-    values = v_cache.index_select(0, ctx_slots.reshape(-1)).view(s, ctx, num_kv_heads, head_dim)
+    ctx = pages.shape[1] * page_size
+    by_page = (-1, page_size, num_kv_heads, head_dim)
+    keys = k_cache.view(by_page).index_select(0, pages.reshape(-1)).view(
+        s, ctx, num_kv_heads, head_dim)
+    values = v_cache.view(by_page).index_select(0, pages.reshape(-1)).view(
+        s, ctx, num_kv_heads, head_dim)
 
     group = num_heads // num_kv_heads
     q = q.view(s, q_len, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)

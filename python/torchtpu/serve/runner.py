@@ -79,7 +79,9 @@ class ModelRunner:
         self.decode_buckets = _powers_of_two(1, max_num_seqs)
         self.prefill_buckets = _powers_of_two(min(min_prefill_bucket, max_num_batched_tokens),
                                               max_num_batched_tokens)
-        self.context_buckets = _powers_of_two(min(min_context_bucket, max_ctx), max_ctx)
+        # Whole pages: attention gathers a sequence's context page by page.
+        self.context_buckets = sorted({-(-c // page_size) * page_size for c in
+                                       _powers_of_two(min(min_context_bucket, max_ctx), max_ctx)})
         self.window = shape.sliding_window or 0
         if self.window >= max_ctx:
             self.window = 0
@@ -157,10 +159,9 @@ class ModelRunner:
     def _split(items: list[StepItem], size: int) -> list[list[StepItem]]:
         return [items[i:i + size] for i in range(0, len(items), size)]
 
-    def _context_slots(self, page_ids: list[int], c: int) -> list[int]:
-        ps = self.page_size
-        slots = [p * ps + j for p in page_ids for j in range(ps)][:c]
-        return slots + [self.scratch_slot] * (c - len(slots))
+    def _page_table(self, page_ids: list[int], c: int) -> list[int]:
+        n = c // self.page_size
+        return page_ids[:n] + [self.num_pages] * (n - min(n, len(page_ids)))
 
     def _forward(self, s: int, q: int, c: int, group: Sequence[StepItem],
                  sample: Sequence[bool]) -> dict[str, torch.Tensor]:
@@ -168,7 +169,7 @@ class ModelRunner:
         tokens = [0] * (s * q)
         positions = [0] * (s * q)
         slots = [scratch] * (s * q)
-        ctx = [[scratch] * c for _ in range(s)]
+        pages = [[self.num_pages] * (c // ps) for _ in range(s)]
         rows = [0] * s
         for i, it in enumerate(group):
             n = len(it.token_ids)
@@ -177,20 +178,20 @@ class ModelRunner:
                 tokens[i * q + j] = tok
                 positions[i * q + j] = pos
                 slots[i * q + j] = it.page_ids[pos // ps] * ps + pos % ps
-            ctx[i] = self._context_slots(it.page_ids, c)
+            pages[i] = self._page_table(it.page_ids, c)
             rows[i] = i * q + n - 1
         dev = self.decoder.device
         as_dev = lambda v: torch.tensor(v, dtype=torch.int64).to(dev)  # noqa: E731
         t_tokens, t_slots, t_rows = as_dev(tokens), as_dev(slots), as_dev(rows)
         t_pos = as_dev(positions).view(s, q)
-        t_ctx = as_dev(ctx)
+        t_pages = as_dev(pages)
         d, shape = self.decoder, self.decoder.shape
         h = self._embed(t_tokens, d.embed_weight)
         for i, w in enumerate(d.layers):
             h = self._layer(
-                h, t_pos, t_slots, t_ctx, self.k_caches[i], self.v_caches[i], d.inv_freq,
+                h, t_pos, t_slots, t_pages, self.k_caches[i], self.v_caches[i], d.inv_freq,
                 d.rope_scale, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
-                eps=shape.rms_eps, window=self.window, **w)
+                page_size=ps, eps=shape.rms_eps, window=self.window, **w)
         out = self._head(h, t_rows, d.norm_weight, d.head_weight, shape.rms_eps)
         if not any(sample):
             return {}
