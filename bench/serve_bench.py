@@ -26,6 +26,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -48,12 +49,16 @@ class Server:
             cmd += ["--model", args.model]
         if args.num_pages:
             cmd += ["--num-pages", str(args.num_pages)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # The server's log goes to a file: an unread pipe would fill and stall the server.
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="torchtpu-serve-", suffix=".log",
+                                               delete=False)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}"
         t0 = time.perf_counter()
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-3000:]}")
+                raise RuntimeError(f"server exited; its log ({self.log.name}) ends:\n"
+                                   f"{self.log_tail()}")
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     break
@@ -63,9 +68,17 @@ class Server:
         self.startup_s = time.perf_counter() - t0
         self.model = httpx.get(self.url + "/v1/models").json()["data"][0]["id"]
 
+    def log_tail(self, n: int = 3000) -> str:
+        with open(self.log.name) as f:
+            return f.read()[-n:]
+
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=60)
+        bugs = [line for line in self.log_tail(10**7).splitlines() if "BUG" in line]
+        if bugs:
+            print(f"# server reported: {bugs[:3]}", file=sys.stderr)
+        os.unlink(self.log.name)
 
 
 async def one_request(client: httpx.AsyncClient, server: Server, prompt: list[int],
