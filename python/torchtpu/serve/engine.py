@@ -84,6 +84,7 @@ class LLMEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         self.max_model_len = max_model_len or min(hf.config.max_position_embeddings, 2048)
+        self.page_size = page_size
         pages_per_seq = -(-self.max_model_len // page_size)
         self.num_pages = num_pages or max_num_seqs * pages_per_seq
         self.eos_ids = self._eos_ids(hf)
@@ -129,6 +130,12 @@ class LLMEngine:
                 f"you requested {num_prompt_tokens + max_tokens} tokens ({num_prompt_tokens} in "
                 f"the prompt, {max_tokens} for the completion). Please reduce the length of the "
                 "prompt or of max_tokens.")
+        pages = -(-(num_prompt_tokens + max_tokens) // self.page_size)
+        if pages > self.num_pages:
+            raise ValueError(
+                f"this request needs {pages} KV pages ({num_prompt_tokens} prompt + {max_tokens} "
+                f"new tokens, {self.page_size} per page) but the pool has {self.num_pages}; "
+                "reduce max_tokens or start the server with more --num-pages")
 
     def add_request(self, request_id: str, prompt: str | list[int],
                     params: SamplingParams) -> list[int]:
