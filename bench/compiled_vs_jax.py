@@ -16,8 +16,18 @@ the updated weights), so the figures are dispatch + execute. The rows are:
   each compiled; backward runs the AOTAutograd backward graph);
 - jax: ``jax.jit`` of the forward and of the whole step (``value_and_grad`` + update,
   weights donated) on JAX's CPU device;
+- jax on our plugin: the same ``jax.jit`` programs run by the PJRT plugin that runs ours
+  (registered with JAX as an extra platform). It separates the two causes of a gap: the
+  plugin's XLA build against jaxlib's (same program, other compiler), and our lowering and
+  per-call overhead against JAX's (same compiler, other program);
 - for reference: PyTorch eager on the CPU, and ``torch.compile`` (inductor) on the CPU
   (an inductor failure is reported in its row, not raised).
+
+Besides wall time each row shows the process CPU time per step (all threads): on a shared
+machine whose other load steals cores, wall medians swing by tens of percent between runs
+while CPU time stays close to the work done. Both sides run with the same XLA_FLAGS:
+``import torchtpu`` turns XNNPACK off in XLA_FLAGS before jaxlib or the plugin start, and
+both read that one process-wide variable (printed in the header).
 
 It also measures the first (cold) training step of ours in a fresh process with an empty
 ``TORCHTPU_CACHE_DIR`` and again in a second process that reuses that directory (the disk
@@ -56,6 +66,8 @@ LOSS_ATOL = 1e-5
 NUM_CHECK_STEPS = 3
 OURS = "ours: compile(tpu) on tpu"
 JAX = "jax.jit on cpu"
+JAX_ON_PLUGIN = "jax.jit on our plugin"
+PLUGIN_PLATFORM = "torchtpu_plugin"
 
 
 @dataclass(frozen=True)
@@ -192,13 +204,15 @@ def _jax_params(model: torch.nn.Module) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- harness
 
 
-def _timed_ms(fn: Callable[[], Any], steps: int) -> list[float]:
-    samples = []
+def _timed_ms(fn: Callable[[], Any], steps: int) -> tuple[list[float], list[float]]:
+    """Wall and process CPU milliseconds of each of `steps` calls."""
+    wall, cpu = [], []
     for _ in range(steps):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return samples
+        wall.append((time.perf_counter() - start) * 1e3)
+        cpu.append((time.process_time() - start_cpu) * 1e3)
+    return wall, cpu
 
 
 def _make_model(cfg: Config) -> GPT:
@@ -261,15 +275,18 @@ class TorchRunner:
 
 
 class JaxRunner:
-    def __init__(self, cfg: Config, model: torch.nn.Module) -> None:
+    """JAX's model on `platform`'s first device (jaxlib's CPU, or our plugin)."""
+
+    def __init__(self, cfg: Config, model: torch.nn.Module, platform: str = "cpu") -> None:
         import jax
 
         self.jax = jax
+        device = jax.devices(platform)[0]
         self.fwd, self.step, self.loss_fn = _jax_model(cfg)
-        self.params = _jax_params(model)
+        self.params = jax.device_put(_jax_params(model), device)
         tokens, targets = _make_batch(cfg)
-        self.tokens = jax.numpy.asarray(tokens.numpy().astype(np.int32))
-        self.targets = jax.numpy.asarray(targets.numpy().astype(np.int32))
+        self.tokens = jax.device_put(tokens.numpy().astype(np.int32), device)
+        self.targets = jax.device_put(targets.numpy().astype(np.int32), device)
 
     def forward(self) -> Any:
         return self.fwd(self.params, self.tokens).block_until_ready()
@@ -295,7 +312,8 @@ def measure(makers: dict[str, Callable[[], Any]], steps: int, warmup: int,
     rows: dict[str, dict[str, Any]] = {}
     runners: dict[str, Any] = {}
     for name, make in makers.items():
-        rows[name] = {"name": name, "forward_ms": None, "train_ms": None, "error": None}
+        rows[name] = {"name": name, "forward_ms": None, "train_ms": None, "forward_cpu_ms": None,
+                      "train_cpu_ms": None, "error": None}
         try:
             runner = make()
             for _ in range(warmup):
@@ -308,15 +326,19 @@ def measure(makers: dict[str, Callable[[], Any]], steps: int, warmup: int,
                 traceback.print_exc()
     per_round = max(1, math.ceil(steps / rounds))
     for kind, key in (("forward", "forward_ms"), ("train_step", "train_ms")):
-        samples: dict[str, list[float]] = {name: [] for name in runners}
+        wall: dict[str, list[float]] = {name: [] for name in runners}
+        cpu: dict[str, list[float]] = {name: [] for name in runners}
         for _ in range(rounds):
             for name, runner in runners.items():
                 # One untimed step first: the previous runner's worker threads (XLA's and
                 # OpenMP's spin before sleeping) would otherwise steal this one's cores.
                 getattr(runner, kind)()
-                samples[name] += _timed_ms(getattr(runner, kind), per_round)
-        for name, xs in samples.items():
-            rows[name][key] = statistics.median(xs)
+                w, c = _timed_ms(getattr(runner, kind), per_round)
+                wall[name] += w
+                cpu[name] += c
+        for name in runners:
+            rows[name][key] = statistics.median(wall[name])
+            rows[name][key.replace("_ms", "_cpu_ms")] = statistics.median(cpu[name])
     return list(rows.values())
 
 
@@ -374,6 +396,44 @@ def _run_probe(cache_dir: str) -> dict[str, Any]:
     return out
 
 
+def _register_plugin_with_jax() -> str | None:
+    """Makes our PJRT plugin a JAX platform (before JAX starts its backends); returns why
+    not, if it cannot be."""
+    try:
+        from jax._src import xla_bridge
+
+        xla_bridge.register_plugin(PLUGIN_PLATFORM, library_path=torchtpu._C.plugin_info()["path"])
+        return None
+    except Exception as e:
+        return _summary(e)
+
+
+def _jax_on_plugin(cfg: Config, plugin_error: str | None) -> JaxRunner:
+    if plugin_error:
+        raise RuntimeError(plugin_error)
+    return JaxRunner(cfg, _make_model(cfg), platform=PLUGIN_PLATFORM)
+
+
+def per_step_counts(cfg: Config) -> dict[str, int]:
+    """Our device counters for one warm training step (enqueue only, then one wait)."""
+    runner = TorchRunner(cfg, "tpu", "tpu")
+    for _ in range(2):
+        runner.train_step()
+    torchtpu.debug.reset_metrics()
+    loss = runner._loss(runner.tokens, runner.targets)
+    loss.backward()
+    runner._opt_step()
+    runner.opt.zero_grad(set_to_none=True)
+    m = torchtpu.debug.metrics()
+    keys = ("num_graph_executions", "num_eager_ops", "num_transfers_to_host",
+            "num_transfers_to_device", "num_data_checks_deferred", "num_donated_inputs")
+    counts = {k: int(m.get(k, 0)) for k in keys}
+    runner.sync(loss)
+    counts["num_data_checks_read_at_the_wait"] = int(
+        torchtpu.debug.metrics().get("num_data_checks", 0))
+    return counts
+
+
 def _fmt(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -386,6 +446,7 @@ def main() -> int:
                         help="interleaved timing rounds the steps are split into")
     parser.add_argument("--skip-inductor", action="store_true")
     parser.add_argument("--skip-cold-start", action="store_true")
+    parser.add_argument("--skip-jax-on-plugin", action="store_true")
     parser.add_argument("--cold-start-probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     cfg = Config()
@@ -396,16 +457,23 @@ def main() -> int:
     import jax
     import jaxlib
 
+    plugin_error = "skipped (--skip-jax-on-plugin)"
+    if not args.skip_jax_on_plugin:
+        plugin_error = _register_plugin_with_jax()
+        # A registered plugin may outrank jaxlib's CPU as JAX's default; keep jaxlib's.
+        jax.config.update("jax_default_device", jax.devices("cpu")[0])
     torch._dynamo.config.cache_size_limit = 64
     info = torchtpu._C.plugin_info()
     attrs = info.get("attributes", {})
     print(f"machine: {platform.machine()} cores={os.cpu_count()} torch={torch.__version__} "
           f"threads={torch.get_num_threads()} load1={os.getloadavg()[0]:.1f} jax={jax.__version__} "
-          f"jaxlib={jaxlib.__version__} jax_devices={jax.devices()}")
+          f"jaxlib={jaxlib.__version__} jax_devices={jax.devices('cpu')}")
     print(f"tpu plugin: {os.path.basename(info['path'])} platform={info['platform']} "
           f"api={info['api_version']} kind={info['device_kind']} "
           f"xla_version={attrs.get('xla_version', '?')} "
           f"stablehlo={attrs.get('stablehlo_current_version', '?')}")
+    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} (one process-wide value, read by "
+          "jaxlib and by the plugin alike)")
     n_params = sum(p.numel() for p in _make_model(cfg).parameters())
     print(f"model: {json.dumps(asdict(cfg))} params={n_params:,} float32, optimizer=SGD; "
           f"median of {args.steps} steps after {args.warmup} warm-up, in {args.rounds} "
@@ -431,6 +499,7 @@ def main() -> int:
     makers: dict[str, Callable[[], Any]] = {
         OURS: lambda: TorchRunner(cfg, "tpu", "tpu"),
         JAX: lambda: JaxRunner(cfg, _make_model(cfg)),
+        JAX_ON_PLUGIN: lambda: _jax_on_plugin(cfg, plugin_error),
         "torch eager on cpu": lambda: TorchRunner(cfg, "cpu", None),
     }
     if not args.skip_inductor:
@@ -438,19 +507,22 @@ def main() -> int:
     rows = measure(makers, args.steps, args.warmup, args.rounds)
     if args.skip_inductor:
         rows.append({"name": "compile(inductor) on cpu", "forward_ms": None, "train_ms": None,
+                     "forward_cpu_ms": None, "train_cpu_ms": None,
                      "error": "skipped (--skip-inductor)"})
 
     jax_row = rows[1]
     assert jax_row["name"] == JAX
     print()
-    print(f"{'':<28} {'forward ms':>11} {'/jax':>6} {'train step ms':>14} {'/jax':>6}")
+    print(f"{'':<28} {'forward ms':>11} {'/jax':>6} {'cpu ms':>7} {'/jax':>6} "
+          f"{'train step ms':>14} {'/jax':>6} {'cpu ms':>7} {'/jax':>6}")
     for r in rows:
-        ratios = []
-        for key in ("forward_ms", "train_ms"):
+        cells = []
+        for key in ("forward_ms", "forward_cpu_ms", "train_ms", "train_cpu_ms"):
             ok_vals = r[key] is not None and jax_row[key]
-            ratios.append(r[key] / jax_row[key] if ok_vals else None)
-        print(f"{r['name']:<28} {_fmt(r['forward_ms'], '.3f'):>11} {_fmt(ratios[0]):>6} "
-              f"{_fmt(r['train_ms'], '.3f'):>14} {_fmt(ratios[1]):>6}"
+            ratio = r[key] / jax_row[key] if ok_vals else None
+            width = 14 if key == "train_ms" else 11 if key == "forward_ms" else 7
+            cells.append(f"{_fmt(r[key], '.3f'):>{width}} {_fmt(ratio):>6}")
+        print(f"{r['name']:<28} " + " ".join(cells)
               + (f"   error: {r['error']}" if r["error"] else ""))
     ours = rows[0]
     for key, label in (("forward_ms", "forward"), ("train_ms", "train step")):
@@ -460,7 +532,14 @@ def main() -> int:
             print(f"goal ours/jax {label}: {ratio:.2f} <= {GOAL_RATIO} {verdict}")
         else:
             print(f"goal ours/jax {label}: not measured")
+    plugin_row = next(r for r in rows if r["name"] == JAX_ON_PLUGIN)
+    for key, label in (("forward_cpu_ms", "forward"), ("train_cpu_ms", "train step")):
+        if ours[key] and plugin_row[key] and jax_row[key]:
+            print(f"{label} cpu ms: plugin/jaxlib (same program) "
+                  f"{plugin_row[key] / jax_row[key]:.2f}, ours/jax-on-plugin (same compiler) "
+                  f"{ours[key] / plugin_row[key]:.2f}")
     print(f"load1 after timing: {os.getloadavg()[0]:.1f} (a shared machine's load skews all rows)")
+    print(f"ours per step: {json.dumps(per_step_counts(cfg))}")
 
     if not args.skip_cold_start:
         print()

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/tpu_storage.h"
 
@@ -42,6 +43,7 @@ runtime::BufferPtr cpu_to_buffer(const at::Tensor& cpu, int device) {
 }
 
 at::Tensor buffer_to_cpu(const runtime::Buffer& buffer) {
+  flush_data_checks();  // a host read is where queued checks of compiled graphs report
   at::Tensor out = at::empty(buffer.dims(), at::TensorOptions().dtype(to_scalar_type(buffer.dtype())));
   auto status = buffer.to_host(out.data_ptr(), out.nbytes());
   TORCH_CHECK(status.ok(), status.message());

@@ -3,6 +3,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/tpu_storage.h"
 #include "lowering/storage_programs.h"
@@ -73,6 +74,7 @@ void synchronize_device(int index) {
   auto out = run_program(lowering::zeros_module(t), {}, index)[0];
   auto status = out->await_ready();
   TORCH_CHECK(status.ok(), status.message());
+  flush_data_checks();
 }
 
 }  // namespace torchtpu::aten

@@ -1,6 +1,7 @@
 // torchtpu._C: Python glue over the aten and runtime layers. No logic lives here.
 #include <torch/csrc/utils/pybind.h>
 
+#include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/op_kernel.h"
 #include "aten/tpu_generator.h"
@@ -65,7 +66,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("block_until_ready", [](const at::Tensor& t) {
     auto status = aten::read_tensor(t)->await_ready();
     TORCH_CHECK(status.ok(), status.message());
+    aten::flush_data_checks();
   });
+  m.def("flush_data_checks", &aten::flush_data_checks);
+  m.def("num_pending_data_checks", &aten::num_pending_data_checks);
   m.def("counters", &base::counters_snapshot);
   m.def("keyed_counters", &base::keyed_counters_snapshot);
   m.def("reset_metrics", &base::reset_metrics);

@@ -3,9 +3,11 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <mutex>
+
+#include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/host_transfer.h"
-#include "aten/op_kernel.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_storage.h"
 #include "base/metrics.h"
@@ -48,9 +50,25 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
               " inputs, got ", inputs.size());
   TORCH_CHECK(static_cast<int>(sizes.size()) == num_symbols_, "tpu compile: graph expects ",
               num_symbols_, " size values, got ", sizes.size());
+  // Scalars the graph fixes (not sizes) get their buffers on the first run, not on every
+  // run (not in create(): that runs while Dynamo traces, where tensors are fake).
+  std::call_once(constants_once_, [this] {
+    constant_params_.resize(lowered_.params.size());
+    for (size_t i = 0; i < lowered_.params.size(); ++i) {
+      const lowering::GraphParam& p = lowered_.params[i];
+      if (p.source == lowering::GraphParam::Source::kScalar && p.scalar.symbol < 0) {
+        constant_params_[i] = aten::scalar_to_buffer(to_scalar(p.scalar), p.dtype, device_);
+      }
+    }
+  });
   std::vector<runtime::BufferPtr> buffers;
   buffers.reserve(lowered_.params.size());
-  for (const lowering::GraphParam& p : lowered_.params) {
+  for (size_t i = 0; i < lowered_.params.size(); ++i) {
+    const lowering::GraphParam& p = lowered_.params[i];
+    if (constant_params_[i] != nullptr) {
+      buffers.push_back(constant_params_[i]);
+      continue;
+    }
     switch (p.source) {
       case lowering::GraphParam::Source::kInput: {
         const at::Tensor& t = inputs[p.input_index];
@@ -66,7 +84,7 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
         break;
       case lowering::GraphParam::Source::kScalar:
         buffers.push_back(aten::scalar_to_buffer(
-            p.scalar.symbol >= 0 ? c10::Scalar(sizes.at(p.scalar.symbol)) : to_scalar(p.scalar),
+            c10::Scalar(sizes.at(p.scalar.symbol)),
             p.dtype, device_));
         break;
       case lowering::GraphParam::Source::kRngState:
@@ -102,7 +120,8 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
     base::counter_add("num_donated_inputs");
   }
   size_t n = lowered_.output_types.size();
-  aten::run_data_checks(*outputs, n, lowered_.check_kinds, lowered_.check_messages);
+  // Read at the next host read, not now: a graph call does not wait for its program.
+  aten::defer_data_checks(*outputs, n, lowered_.check_kinds, lowered_.check_messages);
   std::vector<at::Tensor> result;
   result.reserve(n);
   for (size_t k = 0; k < n; ++k) {

@@ -2,13 +2,15 @@
 // for one device, run on tpu tensors.
 //
 // run() is asynchronous like eager ops: outputs are new tpu tensors whose buffers are
-// being computed. Data checks (index bounds) are read back before outputs are returned.
+// being computed. Data checks (index bounds) are queued and read at the next host read
+// (aten/deferred_checks.h), so a call never waits for its program.
 // Thread safety: run() may be called from any thread; one graph, one device.
 #pragma once
 
 #include <ATen/Tensor.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,9 @@ class CompiledGraph {
   size_t num_inputs_ = 0;
   int num_symbols_ = 0;
   std::vector<std::pair<int, int>> donations_;  // (input, output): see GraphSpec
+  // Per @main parameter: the buffer of a scalar the graph fixes, else null (set once).
+  mutable std::once_flag constants_once_;
+  mutable std::vector<runtime::BufferPtr> constant_params_;
 };
 
 }  // namespace torchtpu::compile

@@ -9,9 +9,11 @@ changed in its inputs, and a warning is raised once a function has compiled more
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
+import sys
 import warnings
 from collections import defaultdict
 from typing import Any, Callable, Iterator
@@ -97,6 +99,16 @@ def _note_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
             f"{_explain_change(history[-2], sig)}",
             stacklevel=2,
         )
+
+
+@atexit.register
+def _report_unread_checks() -> None:
+    """Graph data checks are read at the next host read; a process that ends without one
+    still hears about a failed check (an out-of-range index) here."""
+    try:
+        _C.flush_data_checks()
+    except Exception as e:  # at exit there is no caller left to raise to
+        print(f"torchtpu: {e}", file=sys.stderr)
 
 
 def buckets_enabled() -> bool:

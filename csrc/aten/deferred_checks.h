@@ -1,0 +1,30 @@
+// Data checks of compiled graphs (index bounds), read back at the next host read.
+//
+// A compiled graph's check results are i1 outputs. Reading them right after the run would
+// make every graph call wait for its program (a forward graph could not overlap the
+// Python work that launches the backward). Instead they are queued here and read when
+// the host reads anything (buffer_to_cpu: .cpu(), .item(), printing), waits
+// (block_until_ready, synchronize), or when the queue is long. A failed check raises
+// there — as CUDA reports a device-side assert at a later synchronization. An index out
+// of range reads a clamped row meanwhile (XLA's gather semantics), never out of bounds.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lowering/lowering.h"
+#include "runtime/buffer.h"
+
+namespace torchtpu::aten {
+
+// Queues the check results outputs[first..] (one per message) of a program run.
+void defer_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
+                       const std::vector<lowering::CheckKind>& kinds,
+                       const std::vector<std::string>& messages);
+// Reads every queued check (blocking until computed) and raises the first that failed
+// (IndexError or RuntimeError). The queue is empty afterwards, whether it raised or not.
+void flush_data_checks();
+// Number of checks queued and not read yet.
+size_t num_pending_data_checks();
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,77 @@
+"""Data checks of compiled graphs are read at the next host read, not after every call:
+a training step enqueues its graphs without waiting, and a bad index still raises."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+
+
+def _lookup(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    return F.embedding(idx, table) * 2.0
+
+
+def test_out_of_range_index_raises_at_the_next_host_read() -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(_lookup, backend="tpu", dynamic=False)
+    table = torch.randn(10, 4)
+    good = compiled(table.to("tpu"), torch.tensor([1, 9]).to("tpu"))
+    torch.testing.assert_close(good.cpu(), _lookup(table, torch.tensor([1, 9])))
+
+    torchtpu._C.flush_data_checks()
+    out = compiled(table.to("tpu"), torch.tensor([1, 10]).to("tpu"))  # 10 is out of range
+    assert torchtpu._C.num_pending_data_checks() >= 1  # the call did not wait
+    with pytest.raises(IndexError, match="compiled graph run earlier failed a data check"):
+        out.cpu()
+    # Reported once: the queue is empty afterwards and the device keeps working.
+    assert torchtpu._C.num_pending_data_checks() == 0
+    again = compiled(table.to("tpu"), torch.tensor([0, 3]).to("tpu"))
+    torch.testing.assert_close(again.cpu(), _lookup(table, torch.tensor([0, 3])))
+
+
+@pytest.mark.parametrize("wait", ["block_until_ready", "synchronize", "item"])
+def test_every_way_of_waiting_reports_a_failed_check(wait: str) -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(_lookup, backend="tpu", dynamic=False)
+    out = compiled(torch.randn(10, 4).to("tpu"), torch.tensor([-20, 2]).to("tpu"))
+    with pytest.raises(IndexError):
+        if wait == "block_until_ready":
+            torchtpu.block_until_ready(out)
+        elif wait == "synchronize":
+            torch.tpu.synchronize()
+        else:
+            out.sum().item()
+
+
+def test_training_step_enqueues_without_host_reads() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(32, 16), torch.nn.Linear(16, 32)).to("tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
+    loss_fn = torch.compile(
+        lambda x, y: F.cross_entropy(model(x).reshape(-1, 32), y.reshape(-1)), backend="tpu")
+    opt_step = torch.compile(opt.step, backend="tpu")
+    x = torch.randint(0, 32, (4, 8)).to("tpu")
+    y = torch.randint(0, 32, (4, 8)).to("tpu")
+
+    def step() -> torch.Tensor:
+        loss = loss_fn(x, y)
+        loss.backward()
+        opt_step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    first = step().item()  # compiles
+    torchtpu._C.flush_data_checks()
+    torchtpu.debug.reset_metrics()
+    loss = step()
+    m = torchtpu.debug.metrics()
+    assert m.get("num_transfers_to_host", 0) == 0, m
+    assert m.get("num_graph_executions", 0) == 3  # forward, backward, optimizer
+    assert m.get("num_data_checks_deferred", 0) >= 1
+    assert m.get("num_donated_inputs", 0) == 3  # SGD updates each parameter in place
+    assert loss.item() < first
+    assert torchtpu._C.num_pending_data_checks() == 0
