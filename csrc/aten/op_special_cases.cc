@@ -133,9 +133,15 @@ void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::
   running_var.mul_(1 - momentum).add_(unbiased_var.to(running_var.scalar_type()), momentum);
 }
 
-// multinomial's meta kernel checks only the rank; the CPU kernel checks the rest of the
-// argument contract first, with these messages.
+// Argument checks the CPU kernels make and the meta kernels do not: multinomial's (its
+// meta kernel checks only the rank) and uniform's range. Same messages as the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
+  if (name == "aten::uniform_" || name == "aten::uniform" || name == "aten::uniform.out") {
+    double from = args[1].toDouble(), to = args[2].toDouble();
+    TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=",
+                from, " > to=", to);
+    return;
+  }
   if (name != "aten::multinomial" && name != "aten::multinomial.out") return;
   const at::Tensor& self = args[0].toTensor();
   int64_t n_sample = args[1].isInt() ? args[1].toInt() : args[1].toSymInt().expect_int();

@@ -33,8 +33,8 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
 // Returns false for every other op.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 
-// Checks that PyTorch's CPU kernel makes before its meta kernel would (multinomial's
-// sample count and dtype), raising the CPU's message; a no-op for other ops.
+// Checks that PyTorch's CPU kernels make and their meta kernels do not (multinomial's
+// sample count and dtype, uniform's range), raising the CPU's message; a no-op otherwise.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args);
 
 // Batch norm in training mode also updates its running statistics in place, which the

@@ -111,8 +111,8 @@ LoweringFn foreach_of(std::string item_op, bool norm_args = false) {
       }
       TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> r, (*fn)(item));
       if (r.size() != 1 || !(r[0].type == c.out_type(i))) {
-        return base::internal_error("lowering: " + item_op + " gave an unexpected result for item " +
-                                    std::to_string(i) + " of " + c.op_name());
+        return base::internal_error("lowering: " + item_op + " gave an unexpected result for " +
+                                    "item " + std::to_string(i) + " of " + c.op_name());
       }
       for (const ParamBinding& b : item.bindings()) {
         if (b.source != ParamBinding::Source::kScalar) {
@@ -174,18 +174,25 @@ void register_foreach_lowerings() {
     register_foreach(op, {"List", "Scalar", "ScalarList"}, {o + ".Tensor", o, o});
   }
   // maximum/minimum with a scalar are clamps (PyTorch's own kernels do the same).
-  register_foreach("maximum", {"List", "Scalar", "ScalarList"}, {"maximum", "clamp_min", "clamp_min"});
-  register_foreach("minimum", {"List", "Scalar", "ScalarList"}, {"minimum", "clamp_max", "clamp_max"});
+  register_foreach("maximum", {"List", "Scalar", "ScalarList"},
+                   {"maximum", "clamp_min", "clamp_min"});
+  register_foreach("minimum", {"List", "Scalar", "ScalarList"},
+                   {"minimum", "clamp_max", "clamp_max"});
   register_foreach("pow", {"List", "Scalar", "ScalarList"},
                    {"pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Tensor_Scalar"});
   register_lowering({"aten::_foreach_pow.ScalarAndTensor"}, foreach_of("aten::pow.Scalar"));
   // addcmul/addcdiv: the .Tensor overloads take a CPU tensor of scalars and are left to
   // PyTorch's generic kernel.
-  for (const char* op : {"addcmul", "addcdiv"}) register_foreach(op, {"Scalar", "ScalarList"}, {op, op});
-  register_foreach("lerp", {"List", "Scalar", "ScalarList"}, {"lerp.Tensor", "lerp.Scalar", "lerp.Scalar"});
+  for (const char* op : {"addcmul", "addcdiv"}) {
+    register_foreach(op, {"Scalar", "ScalarList"}, {op, op});
+  }
+  register_foreach("lerp", {"List", "Scalar", "ScalarList"},
+                   {"lerp.Tensor", "lerp.Scalar", "lerp.Scalar"});
   register_foreach("zero", {""}, {"zero_"});
   register_foreach("copy", {""}, {"copy"});
   register_lowering({"aten::_foreach_max"}, foreach_of("aten::max"));
+  // Compiled graphs only: eager mode keeps PyTorch's kernel for ops taking a MemoryFormat.
+  register_lowering({"aten::_foreach_clone"}, foreach_of("aten::clone"));
   register_lowering({"aten::_foreach_norm.Scalar"},
                     foreach_of("aten::linalg_vector_norm", /*norm_args=*/true));
 }

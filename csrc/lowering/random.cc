@@ -94,7 +94,8 @@ Result lower_normal(LoweringContext& c) {
   if (auto s = require_floating(c); !s.ok()) return s;
   const TensorType& out = c.out_type();
   if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
-  bool in_place = c.op_name() == "aten::normal_";
+  // normal_ and its functional form (compiled graphs) take self first.
+  bool in_place = c.op_name() == "aten::normal_" || c.op_name() == "aten::normal_functional";
   size_t mean_i = in_place ? 1 : 0;
   DType ct = compute_type(out.dtype);
   Value mean = double_or_tensor(c, mean_i, ct, out.dims);
@@ -385,11 +386,42 @@ Result lower_randperm(LoweringContext& c) {
   return std::vector<Value>{sorted[1]};
 }
 
+// Value forms of the random factories that compiled graphs contain: rand/randn/randint and
+// their _like forms (eager mode runs their composite kernels: empty + uniform_/normal_/
+// random_). Each draws from the graph's generator state like the in-place ops.
+Result lower_random_factory(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  const std::string& name = c.op_name();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  RandomBits bits(c);
+  DType ct = compute_type(out.dtype);
+  if (name.rfind("aten::randn", 0) == 0) {
+    return std::vector<Value>{b.convert(standard_normal(b, bits, out.dims, ct), out.dtype)};
+  }
+  if (name.rfind("aten::randint", 0) == 0) {
+    bool like = name.rfind("aten::randint_like", 0) == 0;
+    bool has_low = name == "aten::randint.low" || name == "aten::randint_like.low_dtype";
+    size_t first = like ? 1 : 0;
+    int64_t low = has_low ? c.int_arg(first) : 0;
+    int64_t high = c.int_arg(has_low ? first + 1 : first);
+    if (low >= high) {
+      return base::invalid_argument("lowering: " + name + ": random_ expects 'from' to be less "
+                                    "than 'to', but got from=" + std::to_string(low) +
+                                    " >= to=" + std::to_string(high));
+    }
+    return std::vector<Value>{uniform_int(b, bits, out, low, static_cast<uint64_t>(high - low))};
+  }
+  Value u = unit_uniform(b, bits, out.dims, ct, mantissa_digits(out.dtype));
+  return std::vector<Value>{b.convert(u, out.dtype)};
+}
+
 }  // namespace
 
 void register_random_lowerings() {
-  register_lowering({"aten::uniform_"}, lower_uniform);
-  register_lowering({"aten::normal_", "aten::normal.Tensor_float", "aten::normal.Tensor_float_out",
+  register_lowering({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, lower_uniform);
+  register_lowering({"aten::normal_", "aten::normal_functional", "aten::normal.float_float",
+                     "aten::normal.Tensor_float", "aten::normal.Tensor_float_out",
                      "aten::normal.float_Tensor", "aten::normal.float_Tensor_out",
                      "aten::normal.Tensor_Tensor", "aten::normal.Tensor_Tensor_out"},
                     lower_normal);
@@ -397,13 +429,20 @@ void register_random_lowerings() {
   register_lowering({"aten::bernoulli_.Tensor", "aten::bernoulli", "aten::bernoulli.out"},
                     lower_bernoulli_tensor);
   register_lowering({"aten::random_.from", "aten::random_.to", "aten::random_"}, lower_random);
-  register_lowering({"aten::exponential_"}, lower_exponential);
-  register_lowering({"aten::geometric_"}, lower_geometric);
-  register_lowering({"aten::log_normal_"}, lower_log_normal);
-  register_lowering({"aten::cauchy_"}, lower_cauchy);
+  register_lowering({"aten::exponential_", "aten::exponential", "aten::exponential.out"},
+                    lower_exponential);
+  register_lowering({"aten::geometric_", "aten::geometric", "aten::geometric.out"},
+                    lower_geometric);
+  register_lowering({"aten::log_normal_", "aten::log_normal", "aten::log_normal.out"},
+                    lower_log_normal);
+  register_lowering({"aten::cauchy_", "aten::cauchy", "aten::cauchy.out"}, lower_cauchy);
   register_lowering({"aten::native_dropout"}, lower_native_dropout);
   register_lowering({"aten::native_dropout_backward"}, lower_native_dropout_backward);
   register_lowering({"aten::randperm.generator_out"}, lower_randperm);
+  register_lowering({"aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like",
+                     "aten::randint", "aten::randint.low", "aten::randint_like",
+                     "aten::randint_like.low_dtype"},
+                    lower_random_factory);
 }
 
 }  // namespace torchtpu::lowering

@@ -13,7 +13,8 @@ TPU = "tpu"
 
 
 def frequencies(samples: torch.Tensor, num_categories: int) -> torch.Tensor:
-    return torch.bincount(samples.reshape(-1).cpu(), minlength=num_categories).double() / samples.numel()
+    counts = torch.bincount(samples.reshape(-1).cpu(), minlength=num_categories)
+    return counts.double() / samples.numel()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
