@@ -31,6 +31,8 @@ struct CompiledOp {
   std::vector<TensorType> out_types;      // one per defined tensor return
   std::vector<bool> return_defined;       // per schema return
   std::vector<int> return_to_arg;         // per schema return: mutable arg it writes, or -1
+  std::vector<int> return_list_size;      // per schema return: items of a Tensor[], or -1
+  int list_write_arg = -1;                // a `-> ()` list op's Tensor(a!)[] argument
   std::vector<std::string> check_messages;
   std::vector<lowering::CheckKind> check_kinds;
 };
@@ -73,6 +75,11 @@ lowering::ScalarCategory category_of(c10::ScalarType t) {
 bool shape_depends_on_scalars(const std::string& name) {
   return name.rfind("aten::arange", 0) == 0 || name.rfind("aten::linspace", 0) == 0 ||
          name.rfind("aten::logspace", 0) == 0;
+}
+
+bool is_scalar_list(const c10::TypePtr& type) {
+  auto list = type->cast<c10::ListType>();
+  return list && list->getElementType()->kind() == c10::TypeKind::NumberType;
 }
 
 struct CallInfo {
@@ -143,6 +150,15 @@ CallInfo describe_call(const c10::FunctionSchema& schema, const std::string& nam
         note_device(info, *t, name);
         a.list_types.push_back(type_of(*t));
         a.ints.push_back(static_cast<int64_t>(k));
+      }
+    } else if (is_scalar_list(type)) {
+      // Scalar[] (foreach ops): every item is a runtime scalar, like a Scalar argument.
+      a.kind = ArgKind::kScalarList;
+      for (const c10::IValue& item : v.toListRef()) {
+        if (item.isComplexDouble()) throw NeedsFallback{"complex scalars are not lowered"};
+        a.scalar_categories.push_back(item.isBool()  ? lowering::ScalarCategory::kBool
+                                      : item.isInt() ? lowering::ScalarCategory::kInt
+                                                     : lowering::ScalarCategory::kFloat);
       }
     } else if (v.isGenerator()) {
       info.generator = v.toGenerator();
@@ -242,6 +258,14 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
   const auto& returns = schema.returns();
   for (size_t j = 0; j < returns.size(); ++j) {
     const c10::IValue& r = meta_stack[j];
+    if (r.isTensorList()) {  // foreach ops: a new tensor per item
+      std::vector<at::Tensor> items = r.toTensorVector();
+      for (const at::Tensor& t : items) compiled->out_types.push_back(type_of(t));
+      compiled->return_defined.push_back(true);
+      compiled->return_list_size.push_back(static_cast<int>(items.size()));
+      compiled->return_to_arg.push_back(-1);
+      continue;
+    }
     if (!r.isTensor()) throw NeedsFallback{"returns a non-tensor value"};
     const at::Tensor& t = r.toTensor();
     compiled->return_defined.push_back(t.defined());
@@ -253,6 +277,18 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
     }
     if (returns[j].alias_info() && arg < 0) throw NeedsFallback{"returns a view"};
     compiled->return_to_arg.push_back(arg);
+    compiled->return_list_size.push_back(-1);
+  }
+  // In-place foreach ops return nothing and write every item of their Tensor(a!)[]
+  // argument; the results are the items' new values, of the items' own types.
+  if (returns.empty()) {
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
+      if (!ai || !ai->isWrite() || info.args[i].kind != ArgKind::kTensorList) continue;
+      compiled->list_write_arg = static_cast<int>(i);
+      compiled->out_types = info.args[i].list_types;
+      break;
+    }
   }
   // 2. Lower and compile.
   auto lowered = lowering::lower_op(name, info.args, compiled->out_types);
@@ -296,10 +332,18 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
       case lowering::ParamBinding::Source::kScalar:
         inputs.push_back(scalar_buffer(ivalues[p.arg_index], p.dtype, info.device));
         break;
+      case lowering::ParamBinding::Source::kScalarListItem:
+        inputs.push_back(scalar_buffer(ivalues[p.arg_index].toListRef()[p.list_index], p.dtype,
+                                       info.device));
+        break;
       case lowering::ParamBinding::Source::kRngState:
         inputs.push_back(rng_buffer(info));
         break;
     }
+  }
+  if (c.out_types.empty() && c.list_write_arg >= 0) {  // an in-place list op on empty lists
+    torch::jit::drop(*stack, num_args);
+    return;
   }
   std::vector<const runtime::Buffer*> raw;
   for (const auto& b : inputs) raw.push_back(b.get());
@@ -313,7 +357,19 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
 
   std::vector<c10::IValue> results;
   size_t next = 0;
+  if (c.list_write_arg >= 0) {
+    std::vector<at::Tensor> targets = ivalues[c.list_write_arg].toTensorVector();
+    for (const at::Tensor& target : targets) write_tensor(target, (*outputs)[next++]);
+  }
   for (size_t j = 0; j < c.return_defined.size(); ++j) {
+    if (c.return_list_size[j] >= 0) {
+      c10::List<at::Tensor> items;
+      for (int k = 0; k < c.return_list_size[j]; ++k, ++next) {
+        items.push_back(wrap_buffer((*outputs)[next], to_scalar_type(c.out_types[next].dtype)));
+      }
+      results.emplace_back(std::move(items));
+      continue;
+    }
     if (!c.return_defined[j]) {
       results.emplace_back(at::Tensor());
       continue;
@@ -378,6 +434,7 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   std::string name = op_name(schema);
   check_written_overlap(schema, name, torch::jit::last(*stack, schema.arguments().size()));
+  check_arguments_like_cpu(name, torch::jit::last(*stack, schema.arguments().size()));
   if (is_data_dependent(name)) {
     base::keyed_counter_add("host_roundtrip_ops", name);
     base::counter_add("num_host_roundtrips");

@@ -133,4 +133,33 @@ void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::
   running_var.mul_(1 - momentum).add_(unbiased_var.to(running_var.scalar_type()), momentum);
 }
 
+// Argument checks the CPU kernels make and the meta kernels do not: multinomial's (its
+// meta kernel checks only the rank) and uniform's range. Same messages as the CPU.
+void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
+  if (name == "aten::uniform_" || name == "aten::uniform" || name == "aten::uniform.out") {
+    double from = args[1].toDouble(), to = args[2].toDouble();
+    TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=",
+                from, " > to=", to);
+    return;
+  }
+  if (name != "aten::multinomial" && name != "aten::multinomial.out") return;
+  const at::Tensor& self = args[0].toTensor();
+  int64_t n_sample = args[1].isInt() ? args[1].toInt() : args[1].toSymInt().expect_int();
+  bool with_replacement = args[2].toBool();
+  TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+              "multinomial only supports floating-point dtypes for input, got: ",
+              self.scalar_type());
+  if (name == "aten::multinomial.out") {
+    const at::Tensor& out = args[4].toTensor();
+    TORCH_CHECK(out.scalar_type() == at::kLong, "multinomial expects Long tensor out, got: ",
+                out.scalar_type());
+  }
+  TORCH_CHECK(n_sample > 0, "cannot sample n_sample <= 0 samples");
+  int64_t n_categories = self.size(-1);
+  TORCH_CHECK(with_replacement || n_sample <= n_categories,
+              "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  TORCH_CHECK(n_categories <= (int64_t{1} << 24), "number of categories cannot exceed 2^24");
+}
+
 }  // namespace torchtpu::aten

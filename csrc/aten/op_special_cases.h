@@ -33,6 +33,10 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
 // Returns false for every other op.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 
+// Checks that PyTorch's CPU kernels make and their meta kernels do not (multinomial's
+// sample count and dtype, uniform's range), raising the CPU's message; a no-op otherwise.
+void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args);
+
 // Batch norm in training mode also updates its running statistics in place, which the
 // schema does not declare as results.
 bool is_batch_norm(const std::string& name);

@@ -12,12 +12,15 @@ void register_shape_lowerings();
 void register_indexing_lowerings();
 void register_factory_lowerings();
 void register_random_lowerings();
+void register_multinomial_lowerings();
 void register_sort_lowerings();
 void register_elementwise_math_lowerings();
 void register_interpolate_lowerings();
 void register_unpool_lowerings();
 void register_search_lowerings();
 void register_index_reduce_lowerings();
+// List ops (_foreach_*): registered last, they look up the per-item lowerings at lowering time.
+void register_foreach_lowerings();
 // Graph mode only: value-semantics forms of view ops and factories seen in FX graphs.
 void register_graph_lowerings();
 

@@ -110,6 +110,9 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
         p.scalar = node.scalars.at(b.arg_index);
       } else if (b.source == ParamBinding::Source::kRngState) {
         p.source = GraphParam::Source::kRngState;
+      } else if (b.source == ParamBinding::Source::kScalarListItem) {
+        return base::unimplemented("lowering: graph node " + node.op + " takes a Scalar[] "
+                                   "argument, which compiled graphs do not pass yet");
       } else {
         return base::internal_error("lowering: graph node " + node.op + " argument " +
                                     std::to_string(b.arg_index) + " is an unbound tensor");

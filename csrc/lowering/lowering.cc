@@ -25,12 +25,14 @@ void ensure_registered() {
     register_indexing_lowerings();
     register_factory_lowerings();
     register_random_lowerings();
+    register_multinomial_lowerings();
     register_sort_lowerings();
     register_elementwise_math_lowerings();
     register_interpolate_lowerings();
     register_unpool_lowerings();
     register_search_lowerings();
     register_index_reduce_lowerings();
+    register_foreach_lowerings();
     register_graph_lowerings();
   });
 }
@@ -40,6 +42,7 @@ const char* kind_tag(ArgKind k) {
     case ArgKind::kTensor: return "T";
     case ArgKind::kTensorList: return "L";
     case ArgKind::kScalar: return "S";
+    case ArgKind::kScalarList: return "R";
     case ArgKind::kInt: return "i";
     case ArgKind::kDouble: return "d";
     case ArgKind::kBool: return "b";
@@ -88,6 +91,9 @@ void OpArg::append_key(std::string* key) const {
       break;
     case ArgKind::kScalar:
       *key += std::to_string(static_cast<int>(scalar_category));
+      break;
+    case ArgKind::kScalarList:
+      for (ScalarCategory c : scalar_categories) *key += std::to_string(static_cast<int>(c));
       break;
     case ArgKind::kInt:
     case ArgKind::kBool:
@@ -156,6 +162,13 @@ Value LoweringContext::scalar(size_t i, DType t) {
   // Each request declares its own parameter: the same scalar may be wanted in two dtypes.
   Value v = builder_.param(TensorType{t, {}});
   bindings_.push_back({ParamBinding::Source::kScalar, static_cast<int>(i), -1, t});
+  return v;
+}
+
+Value LoweringContext::scalar_list_item(size_t i, size_t j, DType t) {
+  Value v = builder_.param(TensorType{t, {}});
+  bindings_.push_back({ParamBinding::Source::kScalarListItem, static_cast<int>(i),
+                       static_cast<int>(j), t});
   return v;
 }
 

@@ -27,7 +27,9 @@
 
 namespace torchtpu::lowering {
 
-enum class ArgKind { kTensor, kTensorList, kScalar, kInt, kDouble, kBool, kIntList, kNone, kString, kDType };
+enum class ArgKind {
+  kTensor, kTensorList, kScalar, kScalarList, kInt, kDouble, kBool, kIntList, kNone, kString, kDType
+};
 enum class ScalarCategory { kBool, kInt, kFloat };
 
 struct OpArg {
@@ -35,6 +37,7 @@ struct OpArg {
   TensorType type;                      // kTensor
   std::vector<TensorType> list_types;   // kTensorList
   ScalarCategory scalar_category = ScalarCategory::kFloat;  // kScalar
+  std::vector<ScalarCategory> scalar_categories;             // kScalarList, one per item
   int64_t int_value = 0;                // kInt, kBool (0/1)
   double double_value = 0;              // kDouble
   Dims ints;                            // kIntList; kTensorList from a Tensor?[]: the
@@ -57,7 +60,7 @@ struct Check {
 
 // Where the runtime value of one @main parameter comes from.
 struct ParamBinding {
-  enum class Source { kTensor, kTensorListItem, kScalar, kRngState } source;
+  enum class Source { kTensor, kTensorListItem, kScalar, kScalarListItem, kRngState } source;
   int arg_index = -1;
   int list_index = -1;
   DType dtype = DType::kF32;  // for kScalar: the dtype the lowering asked for
@@ -84,6 +87,11 @@ class LoweringContext {
   std::vector<Value> tensor_list(size_t i);
   // A scalar argument as a 0-d runtime parameter of dtype `t`.
   Value scalar(size_t i, DType t);
+  // Item `j` of a Scalar[] argument as a 0-d runtime parameter of dtype `t`.
+  Value scalar_list_item(size_t i, size_t j, DType t);
+  // Records a parameter that another context (a per-item context of a list op sharing this
+  // builder) declared; bindings must follow the builder's parameter order.
+  void add_binding(const ParamBinding& binding) { bindings_.push_back(binding); }
   // Tensor or scalar argument `i` as a value of dtype `t` broadcast to `dims`.
   Value operand(size_t i, DType t, const Dims& dims);
 

@@ -1,4 +1,5 @@
-// Random lowerings: uniform/normal/bernoulli/random_ and friends, dropout, randperm.
+// Random lowerings: uniform/normal/bernoulli/random_ and friends, dropout, randperm
+// (multinomial is in multinomial.cc).
 //
 // Every op draws its bits from stablehlo.rng_bit_generator (THREE_FRY) keyed by a hash of
 // the call's generator state (seed, offset). Hashing the pair, instead of using the offset
@@ -16,6 +17,7 @@
 
 #include "lowering/families.h"
 #include "lowering/lowering.h"
+#include "lowering/random_bits.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -23,80 +25,6 @@ namespace {
 using Result = base::StatusOr<std::vector<Value>>;
 
 constexpr double kPi = 3.14159265358979323846;
-
-// An unsigned 64-bit constant (Builder::constant_i64 cannot spell values >= 2^63).
-Value u64_constant(Builder& b, uint64_t v, const Dims& dims = {}) {
-  TensorType t{DType::kU64, dims};
-  return b.op("stablehlo.constant", {}, t, "value = dense<" + std::to_string(v) + "> : " + t.str());
-}
-
-Value u64_binary(Builder& b, const char* op, Value x, uint64_t k) {
-  return b.binary(op, x, u64_constant(b, k, x.dims()));
-}
-
-// splitmix64's finalizer: a bijection on u64 that scatters nearby inputs.
-Value mix64(Builder& b, Value z) {
-  z = u64_binary(b, "multiply", b.binary("xor", z, u64_binary(b, "shift_right_logical", z, 30)),
-                 0xbf58476d1ce4e5b9ull);
-  z = u64_binary(b, "multiply", b.binary("xor", z, u64_binary(b, "shift_right_logical", z, 27)),
-                 0x94d049bb133111ebull);
-  return b.binary("xor", z, u64_binary(b, "shift_right_logical", z, 31));
-}
-
-// A sequence of random bit tensors from one op's generator state. Successive draws thread
-// rng_bit_generator's output state, so they never overlap.
-class RandomBits {
- public:
-  explicit RandomBits(LoweringContext& c) : b_(c.b()) {
-    Value state = c.rng_state();
-    Value seed = b_.slice(state, {0}, {1}, {1});
-    Value offset = b_.slice(state, {1}, {2}, {1});
-    Value salted_offset = u64_binary(b_, "add", offset, 0x9e3779b97f4a7c15ull);
-    Value key = mix64(b_, b_.binary("xor", mix64(b_, seed), mix64(b_, salted_offset)));
-    state_ = b_.concatenate({key, u64_constant(b_, 0, {1})}, 0);
-  }
-
-  // Uniform bits of `dims`; `t` is kU32 or kU64.
-  Value draw(const Dims& dims, DType t) {
-    std::vector<Value> r = b_.op_multi("stablehlo.rng_bit_generator", {state_},
-                                       {state_.type, TensorType{t, dims}},
-                                       "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>");
-    state_ = r[0];
-    return r[1];
-  }
-
- private:
-  Builder& b_;
-  Value state_;
-};
-
-int mantissa_digits(DType t) {
-  switch (t) {
-    case DType::kF16: return 11;
-    case DType::kBF16: return 8;
-    case DType::kF64: return 53;
-    default: return 24;
-  }
-}
-
-// Transformations run in f64 for f64 outputs and in f32 otherwise (PyTorch's dist_acctype).
-DType compute_type(DType out) { return out == DType::kF64 ? DType::kF64 : DType::kF32; }
-
-// Uniform [0, 1) in `t` (f32 or f64) from the top `digits` bits: every value is k * 2^-digits,
-// exact in `t`, so 1.0 can never appear.
-Value unit_uniform(Builder& b, RandomBits& bits, const Dims& dims, DType t, int digits) {
-  bool wide = t == DType::kF64;
-  Value raw = bits.draw(dims, wide ? DType::kU64 : DType::kU32);
-  int width = wide ? 64 : 32;
-  Value shift = wide ? u64_constant(b, width - digits, dims)
-                     : b.convert(u64_constant(b, width - digits, dims), DType::kU32);
-  Value top = b.convert(b.binary("shift_right_logical", raw, shift), t);
-  return b.mul(top, b.splat(std::ldexp(1.0, -digits), TensorType{t, dims}));
-}
-
-Value unit_uniform(Builder& b, RandomBits& bits, const Dims& dims, DType t) {
-  return unit_uniform(b, bits, dims, t, mantissa_digits(t));
-}
 
 // Standard normal samples by Box–Muller; each pair of uniforms yields two samples.
 Value standard_normal(Builder& b, RandomBits& bits, const Dims& dims, DType t) {
@@ -166,7 +94,8 @@ Result lower_normal(LoweringContext& c) {
   if (auto s = require_floating(c); !s.ok()) return s;
   const TensorType& out = c.out_type();
   if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
-  bool in_place = c.op_name() == "aten::normal_";
+  // normal_ and its functional form (compiled graphs) take self first.
+  bool in_place = c.op_name() == "aten::normal_" || c.op_name() == "aten::normal_functional";
   size_t mean_i = in_place ? 1 : 0;
   DType ct = compute_type(out.dtype);
   Value mean = double_or_tensor(c, mean_i, ct, out.dims);
@@ -457,11 +386,42 @@ Result lower_randperm(LoweringContext& c) {
   return std::vector<Value>{sorted[1]};
 }
 
+// Value forms of the random factories that compiled graphs contain: rand/randn/randint and
+// their _like forms (eager mode runs their composite kernels: empty + uniform_/normal_/
+// random_). Each draws from the graph's generator state like the in-place ops.
+Result lower_random_factory(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  const std::string& name = c.op_name();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  RandomBits bits(c);
+  DType ct = compute_type(out.dtype);
+  if (name.rfind("aten::randn", 0) == 0) {
+    return std::vector<Value>{b.convert(standard_normal(b, bits, out.dims, ct), out.dtype)};
+  }
+  if (name.rfind("aten::randint", 0) == 0) {
+    bool like = name.rfind("aten::randint_like", 0) == 0;
+    bool has_low = name == "aten::randint.low" || name == "aten::randint_like.low_dtype";
+    size_t first = like ? 1 : 0;
+    int64_t low = has_low ? c.int_arg(first) : 0;
+    int64_t high = c.int_arg(has_low ? first + 1 : first);
+    if (low >= high) {
+      return base::invalid_argument("lowering: " + name + ": random_ expects 'from' to be less "
+                                    "than 'to', but got from=" + std::to_string(low) +
+                                    " >= to=" + std::to_string(high));
+    }
+    return std::vector<Value>{uniform_int(b, bits, out, low, static_cast<uint64_t>(high - low))};
+  }
+  Value u = unit_uniform(b, bits, out.dims, ct, mantissa_digits(out.dtype));
+  return std::vector<Value>{b.convert(u, out.dtype)};
+}
+
 }  // namespace
 
 void register_random_lowerings() {
-  register_lowering({"aten::uniform_"}, lower_uniform);
-  register_lowering({"aten::normal_", "aten::normal.Tensor_float", "aten::normal.Tensor_float_out",
+  register_lowering({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, lower_uniform);
+  register_lowering({"aten::normal_", "aten::normal_functional", "aten::normal.float_float",
+                     "aten::normal.Tensor_float", "aten::normal.Tensor_float_out",
                      "aten::normal.float_Tensor", "aten::normal.float_Tensor_out",
                      "aten::normal.Tensor_Tensor", "aten::normal.Tensor_Tensor_out"},
                     lower_normal);
@@ -469,13 +429,20 @@ void register_random_lowerings() {
   register_lowering({"aten::bernoulli_.Tensor", "aten::bernoulli", "aten::bernoulli.out"},
                     lower_bernoulli_tensor);
   register_lowering({"aten::random_.from", "aten::random_.to", "aten::random_"}, lower_random);
-  register_lowering({"aten::exponential_"}, lower_exponential);
-  register_lowering({"aten::geometric_"}, lower_geometric);
-  register_lowering({"aten::log_normal_"}, lower_log_normal);
-  register_lowering({"aten::cauchy_"}, lower_cauchy);
+  register_lowering({"aten::exponential_", "aten::exponential", "aten::exponential.out"},
+                    lower_exponential);
+  register_lowering({"aten::geometric_", "aten::geometric", "aten::geometric.out"},
+                    lower_geometric);
+  register_lowering({"aten::log_normal_", "aten::log_normal", "aten::log_normal.out"},
+                    lower_log_normal);
+  register_lowering({"aten::cauchy_", "aten::cauchy", "aten::cauchy.out"}, lower_cauchy);
   register_lowering({"aten::native_dropout"}, lower_native_dropout);
   register_lowering({"aten::native_dropout_backward"}, lower_native_dropout_backward);
   register_lowering({"aten::randperm.generator_out"}, lower_randperm);
+  register_lowering({"aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like",
+                     "aten::randint", "aten::randint.low", "aten::randint_like",
+                     "aten::randint_like.low_dtype"},
+                    lower_random_factory);
 }
 
 }  // namespace torchtpu::lowering

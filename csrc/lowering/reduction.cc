@@ -362,7 +362,8 @@ void register_reduction_lowerings() {
   register_lowering({"aten::nansum", "aten::nansum.out"}, accumulate("add", 0, true));
   register_lowering({"aten::prod", "aten::prod.dim_int", "aten::prod.int_out"},
                     accumulate("multiply", 1, false));
-  register_lowering({"aten::mean.dim", "aten::mean.out"}, lower_mean);
+  register_lowering({"aten::mean", "aten::mean.dtype_out", "aten::mean.dim", "aten::mean.out"},
+                    lower_mean);
   register_lowering({"aten::amax", "aten::amax.out", "aten::max", "aten::max.unary_out"},
                     extreme(true));
   register_lowering({"aten::amin", "aten::amin.out", "aten::min", "aten::min.unary_out"},
@@ -372,9 +373,11 @@ void register_reduction_lowerings() {
   register_lowering({"aten::min.dim", "aten::min.dim_min"}, extreme_with_index(false));
   register_lowering({"aten::argmax", "aten::argmax.out"}, arg_index(true));
   register_lowering({"aten::argmin", "aten::argmin.out"}, arg_index(false));
-  register_lowering({"aten::any", "aten::any.dim", "aten::any.out", "aten::any.all_out"},
+  register_lowering({"aten::any", "aten::any.dim", "aten::any.dims", "aten::any.out",
+                     "aten::any.dims_out", "aten::any.all_out"},
                     logical_reduce(true));
-  register_lowering({"aten::all", "aten::all.dim", "aten::all.out", "aten::all.all_out"},
+  register_lowering({"aten::all", "aten::all.dim", "aten::all.dims", "aten::all.out",
+                     "aten::all.dims_out", "aten::all.all_out"},
                     logical_reduce(false));
   register_lowering({"aten::count_nonzero.dim_IntList"}, lower_count_nonzero);
   register_lowering({"aten::var.correction", "aten::var.correction_out"}, variance(false, false));

@@ -1,9 +1,10 @@
 // Shape lowerings: ops that rearrange or pad data into a new tensor (cat, flip, roll,
-// constant_pad_nd, repeat, tril/triu, diag_embed, diagonal_copy, slice/select_scatter).
+// constant_pad_nd, repeat, tril/triu, diag_embed, diagonal_copy/scatter, slice/select_scatter).
 //
 // Pure views (view, permute, expand, slice, ...) are not here: the aten layer keeps them
 // as metadata over a storage and only materializes them through these or copy programs.
 #include <algorithm>
+#include <string>
 
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
@@ -194,6 +195,50 @@ Result lower_diagonal_copy(LoweringContext& c) {
   return std::vector<Value>{b.slice(flat, start, limit, strides)};
 }
 
+// diagonal_scatter(self, src, offset, dim1, dim2): self with the diagonal replaced by src.
+// The plane is flattened as in diagonal_copy; src is padded (interior padding n2) onto the
+// diagonal's flat positions and selected in by a mask padded the same way.
+Result lower_diagonal_scatter(LoweringContext& c) {
+  Builder& b = c.b();
+  Value self = c.tensor(0);
+  int64_t offset = c.int_arg(2);
+  int64_t d1 = wrap_dim(c.int_arg(3), self.rank()), d2 = wrap_dim(c.int_arg(4), self.rank());
+  int64_t n1 = self.dims()[d1], n2 = self.dims()[d2];
+  int64_t len = diagonal_length(n1, n2, offset);
+  if (d1 == d2 || len == 0 || self.type.num_elements() == 0) return std::vector<Value>{self};
+  Dims perm, batch;
+  for (int64_t i = 0; i < self.rank(); ++i) {
+    if (i != d1 && i != d2) {
+      perm.push_back(i);
+      batch.push_back(self.dims()[i]);
+    }
+  }
+  perm.push_back(d1);
+  perm.push_back(d2);
+  Value planes = b.transpose(self, perm);
+  Dims flat_dims = batch;
+  flat_dims.push_back(n1 * n2);
+  Value flat = b.reshape(planes, flat_dims);
+  int64_t first = std::max<int64_t>(-offset, 0) * n2 + std::max<int64_t>(offset, 0);
+  int64_t end = first + (len - 1) * (n2 + 1) + 1;
+  Dims low(batch.size(), 0), high(batch.size(), 0), interior(batch.size(), 0);
+  low.push_back(first);
+  high.push_back(n1 * n2 - end);
+  interior.push_back(n2);
+  std::string attrs = "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
+                      i64_array(high) + ", interior_padding = " + i64_array(interior);
+  Value src = b.convert(c.tensor(1), self.dtype());
+  Value placed = b.op("stablehlo.pad", {src, b.constant(0, self.dtype())},
+                      TensorType{self.dtype(), flat_dims}, attrs);
+  Value ones = b.splat(1, TensorType{DType::kBool, src.dims()});
+  Value mask = b.op("stablehlo.pad", {ones, b.constant(0, DType::kBool)},
+                    TensorType{DType::kBool, flat_dims}, attrs);
+  Value merged = b.reshape(b.select(mask, placed, flat), planes.dims());
+  Dims inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  return std::vector<Value>{b.transpose(merged, inverse)};
+}
+
 // diag_embed(self, offset=0, dim1=-2, dim2=-1): the last dim of self becomes the diagonal
 // `offset` of a new (dim1, dim2) plane. Self is broadcast along the plane (indexed by row
 // for offset >= 0, by column otherwise) and masked to the diagonal.
@@ -296,7 +341,11 @@ void register_shape_lowerings() {
   register_lowering({"aten::repeat", "aten::repeat.out"}, lower_repeat);
   register_lowering({"aten::tril", "aten::tril_", "aten::tril.out"}, triangle(true));
   register_lowering({"aten::triu", "aten::triu_", "aten::triu.out"}, triangle(false));
-  register_lowering({"aten::diagonal_copy", "aten::diagonal_copy.out"}, lower_diagonal_copy);
+  // aten::diagonal is a view in eager mode (metadata); compiled graphs see it as a value.
+  register_lowering({"aten::diagonal", "aten::diagonal_copy", "aten::diagonal_copy.out"},
+                    lower_diagonal_copy);
+  register_lowering({"aten::diagonal_scatter", "aten::diagonal_scatter.out"},
+                    lower_diagonal_scatter);
   register_lowering({"aten::diag_embed", "aten::diag_embed.out"}, lower_diag_embed);
   register_lowering({"aten::slice_scatter", "aten::slice_scatter.out"}, lower_slice_scatter);
   register_lowering({"aten::select_scatter", "aten::select_scatter.out"}, lower_select_scatter);

@@ -19,6 +19,12 @@ def device_count() -> int:
     return _C.device_count()
 
 
+def is_initialized() -> bool:
+    """True once the PJRT client is up (importing torchtpu starts it); fake tensors ask
+    this before reading current_device()."""
+    return is_available()
+
+
 def current_device() -> int:
     return _C.current_device()
 

@@ -217,7 +217,8 @@ inline LoweringRun run_lowering(const std::string& op, const std::vector<OpArg>&
                                 const std::map<int, HostTensor>& tensors,
                                 const std::map<int, double>& scalars = {},
                                 const std::map<int, std::vector<HostTensor>>& lists = {},
-                                const RngState& rng = {}) {
+                                const RngState& rng = {},
+                                const std::map<int, std::vector<double>>& scalar_lists = {}) {
   LoweringRun run;
   auto lowered = lowering::lower_op(op, args, out_types);
   EXPECT_TRUE(lowered.ok()) << lowered.status().to_string();
@@ -234,6 +235,10 @@ inline LoweringRun run_lowering(const std::string& op, const std::vector<OpArg>&
         break;
       case lowering::ParamBinding::Source::kScalar:
         inputs.push_back(HostTensor{TensorType{p.dtype, {}}, {scalars.at(p.arg_index)}});
+        break;
+      case lowering::ParamBinding::Source::kScalarListItem:
+        inputs.push_back(HostTensor{TensorType{p.dtype, {}},
+                                    {scalar_lists.at(p.arg_index).at(p.list_index)}});
         break;
       case lowering::ParamBinding::Source::kRngState:
         inputs.push_back(HostTensor{TensorType{base::DType::kU64, {2}},

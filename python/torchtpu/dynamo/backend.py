@@ -203,6 +203,11 @@ class _GraphRunner:
                 break
         self.symbols = free_symbols(gm)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        # 0-dim CPU tensors mix with device tensors in PyTorch (an optimizer's step count
+        # lives on the CPU): such inputs are copied to the device on each call.
+        self.cpu_scalars = {i for i, n in enumerate(self.placeholders)
+                            if isinstance(n.meta.get("val"), torch.Tensor)
+                            and n.meta["val"].device.type == "cpu" and n.meta["val"].dim() == 0}
         self.hazard = None
         if self.symbols and buckets_enabled():
             # Training graphs stay exact-size: with autograd, XLA returns some forward
@@ -232,6 +237,14 @@ class _GraphRunner:
                     f.write(self.gm.print_readable(print_output=False))
         return self.compiled[key]
 
+    def _constants(self, plan: GraphPlan) -> list[Any]:
+        """The graph's tensor constants on the device. They live on the CPU in the graph
+        module and move on the first run (compiling happens under fake-tensor tracing,
+        where a copy would be fake), then stay."""
+        if plan.constants and plan.constants[0].device.type != "tpu":
+            plan.constants = [c.to(f"tpu:{self.device}") for c in plan.constants]
+        return plan.constants
+
     def _bind(self, args: tuple[Any, ...]) -> dict[sympy.Symbol, int]:
         values: dict[sympy.Symbol, int] = {}
         for node, arg in zip(self.placeholders, args):
@@ -248,16 +261,22 @@ class _GraphRunner:
         return values
 
     def __call__(self, *args: Any) -> Any:
+        original = args  # inputs handed back as outputs are the caller's own tensors
+        if self.cpu_scalars:
+            device = f"tpu:{self.device}"
+            args = tuple(a.to(device) if i in self.cpu_scalars else a for i, a in enumerate(args))
         if not self.symbols:
             graph, plan = self.compiled[()]
-            tensors = graph.run([args[i] for i in plan.input_placeholders])
-            return tuple(tensors[v[1]] if v[0] == "tensor" else args[v[1]] if v[0] == "arg"
+            tensors = graph.run([args[i] for i in plan.input_placeholders] +
+                                self._constants(plan))
+            return tuple(tensors[v[1]] if v[0] == "tensor" else original[v[1]] if v[0] == "arg"
                          else v[1] for v in plan.output_layout)
         actual = self._bind(args)
         key = tuple(bucket_size(actual[s]) if self.bucketed else actual[s] for s in self.symbols)
         graph, plan = self._get(key)
         inputs = [_compact(args[i], bound) if i in plan.compact_inputs else args[i]
                   for i, bound in zip(plan.input_placeholders, plan.input_bounds)]
+        inputs += self._constants(plan)
         sizes = [evaluate(e, actual) for e in plan.slots]
         tensors = graph.run(inputs, sizes)
         out = []
@@ -275,7 +294,7 @@ class _GraphRunner:
             elif entry[0] == "size":
                 out.append(evaluate(entry[1], actual))
             elif entry[0] == "arg":
-                out.append(args[entry[1]])
+                out.append(original[entry[1]])
             else:
                 out.append(entry[1])
         return tuple(out)

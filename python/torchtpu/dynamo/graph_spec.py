@@ -93,6 +93,9 @@ class GraphPlan:
     # Static (bucket) shape of each C++ input, and the FX placeholders fed compact.
     input_bounds: list[list[int]] = field(default_factory=list)
     compact_inputs: set[int] = field(default_factory=set)
+    # Tensor constants of the graph (get_attr nodes: tensors an op built from Python
+    # values while tracing), fed after the placeholders as extra C++ inputs.
+    constants: list[torch.Tensor] = field(default_factory=list)
 
 
 class _Builder:
@@ -174,12 +177,23 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
                 f"tpu compile: graph input {node.name} is {type(val).__name__}, not a tensor"
             )
         position += 1
+    constants = []
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        value = _attr(gm, node.target)
+        if not isinstance(value, torch.Tensor):
+            raise UnsupportedGraph(f"tpu compile: graph attribute {node.target} is "
+                                   f"{type(value).__name__}, not a tensor")
+        ids[node] = len(inputs)
+        inputs.append(b.tensor_type(value, node.name))
+        constants.append(value)
     spec.inputs = inputs
     next_id = len(inputs)
 
     nodes, outputs, layout = [], [], []
     for node in gm.graph.nodes:
-        if node.op == "placeholder":
+        if node.op in ("placeholder", "get_attr"):
             continue
         if node.op == "output":
             results = node.args[0]
@@ -224,7 +238,15 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
         spec=spec, input_placeholders=input_placeholders, slots=b.slots, output_layout=layout,
         input_bounds=[_bound_dims(gm, p, b) for p in input_placeholders],
         compact_inputs={input_placeholders[i] for i, n in enumerate(numel_symbols) if n >= 0},
+        constants=constants,
     )
+
+
+def _attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def _bound_dims(gm: torch.fx.GraphModule, position: int, b: _Builder) -> list[int]:

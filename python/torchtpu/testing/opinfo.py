@@ -24,12 +24,13 @@ with a hash of its name.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 import warnings
 import zlib
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
@@ -67,13 +68,21 @@ def op_key(op: Any) -> str:
 
 
 def op_database() -> list[Any]:
-    """All OpInfos, each key once (the first entry wins, as in PyTorch's test suites)."""
-    from torch.testing._internal.common_methods_invocations import op_db
+    """All OpInfos, each key once (the first entry wins, as in PyTorch's test suites): the
+    main op_db, then the list ops' (_foreach_*) databases."""
+    from torch.testing._internal import common_methods_invocations as cmi
 
     seen: dict[str, Any] = {}
-    for op in op_db:
-        seen.setdefault(op_key(op), op)
+    for db in (cmi.op_db, *_foreach_databases(cmi)):
+        for op in db:
+            seen.setdefault(op_key(op), op)
     return list(seen.values())
+
+
+def _foreach_databases(cmi: Any) -> list[list[Any]]:
+    names = ("foreach_unary_op_db", "foreach_binary_op_db", "foreach_pointwise_op_db",
+             "foreach_reduce_op_db", "foreach_other_op_db")
+    return [getattr(cmi, n) for n in names if hasattr(cmi, n)]
 
 
 # torch.* spellings of linear-algebra decompositions and solvers (their OpInfos live in
@@ -91,15 +100,17 @@ _CPU_ARGS = {"tensor_split": (0,)}
 
 
 def family_of(op: Any) -> str:
-    """core, linalg, fft, special or sparse: by the definitions module the OpInfo comes from
-    (torch.testing._internal.opinfo.definitions.*), then by name; the torch.* aliases of
-    linalg decompositions count as linalg."""
+    """core, linalg, fft, special, sparse or foreach: by the definitions module the OpInfo
+    comes from (torch.testing._internal.opinfo.definitions.*), then by name; the torch.*
+    aliases of linalg decompositions count as linalg."""
     from torch.testing._internal.opinfo.definitions import fft, linalg, special
 
     for family, module in (("linalg", linalg), ("fft", fft), ("special", special)):
         if any(o is op for o in module.op_db):
             return family
     name = op.name
+    if name.startswith("_foreach_"):
+        return "foreach"
     if name in _LINALG_ALIASES or (name == "norm" and op.variant_test_name == "nuc"):
         return "linalg"
     for prefix in ("linalg", "fft", "special"):
@@ -463,9 +474,31 @@ def _compiled(op: Any, dtype: torch.dtype, limit: int | None, res: _Result) -> N
         inp, args, kwargs = _sample_on(s, TPU, op)
         return compiled(inp, args, kwargs)
 
-    for s in _samples(op, dtype, False, limit):
-        if not _check_forward(op, s, dtype, res, run_tpu):
-            return
+    with _unseeded(fn):
+        for s in _samples(op, dtype, False, limit):
+            if not _check_forward(op, s, dtype, res, run_tpu):
+                return
+
+
+def _call_unseeded(op: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return op(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _unseeded(fn: Callable[..., Any]) -> Iterator[None]:
+    """OpInfo wraps random ops in wrapper_set_seed (freeze the RNG state, seed 42), which
+    Dynamo cannot trace (freeze_rng_state runs under no_dispatch). Random results are
+    compared by device, dtype and shape only, so under compile the op is called directly."""
+    module_globals = getattr(fn, "__globals__", {})
+    original = module_globals.get("wrapper_set_seed")
+    if original is None:
+        yield
+        return
+    module_globals["wrapper_set_seed"] = _call_unseeded
+    try:
+        yield
+    finally:
+        module_globals["wrapper_set_seed"] = original
 
 
 def check(op: Any, mode: str, dtype: torch.dtype, max_samples: int | None = -1) -> Outcome:

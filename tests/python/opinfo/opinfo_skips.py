@@ -1,4 +1,5 @@
-"""Core OpInfos whose eager check fails today, with the reason (OpInfo key -> reason).
+"""Core and list-op (_foreach_*) OpInfos whose eager check fails today, with the reason
+(OpInfo key -> reason).
 
 Written by `python scripts/op_coverage.py --skips-out tests/python/opinfo/opinfo_skips.py`
 from the same checks test_opinfo_eager runs; an entry that starts passing fails that
@@ -37,7 +38,6 @@ SKIPS: dict[str, str] = {
     'logcumsumexp': 'fallback: aten::_logcumsumexp',
     'masked_scatter': 'error input did not raise RuntimeError (expected /masked_scatter_ only supports boolean masks/)',
     'mode': 'fallback: aten::mode',
-    'multinomial': 'fallback: aten::multinomial',
     'narrow_copy': 'error input raised IndexError instead of RuntimeError (IndexError: Dimension out of range (expected to be in range of [-3, 2], but got 3))',
     'native_batch_norm': 'mismatch: output 1 is torch.float32[2], CPU gives torch.float32[0]',
     'native_dropout_backward': 'mismatch: output 0 (torch.float32): Mismatched elements: 2 / 625 (0.3%); Greatest absolute difference: nan at index (0, 0, 0, 0) (up to 0.001 allowed)',
@@ -72,6 +72,5 @@ SKIPS: dict[str, str] = {
     'stft': 'NotImplementedError: tpu: dtype ComplexFloat is not supported on the tpu device (supported: bool, int8, uint8, int16, int32, int64, float16, bfloat16, float32, float64)',
     'tril_indices': 'fallback: aten::tril_indices',
     'triu_indices': 'fallback: aten::triu_indices',
-    'uniform': 'error input did not raise RuntimeError (expected /uniform_ expects to return a \\[from, to\\) range, but found from=3 > to=-1/)',
     'view_as_complex': 'NotImplementedError: tpu: dtype ComplexFloat is not supported on the tpu device (supported: bool, int8, uint8, int16, int32, int64, float16, bfloat16, float32, float64)',
 }

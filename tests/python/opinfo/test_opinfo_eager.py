@@ -1,4 +1,5 @@
-"""Every core OpInfo (outside linalg, fft, special and sparse), eager, at its primary dtype
+"""Every core OpInfo (outside linalg, fft, special and sparse) and every list-op OpInfo
+(_foreach_*, from PyTorch's foreach databases), eager, at its primary dtype
 (float32, or its integer dtype when it has no float32): tpu must match the CPU with no
 fallback, on the same samples `make op-coverage` checks (torchtpu.testing.opinfo).
 
@@ -14,7 +15,7 @@ from opinfo_skips import SKIPS
 
 from torchtpu.testing import opinfo as h
 
-CORE_OPS = [op for op in h.op_database() if h.family_of(op) == "core"]
+CORE_OPS = [op for op in h.op_database() if h.family_of(op) in ("core", "foreach")]
 
 
 @pytest.mark.parametrize("op", CORE_OPS, ids=h.op_key)
@@ -34,6 +35,6 @@ def test_eager_matches_cpu(op) -> None:
 def test_skip_list_names_real_opinfos_with_reasons() -> None:
     keys = {h.op_key(op) for op in CORE_OPS}
     unknown = sorted(k for k in SKIPS if k not in keys)
-    assert not unknown, f"SKIPS names OpInfos that are not core OpInfos: {unknown}"
+    assert not unknown, f"SKIPS names OpInfos that are not core or foreach OpInfos: {unknown}"
     blank = sorted(k for k, reason in SKIPS.items() if not reason.strip())
     assert not blank, f"SKIPS entries without a reason: {blank}"

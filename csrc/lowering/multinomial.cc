@@ -1,0 +1,109 @@
+// multinomial(self, num_samples, replacement, generator): category indices drawn with
+// probabilities proportional to the rows of `self` (1-D: one distribution; 2-D: one per row).
+//
+// Both forms use exponential races: with E_k ~ Exp(1) independent, argmax_k p_k / E_k is
+// category k with probability p_k / sum(p), and sorting p_k / E_k in descending order gives
+// a draw without replacement (the Gumbel-top-k identity; PyTorch's own kernel uses the
+// same trick for replacement=False). Keys are compared as log p_k - log E_k, so tiny
+// probabilities keep their resolution; zero probabilities get -inf and are never drawn
+// while another category is left. With replacement every sample races all categories
+// (rows x samples x categories keys); without, one race per row sorted once.
+//
+// PyTorch's data checks are data checks here too: negative, infinite or NaN probabilities,
+// and a row summing to zero, raise RuntimeError with PyTorch's messages.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "lowering/families.h"
+#include "lowering/lowering.h"
+#include "lowering/random_bits.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Result = base::StatusOr<std::vector<Value>>;
+
+// True when every element of the i1 tensor `v` is true.
+Value all_true(Builder& b, Value v) {
+  Dims dims(v.rank());
+  for (int64_t d = 0; d < v.rank(); ++d) dims[d] = d;
+  return b.reduce(v, b.constant(1, DType::kBool), dims, "and");
+}
+
+// -log(1 - u) for u uniform in [0, 1): Exp(1) samples in [0, inf).
+Value exponential(Builder& b, RandomBits& bits, const Dims& dims, DType t) {
+  Value u = unit_uniform(b, bits, dims, t);
+  return b.unary("negate", b.unary("log_plus_one", b.unary("negate", u)));
+}
+
+Result lower_multinomial(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  const TensorType& in = c.tensor_type(0);
+  if (!base::is_floating(in.dtype)) {
+    return base::invalid_argument("lowering: multinomial only supports floating-point dtypes "
+                                  "for input, got: " + std::string(base::dtype_name(in.dtype)));
+  }
+  if (out.num_elements() == 0) return std::vector<Value>{b.zeros(out)};
+  int64_t rows = in.rank() == 1 ? 1 : in.dims[0];
+  int64_t cats = in.dims.back();
+  int64_t samples = c.int_arg(1);
+  bool replacement = c.bool_arg(2);
+  DType t = compute_type(in.dtype);
+  Value p = b.reshape(b.convert(c.tensor(0), t), {rows, cats});
+
+  Value finite_nonneg = b.binary("and", b.compare(p, b.zeros(p.type), "GE"),
+                                 b.compare(p, b.splat(INFINITY, p.type), "LT"));
+  c.require(all_true(b, finite_nonneg),
+            "probability tensor contains either `inf`, `nan` or element < 0",
+            CheckKind::kRuntimeError);
+  Value sums = b.reduce_sum(p, {1});
+  c.require(all_true(b, b.compare(sums, b.zeros(sums.type), "GT")),
+            "invalid multinomial distribution (sum of probabilities <= 0)",
+            CheckKind::kRuntimeError);
+
+  RandomBits bits(c);
+  Value log_p = b.unary("log", p);  // -inf where p == 0
+  Value neg_inf_row = b.splat(-INFINITY, p.type);
+  Value positive = b.compare(p, b.zeros(p.type), "GT");
+  Value result;
+  if (replacement) {
+    Dims key_dims{rows, samples, cats};
+    TensorType key_type{t, key_dims};
+    Value e = exponential(b, bits, key_dims, t);
+    Value lp = b.broadcast_in_dim(log_p, key_dims, {0, 2});
+    Value pos = b.broadcast_in_dim(positive, key_dims, {0, 2});
+    Value key = b.select(pos, b.sub(lp, b.unary("log", e)), b.splat(-INFINITY, key_type));
+    // argmax over categories: the smallest index holding the maximum.
+    Value best = b.reduce_max(key, {2});
+    Value at_best = b.compare(key, b.broadcast_in_dim(best, key_dims, {0, 1}), "EQ");
+    Value idx = b.iota(TensorType{DType::kI64, key_dims}, 2);
+    Value none = b.splat(static_cast<double>(cats), idx.type);
+    result = b.reduce_min(b.select(at_best, idx, none), {2});
+    // A row whose keys are all -inf (a failed sum check) would give `cats`; keep it in range.
+    result = b.clamp(b.constant_i64(0, DType::kI64), result,
+                     b.constant_i64(cats - 1, DType::kI64));
+  } else {
+    Value e = exponential(b, bits, {rows, cats}, t);
+    Value key = b.select(positive, b.sub(log_p, b.unary("log", e)), neg_inf_row);
+    Value idx = b.iota(TensorType{DType::kI64, {rows, cats}}, 1);
+    TensorType key_s{t, {}}, idx_s{DType::kI64, {}};
+    std::vector<Value> sorted = b.op_with_region(
+        "stablehlo.sort", {key, idx}, {key.type, idx.type}, {key_s, key_s, idx_s, idx_s},
+        [](Builder& rb, const std::vector<Value>& a) {
+          return std::vector<Value>{rb.compare(a[0], a[1], "GT")};
+        },
+        "dimension = 1 : i64, is_stable = true");
+    result = b.slice(sorted[1], {0, 0}, {rows, samples}, {1, 1});
+  }
+  return std::vector<Value>{b.convert(b.reshape(result, out.dims), out.dtype)};
+}
+
+}  // namespace
+
+void register_multinomial_lowerings() {
+  register_lowering({"aten::multinomial", "aten::multinomial.out"}, lower_multinomial);
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,154 @@
+"""torch.optim's foreach implementations on tpu: every _foreach_* op they call is lowered
+(one program for the whole parameter list), the steps match the CPU, and nothing falls back."""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torchtpu
+from _compare import fallbacks, new_fallbacks
+
+TPU = "tpu"
+NUM_STEPS = 4
+
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "sgd_momentum": lambda p, **kw: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True,
+                                                    weight_decay=1e-4, **kw),
+    "adam": lambda p, **kw: torch.optim.Adam(p, lr=3e-3, weight_decay=1e-3, **kw),
+    "adam_amsgrad": lambda p, **kw: torch.optim.Adam(p, lr=3e-3, amsgrad=True, **kw),
+    "adamw": lambda p, **kw: torch.optim.AdamW(p, lr=3e-3, weight_decay=0.01, **kw),
+    "rmsprop": lambda p, **kw: torch.optim.RMSprop(p, lr=1e-3, momentum=0.9, centered=True,
+                                                   weight_decay=1e-4, **kw),
+    "adagrad": lambda p, **kw: torch.optim.Adagrad(p, lr=0.05, lr_decay=1e-3,
+                                                   weight_decay=1e-4, **kw),
+}
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.ReLU(),
+                         nn.Linear(16, 3))
+
+
+def run(net: nn.Module, make_opt: Callable, device: str, **opt_kwargs) -> nn.Module:
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(12, 8, generator=g), torch.randint(0, 3, (12,), generator=g)
+    net = net.to(device)
+    x, y = x.to(device), y.to(device)
+    opt = make_opt(net.parameters(), **opt_kwargs)
+    for _ in range(NUM_STEPS):
+        opt.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)  # _foreach_norm, _foreach_mul_
+        opt.step()
+    return net
+
+
+@pytest.mark.parametrize("foreach", [True, None], ids=["foreach", "default"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_foreach_optimizer_matches_cpu_without_fallback(name: str, foreach: bool | None) -> None:
+    net = model()
+    cpu = run(copy.deepcopy(net), OPTIMIZERS[name], "cpu", foreach=foreach)
+    before = fallbacks()
+    tpu = run(copy.deepcopy(net), OPTIMIZERS[name], TPU, foreach=foreach)
+    assert new_fallbacks(before) == {}
+    for (pname, p_cpu), p_tpu in zip(cpu.named_parameters(), tpu.parameters()):
+        assert p_tpu.device.type == TPU
+        torch.testing.assert_close(p_tpu.detach().cpu(), p_cpu.detach(), rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, n=pname: f"{name} {n}: {m}")
+
+
+def test_default_optimizer_uses_foreach_on_tpu() -> None:
+    params = [torch.zeros(3, device=TPU, requires_grad=True)]
+    opt = torch.optim.AdamW(params)
+    # torch.optim picks foreach for devices in _get_foreach_kernels_supported_devices(),
+    # which includes the PrivateUse1 backend.
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    _, use_foreach = _default_to_fused_or_foreach(params, differentiable=False,
+                                                  use_fused=False)
+    assert use_foreach and opt.defaults["foreach"] is None
+
+
+def test_list_op_is_one_program_call_whatever_the_list_length() -> None:
+    """A _foreach op on 2 or on 20 tensors runs one executable (PyTorch's generic kernel
+    would run one per tensor)."""
+    def calls(n: int) -> int:
+        xs = [torch.randn(4, 5, device=TPU) for _ in range(n)]
+        ys = [torch.randn(4, 5, device=TPU) for _ in range(n)]
+        torch._foreach_addcmul_(xs, ys, ys, 0.5)  # warm the op cache for this signature
+        before = torchtpu.debug.metrics()["num_eager_ops"]
+        torch._foreach_addcmul_(xs, ys, ys, 0.5)
+        return torchtpu.debug.metrics()["num_eager_ops"] - before
+
+    assert calls(2) == 1
+    assert calls(20) == 1
+
+
+@pytest.mark.parametrize("case", ["add_list_alpha", "mul_scalar", "div_scalarlist", "sqrt",
+                                  "lerp_scalar", "addcdiv_scalarlist", "maximum_list",
+                                  "norm", "pow_scalar_and_tensor", "zero", "copy", "sub_tensor0d",
+                                  "clamp_min_scalar", "max"])
+def test_foreach_ops_match_cpu(case: str) -> None:
+    g = torch.Generator().manual_seed(3)
+    shapes = [(3,), (2, 4), (), (5, 1)]
+
+    def lists(k: int) -> list[list[torch.Tensor]]:
+        return [[torch.rand(s, generator=g) + 0.5 for s in shapes] for _ in range(k)]
+
+    a, b, c = lists(3)
+    scalars = [0.5, -2.0, 3.0, 1.5]
+    fns = {
+        "add_list_alpha": lambda a, b, c: torch._foreach_add(a, b, alpha=-0.3),
+        "mul_scalar": lambda a, b, c: torch._foreach_mul(a, 2.5),
+        "div_scalarlist": lambda a, b, c: torch._foreach_div(a, scalars),
+        "sqrt": lambda a, b, c: torch._foreach_sqrt(a),
+        "lerp_scalar": lambda a, b, c: torch._foreach_lerp(a, b, 0.25),
+        "addcdiv_scalarlist": lambda a, b, c: torch._foreach_addcdiv(a, b, c, scalars),
+        "maximum_list": lambda a, b, c: torch._foreach_maximum(a, b),
+        "norm": lambda a, b, c: torch._foreach_norm(a, 2),
+        "pow_scalar_and_tensor": lambda a, b, c: torch._foreach_pow(2.0, a),
+        "zero": lambda a, b, c: (torch._foreach_zero_(a), a)[1],
+        "copy": lambda a, b, c: (torch._foreach_copy_(a, b), a)[1],
+        "sub_tensor0d": lambda a, b, c: (torch._foreach_sub_(a, b, alpha=2), a)[1],
+        "clamp_min_scalar": lambda a, b, c: torch._foreach_clamp_min(a, 1.0),
+        "max": lambda a, b, c: torch._foreach_max(a),
+    }
+    expected = fns[case](*copy.deepcopy((a, b, c)))
+    before = fallbacks()
+    actual = fns[case](*[[t.to(TPU) for t in lst] for lst in (a, b, c)])
+    assert new_fallbacks(before) == {}
+    assert len(actual) == len(expected)
+    for x, e in zip(actual, expected):
+        assert x.device.type == TPU and x.dtype == e.dtype and x.shape == e.shape
+        torch.testing.assert_close(x.cpu(), e, rtol=1e-5, atol=1e-6)
+
+
+def test_in_place_list_op_writes_through_views_and_mixed_dtypes() -> None:
+    base = torch.arange(12.0).reshape(3, 4)
+    items = [base[:, 1], torch.ones(2, dtype=torch.bfloat16), torch.ones(3, dtype=torch.float64)]
+    tpu_base = base.to(TPU)
+    tpu_items = [tpu_base[:, 1]] + [t.to(TPU) for t in items[1:]]
+    torch._foreach_mul_(items, 3.0)
+    torch._foreach_mul_(tpu_items, 3.0)
+    torch.testing.assert_close(tpu_base.cpu(), base)  # the view's write reached its base
+    for x, e in zip(tpu_items, items):
+        assert x.dtype == e.dtype
+        torch.testing.assert_close(x.cpu(), e)
+
+
+def test_foreach_errors_match_cpu() -> None:
+    a = [torch.ones(2, device=TPU), torch.ones(3, device=TPU)]
+    with pytest.raises(RuntimeError, match="same length|same number"):
+        torch._foreach_add_(a, [torch.ones(2, device=TPU)])
+    ints = [torch.ones(2, dtype=torch.int64, device=TPU)]
+    with pytest.raises(RuntimeError):
+        torch._foreach_add_(ints, 0.5)  # a float result cannot be written into int64
+    with pytest.raises(RuntimeError, match="at least one tensor"):
+        torch._foreach_add_([], 1.0)
