@@ -34,7 +34,7 @@ def parse_json(raw: bytes) -> dict:
     return body
 
 
-def _get(body: dict, name: str, kind: type | tuple, default: Any = None) -> Any:
+def field(body: dict, name: str, kind: type | tuple, default: Any = None) -> Any:
     value = body.get(name, default)
     if value is None:
         return default
@@ -49,11 +49,11 @@ def _get(body: dict, name: str, kind: type | tuple, default: Any = None) -> Any:
 def sampling_params(body: dict, *, chat: bool, default_max_tokens: int) -> SamplingParams:
     """`default_max_tokens` applies when the body names none (chat: the rest of the context,
     as vLLM does; completions: OpenAI's 16, capped by the context)."""
-    n = _get(body, "n", int, 1)
+    n = field(body, "n", int, 1)
     if n != 1:
         raise ApiError(400, f"'n' must be 1 (got {n}); send separate requests instead", param="n")
-    max_tokens = _get(body, "max_completion_tokens", int) if chat else None
-    max_tokens = max_tokens or _get(body, "max_tokens", int)
+    max_tokens = field(body, "max_completion_tokens", int) if chat else None
+    max_tokens = max_tokens or field(body, "max_tokens", int)
     stop = body.get("stop")
     if isinstance(stop, str):
         stop = [stop]
@@ -61,30 +61,30 @@ def sampling_params(body: dict, *, chat: bool, default_max_tokens: int) -> Sampl
                              not all(isinstance(s, str) for s in stop)):
         raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
     if chat:
-        want = _get(body, "logprobs", bool, False)
-        top = _get(body, "top_logprobs", int, 0)
+        want = field(body, "logprobs", bool, False)
+        top = field(body, "top_logprobs", int, 0)
         if top and not want:
             raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         logprobs = top if want else None
     else:
-        logprobs = _get(body, "logprobs", int)
+        logprobs = field(body, "logprobs", int)
     if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
         raise ApiError(400, f"logprobs must be in [0, {MAX_LOGPROBS}], got {logprobs}",
                        param="logprobs")
     try:
         return SamplingParams(
             max_tokens=max_tokens if max_tokens is not None else max(1, default_max_tokens),
-            temperature=_get(body, "temperature", float, 1.0),
-            top_p=_get(body, "top_p", float, 1.0),
-            top_k=_get(body, "top_k", int, -1),
-            seed=_get(body, "seed", int),
+            temperature=field(body, "temperature", float, 1.0),
+            top_p=field(body, "top_p", float, 1.0),
+            top_k=field(body, "top_k", int, -1),
+            seed=field(body, "seed", int),
             stop=stop or [],
-            stop_token_ids=_get(body, "stop_token_ids", list, []),
-            ignore_eos=_get(body, "ignore_eos", bool, False),
-            presence_penalty=_get(body, "presence_penalty", float, 0.0),
-            frequency_penalty=_get(body, "frequency_penalty", float, 0.0),
+            stop_token_ids=field(body, "stop_token_ids", list, []),
+            ignore_eos=field(body, "ignore_eos", bool, False),
+            presence_penalty=field(body, "presence_penalty", float, 0.0),
+            frequency_penalty=field(body, "frequency_penalty", float, 0.0),
             logprobs=logprobs,
-            include_stop_str_in_output=_get(body, "include_stop_str_in_output", bool, False))
+            include_stop_str_in_output=field(body, "include_stop_str_in_output", bool, False))
     except ValueError as e:
         raise ApiError(400, str(e)) from None
 

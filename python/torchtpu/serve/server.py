@@ -61,7 +61,7 @@ class _Call:
                 raise ApiError(400, str(e), param="messages" if chat else "prompt") from None
         self.prompts = prompts
         self.chat = chat
-        self.stream = protocol._get(body, "stream", bool, False)
+        self.stream = protocol.field(body, "stream", bool, False)
         opts = body.get("stream_options") or {}
         self.include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
 
