@@ -203,6 +203,12 @@ Value resample(Builder& b, Value x, int64_t dim, const std::vector<Taps>& taps) 
   return sum;
 }
 
+// The scale factor argument `index` of an upsample op, when given (None otherwise).
+std::optional<double> scale_arg(const LoweringContext& c, size_t index) {
+  if (c.is_none(index) || c.arg(index).kind != ArgKind::kDouble) return std::nullopt;
+  return c.double_arg(index);
+}
+
 // upsample_*(self, output_size, [align_corners,] scales...): `first_scale` is the index of
 // the first scales argument; align_corners is the argument before it for linear modes.
 LoweringFn upsample(Mode mode) {
@@ -219,9 +225,7 @@ LoweringFn upsample(Mode mode) {
     for (int64_t s = spatial - 1; s >= 0; --s) {
       int64_t dim = 2 + s;
       if (x.dims()[dim] == 0 || out_dims[dim] == 0) continue;  // empty result: shape only
-      std::optional<double> scale;
-      size_t a = first_scale + static_cast<size_t>(s);
-      if (!c.is_none(a) && c.arg(a).kind == ArgKind::kDouble) scale = c.double_arg(a);
+      std::optional<double> scale = scale_arg(c, first_scale + static_cast<size_t>(s));
       y = resample(b, y, dim, taps_for(mode, x.dims()[dim], out_dims[dim], align_corners, scale));
     }
     if (y.dims() != out_dims) return std::vector<Value>{b.zeros(c.out_type())};
@@ -244,9 +248,7 @@ LoweringFn upsample_backward(Mode mode) {
     for (int64_t s = 0; s < spatial; ++s) {
       int64_t dim = 2 + s;
       if (in_dims[dim] == 0 || g.dims()[dim] == 0) continue;
-      std::optional<double> scale;
-      size_t a = first_scale + static_cast<size_t>(s);
-      if (!c.is_none(a) && c.arg(a).kind == ArgKind::kDouble) scale = c.double_arg(a);
+      std::optional<double> scale = scale_arg(c, first_scale + static_cast<size_t>(s));
       std::vector<Taps> taps = taps_for(mode, in_dims[dim], g.dims()[dim], align_corners, scale);
       y = resample_backward(b, y, dim, taps, in_dims[dim]);
     }
