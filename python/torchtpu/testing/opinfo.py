@@ -345,6 +345,25 @@ class _Result:
         return Outcome("pass", "", self.samples, trips)
 
 
+def _run_watched(res: _Result, fn: Callable[[], Any]) -> tuple[object, bool]:
+    """Runs `fn` on tpu, adding its fallbacks, host round-trips and one sample to `res`.
+    Returns (result, raised). When it raised, `res.failure` holds the error's first line,
+    unless the error was a strict-mode fallback: then the fallback is the reported cause."""
+    actual, raised = None, False
+    with _Watch() as w:
+        try:
+            actual = fn()
+        except Exception as e:
+            raised = True
+            res.failure = _first_line(e)
+    res.fallbacks |= w.fallbacks
+    res.roundtrips |= w.roundtrips
+    res.samples += 1
+    if raised and w.fallbacks and "TORCHTPU_FALLBACK" in res.failure:
+        res.failure = ""
+    return actual, raised
+
+
 def _check_forward(op: Any, s: Any, dtype: torch.dtype, res: _Result,
                    run_tpu: Callable[[Any], Any]) -> bool:
     """One sample forward on both devices; False once the check has failed."""
@@ -353,18 +372,8 @@ def _check_forward(op: Any, s: Any, dtype: torch.dtype, res: _Result,
     except Exception:
         return True  # the CPU rejects this sample (edge values): nothing to compare
     res.random = res.random or _is_random(lambda: _call(op, s, "cpu"))
-    with _Watch() as w:
-        try:
-            actual = run_tpu(s)
-        except Exception as e:
-            res.failure = _first_line(e)
-    res.fallbacks |= w.fallbacks
-    res.roundtrips |= w.roundtrips
-    res.samples += 1
-    if res.failure:
-        # A fallback that raised is reported as the fallback, the root cause.
-        if w.fallbacks and "TORCHTPU_FALLBACK" in res.failure:
-            res.failure = ""
+    actual, raised = _run_watched(res, lambda: run_tpu(s))
+    if raised:
         return not res.failure
     if res.random:
         expected = _metadata_only(actual, expected)
@@ -436,17 +445,8 @@ def _autograd(op: Any, dtype: torch.dtype, limit: int | None, res: _Result) -> b
             continue
         any_grad = True
         res.random = res.random or _is_random(lambda: _grads(op, s, "cpu", i))
-        with _Watch() as w:
-            try:
-                actual = _seeded(0, lambda: _grads(op, s, TPU, i))
-            except Exception as e:
-                res.failure = _first_line(e)
-        res.fallbacks |= w.fallbacks
-        res.roundtrips |= w.roundtrips
-        res.samples += 1
-        if res.failure:
-            if w.fallbacks and "TORCHTPU_FALLBACK" in res.failure:
-                res.failure = ""
+        actual, raised = _run_watched(res, lambda: _seeded(0, lambda: _grads(op, s, TPU, i)))
+        if raised:
             return True
         if res.random:
             expected = _metadata_only(actual, expected)
