@@ -49,7 +49,6 @@ def test_greedy_matches_hf_across_preemption(tiny_llama_dir, hf_reference):
         ref = hf_reference(tiny_llama_dir, ids, 32)
         assert res.outputs[0].token_ids[: len(ref)] == ref
         assert len(res.outputs[0].token_ids) == 32
-    assert stats["num_free_pages"] + 0 <= stats["num_total_pages"]
     llm.engine.scheduler.reset_prefix_cache()
     assert llm.engine.scheduler.num_free_pages == llm.engine.scheduler.num_total_pages
 
