@@ -49,6 +49,8 @@ struct Request {
   // Tokens the prefix cache supplied at the last admission.
   int32_t num_cached_tokens = 0;
   int32_t num_preemptions = 0;
+  // schedule() calls in a row that had prompt work for this request but gave it no tokens.
+  int32_t num_steps_passed = 0;
   // page_table[i] holds the KV of tokens [i * page_size, (i + 1) * page_size).
   std::vector<PageId> page_table;
 

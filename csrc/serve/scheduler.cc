@@ -163,6 +163,26 @@ bool Scheduler::finish(const std::string& id, RequestStatus status) {
   return true;
 }
 
+bool Scheduler::waits_for_running_prefill(const Request& req, int32_t cached_tokens) const {
+  const int32_t uncached = req.num_tokens() - cached_tokens;
+  for (const Request* other : running_) {
+    if (other->num_computed_tokens >= other->num_prompt_tokens()) continue;  // all cached
+    // Whole pages of `req`'s prompt that `other`'s prompt shares, short of req's last token.
+    const int32_t limit = std::min({req.num_prompt_tokens(), other->num_prompt_tokens(),
+                                    req.num_tokens() - 1});
+    int32_t common = 0;
+    while (common < limit && req.prompt_token_ids[common] == other->prompt_token_ids[common]) {
+      ++common;
+    }
+    const int32_t shared = common / config_.page_size * config_.page_size;
+    // Worth waiting for when `other` still has to compute at least half of what `req`
+    // would otherwise compute itself.
+    const int32_t gain = shared - std::max(cached_tokens, other->num_computed_tokens);
+    if (gain > 0 && 2 * gain >= uncached) return true;
+  }
+  return false;
+}
+
 ScheduledItem Scheduler::make_item(const Request& req, int32_t num_new_tokens) const {
   ScheduledItem item;
   item.request_id = req.id;
@@ -177,6 +197,71 @@ ScheduledItem Scheduler::make_item(const Request& req, int32_t num_new_tokens) c
   return item;
 }
 
+bool Scheduler::schedule_running(Request* req, int32_t num_new, SchedulerOutput& out,
+                                 int32_t& budget) {
+  while (!grow_page_table(req, req->num_computed_tokens + num_new)) {
+    // Free and recompute: the newest admission goes back to the front of the queue, and
+    // its item leaves this step if it had one.
+    Request* victim = running_.back();
+    unschedule(victim->id, out, budget);
+    preempt(victim);
+    out.preempted.push_back(victim->id);
+    if (victim == req) return false;
+  }
+  add_item(*req, num_new, out, budget);
+  return true;
+}
+
+Scheduler::Admission Scheduler::admit(Request* req, SchedulerOutput& out, int32_t& budget) {
+  TORCHTPU_CHECK(req->page_table.empty() && req->num_computed_tokens == 0,
+                 "a waiting request holds no pages");
+  const int32_t num_tokens = req->num_tokens();
+  PrefixMatch hit;
+  if (cache_) {
+    // At most num_tokens - 1: the last token is always computed so it can be sampled from.
+    hit = cache_->match(req->all_token_ids(), num_tokens - 1);
+    // Asked again here: a request admitted earlier in this step may be computing them.
+    if (waits_for_running_prefill(*req, hit.num_tokens)) return Admission::kDeferred;
+    // Our references lock the matched pages against the eviction grow_page_table may do.
+    for (PageId p : hit.pages) TORCHTPU_CHECK(allocator_.incref(p).ok(), "cached page free");
+  }
+  req->page_table = hit.pages;
+  const int32_t num_new = std::min(num_tokens - hit.num_tokens, budget);
+  if (!grow_page_table(req, hit.num_tokens + num_new)) {
+    for (PageId p : req->page_table) TORCHTPU_CHECK(allocator_.decref(p).ok(), "page free");
+    req->page_table.clear();
+    return Admission::kNoPages;
+  }
+  if (cache_) {
+    prefix_cache_queries_ += num_tokens;
+    prefix_cache_hits_ += hit.num_tokens;
+  }
+  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), req));
+  req->num_computed_tokens = hit.num_tokens;
+  req->num_cached_tokens = hit.num_tokens;
+  req->status = RequestStatus::kRunning;
+  running_.push_back(req);
+  add_item(*req, num_new, out, budget);
+  return Admission::kAdmitted;
+}
+
+void Scheduler::add_item(const Request& req, int32_t num_new, SchedulerOutput& out,
+                         int32_t& budget) {
+  out.items.push_back(make_item(req, num_new));
+  pending_.push_back({req.id, req.arrival, num_new, out.items.back().sample});
+  budget -= num_new;
+}
+
+void Scheduler::unschedule(const std::string& id, SchedulerOutput& out, int32_t& budget) {
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i].request_id != id) continue;
+    budget += pending_[i].num_tokens;
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    out.items.erase(out.items.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+}
+
 base::StatusOr<SchedulerOutput> Scheduler::schedule() {
   if (!pending_.empty()) {
     return base::failed_precondition(
@@ -186,63 +271,61 @@ base::StatusOr<SchedulerOutput> Scheduler::schedule() {
   SchedulerOutput out;
   int32_t budget = config_.max_num_batched_tokens;
 
-  // 1. Running requests: decodes and unfinished prefills, oldest admission first.
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
+  // 1. Decodes: running requests with one token to compute, oldest admission first.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Request* req = running_[i];
-    const int32_t num_new = std::min(req->num_tokens() - req->num_computed_tokens, budget);
-    if (num_new <= 0) {
-      ++i;
-      continue;
+    if (req->num_tokens() - req->num_computed_tokens == 1) {
+      schedule_running(req, 1, out, budget);
     }
-    bool got_pages = grow_page_table(req, req->num_computed_tokens + num_new);
-    while (!got_pages) {
-      // Free and recompute: the newest admission goes back to the front of the queue.
-      Request* victim = running_.back();
-      preempt(victim);
-      out.preempted.push_back(victim->id);
-      if (victim == req) break;
-      got_pages = grow_page_table(req, req->num_computed_tokens + num_new);
-    }
-    if (!got_pages) break;  // `req` was the newest; everything after it is gone too
-    out.items.push_back(make_item(*req, num_new));
-    pending_.push_back({req->id, req->arrival, num_new, out.items.back().sample});
-    budget -= num_new;
-    ++i;
   }
 
-  // 2. Waiting requests, FIFO; none in a step that had to preempt (pages are short).
-  while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
-    Request* req = waiting_.front();
-    TORCHTPU_CHECK(req->page_table.empty() && req->num_computed_tokens == 0,
-                   "a waiting request holds no pages");
-    const int32_t num_tokens = req->num_tokens();
-    PrefixMatch hit;
+  // 2. Prefill work, shortest remaining first: running requests' next chunks and waiting
+  //    requests (what the prefix cache does not supply), so a short prompt, or one mostly
+  //    cached, is not held up behind a long one. Ties go to the earlier arrival; a request
+  //    passed over kMaxStepsPassed steps goes first, so a long prompt is never starved.
+  struct Candidate {
+    Request* req;
+    int32_t remaining;
+  };
+  std::vector<Candidate> candidates;
+  for (Request* req : running_) {
+    const int32_t remaining = req->num_tokens() - req->num_computed_tokens;
+    if (remaining > 1) candidates.push_back({req, remaining});
+  }
+  for (Request* req : waiting_) {
+    int32_t cached = 0;
     if (cache_) {
-      // At most num_tokens - 1: the last token is always computed so it can be sampled from.
-      hit = cache_->match(req->all_token_ids(), num_tokens - 1);
-      // Our references lock the matched pages against the eviction grow_page_table may do.
-      for (PageId p : hit.pages) TORCHTPU_CHECK(allocator_.incref(p).ok(), "cached page free");
+      cached = cache_->match(req->all_token_ids(), req->num_tokens() - 1).num_tokens;
+      if (waits_for_running_prefill(*req, cached)) continue;
     }
-    req->page_table = hit.pages;
-    const int32_t num_new = std::min(num_tokens - hit.num_tokens, budget);
-    if (!grow_page_table(req, hit.num_tokens + num_new)) {
-      for (PageId p : req->page_table) TORCHTPU_CHECK(allocator_.decref(p).ok(), "page free");
-      req->page_table.clear();
-      break;  // FIFO: later requests wait behind this one
+    candidates.push_back({req, req->num_tokens() - cached});
+  }
+  auto starving = [](const Request* r) { return r->num_steps_passed >= kMaxStepsPassed; };
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](const Candidate& a, const Candidate& b) {
+                     if (starving(a.req) != starving(b.req)) return starving(a.req);
+                     if (a.remaining != b.remaining) return a.remaining < b.remaining;
+                     return a.req->arrival < b.req->arrival;
+                   });
+  // Admission stops at the first waiting request that cannot get its pages (admitting a
+  // later one would take pages it waits for) and in a step that had to preempt.
+  bool admitting = true;
+  for (const Candidate& c : candidates) {
+    Request* req = c.req;
+    const bool running = req->status == RequestStatus::kRunning;
+    bool scheduled = false;
+    if (budget > 0 && running && req->num_computed_tokens < req->num_tokens()) {
+      const int32_t num_new = std::min(req->num_tokens() - req->num_computed_tokens, budget);
+      scheduled = schedule_running(req, num_new, out, budget);
+    } else if (budget > 0 && !running && admitting && out.preempted.empty() &&
+               static_cast<int32_t>(running_.size()) < config_.max_num_seqs &&
+               std::find(waiting_.begin(), waiting_.end(), req) != waiting_.end()) {
+      const Admission a = admit(req, out, budget);
+      if (a == Admission::kDeferred) continue;  // waiting on purpose: not passed over
+      scheduled = a == Admission::kAdmitted;
+      admitting = scheduled;
     }
-    if (cache_) {
-      prefix_cache_queries_ += num_tokens;
-      prefix_cache_hits_ += hit.num_tokens;
-    }
-    waiting_.pop_front();
-    req->num_computed_tokens = hit.num_tokens;
-    req->num_cached_tokens = hit.num_tokens;
-    req->status = RequestStatus::kRunning;
-    running_.push_back(req);
-    out.items.push_back(make_item(*req, num_new));
-    pending_.push_back({req->id, req->arrival, num_new, out.items.back().sample});
-    budget -= num_new;
+    req->num_steps_passed = scheduled ? 0 : req->num_steps_passed + 1;
   }
 
   out.num_scheduled_tokens = config_.max_num_batched_tokens - budget;

@@ -3,11 +3,17 @@
 // One step is schedule() -> the runner computes the scheduled tokens -> update(sampled).
 // Each schedule() spends one token budget (max_num_batched_tokens) and admits at most
 // max_num_seqs running requests:
-//   1. running requests first, in admission order: a decode costs 1 token, a request still
-//      prefilling gets the next chunk of its prompt that fits the budget;
-//   2. then waiting requests, FIFO: the prefix cache supplies what it can (whole pages; at
-//      least the last token is always recomputed so there is a position to sample from),
-//      and the rest is chunked by the remaining budget.
+//   1. decodes first (running requests with one token to compute), oldest admission first;
+//   2. then prefill work, shortest first: the next chunk of each running request still
+//      prefilling, and waiting requests, whose work is what the prefix cache does not
+//      supply (whole pages; at least the last token is always recomputed so there is a
+//      position to sample from). Each gets what is left of the budget, up to its whole
+//      remainder (chunked prefill). Ties go to the earlier arrival, and a request passed
+//      over kMaxStepsPassed steps in a row goes first, so long prompts are not starved.
+//      A waiting request that shares its prompt's pages with a running request still
+//      prefilling them, for at least half of what it would compute itself, stays queued
+//      until those pages are cached: concurrent requests with one long system prompt
+//      compute it once, not once each (SGLang's in-batch prefix caching does the same).
 // Pages are allocated for exactly the tokens scheduled. When a running request needs a page
 // and none is free, the prefix cache evicts first; then the most recently admitted running
 // request is preempted (its pages are dropped and it goes back to the front of the queue,
@@ -56,6 +62,9 @@ using FinishedRequest = std::pair<std::string, std::string>;
 
 class Scheduler {
  public:
+  // Steps a request with prompt work may be passed over before it goes first.
+  static constexpr int32_t kMaxStepsPassed = 4;
+
   static base::StatusOr<std::unique_ptr<Scheduler>> create(const SchedulerConfig& config);
 
   // Queues a request. kInvalidArgument, saying why, when it can never run.
@@ -117,6 +126,19 @@ class Scheduler {
   // Caches the request's computed full pages, then drops its references.
   void release_pages(Request* req);
   void preempt(Request* req);
+  // Schedules `num_new` tokens of running `req`, preempting the newest running requests
+  // while pages are short; false if `req` itself had to go.
+  bool schedule_running(Request* req, int32_t num_new, SchedulerOutput& out, int32_t& budget);
+  enum class Admission { kAdmitted, kDeferred, kNoPages };
+  // Admits waiting `req` with what the prefix cache supplies, unless it should wait for a
+  // running request's prefill (kDeferred) or its pages do not fit (kNoPages).
+  Admission admit(Request* req, SchedulerOutput& out, int32_t& budget);
+  void add_item(const Request& req, int32_t num_new, SchedulerOutput& out, int32_t& budget);
+  // Takes a request's item (if any) out of the step being planned.
+  void unschedule(const std::string& id, SchedulerOutput& out, int32_t& budget);
+  // Whether `req` (whose cache hit is `cached_tokens`) should wait for pages of its prompt
+  // that a running request has yet to compute.
+  bool waits_for_running_prefill(const Request& req, int32_t cached_tokens) const;
   void finish_request(Request* req, RequestStatus status);
   ScheduledItem make_item(const Request& req, int32_t num_new_tokens) const;
 

@@ -232,6 +232,86 @@ TEST(ServeScheduler, ConcurrentRequestsHitOnceAPrefillCompletes) {
   run_to_completion(*s);
 }
 
+TEST(ServeScheduler, RequestsSharingAPrefixInFlightComputeItOnce) {
+  SchedulerConfig c = small_config();
+  c.max_num_batched_tokens = 32;
+  auto s = make(c);
+  const auto shared = iota_tokens(12);
+  auto prompt_a = shared, prompt_b = shared;
+  prompt_a.push_back(1);
+  prompt_b.push_back(2);
+  ASSERT_TRUE(s->add_request("a", prompt_a, 4, {}, false).ok());
+  ASSERT_TRUE(s->add_request("b", prompt_b, 4, {}, false).ok());
+  ASSERT_TRUE(s->add_request("c", iota_tokens(14, 500), 4, {}, false).ok());
+  // b would compute the 3 pages a is computing now: it waits, and c passes it.
+  SchedulerOutput first = step(*s);
+  ASSERT_EQ(first.items.size(), 2u);
+  EXPECT_EQ(first.items[0].request_id, "a");
+  EXPECT_EQ(first.items[1].request_id, "c");
+  EXPECT_EQ(s->num_waiting(), 1);
+  apply(*s, first);
+  // a's prompt is cached now: b gets its 3 pages from the cache and computes one token.
+  SchedulerOutput second = step(*s);
+  ASSERT_EQ(second.items.size(), 3u);
+  EXPECT_EQ(second.items[2].request_id, "b");
+  EXPECT_EQ(second.items[2].start_pos, 12);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(second.items[2].page_ids[i], first.items[0].page_ids[i]);
+  EXPECT_EQ(s->prefix_cache_hits(), 12);
+  apply(*s, second);
+  run_to_completion(*s);
+}
+
+TEST(ServeScheduler, ShortestPrefillGoesFirst) {
+  auto s = make(small_config());  // budget 8
+  ASSERT_TRUE(s->add_request("long", iota_tokens(20), 2, {}, false).ok());
+  ASSERT_TRUE(s->add_request("short", iota_tokens(3, 300), 2, {}, false).ok());
+  SchedulerOutput out = step(*s);
+  ASSERT_EQ(out.items.size(), 2u);
+  EXPECT_EQ(out.items[0].request_id, "short");
+  EXPECT_TRUE(out.items[0].sample);  // its whole prompt: its first token comes now
+  EXPECT_EQ(out.items[1].request_id, "long");
+  EXPECT_EQ(out.items[1].token_ids.size(), 5u);
+  apply(*s, out);
+  run_to_completion(*s);
+}
+
+TEST(ServeScheduler, ALongPromptIsPassedOverAtMostKMaxStepsPassedSteps) {
+  auto s = make(small_config());  // budget 8
+  ASSERT_TRUE(s->add_request("long", iota_tokens(20), 1, {}, false).ok());
+  int passed = 0;
+  for (int i = 0; i < 10; ++i) {
+    // A new 8-token request every step would take the whole budget, shortest first.
+    ASSERT_TRUE(s->add_request("short" + std::to_string(i), iota_tokens(8, 300 + 10 * i), 1,
+                               {}, false).ok());
+    SchedulerOutput out = step(*s);
+    apply(*s, out);
+    bool got_tokens = false;
+    for (const auto& item : out.items) got_tokens |= item.request_id == "long";
+    if (got_tokens) break;
+    ++passed;
+  }
+  EXPECT_EQ(passed, Scheduler::kMaxStepsPassed);
+  run_to_completion(*s);
+}
+
+TEST(ServeScheduler, AShortSharedPrefixDoesNotHoldARequestBack) {
+  SchedulerConfig c = small_config();
+  c.max_num_batched_tokens = 32;
+  auto s = make(c);
+  auto prompt_a = iota_tokens(16), prompt_b = iota_tokens(4);
+  const auto tail = iota_tokens(12, 900);
+  prompt_b.insert(prompt_b.end(), tail.begin(), tail.end());
+  ASSERT_TRUE(s->add_request("a", prompt_a, 2, {}, false).ok());
+  ASSERT_TRUE(s->add_request("b", prompt_b, 2, {}, false).ok());
+  // One shared page of sixteen tokens: b computes its prompt now rather than wait.
+  SchedulerOutput out = step(*s);
+  ASSERT_EQ(out.items.size(), 2u);
+  EXPECT_EQ(out.items[1].request_id, "b");
+  EXPECT_EQ(out.items[1].start_pos, 0);
+  apply(*s, out);
+  run_to_completion(*s);
+}
+
 TEST(ServeScheduler, PreemptsTheNewestRequestWhenPagesRunOutAndRecomputesIt) {
   SchedulerConfig c = small_config();
   c.num_pages = 5;

@@ -33,6 +33,15 @@ def _powers_of_two(lo: int, hi: int) -> list[int]:
     return sizes
 
 
+def _powers_of_two_and_halves(lo: int, hi: int) -> list[int]:
+    """lo, 1.5 lo, 2 lo, 3 lo, 4 lo, ... up to hi (and hi): at most a third of a padded
+    context is padding, against half with powers of two alone."""
+    sizes = []
+    for n in _powers_of_two(lo, hi):
+        sizes += [n, n + n // 2]
+    return sorted({n for n in sizes if n < hi} | {hi})
+
+
 def _bucket(n: int, sizes: Sequence[int]) -> int:
     for b in sizes:
         if n <= b:
@@ -79,9 +88,11 @@ class ModelRunner:
         self.decode_buckets = _powers_of_two(1, max_num_seqs)
         self.prefill_buckets = _powers_of_two(min(min_prefill_bucket, max_num_batched_tokens),
                                               max_num_batched_tokens)
-        # Whole pages: attention gathers a sequence's context page by page.
+        # Whole pages: attention gathers a sequence's context page by page. Attention cost
+        # grows with C, and decode steps are dominated by it, so C gets finer steps.
         self.context_buckets = sorted({-(-c // page_size) * page_size for c in
-                                       _powers_of_two(min(min_context_bucket, max_ctx), max_ctx)})
+                                       _powers_of_two_and_halves(min(min_context_bucket, max_ctx),
+                                                                 max_ctx)})
         self.window = shape.sliding_window or 0
         if self.window >= max_ctx:
             self.window = 0
