@@ -37,6 +37,20 @@ def test_greedy_matches_hf_mixed_lengths(tiny_llama_dir, hf_reference, prefix_ca
     assert stats["prefix_cache_hits"] > 0 if prefix_cache else stats["prefix_cache_hits"] == 0
 
 
+def test_concurrent_requests_compute_a_shared_prefix_once(tiny_llama_dir, hf_reference):
+    llm = LLM(tiny_llama_dir, **ENGINE_ARGS)
+    corpus = __import__("tiny_models").corpus()
+    shared = llm.tokenizer.encode(" ".join(corpus[:60]))[:96]  # 6 pages of 16
+    assert len(shared) == 96
+    prompts = [shared + llm.tokenizer.encode(corpus[100 + i])[:8] for i in range(4)]
+    results = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0.0))
+    for ids, res in zip(prompts, results):
+        assert res.outputs[0].token_ids == hf_reference(tiny_llama_dir, ids, 8)
+    # Submitted together, the three later requests waited for the first one's prefill and
+    # took all 96 shared tokens from the cache instead of computing them again.
+    assert llm.engine.stats()["prefix_cache_hits"] == 3 * 96
+
+
 def test_greedy_matches_hf_across_preemption(tiny_llama_dir, hf_reference):
     # 12 pages of 16 slots cannot hold four 60-token prompts plus 32 new tokens each.
     llm = LLM(tiny_llama_dir, num_pages=12, **ENGINE_ARGS)
