@@ -1,4 +1,5 @@
-// Scheduler: budgets, chunked prefill, decode-before-admission, prefix hits, preemption,
+// Scheduler: budgets, chunked prefill, decode-before-admission, shortest prefill first (with
+// its starvation bound), prefix hits and in-flight prefix dedupe, preemption,
 // aborts, stop conditions and the errors for calls that can never work.
 #include <gtest/gtest.h>
 
