@@ -209,50 +209,34 @@ std::optional<double> scale_arg(const LoweringContext& c, size_t index) {
   return c.double_arg(index);
 }
 
-// upsample_*(self, output_size, [align_corners,] scales...): `first_scale` is the index of
-// the first scales argument; align_corners is the argument before it for linear modes.
-LoweringFn upsample(Mode mode) {
-  return [mode](LoweringContext& c) -> Lowered {
+// upsample_*(self, output_size, [align_corners,] scales...) and
+// upsample_*_backward(grad_output, output_size, input_size, [align_corners,] scales...):
+// the backward has one more size argument before align_corners (linear modes only) and
+// the scales, and sends each output's gradient back to its taps. The forward resamples
+// the last spatial dim first, the backward the first.
+LoweringFn upsample(Mode mode, bool backward) {
+  return [mode, backward](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
     Value x = c.tensor(0);
-    const Dims& out_dims = c.out_type().dims;
+    const Dims result = c.out_type().dims;
+    const Dims in = backward ? result : x.dims();   // sizes of the forward's input
+    const Dims out = backward ? x.dims() : result;  // and of its output
     int64_t spatial = x.rank() - 2;
     bool linear = mode == Mode::kLinear || mode == Mode::kCubic;
-    bool align_corners = linear && c.bool_arg(2);
-    size_t first_scale = linear ? 3 : 2;
+    size_t align_arg = backward ? 3 : 2;
+    bool align_corners = linear && c.bool_arg(align_arg);
+    size_t first_scale = linear ? align_arg + 1 : align_arg;
     DType t = x.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
     Value y = b.convert(x, t);
-    for (int64_t s = spatial - 1; s >= 0; --s) {
+    for (int64_t k = 0; k < spatial; ++k) {
+      int64_t s = backward ? k : spatial - 1 - k;
       int64_t dim = 2 + s;
-      if (x.dims()[dim] == 0 || out_dims[dim] == 0) continue;  // empty result: shape only
+      if (in[dim] == 0 || out[dim] == 0) continue;  // empty result: shape only
       std::optional<double> scale = scale_arg(c, first_scale + static_cast<size_t>(s));
-      y = resample(b, y, dim, taps_for(mode, x.dims()[dim], out_dims[dim], align_corners, scale));
+      std::vector<Taps> taps = taps_for(mode, in[dim], out[dim], align_corners, scale);
+      y = backward ? resample_backward(b, y, dim, taps, in[dim]) : resample(b, y, dim, taps);
     }
-    if (y.dims() != out_dims) return std::vector<Value>{b.zeros(c.out_type())};
-    return std::vector<Value>{b.convert(y, c.out_type().dtype)};
-  };
-}
-
-// upsample_*_backward(grad_output, output_size, input_size, [align_corners,] scales...).
-LoweringFn upsample_backward(Mode mode) {
-  return [mode](LoweringContext& c) -> Lowered {
-    Builder& b = c.b();
-    Value g = c.tensor(0);
-    const Dims& in_dims = c.out_type().dims;
-    int64_t spatial = g.rank() - 2;
-    bool linear = mode == Mode::kLinear || mode == Mode::kCubic;
-    bool align_corners = linear && c.bool_arg(3);
-    size_t first_scale = linear ? 4 : 3;
-    DType t = g.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-    Value y = b.convert(g, t);
-    for (int64_t s = 0; s < spatial; ++s) {
-      int64_t dim = 2 + s;
-      if (in_dims[dim] == 0 || g.dims()[dim] == 0) continue;
-      std::optional<double> scale = scale_arg(c, first_scale + static_cast<size_t>(s));
-      std::vector<Taps> taps = taps_for(mode, in_dims[dim], g.dims()[dim], align_corners, scale);
-      y = resample_backward(b, y, dim, taps, in_dims[dim]);
-    }
-    if (y.dims() != in_dims) return std::vector<Value>{b.zeros(c.out_type())};
+    if (y.dims() != result) return std::vector<Value>{b.zeros(c.out_type())};
     return std::vector<Value>{b.convert(y, c.out_type().dtype)};
   };
 }
@@ -330,27 +314,30 @@ void register_interpolate_lowerings() {
   for (const char* d : {"1d", "2d", "3d"}) {
     std::string n = std::string("aten::upsample_nearest") + d;
     std::string e = std::string("aten::_upsample_nearest_exact") + d;
-    register_lowering({n.c_str(), (n + ".out").c_str()}, upsample(Mode::kNearest));
-    register_lowering({e.c_str(), (e + ".out").c_str()}, upsample(Mode::kNearestExact));
+    register_lowering({n.c_str(), (n + ".out").c_str()},
+                      upsample(Mode::kNearest, /*backward=*/false));
+    register_lowering({e.c_str(), (e + ".out").c_str()},
+                      upsample(Mode::kNearestExact, /*backward=*/false));
     register_lowering({(n + "_backward").c_str(), (n + "_backward.grad_input").c_str()},
-                      upsample_backward(Mode::kNearest));
+                      upsample(Mode::kNearest, /*backward=*/true));
     register_lowering({(e + "_backward").c_str(), (e + "_backward.grad_input").c_str()},
-                      upsample_backward(Mode::kNearestExact));
+                      upsample(Mode::kNearestExact, /*backward=*/true));
   }
   for (const char* n : {"aten::upsample_linear1d", "aten::upsample_bilinear2d",
                         "aten::upsample_trilinear3d"}) {
     std::string bw = std::string(n) + "_backward";
-    register_lowering({bw.c_str(), (bw + ".grad_input").c_str()}, upsample_backward(Mode::kLinear));
+    register_lowering({bw.c_str(), (bw + ".grad_input").c_str()},
+                      upsample(Mode::kLinear, /*backward=*/true));
   }
   register_lowering({"aten::upsample_bicubic2d_backward",
                      "aten::upsample_bicubic2d_backward.grad_input"},
-                    upsample_backward(Mode::kCubic));
+                    upsample(Mode::kCubic, /*backward=*/true));
   register_lowering({"aten::upsample_linear1d", "aten::upsample_linear1d.out",
                      "aten::upsample_bilinear2d", "aten::upsample_bilinear2d.out",
                      "aten::upsample_trilinear3d", "aten::upsample_trilinear3d.out"},
-                    upsample(Mode::kLinear));
+                    upsample(Mode::kLinear, /*backward=*/false));
   register_lowering({"aten::upsample_bicubic2d", "aten::upsample_bicubic2d.out"},
-                    upsample(Mode::kCubic));
+                    upsample(Mode::kCubic, /*backward=*/false));
 }
 
 }  // namespace torchtpu::lowering
