@@ -219,8 +219,9 @@ Scheduler::Admission Scheduler::admit(Request* req, SchedulerOutput& out, int32_
   PrefixMatch hit;
   if (cache_) {
     // At most num_tokens - 1: the last token is always computed so it can be sampled from.
+    // Matched again after ordering: admissions earlier in this step may have evicted pages.
     hit = cache_->match(req->all_token_ids(), num_tokens - 1);
-    // Asked again here: a request admitted earlier in this step may be computing them.
+    // Asked again too: a request admitted earlier in this step may be computing them.
     if (waits_for_running_prefill(*req, hit.num_tokens)) return Admission::kDeferred;
     // Our references lock the matched pages against the eviction grow_page_table may do.
     for (PageId p : hit.pages) TORCHTPU_CHECK(allocator_.incref(p).ok(), "cached page free");
@@ -314,12 +315,12 @@ base::StatusOr<SchedulerOutput> Scheduler::schedule() {
     Request* req = c.req;
     const bool running = req->status == RequestStatus::kRunning;
     bool scheduled = false;
-    if (budget > 0 && running && req->num_computed_tokens < req->num_tokens()) {
+    if (budget > 0 && running) {
       const int32_t num_new = std::min(req->num_tokens() - req->num_computed_tokens, budget);
       scheduled = schedule_running(req, num_new, out, budget);
     } else if (budget > 0 && !running && admitting && out.preempted.empty() &&
-               static_cast<int32_t>(running_.size()) < config_.max_num_seqs &&
-               std::find(waiting_.begin(), waiting_.end(), req) != waiting_.end()) {
+               static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+      // Not running and nothing preempted this step: `req` is still in the waiting queue.
       const Admission a = admit(req, out, budget);
       if (a == Admission::kDeferred) continue;  // waiting on purpose: not passed over
       scheduled = a == Admission::kAdmitted;
