@@ -23,7 +23,7 @@ import time
 import torch
 
 import torchtpu  # noqa: F401  (registers the tpu device)
-from torchtpu.serve.model import decoder_layer
+from torchtpu.serve.model import attention_kernel_available, decoder_layer
 
 PAGE = 16
 
@@ -102,17 +102,25 @@ def main() -> None:
     k0, v0, k1, v1 = layer.caches
     print(f"model dims: hidden={layer.hidden} heads={layer.heads} kv_heads={layer.kv_heads} "
           f"head_dim={layer.head_dim} layers={config.num_hidden_layers}; page={PAGE}")
-    print(f"{'S':>3} {'Q':>4} {'C':>5}  {'ms/layer':>9}  {'x S=1 decode':>12}")
-    base = None
+    kernel = attention_kernel_available("tpu", torch.float32)
+    print("ms/layer with attention as gathered pages and batched matmuls (StableHLO), and "
+          "with the host kernel torchtpu::paged_attention" +
+          ("" if kernel else " (not registered by this plugin: not measured)"))
+    print(f"{'S':>3} {'Q':>4} {'C':>5}  {'gathered':>9}  {'kernel':>7}  {'gathered/kernel':>15}")
     for s, q, c in [(1, 1, 256), (1, 1, 384), (1, 1, 512), (16, 1, 256), (16, 1, 384),
                     (16, 1, 512), (16, 1, 1024), (1, 256, 256), (1, 512, 1024)]:
         h, pos, slots, pages = layer.inputs(s, q, c)
-        ms = median_ms(lambda: one(h, pos, slots, pages, k0, v0, layer.inv_freq,
-                                   layer.rope_scale, **layer.static, **layer.weights),
-                       args.rounds, reps=10)
-        base = ms if (s, q, c) == (1, 1, 384) else base
-        rel = f"{ms / base:12.2f}" if base else ""
-        print(f"{s:>3} {q:>4} {c:>5}  {ms:9.2f}  {rel}", flush=True)
+        row = f"{s:>3} {q:>4} {c:>5}"
+        times = []
+        for use_kernel in (False, True) if kernel and q == 1 else (False,):
+            times.append(median_ms(
+                lambda: one(h, pos, slots, pages, k0, v0, layer.inv_freq, layer.rope_scale,
+                            **layer.static, **layer.weights, attention_kernel=use_kernel),
+                args.rounds, reps=10))
+        row += f"  {times[0]:9.2f}"
+        if len(times) == 2:
+            row += f"  {times[1]:7.2f}  {times[0] / times[1]:15.2f}"
+        print(row, flush=True)
 
     print("30 layers per forward: 1 layer per call against 2 layers per call")
     for s in (1, 16):

@@ -1,10 +1,13 @@
 #include "aten/device_runtime.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+
+#include "kernels/host_kernels.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -16,11 +19,26 @@ struct State {
   std::unique_ptr<runtime::CompileCache> cache;
   base::Status init_error;
   bool tried = false;
+  std::vector<std::string> host_kernels;  // custom-call targets the plugin accepted
 };
 
 State& state() {
   static State* s = new State();  // lives for the process: buffers may outlive statics
   return *s;
+}
+
+// A plugin that cannot take a kernel still runs everything: the models that use one fall
+// back to the StableHLO formulation (torchtpu.ops.has_host_kernel).
+void register_host_kernels(const runtime::Plugin& plugin, std::vector<std::string>& out) {
+  for (const kernels::HostKernel& k : kernels::host_kernels()) {
+    base::Status st =
+        plugin.register_ffi_handler(k.target, "Host", reinterpret_cast<void*>(k.handler));
+    if (st.ok()) {
+      out.push_back(k.target);
+    } else {
+      LOG(WARNING) << "tpu: host kernel " << k.target << " not registered: " << st.message();
+    }
+  }
 }
 
 void ensure_initialized(State& s) {
@@ -57,6 +75,7 @@ void ensure_initialized(State& s) {
     return;
   }
   s.client = *c;
+  if (s.client->platform_name() == "cpu") register_host_kernels(**plugin, s.host_kernels);
   s.cache = std::make_unique<runtime::CompileCache>(s.client);
 }
 
@@ -72,6 +91,11 @@ runtime::Client& client() {
   ensure_initialized(s);
   TORCH_CHECK(s.client != nullptr, s.init_error.message());
   return *s.client;
+}
+
+std::vector<std::string> registered_host_kernels() {
+  client();
+  return state().host_kernels;
 }
 
 runtime::CompileCache& compile_cache() {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "runtime/client.h"
 #include "runtime/compile_cache.h"
@@ -19,6 +20,9 @@ void set_default_plugin_path(const std::string& path);
 // The client; raises a c10::Error with the runtime's message if it cannot be created.
 runtime::Client& client();
 runtime::CompileCache& compile_cache();
+// Custom-call targets of host kernels (csrc/kernels) the plugin registered: all of them on
+// the CPU platform when its plugin has the PJRT FFI extension, none elsewhere.
+std::vector<std::string> registered_host_kernels();
 // Device count without raising: 0 when the plugin cannot be loaded.
 int device_count_or_zero();
 

@@ -69,6 +69,9 @@ void register_direct_lowerings() {
   static torch::Library* lib = new torch::Library(
       torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   for (const std::string& full : lowering::registered_lowerings()) {
+    // Our own ops (torchtpu::*) are defined from Python after this runs; the backend
+    // fallback reaches their lowerings by name.
+    if (full.rfind("aten::", 0) != 0) continue;
     std::string name = full.substr(full.find("::") + 2);
     size_t dot = name.find('.');
     std::string base = name.substr(0, dot);

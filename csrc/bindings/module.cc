@@ -74,6 +74,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("keyed_counters", &base::keyed_counters_snapshot);
   m.def("reset_metrics", &base::reset_metrics);
   m.def("lowered_ops", &lowering::registered_lowerings);
+  m.def("host_kernels", &aten::registered_host_kernels);
   m.def("op_cache_size", &aten::op_cache_size);
   m.def("executable_cache_size", [] { return aten::compile_cache().size(); });
   bind_compile(m);

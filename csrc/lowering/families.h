@@ -19,6 +19,8 @@ void register_interpolate_lowerings();
 void register_unpool_lowerings();
 void register_search_lowerings();
 void register_index_reduce_lowerings();
+// torchtpu:: ops that call host kernels (custom calls; see csrc/kernels).
+void register_host_kernel_call_lowerings();
 // List ops (_foreach_*): registered last, they look up the per-item lowerings at lowering time.
 void register_foreach_lowerings();
 // Graph mode only: value-semantics forms of view ops and factories seen in FX graphs.

@@ -57,6 +57,28 @@ std::string named_value_to_string(const PJRT_NamedValue& v) {
   return "?";
 }
 
+// The FFI extension (openxla/xla `xla/pjrt/c/pjrt_c_api_ffi_extension.h`, version 2+):
+// the wheel's pjrt_c_api.h does not include it, so these are our declarations of the
+// part we call, layout-exact.
+struct FfiRegisterHandlerArgs {
+  size_t struct_size;
+  const char* target_name;
+  size_t target_name_size;
+  void* handler;
+  const char* platform_name;
+  size_t platform_name_size;
+  uint32_t traits;
+};
+static_assert(offsetof(FfiRegisterHandlerArgs, traits) == 48);
+
+struct FfiExtension {
+  PJRT_Extension_Base base;
+  void* type_id_register;
+  void* user_data_add;
+  PJRT_Error* (*register_handler)(FfiRegisterHandlerArgs* args);
+};
+static_assert(offsetof(FfiExtension, register_handler) == 40);
+
 }  // namespace
 
 base::StatusOr<std::shared_ptr<const Plugin>> Plugin::load(const std::string& path) {
@@ -118,6 +140,27 @@ std::string Plugin::identity() const {
     if (it != attributes_.end()) id += std::string("|") + key + "=" + it->second;
   }
   return id;
+}
+
+base::Status Plugin::register_ffi_handler(const std::string& target,
+                                          const std::string& platform, void* handler) const {
+  for (const PJRT_Extension_Base* e = api_->extension_start; e != nullptr; e = e->next) {
+    if (e->type != PJRT_Extension_Type_FFI) continue;
+    if (e->struct_size < sizeof(FfiExtension)) break;  // an FFI extension without handlers
+    auto* ffi = reinterpret_cast<const FfiExtension*>(e);
+    FfiRegisterHandlerArgs args{};
+    args.struct_size = sizeof(args);
+    args.target_name = target.data();
+    args.target_name_size = target.size();
+    args.handler = handler;
+    args.platform_name = platform.data();
+    args.platform_name_size = platform.size();
+    return consume_error(api_, ffi->register_handler(&args),
+                         ("PJRT_FFI_Register_Handler(" + target + ")").c_str());
+  }
+  return base::unimplemented("runtime: PJRT plugin " + path_ +
+                             " cannot register custom-call handlers (it has no PJRT FFI "
+                             "extension with register_handler)");
 }
 
 }  // namespace torchtpu::runtime

@@ -30,6 +30,11 @@ class Plugin {
   const std::map<std::string, std::string>& attributes() const { return attributes_; }
   // A string that identifies this plugin build, part of every executable cache key.
   std::string identity() const;
+  // Registers a typed XLA FFI handler (an `XLA_FFI_Handler*`) as the custom-call target
+  // `target` for `platform` (XLA's name: "Host" for CPU) through the plugin's FFI
+  // extension. Unimplemented when the plugin has no such extension.
+  base::Status register_ffi_handler(const std::string& target, const std::string& platform,
+                                    void* handler) const;
 
  private:
   Plugin() = default;

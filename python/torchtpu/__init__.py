@@ -53,6 +53,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 
 from torchtpu import debug  # noqa: E402
 from torchtpu import models  # noqa: E402  (stdlib-only until a model is converted)
+from torchtpu import ops  # noqa: E402,F401  (defines the torchtpu:: ops)
 
 
 def block_until_ready(tensor: torch.Tensor) -> torch.Tensor:

@@ -59,10 +59,12 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                   w_q_norm: torch.Tensor | None, w_k_norm: torch.Tensor | None,
                   w_o: torch.Tensor, w_post_norm: torch.Tensor, w_gate_up: torch.Tensor,
                   w_down: torch.Tensor, num_heads: int, num_kv_heads: int, page_size: int,
-                  eps: float, window: int) -> torch.Tensor:
+                  eps: float, window: int, attention_kernel: bool = False) -> torch.Tensor:
     """One pre-norm decoder layer; writes this step's keys and values into the caches at
     `slots` (in place: compiled, the caches' buffers are donated, so a step costs the rows
-    it writes). `window` > 0 limits attention to the last `window` keys."""
+    it writes). `window` > 0 limits attention to the last `window` keys.
+    `attention_kernel` computes attention with the host kernel ``torchtpu::paged_attention``
+    (see ``attention_kernel_available``) instead of gathering pages in StableHLO."""
     s, q_len = positions.shape
     head_dim = k_cache.shape[-1]
     x = _rms_norm(h, w_in_norm, eps)
@@ -85,6 +87,28 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
 
     k_cache.index_copy_(0, slots, k)
     v_cache.index_copy_(0, slots, v)
+    if attention_kernel:
+        attn = torch.ops.torchtpu.paged_attention(
+            q.view(s, q_len, num_heads, head_dim), k_cache, v_cache, pages, positions,
+            page_size, 1.0 / math.sqrt(head_dim), window)
+        h = h + attn.view(s * q_len, num_heads * head_dim) @ w_o
+    else:
+        h = h + _gathered_attention(q, k_cache, v_cache, pages, positions, page_size,
+                                    window) @ w_o
+
+    x = _rms_norm(h, w_post_norm, eps)
+    gate, up = (x @ w_gate_up).chunk(2, dim=-1)
+    return h + (F.silu(gate) * up) @ w_down
+
+
+def _gathered_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        pages: torch.Tensor, positions: torch.Tensor, page_size: int,
+                        window: int) -> torch.Tensor:
+    """Attention in plain ops: gathers each sequence's pages, then two batched matmuls.
+    q [S*Q, H, D] -> [S*Q, H*D]."""
+    s, q_len = positions.shape
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    num_kv_heads = k_cache.shape[1]
     ctx = pages.shape[1] * page_size
     by_page = (-1, page_size, num_kv_heads, head_dim)
     keys = k_cache.view(by_page).index_select(0, pages.reshape(-1)).view(
@@ -98,7 +122,7 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
     values = values.permute(0, 2, 1, 3)        # [s, kv, ctx, d]
     scores = torch.matmul(q.reshape(s, num_kv_heads, group * q_len, head_dim), keys)
     scores = scores.view(s, num_kv_heads, group, q_len, ctx) * (1.0 / math.sqrt(head_dim))
-    key_pos = torch.arange(ctx, device=h.device)
+    key_pos = torch.arange(ctx, device=q.device)
     query_pos = positions.view(s, 1, 1, q_len, 1)
     visible = key_pos <= query_pos
     if window > 0:
@@ -106,12 +130,17 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
     scores = scores.masked_fill(~visible, float("-inf"))
     probs = torch.softmax(scores, dim=-1).view(s, num_kv_heads, group * q_len, ctx)
     attn = torch.matmul(probs, values).view(s, num_kv_heads, group, q_len, head_dim)
-    attn = attn.permute(0, 3, 1, 2, 4).reshape(s * q_len, num_heads * head_dim)
-    h = h + attn @ w_o
+    return attn.permute(0, 3, 1, 2, 4).reshape(s * q_len, num_heads * head_dim)
 
-    x = _rms_norm(h, w_post_norm, eps)
-    gate, up = (x @ w_gate_up).chunk(2, dim=-1)
-    return h + (F.silu(gate) * up) @ w_down
+
+def attention_kernel_available(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `decoder_layer(attention_kernel=True)` can run: the host kernel is f32-only
+    and exists where the plugin registered it (the XLA CPU plugin)."""
+    if torch.device(device).type != "tpu" or dtype != torch.float32:
+        return False
+    from torchtpu import ops
+
+    return ops.has_host_kernel("torchtpu_paged_attention")
 
 
 def embed(tokens: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

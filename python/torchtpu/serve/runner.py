@@ -19,7 +19,8 @@ from typing import Sequence
 
 import torch
 
-from torchtpu.serve.model import PagedDecoder, decoder_layer, embed, lm_head
+from torchtpu.serve.model import (PagedDecoder, attention_kernel_available, decoder_layer, embed,
+                                  lm_head)
 
 log = logging.getLogger("torchtpu.serve")
 
@@ -70,8 +71,18 @@ class StepItem:
 class ModelRunner:
     def __init__(self, decoder: PagedDecoder, *, num_pages: int, page_size: int,
                  max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
-                 min_prefill_bucket: int = 16, min_context_bucket: int = 256) -> None:
+                 min_prefill_bucket: int = 16, min_context_bucket: int = 256,
+                 attention_kernel: bool | None = None) -> None:
         self.decoder = decoder
+        # Decode steps attend with the host kernel where the plugin has it (None: decide
+        # here): gathering pages in StableHLO costs several times what reading them does.
+        # Prefill keeps the gathered form, whose batched matmuls XLA runs well.
+        available = attention_kernel_available(decoder.device, decoder.dtype)
+        if attention_kernel and not available:
+            raise ValueError("serve: attention_kernel=True, but the torchtpu_paged_attention "
+                             "host kernel is not registered for this device and dtype (it "
+                             "is f32-only, on the XLA CPU plugin); pass None or False")
+        self.attention_kernel = available if attention_kernel is None else attention_kernel
         self.page_size = page_size
         self.num_pages = num_pages
         # One extra page past the pool: padding tokens write there and padded context
@@ -202,7 +213,8 @@ class ModelRunner:
             h = self._layer(
                 h, t_pos, t_slots, t_pages, self.k_caches[i], self.v_caches[i], d.inv_freq,
                 d.rope_scale, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
-                page_size=ps, eps=shape.rms_eps, window=self.window, **w)
+                page_size=ps, eps=shape.rms_eps, window=self.window,
+                attention_kernel=self.attention_kernel and q == 1, **w)
         out = self._head(h, t_rows, d.norm_weight, d.head_weight, shape.rms_eps)
         if not any(sample):
             return {}

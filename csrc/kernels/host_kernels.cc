@@ -1,0 +1,14 @@
+#include "kernels/host_kernels.h"
+
+#include "kernels/paged_attention.h"
+
+namespace torchtpu::kernels {
+
+const std::vector<HostKernel>& host_kernels() {
+  static const std::vector<HostKernel> table = {
+      {kPagedAttentionTarget, &torchtpu_paged_attention_ffi},
+  };
+  return table;
+}
+
+}  // namespace torchtpu::kernels

@@ -1,0 +1,237 @@
+#include "kernels/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/ffi_handler.h"
+
+namespace torchtpu::kernels {
+namespace {
+
+struct Scratch {
+  std::vector<float> scores;                // [rows, keys]
+  std::vector<int64_t> lo, hi;              // each row's visible keys [lo, hi)
+  std::vector<int64_t> kv_offset;           // each row's kv head's offset in a slot
+};
+
+// e^x for x <= 0 (softmax after subtracting the row maximum), to about 2 ulp, in a form
+// the compiler vectorizes (std::exp is a scalar library call per element): x = n ln2 + r,
+// e^r by a degree-6 polynomial, 2^n through the exponent bits.
+inline float exp_nonpositive(float x) {
+  x = std::max(x, -87.0f);  // e^-87 is about the smallest normal float
+  float n = std::floor(x * 1.44269504f + 0.5f);
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;  // ln2 split in two for exactness
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return y * scale;
+}
+
+// One sequence: each of its Q queries has H heads, and each (query, head) is a row that
+// reads the keys and values of kv head head / (H / KV). Pass 1 scores every key a row sees,
+// pass 2 turns scores into probabilities, pass 3 accumulates values. Passes 1 and 3 walk
+// the context slot by slot, reading each slot's keys (or values) for all kv heads at once:
+// a page is contiguous in the pool, so reads are sequential. kD is the head size when it
+// is a compile-time constant (0: use shape.head_dim).
+template <int kD>
+__attribute__((always_inline)) inline void attend_one_sequence(const PagedAttentionShape& sh, const float* q, const float* k,
+                         const float* v, const int64_t* pages, const int64_t* positions,
+                         float scale, int64_t window, int64_t s, Scratch& scratch, float* out) {
+  const int64_t group = sh.heads / sh.kv_heads, ps = sh.page_size;
+  const int64_t d = kD > 0 ? kD : sh.head_dim;
+  const int64_t ctx = sh.pages_per_seq * ps, rows = sh.queries * sh.heads;
+  const int64_t slot_stride = sh.kv_heads * d;
+  scratch.lo.resize(rows);
+  scratch.hi.resize(rows);
+  scratch.kv_offset.resize(rows);
+  int64_t keys = 0;  // keys [0, keys) cover every row's visible range
+  for (int64_t r = 0; r < rows; ++r) {  // row r = query r / H, head r % H
+    int64_t pos = positions[s * sh.queries + r / sh.heads];
+    scratch.hi[r] = std::max<int64_t>(0, std::min(ctx, pos + 1));
+    scratch.lo[r] = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+    scratch.lo[r] = std::min(scratch.lo[r], scratch.hi[r]);
+    scratch.kv_offset[r] = (r % sh.heads) / group * d;
+    keys = std::max(keys, scratch.hi[r]);
+  }
+  const float* queries = q + s * rows * d;  // [rows, d]
+  float* results = out + s * rows * d;
+  std::fill(results, results + rows * d, 0.0f);
+  if (keys == 0) return;
+  const int64_t* table = pages + s * sh.pages_per_seq;
+  auto slot_of = [&](int64_t j) { return (table[j / ps] * ps + j % ps) * slot_stride; };
+  // Pages are scattered, so the hardware prefetcher loses the stream at every page
+  // boundary; ask for the slot kPrefetch positions ahead, every cache line of it.
+  constexpr int64_t kPrefetch = 8;
+  auto prefetch = [&](const float* pool, int64_t j) {
+    if (j >= keys) return;
+    const char* p = reinterpret_cast<const char*>(pool + slot_of(j));
+    for (int64_t b = 0; b < slot_stride * 4; b += 64) __builtin_prefetch(p + b);
+  };
+  scratch.scores.resize(static_cast<size_t>(rows * keys));
+  float* scores = scratch.scores.data();
+  const int64_t* lo = scratch.lo.data();
+  const int64_t* hi = scratch.hi.data();
+  const int64_t* kv_offset = scratch.kv_offset.data();
+
+  for (int64_t j = 0; j < keys; ++j) {
+    prefetch(k, j + kPrefetch);
+    const float* slot = k + slot_of(j);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (j < lo[r] || j >= hi[r]) continue;
+      const float* qr = queries + r * d;
+      const float* key = slot + kv_offset[r];
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t c = 0; c < d; ++c) dot += qr[c] * key[c];
+      scores[r * keys + j] = dot * scale;
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    if (lo[r] == hi[r]) continue;  // sees no key: stays zero
+    float* row = scores + r * keys;
+    float top = row[lo[r]];
+    for (int64_t j = lo[r] + 1; j < hi[r]; ++j) top = std::max(top, row[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = lo[r]; j < hi[r]; ++j) {
+      row[j] = exp_nonpositive(row[j] - top);
+      sum += row[j];
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t j = lo[r]; j < hi[r]; ++j) row[j] *= inv;
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    prefetch(v, j + kPrefetch);
+    const float* slot = v + slot_of(j);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (j < lo[r] || j >= hi[r]) continue;
+      const float p = scores[r * keys + j];
+      const float* value = slot + kv_offset[r];
+      float* o = results + r * d;
+#pragma omp simd
+      for (int64_t c = 0; c < d; ++c) o[c] += p * value[c];
+    }
+  }
+}
+
+// One sequence, for any head size, with a per-thread scratch. Built for x86-64-v3 (AVX2,
+// FMA) where the CPU has it, and for the baseline; the loops above are inlined into each.
+__attribute__((target_clones("arch=x86-64-v3", "default")))
+void attend_sequence(const PagedAttentionShape& sh, const float* q, const float* k,
+                     const float* v, const int64_t* pages, const int64_t* positions,
+                     float scale, int64_t window, int64_t s, float* out) {
+  thread_local Scratch scratch;
+  switch (sh.head_dim) {
+    case 64:
+      attend_one_sequence<64>(sh, q, k, v, pages, positions, scale, window, s, scratch, out);
+      break;
+    case 128:
+      attend_one_sequence<128>(sh, q, k, v, pages, positions, scale, window, s, scratch, out);
+      break;
+    default:
+      attend_one_sequence<0>(sh, q, k, v, pages, positions, scale, window, s, scratch, out);
+      break;
+  }
+}
+
+}  // namespace
+
+std::string check_shape(const PagedAttentionShape& sh) {
+  if (sh.seqs < 0 || sh.queries < 0 || sh.heads <= 0 || sh.kv_heads <= 0 || sh.head_dim <= 0 ||
+      sh.num_slots < 0 || sh.pages_per_seq < 0 || sh.page_size <= 0) {
+    return "sizes must be positive (heads, kv heads, head dim, page size) or non-negative";
+  }
+  if (sh.heads % sh.kv_heads != 0) {
+    return std::to_string(sh.heads) + " query heads are not a multiple of " +
+           std::to_string(sh.kv_heads) + " kv heads";
+  }
+  if (sh.num_slots % sh.page_size != 0) {
+    return "the pool's " + std::to_string(sh.num_slots) + " slots are not whole pages of " +
+           std::to_string(sh.page_size);
+  }
+  return "";
+}
+
+std::string paged_attention(const PagedAttentionShape& sh, const float* q, const float* k,
+                            const float* v, const int64_t* pages, const int64_t* positions,
+                            float scale, int64_t window, float* out,
+                            const ParallelFor& parallel_for) {
+  const int64_t num_pages = sh.num_slots / sh.page_size;
+  for (int64_t i = 0; i < sh.seqs * sh.pages_per_seq; ++i) {
+    if (pages[i] < 0 || pages[i] >= num_pages) {
+      return "page id " + std::to_string(pages[i]) + " (sequence " +
+             std::to_string(i / sh.pages_per_seq) + ") is outside the pool of " +
+             std::to_string(num_pages) + " pages";
+    }
+  }
+  auto body = [&](int64_t s) {
+    attend_sequence(sh, q, k, v, pages, positions, scale, window, s, out);
+  };
+  if (parallel_for) {
+    parallel_for(sh.seqs, body);
+  } else {
+    for (int64_t s = 0; s < sh.seqs; ++s) body(s);
+  }
+  return "";
+}
+
+extern "C" XLA_FFI_Error* torchtpu_paged_attention_ffi(XLA_FFI_CallFrame* frame) {
+  if (ffi::answer_metadata(frame)) return nullptr;
+  const char* what = "torchtpu_paged_attention";
+  const XLA_FFI_Buffer *q = ffi::arg(frame, 0), *k = ffi::arg(frame, 1), *v = ffi::arg(frame, 2),
+                       *pages = ffi::arg(frame, 3), *pos = ffi::arg(frame, 4);
+  const XLA_FFI_Buffer* out = ffi::ret(frame, 0);
+  auto page_size = ffi::int_attr(frame, "page_size");
+  auto window = ffi::int_attr(frame, "window");
+  auto scale = ffi::float_attr(frame, "scale");
+  if (!q || !k || !v || !pages || !pos || !out || !page_size || !window || !scale) {
+    return ffi::error(frame, std::string(what) + ": expected 5 buffer operands, 1 buffer "
+                      "result and attributes page_size (i64), scale (f32), window (i64)");
+  }
+  auto is = [](const XLA_FFI_Buffer* b, XLA_FFI_DataType t, int64_t rank) {
+    return b->dtype == t && b->rank == rank;
+  };
+  PagedAttentionShape sh;
+  if (is(q, XLA_FFI_DataType_F32, 4) && is(k, XLA_FFI_DataType_F32, 3) &&
+      is(pages, XLA_FFI_DataType_S64, 2) && is(pos, XLA_FFI_DataType_S64, 2)) {
+    sh = {q->dims[0], q->dims[1], q->dims[2], k->dims[1], q->dims[3], k->dims[0],
+          pages->dims[1], *page_size};
+  }
+  std::string bad = sh.heads == 0 ? "operand types" : check_shape(sh);
+  auto same = [](const XLA_FFI_Buffer* a, const XLA_FFI_Buffer* b) {
+    return a->dtype == b->dtype && std::equal(a->dims, a->dims + a->rank, b->dims, b->dims + b->rank) &&
+           a->rank == b->rank;
+  };
+  if (bad.empty() && (!same(k, v) || !same(q, out) || k->dims[2] != sh.head_dim ||
+                      pages->dims[0] != sh.seqs || pos->dims[0] != sh.seqs ||
+                      pos->dims[1] != sh.queries)) {
+    bad = "operand shapes disagree";
+  }
+  if (!bad.empty()) {
+    return ffi::error(frame, std::string(what) + ": " + bad + " (q " + ffi::describe(q) + ", k " +
+                      ffi::describe(k) + ", v " + ffi::describe(v) + ", pages " +
+                      ffi::describe(pages) + ", positions " + ffi::describe(pos) + ", out " +
+                      ffi::describe(out) + ", page_size " + std::to_string(*page_size) + ")");
+  }
+  std::string failed = paged_attention(
+      sh, static_cast<const float*>(q->data), static_cast<const float*>(k->data),
+      static_cast<const float*>(v->data), static_cast<const int64_t*>(pages->data),
+      static_cast<const int64_t*>(pos->data), *scale, *window, static_cast<float*>(out->data),
+      [frame](int64_t n, const std::function<void(int64_t)>& body) {
+        ffi::parallel_for(frame, n, body);
+      });
+  if (!failed.empty()) return ffi::error(frame, std::string(what) + ": " + failed);
+  return nullptr;
+}
+
+}  // namespace torchtpu::kernels
