@@ -3,8 +3,10 @@
 The serving runner calls one compiled ``decoder_layer`` per layer per forward pass, for a
 bucket (S sequences, Q tokens each, C context). This script times that call for the
 shapes that matter (decode at S = 1 and 16 over several C, prefill chunks), with the
-model's dimensions and random weights, and then the same 30 layers run as 1 layer per
-call against 2 layers per call: the difference is the fixed cost of a compiled call
+model's dimensions and random weights. Decode shapes are timed twice, side by side:
+attention as gathered pages and batched matmuls in StableHLO, and with the host kernel
+``torchtpu::paged_attention`` (what the runner uses where the plugin registered it). Then
+the same 30 layers run as 1 layer per call against 2 layers per call: the difference is the fixed cost of a compiled call
 (Dynamo's guards, AOTAutograd's wrapper, our runtime), which is not hidden behind the
 computation because a call that donates its KV cache blocks until its inputs are ready.
 

@@ -11,9 +11,9 @@ namespace torchtpu::kernels {
 namespace {
 
 struct Scratch {
-  std::vector<float> scores;                // [rows, keys]
-  std::vector<int64_t> lo, hi;              // each row's visible keys [lo, hi)
-  std::vector<int64_t> kv_offset;           // each row's kv head's offset in a slot
+  std::vector<float> scores;       // [rows, keys]
+  std::vector<int64_t> lo, hi;     // each row's visible keys [lo, hi)
+  std::vector<int64_t> kv_offset;  // each row's kv head's offset in a slot
 };
 
 // e^x for x <= 0 (softmax after subtracting the row maximum), to about 2 ulp, in a form
@@ -43,9 +43,10 @@ inline float exp_nonpositive(float x) {
 // a page is contiguous in the pool, so reads are sequential. kD is the head size when it
 // is a compile-time constant (0: use shape.head_dim).
 template <int kD>
-__attribute__((always_inline)) inline void attend_one_sequence(const PagedAttentionShape& sh, const float* q, const float* k,
-                         const float* v, const int64_t* pages, const int64_t* positions,
-                         float scale, int64_t window, int64_t s, Scratch& scratch, float* out) {
+__attribute__((always_inline)) inline void attend_one_sequence(
+    const PagedAttentionShape& sh, const float* q, const float* k, const float* v,
+    const int64_t* pages, const int64_t* positions, float scale, int64_t window, int64_t s,
+    Scratch& scratch, float* out) {
   const int64_t group = sh.heads / sh.kv_heads, ps = sh.page_size;
   const int64_t d = kD > 0 ? kD : sh.head_dim;
   const int64_t ctx = sh.pages_per_seq * ps, rows = sh.queries * sh.heads;
@@ -207,10 +208,12 @@ extern "C" XLA_FFI_Error* torchtpu_paged_attention_ffi(XLA_FFI_CallFrame* frame)
     sh = {q->dims[0], q->dims[1], q->dims[2], k->dims[1], q->dims[3], k->dims[0],
           pages->dims[1], *page_size};
   }
-  std::string bad = sh.heads == 0 ? "operand types" : check_shape(sh);
+  std::string bad = sh.heads == 0 ? "operands are not f32[S,Q,H,D], f32[N,KV,D] twice, "
+                                    "s64[S,P], s64[S,Q]"
+                                  : check_shape(sh);
   auto same = [](const XLA_FFI_Buffer* a, const XLA_FFI_Buffer* b) {
-    return a->dtype == b->dtype && std::equal(a->dims, a->dims + a->rank, b->dims, b->dims + b->rank) &&
-           a->rank == b->rank;
+    return a->dtype == b->dtype && a->rank == b->rank &&
+           std::equal(a->dims, a->dims + a->rank, b->dims);
   };
   if (bad.empty() && (!same(k, v) || !same(q, out) || k->dims[2] != sh.head_dim ||
                       pages->dims[0] != sh.seqs || pos->dims[0] != sh.seqs ||
