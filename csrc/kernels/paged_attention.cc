@@ -125,9 +125,17 @@ __attribute__((always_inline)) inline void attend_one_sequence(
   }
 }
 
-// One sequence, for any head size, with a per-thread scratch. Built for x86-64-v3 (AVX2,
-// FMA) where the CPU has it, and for the baseline; the loops above are inlined into each.
-__attribute__((target_clones("arch=x86-64-v3", "default")))
+// On x86-64, functions marked so are built twice, for x86-64-v3 (AVX2, FMA) and for the
+// baseline, and the loader picks what the CPU runs; elsewhere they are built once.
+#if defined(__x86_64__)
+#define TORCHTPU_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define TORCHTPU_CPU_CLONES
+#endif
+
+// One sequence, for any head size, with a per-thread scratch; the loops above are inlined
+// into each clone.
+TORCHTPU_CPU_CLONES
 void attend_sequence(const PagedAttentionShape& sh, const float* q, const float* k,
                      const float* v, const int64_t* pages, const int64_t* positions,
                      float scale, int64_t window, int64_t s, float* out) {
