@@ -3,7 +3,7 @@
 The serving runner calls one compiled ``decoder_layer`` per layer per forward pass, for a
 bucket (S sequences, Q tokens each, C context). This script times that call for the
 shapes that matter (decode at S = 1 and 16 over several C, prefill chunks), with the
-model's dimensions and random weights. Decode shapes are timed twice, side by side:
+model's dimensions and random weights. Every shape is timed twice, side by side:
 attention as gathered pages and batched matmuls in StableHLO, and with the host kernel
 ``torchtpu::paged_attention`` (what the runner uses where the plugin registered it). Then
 the same 30 layers run as 1 layer per call against 2 layers per call: the difference is the fixed cost of a compiled call
@@ -117,7 +117,7 @@ def main() -> None:
         h, pos, slots, pages = layer.inputs(s, q, c)
         row = f"{s:>3} {q:>4} {c:>5}"
         times = []
-        for use_kernel in (False, True) if kernel and q == 1 else (False,):
+        for use_kernel in (False, True) if kernel else (False,):
             times.append(median_ms(
                 lambda: one(h, pos, slots, pages, k0, v0, layer.inv_freq, layer.rope_scale,
                             **layer.static, **layer.weights, attention_kernel=use_kernel),

@@ -125,6 +125,146 @@ __attribute__((always_inline)) inline void attend_one_sequence(
   }
 }
 
+// Several queries per sequence (a prefill chunk): work items are (sequence, kv head, block
+// of kQueryBlock queries), so one sequence still uses every thread. Scores come from keys
+// transposed into blocks of kKeyBlock ([D][kKeyBlock] per block): each row then
+// accumulates kKeyBlock scores per multiply-add across the head dimension, with no
+// horizontal sums; values are accumulated row by row as in the decode path.
+constexpr int64_t kQueryBlock = 16;
+constexpr int64_t kKeyBlock = 16;
+
+// Eight floats (two SSE registers in the baseline build, one AVX2 register in x86-64-v3).
+constexpr int kLanes = 8;
+using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
+using UnalignedVec = float __attribute__((vector_size(kLanes * sizeof(float)), aligned(4)));
+
+struct BlockScratch {
+  std::vector<float> keys_t;               // [key blocks, D, kKeyBlock]
+  std::vector<float> scores;               // [rows, key blocks * kKeyBlock]
+  std::vector<int64_t> lo, hi;             // each row's visible keys [lo, hi)
+  std::vector<const float*> values;        // each key's value row for this kv head
+};
+
+template <int kD>
+__attribute__((always_inline)) inline void attend_query_block(
+    const PagedAttentionShape& sh, const float* q, const float* k, const float* v,
+    const int64_t* pages, const int64_t* positions, float scale, int64_t window, int64_t s,
+    int64_t kvh, int64_t block, BlockScratch& scratch, float* out) {
+  const int64_t group = sh.heads / sh.kv_heads, ps = sh.page_size;
+  const int64_t d = kD > 0 ? kD : sh.head_dim;
+  const int64_t ctx = sh.pages_per_seq * ps, slot_stride = sh.kv_heads * d;
+  const int64_t first = block * kQueryBlock;
+  const int64_t rows = std::min(kQueryBlock, sh.queries - first) * group;
+  // row r = (query first + r / group, head kvh * group + r % group)
+  auto query = [&](int64_t r) {
+    return q + ((s * sh.queries + first + r / group) * sh.heads + kvh * group + r % group) * d;
+  };
+  auto result = [&](int64_t r) {
+    return out + ((s * sh.queries + first + r / group) * sh.heads + kvh * group + r % group) * d;
+  };
+  scratch.lo.resize(rows);
+  scratch.hi.resize(rows);
+  int64_t keys = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t pos = positions[s * sh.queries + first + r / group];
+    scratch.hi[r] = std::max<int64_t>(0, std::min(ctx, pos + 1));
+    scratch.lo[r] = std::min(scratch.hi[r],
+                             window > 0 ? std::max<int64_t>(0, pos - window + 1) : int64_t{0});
+    keys = std::max(keys, scratch.hi[r]);
+    std::fill(result(r), result(r) + d, 0.0f);
+  }
+  if (keys == 0) return;
+  const int64_t* table = pages + s * sh.pages_per_seq;
+  auto slot_of = [&](int64_t j) { return (table[j / ps] * ps + j % ps) * slot_stride + kvh * d; };
+  const int64_t blocks = (keys + kKeyBlock - 1) / kKeyBlock;
+  scratch.keys_t.assign(static_cast<size_t>(blocks * d * kKeyBlock), 0.0f);
+  float* keys_t = scratch.keys_t.data();
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* key = k + slot_of(j);
+    float* dst = keys_t + (j / kKeyBlock) * d * kKeyBlock + j % kKeyBlock;
+    for (int64_t c = 0; c < d; ++c) dst[c * kKeyBlock] = key[c];
+  }
+  const int64_t stride = blocks * kKeyBlock;  // a score row, padded to whole key blocks
+  scratch.scores.resize(static_cast<size_t>(rows * stride));
+  float* scores = scratch.scores.data();
+  // Scores, kRows rows at a time: kRows * kKeyBlock independent sums share each load of a
+  // transposed key block (one sum per row would wait on its own adds). A group covers the
+  // union of its rows' key ranges; scores outside a row's range are never read.
+  constexpr int64_t kRows = 4;
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int64_t nr = std::min(kRows, rows - r0);
+    int64_t first_block = blocks, last_block = 0;
+    const float* qs[kRows];
+    for (int64_t i = 0; i < kRows; ++i) {
+      const int64_t r = r0 + std::min(i, nr - 1);  // a short group repeats its last row
+      qs[i] = query(r);
+      if (scratch.lo[r] == scratch.hi[r]) continue;
+      first_block = std::min(first_block, scratch.lo[r] / kKeyBlock);
+      last_block = std::max(last_block, (scratch.hi[r] + kKeyBlock - 1) / kKeyBlock);
+    }
+    for (int64_t b = first_block; b < last_block; ++b) {
+      float acc[kRows][kKeyBlock] = {};
+      const float* kt = keys_t + b * d * kKeyBlock;
+      for (int64_t c = 0; c < d; ++c) {
+        const float* kc = kt + c * kKeyBlock;
+        for (int64_t i = 0; i < kRows; ++i) {
+          const float qc = qs[i][c];
+#pragma omp simd
+          for (int64_t x = 0; x < kKeyBlock; ++x) acc[i][x] += qc * kc[x];
+        }
+      }
+      for (int64_t i = 0; i < nr; ++i) {
+        float* row = scores + (r0 + i) * stride + b * kKeyBlock;
+#pragma omp simd
+        for (int64_t x = 0; x < kKeyBlock; ++x) row[x] = acc[i][x] * scale;
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t lo = scratch.lo[r], hi = scratch.hi[r];
+    if (lo == hi) continue;  // sees no key: stays zero
+    float* row = scores + r * stride;
+    float top = row[lo];
+    for (int64_t j = lo + 1; j < hi; ++j) top = std::max(top, row[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = lo; j < hi; ++j) {
+      row[j] = exp_nonpositive(row[j] - top);
+      sum += row[j];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t j = lo; j < hi; ++j) row[j] *= inv;
+  }
+  // Values: each row sums p * value over its keys in registers (when the head size is a
+  // compile-time constant), reading the value rows of this kv head from L2.
+  scratch.values.resize(static_cast<size_t>(keys));
+  for (int64_t j = 0; j < keys; ++j) scratch.values[j] = v + slot_of(j);
+  const float* const* values = scratch.values.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* p = scores + r * stride;
+    float* o = result(r);
+    if constexpr (kD > 0 && kD % kLanes == 0) {
+      // Written with vector types: GCC leaves the plain loop scalar here.
+      constexpr int kVectors = kD / kLanes;
+      Vec acc[kVectors] = {};
+      for (int64_t j = scratch.lo[r]; j < scratch.hi[r]; ++j) {
+        const Vec pj = Vec{} + p[j];
+        const auto* value = reinterpret_cast<const UnalignedVec*>(values[j]);
+        for (int c = 0; c < kVectors; ++c) acc[c] += pj * value[c];
+      }
+      std::memcpy(o, acc, sizeof acc);
+    } else {
+      for (int64_t j = scratch.lo[r]; j < scratch.hi[r]; ++j) {
+        const float pj = p[j];
+        const float* value = values[j];
+#pragma omp simd
+        for (int64_t c = 0; c < d; ++c) o[c] += pj * value[c];
+      }
+    }
+  }
+}
+
 // On x86-64, functions marked so are built twice, for x86-64-v3 (AVX2, FMA) and for the
 // baseline, and the loader picks what the CPU runs; elsewhere they are built once.
 #if defined(__x86_64__)
@@ -149,6 +289,31 @@ void attend_sequence(const PagedAttentionShape& sh, const float* q, const float*
       break;
     default:
       attend_one_sequence<0>(sh, q, k, v, pages, positions, scale, window, s, scratch, out);
+      break;
+  }
+}
+
+// Item `item` of the multi-query path: (sequence, kv head, query block), in that order.
+TORCHTPU_CPU_CLONES
+void attend_item(const PagedAttentionShape& sh, const float* q, const float* k, const float* v,
+                 const int64_t* pages, const int64_t* positions, float scale, int64_t window,
+                 int64_t item, float* out) {
+  thread_local BlockScratch scratch;
+  const int64_t blocks = (sh.queries + kQueryBlock - 1) / kQueryBlock;
+  const int64_t s = item / (sh.kv_heads * blocks), kvh = item / blocks % sh.kv_heads;
+  const int64_t block = item % blocks;
+  switch (sh.head_dim) {
+    case 64:
+      attend_query_block<64>(sh, q, k, v, pages, positions, scale, window, s, kvh, block,
+                             scratch, out);
+      break;
+    case 128:
+      attend_query_block<128>(sh, q, k, v, pages, positions, scale, window, s, kvh, block,
+                              scratch, out);
+      break;
+    default:
+      attend_query_block<0>(sh, q, k, v, pages, positions, scale, window, s, kvh, block,
+                            scratch, out);
       break;
   }
 }
@@ -183,13 +348,22 @@ std::string paged_attention(const PagedAttentionShape& sh, const float* q, const
              std::to_string(num_pages) + " pages";
     }
   }
-  auto body = [&](int64_t s) {
-    attend_sequence(sh, q, k, v, pages, positions, scale, window, s, out);
+  // One query per sequence (decode): a sequence per work item, keys read straight from the
+  // pool. Several: (sequence, kv head, query block) items over transposed key blocks.
+  const bool decode = sh.queries <= 1;
+  const int64_t items = decode ? sh.seqs
+                               : sh.seqs * sh.kv_heads * ((sh.queries + kQueryBlock - 1) / kQueryBlock);
+  auto body = [&](int64_t i) {
+    if (decode) {
+      attend_sequence(sh, q, k, v, pages, positions, scale, window, i, out);
+    } else {
+      attend_item(sh, q, k, v, pages, positions, scale, window, i, out);
+    }
   };
   if (parallel_for) {
-    parallel_for(sh.seqs, body);
+    parallel_for(items, body);
   } else {
-    for (int64_t s = 0; s < sh.seqs; ++s) body(s);
+    for (int64_t i = 0; i < items; ++i) body(i);
   }
   return "";
 }

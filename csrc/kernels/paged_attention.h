@@ -5,7 +5,8 @@
 // sequence's pages, two transposes and two batched matmuls with 3-row left operands, and
 // XLA's CPU backend spends several times the cost of reading the keys and values once
 // (bench/serve_layer_bench.py shows it). This kernel reads each key and value row once,
-// straight from its page, with an exact softmax per query row.
+// straight from its page, with an exact softmax per query row. Prefill chunks (many
+// queries per sequence) take a blocked path over transposed key blocks instead.
 //
 // Shapes (f32, row-major):
 //   q          [S, Q, H, D]   S sequences, Q query tokens each, H heads of size D

@@ -101,6 +101,8 @@ const Case kCases[] = {
     {{4, 3, 6, 2, 40, 20 * 4, 6, 4}, 0},
     {{2, 4, 8, 2, 64, 30 * 16, 5, 16}, 7},
     {{1, 1, 2, 1, 16, 1 * 4, 1, 4}, 0},
+    {{2, 37, 6, 3, 64, 16 * 16, 6, 16}, 0},   // three query blocks, the last one short
+    {{1, 20, 4, 2, 36, 12 * 8, 5, 8}, 9},     // a head size with no vector accumulation
 };
 
 TEST(PagedAttentionKernel, MatchesADirectReading) {
@@ -119,19 +121,21 @@ TEST(PagedAttentionKernel, MatchesADirectReading) {
 }
 
 TEST(PagedAttentionKernel, ThreadsGiveTheSameBits) {
-  const Case& c = kCases[0];
-  Inputs in = make_inputs(c.shape, 7);
-  std::vector<float> serial(in.q.size()), threaded(in.q.size());
-  ASSERT_EQ(paged_attention(c.shape, in.q.data(), in.k.data(), in.v.data(), in.pages.data(),
-                            in.positions.data(), 0.125f, 0, serial.data()), "");
   ParallelFor two_threads = [](int64_t n, const std::function<void(int64_t)>& body) {
     std::thread other([&] { for (int64_t i = 1; i < n; i += 2) body(i); });
     for (int64_t i = 0; i < n; i += 2) body(i);
     other.join();
   };
-  ASSERT_EQ(paged_attention(c.shape, in.q.data(), in.k.data(), in.v.data(), in.pages.data(),
-                            in.positions.data(), 0.125f, 0, threaded.data(), two_threads), "");
-  EXPECT_EQ(serial, threaded);
+  for (const Case& c : {kCases[0], kCases[3]}) {  // one query (by sequence), several (by block)
+    Inputs in = make_inputs(c.shape, 7);
+    std::vector<float> serial(in.q.size()), threaded(in.q.size());
+    ASSERT_EQ(paged_attention(c.shape, in.q.data(), in.k.data(), in.v.data(), in.pages.data(),
+                              in.positions.data(), 0.125f, c.window, serial.data()), "");
+    ASSERT_EQ(paged_attention(c.shape, in.q.data(), in.k.data(), in.v.data(), in.pages.data(),
+                              in.positions.data(), 0.125f, c.window, threaded.data(),
+                              two_threads), "");
+    EXPECT_EQ(serial, threaded);
+  }
 }
 
 TEST(PagedAttentionKernel, RejectsAPageOutsideThePool) {

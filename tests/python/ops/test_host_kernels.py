@@ -101,7 +101,7 @@ def test_decoder_layer_with_the_kernel_equals_the_gathered_layer():
     pages = torch.stack([torch.randperm(num_pages, generator=g)[:4] for _ in range(4)])
     slots = torch.stack([pages[i, p // PAGE] * PAGE + p % PAGE
                          for i, p in enumerate([5, 17, 0, 30])]).to("tpu")
-    layer = torch.compile(decoder_layer, backend="tpu", fullgraph=True)
+    layer = torch.compile(decoder_layer, backend="tpu", dynamic=False, fullgraph=True)
     results = []
     for kernel in (False, True):
         k_cache, v_cache = pool.clone().to("tpu"), pool.flip(0).clone().to("tpu")
