@@ -129,7 +129,7 @@ __attribute__((always_inline)) inline void attend_one_sequence(
 // of kQueryBlock queries), so one sequence still uses every thread. Scores come from keys
 // transposed into blocks of kKeyBlock ([D][kKeyBlock] per block): each row then
 // accumulates kKeyBlock scores per multiply-add across the head dimension, with no
-// horizontal sums; values are accumulated row by row as in the decode path.
+// horizontal sums; each row then sums its probability-weighted value rows in registers.
 constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyBlock = 16;
 
@@ -139,10 +139,10 @@ using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
 using UnalignedVec = float __attribute__((vector_size(kLanes * sizeof(float)), aligned(4)));
 
 struct BlockScratch {
-  std::vector<float> keys_t;               // [key blocks, D, kKeyBlock]
-  std::vector<float> scores;               // [rows, key blocks * kKeyBlock]
-  std::vector<int64_t> lo, hi;             // each row's visible keys [lo, hi)
-  std::vector<const float*> values;        // each key's value row for this kv head
+  std::vector<float> keys_t;         // [key blocks, D, kKeyBlock]
+  std::vector<float> scores;         // [rows, key blocks * kKeyBlock]
+  std::vector<int64_t> lo, hi;       // each row's visible keys [lo, hi)
+  std::vector<const float*> values;  // each key's value row for this kv head
 };
 
 template <int kD>
