@@ -36,6 +36,29 @@ inline float exp_nonpositive(float x) {
   return y * scale;
 }
 
+// The keys [lo, hi) a query at `pos` sees in a context of `ctx` keys: up to its position
+// and, with a window, the last `window` of those; empty (lo == hi) when it sees none.
+inline void visible_keys(int64_t pos, int64_t ctx, int64_t window, int64_t* lo, int64_t* hi) {
+  *hi = std::max<int64_t>(0, std::min(ctx, pos + 1));
+  *lo = std::min(*hi, window > 0 ? std::max<int64_t>(0, pos - window + 1) : int64_t{0});
+}
+
+// row[lo, hi) from scores to softmax probabilities, in place (lo < hi).
+__attribute__((always_inline)) inline void softmax_in_place(float* row, int64_t lo,
+                                                            int64_t hi) {
+  float top = row[lo];
+  for (int64_t j = lo + 1; j < hi; ++j) top = std::max(top, row[j]);
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = lo; j < hi; ++j) {
+    row[j] = exp_nonpositive(row[j] - top);
+    sum += row[j];
+  }
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int64_t j = lo; j < hi; ++j) row[j] *= inv;
+}
+
 // One sequence: each of its Q queries has H heads, and each (query, head) is a row that
 // reads the keys and values of kv head head / (H / KV). Pass 1 scores every key a row sees,
 // pass 2 turns scores into probabilities, pass 3 accumulates values. Passes 1 and 3 walk
@@ -56,10 +79,8 @@ __attribute__((always_inline)) inline void attend_one_sequence(
   scratch.kv_offset.resize(rows);
   int64_t keys = 0;  // keys [0, keys) cover every row's visible range
   for (int64_t r = 0; r < rows; ++r) {  // row r = query r / H, head r % H
-    int64_t pos = positions[s * sh.queries + r / sh.heads];
-    scratch.hi[r] = std::max<int64_t>(0, std::min(ctx, pos + 1));
-    scratch.lo[r] = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-    scratch.lo[r] = std::min(scratch.lo[r], scratch.hi[r]);
+    visible_keys(positions[s * sh.queries + r / sh.heads], ctx, window, &scratch.lo[r],
+                 &scratch.hi[r]);
     scratch.kv_offset[r] = (r % sh.heads) / group * d;
     keys = std::max(keys, scratch.hi[r]);
   }
@@ -97,19 +118,7 @@ __attribute__((always_inline)) inline void attend_one_sequence(
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    if (lo[r] == hi[r]) continue;  // sees no key: stays zero
-    float* row = scores + r * keys;
-    float top = row[lo[r]];
-    for (int64_t j = lo[r] + 1; j < hi[r]; ++j) top = std::max(top, row[j]);
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = lo[r]; j < hi[r]; ++j) {
-      row[j] = exp_nonpositive(row[j] - top);
-      sum += row[j];
-    }
-    float inv = 1.0f / sum;
-#pragma omp simd
-    for (int64_t j = lo[r]; j < hi[r]; ++j) row[j] *= inv;
+    if (lo[r] < hi[r]) softmax_in_place(scores + r * keys, lo[r], hi[r]);  // else: zeros
   }
   for (int64_t j = 0; j < keys; ++j) {
     prefetch(v, j + kPrefetch);
@@ -132,6 +141,10 @@ __attribute__((always_inline)) inline void attend_one_sequence(
 // horizontal sums; each row then sums its probability-weighted value rows in registers.
 constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyBlock = 16;
+
+int64_t query_blocks(const PagedAttentionShape& sh) {
+  return (sh.queries + kQueryBlock - 1) / kQueryBlock;
+}
 
 // Eight floats (two SSE registers in the baseline build, one AVX2 register in x86-64-v3).
 constexpr int kLanes = 8;
@@ -166,10 +179,8 @@ __attribute__((always_inline)) inline void attend_query_block(
   scratch.hi.resize(rows);
   int64_t keys = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t pos = positions[s * sh.queries + first + r / group];
-    scratch.hi[r] = std::max<int64_t>(0, std::min(ctx, pos + 1));
-    scratch.lo[r] = std::min(scratch.hi[r],
-                             window > 0 ? std::max<int64_t>(0, pos - window + 1) : int64_t{0});
+    visible_keys(positions[s * sh.queries + first + r / group], ctx, window, &scratch.lo[r],
+                 &scratch.hi[r]);
     keys = std::max(keys, scratch.hi[r]);
     std::fill(result(r), result(r) + d, 0.0f);
   }
@@ -221,20 +232,9 @@ __attribute__((always_inline)) inline void attend_query_block(
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t lo = scratch.lo[r], hi = scratch.hi[r];
-    if (lo == hi) continue;  // sees no key: stays zero
-    float* row = scores + r * stride;
-    float top = row[lo];
-    for (int64_t j = lo + 1; j < hi; ++j) top = std::max(top, row[j]);
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = lo; j < hi; ++j) {
-      row[j] = exp_nonpositive(row[j] - top);
-      sum += row[j];
+    if (scratch.lo[r] < scratch.hi[r]) {  // else: sees no key, stays zero
+      softmax_in_place(scores + r * stride, scratch.lo[r], scratch.hi[r]);
     }
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (int64_t j = lo; j < hi; ++j) row[j] *= inv;
   }
   // Values: each row sums p * value over its keys in registers (when the head size is a
   // compile-time constant), reading the value rows of this kv head from L2.
@@ -299,7 +299,7 @@ void attend_item(const PagedAttentionShape& sh, const float* q, const float* k, 
                  const int64_t* pages, const int64_t* positions, float scale, int64_t window,
                  int64_t item, float* out) {
   thread_local BlockScratch scratch;
-  const int64_t blocks = (sh.queries + kQueryBlock - 1) / kQueryBlock;
+  const int64_t blocks = query_blocks(sh);
   const int64_t s = item / (sh.kv_heads * blocks), kvh = item / blocks % sh.kv_heads;
   const int64_t block = item % blocks;
   switch (sh.head_dim) {
@@ -351,8 +351,7 @@ std::string paged_attention(const PagedAttentionShape& sh, const float* q, const
   // One query per sequence (decode): a sequence per work item, keys read straight from the
   // pool. Several: (sequence, kv head, query block) items over transposed key blocks.
   const bool decode = sh.queries <= 1;
-  const int64_t items = decode ? sh.seqs
-                               : sh.seqs * sh.kv_heads * ((sh.queries + kQueryBlock - 1) / kQueryBlock);
+  const int64_t items = decode ? sh.seqs : sh.seqs * sh.kv_heads * query_blocks(sh);
   auto body = [&](int64_t i) {
     if (decode) {
       attend_sequence(sh, q, k, v, pages, positions, scale, window, i, out);

@@ -90,11 +90,10 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
     if attention_kernel:
         attn = torch.ops.torchtpu.paged_attention(
             q.view(s, q_len, num_heads, head_dim), k_cache, v_cache, pages, positions,
-            page_size, 1.0 / math.sqrt(head_dim), window)
-        h = h + attn.view(s * q_len, num_heads * head_dim) @ w_o
+            page_size, 1.0 / math.sqrt(head_dim), window).view(s * q_len, num_heads * head_dim)
     else:
-        h = h + _gathered_attention(q, k_cache, v_cache, pages, positions, page_size,
-                                    window) @ w_o
+        attn = _gathered_attention(q, k_cache, v_cache, pages, positions, page_size, window)
+    h = h + attn @ w_o
 
     x = _rms_norm(h, w_post_norm, eps)
     gate, up = (x @ w_gate_up).chunk(2, dim=-1)
