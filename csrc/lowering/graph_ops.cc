@@ -247,24 +247,6 @@ Result lower_convolution_backward(LoweringContext& c) {
   return delegate(c, "aten::convolution_backward_overrideable", args, source, c.out_types());
 }
 
-// embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): rows of weight,
-// one per index (padding_idx only matters to the backward).
-Result lower_embedding(LoweringContext& c) {
-  const TensorType& w = c.tensor_type(0);
-  const TensorType& out = c.out_type();
-  if (w.rank() != 2) {
-    return base::invalid_argument("lowering: " + c.op_name() + ": weight must be 2-d (got " +
-                                  w.str() + ")");
-  }
-  OpArg dim;
-  dim.kind = ArgKind::kInt;
-  TensorType picked{out.dtype, {c.tensor_type(1).num_elements(), w.dims[1]}};
-  TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> r,
-                            delegate(c, "aten::index_select", {c.arg(0), dim, c.arg(1)},
-                                     {0, -1, 1}, {picked}));
-  return one(c.b().reshape(r.at(0), out.dims));
-}
-
 // _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean, running_var,
 // momentum, eps): _native_batch_norm_legit with training=false.
 Result lower_batch_norm_no_training(LoweringContext& c) {
@@ -380,7 +362,6 @@ void register_graph_lowerings() {
   register_lowering({"aten::empty.memory_format", "aten::empty_strided"}, lower_zeros);
   register_lowering({"aten::convolution"}, lower_convolution);
   register_lowering({"aten::convolution_backward"}, lower_convolution_backward);
-  register_lowering({"aten::embedding"}, lower_embedding);
   register_lowering({"aten::_native_batch_norm_legit_no_training"}, lower_batch_norm_no_training);
   register_lowering({"aten::_native_batch_norm_legit_functional"}, lower_batch_norm_functional);
   register_graph_factory_lowerings();

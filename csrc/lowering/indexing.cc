@@ -246,6 +246,30 @@ Result lower_index_select(LoweringContext& c) {
   return std::vector<Value>{b.reshape(to_out(c, r), out.dims)};
 }
 
+// embedding(weight, indices, ...) -> weight rows at indices [..., D]: one gather that keeps
+// the indices' shape (flattening them would merge a shape-bucketed dim, which XLA's
+// dynamic padder gets wrong). The padding_idx/scale_grad_by_freq/sparse arguments only
+// change the backward.
+Result lower_embedding(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& w = c.tensor_type(0);
+  const TensorType& out = c.out_type();
+  if (w.rank() != 2) {
+    return base::invalid_argument("lowering: " + c.op_name() + ": weight must be 2-d (got " +
+                                  w.str() + ")");
+  }
+  if (out.num_elements() == 0) return std::vector<Value>{filled(b, 0, out)};
+  Value idx = checked_index(c, c.tensor(1), c.tensor(0), {0}, false, "index out of range in self");
+  int64_t r = idx.rank();
+  Dims with_vec = idx.dims();
+  with_vec.push_back(1);
+  Dims out_dims = idx.dims();
+  out_dims.push_back(w.dims[1]);
+  Value rows = gather(b, c.tensor(0), b.reshape(idx, with_vec), {r}, {0}, {0}, r,
+                      {1, w.dims[1]}, out_dims);
+  return std::vector<Value>{to_out(c, rows)};
+}
+
 // index_add (alpha), index_copy and index_fill: (self, dim, index, source|value, [alpha]).
 Result lower_index_update(LoweringContext& c) {
   Builder& b = c.b();
@@ -447,6 +471,7 @@ void register_indexing_lowerings() {
                      "aten::scatter_reduce_.two", "aten::scatter_reduce.two_out"},
                     lower_scatter);
   register_lowering({"aten::index_select", "aten::index_select.out"}, lower_index_select);
+  register_lowering({"aten::embedding"}, lower_embedding);
   register_lowering({"aten::index_add", "aten::index_add_", "aten::index_add.out",
                      "aten::index_copy", "aten::index_copy_", "aten::index_copy.out",
                      "aten::index_fill.int_Scalar", "aten::index_fill_.int_Scalar",

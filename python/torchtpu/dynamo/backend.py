@@ -33,6 +33,7 @@ from torchtpu.dynamo.graph_spec import (
     evaluate,
     free_symbols,
 )
+from torchtpu.dynamo.merged_dims import merge_hazard, rewrite_merges
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -145,6 +146,11 @@ _SIZE_RELATIVE = {
     "flip", "roll", "sort", "argsort", "topk", "constant_pad_nd", "cat", "repeat",
     "kthvalue", "median", "cumprod", "_log_softmax_backward_data",
 }
+# Windowed ops over (N, C, *spatial) inputs: padding a spatial dim would change the
+# windows at its end (pooling is not exact there), so they keep such graphs exact-size.
+_SPATIAL_PREFIXES = ("convolution", "avg_pool", "max_pool", "adaptive_", "upsample",
+                     "_adaptive", "_upsample", "reflection_pad", "replication_pad", "im2col",
+                     "col2im", "grid_sampler")
 
 
 def _dynamic_dims(t: Any) -> set[int]:
@@ -166,16 +172,8 @@ def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
         rank = src.meta["val"].dim()
         if name in _SIZE_RELATIVE:
             return f"{node.target} on a dynamic dimension ({node.name})"
-        if name in ("view", "_unsafe_view", "reshape", "view_copy"):
-            # XLA's padder maps a dynamic size through a reshape only when the dim passes
-            # through unchanged; one that merges or splits it (a 3-D linear's
-            # [b, s, k] -> [b*s, k]) gives wrong values, so such graphs stay exact.
-            out = node.meta.get("val")
-            in_dyn = [str(src.meta["val"].shape[d]) for d in sorted(dyn)]
-            out_dyn = [str(s) for s in out.shape if isinstance(s, torch.SymInt)]
-            if sorted(in_dyn) != sorted(out_dyn):
-                return f"{node.target} merges or splits a dynamic dimension ({node.name})"
-            continue
+        if name.startswith(_SPATIAL_PREFIXES) and any(d >= 2 for d in dyn):
+            return f"{node.target} on a dynamic spatial dimension ({node.name})"
         if name in ("select", "slice", "narrow"):
             dim = node.args[1] if len(node.args) > 1 else 0
             dim = dim + rank if dim < 0 else dim
@@ -184,7 +182,14 @@ def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
             bounds = [a for a in node.args[2:] if isinstance(a, int)]
             if any(a < 0 for a in bounds):
                 return f"{node.target} with a negative position on a dynamic dimension ({node.name})"
-    return None
+            out = node.meta.get("val")
+            if name != "select" and isinstance(out, torch.Tensor) and dim not in _dynamic_dims(out):
+                # A fixed-length window of a dynamic dim: XLA sizes the result from the
+                # dim's true size and returns it with corrupt size metadata.
+                return f"{node.target} takes a fixed length of a dynamic dimension ({node.name})"
+    # Reshapes that merge a dynamic dim (a batched linear's [b, s, k] -> [b*s, k]) are
+    # rewritten away when only row-wise ops read the merged rows (merged_dims.py).
+    return merge_hazard(gm)
 
 
 class _GraphRunner:
@@ -213,6 +218,8 @@ class _GraphRunner:
             # Training graphs stay exact-size: with autograd, XLA returns some forward
             # results with corrupt size metadata (it can even abort the process).
             self.hazard = bucketing_hazard(gm) if allow_buckets else "a training graph"
+            if self.hazard is None and rewrite_merges(gm):
+                log.info("torchtpu: merged dynamic rows rewritten for shape buckets")
             if self.hazard:
                 log.warning("torchtpu: graph compiles per exact size: %s", self.hazard)
         self.bucketed = bool(self.symbols) and buckets_enabled() and self.hazard is None
@@ -236,6 +243,9 @@ class _GraphRunner:
                 with open(path, "w") as f:
                     f.write(self.gm.print_readable(print_output=False))
         return self.compiled[key]
+
+    def _key(self, actual: dict[sympy.Symbol, int]) -> tuple[int, ...]:
+        return tuple(bucket_size(actual[s]) if self.bucketed else actual[s] for s in self.symbols)
 
     def _constants(self, plan: GraphPlan) -> list[Any]:
         """The graph's tensor constants on the device. They live on the CPU in the graph
@@ -272,8 +282,18 @@ class _GraphRunner:
             return tuple(tensors[v[1]] if v[0] == "tensor" else original[v[1]] if v[0] == "arg"
                          else v[1] for v in plan.output_layout)
         actual = self._bind(args)
-        key = tuple(bucket_size(actual[s]) if self.bucketed else actual[s] for s in self.symbols)
-        graph, plan = self._get(key)
+        try:
+            graph, plan = self._get(self._key(actual))
+        except RuntimeError as e:
+            if not self.bucketed:
+                raise
+            # XLA's dynamic padder rejects some programs (several dynamic dims meeting in
+            # one op): this graph then compiles per exact size, with the reason.
+            self.hazard = "XLA did not compile it padded: " + str(e).splitlines()[0]
+            log.warning("torchtpu: graph compiles per exact size: %s", self.hazard)
+            self.bucketed = False
+            self.compiled.clear()
+            graph, plan = self._get(self._key(actual))
         inputs = [_compact(args[i], bound) if i in plan.compact_inputs else args[i]
                   for i, bound in zip(plan.input_placeholders, plan.input_bounds)]
         inputs += self._constants(plan)

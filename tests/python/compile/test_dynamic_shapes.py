@@ -16,10 +16,10 @@ from torchtpu.dynamo.backend import bucket_size
 
 
 class TinyDecoder(torch.nn.Module):
-    """Embedding, causal self-attention over one sequence of variable length, MLP, LM head.
+    """Embedding, causal self-attention over sequences of variable length, MLP, LM head.
 
-    One sequence per call ([n] tokens): a batched 3-D linear would merge the batch and
-    sequence dims in a reshape, which keeps a graph exact-size (see bucketing_hazard)."""
+    Tokens are [n] (one sequence) or [b, n]: a batched linear merges the batch and sequence
+    dims in a reshape, which the backend rewrites away under buckets (merged_dims.py)."""
 
     def __init__(self, vocab: int = 32, dim: int = 16) -> None:
         super().__init__()
@@ -92,6 +92,75 @@ def test_hundred_lengths_use_few_executables_and_exact_results(
     graphs = torchtpu.debug.metrics()["num_graphs_compiled"] - before
     assert graphs <= 8, graphs
     assert worst < 1e-4, worst
+
+
+def test_batched_sweep_rewrites_merged_rows_and_stays_exact(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # [2, n] tokens, lengths varying naturally (no mark_dynamic): every linear reshapes
+    # [2, n, k] -> [2n, k]; the backend runs those products on the unmerged tensors.
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
+    torch._dynamo.reset()
+    cpu, model = _twin_decoders()
+    compiled = torch.compile(model, backend="tpu")
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    worst = 0.0
+    with caplog.at_level("INFO", logger="torchtpu.compile"), torch.no_grad():
+        for n in range(1, 41):
+            tokens = torch.randint(0, 32, (2, n))
+            out = compiled(tokens.to("tpu"))
+            assert out.shape == (2, n, 32)
+            worst = max(worst, (out.cpu() - cpu(tokens)).abs().max().item())
+    graphs = torchtpu.debug.metrics()["num_graphs_compiled"] - before
+    # One static graph for the first length, then buckets 16, 32, 64.
+    assert graphs <= 4, graphs
+    assert worst < 1e-4, worst
+    assert "merged dynamic rows rewritten" in caplog.text
+    assert "compiles per exact size" not in caplog.text
+
+
+def test_merged_rows_read_across_compile_per_exact_size(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A sum over the merged [b*n] rows cannot run on padded rows: exact-size, with why.
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 8)
+    lin_tpu = torch.nn.Linear(16, 8).to("tpu")
+    lin_tpu.load_state_dict({k: v.to("tpu") for k, v in lin.state_dict().items()})
+    compiled = torch.compile(lambda x: lin_tpu(x).reshape(-1, 8).sum(0), backend="tpu")
+    with caplog.at_level("WARNING", logger="torchtpu.compile"), torch.no_grad():
+        for n in (3, 5, 7):
+            x = torch.randn(2, n, 16)
+            torch.testing.assert_close(compiled(x.to("tpu")).cpu(), lin(x).reshape(-1, 8).sum(0),
+                                       rtol=1e-5, atol=1e-5)
+    assert "reads across merged dynamic rows" in caplog.text
+
+
+def test_fixed_length_slice_of_a_dynamic_dim_compiles_per_exact_size(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # Padded, XLA returned b[:4] with corrupt size metadata and the process aborted.
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, b: x + b[1:5], backend="tpu")
+    with caplog.at_level("WARNING", logger="torchtpu.compile"):
+        for n in (6, 9):
+            x, b = torch.randn(3, 4), torch.randn(n)
+            bt = b.to("tpu")
+            torch._dynamo.mark_dynamic(bt, 0)
+            torch.testing.assert_close(f(x.to("tpu"), bt).cpu(), x + b[1:5])
+    assert "takes a fixed length of a dynamic dimension" in caplog.text
+
+
+def test_matmul_nd_matches_torch_matmul_and_checks_ranks() -> None:
+    from torchtpu.ops import matmul_nd
+
+    x, w, y = torch.randn(2, 3, 4), torch.randn(4, 5), torch.randn(2, 4, 6)
+    torch.testing.assert_close(matmul_nd(x, w), x @ w)
+    torch.testing.assert_close(matmul_nd(x, y), x @ y)
+    f = torch.compile(matmul_nd, backend="tpu")
+    torch.testing.assert_close(f(x.to("tpu"), w.to("tpu")).cpu(), x @ w, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="operands of rank 3 and 1"):
+        matmul_nd(x, torch.randn(4))
 
 
 def test_exact_size_policy_counts_one_graph_per_size() -> None:

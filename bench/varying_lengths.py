@@ -1,0 +1,82 @@
+"""Naturally varying sequence lengths under torch.compile(backend="tpu"): shape buckets
+against exact sizes, side by side.
+
+The GPT-style decoder of ``compiled_vs_jax.py`` (batched: tokens [batch, n]) runs forward
+under ``torch.no_grad()`` for every length n in 1..max_len, without ``mark_dynamic`` (Dynamo
+makes n symbolic after the first change). Each policy runs in its own process:
+
+- buckets: ``TORCHTPU_SHAPE_BUCKETS=auto`` (n padded to powers of two from 16; the batched
+  linears' merged [batch*n] rows are rewritten away, see dynamo/merged_dims.py);
+- exact: the default, one executable per length.
+
+For each it prints the graphs compiled, the wall time of the whole sweep (compiles
+included, empty compile cache) and the largest difference from PyTorch on the CPU.
+
+    python bench/varying_lengths.py [--max-len N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def sweep(max_len: int) -> dict:
+    import torch
+
+    import torchtpu
+    from compiled_vs_jax import GPT, Config
+
+    cfg = Config(vocab_size=64, d_model=32, num_layers=2, num_heads=4, seq_len=max_len,
+                 batch_size=2)
+    torch.manual_seed(0)
+    cpu = GPT(cfg).eval()
+    model = GPT(cfg).to("tpu").eval()
+    model.load_state_dict({k: v.to("tpu") for k, v in cpu.state_dict().items()})
+    compiled = torch.compile(model, backend="tpu")
+    worst = 0.0
+    start = time.perf_counter()
+    with torch.no_grad():
+        for n in range(1, max_len + 1):
+            tokens = torch.randint(0, cfg.vocab_size, (cfg.batch_size, n))
+            out = compiled(tokens.to("tpu")).cpu()
+            worst = max(worst, (out - cpu(tokens)).abs().max().item())
+    seconds = time.perf_counter() - start
+    return {"graphs": torchtpu.debug.metrics()["num_graphs_compiled"], "seconds": seconds,
+            "max_abs_diff": worst}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-len", type=int, default=64)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(sweep(args.max_len)))
+        return 0
+    rows = {}
+    for policy, buckets in (("buckets", "auto"), ("exact", "")):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, TORCHTPU_SHAPE_BUCKETS=buckets, TORCHTPU_CACHE_DIR=cache)
+            proc = subprocess.run([sys.executable, __file__, "--child", "--max-len",
+                                   str(args.max_len)], env=env, capture_output=True, text=True,
+                                  cwd=os.path.dirname(os.path.abspath(__file__)))
+        if proc.returncode != 0:
+            print(f"{policy}: failed\n{proc.stderr[-2000:]}")
+            return 1
+        rows[policy] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"lengths 1..{args.max_len}, batch 2, forward only, empty compile cache")
+    print(f"{'policy':<10}{'graphs':>8}{'sweep s':>10}{'max |diff| vs cpu':>20}")
+    for policy, r in rows.items():
+        print(f"{policy:<10}{r['graphs']:>8}{r['seconds']:>10.2f}{r['max_abs_diff']:>20.2e}")
+    print(f"exact/buckets sweep time: {rows['exact']['seconds'] / rows['buckets']['seconds']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
