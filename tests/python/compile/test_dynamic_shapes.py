@@ -151,6 +151,25 @@ def test_fixed_length_slice_of_a_dynamic_dim_compiles_per_exact_size(
     assert "takes a fixed length of a dynamic dimension" in caplog.text
 
 
+def test_graph_xla_will_not_compile_padded_falls_back_to_exact_sizes(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # dynamic=True makes batch and length dynamic: XLA's padder rejects the bias add where
+    # both meet (a RET_CHECK), so the graph compiles per exact size instead of failing.
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 8)
+    lin_tpu = torch.nn.Linear(16, 8).to("tpu")
+    lin_tpu.load_state_dict({k: v.to("tpu") for k, v in lin.state_dict().items()})
+    compiled = torch.compile(lambda x: lin_tpu(x), backend="tpu", dynamic=True)
+    with caplog.at_level("WARNING", logger="torchtpu.compile"), torch.no_grad():
+        for b, n in ((2, 3), (3, 5)):
+            x = torch.randn(b, n, 16)
+            torch.testing.assert_close(compiled(x.to("tpu")).cpu(), lin(x), rtol=1e-5,
+                                       atol=1e-5)
+    assert "XLA did not compile it padded" in caplog.text
+
+
 def test_matmul_nd_matches_torch_matmul_and_checks_ranks() -> None:
     from torchtpu.ops import matmul_nd
 
