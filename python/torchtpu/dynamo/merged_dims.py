@@ -223,21 +223,17 @@ def rewrite_merges(gm: torch.fx.GraphModule) -> int:
                 src = node.args[0]
                 m = len(merged[node])
                 origin[node] = src
-                tail = list(node.meta["val"].shape[1:])
-                if _same([size_expr(d) for d in src.meta["val"].shape[m:]],
-                         [size_expr(d) for d in tail]):
+                if _same(_shape(src)[m:], _shape(node)[1:]):
                     unmerged[node] = src
                 else:
                     unmerged[node] = add(view, (src, [size_of(src, d) for d in range(m)] +
-                                                [int(d) for d in tail]))
+                                                [int(d) for d in node.meta["val"].shape[1:]]))
                 continue
             base = unmerged[reading[0]]
             src = origin[reading[0]]
             m = len(merged[reading[0]])
             if name in VIEWS and node not in merged:  # splits the rows again
-                shape = list(node.meta["val"].shape)
-                if _same([size_expr(d) for d in base.meta["val"].shape],
-                         [size_expr(d) for d in shape]):
+                if _same(_shape(base), _shape(node)):
                     node.replace_all_uses_with(base)
                 else:
                     node.replace_all_uses_with(add(view, (base, node.args[1])))

@@ -51,12 +51,18 @@ def _twin_decoders() -> tuple[TinyDecoder, TinyDecoder]:
     return cpu, model
 
 
-def test_reshape_that_merges_a_dynamic_dim_compiles_per_size() -> None:
-    torch._dynamo.reset()
+def _twin_linears() -> tuple[torch.nn.Linear, torch.nn.Linear]:
+    """The same Linear(16, 8) on the CPU and on tpu (identical weights)."""
     torch.manual_seed(0)
     lin = torch.nn.Linear(16, 8)
     lin_tpu = torch.nn.Linear(16, 8).to("tpu")
     lin_tpu.load_state_dict({k: v.to("tpu") for k, v in lin.state_dict().items()})
+    return lin, lin_tpu
+
+
+def test_reshape_that_merges_a_dynamic_dim_compiles_per_size() -> None:
+    torch._dynamo.reset()
+    lin, lin_tpu = _twin_linears()
     compiled = torch.compile(lambda x: lin_tpu(x).transpose(-2, -1), backend="tpu", dynamic=True)
     for n in (3, 5, 7):
         x = torch.randn(2, n, 16)
@@ -123,10 +129,7 @@ def test_merged_rows_read_across_compile_per_exact_size(
     # A sum over the merged [b*n] rows cannot run on padded rows: exact-size, with why.
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(16, 8)
-    lin_tpu = torch.nn.Linear(16, 8).to("tpu")
-    lin_tpu.load_state_dict({k: v.to("tpu") for k, v in lin.state_dict().items()})
+    lin, lin_tpu = _twin_linears()
     compiled = torch.compile(lambda x: lin_tpu(x).reshape(-1, 8).sum(0), backend="tpu")
     with caplog.at_level("WARNING", logger="torchtpu.compile"), torch.no_grad():
         for n in (3, 5, 7):
@@ -157,10 +160,7 @@ def test_graph_xla_will_not_compile_padded_falls_back_to_exact_sizes(
     # both meet (a RET_CHECK), so the graph compiles per exact size instead of failing.
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    lin = torch.nn.Linear(16, 8)
-    lin_tpu = torch.nn.Linear(16, 8).to("tpu")
-    lin_tpu.load_state_dict({k: v.to("tpu") for k, v in lin.state_dict().items()})
+    lin, lin_tpu = _twin_linears()
     compiled = torch.compile(lambda x: lin_tpu(x), backend="tpu", dynamic=True)
     with caplog.at_level("WARNING", logger="torchtpu.compile"), torch.no_grad():
         for b, n in ((2, 3), (3, 5)):
