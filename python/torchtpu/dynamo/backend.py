@@ -33,6 +33,7 @@ from torchtpu.dynamo.graph_spec import (
     evaluate,
     free_symbols,
 )
+from torchtpu.dynamo.checked_ops import unchecked_op
 from torchtpu.dynamo.merged_dims import merge_hazard, rewrite_merges
 
 log = logging.getLogger("torchtpu.compile")
@@ -112,25 +113,49 @@ def _report_unread_checks() -> None:
         print(f"torchtpu: {e}", file=sys.stderr)
 
 
-def buckets_enabled() -> bool:
-    """Shape buckets are opt-in (experimental): ``TORCHTPU_SHAPE_BUCKETS=auto`` or a list.
+def bucket_policy() -> str:
+    """Which graphs with symbolic sizes are padded to shape buckets (TORCHTPU_SHAPE_BUCKETS).
 
-    Off (the default), a graph with symbolic sizes compiles once per exact size: every
-    result is exact, and each new size is a counted, explained recompilation.
+    - unset (the default): ``"checked"``, inference graphs whose ops on dynamic dims are all
+      checked under buckets (checked_ops.py) and that have no hazard;
+    - ``auto``, or a bucket list such as ``16,32,64``: ``"all"``, every inference graph
+      without a known hazard (experimental for ops outside the checked list);
+    - ``off``: ``"off"``, every graph compiles once per exact size.
+
+    A graph that is not padded compiles per exact size: exact results, and every new size
+    is a counted, explained recompilation.
     """
-    return bool(os.environ.get("TORCHTPU_SHAPE_BUCKETS", "").strip())
+    value = os.environ.get("TORCHTPU_SHAPE_BUCKETS", "").strip()
+    if not value:
+        return "checked"
+    if value == "off":
+        return "off"
+    if value != "auto":
+        _listed_buckets(value)  # raises on a malformed list
+    return "all"
+
+
+def _listed_buckets(value: str) -> list[int]:
+    try:
+        sizes = sorted(int(x) for x in value.split(",") if x.strip())
+    except ValueError:
+        sizes = []
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"TORCHTPU_SHAPE_BUCKETS={value!r}: expected 'auto', 'off' or a "
+                         "comma-separated list of positive sizes such as '16,32,64'")
+    return sizes
 
 
 def bucket_size(n: int) -> int:
     """The padded size for a true size `n` of a dynamic dimension.
 
     ``TORCHTPU_SHAPE_BUCKETS="16,32,64,128"`` lists the buckets explicitly (sizes above
-    the largest round up to a power of two); with ``auto``, powers of two from
+    the largest round up to a power of two); otherwise powers of two from
     ``TORCHTPU_MIN_BUCKET`` (default 16). Lengths 1..100 thus need 4 executables.
     """
     listed = os.environ.get("TORCHTPU_SHAPE_BUCKETS", "").strip()
-    if listed and listed != "auto":
-        for b in sorted(int(x) for x in listed.split(",") if x.strip()):
+    if listed and listed not in ("auto", "off"):
+        for b in _listed_buckets(listed):
             if n <= b:
                 return b
     b = max(1, int(os.environ.get("TORCHTPU_MIN_BUCKET", "16")))
@@ -140,10 +165,11 @@ def bucket_size(n: int) -> int:
 
 
 # Ops whose result depends on where a dynamic dimension ends (negative or end-relative
-# positions, reversal, sorting, padding or concatenation along it): padding would change
-# their result, so graphs holding them on a dynamic dimension compile per exact size.
+# positions, reversal, sorting, padding along it): padding would change their result, so
+# graphs holding them on a dynamic dimension compile per exact size. (cat is not one: the
+# padder places each piece after the previous piece's true size.)
 _SIZE_RELATIVE = {
-    "flip", "roll", "sort", "argsort", "topk", "constant_pad_nd", "cat", "repeat",
+    "flip", "roll", "sort", "argsort", "topk", "constant_pad_nd", "repeat",
     "kthvalue", "median", "cumprod", "_log_softmax_backward_data",
 }
 # Windowed ops over (N, C, *spatial) inputs: padding a spatial dim would change the
@@ -214,15 +240,21 @@ class _GraphRunner:
                             if isinstance(n.meta.get("val"), torch.Tensor)
                             and n.meta["val"].device.type == "cpu" and n.meta["val"].dim() == 0}
         self.hazard = None
-        if self.symbols and buckets_enabled():
+        policy = bucket_policy()
+        if self.symbols and policy != "off":
             # Training graphs stay exact-size: with autograd, XLA returns some forward
             # results with corrupt size metadata (it can even abort the process).
             self.hazard = bucketing_hazard(gm) if allow_buckets else "a training graph"
+            if self.hazard is None and policy == "checked":
+                self.hazard = unchecked_op(gm)
             if self.hazard is None and rewrite_merges(gm):
                 log.info("torchtpu: merged dynamic rows rewritten for shape buckets")
             if self.hazard:
-                log.warning("torchtpu: graph compiles per exact size: %s", self.hazard)
-        self.bucketed = bool(self.symbols) and buckets_enabled() and self.hazard is None
+                # Asked-for buckets that do not apply are worth a warning; the default
+                # policy's exact-size graphs are what it promises, so only logged.
+                level = logging.INFO if policy == "checked" else logging.WARNING
+                log.log(level, "torchtpu: graph compiles per exact size: %s", self.hazard)
+        self.bucketed = bool(self.symbols) and policy != "off" and self.hazard is None
         self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
         if not self.symbols:
             self._get(())

@@ -1,9 +1,10 @@
 """Varying shapes under torch.compile(backend="tpu").
 
-By default a graph with symbolic sizes compiles once per exact size (exact results, every
-recompilation counted). With TORCHTPU_SHAPE_BUCKETS (experimental) inputs are padded to
-buckets, XLA tracks the true sizes, and the number of executables stays bounded; results
-still equal the unpadded computation."""
+By default an inference graph with symbolic sizes whose ops are all checked under shape
+buckets (dynamo/checked_ops.py) is padded to buckets: XLA tracks the true sizes, the number
+of executables stays bounded, and results equal the unpadded computation. Other graphs
+compile once per exact size (exact results, every recompilation counted).
+TORCHTPU_SHAPE_BUCKETS=auto pads every graph without a known hazard; =off pads none."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from torchtpu.dynamo.backend import bucket_size
+from torchtpu.dynamo.backend import bucket_policy, bucket_size
 
 
 class TinyDecoder(torch.nn.Module):
@@ -75,13 +76,41 @@ def test_bucket_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [bucket_size(n) for n in (1, 16, 17, 33, 100, 129)] == [16, 16, 32, 64, 128, 256]
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "8,24")
     assert [bucket_size(n) for n in (3, 8, 9, 24, 25)] == [8, 8, 24, 24, 32]
+    assert bucket_policy() == "all"
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "off")
+    assert bucket_policy() == "off"
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS")
+    assert bucket_policy() == "checked"
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "16,x")
+    with pytest.raises(ValueError, match="comma-separated list of positive sizes"):
+        bucket_policy()
+
+
+def test_default_policy_keeps_unchecked_ops_exact_and_auto_pads_them(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # cumsum is not on the checked list: exact sizes by default (logged, with the op), one
+    # executable per bucket with TORCHTPU_SHAPE_BUCKETS=auto. Both exact.
+    for policy, graphs in (("", 3), ("auto", 1)):
+        monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", policy)
+        torch._dynamo.reset()
+        f = torch.compile(lambda x: x.cumsum(-1) * 2, backend="tpu")
+        before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+        with caplog.at_level("INFO", logger="torchtpu.compile"):
+            for n in (5, 9, 13):
+                x = torch.randn(2, n)
+                xt = x.to("tpu")
+                torch._dynamo.mark_dynamic(xt, 1)
+                torch.testing.assert_close(f(xt).cpu(), x.cumsum(-1) * 2)
+        assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == graphs, policy
+    assert "aten.cumsum.default" in caplog.text
+    assert "not among the ops checked under shape buckets" in caplog.text
 
 
 def test_hundred_lengths_use_few_executables_and_exact_results(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # Inference graphs only: training graphs stay exact-size (XLA returns some forward
-    # results with corrupt size metadata under autograd; see docs/architecture.md).
-    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
+    # The default policy. Inference graphs only: training graphs stay exact-size (XLA
+    # returns some forward results with corrupt size metadata under autograd).
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     torch._dynamo.reset()
     cpu, model = _twin_decoders()
     compiled = torch.compile(model, backend="tpu", dynamic=True)
@@ -102,9 +131,10 @@ def test_hundred_lengths_use_few_executables_and_exact_results(
 
 def test_batched_sweep_rewrites_merged_rows_and_stays_exact(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # [2, n] tokens, lengths varying naturally (no mark_dynamic): every linear reshapes
-    # [2, n, k] -> [2n, k]; the backend runs those products on the unmerged tensors.
-    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
+    # [2, n] tokens, lengths varying naturally (no mark_dynamic), default policy: every
+    # linear reshapes [2, n, k] -> [2n, k]; the backend runs those products on the
+    # unmerged tensors.
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     torch._dynamo.reset()
     cpu, model = _twin_decoders()
     compiled = torch.compile(model, backend="tpu")
@@ -182,7 +212,8 @@ def test_matmul_nd_matches_torch_matmul_and_checks_ranks() -> None:
         matmul_nd(x, torch.randn(4))
 
 
-def test_exact_size_policy_counts_one_graph_per_size() -> None:
+def test_exact_size_policy_counts_one_graph_per_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "off")
     torch._dynamo.reset()
     f = torch.compile(lambda x: (x.softmax(-1) * 2).sum(-1), backend="tpu", dynamic=True)
     before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
@@ -192,7 +223,7 @@ def test_exact_size_policy_counts_one_graph_per_size() -> None:
     assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 3
 
 
-@pytest.mark.parametrize("buckets", ["", "auto"])
+@pytest.mark.parametrize("buckets", ["off", ""])
 def test_dynamic_training_step_gradients_match_cpu(buckets: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # With buckets on, training graphs still compile per exact size (see backend.py).
