@@ -34,6 +34,7 @@ from torchtpu.dynamo.graph_spec import (
     free_symbols,
 )
 from torchtpu.dynamo.checked_ops import unchecked_op
+from torchtpu.dynamo.fixed_slices import rewrite_fixed_slices
 from torchtpu.dynamo.merged_dims import merge_hazard, rewrite_merges
 
 log = logging.getLogger("torchtpu.compile")
@@ -211,7 +212,8 @@ def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
             out = node.meta.get("val")
             if name != "select" and isinstance(out, torch.Tensor) and dim not in _dynamic_dims(out):
                 # A fixed-length window of a dynamic dim: XLA sizes the result from the
-                # dim's true size and returns it with corrupt size metadata.
+                # dim's true size and returns it with corrupt size metadata. Inference
+                # graphs have these rewritten as gathers first (fixed_slices.py).
                 return f"{node.target} takes a fixed length of a dynamic dimension ({node.name})"
     # Reshapes that merge a dynamic dim (a batched linear's [b, s, k] -> [b*s, k]) are
     # rewritten away when only row-wise ops read the merged rows (merged_dims.py).
@@ -244,6 +246,8 @@ class _GraphRunner:
         if self.symbols and policy != "off":
             # Training graphs stay exact-size: with autograd, XLA returns some forward
             # results with corrupt size metadata (it can even abort the process).
+            if allow_buckets and rewrite_fixed_slices(gm):
+                log.info("torchtpu: fixed-length slices of a dynamic dim rewritten as gathers")
             self.hazard = bucketing_hazard(gm) if allow_buckets else "a training graph"
             if self.hazard is None and policy == "checked":
                 self.hazard = unchecked_op(gm)

@@ -28,7 +28,8 @@ CHECKED_UNDER_BUCKETS: frozenset[str] = frozenset({
     # pointwise, two or three operands
     "aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.div.Tensor",
     "aten.maximum.default", "aten.minimum.default", "aten.lt.Tensor", "aten.gt.Scalar",
-    "aten.le.Scalar", "aten.eq.Tensor", "aten.ne.Scalar", "aten.logical_and.default",
+    "aten.le.Scalar", "aten.eq.Tensor", "aten.ne.Scalar", "aten.gt.Tensor", "aten.ge.Tensor",
+    "aten.ne.Tensor", "aten.lt.Scalar", "aten.ge.Scalar", "aten.logical_and.default",
     "aten.logical_or.default", "aten.where.self",
     # reductions and normalizations, over the dynamic dim or another
     "aten.sum.dim_IntList", "aten.mean.dim", "aten.amax.default", "aten.amin.default",
@@ -43,6 +44,10 @@ CHECKED_UNDER_BUCKETS: frozenset[str] = frozenset({
     "aten.clone.default", "aten.cat.default",
     # factories and lookups
     "aten.arange.start_step", "aten.full.default", "aten.embedding.default",
+    "aten.index_select.default", "aten.index.Tensor",
+    # mask and position code (Hugging Face's Llama)
+    "aten.any.dim", "aten.bitwise_and.Tensor", "aten.cumsum.default", "aten.eq.Scalar",
+    "aten.full_like.default", "aten.le.Tensor", "aten.mul.Scalar",
 })
 
 # Size arithmetic (reading a dynamic size, or computing with one) pads nothing.

@@ -77,6 +77,11 @@ CASES: dict[str, Case] = {
     "aten.minimum.default": _binary(torch.minimum),
     "aten.lt.Tensor": _binary(torch.lt),
     "aten.eq.Tensor": _binary(lambda x, y: torch.eq(x > 0, y > 0)),
+    "aten.gt.Tensor": _binary(torch.gt),
+    "aten.ge.Tensor": _binary(torch.ge),
+    "aten.ne.Tensor": _binary(lambda x, y: torch.ne(x > 0, y > 0)),
+    "aten.lt.Scalar": _unary(lambda x: (x < 0.25).float()),
+    "aten.ge.Scalar": _unary(lambda x: (x >= 0.25).float()),
     "aten.gt.Scalar": _unary(lambda x: (x > 0.25).float()),
     "aten.le.Scalar": _unary(lambda x: (x <= 0.25).float()),
     "aten.ne.Scalar": _unary(lambda x: ((x > 0).float() != 0).float()),
@@ -133,6 +138,30 @@ CASES: dict[str, Case] = {
     "aten.embedding.default": Case(lambda t, table: (F.embedding(t, table),
                                                      F.embedding(t, table).sum(1)),
                                    lambda n: [torch.randint(0, 20, (2, n)), torch.randn(20, 8)]),
+    # What Hugging Face's Llama adds (mask and position code): any, bitwise_and, cumsum,
+    # eq.Scalar, full_like, index, le.Tensor, mul.Scalar.
+    "aten.any.dim": Case(lambda x: ((x > 0.5).any(-1), (x > 0.5).any(0).float() * 2), _rows),
+    "aten.bitwise_and.Tensor": _binary(lambda x, y: (x > 0) & (y > 0)),
+    # Along the dynamic dim, leading and not, and along a static dim.
+    "aten.cumsum.default": Case(lambda x, y: (x.cumsum(-1), x.cumsum(0), y.cumsum(0),
+                                              y.cumsum(0).sum(0)),
+                                lambda n: [torch.randn(3, n), torch.randn(n, 2)],
+                                ((0, 1), (1, 0))),
+    "aten.eq.Scalar": _unary(lambda x: ((x > 0).float() == 1).float()),
+    "aten.full_like.default": _unary(lambda x: torch.full_like(x, 2.0) * x),
+    # Constant indices into the dynamic dim and into a static one, and a dynamic-length
+    # index tensor into a static table.
+    "aten.index.Tensor": Case(lambda x, i, table, p: (x[:, i], x[i[:2] % 3].sum(-1), table[p],
+                                                      table[p].sum(-1)),
+                              lambda n: [torch.randn(3, n), torch.tensor([0, 3, 1]),
+                                         torch.randn(20), torch.randint(0, 20, (2, n))],
+                              ((0, 1), (3, 1))),
+    "aten.le.Tensor": _binary(torch.le),
+    "aten.mul.Scalar": _unary(lambda x: torch.ops.aten.mul.Scalar(x, 2.5)),
+    # Also what fixed-length slices of a dynamic dim become (x[:, :2] here).
+    "aten.index_select.default": Case(
+        lambda x, i: (x.index_select(1, i), x.index_select(0, i[:1]).sum(-1), x[:, :2] * 2),
+        lambda n: [torch.randn(3, n), torch.tensor([0, 3, 1])]),
 }
 
 

@@ -169,19 +169,29 @@ def test_merged_rows_read_across_compile_per_exact_size(
     assert "reads across merged dynamic rows" in caplog.text
 
 
-def test_fixed_length_slice_of_a_dynamic_dim_compiles_per_exact_size(
+def test_fixed_length_slices_of_a_dynamic_dim_run_padded_as_gathers(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # Padded, XLA returned b[:4] with corrupt size metadata and the process aborted.
-    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
+    # Padded, XLA returned b[1:5] with corrupt size metadata and the process aborted; the
+    # backend rewrites such slices as index_select with constant indices (fixed_slices.py).
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     torch._dynamo.reset()
-    f = torch.compile(lambda x, b: x + b[1:5], backend="tpu")
-    with caplog.at_level("WARNING", logger="torchtpu.compile"):
-        for n in (6, 9):
-            x, b = torch.randn(3, 4), torch.randn(n)
-            bt = b.to("tpu")
+
+    def f(x: torch.Tensor, b: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x + b[1:5], b[0:6:2] * 2, p[:, :1] * p  # p[:, :1]: Hugging Face's mask code
+
+    compiled = torch.compile(f, backend="tpu")
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    with caplog.at_level("INFO", logger="torchtpu.compile"):
+        for n in (6, 9, 16):
+            x, b, p = torch.randn(3, 4), torch.randn(n), torch.arange(n).repeat(2, 1)
+            bt, pt = b.to("tpu"), p.to("tpu")
             torch._dynamo.mark_dynamic(bt, 0)
-            torch.testing.assert_close(f(x.to("tpu"), bt).cpu(), x + b[1:5])
-    assert "takes a fixed length of a dynamic dimension" in caplog.text
+            torch._dynamo.mark_dynamic(pt, 1)
+            got = [t.cpu() for t in compiled(x.to("tpu"), bt, pt)]
+            for g, e in zip(got, f(x, b, p)):
+                torch.testing.assert_close(g, e)
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 1
+    assert "fixed-length slices of a dynamic dim rewritten as gathers" in caplog.text
 
 
 def test_graph_xla_will_not_compile_padded_falls_back_to_exact_sizes(

@@ -2,8 +2,9 @@
 
 For each decoder architecture: ``model.to("tpu")`` logits match the CPU, greedy generate()
 of 32 new tokens (KV cache on, the default) gives the CPU's tokens, and
-``from_pretrained(dir, device_map="tpu")`` loads onto the device and gives the same logits.
-BERT: hidden states and pooler output with a padding mask. Every check also asserts that
+``from_pretrained(dir, device_map="tpu")`` loads onto the device and gives the same logits,
+and under ``torch.compile(backend="tpu")`` prompts of naturally varying length cost one
+executable per shape bucket (the default policy) with the CPU's logits. BERT: hidden states and pooler output with a padding mask. Every check also asserts that
 nothing ran through the CPU fallback.
 
 Tolerance (float32): rtol 1e-5, atol 1e-5 on logits and hidden states; measured differences
@@ -18,7 +19,7 @@ import transformers
 
 import torchtpu
 from _compare import assert_close
-from _tiny import DECODER_CONFIGS, bert, decoder, prompt
+from _tiny import DECODER_CONFIGS, VOCAB, bert, decoder, prompt
 
 F32_TOLS = {torch.float32: (1e-5, 1e-5)}
 NEW_TOKENS = 32
@@ -88,3 +89,22 @@ def test_bert_hidden_states_match_cpu(tmp_path, no_fallbacks) -> None:
                      what="bert last_hidden_state")
         assert_close(out.pooler_output, expected.pooler_output, dtype_tols=F32_TOLS,
                      what="bert pooler_output")
+
+
+@pytest.mark.parametrize("arch", sorted(DECODER_CONFIGS))
+def test_compiled_decoder_buckets_varying_lengths_by_default(
+        arch: str, monkeypatch: pytest.MonkeyPatch, no_fallbacks) -> None:
+    # Every op of these models on the length dim is checked under buckets
+    # (dynamo/checked_ops.py): one static graph for the first length, then one per bucket.
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    torch._dynamo.reset()
+    cpu = decoder(arch)
+    model = decoder(arch).to("tpu")
+    compiled = torch.compile(model, backend="tpu")
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    with torch.no_grad():
+        for n in (3, 11, 17, 30, 33):
+            ids = torch.randint(3, VOCAB, (2, n))
+            got = compiled(ids.to("tpu"), use_cache=False).logits
+            assert_close(got, cpu(ids, use_cache=False).logits, dtype_tols=F32_TOLS)
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 4  # static, 16, 32, 64
