@@ -167,8 +167,8 @@ def bucket_size(n: int) -> int:
 
 # Ops whose result depends on where a dynamic dimension ends (negative or end-relative
 # positions, reversal, sorting, padding along it): padding would change their result, so
-# graphs holding them on a dynamic dimension compile per exact size. (cat is not one: the
-# padder places each piece after the previous piece's true size.)
+# graphs holding them on a dynamic dimension compile per exact size. (cat is not one:
+# along a padded dim it comes out exact, see test_bucket_checked_ops.py.)
 _SIZE_RELATIVE = {
     "flip", "roll", "sort", "argsort", "topk", "constant_pad_nd", "repeat",
     "kthvalue", "median", "cumprod", "_log_softmax_backward_data",
@@ -244,10 +244,11 @@ class _GraphRunner:
         self.hazard = None
         policy = bucket_policy()
         if self.symbols and policy != "off":
-            # Training graphs stay exact-size: with autograd, XLA returns some forward
-            # results with corrupt size metadata (it can even abort the process).
+            # Same values at any size, so harmless if the graph ends up exact-size.
             if allow_buckets and rewrite_fixed_slices(gm):
                 log.info("torchtpu: fixed-length slices of a dynamic dim rewritten as gathers")
+            # Training graphs stay exact-size: with autograd, XLA returns some forward
+            # results with corrupt size metadata (it can even abort the process).
             self.hazard = bucketing_hazard(gm) if allow_buckets else "a training graph"
             if self.hazard is None and policy == "checked":
                 self.hazard = unchecked_op(gm)
