@@ -76,13 +76,15 @@ def _explain_change(old: tuple[str, ...], new: tuple[str, ...]) -> str:
     return "; ".join(changed) if changed else "same inputs (a guard on other state failed)"
 
 
-def _frame_name() -> str:
-    compile_id = torch._guards.CompileContext.current_compile_id()
-    return f"frame {compile_id.frame_id}" if compile_id is not None else "frame ?"
-
-
 def _note_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
-    frame = _frame_name()
+    compile_id = torch._guards.CompileContext.current_compile_id()
+    frame = f"frame {compile_id.frame_id}" if compile_id is not None else "frame ?"
+    if compile_id is not None and compile_id.frame_compile_id == 0:
+        # A frame's first compile (Dynamo calls the backend once per compile): after
+        # torch._dynamo.reset() frames are numbered from 0 again, so what an earlier frame
+        # left under this name is not this frame's history.
+        _frames[frame].clear()
+        _warned.discard(frame)
     sig = _signature(example_inputs)
     history = _frames[frame]
     if _expected_depth:

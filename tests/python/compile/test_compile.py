@@ -105,6 +105,18 @@ def test_recompilation_is_counted_with_its_reason() -> None:
     assert "recompilations" in torchtpu.debug.report()
 
 
+def test_a_new_frame_after_dynamo_reset_is_not_a_recompilation() -> None:
+    # Dynamo numbers frames from 0 again after a reset: the new frame 0 is no recompile of
+    # the old one.
+    _fresh()
+    torch.compile(lambda x: x + 1, backend="tpu")(torch.randn(4, device="tpu"))
+    torch._dynamo.reset()
+    before = torchtpu.debug.metrics()["num_recompiles"]
+    torch.compile(lambda x, y: x * y, backend="tpu")(torch.randn(3, device="tpu"),
+                                                      torch.randn(3, device="tpu"))
+    assert torchtpu.debug.metrics()["num_recompiles"] == before
+
+
 def test_graph_breaks_are_counted_and_reported() -> None:
     _fresh()
 
