@@ -32,6 +32,7 @@ from torchtpu.dynamo.graph_spec import (
     build_plan,
     evaluate,
     free_symbols,
+    symbolic_dims,
 )
 from torchtpu.dynamo.checked_ops import unchecked_op
 from torchtpu.dynamo.fixed_slices import rewrite_fixed_slices
@@ -182,12 +183,6 @@ _SPATIAL_PREFIXES = ("convolution", "avg_pool", "max_pool", "adaptive_", "upsamp
                      "col2im", "grid_sampler")
 
 
-def _dynamic_dims(t: Any) -> set[int]:
-    if not isinstance(t, torch.Tensor):
-        return set()
-    return {d for d, s in enumerate(t.shape) if isinstance(s, torch.SymInt)}
-
-
 def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
     """Why `gm` cannot run padded to buckets, or None when padding keeps it exact."""
     for node in gm.graph.nodes:
@@ -195,7 +190,7 @@ def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
             continue
         name = node.target._schema.name.split("::")[-1]
         src = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
-        dyn = _dynamic_dims(src.meta.get("val")) if src is not None else set()
+        dyn = symbolic_dims(src.meta.get("val")) if src is not None else set()
         if not dyn:
             continue
         rank = src.meta["val"].dim()
@@ -212,7 +207,7 @@ def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
             if any(a < 0 for a in bounds):
                 return f"{node.target} with a negative position on a dynamic dimension ({node.name})"
             out = node.meta.get("val")
-            if name != "select" and isinstance(out, torch.Tensor) and dim not in _dynamic_dims(out):
+            if name != "select" and isinstance(out, torch.Tensor) and dim not in symbolic_dims(out):
                 # A fixed-length window of a dynamic dim: XLA sizes the result from the
                 # dim's true size and returns it with corrupt size metadata. Inference
                 # graphs have these rewritten as gathers first (fixed_slices.py).

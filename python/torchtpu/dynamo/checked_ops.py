@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from torchtpu.dynamo.graph_spec import symbolic_dims
+
 CHECKED_UNDER_BUCKETS: frozenset[str] = frozenset({
     # pointwise, one operand
     "aten.abs.default", "aten.neg.default", "aten.exp.default", "aten.log.default",
@@ -54,10 +56,6 @@ CHECKED_UNDER_BUCKETS: frozenset[str] = frozenset({
 _SIZE_OPS = frozenset({"aten.sym_size.int", "aten.sym_numel.default", "aten.sym_stride.int"})
 
 
-def _dynamic(v: object) -> bool:
-    return isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in v.shape)
-
-
 def touched_ops(gm: torch.fx.GraphModule) -> list[tuple[str, str]]:
     """(op name, node name) of every op in `gm` that reads or makes a tensor with a
     dynamic dimension, in graph order. Ops on static tensors only are left out: padding
@@ -68,7 +66,7 @@ def touched_ops(gm: torch.fx.GraphModule) -> list[tuple[str, str]]:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         vals = [a.meta.get("val") for a in node.all_input_nodes] + [node.meta.get("val")]
-        if any(_dynamic(v) for v in vals):
+        if any(symbolic_dims(v) for v in vals):
             found.append((str(node.target), node.name))
     return found
 
@@ -81,4 +79,3 @@ def unchecked_op(gm: torch.fx.GraphModule) -> str | None:
             return (f"{name} ({node}) is not among the ops checked under shape buckets "
                     "(TORCHTPU_SHAPE_BUCKETS=auto pads it anyway)")
     return None
-

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from torchtpu.dynamo.graph_spec import insert_call, symbolic_dims
+
 _SLICE = torch.ops.aten.slice.Tensor
 
 
@@ -28,9 +30,8 @@ def _fixed_window(node: torch.fx.Node) -> tuple[int, int, int, int] | None:
     dim = given.get("dim", 0) % val.dim()
     start = given.get("start") if given.get("start") is not None else 0
     step = given.get("step") if given.get("step") is not None else 1
-    if (not isinstance(val.shape[dim], torch.SymInt) or isinstance(out.shape[dim], torch.SymInt)
-            or not isinstance(start, int) or not isinstance(step, int) or start < 0
-            or step < 1):
+    if (dim not in symbolic_dims(val) or dim in symbolic_dims(out) or not isinstance(start, int)
+            or not isinstance(step, int) or start < 0 or step < 1):
         return None
     return dim, start, int(out.shape[dim]), step
 
@@ -46,18 +47,12 @@ def rewrite_fixed_slices(gm: torch.fx.GraphModule) -> int:
         [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"])
     for node, (dim, start, length, step) in windows:
         src = node.args[0]
-        device = src.meta["val"].device
         with gm.graph.inserting_before(node):
-            index = gm.graph.call_function(
-                torch.ops.aten.arange.start_step, (start, start + length * step, step),
-                {"dtype": torch.int64, "device": device})
-            picked = gm.graph.call_function(torch.ops.aten.index_select.default,
-                                            (src, dim, index))
-        with fake_mode:
-            index.meta["val"] = torch.ops.aten.arange.start_step(
-                start, start + length * step, step, dtype=torch.int64, device=device)
-            picked.meta["val"] = torch.ops.aten.index_select.default(
-                src.meta["val"], dim, index.meta["val"])
+            index = insert_call(gm.graph, fake_mode, torch.ops.aten.arange.start_step,
+                                (start, start + length * step, step),
+                                {"dtype": torch.int64, "device": src.meta["val"].device})
+            picked = insert_call(gm.graph, fake_mode, torch.ops.aten.index_select.default,
+                                 (src, dim, index))
         node.replace_all_uses_with(picked)
         gm.graph.erase_node(node)
     gm.recompile()

@@ -55,6 +55,25 @@ def size_expr(s: Any) -> sympy.Expr:
     return sympy.Integer(int(s))
 
 
+def symbolic_dims(t: Any) -> set[int]:
+    """The dims of a (fake) tensor whose sizes are symbolic; empty for anything else."""
+    if not isinstance(t, torch.Tensor):
+        return set()
+    return {d for d, s in enumerate(t.shape) if isinstance(s, torch.SymInt)}
+
+
+def insert_call(graph: torch.fx.Graph, fake_mode: Any, target: Any, args: tuple,
+                kwargs: dict | None = None) -> torch.fx.Node:
+    """A call_function node of `target` at the graph's insertion point, with its
+    ``meta["val"]`` computed from its operands' under `fake_mode` (the graph's own, from
+    ``torch._guards.detect_fake_mode``), as rewrites of traced graphs need."""
+    node = graph.call_function(target, args, kwargs or {})
+    vals = torch.fx.node.map_arg((args, kwargs or {}), lambda n: n.meta["val"])
+    with fake_mode:
+        node.meta["val"] = target(*vals[0], **vals[1])
+    return node
+
+
 def evaluate(expr: Any, values: dict[sympy.Symbol, int]) -> int:
     if isinstance(expr, (int, bool)):
         return int(expr)

@@ -21,7 +21,7 @@ import sympy
 import torch
 import torch.fx
 
-from torchtpu.dynamo.graph_spec import size_expr
+from torchtpu.dynamo.graph_spec import insert_call, size_expr
 
 VIEWS = ("view", "_unsafe_view", "reshape", "view_copy")
 # Ops that read each row of a merged operand on its own, besides pointwise ops.
@@ -195,11 +195,7 @@ def rewrite_merges(gm: torch.fx.GraphModule) -> int:
     sizes: dict[tuple[torch.fx.Node, int], Any] = {}  # (source, dim) -> its size in the graph
 
     def add(target: Any, args: tuple, kwargs: dict | None = None) -> torch.fx.Node:
-        new = graph.call_function(target, args, kwargs or {})
-        vals = torch.fx.node.map_arg((args, kwargs or {}), lambda n: n.meta["val"])
-        with fake_mode:
-            new.meta["val"] = target(*vals[0], **vals[1])
-        return new
+        return insert_call(graph, fake_mode, target, args, kwargs)
 
     def size_of(source: torch.fx.Node, dim: int) -> Any:
         s = source.meta["val"].shape[dim]
