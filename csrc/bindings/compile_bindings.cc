@@ -65,7 +65,12 @@ void bind_compile(py::module& m) {
       .def_readwrite("list_refs", &lowering::GraphNode::list_refs)
       .def_readwrite("scalars", &lowering::GraphNode::scalars)
       .def_readwrite("out_types", &lowering::GraphNode::out_types)
-      .def_readwrite("out_ids", &lowering::GraphNode::out_ids);
+      .def_readwrite("out_ids", &lowering::GraphNode::out_ids)
+      .def_readwrite("result_sizes", &lowering::GraphNode::result_sizes);
+  py::class_<lowering::ResultSize>(m, "ResultSize")
+      .def(py::init([](int result, int64_t dim, int symbol) {
+        return lowering::ResultSize{result, dim, symbol};
+      }));
   py::class_<lowering::DynamicDim>(m, "DynamicDim")
       .def(py::init([](int input, int64_t dim, int symbol) {
         return lowering::DynamicDim{input, dim, symbol};

@@ -101,6 +101,16 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
       }
       values[node.out_ids[k]] = results[k];
     }
+    for (const ResultSize& r : node.result_sizes) {
+      if (r.result < 0 || r.result >= static_cast<int>(results.size()) || r.symbol < 0 ||
+          r.symbol >= graph.num_symbols || r.dim < 0 || r.dim >= results[r.result].rank()) {
+        return base::invalid_argument("lowering: " + node.op + " result size (result " +
+                                      std::to_string(r.result) + ", dim " + std::to_string(r.dim) +
+                                      ", symbol " + std::to_string(r.symbol) + ") is out of range");
+      }
+      Value& v = values[node.out_ids[r.result]];
+      v = builder.set_dimension_size(v, symbols[r.symbol], r.dim);
+    }
     // Parameters the node declared itself: runtime scalars and generator states.
     for (const ParamBinding& b : ctx.bindings()) {
       GraphParam p;

@@ -22,6 +22,17 @@ struct GraphScalar {
   int symbol = -1;         // >= 0: the value is size symbol `symbol`'s runtime value
 };
 
+// In a graph with shape buckets: result `result`'s dimension `dim` has the true size of
+// size symbol `symbol`. The graph marks it (set_dimension_size) after lowering the node,
+// since a lowering sizes results from static types: a slice of a static tensor up to a
+// symbolic end, or a factory of a symbolic size, would otherwise come out as the whole
+// bucket, padding included, for XLA.
+struct ResultSize {
+  int result = 0;
+  int64_t dim = 0;
+  int symbol = 0;
+};
+
 struct GraphNode {
   std::string op;                          // "aten::add.Tensor"
   std::vector<OpArg> args;                 // schema order; tensor types filled in
@@ -30,6 +41,7 @@ struct GraphNode {
   std::vector<GraphScalar> scalars;        // per arg: value of a kScalar arg
   std::vector<TensorType> out_types;       // one per defined output
   std::vector<int> out_ids;                // value ids of those outputs
+  std::vector<ResultSize> result_sizes;    // dynamic dims of the results (shape buckets)
 };
 
 // Bounded dynamic shapes: input `input`'s dimension `dim` has a static bound (its bucket)

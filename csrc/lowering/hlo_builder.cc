@@ -364,6 +364,26 @@ Value Builder::element_count(Value v, const Dims& dims, DType t) {
   return total;
 }
 
+// XLA's dynamic padder keeps a dim dynamic through pads, slices and set_dimension_size
+// with a constant; a gather of every position along it (slices of size 1) gives a
+// static result.
+Value Builder::static_along(Value x, int64_t dim, Value n, Value fill) {
+  Value pos = iota(TensorType{DType::kI64, x.dims()}, dim);
+  x = select(compare(pos, broadcast_to(n, x.dims()), "LT"), x, broadcast_to(fill, x.dims()));
+  int64_t len = x.dims()[dim];
+  Dims offset_dims, slice_sizes = x.dims();
+  for (int64_t d = 0; d < x.rank(); ++d) if (d != dim) offset_dims.push_back(d);
+  slice_sizes[dim] = 1;
+  std::string numbers = "#stablehlo.gather<";
+  if (!offset_dims.empty()) numbers += "offset_dims = " + i64_list(offset_dims) + ", ";
+  numbers += "collapsed_slice_dims = [" + std::to_string(dim) + "], start_index_map = [" +
+             std::to_string(dim) + "], index_vector_dim = 1>";
+  Value positions = iota(TensorType{DType::kI64, {len, 1}}, 0);
+  return op("stablehlo.gather", {x, positions}, x.type,
+            "dimension_numbers = " + numbers + ", slice_sizes = " + i64_array(slice_sizes) +
+                ", indices_are_sorted = true");
+}
+
 Value Builder::set_dimension_size(Value v, Value size, int64_t dim) {
   return op("stablehlo.set_dimension_size", {v, size}, v.type,
             "dimension = " + std::to_string(dim) + " : i64");

@@ -137,6 +137,11 @@ class Builder {
   Value element_count(Value v, const Dims& dims, DType t);
   // Marks dimension `dim` of `v` as having the runtime size `size` (an i32 scalar).
   Value set_dimension_size(Value v, Value size, int64_t dim);
+  // `x` with dim `dim` no longer dynamic and its padding (beyond the true size `n`, a 0-d
+  // i64) set to the 0-d `fill`. Needed where XLA's dynamic padder gets an op wrong (it
+  // sizes a reduce_window's dynamic result as if it had no padding; a pad or a scatter
+  // of a dynamic operand carries its garbage rows along).
+  Value static_along(Value x, int64_t dim, Value n, Value fill);
   // A flat value holding a tensor in compact layout (true elements first, row-major),
   // reshaped to `bound` whose dims with a size value are dynamic (stablehlo
   // dynamic_reshape). The result is re-typed static: XLA keeps tracking the true sizes.

@@ -299,23 +299,6 @@ Value scan(Builder& b, Value x, int64_t dim, Value identity,
           ", padding = " + padding)[0];
 }
 
-// `x` with dim `dim` no longer dynamic and its padding (beyond the true size `n`, i64)
-// set to `identity`. XLA sizes a reduce_window's dynamic result as if it had no padding,
-// which breaks (or crashes) a scan along a shape-bucketed dim; a partial slice drops the
-// dim's dynamic size, so one identity element is appended and sliced off again.
-Value static_along(Builder& b, Value x, int64_t dim, Value n, Value identity) {
-  Value pos = b.iota(TensorType{DType::kI64, x.dims()}, dim);
-  x = b.select(b.compare(pos, b.broadcast_to(n, x.dims()), "LT"), x,
-               b.broadcast_to(identity, x.dims()));
-  Dims zeros(x.rank(), 0), high(x.rank(), 0), grown = x.dims();
-  high[dim] = 1;
-  grown[dim] += 1;
-  Value padded = b.op("stablehlo.pad", {x, identity}, TensorType{x.dtype(), grown},
-                      "edge_padding_high = " + i64_array(high) + ", edge_padding_low = " +
-                          i64_array(zeros) + ", interior_padding = " + i64_array(zeros));
-  return b.slice(padded, zeros, x.dims(), Dims(x.rank(), 1));
-}
-
 // cumsum / cumprod(self, dim, *, dtype?) and _logcumsumexp(self, dim).
 LoweringFn cumulative(const char* kind) {
   std::string k = kind;
@@ -332,7 +315,7 @@ LoweringFn cumulative(const char* kind) {
     Value n;
     if (b.dynamic_sizes()) {
       n = b.element_count(x, {dim}, DType::kI64);
-      x = static_along(b, x, dim, n, identity);
+      x = b.static_along(x, dim, n, identity);
     }
     Value r;
     if (k == "logsumexp") {

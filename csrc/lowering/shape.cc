@@ -276,10 +276,19 @@ Result lower_diag_embed(LoweringContext& c) {
 }
 
 // `src` laid into a tensor of self's shape along `dim`: element k of src lands at
-// first + k * step; returns (placed, mask of the positions it covers).
+// first + k * step; returns (placed, mask of the positions it covers). In a graph with
+// shape buckets src may be padded along `dim`: only its true elements are covered.
 std::pair<Value, Value> place_along(Builder& b, Value self, Value src, int64_t dim, int64_t first,
                                     int64_t step) {
   int64_t len = src.dims()[dim], size = self.dims()[dim];
+  TensorType it{DType::kI64, self.dims()};
+  Value last = filled(b, (len - 1) * step, it);
+  if (b.dynamic_sizes()) {
+    Value n = b.element_count(src, {dim}, DType::kI64);
+    src = b.static_along(src, dim, n, b.constant(0, src.dtype()));
+    Value step_n = b.constant_i64(step, DType::kI64);
+    last = b.broadcast_to(b.mul(b.sub(n, b.constant_i64(1, DType::kI64)), step_n), self.dims());
+  }
   Dims low(self.rank(), 0), high(self.rank(), 0), interior(self.rank(), 0);
   low[dim] = first;
   high[dim] = size - (first + (len - 1) * step + 1);
@@ -288,12 +297,10 @@ std::pair<Value, Value> place_along(Builder& b, Value self, Value src, int64_t d
                       self.type,
                       "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
                           i64_array(high) + ", interior_padding = " + i64_array(interior));
-  TensorType it{DType::kI64, self.dims()};
   Value rel = b.sub(b.iota(it, dim), b.broadcast_in_dim(b.constant_i64(first, DType::kI64), self.dims(), {}));
   Value zero = filled(b, 0, it);
   Value on_step = b.compare(b.binary("remainder", rel, filled(b, step, it)), zero, "EQ");
-  Value in_range = b.binary("and", b.compare(rel, zero, "GE"),
-                            b.compare(rel, filled(b, (len - 1) * step, it), "LE"));
+  Value in_range = b.binary("and", b.compare(rel, zero, "GE"), b.compare(rel, last, "LE"));
   return {placed, b.binary("and", on_step, in_range)};
 }
 

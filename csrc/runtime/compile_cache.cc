@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 
@@ -23,10 +24,17 @@ uint64_t identity_hash_of(const Client& client) {
 void dump_module(uint64_t key, const std::string& module_text) {
   const char* dir = std::getenv("TORCHTPU_DUMP_DIR");
   if (dir == nullptr || *dir == '\0') return;
+  // The first module of a process may come before anything else made the directory.
+  std::error_code ignored;
+  std::filesystem::create_directories(dir, ignored);
   char name[64];
   std::snprintf(name, sizeof(name), "/module_%016llx.mlir", static_cast<unsigned long long>(key));
   std::ofstream out(std::string(dir) + name);
   out << module_text;
+  if (!out) {
+    std::fprintf(stderr, "torchtpu: could not write %s%s (TORCHTPU_DUMP_DIR): check that the "
+                 "directory is writable\n", dir, name);
+  }
 }
 
 }  // namespace

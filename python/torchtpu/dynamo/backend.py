@@ -196,6 +196,11 @@ def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
         rank = src.meta["val"].dim()
         if name in _SIZE_RELATIVE:
             return f"{node.target} on a dynamic dimension ({node.name})"
+        if (name == "matmul_nd" and node.args[1].meta["val"].dim() == 2
+                and len(dyn - {rank - 1}) > 1):
+            # XLA's dot merges the free dims of an operand: with two of them dynamic the
+            # product comes back as garbage (merged_dims.py keeps its rewrite clear of it).
+            return f"{node.target} on rows with more than one dynamic dim ({node.name})"
         if name.startswith(_SPATIAL_PREFIXES) and any(d >= 2 for d in dyn):
             return f"{node.target} on a dynamic spatial dimension ({node.name})"
         if name in ("select", "slice", "narrow"):
@@ -257,6 +262,7 @@ class _GraphRunner:
                 level = logging.INFO if policy == "checked" else logging.WARNING
                 log.log(level, "torchtpu: graph compiles per exact size: %s", self.hazard)
         self.bucketed = bool(self.symbols) and policy != "off" and self.hazard is None
+        self.input_views = _input_views(gm) if self.symbols else None
         self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
         if not self.symbols:
             self._get(())
@@ -351,7 +357,45 @@ class _GraphRunner:
                 out.append(original[entry[1]])
             else:
                 out.append(entry[1])
+        if self.input_views is not None:
+            for k, view in zip(self.input_views[0], self.input_views[1](*original)):
+                out[k] = view
         return tuple(out)
+
+
+def _input_views(gm: torch.fx.GraphModule) -> tuple[list[int], torch.fx.GraphModule] | None:
+    """The outputs of `gm` that are views of its inputs (view ops and size arithmetic
+    only), and a graph module computing just them from the same arguments; None if none.
+
+    AOTAutograd rebuilds such an output from the caller's tensor. With symbolic sizes it
+    cannot replay the view ops themselves and replays the view the returned tensor has
+    instead, so the runner returns real views of the inputs (free: metadata only), not
+    program results (fresh compact buffers, whose view of their own storage would be
+    replayed on the input's storage)."""
+    pure: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            pure.add(node)
+        elif node.op == "call_function" and all(a in pure for a in node.all_input_nodes):
+            val = node.meta.get("val")
+            is_view = isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+            if is_view or isinstance(val, (torch.SymInt, int)):
+                pure.add(node)
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    results = list(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else [
+        out_node.args[0]]
+    picked = [k for k, r in enumerate(results) if isinstance(r, torch.fx.Node) and r in pure
+              and r.op != "placeholder" and isinstance(r.meta.get("val"), torch.Tensor)]
+    if not picked:
+        return None
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in gm.graph.nodes:
+        if node in pure:
+            env[node] = graph.node_copy(node, lambda a: env[a])
+    graph.output(tuple(env[results[k]] for k in picked))
+    graph.eliminate_dead_code()
+    return picked, torch.fx.GraphModule(gm, graph)
 
 
 def _compact(t: Any, bound: list[int]) -> Any:

@@ -286,6 +286,19 @@ def _is_size(ids: dict, v: Any) -> bool:
     return isinstance(v, torch.fx.Node) and isinstance(ids.get(v), tuple)
 
 
+def _makes_new_values(node: torch.fx.Node) -> bool:
+    """full_like, zeros_like, new_zeros, ...: the tensor operand gives a shape, not data."""
+    name = node.target._schema.name.split("::")[-1]
+    return name.endswith("_like") or name.startswith("new_")
+
+
+def _same_dim(v: torch.Tensor, d: int, operand: torch.Tensor) -> bool:
+    """Whether `operand` has v's dim `d` at the same place (dims aligned from the right,
+    as in broadcasting) with the same size."""
+    k = operand.dim() - v.dim() + d
+    return 0 <= k < operand.dim() and size_expr(operand.shape[k]) == size_expr(v.shape[d])
+
+
 def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tuple[Any, int]:
     schema = node.target._schema
     g = _C.GraphNode()
@@ -380,9 +393,23 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
 
     val = node.meta.get("val")
     vals = list(val) if isinstance(val, (tuple, list)) else [val]
-    out_types, out_ids, node_ids = [], [], []
+    # A dynamic dim of a result that no operand has at the same place (a slice of a
+    # constant up to s, a factory of size s, full_like) gets its true size here
+    # (set_dimension_size): the lowering sizes it from static types, so XLA would take
+    # the whole bucket, padding included, as data. Dims an operand has at the same place
+    # are left to XLA's own tracking, which also rejects what it cannot pad (marking
+    # those makes it accept, and get wrong, a product over two dynamic dims).
+    operands = [] if _makes_new_values(node) else [
+        a.meta["val"] for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+    out_types, out_ids, node_ids, result_sizes = [], [], [], []
     for v in vals:
         if isinstance(v, torch.Tensor):
+            if b.bucketed:
+                for d in sorted(symbolic_dims(v)):
+                    if any(_same_dim(v, d, t) for t in operands):
+                        continue
+                    result_sizes.append(_C.ResultSize(len(out_types), d,
+                                                      b.slot(size_expr(v.shape[d]))))
             out_types.append(b.tensor_type(v, node.name))
             out_ids.append(next_id)
             node_ids.append(next_id)
@@ -391,5 +418,6 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
             node_ids.append(-1)
     g.out_types = out_types
     g.out_ids = out_ids
+    g.result_sizes = result_sizes
     ids[node] = node_ids if isinstance(val, (tuple, list)) else node_ids[0]
     return g, next_id

@@ -169,6 +169,11 @@ def _plan(gm: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], dict, str | No
                 merged[node] = prefix
                 continue
             return region, merged, f"{node.target} reshapes merged dynamic rows ({node.name})"
+        if name in ("mm", "addmm") and sum(_dynamic(d) for d in key) > 1:
+            # Rewritten, the product's operand keeps several dynamic dims besides the
+            # contracted one; XLA's dot merges them and returns garbage.
+            return region, merged, (f"{node.target} multiplies rows merged from several "
+                                    f"dynamic dims ({node.name})")
         if not _row_wise(node, name, merged, prefix):
             return region, merged, f"{node.target} reads across merged dynamic rows ({node.name})"
         merged[node] = prefix

@@ -117,8 +117,17 @@ CASES: dict[str, Case] = {
     "aten.expand.default": Case(lambda x: (x.sum(-1, keepdim=True).expand(3, x.shape[1]) * x,
                                            (x.amax(-1, keepdim=True).expand(3, x.shape[1])
                                             - x).sum(-1)), _rows),
-    "aten.slice.Tensor": Case(lambda x: (x[:, 2:] * 2, (x[:, 2:] * 2).sum(-1), x[1:] + 1),
-                              _rows),
+    # Also a constant sliced up to the dynamic size (the lowering sizes that from static
+    # types), reduced and returned as is (a view of an input).
+    "aten.slice.Tensor": Case(lambda x, m: (x[:, 2:] * 2, (x[:, 2:] * 2).sum(-1), x[1:] + 1,
+                                            m[:x.shape[1], :x.shape[1]].sum(-1),
+                                            m[:x.shape[1], :x.shape[1]]),
+                              lambda n: [torch.randn(3, n), torch.randn(20, 20)]),
+    # Writes the dynamic-length src only: its padding must not land in self.
+    "aten.slice_scatter.default": Case(
+        lambda x, base: (torch.slice_scatter(base, x, 1, 0, x.shape[1]),
+                         torch.slice_scatter(base, x * 2, 1, 3, x.shape[1] + 3).sum(-1)),
+        lambda n: [torch.randn(3, n), torch.randn(3, 20)]),
     "aten.select.int": Case(lambda x: (x[1] * 2, (x[1] * 2).sum(-1), x[:, 0] + 1), _rows),
     "aten.split_with_sizes.default": Case(
         lambda x: tuple(p.sum(-1) for p in x.split([1, 2], dim=0)), _rows),
@@ -148,7 +157,8 @@ CASES: dict[str, Case] = {
                                 lambda n: [torch.randn(3, n), torch.randn(n, 2)],
                                 ((0, 1), (1, 0))),
     "aten.eq.Scalar": _unary(lambda x: ((x > 0).float() == 1).float()),
-    "aten.full_like.default": _unary(lambda x: torch.full_like(x, 2.0) * x),
+    "aten.full_like.default": Case(lambda x: (torch.full_like(x, 2.0) * x,
+                                              torch.full_like(x, 2.0).sum(-1)), _rows),
     # Constant indices into the dynamic dim and into a static one, and a dynamic-length
     # index tensor into a static table.
     "aten.index.Tensor": Case(lambda x, i, table, p: (x[:, i], x[i[:2] % 3].sum(-1), table[p],

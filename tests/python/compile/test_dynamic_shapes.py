@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
+from torchtpu.dynamo import backend
 from torchtpu.dynamo.backend import bucket_policy, bucket_size
 
 
@@ -196,18 +197,42 @@ def test_fixed_length_slices_of_a_dynamic_dim_run_padded_as_gathers(
 
 def test_graph_xla_will_not_compile_padded_falls_back_to_exact_sizes(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # dynamic=True makes batch and length dynamic: XLA's padder rejects the bias add where
-    # both meet (a RET_CHECK), so the graph compiles per exact size instead of failing.
+    # A graph the hazard checks let through but XLA's padder rejects (a RET_CHECK on the
+    # bias add after a product over two dynamic dims) compiles per exact size instead of
+    # failing. The hazard checks do catch this one, so they are switched off here to
+    # reach the fallback.
+    from torchtpu.ops import matmul_nd
+
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
+    monkeypatch.setattr(backend, "bucketing_hazard", lambda gm: None)
     torch._dynamo.reset()
-    lin, lin_tpu = _twin_linears()
-    compiled = torch.compile(lambda x: lin_tpu(x), backend="tpu", dynamic=True)
-    with caplog.at_level("WARNING", logger="torchtpu.compile"), torch.no_grad():
+    w, bias = torch.randn(16, 8), torch.randn(8)
+    w_tpu, bias_tpu = w.to("tpu"), bias.to("tpu")
+    compiled = torch.compile(lambda x: matmul_nd(x, w_tpu) + bias_tpu, backend="tpu",
+                             dynamic=True)
+    with caplog.at_level("WARNING", logger="torchtpu.compile"):
         for b, n in ((2, 3), (3, 5)):
             x = torch.randn(b, n, 16)
-            torch.testing.assert_close(compiled(x.to("tpu")).cpu(), lin(x), rtol=1e-5,
+            torch.testing.assert_close(compiled(x.to("tpu")).cpu(), x @ w + bias, rtol=1e-5,
                                        atol=1e-5)
     assert "XLA did not compile it padded" in caplog.text
+
+
+@pytest.mark.parametrize("policy", ["", "auto"])
+def test_product_over_two_dynamic_dims_stays_exact(
+        policy: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # dynamic=True makes batch and length dynamic. Padded, XLA's dot merges the two and
+    # returns garbage (no error), so a batched linear without bias compiles per exact size.
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", policy)
+    torch._dynamo.reset()
+    lin, lin_tpu = _twin_linears()
+    compiled = torch.compile(lambda x: x @ lin_tpu.weight.T, backend="tpu", dynamic=True)
+    with caplog.at_level("INFO", logger="torchtpu.compile"), torch.no_grad():
+        for b, n in ((2, 3), (3, 5), (2, 5)):
+            x = torch.randn(b, n, 16)
+            torch.testing.assert_close(compiled(x.to("tpu")).cpu(), x @ lin.weight.T,
+                                       rtol=1e-5, atol=1e-5)
+    assert "multiplies rows merged from several dynamic dims" in caplog.text
 
 
 def test_matmul_nd_matches_torch_matmul_and_checks_ranks() -> None:
@@ -255,3 +280,22 @@ def test_dynamic_training_step_gradients_match_cpu(buckets: str,
         for (name, p_cpu), p in zip(cpu.named_parameters(), model.parameters()):
             torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5,
                                        msg=lambda m, name=name: f"{name} (n={n}): {m}")
+
+
+@pytest.mark.parametrize("policy", ["off", ""])
+def test_output_that_is_a_view_of_an_input_with_symbolic_sizes(
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # AOTAutograd rebuilds such an output from the caller's tensor by replaying the view
+    # the returned tensor has (it cannot replay view ops with symbolic arguments), so the
+    # graph must return a real view of the input, not a fresh buffer.
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", policy)
+    torch._dynamo.reset()
+    m = torch.arange(64 * 64.0).view(64, 64)
+    m_tpu = m.to("tpu")
+    f = lambda m, k: (m[:k, 1:k + 1], m[2:k].t())  # noqa: E731
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for k in (3, 5, 9):
+        got = compiled(m_tpu, k)
+        for g, want in zip(got, f(m, k)):
+            torch.testing.assert_close(g.cpu(), want)
+        assert got[0].untyped_storage().data_ptr() == m_tpu.untyped_storage().data_ptr()
