@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import warnings
+import weakref
 from collections import defaultdict
 from typing import Any, Callable, Iterator
 
@@ -183,8 +184,10 @@ _SPATIAL_PREFIXES = ("convolution", "avg_pool", "max_pool", "adaptive_", "upsamp
                      "col2im", "grid_sampler")
 
 
-def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
-    """Why `gm` cannot run padded to buckets, or None when padding keeps it exact."""
+def bucketing_hazard(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = None,
+                     ) -> str | None:
+    """Why `gm` cannot run padded to buckets, or None when padding keeps it exact.
+    `saved`: placeholders holding merged rows, by name (see merged_dims.py)."""
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
@@ -219,14 +222,15 @@ def bucketing_hazard(gm: torch.fx.GraphModule) -> str | None:
                 return f"{node.target} takes a fixed length of a dynamic dimension ({node.name})"
     # Reshapes that merge a dynamic dim (a batched linear's [b, s, k] -> [b*s, k]) are
     # rewritten away when only row-wise ops read the merged rows (merged_dims.py).
-    return merge_hazard(gm)
+    return merge_hazard(gm, saved)
 
 
 class _GraphRunner:
     """Runs one AOT graph; with size symbols, one executable per bucket assignment."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
-                 allow_buckets: bool, mutated: list[tuple[int, int]] | None = None) -> None:
+                 mutated: list[tuple[int, int]] | None = None,
+                 saved: dict[str, tuple] | None = None) -> None:
         self.gm = gm
         # (placeholder, graph output) pairs: the output is the placeholder's new value,
         # which AOTAutograd's epilogue copies back into the caller's tensor.
@@ -244,18 +248,21 @@ class _GraphRunner:
                             if isinstance(n.meta.get("val"), torch.Tensor)
                             and n.meta["val"].device.type == "cpu" and n.meta["val"].dim() == 0}
         self.hazard = None
+        # Forward graphs: outputs returned unmerged, by name, with their merged prefix.
+        self.merged_outputs: dict[str, tuple] = {}
         policy = bucket_policy()
         if self.symbols and policy != "off":
             # Same values at any size, so harmless if the graph ends up exact-size.
-            if allow_buckets and rewrite_fixed_slices(gm):
+            if rewrite_fixed_slices(gm):
                 log.info("torchtpu: fixed-length slices of a dynamic dim rewritten as gathers")
-            # Training graphs stay exact-size: with autograd, XLA returns some forward
-            # results with corrupt size metadata (it can even abort the process).
-            self.hazard = bucketing_hazard(gm) if allow_buckets else "a training graph"
+            self.hazard = bucketing_hazard(gm, saved)
             if self.hazard is None and policy == "checked":
                 self.hazard = unchecked_op(gm)
-            if self.hazard is None and rewrite_merges(gm):
-                log.info("torchtpu: merged dynamic rows rewritten for shape buckets")
+            if self.hazard is None:
+                rewritten = rewrite_merges(gm, saved)
+                self.merged_outputs = rewritten.outputs
+                if rewritten.nodes:
+                    log.info("torchtpu: merged dynamic rows rewritten for shape buckets")
             if self.hazard:
                 # Asked-for buckets that do not apply are worth a warning; the default
                 # policy's exact-size graphs are what it promises, so only logged.
@@ -298,7 +305,7 @@ class _GraphRunner:
     def _bind(self, args: tuple[Any, ...]) -> dict[sympy.Symbol, int]:
         values: dict[sympy.Symbol, int] = {}
         for node, arg in zip(self.placeholders, args):
-            val = node.meta.get("val")
+            val = node.meta.get("caller_val", node.meta.get("val"))
             if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
                 values[val.node.expr] = int(arg)
             elif isinstance(val, torch.Tensor):
@@ -339,11 +346,14 @@ class _GraphRunner:
         inputs += self._constants(plan)
         sizes = [evaluate(e, actual) for e in plan.slots]
         tensors = graph.run(inputs, sizes)
-        out = []
+        out, handed_out = [], set()
         for entry in plan.output_layout:
             if entry[0] == "tensor":
                 # Dynamic results come back compact: the true tensor is the buffer's prefix.
                 t = tensors[entry[1]]
+                if entry[1] in handed_out:
+                    t = t.clone()  # one program result for two outputs (build_plan)
+                handed_out.add(entry[1])
                 shape = [evaluate(e, actual) for e in entry[2]]
                 if list(t.shape) != shape:
                     numel = 1
@@ -444,20 +454,35 @@ def _mutated_inputs(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
     return pairs
 
 
-def _compile_training_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+# Per AOTAutograd compile (its TracingContext, shared by the forward and the backward
+# compile): the forward's outputs returned unmerged, by name, with their merged prefix.
+# The backward takes them as placeholders of the same names.
+_merged_saves: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _compile_forward_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    runner = _GraphRunner(gm, example_inputs)
+    ctx = torch._guards.TracingContext.try_get()
+    if ctx is not None and runner.merged_outputs:
+        _merged_saves.setdefault(ctx, {}).update(runner.merged_outputs)
     # AOTAutograd calls compiled graphs with one list of arguments ("boxed"), so it can
     # free inputs early; the runner only reads them.
-    return make_boxed_func(_GraphRunner(gm, example_inputs, allow_buckets=False))
+    return make_boxed_func(runner)
+
+
+def _compile_backward_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    ctx = torch._guards.TracingContext.try_get()
+    saved = _merged_saves.get(ctx) if ctx is not None else None
+    return make_boxed_func(_GraphRunner(gm, example_inputs, saved=saved))
 
 
 def _compile_inference_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    return make_boxed_func(_GraphRunner(gm, example_inputs, allow_buckets=True,
-                                        mutated=_mutated_inputs(gm)))
+    return make_boxed_func(_GraphRunner(gm, example_inputs, mutated=_mutated_inputs(gm)))
 
 
 _aot = aot_autograd(
-    fw_compiler=_compile_training_graph,
-    bw_compiler=_compile_training_graph,
+    fw_compiler=_compile_forward_graph,
+    bw_compiler=_compile_backward_graph,
     inference_compiler=_compile_inference_graph,
     decompositions=core_aten_decompositions(),
 )

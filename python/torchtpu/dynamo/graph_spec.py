@@ -211,6 +211,7 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
     next_id = len(inputs)
 
     nodes, outputs, layout = [], [], []
+    keys, returned = _computation_keys(gm), {}
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
             continue
@@ -223,9 +224,20 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
                     # return the caller's tensor itself, not a program result.
                     layout.append(("arg", placeholders.index(r)))
                 elif isinstance(r, torch.fx.Node) and isinstance(ids.get(r), int):
-                    val = r.meta["val"]
-                    layout.append(("tensor", len(outputs), [size_expr(s) for s in val.shape]))
-                    outputs.append(ids[r])
+                    # A result returned unmerged keeps the shape the caller expects
+                    # (merged_dims.py): the same compact bytes.
+                    shape = gm.meta.get("output_shapes", {}).get(len(layout)) or [
+                        size_expr(s) for s in r.meta["val"].shape]
+                    # With shape buckets, a value returned twice (or computed twice the
+                    # same way, which XLA merges) is one program result: XLA gives the
+                    # copy it makes of a repeated dynamic result no size metadata
+                    # (garbage sizes, or an abort reading it back). The runner hands out
+                    # a copy instead.
+                    key = keys[r] if b.bucketed else ("output", len(layout))
+                    if key not in returned:
+                        returned[key] = len(outputs)
+                        outputs.append(ids[r])
+                    layout.append(("tensor", returned[key], shape))
                 elif isinstance(r, torch.fx.Node) and isinstance(ids.get(r), tuple):
                     layout.append(("size", ids[r][1]))
                 elif isinstance(r, torch.fx.Node):
@@ -259,6 +271,44 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
         compact_inputs={input_placeholders[i] for i, n in enumerate(numel_symbols) if n >= 0},
         constants=constants,
     )
+
+
+def _computation_keys(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, Any]:
+    """Per node, a key equal for nodes that compute the same value: the same op on the
+    same operands, seen through ops that change nothing (an alias, a copy, a view to the
+    same shape: XLA sees no op there). Random ops and inputs are their own keys."""
+    keys: dict[torch.fx.Node, Any] = {}
+    unchanged = {"alias", "clone", "detach", "view", "_unsafe_view", "reshape", "expand",
+                 "_to_copy", "contiguous"}
+
+    def key(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return keys[a]
+        if isinstance(a, (list, tuple)):
+            return (type(a).__name__, *(key(x) for x in a))
+        if isinstance(a, dict):
+            return tuple(sorted((k, key(v)) for k, v in a.items()))
+        return (type(a).__name__, repr(a))
+
+    for node in gm.graph.nodes:
+        random = (isinstance(node.target, torch._ops.OpOverload)
+                  and torch.Tag.nondeterministic_seeded in node.target.tags)
+        src = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        if node.op != "call_function" or random:
+            keys[node] = ("node", node.name)
+        elif (src is not None and isinstance(node.target, torch._ops.OpOverload)
+              and node.target._schema.name.split("::")[-1] in unchanged
+              and _same_type(node.meta.get("val"), src.meta.get("val"))):
+            keys[node] = keys[src]
+        else:
+            keys[node] = (str(node.target), key(node.args), key(dict(node.kwargs)))
+    return keys
+
+
+def _same_type(a: Any, b: Any) -> bool:
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+            and len(a.shape) == len(b.shape)
+            and all(size_expr(x) == size_expr(y) for x, y in zip(a.shape, b.shape)))
 
 
 def _attr(gm: torch.fx.GraphModule, target: str) -> Any:

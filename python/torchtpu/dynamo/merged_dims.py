@@ -7,15 +7,21 @@ true size through such a merge and gives wrong values. But the ops between the t
 work row by row (a matmul's rows, pointwise math, a softmax within a row, a batched
 matmul's batch), so they give the same rows on the unmerged tensor: ``[b, s, k] @ [k, n]``
 is the same product with ``b`` and ``s`` kept apart. `rewrite_merges` checks that every op
-reading merged rows is such an op and rewrites the region onto the unmerged tensors
-(``torchtpu::matmul_nd`` for the products), so XLA never merges a dynamic dim. A merged
-value read any other way (a reduction over the rows, a graph output, ...) keeps the graph
-exact-size, with the reason.
+reading merged rows is such an op, or one of the reads across rows a backward graph makes
+(a weight gradient ``permute(g) @ x`` and a bias gradient ``sum(g, 0)``, done per leading
+dim and summed), and rewrites the region onto the unmerged tensors (``torchtpu::matmul_nd``
+for the products), so XLA never merges a dynamic dim. Any other read of merged rows keeps
+the graph exact-size, with the reason.
+
+Training graphs pass merged rows between the forward and the backward (the activations a
+weight gradient needs). A forward output with merged rows is returned unmerged (the same
+compact bytes: the true rows are the first ``b*s`` either way) and its prefix recorded by
+name; the backward, given those prefixes, declares the saved input unmerged.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import sympy
 import torch
@@ -116,29 +122,58 @@ def _row_wise(node: torch.fx.Node, name: str, merged: dict[torch.fx.Node, tuple]
     return False
 
 
-def _plan(gm: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], dict, str | None]:
-    """The nodes to rewrite, in graph order, and the merged prefix of each merged value;
-    or the reason the graph cannot be rewritten."""
+def _prefix_exprs(prefix: tuple) -> list[sympy.Expr]:
+    return [size_expr(d) for d in prefix]
+
+
+def _reduced_dims(node: torch.fx.Node) -> list[int]:
+    rank = node.args[0].meta["val"].dim()
+    dims = node.args[1] if len(node.args) > 1 and node.args[1] is not None else range(rank)
+    return sorted(d % rank for d in dims)
+
+
+def _plan(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = None,
+          ) -> tuple[list[torch.fx.Node], dict, dict, str | None]:
+    """The nodes to rewrite, in graph order, the merged prefix of each merged value and of
+    each transposed one (``permute(merged, [1, 0])``, read only as a weight gradient's
+    left operand); or the reason the graph cannot be rewritten. `saved` names placeholders
+    holding merged rows and their prefix (a backward graph's saved activations)."""
     merged: dict[torch.fx.Node, tuple] = {}  # value -> the dims its dim 0 merges
+    transposed: dict[torch.fx.Node, tuple] = {}
     region: list[torch.fx.Node] = []
     for node in gm.graph.nodes:
-        if node.op == "output":
-            results = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
-            for r in results:
-                if r in merged:
-                    return region, merged, f"graph output {r.name} has merged dynamic rows"
+        if node.op == "placeholder":
+            prefix = (saved or {}).get(node.name)
+            shape = _shape(node)
+            if prefix is not None and shape and sympy.expand(
+                    sympy.Mul(*_prefix_exprs(prefix)) - shape[0]) == 0:
+                merged[node] = prefix
+                region.append(node)
             continue
+        if node.op == "output":
+            continue  # merged results are returned unmerged (same compact bytes)
         if node.op != "call_function":
             continue
         reading = [a for a in node.all_input_nodes if a in merged]
+        flipped = [a for a in node.all_input_nodes if a in transposed]
         if not isinstance(node.target, torch._ops.OpOverload) or not isinstance(
                 node.meta.get("val"), torch.Tensor):
-            if reading:
-                return region, merged, f"{node.name} reads the size of merged dynamic rows"
+            if reading or flipped:
+                return region, merged, transposed, (
+                    f"{node.name} reads the size of merged dynamic rows")
             continue
         name = node.target._schema.name.split("::")[-1]
         operands = _tensor_operands(node)
         out = _shape(node)
+        if flipped:
+            # permute(g) @ x: a weight gradient, a sum over every merged row.
+            a, b = node.args[0], node.args[1]
+            if not (name == "mm" and a in transposed and b in merged and not reading[1:]
+                    and _same(_prefix_exprs(transposed[a]), _prefix_exprs(merged[b]))):
+                return region, merged, transposed, (
+                    f"{node.target} reads transposed merged dynamic rows ({node.name})")
+            region.append(node)
+            continue
         if not reading:
             if name in VIEWS and operands:
                 src = _shape(operands[0])
@@ -148,16 +183,16 @@ def _plan(gm: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], dict, str | No
                     continue
                 m = merged_prefix(src, out)
                 if m is None:
-                    return region, merged, (f"{node.target} merges or splits a dynamic "
-                                            f"dimension ({node.name})")
+                    return region, merged, transposed, (
+                        f"{node.target} merges or splits a dynamic dimension ({node.name})")
                 merged[node] = tuple(operands[0].meta["val"].shape[:m])
                 region.append(node)
             continue
         prefix = merged[reading[0]]
-        key = [size_expr(d) for d in prefix]
-        if any(not _same([size_expr(d) for d in merged[a]], key) for a in reading):
-            return region, merged, (f"{node.target} mixes rows merged from different shapes "
-                                    f"({node.name})")
+        key = _prefix_exprs(prefix)
+        if any(not _same(_prefix_exprs(merged[a]), key) for a in reading):
+            return region, merged, transposed, (
+                f"{node.target} mixes rows merged from different shapes ({node.name})")
         region.append(node)
         if name in VIEWS:
             src = _shape(reading[0])
@@ -168,31 +203,50 @@ def _plan(gm: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], dict, str | No
             if out and sympy.expand(out[0] - src[0]) == 0 and _static(out[1:]) and _static(src[1:]):
                 merged[node] = prefix
                 continue
-            return region, merged, f"{node.target} reshapes merged dynamic rows ({node.name})"
+            return region, merged, transposed, (
+                f"{node.target} reshapes merged dynamic rows ({node.name})")
+        if name == "permute" and len(out) == 2 and list(node.args[1]) == [1, 0]:
+            transposed[node] = prefix
+            continue
+        if name == "sum" and node.target == torch.ops.aten.sum.dim_IntList:
+            if 0 not in _reduced_dims(node):
+                merged[node] = prefix  # within each row
+            continue  # else over every row (a bias gradient): the result is not merged
         if name in ("mm", "addmm") and sum(_dynamic(d) for d in key) > 1:
             # Rewritten, the product's operand keeps several dynamic dims besides the
             # contracted one; XLA's dot merges them and returns garbage.
-            return region, merged, (f"{node.target} multiplies rows merged from several "
-                                    f"dynamic dims ({node.name})")
+            return region, merged, transposed, (
+                f"{node.target} multiplies rows merged from several dynamic dims ({node.name})")
         if not _row_wise(node, name, merged, prefix):
-            return region, merged, f"{node.target} reads across merged dynamic rows ({node.name})"
+            return region, merged, transposed, (
+                f"{node.target} reads across merged dynamic rows ({node.name})")
         merged[node] = prefix
-    return region, merged, None
+    return region, merged, transposed, None
 
 
-def merge_hazard(gm: torch.fx.GraphModule) -> str | None:
+def merge_hazard(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = None) -> str | None:
     """Why `gm`'s merging reshapes cannot be rewritten, or None."""
-    return _plan(gm)[2]
+    return _plan(gm, saved)[3]
 
 
-def rewrite_merges(gm: torch.fx.GraphModule) -> int:
+class Rewritten(NamedTuple):
+    nodes: int  # nodes of merged regions rewritten
+    outputs: dict[str, tuple]  # outputs returned unmerged: name -> merged prefix
+
+
+def rewrite_merges(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = None,
+                   ) -> Rewritten:
     """Rewrites every merged region of `gm` onto unmerged tensors (in place; call only
-    when `merge_hazard` is None). Returns the number of merging reshapes removed."""
-    region, merged, hazard = _plan(gm)
+    when `merge_hazard` is None). Placeholders named in `saved` are declared unmerged
+    (their caller's value stays in ``meta["caller_val"]``); graph outputs with merged
+    rows are returned unmerged, their shape as the caller sees it in
+    ``gm.meta["output_shapes"]``. Their prefixes by name are the `saved` of the graph
+    that takes them as inputs."""
+    region, merged, transposed, hazard = _plan(gm, saved)
     if hazard is not None:
         raise ValueError(f"tpu compile: cannot rewrite merged dynamic rows: {hazard}")
     if not region:
-        return 0
+        return Rewritten(0, {})
     fake_mode = torch._guards.detect_fake_mode(
         [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"])
     graph = gm.graph
@@ -214,13 +268,23 @@ def rewrite_merges(gm: torch.fx.GraphModule) -> int:
 
     origin: dict[torch.fx.Node, torch.fx.Node] = {}  # merged value -> the merge's source
     view = torch.ops.aten.view.default
-    merges = 0
     for node in region:
+        if node.op == "placeholder":  # saved merged rows, declared unmerged
+            val = node.meta["val"]
+            node.meta["caller_val"] = val
+            with fake_mode:
+                node.meta["val"] = val.view(list(merged[node]) + list(val.shape[1:]))
+            unmerged[node] = origin[node] = node
+            continue
         name = node.target._schema.name.split("::")[-1]
         reading = [a for a in node.all_input_nodes if a in unmerged]
         with graph.inserting_before(node):
+            if node in transposed:  # [p..., n] -> [p[:-1]..., n, p[-1]]
+                m = len(transposed[node])
+                unmerged[node] = add(torch.ops.aten.permute.default,
+                                     (unmerged[reading[0]], [*range(m - 1), m, m - 1]))
+                continue
             if not reading:  # a merging reshape
-                merges += 1
                 src = node.args[0]
                 m = len(merged[node])
                 origin[node] = src
@@ -230,14 +294,29 @@ def rewrite_merges(gm: torch.fx.GraphModule) -> int:
                     unmerged[node] = add(view, (src, [size_of(src, d) for d in range(m)] +
                                                 [int(d) for d in node.meta["val"].shape[1:]]))
                 continue
-            base = unmerged[reading[0]]
-            src = origin[reading[0]]
-            m = len(merged[reading[0]])
+            merged_in = next((a for a in reading if a in merged), reading[0])
+            base = unmerged[merged_in]
+            src = origin[merged_in]
+            m = len(merged[merged_in])
             if name in VIEWS and node not in merged:  # splits the rows again
                 if _same(_shape(base), _shape(node)):
                     node.replace_all_uses_with(base)
                 else:
                     node.replace_all_uses_with(add(view, (base, node.args[1])))
+                continue
+            if node not in merged:  # a sum over every row: a weight or bias gradient
+                if name == "mm":
+                    product = add(torch.ops.torchtpu.matmul_nd.default,
+                                  (unmerged[node.args[0]], base))
+                    total = add(torch.ops.aten.sum.dim_IntList, (product, list(range(m - 1))))
+                else:
+                    dims = _reduced_dims(node)
+                    total = add(torch.ops.aten.sum.dim_IntList,
+                                (base, list(range(m)) + [d + m - 1 for d in dims if d != 0]),
+                                {"dtype": node.kwargs["dtype"]} if node.kwargs.get("dtype") else None)
+                if list(total.meta["val"].shape) != list(node.meta["val"].shape):
+                    total = add(view, (total, [int(d) for d in node.meta["val"].shape]))
+                node.replace_all_uses_with(total)
                 continue
             origin[node] = src
             if name in VIEWS:
@@ -255,11 +334,27 @@ def rewrite_merges(gm: torch.fx.GraphModule) -> int:
                 rank = node.meta["val"].dim()
                 dim = node.args[1] % rank + m - 1
                 new = add(node.target, (base, dim, *node.args[2:]), dict(node.kwargs))
+            elif name == "sum":  # within each row
+                dims = [d + m - 1 for d in _reduced_dims(node)]
+                new = add(node.target, (base, dims, *node.args[2:]), dict(node.kwargs))
             else:  # pointwise or a copy: the same op on the unmerged operands
                 args, kwargs = torch.fx.node.map_arg(
                     (node.args, dict(node.kwargs)), lambda a: unmerged.get(a, a))
                 new = add(node.target, args, kwargs)
             unmerged[node] = new
+    output = next(n for n in graph.nodes if n.op == "output")
+    results = list(output.args[0]) if isinstance(output.args[0], (list, tuple)) else [
+        output.args[0]]
+    shapes, returned = {}, {}
+    for k, r in enumerate(results):
+        if isinstance(r, torch.fx.Node) and r in merged:
+            shapes[k] = [size_expr(d) for d in r.meta["val"].shape]
+            returned[r.name] = merged[r]
+            results[k] = unmerged[r]
+    if shapes:
+        output.args = (tuple(results) if isinstance(output.args[0], (list, tuple))
+                       else results[0],)
+        gm.meta["output_shapes"] = shapes
     graph.eliminate_dead_code()
     gm.recompile()
-    return merges
+    return Rewritten(len(region), returned)

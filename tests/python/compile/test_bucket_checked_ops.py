@@ -131,6 +131,7 @@ CASES: dict[str, Case] = {
     "aten.select.int": Case(lambda x: (x[1] * 2, (x[1] * 2).sum(-1), x[:, 0] + 1), _rows),
     "aten.split_with_sizes.default": Case(
         lambda x: tuple(p.sum(-1) for p in x.split([1, 2], dim=0)), _rows),
+    "aten.alias.default": _unary(lambda x: torch.ops.aten.alias(x) * 2),
     "aten.clone.default": Case(lambda x: (x.t().contiguous(), x.t().contiguous().sum(0)), _rows),
     # Along a static dim, and along the dynamic one (the second piece starts at the first
     # one's true size, not its bucket).
@@ -166,6 +167,15 @@ CASES: dict[str, Case] = {
                               lambda n: [torch.randn(3, n), torch.tensor([0, 3, 1]),
                                          torch.randn(20), torch.randint(0, 20, (2, n))],
                               ((0, 1), (3, 1))),
+    # A dynamic-length list of rows written into a static table (embedding's backward),
+    # accumulated and not: the padded indices and values must write nothing.
+    # (Distinct indices where not accumulated: which duplicate wins is unspecified.)
+    "aten.index_put.default": Case(
+        lambda i, p, v, table: (torch.index_put(table, (i,), v, accumulate=True),
+                                torch.index_put(table, (p,), v * 2).sum(-1)),
+        lambda n: [torch.randint(0, 20, (n,)), torch.randperm(20)[:n], torch.randn(n, 4),
+                   torch.randn(20, 4)],
+        ((0, 0), (1, 0), (2, 0))),
     "aten.le.Tensor": _binary(torch.le),
     "aten.mul.Scalar": _unary(lambda x: torch.ops.aten.mul.Scalar(x, 2.5)),
     # Also what fixed-length slices of a dynamic dim become (x[:, :2] here).

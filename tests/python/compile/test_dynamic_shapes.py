@@ -155,18 +155,41 @@ def test_batched_sweep_rewrites_merged_rows_and_stays_exact(
     assert "compiles per exact size" not in caplog.text
 
 
-def test_merged_rows_read_across_compile_per_exact_size(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # A sum over the merged [b*n] rows cannot run on padded rows: exact-size, with why.
+def test_sums_over_merged_rows_run_padded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A sum over the merged [b*n] rows (a bias gradient's shape) is a sum over b and n of
+    # the unmerged rows; so is permute(g) @ x over them (a weight gradient's).
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
     torch._dynamo.reset()
     lin, lin_tpu = _twin_linears()
-    compiled = torch.compile(lambda x: lin_tpu(x).reshape(-1, 8).sum(0), backend="tpu")
+
+    def f(x: torch.Tensor, linear: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = linear(x).reshape(-1, 8)
+        return rows.sum(0), rows.t() @ x.reshape(-1, 16)
+
+    compiled = torch.compile(lambda x: f(x, lin_tpu), backend="tpu")
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    with torch.no_grad():
+        for n in (3, 5, 7, 11):
+            x = torch.randn(2, n, 16)
+            got = compiled(x.to("tpu"))
+            for g, want in zip(got, f(x, lin)):
+                torch.testing.assert_close(g.cpu(), want, rtol=1e-5, atol=1e-5)
+    # n=3 static, then one padded graph for 5, 7 and 11 (bucket 16)
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 2
+
+
+def test_merged_rows_read_across_compile_per_exact_size(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A running sum over the merged [b*n] rows cannot run on padded rows: exact-size, with why.
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
+    torch._dynamo.reset()
+    lin, lin_tpu = _twin_linears()
+    compiled = torch.compile(lambda x: lin_tpu(x).reshape(-1, 8).cumsum(0), backend="tpu")
     with caplog.at_level("WARNING", logger="torchtpu.compile"), torch.no_grad():
         for n in (3, 5, 7):
             x = torch.randn(2, n, 16)
-            torch.testing.assert_close(compiled(x.to("tpu")).cpu(), lin(x).reshape(-1, 8).sum(0),
-                                       rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(compiled(x.to("tpu")).cpu(),
+                                       lin(x).reshape(-1, 8).cumsum(0), rtol=1e-5, atol=1e-5)
     assert "reads across merged dynamic rows" in caplog.text
 
 
@@ -204,7 +227,7 @@ def test_graph_xla_will_not_compile_padded_falls_back_to_exact_sizes(
     from torchtpu.ops import matmul_nd
 
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
-    monkeypatch.setattr(backend, "bucketing_hazard", lambda gm: None)
+    monkeypatch.setattr(backend, "bucketing_hazard", lambda gm, saved=None: None)
     torch._dynamo.reset()
     w, bias = torch.randn(16, 8), torch.randn(8)
     w_tpu, bias_tpu = w.to("tpu"), bias.to("tpu")
@@ -258,14 +281,15 @@ def test_exact_size_policy_counts_one_graph_per_size(monkeypatch: pytest.MonkeyP
     assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 3
 
 
-@pytest.mark.parametrize("buckets", ["off", ""])
-def test_dynamic_training_step_gradients_match_cpu(buckets: str,
+@pytest.mark.parametrize("buckets,graphs", [("off", 6), ("", 4)])
+def test_dynamic_training_step_gradients_match_cpu(buckets: str, graphs: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    # With buckets on, training graphs still compile per exact size (see backend.py).
+    # Forward and backward graphs: one pair per length exact-size, per bucket padded.
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", buckets)
     torch._dynamo.reset()
     cpu, model = _twin_decoders()
     compiled = torch.compile(model, backend="tpu", dynamic=True)
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
     for n in (5, 11, 20):
         tokens = torch.randint(0, 32, (n + 1,))
         for m in (cpu, model):
@@ -280,6 +304,39 @@ def test_dynamic_training_step_gradients_match_cpu(buckets: str,
         for (name, p_cpu), p in zip(cpu.named_parameters(), model.parameters()):
             torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5,
                                        msg=lambda m, name=name: f"{name} (n={n}): {m}")
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == graphs
+
+
+def test_batched_training_loop_over_varying_lengths_uses_buckets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Batched, the linears merge batch and length: the forward returns those activations
+    # unmerged and the backward computes weight and bias gradients per row of the
+    # unmerged tensors (merged_dims.py). Default policy; an SGD loop against the CPU's.
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    torch._dynamo.reset()
+    cpu, model = _twin_decoders()
+    compiled = torch.compile(model, backend="tpu")
+    opt_cpu = torch.optim.SGD(cpu.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    for n in (3, 5, 9, 16, 17, 30):
+        tokens = torch.randint(0, 32, (2, n + 1))
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        loss_cpu = F.cross_entropy(cpu(x).flatten(0, 1), y.flatten())
+        loss_cpu.backward()
+        opt_cpu.step()
+        opt_cpu.zero_grad()
+        loss = F.cross_entropy(compiled(x.to("tpu")).flatten(0, 1), y.to("tpu").flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        assert loss.item() == pytest.approx(loss_cpu.item(), rel=1e-5), f"n={n}"
+    for (name, p_cpu), p in zip(cpu.named_parameters(), model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), p_cpu.detach(), rtol=1e-4, atol=1e-5,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+    # n=3 exact (Dynamo's first, static, compile), then buckets 16 and 32: a forward and
+    # a backward graph each.
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 6
 
 
 @pytest.mark.parametrize("policy", ["off", ""])
