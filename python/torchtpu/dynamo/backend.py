@@ -121,10 +121,11 @@ def _report_unread_checks() -> None:
 def bucket_policy() -> str:
     """Which graphs with symbolic sizes are padded to shape buckets (TORCHTPU_SHAPE_BUCKETS).
 
-    - unset (the default): ``"checked"``, inference graphs whose ops on dynamic dims are all
-      checked under buckets (checked_ops.py) and that have no hazard;
-    - ``auto``, or a bucket list such as ``16,32,64``: ``"all"``, every inference graph
-      without a known hazard (experimental for ops outside the checked list);
+    - unset (the default): ``"checked"``, graphs (inference, forward and backward) whose
+      ops on dynamic dims are all checked under buckets (checked_ops.py) and that have no
+      hazard;
+    - ``auto``, or a bucket list such as ``16,32,64``: ``"all"``, every graph without a
+      known hazard (experimental for ops outside the checked list);
     - ``off``: ``"off"``, every graph compiles once per exact size.
 
     A graph that is not padded compiles per exact size: exact results, and every new size

@@ -356,3 +356,29 @@ def test_output_that_is_a_view_of_an_input_with_symbolic_sizes(
         for g, want in zip(got, f(m, k)):
             torch.testing.assert_close(g.cpu(), want)
         assert got[0].untyped_storage().data_ptr() == m_tpu.untyped_storage().data_ptr()
+
+
+def test_a_value_computed_twice_is_returned_twice_with_true_sizes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two layers' masks: the same computation twice, which XLA merges into one result. A
+    # repeated dynamic result came back without size metadata (garbage sizes, an abort),
+    # so the graph returns it once and the runner hands out a copy for the second.
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    torch._dynamo.reset()
+    mask = torch.ones(32, 32, dtype=torch.bool).tril()
+    mask_tpu = mask.to("tpu")
+
+    def f(x: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        n = x.shape[0]
+        first, second = ~m[:n, :n], ~m[:n, :n]
+        return first, x.t(), second, torch.ops.aten.alias(x) * 2, (x * 2).view(x.shape)
+
+    compiled = torch.compile(f, backend="tpu")
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    for n in (3, 5, 9, 13):
+        x = torch.randn(n, n)
+        got = compiled(x.to("tpu"), mask_tpu)
+        for g, want in zip(got, f(x, mask)):
+            torch.testing.assert_close(g.cpu(), want)
+        assert got[0].data_ptr() != got[2].data_ptr()
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 2  # static, bucket 16
