@@ -53,6 +53,19 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   return t;
 }
 
+// Whether `self` may take `from`'s storage in place (`param.data = t`, and Module.to()
+// through it). The default is true only within the built-in backends, so module.to("tpu")
+// made new Parameters, each module its own: weights tied across modules (an LM head and
+// its embedding) came apart. Strided tensors on the CPU and on tpu are compatible.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto plain = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided &&
+           (t.device().type() == c10::DeviceType::CPU ||
+            t.device().type() == c10::DeviceType::PrivateUse1);
+  };
+  return plain(self) && plain(from);
+}
+
 void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   tpu_boxed_kernel(op, stack);
 }
@@ -119,6 +132,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -352,12 +352,15 @@ Value Builder::element_count(Value v, const Dims& dims, DType t) {
   if (!dynamic_sizes_) return constant(static_cast<double>(n), t);
   // Count along each dim on a 1-D slice of `v` (other dims at index 0): the slice keeps
   // the dim's dynamic size, and XLA pads reductions with the identity, so the sum of ones
-  // is the true size. (x == x) | (x != x) is true for every element, NaN included.
+  // is the true size. (x == x) | (x != x) is true for every element, NaN included; on
+  // integers and bools XLA folds it to a constant (no longer dynamic: it counted the
+  // whole bucket), so those are compared as floats.
   Value total = constant(1, t);
   for (int64_t d : dims) {
     Dims start(v.rank(), 0), limit(v.dims()), strides(v.rank(), 1);
     for (int64_t k = 0; k < v.rank(); ++k) if (k != d) limit[k] = std::min<int64_t>(1, v.dims()[k]);
     Value line = reshape(slice(v, start, limit, strides), {v.dims()[d]});
+    if (!base::is_floating(line.dtype())) line = convert(line, DType::kF32);
     Value ones = convert(binary("or", compare(line, line, "EQ"), compare(line, line, "NE")), t);
     total = mul(total, reduce_sum(ones, {0}));
   }

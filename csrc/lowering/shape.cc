@@ -105,6 +105,15 @@ Result lower_constant_pad_nd(LoweringContext& c) {
   }
   DType t = x.dtype();
   Value value = c.is_none(2) ? b.constant(0, t) : c.scalar(2, t);
+  if (b.dynamic_sizes()) {
+    // Padded to a shape bucket, x's padding rows sit where the high padding goes (right
+    // after the true size): they become `value` first. (The graph marks the result's
+    // true size; a negative high pad on a dynamic dim would crop the bucket, not the
+    // true end, and keeps its graph exact-size.)
+    for (int64_t d = 0; d < x.rank(); ++d) {
+      if (high[d] > 0) x = b.static_along(x, d, b.element_count(x, {d}, DType::kI64), value);
+    }
+  }
   Value r = b.op("stablehlo.pad", {x, value}, c.out_type(),
                  "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
                      i64_array(high) + ", interior_padding = " + i64_array(interior));

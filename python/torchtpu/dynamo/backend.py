@@ -171,11 +171,12 @@ def bucket_size(n: int) -> int:
 
 
 # Ops whose result depends on where a dynamic dimension ends (negative or end-relative
-# positions, reversal, sorting, padding along it): padding would change their result, so
-# graphs holding them on a dynamic dimension compile per exact size. (cat is not one:
-# along a padded dim it comes out exact, see test_bucket_checked_ops.py.)
+# positions, reversal, sorting, repeats along it): padding would change their result, so
+# graphs holding them on a dynamic dimension compile per exact size. (cat and
+# constant_pad_nd are not: along a padded dim they come out exact, see
+# test_bucket_checked_ops.py; a pad that crops a dynamic dim's end is checked below.)
 _SIZE_RELATIVE = {
-    "flip", "roll", "sort", "argsort", "topk", "constant_pad_nd", "repeat",
+    "flip", "roll", "sort", "argsort", "topk", "repeat",
     "kthvalue", "median", "cumprod", "_log_softmax_backward_data",
 }
 # Windowed ops over (N, C, *spatial) inputs: padding a spatial dim would change the
@@ -205,6 +206,11 @@ def bucketing_hazard(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = 
             # XLA's dot merges the free dims of an operand: with two of them dynamic the
             # product comes back as garbage (merged_dims.py keeps its rewrite clear of it).
             return f"{node.target} on rows with more than one dynamic dim ({node.name})"
+        if name == "constant_pad_nd":
+            pads = node.args[1]
+            for i in range(len(pads) // 2):
+                if rank - 1 - i in dyn and pads[2 * i + 1] < 0:
+                    return f"{node.target} crops the end of a dynamic dimension ({node.name})"
         if name.startswith(_SPATIAL_PREFIXES) and any(d >= 2 for d in dyn):
             return f"{node.target} on a dynamic spatial dimension ({node.name})"
         if name in ("select", "slice", "narrow"):
@@ -365,7 +371,10 @@ class _GraphRunner:
             elif entry[0] == "size":
                 out.append(evaluate(entry[1], actual))
             elif entry[0] == "arg":
-                out.append(original[entry[1]])
+                arg = original[entry[1]]
+                if entry[2] is not None:
+                    arg = arg.view([evaluate(e, actual) for e in entry[2]])
+                out.append(arg)
             else:
                 out.append(entry[1])
         if self.input_views is not None:

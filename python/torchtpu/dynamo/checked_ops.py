@@ -44,12 +44,16 @@ CHECKED_UNDER_BUCKETS: frozenset[str] = frozenset({
     "aten.unsqueeze.default", "aten.squeeze.dims", "aten.expand.default",
     "aten.slice.Tensor", "aten.slice_scatter.default", "aten.select.int", "aten.split_with_sizes.default",
     "aten.clone.default", "aten.alias.default", "aten.cat.default",
+    "aten.constant_pad_nd.default",
     # factories and lookups
     "aten.arange.start_step", "aten.full.default", "aten.embedding.default",
     "aten.index_select.default", "aten.index.Tensor", "aten.index_put.default",
+    "aten.gather.default", "aten.scatter.value",
     # mask and position code (Hugging Face's Llama)
     "aten.any.dim", "aten.bitwise_and.Tensor", "aten.cumsum.default", "aten.eq.Scalar",
     "aten.full_like.default", "aten.le.Tensor", "aten.mul.Scalar",
+    # and their backward graphs
+    "aten.div.Scalar", "aten.add.Scalar", "aten.empty_permuted.default",
 })
 
 # Size arithmetic (reading a dynamic size, or computing with one) pads nothing.

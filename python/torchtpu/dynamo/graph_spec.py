@@ -107,7 +107,7 @@ class GraphPlan:
     # Size expression of each runtime size slot (its value is evaluated per call).
     slots: list[sympy.Expr] = field(default_factory=list)
     # Per FX output: ("tensor", k, shape exprs), ("size", expr), ("arg", placeholder
-    # position) or ("const", value).
+    # position, shape exprs to view it as or None) or ("const", value).
     output_layout: list[tuple] = field(default_factory=list)
     # Static (bucket) shape of each C++ input, and the FX placeholders fed compact.
     input_bounds: list[list[int]] = field(default_factory=list)
@@ -221,8 +221,10 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
             for r in results if isinstance(results, (tuple, list)) else [results]:
                 if isinstance(r, torch.fx.Node) and r.op == "placeholder":
                     # An input handed back (AOTAutograd saves inputs for the backward):
-                    # return the caller's tensor itself, not a program result.
-                    layout.append(("arg", placeholders.index(r)))
+                    # return the caller's tensor itself, not a program result (viewed
+                    # as the merged rows the caller expects, if it stands for them).
+                    layout.append(("arg", placeholders.index(r),
+                                   gm.meta.get("output_shapes", {}).get(len(layout))))
                 elif isinstance(r, torch.fx.Node) and isinstance(ids.get(r), int):
                     # A result returned unmerged keeps the shape the caller expects
                     # (merged_dims.py): the same compact bytes.
@@ -279,7 +281,7 @@ def _computation_keys(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, Any]:
     same shape: XLA sees no op there). Random ops and inputs are their own keys."""
     keys: dict[torch.fx.Node, Any] = {}
     unchanged = {"alias", "clone", "detach", "view", "_unsafe_view", "reshape", "expand",
-                 "_to_copy", "contiguous"}
+                 "_to_copy", "contiguous", "slice", "squeeze"}  # (a whole slice, say)
 
     def key(a: Any) -> Any:
         if isinstance(a, torch.fx.Node):

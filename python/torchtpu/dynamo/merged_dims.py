@@ -33,6 +33,10 @@ VIEWS = ("view", "_unsafe_view", "reshape", "view_copy")
 # Ops that read each row of a merged operand on its own, besides pointwise ops.
 _ROW_COPIES = {"clone", "_to_copy", "alias", "detach"}
 _ROW_SOFTMAX = {"_softmax", "_log_softmax"}
+# Ops with a dim argument (args[1]) that work within each row when it is not dim 0: the
+# same op on the unmerged tensors along the dim shifted past the merged ones. (gather and
+# scatter: every tensor operand holds the same merged rows; a loss's label lookup.)
+_ROW_DIM_OPS = {"unsqueeze", "squeeze", "gather", "scatter"}
 
 
 def _shape(node: Any) -> list[sympy.Expr] | None:
@@ -111,6 +115,10 @@ def _row_wise(node: torch.fx.Node, name: str, merged: dict[torch.fx.Node, tuple]
         rank = len(out)
         dim = node.args[1] % rank if rank else 0
         return dim != 0
+    if name in _ROW_DIM_OPS:
+        return not others and len(node.args) > 1 and 0 not in _dim_arg(node)
+    if name.endswith("_like"):  # full_like, zeros_like, ...: a new value of the same shape
+        return not others
     if name in _ROW_COPIES or torch.Tag.pointwise in node.target.tags:
         # Other operands broadcast along the rows: none has a dim that meets the merged
         # one (a lower rank aligns with the trailing dims, whose true sizes XLA tracks).
@@ -128,8 +136,17 @@ def _prefix_exprs(prefix: tuple) -> list[sympy.Expr]:
 
 def _reduced_dims(node: torch.fx.Node) -> list[int]:
     rank = node.args[0].meta["val"].dim()
-    dims = node.args[1] if len(node.args) > 1 and node.args[1] is not None else range(rank)
-    return sorted(d % rank for d in dims)
+    dims = node.args[1] if len(node.args) > 1 else None
+    return sorted(d % rank for d in (dims or range(rank)))  # [] and None: every dim
+
+
+def _dim_arg(node: torch.fx.Node) -> list[int]:
+    """The dims named by args[1] of a `_ROW_DIM_OPS` node, normalized (unsqueeze's
+    against its result's rank)."""
+    name = node.target._schema.name.split("::")[-1]
+    rank = node.meta["val"].dim() if name == "unsqueeze" else node.args[0].meta["val"].dim()
+    dims = node.args[1] if isinstance(node.args[1], (list, tuple)) else [node.args[1]]
+    return [d % max(rank, 1) for d in dims]
 
 
 def _plan(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = None,
@@ -156,6 +173,8 @@ def _plan(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = None,
             continue
         reading = [a for a in node.all_input_nodes if a in merged]
         flipped = [a for a in node.all_input_nodes if a in transposed]
+        if isinstance(node.meta.get("val"), (torch.SymInt, int)):
+            continue  # a size (the graph reads it from shapes, not from the rows)
         if not isinstance(node.target, torch._ops.OpOverload) or not isinstance(
                 node.meta.get("val"), torch.Tensor):
             if reading or flipped:
@@ -337,6 +356,11 @@ def rewrite_merges(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = No
             elif name == "sum":  # within each row
                 dims = [d + m - 1 for d in _reduced_dims(node)]
                 new = add(node.target, (base, dims, *node.args[2:]), dict(node.kwargs))
+            elif name in _ROW_DIM_OPS:
+                dims = [d + m - 1 for d in _dim_arg(node)]
+                args = torch.fx.node.map_arg(node.args, lambda a: unmerged.get(a, a))
+                dim = dims if isinstance(node.args[1], (list, tuple)) else dims[0]
+                new = add(node.target, (args[0], dim, *args[2:]), dict(node.kwargs))
             else:  # pointwise or a copy: the same op on the unmerged operands
                 args, kwargs = torch.fx.node.map_arg(
                     (node.args, dict(node.kwargs)), lambda a: unmerged.get(a, a))

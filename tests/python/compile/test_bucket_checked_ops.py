@@ -125,13 +125,23 @@ CASES: dict[str, Case] = {
                               lambda n: [torch.randn(3, n), torch.randn(20, 20)]),
     # Writes the dynamic-length src only: its padding must not land in self.
     "aten.slice_scatter.default": Case(
-        lambda x, base: (torch.slice_scatter(base, x, 1, 0, x.shape[1]),
-                         torch.slice_scatter(base, x * 2, 1, 3, x.shape[1] + 3).sum(-1)),
-        lambda n: [torch.randn(3, n), torch.randn(3, 20)]),
+        lambda x, base, t: (torch.slice_scatter(base, x, 1, 0, x.shape[1]),
+                            torch.slice_scatter(base, x * 2, 1, 3, x.shape[1] + 3).sum(-1),
+                            torch.slice_scatter(torch.zeros(2, 20, dtype=t.dtype,
+                                                            device=t.device), t, 1, 0,
+                                                t.shape[1])),
+        lambda n: [torch.randn(3, n), torch.randn(3, 20), torch.randint(0, 9, (2, n))],
+        ((0, 1), (2, 1))),
     "aten.select.int": Case(lambda x: (x[1] * 2, (x[1] * 2).sum(-1), x[:, 0] + 1), _rows),
     "aten.split_with_sizes.default": Case(
         lambda x: tuple(p.sum(-1) for p in x.split([1, 2], dim=0)), _rows),
     "aten.alias.default": _unary(lambda x: torch.ops.aten.alias(x) * 2),
+    # After the true end of the dynamic dim (Hugging Face's loss pads its labels so), and
+    # along a static dim; integer labels too.
+    "aten.constant_pad_nd.default": Case(
+        lambda x, t: (F.pad(x, (0, 2), value=-1.0), F.pad(x, (1, 3)).sum(-1),
+                      F.pad(x, (0, 0, 1, 1)) * 2, F.pad(t, (0, 1), value=-100)),
+        lambda n: [torch.randn(3, n), torch.randint(0, 9, (2, n))], ((0, 1), (1, 1))),
     "aten.clone.default": Case(lambda x: (x.t().contiguous(), x.t().contiguous().sum(0)), _rows),
     # Along a static dim, and along the dynamic one (the second piece starts at the first
     # one's true size, not its bucket).
@@ -152,11 +162,13 @@ CASES: dict[str, Case] = {
     # eq.Scalar, full_like, index, le.Tensor, mul.Scalar.
     "aten.any.dim": Case(lambda x: ((x > 0.5).any(-1), (x > 0.5).any(0).float() * 2), _rows),
     "aten.bitwise_and.Tensor": _binary(lambda x, y: (x > 0) & (y > 0)),
-    # Along the dynamic dim, leading and not, and along a static dim.
-    "aten.cumsum.default": Case(lambda x, y: (x.cumsum(-1), x.cumsum(0), y.cumsum(0),
-                                              y.cumsum(0).sum(0)),
-                                lambda n: [torch.randn(3, n), torch.randn(n, 2)],
-                                ((0, 1), (1, 0))),
+    # Along the dynamic dim, leading and not, and along a static dim; integers too (an
+    # attention mask's positions; XLA folded the integer size count to the bucket).
+    "aten.cumsum.default": Case(lambda x, y, m: (x.cumsum(-1), x.cumsum(0), y.cumsum(0),
+                                                 y.cumsum(0).sum(0), m.cumsum(-1)),
+                                lambda n: [torch.randn(3, n), torch.randn(n, 2),
+                                           torch.randint(0, 2, (2, n))],
+                                ((0, 1), (1, 0), (2, 1))),
     "aten.eq.Scalar": _unary(lambda x: ((x > 0).float() == 1).float()),
     "aten.full_like.default": Case(lambda x: (torch.full_like(x, 2.0) * x,
                                               torch.full_like(x, 2.0).sum(-1)), _rows),
@@ -176,8 +188,28 @@ CASES: dict[str, Case] = {
         lambda n: [torch.randint(0, 20, (n,)), torch.randperm(20)[:n], torch.randn(n, 4),
                    torch.randn(20, 4)],
         ((0, 0), (1, 0), (2, 0))),
+    # Along a static dim of dynamic rows (a loss's label lookup and its gradient), and a
+    # gather into the dynamic dim at positions inside the true size.
+    "aten.gather.default": Case(
+        lambda x, i, j: (torch.gather(x, 1, i), torch.gather(x, 1, i).sum(0),
+                         torch.gather(x, 0, j)),
+        lambda n: [torch.randn(n, 6), torch.randint(0, 6, (n, 1)), torch.randint(0, n, (2, 6))],
+        ((0, 0), (1, 0))),
+    "aten.scatter.value": Case(
+        lambda x, i: (torch.full_like(x, 0.5).scatter(1, i, -1.0),
+                      torch.full_like(x, 0.5).scatter(1, i, -1.0).sum(0)),
+        lambda n: [torch.randn(n, 6), torch.randint(0, 6, (n, 1))], ((0, 0), (1, 0))),
     "aten.le.Tensor": _binary(torch.le),
     "aten.mul.Scalar": _unary(lambda x: torch.ops.aten.mul.Scalar(x, 2.5)),
+    # What their backward graphs add: div.Scalar, add.Scalar, empty_permuted.
+    "aten.div.Scalar": _unary(lambda x: torch.ops.aten.div.Scalar(x, 2.5)),
+    "aten.add.Scalar": _unary(lambda x: torch.ops.aten.add.Scalar(x, 2.5)),
+    # (SiLU's backward: ones shaped like a new, uninitialized tensor.)
+    "aten.empty_permuted.default": Case(
+        lambda x: (torch.full_like(torch.empty_permuted(x.shape, (0, 1), device=x.device),
+                                   1.0) - x.sigmoid(),
+                   torch.full_like(torch.empty_permuted(x.shape, (0, 1), device=x.device),
+                                   1.0).sum(-1)), _rows),
     # Also what fixed-length slices of a dynamic dim become (x[:, :2] here).
     "aten.index_select.default": Case(
         lambda x, i: (x.index_select(1, i), x.index_select(0, i[:1]).sum(-1), x[:, :2] * 2),

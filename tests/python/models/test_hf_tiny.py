@@ -108,3 +108,51 @@ def test_compiled_decoder_buckets_varying_lengths_by_default(
             got = compiled(ids.to("tpu"), use_cache=False).logits
             assert_close(got, cpu(ids, use_cache=False).logits, dtype_tols=F32_TOLS)
     assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 4  # static, 16, 32, 64
+
+
+# (Mistral's graphs are Llama's.) GPT-2's forward breaks its Dynamo graph before the
+# loss: two frames, so twice the graphs.
+@pytest.mark.parametrize("arch,graphs", [("gpt2", 12), ("llama", 6), ("qwen2", 6),
+                                         ("qwen3", 6)])
+def test_compiled_training_step_buckets_varying_lengths_by_default(
+        arch: str, graphs: int, monkeypatch: pytest.MonkeyPatch, no_fallbacks) -> None:
+    # The loss (labels padded by one, then nll_loss over the merged batch*length rows) and
+    # the backward graph run padded too: a forward and a backward graph per bucket and
+    # frame (the first length static, then buckets 16 and 32).
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    torch._dynamo.reset()
+    cpu = decoder(arch)
+    model = decoder(arch).to("tpu")
+    compiled = torch.compile(model, backend="tpu")
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    for n in (3, 11, 17, 30):
+        ids = torch.randint(3, VOCAB, (2, n))
+        for m in (cpu, model):
+            m.zero_grad()
+        loss = compiled(ids.to("tpu"), labels=ids.to("tpu"), use_cache=False).loss
+        loss.backward()
+        expected = cpu(ids, labels=ids, use_cache=False).loss
+        expected.backward()
+        assert loss.item() == pytest.approx(expected.item(), rel=1e-5), f"n={n}"
+        for (name, p_cpu), p in zip(cpu.named_parameters(), model.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5,
+                                       msg=lambda m, name=name: f"{name} (n={n}): {m}")
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == graphs
+
+
+def test_tied_weights_stay_tied_on_tpu(no_fallbacks) -> None:
+    # GPT-2's LM head is its token embedding. Module.to() keeps a shared Parameter shared
+    # only if it can move it in place (param.data = ...), which PyTorch allows across
+    # devices only for backends that say so; before the tpu backend did, .to("tpu") made
+    # two Parameters, and training updated and differentiated them apart.
+    cpu = decoder("gpt2")
+    model = decoder("gpt2").to("tpu")
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert model.lm_head.weight.device.type == "tpu"
+    ids = torch.randint(3, VOCAB, (2, 7))
+    model(ids.to("tpu"), labels=ids.to("tpu")).loss.backward()
+    cpu(ids, labels=ids).loss.backward()
+    torch.testing.assert_close(model.transformer.wte.weight.grad.cpu(),
+                               cpu.transformer.wte.weight.grad, rtol=1e-4, atol=1e-5)
+    assert model.to("cpu").lm_head.weight is model.transformer.wte.weight
+
