@@ -33,6 +33,7 @@ from torchtpu.dynamo.graph_spec import (
     build_plan,
     evaluate,
     free_symbols,
+    size_expr,
     symbolic_dims,
 )
 from torchtpu.dynamo.checked_ops import unchecked_op
@@ -324,6 +325,14 @@ class _GraphRunner:
             raise UnsupportedGraph(f"tpu compile: cannot read sizes {missing} from the inputs")
         return values
 
+    def _as_declared(self, i: int, arg: Any, actual: dict[sympy.Symbol, int]) -> Any:
+        """An exact-size input as its placeholder declares it: saved merged rows that the
+        graph declared unmerged (merged_dims.py) are viewed so; compact inputs need not."""
+        node = self.placeholders[i]
+        if "caller_val" not in node.meta:
+            return arg
+        return arg.view([evaluate(size_expr(d), actual) for d in node.meta["val"].shape])
+
     def __call__(self, *args: Any) -> Any:
         original = args  # inputs handed back as outputs are the caller's own tensors
         if self.cpu_scalars:
@@ -348,7 +357,8 @@ class _GraphRunner:
             self.bucketed = False
             self.compiled.clear()
             graph, plan = self._get(self._key(actual))
-        inputs = [_compact(args[i], bound) if i in plan.compact_inputs else args[i]
+        inputs = [_compact(args[i], bound) if i in plan.compact_inputs
+                  else self._as_declared(i, args[i], actual)
                   for i, bound in zip(plan.input_placeholders, plan.input_bounds)]
         inputs += self._constants(plan)
         sizes = [evaluate(e, actual) for e in plan.slots]

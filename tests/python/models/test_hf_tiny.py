@@ -91,17 +91,23 @@ def test_bert_hidden_states_match_cpu(tmp_path, no_fallbacks) -> None:
                      what="bert pooler_output")
 
 
-@pytest.mark.parametrize("arch", sorted(DECODER_CONFIGS))
-def test_compiled_decoder_buckets_varying_lengths_by_default(
-        arch: str, monkeypatch: pytest.MonkeyPatch, no_fallbacks) -> None:
-    # Every op of these models on the length dim is checked under buckets
-    # (dynamo/checked_ops.py): one static graph for the first length, then one per bucket.
+def _compiled_under_default_buckets(arch: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """(CPU model, the same model on tpu, it compiled, graphs compiled so far), with the
+    default bucket policy and a fresh Dynamo."""
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     torch._dynamo.reset()
     cpu = decoder(arch)
     model = decoder(arch).to("tpu")
     compiled = torch.compile(model, backend="tpu")
-    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    return cpu, model, compiled, torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+
+
+@pytest.mark.parametrize("arch", sorted(DECODER_CONFIGS))
+def test_compiled_decoder_buckets_varying_lengths_by_default(
+        arch: str, monkeypatch: pytest.MonkeyPatch, no_fallbacks) -> None:
+    # Every op of these models on the length dim is checked under buckets
+    # (dynamo/checked_ops.py): one static graph for the first length, then one per bucket.
+    cpu, model, compiled, before = _compiled_under_default_buckets(arch, monkeypatch)
     with torch.no_grad():
         for n in (3, 11, 17, 30, 33):
             ids = torch.randint(3, VOCAB, (2, n))
@@ -119,12 +125,7 @@ def test_compiled_training_step_buckets_varying_lengths_by_default(
     # The loss (labels padded by one, then nll_loss over the merged batch*length rows) and
     # the backward graph run padded too: a forward and a backward graph per bucket and
     # frame (the first length static, then buckets 16 and 32).
-    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
-    torch._dynamo.reset()
-    cpu = decoder(arch)
-    model = decoder(arch).to("tpu")
-    compiled = torch.compile(model, backend="tpu")
-    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    cpu, model, compiled, before = _compiled_under_default_buckets(arch, monkeypatch)
     for n in (3, 11, 17, 30):
         ids = torch.randint(3, VOCAB, (2, n))
         for m in (cpu, model):
