@@ -281,10 +281,11 @@ def test_exact_size_policy_counts_one_graph_per_size(monkeypatch: pytest.MonkeyP
     assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 3
 
 
-@pytest.mark.parametrize("buckets,graphs", [("off", 6), ("", 4)])
+@pytest.mark.parametrize("buckets,graphs", [("off", 6), ("", 6), ("auto", 4)])
 def test_dynamic_training_step_gradients_match_cpu(buckets: str, graphs: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    # Forward and backward graphs: one pair per length exact-size, per bucket padded.
+    # Forward and backward graphs: one pair per length exact-size (the default for
+    # training graphs), per bucket padded (auto).
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", buckets)
     torch._dynamo.reset()
     cpu, model = _twin_decoders()
@@ -311,8 +312,9 @@ def test_batched_training_loop_over_varying_lengths_uses_buckets(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Batched, the linears merge batch and length: the forward returns those activations
     # unmerged and the backward computes weight and bias gradients per row of the
-    # unmerged tensors (merged_dims.py). Default policy; an SGD loop against the CPU's.
-    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    # unmerged tensors (merged_dims.py). Padded under `auto` (the default keeps training
+    # graphs exact-size); an SGD loop against the CPU's.
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
     torch._dynamo.reset()
     cpu, model = _twin_decoders()
     compiled = torch.compile(model, backend="tpu")
