@@ -102,7 +102,8 @@ def main() -> int:
         print(f"{policy:<10}{r['graphs']:>8}{r['seconds']:>10.2f}{r['max_abs_diff']:>20.2e}")
     for policy in rows:
         if policy != "off":
-            print(f"off/{policy} sweep time: {rows['off']['seconds'] / rows[policy]['seconds']:.2f}x")
+            ratio = rows["off"]["seconds"] / rows[policy]["seconds"]
+            print(f"off/{policy} sweep time: {ratio:.2f}x")
     return 0
 
 

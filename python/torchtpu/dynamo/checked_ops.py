@@ -42,7 +42,8 @@ CHECKED_UNDER_BUCKETS: frozenset[str] = frozenset({
     # views and copies
     "aten.view.default", "aten.permute.default",
     "aten.unsqueeze.default", "aten.squeeze.dims", "aten.expand.default",
-    "aten.slice.Tensor", "aten.slice_scatter.default", "aten.select.int", "aten.split_with_sizes.default",
+    "aten.slice.Tensor", "aten.slice_scatter.default", "aten.select.int",
+    "aten.split_with_sizes.default",
     "aten.clone.default", "aten.alias.default", "aten.cat.default",
     "aten.constant_pad_nd.default",
     # factories and lookups

@@ -211,7 +211,8 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
     next_id = len(inputs)
 
     nodes, outputs, layout = [], [], []
-    keys, returned = _computation_keys(gm), {}
+    keys = _computation_keys(gm) if b.bucketed else {}  # exact-size graphs need none
+    returned: dict[Any, int] = {}
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
             continue
@@ -451,7 +452,7 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
     # the whole bucket, padding included, as data. Dims an operand has at the same place
     # are left to XLA's own tracking, which also rejects what it cannot pad (marking
     # those makes it accept, and get wrong, a product over two dynamic dims).
-    operands = [] if _makes_new_values(node) else [
+    operands = [] if not b.bucketed or _makes_new_values(node) else [
         a.meta["val"] for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
     out_types, out_ids, node_ids, result_sizes = [], [], [], []
     for v in vals:

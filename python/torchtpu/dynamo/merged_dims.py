@@ -329,10 +329,10 @@ def rewrite_merges(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = No
                                   (unmerged[node.args[0]], base))
                     total = add(torch.ops.aten.sum.dim_IntList, (product, list(range(m - 1))))
                 else:
-                    dims = _reduced_dims(node)
-                    total = add(torch.ops.aten.sum.dim_IntList,
-                                (base, list(range(m)) + [d + m - 1 for d in dims if d != 0]),
-                                {"dtype": node.kwargs["dtype"]} if node.kwargs.get("dtype") else None)
+                    dims = list(range(m)) + [d + m - 1 for d in _reduced_dims(node) if d != 0]
+                    dtype = node.kwargs.get("dtype")
+                    total = add(torch.ops.aten.sum.dim_IntList, (base, dims),
+                                {"dtype": dtype} if dtype else None)
                 if list(total.meta["val"].shape) != list(node.meta["val"].shape):
                     total = add(view, (total, [int(d) for d in node.meta["val"].shape]))
                 node.replace_all_uses_with(total)
