@@ -75,12 +75,17 @@ void bind_compile(py::module& m) {
       .def(py::init([](int input, int64_t dim, int symbol) {
         return lowering::DynamicDim{input, dim, symbol};
       }));
+  py::class_<lowering::DynamicOutputDim>(m, "DynamicOutputDim")
+      .def(py::init([](int output, int64_t dim, int symbol) {
+        return lowering::DynamicOutputDim{output, dim, symbol};
+      }));
   py::class_<lowering::GraphSpec>(m, "GraphSpec")
       .def(py::init<>())
       .def_readwrite("inputs", &lowering::GraphSpec::inputs)
       .def_readwrite("nodes", &lowering::GraphSpec::nodes)
       .def_readwrite("outputs", &lowering::GraphSpec::outputs)
       .def_readwrite("dynamic_dims", &lowering::GraphSpec::dynamic_dims)
+      .def_readwrite("output_dynamic_dims", &lowering::GraphSpec::output_dynamic_dims)
       .def_readwrite("numel_symbols", &lowering::GraphSpec::numel_symbols)
       .def_readwrite("num_symbols", &lowering::GraphSpec::num_symbols)
       .def_readwrite("donations", &lowering::GraphSpec::donations);

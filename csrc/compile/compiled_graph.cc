@@ -127,9 +127,10 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   for (size_t k = 0; k < n; ++k) {
     runtime::BufferPtr buf = (*outputs)[k];
     if (num_symbols_ > 0 && buf->is_dynamic()) {
-      // A dynamic result carries its sizes beside the data; restage it as a plain buffer
-      // of the bound's shape (compact layout kept) so any program can read it. This
-      // host round-trip is the current cost of shape buckets (see docs/architecture.md).
+      // Outputs with dynamic dims leave the program compact and static
+      // (lowering::DynamicOutputDim); a result XLA still returns dynamic carries its sizes
+      // beside the data, which programs reject as input: restage it through the host as a
+      // plain buffer of the bound's shape (compact layout kept). Counted: none expected.
       at::Tensor host = aten::buffer_to_cpu(*buf);
       buf = aten::cpu_to_buffer(host, device_);
       base::counter_add("num_dynamic_results_restaged");

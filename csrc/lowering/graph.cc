@@ -1,5 +1,6 @@
 #include "lowering/graph.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -50,13 +51,13 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
       return base::invalid_argument("lowering: dynamic input " + std::to_string(i) +
                                     " has no element-count symbol");
     }
+    // The element count is implied by the dims' sizes; the symbol stays a parameter.
     std::vector<std::optional<Value>> sizes(graph.inputs[i].rank());
     for (const DynamicDim& d : graph.dynamic_dims) {
       if (d.input == static_cast<int>(i)) sizes[d.dim] = symbols[d.symbol];
     }
     Value& v = values[static_cast<int>(i)];
-    v = builder.expand_compact(builder.set_dimension_size(v, symbols[numel], 0),
-                               graph.inputs[i], sizes);
+    v = builder.expand_compact(v, graph.inputs[i], sizes);
   }
   auto lookup = [&](int id, const std::string& op) -> base::StatusOr<Value> {
     auto it = values.find(id);
@@ -147,8 +148,28 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
     }
     builder.alias_param(static_cast<size_t>(input), static_cast<size_t>(output));
   }
-  for (int id : graph.outputs) {
-    TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(id, "output"));
+  std::vector<std::vector<std::optional<Value>>> output_sizes(graph.outputs.size());
+  for (const DynamicOutputDim& d : graph.output_dynamic_dims) {
+    if (d.output < 0 || d.output >= static_cast<int>(graph.outputs.size()) || d.symbol < 0 ||
+        d.symbol >= graph.num_symbols || d.dim < 0) {
+      return base::invalid_argument("lowering: dynamic output dim (output " +
+                                    std::to_string(d.output) + ", dim " + std::to_string(d.dim) +
+                                    ", symbol " + std::to_string(d.symbol) + ") is out of range");
+    }
+    output_sizes[d.output].resize(std::max<size_t>(output_sizes[d.output].size(), d.dim + 1));
+    output_sizes[d.output][d.dim] = symbols[d.symbol];
+  }
+  for (size_t k = 0; k < graph.outputs.size(); ++k) {
+    TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(graph.outputs[k], "output"));
+    if (!output_sizes[k].empty()) {
+      if (static_cast<int64_t>(output_sizes[k].size()) > v.rank()) {
+        return base::invalid_argument("lowering: output " + std::to_string(k) + " (" +
+                                      v.type.str() + ") has no dim " +
+                                      std::to_string(output_sizes[k].size() - 1));
+      }
+      output_sizes[k].resize(v.rank());
+      v = builder.compact(v, output_sizes[k]);
+    }
     results.push_back(v);
     out.output_types.push_back(v.type);
   }

@@ -55,11 +55,21 @@ struct DynamicDim {
   int symbol = 0;
 };
 
+// Output `output`'s dimension `dim` has a static bound and the true size of symbol
+// `symbol`. Such an output leaves the program COMPACT, like a dynamic input: a flat static
+// buffer whose prefix is the true tensor, so no result carries XLA's size metadata.
+struct DynamicOutputDim {
+  int output = 0;
+  int64_t dim = 0;
+  int symbol = 0;
+};
+
 struct GraphSpec {
   std::vector<TensorType> inputs;  // static (bucket-padded) types
   std::vector<GraphNode> nodes;
   std::vector<int> outputs;  // value ids
   std::vector<DynamicDim> dynamic_dims;
+  std::vector<DynamicOutputDim> output_dynamic_dims;
   std::vector<int> numel_symbols;  // per input: symbol of its true element count, or -1
   int num_symbols = 0;  // i32 @main parameters after the inputs, one per size symbol
   // Graph inputs whose buffer output `donations[k].second` may reuse: the output is the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "base/check.h"
@@ -392,31 +393,118 @@ Value Builder::set_dimension_size(Value v, Value size, int64_t dim) {
             "dimension = " + std::to_string(dim) + " : i64");
 }
 
+namespace {
+
+// The last dim that has a size value (-1 if none): the compact layout's rows are the index
+// tuples up to it, each a contiguous run of the dims after it.
+int64_t last_sized_dim(const std::vector<std::optional<Value>>& sizes) {
+  int64_t last = -1;
+  for (size_t k = 0; k < sizes.size(); ++k) if (sizes[k]) last = static_cast<int64_t>(k);
+  return last;
+}
+
+int64_t run_after(const Dims& dims, int64_t last) {
+  int64_t run = 1;
+  for (size_t k = last + 1; k < dims.size(); ++k) run *= dims[k];
+  return run;
+}
+
+DType index_type_for(int64_t count) {
+  return count <= std::numeric_limits<int32_t>::max() ? DType::kI32 : DType::kI64;
+}
+
+}  // namespace
+
+// Row r of the compact layout holds, for the leading dims up to the last dynamic one, the
+// index tuple whose row-major position among the true sizes is r; the dims after it are
+// static, so each row is one contiguous run. A gather of whole runs reads them into the
+// bound layout in one pass (XLA expands a dynamic_reshape from flat with a prefix sum over
+// every element, which its CPU backend runs in quadratic time).
 Value Builder::expand_compact(Value flat, const TensorType& bound,
                               const std::vector<std::optional<Value>>& sizes) {
-  std::vector<Value> parts;
-  std::string dims, bounds;
-  for (size_t k = 0; k < bound.dims.size(); ++k) {
-    bool dynamic = sizes[k].has_value();
-    parts.push_back(dynamic ? reshape(*sizes[k], {1})
-                            : op("stablehlo.constant", {}, TensorType{DType::kI32, {1}},
-                                 "value = dense<" + std::to_string(bound.dims[k]) +
-                                     "> : tensor<1xi32>"));
-    dims += (dynamic ? "?" : std::to_string(bound.dims[k])) + "x";
-    bounds += std::string(k ? ", " : "") + (dynamic ? std::to_string(bound.dims[k]) : "?");
+  int64_t last = last_sized_dim(sizes);
+  if (last < 0) return reshape(flat, bound.dims);
+  Dims rows_shape(bound.dims.begin(), bound.dims.begin() + last + 1);
+  int64_t run = run_after(bound.dims, last);
+  int64_t num_rows = bound.num_elements() / run;
+  DType it = index_type_for(num_rows);
+  TensorType index_type{it, rows_shape};
+  Value row = zeros(index_type);
+  Value valid = splat(1, TensorType{DType::kBool, rows_shape});
+  Value stride = constant_i64(1, it);
+  for (int64_t k = last; k >= 0; --k) {
+    Value pos = iota(index_type, k);
+    row = add(row, mul(pos, broadcast_to(stride, rows_shape)));
+    Value size = sizes[k] ? convert(*sizes[k], it) : constant_i64(bound.dims[k], it);
+    if (sizes[k]) valid = binary("and", valid, compare(pos, broadcast_to(size, rows_shape), "LT"));
+    stride = mul(stride, size);
   }
-  Value shape = concatenate(parts, 0);
-  // The bounded type exists only on this one op; everything after sees `bound`.
-  std::string dynamic_type = "tensor<" + dims + base::dtype_mlir_name(bound.dtype) +
-                             ", #stablehlo.bounds<" + bounds + ">>";
-  Value reshaped = fresh(bound);
-  body_ += std::string(indent_, ' ') + name_of(reshaped) + " = \"stablehlo.dynamic_reshape\"(" +
-           name_of(flat) + ", " + name_of(shape) + ") : (" + flat.type.str() + ", " +
-           shape.type.str() + ") -> " + dynamic_type + "\n";
-  Value out = fresh(bound);
-  body_ += std::string(indent_, ' ') + name_of(out) + " = \"stablehlo.convert\"(" +
-           name_of(reshaped) + ") : (" + dynamic_type + ") -> " + bound.str() + "\n";
+  row = select(valid, row, zeros(index_type));
+  Dims index_shape = rows_shape;
+  index_shape.push_back(1);
+  Value runs = reshape(flat, {num_rows, run});
+  Dims gathered_shape = rows_shape;
+  gathered_shape.push_back(run);
+  std::string numbers = "#stablehlo.gather<offset_dims = [" + std::to_string(last + 1) +
+                        "], collapsed_slice_dims = [0], start_index_map = [0], "
+                        "index_vector_dim = " + std::to_string(last + 1) + ">";
+  Value gathered = op("stablehlo.gather", {runs, reshape(row, index_shape)},
+                      TensorType{bound.dtype, gathered_shape},
+                      "dimension_numbers = " + numbers + ", slice_sizes = " +
+                          i64_array({1, run}) + ", indices_are_sorted = false");
+  Dims row_dims(last + 1);
+  for (int64_t k = 0; k <= last; ++k) row_dims[k] = k;
+  Value mask = broadcast_in_dim(valid, gathered_shape, row_dims);
+  Value out = reshape(select(mask, gathered, zeros(TensorType{bound.dtype, gathered_shape})),
+                      bound.dims);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k]) out = set_dimension_size(out, *sizes[k], static_cast<int64_t>(k));
+  }
   return out;
+}
+
+// Row r of the result is the r-th index tuple (up to the last dynamic dim) in row-major
+// order over the true sizes: one gather of whole runs, whose result is static.
+Value Builder::compact(Value v, const std::vector<std::optional<Value>>& sizes) {
+  const Dims dims = v.dims();
+  int64_t total = v.type.num_elements();
+  int64_t last = last_sized_dim(sizes);
+  if (last < 0) return reshape(v, {total});
+  int64_t run = run_after(dims, last);
+  int64_t num_rows = total / run;
+  DType it = index_type_for(num_rows);
+  Dims rows{num_rows};
+  Value r = iota(TensorType{it, rows}, 0);
+  std::vector<Value> coords(last + 1);
+  Value stride = constant_i64(1, it);
+  for (int64_t k = last; k >= 0; --k) {
+    Value size = sizes[k] ? convert(*sizes[k], it) : constant_i64(dims[k], it);
+    Value q = div(r, broadcast_to(stride, rows));
+    // Rows past the true count get coordinates past the bound, which gather clamps.
+    coords[k] = reshape(k == 0 ? q : binary("remainder", q, broadcast_to(size, rows)),
+                        {num_rows, 1});
+    stride = mul(stride, binary("maximum", size, constant_i64(1, it)));  // empty: any
+  }
+  Value indices = last == 0 ? coords[0] : concatenate(coords, 1);
+  Dims offset_dims, index_dims, slice_sizes, gathered{num_rows};
+  for (int64_t k = 0; k < v.rank(); ++k) {
+    if (k <= last) {
+      index_dims.push_back(k);
+      slice_sizes.push_back(1);
+    } else {
+      offset_dims.push_back(k - last);
+      slice_sizes.push_back(dims[k]);
+      gathered.push_back(dims[k]);
+    }
+  }
+  std::string numbers = "#stablehlo.gather<";
+  if (!offset_dims.empty()) numbers += "offset_dims = " + i64_list(offset_dims) + ", ";
+  numbers += "collapsed_slice_dims = " + i64_list(index_dims) +
+             ", start_index_map = " + i64_list(index_dims) + ", index_vector_dim = 1>";
+  Value out = op("stablehlo.gather", {v, indices}, TensorType{v.dtype(), gathered},
+                 "dimension_numbers = " + numbers + ", slice_sizes = " +
+                     i64_array(slice_sizes) + ", indices_are_sorted = false");
+  return reshape(out, {total});
 }
 
 Value Builder::keep_dims(Value v, const Dims& input_dims, const Dims& reduced_dims) {

@@ -143,10 +143,13 @@ class Builder {
   // of a dynamic operand carries its garbage rows along).
   Value static_along(Value x, int64_t dim, Value n, Value fill);
   // A flat value holding a tensor in compact layout (true elements first, row-major),
-  // reshaped to `bound` whose dims with a size value are dynamic (stablehlo
-  // dynamic_reshape). The result is re-typed static: XLA keeps tracking the true sizes.
+  // laid out as `bound` (zeros past the true sizes) with its dims that have a size value
+  // (i32 0-d) marked dynamic, so XLA tracks the true sizes from there on.
   Value expand_compact(Value flat, const TensorType& bound,
                        const std::vector<std::optional<Value>>& sizes);
+  // The inverse: `v` (laid out as its static type, true sizes in `sizes` for its dynamic
+  // dims) as a flat static value in compact layout; past the true elements, unspecified.
+  Value compact(Value v, const std::vector<std::optional<Value>>& sizes);
 
   // dot_general with explicit dimension numbers; result dtype `out`.
   Value dot_general(Value lhs, Value rhs, const Dims& lhs_batch, const Dims& rhs_batch,

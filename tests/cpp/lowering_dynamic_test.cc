@@ -181,6 +181,16 @@ class Graph {
   }
 
   void output(int id) { spec_.outputs.push_back(id); }
+  // An output the padded program returns compact itself (lowering::DynamicOutputDim):
+  // a flat static buffer, its dims in `dyn` of true size kTrue (symbol 0).
+  void compact_output(int id, const Dims& dyn) {
+    if (padded_) {
+      for (int64_t d : dyn) {
+        spec_.output_dynamic_dims.push_back({static_cast<int>(spec_.outputs.size()), d, 0});
+      }
+    }
+    output(id);
+  }
   void outputs(const std::vector<int>& ids) {
     for (int id : ids) output(id);
   }
@@ -273,6 +283,33 @@ HostTensor sample(Dims dims, double scale = 1) {
   int64_t n = h.type.num_elements();
   for (int64_t i = 0; i < n; ++i) h.values.push_back(scale * std::sin(1.3 * i + 0.7) * (1 + i % 3));
   return h;
+}
+
+TEST(DynamicLowering, CompactOutputsAreFlatStaticAndHoldTheTrueTensor) {
+  // A dynamic dim leading, in the middle, two of them, and an integer tensor: each
+  // output comes back flat and static, its prefix the true tensor.
+  Graph::Result want = expect_padding_invisible([](Graph& g) {
+    int x = g.input(sample({kTrue, 3}), {0});
+    int y = g.input(sample({3, kTrue, 2}), {1});
+    int m = g.input(sample({kTrue, kTrue}), {0, 1});
+    g.compact_output(g.node1("aten::mul.Tensor", {T(x), T(x)}, g.type(DType::kF32, {kTrue, 3}, {0})),
+                     {0});
+    g.compact_output(g.node1("aten::neg", {T(y)}, g.type(DType::kF32, {3, kTrue, 2}, {1})), {1});
+    int gt = g.node1("aten::gt.Scalar", {T(m), S(0)}, g.type(DType::kBool, {kTrue, kTrue}, {0, 1}));
+    g.compact_output(g.node1("aten::_to_copy", {T(gt), dtype_arg(DType::kI32), none_arg(),
+                                                 none_arg(), none_arg(), bool_arg(false),
+                                                 none_arg()},
+                             g.type(DType::kI32, {kTrue, kTrue}, {0, 1})),
+                     {0, 1});
+  });
+  ASSERT_EQ(want.outputs.size(), 3u);
+  Graph padded(true);
+  int x = padded.input(sample({kTrue, 3}), {0});
+  padded.compact_output(padded.node1("aten::neg", {T(x)}, padded.type(DType::kF32, {kTrue, 3}, {0})),
+                        {0});
+  Graph::Result got = padded.run();
+  ASSERT_EQ(got.outputs.size(), 1u);
+  EXPECT_EQ(got.outputs[0].type.dims, Dims{kBucket * 3});
 }
 
 TEST(DynamicLowering, MeanDividesByTrueCount) {

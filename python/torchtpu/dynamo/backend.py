@@ -122,12 +122,11 @@ def _report_unread_checks() -> None:
 def bucket_policy() -> str:
     """Which graphs with symbolic sizes are padded to shape buckets (TORCHTPU_SHAPE_BUCKETS).
 
-    - unset (the default): ``"checked"``, inference graphs whose ops on dynamic dims are
-      all checked under buckets (checked_ops.py) and that have no hazard;
+    - unset (the default): ``"checked"``, graphs (inference, or a training step's forward
+      and backward) whose ops on dynamic dims are all checked under buckets
+      (checked_ops.py) and that have no hazard;
     - ``auto``, or a bucket list such as ``16,32,64``: ``"all"``, every graph without a
-      known hazard, training graphs included (exact, but a padded backward runs far
-      slower than an exact-size one today; experimental for ops outside the checked
-      list);
+      known hazard (experimental for ops outside the checked list);
     - ``off``: ``"off"``, every graph compiles once per exact size.
 
     A graph that is not padded compiles per exact size: exact results, and every new size
@@ -239,7 +238,7 @@ class _GraphRunner:
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
                  mutated: list[tuple[int, int]] | None = None,
-                 saved: dict[str, tuple] | None = None, training: bool = False) -> None:
+                 saved: dict[str, tuple] | None = None) -> None:
         self.gm = gm
         # (placeholder, graph output) pairs: the output is the placeholder's new value,
         # which AOTAutograd's epilogue copies back into the caller's tensor.
@@ -265,10 +264,6 @@ class _GraphRunner:
             if rewrite_fixed_slices(gm):
                 log.info("torchtpu: fixed-length slices of a dynamic dim rewritten as gathers")
             self.hazard = bucketing_hazard(gm, saved)
-            if self.hazard is None and policy == "checked" and training:
-                # Exact, but slow: a padded backward ran ~200x slower than exact-size
-                # (docs/architecture.md), so only `auto` pads training graphs.
-                self.hazard = "a training graph (TORCHTPU_SHAPE_BUCKETS=auto pads it)"
             if self.hazard is None and policy == "checked":
                 self.hazard = unchecked_op(gm)
             if self.hazard is None:
@@ -486,7 +481,7 @@ _merged_saves: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _compile_forward_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    runner = _GraphRunner(gm, example_inputs, training=True)
+    runner = _GraphRunner(gm, example_inputs)
     ctx = torch._guards.TracingContext.try_get()
     if ctx is not None and runner.merged_outputs:
         _merged_saves.setdefault(ctx, {}).update(runner.merged_outputs)
@@ -498,7 +493,7 @@ def _compile_forward_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) 
 def _compile_backward_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     ctx = torch._guards.TracingContext.try_get()
     saved = _merged_saves.get(ctx) if ctx is not None else None
-    return make_boxed_func(_GraphRunner(gm, example_inputs, saved=saved, training=True))
+    return make_boxed_func(_GraphRunner(gm, example_inputs, saved=saved))
 
 
 def _compile_inference_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:

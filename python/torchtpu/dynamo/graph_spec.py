@@ -210,7 +210,7 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
     spec.inputs = inputs
     next_id = len(inputs)
 
-    nodes, outputs, layout = [], [], []
+    nodes, outputs, output_dims, layout = [], [], [], []
     keys = _computation_keys(gm) if b.bucketed else {}  # exact-size graphs need none
     returned: dict[Any, int] = {}
     for node in gm.graph.nodes:
@@ -239,6 +239,12 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
                     key = keys[r] if b.bucketed else ("output", len(layout))
                     if key not in returned:
                         returned[key] = len(outputs)
+                        for d, s in enumerate(r.meta["val"].shape):
+                            expr = size_expr(s)
+                            if expr.free_symbols and b.bucketed:
+                                # Returned compact (graph.h): a flat static buffer.
+                                output_dims.append(
+                                    _C.DynamicOutputDim(len(outputs), d, b.slot(expr)))
                         outputs.append(ids[r])
                     layout.append(("tensor", returned[key], shape))
                 elif isinstance(r, torch.fx.Node) and isinstance(ids.get(r), tuple):
@@ -266,6 +272,7 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
     spec.nodes = nodes
     spec.outputs = outputs
     spec.dynamic_dims = dynamic_dims
+    spec.output_dynamic_dims = output_dims
     spec.numel_symbols = numel_symbols
     spec.num_symbols = len(b.slots)
     return GraphPlan(

@@ -91,11 +91,10 @@ def test_bert_hidden_states_match_cpu(tmp_path, no_fallbacks) -> None:
                      what="bert pooler_output")
 
 
-def _compiled_under_buckets(arch: str, monkeypatch: pytest.MonkeyPatch,
-                            policy: str = "") -> tuple:
-    """(CPU model, the same model on tpu, it compiled, graphs compiled so far), with the
-    bucket policy `policy` (unset: the default) and a fresh Dynamo."""
-    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", policy)
+def _compiled_under_buckets(arch: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """(CPU model, the same model on tpu, it compiled, graphs compiled so far), under the
+    default bucket policy and a fresh Dynamo."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     torch._dynamo.reset()
     cpu = decoder(arch)
     model = decoder(arch).to("tpu")
@@ -121,13 +120,12 @@ def test_compiled_decoder_buckets_varying_lengths_by_default(
 # loss: two frames, so twice the graphs.
 @pytest.mark.parametrize("arch,graphs", [("gpt2", 12), ("llama", 6), ("qwen2", 6),
                                          ("qwen3", 6)])
-def test_compiled_training_step_buckets_varying_lengths_under_auto(
+def test_compiled_training_step_buckets_varying_lengths_by_default(
         arch: str, graphs: int, monkeypatch: pytest.MonkeyPatch, no_fallbacks) -> None:
     # The loss (labels padded by one, then nll_loss over the merged batch*length rows) and
     # the backward graph run padded too: a forward and a backward graph per bucket and
-    # frame (the first length static, then buckets 16 and 32). Under `auto`: the default
-    # keeps training graphs exact-size.
-    cpu, model, compiled, before = _compiled_under_buckets(arch, monkeypatch, "auto")
+    # frame (the first length static, then buckets 16 and 32).
+    cpu, model, compiled, before = _compiled_under_buckets(arch, monkeypatch)
     for n in (3, 11, 17, 30):
         ids = torch.randint(3, VOCAB, (2, n))
         for m in (cpu, model):
