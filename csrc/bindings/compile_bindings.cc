@@ -66,10 +66,15 @@ void bind_compile(py::module& m) {
       .def_readwrite("scalars", &lowering::GraphNode::scalars)
       .def_readwrite("out_types", &lowering::GraphNode::out_types)
       .def_readwrite("out_ids", &lowering::GraphNode::out_ids)
-      .def_readwrite("result_sizes", &lowering::GraphNode::result_sizes);
+      .def_readwrite("result_sizes", &lowering::GraphNode::result_sizes)
+      .def_readwrite("static_arg_dims", &lowering::GraphNode::static_arg_dims);
   py::class_<lowering::ResultSize>(m, "ResultSize")
       .def(py::init([](int result, int64_t dim, int symbol) {
         return lowering::ResultSize{result, dim, symbol};
+      }));
+  py::class_<lowering::StaticArgDim>(m, "StaticArgDim")
+      .def(py::init([](int arg, int64_t dim, int symbol) {
+        return lowering::StaticArgDim{arg, dim, symbol};
       }));
   py::class_<lowering::DynamicDim>(m, "DynamicDim")
       .def(py::init([](int input, int64_t dim, int symbol) {

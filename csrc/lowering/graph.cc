@@ -77,6 +77,17 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
     for (size_t i = 0; i < node.args.size(); ++i) {
       if (i < node.tensor_refs.size() && node.tensor_refs[i] >= 0) {
         TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(node.tensor_refs[i], node.op));
+        for (const StaticArgDim& s : node.static_arg_dims) {
+          if (s.arg != static_cast<int>(i)) continue;
+          if (s.dim < 0 || s.dim >= v.rank() || s.symbol < 0 || s.symbol >= graph.num_symbols) {
+            return base::invalid_argument("lowering: " + node.op + " static argument dim (arg " +
+                                          std::to_string(s.arg) + ", dim " +
+                                          std::to_string(s.dim) + ", symbol " +
+                                          std::to_string(s.symbol) + ") is out of range");
+          }
+          v = builder.static_along(v, s.dim, builder.convert(symbols[s.symbol], DType::kI64),
+                                   builder.zeros(TensorType{v.dtype(), {}}));
+        }
         ctx.bind_tensor(i, v);
       }
       if (i < node.list_refs.size() && !node.list_refs[i].empty()) {

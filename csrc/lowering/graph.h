@@ -33,6 +33,18 @@ struct ResultSize {
   int symbol = 0;
 };
 
+// In a graph with shape buckets: tensor argument `arg`'s dimension `dim`, whose true size
+// is size symbol `symbol`, is made static before the node is lowered (padding zeroed,
+// XLA no longer tracking the dim: Builder::static_along). For a product whose rows XLA
+// would merge with a dynamic dim among them: its dot canonicalization then compacts the
+// rows with a sort and a prefix sum per product, several times the product's own cost on
+// the CPU. The node marks its result dims again with ResultSize.
+struct StaticArgDim {
+  int arg = 0;
+  int64_t dim = 0;
+  int symbol = 0;
+};
+
 struct GraphNode {
   std::string op;                          // "aten::add.Tensor"
   std::vector<OpArg> args;                 // schema order; tensor types filled in
@@ -42,6 +54,7 @@ struct GraphNode {
   std::vector<TensorType> out_types;       // one per defined output
   std::vector<int> out_ids;                // value ids of those outputs
   std::vector<ResultSize> result_sizes;    // dynamic dims of the results (shape buckets)
+  std::vector<StaticArgDim> static_arg_dims;  // argument dims made static (shape buckets)
 };
 
 // Bounded dynamic shapes: input `input`'s dimension `dim` has a static bound (its bucket)

@@ -180,6 +180,14 @@ class Graph {
     return node(op, args, {out})[0];
   }
 
+  // In the padded graph: the last node's tensor argument `arg` is made static along
+  // `dim` first, and its result 0 marked dynamic along `dim` again (symbol 0).
+  void static_arg_then_result_size(int arg, int64_t dim) {
+    if (!padded_) return;
+    spec_.nodes.back().static_arg_dims.push_back({arg, dim, 0});
+    spec_.nodes.back().result_sizes.push_back({0, dim, 0});
+  }
+
   void output(int id) { spec_.outputs.push_back(id); }
   // An output the padded program returns compact itself (lowering::DynamicOutputDim):
   // a flat static buffer, its dims in `dyn` of true size kTrue (symbol 0).
@@ -310,6 +318,21 @@ TEST(DynamicLowering, CompactOutputsAreFlatStaticAndHoldTheTrueTensor) {
   Graph::Result got = padded.run();
   ASSERT_EQ(got.outputs.size(), 1u);
   EXPECT_EQ(got.outputs[0].type.dims, Dims{kBucket * 3});
+}
+
+TEST(DynamicLowering, ProductOverStaticRowsKeepsTheTrueRowCount) {
+  // matmul_nd over [3, s, 4] rows with s dynamic, its rows made static first (XLA's dot
+  // would merge 3 and s with a sort); the result's s is marked again, so a mean over it
+  // divides by the true count.
+  expect_padding_invisible([](Graph& g) {
+    int x = g.input(sample({3, kTrue, 4}), {1}, kHuge);
+    int w = g.input(sample({4, 2}, 0.5));
+    int y = g.node1("torchtpu::matmul_nd", {T(x), T(w)}, g.type(DType::kF32, {3, kTrue, 2}, {1}));
+    g.static_arg_then_result_size(0, 1);
+    g.compact_output(y, {1});
+    g.output(g.node1("aten::mean.dim", {T(y), ints_arg({1}), bool_arg(false), none_arg()},
+                     g.type(DType::kF32, {3, 2})));
+  });
 }
 
 TEST(DynamicLowering, MeanDividesByTrueCount) {

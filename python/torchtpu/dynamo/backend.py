@@ -361,30 +361,27 @@ class _GraphRunner:
                   else self._as_declared(i, args[i], actual)
                   for i, bound in zip(plan.input_placeholders, plan.input_bounds)]
         inputs += self._constants(plan)
-        sizes = [evaluate(e, actual) for e in plan.slots]
+        sizes, resolved = plan.resolve(self.symbols, actual)
         tensors = graph.run(inputs, sizes)
         out, handed_out = [], set()
-        for entry in plan.output_layout:
+        for entry, value in zip(plan.output_layout, resolved):
             if entry[0] == "tensor":
                 # Dynamic results come back compact: the true tensor is the buffer's prefix.
                 t = tensors[entry[1]]
                 if entry[1] in handed_out:
                     t = t.clone()  # one program result for two outputs (build_plan)
                 handed_out.add(entry[1])
-                shape = [evaluate(e, actual) for e in entry[2]]
-                if list(t.shape) != shape:
+                if list(t.shape) != value:
                     numel = 1
-                    for n in shape:
+                    for n in value:
                         numel *= n
-                    t = t.reshape(-1)[:numel].view(shape)
+                    t = t.reshape(-1)[:numel].view(value)
                 out.append(t)
             elif entry[0] == "size":
-                out.append(evaluate(entry[1], actual))
+                out.append(value)
             elif entry[0] == "arg":
                 arg = original[entry[1]]
-                if entry[2] is not None:
-                    arg = arg.view([evaluate(e, actual) for e in entry[2]])
-                out.append(arg)
+                out.append(arg if value is None else arg.view(value))
             else:
                 out.append(entry[1])
         if self.input_views is not None:
@@ -438,10 +435,10 @@ def _compact(t: Any, bound: list[int]) -> Any:
     if (t.is_contiguous() and t.storage_offset() == 0
             and t.untyped_storage().nbytes() == numel * t.element_size()):
         return t.as_strided([numel], [1], 0)
-    flat = t.cpu().reshape(-1)
-    padded = flat.new_zeros(numel)
-    padded[: flat.numel()] = flat
-    return padded.to(t.device)
+    # On the device (one pad program): through the host, every call would wait for the
+    # work queued before it.
+    flat = t.reshape(-1)
+    return torch.nn.functional.pad(flat, (0, numel - flat.numel()))
 
 
 def _donations(plan: GraphPlan, mutated: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -115,6 +115,26 @@ class GraphPlan:
     # Tensor constants of the graph (get_attr nodes: tensors an op built from Python
     # values while tracing), fed after the placeholders as extra C++ inputs.
     constants: list[torch.Tensor] = field(default_factory=list)
+    # Per tuple of true sizes seen: (slot values, per output_layout entry its evaluated
+    # shape or size, None for constants). Sympy evaluation costs ~20 us a size, and a
+    # training graph has a hundred of them; the sizes repeat from call to call.
+    resolved: dict[tuple[int, ...], tuple[list[int], list[Any]]] = field(default_factory=dict)
+
+    def resolve(self, symbols: list[sympy.Symbol], actual: dict[sympy.Symbol, int]
+                ) -> tuple[list[int], list[Any]]:
+        key = tuple(actual[s] for s in symbols)
+        if key not in self.resolved:
+            sizes = [evaluate(e, actual) for e in self.slots]
+            layout: list[Any] = []
+            for entry in self.output_layout:
+                if entry[0] == "size":
+                    layout.append(evaluate(entry[1], actual))
+                elif entry[0] in ("tensor", "arg") and entry[2] is not None:
+                    layout.append([evaluate(e, actual) for e in entry[2]])
+                else:
+                    layout.append(None)
+            self.resolved[key] = (sizes, layout)
+        return self.resolved[key]
 
 
 class _Builder:
@@ -352,6 +372,20 @@ def _makes_new_values(node: torch.fx.Node) -> bool:
     return name.endswith("_like") or name.startswith("new_")
 
 
+def _static_product_rows(node: torch.fx.Node) -> list[int]:
+    """The dynamic row dims of `x` in ``matmul_nd(x, w)`` with w of rank 2 and several row
+    dims: XLA's dot merges the rows, and merging a dynamic dim that is not the outermost
+    costs a sort and a prefix sum over the rows. The lowering makes them static first (the
+    padded rows are zeros, one product each) and marks the result's again (graph.h)."""
+    if node.target is not torch.ops.torchtpu.matmul_nd.default:
+        return []
+    x, w = (a.meta["val"] for a in node.args[:2])
+    if w.dim() != 2 or x.dim() < 3:
+        return []
+    rows = sorted(d for d in symbolic_dims(x) if d < x.dim() - 1)
+    return rows if rows and rows != [0] else []
+
+
 def _same_dim(v: torch.Tensor, d: int, operand: torch.Tensor) -> bool:
     """Whether `operand` has v's dim `d` at the same place (dims aligned from the right,
     as in broadcasting) with the same size."""
@@ -461,12 +495,15 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
     # those makes it accept, and get wrong, a product over two dynamic dims).
     operands = [] if not b.bucketed or _makes_new_values(node) else [
         a.meta["val"] for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+    static_rows = _static_product_rows(node) if b.bucketed else []
+    g.static_arg_dims = [_C.StaticArgDim(0, d, b.slot(size_expr(vals[0].shape[d])))
+                         for d in static_rows]
     out_types, out_ids, node_ids, result_sizes = [], [], [], []
     for v in vals:
         if isinstance(v, torch.Tensor):
             if b.bucketed:
                 for d in sorted(symbolic_dims(v)):
-                    if any(_same_dim(v, d, t) for t in operands):
+                    if any(_same_dim(v, d, t) for t in operands) and d not in static_rows:
                         continue
                     result_sizes.append(_C.ResultSize(len(out_types), d,
                                                       b.slot(size_expr(v.shape[d]))))

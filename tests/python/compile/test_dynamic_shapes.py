@@ -221,12 +221,15 @@ def test_graph_xla_will_not_compile_padded_falls_back_to_exact_sizes(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # A graph the hazard checks let through but XLA's padder rejects (a RET_CHECK on the
     # bias add after a product over two dynamic dims) compiles per exact size instead of
-    # failing. The hazard checks do catch this one, so they are switched off here to
-    # reach the fallback.
+    # failing. The hazard checks do catch this one, and the lowering now makes such a
+    # product's rows static (graph_spec._static_product_rows), which XLA accepts; both
+    # are switched off here to reach the fallback.
+    from torchtpu.dynamo import graph_spec
     from torchtpu.ops import matmul_nd
 
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
     monkeypatch.setattr(backend, "bucketing_hazard", lambda gm, saved=None: None)
+    monkeypatch.setattr(graph_spec, "_static_product_rows", lambda node: [])
     torch._dynamo.reset()
     w, bias = torch.randn(16, 8), torch.randn(8)
     w_tpu, bias_tpu = w.to("tpu"), bias.to("tpu")
