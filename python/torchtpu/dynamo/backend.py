@@ -202,11 +202,6 @@ def bucketing_hazard(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = 
         rank = src.meta["val"].dim()
         if name in _SIZE_RELATIVE:
             return f"{node.target} on a dynamic dimension ({node.name})"
-        if (name == "matmul_nd" and node.args[1].meta["val"].dim() == 2
-                and len(dyn - {rank - 1}) > 1):
-            # XLA's dot merges the free dims of an operand: with two of them dynamic the
-            # product comes back as garbage (merged_dims.py keeps its rewrite clear of it).
-            return f"{node.target} on rows with more than one dynamic dim ({node.name})"
         if name == "constant_pad_nd":
             pads = node.args[1]
             for i in range(len(pads) // 2):

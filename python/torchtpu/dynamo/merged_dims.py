@@ -231,11 +231,6 @@ def _plan(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = None,
             if 0 not in _reduced_dims(node):
                 merged[node] = prefix  # within each row
             continue  # else over every row (a bias gradient): the result is not merged
-        if name in ("mm", "addmm") and sum(_dynamic(d) for d in key) > 1:
-            # Rewritten, the product's operand keeps several dynamic dims besides the
-            # contracted one; XLA's dot merges them and returns garbage.
-            return region, merged, transposed, (
-                f"{node.target} multiplies rows merged from several dynamic dims ({node.name})")
         if not _row_wise(node, name, merged, prefix):
             return region, merged, transposed, (
                 f"{node.target} reads across merged dynamic rows ({node.name})")

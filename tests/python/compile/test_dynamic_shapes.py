@@ -244,20 +244,48 @@ def test_graph_xla_will_not_compile_padded_falls_back_to_exact_sizes(
 
 
 @pytest.mark.parametrize("policy", ["", "auto"])
-def test_product_over_two_dynamic_dims_stays_exact(
-        policy: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # dynamic=True makes batch and length dynamic. Padded, XLA's dot merges the two and
-    # returns garbage (no error), so a batched linear without bias compiles per exact size.
+def test_product_over_two_dynamic_dims_runs_padded(
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # dynamic=True makes batch and length dynamic. XLA's dot merges the two (padded, it
+    # returned garbage, no error); the lowering makes both static before the product and
+    # marks the result's again (graph_spec._static_product_rows): one executable, exact.
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", policy)
     torch._dynamo.reset()
     lin, lin_tpu = _twin_linears()
     compiled = torch.compile(lambda x: x @ lin_tpu.weight.T, backend="tpu", dynamic=True)
-    with caplog.at_level("INFO", logger="torchtpu.compile"), torch.no_grad():
-        for b, n in ((2, 3), (3, 5), (2, 5)):
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    with torch.no_grad():
+        for b, n in ((2, 3), (3, 5), (2, 5), (5, 11)):
             x = torch.randn(b, n, 16)
             torch.testing.assert_close(compiled(x.to("tpu")).cpu(), x @ lin.weight.T,
                                        rtol=1e-5, atol=1e-5)
-    assert "multiplies rows merged from several dynamic dims" in caplog.text
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 1
+
+
+def test_training_step_with_dynamic_batch_and_length_matches_cpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Batch and length both dynamic in a training step: the forward's products, and the
+    # backward's weight gradients over rows of two dynamic dims, padded to buckets.
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    torch._dynamo.reset()
+    cpu, model = _twin_decoders()
+    compiled = torch.compile(model, backend="tpu", dynamic=True)
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    for b, n in ((2, 3), (3, 5), (5, 17), (3, 30)):
+        tokens = torch.randint(0, 32, (b, n + 1))
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        for m in (cpu, model):
+            m.zero_grad()
+        loss_cpu = F.cross_entropy(cpu(x).flatten(0, 1), y.flatten())
+        loss_cpu.backward()
+        loss = F.cross_entropy(compiled(x.to("tpu")).flatten(0, 1), y.to("tpu").flatten())
+        loss.backward()
+        assert loss.item() == pytest.approx(loss_cpu.item(), rel=1e-5), f"b={b} n={n}"
+        for (name, p_cpu), p in zip(cpu.named_parameters(), model.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5,
+                                       msg=lambda m, name=name: f"{name} (b={b} n={n}): {m}")
+    # Buckets (16, 16) and (16, 32): a forward and a backward graph each.
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 4
 
 
 def test_matmul_nd_matches_torch_matmul_and_checks_ranks() -> None:
