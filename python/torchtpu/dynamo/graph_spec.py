@@ -375,8 +375,9 @@ def _makes_new_values(node: torch.fx.Node) -> bool:
 def _static_product_rows(node: torch.fx.Node) -> list[int]:
     """The dynamic row dims of `x` in ``matmul_nd(x, w)`` with w of rank 2 and several row
     dims: XLA's dot merges the rows, and merging a dynamic dim that is not the outermost
-    costs a sort and a prefix sum over the rows. The lowering makes them static first (the
-    padded rows are zeros, one product each) and marks the result's again (graph.h)."""
+    costs a sort and a prefix sum over the rows (two dynamic dims merged gave garbage).
+    The lowering makes them static first (the padded rows are zeros, one product each)
+    and marks the result's again (graph.h)."""
     if node.target is not torch.ops.torchtpu.matmul_nd.default:
         return []
     x, w = (a.meta["val"] for a in node.args[:2])

@@ -53,6 +53,17 @@ def _twin_decoders() -> tuple[TinyDecoder, TinyDecoder]:
     return cpu, model
 
 
+def _compiled_twins(monkeypatch: pytest.MonkeyPatch, policy: str = "",
+                    dynamic: bool | None = True) -> tuple:
+    """(CPU decoder, its twin on tpu, the twin compiled, graphs compiled so far) under the
+    bucket policy `policy` (empty: the default) and a fresh Dynamo."""
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", policy)
+    torch._dynamo.reset()
+    cpu, model = _twin_decoders()
+    compiled = torch.compile(model, backend="tpu", dynamic=dynamic)
+    return cpu, model, compiled, torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+
+
 def _twin_linears() -> tuple[torch.nn.Linear, torch.nn.Linear]:
     """The same Linear(16, 8) on the CPU and on tpu (identical weights)."""
     torch.manual_seed(0)
@@ -110,11 +121,7 @@ def test_default_policy_keeps_unchecked_ops_exact_and_auto_pads_them(
 def test_hundred_lengths_use_few_executables_and_exact_results(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The default policy.
-    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
-    torch._dynamo.reset()
-    cpu, model = _twin_decoders()
-    compiled = torch.compile(model, backend="tpu", dynamic=True)
-    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    cpu, model, compiled, before = _compiled_twins(monkeypatch)
     worst = 0.0
     for n in range(1, 101):
         tokens = torch.randint(0, 32, (n,))
@@ -134,11 +141,7 @@ def test_batched_sweep_rewrites_merged_rows_and_stays_exact(
     # [2, n] tokens, lengths varying naturally (no mark_dynamic), default policy: every
     # linear reshapes [2, n, k] -> [2n, k]; the backend runs those products on the
     # unmerged tensors.
-    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
-    torch._dynamo.reset()
-    cpu, model = _twin_decoders()
-    compiled = torch.compile(model, backend="tpu")
-    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    cpu, model, compiled, before = _compiled_twins(monkeypatch, dynamic=None)
     worst = 0.0
     with caplog.at_level("INFO", logger="torchtpu.compile"), torch.no_grad():
         for n in range(1, 41):
@@ -266,11 +269,7 @@ def test_training_step_with_dynamic_batch_and_length_matches_cpu(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Batch and length both dynamic in a training step: the forward's products, and the
     # backward's weight gradients over rows of two dynamic dims, padded to buckets.
-    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
-    torch._dynamo.reset()
-    cpu, model = _twin_decoders()
-    compiled = torch.compile(model, backend="tpu", dynamic=True)
-    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    cpu, model, compiled, before = _compiled_twins(monkeypatch)
     for b, n in ((2, 3), (3, 5), (5, 17), (3, 30)):
         tokens = torch.randint(0, 32, (b, n + 1))
         x, y = tokens[:, :-1], tokens[:, 1:]
@@ -316,11 +315,7 @@ def test_dynamic_training_step_gradients_match_cpu(buckets: str, graphs: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # Forward and backward graphs: one pair per length exact-size (off), per bucket
     # padded (the default: every op of this step is checked under buckets; and auto).
-    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", buckets)
-    torch._dynamo.reset()
-    cpu, model = _twin_decoders()
-    compiled = torch.compile(model, backend="tpu", dynamic=True)
-    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    cpu, model, compiled, before = _compiled_twins(monkeypatch, buckets)
     for n in (5, 11, 20):
         tokens = torch.randint(0, 32, (n + 1,))
         for m in (cpu, model):
@@ -344,13 +339,9 @@ def test_batched_training_loop_over_varying_lengths_uses_buckets(
     # unmerged and the backward computes weight and bias gradients per row of the
     # unmerged tensors (merged_dims.py). Padded under the default policy; an SGD loop
     # against the CPU's.
-    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
-    torch._dynamo.reset()
-    cpu, model = _twin_decoders()
-    compiled = torch.compile(model, backend="tpu")
+    cpu, model, compiled, before = _compiled_twins(monkeypatch, dynamic=None)
     opt_cpu = torch.optim.SGD(cpu.parameters(), lr=0.1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
     restaged = torchtpu.debug.metrics().get("num_dynamic_results_restaged", 0)
     for n in (3, 5, 9, 16, 17, 30):
         tokens = torch.randint(0, 32, (2, n + 1))
