@@ -1,6 +1,5 @@
 #include "lowering/graph.h"
 
-#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -159,28 +158,28 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
     }
     builder.alias_param(static_cast<size_t>(input), static_cast<size_t>(output));
   }
-  std::vector<std::vector<std::optional<Value>>> output_sizes(graph.outputs.size());
   for (const DynamicOutputDim& d : graph.output_dynamic_dims) {
     if (d.output < 0 || d.output >= static_cast<int>(graph.outputs.size()) || d.symbol < 0 ||
-        d.symbol >= graph.num_symbols || d.dim < 0) {
+        d.symbol >= graph.num_symbols) {
       return base::invalid_argument("lowering: dynamic output dim (output " +
                                     std::to_string(d.output) + ", dim " + std::to_string(d.dim) +
                                     ", symbol " + std::to_string(d.symbol) + ") is out of range");
     }
-    output_sizes[d.output].resize(std::max<size_t>(output_sizes[d.output].size(), d.dim + 1));
-    output_sizes[d.output][d.dim] = symbols[d.symbol];
   }
   for (size_t k = 0; k < graph.outputs.size(); ++k) {
     TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(graph.outputs[k], "output"));
-    if (!output_sizes[k].empty()) {
-      if (static_cast<int64_t>(output_sizes[k].size()) > v.rank()) {
+    std::vector<std::optional<Value>> sizes(v.rank());
+    bool dynamic = false;
+    for (const DynamicOutputDim& d : graph.output_dynamic_dims) {
+      if (d.output != static_cast<int>(k)) continue;
+      if (d.dim < 0 || d.dim >= v.rank()) {
         return base::invalid_argument("lowering: output " + std::to_string(k) + " (" +
-                                      v.type.str() + ") has no dim " +
-                                      std::to_string(output_sizes[k].size() - 1));
+                                      v.type.str() + ") has no dim " + std::to_string(d.dim));
       }
-      output_sizes[k].resize(v.rank());
-      v = builder.compact(v, output_sizes[k]);
+      sizes[d.dim] = symbols[d.symbol];
+      dynamic = true;
     }
+    if (dynamic) v = builder.compact(v, sizes);
     results.push_back(v);
     out.output_types.push_back(v.type);
   }
