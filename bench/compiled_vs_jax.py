@@ -525,19 +525,28 @@ def main() -> int:
         print(f"{r['name']:<28} " + " ".join(cells)
               + (f"   error: {r['error']}" if r["error"] else ""))
     ours = rows[0]
-    for key, label in (("forward_ms", "forward"), ("train_ms", "train step")):
-        if ours[key] is not None and jax_row[key]:
-            ratio = ours[key] / jax_row[key]
-            verdict = "met" if ratio <= GOAL_RATIO else "missed"
-            print(f"goal ours/jax {label}: {ratio:.2f} <= {GOAL_RATIO} {verdict}")
+    plugin_row = next(r for r in rows if r["name"] == JAX_ON_PLUGIN)
+
+    def verdict(ratio: float) -> str:
+        return f"{ratio:.2f} <= {GOAL_RATIO} {'met' if ratio <= GOAL_RATIO else 'missed'}"
+
+    # The goal, against each JAX: jaxlib's own CPU client (its XLA build) and the very
+    # plugin ours runs on (the same compiler). The plugin/jaxlib line says how far apart
+    # the two builds are on one and the same program.
+    for wall, cpu, label in (("forward_ms", "forward_cpu_ms", "forward"),
+                             ("train_ms", "train_cpu_ms", "train step")):
+        if ours[wall] is not None and jax_row[wall]:
+            print(f"goal ours/jax {label}: {verdict(ours[wall] / jax_row[wall])} "
+                  f"(jaxlib's client)")
         else:
             print(f"goal ours/jax {label}: not measured")
-    plugin_row = next(r for r in rows if r["name"] == JAX_ON_PLUGIN)
-    for key, label in (("forward_cpu_ms", "forward"), ("train_cpu_ms", "train step")):
-        if ours[key] and plugin_row[key] and jax_row[key]:
+        if ours[wall] is not None and plugin_row[wall]:
+            print(f"goal ours/jax {label} on the same plugin: "
+                  f"{verdict(ours[wall] / plugin_row[wall])} by wall time, "
+                  f"{verdict(ours[cpu] / plugin_row[cpu])} by cpu time")
+        if plugin_row[cpu] and jax_row[cpu]:
             print(f"{label} cpu ms: plugin/jaxlib (same program) "
-                  f"{plugin_row[key] / jax_row[key]:.2f}, ours/jax-on-plugin (same compiler) "
-                  f"{ours[key] / plugin_row[key]:.2f}")
+                  f"{plugin_row[cpu] / jax_row[cpu]:.2f}")
     print(f"load1 after timing: {os.getloadavg()[0]:.1f} (a shared machine's load skews all rows)")
     print(f"ours per step: {json.dumps(per_step_counts(cfg))}")
 
