@@ -72,11 +72,28 @@ def _signature(inputs: list[Any]) -> tuple[str, ...]:
     return tuple(sig)
 
 
+def _dynamo_guard_failure() -> str | None:
+    """The guard whose failure made Dynamo compile this frame again, as Dynamo words it,
+    or None where it recorded none (a first compile, or a torch that keeps it elsewhere:
+    this reads its compile metrics, which are not a public API)."""
+    try:
+        metrics = torch._dynamo.utils.get_metrics_context()
+        reason = metrics._metrics.get("recompile_reason") if metrics.in_progress() else None
+    except Exception:
+        return None
+    return reason.strip() if isinstance(reason, str) and reason.strip() else None
+
+
 def _explain_change(old: tuple[str, ...], new: tuple[str, ...]) -> str:
     if len(old) != len(new):
         return f"number of inputs {len(old)} -> {len(new)}"
     changed = [f"input {i}: {a} -> {b}" for i, (a, b) in enumerate(zip(old, new)) if a != b]
-    return "; ".join(changed) if changed else "same inputs (a guard on other state failed)"
+    if changed:
+        return "; ".join(changed)
+    guard = _dynamo_guard_failure()
+    if guard is None:
+        return "same inputs (a guard on other state failed)"
+    return f"same inputs; Dynamo's failed guard: {guard}"
 
 
 def _note_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:

@@ -105,6 +105,30 @@ def test_recompilation_is_counted_with_its_reason() -> None:
     assert "recompilations" in torchtpu.debug.report()
 
 
+_SCALE_BY_TWO = True
+
+
+def test_recompilation_on_other_state_names_dynamos_failed_guard() -> None:
+    # Same inputs, but a global the graph read changed: the reason is Dynamo's guard.
+    global _SCALE_BY_TWO
+    _fresh()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if _SCALE_BY_TWO else x * 3
+
+    compiled = torch.compile(f, backend="tpu", dynamic=False)
+    x = torch.randn(4, device="tpu")
+    try:
+        compiled(x)
+        _SCALE_BY_TWO = False
+        torch.testing.assert_close(compiled(x).cpu(), x.cpu() * 3)
+    finally:
+        _SCALE_BY_TWO = True
+    reasons = torchtpu.debug.metrics()["recompile_reasons"]
+    assert any("same inputs; Dynamo's failed guard:" in r and "_SCALE_BY_TWO" in r
+               for r in reasons), reasons
+
+
 def test_a_new_frame_after_dynamo_reset_is_not_a_recompilation() -> None:
     # Dynamo numbers frames from 0 again after a reset: the new frame 0 is no recompile of
     # the old one.
