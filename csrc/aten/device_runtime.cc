@@ -69,6 +69,19 @@ void ensure_initialized(State& s) {
     }
     options.cpu_device_count = static_cast<int>(v);
   }
+  size_t capacity = runtime::CompileCache::kDefaultMemoryCapacity;
+  if (const char* n = std::getenv("TORCHTPU_EXECUTABLE_CACHE_SIZE")) {
+    char* end = nullptr;
+    long long v = std::strtoll(n, &end, 10);
+    if (end == n || *end != '\0' || v < 16 || v > 1000000) {
+      s.init_error = base::invalid_argument(
+          std::string("tpu: TORCHTPU_EXECUTABLE_CACHE_SIZE='") + n +
+          "' is not an executable count (expected 16..1000000; default " +
+          std::to_string(capacity) + ")");
+      return;
+    }
+    capacity = static_cast<size_t>(v);
+  }
   auto c = runtime::Client::create(*plugin, options);
   if (!c.ok()) {
     s.init_error = c.status();
@@ -76,7 +89,7 @@ void ensure_initialized(State& s) {
   }
   s.client = *c;
   if (s.client->platform_name() == "cpu") register_host_kernels(**plugin, s.host_kernels);
-  s.cache = std::make_unique<runtime::CompileCache>(s.client);
+  s.cache = std::make_unique<runtime::CompileCache>(s.client, capacity);
 }
 
 }  // namespace

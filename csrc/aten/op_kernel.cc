@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
 
 #include "aten/device_runtime.h"
 #include "aten/host_transfer.h"
@@ -15,6 +14,7 @@
 #include "aten/overlap_checks.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_storage.h"
+#include "base/lru_map.h"
 #include "base/metrics.h"
 #include "lowering/lowering.h"
 
@@ -37,9 +37,12 @@ struct CompiledOp {
   std::vector<lowering::CheckKind> check_kinds;
 };
 
+// Op signature -> its compiled program, bounded like the executable cache it draws from
+// (an entry keeps its executable alive, so an unbounded map would defeat that bound).
 std::mutex g_cache_mu;
-std::unordered_map<std::string, std::shared_ptr<CompiledOp>>& op_cache() {
-  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<CompiledOp>>();
+base::LruMap<std::string, std::shared_ptr<CompiledOp>>& op_cache() {
+  static auto* cache =
+      new base::LruMap<std::string, std::shared_ptr<CompiledOp>>(compile_cache().capacity());
   return *cache;
 }
 
@@ -125,6 +128,9 @@ CallInfo describe_call(const c10::FunctionSchema& schema, const std::string& nam
   for (size_t i = 0; i < ivalues.size(); ++i) {
     const c10::IValue& v = ivalues[i];
     c10::TypePtr type = unwrap_optional(formals[i].type());
+    // ScalarType, Layout and MemoryFormat arguments are ints in type(); real_type() names
+    // them (a dtype read as an int was a reduction dim: prod(dtype=torch.int64) reduced 4).
+    c10::TypeKind real = unwrap_optional(formals[i].real_type())->kind();
     OpArg a;
     if (v.isNone()) {
       // kNone
@@ -168,12 +174,11 @@ CallInfo describe_call(const c10::FunctionSchema& schema, const std::string& nam
                           : v.isInt() || v.isSymInt() ? lowering::ScalarCategory::kInt
                                                       : lowering::ScalarCategory::kFloat;
       if (v.isComplexDouble()) throw NeedsFallback{"complex scalars are not lowered"};
-    } else if (type->kind() == c10::TypeKind::ScalarTypeType) {
+    } else if (real == c10::TypeKind::ScalarTypeType) {
       a.kind = ArgKind::kDType;
       a.dtype = to_dtype(static_cast<c10::ScalarType>(v.toInt()));
-    } else if (type->kind() == c10::TypeKind::LayoutType ||
-               type->kind() == c10::TypeKind::DeviceObjType ||
-               type->kind() == c10::TypeKind::MemoryFormatType) {
+    } else if (real == c10::TypeKind::LayoutType || real == c10::TypeKind::DeviceObjType ||
+               real == c10::TypeKind::MemoryFormatType) {
       // Irrelevant to the computation: the result is always a dense tpu tensor.
     } else if (v.isBool()) {
       a.kind = ArgKind::kBool;
@@ -239,6 +244,17 @@ c10::IValue to_meta(const c10::IValue& v) {
   return v;
 }
 
+// A lowering that produced an invalid program, or one the plugin would not compile: an
+// internal error naming the op and its call signature (the op-cache key), counted per op.
+[[noreturn]] void raise_lowering_error(const std::string& name, const std::string& signature,
+                                       const std::string& what) {
+  base::keyed_counter_add("lowering_errors", name);
+  base::counter_add("num_lowering_errors");
+  TORCH_CHECK(false, "tpu: internal error: the lowering of ", name, " failed for the call ",
+              signature, ": ", what, ". This is a torchtpu bug, not an error in your code: "
+              "please report it with this message (TORCHTPU_DUMP_DIR=<dir> writes the program).");
+}
+
 bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
   return a && b && a->beforeSets() == b->beforeSets();
 }
@@ -276,6 +292,13 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
       if (ai && ai->isWrite() && same_alias_set(ai, returns[j].alias_info())) arg = static_cast<int>(i);
     }
     if (returns[j].alias_info() && arg < 0) throw NeedsFallback{"returns a view"};
+    if (arg >= 0 && shape_depends_on_scalars(name)) {
+      // PyTorch's CPU range factories resize `out` only when its element count differs;
+      // otherwise they fill it in its own shape (a (2, 2) view takes a 4-step arange).
+      // Their Python meta kernels resize whenever the shape differs, so keep out's shape.
+      const at::Tensor& out = ivalues[arg].toTensor();
+      if (out.numel() == t.numel()) compiled->out_types.back() = type_of(out);
+    }
     compiled->return_to_arg.push_back(arg);
     compiled->return_list_size.push_back(-1);
   }
@@ -292,9 +315,19 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
   }
   // 2. Lower and compile.
   auto lowered = lowering::lower_op(name, info.args, compiled->out_types);
-  if (!lowered.ok()) throw NeedsFallback{lowered.status().message()};
+  if (!lowered.ok()) {
+    // Unimplemented or unsupported cases are fallbacks; a lowering that failed its own
+    // invariants is a bug, and running the op elsewhere would hide it.
+    if (lowered.status().code() == base::StatusCode::kInternal) {
+      raise_lowering_error(name, info.key, lowered.status().message());
+    }
+    throw NeedsFallback{lowered.status().message()};
+  }
   auto exe = compile_cache().get_or_compile(lowered->text, info.device);
-  if (!exe.ok()) throw NeedsFallback{exe.status().message()};
+  if (!exe.ok()) {
+    raise_lowering_error(name, info.key,
+                         "the plugin rejected its program: " + exe.status().message());
+  }
   compiled->exe = *exe;
   compiled->bindings = std::move(lowered->bindings);
   compiled->check_messages = std::move(lowered->check_messages);
@@ -447,19 +480,20 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   expand_index_masks(schema, name, stack);
   auto ivalues = torch::jit::last(*stack, schema.arguments().size());
+  check_index_put_values(name, ivalues);
   std::shared_ptr<CompiledOp> compiled;
   CallInfo info;
   try {
     info = describe_call(schema, name, ivalues);
     {
       std::lock_guard<std::mutex> lock(g_cache_mu);
-      auto it = op_cache().find(info.key);
-      if (it != op_cache().end()) compiled = it->second;
+      if (auto* hit = op_cache().find(info.key)) compiled = *hit;
     }
     if (!compiled) {
       compiled = compile_op(op, name, ivalues, info);
       std::lock_guard<std::mutex> lock(g_cache_mu);
-      op_cache().emplace(info.key, compiled);
+      size_t dropped = op_cache().insert(info.key, compiled).second;
+      if (dropped > 0) base::counter_add("num_op_cache_evictions", static_cast<int64_t>(dropped));
     }
   } catch (const NeedsFallback& f) {
     cpu_fallback(op, stack, f.reason);

@@ -77,6 +77,24 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
   }
 }
 
+void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> args) {
+  if (name.rfind("aten::index_put", 0) != 0 && name.rfind("aten::_index_put_impl", 0) != 0) {
+    return;
+  }
+  auto meta = [](const at::Tensor& t) {
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+  };
+  c10::List<std::optional<at::Tensor>> indices;
+  for (const std::optional<at::Tensor>& t : args[1].toOptionalTensorList()) {
+    indices.push_back(t && t->defined() ? std::optional<at::Tensor>(meta(*t)) : std::nullopt);
+  }
+  at::Tensor result = at::index(meta(args[0].toTensor()), indices);
+  const at::Tensor& values = args[2].toTensor();
+  TORCH_CHECK(at::is_expandable_to(values.sizes(), result.sizes()),
+              "shape mismatch: value tensor of shape ", values.sizes(),
+              " cannot be broadcast to indexing result of shape ", result.sizes());
+}
+
 // convolution_overrideable and its backward have no meta kernel (their default kernel
 // only raises); their result types are those of aten::convolution on the same arguments.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) {

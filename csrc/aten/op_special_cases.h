@@ -28,6 +28,11 @@ bool is_data_dependent(const std::string& name);
 void expand_index_masks(const c10::FunctionSchema& schema, const std::string& name,
                         torch::jit::Stack* stack);
 
+// index_put's values must broadcast to the indexing result (PyTorch's CPU kernel checks
+// this at run time; its meta kernel does not): raises the CPU's "shape mismatch" error.
+// Runs after expand_index_masks; a no-op for other ops.
+void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> args);
+
 // For ops without a meta kernel (convolution_overrideable and its backward), replaces the
 // meta arguments on `meta_stack` by the op's meta results computed from an equivalent op.
 // Returns false for every other op.

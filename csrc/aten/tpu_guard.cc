@@ -15,6 +15,7 @@ thread_local int t_current_device = 0;
 
 void check_index(int index) {
   int n = device_count_or_zero();
+  if (n == 0) client();  // no device at all: raises why (plugin, environment)
   TORCH_CHECK(index >= 0 && index < n, "tpu: invalid device index ", index, " (have ", n,
               " tpu devices; set TORCHTPU_NUM_DEVICES for more on the CPU plugin)");
 }

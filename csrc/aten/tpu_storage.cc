@@ -5,6 +5,7 @@
 #include <c10/core/TensorImpl.h>
 
 #include "aten/device_runtime.h"
+#include "aten/host_transfer.h"
 #include "aten/tpu_guard.h"
 #include "lowering/storage_programs.h"
 
@@ -45,6 +46,11 @@ void ensure_buffer(StorageState& s, c10::ScalarType dtype) {
   int64_t item = c10::elementSize(dtype);
   lowering::TensorType t{to_dtype(dtype), {s.nbytes / item}};
   s.buffer = run_program(lowering::zeros_module(t), {}, s.device_index)[0];
+}
+
+// A view's storage offset as the 0-d i64 operand of the view programs.
+runtime::BufferPtr offset_buffer(int64_t offset, int device_index) {
+  return scalar_to_buffer(c10::Scalar(offset), base::DType::kI64, device_index);
 }
 
 }  // namespace
@@ -123,9 +129,9 @@ runtime::BufferPtr read_tensor(const at::Tensor& t) {
     auto v = b.param(type_of(buf));
     return run_program(b.finish({b.reshape(v, sizes)}), {&buf}, s.device_index)[0];
   }
-  return run_program(
-      lowering::strided_read_module(type_of(buf), sizes, strides, t.storage_offset()), {&buf},
-      s.device_index)[0];
+  runtime::BufferPtr offset = offset_buffer(t.storage_offset(), s.device_index);
+  return run_program(lowering::strided_read_module(type_of(buf), sizes, strides),
+                     {&buf, offset.get()}, s.device_index)[0];
 }
 
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
@@ -142,9 +148,9 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
   }
   ensure_buffer(s, t.scalar_type());
   const runtime::Buffer& base = *s.buffer;
-  s.buffer = run_program(
-      lowering::strided_write_module(type_of(base), sizes, strides, t.storage_offset()),
-      {&base, value.get()}, s.device_index)[0];
+  runtime::BufferPtr offset = offset_buffer(t.storage_offset(), s.device_index);
+  s.buffer = run_program(lowering::strided_write_module(type_of(base), sizes, strides),
+                         {&base, value.get(), offset.get()}, s.device_index)[0];
 }
 
 at::Tensor wrap_buffer(runtime::BufferPtr buffer, c10::ScalarType dtype) {

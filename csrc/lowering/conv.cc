@@ -320,12 +320,14 @@ Result lower_max_pool2d_backward(LoweringContext& c) {
   return std::vector<Value>{b.convert(b.reshape(grad, dims), c.out_type().dtype)};
 }
 
-// A 1-d f32/f64 constant from host values (structural: derived from shapes only).
+// A constant of dtype `t` from host values (structural: derived from shapes only);
+// integer types take integral values (avg_pool2d's divisors of an integer input).
 Value dense_constant(Builder& b, const std::vector<double>& v, const Dims& dims, DType t) {
   std::string lit = "[";
   char buf[40];
+  const char* format = t == DType::kF64 ? "%.17e" : base::is_floating(t) ? "%.9e" : "%.0f";
   for (size_t i = 0; i < v.size(); ++i) {
-    std::snprintf(buf, sizeof buf, t == DType::kF64 ? "%.17e" : "%.9e", v[i]);
+    std::snprintf(buf, sizeof buf, format, v[i]);
     lit += (i ? ", " : "") + std::string(buf);
   }
   lit += "]";
@@ -440,6 +442,9 @@ Result lower_adaptive_avg_pool2d(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
   DType a = acc_type(x.dtype());
+  if (!base::is_floating(a)) {
+    return base::unimplemented("lowering: _adaptive_avg_pool2d takes floating inputs only");
+  }
   int64_t r = x.rank();
   const Dims& out_dims = c.out_type().dims;
   Value ph = adaptive_matrix(b, x.dims()[r - 2], out_dims[r - 2], a);

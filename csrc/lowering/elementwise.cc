@@ -31,18 +31,39 @@ namespace {
 // a (op) b with PyTorch promotion over args 0 and 1.
 LoweringFn promoted_binary(const char* hlo_op) {
   return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
-    DType t = opmath(c.result_type({0, 1}));
+    DType rt = c.result_type({0, 1});
+    DType t = opmath(rt);
     Value r = c.b().binary(hlo_op, out_operand(c, 0, t), out_operand(c, 1, t));
-    return std::vector<Value>{to_out(c, r)};
+    return std::vector<Value>{to_out_via(c, rt, r)};
   };
+}
+
+// A float function of two operands (atan2): integer operands promote to float32, as
+// PyTorch's int-to-float ops do.
+LoweringFn float_binary(const char* hlo_op) {
+  return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    DType rt = c.result_type({0, 1});
+    if (!base::is_floating(rt)) rt = DType::kF32;
+    DType t = opmath(rt);
+    Value r = c.b().binary(hlo_op, out_operand(c, 0, t), out_operand(c, 1, t));
+    return std::vector<Value>{to_out_via(c, rt, r)};
+  };
+}
+
+// abs: the identity on unsigned integers (stablehlo.abs takes signed types only).
+base::StatusOr<std::vector<Value>> lower_abs(LoweringContext& c) {
+  Value x = out_operand(c, 0, c.out_type().dtype);
+  bool is_unsigned = base::is_integral(x.dtype()) && !base::is_signed_integral(x.dtype());
+  return std::vector<Value>{is_unsigned ? x : c.b().unary("abs", x)};
 }
 
 // maximum/minimum through the Builder's NaN-propagating forms.
 LoweringFn lower_max_min(bool is_max) {
   return [is_max](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
-    DType t = opmath(c.result_type({0, 1}));
+    DType rt = c.result_type({0, 1});
+    DType t = opmath(rt);
     Value a = out_operand(c, 0, t), b = out_operand(c, 1, t);
-    return std::vector<Value>{to_out(c, is_max ? c.b().max(a, b) : c.b().min(a, b))};
+    return std::vector<Value>{to_out_via(c, rt, is_max ? c.b().max(a, b) : c.b().min(a, b))};
   };
 }
 
@@ -60,7 +81,7 @@ LoweringFn add_like(const char* hlo_op) {
     if (c.num_args() > 2 && c.arg(2).kind == ArgKind::kScalar) {
       other = b.mul(other, b.broadcast_to(c.scalar(2, t), c.out_type().dims));
     }
-    return std::vector<Value>{to_out(c, b.binary(hlo_op, out_operand(c, 0, t), other))};
+    return std::vector<Value>{to_out_via(c, rt, b.binary(hlo_op, out_operand(c, 0, t), other))};
   };
 }
 
@@ -70,10 +91,11 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
   for (size_t i = 2; i < c.num_args(); ++i) {
     if (c.arg(i).kind == ArgKind::kString) mode = c.string_arg(i);
   }
-  DType t = opmath(c.result_type({0, 1}));
+  DType rt = c.result_type({0, 1});
+  DType t = opmath(rt);
   if (mode.empty()) {
     if (!base::is_floating(t)) t = DType::kF32;  // true division of integers
-    return std::vector<Value>{to_out(c, b.div(out_operand(c, 0, t), out_operand(c, 1, t)))};
+    return std::vector<Value>{to_out_via(c, rt, b.div(out_operand(c, 0, t), out_operand(c, 1, t)))};
   }
   Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
   Value r;
@@ -86,25 +108,27 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
     return base::invalid_argument("lowering: div expected rounding_mode to be one of None, "
                                   "'trunc', or 'floor' but found '" + mode + "'");
   }
-  return std::vector<Value>{to_out(c, r)};
+  return std::vector<Value>{to_out_via(c, rt, r)};
 }
 
 base::StatusOr<std::vector<Value>> lower_remainder(LoweringContext& c) {
   Builder& b = c.b();
-  DType t = opmath(c.result_type({0, 1}));
+  DType rt = c.result_type({0, 1});
+  DType t = opmath(rt);
   Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
   Value r = b.binary("remainder", x, y);  // C fmod semantics: sign of the dividend
   Value zero = b.zeros(r.type);
   Value fix = b.binary("and", b.compare(r, zero, "NE"),
                        b.compare(b.compare(r, zero, "LT"), b.compare(y, zero, "LT"), "NE"));
-  return std::vector<Value>{to_out(c, b.select(fix, b.add(r, y), r))};
+  return std::vector<Value>{to_out_via(c, rt, b.select(fix, b.add(r, y), r))};
 }
 
 LoweringFn comparison(const char* direction) {
   return [direction](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
-    DType t = opmath(c.result_type({0, 1}));
+    DType rt = c.result_type({0, 1});
+    DType t = opmath(rt);
     Value r = c.b().compare(out_operand(c, 0, t), out_operand(c, 1, t), direction);
-    return std::vector<Value>{to_out(c, r)};
+    return std::vector<Value>{to_out_via(c, rt, r)};
   };
 }
 
@@ -176,17 +200,19 @@ base::StatusOr<std::vector<Value>> lower_lerp(LoweringContext& c) {
 LoweringFn addc(const char* hlo_op) {
   return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
     Builder& b = c.b();
-    DType t = opmath(c.result_type({0, 1, 2}));
+    DType rt = c.result_type({0, 1, 2});
+    DType t = opmath(rt);
     Value prod = b.binary(hlo_op, out_operand(c, 1, t), out_operand(c, 2, t));
     Value scaled = b.mul(prod, out_operand(c, 3, t));
-    return std::vector<Value>{to_out(c, b.add(out_operand(c, 0, t), scaled))};
+    return std::vector<Value>{to_out_via(c, rt, b.add(out_operand(c, 0, t), scaled))};
   };
 }
 
 base::StatusOr<std::vector<Value>> lower_pow(LoweringContext& c) {
-  DType t = opmath(c.result_type({0, 1}));
+  DType rt = c.result_type({0, 1});
+  DType t = opmath(rt);
   Value r = c.b().binary("power", out_operand(c, 0, t), out_operand(c, 1, t));
-  return std::vector<Value>{to_out(c, r)};
+  return std::vector<Value>{to_out_via(c, rt, r)};
 }
 
 base::StatusOr<std::vector<Value>> lower_reciprocal(LoweringContext& c) {
@@ -257,7 +283,7 @@ void register_elementwise_lowerings() {
   register_lowering({"aten::pow.Scalar", "aten::pow.Scalar_out", "aten::pow.Tensor_Scalar_out",
                      "aten::pow.Tensor_Tensor_out"},
                     lower_pow);
-  register_with_variants("atan2", {""}, promoted_binary("atan2"));
+  register_with_variants("atan2", {""}, float_binary("atan2"));
   register_with_variants("bitwise_and", {"Tensor", "Scalar"}, promoted_binary("and"));
   register_with_variants("bitwise_or", {"Tensor", "Scalar"}, promoted_binary("or"));
   register_with_variants("bitwise_xor", {"Tensor", "Scalar"}, promoted_binary("xor"));
@@ -292,7 +318,7 @@ void register_elementwise_lowerings() {
     register_with_variants(name, {""}, float_unary(op));
   }
   register_with_variants("neg", {""}, same_type_unary("negate"));
-  register_with_variants("abs", {""}, same_type_unary("abs"));
+  register_with_variants("abs", {""}, lower_abs);
   register_with_variants("bitwise_not", {""}, same_type_unary("not"));
   register_with_variants("floor", {""}, rounding_unary("floor"));
   register_with_variants("ceil", {""}, rounding_unary("ceil"));

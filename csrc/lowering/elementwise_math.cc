@@ -34,9 +34,11 @@ LoweringFn hlo_unary(const char* op) {
 // A binary function of the promoted operands, computed in opmath.
 LoweringFn binary_fn(std::function<Value(Builder&, Value, Value)> f, bool to_float = false) {
   return [f, to_float](LoweringContext& c) -> Lowered {
-    DType t = opmath(c.result_type({0, 1}));
+    DType rt = c.result_type({0, 1});
+    DType t = opmath(rt);
     if (to_float && !base::is_floating(t)) t = DType::kF32;
-    return std::vector<Value>{to_out(c, f(c.b(), out_operand(c, 0, t), out_operand(c, 1, t)))};
+    Value r = f(c.b(), out_operand(c, 0, t), out_operand(c, 1, t));
+    return std::vector<Value>{to_out_via(c, rt, r)};
   };
 }
 
@@ -151,12 +153,13 @@ Value hypot(Builder& b, Value x, Value y) {
 
 Lowered lower_rsub(LoweringContext& c) {
   Builder& b = c.b();
-  DType t = opmath(c.result_type({0, 1}));
+  DType rt = c.result_type({0, 1});
+  DType t = opmath(rt);
   Value self = out_operand(c, 0, t), other = out_operand(c, 1, t);
   if (c.num_args() > 2 && c.arg(2).kind == ArgKind::kScalar) {
     self = b.mul(self, b.broadcast_to(c.scalar(2, t), c.out_type().dims));
   }
-  return std::vector<Value>{to_out(c, b.sub(other, self))};
+  return std::vector<Value>{to_out_via(c, rt, b.sub(other, self))};
 }
 
 // round(x, decimals): nearbyint on x scaled by 10^decimals, as the CPU kernel does it.
@@ -323,10 +326,11 @@ void register_elementwise_math_lowerings() {
                     binary_fn(xlogy, true));
   LoweringFn floor_div = [](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
-    DType t = opmath(c.result_type({0, 1}));
+    DType rt = c.result_type({0, 1});
+    DType t = opmath(rt);
     Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
     Value r = base::is_floating(t) ? floor_divide_float(b, x, y) : floor_divide_int(b, x, y);
-    return std::vector<Value>{to_out(c, r)};
+    return std::vector<Value>{to_out_via(c, rt, r)};
   };
   register_with_variants("floor_divide", {"", "Scalar"}, floor_div);
   register_lowering({"aten::rsub.Tensor", "aten::rsub.Scalar", "aten::rsub.Tensor_out",

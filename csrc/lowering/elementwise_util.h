@@ -16,6 +16,15 @@ inline Value to_out(LoweringContext& c, Value v, size_t k = 0) {
   return c.b().convert(v, c.out_type(k).dtype);
 }
 
+// Converts `v`, the op's result computed in opmath(natural), to output `k`, rounding it to
+// `natural` first: PyTorch computes an out= call in the op's own result dtype and then
+// casts into out, so float16 33000 + 33000 is inf even with a float64 out.
+inline Value to_out_via(LoweringContext& c, DType natural, Value v, size_t k = 0) {
+  bool half = natural == DType::kF16 || natural == DType::kBF16;
+  if (half && v.dtype() == DType::kF32) v = c.b().convert(v, natural);
+  return to_out(c, v, k);
+}
+
 // The type arithmetic runs in for a result of type `t`: float16/bfloat16 compute in
 // float32 and round once at the end, like PyTorch's CPU kernels (opmath), so a Python
 // scalar is not rounded to 16 bits before use.

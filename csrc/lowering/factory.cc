@@ -42,19 +42,17 @@ Value index_sequence(Builder& b, int64_t n, DType t) {
 Result lower_arange(LoweringContext& c) {
   Builder& b = c.b();
   const TensorType& out = c.out_type();
-  if (out.rank() != 1) {
-    return base::invalid_argument("lowering: aten::arange.start_out expects a 1-d out (got " +
-                                  out.str() + ")");
-  }
   if (out.dtype == DType::kBool) {
     return base::invalid_argument("lowering: aten::arange.start_out is not implemented for bool");
   }
-  int64_t n = out.dims[0];
+  // `out` may have any shape with the sequence's element count (filled in row-major order).
+  int64_t n = out.num_elements();
+  Dims flat{n};
   DType acc = cpu_acc_type(out.dtype);
-  Value start = b.broadcast_to(c.scalar(0, acc), out.dims);
-  Value step = b.broadcast_to(c.scalar(2, acc), out.dims);
+  Value start = b.broadcast_to(c.scalar(0, acc), flat);
+  Value step = b.broadcast_to(c.scalar(2, acc), flat);
   Value r = b.add(start, b.mul(step, index_sequence(b, n, acc)));
-  return std::vector<Value>{b.convert(r, out.dtype)};
+  return std::vector<Value>{b.reshape(b.convert(r, out.dtype), out.dims)};
 }
 
 // The two halves of a linspace: start + step * i below steps / 2, end - step * (steps-1-i)
@@ -69,6 +67,13 @@ Value two_sided_ramp(Builder& b, Value start, Value end, Value step, int64_t ste
   Value high = b.sub(end, b.mul(step, b.convert(rev, t)));
   Value first_half = b.compare(idx, b.splat(static_cast<double>(steps / 2), index_type), "LT");
   return b.select(first_half, low, high);
+}
+
+// steps - 1, the divisor of a linspace's step, hidden from XLA's simplifier: it turns a
+// division by a constant into a multiplication by the rounded reciprocal, which is off by
+// an ulp (linspace(1, 127, 50, dtype=int32)[21] truncated 54.999... to 54; PyTorch: 55).
+Value steps_minus_one(Builder& b, int64_t steps, DType t) {
+  return b.opaque(b.constant(static_cast<double>(steps - 1), t));
 }
 
 // linspace.out(start, end, steps, out). The step is computed in the out dtype for floats
@@ -91,7 +96,7 @@ Result lower_linspace(LoweringContext& c) {
   // start/end are first cast to the out dtype, as scalar_start.to<scalar_t>() does.
   Value start = b.convert(c.scalar(0, out.dtype), step_type);
   Value end = b.convert(c.scalar(1, out.dtype), step_type);
-  Value step = b.div(b.sub(end, start), b.constant(static_cast<double>(steps - 1), step_type));
+  Value step = b.div(b.sub(end, start), steps_minus_one(b, steps, step_type));
   Dims dims{steps};
   auto ramp_operand = [&](Value v) { return b.broadcast_to(b.convert(v, ramp_type), dims); };
   Value r = two_sided_ramp(b, ramp_operand(start), ramp_operand(end), ramp_operand(step), steps);
@@ -123,7 +128,7 @@ Result lower_logspace(LoweringContext& c) {
     Value start = b.convert(c.scalar(0, out.dtype), span_type);
     Value end = b.convert(c.scalar(1, out.dtype), span_type);
     Value span = b.convert(b.sub(end, start), DType::kF64);
-    Value step = b.div(span, b.constant(static_cast<double>(steps - 1), DType::kF64));
+    Value step = b.div(span, steps_minus_one(b, steps, DType::kF64));
     exponent = two_sided_ramp(b, b.broadcast_to(b.convert(start, DType::kF64), dims),
                               b.broadcast_to(b.convert(end, DType::kF64), dims),
                               b.broadcast_to(step, dims), steps);

@@ -99,6 +99,14 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
       }
     }
     TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(ctx));
+    if (!builder.unsupported_error().empty()) {
+      return base::unimplemented("lowering: " + node.op + " is not lowered for these dtypes (" +
+                                 builder.unsupported_error() + ")");
+    }
+    if (!builder.misuse_error().empty()) {
+      return base::internal_error("lowering: " + node.op + " built an invalid program in a "
+                                  "graph: " + builder.misuse_error());
+    }
     if (results.size() != node.out_ids.size()) {
       return base::internal_error("lowering: " + node.op + " returned " +
                                   std::to_string(results.size()) + " values in a graph (expected " +
@@ -187,6 +195,10 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
     results.push_back(check.ok);
     out.check_messages.push_back(check.message);
     out.check_kinds.push_back(check.kind);
+  }
+  if (!builder.misuse_error().empty()) {
+    return base::internal_error("lowering: a graph built an invalid program: " +
+                                builder.misuse_error());
   }
   out.text = builder.finish(results);
   return out;

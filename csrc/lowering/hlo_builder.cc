@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -175,8 +176,34 @@ Value Builder::convert(Value v, DType t) {
     // Converting to i1 must mean "!= 0" (PyTorch semantics), not truncation.
     return compare(v, zeros(v.type), "NE");
   }
+  if (base::is_floating(v.dtype()) && base::is_integral(t)) return float_to_integer(v, t);
   return op("stablehlo.convert", {v}, TensorType{t, v.dims()});
 }
+
+// XLA's float -> integer convert saturates. PyTorch's CPU casts are C++ static_casts,
+// which x86-64 compiles to cvttss2si/cvttsd2si on an int32 (an int64 for 64-bit and
+// uint32 targets): a value outside that range, or NaN, becomes its minimum ("integer
+// indefinite"), and narrower types keep the low bits (float 300 -> uint8 44, -2 -> 254).
+Value Builder::float_to_integer(Value v, DType t) {
+  bool wide = t == DType::kI64 || t == DType::kU64 || t == DType::kU32;
+  DType via = wide ? DType::kI64 : DType::kI32;
+  Value x = v.dtype() == DType::kF16 || v.dtype() == DType::kBF16 ? convert(v, DType::kF32) : v;
+  double bound = wide ? 9223372036854775808.0 : 2147483648.0;  // 2^63, 2^31: exact in f32
+  Value in_range = binary("and", compare(x, splat(-bound, x.type), "GE"),
+                          compare(x, splat(bound, x.type), "LT"));  // false for NaN
+  Value truncated = op("stablehlo.convert", {x}, TensorType{via, x.dims()});
+  int64_t indefinite = wide ? INT64_MIN : INT32_MIN;
+  Value r = select(in_range, truncated,
+                   broadcast_to(constant_i64(indefinite, via), x.dims()));
+  return via == t ? r : op("stablehlo.convert", {r}, TensorType{t, x.dims()});
+}
+
+Value Builder::misuse(std::string what, const TensorType& result) {
+  if (error_.empty()) error_ = std::move(what);
+  return fresh(result);
+}
+
+Value Builder::opaque(Value v) { return op("stablehlo.optimization_barrier", {v}, v.type); }
 
 Value Builder::reshape(Value v, const Dims& dims) {
   if (v.dims() == dims) return v;
@@ -191,7 +218,11 @@ Value Builder::broadcast_in_dim(Value v, const Dims& out_dims, const Dims& broad
 Value Builder::broadcast_to(Value v, const Dims& out_dims) {
   if (v.dims() == out_dims) return v;
   int64_t offset = static_cast<int64_t>(out_dims.size()) - v.rank();
-  TORCHTPU_CHECK(offset >= 0, "broadcast_to: target rank smaller than operand rank");
+  if (offset < 0) {
+    return misuse("broadcast_to: " + v.type.str() + " to dims " + i64_list(out_dims) +
+                      " (target rank smaller than the operand's)",
+                  TensorType{v.dtype(), out_dims});
+  }
   Dims bdims;
   for (int64_t i = 0; i < v.rank(); ++i) bdims.push_back(i + offset);
   return broadcast_in_dim(v, out_dims, bdims);
@@ -220,7 +251,7 @@ Value Builder::slice(Value v, const Dims& start, const Dims& limit, const Dims& 
 }
 
 Value Builder::concatenate(const std::vector<Value>& vs, int64_t dim) {
-  TORCHTPU_CHECK(!vs.empty(), "concatenate of nothing");
+  if (vs.empty()) return misuse("concatenate of no values", TensorType{});
   if (vs.size() == 1) return vs[0];
   Dims out = vs[0].dims();
   out[dim] = 0;
@@ -233,10 +264,65 @@ Value Builder::iota(const TensorType& t, int64_t dim) {
   return op("stablehlo.iota", {}, t, "iota_dimension = " + std::to_string(dim) + " : i64");
 }
 
-Value Builder::unary(std::string_view name, Value a) {
+namespace {
+
+// Which element types an elementwise op takes (the plugin rejects a program otherwise).
+enum class Takes { kAny, kFloat, kIntegerOrBool, kSignedOrFloat, kNumber };
+
+Takes element_types_of(std::string_view op) {
+  if (op.rfind("chlo.", 0) == 0) return Takes::kFloat;
+  static const std::map<std::string_view, Takes> kTable = {
+      {"stablehlo.sqrt", Takes::kFloat}, {"stablehlo.rsqrt", Takes::kFloat},
+      {"stablehlo.cbrt", Takes::kFloat}, {"stablehlo.exponential", Takes::kFloat},
+      {"stablehlo.exponential_minus_one", Takes::kFloat}, {"stablehlo.log", Takes::kFloat},
+      {"stablehlo.log_plus_one", Takes::kFloat}, {"stablehlo.logistic", Takes::kFloat},
+      {"stablehlo.sine", Takes::kFloat}, {"stablehlo.cosine", Takes::kFloat},
+      {"stablehlo.tan", Takes::kFloat}, {"stablehlo.tanh", Takes::kFloat},
+      {"stablehlo.atan2", Takes::kFloat}, {"stablehlo.floor", Takes::kFloat},
+      {"stablehlo.ceil", Takes::kFloat}, {"stablehlo.round_nearest_even", Takes::kFloat},
+      {"stablehlo.round_nearest_afz", Takes::kFloat}, {"stablehlo.is_finite", Takes::kFloat},
+      {"stablehlo.and", Takes::kIntegerOrBool}, {"stablehlo.or", Takes::kIntegerOrBool},
+      {"stablehlo.xor", Takes::kIntegerOrBool}, {"stablehlo.not", Takes::kIntegerOrBool},
+      {"stablehlo.shift_left", Takes::kIntegerOrBool},
+      {"stablehlo.shift_right_logical", Takes::kIntegerOrBool},
+      {"stablehlo.shift_right_arithmetic", Takes::kIntegerOrBool},
+      {"stablehlo.popcnt", Takes::kIntegerOrBool},
+      {"stablehlo.abs", Takes::kSignedOrFloat}, {"stablehlo.sign", Takes::kSignedOrFloat},
+      {"stablehlo.negate", Takes::kNumber}, {"stablehlo.subtract", Takes::kNumber},
+      {"stablehlo.divide", Takes::kNumber}, {"stablehlo.remainder", Takes::kNumber},
+      {"stablehlo.power", Takes::kNumber},
+  };
+  auto it = kTable.find(op);
+  return it == kTable.end() ? Takes::kAny : it->second;
+}
+
+bool takes(Takes kind, DType t) {
+  switch (kind) {
+    case Takes::kAny: return true;
+    case Takes::kFloat: return base::is_floating(t);
+    case Takes::kIntegerOrBool: return !base::is_floating(t);
+    case Takes::kSignedOrFloat: return base::is_floating(t) || base::is_signed_integral(t);
+    case Takes::kNumber: return t != DType::kBool;
+  }
+  return true;
+}
+
+std::string full_op_name(std::string_view name) {
   // Names with a dialect prefix ("chlo.erf") are used as given.
-  std::string full = name.find('.') == std::string_view::npos ? "stablehlo." + std::string(name)
-                                                              : std::string(name);
+  return name.find('.') == std::string_view::npos ? "stablehlo." + std::string(name)
+                                                  : std::string(name);
+}
+
+}  // namespace
+
+void Builder::check_element_type(const std::string& op, DType t) {
+  if (takes(element_types_of(op), t) || !unsupported_.empty()) return;
+  unsupported_ = op + " does not take " + base::dtype_name(t) + " elements";
+}
+
+Value Builder::unary(std::string_view name, Value a) {
+  std::string full = full_op_name(name);
+  check_element_type(full, a.dtype());
   return op(full, {a}, a.type);
 }
 
@@ -245,15 +331,22 @@ Value Builder::trunc(Value a) {
 }
 
 Value Builder::binary(std::string_view name, Value a, Value b) {
-  TORCHTPU_CHECK(a.type == b.type, "binary op operands differ in type");
-  // Names with a dialect prefix ("chlo.next_after") are used as given.
-  std::string full = name.find('.') == std::string_view::npos ? "stablehlo." + std::string(name)
-                                                              : std::string(name);
+  if (!(a.type == b.type)) {
+    return misuse(std::string(name) + ": operands differ in type (" + a.type.str() + ", " +
+                      b.type.str() + ")",
+                  a.type);
+  }
+  std::string full = full_op_name(name);
+  check_element_type(full, a.dtype());
   return op(full, {a, b}, a.type);
 }
 
 Value Builder::compare(Value a, Value b, std::string_view direction) {
-  TORCHTPU_CHECK(a.type == b.type, "compare operands differ in type");
+  if (!(a.type == b.type)) {
+    return misuse("compare: operands differ in type (" + a.type.str() + ", " + b.type.str() +
+                      ")",
+                  TensorType{DType::kBool, a.dims()});
+  }
   const char* kind = base::is_floating(a.dtype())         ? "FLOAT"
                      : base::is_signed_integral(a.dtype()) ? "SIGNED"
                                                            : "UNSIGNED";

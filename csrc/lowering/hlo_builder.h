@@ -84,7 +84,12 @@ class Builder {
   Value constant_i64(int64_t v, DType t);
 
   // Shape and type.
+  // Element type conversion with PyTorch's CPU semantics: to bool means != 0; float to
+  // integer follows x86-64's truncating casts (see float_to_integer), not XLA's saturation.
   Value convert(Value v, DType t);
+  // An opaque copy of `v` (optimization_barrier): XLA cannot fold or rewrite through it,
+  // e.g. a division by a constant into a multiplication by its rounded reciprocal.
+  Value opaque(Value v);
   Value reshape(Value v, const Dims& dims);
   Value broadcast_in_dim(Value v, const Dims& out_dims, const Dims& broadcast_dims);
   // NumPy-style broadcast: right-aligns v's dims against out_dims.
@@ -158,8 +163,23 @@ class Builder {
   // Returns the module text with `results` as @main's results.
   std::string finish(const std::vector<Value>& results);
 
+  // A helper called with operands it cannot take (a lowering's bug for some input: mixed
+  // dtypes, a broadcast to a lower rank) records the first such misuse here and returns a
+  // placeholder of the expected type, so the lowering runs to its end and the caller turns
+  // this into an internal error naming the op, never an abort. Empty when all is well.
+  const std::string& misuse_error() const { return error_; }
+  // An elementwise op asked for an element type StableHLO does not define it on (abs of
+  // bool, bitwise and of floats, sqrt of integers): the first such request, recorded the
+  // same way. That is a case the lowering does not support, not a bug: the caller treats
+  // it as unimplemented (eager mode then runs PyTorch's CPU kernel, which computes the
+  // result or raises PyTorch's own dtype error).
+  const std::string& unsupported_error() const { return unsupported_; }
+
  private:
   Value nan_propagating(std::string_view op, Value a, Value b);
+  Value float_to_integer(Value v, DType t);
+  Value misuse(std::string what, const TensorType& result);
+  void check_element_type(const std::string& op, DType t);
   std::string name_of(const Value& v) const;
   std::string signature(const std::vector<Value>& operands,
                         const std::vector<TensorType>& results) const;
@@ -171,6 +191,8 @@ class Builder {
   std::string body_;
   int next_id_ = 0;
   bool dynamic_sizes_ = false;
+  std::string error_;
+  std::string unsupported_;
   int indent_ = 4;
 };
 

@@ -143,6 +143,10 @@ Result lower_gather(LoweringContext& c) {
   Builder& b = c.b();
   const TensorType& out = c.out_type();
   if (out.num_elements() == 0) return std::vector<Value>{filled(b, 0, out)};
+  if (c.tensor_type(0).rank() == 0 && c.tensor_type(2).num_elements() != 1) {
+    // PyTorch's CPU kernel raises here; its meta kernel does not.
+    return base::invalid_argument("lowering: index_select of a 0-d tensor takes one index");
+  }
   Value self = at_least_1d(b, c.tensor(0));
   int64_t dim = wrap_dim(c.int_arg(1), self.rank());
   int64_t size = self.dims()[dim];
@@ -234,6 +238,10 @@ Result lower_index_select(LoweringContext& c) {
   Builder& b = c.b();
   const TensorType& out = c.out_type();
   if (out.num_elements() == 0) return std::vector<Value>{filled(b, 0, out)};
+  if (c.tensor_type(0).rank() == 0 && c.tensor_type(2).num_elements() != 1) {
+    // PyTorch's CPU kernel raises here; its meta kernel does not.
+    return base::invalid_argument("lowering: index_select of a 0-d tensor takes one index");
+  }
   Value self = at_least_1d(b, c.tensor(0));
   int64_t dim = wrap_dim(c.int_arg(1), self.rank());
   Value idx = slice_index(c, 2, self, dim, false, "index out of range in self");

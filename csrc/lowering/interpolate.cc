@@ -5,7 +5,7 @@
 //
 // Every mode is separable: along each spatial dim, output position o reads a few input
 // positions with fixed weights. Sizes are compile-time, so the positions and weights are
-// computed here with ATen's formulas (UpSample.h, in float like its CPU kernels) and
+// computed here with ATen's formulas (UpSample.h, in the type its CPU kernels use) and
 // emitted as constants; the device does constant-index gathers along each dim and a
 // weighted sum. The last spatial dim goes first, the order of the CPU kernels' sums.
 #include <algorithm>
@@ -23,73 +23,92 @@ using Lowered = base::StatusOr<std::vector<Value>>;
 
 enum class Mode { kNearest, kNearestExact, kLinear, kCubic };
 
-// One output position: input positions and their weights.
+// One output position: input positions and their weights (computed in the op's
+// accumulation type, float or double, and held exactly as doubles).
 struct Taps {
   std::vector<int64_t> index;
-  std::vector<float> weight;
+  std::vector<double> weight;
 };
 
+// ATen's formulas below are templates over that type T, as in UpSample.h: float for
+// float and half inputs, double for double ones.
+
 // ATen's compute_scales_value: 1/scale when a positive scale was given, else in/out.
-float scale_value(std::optional<double> scale, int64_t in, int64_t out) {
-  return scale && *scale > 0 ? static_cast<float>(1.0 / *scale)
-                             : static_cast<float>(in) / static_cast<float>(out);
+template <typename T>
+T scale_value(std::optional<double> scale, int64_t in, int64_t out) {
+  return scale && *scale > 0 ? static_cast<T>(1.0 / *scale)
+                             : static_cast<T>(in) / static_cast<T>(out);
 }
 
 // ATen's area_pixel_compute_scale.
-float area_scale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+template <typename T>
+T area_scale(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
   if (align_corners) {
-    return out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
+    return out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0);
   }
-  return scale_value(scale, in, out);
+  return scale_value<T>(scale, in, out);
 }
 
 // ATen's area_pixel_compute_source_index.
-float source_index(float scale, int64_t dst, bool align_corners, bool cubic) {
-  if (align_corners) return scale * static_cast<float>(dst);
-  float src = scale * (static_cast<float>(dst) + 0.5f) - 0.5f;
-  return (!cubic && src < 0) ? 0.f : src;
+template <typename T>
+T source_index(T scale, int64_t dst, bool align_corners, bool cubic) {
+  if (align_corners) return scale * static_cast<T>(dst);
+  T src = scale * (static_cast<T>(dst) + T(0.5)) - T(0.5);
+  return (!cubic && src < 0) ? T(0) : src;
 }
 
-float cubic1(float x, float a) { return ((a + 2) * x - (a + 3)) * x * x + 1; }
-float cubic2(float x, float a) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; }
+template <typename T>
+T cubic1(T x, T a) { return ((a + 2) * x - (a + 3)) * x * x + 1; }
+template <typename T>
+T cubic2(T x, T a) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; }
 
 // Taps of every output position along one dim, in output order.
-std::vector<Taps> taps_for(Mode mode, int64_t in, int64_t out, bool align_corners,
-                           std::optional<double> scale) {
+template <typename T>
+std::vector<Taps> taps_in(Mode mode, int64_t in, int64_t out, bool align_corners,
+                          std::optional<double> scale) {
   std::vector<Taps> taps(out);
   for (int64_t o = 0; o < out; ++o) {
     Taps& t = taps[o];
     if (mode == Mode::kNearest) {
-      float src = static_cast<float>(o) * scale_value(scale, in, out);
+      // Nearest modes use float scales for every dtype, as ATen's nearest kernels do.
+      float src = static_cast<float>(o) * scale_value<float>(scale, in, out);
       int64_t i = out == in       ? o
                   : out == 2 * in ? o >> 1
                                   : std::min(static_cast<int64_t>(std::floor(src)), in - 1);
-      t = {{i}, {1.f}};
+      t = {{i}, {1.0}};
     } else if (mode == Mode::kNearestExact) {
-      float s = scale_value(scale, in, out);
+      float s = scale_value<float>(scale, in, out);
       float src = static_cast<float>((o + 0.5) * s);
       int64_t i = std::min(static_cast<int64_t>(std::floor(src)), in - 1);
-      t = {{i}, {1.f}};
+      t = {{i}, {1.0}};
     } else if (mode == Mode::kLinear) {
-      float real = source_index(area_scale(in, out, align_corners, scale), o, align_corners, false);
+      T real = source_index<T>(area_scale<T>(in, out, align_corners, scale), o, align_corners,
+                               false);
       int64_t i0 = std::min(static_cast<int64_t>(std::floor(real)), in - 1);
-      float l1 = std::min(std::max(real - static_cast<float>(i0), 0.f), 1.f);
+      T l1 = std::min(std::max(real - static_cast<T>(i0), T(0)), T(1));
       int64_t i1 = i0 + (i0 < in - 1 ? 1 : 0);
-      t = {{i0, i1}, {1.f - l1, l1}};
+      t = {{i0, i1}, {static_cast<double>(T(1) - l1), static_cast<double>(l1)}};
     } else {
-      float real = source_index(area_scale(in, out, align_corners, scale), o, align_corners, true);
-      float fl = std::floor(real);
-      float x = real - fl;
-      const float a = -0.75f;
-      float w[4] = {cubic2(x + 1.f, a), cubic1(x, a), cubic1(1.f - x, a), cubic2(2.f - x, a)};
+      T real = source_index<T>(area_scale<T>(in, out, align_corners, scale), o, align_corners,
+                               true);
+      T fl = std::floor(real);
+      T x = real - fl;
+      const T a = T(-0.75);
+      T w[4] = {cubic2<T>(x + 1, a), cubic1<T>(x, a), cubic1<T>(1 - x, a), cubic2<T>(2 - x, a)};
       for (int k = 0; k < 4; ++k) {
         int64_t i = std::clamp<int64_t>(static_cast<int64_t>(fl) - 1 + k, 0, in - 1);
         t.index.push_back(i);
-        t.weight.push_back(w[k]);
+        t.weight.push_back(static_cast<double>(w[k]));
       }
     }
   }
   return taps;
+}
+
+std::vector<Taps> taps_for(Mode mode, DType t, int64_t in, int64_t out, bool align_corners,
+                           std::optional<double> scale) {
+  return t == DType::kF64 ? taps_in<double>(mode, in, out, align_corners, scale)
+                          : taps_in<float>(mode, in, out, align_corners, scale);
 }
 
 std::string i64_dense(const std::vector<int64_t>& v) {
@@ -98,14 +117,32 @@ std::string i64_dense(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
-std::string f32_dense(const std::vector<float>& v) {
+// Weights as a dense literal; each is exactly a value of the constant's type.
+std::string weight_dense(const std::vector<double>& v) {
   std::string s = "[";
   char buf[32];
   for (size_t i = 0; i < v.size(); ++i) {
-    std::snprintf(buf, sizeof buf, "%.9e", static_cast<double>(v[i]));
+    std::snprintf(buf, sizeof buf, "%.17e", v[i]);
     s += (i ? ", " : "") + std::string(buf);
   }
   return s + "]";
+}
+
+// The weights of tap k of every position, as a constant of dtype `t` broadcast along
+// `dim` of `like`; nullopt when every weight is 1.
+std::optional<Value> tap_weights(Builder& b, const std::vector<Taps>& taps, size_t k,
+                                 const Value& like, int64_t dim) {
+  std::vector<double> weight;
+  bool all_one = true;
+  for (const Taps& t : taps) {
+    weight.push_back(t.weight[k]);
+    all_one &= t.weight[k] == 1.0;
+  }
+  if (all_one) return std::nullopt;
+  TensorType wt{like.dtype(), {static_cast<int64_t>(weight.size())}};
+  Value w = b.op("stablehlo.constant", {}, wt,
+                 "value = dense<" + weight_dense(weight) + "> : " + wt.str());
+  return b.broadcast_in_dim(w, like.dims(), {dim});
 }
 
 // A constant [k, 1] i64 tensor of positions (gather/scatter indices).
@@ -158,46 +195,24 @@ Value resample_backward(Builder& b, Value g, int64_t dim, const std::vector<Taps
   Value sum;
   for (size_t k = 0; k < n; ++k) {
     std::vector<int64_t> index;
-    std::vector<float> weight;
-    bool all_one = true;
-    for (const Taps& t : taps) {
-      index.push_back(t.index[k]);
-      weight.push_back(t.weight[k]);
-      all_one &= t.weight[k] == 1.f;
-    }
+    for (const Taps& t : taps) index.push_back(t.index[k]);
     Value w_g = g;
-    if (!all_one) {
-      TensorType wt{DType::kF32, {static_cast<int64_t>(weight.size())}};
-      Value w = b.op("stablehlo.constant", {}, wt,
-                     "value = dense<" + f32_dense(weight) + "> : " + wt.str());
-      w_g = b.mul(g, b.broadcast_in_dim(w, g.dims(), {dim}));
-    }
+    if (auto w = tap_weights(b, taps, k, g, dim)) w_g = b.mul(g, *w);
     Value part = put_add(b, w_g, dim, index, in_size);
     sum = k == 0 ? part : b.add(sum, part);
   }
   return sum;
 }
 
-// Resamples `x` (float32) along `dim` to `taps.size()` positions.
+// Resamples `x` (float32 or float64) along `dim` to `taps.size()` positions.
 Value resample(Builder& b, Value x, int64_t dim, const std::vector<Taps>& taps) {
   size_t n = taps.front().index.size();
   Value sum;
   for (size_t k = 0; k < n; ++k) {
     std::vector<int64_t> index;
-    std::vector<float> weight;
-    bool all_one = true;
-    for (const Taps& t : taps) {
-      index.push_back(t.index[k]);
-      weight.push_back(t.weight[k]);
-      all_one &= t.weight[k] == 1.f;
-    }
+    for (const Taps& t : taps) index.push_back(t.index[k]);
     Value g = take(b, x, dim, index);
-    if (!all_one) {
-      TensorType wt{DType::kF32, {static_cast<int64_t>(weight.size())}};
-      Value w = b.op("stablehlo.constant", {}, wt,
-                     "value = dense<" + f32_dense(weight) + "> : " + wt.str());
-      g = b.mul(g, b.broadcast_in_dim(w, g.dims(), {dim}));
-    }
+    if (auto w = tap_weights(b, taps, k, g, dim)) g = b.mul(g, *w);
     sum = k == 0 ? g : b.add(sum, g);
   }
   return sum;
@@ -233,8 +248,14 @@ LoweringFn upsample(Mode mode, bool backward) {
       int64_t dim = 2 + s;
       if (in[dim] == 0 || out[dim] == 0) continue;  // empty result: shape only
       std::optional<double> scale = scale_arg(c, first_scale + static_cast<size_t>(s));
-      std::vector<Taps> taps = taps_for(mode, in[dim], out[dim], align_corners, scale);
+      std::vector<Taps> taps = taps_for(mode, t, in[dim], out[dim], align_corners, scale);
       y = backward ? resample_backward(b, y, dim, taps, in[dim]) : resample(b, y, dim, taps);
+      // PyTorch's CPU kernel for uint8 images is separable with a uint8 result per pass
+      // (rounded to nearest and clamped), not one rounding at the end.
+      if (!backward && c.out_type().dtype == DType::kU8 && mode != Mode::kNearest &&
+          mode != Mode::kNearestExact) {
+        y = b.clamp(b.splat(0, y.type), b.unary("round_nearest_afz", y), b.splat(255, y.type));
+      }
     }
     if (y.dims() != result) return std::vector<Value>{b.zeros(c.out_type())};
     return std::vector<Value>{b.convert(y, c.out_type().dtype)};
@@ -254,7 +275,7 @@ std::vector<Taps> pad_taps(bool reflect, int64_t in, int64_t out, int64_t before
     } else {
       i = std::clamp<int64_t>(i, 0, in - 1);
     }
-    taps[o] = {{i}, {1.f}};
+    taps[o] = {{i}, {1.0}};
   }
   return taps;
 }

@@ -271,6 +271,14 @@ base::StatusOr<LoweredModule> lower_op(const std::string& op_name, std::vector<O
   Builder builder;
   LoweringContext ctx(builder, op_name, std::move(args), std::move(out_types));
   TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(ctx));
+  if (!builder.unsupported_error().empty()) {
+    return base::unimplemented("lowering: " + op_name + " is not lowered for these dtypes (" +
+                               builder.unsupported_error() + ")");
+  }
+  if (!builder.misuse_error().empty()) {
+    return base::internal_error("lowering: " + op_name + " built an invalid program: " +
+                                builder.misuse_error());
+  }
   if (results.size() != ctx.out_types().size()) {
     return base::internal_error("lowering: " + op_name + " returned " +
                                 std::to_string(results.size()) + " values (expected " +

@@ -19,10 +19,11 @@ bool is_contiguous(const Dims& sizes, const Dims& strides) {
   return true;
 }
 
-// Flat indices (i64) of every element of the view, shaped `sizes` + [1] for gather/scatter.
-Value flat_indices(Builder& b, const Dims& sizes, const Dims& strides, int64_t offset) {
+// Flat indices (i64) of every element of the view from its first element at the runtime
+// `offset` (0-d i64), shaped `sizes` + [1] for gather/scatter.
+Value flat_indices(Builder& b, const Dims& sizes, const Dims& strides, Value offset) {
   TensorType t{DType::kI64, sizes};
-  Value idx = b.broadcast_to(b.constant_i64(offset, DType::kI64), sizes);
+  Value idx = b.broadcast_to(offset, sizes);
   for (size_t k = 0; k < sizes.size(); ++k) {
     if (sizes[k] == 1 || strides[k] == 0) continue;
     Value term = b.mul(b.iota(t, static_cast<int64_t>(k)),
@@ -53,18 +54,19 @@ bool is_whole_buffer_view(int64_t buffer_numel, const Dims& sizes, const Dims& s
   return offset == 0 && numel_of(sizes) == buffer_numel && is_contiguous(sizes, strides);
 }
 
-std::string strided_read_module(const TensorType& base, const Dims& sizes, const Dims& strides,
-                                int64_t offset) {
+std::string strided_read_module(const TensorType& base, const Dims& sizes, const Dims& strides) {
   Builder b("torchtpu_view_read");
   Value src = b.param(base);
+  Value offset = b.param(TensorType{DType::kI64, {}});
   int64_t n = base.num_elements();
   int64_t count = numel_of(sizes);
   TensorType out{base.dtype, sizes};
   if (count == 0) return b.finish({b.zeros(out)});
   Value flat = b.reshape(src, {n});
   if (is_contiguous(sizes, strides)) {
-    // A contiguous window: one slice, no index arithmetic.
-    Value window = b.slice(flat, {offset}, {offset + count}, {1});
+    // A contiguous window: one slice at the runtime offset, no index arithmetic.
+    Value window = b.op("stablehlo.dynamic_slice", {flat, offset},
+                        TensorType{base.dtype, {count}}, "slice_sizes = " + i64_array({count}));
     return b.finish({b.reshape(window, sizes)});
   }
   Value idx = flat_indices(b, sizes, strides, offset);
@@ -72,23 +74,20 @@ std::string strided_read_module(const TensorType& base, const Dims& sizes, const
   return b.finish({r});
 }
 
-std::string strided_write_module(const TensorType& base, const Dims& sizes, const Dims& strides,
-                                 int64_t offset) {
+std::string strided_write_module(const TensorType& base, const Dims& sizes, const Dims& strides) {
   Builder b("torchtpu_view_write");
   Value dst = b.param(base);
   Value value = b.param(TensorType{base.dtype, sizes});
+  Value offset = b.param(TensorType{DType::kI64, {}});
   int64_t n = base.num_elements();
   int64_t count = numel_of(sizes);
   if (count == 0) return b.finish({dst});
   Value flat = b.reshape(dst, {n});
   Value result;
   if (is_contiguous(sizes, strides)) {
-    // Contiguous window: splice [head | value | tail].
-    std::vector<Value> parts;
-    if (offset > 0) parts.push_back(b.slice(flat, {0}, {offset}, {1}));
-    parts.push_back(b.reshape(value, {count}));
-    if (offset + count < n) parts.push_back(b.slice(flat, {offset + count}, {n}, {1}));
-    result = b.concatenate(parts, 0);
+    // Contiguous window: one update at the runtime offset.
+    result = b.op("stablehlo.dynamic_update_slice", {flat, b.reshape(value, {count}), offset},
+                  flat.type);
   } else {
     Value idx = flat_indices(b, sizes, strides, offset);
     TensorType scalar{base.dtype, {}};

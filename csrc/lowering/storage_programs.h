@@ -12,12 +12,12 @@
 
 namespace torchtpu::lowering {
 
-// (base) -> the view's values, shape `sizes`, dtype base.dtype.
-std::string strided_read_module(const TensorType& base, const Dims& sizes, const Dims& strides,
-                                int64_t offset);
-// (base, value[sizes]) -> base with the view's elements replaced by value.
-std::string strided_write_module(const TensorType& base, const Dims& sizes, const Dims& strides,
-                                 int64_t offset);
+// Views are read and written by one program per (base type, sizes, strides): the storage
+// offset is a runtime operand (a 0-d i64), so `y[i]` for every i shares one executable.
+// (base, offset) -> the view's values, shape `sizes`, dtype base.dtype.
+std::string strided_read_module(const TensorType& base, const Dims& sizes, const Dims& strides);
+// (base, value[sizes], offset) -> base with the view's elements replaced by value.
+std::string strided_write_module(const TensorType& base, const Dims& sizes, const Dims& strides);
 // (src) -> src converted to `dtype` and broadcast (NumPy rules) to `dims`.
 std::string convert_module(const TensorType& src, DType dtype, const Dims& dims);
 // () -> zeros of type `t`.

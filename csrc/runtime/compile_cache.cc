@@ -39,13 +39,15 @@ void dump_module(uint64_t key, const std::string& module_text) {
 
 }  // namespace
 
-CompileCache::CompileCache(std::shared_ptr<Client> client)
-    : CompileCache(client, default_disk_cache_dir()) {}
+CompileCache::CompileCache(std::shared_ptr<Client> client, size_t memory_capacity)
+    : CompileCache(client, default_disk_cache_dir(), memory_capacity) {}
 
-CompileCache::CompileCache(std::shared_ptr<Client> client, const std::string& disk_root)
+CompileCache::CompileCache(std::shared_ptr<Client> client, const std::string& disk_root,
+                           size_t memory_capacity)
     : client_(std::move(client)),
       identity_hash_(identity_hash_of(*client_)),
-      disk_(disk_root, identity_hash_) {}
+      disk_(disk_root, identity_hash_),
+      entries_(memory_capacity) {}
 
 uint64_t CompileCache::key_of(const std::string& module_text, int device_index) const {
   return base::fnv1a(module_text, base::fnv1a(compile_options(device_index), identity_hash_));
@@ -77,10 +79,9 @@ base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& mo
   uint64_t key = key_of(module_text, device_index);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(key);
-    if (it != entries_.end()) {
+    if (ExecutablePtr* hit = entries_.find(key)) {
       base::counter_add("num_compile_cache_hits_memory");
-      return it->second;
+      return *hit;
     }
   }
   ExecutablePtr exe;
@@ -100,7 +101,9 @@ base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& mo
     TORCHTPU_ASSIGN_OR_RETURN(exe, compile_and_store(key, module_text, device_index));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  return entries_.emplace(key, std::move(exe)).first->second;
+  auto [kept, dropped] = entries_.insert(key, std::move(exe));
+  if (dropped > 0) base::counter_add("num_compile_cache_evictions", static_cast<int64_t>(dropped));
+  return *kept;
 }
 
 }  // namespace torchtpu::runtime

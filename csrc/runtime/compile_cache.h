@@ -11,9 +11,11 @@
 // A corrupt or unloadable disk entry is logged, counted (`num_disk_cache_corrupt`),
 // deleted and recompiled; a failed disk write is counted
 // (`num_disk_cache_write_failures`). Neither fails get_or_compile.
-// Memory entries are never evicted (executables are small next to their buffers; the set
-// of eager op signatures in a program is bounded); disk entries are never evicted either
-// (delete the directory to reclaim space).
+// The memory tier holds at most `memory_capacity` executables and drops the least
+// recently used one to make room (`num_compile_cache_evictions`): each loaded executable
+// costs the process memory maps, and a workload that makes a new program per shape would
+// otherwise exhaust them. Disk entries are never evicted (delete the directory to reclaim
+// space).
 // Thread safety: get_or_compile may be called from any thread; two threads missing on the
 // same key may both compile (and both write the same disk entry), and the first insert wins.
 #pragma once
@@ -23,6 +25,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/lru_map.h"
 #include "base/status.h"
 #include "runtime/client.h"
 #include "runtime/disk_cache.h"
@@ -32,13 +35,18 @@ namespace torchtpu::runtime {
 class CompileCache {
  public:
   // Disk tier at default_disk_cache_dir() (TORCHTPU_CACHE_DIR and friends).
-  explicit CompileCache(std::shared_ptr<Client> client);
+  static constexpr size_t kDefaultMemoryCapacity = 4096;
+
+  explicit CompileCache(std::shared_ptr<Client> client,
+                        size_t memory_capacity = kDefaultMemoryCapacity);
   // Disk tier under `disk_root` ("" disables it).
-  CompileCache(std::shared_ptr<Client> client, const std::string& disk_root);
+  CompileCache(std::shared_ptr<Client> client, const std::string& disk_root,
+               size_t memory_capacity = kDefaultMemoryCapacity);
 
   base::StatusOr<ExecutablePtr> get_or_compile(const std::string& module_text, int device_index);
   // Number of executables in the memory tier.
   size_t size() const;
+  size_t capacity() const { return entries_.capacity(); }
   uint64_t key_of(const std::string& module_text, int device_index) const;
   const DiskCache& disk_cache() const { return disk_; }
 
@@ -51,7 +59,7 @@ class CompileCache {
   uint64_t identity_hash_;
   DiskCache disk_;
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, ExecutablePtr> entries_;
+  base::LruMap<uint64_t, ExecutablePtr> entries_;
 };
 
 }  // namespace torchtpu::runtime

@@ -18,6 +18,7 @@ def metrics() -> dict[str, Any]:
     keyed = _C.keyed_counters()
     counters["fallback_ops"] = dict(keyed.get("fallback_ops", {}))
     counters["host_roundtrip_ops"] = dict(keyed.get("host_roundtrip_ops", {}))
+    counters["lowering_errors"] = dict(keyed.get("lowering_errors", {}))
     counters["compile_time_s"] = counters.get("compile_time_us", 0) / 1e6
     counters["num_op_signatures_cached"] = _C.op_cache_size()
     backend = sys.modules.get("torchtpu.dynamo.backend")  # only once torch.compile was used
@@ -35,6 +36,7 @@ _ROWS = [
     ("compile_time_s", "seconds compiling"),
     ("num_compile_cache_hits_memory", "compile cache hits (memory)"),
     ("num_compile_cache_hits_disk", "compile cache hits (disk)"),
+    ("num_compile_cache_evictions", "executables evicted (memory tier full)"),
     ("num_disk_cache_writes", "executables written to the disk cache"),
     ("num_disk_cache_corrupt", "corrupt disk cache entries recompiled"),
     ("num_op_signatures_compiled", "op signatures compiled"),
@@ -43,6 +45,7 @@ _ROWS = [
     ("num_graphs_compiled", "torch.compile graphs compiled"),
     ("num_graph_executions", "torch.compile graphs executed"),
     ("num_cpu_fallbacks", "ops run on the CPU (fallback)"),
+    ("num_lowering_errors", "ops whose lowering failed (torchtpu bugs)"),
     ("num_data_checks", "data checks read back (index bounds)"),
     ("num_host_roundtrips", "data-dependent ops via host (nonzero...)"),
     ("num_transfers_to_device", "host->device transfers"),
@@ -77,6 +80,10 @@ def report() -> str:
             lines.append(f"  {op:<{width - 2}}  {n:>12,}")
     else:
         lines.append("CPU fallbacks: none")
+    if m["lowering_errors"]:
+        lines.append("Lowering errors by op (raised; please report them):")
+        for op, n in sorted(m["lowering_errors"].items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {op:<{width - 2}}  {n:>12,}")
     if m["host_roundtrip_ops"]:
         lines.append("Host round-trips for data-dependent shapes (by design):")
         for op, n in sorted(m["host_roundtrip_ops"].items(), key=lambda kv: -kv[1]):

@@ -22,15 +22,22 @@ HostTensor run_program(const std::string& text, const std::vector<HostTensor>& i
   return results.empty() ? HostTensor{} : results[0];
 }
 
+// The storage offset: a runtime operand of the view programs.
+HostTensor offset_operand(int64_t offset) {
+  return HostTensor{TensorType{DType::kI64, {}}, {static_cast<double>(offset)}};
+}
+
 HostTensor read_view(const HostTensor& base, const Dims& sizes, const Dims& strides,
                      int64_t offset) {
-  return run_program(lowering::strided_read_module(base.type, sizes, strides, offset), {base});
+  return run_program(lowering::strided_read_module(base.type, sizes, strides),
+                     {base, offset_operand(offset)});
 }
 
 HostTensor write_view(const HostTensor& base, const Dims& sizes, const Dims& strides,
                       int64_t offset, const V& value) {
   HostTensor v{TensorType{base.type.dtype, sizes}, value};
-  return run_program(lowering::strided_write_module(base.type, sizes, strides, offset), {base, v});
+  return run_program(lowering::strided_write_module(base.type, sizes, strides),
+                     {base, v, offset_operand(offset)});
 }
 
 void expect_tensor(const HostTensor& got, DType dtype, const Dims& dims, const V& values) {
@@ -107,6 +114,24 @@ TEST(StorageProgram, ZeroElementView) {
                 {0, 1, 2, 3, 4, 5});
 }
 
+// The offset is a runtime operand: one program text reads (and writes) every row.
+TEST(StorageProgram, OneProgramServesEveryOffset) {
+  HostTensor base = arange(DType::kF32, {4, 3});
+  std::string text = lowering::strided_read_module(base.type, {3}, {1});
+  for (int64_t row = 0; row < 4; ++row) {
+    double first = static_cast<double>(row * 3);
+    expect_tensor(run_program(text, {base, offset_operand(row * 3)}), DType::kF32, {3},
+                  {first, first + 1, first + 2});
+  }
+  // A column (strided): one gather program for every column.
+  std::string column = lowering::strided_read_module(base.type, {4}, {3});
+  expect_tensor(run_program(column, {base, offset_operand(2)}), DType::kF32, {4}, {2, 5, 8, 11});
+  std::string write = lowering::strided_write_module(base.type, {4}, {3});
+  HostTensor value{TensorType{DType::kF32, {4}}, {-1, -2, -3, -4}};
+  expect_tensor(run_program(write, {base, value, offset_operand(1)}), DType::kF32, {4, 3},
+                {0, -1, 2, 3, -2, 5, 6, -3, 8, 9, -4, 11});
+}
+
 TEST(StorageProgram, WholeBufferViewDetection) {
   using lowering::is_whole_buffer_view;
   EXPECT_TRUE(is_whole_buffer_view(12, {3, 4}, {4, 1}, 0));
@@ -128,6 +153,22 @@ TEST(StorageProgram, ConvertFloatToIntTruncatesTowardZeroAndBroadcasts) {
   HostTensor scalar{TensorType{DType::kF32, {}}, {7.9}};
   expect_tensor(run_program(lowering::convert_module(scalar.type, DType::kI64, {2}), {scalar}),
                 DType::kI64, {2}, {7, 7});
+}
+
+// Out-of-range values and NaN follow PyTorch's CPU casts on x86-64 (through int32, or
+// int64 for 64-bit targets; the minimum when out of range), not XLA's saturation.
+TEST(StorageProgram, ConvertOutOfRangeFloatToIntLikePyTorchsCpu) {
+  HostTensor src{TensorType{DType::kF32, {6}}, {3.4e38, -2.0, 300.0, kNaN, 3e9, -kInf}};
+  expect_tensor(run_program(lowering::convert_module(src.type, DType::kI16, {6}), {src}),
+                DType::kI16, {6}, {0, -2, 300, 0, 0, 0});
+  expect_tensor(run_program(lowering::convert_module(src.type, DType::kU8, {6}), {src}),
+                DType::kU8, {6}, {0, 254, 44, 0, 0, 0});
+  expect_tensor(run_program(lowering::convert_module(src.type, DType::kI32, {6}), {src}),
+                DType::kI32, {6}, {-2147483648.0, -2, 300, -2147483648.0, -2147483648.0,
+                                   -2147483648.0});
+  expect_tensor(run_program(lowering::convert_module(src.type, DType::kI64, {6}), {src}),
+                DType::kI64, {6}, {-9223372036854775808.0, -2, 300, -9223372036854775808.0,
+                                   3e9, -9223372036854775808.0});
 }
 
 TEST(StorageProgram, ConvertFloatToBoolIsNonZero) {

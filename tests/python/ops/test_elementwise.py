@@ -6,6 +6,10 @@ import pytest
 import torch
 from _compare import FLOAT_DTYPES, assert_same, make
 
+import torchtpu
+
+TPU = "tpu"
+
 UNARY_FLOAT = {
     "abs": torch.abs,
     "neg": torch.neg,
@@ -301,3 +305,54 @@ def test_bitwise_out_variant(name: str) -> None:
 
     assert_same(fn, make((3, 4), torch.int64, low=0, high=99), make((3, 4), torch.int64, low=0,
                 high=99))
+
+
+# Float -> integer casts follow PyTorch's CPU (x86-64 truncating conversions through int32,
+# or int64 for 64-bit targets), not XLA's saturation: float32 max -> int16 is 0, -2.0 ->
+# uint8 is 254, NaN and inf -> the intermediate's minimum.
+_CAST_VALUES = [float("nan"), float("inf"), -float("inf"), 3e9, -3e9, 1e20, -1e20, 300.7, -2.5,
+                70000.0, -70000.0, 2.0**31, -(2.0**31), 2.0**31 - 128, 2.0**63, 5e9, 0.0, -0.9]
+
+
+@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dst", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+                                 torch.bool])
+def test_out_of_range_float_to_int_casts_match_cpu(src: torch.dtype, dst: torch.dtype) -> None:
+    x = torch.tensor(_CAST_VALUES, dtype=src)
+    assert torch.equal(x.to(TPU).to(dst).cpu(), x.to(dst))
+    # Through an op's own convert (a copy into an integer tensor) as well.
+    out = torch.empty(len(_CAST_VALUES), dtype=dst, device=TPU)
+    out.copy_(x.to(TPU))
+    assert torch.equal(out.cpu(), x.to(dst))
+
+
+# An out= call computes in the op's own dtype, then casts into out.
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", [torch.add, torch.mul, torch.sub, torch.maximum, torch.atan2])
+def test_out_of_a_wider_dtype_rounds_to_the_ops_dtype_first(dtype, op) -> None:
+    big = 6e4 if dtype == torch.float16 else 3e38
+    a = torch.tensor([big, -big, 1.1, 3.3], dtype=dtype)
+    b = torch.tensor([big, big, 2.2, -7.7], dtype=dtype)
+    cpu = op(a, b, out=torch.empty(4, dtype=torch.float64))
+    dev = op(a.to(TPU), b.to(TPU), out=torch.empty(4, dtype=torch.float64, device=TPU))
+    assert torch.equal(dev.cpu(), cpu)
+
+
+# These emitted programs the plugin rejected (and then ran on the CPU in silence).
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64])
+def test_abs_of_integers_runs_on_tpu(dtype: torch.dtype) -> None:
+    x = torch.tensor([0, 1, 7, 100], dtype=dtype)
+    if dtype.is_signed:
+        x = torch.tensor([-3, 0, 5, -100], dtype=dtype)
+    before = torchtpu.debug.metrics()["fallback_ops"].get("aten::abs", 0)
+    assert torch.equal(x.to(TPU).abs().cpu(), x.abs())
+    assert torchtpu.debug.metrics()["fallback_ops"].get("aten::abs", 0) == before
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_atan2_of_integers_promotes_to_float(dtype: torch.dtype) -> None:
+    a, b = torch.tensor([1, 2, 0, 5], dtype=dtype), torch.tensor([3, 4, 1, 0], dtype=dtype)
+    got = torch.atan2(a.to(TPU), b.to(TPU))
+    assert got.dtype == torch.float32
+    assert torch.allclose(got.cpu(), torch.atan2(a, b))
+    assert "aten::atan2.out" not in torchtpu.debug.metrics()["fallback_ops"]

@@ -168,3 +168,42 @@ def test_arange_lengths_in_one_process() -> None:
     # calls with different lengths must not share one compiled program.
     for args in ((10,), (2, 11, 3), (10, 0, -2), (7,), (0, 100, 7)):
         assert torch.equal(torch.arange(*args, device=TPU).cpu(), torch.arange(*args)), args
+
+
+# out= into a non-contiguous view: PyTorch's CPU range factories keep out's shape when its
+# element count matches and fill it in row-major order (the Python meta kernels resize it).
+@pytest.mark.parametrize("factory", [
+    lambda out: torch.arange(0, 4, out=out),
+    lambda out: torch.linspace(0, 1, 4, out=out),
+    lambda out: torch.logspace(0, 1, 4, out=out),
+])
+def test_range_factory_out_into_a_strided_view_keeps_the_base(factory) -> None:
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the meta kernels warn about resizing
+        cpu = torch.zeros(2, 3)
+        factory(cpu.narrow(1, 1, 2))
+        dev = torch.zeros(2, 3, device=TPU)
+        factory(dev.narrow(1, 1, 2))
+    assert torch.equal(dev.cpu(), cpu)
+
+
+def test_range_factory_out_of_another_count_is_resized_like_cpu() -> None:
+    cpu, dev = torch.zeros(2, 3), torch.zeros(2, 3, device=TPU)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.arange(0, 5, out=cpu)
+        torch.arange(0, 5, out=dev)
+    assert dev.shape == cpu.shape == (5,)
+    assert torch.equal(dev.cpu(), cpu)
+
+
+# XLA rewrote the step's division by the constant steps - 1 into a multiplication by its
+# rounded reciprocal: linspace(1, 127, 50, dtype=int32)[21] truncated 54.999... to 54.
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float64, torch.float32])
+def test_linspace_divides_by_steps_minus_one_exactly(dtype: torch.dtype) -> None:
+    for start, end, steps in [(1, 127, 50), (0, 1000, 7), (-5, 1e6 if dtype.is_floating_point
+                                                          else 999983, 97)]:
+        got = torch.linspace(start, end, steps, dtype=dtype, device=TPU).cpu()
+        assert torch.equal(got, torch.linspace(start, end, steps, dtype=dtype)), (start, end)

@@ -202,3 +202,20 @@ def test_pad() -> None:
     x = make((2, 3, 4), torch.float32)
     assert_same(lambda t: F.pad(t, (1, 2)), x)
     assert_same(lambda t: F.pad(t, (1, 1, 2, 0), value=-1.5), x)
+
+
+# float64 linear modes mixed float32 weights into a float64 product (an abort); they now
+# compute their taps in double, as ATen's CPU kernels do for double inputs.
+@pytest.mark.parametrize("mode,shape", [("linear", (2, 3, 7)), ("bilinear", (1, 2, 5, 6)),
+                                        ("bicubic", (1, 2, 5, 6)), ("trilinear", (1, 2, 3, 4, 5))])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_interpolate_float64(mode: str, shape, align_corners: bool) -> None:
+    x = torch.randn(shape, dtype=torch.float64)
+    size = tuple(2 * s + 1 for s in shape[2:])
+    f = lambda t: torch.nn.functional.interpolate(t, size=size, mode=mode,  # noqa: E731
+                                                   align_corners=align_corners)
+    got = f(x.to("tpu"))
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got.cpu(), f(x), rtol=1e-12, atol=1e-12)
+    assert torchtpu.debug.metrics()["fallback_ops"] == {} or not any(
+        "upsample" in k for k in torchtpu.debug.metrics()["fallback_ops"])

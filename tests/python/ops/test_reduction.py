@@ -141,3 +141,16 @@ def test_empty_reductions() -> None:
     assert_same(lambda t: t.sum(0), x)
     assert_same(torch.sum, x)
     assert_same(lambda t: t.prod(0), x)
+
+
+# A ScalarType argument reached the lowerings as an int: prod(dtype=torch.int64) reduced
+# "dim 4" and the plugin rejected the program.
+@pytest.mark.parametrize("op", [torch.prod, torch.sum, torch.mean])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64, torch.float32])
+def test_reduction_with_a_dtype_argument(op, dtype: torch.dtype) -> None:
+    if op is torch.mean and not dtype.is_floating_point:
+        return
+    src = torch.float32 if dtype.is_floating_point else torch.int32
+    x = torch.arange(1, 7, dtype=src).reshape(2, 3)
+    assert torch.equal(op(x.to("tpu"), dtype=dtype).cpu(), op(x, dtype=dtype))
+    assert torch.equal(op(x.to("tpu"), 1, dtype=dtype).cpu(), op(x, 1, dtype=dtype))

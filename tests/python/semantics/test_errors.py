@@ -106,3 +106,16 @@ def test_unsupported_dtype_is_a_clear_error() -> None:
         assert "complex" in str(e).lower() or "dtype" in str(e).lower(), e
     else:
         assert torch.equal(t.cpu(), torch.zeros(2, dtype=torch.complex64))
+
+
+# index_put's values must broadcast to the indexing result; a 0-dim bool mask made the
+# lowering broadcast to a lower rank, which aborted the process.
+def test_index_put_with_values_that_do_not_broadcast_raises_like_cpu() -> None:
+    def put(a):
+        a[torch.tensor(True, device=a.device)] = a.expand(5, 1, 2, 3)
+    assert_raises_like_cpu(put, make((2, 3), torch.float32))
+
+    def put_index(a):
+        a.index_put_((torch.tensor([0, 1], device=a.device),), torch.ones(3, 3, device=a.device))
+    assert_raises_like_cpu(put_index, make((2, 3), torch.float32))
+

@@ -1,0 +1,106 @@
+"""What a user pays in programs: view offsets are data, and the executable caches are bounded.
+
+A view's storage offset (``y[i]``, ``x.narrow(0, k, n)``, a row of a printed tensor) is a
+runtime operand of the view programs, so a new offset never means a new compile. The
+executable caches keep at most ``TORCHTPU_EXECUTABLE_CACHE_SIZE`` executables (default
+4096) and count what they evict. Programs are counted as compiles plus disk-cache loads:
+both are what a cold process pays.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+import torchtpu
+
+REPO_PYTHON = os.path.join(os.path.dirname(__file__), "..", "..", "..", "python")
+
+
+def programs_loaded() -> int:
+    m = torchtpu.debug.metrics()
+    return m.get("num_compiles", 0) + m.get("num_compile_cache_hits_disk", 0)
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.path.abspath(REPO_PYTHON) + os.pathsep + full_env.get(
+        "PYTHONPATH", "")
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_100k_distinct_element_reads_compile_a_handful_of_programs() -> None:
+    n = 100_000
+    values = torch.arange(n, dtype=torch.float32)
+    y = values.to("tpu")
+    before = programs_loaded()
+    total = 0.0
+    for i in range(n):
+        total += y[i].item()
+    assert total == float(values.double().sum())
+    assert programs_loaded() - before <= 4
+
+
+def test_strided_views_at_every_offset_share_programs() -> None:
+    x = torch.arange(60.0).reshape(6, 10)
+    d = x.to("tpu")
+    d[0, :3].cpu(), d[:, 0].cpu()  # the two view shapes below, once
+    before = programs_loaded()
+    for k in range(6):
+        assert torch.equal(d[k, 2:5].cpu(), x[k, 2:5])      # contiguous window
+    for j in range(10):
+        assert torch.equal(d[:, j].cpu(), x[:, j])          # strided column
+    for j in range(10):
+        d[:, j] = float(-j)                                 # written through a view
+    x[:, :] = -torch.arange(10.0)
+    assert torch.equal(d.cpu(), x)
+    assert programs_loaded() - before <= 3
+
+
+def test_printing_a_million_element_tensor_compiles_few_programs() -> None:
+    x = torch.randn(10**6)
+    d = x.to("tpu")
+    before = programs_loaded()
+    text = str(d)
+    assert text.startswith(str(x)[:-1]) and "tpu:0" in text  # the same summary
+    assert programs_loaded() - before <= 40
+
+
+def test_the_executable_cache_is_bounded_and_counts_evictions() -> None:
+    r = run_python(
+        """
+        import torch, torchtpu
+        outs = []
+        for n in range(1, 41):                      # 40 signatures, 40+ programs
+            outs.append((torch.arange(float(n), device="tpu") * 2).sum().item())
+        m = torchtpu.debug.metrics()
+        assert m.get("num_compile_cache_evictions", 0) > 0, m
+        assert m["num_op_signatures_cached"] <= 16, m["num_op_signatures_cached"]
+        # Evicted programs are compiled again when needed, with the same results.
+        again = [(torch.arange(float(n), device="tpu") * 2).sum().item() for n in range(1, 41)]
+        assert again == outs == [float(n * (n - 1)) for n in range(1, 41)]
+        print("ok")
+        """,
+        TORCHTPU_EXECUTABLE_CACHE_SIZE="16", TORCHTPU_CACHE_DIR="off")
+    assert r.returncode == 0, r.stderr
+    assert "ok" in r.stdout
+
+
+def test_an_invalid_cache_size_is_a_clear_error() -> None:
+    r = run_python(
+        """
+        import torch, torchtpu
+        try:
+            torch.ones(2, device="tpu")
+        except RuntimeError as e:
+            print("error:", e)
+        """,
+        TORCHTPU_EXECUTABLE_CACHE_SIZE="lots")
+    assert r.returncode == 0, r.stderr
+    assert "TORCHTPU_EXECUTABLE_CACHE_SIZE='lots'" in r.stdout, r.stdout
