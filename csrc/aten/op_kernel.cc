@@ -39,11 +39,15 @@ struct CompiledOp {
 
 // Op signature -> its compiled program, bounded like the executable cache it draws from
 // (an entry keeps its executable alive, so an unbounded map would defeat that bound).
+// Created with the first op (its capacity comes from the device runtime); guarded by
+// g_cache_mu.
+using OpCache = base::LruMap<std::string, std::shared_ptr<CompiledOp>>;
 std::mutex g_cache_mu;
-base::LruMap<std::string, std::shared_ptr<CompiledOp>>& op_cache() {
-  static auto* cache =
-      new base::LruMap<std::string, std::shared_ptr<CompiledOp>>(compile_cache().capacity());
-  return *cache;
+OpCache* g_op_cache = nullptr;
+
+OpCache& op_cache() {
+  if (g_op_cache == nullptr) g_op_cache = new OpCache(compile_cache().capacity());
+  return *g_op_cache;
 }
 
 std::string op_name(const c10::FunctionSchema& schema) {
@@ -445,7 +449,7 @@ void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t firs
 
 size_t op_cache_size() {
   std::lock_guard<std::mutex> lock(g_cache_mu);
-  return op_cache().size();
+  return g_op_cache == nullptr ? 0 : g_op_cache->size();
 }
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
