@@ -33,9 +33,9 @@ bool is_data_dependent(const std::string& name) {
   return false;
 }
 
-// Replaces bool/uint8 masks in the Tensor?[] argument of an indexing op by the integer
-// index tensors they select, as PyTorch's own indexing does. The mask's nonzero positions
-// are data, so this costs one host round-trip per mask (counted).
+// CPU index tensors move to the indexed tensor's device. Bool/uint8 masks become the
+// integer index tensors they select, as PyTorch's own indexing does: the mask's nonzero
+// positions are data, so this costs one host round-trip per mask (counted).
 void expand_index_masks(const c10::FunctionSchema& schema, const std::string& name,
                         torch::jit::Stack* stack) {
   size_t n = schema.arguments().size();
@@ -43,12 +43,24 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
     c10::IValue& v = (*stack)[stack->size() - n + i];
     if (!is_optional_tensor_list(v)) continue;
     c10::List<std::optional<at::Tensor>> list = v.toOptionalTensorList();
+    const at::Tensor& self = (*stack)[stack->size() - n].toTensor();
+    // CPU index tensors are accepted as on CUDA (x[cpu_indices], index_put_ with CPU
+    // indices): they move to the indexed tensor's device, one transfer each.
+    bool moved = false;
+    for (size_t k = 0; k < list.size(); ++k) {
+      std::optional<at::Tensor> t = list.get(k);
+      if (!t || !t->defined() || !t->device().is_cpu() || !self.device().is_privateuseone()) {
+        continue;
+      }
+      list.set(k, t->to(self.device()));
+      moved = true;
+    }
+    if (moved) v = list;
     bool has_mask = false;
     for (const std::optional<at::Tensor>& t : list) {
       has_mask |= t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte);
     }
     if (!has_mask) continue;
-    const at::Tensor& self = (*stack)[stack->size() - n].toTensor();
     c10::List<std::optional<at::Tensor>> expanded;
     int64_t dim = 0;
     for (size_t k = 0; k < list.size(); ++k) {

@@ -22,9 +22,10 @@ std::vector<at::Tensor> present_tensors(const c10::IValue& v);
 // on the host by design (one round-trip, counted, allowed in strict mode).
 bool is_data_dependent(const std::string& name);
 
-// Replaces bool/uint8 masks in the Tensor?[] argument of an indexing op on `stack` by the
-// integer index tensors they select, as PyTorch's own indexing does (one host round-trip
-// per mask, counted). Raises IndexError when a mask's shape does not match.
+// Moves CPU index tensors in the Tensor?[] argument of an indexing op on `stack` to the
+// indexed tensor's device (PyTorch accepts them on CUDA), then replaces bool/uint8 masks
+// by the integer index tensors they select, as PyTorch's own indexing does (one host
+// round-trip per mask, counted). Raises IndexError when a mask's shape does not match.
 void expand_index_masks(const c10::FunctionSchema& schema, const std::string& name,
                         torch::jit::Stack* stack);
 

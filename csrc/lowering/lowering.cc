@@ -135,6 +135,14 @@ LoweringContext::LoweringContext(Builder& builder, std::string op_name, std::vec
 }
 
 Value LoweringContext::tensor(size_t i) {
+  if (args_.at(i).kind == ArgKind::kScalar) {
+    // A 0-dim CPU tensor where the schema takes a Tensor (index_put_'s values,
+    // index_fill's value): a 0-d runtime scalar, wide enough to hold it exactly.
+    ScalarCategory k = args_[i].scalar_category;
+    return scalar(i, k == ScalarCategory::kFloat ? DType::kF64
+                     : k == ScalarCategory::kInt ? DType::kI64
+                                                 : DType::kBool);
+  }
   if (!tensor_params_.at(i)) {
     tensor_params_[i] = builder_.param(args_.at(i).type);
     bindings_.push_back({ParamBinding::Source::kTensor, static_cast<int>(i), -1, args_[i].type.dtype});

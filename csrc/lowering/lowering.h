@@ -81,7 +81,8 @@ class LoweringContext {
   void bind_tensor(size_t i, Value v) { tensor_params_.at(i) = v; }
   void bind_tensor_list(size_t i, const std::vector<Value>& vs);
 
-  // Tensor arguments (declared as parameters on first use unless bound).
+  // Tensor arguments (declared as parameters on first use unless bound). A 0-dim CPU tensor
+  // passed as a Tensor is a runtime scalar (f64, i64 or bool by its category).
   Value tensor(size_t i);
   const TensorType& tensor_type(size_t i) const { return args_.at(i).type; }
   std::vector<Value> tensor_list(size_t i);

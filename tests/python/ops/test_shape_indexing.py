@@ -175,3 +175,23 @@ def test_slice_select_scatter() -> None:
     assert_same(lambda t, s: torch.slice_scatter(t, s, dim=1, start=1, end=5, step=2), x,
                 make((4, 2), torch.float32))
     assert_same(lambda t, s: torch.select_scatter(t, s, 0, 2), x, make((6,), torch.float32))
+
+
+# CPU index tensors (and 0-dim CPU values) are accepted as on CUDA: they move to the
+# indexed tensor's device.
+def test_cpu_index_tensors_and_0d_cpu_values_like_cuda() -> None:
+    x = torch.arange(12.0).reshape(3, 4)
+    d = x.to("tpu")
+    rows, mask = torch.tensor([0, 2]), torch.tensor([True, False, True])
+    assert torch.equal(d[rows].cpu(), x[rows])
+    assert torch.equal(d[mask].cpu(), x[mask])
+    assert torch.equal(d[rows, torch.tensor([1, 1], device="tpu")].cpu(), x[rows, torch.tensor([1, 1])])
+    d.index_put_((torch.tensor([1]),), torch.tensor(5.0))
+    x.index_put_((torch.tensor([1]),), torch.tensor(5.0))
+    d[torch.tensor([0]), torch.tensor([2])] = torch.tensor(-1, dtype=torch.int32)
+    x[torch.tensor([0]), torch.tensor([2])] = torch.tensor(-1, dtype=torch.int32)
+    assert torch.equal(d.cpu(), x)
+    idx = torch.tensor([0])
+    assert torch.equal(d.index_fill(1, idx.to("tpu"), torch.tensor(7.0)).cpu(),
+                       x.index_fill(1, idx, torch.tensor(7.0)))
+    assert d[rows].device.type == "tpu"
