@@ -188,8 +188,8 @@ def test_cpu_index_tensors_and_0d_cpu_values_like_cuda() -> None:
     assert torch.equal(d[rows, torch.tensor([1, 1], device="tpu")].cpu(), x[rows, torch.tensor([1, 1])])
     d.index_put_((torch.tensor([1]),), torch.tensor(5.0))
     x.index_put_((torch.tensor([1]),), torch.tensor(5.0))
-    d[torch.tensor([0]), torch.tensor([2])] = torch.tensor(-1, dtype=torch.int32)
-    x[torch.tensor([0]), torch.tensor([2])] = torch.tensor(-1, dtype=torch.int32)
+    d[torch.tensor([0]), torch.tensor([2])] = torch.tensor(-1.0)
+    x[torch.tensor([0]), torch.tensor([2])] = torch.tensor(-1.0)
     assert torch.equal(d.cpu(), x)
     idx = torch.tensor([0])
     assert torch.equal(d.index_fill(1, idx.to("tpu"), torch.tensor(7.0)).cpu(),
