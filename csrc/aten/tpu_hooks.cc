@@ -4,6 +4,7 @@
 #include <c10/core/CPUAllocator.h>
 
 #include "aten/device_runtime.h"
+#include "aten/storage_bytes.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_guard.h"
 #include "aten/tpu_storage.h"
@@ -41,8 +42,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     return exchangeDevice(d);
   }
   at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
-  void resizePrivateUse1Bytes(const c10::Storage&, size_t) const override {
-    TORCH_CHECK(false, "tpu: raw storage resize is not supported; use Tensor.resize_()");
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
+    resize_storage_bytes(storage.unsafeGetStorageImpl(), static_cast<int64_t>(nbytes));
   }
 };
 

@@ -4,14 +4,38 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 
+#include <mutex>
+#include <unordered_set>
+
 #include "aten/device_runtime.h"
+#include "aten/storage_bytes.h"
 #include "aten/tpu_guard.h"
 #include "lowering/storage_programs.h"
 
 namespace torchtpu::aten {
 namespace {
 
-void delete_state(void* ctx) { delete static_cast<StorageState*>(ctx); }
+// Every live StorageState, so a DataPtr that lost its context (at::from_blob over a tpu
+// storage's data pointer, as PyTorch's storage writer does) still finds its state.
+std::mutex g_live_mu;
+std::unordered_set<const void*> g_live_states;
+
+StorageState* new_state(int device_index, int64_t nbytes) {
+  auto* state = new StorageState();
+  state->device_index = device_index;
+  state->nbytes = nbytes;
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  g_live_states.insert(state);
+  return state;
+}
+
+void delete_state(void* ctx) {
+  {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    g_live_states.erase(ctx);
+  }
+  delete static_cast<StorageState*>(ctx);
+}
 
 c10::DataPtr make_data_ptr(StorageState* state) {
   // The data pointer is the state itself: unique and non-null, never dereferenced as data.
@@ -22,10 +46,7 @@ c10::DataPtr make_data_ptr(StorageState* state) {
 class TpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
-    auto* state = new StorageState();
-    state->device_index = current_device_index();
-    state->nbytes = static_cast<int64_t>(nbytes);
-    return make_data_ptr(state);
+    return make_data_ptr(new_state(current_device_index(), static_cast<int64_t>(nbytes)));
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void*, const void*, std::size_t) const override {
@@ -34,6 +55,9 @@ class TpuAllocator final : public c10::Allocator {
 };
 
 TpuAllocator g_allocator;
+// c10::GetAllocator(PrivateUse1): what torch.UntypedStorage(n, device="tpu") and other
+// device-generic allocations use.
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
 lowering::TensorType type_of(const runtime::Buffer& b) {
   return lowering::TensorType{b.dtype(), b.dims()};
@@ -51,12 +75,24 @@ void ensure_buffer(StorageState& s, c10::ScalarType dtype) {
 
 c10::Allocator* tpu_allocator() { return &g_allocator; }
 
+StorageState* find_storage_state(const c10::DataPtr& dp) {
+  if (void* ctx = dp.get_context(); ctx != nullptr && dp.get_deleter() == &delete_state) {
+    return static_cast<StorageState*>(ctx);
+  }
+  if (dp.get() == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  return g_live_states.count(dp.get()) ? static_cast<StorageState*>(dp.get()) : nullptr;
+}
+
 StorageState& storage_state(const at::Tensor& t) {
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
               "tpu: expected a tpu tensor, got one on ", t.device());
-  void* ctx = t.storage().data_ptr().get_context();
-  TORCH_CHECK(ctx != nullptr, "tpu: tensor has no tpu storage (was it created by torchtpu?)");
-  return *static_cast<StorageState*>(ctx);
+  StorageState* s = find_storage_state(t.storage().data_ptr());
+  TORCH_CHECK(s != nullptr, "tpu: this storage has no tpu state: it was not made by torchtpu's allocator, or it is "
+              "a slice (storage[a:b]) of a tpu storage, which cannot alias part of another on tpu; "
+              "use a tensor view instead (torch.empty(0, dtype=torch.uint8, device='tpu')"
+              ".set_(storage)[a:b])");
+  return *s;
 }
 
 base::DType to_dtype(c10::ScalarType t) {
@@ -111,14 +147,13 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
 runtime::BufferPtr read_tensor(const at::Tensor& t) {
   StorageState& s = storage_state(t);
   ensure_buffer(s, t.scalar_type());
-  const runtime::Buffer& buf = *s.buffer;
-  TORCH_CHECK(buf.dtype() == to_dtype(t.scalar_type()), "tpu: tensor of dtype ", t.scalar_type(),
-              " views a storage holding ", base::dtype_name(buf.dtype()),
-              "; reinterpreting storage as another dtype is not supported on tpu");
+  // A storage last written as another dtype (bytes from torch.load) is read bitcast.
+  runtime::BufferPtr held = storage_bytes_as(s, t.scalar_type());
+  const runtime::Buffer& buf = *held;
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
   std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
   if (lowering::is_whole_buffer_view(buf.num_elements(), sizes, strides, t.storage_offset())) {
-    if (buf.dims() == sizes) return s.buffer;
+    if (buf.dims() == sizes) return held;
     lowering::Builder b("torchtpu_reshape");
     auto v = b.param(type_of(buf));
     return run_program(b.finish({b.reshape(v, sizes)}), {&buf}, s.device_index)[0];
@@ -141,16 +176,17 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
     return;
   }
   ensure_buffer(s, t.scalar_type());
+  s.buffer = storage_bytes_as(s, t.scalar_type());  // the splice below works in t's dtype
   const runtime::Buffer& base = *s.buffer;
   s.buffer = run_program(
       lowering::strided_write_module(type_of(base), sizes, strides, t.storage_offset()),
       {&base, value.get()}, s.device_index)[0];
 }
 
+void set_storage_nbytes(StorageState& s, int64_t nbytes) { s.nbytes = nbytes; }
+
 at::Tensor wrap_buffer(runtime::BufferPtr buffer, c10::ScalarType dtype) {
-  auto* state = new StorageState();
-  state->device_index = buffer->device_index();
-  state->nbytes = buffer->size_bytes();
+  auto* state = new_state(buffer->device_index(), buffer->size_bytes());
   std::vector<int64_t> sizes = buffer->dims();
   state->buffer = std::move(buffer);
   int64_t nbytes = state->nbytes;

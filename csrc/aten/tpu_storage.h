@@ -24,6 +24,9 @@ struct StorageState {
 // The allocator registered for PrivateUse1.
 c10::Allocator* tpu_allocator();
 
+// The StorageState behind a DataPtr of our allocator (also one that at::from_blob made
+// from a tpu storage's data pointer), or null.
+StorageState* find_storage_state(const c10::DataPtr& dp);
 // The StorageState of a tpu tensor.
 StorageState& storage_state(const at::Tensor& t);
 
@@ -32,6 +35,10 @@ StorageState& storage_state(const at::Tensor& t);
 runtime::BufferPtr read_tensor(const at::Tensor& t);
 // Writes `value` (shape and dtype of `t`) into `t`, through its view if it is one.
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value);
+
+// Records a new byte count for the storage (resize_storage_bytes keeps the StorageImpl and
+// the buffer in step).
+void set_storage_nbytes(StorageState& s, int64_t nbytes);
 
 // A new contiguous tpu tensor wrapping `buffer`.
 at::Tensor wrap_buffer(runtime::BufferPtr buffer, c10::ScalarType dtype);
