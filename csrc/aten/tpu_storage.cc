@@ -9,6 +9,7 @@
 
 #include "aten/device_runtime.h"
 #include "aten/storage_bytes.h"
+#include "aten/tpu_allocator.h"
 #include "aten/tpu_guard.h"
 #include "lowering/storage_programs.h"
 
@@ -16,25 +17,25 @@ namespace torchtpu::aten {
 namespace {
 
 // Every live StorageState, so a DataPtr that lost its context (at::from_blob over a tpu
-// storage's data pointer, as PyTorch's storage writer does) still finds its state.
-std::mutex g_live_mu;
-std::unordered_set<const void*> g_live_states;
-
-StorageState* new_state(int device_index, int64_t nbytes) {
-  auto* state = new StorageState();
-  state->device_index = device_index;
-  state->nbytes = nbytes;
-  std::lock_guard<std::mutex> lock(g_live_mu);
-  g_live_states.insert(state);
-  return state;
+// storage's data pointer, as PyTorch's storage writer does) still finds its state. Never
+// destroyed: storages may outlive static destruction.
+struct LiveStates {
+  std::mutex mu;
+  std::unordered_set<const void*> states;
+};
+LiveStates& live() {
+  static auto* l = new LiveStates();
+  return *l;
 }
 
 void delete_state(void* ctx) {
+  auto* state = static_cast<StorageState*>(ctx);
   {
-    std::lock_guard<std::mutex> lock(g_live_mu);
-    g_live_states.erase(ctx);
+    std::lock_guard<std::mutex> lock(live().mu);
+    live().states.erase(ctx);
   }
-  delete static_cast<StorageState*>(ctx);
+  note_storage_freed(state->device_index, state->nbytes);
+  delete state;
 }
 
 c10::DataPtr make_data_ptr(StorageState* state) {
@@ -43,21 +44,17 @@ c10::DataPtr make_data_ptr(StorageState* state) {
                       c10::Device(c10::DeviceType::PrivateUse1, state->device_index));
 }
 
-class TpuAllocator final : public c10::Allocator {
- public:
-  c10::DataPtr allocate(size_t nbytes) override {
-    return make_data_ptr(new_state(current_device_index(), static_cast<int64_t>(nbytes)));
+StorageState* new_state(int device_index, int64_t nbytes) {
+  auto* state = new StorageState();
+  state->device_index = device_index;
+  state->nbytes = nbytes;
+  {
+    std::lock_guard<std::mutex> lock(live().mu);
+    live().states.insert(state);
   }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-  void copy_data(void*, const void*, std::size_t) const override {
-    TORCH_CHECK(false, "tpu: storage bytes cannot be copied directly; use Tensor.copy_()");
-  }
-};
-
-TpuAllocator g_allocator;
-// c10::GetAllocator(PrivateUse1): what torch.UntypedStorage(n, device="tpu") and other
-// device-generic allocations use.
-REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+  note_storage_allocated(device_index, nbytes);
+  return state;
+}
 
 lowering::TensorType type_of(const runtime::Buffer& b) {
   return lowering::TensorType{b.dtype(), b.dims()};
@@ -73,15 +70,19 @@ void ensure_buffer(StorageState& s, c10::ScalarType dtype) {
 
 }  // namespace
 
-c10::Allocator* tpu_allocator() { return &g_allocator; }
+c10::Allocator* tpu_allocator() { return tpu_device_allocator(); }
+
+c10::DataPtr new_storage_data_ptr(int device_index, int64_t nbytes) {
+  return make_data_ptr(new_state(device_index, nbytes));
+}
 
 StorageState* find_storage_state(const c10::DataPtr& dp) {
   if (void* ctx = dp.get_context(); ctx != nullptr && dp.get_deleter() == &delete_state) {
     return static_cast<StorageState*>(ctx);
   }
   if (dp.get() == nullptr) return nullptr;
-  std::lock_guard<std::mutex> lock(g_live_mu);
-  return g_live_states.count(dp.get()) ? static_cast<StorageState*>(dp.get()) : nullptr;
+  std::lock_guard<std::mutex> lock(live().mu);
+  return live().states.count(dp.get()) ? static_cast<StorageState*>(dp.get()) : nullptr;
 }
 
 StorageState& storage_state(const at::Tensor& t) {
@@ -183,7 +184,10 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
       {&base, value.get()}, s.device_index)[0];
 }
 
-void set_storage_nbytes(StorageState& s, int64_t nbytes) { s.nbytes = nbytes; }
+void set_storage_nbytes(StorageState& s, int64_t nbytes) {
+  note_storage_resized(s.device_index, s.nbytes, nbytes);
+  s.nbytes = nbytes;
+}
 
 at::Tensor wrap_buffer(runtime::BufferPtr buffer, c10::ScalarType dtype) {
   auto* state = new_state(buffer->device_index(), buffer->size_bytes());
@@ -191,7 +195,7 @@ at::Tensor wrap_buffer(runtime::BufferPtr buffer, c10::ScalarType dtype) {
   state->buffer = std::move(buffer);
   int64_t nbytes = state->nbytes;
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, make_data_ptr(state),
-                       &g_allocator, /*resizable=*/true);
+                       tpu_allocator(), /*resizable=*/true);
   auto t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       c10::scalarTypeToTypeMeta(dtype));

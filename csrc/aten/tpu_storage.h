@@ -21,8 +21,11 @@ struct StorageState {
   int64_t nbytes = 0;
 };
 
-// The allocator registered for PrivateUse1.
+// The allocator registered for PrivateUse1 (tpu_allocator.h).
 c10::Allocator* tpu_allocator();
+// A DataPtr owning a new, bufferless StorageState of `nbytes` on `device_index`: what the
+// allocator hands out.
+c10::DataPtr new_storage_data_ptr(int device_index, int64_t nbytes);
 
 // The StorageState behind a DataPtr of our allocator (also one that at::from_blob made
 // from a tpu storage's data pointer), or null.

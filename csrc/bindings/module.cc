@@ -16,6 +16,7 @@ void register_direct_lowerings();
 }
 
 void bind_compile(pybind11::module& m);
+void bind_memory(pybind11::module& m);
 
 namespace {
 
@@ -78,4 +79,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("op_cache_size", &aten::op_cache_size);
   m.def("executable_cache_size", [] { return aten::compile_cache().size(); });
   bind_compile(m);
+  bind_memory(m);
 }

@@ -2,6 +2,7 @@
 
 #include "base/metrics.h"
 #include "runtime/event.h"
+#include "runtime/memory_stats.h"
 #include "runtime/pjrt_c.h"
 
 namespace torchtpu::runtime {
@@ -12,9 +13,12 @@ Buffer::Buffer(std::shared_ptr<const Plugin> plugin, PJRT_Buffer* raw, base::DTy
       raw_(raw),
       dtype_(dtype),
       dims_(std::move(dims)),
-      device_index_(device_index) {}
+      device_index_(device_index) {
+  note_buffer_created(device_index_, size_bytes());
+}
 
 Buffer::~Buffer() {
+  note_buffer_destroyed(device_index_, size_bytes());
   PJRT_Buffer_Destroy_Args args{};
   args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
   args.buffer = raw_;
