@@ -61,6 +61,15 @@ bool Buffer::is_dynamic() const {
   return s.ok() && args.num_dynamic_dims > 0;
 }
 
+base::StatusOr<std::unique_ptr<Event>> Buffer::ready_event() const {
+  PJRT_Buffer_ReadyEvent_Args args{};
+  args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
+  args.buffer = raw_;
+  TORCHTPU_RETURN_IF_ERROR(consume_error(
+      plugin_->api(), plugin_->api()->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent"));
+  return std::make_unique<Event>(plugin_, args.event);
+}
+
 base::Status Buffer::await_ready() const {
   PJRT_Buffer_ReadyEvent_Args args{};
   args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;

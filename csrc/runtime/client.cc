@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "base/metrics.h"
+#include "runtime/device_queue.h"
 #include "runtime/element_type.h"
 #include "runtime/event.h"
 #include "runtime/pjrt_c.h"
@@ -144,6 +145,7 @@ base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType
   // only needs releasing.
   Event done(plugin_, args.done_with_host_buffer);
   auto buffer = std::make_shared<Buffer>(plugin_, args.buffer, dtype, dims, device_index);
+  note_enqueued(device_index, buffer);
   base::counter_add("num_transfers_to_device");
   base::counter_add("transfer_to_device_bytes", buffer->size_bytes());
   return buffer;

@@ -123,3 +123,11 @@ from torchtpu.memory import (  # noqa: E402  (torch.tpu.memory_allocated, ...)
     reset_accumulated_memory_stats,
     reset_peak_memory_stats,
 )
+from torchtpu.streams import (  # noqa: E402  (torch.tpu.Stream, torch.tpu.Event, ...)
+    Event,
+    Stream,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
