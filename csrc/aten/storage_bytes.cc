@@ -39,7 +39,8 @@ Value bitcast_flat(Builder& b, Value v, base::DType to) {
 
 }  // namespace
 
-runtime::BufferPtr storage_bytes_as(const StorageState& s, c10::ScalarType dtype) {
+runtime::BufferPtr storage_bytes_as(const StorageState& s, c10::ScalarType dtype,
+                                    const std::vector<int64_t>* dims) {
   TORCH_INTERNAL_ASSERT(s.buffer != nullptr, "tpu: storage_bytes_as needs a buffer");
   const runtime::Buffer& buf = *s.buffer;
   base::DType want = to_dtype(dtype);
@@ -51,8 +52,9 @@ runtime::BufferPtr storage_bytes_as(const StorageState& s, c10::ScalarType dtype
               " is not a multiple of ", item, " bytes); resize the storage to a multiple of ",
               item, " bytes first");
   Builder b("torchtpu_reinterpret");
-  Value v = b.param(TensorType{buf.dtype(), buf.dims()});
-  return run_program(b.finish({bitcast_flat(b, v, want)}), {&buf}, s.device_index)[0];
+  Value v = bitcast_flat(b, b.param(TensorType{buf.dtype(), buf.dims()}), want);
+  if (dims != nullptr && *dims != v.dims()) v = b.reshape(v, *dims);
+  return run_program(b.finish({v}), {&buf}, s.device_index)[0];
 }
 
 void resize_storage_bytes(c10::StorageImpl* impl, int64_t nbytes) {

@@ -10,14 +10,18 @@
 #include <c10/core/ScalarType.h>
 #include <c10/core/StorageImpl.h>
 
+#include <vector>
+
 #include "aten/tpu_storage.h"
 
 namespace torchtpu::aten {
 
-// The storage's whole buffer as a flat [nbytes / itemsize] buffer of `dtype`; the buffer
-// itself when it already has that dtype. The storage must have a buffer. Raises when its
-// byte count is not a multiple of the dtype's size.
-runtime::BufferPtr storage_bytes_as(const StorageState& s, c10::ScalarType dtype);
+// The storage's whole buffer as a buffer of `dtype`: of shape `dims` when given (their
+// product must be nbytes / itemsize), else flat; the buffer itself when it already has
+// that dtype. The storage must have a buffer. Raises when its byte count is not a
+// multiple of the dtype's size.
+runtime::BufferPtr storage_bytes_as(const StorageState& s, c10::ScalarType dtype,
+                                    const std::vector<int64_t>* dims = nullptr);
 
 // Sets the storage's byte count to `nbytes`: the first min(old, new) bytes are kept, new
 // bytes are zero. Updates the StorageImpl and the state together.

@@ -148,11 +148,20 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
 runtime::BufferPtr read_tensor(const at::Tensor& t) {
   StorageState& s = storage_state(t);
   ensure_buffer(s, t.scalar_type());
-  // A storage last written as another dtype (bytes from torch.load) is read bitcast.
-  runtime::BufferPtr held = storage_bytes_as(s, t.scalar_type());
-  const runtime::Buffer& buf = *held;
+  // A storage last written as another dtype (bytes from torch.load) is read bitcast, and
+  // keeps the bitcast value: the same bytes, so later reads in this dtype (every forward
+  // of a loaded model) cost nothing.
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
   std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
+  if (s.buffer->dtype() != to_dtype(t.scalar_type())) {
+    // Shaped like the reader when it reads the whole storage, so its reads need nothing.
+    int64_t numel = s.nbytes / static_cast<int64_t>(t.element_size());
+    bool whole = lowering::is_whole_buffer_view(numel, sizes, strides, t.storage_offset()) &&
+                 numel * static_cast<int64_t>(t.element_size()) == s.buffer->size_bytes();
+    s.buffer = storage_bytes_as(s, t.scalar_type(), whole ? &sizes : nullptr);
+  }
+  runtime::BufferPtr held = s.buffer;
+  const runtime::Buffer& buf = *held;
   if (lowering::is_whole_buffer_view(buf.num_elements(), sizes, strides, t.storage_offset())) {
     if (buf.dims() == sizes) return held;
     lowering::Builder b("torchtpu_reshape");

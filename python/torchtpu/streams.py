@@ -9,7 +9,7 @@ progress (``Event(enable_timing=True).elapsed_time``). ``torch.Stream(device="tp
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -22,7 +22,7 @@ Device = int | str | torch.device | None
 class Stream(torch.Stream):
     """A tpu stream: ``Stream()``, ``Stream(device)``; usable as a context manager."""
 
-    def __new__(cls, device: Device = None, priority: int = 0, **kwargs) -> "Stream":
+    def __new__(cls, device: Device = None, priority: int = 0, **kwargs) -> Stream:  # noqa: PYI034
         if kwargs:  # stream_id / device_index / device_type, as torch.Stream takes them
             return super().__new__(cls, **kwargs)
         return super().__new__(cls, device=torch.device("tpu", _index(device)),

@@ -241,7 +241,7 @@ def test_safetensors_tied_weights(tmp_path: Any) -> None:
     path = os.path.join(tmp_path, "tied.safetensors")
     st.save_model(model, path)  # keeps one copy of the tied weight
     fresh = TinyLM().to("tpu")
-    missing, unexpected = st.load_model(fresh, path)
+    _missing, unexpected = st.load_model(fresh, path)
     assert not unexpected
     assert fresh.head.weight is fresh.embed.weight
     assert torch.equal(fresh.embed.weight.cpu(), model.embed.weight.cpu())
@@ -253,3 +253,19 @@ def test_no_fallback_in_checkpoints() -> None:
     round_trip({"model": model.state_dict(), "opt": opt.state_dict()}, weights_only=True)
     round_trip(torch.ones(3), map_location="tpu", weights_only=True)
     assert dict(torchtpu.debug.metrics()["fallback_ops"]) == before
+
+
+def test_loaded_weights_are_bitcast_once() -> None:
+    # torch.load fills byte storages; the first float read bitcasts and keeps the result,
+    # so later reads cost what reads of any tensor cost.
+    loaded = round_trip(torch.randn(32, 32), map_location="tpu", weights_only=True)
+    control = torch.randn(32, 32).to("tpu")
+    (loaded + 1).cpu()
+
+    def executions(t: torch.Tensor) -> int:
+        before = torchtpu.debug.metrics()["num_executions"]
+        torchtpu.block_until_ready(t * 2)
+        return torchtpu.debug.metrics()["num_executions"] - before
+
+    executions(control)  # compile the op once
+    assert executions(loaded) == executions(control)
