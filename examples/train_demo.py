@@ -1,6 +1,6 @@
 """Demo: train a small character-level language model on the ``tpu`` device.
 
-Reads tinyshakespeare (``../shared/data/tinyshakespeare.txt`` beside the repository, or
+Reads tinyshakespeare (``examples/data/tinyshakespeare.txt``, shipped in the repository, or
 ``--data PATH``), trains a context-window MLP with AdamW for a few hundred steps on
 ``tpu``, checks the first steps against the same run on the CPU, samples some text and
 prints torchtpu's report (compiles, cache hits, transfers, fallbacks).
@@ -64,11 +64,11 @@ def train(device: str, vocab: int, data_batches, lr: float) -> tuple[CharMLP, li
 
 
 def main() -> None:
-    repo = pathlib.Path(__file__).resolve().parent.parent
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--data", type=pathlib.Path,
-                        default=repo.parent / "shared" / "data" / "tinyshakespeare.txt")
+                        default=pathlib.Path(__file__).resolve().parent / "data"
+                        / "tinyshakespeare.txt")
     args = parser.parse_args()
     if not args.data.exists():
         raise SystemExit(f"demo: corpus not found at {args.data}; pass --data PATH to a text file")

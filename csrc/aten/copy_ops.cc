@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "aten/host_transfer.h"
+#include "aten/storage_bytes.h"
 #include "aten/tpu_storage.h"
 #include "lowering/storage_programs.h"
 
@@ -69,17 +70,9 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   }
   int64_t item = static_cast<int64_t>(self.element_size());
   int64_t needed = (self.storage_offset() + numel) * item;
-  StorageState& state = storage_state(self);
-  if (needed > state.nbytes) {
+  if (needed > storage_state(self).nbytes) {
     // Grow: keep the old contents and zero-fill the rest, like an allocation would.
-    if (state.buffer) {
-      at::Tensor old = buffer_to_cpu(*state.buffer).reshape({-1});
-      at::Tensor grown = at::zeros({needed / item}, old.options());
-      grown.narrow(0, 0, old.numel()).copy_(old);
-      state.buffer = cpu_to_buffer(grown, state.device_index);
-    }
-    state.nbytes = needed;
-    self.storage().unsafeGetStorageImpl()->set_nbytes(needed);
+    resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
   }
   self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
   return self;

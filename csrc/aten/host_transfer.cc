@@ -13,15 +13,28 @@
 
 namespace torchtpu::aten {
 
+namespace {
+
+using ScalarKey = std::tuple<int, int, uint64_t>;
+std::mutex g_scalar_mu;
+std::map<ScalarKey, runtime::BufferPtr>* const g_scalar_cache =
+    new std::map<ScalarKey, runtime::BufferPtr>();  // buffers may outlive statics
+
+}  // namespace
+
+void clear_scalar_cache() {
+  std::lock_guard<std::mutex> lock(g_scalar_mu);
+  g_scalar_cache->clear();
+}
+
 runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int device) {
   // Convert through a CPU 0-d tensor so the rounding is exactly PyTorch's.
   at::Tensor host = at::scalar_tensor(s, at::TensorOptions().dtype(to_scalar_type(dtype)));
   uint64_t bits = 0;
   std::memcpy(&bits, host.data_ptr(), host.element_size());
-  using Key = std::tuple<int, int, uint64_t>;
-  static std::mutex mu;
-  static auto* cache = new std::map<Key, runtime::BufferPtr>();
-  Key key{static_cast<int>(dtype), device, bits};
+  auto& mu = g_scalar_mu;
+  auto* cache = g_scalar_cache;
+  ScalarKey key{static_cast<int>(dtype), device, bits};
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache->find(key);

@@ -11,6 +11,8 @@ namespace torchtpu::aten {
 // A 0-d buffer holding `s` converted to `dtype`. Small buffers are cached by value so
 // optimizer hyper-parameters do not cost a transfer on every step.
 runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int device);
+// Drops the cached scalar buffers (torch.tpu.empty_cache()).
+void clear_scalar_cache();
 // Copies a CPU tensor (any layout; it is made contiguous first) into a new buffer.
 runtime::BufferPtr cpu_to_buffer(const at::Tensor& cpu, int device);
 // Reads a buffer back into a new contiguous CPU tensor (blocks until it is computed).

@@ -10,6 +10,7 @@
 
 #include "aten/copy_ops.h"
 #include "aten/op_kernel.h"
+#include "aten/storage_ops.h"
 #include "aten/tpu_guard.h"
 #include "aten/tpu_storage.h"
 #include "lowering/lowering.h"
@@ -129,6 +130,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
   m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_storage_offset);
+  m.impl("set_.source_Storage", set_storage);
+  m.impl("set_.source_Tensor", set_tensor);
+  m.impl("set_", set_empty);
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);

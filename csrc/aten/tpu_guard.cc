@@ -6,6 +6,7 @@
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/tpu_storage.h"
+#include "aten/tpu_streams.h"
 #include "lowering/storage_programs.h"
 
 namespace torchtpu::aten {
@@ -37,20 +38,35 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void uncheckedSetDevice(c10::Device d) const noexcept override {
     t_current_device = d.has_index() ? d.index() : 0;
   }
-  c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+  // Streams and events: aten/tpu_streams.h (one in-order queue per device).
+  c10::Stream getStream(c10::Device d) const override { return current_stream(d); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(d); }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
+    return new_stream(d);
   }
-  c10::Stream exchangeStream(c10::Stream s) const override {
-    return c10::Stream(c10::Stream::DEFAULT, s.device());
-  }
+  c10::Stream getNewStream(c10::Device d, int) const override { return new_stream(d); }
+  c10::Stream exchangeStream(c10::Stream s) const override { return exchange_stream(s); }
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(device_count_or_zero());
   }
-  void record(void**, const c10::Stream&, const c10::DeviceIndex,
-              const c10::EventFlag) const override {}
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device,
+              const c10::EventFlag flag) const override {
+    record_event(event, stream, device, flag);
+  }
+  // One in-order queue: work enqueued after this call already runs after the event.
   void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryEvent(void* event) const override { return query_event(event); }
+  void synchronizeEvent(void* event) const override { synchronize_event(event); }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    return elapsed_ms(start, end);
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    destroy_event(event);
+  }
+  bool queryStream(const c10::Stream& s) const override { return query_stream(s); }
+  void synchronizeStream(const c10::Stream& s) const override {
+    synchronize_device(s.device_index());
+  }
   void synchronizeDevice(const c10::DeviceIndex index) const override {
     synchronize_device(index);
   }

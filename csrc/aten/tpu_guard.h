@@ -1,6 +1,5 @@
 // Current-device bookkeeping and the DeviceGuard implementation for `tpu`.
-// The current device is thread-local, like CUDA's. PJRT work is ordered per buffer, so
-// the device has a single default stream and events are no-ops.
+// The current device is thread-local, like CUDA's. Streams and events: tpu_streams.h.
 #pragma once
 
 #include <c10/core/Device.h>

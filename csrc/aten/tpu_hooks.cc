@@ -4,12 +4,33 @@
 #include <c10/core/CPUAllocator.h>
 
 #include "aten/device_runtime.h"
+#include "aten/storage_bytes.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_guard.h"
 #include "aten/tpu_storage.h"
 
 namespace torchtpu::aten {
 namespace {
+
+// What `pin_memory()` gets for tpu: ordinary host memory, with a warning once. PJRT copies
+// host data itself when a tensor moves to the device (a staging copy on accelerators, a
+// plain copy on the CPU plugin), so page-locked memory would not make transfers faster or
+// asynchronous; saying so beats a silent no-op.
+class UnpinnedHostAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    TORCH_WARN_ONCE(
+        "tpu: pin_memory() does not apply to the tpu device: PJRT stages host-to-device "
+        "copies itself, so pinned host memory would not speed them up or make them "
+        "asynchronous. The tensor was copied into ordinary host memory (is_pinned() is "
+        "False); drop pin_memory=True to save that copy.");
+    return c10::GetCPUAllocator()->allocate(nbytes);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return c10::GetCPUAllocator()->raw_deleter(); }
+  void copy_data(void* dst, const void* src, std::size_t n) const override {
+    c10::GetCPUAllocator()->copy_data(dst, src, n);
+  }
+};
 
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
@@ -40,9 +61,13 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override {
     return exchangeDevice(d);
   }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
-  void resizePrivateUse1Bytes(const c10::Storage&, size_t) const override {
-    TORCH_CHECK(false, "tpu: raw storage resize is not supported; use Tensor.resize_()");
+  at::Allocator* getPinnedMemoryAllocator() const override {
+    static UnpinnedHostAllocator* allocator = new UnpinnedHostAllocator();
+    return allocator;
+  }
+  bool isPinnedPtr(const void*) const override { return false; }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
+    resize_storage_bytes(storage.unsafeGetStorageImpl(), static_cast<int64_t>(nbytes));
   }
 };
 

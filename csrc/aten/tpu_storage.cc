@@ -4,15 +4,40 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 
+#include <mutex>
+#include <unordered_set>
+
 #include "aten/device_runtime.h"
 #include "aten/host_transfer.h"
+#include "aten/storage_bytes.h"
+#include "aten/tpu_allocator.h"
 #include "aten/tpu_guard.h"
 #include "lowering/storage_programs.h"
 
 namespace torchtpu::aten {
 namespace {
 
-void delete_state(void* ctx) { delete static_cast<StorageState*>(ctx); }
+// Every live StorageState, so a DataPtr that lost its context (at::from_blob over a tpu
+// storage's data pointer, as PyTorch's storage writer does) still finds its state. Never
+// destroyed: storages may outlive static destruction.
+struct LiveStates {
+  std::mutex mu;
+  std::unordered_set<const void*> states;
+};
+LiveStates& live() {
+  static auto* l = new LiveStates();
+  return *l;
+}
+
+void delete_state(void* ctx) {
+  auto* state = static_cast<StorageState*>(ctx);
+  {
+    std::lock_guard<std::mutex> lock(live().mu);
+    live().states.erase(ctx);
+  }
+  note_storage_freed(state->device_index, state->nbytes);
+  delete state;
+}
 
 c10::DataPtr make_data_ptr(StorageState* state) {
   // The data pointer is the state itself: unique and non-null, never dereferenced as data.
@@ -20,21 +45,17 @@ c10::DataPtr make_data_ptr(StorageState* state) {
                       c10::Device(c10::DeviceType::PrivateUse1, state->device_index));
 }
 
-class TpuAllocator final : public c10::Allocator {
- public:
-  c10::DataPtr allocate(size_t nbytes) override {
-    auto* state = new StorageState();
-    state->device_index = current_device_index();
-    state->nbytes = static_cast<int64_t>(nbytes);
-    return make_data_ptr(state);
+StorageState* new_state(int device_index, int64_t nbytes) {
+  auto* state = new StorageState();
+  state->device_index = device_index;
+  state->nbytes = nbytes;
+  {
+    std::lock_guard<std::mutex> lock(live().mu);
+    live().states.insert(state);
   }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-  void copy_data(void*, const void*, std::size_t) const override {
-    TORCH_CHECK(false, "tpu: storage bytes cannot be copied directly; use Tensor.copy_()");
-  }
-};
-
-TpuAllocator g_allocator;
+  note_storage_allocated(device_index, nbytes);
+  return state;
+}
 
 lowering::TensorType type_of(const runtime::Buffer& b) {
   return lowering::TensorType{b.dtype(), b.dims()};
@@ -55,14 +76,30 @@ runtime::BufferPtr offset_buffer(int64_t offset, int device_index) {
 
 }  // namespace
 
-c10::Allocator* tpu_allocator() { return &g_allocator; }
+c10::Allocator* tpu_allocator() { return tpu_device_allocator(); }
+
+c10::DataPtr new_storage_data_ptr(int device_index, int64_t nbytes) {
+  return make_data_ptr(new_state(device_index, nbytes));
+}
+
+StorageState* find_storage_state(const c10::DataPtr& dp) {
+  if (void* ctx = dp.get_context(); ctx != nullptr && dp.get_deleter() == &delete_state) {
+    return static_cast<StorageState*>(ctx);
+  }
+  if (dp.get() == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(live().mu);
+  return live().states.count(dp.get()) ? static_cast<StorageState*>(dp.get()) : nullptr;
+}
 
 StorageState& storage_state(const at::Tensor& t) {
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
               "tpu: expected a tpu tensor, got one on ", t.device());
-  void* ctx = t.storage().data_ptr().get_context();
-  TORCH_CHECK(ctx != nullptr, "tpu: tensor has no tpu storage (was it created by torchtpu?)");
-  return *static_cast<StorageState*>(ctx);
+  StorageState* s = find_storage_state(t.storage().data_ptr());
+  TORCH_CHECK(s != nullptr, "tpu: this storage has no tpu state: it was not made by torchtpu's allocator, or it is "
+              "a slice (storage[a:b]) of a tpu storage, which cannot alias part of another on tpu; "
+              "use a tensor view instead (torch.empty(0, dtype=torch.uint8, device='tpu')"
+              ".set_(storage)[a:b])");
+  return *s;
 }
 
 base::DType to_dtype(c10::ScalarType t) {
@@ -117,14 +154,22 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
 runtime::BufferPtr read_tensor(const at::Tensor& t) {
   StorageState& s = storage_state(t);
   ensure_buffer(s, t.scalar_type());
-  const runtime::Buffer& buf = *s.buffer;
-  TORCH_CHECK(buf.dtype() == to_dtype(t.scalar_type()), "tpu: tensor of dtype ", t.scalar_type(),
-              " views a storage holding ", base::dtype_name(buf.dtype()),
-              "; reinterpreting storage as another dtype is not supported on tpu");
+  // A storage last written as another dtype (bytes from torch.load) is read bitcast, and
+  // keeps the bitcast value: the same bytes, so later reads in this dtype (every forward
+  // of a loaded model) cost nothing.
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
   std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
+  if (s.buffer->dtype() != to_dtype(t.scalar_type())) {
+    // Shaped like the reader when it reads the whole storage, so its reads need nothing.
+    int64_t numel = s.nbytes / static_cast<int64_t>(t.element_size());
+    bool whole = lowering::is_whole_buffer_view(numel, sizes, strides, t.storage_offset()) &&
+                 numel * static_cast<int64_t>(t.element_size()) == s.buffer->size_bytes();
+    s.buffer = storage_bytes_as(s, t.scalar_type(), whole ? &sizes : nullptr);
+  }
+  runtime::BufferPtr held = s.buffer;
+  const runtime::Buffer& buf = *held;
   if (lowering::is_whole_buffer_view(buf.num_elements(), sizes, strides, t.storage_offset())) {
-    if (buf.dims() == sizes) return s.buffer;
+    if (buf.dims() == sizes) return held;
     lowering::Builder b("torchtpu_reshape");
     auto v = b.param(type_of(buf));
     return run_program(b.finish({b.reshape(v, sizes)}), {&buf}, s.device_index)[0];
@@ -147,21 +192,25 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
     return;
   }
   ensure_buffer(s, t.scalar_type());
+  s.buffer = storage_bytes_as(s, t.scalar_type());  // the splice below works in t's dtype
   const runtime::Buffer& base = *s.buffer;
   runtime::BufferPtr offset = offset_buffer(t.storage_offset(), s.device_index);
   s.buffer = run_program(lowering::strided_write_module(type_of(base), sizes, strides),
                          {&base, value.get(), offset.get()}, s.device_index)[0];
 }
 
+void set_storage_nbytes(StorageState& s, int64_t nbytes) {
+  note_storage_resized(s.device_index, s.nbytes, nbytes);
+  s.nbytes = nbytes;
+}
+
 at::Tensor wrap_buffer(runtime::BufferPtr buffer, c10::ScalarType dtype) {
-  auto* state = new StorageState();
-  state->device_index = buffer->device_index();
-  state->nbytes = buffer->size_bytes();
+  auto* state = new_state(buffer->device_index(), buffer->size_bytes());
   std::vector<int64_t> sizes = buffer->dims();
   state->buffer = std::move(buffer);
   int64_t nbytes = state->nbytes;
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, make_data_ptr(state),
-                       &g_allocator, /*resizable=*/true);
+                       tpu_allocator(), /*resizable=*/true);
   auto t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       c10::scalarTypeToTypeMeta(dtype));

@@ -21,9 +21,15 @@ struct StorageState {
   int64_t nbytes = 0;
 };
 
-// The allocator registered for PrivateUse1.
+// The allocator registered for PrivateUse1 (tpu_allocator.h).
 c10::Allocator* tpu_allocator();
+// A DataPtr owning a new, bufferless StorageState of `nbytes` on `device_index`: what the
+// allocator hands out.
+c10::DataPtr new_storage_data_ptr(int device_index, int64_t nbytes);
 
+// The StorageState behind a DataPtr of our allocator (also one that at::from_blob made
+// from a tpu storage's data pointer), or null.
+StorageState* find_storage_state(const c10::DataPtr& dp);
 // The StorageState of a tpu tensor.
 StorageState& storage_state(const at::Tensor& t);
 
@@ -32,6 +38,10 @@ StorageState& storage_state(const at::Tensor& t);
 runtime::BufferPtr read_tensor(const at::Tensor& t);
 // Writes `value` (shape and dtype of `t`) into `t`, through its view if it is one.
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value);
+
+// Records a new byte count for the storage (resize_storage_bytes keeps the StorageImpl and
+// the buffer in step).
+void set_storage_nbytes(StorageState& s, int64_t nbytes);
 
 // A new contiguous tpu tensor wrapping `buffer`.
 at::Tensor wrap_buffer(runtime::BufferPtr buffer, c10::ScalarType dtype);

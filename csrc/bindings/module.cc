@@ -7,6 +7,7 @@
 #include "aten/tpu_generator.h"
 #include "aten/tpu_guard.h"
 #include "aten/tpu_storage.h"
+#include "aten/tpu_streams.h"
 #include "base/metrics.h"
 #include "lowering/lowering.h"
 
@@ -16,6 +17,7 @@ void register_direct_lowerings();
 }
 
 void bind_compile(pybind11::module& m);
+void bind_memory(pybind11::module& m);
 
 namespace {
 
@@ -53,6 +55,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("current_device", &aten::current_device_index);
   m.def("set_device", &aten::set_current_device_index);
   m.def("synchronize", &aten::synchronize_device);
+  auto stream_tuple = [](const c10::Stream& s) {
+    return py::make_tuple(s.id(), static_cast<int>(s.device_index()),
+                          static_cast<int>(s.device_type()));
+  };
+  auto tpu = [](int device) {
+    return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
+  };
+  m.def("current_stream", [=](int d) { return stream_tuple(aten::current_stream(tpu(d))); });
+  m.def("default_stream", [=](int d) { return stream_tuple(aten::default_stream(tpu(d))); });
+  m.def("set_stream", [=](int64_t id, int d) {
+    aten::exchange_stream(c10::Stream(c10::Stream::UNSAFE, tpu(d), id));
+  });
   m.def("plugin_info", &plugin_info);
   m.def("manual_seed", [](int device, uint64_t seed) { generator_impl(device)->set_current_seed(seed); });
   m.def("initial_seed", [](int device) { return generator_impl(device)->current_seed(); });
@@ -78,4 +92,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("op_cache_size", &aten::op_cache_size);
   m.def("executable_cache_size", [] { return aten::compile_cache().size(); });
   bind_compile(m);
+  bind_memory(m);
 }

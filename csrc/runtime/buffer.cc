@@ -2,6 +2,7 @@
 
 #include "base/metrics.h"
 #include "runtime/event.h"
+#include "runtime/memory_stats.h"
 #include "runtime/pjrt_c.h"
 
 namespace torchtpu::runtime {
@@ -12,9 +13,12 @@ Buffer::Buffer(std::shared_ptr<const Plugin> plugin, PJRT_Buffer* raw, base::DTy
       raw_(raw),
       dtype_(dtype),
       dims_(std::move(dims)),
-      device_index_(device_index) {}
+      device_index_(device_index) {
+  note_buffer_created(device_index_, size_bytes());
+}
 
 Buffer::~Buffer() {
+  note_buffer_destroyed(device_index_, size_bytes());
   PJRT_Buffer_Destroy_Args args{};
   args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
   args.buffer = raw_;
@@ -55,6 +59,15 @@ bool Buffer::is_dynamic() const {
   base::Status s = consume_error(plugin_->api(), plugin_->api()->PJRT_Buffer_DynamicDimensionIndices(&args),
                                  "PJRT_Buffer_DynamicDimensionIndices");
   return s.ok() && args.num_dynamic_dims > 0;
+}
+
+base::StatusOr<std::unique_ptr<Event>> Buffer::ready_event() const {
+  PJRT_Buffer_ReadyEvent_Args args{};
+  args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
+  args.buffer = raw_;
+  TORCHTPU_RETURN_IF_ERROR(consume_error(
+      plugin_->api(), plugin_->api()->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent"));
+  return std::make_unique<Event>(plugin_, args.event);
 }
 
 base::Status Buffer::await_ready() const {

@@ -18,6 +18,8 @@ struct PJRT_Buffer;
 
 namespace torchtpu::runtime {
 
+class Event;
+
 class Buffer {
  public:
   Buffer(std::shared_ptr<const Plugin> plugin, PJRT_Buffer* raw, base::DType dtype,
@@ -37,6 +39,8 @@ class Buffer {
   base::Status to_host(void* dst, int64_t dst_bytes) const;
   // Blocks until the buffer's contents are computed.
   base::Status await_ready() const;
+  // An event that becomes ready when the buffer's contents are computed.
+  base::StatusOr<std::unique_ptr<Event>> ready_event() const;
   // True for a result of a program with bounded dynamic sizes: XLA stores the true sizes
   // beside the data and returns the elements compact (true tensor first, row-major).
   // Such a buffer cannot be passed to a program that takes a static parameter.

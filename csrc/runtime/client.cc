@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "base/metrics.h"
+#include "runtime/device_queue.h"
 #include "runtime/element_type.h"
 #include "runtime/event.h"
 #include "runtime/pjrt_c.h"
@@ -96,6 +97,30 @@ std::string Client::device_kind(int index) const {
   return std::string(k.device_kind, k.device_kind_size);
 }
 
+base::StatusOr<DeviceMemoryInfo> Client::device_memory(int index) const {
+  if (index < 0 || index >= num_devices()) {
+    return base::invalid_argument("runtime: no device " + std::to_string(index) + " (have " +
+                                  std::to_string(num_devices()) + ")");
+  }
+  const PJRT_Api* api = plugin_->api();
+  if (api->PJRT_Device_MemoryStats == nullptr) {
+    return base::unimplemented("runtime: the plugin has no PJRT_Device_MemoryStats");
+  }
+  PJRT_Device_MemoryStats_Args args{};
+  args.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE;
+  args.device = devices_[index];
+  TORCHTPU_RETURN_IF_ERROR(
+      consume_error(api, api->PJRT_Device_MemoryStats(&args), "PJRT_Device_MemoryStats"));
+  DeviceMemoryInfo info;
+  info.bytes_in_use = args.bytes_in_use;
+  if (args.peak_bytes_in_use_is_set) info.peak_bytes_in_use = args.peak_bytes_in_use;
+  if (args.bytes_limit_is_set) info.bytes_limit = args.bytes_limit;
+  if (args.bytes_reserved_is_set) info.bytes_reserved = args.bytes_reserved;
+  if (args.num_allocs_is_set) info.num_allocs = args.num_allocs;
+  if (args.largest_alloc_size_is_set) info.largest_alloc_size = args.largest_alloc_size;
+  return info;
+}
+
 base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType dtype,
                                                    const std::vector<int64_t>& dims,
                                                    int device_index) const {
@@ -120,6 +145,7 @@ base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType
   // only needs releasing.
   Event done(plugin_, args.done_with_host_buffer);
   auto buffer = std::make_shared<Buffer>(plugin_, args.buffer, dtype, dims, device_index);
+  note_enqueued(device_index, buffer);
   base::counter_add("num_transfers_to_device");
   base::counter_add("transfer_to_device_bytes", buffer->size_bytes());
   return buffer;

@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "runtime/buffer.h"
 #include "runtime/executable.h"
+#include "runtime/memory_stats.h"
 #include "runtime/pjrt_api.h"
 
 struct PJRT_Client;
@@ -39,6 +40,9 @@ class Client {
   const std::string& platform_name() const { return platform_name_; }
   // Kind of device `index` as the plugin describes it (e.g. "cpu", "NVIDIA H200").
   std::string device_kind(int index) const;
+  // The plugin's memory statistics for device `index` (PJRT_Device_MemoryStats); an
+  // Unimplemented status where the plugin has none (the CPU plugin).
+  base::StatusOr<DeviceMemoryInfo> device_memory(int index) const;
 
   // Copies `data` (dense, row-major, `dims`) into a new buffer on device `device_index`.
   // The host memory may be released as soon as this returns.

@@ -23,4 +23,45 @@ base::Status Event::await() {
   return consume_error(plugin_->api(), plugin_->api()->PJRT_Event_Await(&args), "PJRT_Event_Await");
 }
 
+base::StatusOr<bool> Event::is_ready() const {
+  if (raw_ == nullptr) return true;
+  PJRT_Event_IsReady_Args args{};
+  args.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE;
+  args.event = raw_;
+  TORCHTPU_RETURN_IF_ERROR(
+      consume_error(plugin_->api(), plugin_->api()->PJRT_Event_IsReady(&args), "PJRT_Event_IsReady"));
+  return args.is_ready;
+}
+
+namespace {
+
+struct OnReady {
+  std::shared_ptr<const Plugin> plugin;
+  std::function<void(base::Status)> fn;
+};
+
+void on_ready_trampoline(PJRT_Error* error, void* user_arg) {
+  std::unique_ptr<OnReady> r(static_cast<OnReady*>(user_arg));
+  r->fn(consume_error(r->plugin->api(), error, "PJRT_Event (on ready)"));
+}
+
+}  // namespace
+
+base::Status Event::on_ready(std::function<void(base::Status)> fn) {
+  if (raw_ == nullptr) {
+    fn(base::Status());
+    return base::Status();
+  }
+  auto* r = new OnReady{plugin_, std::move(fn)};
+  PJRT_Event_OnReady_Args args{};
+  args.struct_size = PJRT_Event_OnReady_Args_STRUCT_SIZE;
+  args.event = raw_;
+  args.callback = &on_ready_trampoline;
+  args.user_arg = r;
+  base::Status s =
+      consume_error(plugin_->api(), plugin_->api()->PJRT_Event_OnReady(&args), "PJRT_Event_OnReady");
+  if (!s.ok()) delete r;  // not registered: the callback will not run
+  return s;
+}
+
 }  // namespace torchtpu::runtime

@@ -2,6 +2,7 @@
 // Thread safety: await() may be called from any thread; an Event is not copyable.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "base/status.h"
@@ -20,6 +21,11 @@ class Event {
 
   // Blocks until the event is ready; returns the error the event carries, if any.
   base::Status await();
+  // Whether the event is ready now (never blocks).
+  base::StatusOr<bool> is_ready() const;
+  // Calls `fn` with the event's status once it is ready: on a plugin thread, or before
+  // returning when it already is. `fn` must not block.
+  base::Status on_ready(std::function<void(base::Status)> fn);
 
  private:
   std::shared_ptr<const Plugin> plugin_;

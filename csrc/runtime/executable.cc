@@ -1,6 +1,7 @@
 #include "runtime/executable.h"
 
 #include "base/metrics.h"
+#include "runtime/device_queue.h"
 #include "runtime/element_type.h"
 #include "runtime/pjrt_c.h"
 
@@ -113,6 +114,7 @@ base::StatusOr<std::vector<BufferPtr>> Executable::execute(
     }
   }
   if (!first_error.ok()) return first_error;
+  if (!result.empty()) note_enqueued(device_index_, result.back());
   return result;
 }
 

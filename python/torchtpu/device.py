@@ -107,3 +107,27 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 
 def _is_in_bad_fork() -> bool:
     return False
+
+
+from torchtpu.memory import (  # noqa: F401  (torch.tpu.memory_allocated, ...)
+    TpuDeviceProperties,
+    empty_cache,
+    get_device_name,
+    get_device_properties,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+)
+from torchtpu.streams import (  # noqa: F401  (torch.tpu.Stream, torch.tpu.Event, ...)
+    Event,
+    Stream,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)

@@ -5,6 +5,7 @@
 
 #include "base/metrics.h"
 #include "lowering/hlo_builder.h"
+#include "runtime/memory_stats.h"
 #include "test_plugin.h"
 
 namespace torchtpu {
@@ -46,6 +47,38 @@ TEST(Runtime, CompilesAndRunsAdd) {
   std::vector<float> result(6);
   ASSERT_TRUE((*out)[0]->to_host(result.data(), 24).ok());
   EXPECT_EQ(result, (std::vector<float>{11, 22, 33, 44, 55, 66}));
+}
+
+TEST(Runtime, BufferMemoryIsCountedPerDevice) {
+  auto client = testing::test_client();
+  runtime::BufferMemoryStats before = runtime::buffer_memory_stats(1);
+  std::vector<float> a(256, 1.0f);
+  {
+    auto b = client->buffer_from_host(a.data(), DType::kF32, {16, 16}, 1);
+    ASSERT_TRUE(b.ok());
+    runtime::BufferMemoryStats live = runtime::buffer_memory_stats(1);
+    EXPECT_EQ(live.current_bytes - before.current_bytes, 1024);
+    EXPECT_EQ(live.num_buffers - before.num_buffers, 1);
+    EXPECT_GE(live.peak_bytes, before.current_bytes + 1024);
+  }
+  runtime::BufferMemoryStats after = runtime::buffer_memory_stats(1);
+  EXPECT_EQ(after.current_bytes, before.current_bytes);
+  EXPECT_EQ(after.freed_bytes - before.freed_bytes, 1024);
+  runtime::reset_peak_buffer_memory(1);
+  EXPECT_EQ(runtime::buffer_memory_stats(1).peak_bytes, after.current_bytes);
+}
+
+TEST(Runtime, DeviceMemoryStatsAreAStatus) {
+  auto client = testing::test_client();
+  // The CPU plugin may or may not implement PJRT_Device_MemoryStats; either way it is a
+  // Status, and a bad index is an error, never a crash.
+  auto info = client->device_memory(0);
+  if (info.ok()) EXPECT_GE(info->bytes_in_use, 0);
+  EXPECT_FALSE(client->device_memory(5).ok());
+  auto host = runtime::host_memory_info();
+  ASSERT_TRUE(host.has_value());
+  EXPECT_GT(host->total_bytes, 0);
+  EXPECT_LE(host->available_bytes, host->total_bytes);
 }
 
 TEST(Runtime, RunsOnSecondDevice) {

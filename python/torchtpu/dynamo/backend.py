@@ -37,6 +37,7 @@ from torchtpu.dynamo.graph_spec import (
     symbolic_dims,
 )
 from torchtpu.dynamo.checked_ops import unchecked_op
+from torchtpu.dynamo.compile_options import check_compile_kwargs
 from torchtpu.dynamo.fixed_slices import rewrite_fixed_slices
 from torchtpu.dynamo.merged_dims import merge_hazard, rewrite_merges
 
@@ -517,9 +518,12 @@ _aot = aot_autograd(
 )
 
 
-def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
+                mode: str | None = None, options: dict[str, Any] | None = None) -> Callable:
     """The Dynamo backend registered as ``"tpu"`` (through the package's
-    ``torch_dynamo_backends`` entry point)."""
+    ``torch_dynamo_backends`` entry point). ``mode`` and ``options`` are those of
+    ``torch.compile``: checked like Inductor's and ignored (compile_options.py)."""
+    check_compile_kwargs(mode, options)
     _note_compile(gm, example_inputs)
     return _aot(gm, example_inputs)
 

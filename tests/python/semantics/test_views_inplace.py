@@ -69,13 +69,17 @@ def test_write_seen_by_other_views() -> None:
     assert t.cpu()[2].tolist() == [1.0, 1.0, 1.0, 1.0]
 
 
-def test_view_as_other_dtype_is_a_clear_error() -> None:
-    # Documented limitation: a tpu buffer has one dtype, so t.view(dtype) with another element
-    # type cannot alias it. It must be a RuntimeError that says so, not a crash or wrong data.
-    x = torch.ones(4, device=TPU)
-    with pytest.raises(RuntimeError, match="another dtype"):
-        x.view(torch.int32).cpu()
-    assert torch.equal(x.view(torch.float32).cpu(), torch.ones(4))
+@pytest.mark.parametrize("dtype", [torch.int32, torch.uint8, torch.bfloat16, torch.int64])
+def test_view_as_other_dtype_aliases_the_bytes(dtype: torch.dtype) -> None:
+    # A tpu buffer has one dtype; a view of another element type reads the same bytes
+    # bitcast, and a write through it is seen by the base, as on the CPU.
+    cpu = torch.randn(2, 8)
+    dev = cpu.to(TPU)
+    assert torch.equal(dev.view(dtype).cpu(), cpu.view(dtype))
+    cpu.view(dtype)[1, :2] = cpu.view(dtype)[0, :2]
+    dev.view(dtype)[1, :2] = dev.view(dtype)[0, :2]
+    assert torch.equal(dev.cpu().view(torch.uint8), cpu.view(torch.uint8))
+    assert torch.equal(dev.view(torch.float32).cpu(), cpu)
 
 
 def test_base_write_seen_by_view() -> None:

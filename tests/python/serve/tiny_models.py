@@ -10,19 +10,16 @@ import os
 
 import torch
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data",
+# The demo's corpus, shipped in the repository (public-domain text, 1.1 MB).
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "data",
                     "tinyshakespeare.txt")
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def corpus() -> list[str]:
-    path = os.environ.get("TORCHTPU_TEST_CORPUS", DATA)
-    if os.path.exists(path):
-        with open(path) as f:
-            text = f.read()
-    else:  # a checkout without the shared data folder: a small built-in text
-        text = "To be, or not to be, that is the question.\n" * 200
+    with open(DATA) as f:
+        text = f.read()
     return [line for line in text.splitlines() if line.strip()]
 
 

@@ -1,0 +1,90 @@
+#include "aten/storage_bytes.h"
+
+#include <c10/util/Exception.h>
+
+#include "lowering/hlo_builder.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using lowering::Builder;
+using lowering::TensorType;
+using lowering::Value;
+
+// `v` flattened and bitcast to `to` (a flat vector). Integer ratios of element sizes only,
+// which holds for every pair of the device's dtypes.
+Value bitcast_flat(Builder& b, Value v, base::DType to) {
+  int64_t n = v.type.num_elements();
+  v = b.reshape(v, {n});
+  if (v.dtype() == base::DType::kBool) v = b.convert(v, base::DType::kU8);
+  base::DType target = to == base::DType::kBool ? base::DType::kU8 : to;
+  int64_t from_size = base::dtype_size_bytes(v.dtype());
+  int64_t to_size = base::dtype_size_bytes(target);
+  if (v.dtype() != target) {
+    if (from_size == to_size) {
+      v = b.op("stablehlo.bitcast_convert", {v}, TensorType{target, {n}});
+    } else if (from_size > to_size) {
+      int64_t r = from_size / to_size;
+      v = b.op("stablehlo.bitcast_convert", {v}, TensorType{target, {n, r}});
+      v = b.reshape(v, {n * r});
+    } else {
+      int64_t r = to_size / from_size;
+      v = b.reshape(v, {n / r, r});
+      v = b.op("stablehlo.bitcast_convert", {v}, TensorType{target, {n / r}});
+    }
+  }
+  if (to == base::DType::kBool) v = b.convert(v, base::DType::kBool);
+  return v;
+}
+
+}  // namespace
+
+runtime::BufferPtr storage_bytes_as(const StorageState& s, c10::ScalarType dtype,
+                                    const std::vector<int64_t>* dims) {
+  TORCH_INTERNAL_ASSERT(s.buffer != nullptr, "tpu: storage_bytes_as needs a buffer");
+  const runtime::Buffer& buf = *s.buffer;
+  base::DType want = to_dtype(dtype);
+  if (buf.dtype() == want) return s.buffer;
+  int64_t bytes = buf.size_bytes();
+  int64_t item = base::dtype_size_bytes(want);
+  TORCH_CHECK(bytes % item == 0, "tpu: a storage of ", bytes, " bytes holding ",
+              base::dtype_name(buf.dtype()), " cannot be read as ", dtype, " (", bytes,
+              " is not a multiple of ", item, " bytes); resize the storage to a multiple of ",
+              item, " bytes first");
+  Builder b("torchtpu_reinterpret");
+  Value v = bitcast_flat(b, b.param(TensorType{buf.dtype(), buf.dims()}), want);
+  if (dims != nullptr && *dims != v.dims()) v = b.reshape(v, *dims);
+  return run_program(b.finish({v}), {&buf}, s.device_index)[0];
+}
+
+void resize_storage_bytes(c10::StorageImpl* impl, int64_t nbytes) {
+  TORCH_CHECK(nbytes >= 0, "tpu: cannot resize a storage to ", nbytes, " bytes");
+  TORCH_CHECK(impl->resizable(), "tpu: trying to resize a storage that is not resizable");
+  StorageState* s = find_storage_state(impl->data_ptr());
+  TORCH_INTERNAL_ASSERT(s != nullptr, "tpu: storage without a StorageState");
+  if (nbytes == s->nbytes) return;
+  if (s->buffer) {
+    // Keep the buffer's dtype when the new size allows it, else work in bytes.
+    base::DType dtype = s->buffer->dtype();
+    int64_t item = base::dtype_size_bytes(dtype);
+    if (nbytes % item != 0 || s->buffer->size_bytes() % item != 0) {
+      dtype = base::DType::kU8;
+      item = 1;
+    }
+    Builder b("torchtpu_resize_storage");
+    const runtime::Buffer& buf = *s->buffer;
+    Value v = bitcast_flat(b, b.param(TensorType{buf.dtype(), buf.dims()}), dtype);
+    int64_t old_n = v.type.num_elements();
+    int64_t new_n = nbytes / item;
+    if (new_n < old_n) {
+      v = b.slice(v, {0}, {new_n}, {1});
+    } else {
+      v = b.concatenate({v, b.zeros(TensorType{dtype, {new_n - old_n}})}, 0);
+    }
+    s->buffer = run_program(b.finish({v}), {&buf}, s->device_index)[0];
+  }
+  set_storage_nbytes(*s, nbytes);
+  impl->set_nbytes(nbytes);
+}
+
+}  // namespace torchtpu::aten

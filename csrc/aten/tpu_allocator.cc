@@ -1,0 +1,194 @@
+#include "aten/tpu_allocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <map>
+#include <mutex>
+
+#include "aten/device_runtime.h"
+#include "aten/host_transfer.h"
+#include "aten/tpu_guard.h"
+#include "aten/tpu_storage.h"
+#include "runtime/memory_stats.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatArray;
+using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+constexpr int64_t kSmallPoolMaxBytes = 1 << 20;  // PyTorch's split: < 1 MiB is "small"
+
+size_t pool_of(int64_t nbytes) {
+  return static_cast<size_t>(nbytes < kSmallPoolMaxBytes ? StatType::SMALL_POOL
+                                                         : StatType::LARGE_POOL);
+}
+
+struct StorageStats {
+  StatArray allocation;  // number of storages
+  StatArray bytes;       // their byte counts
+};
+
+struct Registry {
+  std::mutex mu;
+  std::map<int, StorageStats> devices;
+};
+
+Registry& registry() {
+  static auto* r = new Registry();  // storages may be freed during static destruction
+  return *r;
+}
+
+void add(StatArray& a, size_t pool, int64_t n) {
+  auto agg = static_cast<size_t>(StatType::AGGREGATE);
+  if (n >= 0) {
+    a[agg].increase(n);
+    a[pool].increase(n);
+  } else {
+    a[agg].decrease(-n);
+    a[pool].decrease(-n);
+  }
+}
+
+Stat reserved_stat(const runtime::BufferMemoryStats& b, bool count) {
+  Stat s;
+  s.current = count ? b.num_buffers : b.current_bytes;
+  s.peak = count ? b.peak_num_buffers : b.peak_bytes;
+  s.allocated = count ? b.num_allocations : b.allocated_bytes;
+  s.freed = count ? b.num_frees : b.freed_bytes;
+  return s;
+}
+
+void check_device(c10::DeviceIndex device) {
+  int n = device_count_or_zero();
+  TORCH_CHECK(device >= 0 && device < n, "tpu: no device ", static_cast<int>(device),
+              " for memory statistics (have ", n, " tpu devices)");
+}
+
+class TpuAllocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    return new_storage_data_ptr(current_device_index(), static_cast<int64_t>(nbytes));
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void*, const void*, std::size_t) const override {
+    TORCH_CHECK(false, "tpu: storage bytes cannot be copied directly; use Tensor.copy_()");
+  }
+
+  bool initialized() override { return true; }  // nothing to set up before first use
+
+  // Frees what torchtpu caches on the device: the 0-d buffers kept for scalar arguments.
+  void emptyCache(c10::MempoolId_t) override { clear_scalar_cache(); }
+
+  // One in-order queue per device, and PJRT keeps a buffer alive until its pending uses
+  // finish: there is no cross-stream reuse to guard against.
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+
+  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    check_device(device);
+    DeviceStats out;
+    {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      const StorageStats& s = registry().devices[device];
+      out.allocation = s.allocation;
+      out.active = s.allocation;
+      out.allocated_bytes = s.bytes;
+      out.active_bytes = s.bytes;
+      out.requested_bytes = s.bytes;
+    }
+    runtime::BufferMemoryStats b = runtime::buffer_memory_stats(device);
+    auto agg = static_cast<size_t>(StatType::AGGREGATE);
+    out.segment[agg] = reserved_stat(b, /*count=*/true);
+    out.reserved_bytes[agg] = reserved_stat(b, /*count=*/false);
+    out.num_device_alloc = b.num_allocations;
+    out.num_device_free = b.num_frees;
+    return out;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check_device(device);
+    {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      StorageStats& s = registry().devices[device];
+      for (auto* a : {&s.allocation, &s.bytes}) {
+        for (Stat& st : *a) st.reset_accumulated();
+      }
+    }
+    runtime::reset_accumulated_buffer_memory(device);
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check_device(device);
+    {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      StorageStats& s = registry().devices[device];
+      for (auto* a : {&s.allocation, &s.bytes}) {
+        for (Stat& st : *a) st.reset_peak();
+      }
+    }
+    runtime::reset_peak_buffer_memory(device);
+  }
+
+  // (free, total) bytes: the plugin's figures where it has a limit (accelerators), the
+  // host's where device memory is host memory (the CPU plugin).
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    check_device(device);
+    auto info = client().device_memory(device);
+    if (info.ok() && info->bytes_limit) {
+      int64_t limit = *info->bytes_limit;
+      return {static_cast<size_t>(std::max<int64_t>(0, limit - info->bytes_in_use)),
+              static_cast<size_t>(limit)};
+    }
+    if (client().platform_name() == "cpu") {
+      auto host = runtime::host_memory_info();
+      TORCH_CHECK(host.has_value(), "tpu: mem_get_info: the OS did not report host memory");
+      return {static_cast<size_t>(host->available_bytes), static_cast<size_t>(host->total_bytes)};
+    }
+    TORCH_CHECK_NOT_IMPLEMENTED(
+        false, "tpu: mem_get_info: the ", client().platform_name(),
+        " plugin reports no memory limit for device ", static_cast<int>(device),
+        info.ok() ? std::string() : " (" + info.status().message() + ")",
+        "; use torch.tpu.memory_reserved() for what torchtpu holds");
+  }
+};
+
+TpuAllocator g_allocator;
+// c10::GetAllocator(PrivateUse1): what torch.UntypedStorage(n, device="tpu"), other
+// device-generic allocations and torch.accelerator's memory API use.
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+
+}  // namespace
+
+c10::DeviceAllocator* tpu_device_allocator() { return &g_allocator; }
+
+void note_storage_allocated(int device_index, int64_t nbytes) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  StorageStats& s = registry().devices[device_index];
+  add(s.allocation, pool_of(nbytes), 1);
+  add(s.bytes, pool_of(nbytes), nbytes);
+}
+
+void note_storage_resized(int device_index, int64_t old_nbytes, int64_t new_nbytes) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  StorageStats& s = registry().devices[device_index];
+  size_t old_pool = pool_of(old_nbytes), new_pool = pool_of(new_nbytes);
+  if (old_pool == new_pool) {
+    add(s.bytes, new_pool, new_nbytes - old_nbytes);
+    return;
+  }
+  add(s.allocation, old_pool, -1);
+  add(s.bytes, old_pool, -old_nbytes);
+  add(s.allocation, new_pool, 1);
+  add(s.bytes, new_pool, new_nbytes);
+}
+
+void note_storage_freed(int device_index, int64_t nbytes) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  StorageStats& s = registry().devices[device_index];
+  add(s.allocation, pool_of(nbytes), -1);
+  add(s.bytes, pool_of(nbytes), -nbytes);
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,76 @@
+// Python glue for the device memory API: the tpu allocator's statistics, in the flat
+// "<stat>.<pool>.<metric>" form torch.cuda.memory_stats() returns, and device properties.
+#include <torch/csrc/utils/pybind.h>
+
+#include "aten/device_runtime.h"
+#include "aten/tpu_allocator.h"
+
+namespace py = pybind11;
+using namespace torchtpu;
+
+namespace {
+
+void put(py::dict& out, const char* name, const c10::CachingAllocator::StatArray& a) {
+  const char* pools[] = {"all", "small_pool", "large_pool"};
+  for (size_t p = 0; p < a.size(); ++p) {
+    std::string prefix = std::string(name) + "." + pools[p] + ".";
+    out[py::str(prefix + "current")] = a[p].current;
+    out[py::str(prefix + "peak")] = a[p].peak;
+    out[py::str(prefix + "allocated")] = a[p].allocated;
+    out[py::str(prefix + "freed")] = a[p].freed;
+  }
+}
+
+py::dict memory_stats(int device) {
+  auto s = aten::tpu_device_allocator()->getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  py::dict out;
+  put(out, "allocation", s.allocation);
+  put(out, "active", s.active);
+  put(out, "allocated_bytes", s.allocated_bytes);
+  put(out, "active_bytes", s.active_bytes);
+  put(out, "requested_bytes", s.requested_bytes);
+  put(out, "segment", s.segment);
+  put(out, "reserved_bytes", s.reserved_bytes);
+  put(out, "inactive_split", s.inactive_split);
+  put(out, "inactive_split_bytes", s.inactive_split_bytes);
+  out["num_alloc_retries"] = s.num_alloc_retries;
+  out["num_ooms"] = s.num_ooms;
+  out["num_device_alloc"] = s.num_device_alloc;
+  out["num_device_free"] = s.num_device_free;
+  return out;
+}
+
+py::dict device_properties(int device) {
+  runtime::Client& c = aten::client();
+  TORCH_CHECK(device >= 0 && device < c.num_devices(), "tpu: no device ", device, " (have ",
+              c.num_devices(), " tpu devices)");
+  py::dict d;
+  d["name"] = c.device_kind(device);
+  d["platform"] = c.platform_name();
+  auto [free_bytes, total_bytes] =
+      aten::tpu_device_allocator()->getMemoryInfo(static_cast<c10::DeviceIndex>(device));
+  d["total_memory"] = total_bytes;
+  py::dict attrs;
+  for (const auto& [k, v] : c.plugin().attributes()) attrs[py::str(k)] = v;
+  d["plugin_attributes"] = attrs;
+  d["pjrt_api_version"] =
+      std::to_string(c.plugin().api_major()) + "." + std::to_string(c.plugin().api_minor());
+  return d;
+}
+
+}  // namespace
+
+void bind_memory(py::module& m) {
+  m.def("memory_stats", &memory_stats);
+  m.def("mem_get_info", [](int device) {
+    return aten::tpu_device_allocator()->getMemoryInfo(static_cast<c10::DeviceIndex>(device));
+  });
+  m.def("empty_cache", [] { aten::tpu_device_allocator()->emptyCache(); });
+  m.def("reset_peak_memory_stats", [](int device) {
+    aten::tpu_device_allocator()->resetPeakStats(static_cast<c10::DeviceIndex>(device));
+  });
+  m.def("reset_accumulated_memory_stats", [](int device) {
+    aten::tpu_device_allocator()->resetAccumulatedStats(static_cast<c10::DeviceIndex>(device));
+  });
+  m.def("device_properties", &device_properties);
+}

@@ -1,0 +1,105 @@
+"""Device memory API of ``torch.tpu`` (the names and meanings of ``torch.cuda``'s).
+
+``memory_allocated`` counts the bytes of live tpu storages (``x.untyped_storage().nbytes()``
+for each), ``memory_reserved`` the bytes of live PJRT buffers on the device (storages that
+have been written, results in flight, cached scalars). ``torch.accelerator``'s memory
+functions read the same allocator. See csrc/aten/tpu_allocator.h.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+import torch
+
+from torchtpu import _C
+from torchtpu.device import _index
+
+Device = int | str | torch.device | None
+
+
+def memory_stats(device: Device = None) -> collections.OrderedDict[str, int]:
+    """Allocator statistics, keys as in ``torch.cuda.memory_stats()``
+    (``allocated_bytes.all.current``, ``reserved_bytes.all.peak``, ...)."""
+    stats = _C.memory_stats(_index(device))
+    return collections.OrderedDict(sorted(stats.items()))
+
+
+def memory_allocated(device: Device = None) -> int:
+    """Bytes held by tpu tensors' storages on ``device`` now."""
+    return _C.memory_stats(_index(device))["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: Device = None) -> int:
+    """Peak of ``memory_allocated`` since start or ``reset_peak_memory_stats``."""
+    return _C.memory_stats(_index(device))["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device: Device = None) -> int:
+    """Bytes of live PJRT buffers on ``device`` now."""
+    return _C.memory_stats(_index(device))["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device: Device = None) -> int:
+    return _C.memory_stats(_index(device))["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: Device = None) -> None:
+    _C.reset_peak_memory_stats(_index(device))
+
+
+def reset_accumulated_memory_stats(device: Device = None) -> None:
+    _C.reset_accumulated_memory_stats(_index(device))
+
+
+def empty_cache() -> None:
+    """Frees the device buffers torchtpu keeps cached (the 0-d buffers of scalar
+    arguments). Tensors' memory is freed when they are, as with CUDA."""
+    _C.empty_cache()
+
+
+def mem_get_info(device: Device = None) -> tuple[int, int]:
+    """(free, total) bytes of ``device``: the plugin's figures where it reports a limit,
+    the host's memory on the CPU plugin (its device memory is host memory)."""
+    return tuple(_C.mem_get_info(_index(device)))
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuDeviceProperties:
+    name: str  # the plugin's device kind ("cpu", "NVIDIA H200", "TPU v5 lite", ...)
+    platform: str  # the plugin's platform name ("cpu", "cuda", "tpu")
+    index: int
+    total_memory: int  # bytes, as mem_get_info()[1]
+    pjrt_api_version: str
+    plugin_attributes: dict[str, Any]
+
+
+def get_device_properties(device: Device = None) -> TpuDeviceProperties:
+    index = _index(device)
+    p = _C.device_properties(index)
+    return TpuDeviceProperties(name=p["name"], platform=p["platform"], index=index,
+                               total_memory=int(p["total_memory"]),
+                               pjrt_api_version=p["pjrt_api_version"],
+                               plugin_attributes=dict(p["plugin_attributes"]))
+
+
+def get_device_name(device: Device = None) -> str:
+    return _C.device_properties(_index(device))["name"]
+
+
+__all__ = [
+    "TpuDeviceProperties",
+    "empty_cache",
+    "get_device_name",
+    "get_device_properties",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
+]

@@ -1,0 +1,87 @@
+"""Streams and events of ``torch.tpu`` (the names and meanings of ``torch.cuda``'s).
+
+Every stream of a device runs on the device's one in-order queue (csrc/aten/tpu_streams.h):
+streams never overlap, so waits between them are always met, and events time the device's
+progress (``Event(enable_timing=True).elapsed_time``). ``torch.Stream(device="tpu")`` and
+``torch.Event(device="tpu")`` are the same objects; these classes are their tpu forms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from torchtpu import _C
+from torchtpu.device import _index
+
+Device = int | str | torch.device | None
+
+
+class Stream(torch.Stream):
+    """A tpu stream: ``Stream()``, ``Stream(device)``; usable as a context manager."""
+
+    def __new__(cls, device: Device = None, priority: int = 0, **kwargs) -> Stream:  # noqa: PYI034
+        if kwargs:  # stream_id / device_index / device_type, as torch.Stream takes them
+            return super().__new__(cls, **kwargs)
+        return super().__new__(cls, device=torch.device("tpu", _index(device)),
+                               priority=priority)
+
+
+class _TpuEventMeta(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "tpu"
+
+
+class Event(metaclass=_TpuEventMeta):
+    """A tpu event: ``Event(enable_timing=True)``, ``record()``, ``elapsed_time()``.
+
+    Constructs a plain ``torch.Event`` on the current tpu device (``torch.Event``'s methods
+    accept only that exact type as the other event), so ``isinstance`` is by device."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False,
+                interprocess: bool = False) -> torch.Event:
+        if interprocess:
+            raise NotImplementedError("tpu: interprocess events are not supported; share "
+                                      "results through tensors moved to the CPU")
+        return torch.Event(device=torch.device("tpu", _index(None)),
+                           enable_timing=enable_timing, blocking=blocking)
+
+
+def _wrap(stream_id: int, device_index: int, device_type: int) -> Stream:
+    return Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+
+
+def current_stream(device: Device = None) -> Stream:
+    """The current stream of ``device`` on this thread (the default stream unless set)."""
+    return _wrap(*_C.current_stream(_index(device)))
+
+
+def default_stream(device: Device = None) -> Stream:
+    return _wrap(*_C.default_stream(_index(device)))
+
+
+def set_stream(stream: torch.Stream) -> None:
+    """Makes ``stream`` current for its device on this thread."""
+    if stream.device.type != "tpu":
+        raise ValueError(f"tpu: expected a tpu stream, got one on {stream.device}")
+    _C.set_stream(stream.stream_id, stream.device_index)
+
+
+@contextlib.contextmanager
+def stream(s: torch.Stream | None) -> Iterator[None]:
+    """Context manager: ``s`` is the current stream of its device inside the block
+    (``None`` changes nothing)."""
+    if s is None:
+        yield
+        return
+    previous = current_stream(s.device_index)
+    set_stream(s)
+    try:
+        yield
+    finally:
+        set_stream(previous)
+
+
+__all__ = ["Event", "Stream", "current_stream", "default_stream", "set_stream", "stream"]

@@ -1,0 +1,66 @@
+"""``torch.compile(backend="tpu")`` takes ``mode=`` and ``options=`` as PyTorch's own
+backends do: valid names are accepted (and ignored, with a debug log), unknown ones raise
+with the valid names, and the compiled results are those of the default mode."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import torchtpu  # noqa: F401
+
+
+def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(x @ w).sum(-1)
+
+
+@pytest.fixture()
+def inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(4, 8), torch.randn(8, 3)
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune",
+                                  "max-autotune-no-cudagraphs"])
+def test_modes_accepted(mode: str, inputs, caplog) -> None:
+    torch._dynamo.reset()
+    x, w = inputs
+    compiled = torch.compile(fn, backend="tpu", mode=mode)
+    with caplog.at_level(logging.DEBUG, logger="torchtpu.compile"):
+        got = compiled(x.to("tpu"), w.to("tpu"))
+    torch.testing.assert_close(got.cpu(), fn(x, w), rtol=1e-5, atol=1e-5)
+    if mode != "default":
+        assert any(mode in r.getMessage() for r in caplog.records)
+
+
+def test_options_accepted_and_logged(inputs, caplog) -> None:
+    torch._dynamo.reset()
+    x, w = inputs
+    compiled = torch.compile(fn, backend="tpu",
+                             options={"max_autotune": True, "epilogue_fusion": False})
+    with caplog.at_level(logging.DEBUG, logger="torchtpu.compile"):
+        got = compiled(x.to("tpu"), w.to("tpu"))
+    torch.testing.assert_close(got.cpu(), fn(x, w), rtol=1e-5, atol=1e-5)
+    assert any("max_autotune" in r.getMessage() and "ignored" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_unknown_mode_raises_with_valid_names(inputs) -> None:
+    torch._dynamo.reset()
+    x, w = inputs
+    with pytest.raises(Exception, match="max-autotune") as e:
+        torch.compile(fn, backend="tpu", mode="fastest")(x.to("tpu"), w.to("tpu"))
+    assert "fastest" in str(e.value)
+
+
+def test_unknown_option_raises(inputs) -> None:
+    torch._dynamo.reset()
+    x, w = inputs
+    with pytest.raises(Exception, match="not_an_option"):
+        torch.compile(fn, backend="tpu", options={"not_an_option": 1})(x.to("tpu"), w.to("tpu"))
+
+
+def test_mode_and_options_together_rejected_by_pytorch() -> None:
+    with pytest.raises(RuntimeError, match="Either mode or options"):
+        torch.compile(fn, backend="tpu", mode="max-autotune", options={"max_autotune": True})

@@ -1,0 +1,146 @@
+"""Device memory statistics: ``torch.tpu.memory_*`` and ``torch.accelerator``'s, which read
+the same allocator. Allocated bytes are tpu storages' byte counts; reserved bytes are live
+PJRT buffers. Every check is a delta around an allocation, so tensors other tests keep
+alive do not matter."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import pytest
+import torch
+
+import torchtpu
+
+MB = 1 << 20
+
+
+def allocated() -> int:
+    gc.collect()
+    return torch.tpu.memory_allocated()
+
+
+def test_allocated_rises_and_falls_by_the_bytes() -> None:
+    base = allocated()
+    x = torch.randn(256, 1024, device="tpu")  # 1 MiB
+    assert allocated() - base == x.untyped_storage().nbytes() == MB
+    y = torch.empty(100, dtype=torch.int64, device="tpu")
+    assert allocated() - base == MB + 800
+    del x
+    assert allocated() - base == 800
+    del y
+    assert allocated() == base
+
+
+def test_views_and_inplace_ops_allocate_nothing() -> None:
+    x = torch.ones(64, 64, device="tpu")
+    base = allocated()
+    v = x[1:, ::2].T
+    x.mul_(3.0)
+    v.add_(1.0)
+    assert allocated() == base
+    del v
+
+
+def test_peak_and_reset() -> None:
+    torch.tpu.reset_peak_memory_stats()
+    base = allocated()
+    assert torch.tpu.max_memory_allocated() == base
+    x = torch.zeros(4 * MB // 4, device="tpu")
+    del x
+    assert allocated() == base
+    assert torch.tpu.max_memory_allocated() == base + 4 * MB
+    torch.tpu.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() == base
+
+
+def test_allocation_counts_and_pools() -> None:
+    before = torch.tpu.memory_stats()
+    small = torch.ones(10, device="tpu")
+    large = torch.ones(MB, dtype=torch.uint8, device="tpu")
+    after = torch.tpu.memory_stats()
+    assert after["allocation.all.current"] - before["allocation.all.current"] == 2
+    assert after["allocated_bytes.small_pool.current"] - \
+        before["allocated_bytes.small_pool.current"] == 40
+    assert after["allocated_bytes.large_pool.current"] - \
+        before["allocated_bytes.large_pool.current"] == MB
+    assert after["allocated_bytes.all.allocated"] - before["allocated_bytes.all.allocated"] == \
+        MB + 40
+    del small, large
+    gc.collect()
+    freed = torch.tpu.memory_stats()
+    assert freed["allocated_bytes.all.freed"] - after["allocated_bytes.all.freed"] == MB + 40
+    torch.tpu.reset_accumulated_memory_stats()
+    assert torch.tpu.memory_stats()["allocated_bytes.all.allocated"] == 0
+
+
+def test_resize_counts_the_new_bytes() -> None:
+    x = torch.ones(8, device="tpu")
+    base = allocated()
+    x.resize_(16)
+    assert allocated() - base == 32
+    x.untyped_storage().resize_(200)
+    assert allocated() - base == 200 - 32
+
+
+def test_reserved_counts_device_buffers() -> None:
+    torch.tpu.empty_cache()
+    gc.collect()
+    base = torch.tpu.memory_reserved()
+    x = torch.empty(MB // 4, device="tpu")
+    assert torch.tpu.memory_reserved() == base  # not written yet: no buffer
+    x.copy_(torch.ones(MB // 4))
+    assert torch.tpu.memory_reserved() - base == MB
+    x.mul_(2.5)  # the result replaces x's buffer; the scalar's 0-d buffer is cached
+    torchtpu.synchronize()
+    torch.tpu.empty_cache()
+    assert torch.tpu.memory_reserved() - base == MB
+    assert torch.tpu.max_memory_reserved() >= base + MB
+    del x
+    gc.collect()
+    assert torch.tpu.memory_reserved() == base
+
+
+def test_empty_cache_releases_cached_scalars() -> None:
+    x = torch.ones(4, device="tpu")
+    for v in (1.25, 2.5, 3.75):
+        x.add_(v)
+    cached = torch.tpu.memory_reserved()
+    torch.tpu.empty_cache()
+    assert torch.tpu.memory_reserved() < cached
+    torch.accelerator.empty_cache()  # the same, through PyTorch's generic API
+
+
+def test_accelerator_api_reads_the_same_allocator() -> None:
+    x = torch.ones(1000, device="tpu")
+    assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated()
+    assert torch.accelerator.max_memory_allocated() == torch.tpu.max_memory_allocated()
+    assert torch.accelerator.memory_reserved() == torch.tpu.memory_reserved()
+    stats = torch.accelerator.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.tpu.memory_allocated()
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() == torch.tpu.memory_allocated()
+    assert torch.accelerator.get_memory_info() == torch.tpu.mem_get_info()
+    del x
+
+
+def test_mem_get_info_and_properties() -> None:
+    free, total = torch.tpu.mem_get_info()
+    assert 0 <= free <= total and total > 0
+    info = torchtpu._C.plugin_info()
+    props = torch.tpu.get_device_properties(0)
+    assert props.name == info["device_kind"] == torch.tpu.get_device_name()
+    assert props.platform == info["platform"]
+    assert props.total_memory == total
+    assert props.pjrt_api_version == info["api_version"]
+    if info["platform"] == "cpu":  # device memory is host memory
+        assert total == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_bad_device_raises() -> None:
+    n = torch.tpu.device_count()
+    with pytest.raises(RuntimeError, match="no device"):
+        torch.tpu.memory_allocated(n)
+    with pytest.raises(RuntimeError, match="no device"):
+        torch.tpu.get_device_properties(n)

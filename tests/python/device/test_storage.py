@@ -1,0 +1,140 @@
+"""Storages on ``tpu``: created, copied, moved, resized and pointed at like CUDA's.
+
+A tpu storage holds one PJRT buffer of the dtype last written; PyTorch sees untyped bytes,
+so reading it as another dtype bitcasts on the device. Every check compares bytes with the
+same operation on a CPU storage.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torchtpu
+
+
+def storage_bytes(s: torch.UntypedStorage) -> bytes:
+    return bytes(s.cpu())
+
+
+def test_untyped_storage_on_device() -> None:
+    s = torch.UntypedStorage(16, device="tpu")
+    assert s.device == torch.device("tpu", 0)
+    assert s.nbytes() == 16
+    assert s.is_tpu
+    s.fill_(7)
+    assert storage_bytes(s) == bytes([7] * 16)
+
+
+@pytest.mark.parametrize("move", ["to", "tpu", "typed_tpu"])
+def test_storage_moves_to_tpu_and_back(move: str) -> None:
+    cpu = torch.arange(10, dtype=torch.float32).untyped_storage()
+    if move == "to":
+        dev = cpu.to(device="tpu")
+    elif move == "tpu":
+        dev = cpu.tpu()
+    else:
+        dev = torch.arange(10, dtype=torch.float32).storage().tpu()
+    assert dev.device.type == "tpu"
+    assert storage_bytes(dev.untyped() if hasattr(dev, "untyped") else dev) == bytes(cpu)
+
+
+def test_storage_of_tensor_reads_as_bytes() -> None:
+    x = torch.randn(5, 3)
+    t = x.to("tpu")
+    assert storage_bytes(t.untyped_storage()) == bytes(x.untyped_storage())
+    assert t.untyped_storage().nbytes() == x.untyped_storage().nbytes()
+    assert t.untyped_storage()[4] == x.untyped_storage()[4]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool,
+                                   torch.float16, torch.int8])
+def test_set_from_storage_bit_exact(dtype: torch.dtype) -> None:
+    x = (torch.randn(24) * 10).to(dtype)
+    dev_storage = x.untyped_storage().tpu()  # bytes, no dtype
+    t = torch.empty(0, dtype=dtype, device="tpu").set_(dev_storage, 2, (4, 5), (5, 1))
+    c = torch.empty(0, dtype=dtype).set_(x.untyped_storage(), 2, (4, 5), (5, 1))
+    assert torch.equal(t.cpu(), c)
+    whole = torch.empty(0, dtype=dtype, device="tpu").set_(dev_storage)
+    assert torch.equal(whole.cpu(), x)
+
+
+def test_set_from_storage_reinterprets_dtype() -> None:
+    x = torch.randn(8)
+    t = x.to("tpu")
+    as_int = torch.empty(0, dtype=torch.int32, device="tpu").set_(t.untyped_storage())
+    assert torch.equal(as_int.cpu(), x.view(torch.int32))
+    as_bytes = torch.empty(0, dtype=torch.uint8, device="tpu").set_(t.untyped_storage())
+    assert torch.equal(as_bytes.cpu(), x.view(torch.uint8))
+    as_bf16 = torch.empty(0, dtype=torch.bfloat16, device="tpu").set_(t.untyped_storage())
+    assert torch.equal(as_bf16.cpu(), x.view(torch.bfloat16))
+
+
+def test_set_shares_the_storage() -> None:
+    base = torch.zeros(6, device="tpu")
+    alias = torch.empty(0, device="tpu").set_(base.untyped_storage(), 1, (2,), (2,))
+    alias.fill_(3.0)  # a write through the alias is seen by the base
+    assert base.cpu().tolist() == [0.0, 3.0, 0.0, 3.0, 0.0, 0.0]
+    other = torch.empty(0, device="tpu").set_(base)
+    assert other.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    assert torch.equal(other.cpu(), base.cpu())
+
+
+def test_set_empty_and_grow() -> None:
+    t = torch.ones(3, device="tpu").set_()
+    assert t.shape == (0,) and t.untyped_storage().nbytes() == 0
+    # A view larger than its storage grows the storage, as on the CPU.
+    s = torch.arange(2, dtype=torch.float32).to("tpu").untyped_storage()
+    g = torch.empty(0, device="tpu").set_(s, 0, (4,), (1,))
+    assert s.nbytes() == 16
+    assert g.cpu().tolist()[:2] == [0.0, 1.0]
+
+
+def test_set_rejects_cpu_storage_with_what_to_do() -> None:
+    with pytest.raises(RuntimeError, match="storage.to|devices must match"):
+        torch.empty(0, device="tpu").set_(torch.UntypedStorage(8))
+
+
+def test_storage_slice_raises_with_what_to_do() -> None:
+    s = torch.arange(4, dtype=torch.float32).to("tpu").untyped_storage()
+    with pytest.raises(RuntimeError, match="tensor view instead"):
+        s[4:8].tolist()
+
+
+@pytest.mark.parametrize("nbytes", [0, 8, 24, 30])
+def test_untyped_storage_resize_keeps_bytes(nbytes: int) -> None:
+    x = torch.arange(4, dtype=torch.float32)
+    cpu = x.untyped_storage().clone()
+    dev = x.to("tpu").untyped_storage()
+    cpu.resize_(nbytes)
+    dev.resize_(nbytes)
+    assert dev.nbytes() == nbytes
+    keep = min(nbytes, 16)
+    assert storage_bytes(dev)[:keep] == bytes(cpu)[:keep]
+    assert storage_bytes(dev)[keep:] == bytes(nbytes - keep)  # new bytes are zeros on tpu
+
+
+def test_tensor_resize_grows_on_device() -> None:
+    t = torch.arange(3, dtype=torch.float32).to("tpu")
+    t.resize_(2, 3)
+    assert t.shape == (2, 3)
+    assert t.cpu().flatten()[:3].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_storage_copy_between_devices() -> None:
+    src = torch.randn(6).untyped_storage()
+    dev = torch.UntypedStorage(src.nbytes(), device="tpu").copy_(src)
+    back = torch.UntypedStorage(src.nbytes()).copy_(dev)
+    assert bytes(back) == bytes(src)
+    dev2 = torch.UntypedStorage(src.nbytes(), device="tpu").copy_(dev)
+    assert storage_bytes(dev2) == bytes(src)
+
+
+def test_no_fallback_for_storage_ops() -> None:
+    before = dict(torchtpu.debug.metrics()["fallback_ops"])
+    s = torch.randn(8).untyped_storage().tpu()
+    t = torch.empty(0, device="tpu").set_(s, 0, (2, 4), (4, 1))
+    torch.empty(0, device="tpu").set_(t)
+    t.untyped_storage().resize_(64)
+    after = dict(torchtpu.debug.metrics()["fallback_ops"])
+    assert after == before
