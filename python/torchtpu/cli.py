@@ -24,6 +24,8 @@ def _serve_parser(sub) -> None:
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                    default=True)
     p.add_argument("--device", default="tpu")
+    p.add_argument("--max-request-bytes", type=int, default=4 << 20,
+                   help="largest request body accepted (a larger one is a 413)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"torchtpu serve: {engine.model_name} warmed up in {engine.warmup_seconds:.1f} s; "
               f"listening on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
-        serve(engine, args.host, args.port)
+        # 1 when the engine loop died: a supervisor restarts the server.
+        return serve(engine, args.host, args.port, max_request_bytes=args.max_request_bytes)
     return 0
 
 
