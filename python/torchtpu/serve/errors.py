@@ -50,6 +50,8 @@ def validation_error(e: ValidationError, raw: bytes = b"") -> ApiError:
     path = ".".join(p for p in loc if not any(c in p for c in "[]()") and
                     p not in ("str", "int", "float", "bool", "list", "dict", "function-after"))
     if not loc:
+        if err["type"] == "model_type":
+            return ApiError(400, "the request body must be a JSON object")
         return ApiError(400, f"the request body is invalid: {err['msg']}")
     return ApiError(400, f"'{path}': {err['msg']} (got {_short(err.get('input'))})",
                     param=loc[0])

@@ -192,11 +192,13 @@ class RequestSampler:
             x = x.clone()
             x[ids] -= p.frequency_penalty * n + p.presence_penalty
         # Penalties of finite logits stay finite or go to -inf; clamp the top end anyway.
-        return torch.nan_to_num(x, nan=float("-inf"), posinf=_F32_MAX)
+        return torch.nan_to_num(x, nan=float("-inf"), posinf=_F32_MAX,
+                               neginf=float("-inf"))
 
     def sample(self, logits: torch.Tensor) -> Sample:
         p = self.params
-        raw = torch.nan_to_num(logits.to(torch.float32), nan=float("-inf"), posinf=_F32_MAX)
+        raw = torch.nan_to_num(logits.to(torch.float32), nan=float("-inf"), posinf=_F32_MAX,
+                               neginf=float("-inf"))
         x = self._process(raw)
         if not bool(torch.isfinite(x).any()):
             what = "the model's logits are all NaN or -inf" if not bool(
