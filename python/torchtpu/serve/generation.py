@@ -46,7 +46,7 @@ class Generation:
         if chat:
             prompts = [server.chat_prompt_ids(
                 protocol.chat_messages(req), req.add_generation_prompt,
-                req.continue_final_message, req.chat_template_kwargs)]
+                req.continue_final_message, req.chat_template_kwargs, req.add_special_tokens)]
             sources: list = [None]
         else:
             sources = protocol.completion_prompts(req)

@@ -248,7 +248,8 @@ class OpenAIServer:
             raise ApiError(400, "give exactly one of 'prompt' and 'messages'", param="prompt")
         if req.messages is not None:
             ids = await self._off_loop(self.chat_prompt_ids, protocol.chat_messages(req),
-                                       req.add_generation_prompt, False, None)
+                                       req.add_generation_prompt, False, None,
+                                       req.add_special_tokens)
         else:
             ids = await self._off_loop(self.engine.encode_prompt, req.prompt,
                                        req.add_special_tokens, self.tokenizer)
@@ -266,7 +267,8 @@ class OpenAIServer:
         return JSONResponse({"prompt": text})
 
     def chat_prompt_ids(self, messages: list[dict], add_generation_prompt: bool,
-                        continue_final_message: bool, kwargs: dict | None) -> list[int]:
+                        continue_final_message: bool, kwargs: dict | None,
+                        add_special_tokens: bool | None = None) -> list[int]:
         """Token ids of a conversation through the model's chat template (worker thread)."""
         tok = self.tokenizer
         if tok.chat_template is None:
@@ -284,7 +286,8 @@ class OpenAIServer:
         except Exception as e:  # noqa: BLE001 - a template error is about these messages
             raise ApiError(400, f"the chat template failed on these messages: "
                                 f"{type(e).__name__}: {e}", param="messages") from None
-        return tok.encode(text, add_special_tokens=False)
+        # The template writes the special tokens itself (vLLM's default for chat).
+        return tok.encode(text, add_special_tokens=bool(add_special_tokens))
 
 
 def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000, *,
