@@ -28,6 +28,8 @@ DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja 
       # serving: the HTTP server, its metrics, model loading, and the real OpenAI client
       # that the server's tests drive it with
       fastapi uvicorn prometheus_client openai httpx safetensors
+      # tests/python/serve/test_schemathesis.py: requests generated from /openapi.json
+      schemathesis
       # Hugging Face models on tpu (tests/python/models, torchtpu.models): transformers 5.18
       # works with torch 2.13; accelerate is what from_pretrained(device_map=...) needs; gguf
       # lets transformers read the SmolLM2 .gguf file.

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
          413: "RequestTooLargeError", 422: "UnprocessableEntityError",
@@ -55,3 +55,20 @@ def validation_error(e: ValidationError, raw: bytes = b"") -> ApiError:
         return ApiError(400, f"the request body is invalid: {err['msg']}")
     return ApiError(400, f"'{path}': {err['msg']} (got {_short(err.get('input'))})",
                     param=loc[0])
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error shape, as /openapi.json documents it for every error status."""
+    error: ErrorBody
+
+
+def documented(*statuses: int) -> dict:
+    """FastAPI `responses=` for these error statuses."""
+    return {s: {"model": ErrorResponse, "description": TYPES[s]} for s in statuses}

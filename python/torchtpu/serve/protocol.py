@@ -14,16 +14,28 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Callable, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from torchtpu.serve.errors import ApiError
 from torchtpu.serve.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_N, SamplingParams
 
-Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
-TokenId = Annotated[int, Field(ge=0, le=INT64_MAX)]
+
+
+def _integral(value: object) -> object:
+    """JSON Schema's integers include 430.0; booleans and strings stay refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_integral)]
+Int64 = Annotated[Int, Field(ge=INT64_MIN, le=INT64_MAX)]
+TokenId = Annotated[Int, Field(ge=0, le=INT64_MAX)]
 UNSUPPORTED_DESCRIPTION = ("Not supported: any value but null (or the neutral value) is a "
                            "400 naming the field.")
-Unsupported = Annotated[Any, Field(description=UNSUPPORTED_DESCRIPTION)]
+# Documented as null: the neutral values the description mentions are accepted too.
+Unsupported = Annotated[Any, Field(description=UNSUPPORTED_DESCRIPTION,
+                                   json_schema_extra={"type": "null"})]
 
 
 class _Model(BaseModel):
@@ -52,8 +64,8 @@ class _Sampling(_Model):
     model: str | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    n: Annotated[int, Field(ge=1, le=MAX_N)] = 1
-    best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
+    n: Annotated[Int, Field(ge=1, le=MAX_N)] = 1
+    best_of: Annotated[Int, Field(ge=1, le=MAX_N)] | None = None
     seed: Int64 | None = None
     stop: Union[str, list[str], None] = None
     stream: bool = False
@@ -64,16 +76,16 @@ class _Sampling(_Model):
         None, description="Token id (as a string) -> bias added to its logit, in [-100, 100].")
     user: str | None = None
     # vLLM's extras
-    top_k: Annotated[int, Field(ge=-1, le=INT64_MAX)] | None = None
+    top_k: Annotated[Int, Field(ge=-1, le=INT64_MAX)] | None = None
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0.0, le=2.0)] | None = None
     stop_token_ids: list[TokenId] | None = None
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
-    min_tokens: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
+    min_tokens: Annotated[Int, Field(ge=0, le=INT64_MAX)] = 0
     skip_special_tokens: bool = True
     allowed_token_ids: list[TokenId] | None = None
-    truncate_prompt_tokens: Annotated[int, Field(ge=-1, le=INT64_MAX)] | None = Field(
+    truncate_prompt_tokens: Annotated[Int, Field(ge=-1, le=INT64_MAX)] | None = Field(
         None, description="Keep only the last k prompt tokens (-1: the last max_model_len).")
     add_special_tokens: bool | None = Field(
         None, description="Add the tokenizer's special tokens (BOS) to a text prompt.")
@@ -100,22 +112,22 @@ class _Sampling(_Model):
 
 
 class CompletionRequest(_Sampling):
-    prompt: Union[str, list[str], list[int], list[list[int]]]
-    max_tokens: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = Field(
+    prompt: Union[str, list[str], list[Int], list[list[Int]]]
+    max_tokens: Annotated[Int, Field(ge=0, le=INT64_MAX)] | None = Field(
         None, description="Default 16 (capped by the context); 0 only with echo.")
     echo: bool = False
-    logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    logprobs: Annotated[Int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
     suffix: Unsupported = None
 
 
 class ChatCompletionRequest(_Sampling):
     messages: Annotated[list[Message], Field(min_length=1)]
-    max_completion_tokens: Annotated[int, Field(ge=1, le=INT64_MAX)] | None = Field(
+    max_completion_tokens: Annotated[Int, Field(ge=1, le=INT64_MAX)] | None = Field(
         None, description="Default: the rest of the context (as vLLM).")
-    max_tokens: Annotated[int, Field(ge=1, le=INT64_MAX)] | None = Field(
+    max_tokens: Annotated[Int, Field(ge=1, le=INT64_MAX)] | None = Field(
         None, description="Deprecated by OpenAI for max_completion_tokens, which wins.")
     logprobs: bool = False
-    top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    top_logprobs: Annotated[Int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None

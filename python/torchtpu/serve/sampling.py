@@ -216,8 +216,10 @@ class RequestSampler:
             if p.top_p < 1.0:
                 sorted_x, order = torch.sort(x, descending=True)
                 probs = torch.softmax(sorted_x, dim=-1)
-                # Keep the smallest prefix whose mass reaches top_p (at least one token).
+                # Keep the smallest prefix whose mass reaches top_p, and always the top
+                # token: a top_p below f32's smallest float compares as 0.
                 drop = (probs.cumsum(-1) - probs) >= p.top_p
+                drop[0] = False
                 x = x.scatter(0, order, sorted_x.masked_fill(drop, float("-inf")))
             probs = torch.softmax(x, dim=-1)
             if p.min_p > 0.0:

@@ -22,14 +22,14 @@ from typing import AsyncIterator, Callable
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
 from torchtpu.serve import protocol, responses
 from torchtpu.serve.async_engine import AsyncEngine, EngineDeadError, RequestError
 from torchtpu.serve.engine import LLMEngine
-from torchtpu.serve.errors import ApiError, validation_error
+from torchtpu.serve.errors import ApiError, documented, validation_error
 from torchtpu.serve.generation import Generation, collect, stream_events
 from torchtpu.serve.protocol import (ChatCompletionRequest, CompletionRequest,
                                      DetokenizeRequest, TokenizeRequest)
@@ -48,9 +48,18 @@ def _error(e: ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status)
 
 
-def _body_spec(model: type[BaseModel]) -> dict:
-    return {"requestBody": {"required": True, "content": {"application/json": {
+def _body_spec(model: type[BaseModel], stream: bool = False) -> dict:
+    spec = {"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+    if stream:
+        spec["responses"] = {"200": {"description": "the response, or with stream: true, "
+                                                    "server-sent events", "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "text/event-stream": {"schema": {"type": "string"}}}}}
+    return spec
+
+
+_GENERATE_ERRORS = documented(400, 404, 413, 500, 503)
 
 
 class OpenAIServer:
@@ -101,7 +110,7 @@ class OpenAIServer:
             return _error(ApiError(500, "serve: internal error while handling the request "
                                         f"({type(exc).__name__}); the server log has details"))
 
-        @app.get("/health")
+        @app.get("/health", response_class=Response, responses=documented(503))
         async def health() -> Response:
             if self.async_engine.dead:
                 return _error(ApiError(503, "the engine stopped after an internal error; the "
@@ -116,30 +125,34 @@ class OpenAIServer:
         async def models() -> dict:
             return {"object": "list", "data": [self._model_card()]}
 
-        @app.get("/v1/models/{model_id:path}")
+        @app.get("/v1/models/{model_id:path}", responses=documented(404))
         async def model(model_id: str) -> Response:
             if model_id != self.engine.model_name:
                 return _error(self._no_model(model_id))
             return JSONResponse(self._model_card())
 
-        @app.get("/metrics")
+        @app.get("/metrics", response_class=PlainTextResponse)
         async def metrics() -> Response:
             return Response(self.engine.metrics.render(),
                             media_type="text/plain; version=0.0.4; charset=utf-8")
 
-        @app.post("/v1/completions", openapi_extra=_body_spec(CompletionRequest))
+        @app.post("/v1/completions", openapi_extra=_body_spec(CompletionRequest, True),
+                  responses=_GENERATE_ERRORS)
         async def completions(request: Request) -> Response:
             return await self._generate(request, CompletionRequest)
 
-        @app.post("/v1/chat/completions", openapi_extra=_body_spec(ChatCompletionRequest))
+        @app.post("/v1/chat/completions", openapi_extra=_body_spec(ChatCompletionRequest, True),
+                  responses=_GENERATE_ERRORS)
         async def chat_completions(request: Request) -> Response:
             return await self._generate(request, ChatCompletionRequest)
 
-        @app.post("/tokenize", openapi_extra=_body_spec(TokenizeRequest))
+        @app.post("/tokenize", openapi_extra=_body_spec(TokenizeRequest),
+                  responses=documented(400, 404, 413))
         async def tokenize(request: Request) -> Response:
             return await self._guard(self._tokenize(request))
 
-        @app.post("/detokenize", openapi_extra=_body_spec(DetokenizeRequest))
+        @app.post("/detokenize", openapi_extra=_body_spec(DetokenizeRequest),
+                  responses=documented(400, 404, 413))
         async def detokenize(request: Request) -> Response:
             return await self._guard(self._detokenize(request))
 
@@ -150,6 +163,10 @@ class OpenAIServer:
                 for m in _REQUEST_MODELS:
                     s = m.model_json_schema(ref_template="#/components/schemas/{model}")
                     components.update(s.pop("$defs", {}))
+                    if "model" in s["properties"]:  # the one model served, or none named
+                        s["properties"]["model"] = {
+                            "anyOf": [{"const": self.engine.model_name}, {"type": "null"}],
+                            "title": "Model"}
                     components[m.__name__] = s
                 app.openapi_schema = schema
             return app.openapi_schema

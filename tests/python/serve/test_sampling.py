@@ -70,6 +70,14 @@ def test_logit_bias_allowed_ids_and_min_tokens():
     assert [s.sample(logits).token for _ in range(3)] == [1, 1, 0]
 
 
+@pytest.mark.parametrize("top_p", [1e-300, 1e-45, 1e-9])
+def test_tiny_top_p_keeps_the_top_token(top_p):
+    # Found by schemathesis: 8.9e-91 became 0.0 in f32 and dropped every token.
+    logits = torch.randn(50, generator=torch.Generator().manual_seed(2))
+    s = RequestSampler(SamplingParams(top_p=top_p, seed=0))
+    assert all(s.sample(logits).token == int(logits.argmax()) for _ in range(5))
+
+
 def test_min_p_keeps_tokens_within_a_fraction_of_the_top():
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
     seen = {RequestSampler(SamplingParams(min_p=0.5, seed=i)).sample(logits).token
