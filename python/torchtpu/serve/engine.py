@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -110,6 +111,8 @@ class LLMEngine:
             max_model_len=self.max_model_len)
         self.metrics = ServeMetrics(self.model_name)
         self.requests: dict[str, _Request] = {}
+        self._grammars = None
+        self._grammars_lock = threading.Lock()
         self.warmup_seconds = self.runner.warmup(progress) if warmup else None
 
     def _eos_ids(self, hf) -> set[int]:
@@ -142,6 +145,20 @@ class LLMEngine:
             raise ValueError(f"prompt token ids must be a non-empty list of ints in [0, {vocab})")
         return list(prompt)
 
+    def grammars(self):
+        """The structured-output grammar cache (built on first use). ValueError when the
+        xgrammar package is missing."""
+        with self._grammars_lock:  # the server's tokenizer thread compiles too
+            if self._grammars is None:
+                from torchtpu.serve import structured
+
+                if not structured.available():
+                    raise ValueError("serve: structured output needs the xgrammar package "
+                                     "(scripts/setup.sh installs it); it is not installed")
+                self._grammars = structured.GrammarCache(self.tokenizer, self.vocab_size,
+                                                         self.eos_ids)
+            return self._grammars
+
     def check_length(self, num_prompt_tokens: int, max_tokens: int) -> None:
         if num_prompt_tokens == 0:
             raise ValueError("the prompt is empty")
@@ -169,8 +186,9 @@ class LLMEngine:
         ids = self.encode_prompt(prompt)
         self.check_length(len(ids), params.max_tokens)
         stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
+        grammar = None if params.guided is None else self.grammars().state(params.guided)
         req = _Request(
-            request_id, ids, params, RequestSampler(params, ids, stop_ids),
+            request_id, ids, params, RequestSampler(params, ids, stop_ids, grammar),
             IncrementalDetokenizer(self.tokenizer, params.stop,
                                    params.include_stop_str_in_output,
                                    skip_special_tokens=params.skip_special_tokens,
@@ -236,7 +254,7 @@ class LLMEngine:
             except Exception as e:  # noqa: BLE001 - as above
                 outputs.append(self._fail(rid, e, "detokenizing"))
                 continue
-            if reason is None and req.detokenizer.stopped:
+            if reason is None and (req.detokenizer.stopped or req.sampler.done):
                 self.scheduler.finish(rid, "stop")
                 reason = "stop"
             outputs.append(RequestOutput(

@@ -79,6 +79,12 @@ class Generation:
         except ValueError as e:
             field = str(e).split(" ", 1)[0]
             raise ApiError(400, str(e), param=field) from None
+        guided, guided_field = protocol.guided_decoding(req)
+        if guided is not None:  # compiled here, off the loop; the engine finds it cached
+            try:
+                engine.grammars().compile(guided)
+            except ValueError as e:
+                raise ApiError(400, f"'{guided_field}': {e}", param=guided_field) from None
         if not echo_only:
             for p in prompts:
                 try:

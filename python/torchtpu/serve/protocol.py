@@ -12,12 +12,14 @@ booleans for numbers), finite, and bounded, so nothing out of range reaches the 
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Callable, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from torchtpu.serve.errors import ApiError
 from torchtpu.serve.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_N, SamplingParams
+from torchtpu.serve.structured import GuidedDecoding
 
 
 
@@ -44,6 +46,18 @@ class _Model(BaseModel):
 
 class StreamOptions(_Model):
     include_usage: bool = False
+
+
+class JsonSchemaFormat(_Model):
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Model):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
 
 
 class TextPart(_Model):
@@ -95,12 +109,13 @@ class _Sampling(_Model):
     spaces_between_special_tokens: Unsupported = None
     prompt_logprobs: Unsupported = None
     bad_words: Unsupported = None
-    response_format: Unsupported = None
-    guided_json: Unsupported = None
-    guided_regex: Unsupported = None
-    guided_choice: Unsupported = None
-    guided_grammar: Unsupported = None
-    guided_decoding_backend: Unsupported = None
+    response_format: ResponseFormat | None = None
+    guided_json: Union[dict[str, Any], str, None] = Field(
+        None, description="A JSON schema (object or JSON text) the output must match.")
+    guided_regex: str | None = None
+    guided_choice: Annotated[list[str], Field(min_length=1)] | None = None
+    guided_grammar: str | None = Field(None, description="An EBNF grammar (xgrammar's).")
+    guided_decoding_backend: Literal["xgrammar", "auto"] | None = None
     guided_whitespace_pattern: Unsupported = None
     structural_tag: Unsupported = None
     priority: Unsupported = None
@@ -181,15 +196,8 @@ UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "spaces_between_special_tokens": (_neutral(True), "decoding follows the tokenizer"),
     "prompt_logprobs": (_neutral(), "prompt logprobs are not computed"),
     "bad_words": (_neutral([]), "use logit_bias to ban single tokens"),
-    "response_format": (lambda v: isinstance(v, dict) and v == {"type": "text"},
-                        "structured output is not implemented yet (only {\"type\": \"text\"})"),
-    "guided_json": (_neutral(), "structured output is not implemented yet"),
-    "guided_regex": (_neutral(), "structured output is not implemented yet"),
-    "guided_choice": (_neutral(), "structured output is not implemented yet"),
-    "guided_grammar": (_neutral(), "structured output is not implemented yet"),
-    "guided_decoding_backend": (_neutral(), "structured output is not implemented yet"),
-    "guided_whitespace_pattern": (_neutral(), "structured output is not implemented yet"),
-    "structural_tag": (_neutral(), "structured output is not implemented yet"),
+    "guided_whitespace_pattern": (_neutral(), "JSON is generated without free whitespace"),
+    "structural_tag": (_neutral(), "structural tags are not implemented"),
     "priority": (_neutral(0), "requests are scheduled in arrival order"),
     "logits_processors": (_neutral([]), "custom logits processors are not loaded"),
     "return_tokens_as_token_ids": (_neutral(False), "logprobs name tokens by their text"),
@@ -264,6 +272,40 @@ def chat_messages(req: ChatCompletionRequest | TokenizeRequest) -> list[dict]:
     return out
 
 
+def guided_decoding(req: CompletionRequest | ChatCompletionRequest
+                    ) -> tuple[GuidedDecoding | None, str | None]:
+    """The structured-output constraint of `req` and the field that set it (400 when more
+    than one is set, or a json_schema format has no schema)."""
+    found = []
+    fmt = req.response_format
+    if fmt is not None and fmt.type == "json_object":
+        found.append(("response_format", GuidedDecoding("json_object")))
+    elif fmt is not None and fmt.type == "json_schema":
+        if fmt.json_schema is None:
+            raise ApiError(400, "'response_format': type json_schema needs a 'json_schema' "
+                                "object with a 'schema'", param="response_format")
+        found.append(("response_format",
+                      GuidedDecoding("json", json.dumps(fmt.json_schema.schema_))))
+    if req.guided_json is not None:
+        spec = req.guided_json if isinstance(req.guided_json, str) else json.dumps(
+            req.guided_json)
+        found.append(("guided_json", GuidedDecoding("json", spec)))
+    if req.guided_regex is not None:
+        found.append(("guided_regex", GuidedDecoding("regex", req.guided_regex)))
+    if req.guided_choice is not None:
+        if any(not c for c in req.guided_choice):
+            raise ApiError(400, "'guided_choice' choices must be non-empty strings",
+                           param="guided_choice")
+        found.append(("guided_choice", GuidedDecoding("choice", json.dumps(req.guided_choice))))
+    if req.guided_grammar is not None:
+        found.append(("guided_grammar", GuidedDecoding("grammar", req.guided_grammar)))
+    if len(found) > 1:
+        raise ApiError(400, "give at most one of response_format (json_object / json_schema), "
+                            f"guided_json, guided_regex, guided_choice, guided_grammar (got "
+                            f"{', '.join(name for name, _ in found)})", param=found[1][0])
+    return (found[0][1], found[0][0]) if found else (None, None)
+
+
 def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
     out = {}
     for key, bias in (raw or {}).items():
@@ -314,7 +356,8 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest, *,
         repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
         logit_bias=_logit_bias(req.logit_bias), allowed_token_ids=req.allowed_token_ids,
         logprobs=logprobs, include_stop_str_in_output=req.include_stop_str_in_output,
-        skip_special_tokens=req.skip_special_tokens, n=req.n, best_of=req.best_of)
+        skip_special_tokens=req.skip_special_tokens, n=req.n, best_of=req.best_of,
+        guided=guided_decoding(req)[0])
 
 
 def completion_prompts(req: CompletionRequest) -> list[str | list[int]]:

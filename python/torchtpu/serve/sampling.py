@@ -3,7 +3,8 @@
 Sampling runs on the CPU over one row of f32 logits per request. The row is first made
 safe: NaN logits become -inf (never chosen) and +inf the largest float (a certain token),
 so no later step sees inf - inf. Then the logit processors (logit_bias, allowed_token_ids,
-min_tokens, repetition / presence / frequency penalties), then temperature, top-k, top-p
+a structured-output grammar's mask, min_tokens, repetition / presence / frequency
+penalties), then temperature, top-k, top-p
 and min-p, then a draw from the request's own generator, so a request with a ``seed``
 gives the same tokens whatever else is in the batch. Temperatures below ``GREEDY_BELOW``
 (and 0) are greedy: dividing by them overflows f32. Log-probabilities are those of the raw
@@ -18,6 +19,8 @@ import random
 from dataclasses import dataclass, field, replace
 
 import torch
+
+from torchtpu.serve.structured import KINDS, GuidedDecoding
 
 MAX_LOGPROBS = 20
 MAX_N = 128                      # OpenAI's limit on n (and here on best_of)
@@ -53,6 +56,7 @@ class SamplingParams:
     skip_special_tokens: bool = True
     n: int = 1  # sequences returned (callers fork them with `fork`)
     best_of: int | None = None  # sequences generated, the best n returned (None: n)
+    guided: GuidedDecoding | None = None  # structured output: what the text must match
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -101,6 +105,9 @@ class SamplingParams:
         if self.best_of is not None and (not is_int(self.best_of)
                                          or not self.n <= self.best_of <= MAX_N):
             bad("best_of", self.best_of, f"an integer in [n={self.n}, {MAX_N}]")
+        if self.guided is not None and (not isinstance(self.guided, GuidedDecoding)
+                                        or self.guided.kind not in KINDS):
+            bad("guided", self.guided, f"a GuidedDecoding of kind {', '.join(KINDS)}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             bad("stop", self.stop, "a list of non-empty strings")
         hi = vocab_size if vocab_size is not None else 2**31
@@ -146,11 +153,13 @@ class RequestSampler:
     """Draws one request's tokens; keeps the counts its penalties need.
 
     `prompt_token_ids` feed repetition_penalty (which, as in HF and vLLM, covers the prompt
-    too); `stop_token_ids` are masked until `min_tokens` tokens are out."""
+    too); `stop_token_ids` are masked until `min_tokens` tokens are out; `grammar` (a
+    structured.GrammarState) masks what it does not accept and advances on each token."""
 
     def __init__(self, params: SamplingParams, prompt_token_ids: list[int] = (),
-                 stop_token_ids: set[int] | list[int] = ()) -> None:
+                 stop_token_ids: set[int] | list[int] = (), grammar=None) -> None:
         self.params = params
+        self.grammar = grammar
         self.generator = torch.Generator()
         seed = params.seed if params.seed is not None else random.getrandbits(63)
         self.generator.manual_seed(seed)
@@ -161,6 +170,11 @@ class RequestSampler:
         self.stop_ids = sorted(stop_token_ids) if params.min_tokens else []
         self._bias: torch.Tensor | None = None
         self._allowed: torch.Tensor | None = None
+
+    @property
+    def done(self) -> bool:
+        """The grammar (if any) has reached its end: nothing more may be generated."""
+        return self.grammar is not None and self.grammar.done
 
     def _process(self, x: torch.Tensor) -> torch.Tensor:
         p, vocab = self.params, x.numel()
@@ -176,6 +190,8 @@ class RequestSampler:
                 self._allowed = torch.ones(vocab, dtype=torch.bool)
                 self._allowed[[t for t in p.allowed_token_ids if t < vocab]] = False
             x = x.masked_fill(self._allowed, float("-inf"))
+        if self.grammar is not None:
+            x = x.masked_fill(~self.grammar.allowed(vocab), float("-inf"))
         if self.num_sampled < p.min_tokens and self.stop_ids:
             x = x.clone()
             x[[t for t in self.stop_ids if t < vocab]] = float("-inf")
@@ -202,8 +218,8 @@ class RequestSampler:
         x = self._process(raw)
         if not bool(torch.isfinite(x).any()):
             what = "the model's logits are all NaN or -inf" if not bool(
-                torch.isfinite(raw).any()) else "logit_bias / allowed_token_ids / min_tokens " \
-                "masked every token"
+                torch.isfinite(raw).any()) else "logit_bias / allowed_token_ids / min_tokens / " \
+                "the grammar masked every token"
             raise SamplingError(f"serve: sampling: no token can be drawn: {what}")
         if p.temperature < GREEDY_BELOW:
             token = int(torch.argmax(x))
@@ -225,6 +241,9 @@ class RequestSampler:
             if p.min_p > 0.0:
                 probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
             token = int(torch.multinomial(probs, 1, generator=self.generator))
+        if self.grammar is not None and not self.grammar.accept(token):
+            raise SamplingError(f"serve: sampling: the grammar refused token {token}, which "
+                                "its own mask allowed")
         self.counts[token] = self.counts.get(token, 0) + 1
         self.num_sampled += 1
         logp = torch.log_softmax(raw, dim=-1)

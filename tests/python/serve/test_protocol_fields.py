@@ -5,6 +5,7 @@ The test list is built from the models themselves, so a field added without a ch
 fails ``test_every_field_has_a_check``."""
 
 import json
+import re
 
 import httpx
 import pytest
@@ -314,6 +315,28 @@ def c_message_unsupported(name, value):
     return check
 
 
+def c_response_format(e):
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    text = e.text(temperature=1.5, seed=1, max_tokens=30, response_format={
+        "type": "json_schema", "json_schema": {"name": "r", "schema": schema}})
+    assert json.loads(text) in ({"ok": True}, {"ok": False})
+    assert e.text(response_format={"type": "text"}) == e.text()
+    e.refused("response_format", response_format={"type": "bogus"})
+
+
+def c_guided(name, spec, check):
+    def run(e):
+        for seed in range(3):
+            assert check(e.text(temperature=1.5, seed=seed, max_tokens=30, **{name: spec}))
+    return run
+
+
+def c_guided_decoding_backend(e):
+    assert e.text(guided_choice=["a b"], guided_decoding_backend="xgrammar") == "a b"
+    e.refused("guided_decoding_backend", guided_decoding_backend="outlines")
+
+
 def c_unsupported(name):
     def check(e):
         e.refused(name, **{name: "unsupported-value"})
@@ -331,7 +354,15 @@ SHARED = {
     "include_stop_str_in_output": c_include_stop_str_in_output, "ignore_eos": c_ignore_eos,
     "min_tokens": c_min_tokens, "skip_special_tokens": c_skip_special_tokens,
     "allowed_token_ids": c_allowed_token_ids, "truncate_prompt_tokens": c_truncate_prompt_tokens,
-    "request_id": c_request_id,
+    "request_id": c_request_id, "response_format": c_response_format,
+    "guided_json": c_guided("guided_json", {"enum": ["x", 2]},
+                            lambda t: json.loads(t) in ("x", 2)),
+    "guided_regex": c_guided("guided_regex", "[0-9]{4}", lambda t: re.fullmatch("[0-9]{4}", t)),
+    "guided_choice": c_guided("guided_choice", ["north", "south"],
+                              lambda t: t in ("north", "south")),
+    "guided_grammar": c_guided("guided_grammar", 'root ::= "ab"+',
+                               lambda t: re.fullmatch("(ab)+", t)),
+    "guided_decoding_backend": c_guided_decoding_backend,
 }
 COMPLETION = dict(SHARED, prompt=c_prompt, max_tokens=c_max_tokens, echo=c_echo,
                   logprobs=c_logprobs_completion, add_special_tokens=c_add_special_tokens)
