@@ -80,7 +80,8 @@ class LLMEngine:
                  max_num_batched_tokens: int = 512, max_model_len: int | None = None,
                  enable_prefix_cache: bool = True, device: str = "tpu",
                  warmup: bool = True, progress: bool = True,
-                 served_model_name: str | None = None) -> None:
+                 served_model_name: str | None = None,
+                 attention_kernel: bool | None = None) -> None:
         import torchtpu  # noqa: F401  (registers the device)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,7 +109,7 @@ class LLMEngine:
         self.runner = ModelRunner(
             self.decoder, num_pages=self.num_pages, page_size=page_size,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=self.max_model_len)
+            max_model_len=self.max_model_len, attention_kernel=attention_kernel)
         self.metrics = ServeMetrics(self.model_name)
         self.requests: dict[str, _Request] = {}
         self._grammars = None

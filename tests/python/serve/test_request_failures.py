@@ -29,10 +29,12 @@ def nan_model_dir(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def llm(nan_model_dir):
+@pytest.fixture(scope="module", params=[None, False], ids=["kernel", "gathered"])
+def llm(request, nan_model_dir):
     # 12 pages of 16: later requests reuse the pages the poisoned one wrote NaN into.
-    return LLM(nan_model_dir, num_pages=12, **ENGINE_ARGS)
+    # Both attention paths: the host kernel (CPU plugin) and the gathered StableHLO one
+    # (other platforms), which once multiplied a stale NaN value by a zero weight.
+    return LLM(nan_model_dir, num_pages=12, attention_kernel=request.param, **ENGINE_ARGS)
 
 
 def _reference(path, prompt, n):
