@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, AsyncIterator
 
-from torchtpu.serve import protocol, responses
+from torchtpu.serve import protocol, responses, tools
+from torchtpu.serve.structured import GuidedDecoding
 from torchtpu.serve.async_engine import EngineDeadError, RequestError
 from torchtpu.serve.errors import ApiError
 from torchtpu.serve.sampling import SamplingParams, best_of
@@ -35,6 +36,24 @@ class Generation:
     echo_only: bool  # max_tokens=0 with echo: the prompt is the whole answer
     stream: bool
     include_usage: bool
+    tool_choice: str | dict | None = None  # "auto" | "required" | a named choice (dict)
+    tool_parser: str | None = None  # for "auto"
+    tool_names: frozenset = frozenset()
+    parallel_tool_calls: bool | None = None
+
+    def tool_calls(self, text: str) -> tuple[str | None, list[dict]]:
+        """(content, calls) of one finished chat choice's text."""
+        if self.tool_choice is None:
+            return text, []
+        if self.tool_choice == "auto":
+            content, calls = tools.parse(self.tool_parser, text, set(self.tool_names))
+        else:
+            content, calls = None, tools.guided_calls(self.tool_choice, text)
+            if not calls:  # cut short before the JSON closed: the text is all there is
+                content = text
+        if self.parallel_tool_calls is False:
+            calls = calls[:1]
+        return content, calls
 
     @property
     def children(self) -> list[SamplingParams]:
@@ -43,10 +62,12 @@ class Generation:
     @classmethod
     def prepare(cls, server: OpenAIServer, req) -> Generation:
         engine, chat = server.engine, isinstance(req, protocol.ChatCompletionRequest)
+        tool_dicts = [t.model_dump(exclude_none=True) for t in (req.tools or [])] if chat else []
         if chat:
             prompts = [server.chat_prompt_ids(
                 protocol.chat_messages(req), req.add_generation_prompt,
-                req.continue_final_message, req.chat_template_kwargs, req.add_special_tokens)]
+                req.continue_final_message, req.chat_template_kwargs, req.add_special_tokens,
+                tool_dicts)]
             sources: list = [None]
         else:
             sources = protocol.completion_prompts(req)
@@ -80,6 +101,28 @@ class Generation:
             field = str(e).split(" ", 1)[0]
             raise ApiError(400, str(e), param=field) from None
         guided, guided_field = protocol.guided_decoding(req)
+        choice, parser = None, None
+        if tool_dicts and req.tool_choice != "none":
+            choice = req.tool_choice or "auto"
+            if not isinstance(choice, str):
+                choice = choice.model_dump()
+            if choice == "auto":
+                parser = tools.parser_for(server.tokenizer.chat_template or "")
+                if parser is None:
+                    raise ApiError(400, "'tool_choice' auto: no tool-call parser knows this "
+                                        "model's template (known: <tool_call> Hermes, Llama 3, "
+                                        "[TOOL_CALLS] Mistral); use 'required' or a named "
+                                        "function", param="tool_choice")
+            else:
+                if guided is not None:
+                    raise ApiError(400, f"'tool_choice' {protocol.describe_tool_choice(req.tool_choice)}"
+                                        f" constrains the output, as does '{guided_field}'; "
+                                        "give one of them", param="tool_choice")
+                schema = tools.required_schema(tool_dicts, req.parallel_tool_calls is not False) \
+                    if choice == "required" else tools.named_schema(tool_dicts,
+                                                                     choice["function"]["name"])
+                guided, guided_field = GuidedDecoding("json", json.dumps(schema)), "tool_choice"
+                params.guided = guided
         if guided is not None:  # compiled here, off the loop; the engine finds it cached
             try:
                 engine.grammars().compile(guided)
@@ -92,8 +135,11 @@ class Generation:
                 except ValueError as e:
                     raise ApiError(400, str(e), param="messages" if chat else "prompt") from None
         opts = req.stream_options
-        return cls(chat, prompts, echo_texts, params, echo_only, req.stream,
-                   bool(opts and opts.include_usage))
+        gen = cls(chat, prompts, echo_texts, params, echo_only, req.stream,
+                  bool(opts and opts.include_usage), choice, parser,
+                  frozenset(t["function"]["name"] for t in tool_dicts),
+                  req.parallel_tool_calls if chat else None)
+        return gen
 
 
 def _streams(server: OpenAIServer, gen: Generation, rid: str) -> list[list]:
@@ -142,8 +188,12 @@ async def collect(server: OpenAIServer, gen: Generation, rid: str, public_id: st
             reason = last.finish_reason if last is not None else "length"
             want_lp = gen.params.logprobs is not None
             if gen.chat:
-                choices.append({"index": i * n + j,
-                                "message": {"role": "assistant", "content": text},
+                content, calls = gen.tool_calls(text)
+                message = {"role": "assistant", "content": content}
+                if calls:
+                    message["tool_calls"] = calls
+                    reason = "tool_calls" if reason == "stop" else reason
+                choices.append({"index": i * n + j, "message": message,
                                 "logprobs": responses.chat_logprobs(samples, tok)
                                 if want_lp else None, "finish_reason": reason})
             else:
@@ -186,6 +236,7 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
     indices = range(len(gen.prompts) * n)
     completion_tokens, live = 0, len(streams)
     offsets = {index: 0 for index in indices}
+    held: dict[int, str] = {}
     try:
         if gen.chat:
             yield chunk([{"index": k, "delta": {"role": "assistant", "content": ""},
@@ -212,6 +263,14 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
                 continue
             reason = out.finish_reason if out.finished else None
             want_lp = gen.params.logprobs is not None
+            if gen.chat and gen.tool_choice is not None:
+                # Whether the text is a tool call is known only at its end: it is held
+                # until then, and tool calls go out as OpenAI streams them.
+                held[k] = held.get(k, "") + out.new_text
+                if out.finished:
+                    for c in _tool_chunks(gen, k, held.pop(k), reason):
+                        yield chunk([c])
+                continue
             if gen.chat:
                 choice = {"index": k, "delta": {"content": out.new_text},
                           "logprobs": responses.chat_logprobs(out.new_logprobs, tok)
@@ -234,3 +293,27 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _tool_chunks(gen: Generation, index: int, text: str, reason: str) -> list[dict]:
+    """The stream choices of one finished chat choice when tools may be called: content
+    (if any), then per call its id and name with empty arguments, then the arguments in
+    fragments, then the finish reason."""
+    content, calls = gen.tool_calls(text)
+    out = []
+    if content:
+        out.append({"index": index, "delta": {"content": content}, "logprobs": None,
+                    "finish_reason": None})
+    for j, call in enumerate(calls):
+        fn = call["function"]
+        out.append({"index": index, "logprobs": None, "finish_reason": None, "delta": {
+            "tool_calls": [{"index": j, "id": call["id"], "type": "function",
+                            "function": {"name": fn["name"], "arguments": ""}}]}})
+        args = fn["arguments"]
+        for start in range(0, len(args), 16):
+            out.append({"index": index, "logprobs": None, "finish_reason": None, "delta": {
+                "tool_calls": [{"index": j, "function": {"arguments": args[start:start + 16]}}]}})
+    if calls and reason == "stop":
+        reason = "tool_calls"
+    out.append({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason})
+    return out

@@ -65,12 +65,44 @@ class TextPart(_Model):
     text: str
 
 
+class FunctionDefinition(_Model):
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Model):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(_Model):
+    name: str
+
+
+class NamedToolChoice(_Model):
+    type: Literal["function"]
+    function: FunctionName
+
+
+class ToolCallFunction(_Model):
+    name: str
+    arguments: str
+
+
+class ToolCall(_Model):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class Message(_Model):
     role: str
     content: Union[str, list[TextPart], None] = None
     name: str | None = None
-    tool_calls: Unsupported = None
-    tool_call_id: Unsupported = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
 
 class _Sampling(_Model):
@@ -152,9 +184,10 @@ class ChatCompletionRequest(_Sampling):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
-    tools: Unsupported = None
-    tool_choice: Unsupported = None
-    parallel_tool_calls: Unsupported = None
+    tools: list[Tool] | None = None
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = Field(
+        None, description="Default: auto when tools are given.")
+    parallel_tool_calls: bool | None = None
     functions: Unsupported = None
     function_call: Unsupported = None
     audio: Unsupported = None
@@ -205,9 +238,6 @@ UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "kv_transfer_params": (_neutral(), "KV transfer is not implemented"),
     "vllm_xargs": (_neutral(), "no extension arguments are read"),
     "suffix": (_neutral(""), "insertion (suffix) is not supported"),
-    "tools": (_neutral([]), "tool calling is not implemented yet"),
-    "tool_choice": (_neutral("none"), "tool calling is not implemented yet"),
-    "parallel_tool_calls": (_neutral(), "tool calling is not implemented yet"),
     "functions": (_neutral([]), "function calling is not implemented"),
     "function_call": (_neutral("none"), "function calling is not implemented"),
     "audio": (_neutral(), "this model outputs text only"),
@@ -219,8 +249,6 @@ UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "documents": (_neutral(), "documents are not passed to the chat template"),
     "mm_processor_kwargs": (_neutral(), "this model takes text only"),
     "echo": (_neutral(False), "echo is supported on /v1/completions only"),
-    "tool_calls": (_neutral([]), "tool calling is not implemented yet"),
-    "tool_call_id": (_neutral(), "tool calling is not implemented yet"),
 }
 
 
@@ -239,12 +267,21 @@ def check_supported(req: BaseModel) -> None:
                 raise ApiError(400, f"'{name}' is not supported by this server: {why}; "
                                     "remove the field", param=name)
     if isinstance(req, ChatCompletionRequest):
-        for i, m in enumerate(req.messages):
-            for name in ("tool_calls", "tool_call_id"):
-                value = getattr(m, name)
-                if value is not None and not UNSUPPORTED[name][0](value):
-                    raise ApiError(400, f"'messages[{i}].{name}' is not supported by this "
-                                        f"server: {UNSUPPORTED[name][1]}", param="messages")
+        tools = req.tools or []
+        names = [t.function.name for t in tools]
+        if len(set(names)) != len(names):
+            raise ApiError(400, "'tools': function names must be unique", param="tools")
+        if not tools and req.tool_choice not in (None, "none", "auto"):
+            raise ApiError(400, f"'tool_choice' {describe_tool_choice(req.tool_choice)} needs 'tools'",
+                           param="tool_choice")
+        if isinstance(req.tool_choice, NamedToolChoice) and \
+                req.tool_choice.function.name not in names:
+            raise ApiError(400, f"'tool_choice' names function "
+                                f"{req.tool_choice.function.name!r}, which is not in 'tools' "
+                                f"({', '.join(names)})", param="tool_choice")
+        if req.parallel_tool_calls is not None and not tools:
+            raise ApiError(400, "'parallel_tool_calls' is only allowed when 'tools' are given",
+                           param="parallel_tool_calls")
         if req.store:
             raise ApiError(400, "'store': true is not supported: completions are not stored",
                            param="store")
@@ -259,6 +296,18 @@ def check_supported(req: BaseModel) -> None:
                        param="truncate_prompt_tokens")
 
 
+def describe_tool_choice(choice: object) -> str:
+    return repr(choice) if isinstance(choice, str) else f"function {choice.function.name!r}"
+
+
+def _template_arguments(arguments: str) -> object:
+    """Chat templates render a call's arguments as an object (`| tojson`)."""
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
 def chat_messages(req: ChatCompletionRequest | TokenizeRequest) -> list[dict]:
     out = []
     for m in req.messages:
@@ -268,6 +317,12 @@ def chat_messages(req: ChatCompletionRequest | TokenizeRequest) -> list[dict]:
         entry = {"role": m.role, "content": content or ""}
         if m.name is not None:
             entry["name"] = m.name
+        if m.tool_calls:
+            entry["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                "name": c.function.name, "arguments": _template_arguments(c.function.arguments)}}
+                for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            entry["tool_call_id"] = m.tool_call_id
         out.append(entry)
     return out
 

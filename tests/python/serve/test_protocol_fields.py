@@ -307,14 +307,6 @@ def c_message_name(e):
     assert e.text(messages=msgs) == e.text()
 
 
-def c_message_unsupported(name, value):
-    def check(e):
-        msgs = [dict(e.base["messages"][0], **{name: value})]
-        r = e.post(messages=msgs)
-        assert r.status_code == 400 and name in r.json()["error"]["message"]
-    return check
-
-
 def c_response_format(e):
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
               "additionalProperties": False}
@@ -335,6 +327,40 @@ def c_guided(name, spec, check):
 def c_guided_decoding_backend(e):
     assert e.text(guided_choice=["a b"], guided_decoding_backend="xgrammar") == "a b"
     e.refused("guided_decoding_backend", guided_decoding_backend="outlines")
+
+
+# The tool fields on this server: its ChatML template renders no tools, so they are refused
+# (test_tool_calling.py checks what they do on a model whose template renders them).
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+def c_tools(e):
+    r = e.post(tools=[TOOL])
+    assert r.status_code == 400 and "does not render tools" in r.json()["error"]["message"]
+
+
+def c_tool_choice(e):
+    assert e.text(tool_choice="none") == e.text()
+    e.refused("tool_choice", tool_choice="required")
+
+
+def c_parallel_tool_calls(e):
+    e.refused("parallel_tool_calls", parallel_tool_calls=False)
+
+
+def c_message_tool_calls(e):
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs = e.base["messages"] + [{"role": "assistant", "tool_calls": [call]},
+                                 {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    r = e.post(messages=msgs)
+    assert r.status_code == 400 and "tool_calls" in r.json()["error"]["message"]
+
+
+def c_message_tool_call_id(e):
+    # Passed to the chat template; the tiny model's template does not render it.
+    msgs = e.base["messages"] + [{"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    plain = e.base["messages"] + [{"role": "tool", "content": "ok"}]
+    assert e.text(messages=msgs) == e.text(messages=plain)
 
 
 def c_unsupported(name):
@@ -373,12 +399,12 @@ CHAT = dict(SHARED, messages=c_messages, max_completion_tokens=c_max_completion_
             modalities=c_allowed_values("modalities", ["text"], ["audio"]),
             add_generation_prompt=c_add_generation_prompt,
             continue_final_message=c_continue_final_message,
-            chat_template_kwargs=c_chat_template_kwargs, add_special_tokens=c_add_special_tokens)
+            chat_template_kwargs=c_chat_template_kwargs, add_special_tokens=c_add_special_tokens,
+            tools=c_tools, tool_choice=c_tool_choice, parallel_tool_calls=c_parallel_tool_calls)
 INFO_VALUES = {"user": "u-1", "metadata": {"k": "v"}, "prompt_cache_key": "k",
                "safety_identifier": "s"}
 MESSAGE = {"role": c_message_role, "content": c_messages, "name": c_message_name,
-           "tool_calls": c_message_unsupported("tool_calls", [{"id": "1"}]),
-           "tool_call_id": c_message_unsupported("tool_call_id", "1")}
+           "tool_calls": c_message_tool_calls, "tool_call_id": c_message_tool_call_id}
 
 
 def _check_for(model, name):

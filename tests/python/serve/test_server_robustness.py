@@ -71,6 +71,9 @@ CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Speak"}], "ma
      "response_format"),
     ("/v1/chat/completions", dict(CHAT, tools=[{"type": "function", "function": {
         "name": "f", "parameters": {}}}]), "tools"),
+    ("/v1/chat/completions", dict(CHAT, tools=[{"type": "function", "function": {
+        "name": "bad name!"}}]), "tools"),
+    ("/v1/chat/completions", dict(CHAT, functions=[{"name": "f"}]), "functions"),
     ("/v1/chat/completions", dict(CHAT, tool_choice="required"), "tool_choice"),
     ("/v1/chat/completions", dict(CHAT, chat_template_kwargs={"tokenize": True}),
      "chat_template_kwargs"),
