@@ -156,8 +156,9 @@ class LLMEngine:
                 if not structured.available():
                     raise ValueError("serve: structured output needs the xgrammar package "
                                      "(scripts/setup.sh installs it); it is not installed")
-                self._grammars = structured.GrammarCache(self.tokenizer, self.vocab_size,
-                                                         self.eos_ids)
+                self._grammars = structured.GrammarCache(
+                    self.tokenizer, self.vocab_size, self.eos_ids,
+                    on_compile=self.metrics.grammar_compile.observe)
             return self._grammars
 
     def check_length(self, num_prompt_tokens: int, max_tokens: int) -> None:
@@ -250,12 +251,15 @@ class LLMEngine:
             ids = req.output_token_ids
             if reason == "stop" and ids[-1] in req.stop_ids:
                 ids = ids[:-1]  # a stop token ends the text but is not part of it
+            # A grammar that has ended finishes the request here (with ignore_eos its stop
+            # token does not), so its text is flushed now.
+            grammar_done = reason is None and req.sampler.done
             try:
-                text = req.detokenizer.update(ids, finished=reason is not None)
+                text = req.detokenizer.update(ids, finished=reason is not None or grammar_done)
             except Exception as e:  # noqa: BLE001 - as above
                 outputs.append(self._fail(rid, e, "detokenizing"))
                 continue
-            if reason is None and (req.detokenizer.stopped or req.sampler.done):
+            if reason is None and (req.detokenizer.stopped or grammar_done):
                 self.scheduler.finish(rid, "stop")
                 reason = "stop"
             outputs.append(RequestOutput(

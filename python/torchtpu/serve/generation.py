@@ -115,9 +115,10 @@ class Generation:
                                         "function", param="tool_choice")
             else:
                 if guided is not None:
-                    raise ApiError(400, f"'tool_choice' {protocol.describe_tool_choice(req.tool_choice)}"
-                                        f" constrains the output, as does '{guided_field}'; "
-                                        "give one of them", param="tool_choice")
+                    what = protocol.describe_tool_choice(req.tool_choice)
+                    raise ApiError(400, f"'tool_choice' {what} constrains the output, as does "
+                                        f"'{guided_field}'; give one of them",
+                                   param="tool_choice")
                 schema = tools.required_schema(tool_dicts, req.parallel_tool_calls is not False) \
                     if choice == "required" else tools.named_schema(tool_dicts,
                                                                      choice["function"]["name"])

@@ -272,8 +272,8 @@ def check_supported(req: BaseModel) -> None:
         if len(set(names)) != len(names):
             raise ApiError(400, "'tools': function names must be unique", param="tools")
         if not tools and req.tool_choice not in (None, "none", "auto"):
-            raise ApiError(400, f"'tool_choice' {describe_tool_choice(req.tool_choice)} needs 'tools'",
-                           param="tool_choice")
+            raise ApiError(400, f"'tool_choice' {describe_tool_choice(req.tool_choice)} needs "
+                                "'tools'", param="tool_choice")
         if isinstance(req.tool_choice, NamedToolChoice) and \
                 req.tool_choice.function.name not in names:
             raise ApiError(400, f"'tool_choice' names function "

@@ -77,6 +77,12 @@ class OpenAIServer:
             1, thread_name_prefix="torchtpu-tokenize")
         self.async_engine = AsyncEngine(engine, on_death=self._engine_died)
         self.app = self._build_app()
+        # Structured output's per-tokenizer tables (a second for SmolLM2) are built now, on
+        # the tokenizer thread, rather than in the first such request's TTFT.
+        from torchtpu.serve import structured
+
+        if structured.available():
+            self._tokenize_pool.submit(lambda: engine.grammars().control_tokens())
 
     def _engine_died(self) -> None:
         if self.on_engine_death is not None:

@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 
 KINDS = ("json", "json_object", "regex", "choice", "grammar")
@@ -45,7 +46,8 @@ def available() -> bool:
 
 
 class GrammarCache:
-    def __init__(self, tokenizer, vocab_size: int, stop_token_ids: set[int]) -> None:
+    def __init__(self, tokenizer, vocab_size: int, stop_token_ids: set[int],
+                 on_compile=None) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
@@ -59,6 +61,7 @@ class GrammarCache:
         self._lock = threading.Lock()
         self.num_compiles = 0
         self.compile_seconds = 0.0
+        self._on_compile = on_compile  # called with each compile's seconds
 
     def compile(self, guided: GuidedDecoding):
         """The compiled grammar; ValueError naming what is wrong with the spec."""
@@ -75,10 +78,13 @@ class GrammarCache:
             # xgrammar's messages start with "[time] file.cc:line: "; keep what follows.
             why = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(e).strip())
             raise ValueError(f"serve: the {guided.kind} grammar does not compile: {why}") from None
+        seconds = time.perf_counter() - t0
         with self._lock:
             self.num_compiles += 1
-            self.compile_seconds += time.perf_counter() - t0
+            self.compile_seconds += seconds
             self._compiled[guided] = compiled
+        if self._on_compile is not None:
+            self._on_compile(seconds)
         return compiled
 
     def _compile(self, g: GuidedDecoding):
@@ -116,18 +122,19 @@ class GrammarState:
     def __init__(self, xgr, compiled, vocab_size: int,
                  banned: torch.Tensor | None = None) -> None:
         self._matcher = xgr.GrammarMatcher(compiled)
-        self._banned = banned
+        self._keep = None if banned is None else ~banned
         self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
-        self._bits = torch.arange(32, dtype=torch.int32)
         self.vocab_size = vocab_size
 
     def allowed(self, vocab: int) -> torch.Tensor:
         """[vocab] bool: the tokens the grammar accepts next."""
         self._matcher.fill_next_token_bitmask(self._bitmask)
-        bits = (self._bitmask[0].view(-1, 1) >> self._bits) & 1
-        mask = bits.view(-1)[: self.vocab_size].bool()
-        if self._banned is not None:
-            mask &= ~self._banned
+        # Bit j of int32 word i is token 32 i + j: little-endian bytes, little bit order.
+        words = self._bitmask.numpy().astype("<i4", copy=False)
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little")
+        mask = torch.from_numpy(bits[: self.vocab_size]).bool()
+        if self._keep is not None:
+            mask &= self._keep
         if vocab > self.vocab_size:
             mask = torch.cat([mask, torch.zeros(vocab - self.vocab_size, dtype=torch.bool)])
         return mask[:vocab]
@@ -147,6 +154,7 @@ value ::= object | array | string | number | "true" | "false" | "null"
 object ::= "{" ( string ":" value ( "," string ":" value )* )? "}"
 array ::= "[" ( value ( "," value )* )? "]"
 string ::= "\"" char* "\""
-char ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] )
+char ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" hex hex hex hex )
+hex ::= [0-9a-fA-F]
 number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
 '''
