@@ -6,10 +6,15 @@ Workloads, each against a freshly started server (so every run begins cold, afte
   shared-prefix --groups groups x --prompts-per-group prompts; each group shares a
                 --prefix-len-token system prompt followed by a --question-len question;
                 run with the prefix cache on and off
+  structured    --structured-requests requests at --structured-concurrency, each with its
+                own JSON schema (an object holding an array of output-len/2 digits), then as
+                many fresh prompts without a grammar for as many tokens: TPOT with grammars
+                over TPOT without (the goal is <= 1.10), and the grammar compile time per
+                schema
 Baseline: Hugging Face generate() on PyTorch CPU, batch 1, for the random prompts.
 
-Prints one JSON object per run, then a summary with the two ratios the issue asks for:
-mean TTFT prefix-off / prefix-on, and output tok/s at the highest / lowest concurrency.
+Prints one JSON object per run, then a summary: mean TTFT prefix-off / prefix-on, output
+tok/s at the highest / lowest concurrency, and structured-output TPOT over plain TPOT.
 
     python bench/serve_bench.py                    # all workloads (long on 2 CPU cores)
     python bench/serve_bench.py --quick            # smaller sizes, same structure
@@ -82,9 +87,10 @@ class Server:
 
 
 async def one_request(client: httpx.AsyncClient, server: Server, prompt: list[int],
-                      output_len: int) -> dict:
+                      output_len: int, extra: dict | None = None) -> dict:
     body = {"model": server.model, "prompt": prompt, "max_tokens": output_len, "stream": True,
-            "temperature": 0.0, "ignore_eos": True, "stream_options": {"include_usage": True}}
+            "temperature": 0.0, "ignore_eos": True, "stream_options": {"include_usage": True},
+            **(extra or {})}
     t0 = time.perf_counter()
     ttft, times, usage = None, [], None
     async with client.stream("POST", server.url + "/v1/completions", json=body) as r:
@@ -108,15 +114,17 @@ async def one_request(client: httpx.AsyncClient, server: Server, prompt: list[in
 
 
 async def run_load(server: Server, prompts: list[list[int]], output_len: int,
-                   concurrency: int) -> tuple[list[dict], float]:
+                   concurrency: int, extras: list[dict] | None = None
+                   ) -> tuple[list[dict], float]:
     sem = asyncio.Semaphore(concurrency)
+    extras = extras or [None] * len(prompts)
     async with httpx.AsyncClient(timeout=None) as client:
-        async def limited(p):
+        async def limited(p, extra):
             async with sem:
-                return await one_request(client, server, p, output_len)
+                return await one_request(client, server, p, output_len, extra)
 
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(limited(p) for p in prompts))
+        results = await asyncio.gather(*(limited(p, e) for p, e in zip(prompts, extras)))
         return results, time.perf_counter() - t0
 
 
@@ -197,13 +205,16 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, default=1280)
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     ap.add_argument("--num-pages", type=int, default=None)
-    ap.add_argument("--workloads", default="random,shared-prefix,hf")
+    ap.add_argument("--structured-requests", type=int, default=32)
+    ap.add_argument("--structured-concurrency", type=int, default=16)
+    ap.add_argument("--workloads", default="random,shared-prefix,structured,hf")
     ap.add_argument("--out", default=None, help="also write all results to this JSON file")
     args = ap.parse_args()
     if args.quick:
         args.input_len, args.output_len, args.concurrency = 64, 16, "1,4"
         args.groups, args.prompts_per_group, args.prefix_len, args.question_len = 2, 4, 256, 32
         args.max_model_len = 512
+        args.structured_requests, args.structured_concurrency = 8, 4
     levels = [int(c) for c in args.concurrency.split(",")]
     workloads = args.workloads.split(",")
     rng = random.Random(0)
@@ -244,6 +255,34 @@ def main() -> None:
                 emit(r)
             finally:
                 server.close()
+    if "structured" in workloads:
+        c, n = args.structured_concurrency, args.structured_requests
+        prompts = [[rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
+                   for _ in range(n)]
+        digits = max(1, args.output_len // 2)
+        extras = [{"guided_json": {
+            "type": "object", "additionalProperties": False, "required": [f"k{i}"],
+            "properties": {f"k{i}": {"type": "array", "minItems": digits, "maxItems": digits,
+                                     "items": {"type": "integer", "minimum": 0,
+                                               "maximum": 9}}}}} for i in range(n)]
+        server = Server(args, prefix_cache=True, max_num_seqs=c)
+        try:
+            # Room for the JSON around the digits; the grammar ends each request.
+            res, dur = asyncio.run(run_load(server, prompts, 2 * args.output_len + 32, c,
+                                            extras))
+            r = summarize("structured-json", res, dur, c)
+            r.update(_grammar_compile(server))
+            emit(r)
+            # Fresh prompts of the same length (the first run's are in the prefix cache now,
+            # which would make this run's prefills nearly free), without a grammar, for as
+            # many tokens as the grammar gave on average: TPOT grows with the context.
+            same_len = round(r["total_output_tokens"] / max(1, r["completed"]))
+            fresh = [[rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
+                     for _ in range(n)]
+            res, dur = asyncio.run(run_load(server, fresh, same_len, c))
+            emit(summarize("structured-baseline-plain", res, dur, c))
+        finally:
+            server.close()
     if "hf" in workloads and random_prompts:
         emit(hf_baseline(args, random_prompts[min(levels)][:2], args.output_len))
     summary = {}
@@ -260,10 +299,27 @@ def main() -> None:
         hf = next((r for r in results if r["workload"].startswith("hf-")), None)
         if hf:
             summary["c1_output_throughput_over_hf_cpu"] = lo["output_throughput"] / hf["output_throughput"]
+    st = next((r for r in results if r["workload"] == "structured-json"), None)
+    plain = next((r for r in results if r["workload"] == "structured-baseline-plain"), None)
+    if st and plain:
+        summary["structured_tpot_over_plain"] = st["mean_tpot_ms"] / plain["mean_tpot_ms"]
+        summary["grammar_compile_ms_per_schema"] = st["grammar_compile_ms_per_schema"]
     print(json.dumps({"summary": summary}), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"results": results, "summary": summary}, f, indent=1)
+
+
+def _grammar_compile(server: Server) -> dict:
+    vals = {}
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        for key in ("torchtpu:grammar_compile_seconds_sum",
+                    "torchtpu:grammar_compile_seconds_count"):
+            if line.startswith(key):
+                vals[key] = float(line.rsplit(" ", 1)[1])
+    count = vals.get("torchtpu:grammar_compile_seconds_count", 0.0)
+    return {"grammar_compiles": count, "grammar_compile_ms_per_schema":
+            1000 * vals.get("torchtpu:grammar_compile_seconds_sum", 0.0) / count if count else None}
 
 
 def _hit_rate(server: Server) -> float | None:

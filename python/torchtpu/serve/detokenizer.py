@@ -3,15 +3,18 @@
 The text of a request is the decode of all its output tokens, so multi-token characters
 and tokenizer spacing come out exactly as a one-shot decode would give them. Text that
 could still become a stop string, or that ends in an incomplete character, is held back
-until it is decided.
+until it is decided. Stop strings are looked for only once `min_tokens` tokens are out.
 """
 
 from __future__ import annotations
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer, stop: list[str], include_stop: bool) -> None:
+    def __init__(self, tokenizer, stop: list[str], include_stop: bool, *,
+                 skip_special_tokens: bool = True, min_tokens: int = 0) -> None:
         self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.min_tokens = min_tokens
         self.stop = stop
         self.include_stop = include_stop
         self.hold = max((len(s) for s in stop), default=1) - 1
@@ -22,8 +25,8 @@ class IncrementalDetokenizer:
     def update(self, output_ids: list[int], finished: bool) -> str:
         """Feeds the request's output ids; returns the newly decided text. Sets ``stopped``
         when a stop string ends the text."""
-        text = self.tokenizer.decode(output_ids, skip_special_tokens=True)
-        if self.stop:
+        text = self.tokenizer.decode(output_ids, skip_special_tokens=self.skip_special_tokens)
+        if self.stop and len(output_ids) >= self.min_tokens:
             start = max(0, self.emitted - self.hold)
             hits = [(i, s) for s in self.stop if (i := text.find(s, start)) >= 0]
             if hits:

@@ -2,12 +2,20 @@
 computes on ``tpu``, the samplers and detokenizers turn logits into tokens and text.
 
 ``LLMEngine`` is single-threaded: the server drives it from one engine thread.
+
+Failure contract: ``add_request`` is atomic (everything that can fail about a request is
+checked and built before the scheduler sees it, and undone if registering it fails), and a
+request whose sampling or detokenization fails ends alone, as a finished ``RequestOutput``
+with ``finish_reason="error"`` and ``error`` set. Anything else that raises out of
+``step()`` (the model runner, the scheduler) leaves the engine unusable: callers treat it
+as the engine's death (the server answers 503 and exits).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -15,7 +23,7 @@ import torch
 
 from torchtpu.serve.detokenizer import IncrementalDetokenizer
 from torchtpu.serve.metrics import ServeMetrics
-from torchtpu.serve.sampling import RequestSampler, Sample, SamplingParams
+from torchtpu.serve.sampling import RequestSampler, Sample, SamplingError, SamplingParams
 
 log = logging.getLogger("torchtpu.serve")
 
@@ -32,7 +40,9 @@ class RequestOutput:
     new_logprobs: list[Sample]
     output_token_ids: list[int]
     finished: bool
-    finish_reason: str | None  # "stop" | "length" | "abort"
+    finish_reason: str | None  # "stop" | "length" | "abort" | "error"
+    cumulative_logprob: float = 0.0  # of output_token_ids under the raw model
+    error: str | None = None  # set with finish_reason "error": why this request failed
 
 
 @dataclass
@@ -45,6 +55,7 @@ class _Request:
     stop_ids: set[int]
     arrival: float
     output_token_ids: list[int] = field(default_factory=list)
+    cumulative_logprob: float = 0.0
     first_token_time: float | None = None
     last_token_time: float | None = None
 
@@ -69,7 +80,8 @@ class LLMEngine:
                  max_num_batched_tokens: int = 512, max_model_len: int | None = None,
                  enable_prefix_cache: bool = True, device: str = "tpu",
                  warmup: bool = True, progress: bool = True,
-                 served_model_name: str | None = None) -> None:
+                 served_model_name: str | None = None,
+                 attention_kernel: bool | None = None) -> None:
         import torchtpu  # noqa: F401  (registers the device)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -97,9 +109,11 @@ class LLMEngine:
         self.runner = ModelRunner(
             self.decoder, num_pages=self.num_pages, page_size=page_size,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=self.max_model_len)
+            max_model_len=self.max_model_len, attention_kernel=attention_kernel)
         self.metrics = ServeMetrics(self.model_name)
         self.requests: dict[str, _Request] = {}
+        self._grammars = None
+        self._grammars_lock = threading.Lock()
         self.warmup_seconds = self.runner.warmup(progress) if warmup else None
 
     def _eos_ids(self, hf) -> set[int]:
@@ -112,14 +126,40 @@ class LLMEngine:
         return ids
 
     # --- requests -----------------------------------------------------------------------
-    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+    @property
+    def vocab_size(self) -> int:
+        return self.decoder.shape.vocab_size
+
+    def encode_prompt(self, prompt: str | list[int], add_special_tokens: bool | None = None,
+                      tokenizer=None) -> list[int]:
+        """Token ids of a prompt; ValueError for ids outside the vocabulary. A text prompt
+        is encoded without special tokens unless that gives nothing (or
+        `add_special_tokens` says otherwise). `tokenizer` defaults to the engine's."""
         if isinstance(prompt, str):
-            return self.tokenizer.encode(prompt, add_special_tokens=False) or \
-                self.tokenizer.encode(prompt)
-        vocab = self.decoder.shape.vocab_size
-        if not prompt or any(not isinstance(t, int) or not 0 <= t < vocab for t in prompt):
+            tok = tokenizer or self.tokenizer
+            if add_special_tokens is not None:
+                return tok.encode(prompt, add_special_tokens=add_special_tokens)
+            return tok.encode(prompt, add_special_tokens=False) or tok.encode(prompt)
+        vocab = self.vocab_size
+        if not prompt or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab
+                             for t in prompt):
             raise ValueError(f"prompt token ids must be a non-empty list of ints in [0, {vocab})")
         return list(prompt)
+
+    def grammars(self):
+        """The structured-output grammar cache (built on first use). ValueError when the
+        xgrammar package is missing."""
+        with self._grammars_lock:  # the server's tokenizer thread compiles too
+            if self._grammars is None:
+                from torchtpu.serve import structured
+
+                if not structured.available():
+                    raise ValueError("serve: structured output needs the xgrammar package "
+                                     "(scripts/setup.sh installs it); it is not installed")
+                self._grammars = structured.GrammarCache(
+                    self.tokenizer, self.vocab_size, self.eos_ids,
+                    on_compile=self.metrics.grammar_compile.observe)
+            return self._grammars
 
     def check_length(self, num_prompt_tokens: int, max_tokens: int) -> None:
         if num_prompt_tokens == 0:
@@ -139,23 +179,34 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt: str | list[int],
                     params: SamplingParams) -> list[int]:
-        """Queues a request; returns its prompt token ids. ValueError on bad input (the
-        engine is unchanged then)."""
+        """Queues one sequence; returns its prompt token ids. ValueError on bad input; on any
+        error the engine is unchanged. `params.n` / `best_of` are the caller's (see
+        ``SamplingParams.fork``): one call is one sequence."""
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
-        params.validate()
+        params.validate(self.vocab_size)
         ids = self.encode_prompt(prompt)
         self.check_length(len(ids), params.max_tokens)
         stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
+        grammar = None if params.guided is None else self.grammars().state(params.guided)
+        req = _Request(
+            request_id, ids, params, RequestSampler(params, ids, stop_ids, grammar),
+            IncrementalDetokenizer(self.tokenizer, params.stop,
+                                   params.include_stop_str_in_output,
+                                   skip_special_tokens=params.skip_special_tokens,
+                                   min_tokens=params.min_tokens),
+            stop_ids, time.perf_counter())
         self.scheduler.add_request(request_id, prompt_token_ids=ids,
                                    max_new_tokens=params.max_tokens,
                                    stop_token_ids=sorted(stop_ids), ignore_eos=False)
-        self.requests[request_id] = _Request(
-            request_id, ids, params, RequestSampler(params),
-            IncrementalDetokenizer(self.tokenizer, params.stop,
-                                   params.include_stop_str_in_output),
-            stop_ids, time.perf_counter())
-        self.metrics.on_arrival(len(ids))
+        try:
+            self.requests[request_id] = req
+            self.metrics.on_arrival(len(ids))
+        except BaseException:
+            self.requests.pop(request_id, None)
+            self.scheduler.abort(request_id)
+            self.scheduler.release_request(request_id)
+            raise
         return ids
 
     def abort(self, request_id: str) -> bool:
@@ -184,31 +235,56 @@ class LLMEngine:
                           it.sample) for it in sched.items]
         logits = self.runner.execute(items)
         now = time.perf_counter()
-        samples = {rid: self.requests[rid].sampler.sample(row) for rid, row in logits.items()}
+        samples, outputs = {}, []
+        for rid, row in logits.items():
+            try:
+                samples[rid] = self.requests[rid].sampler.sample(row)
+            except Exception as e:  # noqa: BLE001 - this request's failure, not the engine's
+                outputs.append(self._fail(rid, e, "sampling"))
         finished = dict(self.scheduler.update({rid: s.token for rid, s in samples.items()}))
-        outputs = []
         for rid, s in samples.items():
             req = self.requests[rid]
             req.output_token_ids.append(s.token)
+            req.cumulative_logprob += s.logprob
             self.metrics.on_token(req, now)
             reason = finished.get(rid)
             ids = req.output_token_ids
             if reason == "stop" and ids[-1] in req.stop_ids:
                 ids = ids[:-1]  # a stop token ends the text but is not part of it
-            text = req.detokenizer.update(ids, finished=reason is not None)
-            if reason is None and req.detokenizer.stopped:
+            # A grammar that has ended finishes the request here (with ignore_eos its stop
+            # token does not), so its text is flushed now.
+            grammar_done = reason is None and req.sampler.done
+            try:
+                text = req.detokenizer.update(ids, finished=reason is not None or grammar_done)
+            except Exception as e:  # noqa: BLE001 - as above
+                outputs.append(self._fail(rid, e, "detokenizing"))
+                continue
+            if reason is None and (req.detokenizer.stopped or grammar_done):
                 self.scheduler.finish(rid, "stop")
                 reason = "stop"
             outputs.append(RequestOutput(
                 rid, req.prompt_token_ids, [s.token], text,
                 [s] if req.params.logprobs is not None else [], list(req.output_token_ids),
-                reason is not None, reason))
+                reason is not None, reason, req.cumulative_logprob))
             if reason is not None:
                 del self.requests[rid]
                 self.scheduler.release_request(rid)
                 self.metrics.on_finish(req, reason)
         self.metrics.observe_scheduler(self.scheduler)
         return outputs
+
+    def _fail(self, request_id: str, error: Exception, stage: str) -> RequestOutput:
+        """Ends one request whose `stage` raised; the rest of the batch goes on."""
+        req = self.requests.pop(request_id)
+        self.scheduler.abort(request_id)
+        self.scheduler.release_request(request_id)
+        self.metrics.on_finish(req, "error")
+        message = str(error) if isinstance(error, SamplingError) else (
+            f"serve: request {request_id} failed while {stage}: {type(error).__name__}: {error}")
+        log.error("%s", message)
+        return RequestOutput(request_id, req.prompt_token_ids, [], "", [],
+                             list(req.output_token_ids), True, "error",
+                             req.cumulative_logprob, message)
 
     def stats(self) -> dict:
         s = self.scheduler

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from torchtpu.serve.engine import LLMEngine
-from torchtpu.serve.sampling import Sample, SamplingParams
+from torchtpu.serve.sampling import Sample, SamplingParams, best_of
 
 
 @dataclass
@@ -17,6 +17,7 @@ class CompletionOutput:
     token_ids: list[int]
     finish_reason: str | None
     logprobs: list[Sample] = field(default_factory=list)
+    cumulative_logprob: float = 0.0
 
 
 @dataclass
@@ -52,24 +53,39 @@ class LLM:
         # Everything is checked before anything is queued: a bad prompt loses nothing.
         encoded = []
         for prompt, p in zip(prompts, params):
-            p.validate()
+            p.validate(self.engine.vocab_size)
             ids = self.engine.encode_prompt(prompt)
             self.engine.check_length(len(ids), p.max_tokens)
             encoded.append(ids)
-        order, results = [], {}
+        order, results, sequences = [], {}, {}
         for prompt, ids, p in zip(prompts, encoded, params):
             rid = f"offline-{next(self._ids)}"
-            self.engine.add_request(rid, ids, p)
+            children = p.fork()  # n (or best_of) sequences; the prefix cache shares the prompt
+            for i, child in enumerate(children):
+                self.engine.add_request(f"{rid}-{i}", ids, child)
+                sequences[f"{rid}-{i}"] = (rid, i)
             order.append(rid)
             results[rid] = RequestResult(rid, prompt if isinstance(prompt, str) else None, ids,
-                                         [CompletionOutput(0, "", [], None)])
+                                         [CompletionOutput(i, "", [], None)
+                                          for i in range(len(children))])
         while self.engine.has_unfinished():
             for out in self.engine.step():
-                res = results[out.request_id].outputs[0]
+                rid, i = sequences[out.request_id]
+                res = results[rid].outputs[i]
+                if out.error is not None:
+                    for other in sequences:  # the call fails as a whole; free the rest
+                        self.engine.abort(other)
+                    raise RuntimeError(out.error)
                 res.text += out.new_text
                 res.token_ids = out.output_token_ids
                 res.logprobs.extend(out.new_logprobs)
                 res.finish_reason = out.finish_reason
+                res.cumulative_logprob = out.cumulative_logprob
+        for rid, p in zip(order, params):
+            outs = results[rid].outputs
+            keep = range(p.n) if p.best_of is None else best_of(
+                [o.cumulative_logprob for o in outs], [len(o.token_ids) for o in outs], p.n)
+            results[rid].outputs = [replace(outs[k], index=j) for j, k in enumerate(keep)]
         return [results[rid] for rid in order]
 
     def chat(self, messages: list[dict] | Sequence[list[dict]],

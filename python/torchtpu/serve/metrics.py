@@ -42,6 +42,10 @@ class ServeMetrics:
         self.tpot = histogram("vllm:time_per_output_token_seconds",
                               "Mean time per output token of each finished request.")
         self.e2e = histogram("vllm:e2e_request_latency_seconds", "Request latency.")
+        self.grammar_compile = Histogram(
+            "torchtpu:grammar_compile_seconds", "Time to compile one structured-output grammar "
+            "(once per schema; later requests hit the cache).", label,
+            buckets=_LATENCY_BUCKETS, registry=self.registry).labels(model_name)
         self._seen_queries = 0
         self._seen_hits = 0
 

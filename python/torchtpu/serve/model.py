@@ -128,6 +128,11 @@ def _gathered_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         visible = visible & (key_pos > query_pos - window)
     scores = scores.masked_fill(~visible, float("-inf"))
     probs = torch.softmax(scores, dim=-1).view(s, num_kv_heads, group * q_len, ctx)
+    # Slots past a sequence's last position hold whatever the page's previous owner (or the
+    # scratch page's padding) wrote; a zero weight times a NaN there is NaN, so one request
+    # whose values overflowed would poison every later one that reuses its pages.
+    stale = (key_pos > positions.amax(dim=1).view(s, 1, 1, 1)).view(s, 1, ctx, 1)
+    values = values.masked_fill(stale, 0.0)
     attn = torch.matmul(probs, values).view(s, num_kv_heads, group, q_len, head_dim)
     return attn.permute(0, 3, 1, 2, 4).reshape(s * q_len, num_heads * head_dim)
 

@@ -1,158 +1,428 @@
-"""OpenAI request parsing and response bodies (completions and chat completions).
+"""The typed OpenAI protocol: request models for /v1/completions, /v1/chat/completions,
+/tokenize and /detokenize (OpenAI's fields plus the vLLM extras served here), and their
+translation into ``SamplingParams``.
 
-Parsing is explicit rather than schema-driven so every rejection names the field and
-what is allowed, and comes back as an OpenAI-style error body with status 400.
+The models are what ``/openapi.json`` documents. Every field is one of three kinds:
+honoured (it changes what is generated or returned), accepted without effect by design
+(``INFORMATIONAL``: ids and metadata for the caller's bookkeeping), or known but not
+supported (``UNSUPPORTED``: any value other than the neutral one is a 400 naming it).
+Fields no model names are ignored, as OpenAI does. Numbers are strict (no strings or
+booleans for numbers), finite, and bounded, so nothing out of range reaches the engine.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from typing import Any
+from typing import Annotated, Any, Callable, Literal, Union
 
-from torchtpu.serve.sampling import MAX_LOGPROBS, Sample, SamplingParams
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, type_: str = "BadRequestError",
-                 param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param = status, message, type_, param
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.status}}
+from torchtpu.serve.errors import ApiError
+from torchtpu.serve.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_N, SamplingParams
+from torchtpu.serve.structured import GuidedDecoding
 
 
-def parse_json(raw: bytes) -> dict:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ApiError(400, f"the request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    return body
 
-
-def field(body: dict, name: str, kind: type | tuple, default: Any = None) -> Any:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ApiError(400, f"'{name}' must be of type {want}, got {value!r}", param=name)
+def _integral(value: object) -> object:
+    """JSON Schema's integers include 430.0; booleans and strings stay refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 
-def sampling_params(body: dict, *, chat: bool, default_max_tokens: int) -> SamplingParams:
-    """`default_max_tokens` applies when the body names none (chat: the rest of the context,
-    as vLLM does; completions: OpenAI's 16, capped by the context)."""
-    n = field(body, "n", int, 1)
-    if n != 1:
-        raise ApiError(400, f"'n' must be 1 (got {n}); send separate requests instead", param="n")
-    max_tokens = field(body, "max_completion_tokens", int) if chat else None
-    max_tokens = max_tokens or field(body, "max_tokens", int)
-    stop = body.get("stop")
-    if isinstance(stop, str):
-        stop = [stop]
-    if stop is not None and (not isinstance(stop, list) or
-                             not all(isinstance(s, str) for s in stop)):
-        raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
-    if chat:
-        want = field(body, "logprobs", bool, False)
-        top = field(body, "top_logprobs", int, 0)
-        if top and not want:
-            raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
-        logprobs = top if want else None
-    else:
-        logprobs = field(body, "logprobs", int)
-    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
-        raise ApiError(400, f"logprobs must be in [0, {MAX_LOGPROBS}], got {logprobs}",
-                       param="logprobs")
+Int = Annotated[int, BeforeValidator(_integral)]
+Int64 = Annotated[Int, Field(ge=INT64_MIN, le=INT64_MAX)]
+TokenId = Annotated[Int, Field(ge=0, le=INT64_MAX)]
+UNSUPPORTED_DESCRIPTION = ("Not supported: any value but null (or the neutral value) is a "
+                           "400 naming the field.")
+# Documented as null: the neutral values the description mentions are accepted too.
+Unsupported = Annotated[Any, Field(description=UNSUPPORTED_DESCRIPTION,
+                                   json_schema_extra={"type": "null"})]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+class StreamOptions(_Model):
+    include_usage: bool = False
+
+
+class JsonSchemaFormat(_Model):
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Model):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class TextPart(_Model):
+    type: Literal["text"]
+    text: str
+
+
+class FunctionDefinition(_Model):
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Model):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(_Model):
+    name: str
+
+
+class NamedToolChoice(_Model):
+    type: Literal["function"]
+    function: FunctionName
+
+
+class ToolCallFunction(_Model):
+    name: str
+    arguments: str
+
+
+class ToolCall(_Model):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class Message(_Model):
+    role: str
+    content: Union[str, list[TextPart], None] = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class _Sampling(_Model):
+    """Fields both endpoints share."""
+    model: str | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    n: Annotated[Int, Field(ge=1, le=MAX_N)] = 1
+    best_of: Annotated[Int, Field(ge=1, le=MAX_N)] | None = None
+    seed: Int64 | None = None
+    stop: Union[str, list[str], None] = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
+    frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
+    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = Field(
+        None, description="Token id (as a string) -> bias added to its logit, in [-100, 100].")
+    user: str | None = None
+    # vLLM's extras
+    top_k: Annotated[Int, Field(ge=-1, le=INT64_MAX)] | None = None
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0.0, le=2.0)] | None = None
+    stop_token_ids: list[TokenId] | None = None
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: Annotated[Int, Field(ge=0, le=INT64_MAX)] = 0
+    skip_special_tokens: bool = True
+    allowed_token_ids: list[TokenId] | None = None
+    truncate_prompt_tokens: Annotated[Int, Field(ge=-1, le=INT64_MAX)] | None = Field(
+        None, description="Keep only the last k prompt tokens (-1: the last max_model_len).")
+    add_special_tokens: bool | None = Field(
+        None, description="Add the tokenizer's special tokens (BOS) to a text prompt.")
+    request_id: str | None = Field(None, description="Used in the response's id.")
+    use_beam_search: Unsupported = None
+    length_penalty: Unsupported = None
+    spaces_between_special_tokens: Unsupported = None
+    prompt_logprobs: Unsupported = None
+    bad_words: Unsupported = None
+    response_format: ResponseFormat | None = None
+    guided_json: Union[dict[str, Any], str, None] = Field(
+        None, description="A JSON schema (object or JSON text) the output must match.")
+    guided_regex: str | None = None
+    guided_choice: Annotated[list[str], Field(min_length=1)] | None = None
+    guided_grammar: str | None = Field(None, description="An EBNF grammar (xgrammar's).")
+    guided_decoding_backend: Literal["xgrammar", "auto"] | None = None
+    guided_whitespace_pattern: Unsupported = None
+    structural_tag: Unsupported = None
+    priority: Unsupported = None
+    logits_processors: Unsupported = None
+    return_tokens_as_token_ids: Unsupported = None
+    cache_salt: Unsupported = None
+    kv_transfer_params: Unsupported = None
+    vllm_xargs: Unsupported = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: Union[str, list[str], list[Int], list[list[Int]]]
+    max_tokens: Annotated[Int, Field(ge=0, le=INT64_MAX)] | None = Field(
+        None, description="Default 16 (capped by the context); 0 only with echo.")
+    echo: bool = False
+    logprobs: Annotated[Int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    suffix: Unsupported = None
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_completion_tokens: Annotated[Int, Field(ge=1, le=INT64_MAX)] | None = Field(
+        None, description="Default: the rest of the context (as vLLM).")
+    max_tokens: Annotated[Int, Field(ge=1, le=INT64_MAX)] | None = Field(
+        None, description="Deprecated by OpenAI for max_completion_tokens, which wins.")
+    logprobs: bool = False
+    top_logprobs: Annotated[Int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    modalities: list[str] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = Field(
+        None, description="Default: auto when tools are given.")
+    parallel_tool_calls: bool | None = None
+    functions: Unsupported = None
+    function_call: Unsupported = None
+    audio: Unsupported = None
+    prediction: Unsupported = None
+    reasoning_effort: Unsupported = None
+    verbosity: Unsupported = None
+    web_search_options: Unsupported = None
+    chat_template: Unsupported = None
+    documents: Unsupported = None
+    mm_processor_kwargs: Unsupported = None
+    echo: Unsupported = None
+
+
+class TokenizeRequest(_Model):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(_Model):
+    model: str | None = None
+    tokens: list[TokenId]
+
+
+# Accepted and without effect on the output, by design (the caller's bookkeeping).
+INFORMATIONAL = {"user", "metadata", "prompt_cache_key", "safety_identifier"}
+
+
+def _neutral(*values: object) -> Callable[[object], bool]:
+    return lambda v: v in values
+
+
+# Known fields this server does not implement: name -> (accepted values, what to do).
+UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
+    "use_beam_search": (_neutral(False), "beam search is not implemented"),
+    "length_penalty": (_neutral(1, 1.0), "it applies to beam search only"),
+    "spaces_between_special_tokens": (_neutral(True), "decoding follows the tokenizer"),
+    "prompt_logprobs": (_neutral(), "prompt logprobs are not computed"),
+    "bad_words": (_neutral([]), "use logit_bias to ban single tokens"),
+    "guided_whitespace_pattern": (_neutral(), "JSON is generated without free whitespace"),
+    "structural_tag": (_neutral(), "structural tags are not implemented"),
+    "priority": (_neutral(0), "requests are scheduled in arrival order"),
+    "logits_processors": (_neutral([]), "custom logits processors are not loaded"),
+    "return_tokens_as_token_ids": (_neutral(False), "logprobs name tokens by their text"),
+    "cache_salt": (_neutral(), "the prefix cache is shared by all requests"),
+    "kv_transfer_params": (_neutral(), "KV transfer is not implemented"),
+    "vllm_xargs": (_neutral(), "no extension arguments are read"),
+    "suffix": (_neutral(""), "insertion (suffix) is not supported"),
+    "functions": (_neutral([]), "function calling is not implemented"),
+    "function_call": (_neutral("none"), "function calling is not implemented"),
+    "audio": (_neutral(), "this model outputs text only"),
+    "prediction": (_neutral(), "predicted outputs are not implemented"),
+    "reasoning_effort": (_neutral(), "this server runs no reasoning models"),
+    "verbosity": (_neutral(), "output length is set by max_completion_tokens"),
+    "web_search_options": (_neutral(), "there is no web search"),
+    "chat_template": (_neutral(), "the model's own chat template is used"),
+    "documents": (_neutral(), "documents are not passed to the chat template"),
+    "mm_processor_kwargs": (_neutral(), "this model takes text only"),
+    "echo": (_neutral(False), "echo is supported on /v1/completions only"),
+}
+
+
+def unsupported_fields(model: type[BaseModel]) -> list[str]:
+    return [name for name, f in model.model_fields.items()
+            if f.description == UNSUPPORTED_DESCRIPTION]
+
+
+def check_supported(req: BaseModel) -> None:
+    """400 naming the first known-but-unsupported field set to a non-neutral value, and for
+    values that only some settings accept."""
+    for name in unsupported_fields(type(req)):
+        if getattr(req, name) is not None:
+            neutral, why = UNSUPPORTED[name]
+            if not neutral(getattr(req, name)):
+                raise ApiError(400, f"'{name}' is not supported by this server: {why}; "
+                                    "remove the field", param=name)
+    if isinstance(req, ChatCompletionRequest):
+        tools = req.tools or []
+        names = [t.function.name for t in tools]
+        if len(set(names)) != len(names):
+            raise ApiError(400, "'tools': function names must be unique", param="tools")
+        if not tools and req.tool_choice not in (None, "none", "auto"):
+            raise ApiError(400, f"'tool_choice' {describe_tool_choice(req.tool_choice)} needs "
+                                "'tools'", param="tool_choice")
+        if isinstance(req.tool_choice, NamedToolChoice) and \
+                req.tool_choice.function.name not in names:
+            raise ApiError(400, f"'tool_choice' names function "
+                                f"{req.tool_choice.function.name!r}, which is not in 'tools' "
+                                f"({', '.join(names)})", param="tool_choice")
+        if req.parallel_tool_calls is not None and not tools:
+            raise ApiError(400, "'parallel_tool_calls' is only allowed when 'tools' are given",
+                           param="parallel_tool_calls")
+        if req.store:
+            raise ApiError(400, "'store': true is not supported: completions are not stored",
+                           param="store")
+        if req.service_tier not in (None, "auto", "default"):
+            raise ApiError(400, f"'service_tier' {req.service_tier!r} is not offered (only "
+                                "'auto' and 'default')", param="service_tier")
+        if req.modalities not in (None, ["text"]):
+            raise ApiError(400, f"'modalities' must be [\"text\"] (got {req.modalities!r}): "
+                                "this model outputs text only", param="modalities")
+    if req.truncate_prompt_tokens == 0:
+        raise ApiError(400, "'truncate_prompt_tokens' must be -1 or >= 1 (got 0)",
+                       param="truncate_prompt_tokens")
+
+
+def describe_tool_choice(choice: object) -> str:
+    return repr(choice) if isinstance(choice, str) else f"function {choice.function.name!r}"
+
+
+def _template_arguments(arguments: str) -> object:
+    """Chat templates render a call's arguments as an object (`| tojson`)."""
     try:
-        return SamplingParams(
-            max_tokens=max_tokens if max_tokens is not None else max(1, default_max_tokens),
-            temperature=field(body, "temperature", float, 1.0),
-            top_p=field(body, "top_p", float, 1.0),
-            top_k=field(body, "top_k", int, -1),
-            seed=field(body, "seed", int),
-            stop=stop or [],
-            stop_token_ids=field(body, "stop_token_ids", list, []),
-            ignore_eos=field(body, "ignore_eos", bool, False),
-            presence_penalty=field(body, "presence_penalty", float, 0.0),
-            frequency_penalty=field(body, "frequency_penalty", float, 0.0),
-            logprobs=logprobs,
-            include_stop_str_in_output=field(body, "include_stop_str_in_output", bool, False))
-    except ValueError as e:
-        raise ApiError(400, str(e)) from None
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
 
 
-def completion_prompts(body: dict) -> list[str | list[int]]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        return [prompt]
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return list(prompt)
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return [prompt]
-        if all(isinstance(p, list) and p and all(isinstance(t, int) for t in p) for p in prompt):
-            return [list(p) for p in prompt]
-    raise ApiError(400, "'prompt' must be a string, a list of strings, a list of token ids or "
-                        "a list of token-id lists, and not empty", param="prompt")
-
-
-def chat_messages(body: dict) -> list[dict]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+def chat_messages(req: ChatCompletionRequest | TokenizeRequest) -> list[dict]:
     out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ApiError(400, f"messages[{i}] must be an object with a 'role'", param="messages")
-        content = m.get("content", "")
-        if isinstance(content, list):  # content parts: only text is understood
-            texts = []
-            for part in content:
-                if not isinstance(part, dict) or part.get("type") != "text":
-                    raise ApiError(400, f"messages[{i}]: only text content parts are supported",
-                                   param="messages")
-                texts.append(str(part.get("text", "")))
-            content = "".join(texts)
-        if content is not None and not isinstance(content, str):
-            raise ApiError(400, f"messages[{i}].content must be a string", param="messages")
-        out.append({"role": m["role"], "content": content or ""})
+    for m in req.messages:
+        content = m.content
+        if isinstance(content, list):
+            content = "".join(part.text for part in content)
+        entry = {"role": m.role, "content": content or ""}
+        if m.name is not None:
+            entry["name"] = m.name
+        if m.tool_calls:
+            entry["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                "name": c.function.name, "arguments": _template_arguments(c.function.arguments)}}
+                for c in m.tool_calls]
+        if m.tool_call_id is not None:
+            entry["tool_call_id"] = m.tool_call_id
+        out.append(entry)
     return out
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def guided_decoding(req: CompletionRequest | ChatCompletionRequest
+                    ) -> tuple[GuidedDecoding | None, str | None]:
+    """The structured-output constraint of `req` and the field that set it (400 when more
+    than one is set, or a json_schema format has no schema)."""
+    found = []
+    fmt = req.response_format
+    if fmt is not None and fmt.type == "json_object":
+        found.append(("response_format", GuidedDecoding("json_object")))
+    elif fmt is not None and fmt.type == "json_schema":
+        if fmt.json_schema is None:
+            raise ApiError(400, "'response_format': type json_schema needs a 'json_schema' "
+                                "object with a 'schema'", param="response_format")
+        found.append(("response_format",
+                      GuidedDecoding("json", json.dumps(fmt.json_schema.schema_))))
+    if req.guided_json is not None:
+        spec = req.guided_json if isinstance(req.guided_json, str) else json.dumps(
+            req.guided_json)
+        found.append(("guided_json", GuidedDecoding("json", spec)))
+    if req.guided_regex is not None:
+        found.append(("guided_regex", GuidedDecoding("regex", req.guided_regex)))
+    if req.guided_choice is not None:
+        if any(not c for c in req.guided_choice):
+            raise ApiError(400, "'guided_choice' choices must be non-empty strings",
+                           param="guided_choice")
+        found.append(("guided_choice", GuidedDecoding("choice", json.dumps(req.guided_choice))))
+    if req.guided_grammar is not None:
+        found.append(("guided_grammar", GuidedDecoding("grammar", req.guided_grammar)))
+    if len(found) > 1:
+        raise ApiError(400, "give at most one of response_format (json_object / json_schema), "
+                            f"guided_json, guided_regex, guided_choice, guided_grammar (got "
+                            f"{', '.join(name for name, _ in found)})", param=found[1][0])
+    return (found[0][1], found[0][0]) if found else (None, None)
 
 
-def completion_logprobs(samples: list[Sample], tokenizer, offset: int) -> dict:
-    tokens = [tokenizer.decode([s.token]) for s in samples]
-    offsets, pos = [], offset
-    for t in tokens:
-        offsets.append(pos)
-        pos += len(t)
-    return {"tokens": tokens, "token_logprobs": [s.logprob for s in samples],
-            "top_logprobs": [{tokenizer.decode([t]): lp for t, lp in (s.top_logprobs or [])}
-                             for s in samples],
-            "text_offset": offsets}
+def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
+    out = {}
+    for key, bias in (raw or {}).items():
+        try:
+            token = int(key)
+        except ValueError:
+            token = -1
+        if not key.strip().lstrip("-").isdigit() or not 0 <= token <= INT64_MAX:
+            raise ApiError(400, f"'logit_bias' keys must be token ids (got {key[:40]!r})",
+                           param="logit_bias")
+        out[token] = bias
+    return out
 
 
-def chat_logprobs(samples: list[Sample], tokenizer) -> dict:
-    def entry(token: int, logprob: float) -> dict:
-        text = tokenizer.decode([token])
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+def sampling_params(req: CompletionRequest | ChatCompletionRequest, *,
+                    default_max_tokens: int) -> SamplingParams:
+    """The engine's parameters for `req` (already validated by its model). ValueError
+    carries what SamplingParams rejects (cross-field rules: min_tokens <= max_tokens,
+    best_of >= n)."""
+    chat = isinstance(req, ChatCompletionRequest)
+    if chat:
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None \
+            else req.max_tokens
+        if req.top_logprobs is not None and req.top_logprobs > 0 and not req.logprobs:
+            raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    else:
+        max_tokens = req.max_tokens
+        logprobs = req.logprobs
+        if req.echo and logprobs is not None:
+            raise ApiError(400, "'echo' with 'logprobs' needs prompt logprobs, which are not "
+                                "computed; drop one of them", param="echo")
+    if max_tokens is None:
+        max_tokens = max(1, default_max_tokens)
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if req.stream and req.best_of is not None and req.best_of > req.n:
+        raise ApiError(400, "'best_of' > 'n' cannot be streamed (the best sequences are "
+                            "known only at the end)", param="best_of")
+    return SamplingParams(
+        max_tokens=max(1, max_tokens),
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        top_k=-1 if req.top_k is None else req.top_k,
+        min_p=0.0 if req.min_p is None else req.min_p,
+        seed=req.seed, stop=stop, stop_token_ids=list(req.stop_token_ids or []),
+        ignore_eos=req.ignore_eos, min_tokens=req.min_tokens,
+        presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        logit_bias=_logit_bias(req.logit_bias), allowed_token_ids=req.allowed_token_ids,
+        logprobs=logprobs, include_stop_str_in_output=req.include_stop_str_in_output,
+        skip_special_tokens=req.skip_special_tokens, n=req.n, best_of=req.best_of,
+        guided=guided_decoding(req)[0])
 
-    return {"content": [dict(entry(s.token, s.logprob),
-                             top_logprobs=[entry(t, lp) for t, lp in (s.top_logprobs or [])])
-                        for s in samples]}
 
-
-def now() -> int:
-    return int(time.time())
+def completion_prompts(req: CompletionRequest) -> list[str | list[int]]:
+    p = req.prompt
+    if isinstance(p, str):
+        return [p]
+    if not p:
+        raise ApiError(400, "'prompt' must not be empty", param="prompt")
+    if isinstance(p[0], int):
+        return [list(p)]
+    if isinstance(p[0], list) and any(not ids for ids in p):
+        raise ApiError(400, "'prompt': a token-id list must not be empty", param="prompt")
+    return list(p)

@@ -1,235 +1,358 @@
 """The OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (streaming and
-not), /v1/models, /health and /metrics (Prometheus, vLLM's metric names)."""
+not), /v1/models[/{id}], /tokenize, /detokenize, /version, /health and /metrics
+(Prometheus, vLLM's metric names).
+
+A request body is read up to `max_request_bytes` (413 past it) and parsed by its pydantic
+model (protocol.py; 400 for bad JSON, too deep nesting, lone surrogates, bad fields).
+Tokenization and chat templates run on one worker thread with the server's own tokenizer,
+so the event loop never waits on them. Every error body has OpenAI's shape
+(errors.py). When the engine loop dies, in-flight and later requests get 503 and
+`on_engine_death` is called (``serve()`` then exits with status 1).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import concurrent.futures
 import logging
-from typing import AsyncIterator
+import socket
+from importlib import metadata
+from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 
-from torchtpu.serve import protocol
-from torchtpu.serve.async_engine import AsyncEngine
-from torchtpu.serve.engine import LLMEngine, RequestOutput
-from torchtpu.serve.protocol import ApiError
+from torchtpu.serve import protocol, responses
+from torchtpu.serve.async_engine import AsyncEngine, EngineDeadError, RequestError
+from torchtpu.serve.engine import LLMEngine
+from torchtpu.serve.errors import ApiError, documented, validation_error
+from torchtpu.serve.generation import Generation, collect, stream_events
+from torchtpu.serve.protocol import (ChatCompletionRequest, CompletionRequest,
+                                     DetokenizeRequest, TokenizeRequest)
 
 log = logging.getLogger("torchtpu.serve")
+
+DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+_REQUEST_MODELS = (CompletionRequest, ChatCompletionRequest, TokenizeRequest,
+                   DetokenizeRequest)
+_RESERVED_TEMPLATE_KWARGS = {"conversation", "messages", "tokenize", "add_generation_prompt",
+                             "continue_final_message", "chat_template", "tools", "documents",
+                             "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"}
 
 
 def _error(e: ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status)
 
 
-def _sse(chunk: dict | str) -> str:
-    return f"data: {chunk if isinstance(chunk, str) else json.dumps(chunk)}\n\n"
+def _body_spec(model: type[BaseModel], stream: bool = False) -> dict:
+    spec = {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+    if stream:
+        spec["responses"] = {"200": {"description": "the response, or with stream: true, "
+                                                    "server-sent events", "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "text/event-stream": {"schema": {"type": "string"}}}}}
+    return spec
 
 
-class _Call:
-    """One validated request: its prompts as token ids and its sampling parameters."""
-
-    def __init__(self, server: "OpenAIServer", body: dict, chat: bool) -> None:
-        engine = server.engine
-        model = body.get("model")
-        if model is not None and model != engine.model_name:
-            raise ApiError(404, f"The model `{model}` does not exist; this server serves "
-                                f"`{engine.model_name}`.", "NotFoundError", "model")
-        tok = engine.tokenizer
-        if chat:
-            messages = protocol.chat_messages(body)
-            if tok.chat_template is None:
-                raise ApiError(400, "this model's tokenizer has no chat template; use "
-                                    "/v1/completions")
-            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            prompts = [tok.encode(text, add_special_tokens=False)]
-        else:
-            try:
-                prompts = [engine.encode_prompt(p) for p in protocol.completion_prompts(body)]
-            except ValueError as e:
-                raise ApiError(400, str(e), param="prompt") from None
-        longest = max(len(p) for p in prompts)
-        rest = engine.max_model_len - longest
-        self.params = protocol.sampling_params(
-            body, chat=chat, default_max_tokens=rest if chat else min(16, rest))
-        for p in prompts:
-            try:
-                engine.check_length(len(p), self.params.max_tokens)
-            except ValueError as e:
-                raise ApiError(400, str(e), param="messages" if chat else "prompt") from None
-        self.prompts = prompts
-        self.chat = chat
-        self.stream = protocol.field(body, "stream", bool, False)
-        opts = body.get("stream_options") or {}
-        self.include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+_GENERATE_ERRORS = documented(400, 404, 413, 500, 503)
 
 
 class OpenAIServer:
-    def __init__(self, engine: LLMEngine) -> None:
-        self.engine = engine
-        self.async_engine = AsyncEngine(engine)
-        self.app = self._build_app()
+    def __init__(self, engine: LLMEngine, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 on_engine_death: Callable[[], None] | None = None) -> None:
+        from transformers import AutoTokenizer
 
+        self.engine = engine
+        self.max_request_bytes = max_request_bytes
+        self.on_engine_death = on_engine_death
+        # The request side has its own tokenizer on its own thread: the engine thread's
+        # detokenizers never share a Rust tokenizer with it.
+        self.tokenizer = AutoTokenizer.from_pretrained(engine.model_path)
+        self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="torchtpu-tokenize")
+        self.async_engine = AsyncEngine(engine, on_death=self._engine_died)
+        self.app = self._build_app()
+        # Structured output's per-tokenizer tables (a second for SmolLM2) are built now, on
+        # the tokenizer thread, rather than in the first such request's TTFT.
+        from torchtpu.serve import structured
+
+        if structured.available():
+            self._tokenize_pool.submit(lambda: engine.grammars().control_tokens())
+
+    def _engine_died(self) -> None:
+        if self.on_engine_death is not None:
+            self.on_engine_death()
+
+    def shutdown(self) -> None:
+        self.async_engine.shutdown()
+        self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- the app ------------------------------------------------------------------------
     def _build_app(self) -> FastAPI:
-        app = FastAPI(title="torchtpu serve")
+        app = FastAPI(title="torchtpu serve", version=metadata.version("torchtpu"))
+
+        @app.exception_handler(HTTPException)
+        async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+            if exc.status_code == 404:
+                message = "no such route; see /openapi.json for the routes served"
+            elif exc.status_code == 405:
+                message = "this route does not take this method; see /openapi.json"
+            else:
+                message = str(exc.detail)
+            return _error(ApiError(exc.status_code, message))
 
         @app.exception_handler(RequestValidationError)
         async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-            return _error(ApiError(400, str(exc)))
+            return _error(ApiError(400, f"the request is invalid: {exc.errors()[:1]}"))
 
-        @app.get("/health")
+        @app.exception_handler(Exception)
+        async def _internal(_: Request, exc: Exception) -> JSONResponse:
+            log.error("serve: unhandled %s", type(exc).__name__, exc_info=exc)
+            return _error(ApiError(500, "serve: internal error while handling the request "
+                                        f"({type(exc).__name__}); the server log has details"))
+
+        @app.get("/health", response_class=Response, responses=documented(503))
         async def health() -> Response:
-            if self.async_engine.error is not None:
-                return JSONResponse({"error": str(self.async_engine.error)}, status_code=503)
+            if self.async_engine.dead:
+                return _error(ApiError(503, "the engine stopped after an internal error; the "
+                                            "server is exiting to be restarted"))
             return Response(status_code=200)
+
+        @app.get("/version")
+        async def version() -> dict:
+            return {"version": metadata.version("torchtpu")}
 
         @app.get("/v1/models")
         async def models() -> dict:
-            return {"object": "list", "data": [{
-                "id": self.engine.model_name, "object": "model", "created": protocol.now(),
-                "owned_by": "torchtpu", "root": self.engine.model_path,
-                "max_model_len": self.engine.max_model_len}]}
+            return {"object": "list", "data": [self._model_card()]}
 
-        @app.get("/metrics")
+        @app.get("/v1/models/{model_id:path}", responses=documented(404))
+        async def model(model_id: str) -> Response:
+            if model_id != self.engine.model_name:
+                return _error(self._no_model(model_id))
+            return JSONResponse(self._model_card())
+
+        @app.get("/metrics", response_class=PlainTextResponse)
         async def metrics() -> Response:
             return Response(self.engine.metrics.render(),
                             media_type="text/plain; version=0.0.4; charset=utf-8")
 
-        @app.post("/v1/completions")
+        @app.post("/v1/completions", openapi_extra=_body_spec(CompletionRequest, True),
+                  responses=_GENERATE_ERRORS)
         async def completions(request: Request) -> Response:
-            return await self._handle(request, chat=False)
+            return await self._generate(request, CompletionRequest)
 
-        @app.post("/v1/chat/completions")
+        @app.post("/v1/chat/completions", openapi_extra=_body_spec(ChatCompletionRequest, True),
+                  responses=_GENERATE_ERRORS)
         async def chat_completions(request: Request) -> Response:
-            return await self._handle(request, chat=True)
+            return await self._generate(request, ChatCompletionRequest)
 
+        @app.post("/tokenize", openapi_extra=_body_spec(TokenizeRequest),
+                  responses=documented(400, 404, 413))
+        async def tokenize(request: Request) -> Response:
+            return await self._guard(self._tokenize(request))
+
+        @app.post("/detokenize", openapi_extra=_body_spec(DetokenizeRequest),
+                  responses=documented(400, 404, 413))
+        async def detokenize(request: Request) -> Response:
+            return await self._guard(self._detokenize(request))
+
+        def openapi() -> dict:
+            if app.openapi_schema is None:
+                schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+                components = schema.setdefault("components", {}).setdefault("schemas", {})
+                for m in _REQUEST_MODELS:
+                    s = m.model_json_schema(ref_template="#/components/schemas/{model}")
+                    components.update(s.pop("$defs", {}))
+                    if "model" in s["properties"]:  # the one model served, or none named
+                        s["properties"]["model"] = {
+                            "anyOf": [{"const": self.engine.model_name}, {"type": "null"}],
+                            "title": "Model"}
+                    components[m.__name__] = s
+                app.openapi_schema = schema
+            return app.openapi_schema
+
+        app.openapi = openapi
         return app
 
-    async def _handle(self, request: Request, chat: bool) -> Response:
+    def _model_card(self) -> dict:
+        return {"id": self.engine.model_name, "object": "model", "created": responses.now(),
+                "owned_by": "torchtpu", "root": self.engine.model_name,
+                "max_model_len": self.engine.max_model_len}
+
+    def _no_model(self, name: str) -> ApiError:
+        return ApiError(404, f"The model `{name}` does not exist; this server serves "
+                             f"`{self.engine.model_name}`.", param="model")
+
+    # --- request plumbing ---------------------------------------------------------------
+    async def _read(self, request: Request, model: type[BaseModel]) -> BaseModel:
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) > self.max_request_bytes:
+            raise ApiError(413, f"the request body is {int(size)} bytes; the limit is "
+                                f"{self.max_request_bytes} (--max-request-bytes)")
+        chunks, total = [], 0
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > self.max_request_bytes:
+                raise ApiError(413, f"the request body exceeds the limit of "
+                                    f"{self.max_request_bytes} bytes (--max-request-bytes)")
+            chunks.append(chunk)
         try:
-            call = _Call(self, protocol.parse_json(await request.body()), chat)
+            req = model.model_validate_json(b"".join(chunks))
+        except ValidationError as e:
+            raise validation_error(e) from None
+        if getattr(req, "model", None) not in (None, self.engine.model_name):
+            raise self._no_model(req.model)
+        return req
+
+    async def _off_loop(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, fn, *args)
+
+    async def _guard(self, work) -> Response:
+        try:
+            return await work
         except ApiError as e:
             return _error(e)
-        prefix = "chatcmpl" if chat else "cmpl"
+        except EngineDeadError as e:
+            return _error(ApiError(503, str(e)))
+        except RequestError as e:
+            return _error(ApiError(e.status, str(e)))
+
+    async def _generate(self, request: Request, model: type[BaseModel]) -> Response:
+        if self.async_engine.dead:
+            return _error(ApiError(503, "the engine stopped after an internal error; the "
+                                        "server is exiting to be restarted"))
+        return await self._guard(self._run_generation(request, model))
+
+    async def _run_generation(self, request: Request, model: type[BaseModel]) -> Response:
+        req = await self._read(request, model)
+        protocol.check_supported(req)
+        gen = await self._off_loop(Generation.prepare, self, req)
+        prefix = "chatcmpl" if gen.chat else "cmpl"
         rid = self.async_engine.new_request_id(prefix)
-        streams = [self.async_engine.generate(f"{rid}-{i}", ids, call.params)
-                   for i, ids in enumerate(call.prompts)]
-        if call.stream:
-            return StreamingResponse(self._stream(rid, call, streams),
+        public_id = f"{prefix}-{req.request_id}" if req.request_id else rid
+        if gen.stream:
+            return StreamingResponse(stream_events(self, gen, rid, public_id),
                                      media_type="text/event-stream")
-        try:
-            results = await asyncio.gather(*(self._collect(s) for s in streams))
-        except ValueError as e:
-            return _error(ApiError(400, str(e)))
-        return JSONResponse(self._final_body(rid, call, results))
+        body = await self._until_disconnect(request, collect(self, gen, rid, public_id))
+        if body is None:
+            return Response(status_code=499)  # nobody is there to read it
+        return JSONResponse(body)
 
     @staticmethod
-    async def _collect(stream: AsyncIterator[RequestOutput]) -> tuple[str, list, RequestOutput]:
-        text, samples, last = "", [], None
-        async for out in stream:
-            text += out.new_text
-            samples.extend(out.new_logprobs)
-            last = out
-        return text, samples, last
+    async def _until_disconnect(request: Request, work):
+        """Runs `work`; if the client disconnects first, cancels it (which aborts its
+        sequences in the engine) and returns None."""
+        async def disconnected() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
 
-    def _final_body(self, rid: str, call: _Call, results: list) -> dict:
-        tok = self.engine.tokenizer
-        choices, completion_tokens = [], 0
-        for i, (text, samples, last) in enumerate(results):
-            completion_tokens += len(last.output_token_ids)
-            if call.chat:
-                choices.append({"index": i, "message": {"role": "assistant", "content": text},
-                                "logprobs": protocol.chat_logprobs(samples, tok)
-                                if call.params.logprobs is not None else None,
-                                "finish_reason": last.finish_reason})
-            else:
-                choices.append({"index": i, "text": text,
-                                "logprobs": protocol.completion_logprobs(samples, tok, 0)
-                                if call.params.logprobs is not None else None,
-                                "finish_reason": last.finish_reason})
-        prompt_tokens = sum(len(p) for p in call.prompts)
-        return {"id": rid, "object": "chat.completion" if call.chat else "text_completion",
-                "created": protocol.now(), "model": self.engine.model_name, "choices": choices,
-                "usage": protocol.usage(prompt_tokens, completion_tokens)}
-
-    async def _stream(self, rid: str, call: _Call, streams: list) -> AsyncIterator[str]:
-        kind = "chat.completion.chunk" if call.chat else "text_completion"
-        tok = self.engine.tokenizer
-        created = protocol.now()
-
-        def chunk(choices: list, usage: dict | None = None) -> str:
-            body = {"id": rid, "object": kind, "created": created,
-                    "model": self.engine.model_name, "choices": choices}
-            if call.include_usage:
-                body["usage"] = usage
-            return _sse(body)
-
-        merged: asyncio.Queue = asyncio.Queue()
-
-        async def pump(i: int, stream: AsyncIterator[RequestOutput]) -> None:
-            try:
-                async for out in stream:
-                    await merged.put((i, out))
-            except Exception as e:  # noqa: BLE001 - reported to the client below
-                await merged.put((i, e))
-            finally:
-                await merged.put((i, None))
-
-        tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
-        completion_tokens, offsets, live = 0, [0] * len(streams), len(streams)
+        task, watch = asyncio.ensure_future(work), asyncio.ensure_future(disconnected())
         try:
-            if call.chat:
-                yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
-                              "logprobs": None, "finish_reason": None}
-                             for i in range(len(streams))])
-            while live:
-                i, out = await merged.get()
-                if out is None:
-                    live -= 1
-                    continue
-                if isinstance(out, Exception):
-                    yield _sse(ApiError(400, str(out)).body())
-                    continue
-                if out.finished:
-                    completion_tokens += len(out.output_token_ids)
-                if not out.new_text and not out.finished:
-                    continue
-                reason = out.finish_reason if out.finished else None
-                if call.chat:
-                    logprobs = (protocol.chat_logprobs(out.new_logprobs, tok)
-                                if call.params.logprobs is not None else None)
-                    choice = {"index": i, "delta": {"content": out.new_text},
-                              "logprobs": logprobs, "finish_reason": reason}
-                else:
-                    logprobs = (protocol.completion_logprobs(out.new_logprobs, tok, offsets[i])
-                                if call.params.logprobs is not None else None)
-                    choice = {"index": i, "text": out.new_text, "logprobs": logprobs,
-                              "finish_reason": reason}
-                offsets[i] += len(out.new_text)
-                yield chunk([choice])
-            if call.include_usage:
-                body = {"id": rid, "object": kind, "created": created,
-                        "model": self.engine.model_name, "choices": [],
-                        "usage": protocol.usage(sum(len(p) for p in call.prompts),
-                                                completion_tokens)}
-                yield _sse(body)
-            yield _sse("[DONE]")
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            log.info("serve: client went away; aborting its request")
+            return None
         finally:
-            # A client that went away: cancelling a pump runs its stream's cleanup, which
-            # aborts the request in the engine and so frees its pages.
-            for t in tasks:
+            for t in (task, watch):
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(task, watch, return_exceptions=True)
+
+    # --- /tokenize, /detokenize ---------------------------------------------------------
+    async def _tokenize(self, request: Request) -> Response:
+        req = await self._read(request, TokenizeRequest)
+        if (req.prompt is None) == (req.messages is None):
+            raise ApiError(400, "give exactly one of 'prompt' and 'messages'", param="prompt")
+        if req.messages is not None:
+            ids = await self._off_loop(self.chat_prompt_ids, protocol.chat_messages(req),
+                                       req.add_generation_prompt, False, None,
+                                       req.add_special_tokens)
+        else:
+            ids = await self._off_loop(self.engine.encode_prompt, req.prompt,
+                                       req.add_special_tokens, self.tokenizer)
+        return JSONResponse({"count": len(ids), "max_model_len": self.engine.max_model_len,
+                             "tokens": ids})
+
+    async def _detokenize(self, request: Request) -> Response:
+        req = await self._read(request, DetokenizeRequest)
+        vocab = self.engine.vocab_size
+        bad = [t for t in req.tokens if t >= vocab]
+        if bad:
+            raise ApiError(400, f"'tokens': ids must be in [0, {vocab}) (got {bad[0]})",
+                           param="tokens")
+        text = await self._off_loop(self.tokenizer.decode, req.tokens)
+        return JSONResponse({"prompt": text})
+
+    def chat_prompt_ids(self, messages: list[dict], add_generation_prompt: bool,
+                        continue_final_message: bool, kwargs: dict | None,
+                        add_special_tokens: bool | None = None,
+                        tools: list[dict] | None = None) -> list[int]:
+        """Token ids of a conversation through the model's chat template (worker thread).
+        Tools, and tool calls in the messages, must change what the template renders:
+        a template that drops them would hide them from the model, so that is a 400."""
+        tok = self.tokenizer
+        if tok.chat_template is None:
+            raise ApiError(400, "this model's tokenizer has no chat template; use "
+                                "/v1/completions")
+        kwargs = dict(kwargs or {})
+        reserved = sorted(_RESERVED_TEMPLATE_KWARGS & kwargs.keys())
+        if reserved:
+            raise ApiError(400, f"'chat_template_kwargs' may not set {reserved}",
+                           param="chat_template_kwargs")
+        def render(msgs: list[dict], tools: list[dict] | None) -> str:
+            try:
+                return tok.apply_chat_template(
+                    msgs, tools=tools, add_generation_prompt=add_generation_prompt,
+                    continue_final_message=continue_final_message, tokenize=False, **kwargs)
+            except Exception as e:  # noqa: BLE001 - a template error is about these messages
+                raise ApiError(400, f"the chat template failed on these messages: "
+                                    f"{type(e).__name__}: {e}", param="messages") from None
+
+        text = render(messages, tools or None)
+        if tools and render(messages, None) == text:
+            raise ApiError(400, "'tools': this model's chat template does not render tools, "
+                                "so the model would never see them; tool calling needs a model "
+                                "whose template does (Qwen2/Qwen3, Llama 3, Mistral, Hermes)",
+                           param="tools")
+        if any("tool_calls" in m for m in messages):
+            bare = [{k: v for k, v in m.items() if k != "tool_calls"} for m in messages]
+            if render(bare, tools or None) == text:
+                raise ApiError(400, "'messages': this model's chat template does not render "
+                                    "assistant tool_calls, so the model would not see them",
+                               param="messages")
+        # The template writes the special tokens itself (vLLM's default for chat).
+        return tok.encode(text, add_special_tokens=bool(add_special_tokens))
 
 
-def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000, *,
+          max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+          sock: socket.socket | None = None) -> int:
+    """Serves until interrupted (returns 0) or until the engine dies (returns 1, after the
+    in-flight requests got their 503s), so a supervisor restarts the process."""
     import uvicorn
 
-    server = OpenAIServer(engine)
+    config = uvicorn.Config(None, host=host, port=port, log_level="warning")
+    server = uvicorn.Server(config)
+
+    def died() -> None:
+        server.should_exit = True
+
+    app = OpenAIServer(engine, max_request_bytes=max_request_bytes, on_engine_death=died)
+    config.app = app.app
     log.info("serve: %s on http://%s:%d", engine.model_name, host, port)
     try:
-        uvicorn.run(server.app, host=host, port=port, log_level="warning")
+        server.run(sockets=[sock] if sock is not None else None)
     finally:
-        server.async_engine.shutdown()
+        app.shutdown()
+    if app.async_engine.dead:
+        log.error("serve: exiting with status 1: the engine loop failed (%s)",
+                  type(app.async_engine.error).__name__)
+        return 1
+    return 0
+

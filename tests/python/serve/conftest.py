@@ -37,3 +37,48 @@ def hf_reference():
         return out[0, len(prompt_ids):].tolist()
 
     return greedy
+
+
+class RunningServer:
+    """An OpenAIServer on a free local port, served by uvicorn on a thread."""
+
+    def __init__(self, engine, **server_args) -> None:
+        import socket
+        import threading
+        import time
+
+        import httpx
+        import uvicorn
+
+        from torchtpu.serve.server import OpenAIServer
+
+        self.app = OpenAIServer(engine, **server_args)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.uvicorn = uvicorn.Server(uvicorn.Config(self.app.app, host="127.0.0.1", port=port,
+                                                     log_level="error"))
+        self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                if httpx.get(self.url + "/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.uvicorn.should_exit = True
+        self.thread.join(timeout=10)
+        self.app.shutdown()
+
+
+@pytest.fixture(scope="session")
+def served(tiny_llama_dir):
+    """One server on the tiny random Llama, shared by the server test modules."""
+    from torchtpu.serve import LLMEngine
+
+    srv = RunningServer(LLMEngine(tiny_llama_dir, served_model_name="tiny", **ENGINE_ARGS))
+    yield srv
+    srv.stop()

@@ -123,3 +123,20 @@ def test_restart_loads_every_bucket_from_the_disk_cache(tiny_llama_dir, tmp_path
     assert runs[0]["num_compiles"] > 0
     assert runs[1]["num_compiles"] == 0
     assert runs[1]["num_compile_cache_hits_disk"] >= runs[0]["num_compiles"]
+
+
+def test_n_sequences_share_the_prompt_pages(tiny_llama_dir, hf_reference):
+    llm = LLM(tiny_llama_dir, **ENGINE_ARGS)
+    prompt = _prompts(llm.tokenizer, 1, seed=5)[0][:40]
+    prompt += [5] * (40 - len(prompt))
+    out = llm.generate([prompt], SamplingParams(max_tokens=8, temperature=0.0, n=4))
+    assert [o.index for o in out[0].outputs] == [0, 1, 2, 3]
+    ref = hf_reference(tiny_llama_dir, prompt, 8)
+    assert all(o.token_ids == ref for o in out[0].outputs)
+    # The first sequence computes the prompt; the other three take its 2 full pages.
+    assert llm.engine.stats()["prefix_cache_hits"] == 3 * 32
+    sampled = llm.generate([prompt], SamplingParams(max_tokens=8, temperature=1.0, seed=1,
+                                                    n=2, best_of=4))
+    assert len(sampled[0].outputs) == 2
+    per_token = [o.cumulative_logprob / len(o.token_ids) for o in sampled[0].outputs]
+    assert per_token == sorted(per_token, reverse=True)

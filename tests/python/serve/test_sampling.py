@@ -11,10 +11,97 @@ from torchtpu.serve.sampling import RequestSampler, SamplingParams
     ("temperature", -0.5), ("temperature", 3.0), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -2),
     ("max_tokens", 0), ("presence_penalty", 2.5), ("frequency_penalty", -3.0),
     ("logprobs", 21), ("stop", [""]), ("stop_token_ids", [-1]),
+    ("temperature", float("nan")), ("top_p", float("inf")), ("min_p", 1.5),
+    ("repetition_penalty", 0.0), ("seed", 2**64), ("seed", -(2**63) - 1),
+    ("stop_token_ids", [2**70]), ("allowed_token_ids", []), ("logit_bias", {5: 101.0}),
+    ("logit_bias", {-1: 1.0}), ("n", 0), ("n", 129), ("best_of", 0), ("min_tokens", 17),
+    ("max_tokens", True), ("top_k", 2**64),
 ])
 def test_invalid_params_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**{field: value})
+
+
+def test_token_ids_are_checked_against_the_vocabulary():
+    with pytest.raises(ValueError, match="stop_token_ids"):
+        SamplingParams(stop_token_ids=[100]).validate(vocab_size=100)
+    SamplingParams(stop_token_ids=[99]).validate(vocab_size=100)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 5e-324, 1e-40, 1e-6])
+def test_tiny_temperatures_are_greedy_even_with_huge_logits(temperature):
+    logits = torch.randn(100, generator=torch.Generator().manual_seed(1)) * 3e37
+    s = RequestSampler(SamplingParams(temperature=temperature, seed=0))
+    assert s.sample(logits).token == int(logits.argmax())
+    # Just above the greedy threshold, huge logits still give a valid draw, not inf/nan.
+    s = RequestSampler(SamplingParams(temperature=2e-5, seed=0))
+    assert s.sample(logits).token == int(logits.argmax())
+
+
+def test_nan_and_inf_logits():
+    logits = torch.tensor([float("nan"), 1.0, 2.0, float("nan")])
+    for t in (0.0, 1.0, 2.0):
+        draws = {RequestSampler(SamplingParams(temperature=t, seed=i)).sample(logits).token
+                 for i in range(50)}
+        assert draws <= {1, 2}
+    logits = torch.tensor([0.0, float("inf"), 1.0, float("-inf")])
+    for t in (0.0, 1.0):
+        out = RequestSampler(SamplingParams(temperature=t, seed=0, logprobs=1)).sample(logits)
+        assert out.token == 1 and out.logprob == 0.0
+    from torchtpu.serve.sampling import SamplingError
+
+    with pytest.raises(SamplingError, match="NaN"):
+        RequestSampler(SamplingParams()).sample(torch.full((4,), float("nan")))
+    with pytest.raises(SamplingError, match="masked every token"):
+        RequestSampler(SamplingParams(allowed_token_ids=[2])).sample(
+            torch.tensor([0.0, 1.0, float("nan")]))
+
+
+def test_logit_bias_allowed_ids_and_min_tokens():
+    logits = torch.tensor([3.0, 2.0, 1.0, 0.0])
+    assert RequestSampler(SamplingParams(temperature=0, logit_bias={3: 100.0})).sample(
+        logits).token == 3
+    assert RequestSampler(SamplingParams(temperature=0, logit_bias={0: -100.0})).sample(
+        logits).token == 1
+    s = RequestSampler(SamplingParams(temperature=1.0, allowed_token_ids=[1, 2], seed=0))
+    assert {s.sample(logits).token for _ in range(50)} <= {1, 2}
+    s = RequestSampler(SamplingParams(temperature=0, min_tokens=2, max_tokens=4),
+                       stop_token_ids={0})
+    assert [s.sample(logits).token for _ in range(3)] == [1, 1, 0]
+
+
+@pytest.mark.parametrize("top_p", [1e-300, 1e-45, 1e-9])
+def test_tiny_top_p_keeps_the_top_token(top_p):
+    # Found by schemathesis: 8.9e-91 became 0.0 in f32 and dropped every token.
+    logits = torch.randn(50, generator=torch.Generator().manual_seed(2))
+    s = RequestSampler(SamplingParams(top_p=top_p, seed=0))
+    assert all(s.sample(logits).token == int(logits.argmax()) for _ in range(5))
+
+
+def test_min_p_keeps_tokens_within_a_fraction_of_the_top():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    seen = {RequestSampler(SamplingParams(min_p=0.5, seed=i)).sample(logits).token
+            for i in range(400)}
+    assert seen == {0, 1}  # 0.3 >= 0.5 * 0.5 > 0.15
+
+
+def test_repetition_penalty_covers_prompt_and_output():
+    logits = torch.tensor([2.0, 1.9, -1.0, -1.5])
+    s = RequestSampler(SamplingParams(temperature=0, repetition_penalty=1.5), [0])
+    assert s.sample(logits).token == 1  # 2.0 / 1.5 < 1.9
+    assert s.sample(logits).token == 0  # 1.9 / 1.5 < 2.0 / 1.5
+    s = RequestSampler(SamplingParams(temperature=0, repetition_penalty=1.5), [0, 1])
+    assert s.sample(torch.tensor([-1.0, -1.2, -1.4])).token == 2  # negatives * 1.5
+
+
+def test_fork_and_best_of():
+    from torchtpu.serve.sampling import best_of
+
+    kids = SamplingParams(n=2, best_of=3, seed=2**63 - 2).fork()
+    assert [k.seed for k in kids] == [2**63 - 2, 2**63 - 1, -(2**63)]
+    assert all(k.n == 1 and k.best_of is None for k in kids)
+    assert [k.seed for k in SamplingParams(n=2).fork()] == [None, None]
+    assert best_of([-4.0, -1.0, -3.0], [4, 2, 1], 2) == [1, 0]  # per token: -1, -0.5, -3
 
 
 def test_greedy_and_top_k_one_agree():

@@ -2,44 +2,16 @@
 malformed cases)."""
 
 import json
-import threading
 import time
 
 import httpx
 import openai
 import pytest
 
-from conftest import ENGINE_ARGS
-from torchtpu.serve import LLMEngine
-
 
 @pytest.fixture(scope="module")
-def server(tiny_llama_dir):
-    import socket
-
-    import uvicorn
-
-    from torchtpu.serve.server import OpenAIServer
-
-    engine = LLMEngine(tiny_llama_dir, served_model_name="tiny", **ENGINE_ARGS)
-    app = OpenAIServer(engine)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(app.app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            if httpx.get(url + "/health").status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    yield app, url
-    srv.should_exit = True
-    thread.join(timeout=10)
-    app.async_engine.shutdown()
+def server(served):
+    return served.app, served.url
 
 
 @pytest.fixture

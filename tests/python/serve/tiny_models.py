@@ -15,6 +15,22 @@ DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "da
                     "tinyshakespeare.txt")
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# ChatML with Hermes-style tools (the shape of Qwen2.5's template): tools listed in a system
+# turn (by name only: the tiny tokenizer spends a token per character or two of JSON, and
+# the tests' context is 256), calls as <tool_call> JSON, results as <tool_response>.
+HERMES = (
+    "{%- if tools %}<|im_start|>system\n<tools>"
+    "{%- for t in tools %} {{ t['function']['name'] }}{% endfor %}</tools><|im_end|>\n"
+    "{% endif %}"
+    "{%- for m in messages %}"
+    "{%- if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>{{ m['content'] }}"
+    "</tool_response><|im_end|>\n"
+    "{%- elif m.get('tool_calls') %}<|im_start|>assistant\n"
+    "{%- for c in m['tool_calls'] %}<tool_call>{\"name\": \"{{ c['function']['name'] }}\", "
+    "\"arguments\": {{ c['function']['arguments'] | tojson }}}</tool_call>{% endfor %}"
+    "<|im_end|>\n"
+    "{%- else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
+    "{%- endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def corpus() -> list[str]:
@@ -23,7 +39,7 @@ def corpus() -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def build_tokenizer(vocab_size: int = 512):
+def build_tokenizer(vocab_size: int = 512, chat_template: str = CHATML):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -36,18 +52,19 @@ def build_tokenizer(vocab_size: int = 512):
     tok.train_from_iterator(corpus(), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
                                    bos_token="<|endoftext|>", pad_token="<|endoftext|>")
-    fast.chat_template = CHATML
+    fast.chat_template = chat_template
     return fast
 
 
-def build_model_dir(path: str, arch: str = "llama", seed: int = 0) -> str:
+def build_model_dir(path: str, arch: str = "llama", seed: int = 0,
+                    chat_template: str = CHATML) -> str:
     """Saves a 2-layer random model of `arch` (llama | qwen2 | qwen3 | mistral) and the
-    tokenizer to `path`; returns it."""
+    tokenizer (with `chat_template`) to `path`; returns it."""
     from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig,
                               MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                               Qwen3ForCausalLM)
 
-    tok = build_tokenizer()
+    tok = build_tokenizer(chat_template=chat_template)
     classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
                "qwen3": (Qwen3Config, Qwen3ForCausalLM),
                "mistral": (MistralConfig, MistralForCausalLM)}

@@ -1,0 +1,320 @@
+"""One completion or chat request from validated model to response: its prompts as token
+ids, its sequences (n or best_of per prompt, forked from one SamplingParams so the prefix
+cache shares the prompt's pages), and the response body or SSE events built from them.
+
+``Generation.prepare`` runs on the server's tokenizer thread; ``collect`` and
+``stream_events`` on the event loop. Choice i*n + j is prompt i's j-th returned sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, AsyncIterator
+
+from torchtpu.serve import protocol, responses, tools
+from torchtpu.serve.structured import GuidedDecoding
+from torchtpu.serve.async_engine import EngineDeadError, RequestError
+from torchtpu.serve.errors import ApiError
+from torchtpu.serve.sampling import SamplingParams, best_of
+
+if TYPE_CHECKING:
+    from torchtpu.serve.server import OpenAIServer
+
+
+def _sse(chunk: dict | str) -> str:
+    return f"data: {chunk if isinstance(chunk, str) else json.dumps(chunk)}\n\n"
+
+
+@dataclass
+class Generation:
+    chat: bool
+    prompts: list[list[int]]
+    echo_texts: list[str] | None  # per prompt, when echo is on
+    params: SamplingParams
+    echo_only: bool  # max_tokens=0 with echo: the prompt is the whole answer
+    stream: bool
+    include_usage: bool
+    tool_choice: str | dict | None = None  # "auto" | "required" | a named choice (dict)
+    tool_parser: str | None = None  # for "auto"
+    tool_names: frozenset = frozenset()
+    parallel_tool_calls: bool | None = None
+
+    def tool_calls(self, text: str) -> tuple[str | None, list[dict]]:
+        """(content, calls) of one finished chat choice's text."""
+        if self.tool_choice is None:
+            return text, []
+        if self.tool_choice == "auto":
+            content, calls = tools.parse(self.tool_parser, text, set(self.tool_names))
+        else:
+            content, calls = None, tools.guided_calls(self.tool_choice, text)
+            if not calls:  # cut short before the JSON closed: the text is all there is
+                content = text
+        if self.parallel_tool_calls is False:
+            calls = calls[:1]
+        return content, calls
+
+    @property
+    def children(self) -> list[SamplingParams]:
+        return self.params.fork()
+
+    @classmethod
+    def prepare(cls, server: OpenAIServer, req) -> Generation:
+        engine, chat = server.engine, isinstance(req, protocol.ChatCompletionRequest)
+        tool_dicts = [t.model_dump(exclude_none=True) for t in (req.tools or [])] if chat else []
+        if chat:
+            prompts = [server.chat_prompt_ids(
+                protocol.chat_messages(req), req.add_generation_prompt,
+                req.continue_final_message, req.chat_template_kwargs, req.add_special_tokens,
+                tool_dicts)]
+            sources: list = [None]
+        else:
+            sources = protocol.completion_prompts(req)
+            try:
+                prompts = [engine.encode_prompt(p, req.add_special_tokens, server.tokenizer)
+                           for p in sources]
+            except ValueError as e:
+                raise ApiError(400, str(e), param="prompt") from None
+        if req.truncate_prompt_tokens is not None:
+            keep = engine.max_model_len if req.truncate_prompt_tokens == -1 \
+                else req.truncate_prompt_tokens
+            truncated = [ids[-keep:] for ids in prompts]
+            sources = [s if t == ids else None for s, t, ids in zip(sources, truncated, prompts)]
+            prompts = truncated
+        echo_texts = None
+        if not chat and req.echo:
+            echo_texts = [s if isinstance(s, str) else server.tokenizer.decode(ids)
+                          for s, ids in zip(sources, prompts)]
+        echo_only = False
+        if not chat and req.max_tokens == 0:
+            if not req.echo:
+                raise ApiError(400, "'max_tokens' must be at least 1 (0 is accepted only with "
+                                    "'echo': true, to return the prompt)", param="max_tokens")
+            echo_only = True
+        rest = engine.max_model_len - max(len(p) for p in prompts)
+        try:
+            params = protocol.sampling_params(
+                req, default_max_tokens=rest if chat else min(16, rest))
+            params.validate(engine.vocab_size)
+        except ValueError as e:
+            field = str(e).split(" ", 1)[0]
+            raise ApiError(400, str(e), param=field) from None
+        guided, guided_field = protocol.guided_decoding(req)
+        choice, parser = None, None
+        if tool_dicts and req.tool_choice != "none":
+            choice = req.tool_choice or "auto"
+            if not isinstance(choice, str):
+                choice = choice.model_dump()
+            if choice == "auto":
+                parser = tools.parser_for(server.tokenizer.chat_template or "")
+                if parser is None:
+                    raise ApiError(400, "'tool_choice' auto: no tool-call parser knows this "
+                                        "model's template (known: <tool_call> Hermes, Llama 3, "
+                                        "[TOOL_CALLS] Mistral); use 'required' or a named "
+                                        "function", param="tool_choice")
+            else:
+                if guided is not None:
+                    what = protocol.describe_tool_choice(req.tool_choice)
+                    raise ApiError(400, f"'tool_choice' {what} constrains the output, as does "
+                                        f"'{guided_field}'; give one of them",
+                                   param="tool_choice")
+                schema = tools.required_schema(tool_dicts, req.parallel_tool_calls is not False) \
+                    if choice == "required" else tools.named_schema(tool_dicts,
+                                                                     choice["function"]["name"])
+                guided, guided_field = GuidedDecoding("json", json.dumps(schema)), "tool_choice"
+                params.guided = guided
+        if guided is not None:  # compiled here, off the loop; the engine finds it cached
+            try:
+                engine.grammars().compile(guided)
+            except ValueError as e:
+                raise ApiError(400, f"'{guided_field}': {e}", param=guided_field) from None
+        if not echo_only:
+            for p in prompts:
+                try:
+                    engine.check_length(len(p), params.max_tokens)
+                except ValueError as e:
+                    raise ApiError(400, str(e), param="messages" if chat else "prompt") from None
+        opts = req.stream_options
+        gen = cls(chat, prompts, echo_texts, params, echo_only, req.stream,
+                  bool(opts and opts.include_usage), choice, parser,
+                  frozenset(t["function"]["name"] for t in tool_dicts),
+                  req.parallel_tool_calls if chat else None)
+        return gen
+
+
+def _streams(server: OpenAIServer, gen: Generation, rid: str) -> list[list]:
+    """Per prompt, the engine streams of its sequences (none for echo_only)."""
+    if gen.echo_only:
+        return [[] for _ in gen.prompts]
+    children = gen.children
+    return [[server.async_engine.generate(f"{rid}-{i}-{j}", ids, child)
+             for j, child in enumerate(children)] for i, ids in enumerate(gen.prompts)]
+
+
+async def _drain(stream) -> tuple[str, list, object]:
+    text, samples, last = "", [], None
+    async for out in stream:
+        text += out.new_text
+        samples.extend(out.new_logprobs)
+        last = out
+    return text, samples, last
+
+
+async def collect(server: OpenAIServer, gen: Generation, rid: str, public_id: str) -> dict:
+    """The whole response body; a failed sequence fails the request (and cancels, so
+    aborts, its other sequences)."""
+    tok, n = server.tokenizer, gen.params.n
+    per_prompt = _streams(server, gen, rid)
+    tasks = [[asyncio.ensure_future(_drain(s)) for s in seqs] for seqs in per_prompt]
+    flat = [t for ts in tasks for t in ts]
+    try:
+        if flat:
+            await asyncio.gather(*flat)
+    finally:
+        for t in flat:
+            t.cancel()
+        await asyncio.gather(*flat, return_exceptions=True)
+    choices, completion_tokens = [], 0
+    for i, ts in enumerate(tasks):
+        results = [t.result() for t in ts]
+        completion_tokens += sum(len(last.output_token_ids) for _, _, last in results)
+        if gen.params.best_of is not None:
+            keep = best_of([last.cumulative_logprob for _, _, last in results],
+                           [len(last.output_token_ids) for _, _, last in results], n)
+            results = [results[k] for k in keep]
+        if gen.echo_only:
+            results = [("", [], None)] * n
+        for j, (text, samples, last) in enumerate(results):
+            reason = last.finish_reason if last is not None else "length"
+            want_lp = gen.params.logprobs is not None
+            if gen.chat:
+                content, calls = gen.tool_calls(text)
+                message = {"role": "assistant", "content": content}
+                if calls:
+                    message["tool_calls"] = calls
+                    reason = "tool_calls" if reason == "stop" else reason
+                choices.append({"index": i * n + j, "message": message,
+                                "logprobs": responses.chat_logprobs(samples, tok)
+                                if want_lp else None, "finish_reason": reason})
+            else:
+                echo = gen.echo_texts[i] if gen.echo_texts else ""
+                choices.append({"index": i * n + j, "text": echo + text,
+                                "logprobs": responses.completion_logprobs(samples, tok, len(echo))
+                                if want_lp else None, "finish_reason": reason})
+    return {"id": public_id, "object": "chat.completion" if gen.chat else "text_completion",
+            "created": responses.now(), "model": server.engine.model_name, "choices": choices,
+            "usage": responses.usage(sum(len(p) for p in gen.prompts), completion_tokens)}
+
+
+async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
+                        public_id: str) -> AsyncIterator[str]:
+    kind = "chat.completion.chunk" if gen.chat else "text_completion"
+    tok, n, model = server.tokenizer, gen.params.n, server.engine.model_name
+    created = responses.now()
+
+    def chunk(choices: list) -> str:
+        body = {"id": public_id, "object": kind, "created": created, "model": model,
+                "choices": choices}
+        if gen.include_usage:
+            body["usage"] = None
+        return _sse(body)
+
+    merged: asyncio.Queue = asyncio.Queue()
+
+    async def pump(index: int, stream) -> None:
+        try:
+            async for out in stream:
+                await merged.put((index, out))
+        except Exception as e:  # noqa: BLE001 - reported to the client below
+            await merged.put((index, e))
+        finally:
+            await merged.put((index, None))
+
+    streams = [(i * n + j, s) for i, seqs in enumerate(_streams(server, gen, rid))
+               for j, s in enumerate(seqs)]
+    tasks = [asyncio.create_task(pump(index, s)) for index, s in streams]
+    indices = range(len(gen.prompts) * n)
+    completion_tokens, live = 0, len(streams)
+    offsets = {index: 0 for index in indices}
+    held: dict[int, str] = {}
+    try:
+        if gen.chat:
+            yield chunk([{"index": k, "delta": {"role": "assistant", "content": ""},
+                          "logprobs": None, "finish_reason": None} for k in indices])
+        elif gen.echo_texts:
+            for k in indices:
+                echo = gen.echo_texts[k // n]
+                offsets[k] = len(echo)
+                yield chunk([{"index": k, "text": echo, "logprobs": None,
+                              "finish_reason": "length" if gen.echo_only else None}])
+        while live:
+            k, out = await merged.get()
+            if out is None:
+                live -= 1
+                continue
+            if isinstance(out, Exception):
+                status = 503 if isinstance(out, EngineDeadError) else \
+                    out.status if isinstance(out, RequestError) else 500
+                yield _sse(ApiError(status, str(out)).body())
+                continue
+            if out.finished:
+                completion_tokens += len(out.output_token_ids)
+            if not out.new_text and not out.finished:
+                continue
+            reason = out.finish_reason if out.finished else None
+            want_lp = gen.params.logprobs is not None
+            if gen.chat and gen.tool_choice is not None:
+                # Whether the text is a tool call is known only at its end: it is held
+                # until then, and tool calls go out as OpenAI streams them.
+                held[k] = held.get(k, "") + out.new_text
+                if out.finished:
+                    for c in _tool_chunks(gen, k, held.pop(k), reason):
+                        yield chunk([c])
+                continue
+            if gen.chat:
+                choice = {"index": k, "delta": {"content": out.new_text},
+                          "logprobs": responses.chat_logprobs(out.new_logprobs, tok)
+                          if want_lp else None, "finish_reason": reason}
+            else:
+                choice = {"index": k, "text": out.new_text,
+                          "logprobs": responses.completion_logprobs(out.new_logprobs, tok,
+                                                                    offsets[k])
+                          if want_lp else None, "finish_reason": reason}
+            offsets[k] += len(out.new_text)
+            yield chunk([choice])
+        if gen.include_usage:
+            yield _sse({"id": public_id, "object": kind, "created": created, "model": model,
+                        "choices": [], "usage": responses.usage(
+                            sum(len(p) for p in gen.prompts), completion_tokens)})
+        yield _sse("[DONE]")
+    finally:
+        # A client that went away: cancelling a pump runs its stream's cleanup, which
+        # aborts the sequence in the engine and so frees its pages.
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _tool_chunks(gen: Generation, index: int, text: str, reason: str) -> list[dict]:
+    """The stream choices of one finished chat choice when tools may be called: content
+    (if any), then per call its id and name with empty arguments, then the arguments in
+    fragments, then the finish reason."""
+    content, calls = gen.tool_calls(text)
+    out = []
+    if content:
+        out.append({"index": index, "delta": {"content": content}, "logprobs": None,
+                    "finish_reason": None})
+    for j, call in enumerate(calls):
+        fn = call["function"]
+        out.append({"index": index, "logprobs": None, "finish_reason": None, "delta": {
+            "tool_calls": [{"index": j, "id": call["id"], "type": "function",
+                            "function": {"name": fn["name"], "arguments": ""}}]}})
+        args = fn["arguments"]
+        for start in range(0, len(args), 16):
+            out.append({"index": index, "logprobs": None, "finish_reason": None, "delta": {
+                "tool_calls": [{"index": j, "function": {"arguments": args[start:start + 16]}}]}})
+    if calls and reason == "stop":
+        reason = "tool_calls"
+    out.append({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason})
+    return out

@@ -1,0 +1,160 @@
+"""Structured output through xgrammar: a grammar (JSON schema, any JSON object, regex,
+choice, EBNF) constrains each step's tokens.
+
+``GrammarCache`` compiles grammars for one tokenizer and keeps them per (kind, spec):
+compiling is paid once per schema, and it is done on the server's tokenizer thread before
+the engine sees the request. ``GrammarState`` is one request's matcher: ``allowed()`` is
+the bool mask of tokens the grammar accepts next (applied by the request's sampler on the
+host logits row, so no xgrammar kernel runs), ``accept()`` advances it, ``done`` says the
+grammar reached its end (the engine then finishes the request as "stop"). JSON is compiled
+without free whitespace between tokens, so a bounded schema always terminates; and as
+xgrammar's JSON-schema grammar lets raw control characters into strings (which json.loads
+and RFC 8259 refuse), tokens that decode to one are masked for the JSON kinds: compact
+JSON has none anywhere.
+
+xgrammar's GrammarCompiler is thread-safe; a GrammarState belongs to one request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+KINDS = ("json", "json_object", "regex", "choice", "grammar")
+
+
+@dataclass(frozen=True)
+class GuidedDecoding:
+    """What the output must match. `spec`: a JSON schema as JSON text (json), nothing
+    (json_object), a regex, a JSON list of strings (choice), or an EBNF grammar."""
+    kind: Literal["json", "json_object", "regex", "choice", "grammar"]
+    spec: str = ""
+
+
+def available() -> bool:
+    try:
+        import xgrammar  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class GrammarCache:
+    def __init__(self, tokenizer, vocab_size: int, stop_token_ids: set[int],
+                 on_compile=None) -> None:
+        import xgrammar as xgr
+
+        self._xgr = xgr
+        self.vocab_size = vocab_size
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
+                                                  stop_token_ids=sorted(stop_token_ids))
+        self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=True)
+        self._tokenizer = tokenizer
+        self._control: torch.Tensor | None = None  # tokens with a control character
+        self._compiled: dict[GuidedDecoding, object] = {}
+        self._lock = threading.Lock()
+        self.num_compiles = 0
+        self.compile_seconds = 0.0
+        self._on_compile = on_compile  # called with each compile's seconds
+
+    def compile(self, guided: GuidedDecoding):
+        """The compiled grammar; ValueError naming what is wrong with the spec."""
+        with self._lock:
+            hit = self._compiled.get(guided)
+        if hit is not None:
+            return hit
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            compiled = self._compile(guided)
+        except (RuntimeError, ValueError, TypeError) as e:
+            # xgrammar's messages start with "[time] file.cc:line: "; keep what follows.
+            why = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(e).strip())
+            raise ValueError(f"serve: the {guided.kind} grammar does not compile: {why}") from None
+        seconds = time.perf_counter() - t0
+        with self._lock:
+            self.num_compiles += 1
+            self.compile_seconds += seconds
+            self._compiled[guided] = compiled
+        if self._on_compile is not None:
+            self._on_compile(seconds)
+        return compiled
+
+    def _compile(self, g: GuidedDecoding):
+        c = self._compiler
+        if g.kind == "json":
+            return c.compile_json_schema(g.spec, any_whitespace=False, strict_mode=True)
+        if g.kind == "json_object":
+            return c.compile_grammar(_JSON_OBJECT)
+        if g.kind == "regex":
+            return c.compile_regex(g.spec)
+        if g.kind == "choice":
+            choices = json.loads(g.spec)
+            return c.compile_grammar("root ::= " + " | ".join(json.dumps(s) for s in choices))
+        if g.kind == "grammar":
+            return c.compile_grammar(g.spec)
+        raise ValueError(f"unknown kind {g.kind!r} (expected one of {', '.join(KINDS)})")
+
+    def control_tokens(self) -> torch.Tensor:
+        """[vocab] bool: tokens whose text has a character below U+0020."""
+        with self._lock:
+            if self._control is None:
+                banned = torch.zeros(self.vocab_size, dtype=torch.bool)
+                for i in range(min(self.vocab_size, len(self._tokenizer))):
+                    text = self._tokenizer.decode([i])
+                    banned[i] = any(ord(c) < 0x20 for c in text)
+                self._control = banned
+            return self._control
+
+    def state(self, guided: GuidedDecoding) -> GrammarState:
+        banned = self.control_tokens() if guided.kind in ("json", "json_object") else None
+        return GrammarState(self._xgr, self.compile(guided), self.vocab_size, banned)
+
+
+class GrammarState:
+    def __init__(self, xgr, compiled, vocab_size: int,
+                 banned: torch.Tensor | None = None) -> None:
+        self._matcher = xgr.GrammarMatcher(compiled)
+        self._keep = None if banned is None else ~banned
+        self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        self.vocab_size = vocab_size
+
+    def allowed(self, vocab: int) -> torch.Tensor:
+        """[vocab] bool: the tokens the grammar accepts next."""
+        self._matcher.fill_next_token_bitmask(self._bitmask)
+        # Bit j of int32 word i is token 32 i + j: little-endian bytes, little bit order.
+        words = self._bitmask.numpy().astype("<i4", copy=False)
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little")
+        mask = torch.from_numpy(bits[: self.vocab_size]).bool()
+        if self._keep is not None:
+            mask &= self._keep
+        if vocab > self.vocab_size:
+            mask = torch.cat([mask, torch.zeros(vocab - self.vocab_size, dtype=torch.bool)])
+        return mask[:vocab]
+
+    def accept(self, token: int) -> bool:
+        return bool(self._matcher.accept_token(token))
+
+    @property
+    def done(self) -> bool:
+        return bool(self._matcher.is_terminated())
+
+
+# Any JSON object, compact (no free whitespace), so it ends once its braces close.
+_JSON_OBJECT = r'''
+root ::= object
+value ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ( string ":" value ( "," string ":" value )* )? "}"
+array ::= "[" ( value ( "," value )* )? "]"
+string ::= "\"" char* "\""
+char ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" hex hex hex hex )
+hex ::= [0-9a-fA-F]
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+'''

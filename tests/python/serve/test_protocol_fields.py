@@ -1,0 +1,433 @@
+"""Every field of the completions and chat request models is honoured (checked here by
+its effect on the output) or rejected with a 400 naming it; none is silently ignored.
+
+The test list is built from the models themselves, so a field added without a check here
+fails ``test_every_field_has_a_check``."""
+
+import json
+import re
+
+import httpx
+import pytest
+
+from torchtpu.serve.protocol import (INFORMATIONAL, ChatCompletionRequest, CompletionRequest,
+                                     Message, unsupported_fields)
+
+FORCED = 40  # a token id logit_bias can force
+
+
+class Endpoint:
+    def __init__(self, url: str, chat: bool, tokenizer) -> None:
+        self.url, self.chat, self.tok = url, chat, tokenizer
+        self.route = "/v1/chat/completions" if chat else "/v1/completions"
+        self.base = {"model": "tiny", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        if chat:
+            self.base["messages"] = [{"role": "user", "content": "Speak of the king."}]
+        else:
+            self.base["prompt"] = "To be, or not to be"
+
+    def post(self, **fields) -> httpx.Response:
+        body = {k: v for k, v in dict(self.base, **fields).items() if v is not None}
+        return httpx.post(self.url + self.route, content=json.dumps(body), timeout=60,
+                          headers={"content-type": "application/json"})
+
+    def ok(self, **fields) -> dict:
+        r = self.post(**fields)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def refused(self, param: str, **fields) -> None:
+        r = self.post(**fields)
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == param and param in err["message"], err
+
+    def texts(self, body: dict) -> list[str]:
+        return [c["message"]["content"] if self.chat else c["text"] for c in body["choices"]]
+
+    def text(self, **fields) -> str:
+        return self.texts(self.ok(**fields))[0]
+
+    def stream_text(self, **fields) -> tuple[str, list[dict]]:
+        body = dict(self.base, stream=True, **fields)
+        with httpx.stream("POST", self.url + self.route, json=body, timeout=60) as r:
+            chunks = [json.loads(line[6:]) for line in r.iter_lines()
+                      if line.startswith("data: ") and line != "data: [DONE]"]
+        piece = (lambda c: c["delta"].get("content") or "") if self.chat else \
+            (lambda c: c["text"])
+        return "".join(piece(c) for ch in chunks for c in ch["choices"]), chunks
+
+
+def _seeded_texts(e: Endpoint, **fields) -> list[str]:
+    return [e.text(temperature=1.5, seed=s, **fields) for s in range(4)]
+
+
+# --- checks: fn(endpoint) --------------------------------------------------------------
+def c_model(e):
+    e.ok(model="tiny")
+    assert e.post(model="other").status_code == 404
+
+
+def c_temperature(e):
+    greedy = e.text()
+    assert e.text(temperature=1e-30) == greedy
+    assert any(t != greedy for t in _seeded_texts(e))
+
+
+def c_top_p(e):
+    assert set(_seeded_texts(e, top_p=1e-9)) == {e.text()}
+
+
+def c_top_k(e):
+    assert set(_seeded_texts(e, top_k=1)) == {e.text()}
+
+
+def c_min_p(e):
+    assert set(_seeded_texts(e, min_p=1.0)) == {e.text()}
+
+
+def c_seed(e):
+    a = _seeded_texts(e)
+    assert a == _seeded_texts(e) and len(set(a)) > 1
+
+
+def c_n(e):
+    body = e.ok(n=3, temperature=1.5, seed=5)
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2]
+    assert len(set(e.texts(body))) > 1
+    assert body["usage"]["completion_tokens"] == 3 * 8
+
+
+def c_best_of(e):
+    # best_of=4 returns the sequence with the best mean logprob among the 4 that n=4 (same
+    # seed, so the same sequences) returns.
+    lp = {"logprobs": 0} if not e.chat else {"logprobs": True}
+    all4 = e.ok(n=4, temperature=1.5, seed=9, **lp)
+    def mean(c):
+        values = c["logprobs"]["token_logprobs"] if not e.chat else \
+            [t["logprob"] for t in c["logprobs"]["content"]]
+        return sum(values) / len(values)
+    best = max(all4["choices"], key=mean)
+    one = e.ok(n=1, best_of=4, temperature=1.5, seed=9)
+    assert len(one["choices"]) == 1
+    assert e.texts(one)[0] == e.texts({"choices": [best]})[0]
+    assert one["usage"]["completion_tokens"] == 4 * 8
+
+
+def c_stop(e):
+    full = e.text(max_tokens=16)
+    stop = full[3:5]
+    body = e.ok(max_tokens=16, stop=[stop], ignore_eos=False)
+    assert e.texts(body)[0] == full[:full.index(stop)]
+    assert body["choices"][0]["finish_reason"] == "stop"
+
+
+def c_include_stop_str_in_output(e):
+    full = e.text(max_tokens=16)
+    stop = full[3:5]
+    got = e.text(max_tokens=16, stop=stop, include_stop_str_in_output=True)
+    assert got == full[:full.index(stop) + len(stop)]
+
+
+def c_stream(e):
+    text, chunks = e.stream_text()
+    assert text == e.text() and len(chunks) > 1
+
+
+def c_stream_options(e):
+    _, chunks = e.stream_text(stream_options={"include_usage": True})
+    assert chunks[-1]["usage"]["completion_tokens"] == 8 and chunks[-1]["choices"] == []
+    _, chunks = e.stream_text(stream_options={"include_usage": False})
+    assert all("usage" not in c for c in chunks)
+
+
+def c_penalty(name):
+    def check(e):
+        assert e.text(max_tokens=16, **{name: 2.0}) != e.text(max_tokens=16)
+        e.refused(name, **{name: 2.5})
+    return check
+
+
+def c_logit_bias(e):
+    forced = e.tok.decode([FORCED])
+    assert e.text(logit_bias={str(FORCED): 100}) == forced * 8
+    e.refused("logit_bias", logit_bias={str(FORCED): 101})
+
+
+def c_informational(name, value):
+    def check(e):
+        assert e.text(**{name: value}) == e.text()
+    return check
+
+
+def c_stop_token_ids(e):
+    body = e.ok(logit_bias={str(FORCED): 100}, stop_token_ids=[FORCED], ignore_eos=False)
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"]["completion_tokens"] == 1 and e.texts(body) == [""]
+
+
+def c_ignore_eos(e):
+    eos = str(e.tok.eos_token_id)
+    stopped = e.ok(logit_bias={eos: 100}, ignore_eos=False)
+    assert stopped["usage"]["completion_tokens"] == 1
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+    kept = e.ok(logit_bias={eos: 100}, ignore_eos=True)
+    assert kept["usage"]["completion_tokens"] == 8
+    assert kept["choices"][0]["finish_reason"] == "length"
+
+
+def c_min_tokens(e):
+    body = e.ok(logit_bias={str(e.tok.eos_token_id): 100}, ignore_eos=False, min_tokens=3)
+    assert body["usage"]["completion_tokens"] == 4
+    assert body["choices"][0]["finish_reason"] == "stop"
+    e.refused("min_tokens", min_tokens=9)
+
+
+def c_skip_special_tokens(e):
+    special = e.tok.convert_tokens_to_ids("<|im_start|>")
+    bias = {str(special): 100}
+    assert e.text(logit_bias=bias, max_tokens=2) == ""
+    assert e.text(logit_bias=bias, max_tokens=2, skip_special_tokens=False) == \
+        "<|im_start|>" * 2
+
+
+def c_allowed_token_ids(e):
+    assert e.text(allowed_token_ids=[FORCED]) == e.tok.decode([FORCED]) * 8
+    e.refused("allowed_token_ids", allowed_token_ids=[10**7])
+
+
+def c_truncate_prompt_tokens(e):
+    assert e.ok(truncate_prompt_tokens=3)["usage"]["prompt_tokens"] == 3
+    full = e.ok()["usage"]["prompt_tokens"]
+    assert e.ok(truncate_prompt_tokens=-1)["usage"]["prompt_tokens"] == full
+
+
+def c_add_special_tokens(e):
+    # The tiny tokenizer adds no special tokens, so both settings count the same ids as
+    # the tokenizer does with that setting.
+    text = "To be, or not to be" if not e.chat else e.tok.apply_chat_template(
+        e.base["messages"], add_generation_prompt=True, tokenize=False)
+    for flag in (True, False):
+        want = len(e.tok.encode(text, add_special_tokens=flag))
+        assert e.ok(add_special_tokens=flag)["usage"]["prompt_tokens"] == want
+
+
+def c_request_id(e):
+    body = e.ok(request_id="abc-1")
+    assert body["id"] == ("chatcmpl-abc-1" if e.chat else "cmpl-abc-1")
+
+
+def c_prompt(e):
+    short, long = e.ok(prompt="A"), e.ok(prompt="A much longer prompt than that")
+    assert short["usage"]["prompt_tokens"] < long["usage"]["prompt_tokens"]
+    assert len(e.ok(prompt=["A", "B"])["choices"]) == 2
+    assert e.ok(prompt=[5, 6, 7])["usage"]["prompt_tokens"] == 3
+    assert len(e.ok(prompt=[[5, 6], [7]])["choices"]) == 2
+
+
+def c_max_tokens(e):
+    assert e.ok(max_tokens=3)["usage"]["completion_tokens"] == 3
+
+
+def c_echo(e):
+    assert e.text(echo=True) == "To be, or not to be" + e.text()
+    body = e.ok(echo=True, max_tokens=0)
+    assert e.texts(body) == ["To be, or not to be"] and body["usage"]["completion_tokens"] == 0
+
+
+def c_logprobs_completion(e):
+    lp = e.ok(logprobs=2)["choices"][0]["logprobs"]
+    assert len(lp["token_logprobs"]) == 8 and all(len(t) == 2 for t in lp["top_logprobs"])
+    assert e.ok()["choices"][0]["logprobs"] is None
+
+
+def c_messages(e):
+    a = e.ok(messages=[{"role": "user", "content": "Hi"}])["usage"]["prompt_tokens"]
+    b = e.ok(messages=[{"role": "user", "content": "Hi there, my good lord"}])
+    assert a < b["usage"]["prompt_tokens"]
+    parts = [{"type": "text", "text": "Speak of "}, {"type": "text", "text": "the king."}]
+    assert e.text(messages=[{"role": "user", "content": parts}]) == e.text()
+
+
+def c_max_completion_tokens(e):
+    assert e.ok(max_completion_tokens=3)["usage"]["completion_tokens"] == 3
+    assert e.ok(max_completion_tokens=3, max_tokens=5)["usage"]["completion_tokens"] == 3
+
+
+def c_chat_max_tokens(e):
+    assert e.ok(max_tokens=5)["usage"]["completion_tokens"] == 5
+
+
+def c_chat_logprobs(e):
+    lp = e.ok(logprobs=True)["choices"][0]["logprobs"]["content"]
+    assert len(lp) == 8 and all(t["top_logprobs"] == [] for t in lp)
+    assert e.ok()["choices"][0]["logprobs"] is None
+
+
+def c_top_logprobs(e):
+    lp = e.ok(logprobs=True, top_logprobs=2)["choices"][0]["logprobs"]["content"]
+    assert all(len(t["top_logprobs"]) == 2 for t in lp)
+    e.refused("top_logprobs", top_logprobs=2)
+
+
+def c_allowed_values(name, good, bad):
+    def check(e):
+        assert e.text(**{name: good}) == e.text()
+        e.refused(name, **{name: bad})
+    return check
+
+
+def c_add_generation_prompt(e):
+    with_prompt = e.ok()["usage"]["prompt_tokens"]
+    assert e.ok(add_generation_prompt=False)["usage"]["prompt_tokens"] < with_prompt
+
+
+def c_continue_final_message(e):
+    msgs = e.base["messages"] + [{"role": "assistant", "content": "Once upon"}]
+    closed = e.ok(messages=msgs, add_generation_prompt=False)["usage"]["prompt_tokens"]
+    body = e.ok(messages=msgs, add_generation_prompt=False, continue_final_message=True)
+    assert body["usage"]["prompt_tokens"] < closed  # the last turn is left open
+
+
+def c_chat_template_kwargs(e):
+    # The tiny model's template reads no extra variables; reserved names are refused.
+    assert e.text(chat_template_kwargs={"enable_thinking": False}) == e.text()
+    e.refused("chat_template_kwargs", chat_template_kwargs={"tokenize": True})
+
+
+def c_message_role(e):
+    user = e.ok()["usage"]["prompt_tokens"]
+    system = e.ok(messages=[{"role": "system", "content": "Speak of the king."}])
+    assert system["usage"]["prompt_tokens"] != user
+
+
+def c_message_name(e):
+    # Passed to the chat template; the tiny model's template does not render it.
+    msgs = [{"role": "user", "content": "Speak of the king.", "name": "Hal"}]
+    assert e.text(messages=msgs) == e.text()
+
+
+def c_response_format(e):
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    text = e.text(temperature=1.5, seed=1, max_tokens=30, response_format={
+        "type": "json_schema", "json_schema": {"name": "r", "schema": schema}})
+    assert json.loads(text) in ({"ok": True}, {"ok": False})
+    assert e.text(response_format={"type": "text"}) == e.text()
+    e.refused("response_format", response_format={"type": "bogus"})
+
+
+def c_guided(name, spec, check):
+    def run(e):
+        for seed in range(3):
+            assert check(e.text(temperature=1.5, seed=seed, max_tokens=30, **{name: spec}))
+    return run
+
+
+def c_guided_decoding_backend(e):
+    assert e.text(guided_choice=["a b"], guided_decoding_backend="xgrammar") == "a b"
+    e.refused("guided_decoding_backend", guided_decoding_backend="outlines")
+
+
+# The tool fields on this server: its ChatML template renders no tools, so they are refused
+# (test_tool_calling.py checks what they do on a model whose template renders them).
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+def c_tools(e):
+    r = e.post(tools=[TOOL])
+    assert r.status_code == 400 and "does not render tools" in r.json()["error"]["message"]
+
+
+def c_tool_choice(e):
+    assert e.text(tool_choice="none") == e.text()
+    e.refused("tool_choice", tool_choice="required")
+
+
+def c_parallel_tool_calls(e):
+    e.refused("parallel_tool_calls", parallel_tool_calls=False)
+
+
+def c_message_tool_calls(e):
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs = e.base["messages"] + [{"role": "assistant", "tool_calls": [call]},
+                                 {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    r = e.post(messages=msgs)
+    assert r.status_code == 400 and "tool_calls" in r.json()["error"]["message"]
+
+
+def c_message_tool_call_id(e):
+    # Passed to the chat template; the tiny model's template does not render it.
+    msgs = e.base["messages"] + [{"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    plain = e.base["messages"] + [{"role": "tool", "content": "ok"}]
+    assert e.text(messages=msgs) == e.text(messages=plain)
+
+
+def c_unsupported(name):
+    def check(e):
+        e.refused(name, **{name: "unsupported-value"})
+    return check
+
+
+SHARED = {
+    "model": c_model, "temperature": c_temperature, "top_p": c_top_p, "n": c_n,
+    "best_of": c_best_of, "seed": c_seed, "stop": c_stop, "stream": c_stream,
+    "stream_options": c_stream_options,
+    "presence_penalty": c_penalty("presence_penalty"),
+    "frequency_penalty": c_penalty("frequency_penalty"),
+    "repetition_penalty": c_penalty("repetition_penalty"), "logit_bias": c_logit_bias,
+    "top_k": c_top_k, "min_p": c_min_p, "stop_token_ids": c_stop_token_ids,
+    "include_stop_str_in_output": c_include_stop_str_in_output, "ignore_eos": c_ignore_eos,
+    "min_tokens": c_min_tokens, "skip_special_tokens": c_skip_special_tokens,
+    "allowed_token_ids": c_allowed_token_ids, "truncate_prompt_tokens": c_truncate_prompt_tokens,
+    "request_id": c_request_id, "response_format": c_response_format,
+    "guided_json": c_guided("guided_json", {"enum": ["x", 2]},
+                            lambda t: json.loads(t) in ("x", 2)),
+    "guided_regex": c_guided("guided_regex", "[0-9]{4}", lambda t: re.fullmatch("[0-9]{4}", t)),
+    "guided_choice": c_guided("guided_choice", ["north", "south"],
+                              lambda t: t in ("north", "south")),
+    "guided_grammar": c_guided("guided_grammar", 'root ::= "ab"+',
+                               lambda t: re.fullmatch("(ab)+", t)),
+    "guided_decoding_backend": c_guided_decoding_backend,
+}
+COMPLETION = dict(SHARED, prompt=c_prompt, max_tokens=c_max_tokens, echo=c_echo,
+                  logprobs=c_logprobs_completion, add_special_tokens=c_add_special_tokens)
+CHAT = dict(SHARED, messages=c_messages, max_completion_tokens=c_max_completion_tokens,
+            max_tokens=c_chat_max_tokens, logprobs=c_chat_logprobs, top_logprobs=c_top_logprobs,
+            store=c_allowed_values("store", False, True),
+            service_tier=c_allowed_values("service_tier", "auto", "flex"),
+            modalities=c_allowed_values("modalities", ["text"], ["audio"]),
+            add_generation_prompt=c_add_generation_prompt,
+            continue_final_message=c_continue_final_message,
+            chat_template_kwargs=c_chat_template_kwargs, add_special_tokens=c_add_special_tokens,
+            tools=c_tools, tool_choice=c_tool_choice, parallel_tool_calls=c_parallel_tool_calls)
+INFO_VALUES = {"user": "u-1", "metadata": {"k": "v"}, "prompt_cache_key": "k",
+               "safety_identifier": "s"}
+MESSAGE = {"role": c_message_role, "content": c_messages, "name": c_message_name,
+           "tool_calls": c_message_tool_calls, "tool_call_id": c_message_tool_call_id}
+
+
+def _check_for(model, name):
+    if model is Message:
+        return MESSAGE.get(name)
+    if name in unsupported_fields(model):
+        return c_unsupported(name)
+    if name in INFORMATIONAL:
+        return c_informational(name, INFO_VALUES[name])
+    return (CHAT if model is ChatCompletionRequest else COMPLETION).get(name)
+
+
+FIELDS = [(m, name) for m in (CompletionRequest, ChatCompletionRequest, Message)
+          for name in m.model_fields]
+
+
+def test_every_field_has_a_check():
+    missing = [f"{m.__name__}.{name}" for m, name in FIELDS if _check_for(m, name) is None]
+    assert not missing, f"fields with no behavioural check or rejection: {missing}"
+
+
+@pytest.mark.parametrize("model,name", FIELDS, ids=[f"{m.__name__}.{n}" for m, n in FIELDS])
+def test_field_is_honoured_or_rejected(served, model, name):
+    check = _check_for(model, name)
+    assert check is not None, f"{model.__name__}.{name} has no check"
+    check(Endpoint(served.url, model is not CompletionRequest, served.app.tokenizer))

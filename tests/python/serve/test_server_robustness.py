@@ -1,0 +1,236 @@
+"""No single request harms the server: each hostile or extreme request gets a correct answer
+or an error in OpenAI's shape (never a 5xx), and afterwards a greedy request returns the
+same text as before it."""
+
+import json
+import math
+import time
+
+import httpx
+import pytest
+
+GREEDY = {"model": "tiny", "prompt": "To be, or not to be", "max_tokens": 6, "temperature": 0}
+
+
+def _post(url: str, body: dict | None = None, raw: bytes | None = None,
+          route: str = "/v1/completions") -> httpx.Response:
+    # json.dumps writes NaN and Infinity, which httpx's encoder refuses to send.
+    content = raw if raw is not None else json.dumps(body).encode()
+    return httpx.post(url + route, content=content, timeout=60,
+                      headers={"content-type": "application/json"})
+
+
+def _is_openai_error(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == status
+    return err
+
+
+@pytest.fixture(scope="module")
+def url(served):
+    return served.url
+
+
+@pytest.fixture(scope="module")
+def greedy_text(url):
+    r = _post(url, GREEDY)
+    assert r.status_code == 200
+    return r.json()["choices"][0]["text"]
+
+
+def _still_serves(url: str, greedy_text: str) -> None:
+    r = _post(url, GREEDY)
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == greedy_text
+    assert httpx.get(url + "/health").status_code == 200
+
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Speak"}], "max_tokens": 4}
+
+
+@pytest.mark.parametrize("route,body,param", [
+    ("/v1/completions", dict(GREEDY, seed=2**64), "seed"),
+    ("/v1/completions", dict(GREEDY, stop_token_ids=[2**70]), "stop_token_ids"),
+    ("/v1/completions", dict(GREEDY, stop_token_ids=[10**6]), "stop_token_ids"),
+    ("/v1/completions", dict(GREEDY, prompt=[2**70]), "prompt"),
+    ("/v1/completions", dict(GREEDY, logit_bias={"99999999": 5}), "logit_bias"),
+    ("/v1/completions", dict(GREEDY, logit_bias={"x": 5}), "logit_bias"),
+    ("/v1/completions", dict(GREEDY, max_tokens=0), "max_tokens"),
+    ("/v1/completions", dict(GREEDY, suffix="!"), "suffix"),
+    ("/v1/completions", dict(GREEDY, echo=True, logprobs=1), "echo"),
+    ("/v1/completions", dict(GREEDY, n=2, best_of=1), "best_of"),
+    ("/v1/completions", dict(GREEDY, best_of=2, stream=True), "best_of"),
+    ("/v1/completions", dict(GREEDY, min_tokens=7), "min_tokens"),
+    ("/v1/completions", dict(GREEDY, response_format={"type": "bogus"}), "response_format"),
+    ("/v1/completions", dict(GREEDY, guided_json={"type": "bogus"}), "guided_json"),
+    ("/v1/completions", dict(GREEDY, guided_regex="(a"), "guided_regex"),
+    ("/v1/completions", dict(GREEDY, guided_regex="a", guided_choice=["b"]), "guided_choice"),
+    ("/v1/completions", dict(GREEDY, guided_whitespace_pattern=" "), "guided_whitespace_pattern"),
+    ("/v1/chat/completions", dict(CHAT, max_completion_tokens=0), "max_completion_tokens"),
+    ("/v1/chat/completions", dict(CHAT, response_format={"type": "json_schema"}),
+     "response_format"),
+    ("/v1/chat/completions", dict(CHAT, tools=[{"type": "function", "function": {
+        "name": "f", "parameters": {}}}]), "tools"),
+    ("/v1/chat/completions", dict(CHAT, tools=[{"type": "function", "function": {
+        "name": "bad name!"}}]), "tools"),
+    ("/v1/chat/completions", dict(CHAT, functions=[{"name": "f"}]), "functions"),
+    ("/v1/chat/completions", dict(CHAT, tool_choice="required"), "tool_choice"),
+    ("/v1/chat/completions", dict(CHAT, chat_template_kwargs={"tokenize": True}),
+     "chat_template_kwargs"),
+    ("/v1/chat/completions", dict(CHAT, messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "x"}}]}]), "messages"),
+])
+def test_bad_request_is_a_400_naming_the_field(url, greedy_text, route, body, param):
+    err = _is_openai_error(_post(url, body, route=route), 400)
+    assert err["param"] == param and param.split(".")[0] in err["message"]
+    _still_serves(url, greedy_text)
+
+
+def test_tiny_temperature_is_greedy(url, greedy_text):
+    for t in (1e-40, 5e-324, 1e-6):
+        r = _post(url, dict(GREEDY, temperature=t))
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == greedy_text
+
+
+@pytest.mark.parametrize("raw,match", [
+    (b'{"model": "tiny", "prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}", "too deeply"),
+    (b'{"model": "tiny", "prompt": "\\ud800"}', "surrogate"),
+    (b'{"model": "tiny", "prompt": "a\\udc00b"}', "surrogate"),
+    (b'{"model": "tiny", "prompt": "\xff\xfe"}', "not valid JSON"),
+    (b'{"model": "tiny", "prompt": "x", "temperature": NaN}', "temperature"),
+    (b'{"model": "tiny", "prompt": "x", "top_p": Infinity}', "top_p"),
+    (b"[1, 2]", "must be a JSON object"),
+    (b"", "not valid JSON"),
+])
+def test_malformed_bodies_are_400(url, greedy_text, raw, match):
+    err = _is_openai_error(_post(url, raw=raw), 400)
+    assert match in err["message"]
+    _still_serves(url, greedy_text)
+
+
+def test_oversized_body_is_413_without_stalling_the_loop(url, greedy_text):
+    t0 = time.perf_counter()
+    err = _is_openai_error(_post(url, raw=b'{"prompt": "' + b"a" * (5 << 20) + b'"}'), 413)
+    assert "limit" in err["message"]
+    assert time.perf_counter() - t0 < 5
+
+    def chunks():  # no content-length: the limit is counted while reading
+        yield b'{"prompt": "'
+        for _ in range(80):
+            yield b"a" * (64 << 10)
+        yield b'"}'
+    r = httpx.post(url + "/v1/completions", content=chunks(), timeout=60)
+    _is_openai_error(r, 413)
+    _still_serves(url, greedy_text)
+
+
+def test_routes_and_methods_errors_have_openai_shape(url):
+    assert "routes" in _is_openai_error(httpx.get(url + "/v2/nothing"), 404)["message"]
+    _is_openai_error(httpx.get(url + "/v1/completions"), 405)
+    _is_openai_error(httpx.get(url + "/v1/models/other"), 404)
+    _is_openai_error(httpx.delete(url + "/health"), 405)
+
+
+def test_health_body_is_empty_and_tokens_stay_private(url):
+    r = httpx.get(url + "/health")
+    assert r.status_code == 200 and r.content == b""
+
+
+def test_long_prompt_tokenizes_off_the_event_loop(served, url):
+    # A 2 MB prompt takes the tokenizer a while; /health must answer meanwhile, much
+    # faster than the tokenization itself (so it did not wait for it).
+    import threading
+
+    prompt = "the king " * 230_000
+    t0 = time.perf_counter()
+    served.app.tokenizer.encode(prompt)
+    encode_s = time.perf_counter() - t0
+    if encode_s < 0.4:
+        pytest.skip(f"tokenizing took {encode_s:.2f} s: too fast to tell a stall from none")
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=_post(url, dict(GREEDY, prompt=prompt))))
+    t.start()
+    latencies = []
+    while t.is_alive():
+        t0 = time.perf_counter()
+        assert httpx.get(url + "/health", timeout=30).status_code == 200
+        latencies.append(time.perf_counter() - t0)
+        time.sleep(0.02)
+    t.join()
+    assert "maximum context length" in _is_openai_error(result["r"], 400)["message"]
+    assert len(latencies) >= 2 and max(latencies) < encode_s / 2, (latencies, encode_s)
+
+
+def test_client_disconnect_aborts_a_non_streaming_request(served, url):
+    engine = served.app.engine
+    # 32 sequences of 250 tokens, 4 at a time: seconds of work for the tiny model.
+    body = dict(GREEDY, max_tokens=250, ignore_eos=True, prompt="O", n=32)
+    before = _aborted(url)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url + "/v1/completions", json=body, timeout=0.3)
+    t0 = time.time()
+    while engine.has_unfinished() and time.time() - t0 < 30:
+        time.sleep(0.02)
+    assert not engine.has_unfinished()
+    assert _aborted(url) - before >= 16
+
+
+def _aborted(url: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith("vllm:request_success_total{") and 'finished_reason="abort"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+# --- every numeric field over the extremes ---------------------------------------------
+EXTREMES = [0, -1, 1e-40, 1e300, 2**63, 2**64, -(2**64), math.nan, math.inf, -math.inf]
+COMPLETION_FIELDS = {
+    "max_tokens": lambda v: {"max_tokens": v},
+    "temperature": lambda v: {"temperature": v},
+    "top_p": lambda v: {"top_p": v},
+    "top_k": lambda v: {"top_k": v, "temperature": 1.0},
+    "min_p": lambda v: {"min_p": v, "temperature": 1.0},
+    "seed": lambda v: {"seed": v, "temperature": 1.0},
+    "n": lambda v: {"n": v},
+    "best_of": lambda v: {"best_of": v},
+    "presence_penalty": lambda v: {"presence_penalty": v},
+    "frequency_penalty": lambda v: {"frequency_penalty": v},
+    "repetition_penalty": lambda v: {"repetition_penalty": v},
+    "logprobs": lambda v: {"logprobs": v},
+    "min_tokens": lambda v: {"min_tokens": v},
+    "truncate_prompt_tokens": lambda v: {"truncate_prompt_tokens": v},
+    "logit_bias": lambda v: {"logit_bias": {"5": v}},
+    "logit_bias_key": lambda v: {"logit_bias": {str(v): 1}},
+    "stop_token_ids": lambda v: {"stop_token_ids": [v]},
+    "allowed_token_ids": lambda v: {"allowed_token_ids": [v]},
+    "prompt": lambda v: {"prompt": [v]},
+}
+CHAT_FIELDS = {
+    "max_completion_tokens": lambda v: {"max_completion_tokens": v},
+    "max_tokens": lambda v: {"max_tokens": v},
+    "top_logprobs": lambda v: {"logprobs": True, "top_logprobs": v},
+    "temperature": lambda v: {"temperature": v},
+    "seed": lambda v: {"seed": v},
+}
+
+
+@pytest.mark.parametrize("route,fields", [("/v1/completions", COMPLETION_FIELDS),
+                                          ("/v1/chat/completions", CHAT_FIELDS)])
+def test_numeric_fields_at_extremes_never_break_the_engine(url, greedy_text, route, fields):
+    base = GREEDY if route == "/v1/completions" else dict(CHAT, temperature=0)
+    outcomes = {}
+    for name, make in fields.items():
+        for v in EXTREMES:
+            r = _post(url, dict(base, **make(v)), route=route)
+            assert r.status_code in (200, 400), (name, v, r.text)
+            if r.status_code == 400:
+                err = _is_openai_error(r, 400)
+                assert err["param"] == name.removesuffix("_key") or name == "top_logprobs", \
+                    (name, v, err)
+            outcomes[(name, repr(v))] = r.status_code
+            _still_serves(url, greedy_text)
+    # The in-range values among the extremes are served, not refused.
+    for name in ("temperature", "seed"):
+        assert outcomes[(name, "0")] == 200
+    assert outcomes[("seed", "-1")] == 200
+    assert all(outcomes[(name, "nan")] == 400 for name in fields if name != "logit_bias_key")
