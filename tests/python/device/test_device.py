@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 import torch
 
 import torchtpu
-
-REPO_PYTHON = os.path.join(os.path.dirname(__file__), "..", "..", "..", "python")
-
-
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = os.path.abspath(REPO_PYTHON) + os.pathsep + full_env.get(
-        "PYTHONPATH", "")
-    full_env.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
-                          capture_output=True, text=True, timeout=120)
+from _subprocess import run_python
 
 
 def test_is_available_and_count() -> None:

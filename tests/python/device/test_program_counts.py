@@ -9,30 +9,15 @@ both are what a cold process pays.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import torch
 
 import torchtpu
-
-REPO_PYTHON = os.path.join(os.path.dirname(__file__), "..", "..", "..", "python")
+from _subprocess import run_python
 
 
 def programs_loaded() -> int:
     m = torchtpu.debug.metrics()
     return m.get("num_compiles", 0) + m.get("num_compile_cache_hits_disk", 0)
-
-
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = os.path.abspath(REPO_PYTHON) + os.pathsep + full_env.get(
-        "PYTHONPATH", "")
-    full_env.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
-                          capture_output=True, text=True, timeout=240)
 
 
 def test_100k_distinct_element_reads_compile_a_handful_of_programs() -> None:
@@ -87,7 +72,7 @@ def test_the_executable_cache_is_bounded_and_counts_evictions() -> None:
         assert again == outs == [float(n * (n - 1)) for n in range(1, 41)]
         print("ok")
         """,
-        TORCHTPU_EXECUTABLE_CACHE_SIZE="16", TORCHTPU_CACHE_DIR="off")
+        timeout=240, TORCHTPU_EXECUTABLE_CACHE_SIZE="16", TORCHTPU_CACHE_DIR="off")
     assert r.returncode == 0, r.stderr
     assert "ok" in r.stdout
 
