@@ -1,1 +1,2 @@
-"""Test helpers shipped with the package (the OpInfo coverage harness)."""
+"""Test helpers shipped with the package: the OpInfo coverage harness, seeded random JSON
+schemas for structured-output checks."""

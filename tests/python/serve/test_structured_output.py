@@ -6,11 +6,12 @@ per schema."""
 
 import concurrent.futures as cf
 import json
-import random
 import re
 
 import httpx
 import pytest
+
+from torchtpu.testing.json_schemas import object_schema
 
 pytest.importorskip("xgrammar", reason="xgrammar is not installed (scripts/setup.sh does)")
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed")
@@ -22,42 +23,9 @@ def _post(url, body, route="/v1/completions"):
     return r.json()
 
 
-def _schema(rng: random.Random, depth: int = 0) -> dict:
-    kinds = ["boolean", "enum", "integer", "number", "string", "null"]
-    if depth < 2:
-        kinds += ["object", "array"]
-    kind = rng.choice(kinds)
-    if kind == "enum":
-        return {"enum": rng.sample(["red", "green", "blue", "x y", "\u00e9t\u00e9", "1"],
-                                   rng.randint(1, 4))}
-    if kind == "integer":
-        lo = rng.randint(-50, 50)
-        return {"type": "integer", "minimum": lo, "maximum": lo + rng.randint(0, 100)}
-    if kind == "number":
-        return {"type": "number", "minimum": -10, "maximum": 10}
-    if kind == "string":
-        return {"type": "string", "maxLength": rng.randint(0, 6)}
-    if kind == "array":
-        n = rng.randint(0, 2)
-        return {"type": "array", "items": _schema(rng, depth + 1), "minItems": n,
-                "maxItems": n + rng.randint(0, 2)}
-    if kind == "object":
-        props = {f"k{i}": _schema(rng, depth + 1) for i in range(rng.randint(1, 3))}
-        return {"type": "object", "properties": props, "additionalProperties": False,
-                "required": rng.sample(sorted(props), rng.randint(0, len(props)))}
-    return {"type": kind}
-
-
-def _object_schema(seed: int) -> dict:
-    rng = random.Random(seed)
-    props = {f"f{i}": _schema(rng) for i in range(rng.randint(1, 4))}
-    return {"type": "object", "properties": props, "additionalProperties": False,
-            "required": sorted(props)}
-
-
 def test_100_random_json_schemas_validate(served):
     def run(seed):
-        schema = _object_schema(seed)
+        schema = object_schema(seed)
         body = {"prompt": "Answer in JSON:", "max_tokens": 200, "temperature": 1.0,
                 "seed": seed}
         if seed % 2:
