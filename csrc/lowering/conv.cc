@@ -165,7 +165,13 @@ Result lower_convolution_backward(LoweringContext& c) {
   std::vector<std::optional<Value>> grads(3);
   if (mask_arg.ints[0]) {
     if (transposed) {
-      grads[0] = conv_forward(b, gy, w, p, x.dtype());
+      // The forward's output_padding added trailing positions no input reaches: a forward
+      // convolution of the gradient yields a window past the input there; cut it off.
+      Value g = conv_forward(b, gy, w, p, x.dtype());
+      if (g.dims() != x.dims()) {
+        g = b.slice(g, Dims(g.rank(), 0), x.dims(), Dims(g.rank(), 1));
+      }
+      grads[0] = g;
     } else {
       // output_padding recovers the input positions the forward strides skipped.
       ConvParams q = p;

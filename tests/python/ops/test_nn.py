@@ -219,3 +219,27 @@ def test_interpolate_float64(mode: str, shape, align_corners: bool) -> None:
     assert got.dtype == torch.float64
     torch.testing.assert_close(got.cpu(), f(x), rtol=1e-12, atol=1e-12)
     assert torchtpu.debug.metrics()["fallback_ops"] == before
+
+
+# A transposed convolution's output_padding adds trailing positions no input reaches; the
+# input gradient is cut back to the input's size (it was a window too large, and the op
+# ran on the CPU).
+@pytest.mark.parametrize("dims,kw", [
+    (2, dict(stride=(3, 2), padding=(1, 2), output_padding=(2, 1), groups=2, dilation=(4, 4))),
+    (1, dict(stride=2, padding=1, output_padding=1)),
+    (3, dict(stride=2, padding=2, output_padding=1)),
+])
+def test_conv_transpose_backward_with_output_padding(dims: int, kw: dict) -> None:
+    conv = {1: torch.nn.functional.conv_transpose1d, 2: torch.nn.functional.conv_transpose2d,
+            3: torch.nn.functional.conv_transpose3d}[dims]
+    groups = kw.get("groups", 1)
+    x = torch.randn(2, 2 * groups, *([5] * dims), requires_grad=True)
+    w = torch.randn(2 * groups, 3, *([3] * dims), requires_grad=True)
+    conv(x, w, **kw).square().sum().backward()
+    xd = x.detach().to("tpu").requires_grad_()
+    wd = w.detach().to("tpu").requires_grad_()
+    before = dict(torchtpu.debug.metrics()["fallback_ops"])
+    conv(xd, wd, **kw).square().sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(wd.grad.cpu(), w.grad, rtol=1e-4, atol=1e-4)
+    assert torchtpu.debug.metrics()["fallback_ops"] == before
