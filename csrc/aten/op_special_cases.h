@@ -34,9 +34,10 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
 // Runs after expand_index_masks; a no-op for other ops.
 void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> args);
 
-// For ops without a meta kernel (convolution_overrideable and its backward), replaces the
-// meta arguments on `meta_stack` by the op's meta results computed from an equivalent op.
-// Returns false for every other op.
+// For ops without a meta kernel (convolution_overrideable and its backward, the fused RNN
+// cells), replaces the meta arguments on `meta_stack` by the op's meta results (computed
+// from an equivalent op, or from the CUDA kernel's shapes). Returns false for every other
+// op; raises PyTorch-style errors for arguments the real kernel would reject.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 
 // Checks that PyTorch's CPU kernels make and their meta kernels do not (multinomial's
