@@ -107,6 +107,11 @@ void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> 
               " cannot be broadcast to indexing result of shape ", result.sizes());
 }
 
+bool writes_unreturned_args(const std::string& name) {
+  return name == "aten::_amp_foreach_non_finite_check_and_unscale_" ||
+         name == "aten::_amp_update_scale_";
+}
+
 namespace {
 
 // The fused RNN cells have CUDA kernels only. _thnn_fused_gru_cell has no meta kernel and
@@ -235,12 +240,25 @@ void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::
 }
 
 // Argument checks the CPU kernels make and the meta kernels do not: multinomial's (its
-// meta kernel checks only the rank) and uniform's range. Same messages as the CPU.
+// meta kernel checks only the rank), uniform's range, _amp_update_scale_'s dtypes and
+// sizes. Same messages as the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
   if (name == "aten::uniform_" || name == "aten::uniform" || name == "aten::uniform.out") {
     double from = args[1].toDouble(), to = args[2].toDouble();
     TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=",
                 from, " > to=", to);
+    return;
+  }
+  if (name == "aten::_amp_update_scale_") {  // the CPU kernel's checks; the meta has none
+    const at::Tensor& scale = args[0].toTensor();
+    const at::Tensor& tracker = args[1].toTensor();
+    const at::Tensor& found_inf = args[2].toTensor();
+    TORCH_CHECK(tracker.numel() == 1, "growth_tracker must be a 1-element tensor.");
+    TORCH_CHECK(scale.numel() == 1, "current_scale must be a 1-element tensor.");
+    TORCH_CHECK(found_inf.numel() == 1, "found_inf must be a 1-element tensor.");
+    TORCH_CHECK(tracker.scalar_type() == at::kInt, "growth_tracker must be an int tensor.");
+    TORCH_CHECK(scale.scalar_type() == at::kFloat, "current_scale must be a float tensor.");
+    TORCH_CHECK(found_inf.scalar_type() == at::kFloat, "found_inf must be a float tensor.");
     return;
   }
   if (name != "aten::multinomial" && name != "aten::multinomial.out") return;
