@@ -34,6 +34,7 @@ void ensure_registered() {
     register_index_reduce_lowerings();
     register_rnn_lowerings();
     register_amp_lowerings();
+    register_embedding_bag_lowerings();
     register_host_kernel_call_lowerings();
     register_foreach_lowerings();
     register_graph_lowerings();
