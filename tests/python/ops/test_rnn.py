@@ -196,3 +196,23 @@ def test_gru_cell_bad_shapes_raise() -> None:
     with pytest.raises(RuntimeError, match="workspace of shape"):
         torch.ops.aten._thnn_fused_gru_cell_backward(torch.zeros(2, 3, device="tpu"),
                                                      torch.zeros(2, 9, device="tpu"), True)
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast(kind: type[nn.Module], dtype: torch.dtype) -> None:
+    # Under autocast the gate matmuls run in 16 bits and the cells take 16-bit gates (they
+    # compute in float32 and round once); against the float32 CPU run at 16-bit tolerance.
+    module = kind(4, 6, num_layers=2)
+    tpu_module = copy.deepcopy(module).to("tpu")
+    x = _seq_input({})
+    expected, _ = module(x)
+    before = fallbacks()
+    with torch.autocast("tpu", dtype=dtype):
+        actual, _ = tpu_module(x.to("tpu"))
+    actual.float().sum().backward()
+    assert not new_fallbacks(before), f"tpu run fell back to the CPU: {new_fallbacks(before)}"
+    assert actual.dtype == dtype
+    assert all(p.grad is not None and torch.isfinite(p.grad.cpu()).all()
+               for p in tpu_module.parameters())
+    torch.testing.assert_close(actual.float().cpu(), expected.detach(), rtol=2e-2, atol=1e-2)
