@@ -1,8 +1,9 @@
-"""F.embedding_bag / nn.EmbeddingBag forward on tpu (``_embedding_bag``), against the CPU.
+"""F.embedding_bag / nn.EmbeddingBag on tpu (``_embedding_bag`` and its backward ops).
 
-Only the bag outputs are compared: the auxiliary results (offset2bag, bag_size,
-max_indices) have device-specific shapes (CUDA's on tpu, PyTorch's meta kernel off the CPU)
-and feed only the backward. Every test forbids CPU fallbacks.
+Outputs and weight gradients are compared against the CPU; of the forward's results only
+the bag output is: the auxiliary ones (offset2bag, bag_size, max_indices) have
+device-specific shapes (CUDA's on tpu, PyTorch's meta kernel off the CPU) and feed only the
+backward. Every test forbids CPU fallbacks.
 """
 
 from __future__ import annotations
@@ -82,16 +83,48 @@ def test_embedding_bag_bad_inputs_raise(idx: list[int], offsets: list[int], matc
             torchtpu.synchronize()
 
 
+def _bag_grads(device: str, mode: str, weight: torch.Tensor, offsets: torch.Tensor,
+               psw: torch.Tensor | None = None, **kwargs: object) -> list[torch.Tensor]:
+    w = weight.detach().to(device).requires_grad_(True)
+    p = None if psw is None else psw.detach().to(device).requires_grad_(True)
+    out = F.embedding_bag(IDX.to(device), w, offsets.to(device), mode=mode, per_sample_weights=p,
+                          **kwargs)
+    upstream = torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(device)
+    (out * upstream).sum().backward()
+    return [w.grad.cpu()] + ([] if p is None else [p.grad.cpu()])
+
+
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-def test_embedding_bag_backward_is_a_known_fallback(mode: str) -> None:
-    # The backward (_embedding_bag_backward) has no lowering yet and runs on the CPU from
-    # the tpu forward's auxiliary results (CUDA's layout, max_indices -1 for empty bags);
-    # its gradient must still be right, and it must be the only fallback.
-    weight = make((10, 3), torch.float32).requires_grad_(True)
-    tpu_weight = weight.detach().to("tpu").requires_grad_(True)
-    offsets = torch.tensor([0, 4, 4, 7])
-    F.embedding_bag(IDX, weight, offsets, mode=mode).sum().backward()
+@pytest.mark.parametrize("padding_idx", [None, 4])
+def test_embedding_bag_backward(mode: str, padding_idx: int | None) -> None:
+    weight = make((10, 3), torch.float32)
+    offsets = torch.tensor([0, 4, 4, 7])  # bag 1 is empty
+    expected = _bag_grads("cpu", mode, weight, offsets, padding_idx=padding_idx)
     before = fallbacks()
-    F.embedding_bag(IDX.to("tpu"), tpu_weight, offsets.to("tpu"), mode=mode).sum().backward()
-    assert set(new_fallbacks(before)) <= {"aten::_embedding_bag_backward"}
-    torch.testing.assert_close(tpu_weight.grad.cpu(), weight.grad, rtol=1e-5, atol=1e-5)
+    actual = _bag_grads("tpu", mode, weight, offsets, padding_idx=padding_idx)
+    assert not new_fallbacks(before), f"tpu run fell back to the CPU: {new_fallbacks(before)}"
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_embedding_bag_per_sample_weights_backward() -> None:
+    weight, psw = make((10, 3), torch.float32), make((10,), torch.float32)
+    offsets = torch.tensor([0, 4, 4, 7])
+    expected = _bag_grads("cpu", "sum", weight, offsets, psw, padding_idx=2)
+    before = fallbacks()
+    actual = _bag_grads("tpu", "sum", weight, offsets, psw, padding_idx=2)
+    assert not new_fallbacks(before), f"tpu run fell back to the CPU: {new_fallbacks(before)}"
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_embedding_bag_scale_grad_by_freq(mode: str) -> None:
+    # Against the documented rule (each index's gradient over its frequency in the batch,
+    # as CUDA and F.embedding do), not against PyTorch's CPU kernel: in torch 2.13 it reads
+    # the count of the wrong index for repeated indices (`counts[indices_data[i]]` with i the
+    # group number, not its start), so index 4 (seen twice) is not scaled and 3, 5, 7 are.
+    weight = make((10, 3), torch.float32)
+    offsets = torch.tensor([0, 4, 4, 7])
+    (grad,) = _bag_grads("tpu", mode, weight, offsets, scale_grad_by_freq=True)
+    (plain,) = _bag_grads("cpu", mode, weight, offsets)
+    counts = torch.bincount(IDX, minlength=10).clamp(min=1).float()
+    torch.testing.assert_close(grad, plain / counts[:, None], rtol=1e-5, atol=1e-5)
