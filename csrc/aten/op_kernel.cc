@@ -329,7 +329,8 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
       if (!ai || !ai->isWrite() || static_cast<int>(i) == compiled->list_write_arg) continue;
       if (std::find(to_arg.begin(), to_arg.end(), static_cast<int>(i)) != to_arg.end()) continue;
       if (info.args[i].kind != ArgKind::kTensor) {
-        throw NeedsFallback{"argument '" + schema.arguments()[i].name() + "' is not a tpu tensor"};
+        throw NeedsFallback{"argument '" + schema.arguments()[i].name() +
+                            "' is not a tpu tensor"};
       }
       compiled->extra_write_args.push_back(static_cast<int>(i));
       compiled->out_types.push_back(info.args[i].type);
@@ -440,7 +441,9 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
       results.emplace_back(wrap_buffer(std::move(buf), to_scalar_type(c.out_types[next - 1].dtype)));
     }
   }
-  for (int arg : c.extra_write_args) write_tensor(ivalues[arg].toTensor(), (*outputs)[next++]);
+  for (int arg : c.extra_write_args) {
+    write_tensor(ivalues[arg].toTensor(), (*outputs)[next++]);
+  }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->push_back(std::move(r));
 }

@@ -131,7 +131,8 @@ void meta_rnn_cell(torch::jit::Stack& st, const char* op, int64_t num_gates) {
   int64_t batch = input_gates.size(0), gates = input_gates.size(1);
   TORCH_CHECK(prev.dim() == 2 && prev.size(0) == batch && gates == num_gates * prev.size(1), op,
               ": expected ", num_gates == 4 ? "cx" : "hx", " of shape [", batch, ", ",
-              gates / num_gates, "] for gates ", input_gates.sizes(), " (got ", prev.sizes(), ")");
+              gates / num_gates, "] for gates ", input_gates.sizes(), " (got ", prev.sizes(),
+              ")");
   for (size_t i : {3, 4}) {
     if (st[i].isNone() || !st[i].toTensor().defined()) continue;  // RNN.cpp passes undefined
     const at::Tensor& bias = st[i].toTensor();
@@ -153,11 +154,10 @@ void meta_gru_cell_backward(torch::jit::Stack& st) {
   at::Tensor grad_hy = st[0].toTensor();
   at::Tensor workspace = st[1].toTensor();
   bool has_bias = st[2].toBool();
-  TORCH_CHECK(grad_hy.dim() == 2 && workspace.dim() == 2 && workspace.size(0) == grad_hy.size(0) &&
-              workspace.size(1) == 5 * grad_hy.size(1),
-              "_thnn_fused_gru_cell_backward: expected a workspace of shape [", grad_hy.size(0),
-              ", ", 5 * grad_hy.size(-1), "] for grad_hy ", grad_hy.sizes(), " (got ",
-              workspace.sizes(), ")");
+  TORCH_CHECK(grad_hy.dim() == 2 && workspace.dim() == 2 &&
+                  workspace.size(0) == grad_hy.size(0) && workspace.size(1) == 5 * grad_hy.size(1),
+              "_thnn_fused_gru_cell_backward: expected grad_hy [B, H] and a workspace of shape "
+              "[B, 5H] (got grad_hy ", grad_hy.sizes(), " and workspace ", workspace.sizes(), ")");
   int64_t batch = grad_hy.size(0), hidden = grad_hy.size(1);
   auto opts = grad_hy.options();
   st.clear();

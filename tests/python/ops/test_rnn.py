@@ -202,7 +202,7 @@ def test_gru_cell_bad_shapes_raise() -> None:
     gi = torch.zeros(2, 9, device="tpu")
     with pytest.raises(RuntimeError, match="hx of shape"):
         torch.ops.aten._thnn_fused_gru_cell(gi, gi, torch.zeros(2, 4, device="tpu"))
-    with pytest.raises(RuntimeError, match="workspace of shape"):
+    with pytest.raises(RuntimeError, match="a workspace of shape"):
         torch.ops.aten._thnn_fused_gru_cell_backward(torch.zeros(2, 3, device="tpu"),
                                                      torch.zeros(2, 9, device="tpu"), True)
 
