@@ -4,6 +4,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -33,6 +34,8 @@ struct CompiledOp {
   std::vector<int> return_to_arg;         // per schema return: mutable arg it writes, or -1
   std::vector<int> return_list_size;      // per schema return: items of a Tensor[], or -1
   int list_write_arg = -1;                // a `-> ()` list op's Tensor(a!)[] argument
+  std::vector<int> extra_write_args;      // written Tensor(a!) arguments no return names
+                                          // (writes_unreturned_args), after the returns
   std::vector<std::string> check_messages;
   std::vector<lowering::CheckKind> check_kinds;
 };
@@ -317,6 +320,22 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
       break;
     }
   }
+  // Ops that also write arguments they do not return (the grad-scaler ops' found_inf and
+  // growth_tracker): their new values are the results after the returns, in order.
+  if (writes_unreturned_args(name)) {
+    const std::vector<int>& to_arg = compiled->return_to_arg;
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
+      if (!ai || !ai->isWrite() || static_cast<int>(i) == compiled->list_write_arg) continue;
+      if (std::find(to_arg.begin(), to_arg.end(), static_cast<int>(i)) != to_arg.end()) continue;
+      if (info.args[i].kind != ArgKind::kTensor) {
+        throw NeedsFallback{"argument '" + schema.arguments()[i].name() +
+                            "' is not a tpu tensor"};
+      }
+      compiled->extra_write_args.push_back(static_cast<int>(i));
+      compiled->out_types.push_back(info.args[i].type);
+    }
+  }
   // 2. Lower and compile.
   auto lowered = lowering::lower_op(name, info.args, compiled->out_types);
   if (!lowered.ok()) {
@@ -421,6 +440,9 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
     } else {
       results.emplace_back(wrap_buffer(std::move(buf), to_scalar_type(c.out_types[next - 1].dtype)));
     }
+  }
+  for (int arg : c.extra_write_args) {
+    write_tensor(ivalues[arg].toTensor(), (*outputs)[next++]);
   }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->push_back(std::move(r));

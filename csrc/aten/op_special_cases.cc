@@ -107,10 +107,86 @@ void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> 
               " cannot be broadcast to indexing result of shape ", result.sizes());
 }
 
+bool writes_unreturned_args(const std::string& name) {
+  return name == "aten::_amp_foreach_non_finite_check_and_unscale_" ||
+         name == "aten::_amp_update_scale_";
+}
+
+namespace {
+
+// The fused RNN cells have CUDA kernels only. _thnn_fused_gru_cell has no meta kernel and
+// PyTorch's meta kernel of _thnn_fused_lstm_cell fails on absent biases (it reads
+// `.device` of None, an AttributeError): both are described here with RNN.cu's checks
+// and CUDA's result shapes (states like hx/cx; workspace [B, 4H] for LSTM, [B, 5H] for
+// GRU). `num_gates` is 4 (LSTM) or 3 (GRU).
+void meta_rnn_cell(torch::jit::Stack& st, const char* op, int64_t num_gates) {
+  // By value: the stack is cleared before the results are made.
+  at::Tensor input_gates = st[0].toTensor();
+  at::Tensor hidden_gates = st[1].toTensor();
+  at::Tensor prev = st[2].toTensor();
+  TORCH_CHECK(input_gates.dim() == 2, op, ": input_gates must be 2-d (got ", input_gates.dim(),
+              "-d)");
+  TORCH_CHECK(input_gates.sizes() == hidden_gates.sizes(), op, ": input_gates ",
+              input_gates.sizes(), " and hidden_gates ", hidden_gates.sizes(), " differ");
+  int64_t batch = input_gates.size(0), gates = input_gates.size(1);
+  TORCH_CHECK(prev.dim() == 2 && prev.size(0) == batch && gates == num_gates * prev.size(1), op,
+              ": expected ", num_gates == 4 ? "cx" : "hx", " of shape [", batch, ", ",
+              gates / num_gates, "] for gates ", input_gates.sizes(), " (got ", prev.sizes(),
+              ")");
+  for (size_t i : {3, 4}) {
+    if (st[i].isNone() || !st[i].toTensor().defined()) continue;  // RNN.cpp passes undefined
+    const at::Tensor& bias = st[i].toTensor();
+    TORCH_CHECK(bias.dim() == 1 && bias.size(0) == gates, op, ": expected a bias of shape [",
+                gates, "] (got ", bias.sizes(), ")");
+  }
+  at::Tensor state = at::empty(prev.sizes(), prev.options());
+  at::Tensor workspace =
+      at::empty({batch, (num_gates == 4 ? 4 : 5) * prev.size(1)}, input_gates.options());
+  st.clear();
+  st.emplace_back(state);
+  if (num_gates == 4) st.emplace_back(at::empty(prev.sizes(), prev.options()));
+  st.emplace_back(workspace);
+}
+
+// _thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias): the gradients of the gates
+// ([B, 3H] each), of hx, and of the biases ([3H], undefined without biases).
+void meta_gru_cell_backward(torch::jit::Stack& st) {
+  at::Tensor grad_hy = st[0].toTensor();
+  at::Tensor workspace = st[1].toTensor();
+  bool has_bias = st[2].toBool();
+  TORCH_CHECK(grad_hy.dim() == 2 && workspace.dim() == 2 &&
+                  workspace.size(0) == grad_hy.size(0) && workspace.size(1) == 5 * grad_hy.size(1),
+              "_thnn_fused_gru_cell_backward: expected grad_hy [B, H] and a workspace of shape "
+              "[B, 5H] (got grad_hy ", grad_hy.sizes(), " and workspace ", workspace.sizes(), ")");
+  int64_t batch = grad_hy.size(0), hidden = grad_hy.size(1);
+  auto opts = grad_hy.options();
+  st.clear();
+  st.emplace_back(at::empty({batch, 3 * hidden}, opts));
+  st.emplace_back(at::empty({batch, 3 * hidden}, opts));
+  st.emplace_back(at::empty({batch, hidden}, opts));
+  st.emplace_back(has_bias ? at::empty({3 * hidden}, opts) : at::Tensor());
+  st.emplace_back(has_bias ? at::empty({3 * hidden}, opts) : at::Tensor());
+}
+
+}  // namespace
+
 // convolution_overrideable and its backward have no meta kernel (their default kernel
 // only raises); their result types are those of aten::convolution on the same arguments.
+// The fused RNN cells are described above.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) {
   auto& st = *meta_stack;
+  if (name == "aten::_thnn_fused_lstm_cell") {
+    meta_rnn_cell(st, "_thnn_fused_lstm_cell", 4);
+    return true;
+  }
+  if (name == "aten::_thnn_fused_gru_cell") {
+    meta_rnn_cell(st, "_thnn_fused_gru_cell", 3);
+    return true;
+  }
+  if (name == "aten::_thnn_fused_gru_cell_backward") {
+    meta_gru_cell_backward(st);
+    return true;
+  }
   if (name == "aten::convolution_overrideable") {
     std::optional<at::Tensor> bias;
     if (!st[2].isNone()) bias = st[2].toTensor();
@@ -164,12 +240,25 @@ void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::
 }
 
 // Argument checks the CPU kernels make and the meta kernels do not: multinomial's (its
-// meta kernel checks only the rank) and uniform's range. Same messages as the CPU.
+// meta kernel checks only the rank), uniform's range, _amp_update_scale_'s dtypes and
+// sizes. Same messages as the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
   if (name == "aten::uniform_" || name == "aten::uniform" || name == "aten::uniform.out") {
     double from = args[1].toDouble(), to = args[2].toDouble();
     TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=",
                 from, " > to=", to);
+    return;
+  }
+  if (name == "aten::_amp_update_scale_") {  // the CPU kernel's checks; the meta has none
+    const at::Tensor& scale = args[0].toTensor();
+    const at::Tensor& tracker = args[1].toTensor();
+    const at::Tensor& found_inf = args[2].toTensor();
+    TORCH_CHECK(tracker.numel() == 1, "growth_tracker must be a 1-element tensor.");
+    TORCH_CHECK(scale.numel() == 1, "current_scale must be a 1-element tensor.");
+    TORCH_CHECK(found_inf.numel() == 1, "found_inf must be a 1-element tensor.");
+    TORCH_CHECK(tracker.scalar_type() == at::kInt, "growth_tracker must be an int tensor.");
+    TORCH_CHECK(scale.scalar_type() == at::kFloat, "current_scale must be a float tensor.");
+    TORCH_CHECK(found_inf.scalar_type() == at::kFloat, "found_inf must be a float tensor.");
     return;
   }
   if (name != "aten::multinomial" && name != "aten::multinomial.out") return;

@@ -34,13 +34,21 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
 // Runs after expand_index_masks; a no-op for other ops.
 void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> args);
 
-// For ops without a meta kernel (convolution_overrideable and its backward), replaces the
-// meta arguments on `meta_stack` by the op's meta results computed from an equivalent op.
-// Returns false for every other op.
+// Ops that write a Tensor(a!) argument that none of their returns aliases
+// (_amp_foreach_non_finite_check_and_unscale_'s found_inf, _amp_update_scale_'s
+// growth_tracker): their lowerings return those arguments' new values after the returns.
+// Opt-in by name, since other such ops (_native_batch_norm_legit) are handled otherwise.
+bool writes_unreturned_args(const std::string& name);
+
+// For ops without a meta kernel (convolution_overrideable and its backward, the fused RNN
+// cells), replaces the meta arguments on `meta_stack` by the op's meta results (computed
+// from an equivalent op, or from the CUDA kernel's shapes). Returns false for every other
+// op; raises PyTorch-style errors for arguments the real kernel would reject.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 
 // Checks that PyTorch's CPU kernels make and their meta kernels do not (multinomial's
-// sample count and dtype, uniform's range), raising the CPU's message; a no-op otherwise.
+// sample count and dtype, uniform's range, _amp_update_scale_'s dtypes and sizes),
+// raising the CPU's message; a no-op otherwise.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args);
 
 // Batch norm in training mode also updates its running statistics in place, which the

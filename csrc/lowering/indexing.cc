@@ -13,6 +13,7 @@
 
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
+#include "lowering/gather_scatter.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -77,6 +78,8 @@ void append_field(std::string* s, const char* name, const Dims& d) {
   *s += std::string(s->back() == '<' ? "" : ", ") + name + " = " + i64_list(d);
 }
 
+}  // namespace
+
 Value gather(Builder& b, Value operand, Value indices, const Dims& offset_dims,
              const Dims& collapsed, const Dims& start_index_map, int64_t index_vector_dim,
              const Dims& slice_sizes, const Dims& out_dims) {
@@ -90,6 +93,8 @@ Value gather(Builder& b, Value operand, Value indices, const Dims& offset_dims,
                   ", indices_are_sorted = false");
 }
 
+namespace {
+
 // How scatter combines an update with the current value: "" replaces, else a binary
 // stablehlo op name. Bool tensors use the logical equivalents.
 std::string combiner_for(const std::string& reduce, DType t) {
@@ -100,6 +105,8 @@ std::string combiner_for(const std::string& reduce, DType t) {
   if (reduce == "amin") return is_bool ? "and" : "minimum";
   return "";
 }
+
+}  // namespace
 
 Value scatter(Builder& b, Value operand, Value indices, Value updates,
               const Dims& update_window_dims, const Dims& inserted_window_dims,
@@ -119,6 +126,8 @@ Value scatter(Builder& b, Value operand, Value indices, Value updates,
       "scatter_dimension_numbers = " + nums +
           ", indices_are_sorted = false, unique_indices = false")[0];
 }
+
+namespace {
 
 // Full coordinates for gather/scatter along `dim`: [*idx.dims, rank] where the `dim`
 // column is `idx` and every other column is the element's own position.

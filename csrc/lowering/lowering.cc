@@ -32,6 +32,9 @@ void ensure_registered() {
     register_unpool_lowerings();
     register_search_lowerings();
     register_index_reduce_lowerings();
+    register_rnn_lowerings();
+    register_amp_lowerings();
+    register_embedding_bag_lowerings();
     register_host_kernel_call_lowerings();
     register_foreach_lowerings();
     register_graph_lowerings();

@@ -52,7 +52,6 @@ SKIPS: dict[str, str] = {
     'nn.functional.conv3d': 'error input did not raise RuntimeError (expected /negative padding is not supported/)',
     'nn.functional.ctc_loss': 'fallback: aten::_ctc_loss',
     'nn.functional.embedding': "error input raised AssertionError instead of RuntimeError (AssertionError: 'weight' must be 2-D, got 0-D)",
-    'nn.functional.embedding_bag': 'fallback: aten::_embedding_bag_forward_only',
     'nn.functional.fractional_max_pool2d': 'fallback: aten::fractional_max_pool2d.output',
     'nn.functional.fractional_max_pool3d': 'fallback: aten::fractional_max_pool3d.output',
     'nn.functional.gelu': 'mismatch: output 0 (torch.float32): Mismatched elements: 2 / 100 (2.0%); Greatest absolute difference: nan at index (0, 1) (up to 0.001 allowed)',
