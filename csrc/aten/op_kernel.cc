@@ -272,6 +272,7 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
   // 1. Meta: validates the call exactly as PyTorch would and yields the result types.
   torch::jit::Stack meta_stack;
   for (const c10::IValue& v : ivalues) meta_stack.push_back(to_meta(v));
+  check_index_put_values(name, meta_stack);
   try {
     if (!meta_by_equivalent(name, &meta_stack)) op.callBoxed(&meta_stack);
   } catch (const c10::NotImplementedError& e) {
@@ -506,7 +507,6 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   expand_index_masks(schema, name, stack);
   auto ivalues = torch::jit::last(*stack, schema.arguments().size());
-  check_index_put_values(name, ivalues);
   std::shared_ptr<CompiledOp> compiled;
   CallInfo info;
   try {

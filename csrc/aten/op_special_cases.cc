@@ -93,14 +93,7 @@ void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> 
   if (name.rfind("aten::index_put", 0) != 0 && name.rfind("aten::_index_put_impl", 0) != 0) {
     return;
   }
-  auto meta = [](const at::Tensor& t) {
-    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
-  };
-  c10::List<std::optional<at::Tensor>> indices;
-  for (const std::optional<at::Tensor>& t : args[1].toOptionalTensorList()) {
-    indices.push_back(t && t->defined() ? std::optional<at::Tensor>(meta(*t)) : std::nullopt);
-  }
-  at::Tensor result = at::index(meta(args[0].toTensor()), indices);
+  at::Tensor result = at::index(args[0].toTensor(), args[1].toOptionalTensorList());
   const at::Tensor& values = args[2].toTensor();
   TORCH_CHECK(at::is_expandable_to(values.sizes(), result.sizes()),
               "shape mismatch: value tensor of shape ", values.sizes(),

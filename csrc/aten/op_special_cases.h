@@ -31,7 +31,8 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
 
 // index_put's values must broadcast to the indexing result (PyTorch's CPU kernel checks
 // this at run time; its meta kernel does not): raises the CPU's "shape mismatch" error.
-// Runs after expand_index_masks; a no-op for other ops.
+// Takes the meta arguments of a call after expand_index_masks (shapes decide it, so once
+// per op signature); a no-op for other ops.
 void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> args);
 
 // Ops that write a Tensor(a!) argument that none of their returns aliases
