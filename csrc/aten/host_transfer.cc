@@ -32,18 +32,17 @@ runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int
   at::Tensor host = at::scalar_tensor(s, at::TensorOptions().dtype(to_scalar_type(dtype)));
   uint64_t bits = 0;
   std::memcpy(&bits, host.data_ptr(), host.element_size());
-  auto& mu = g_scalar_mu;
-  auto* cache = g_scalar_cache;
   ScalarKey key{static_cast<int>(dtype), device, bits};
   {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache->find(key);
-    if (it != cache->end()) return it->second;
+    std::lock_guard<std::mutex> lock(g_scalar_mu);
+    auto it = g_scalar_cache->find(key);
+    if (it != g_scalar_cache->end()) return it->second;
   }
   runtime::BufferPtr b = cpu_to_buffer(host, device);
-  std::lock_guard<std::mutex> lock(mu);
-  if (cache->size() > 4096) cache->clear();  // bounded: scalars that are data would churn
-  cache->emplace(key, b);
+  std::lock_guard<std::mutex> lock(g_scalar_mu);
+  // Bounded: scalars that are data would churn.
+  if (g_scalar_cache->size() > 4096) g_scalar_cache->clear();
+  g_scalar_cache->emplace(key, b);
   return b;
 }
 

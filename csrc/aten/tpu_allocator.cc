@@ -108,26 +108,12 @@ class TpuAllocator final : public c10::DeviceAllocator {
   }
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    check_device(device);
-    {
-      std::lock_guard<std::mutex> lock(registry().mu);
-      StorageStats& s = registry().devices[device];
-      for (auto* a : {&s.allocation, &s.bytes}) {
-        for (Stat& st : *a) st.reset_accumulated();
-      }
-    }
+    for_each_stat(device, [](Stat& st) { st.reset_accumulated(); });
     runtime::reset_accumulated_buffer_memory(device);
   }
 
   void resetPeakStats(c10::DeviceIndex device) override {
-    check_device(device);
-    {
-      std::lock_guard<std::mutex> lock(registry().mu);
-      StorageStats& s = registry().devices[device];
-      for (auto* a : {&s.allocation, &s.bytes}) {
-        for (Stat& st : *a) st.reset_peak();
-      }
-    }
+    for_each_stat(device, [](Stat& st) { st.reset_peak(); });
     runtime::reset_peak_buffer_memory(device);
   }
 
@@ -151,6 +137,18 @@ class TpuAllocator final : public c10::DeviceAllocator {
         " plugin reports no memory limit for device ", static_cast<int>(device),
         info.ok() ? std::string() : " (" + info.status().message() + ")",
         "; use torch.tpu.memory_reserved() for what torchtpu holds");
+  }
+
+ private:
+  // Applies `f` to every storage statistic of `device` (counts and bytes, every pool).
+  template <typename F>
+  void for_each_stat(c10::DeviceIndex device, F f) {
+    check_device(device);
+    std::lock_guard<std::mutex> lock(registry().mu);
+    StorageStats& s = registry().devices[device];
+    for (auto* a : {&s.allocation, &s.bytes}) {
+      for (Stat& st : *a) f(st);
+    }
   }
 };
 
