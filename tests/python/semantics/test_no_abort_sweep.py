@@ -5,18 +5,15 @@ abort is a failed test and not a dead test run)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
-HERE = os.path.dirname(__file__)
-REPO_PYTHON = os.path.join(HERE, "..", "..", "..", "python")
+from _subprocess import run_python
+
+SWEEP = os.path.join(os.path.dirname(__file__), "_sweep.py")
 
 
 def test_lowering_sweep_agrees_with_cpu_and_never_aborts() -> None:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(REPO_PYTHON), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, os.path.join(HERE, "_sweep.py")], env=env,
-                       capture_output=True, text=True, timeout=900)
+    with open(SWEEP) as f:
+        r = run_python(f.read(), timeout=900)
     assert r.returncode == 0, f"the sweep died (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     mismatches = [line for line in r.stdout.splitlines() if line.startswith("MISMATCH")]
     assert not mismatches, "\n".join(mismatches)
