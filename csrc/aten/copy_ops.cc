@@ -7,6 +7,7 @@
 #include "aten/storage_bytes.h"
 #include "aten/tpu_storage.h"
 #include "lowering/storage_programs.h"
+#include "runtime/execution_trace.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -26,6 +27,7 @@ runtime::BufferPtr conform(const runtime::BufferPtr& value, const at::Tensor& ds
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   (void)non_blocking;  // transfers are synchronous at the host boundary
+  runtime::trace::Label label("aten::_copy_from");
   if (self.numel() == 0 && dst.numel() == 0) return dst;
   if (dst.device().is_privateuseone()) {
     runtime::BufferPtr value;
@@ -54,6 +56,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  runtime::trace::Label label("aten::_local_scalar_dense");
   at::Tensor host = buffer_to_cpu(*read_tensor(self));
   return host.item();
 }

@@ -18,6 +18,7 @@
 #include "base/lru_map.h"
 #include "base/metrics.h"
 #include "lowering/lowering.h"
+#include "runtime/execution_trace.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -493,6 +494,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   std::string name = op_name(schema);
+  runtime::trace::Label label(name.c_str());
   check_written_overlap(schema, name, torch::jit::last(*stack, schema.arguments().size()));
   check_arguments_like_cpu(name, torch::jit::last(*stack, schema.arguments().size()));
   if (is_data_dependent(name)) {
