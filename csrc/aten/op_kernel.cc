@@ -263,6 +263,13 @@ c10::IValue to_meta(const c10::IValue& v) {
               "please report it with this message (TORCHTPU_DUMP_DIR=<dir> writes the program).");
 }
 
+bool has_empty_tensor(c10::ArrayRef<c10::IValue> ivalues) {
+  for (const c10::IValue& v : ivalues) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().numel() == 0) return true;
+  }
+  return false;
+}
+
 bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
   return a && b && a->beforeSets() == b->beforeSets();
 }
@@ -278,6 +285,13 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
     if (!meta_by_equivalent(name, &meta_stack)) op.callBoxed(&meta_stack);
   } catch (const c10::NotImplementedError& e) {
     throw NeedsFallback{"no meta kernel"};
+  } catch (const std::exception& e) {  // c10::Error, or a Python meta kernel's error
+    // Some meta kernels are Python decompositions that reject empty inputs the CPU kernel
+    // accepts (max_pool2d_with_indices reshapes a zero-size batch with -1). With an empty
+    // tensor argument no data moves, so the CPU kernel decides: it returns the empty
+    // result or raises PyTorch's own error.
+    if (has_empty_tensor(ivalues)) throw NeedsFallback{"meta kernel failed on an empty input"};
+    throw;
   }
   auto compiled = std::make_shared<CompiledOp>();
   const auto& returns = schema.returns();
