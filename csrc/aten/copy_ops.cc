@@ -63,9 +63,10 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
-  TORCH_CHECK(!memory_format || *memory_format == c10::MemoryFormat::Contiguous ||
-                  *memory_format == c10::MemoryFormat::Preserve,
-              "tpu: resize_ supports only contiguous memory format, got ", *memory_format);
+  // As PyTorch's CPU resize_: Preserve is refused (resize_as_ resolves it before calling
+  // here); the sizes are set contiguous, then restrided to the requested format.
+  TORCH_CHECK(!memory_format || *memory_format != c10::MemoryFormat::Preserve,
+              "Unsupported memory format", *memory_format);
   int64_t numel = 1;
   for (int64_t s : size) {
     TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
@@ -78,6 +79,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
     resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
   }
   self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
+  if (memory_format) self.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);
   return self;
 }
 
