@@ -245,8 +245,9 @@ def main() -> int:
         args.json.write_text(json.dumps(
             {r.name: {k: vars(v) for k, v in r.results.items()} for r in runs}, indent=1))
     print(f"upstream tests: {stats['passed']} passed, {stats['failed']} failed, "
-          f"{stats['crashed']} crashed, {stats['timeout']} timed out, {stats['skipped']} skipped, {stats['baseline']} "
-          f"CPU-baseline failures excluded; pass rate {stats['rate']:.1f}%")
+          f"{stats['crashed']} crashed, {stats['timeout']} timed out, {stats['skipped']} "
+          f"skipped, {stats['baseline']} CPU-baseline failures excluded; "
+          f"pass rate {stats['rate']:.1f}%")
     return 0
 
 
