@@ -57,11 +57,13 @@ class Session : public libkineto::IActivityProfilerSession {
     for (const trace::Record& r : records) {
       if (end_ns > start_ns && (r.end_ns < start_ns || r.start_ns > end_ns)) continue;
       bool program = r.kind == trace::Kind::kProgram;
+      std::string name = program && !r.name.empty() ? r.name : std::string(kind_name(r.kind));
       buffer_.emplace_activity(buffer_.span,
                                program ? libkineto::ActivityType::CONCURRENT_KERNEL
                                        : libkineto::ActivityType::GPU_MEMCPY,
-                               program && !r.name.empty() ? r.name : std::string(kind_name(r.kind)));
-      libkineto::GenericTraceActivity& a = libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
+                               name);
+      libkineto::GenericTraceActivity& a =
+          libkineto::CpuTraceBuffer::toRef(buffer_.activities.back());
       a.startTime = r.start_ns;
       a.endTime = r.end_ns;
       a.device = r.device;
@@ -147,8 +149,9 @@ class Profiler : public libkineto::IActivityProfiler {
 void register_profiler() {
   static std::once_flag once;
   std::call_once(once, [] {
-    libkineto::api().registerProfilerFactory(
-        []() -> std::unique_ptr<libkineto::IActivityProfiler> { return std::make_unique<Profiler>(); });
+    libkineto::api().registerProfilerFactory([]() -> std::unique_ptr<libkineto::IActivityProfiler> {
+      return std::make_unique<Profiler>();
+    });
   });
 }
 
