@@ -24,33 +24,6 @@ using Result = base::StatusOr<std::vector<Value>>;
 // sweeps reach the tolerance for any matrix in practice).
 constexpr int kMaxSweeps = 100;
 
-// geqrf of [..., m, n]: packed reflectors [..., m, n] and taus [..., min(m, n)].
-std::pair<Value, Value> qr_packed(Builder& b, Value a) {
-  const Dims& d = a.dims();
-  int64_t r = a.rank();
-  Dims tau_dims(d.begin(), d.end() - 2);
-  tau_dims.push_back(std::min(d[r - 2], d[r - 1]));
-  auto outs = b.op_multi("stablehlo.custom_call", {a}, {a.type, TensorType{a.dtype(), tau_dims}},
-                         "call_target_name = \"Qr\", api_version = 1 : i32");
-  return {outs[0], outs[1]};
-}
-
-// Q = H_1 ... H_k applied to the first n columns of the identity ([..., m, n]).
-Value householder_product(Builder& b, Value a, Value taus) {
-  return b.op("stablehlo.custom_call", {a, taus}, a.type,
-              "call_target_name = \"ProductOfElementaryHouseholderReflectors\", "
-              "api_version = 1 : i32");
-}
-
-// `x` padded with zeros along its last dim to `n`.
-Value pad_last(Builder& b, Value x, int64_t n) {
-  int64_t have = x.dims().back();
-  if (have == n) return x;
-  Dims zdims = x.dims();
-  zdims.back() = n - have;
-  return b.concatenate({x, b.zeros(TensorType{x.dtype(), zdims})}, x.rank() - 1);
-}
-
 // geqrf(self) -> (a, tau).
 Result geqrf(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
@@ -58,7 +31,7 @@ Result geqrf(LoweringContext& c) {
   if (c.tensor_type(0).num_elements() == 0) {
     return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1))};
   }
-  auto [packed, taus] = qr_packed(b, c.tensor(0));
+  auto [packed, taus] = linalg::qr_packed(b, c.tensor(0));
   return std::vector<Value>{packed, taus};
 }
 
@@ -70,9 +43,9 @@ Result linalg_householder_product(LoweringContext& c) {
   if (out.num_elements() == 0) return std::vector<Value>{b.zeros(out)};
   Value a = b.convert(c.tensor(0), out.dtype);
   // Taus beyond k are zero: those reflectors are the identity.
-  Value taus = pad_last(b, b.convert(c.tensor(1), out.dtype), std::min(out.dims[out.rank() - 2],
+  Value taus = linalg::pad_last(b, b.convert(c.tensor(1), out.dtype), std::min(out.dims[out.rank() - 2],
                                                                       out.dims.back()));
-  return std::vector<Value>{householder_product(b, a, taus)};
+  return std::vector<Value>{linalg::householder_product(b, a, taus)};
 }
 
 // linalg_qr(A, mode) -> (Q, R); mode is "reduced", "complete" or "r" (Q empty).
@@ -85,7 +58,7 @@ Result linalg_qr(LoweringContext& c) {
     return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1))};
   }
   int64_t r = a.rank(), m = a.dims()[r - 2], n = a.dims()[r - 1], k = std::min(m, n);
-  auto [packed, taus] = qr_packed(b, a);
+  auto [packed, taus] = linalg::qr_packed(b, a);
   Dims start(r, 0), step(r, 1);
   bool complete = mode == "complete";
   Dims r_limit = a.dims();
@@ -95,11 +68,11 @@ Result linalg_qr(LoweringContext& c) {
   Value q;
   if (complete && m > n) {
     // Q is m x m: the k reflectors applied to the whole identity.
-    q = householder_product(b, pad_last(b, packed, m), pad_last(b, taus, m));
+    q = linalg::householder_product(b, linalg::pad_last(b, packed, m), linalg::pad_last(b, taus, m));
   } else {
     Dims q_limit = a.dims();
     q_limit[r - 1] = k;
-    q = householder_product(b, b.slice(packed, start, q_limit, step), taus);
+    q = linalg::householder_product(b, b.slice(packed, start, q_limit, step), taus);
   }
   return std::vector<Value>{q, rr};
 }

@@ -273,6 +273,33 @@ Value lu_solve(Builder& b, Value lu, Value pivots, Value rhs, bool left, bool ad
   return gather_rows(b, y, invert_permutation(b, perm));
 }
 
+// geqrf of [..., m, n]: packed reflectors [..., m, n] and taus [..., min(m, n)].
+std::pair<Value, Value> qr_packed(Builder& b, Value a) {
+  const Dims& d = a.dims();
+  int64_t r = a.rank();
+  Dims tau_dims(d.begin(), d.end() - 2);
+  tau_dims.push_back(std::min(d[r - 2], d[r - 1]));
+  auto outs = b.op_multi("stablehlo.custom_call", {a}, {a.type, TensorType{a.dtype(), tau_dims}},
+                         "call_target_name = \"Qr\", api_version = 1 : i32");
+  return {outs[0], outs[1]};
+}
+
+// Q = H_1 ... H_k applied to the first n columns of the identity ([..., m, n]).
+Value householder_product(Builder& b, Value a, Value taus) {
+  return b.op("stablehlo.custom_call", {a, taus}, a.type,
+              "call_target_name = \"ProductOfElementaryHouseholderReflectors\", "
+              "api_version = 1 : i32");
+}
+
+// `x` padded with zeros along its last dim to `n`.
+Value pad_last(Builder& b, Value x, int64_t n) {
+  int64_t have = x.dims().back();
+  if (have == n) return x;
+  Dims zdims = x.dims();
+  zdims.back() = n - have;
+  return b.concatenate({x, b.zeros(TensorType{x.dtype(), zdims})}, x.rank() - 1);
+}
+
 base::Status require_float(LoweringContext& c, DType t) {
   if (t == DType::kF32 || t == DType::kF64) return base::Status::ok_status();
   return base::unimplemented("lowering: " + c.op_name() + " is lowered for float32 and float64 (got " +

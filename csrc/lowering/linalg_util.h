@@ -71,6 +71,15 @@ Lu lu_factor(Builder& b, Value a, bool pivot);
 // [B, m, r] (left) or [B, r, m].
 Value lu_solve(Builder& b, Value lu, Value pivots, Value rhs, bool left, bool adjoint);
 
+// XLA's Householder QR (the "Qr" custom call its QrExpander expands) of [..., m, n]:
+// LAPACK geqrf's packed reflectors [..., m, n] and taus [..., min(m, n)].
+std::pair<Value, Value> qr_packed(Builder& b, Value a);
+// Q = H_1 ... H_k applied to the first n columns of the identity ([..., m, n]; LAPACK
+// orgqr), through the "ProductOfElementaryHouseholderReflectors" custom call.
+Value householder_product(Builder& b, Value a, Value taus);
+// `x` padded with zeros along its last dim to `n`.
+Value pad_last(Builder& b, Value x, int64_t n);
+
 // Error if `t` is not float32 or float64 (the dtypes these lowerings compute in); the
 // caller falls back to PyTorch's CPU kernel, which supports others or raises its error.
 base::Status require_float(LoweringContext& c, DType t);
