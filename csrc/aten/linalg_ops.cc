@@ -1,10 +1,10 @@
 // Kernels of the linalg ops whose CPU kernels are compositions that depend on strides:
-// _linalg_det, _linalg_slogdet and _linalg_solve_ex factor A^T instead of A when A is
-// contiguous (det(A^T) = det(A); A^T X = B is solved with adjoint=True), and their
-// backward formulas read the LU factors they return under the same rule. A lowering sees
-// types, not strides, so these run PyTorch's composition step by step, every step a
-// lowered op (linalg_lu_factor_ex, linalg_lu_solve, prod, ...), with the CPU kernel's
-// choices so that the factors the backward reads are the ones it expects.
+// _linalg_det and _linalg_slogdet factor A^T instead of A when A is contiguous
+// (det(A^T) = det(A)), and their backward formulas read the LU factors they return under
+// the same rule (lu_solve with adjoint = !contiguous). A lowering sees types, not strides,
+// so these run PyTorch's composition step by step, every step a lowered op
+// (linalg_lu_factor_ex, prod, ...), with the CPU kernel's choice of factors. (In compiled
+// graphs they have no lowering: the graph cannot tell which factors the backward expects.)
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -43,30 +43,9 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> linalg_slogdet_ou
   return {sign, logabsdet, LU, pivots};
 }
 
-// numpy's rule: B is a (batch of) vector(s) when it is 1-d or has A's shape without the
-// last dim.
-bool is_vector_rhs(const at::Tensor& A, const at::Tensor& B) {
-  auto expected = A.sizes().slice(0, A.dim() - 1);
-  return B.dim() == 1 || (A.dim() - 1 == B.dim() && B.sizes().equals(expected));
-}
-
-std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> linalg_solve_ex_out(
-    const at::Tensor& A, const at::Tensor& B, bool left, bool check_errors, at::Tensor& result,
-    at::Tensor& LU, at::Tensor& pivots, at::Tensor& info) {
-  bool use_A_T = use_transpose(A);
-  at::linalg_lu_factor_ex_out(LU, pivots, info, use_A_T ? A.mT() : A);
-  if (check_errors) at::_linalg_check_errors(info, "torch.linalg.solve_ex", A.dim() == 2);
-  bool vector_case = is_vector_rhs(LU, B);
-  auto result_ = vector_case ? result.unsqueeze(-1) : result;
-  auto B_ = vector_case ? B.unsqueeze(-1) : B;
-  at::linalg_lu_solve_out(result_, LU, pivots, B_, left, /*adjoint=*/use_A_T);
-  return {result, LU, pivots, info};
-}
-
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_linalg_det.result", linalg_det_out);
   m.impl("_linalg_slogdet.sign", linalg_slogdet_out);
-  m.impl("_linalg_solve_ex.result", linalg_solve_ex_out);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Factorization lowerings: Cholesky (stablehlo.cholesky), triangular solves
+// Factorization lowerings: Cholesky (a stablehlo.while over the columns), triangular solves
 // (stablehlo.triangular_solve), LU with partial pivoting (a stablehlo.while over the
 // columns, linalg_util's lu_factor), and what is built from them: lu_solve, lu_unpack,
 // linalg_lu, linalg_inv_ex, cholesky_solve, cholesky_inverse.
@@ -37,6 +37,43 @@ Value info_out(LoweringContext& c, Value info, size_t k) {
   return c.b().reshape(c.b().convert(info, DType::kI32), c.out_type(k).dims);
 }
 
+// Cholesky factor L (A = L L^T) of [B, n, n], reading A's lower triangle, column by
+// column (LAPACK's potf2, left-looking): column j is a[:, j] - L[:, :j] L[j, :j]^T, scaled
+// by the square root of its diagonal element d. info is the first j (1-based) whose d is
+// not positive (or NaN): the order of the leading minor that is not positive-definite.
+// (stablehlo.cholesky cannot say which minor failed: XLA fills the whole factor with NaN.)
+std::pair<Value, Value> cholesky_lower(Builder& b, Value a) {
+  int64_t nb = a.dims()[0], n = a.dims()[1];
+  auto out = b.while_loop(
+      {b.constant_i64(0, DType::kI64), b.zeros(a.type), b.zeros(TensorType{DType::kI32, {nb}})},
+      [&](Builder& lb, const std::vector<Value>& s) {
+        return std::vector<Value>{lb.compare(s[0], lb.constant_i64(n, DType::kI64), "LT")};
+      },
+      [&](Builder& lb, const std::vector<Value>& s) {
+        Value j = s[0], l = s[1], info = s[2];
+        Value zero = lb.constant_i64(0, DType::kI64);
+        Value a_col = linalg::dynamic_slice(lb, a, {zero, zero, j}, {nb, n, 1});
+        Value l_row = linalg::dynamic_slice(lb, l, {zero, j, zero}, {nb, 1, n});
+        // Columns >= j of L are still zero, so the product sums over k < j only.
+        Value col = lb.sub(a_col, linalg::matmul(lb, l, linalg::mT(lb, l_row)));  // [B, n, 1]
+        Value d = linalg::dynamic_slice(lb, col, {zero, j, zero}, {nb, 1, 1});
+        Value root = lb.broadcast_in_dim(lb.reshape(lb.unary("sqrt", d), {nb}), {nb, n, 1}, {0});
+        Value rows = lb.iota(TensorType{DType::kI64, {nb, n, 1}}, 1);
+        Value jj = linalg::splat_index(lb, j, {nb, n, 1});
+        Value new_col = lb.select(lb.compare(rows, jj, "GT"), lb.div(col, root),
+                                  lb.select(lb.compare(rows, jj, "EQ"), root,
+                                            lb.zeros(col.type)));
+        l = lb.op("stablehlo.dynamic_update_slice", {l, new_col, zero, zero, j}, l.type);
+        Value d_b = lb.reshape(d, {nb});
+        Value failed = lb.unary("not", lb.compare(d_b, lb.zeros(d_b.type), "GT"));
+        Value first = lb.binary("and", failed, lb.compare(info, lb.zeros(info.type), "EQ"));
+        Value j1 = lb.convert(lb.add(j, lb.constant_i64(1, DType::kI64)), DType::kI32);
+        info = lb.select(first, linalg::splat_index(lb, j1, {nb}), info);
+        return std::vector<Value>{lb.add(j, lb.constant_i64(1, DType::kI64)), l, info};
+      });
+  return {out[1], out[2]};
+}
+
 // linalg_cholesky_ex(self, *, upper, check_errors) -> (L, info); cholesky(self, upper).
 Result cholesky_impl(LoweringContext& c, bool upper, bool check, const std::string& api,
                      bool with_info) {
@@ -49,20 +86,10 @@ Result cholesky_impl(LoweringContext& c, bool upper, bool check, const std::stri
     return out;
   }
   Dims batch = batch_dims(a.dims());
-  // stablehlo.cholesky reads the triangle it is asked for: lower for L, upper for U.
-  Value l = b.op("stablehlo.cholesky", {a}, a.type,
-                 std::string("lower = ") + (upper ? "false" : "true"));
-  l = upper ? linalg::triu(b, l) : linalg::tril(b, l);
-  // The first non-positive (or NaN) diagonal element is where the factorization failed.
-  Value d = linalg::diagonal(b, flatten_batch(b, l));  // [B, n]
-  int64_t n = d.dims()[1];
-  Value bad = b.unary("not", b.compare(d, b.zeros(d.type), "GT"));
-  Value idx1 = b.add(b.iota(TensorType{DType::kI64, d.dims()}, 1),
-                     b.splat(1, TensorType{DType::kI64, d.dims()}));
-  Value none = b.splat(static_cast<double>(n + 1), idx1.type);
-  Value first = b.reduce_min(b.select(bad, idx1, none), {1});
-  Value info = b.select(b.compare(first, b.splat(static_cast<double>(n + 1), first.type), "EQ"),
-                        b.zeros(first.type), first);
+  // The factor of A's upper triangle is the transpose of A^T's lower one.
+  Value flat = flatten_batch(b, upper ? linalg::mT(b, a) : a);
+  auto [l, info] = cholesky_lower(b, flat);
+  l = unflatten_batch(b, upper ? linalg::mT(b, l) : l, batch);
   info = b.reshape(info, batch);
   if (check) {
     c.require(all_zero(b, info),
@@ -166,7 +193,7 @@ Result linalg_lu_factor_ex(LoweringContext& c) {
               "using it on lu_solve would result in a division by zero. If you still want to "
               "perform the factorization, consider calling linalg.lu(A, pivot) or "
               "linalg.lu_factor_ex(A, pivot)",
-              CheckKind::kLinalgError);
+              CheckKind::kRuntimeError);  // PyTorch raises this one as a plain RuntimeError
   }
   return std::vector<Value>{b.convert(unflatten_batch(b, f.lu, batch), c.out_type(0).dtype),
                             b.reshape(f.pivots, c.out_type(1).dims), info_out(c, f.info, 2)};
@@ -270,16 +297,69 @@ Result linalg_inv_ex(LoweringContext& c) {
                             info_out(c, f.info, 1)};
 }
 
+// _linalg_solve_ex(A, B, *, left, check_errors) -> (result, LU, pivots, info): LU of A as
+// given (PyTorch 2.13's CPU kernel factors A itself, contiguous or not, and its backward
+// reads these factors with that assumption). B is a (batch of) vector(s) when it is 1-d or
+// has A's shape without the last dim (numpy's rule).
+Result linalg_solve_ex(LoweringContext& c) {
+  TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.out_type(0).dtype));
+  Builder& b = c.b();
+  const TensorType& out = c.out_type(0);
+  const TensorType& a_type = c.tensor_type(0);
+  if (out.num_elements() == 0 || a_type.num_elements() == 0) {
+    return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1)),
+                              b.zeros(c.out_type(2)), b.zeros(c.out_type(3))};
+  }
+  Value a = c.tensor(0);
+  Value rhs = b.convert(c.tensor(1), out.dtype);
+  bool left = c.bool_arg(2);
+  Dims a_rows(a_type.dims.begin(), a_type.dims.end() - 1);
+  bool vector_case = rhs.rank() == 1 || (a.rank() - 1 == rhs.rank() && rhs.dims() == a_rows);
+  if (vector_case) {
+    Dims d = rhs.dims();
+    d.push_back(1);
+    rhs = b.reshape(rhs, d);
+  }
+  Dims out_dims = out.dims;
+  if (vector_case) out_dims.push_back(1);
+  Dims batch = batch_dims(out_dims);
+  Dims a_batch = batch_dims(a_type.dims);
+  linalg::Lu f = linalg::lu_factor(b, flatten_batch(b, a), true);
+  if (c.bool_arg(3)) {
+    c.require(all_zero(b, f.info),
+              "torch.linalg.solve_ex: The solver failed because the input matrix is singular.",
+              CheckKind::kLinalgError);
+  }
+  int64_t n = a_type.dims.back(), nb = linalg::batch_count(out_dims);
+  Value lu = linalg::broadcast_batch(b, unflatten_batch(b, f.lu, a_batch), batch);
+  Dims piv_dims = a_batch;
+  piv_dims.push_back(n);
+  Dims piv_out = batch;
+  piv_out.push_back(n);
+  Value piv = b.broadcast_to(b.reshape(f.pivots, piv_dims), piv_out);
+  rhs = linalg::broadcast_batch(b, rhs, batch);
+  Value x = linalg::lu_solve(b, flatten_batch(b, lu), b.reshape(piv, {nb, n}),
+                             flatten_batch(b, rhs), left, false);
+  return std::vector<Value>{b.reshape(x, out.dims),
+                            b.convert(b.reshape(f.lu, c.out_type(1).dims), c.out_type(1).dtype),
+                            b.reshape(f.pivots, c.out_type(2).dims), info_out(c, f.info, 3)};
+}
+
 }  // namespace
 
 void register_linalg_factor_lowerings() {
+  register_lowering({"aten::_linalg_solve_ex", "aten::_linalg_solve_ex.result"}, linalg_solve_ex);
   register_lowering({"aten::linalg_cholesky_ex", "aten::linalg_cholesky_ex.L"},
                     linalg_cholesky_ex);
   register_lowering({"aten::cholesky", "aten::cholesky.out"}, cholesky);
   register_lowering({"aten::linalg_solve_triangular", "aten::linalg_solve_triangular.out"},
                     linalg_solve_triangular);
   register_lowering({"aten::triangular_solve", "aten::triangular_solve.X"}, triangular_solve);
-  register_lowering({"aten::_cholesky_solve_helper"}, cholesky_solve_helper);
+  // cholesky_solve (CompositeExplicitAutograd) is claimed directly, so compiled graphs,
+  // which keep it, lower it too; its helper is what PyTorch's composite calls.
+  register_lowering({"aten::cholesky_solve", "aten::cholesky_solve.out",
+                     "aten::_cholesky_solve_helper"},
+                    cholesky_solve_helper);
   register_lowering({"aten::cholesky_inverse", "aten::cholesky_inverse.out"}, cholesky_inverse);
   register_lowering({"aten::linalg_lu_factor_ex", "aten::linalg_lu_factor_ex.out"},
                     linalg_lu_factor_ex);

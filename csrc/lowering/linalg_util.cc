@@ -121,6 +121,11 @@ Value dynamic_slice(Builder& b, Value x, const std::vector<Value>& starts, const
 
 Value triangular_solve(Builder& b, Value a, Value rhs, bool left, bool lower, bool unit,
                        bool transpose) {
+  // XLA's expansion may read the other triangle (and the diagonal when `unit`) in products
+  // that are then discarded; a NaN or inf there would still poison them. LAPACK never
+  // reads those elements, so they are zeroed (and the unit diagonal made ones) first.
+  a = lower ? tril(b, a, unit ? -1 : 0) : triu(b, a, unit ? 1 : 0);
+  if (unit) a = b.add(a, eye(b, a.type));
   std::string attrs = std::string("left_side = ") + (left ? "true" : "false") +
                       ", lower = " + (lower ? "true" : "false") +
                       ", unit_diagonal = " + (unit ? "true" : "false") +

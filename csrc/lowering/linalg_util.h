@@ -44,8 +44,8 @@ Value splat_index(Builder& b, Value i, const Dims& dims);
 Value dynamic_slice(Builder& b, Value x, const std::vector<Value>& starts, const Dims& sizes);
 
 // stablehlo.triangular_solve: op(a) x = rhs (left) or x op(a) = rhs; `a` and `rhs` share
-// their batch dims. Only the `lower` (or upper) triangle of `a` is read; `unit` takes its
-// diagonal as ones; `transpose` uses a^T.
+// their batch dims. Only the `lower` (or upper) triangle of `a` is read (the rest may hold
+// anything, NaN included); `unit` takes its diagonal as ones; `transpose` uses a^T.
 Value triangular_solve(Builder& b, Value a, Value rhs, bool left, bool lower, bool unit,
                        bool transpose);
 
