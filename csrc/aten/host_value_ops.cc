@@ -47,7 +47,8 @@ at::Tensor tpu_bincount(const at::Tensor& self, const std::optional<at::Tensor>&
     lo = range[0].item<int64_t>();
     hi = range[1].item<int64_t>();
   }
-  TORCH_CHECK(self.dim() == 1 && lo >= 0, "bincount only supports 1-d non-negative integral inputs.");
+  TORCH_CHECK(self.dim() == 1 && lo >= 0,
+              "bincount only supports 1-d non-negative integral inputs.");
   if (has_weights) {
     const at::Tensor& w = *weights_opt;
     TORCH_CHECK(w.dim() == 1 && w.size(0) == self.size(0),

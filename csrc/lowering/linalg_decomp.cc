@@ -34,8 +34,8 @@ Result linalg_householder_product(LoweringContext& c) {
   if (out.num_elements() == 0) return std::vector<Value>{b.zeros(out)};
   Value a = b.convert(c.tensor(0), out.dtype);
   // Taus beyond k are zero: those reflectors are the identity.
-  Value taus = linalg::pad_last(b, b.convert(c.tensor(1), out.dtype), std::min(out.dims[out.rank() - 2],
-                                                                      out.dims.back()));
+  int64_t k = std::min(out.dims[out.rank() - 2], out.dims.back());
+  Value taus = linalg::pad_last(b, b.convert(c.tensor(1), out.dtype), k);
   return std::vector<Value>{linalg::householder_product(b, a, taus)};
 }
 
@@ -59,7 +59,8 @@ Result linalg_qr(LoweringContext& c) {
   Value q;
   if (complete && m > n) {
     // Q is m x m: the k reflectors applied to the whole identity.
-    q = linalg::householder_product(b, linalg::pad_last(b, packed, m), linalg::pad_last(b, taus, m));
+    q = linalg::householder_product(b, linalg::pad_last(b, packed, m),
+                                    linalg::pad_last(b, taus, m));
   } else {
     Dims q_limit = a.dims();
     q_limit[r - 1] = k;

@@ -53,7 +53,8 @@ std::vector<Value> sweep(Builder& b, Value a, Value v, double tol) {
         Value app = element(p, p), aqq = element(q, q), apq = element(p, q);
         TensorType bt{t, {nb}};
         Value one = lb.splat(1, bt), zeros = lb.zeros(bt);
-        Value limit = lb.mul(lb.splat(tol, bt), lb.unary("sqrt", lb.unary("abs", lb.mul(app, aqq))));
+        Value limit =
+            lb.mul(lb.splat(tol, bt), lb.unary("sqrt", lb.unary("abs", lb.mul(app, aqq))));
         Value needed = lb.binary("and", lb.compare(lb.unary("abs", apq), limit, "GT"),
                                  lb.compare(apq, zeros, "NE"));
         Value safe = lb.select(needed, apq, one);

@@ -307,8 +307,9 @@ Value pad_last(Builder& b, Value x, int64_t n) {
 
 base::Status require_float(LoweringContext& c, DType t) {
   if (t == DType::kF32 || t == DType::kF64) return base::Status::ok_status();
-  return base::unimplemented("lowering: " + c.op_name() + " is lowered for float32 and float64 (got " +
-                             base::dtype_name(t) + ")");
+  return base::unimplemented("lowering: " + c.op_name() +
+                             " is lowered for float32 and float64 (got " + base::dtype_name(t) +
+                             ")");
 }
 
 }  // namespace torchtpu::lowering::linalg
