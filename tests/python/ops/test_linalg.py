@@ -510,3 +510,25 @@ def test_multihead_attention_eval_fast_path_with_weights() -> None:
         actual = _ran_on_tpu(lambda: mha_tpu(xt, xt, xt, key_padding_mask=pad.to("tpu")),
                              "aten::_native_multi_head_attention")
     assert_close(list(actual), list(expected), dtype_tols={torch.float32: (1e-5, 1e-5)})
+
+
+# ---- compiled graphs ---------------------------------------------------------------------
+
+def test_compiled_graph_shares_the_lowerings() -> None:
+    # Ops without PyTorch's effectful error check (_linalg_check_errors: compiled graphs
+    # do not take with_effects yet) lower inside one graph like in eager mode.
+    def f(a: torch.Tensor, s: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        q, r = torch.linalg.qr(a)
+        lower, info = torch.linalg.cholesky_ex(s)
+        x = torch.linalg.solve_triangular(lower, b, upper=False)
+        lu, piv, _ = torch.linalg.lu_factor_ex(a)
+        return (q, r, lower, info, x, lu, piv, torch.linalg.svdvals(a),
+                torch.linalg.eigvalsh(s))
+
+    a = general(2, 4, 4, dtype=torch.float32)
+    s = spd(2, 4, 4, dtype=torch.float32)
+    b = rand(2, 4, 3, dtype=torch.float32)
+    expected = f(a, s, b)
+    compiled = torch.compile(f, backend="tpu")
+    actual = run_no_fallback(compiled, a.to("tpu"), s.to("tpu"), b.to("tpu"))
+    assert_close(list(actual), list(expected), dtype_tols=TOLS)
