@@ -291,6 +291,15 @@ def test_singular_matrix_behaviour_matches_cpu() -> None:
     assert sign.item() == 0.0 and logabsdet.item() == float("-inf")
 
 
+@pytest.mark.parametrize("shape", [(0, 3, 3), (2, 0, 0)])
+def test_empty_inputs_match_cpu(shape: tuple[int, ...]) -> None:
+    a = torch.zeros(shape)
+    for fn in (torch.linalg.cholesky_ex, torch.linalg.inv, torch.linalg.det,
+               torch.linalg.slogdet, torch.linalg.lu_factor, torch.linalg.qr, torch.linalg.eigh,
+               torch.linalg.svd, lambda x: torch.linalg.solve(x, x)):
+        assert_same(fn, a)
+
+
 # ---- QR, eigh, SVD -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)
