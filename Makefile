@@ -13,6 +13,9 @@
 #   make serve   build, then `torchtpu serve` (SmolLM2-135M-Instruct on tpu, port 8000;
 #                SERVE_ARGS, e.g. SERVE_ARGS='--port 9000 --model DIR')
 #   make bench-serve  build, then bench/serve_bench.py (BENCH_ARGS, e.g. BENCH_ARGS=--quick)
+#   make test-upstream  build, then scripts/upstream_tests.py: PyTorch's own device-generic
+#                test files on tpu (UPSTREAM_TESTS=<folder>, default the pytorch-tests folder
+#                beside the checkout), summary in docs/upstream_tests.md (UPSTREAM_ARGS)
 #   make clean   remove what these targets build: build/<wheel tag>, caches (keeps .venv and
 #                any other tree under build/); `make distclean` removes build/ and .venv
 #
@@ -39,7 +42,7 @@ BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.versio
 	2>/dev/null | head -1
 
 .PHONY: setup build test test-cpp test-python demo bench bench-compile serve bench-serve \
-	op-coverage clean distclean
+	op-coverage test-upstream clean distclean
 
 setup:
 	bash scripts/setup.sh
@@ -75,6 +78,10 @@ bench: build
 OPCOV_ARGS ?=
 op-coverage: build
 	$(PY) scripts/op_coverage.py $(OPCOV_ARGS)
+
+UPSTREAM_ARGS ?=
+test-upstream: build
+	$(PY) scripts/upstream_tests.py --out docs/upstream_tests.md $(UPSTREAM_ARGS)
 
 # jax is a benchmark-only dependency (the reference for compiled mode), so it is not in
 # scripts/setup.sh; pip finds the pinned wheels through the machine's configured indexes.

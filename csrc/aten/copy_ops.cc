@@ -7,6 +7,7 @@
 #include "aten/storage_bytes.h"
 #include "aten/tpu_storage.h"
 #include "lowering/storage_programs.h"
+#include "runtime/execution_trace.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -26,6 +27,7 @@ runtime::BufferPtr conform(const runtime::BufferPtr& value, const at::Tensor& ds
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   (void)non_blocking;  // transfers are synchronous at the host boundary
+  runtime::trace::Label label("aten::_copy_from");
   if (self.numel() == 0 && dst.numel() == 0) return dst;
   if (dst.device().is_privateuseone()) {
     runtime::BufferPtr value;
@@ -54,15 +56,17 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  runtime::trace::Label label("aten::_local_scalar_dense");
   at::Tensor host = buffer_to_cpu(*read_tensor(self));
   return host.item();
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
-  TORCH_CHECK(!memory_format || *memory_format == c10::MemoryFormat::Contiguous ||
-                  *memory_format == c10::MemoryFormat::Preserve,
-              "tpu: resize_ supports only contiguous memory format, got ", *memory_format);
+  // As PyTorch's CPU resize_: Preserve is refused (resize_as_ resolves it before calling
+  // here); the sizes are set contiguous, then restrided to the requested format.
+  TORCH_CHECK(!memory_format || *memory_format != c10::MemoryFormat::Preserve,
+              "Unsupported memory format", *memory_format);
   int64_t numel = 1;
   for (int64_t s : size) {
     TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
@@ -75,6 +79,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
     resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
   }
   self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
+  if (memory_format) self.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);
   return self;
 }
 

@@ -18,6 +18,7 @@
 #include "base/lru_map.h"
 #include "base/metrics.h"
 #include "lowering/lowering.h"
+#include "runtime/execution_trace.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -262,6 +263,30 @@ c10::IValue to_meta(const c10::IValue& v) {
               "please report it with this message (TORCHTPU_DUMP_DIR=<dir> writes the program).");
 }
 
+bool fallback_is_error() {
+  const char* mode = std::getenv("TORCHTPU_FALLBACK");
+  return mode != nullptr && std::strcmp(mode, "error") == 0;
+}
+
+// Tensor bytes of a call's arguments (lists included), for the CPU verdict below.
+constexpr int64_t kCpuVerdictMaxBytes = 16 << 20;
+int64_t tensor_bytes(c10::ArrayRef<c10::IValue> ivalues) {
+  int64_t n = 0;
+  auto add = [&n](const at::Tensor& t) {
+    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
+  };
+  for (const c10::IValue& v : ivalues) {
+    if (v.isTensor()) add(v.toTensor());
+    if (v.isTensorList()) for (const at::Tensor& t : v.toTensorVector()) add(t);
+    if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+        if (t) add(*t);
+      }
+    }
+  }
+  return n;
+}
+
 bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
   return a && b && a->beforeSets() == b->beforeSets();
 }
@@ -273,10 +298,25 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
   torch::jit::Stack meta_stack;
   for (const c10::IValue& v : ivalues) meta_stack.push_back(to_meta(v));
   check_index_put_values(name, meta_stack);
+  check_same_dtype_out(name, meta_stack);
   try {
     if (!meta_by_equivalent(name, &meta_stack)) op.callBoxed(&meta_stack);
   } catch (const c10::NotImplementedError& e) {
     throw NeedsFallback{"no meta kernel"};
+  } catch (const std::exception& e) {  // c10::Error, or a Python meta kernel's error
+    // The CPU kernel is the reference: where a meta kernel rejects a call, the CPU kernel
+    // decides. It raises PyTorch's own error (meta kernels that are Python references word
+    // theirs differently), or computes a result the meta kernel wrongly refused
+    // (max_pool2d_with_indices' decomposition cannot reshape a zero-size batch). Only for
+    // ops with a CPU kernel (not the CUDA-only fused RNN cells, whose checks are ours) and
+    // calls whose tensors are small: a rejected call on big tensors keeps the meta error
+    // rather than copying them to the host just to fail.
+    if (!fallback_is_error() && op.hasKernelForDispatchKey(c10::DispatchKey::CPU) &&
+        tensor_bytes(ivalues) <= kCpuVerdictMaxBytes) {
+      std::string what = e.what();
+      throw NeedsFallback{"its meta kernel rejected the call: " + what.substr(0, what.find('\n'))};
+    }
+    throw;
   }
   auto compiled = std::make_shared<CompiledOp>();
   const auto& returns = schema.returns();
@@ -361,8 +401,14 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
 }
 
 runtime::BufferPtr scalar_buffer(const c10::IValue& v, base::DType dtype, int device) {
-  c10::Scalar s = v.isTensor() ? v.toTensor().item() : v.toScalar();
-  return scalar_to_buffer(s, dtype, device);
+  if (v.isTensor()) {
+    // A 0-dim CPU tensor (also a Python number the arithmetic operators wrap) is cast the
+    // way TensorIterator casts it, without an overflow check: uint8 + 1000 wraps on the
+    // CPU. Scalar arguments keep the checked conversion their CPU kernels apply (fill_).
+    at::Tensor cast = v.toTensor().to(to_scalar_type(dtype));
+    return scalar_to_buffer(cast.item(), dtype, device);
+  }
+  return scalar_to_buffer(v.toScalar(), dtype, device);
 }
 
 runtime::BufferPtr rng_buffer(const CallInfo& info) {
@@ -449,11 +495,6 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
   for (auto& r : results) stack->push_back(std::move(r));
 }
 
-bool fallback_is_error() {
-  const char* mode = std::getenv("TORCHTPU_FALLBACK");
-  return mode != nullptr && std::strcmp(mode, "error") == 0;
-}
-
 }  // namespace
 
 void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
@@ -494,6 +535,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   std::string name = op_name(schema);
+  runtime::trace::Label label(name.c_str());
   check_written_overlap(schema, name, torch::jit::last(*stack, schema.arguments().size()));
   check_arguments_like_cpu(name, torch::jit::last(*stack, schema.arguments().size()));
   if (is_data_dependent(name)) {

@@ -1,5 +1,7 @@
 #include "aten/op_special_cases.h"
 
+#include <unordered_set>
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -71,6 +73,12 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
         ++dim;
         continue;
       }
+      // PyTorch's expandTensors warns the same way; for aten::index it already has (the
+      // structured wrapper that calls index.Tensor_out runs its meta first).
+      if (t->scalar_type() == at::kByte && name != "aten::index.Tensor_out") {
+        TORCH_WARN("indexing with dtype torch.uint8 is now deprecated, please use a dtype "
+                   "torch.bool instead.");
+      }
       for (int64_t j = 0; j < t->dim(); ++j) {
         TORCH_CHECK_INDEX(dim + j < self.dim() && t->size(j) == self.size(dim + j),
                           "The shape of the mask ", t->sizes(), " at index ", j,
@@ -93,11 +101,30 @@ void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> 
   if (name.rfind("aten::index_put", 0) != 0 && name.rfind("aten::_index_put_impl", 0) != 0) {
     return;
   }
-  at::Tensor result = at::index(args[0].toTensor(), args[1].toOptionalTensorList());
+  const at::Tensor& self = args[0].toTensor();
   const at::Tensor& values = args[2].toTensor();
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(),
+              "Index put requires the source and destination dtypes match, got ",
+              self.scalar_type(), " for the destination and ", values.scalar_type(),
+              " for the source.");
+  at::Tensor result = at::index(self, args[1].toOptionalTensorList());
   TORCH_CHECK(at::is_expandable_to(values.sizes(), result.sizes()),
               "shape mismatch: value tensor of shape ", values.sizes(),
               " cannot be broadcast to indexing result of shape ", result.sizes());
+}
+
+void check_same_dtype_out(const std::string& name, c10::ArrayRef<c10::IValue> args) {
+  // The structured CPU kernels of these build a unary TensorIterator that requires one
+  // dtype; their Python meta kernels accept any safe cast instead.
+  static const std::unordered_set<std::string> kSameDtype = {
+      "aten::neg.out",  "aten::floor.out", "aten::ceil.out", "aten::trunc.out",
+      "aten::frac.out", "aten::sgn.out",   "aten::round.out", "aten::round.decimals_out",
+      "aten::bitwise_not.out"};
+  if (kSameDtype.count(name) == 0) return;
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& out = args.back().toTensor();
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "Found dtype ", out.scalar_type(),
+              " but expected ", self.scalar_type());
 }
 
 bool writes_unreturned_args(const std::string& name) {

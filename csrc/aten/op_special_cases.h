@@ -29,11 +29,16 @@ bool is_data_dependent(const std::string& name);
 void expand_index_masks(const c10::FunctionSchema& schema, const std::string& name,
                         torch::jit::Stack* stack);
 
-// index_put's values must broadcast to the indexing result (PyTorch's CPU kernel checks
-// this at run time; its meta kernel does not): raises the CPU's "shape mismatch" error.
+// index_put's values must have self's dtype and broadcast to the indexing result (PyTorch's
+// CPU kernel checks both at run time; its meta kernel does not): raises the CPU's errors.
 // Takes the meta arguments of a call after expand_index_masks (shapes decide it, so once
 // per op signature); a no-op for other ops.
 void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> args);
+
+// Unary out= variants whose CPU kernels require out's dtype to equal self's (neg, floor,
+// ceil, trunc, frac, sgn, round, bitwise_not): raises the CPU's "Found dtype" error. Takes
+// the meta arguments (once per op signature); a no-op for other ops.
+void check_same_dtype_out(const std::string& name, c10::ArrayRef<c10::IValue> args);
 
 // Ops that write a Tensor(a!) argument that none of their returns aliases
 // (_amp_foreach_non_finite_check_and_unscale_'s found_inf, _amp_update_scale_'s

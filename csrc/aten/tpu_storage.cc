@@ -13,6 +13,7 @@
 #include "aten/tpu_allocator.h"
 #include "aten/tpu_guard.h"
 #include "lowering/storage_programs.h"
+#include "runtime/execution_trace.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -146,6 +147,9 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
                                             int device_index) {
   auto exe = compile_cache().get_or_compile(module_text, device_index);
   TORCH_CHECK(exe.ok(), exe.status().message());
+  // Inside an op the program carries the op's name; alone (a view copy, a read) its own.
+  const char* outer = runtime::trace::current_label();
+  runtime::trace::Label label(outer != nullptr ? outer : "tpu storage program");
   auto out = (*exe)->execute(args);
   TORCH_CHECK(out.ok(), out.status().message());
   return std::move(out).value();

@@ -5,6 +5,7 @@
 #include "aten/device_runtime.h"
 #include "aten/op_kernel.h"
 #include "aten/tpu_generator.h"
+#include "aten/tpu_profiler.h"
 #include "aten/tpu_guard.h"
 #include "aten/tpu_storage.h"
 #include "aten/tpu_streams.h"
@@ -50,6 +51,7 @@ PYBIND11_MODULE(_C, m) {
     aten::set_default_plugin_path(default_plugin);
     aten::register_hooks();
     aten::register_direct_lowerings();
+    aten::register_profiler();
   });
   m.def("device_count", &aten::device_count_or_zero);
   m.def("current_device", &aten::current_device_index);

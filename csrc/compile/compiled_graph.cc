@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <cstdio>
 #include <mutex>
 
 #include "aten/deferred_checks.h"
@@ -10,8 +11,10 @@
 #include "aten/host_transfer.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_storage.h"
+#include "base/hash.h"
 #include "base/metrics.h"
 #include "lowering/storage_programs.h"
+#include "runtime/execution_trace.h"
 
 namespace torchtpu::compile {
 namespace {
@@ -40,6 +43,10 @@ std::shared_ptr<CompiledGraph> CompiledGraph::create(const lowering::GraphSpec& 
   g->num_inputs_ = spec.inputs.size();
   g->num_symbols_ = spec.num_symbols;
   g->donations_ = spec.donations;
+  char name[48];
+  std::snprintf(name, sizeof(name), "tpu graph %016llx",
+                static_cast<unsigned long long>(base::fnv1a(g->lowered_.text)));
+  g->trace_name_ = name;
   base::counter_add("num_graphs_compiled");
   return g;
 }
@@ -50,6 +57,7 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
               " inputs, got ", inputs.size());
   TORCH_CHECK(static_cast<int>(sizes.size()) == num_symbols_, "tpu compile: graph expects ",
               num_symbols_, " size values, got ", sizes.size());
+  runtime::trace::Label label(trace_name_.c_str());
   // Scalars the graph fixes (not sizes) get their buffers on the first run, not on every
   // run (not in create(): that runs while Dynamo traces, where tensors are fake).
   std::call_once(constants_once_, [this] {

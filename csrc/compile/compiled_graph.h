@@ -38,6 +38,7 @@ class CompiledGraph {
   size_t num_inputs_ = 0;
   int num_symbols_ = 0;
   std::vector<std::pair<int, int>> donations_;  // (input, output): see GraphSpec
+  std::string trace_name_;  // "tpu graph <hash of the module>", in profiler traces
   // Per @main parameter: the buffer of a scalar the graph fixes, else null (set once).
   mutable std::once_flag constants_once_;
   mutable std::vector<runtime::BufferPtr> constant_params_;

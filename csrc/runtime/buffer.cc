@@ -2,6 +2,7 @@
 
 #include "base/metrics.h"
 #include "runtime/event.h"
+#include "runtime/execution_trace.h"
 #include "runtime/memory_stats.h"
 #include "runtime/pjrt_c.h"
 
@@ -38,6 +39,7 @@ base::Status Buffer::to_host(void* dst, int64_t dst_bytes) const {
                                   std::to_string(dst_bytes) + ")");
   }
   if (size_bytes() == 0) return base::Status();
+  int64_t start_ns = trace::enabled() ? trace::now_ns() : 0;
   PJRT_Buffer_ToHostBuffer_Args args{};
   args.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
   args.src = raw_;
@@ -47,6 +49,7 @@ base::Status Buffer::to_host(void* dst, int64_t dst_bytes) const {
       plugin_->api(), plugin_->api()->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer"));
   Event done(plugin_, args.event);
   TORCHTPU_RETURN_IF_ERROR(done.await());
+  trace::record_completed(trace::Kind::kDeviceToHost, device_index_, size_bytes(), start_ns);
   base::counter_add("num_transfers_to_host");
   base::counter_add("transfer_to_host_bytes", size_bytes());
   return base::Status();

@@ -6,6 +6,7 @@
 #include "runtime/device_queue.h"
 #include "runtime/element_type.h"
 #include "runtime/event.h"
+#include "runtime/execution_trace.h"
 #include "runtime/pjrt_c.h"
 
 namespace torchtpu::runtime {
@@ -146,6 +147,7 @@ base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType
   Event done(plugin_, args.done_with_host_buffer);
   auto buffer = std::make_shared<Buffer>(plugin_, args.buffer, dtype, dims, device_index);
   note_enqueued(device_index, buffer);
+  trace::record(trace::Kind::kHostToDevice, device_index, buffer->size_bytes(), *buffer);
   base::counter_add("num_transfers_to_device");
   base::counter_add("transfer_to_device_bytes", buffer->size_bytes());
   return buffer;

@@ -3,6 +3,7 @@
 #include "base/metrics.h"
 #include "runtime/device_queue.h"
 #include "runtime/element_type.h"
+#include "runtime/execution_trace.h"
 #include "runtime/pjrt_c.h"
 
 namespace torchtpu::runtime {
@@ -114,7 +115,15 @@ base::StatusOr<std::vector<BufferPtr>> Executable::execute(
     }
   }
   if (!first_error.ok()) return first_error;
-  if (!result.empty()) note_enqueued(device_index_, result.back());
+  if (!result.empty()) {
+    note_enqueued(device_index_, result.back());
+    if (trace::enabled()) {
+      int64_t bytes = 0;
+      for (const Buffer* b : args) bytes += b->size_bytes();
+      for (const BufferPtr& b : result) bytes += b->size_bytes();
+      trace::record(trace::Kind::kProgram, device_index_, bytes, *result.back());
+    }
+  }
   return result;
 }
 

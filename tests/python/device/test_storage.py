@@ -138,3 +138,24 @@ def test_no_fallback_for_storage_ops() -> None:
     t.untyped_storage().resize_(64)
     after = dict(torchtpu.debug.metrics()["fallback_ops"])
     assert after == before
+
+
+@pytest.mark.parametrize("shape,fmt", [((2, 3, 4, 5), torch.channels_last),
+                                       ((2, 3, 2, 4, 5), torch.channels_last_3d),
+                                       ((6, 20), torch.contiguous_format)])
+def test_resize_to_a_memory_format_like_cpu(shape, fmt) -> None:
+    numel = 1
+    for s in shape:
+        numel *= s
+    cpu = torch.arange(numel, dtype=torch.float32)
+    dev = cpu.to("tpu")
+    cpu.resize_(shape, memory_format=fmt)
+    dev.resize_(shape, memory_format=fmt)
+    assert dev.is_contiguous(memory_format=fmt) and dev.stride() == cpu.stride()
+    assert torch.equal(dev.cpu(), cpu)  # same storage bytes, restrided
+    like = torch.empty(shape, device="tpu", memory_format=fmt)
+    flat = torch.arange(numel, dtype=torch.float32, device="tpu")
+    flat.resize_as_(like, memory_format=torch.preserve_format)
+    assert flat.is_contiguous(memory_format=fmt)
+    with pytest.raises(RuntimeError, match="Unsupported memory format"):
+        dev.resize_(shape, memory_format=torch.preserve_format)

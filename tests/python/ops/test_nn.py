@@ -243,3 +243,19 @@ def test_conv_transpose_backward_with_output_padding(dims: int, kw: dict) -> Non
     torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(wd.grad.cpu(), w.grad, rtol=1e-4, atol=1e-4)
     assert torchtpu.debug.metrics()["fallback_ops"] == before
+
+
+def test_pooling_zero_size_batch() -> None:
+    # PyTorch's meta kernel for max_pool2d_with_indices (a Python decomposition) rejects a
+    # zero-size batch that the CPU kernel accepts; with no data, the CPU kernel decides.
+    x = torch.randn(0, 3, 8, 8)
+    out, idx = F.max_pool2d(x.to("tpu"), 2, return_indices=True)
+    ref_out, ref_idx = F.max_pool2d(x, 2, return_indices=True)
+    assert out.device.type == "tpu" and out.shape == ref_out.shape
+    assert idx.dtype == ref_idx.dtype and idx.shape == ref_idx.shape
+    # An empty input the CPU rejects is still rejected, with PyTorch's message.
+    with pytest.raises(RuntimeError) as cpu_err:
+        F.max_pool2d(torch.randn(1, 3, 0, 8), 2)
+    with pytest.raises(RuntimeError) as tpu_err:
+        F.max_pool2d(torch.randn(1, 3, 0, 8, device="tpu"), 2)
+    assert str(tpu_err.value).split("\n")[0] == str(cpu_err.value).split("\n")[0]

@@ -119,3 +119,58 @@ def test_index_put_with_values_that_do_not_broadcast_raises_like_cpu() -> None:
         a.index_put_((torch.tensor([0, 1], device=a.device),), torch.ones(3, 3, device=a.device))
     assert_raises_like_cpu(put_index, make((2, 3), torch.float32))
 
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).split("\n")[0]
+
+
+@pytest.mark.parametrize("call", [
+    # Python reference meta kernels word these differently from the CPU kernels; the CPU
+    # kernel decides where a meta kernel rejects a call (small tensors).
+    lambda x, i: torch.add(x, x, out=torch.zeros(4, dtype=torch.long, device=x.device)),
+    lambda x, i: torch.addcdiv(i, i, i, out=i),
+    lambda x, i: i.addcdiv_(i, i),
+    # The unary TensorIterator of these CPU kernels requires one dtype for self and out.
+    lambda x, i: torch.neg(x, out=torch.empty(0, dtype=torch.float64, device=x.device)),
+    lambda x, i: torch.floor(x, out=torch.empty(0, dtype=torch.float64, device=x.device)),
+    lambda x, i: torch.round(x, out=torch.empty(0, dtype=torch.float16, device=x.device)),
+])
+def test_errors_have_the_cpu_kernels_wording(call) -> None:
+    x, i = make((4,), torch.float32), torch.tensor([1, 2, 3, 4], dtype=torch.int8)
+    e = assert_raises_like_cpu(call, x, i)
+    with pytest.raises(type(e)) as cpu:
+        call(x, i)
+    assert _first_line(e) == _first_line(cpu.value)
+
+
+def test_index_put_requires_matching_dtypes_like_cpu() -> None:
+    def put(a, b):
+        a[:, [1]] = b.unsqueeze(-1)
+
+    e = assert_raises_like_cpu(put, torch.ones(5, 2, dtype=torch.double),
+                               torch.zeros(5, dtype=torch.int))
+    assert "Index put requires the source and destination dtypes match" in str(e)
+
+
+def test_wrapped_numbers_cast_like_tensor_iterator() -> None:
+    u = torch.tensor([0, 0, 1], dtype=torch.uint8)
+    # Python numbers in arithmetic wrap (uint8 + 1000 == 232 + x) ...
+    assert torch.equal((u.to("tpu") + 1000).cpu(), u + 1000)
+    assert torch.equal((u.to("tpu") * torch.tensor(300)).cpu(), u * torch.tensor(300))
+    # ... while Scalar arguments keep their kernels' overflow check.
+    assert_raises_like_cpu(lambda t: t.fill_(300), u.clone())
+
+
+def test_uint8_masks_warn_like_cpu() -> None:
+    import warnings
+
+    def count(device: str) -> int:
+        mask = torch.zeros(10, dtype=torch.uint8, device=device)
+        y = torch.ones(10, 10, device=device)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            y.index_put_((mask,), y[mask], accumulate=True)
+        return sum("torch.uint8 is now deprecated" in str(x.message) for x in w)
+
+    assert count("tpu") == count("cpu") == 2
