@@ -42,6 +42,7 @@ void read_checks(std::deque<PendingCheck>& checks) {
   lowering::CheckKind kind = failed->kind;
   checks.clear();
   if (kind == lowering::CheckKind::kIndexError) TORCH_CHECK_INDEX(false, message);
+  if (kind == lowering::CheckKind::kLinalgError) TORCH_CHECK_LINALG(false, message);
   TORCH_CHECK(false, message);
 }
 

@@ -507,6 +507,7 @@ void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t firs
     base::counter_add("num_data_checks");
     if (ok) continue;
     if (kinds[k] == lowering::CheckKind::kIndexError) TORCH_CHECK_INDEX(false, messages[k]);
+    if (kinds[k] == lowering::CheckKind::kLinalgError) TORCH_CHECK_LINALG(false, messages[k]);
     TORCH_CHECK(false, messages[k]);
   }
 }

@@ -217,6 +217,17 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     st.emplace_back(out);
     return true;
   }
+  if (name == "aten::geqrf" || name == "aten::geqrf.a") {
+    // geqrf has no meta kernel: (a: the input's shape, tau: batch + [min(m, n)]).
+    at::Tensor self = st[0].toTensor();
+    TORCH_CHECK(self.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
+    std::vector<int64_t> tau_shape(self.sizes().begin(), self.sizes().end() - 2);
+    tau_shape.push_back(std::min(self.size(-2), self.size(-1)));
+    st.clear();
+    st.emplace_back(at::empty_like(self));
+    st.emplace_back(at::empty(tau_shape, self.options()));
+    return true;
+  }
   if (name == "aten::convolution_backward_overrideable") {
     at::Tensor grad = st[0].toTensor();
     at::Tensor input = st[1].toTensor();

@@ -91,31 +91,58 @@ std::vector<Value> Builder::op_with_region(std::string_view name,
   for (size_t i = 0; i < operands.size(); ++i) line += (i ? ", " : "") + name_of(operands[i]);
   line += ")";
   if (body) {
-    line += " ({\n" + std::string(indent_, ' ') + "^bb0(";
-    std::vector<Value> args;
-    for (size_t i = 0; i < block_args.size(); ++i) {
-      args.push_back(fresh(block_args[i]));
-      line += (i ? ", " : "") + name_of(args.back()) + ": " + block_args[i].str();
-    }
-    line += "):\n";
-    body_ += line;
-    indent_ += 2;
-    std::vector<Value> yielded = body(*this, args);
-    std::string ret(indent_, ' ');
-    ret += "\"stablehlo.return\"(";
-    for (size_t i = 0; i < yielded.size(); ++i) ret += (i ? ", " : "") + name_of(yielded[i]);
-    ret += ")";
-    std::vector<TensorType> yt;
-    for (const Value& y : yielded) yt.push_back(y.type);
-    std::string sig = " : (";
-    for (size_t i = 0; i < yt.size(); ++i) sig += (i ? ", " : "") + yt[i].str();
-    body_ += ret + sig + ") -> ()\n";
-    indent_ -= 2;
-    line = std::string(indent_, ' ') + "})";
+    body_ += line + " (";
+    std::string closing = region(block_args, body);
+    line = closing + ")";
   }
   if (!attrs.empty()) line += " {" + std::string(attrs) + "}";
   line += signature(operands, results) + "\n";
   body_ += line;
+  if (outs.size() > 1) {
+    for (size_t i = 0; i < outs.size(); ++i) outs[i] = Value{outs[0].id, outs[i].type, (int)i};
+  }
+  return outs;
+}
+
+std::string Builder::region(const std::vector<TensorType>& block_args, const RegionBody& body) {
+  std::string line = "{\n" + std::string(indent_, ' ') + "^bb0(";
+  std::vector<Value> args;
+  for (size_t i = 0; i < block_args.size(); ++i) {
+    args.push_back(fresh(block_args[i]));
+    line += (i ? ", " : "") + name_of(args.back()) + ": " + block_args[i].str();
+  }
+  line += "):\n";
+  body_ += line;
+  indent_ += 2;
+  std::vector<Value> yielded = body(*this, args);
+  std::string ret(indent_, ' ');
+  ret += "\"stablehlo.return\"(";
+  for (size_t i = 0; i < yielded.size(); ++i) ret += (i ? ", " : "") + name_of(yielded[i]);
+  ret += ") : (";
+  for (size_t i = 0; i < yielded.size(); ++i) ret += (i ? ", " : "") + yielded[i].type.str();
+  body_ += ret + ") -> ()\n";
+  indent_ -= 2;
+  // The caller's text continues after the region's closing brace.
+  return std::string(indent_, ' ') + "}";
+}
+
+std::vector<Value> Builder::while_loop(const std::vector<Value>& init, const RegionBody& cond,
+                                       const RegionBody& body) {
+  std::vector<TensorType> types;
+  for (const Value& v : init) types.push_back(v.type);
+  std::vector<Value> outs;
+  for (const TensorType& t : types) outs.push_back(fresh(t));
+  std::string line(indent_, ' ');
+  line += outs.size() == 1 ? name_of(outs[0]) + " = "
+                           : "%m" + std::to_string(outs[0].id) + ":" +
+                                 std::to_string(outs.size()) + " = ";
+  line += "\"stablehlo.while\"(";
+  for (size_t i = 0; i < init.size(); ++i) line += (i ? ", " : "") + name_of(init[i]);
+  body_ += line + ") (";
+  std::string closing = region(types, cond);
+  body_ += closing + ", ";
+  closing = region(types, body);
+  body_ += closing + ")" + signature(init, types) + "\n";
   if (outs.size() > 1) {
     for (size_t i = 0; i < outs.size(); ++i) outs[i] = Value{outs[0].id, outs[i].type, (int)i};
   }

@@ -75,6 +75,10 @@ class Builder {
                                     const std::vector<TensorType>& results,
                                     const std::vector<TensorType>& block_args,
                                     const RegionBody& body, std::string_view attrs = "");
+  // stablehlo.while over the loop state `init`: `cond` maps the state to an i1 scalar
+  // (keep going while true), `body` to the next state (same types). Returns the final state.
+  std::vector<Value> while_loop(const std::vector<Value>& init, const RegionBody& cond,
+                                const RegionBody& body);
 
   // Constants. `constant` is a 0-d tensor; `splat` a tensor of one repeated value.
   Value constant(double v, DType t);
@@ -184,6 +188,9 @@ class Builder {
   std::string signature(const std::vector<Value>& operands,
                         const std::vector<TensorType>& results) const;
   Value fresh(const TensorType& t);
+  // Appends one region ("{ ^bb0(args): ... stablehlo.return }" without the braces' line
+  // endings) whose block takes `block_args` and is filled by `body`.
+  std::string region(const std::vector<TensorType>& block_args, const RegionBody& body);
 
   std::string module_name_;
   std::vector<Value> params_;

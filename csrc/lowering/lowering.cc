@@ -35,6 +35,10 @@ void ensure_registered() {
     register_rnn_lowerings();
     register_amp_lowerings();
     register_embedding_bag_lowerings();
+    register_linalg_factor_lowerings();
+    register_linalg_decomp_lowerings();
+    register_linalg_svd_lowerings();
+    register_linalg_eigh_lowerings();
     register_host_kernel_call_lowerings();
     register_foreach_lowerings();
     register_graph_lowerings();

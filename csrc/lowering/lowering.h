@@ -49,7 +49,9 @@ struct OpArg {
   void append_key(std::string* key) const;
 };
 
-enum class CheckKind { kIndexError, kRuntimeError };
+// kLinalgError: torch.linalg.LinAlgError (a RuntimeError subclass), as PyTorch's linalg
+// kernels raise for singular or not positive-definite inputs.
+enum class CheckKind { kIndexError, kRuntimeError, kLinalgError };
 
 // A data check: `ok` (i1 scalar) must hold, else the caller raises `message`.
 struct Check {

@@ -12,7 +12,6 @@ SKIPS: dict[str, str] = {
     '_segment_reduce.offsets': 'fallback: aten::segment_reduce',
     '_upsample_bilinear2d_aa': 'fallback: aten::_upsample_bilinear2d_aa.out',
     'aminmax': 'error input did not raise RuntimeError (expected /Expected out tensor to have dtype float, but got double instead/)',
-    'bincount': 'fallback: aten::bincount',
     'cdist': 'fallback: aten::_cdist_forward',
     'cdouble': 'NotImplementedError: tpu: dtype ComplexDouble is not supported on the tpu device (supported: bool, int8, uint8, int16, int32, int64, float16, bfloat16, float32, float64)',
     'cfloat': 'NotImplementedError: tpu: dtype ComplexFloat is not supported on the tpu device (supported: bool, int8, uint8, int16, int32, int64, float16, bfloat16, float32, float64)',

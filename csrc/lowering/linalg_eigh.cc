@@ -1,0 +1,159 @@
+// _linalg_eigh: the cyclic Jacobi eigenvalue method for symmetric matrices, in
+// stablehlo.while loops.
+//
+// The matrix is first made symmetric from the triangle UPLO names (LAPACK never reads the
+// other one). Each step rotates one pair (p, q) so that a_pq becomes zero (Golub and Van
+// Loan's sym.schur2: t = sign(z) / (|z| + sqrt(1 + z^2)), z = (a_qq - a_pp) / (2 a_pq)),
+// A <- J^T A J and V <- V J; a pair is rotated only while |a_pq| > eps sqrt(|a_pp a_qq|),
+// and the sweeps stop when a whole sweep rotated nothing (or after kMaxSweeps). Jacobi is
+// backward stable and computes eigenvalues to high relative accuracy where they are well
+// determined; eigenvalues come out ascending, eigenvectors as columns, each unique only up
+// to sign (and within repeated eigenvalues), like LAPACK's.
+//
+// XLA's own Jacobi ("Eigh" custom call, EighExpander) is accepted by the CPU plugin but
+// stops early on this plugin's build: its eigenvectors diagonalized float64 matrices only
+// to ~1e-8 relative (residual ||A - V diag(w) V^T||), whatever its tolerance argument.
+#include <algorithm>
+
+#include "lowering/families.h"
+#include "lowering/linalg_util.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Result = base::StatusOr<std::vector<Value>>;
+using linalg::dynamic_slice;
+
+constexpr int64_t kMaxSweeps = 60;
+
+Value i64(Builder& b, int64_t v) { return b.constant_i64(v, DType::kI64); }
+
+Value update(Builder& b, Value x, Value part, const std::vector<Value>& at) {
+  std::vector<Value> operands{x, part};
+  operands.insert(operands.end(), at.begin(), at.end());
+  return b.op("stablehlo.dynamic_update_slice", operands, x.type);
+}
+
+// One cyclic sweep over the pairs p < q: (A, V, whether any pair was rotated).
+std::vector<Value> sweep(Builder& b, Value a, Value v, double tol) {
+  int64_t nb = a.dims()[0], n = a.dims()[1];
+  DType t = a.dtype();
+  Value no = b.convert(i64(b, 0), DType::kBool);
+  auto out = b.while_loop(
+      {i64(b, 0), i64(b, 1), a, v, no},
+      [&](Builder& lb, const std::vector<Value>& s) {
+        return std::vector<Value>{lb.compare(s[0], i64(lb, n - 1), "LT")};
+      },
+      [&](Builder& lb, const std::vector<Value>& s) {
+        Value p = s[0], q = s[1], x = s[2], y = s[3], rotated = s[4];
+        Value zero = i64(lb, 0);
+        auto element = [&](Value i, Value j) {
+          return lb.reshape(dynamic_slice(lb, x, {zero, i, j}, {nb, 1, 1}), {nb});
+        };
+        Value app = element(p, p), aqq = element(q, q), apq = element(p, q);
+        TensorType bt{t, {nb}};
+        Value one = lb.splat(1, bt), zeros = lb.zeros(bt);
+        Value limit =
+            lb.mul(lb.splat(tol, bt), lb.unary("sqrt", lb.unary("abs", lb.mul(app, aqq))));
+        Value needed = lb.binary("and", lb.compare(lb.unary("abs", apq), limit, "GT"),
+                                 lb.compare(apq, zeros, "NE"));
+        Value safe = lb.select(needed, apq, one);
+        Value z = lb.div(lb.sub(aqq, app), lb.mul(lb.splat(2, bt), safe));
+        Value az = lb.unary("abs", z);
+        Value big = lb.compare(az, one, "GT");
+        Value inv = lb.div(one, lb.select(big, az, one));
+        Value root = lb.select(big, lb.mul(az, lb.unary("sqrt", lb.add(one, lb.mul(inv, inv)))),
+                               lb.unary("sqrt", lb.add(one, lb.mul(z, z))));
+        Value sign = lb.select(lb.compare(z, zeros, "GE"), one, lb.splat(-1, bt));
+        Value tan = lb.select(needed, lb.div(sign, lb.add(az, root)), zeros);
+        Value c = lb.div(one, lb.unary("sqrt", lb.add(one, lb.mul(tan, tan))));
+        Value sn = lb.mul(c, tan);
+        // (x_p, x_q) <- (c x_p - s x_q, s x_p + c x_q) for rows (dim 1) or columns (dim 2).
+        auto rotate = [&](Value m, int64_t dim) {
+          Dims size = m.dims();
+          size[dim] = 1;
+          std::vector<Value> at_p{zero, zero, zero}, at_q{zero, zero, zero};
+          at_p[dim] = p;
+          at_q[dim] = q;
+          Value xp = dynamic_slice(lb, m, at_p, size), xq = dynamic_slice(lb, m, at_q, size);
+          Value cb = lb.broadcast_in_dim(c, size, {0}), sb = lb.broadcast_in_dim(sn, size, {0});
+          Value np = lb.sub(lb.mul(cb, xp), lb.mul(sb, xq));
+          Value nq = lb.add(lb.mul(sb, xp), lb.mul(cb, xq));
+          return update(lb, update(lb, m, np, at_p), nq, at_q);
+        };
+        x = rotate(rotate(x, 2), 1);
+        y = rotate(y, 2);
+        // The rotated pair, exactly (GVL: a_pp - t a_pq, a_qq + t a_pq, and zero).
+        auto put = [&](Value m, Value val, Value i, Value j) {
+          return update(lb, m, lb.reshape(val, {nb, 1, 1}), {zero, i, j});
+        };
+        Value new_pp = lb.select(needed, lb.sub(app, lb.mul(tan, apq)), app);
+        Value new_qq = lb.select(needed, lb.add(aqq, lb.mul(tan, apq)), aqq);
+        Value new_pq = lb.select(needed, zeros, apq);
+        x = put(put(put(put(x, new_pp, p, p), new_qq, q, q), new_pq, p, q), new_pq, q, p);
+        Value any = lb.reduce(needed, lb.convert(i64(lb, 0), DType::kBool), {0}, "or");
+        rotated = lb.binary("or", rotated, any);
+        Value q1 = lb.add(q, i64(lb, 1));
+        Value wrap = lb.compare(q1, i64(lb, n), "EQ");
+        Value p_next = lb.select(wrap, lb.add(p, i64(lb, 1)), p);
+        Value q_next = lb.select(wrap, lb.add(p, i64(lb, 2)), q1);
+        return std::vector<Value>{p_next, q_next, x, y, rotated};
+      });
+  return {out[2], out[3], out[4]};
+}
+
+// _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues ascending, eigenvectors as columns).
+Result linalg_eigh(LoweringContext& c) {
+  TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
+  Builder& b = c.b();
+  Value a = c.tensor(0);
+  if (a.type.num_elements() == 0) {
+    return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1))};
+  }
+  bool lower = c.string_arg(1) != "U";
+  Dims batch = linalg::batch_dims(a.dims());
+  Value x = linalg::flatten_batch(b, a);
+  int64_t nb = x.dims()[0], n = x.dims()[1];
+  DType t = x.dtype();
+  // Symmetric from the UPLO triangle.
+  Value tri = lower ? linalg::tril(b, x) : linalg::triu(b, x);
+  Value strict = lower ? linalg::tril(b, x, -1) : linalg::triu(b, x, 1);
+  x = b.add(tri, linalg::mT(b, strict));
+  Value v = linalg::eye(b, TensorType{t, {nb, n, n}});
+  if (n > 1) {
+    double tol = t == DType::kF64 ? 2.220446049250313e-16 : 1.1920929e-07;
+    auto out = b.while_loop(
+        {i64(b, 0), x, v, b.convert(i64(b, 1), DType::kBool)},
+        [&](Builder& lb, const std::vector<Value>& s) {
+          return std::vector<Value>{
+              lb.binary("and", lb.compare(s[0], i64(lb, kMaxSweeps), "LT"), s[3])};
+        },
+        [&](Builder& lb, const std::vector<Value>& s) {
+          std::vector<Value> r = sweep(lb, s[1], s[2], tol);
+          return std::vector<Value>{lb.add(s[0], i64(lb, 1)), r[0], r[1], r[2]};
+        });
+    x = out[1];
+    v = out[2];
+  }
+  Value w = linalg::diagonal(b, x);  // [B, n]
+  TensorType st{t, {}}, it{DType::kI64, {}};
+  std::vector<Value> sorted = b.op_with_region(
+      "stablehlo.sort", {w, b.iota(TensorType{DType::kI64, {nb, n}}, 1)},
+      {w.type, TensorType{DType::kI64, {nb, n}}}, {st, st, it, it},
+      [&](Builder& rb, const std::vector<Value>& s) {
+        return std::vector<Value>{rb.compare(s[0], s[1], "LT")};
+      },
+      "dimension = 1 : i64, is_stable = true");
+  Value values = b.reshape(sorted[0], c.out_type(0).dims);
+  if (!c.bool_arg(2)) return std::vector<Value>{values, b.zeros(c.out_type(1))};
+  Value vectors = linalg::mT(b, linalg::gather_rows(b, linalg::mT(b, v), sorted[1]));
+  return std::vector<Value>{values, linalg::unflatten_batch(b, vectors, batch)};
+}
+
+}  // namespace
+
+void register_linalg_eigh_lowerings() {
+  register_lowering({"aten::_linalg_eigh", "aten::_linalg_eigh.eigenvalues"}, linalg_eigh);
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,186 @@
+// _linalg_svd: one-sided Jacobi (Hestenes) SVD, in stablehlo.while loops.
+//
+// For A [m, n] with m >= n (a wide A is decomposed as A^T, U and V swapping roles), the
+// columns of W = A are rotated in pairs (p, q), cyclically, until every pair is
+// orthogonal to within tol = m * eps (|w_p . w_q| <= tol ||w_p|| ||w_q||); the same
+// rotations applied to V = I accumulate the right singular vectors. Then S = the column
+// norms of W (sorted descending, W and V reordered with them), and U comes from a
+// Householder QR of the sorted W: its columns are w_j / s_j up to sign (the sign of R's
+// diagonal, undone), orthonormal also where s_j = 0, and its complete Q gives the extra
+// columns of full_matrices. One-sided Jacobi computes singular values to high relative
+// accuracy (Demmel and Veselic), at least as accurately as LAPACK's bidiagonal methods;
+// singular vectors are unique only up to sign (and rotations within repeated values), so
+// they can differ from the CPU's while U S V^T reconstructs A as closely.
+//
+// Every batch element is rotated by the same pair sequence (the state is [B, m, n]); the
+// sweeps stop when no element needed a rotation, or after kMaxSweeps.
+#include <algorithm>
+
+#include "lowering/families.h"
+#include "lowering/linalg_util.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Result = base::StatusOr<std::vector<Value>>;
+using linalg::dynamic_slice;
+
+// Jacobi converges quadratically once the columns are nearly orthogonal: a handful of
+// sweeps in practice; the bound keeps a pathological input from looping for long.
+constexpr int64_t kMaxSweeps = 60;
+
+Value i64(Builder& b, int64_t v) { return b.constant_i64(v, DType::kI64); }
+
+// One cyclic sweep over the pairs (p, q), p < q; returns (W, V, whether any rotation
+// was needed).
+std::vector<Value> sweep(Builder& b, Value w, Value v, double tol) {
+  int64_t nb = w.dims()[0], m = w.dims()[1], n = w.dims()[2];
+  DType t = w.dtype();
+  Value no = b.convert(b.constant_i64(0, DType::kI64), DType::kBool);
+  auto out = b.while_loop(
+      {i64(b, 0), i64(b, 1), w, v, no},
+      [&](Builder& lb, const std::vector<Value>& s) {
+        return std::vector<Value>{lb.compare(s[0], i64(lb, n - 1), "LT")};
+      },
+      [&](Builder& lb, const std::vector<Value>& s) {
+        Value p = s[0], q = s[1], x = s[2], y = s[3], rotated = s[4];
+        Value zero = i64(lb, 0);
+        Value wp = dynamic_slice(lb, x, {zero, zero, p}, {nb, m, 1});
+        Value wq = dynamic_slice(lb, x, {zero, zero, q}, {nb, m, 1});
+        Value alpha = lb.reduce_sum(lb.mul(wp, wp), {1, 2});  // [B]
+        Value beta = lb.reduce_sum(lb.mul(wq, wq), {1, 2});
+        Value gamma = lb.reduce_sum(lb.mul(wp, wq), {1, 2});
+        TensorType bt{t, {nb}};
+        Value one = lb.splat(1, bt), two = lb.splat(2, bt);
+        Value limit = lb.mul(lb.splat(tol, bt), lb.unary("sqrt", lb.mul(alpha, beta)));
+        Value needed = lb.compare(lb.unary("abs", gamma), limit, "GT");
+        // t = sign(zeta) / (|zeta| + sqrt(1 + zeta^2)), zeta = (beta - alpha) / (2 gamma):
+        // the smaller rotation that makes the pair orthogonal.
+        Value safe_gamma = lb.select(needed, gamma, one);
+        Value zeta = lb.div(lb.sub(beta, alpha), lb.mul(two, safe_gamma));
+        Value az = lb.unary("abs", zeta);
+        Value big = lb.compare(az, one, "GT");
+        Value inv = lb.div(one, lb.select(big, az, one));
+        Value root = lb.select(big, lb.mul(az, lb.unary("sqrt", lb.add(one, lb.mul(inv, inv)))),
+                               lb.unary("sqrt", lb.add(one, lb.mul(zeta, zeta))));
+        Value sign = lb.select(lb.compare(zeta, lb.zeros(bt), "GE"), one, lb.splat(-1, bt));
+        Value tan = lb.div(sign, lb.add(az, root));
+        Value c = lb.div(one, lb.unary("sqrt", lb.add(one, lb.mul(tan, tan))));
+        Value sn = lb.mul(c, tan);
+        c = lb.select(needed, c, one);
+        sn = lb.select(needed, sn, lb.zeros(bt));
+        auto rotate = [&](Value mat, int64_t rows) {
+          Value cp = dynamic_slice(lb, mat, {zero, zero, p}, {nb, rows, 1});
+          Value cq = dynamic_slice(lb, mat, {zero, zero, q}, {nb, rows, 1});
+          Value cb = lb.broadcast_in_dim(c, {nb, rows, 1}, {0});
+          Value sb = lb.broadcast_in_dim(sn, {nb, rows, 1}, {0});
+          Value np = lb.sub(lb.mul(cb, cp), lb.mul(sb, cq));
+          Value nq = lb.add(lb.mul(sb, cp), lb.mul(cb, cq));
+          mat = lb.op("stablehlo.dynamic_update_slice", {mat, np, zero, zero, p}, mat.type);
+          return lb.op("stablehlo.dynamic_update_slice", {mat, nq, zero, zero, q}, mat.type);
+        };
+        x = rotate(x, m);
+        y = rotate(y, n);
+        Dims all{0};
+        Value any = lb.reduce(needed, lb.convert(i64(lb, 0), DType::kBool), all, "or");
+        rotated = lb.binary("or", rotated, any);
+        // Next pair: (p, q + 1), or (p + 1, p + 2) after the last column.
+        Value q1 = lb.add(q, i64(lb, 1));
+        Value wrap = lb.compare(q1, i64(lb, n), "EQ");
+        Value p_next = lb.select(wrap, lb.add(p, i64(lb, 1)), p);
+        Value q_next = lb.select(wrap, lb.add(p, i64(lb, 2)), q1);
+        return std::vector<Value>{p_next, q_next, x, y, rotated};
+      });
+  return {out[2], out[3], out[4]};
+}
+
+// Columns of [B, r, n] reordered by `order` [B, n] (result[:, :, j] = x[:, :, order[j]]).
+Value gather_columns(Builder& b, Value x, Value order) {
+  return linalg::mT(b, linalg::gather_rows(b, linalg::mT(b, x), order));
+}
+
+// SVD of [B, m, n], m >= n: (U [B, m, m or n], S [B, n], V [B, n, n]).
+std::vector<Value> jacobi_svd(Builder& b, Value a, bool full, bool compute_uv) {
+  int64_t nb = a.dims()[0], m = a.dims()[1], n = a.dims()[2];
+  DType t = a.dtype();
+  double eps = t == DType::kF64 ? 2.220446049250313e-16 : 1.1920929e-07;
+  double tol = eps * static_cast<double>(m);
+  Value v0 = linalg::eye(b, TensorType{t, {nb, n, n}});
+  Value w = a, v = v0;
+  if (n > 1) {
+    auto out = b.while_loop(
+        {i64(b, 0), a, v0, b.convert(i64(b, 1), DType::kBool)},
+        [&](Builder& lb, const std::vector<Value>& s) {
+          return std::vector<Value>{
+              lb.binary("and", lb.compare(s[0], i64(lb, kMaxSweeps), "LT"), s[3])};
+        },
+        [&](Builder& lb, const std::vector<Value>& s) {
+          std::vector<Value> r = sweep(lb, s[1], s[2], tol);
+          return std::vector<Value>{lb.add(s[0], i64(lb, 1)), r[0], r[1], r[2]};
+        });
+    w = out[1];
+    v = out[2];
+  }
+  Value norms = b.unary("sqrt", b.reduce_sum(b.mul(w, w), {1}));  // [B, n]
+  // Descending order of the singular values (stable: ties keep column order).
+  TensorType st{t, {}}, it{DType::kI64, {}};
+  std::vector<Value> sorted = b.op_with_region(
+      "stablehlo.sort", {norms, b.iota(TensorType{DType::kI64, {nb, n}}, 1)},
+      {norms.type, TensorType{DType::kI64, {nb, n}}}, {st, st, it, it},
+      [&](Builder& rb, const std::vector<Value>& x) {
+        return std::vector<Value>{rb.compare(x[0], x[1], "GT")};
+      },
+      "dimension = 1 : i64, is_stable = true");
+  Value s = sorted[0];
+  if (!compute_uv) return {Value{}, s, Value{}};
+  w = gather_columns(b, w, sorted[1]);
+  v = gather_columns(b, v, sorted[1]);
+  auto [packed, taus] = linalg::qr_packed(b, w);
+  Value q = full && m > n ? linalg::householder_product(b, linalg::pad_last(b, packed, m),
+                                                         linalg::pad_last(b, taus, m))
+                          : linalg::householder_product(b, packed, taus);
+  // Undo the signs QR put on R's diagonal, so that U S V^T = A.
+  Value r_diag = linalg::diagonal(b, packed);  // [B, n]
+  Value sign = b.select(b.compare(r_diag, b.zeros(r_diag.type), "LT"),
+                        b.splat(-1, r_diag.type), b.splat(1, r_diag.type));
+  int64_t cols = q.dims()[2];
+  if (cols > n) sign = b.concatenate({sign, b.splat(1, TensorType{t, {nb, cols - n}})}, 1);
+  Value u = b.mul(q, b.broadcast_in_dim(sign, q.dims(), {0, 2}));
+  return {u, s, v};
+}
+
+// _linalg_svd(A, full_matrices, compute_uv, driver) -> (U, S, Vh).
+Result linalg_svd(LoweringContext& c) {
+  TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
+  if (!c.is_none(3)) {
+    return base::unimplemented("lowering: _linalg_svd with a driver= is CUDA-only");
+  }
+  Builder& b = c.b();
+  Value a = c.tensor(0);
+  bool full = c.bool_arg(1), compute_uv = c.bool_arg(2);
+  if (a.type.num_elements() == 0) {
+    return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1)),
+                              b.zeros(c.out_type(2))};
+  }
+  const Dims& d = a.dims();
+  int64_t r = a.rank(), m = d[r - 2], n = d[r - 1];
+  Dims batch = linalg::batch_dims(d);
+  Value flat = linalg::flatten_batch(b, a);
+  bool wide = m < n;
+  std::vector<Value> usv = jacobi_svd(b, wide ? linalg::mT(b, flat) : flat, full, compute_uv);
+  Value s = linalg::unflatten_batch(b, usv[1], batch);
+  if (!compute_uv) return std::vector<Value>{b.zeros(c.out_type(0)), s, b.zeros(c.out_type(2))};
+  // A = U S V^T; for a wide A, A^T = U' S V'^T, so U = V' and V^T = U'^T.
+  Value u = wide ? usv[2] : usv[0];
+  Value vh = wide ? linalg::mT(b, usv[0]) : linalg::mT(b, usv[2]);
+  return std::vector<Value>{linalg::unflatten_batch(b, u, batch), s,
+                            linalg::unflatten_batch(b, vh, batch)};
+}
+
+}  // namespace
+
+void register_linalg_svd_lowerings() {
+  register_lowering({"aten::_linalg_svd", "aten::_linalg_svd.U"}, linalg_svd);
+}
+
+}  // namespace torchtpu::lowering
