@@ -55,7 +55,15 @@ def _fsdp2(rank: int, world: int, compiled: bool) -> None:
                                        msg=lambda m: f"step {step} {k}: {m}")
     m = torchtpu.debug.metrics()
     assert m["num_host_staged_collectives"] > before
+    if compiled:  # Dynamo compiled graphs for the tpu backend (FSDP's hooks run eagerly)
+        from torch._dynamo.utils import counters
+
+        assert counters["stats"]["unique_graphs"] > 0, dict(counters["stats"])
 
 
 def test_fsdp2_matches_single_process():
     run_ranks(_fsdp2, 2, args=(False,), timeout=240)
+
+
+def test_fsdp2_compiled_matches_single_process():
+    run_ranks(_fsdp2, 2, args=(True,), timeout=280)
