@@ -17,6 +17,9 @@ bool signature_checks_enabled() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
+// Collectives larger than this stage through fresh host memory instead of a kept slot.
+constexpr int64_t kMaxSlotBytes = int64_t{256} << 20;
+
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
 // What Gloo computes for `op` (AVG and PREMUL_SUM become SUM; the rest is done here).
@@ -95,9 +98,22 @@ base::Status HostStagedTransport::check(const CollectiveSignature& s) {
   return compare_signatures(rows, size(), global_ranks_);
 }
 
+at::Tensor HostStagedTransport::staging(int slot, const at::Tensor& like) {
+  int64_t bytes = nbytes(like);
+  at::TensorOptions host = like.options().device(at::kCPU);
+  if (bytes > kMaxSlotBytes) return at::empty(like.sizes(), host);
+  at::Tensor& buf = slots_[slot];
+  if (!buf.defined() || buf.numel() < bytes) {
+    buf = at::empty({std::max<int64_t>(bytes, 4096)}, at::TensorOptions().dtype(at::kByte));
+  }
+  return buf.narrow(0, 0, bytes).view(like.scalar_type()).view(like.sizes());
+}
+
 at::Tensor HostStagedTransport::to_host(const at::Tensor& t) {
   base::counter_add("host_staged_bytes", nbytes(t));
-  return t.to(at::kCPU).contiguous();
+  at::Tensor host = staging(0, t);
+  host.copy_(t);
+  return host;
 }
 
 void HostStagedTransport::to_device(at::Tensor& dst, const at::Tensor& host) {
@@ -125,7 +141,7 @@ base::Status HostStagedTransport::all_gather(at::Tensor& output, const at::Tenso
   TORCHTPU_RETURN_IF_ERROR(check({Collective::kAllGather, input}));
   base::counter_add("num_host_staged_collectives");
   at::Tensor in = to_host(input).reshape({-1});
-  at::Tensor out = at::empty({output.numel()}, in.options());
+  at::Tensor out = staging(1, output).view({-1});
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
   TORCHTPU_RETURN_IF_ERROR(run("all_gather", [&] { return gloo_->_allgather_base(out, in, opts); }));
@@ -140,7 +156,7 @@ base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::T
   base::counter_add("num_host_staged_collectives");
   at::Tensor in = to_host(input).reshape({-1});
   premultiply(in, op);
-  at::Tensor out = at::empty({output.numel()}, in.options());
+  at::Tensor out = staging(1, output).view({-1});
   c10d::ReduceScatterOptions opts;
   opts.reduceOp = gloo_op(op);
   opts.timeout = timeout_;
@@ -163,7 +179,7 @@ base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tenso
   TORCHTPU_RETURN_IF_ERROR(check(sig));
   base::counter_add("num_host_staged_collectives");
   at::Tensor in = to_host(input);
-  at::Tensor out = at::empty(output.sizes(), in.options());
+  at::Tensor out = staging(1, output);
   std::vector<int64_t> out_splits = output_split_sizes, in_splits = input_split_sizes;
   c10d::AllToAllOptions opts;
   opts.timeout = timeout_;
@@ -179,8 +195,7 @@ base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
   TORCHTPU_RETURN_IF_ERROR(check(sig));
   base::counter_add("num_host_staged_collectives");
   // Only the root's data travels; the others receive into a host buffer.
-  at::Tensor host = rank() == root ? to_host(tensor)
-                                   : at::empty(tensor.sizes(), tensor.options().device(at::kCPU));
+  at::Tensor host = rank() == root ? to_host(tensor) : staging(1, tensor);
   std::vector<at::Tensor> v{host};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
@@ -198,7 +213,7 @@ base::Status HostStagedTransport::send(const at::Tensor& tensor, int dst, int ta
 
 base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
   base::counter_add("num_host_staged_collectives");
-  std::vector<at::Tensor> v{at::empty(tensor.sizes(), tensor.options().device(at::kCPU))};
+  std::vector<at::Tensor> v{staging(1, tensor)};
   TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(v, src, tag); }));
   to_device(tensor, v[0]);
   return base::Status::ok_status();

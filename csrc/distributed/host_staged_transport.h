@@ -47,7 +47,12 @@ class HostStagedTransport : public Transport {
   // Runs one Gloo operation and waits for it; a Gloo exception becomes kUnavailable.
   base::Status run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op);
   base::Status check(const CollectiveSignature& s);
-  at::Tensor to_host(const at::Tensor& t);
+  // A host tensor shaped like `like` in staging slot `slot` (0: what this rank sends,
+  // 1: what it receives). Slots are reused across calls, so large collectives do not pay
+  // for fresh host pages every time; the device copy out of a slot completes within the
+  // call (PJRT's kImmutableOnlyDuringCall), so reuse is safe.
+  at::Tensor staging(int slot, const at::Tensor& like);
+  at::Tensor to_host(const at::Tensor& t);  // into slot 0
   void to_device(at::Tensor& dst, const at::Tensor& host);
   std::string ranks_text() const;
 
@@ -55,6 +60,7 @@ class HostStagedTransport : public Transport {
   std::vector<int64_t> global_ranks_;
   std::chrono::milliseconds timeout_;
   bool check_signatures_;
+  at::Tensor slots_[2];  // uint8 host buffers, grown on demand
 };
 
 }  // namespace torchtpu::distributed

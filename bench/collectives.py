@@ -1,0 +1,139 @@
+"""Bus bandwidth of all_reduce, all_gather and reduce_scatter, 1 KB to 64 MB, side by side:
+
+- gloo: CPU tensors through PyTorch's Gloo, 2 processes (the reference);
+- host-staged: tpu tensors through the tpu backend across 2 processes (copy to host, Gloo,
+  copy back), with the cross-rank signature check (the default) and without it
+  (TORCHTPU_DIST_CHECK=0);
+- in-plugin: 4 ranks as threads on 4 devices of one process, when this build has the
+  in-plugin transport ("n/a" and the reason otherwise).
+
+    python bench/collectives.py [--max-mb 64] [--min-time 0.2]
+
+Bus bandwidth follows nccl-tests: all_reduce moves 2(n-1)/n of its size per rank,
+all_gather and reduce_scatter (n-1)/n of their larger side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.multiprocessing as mp
+
+SIZES_KB = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536]
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def bus_factor(op: str, n: int) -> float:
+    return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+
+def time_op(op: str, nbytes: int, device: str, group, min_time: float, sync) -> float:
+    """Seconds per call of `op` on `nbytes` (the larger side) in `group`."""
+    import torch.distributed as dist
+
+    n = dist.get_world_size(group)
+    big = torch.ones(nbytes // 4, device=device)
+    small = torch.ones(nbytes // 4 // n, device=device)
+
+    def call():
+        if op == "all_reduce":
+            dist.all_reduce(big, group=group)
+        elif op == "all_gather":
+            dist.all_gather_into_tensor(big, small, group=group)
+        else:
+            dist.reduce_scatter_tensor(small, big, group=group)
+
+    call()
+    sync()
+    dist.barrier(group=group, device_ids=None)
+    iters, start = 0, time.perf_counter()
+    # Every rank runs the same number of calls: rank 0 decides when to stop.
+    flag = torch.zeros(1)
+    while True:
+        for _ in range(max(1, iters)):
+            call()
+        sync()
+        iters = max(1, iters) * 2 if iters else 1
+        flag.fill_(float(time.perf_counter() - start > min_time))
+        dist.broadcast(flag, src=0, group=dist.group.WORLD)
+        if flag.item():
+            break
+    total_calls = 2 * iters - 1
+    return (time.perf_counter() - start) / total_calls
+
+
+def _rank_main(rank: int, world: int, port: int, max_kb: int, min_time: float, queue) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    import torchtpu
+
+    dist.init_process_group("cpu:gloo,tpu:tpu", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120))
+    checked = dist.new_group(backend="tpu")
+    os.environ["TORCHTPU_DIST_CHECK"] = "0"
+    unchecked = dist.new_group(backend="tpu")
+    cpu_sync, tpu_sync = (lambda: None), torchtpu.synchronize
+    rows = []
+    for op in OPS:
+        for kb in SIZES_KB:
+            if kb > max_kb:
+                continue
+            nbytes = kb * 1024
+            t_gloo = time_op(op, nbytes, "cpu", None, min_time, cpu_sync)
+            t_hs = time_op(op, nbytes, "tpu", checked, min_time, tpu_sync)
+            t_nc = time_op(op, nbytes, "tpu", unchecked, min_time, tpu_sync)
+            rows.append((op, nbytes, t_gloo, t_hs, t_nc))
+    if rank == 0:
+        queue.put(rows)
+    dist.destroy_process_group()
+
+
+def in_plugin_column() -> tuple[dict | None, str]:
+    """Seconds per call with 4 ranks as threads, or None and why not."""
+    import torchtpu
+
+    if not torchtpu.distributed.in_plugin_available():
+        return None, "the in-plugin transport is not in this build"
+    return None, "in-plugin transport present; its 4-thread runner is not wired into this bench"
+
+
+def fmt_size(n: int) -> str:
+    return f"{n // 2**20} MB" if n >= 2**20 else f"{n // 1024} KB"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max-mb", type=float, default=64)
+    ap.add_argument("--min-time", type=float, default=0.2, help="seconds per measurement")
+    args = ap.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = mp.start_processes(_rank_main, nprocs=2, join=False, start_method="spawn",
+                               args=(2, port, int(args.max_mb * 1024), args.min_time, queue))
+    rows = queue.get(timeout=1800)
+    procs.join()
+    _, reason = in_plugin_column()
+    print(f"bus bandwidth, GB/s (2 ranks; in-plugin: {reason})")
+    hdr = (f"{'op':<15}{'size':>8}{'gloo cpu':>11}{'host-staged':>13}{'ratio':>7}"
+           f"{'no check':>10}{'ratio':>7}{'in-plugin':>11}")
+    print(hdr)
+    for op, nbytes, t_gloo, t_hs, t_nc in rows:
+        f = bus_factor(op, 2) * nbytes / 1e9
+        g, h, c = f / t_gloo, f / t_hs, f / t_nc
+        print(f"{op:<15}{fmt_size(nbytes):>8}{g:>11.3f}{h:>13.3f}{h / g:>7.2f}"
+              f"{c:>10.3f}{c / g:>7.2f}{'n/a':>11}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
