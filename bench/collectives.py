@@ -7,8 +7,9 @@
 - in-plugin: 4 ranks as threads on 4 devices of one process, when this build has the
   in-plugin transport ("n/a" and the reason otherwise).
 
-    python bench/collectives.py [--max-mb 64] [--min-time 0.2]
+    python bench/collectives.py [--max-mb 64] [--repeats 5]
 
+Each rank runs with one intra-op thread (OMP_NUM_THREADS, default 1), as under torchrun.
 Bus bandwidth follows nccl-tests: all_reduce moves 2(n-1)/n of its size per rank,
 all_gather and reduce_scatter (n-1)/n of their larger side.
 """
@@ -33,8 +34,8 @@ def bus_factor(op: str, n: int) -> float:
     return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
 
 
-def time_op(op: str, nbytes: int, device: str, group, min_time: float, sync) -> float:
-    """Seconds per call of `op` on `nbytes` (the larger side) in `group`."""
+def make_call(op: str, nbytes: int, device: str, group):
+    """One call of `op` on `nbytes` (its larger side) in `group`."""
     import torch.distributed as dist
 
     n = dist.get_world_size(group)
@@ -49,27 +50,33 @@ def time_op(op: str, nbytes: int, device: str, group, min_time: float, sync) -> 
         else:
             dist.reduce_scatter_tensor(small, big, group=group)
 
-    call()
+    return call
+
+
+def time_variants(variants, nbytes: int, repeats: int, sync) -> list[float]:
+    """Seconds per call of each variant: the best of `repeats` blocks, the variants
+    interleaved block by block so that they see the same machine load. Every rank runs
+    the same number of calls (it depends on the size only)."""
+    calls = max(2, min(50, (32 << 20) // nbytes))
+    best = [float("inf")] * len(variants)
+    for call in variants:
+        call()
     sync()
-    dist.barrier(group=group, device_ids=None)
-    iters, start = 0, time.perf_counter()
-    # Every rank runs the same number of calls: rank 0 decides when to stop.
-    flag = torch.zeros(1)
-    while True:
-        for _ in range(max(1, iters)):
-            call()
-        sync()
-        iters = max(1, iters) * 2 if iters else 1
-        flag.fill_(float(time.perf_counter() - start > min_time))
-        dist.broadcast(flag, src=0, group=dist.group.WORLD)
-        if flag.item():
-            break
-    total_calls = 2 * iters - 1
-    return (time.perf_counter() - start) / total_calls
+    for _ in range(repeats):
+        for i, call in enumerate(variants):
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            sync()
+            best[i] = min(best[i], (time.perf_counter() - start) / calls)
+    return best
 
 
-def _rank_main(rank: int, world: int, port: int, max_kb: int, min_time: float, queue) -> None:
+def _rank_main(rank: int, world: int, port: int, max_kb: int, repeats: int, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # One intra-op thread per rank, as torchrun sets (OMP_NUM_THREADS=1): with 2 ranks on a
+    # small machine, PyTorch's thread pools would otherwise contend for the same cores.
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     import torch.distributed as dist
 
     import torchtpu
@@ -79,16 +86,16 @@ def _rank_main(rank: int, world: int, port: int, max_kb: int, min_time: float, q
     checked = dist.new_group(backend="tpu")
     os.environ["TORCHTPU_DIST_CHECK"] = "0"
     unchecked = dist.new_group(backend="tpu")
-    cpu_sync, tpu_sync = (lambda: None), torchtpu.synchronize
     rows = []
     for op in OPS:
         for kb in SIZES_KB:
             if kb > max_kb:
                 continue
             nbytes = kb * 1024
-            t_gloo = time_op(op, nbytes, "cpu", None, min_time, cpu_sync)
-            t_hs = time_op(op, nbytes, "tpu", checked, min_time, tpu_sync)
-            t_nc = time_op(op, nbytes, "tpu", unchecked, min_time, tpu_sync)
+            variants = [make_call(op, nbytes, "cpu", None),
+                        make_call(op, nbytes, "tpu", checked),
+                        make_call(op, nbytes, "tpu", unchecked)]
+            t_gloo, t_hs, t_nc = time_variants(variants, nbytes, repeats, torchtpu.synchronize)
             rows.append((op, nbytes, t_gloo, t_hs, t_nc))
     if rank == 0:
         queue.put(rows)
@@ -111,7 +118,7 @@ def fmt_size(n: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-mb", type=float, default=64)
-    ap.add_argument("--min-time", type=float, default=0.2, help="seconds per measurement")
+    ap.add_argument("--repeats", type=int, default=5, help="timed blocks per variant (best)")
     args = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -119,7 +126,7 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = mp.start_processes(_rank_main, nprocs=2, join=False, start_method="spawn",
-                               args=(2, port, int(args.max_mb * 1024), args.min_time, queue))
+                               args=(2, port, int(args.max_mb * 1024), args.repeats, queue))
     rows = queue.get(timeout=1800)
     procs.join()
     _, reason = in_plugin_column()

@@ -3,8 +3,10 @@
 // The backend runs a collective on the calling thread (the transport returns once the
 // outputs are written or enqueued on their device queue, which orders every later read),
 // so a TpuWork is complete when it is created. Its future holds the output tensors, as
-// DDP's reducer and the comm hooks require, and is marked on the tensors' devices so
-// that c10's stream bookkeeping applies to tpu like to any device.
+// DDP's reducer and the comm hooks require. The future is created without devices: a tpu
+// device has one in-order queue (every stream is that queue), so a read of an output is
+// already ordered after the collective, and c10's per-device bookkeeping would only
+// enqueue an event marker (a program execution) per collective.
 #pragma once
 
 #include <ATen/core/Tensor.h>
