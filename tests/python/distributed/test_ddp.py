@@ -47,7 +47,10 @@ def _ddp(rank: int, world: int) -> None:
             torch.testing.assert_close(p.detach().cpu(), r.detach(), rtol=1e-5, atol=1e-5,
                                        msg=lambda m: f"step {step} {name}: {m}")
     assert torchtpu.debug.metrics()["num_host_staged_collectives"] > before
+    assert dist.get_backend() == "tpu"
+    assert dist.Backend.default_device_backend_map["tpu"] == "tpu"
 
 
 def test_ddp_matches_single_process():
-    run_ranks(_ddp, 2, timeout=240)
+    # The plain "tpu" backend (no Gloo group for CPU tensors): init_process_group("tpu").
+    run_ranks(_ddp, 2, timeout=240, backend="tpu")
