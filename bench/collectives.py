@@ -102,13 +102,77 @@ def _rank_main(rank: int, world: int, port: int, max_kb: int, repeats: int, queu
     dist.destroy_process_group()
 
 
-def in_plugin_column() -> tuple[dict | None, str]:
-    """Seconds per call with 4 ranks as threads, or None and why not."""
+IN_PLUGIN_RANKS = 4
+
+_IN_PLUGIN_CHILD = r"""
+import json, sys, threading, time
+from datetime import timedelta
+import torch, torch.distributed as dist
+import torchtpu
+from torch.testing._internal.distributed.multi_threaded_pg import _install_threaded_pg
+sys.path.insert(0, {bench_dir!r})
+from collectives import OPS, SIZES_KB, make_call, time_variants
+
+W, MAX_KB, REPEATS = {ranks}, {max_kb}, {repeats}
+_install_threaded_pg()
+torch._C._distributed_c10d._set_thread_isolation_mode(True)
+store = dist.HashStore()
+results, errors = {{}}, []
+
+def rank_main(rank):
+    try:
+        torch.tpu.set_device(rank)
+        dist.init_process_group("tpu", rank=rank, world_size=W, store=store,
+                                timeout=timedelta(seconds=120))
+        assert torchtpu.distributed.transport() == "in_plugin"
+        sync = lambda: torchtpu.synchronize(rank)
+        for op in OPS:
+            for kb in SIZES_KB:
+                if kb <= MAX_KB:
+                    t = time_variants([make_call(op, kb * 1024, "tpu", None)], kb * 1024,
+                                      REPEATS, sync)[0]
+                    if rank == 0:
+                        results[f"{{op}} {{kb * 1024}}"] = t
+        dist.destroy_process_group()
+    except BaseException as e:
+        errors.append(f"rank {{rank}}: {{e!r}}")
+
+threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(W)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps({{"results": results, "errors": errors}}))
+"""
+
+
+def in_plugin_column(max_kb: int, repeats: int) -> tuple[dict | None, str]:
+    """Seconds per call by (op, bytes) with 4 ranks as threads on 4 devices of one process,
+    or None and the reason."""
+    import json
+    import subprocess
+
     import torchtpu
 
     if not torchtpu.distributed.in_plugin_available():
         return None, "the in-plugin transport is not in this build"
-    return None, "in-plugin transport present; its 4-thread runner is not wired into this bench"
+    code = _IN_PLUGIN_CHILD.format(bench_dir=os.path.dirname(os.path.abspath(__file__)),
+                                   ranks=IN_PLUGIN_RANKS, max_kb=max_kb, repeats=repeats)
+    env = dict(os.environ, TORCHTPU_NUM_DEVICES=str(IN_PLUGIN_RANKS))
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=1800)
+    except subprocess.TimeoutExpired:
+        return None, "the 4-thread run did not finish within 30 minutes"
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return None, f"the 4-thread run failed: {out.stderr.strip().splitlines()[-1:]}"
+    got = json.loads(lines[-1])
+    if got["errors"]:
+        return None, f"the 4-thread run failed: {got['errors'][0]}"
+    res = {}
+    for key, t in got["results"].items():
+        op, nbytes = key.split()
+        res[(op, int(nbytes))] = t
+    return res, f"{IN_PLUGIN_RANKS} ranks as threads"
 
 
 def fmt_size(n: int) -> str:
@@ -129,16 +193,19 @@ def main() -> None:
                                args=(2, port, int(args.max_mb * 1024), args.repeats, queue))
     rows = queue.get(timeout=1800)
     procs.join()
-    _, reason = in_plugin_column()
-    print(f"bus bandwidth, GB/s (2 ranks; in-plugin: {reason})")
+    in_plugin, reason = in_plugin_column(int(args.max_mb * 1024), args.repeats)
+    print(f"bus bandwidth, GB/s (gloo and host-staged: 2 processes; in-plugin: {reason})")
     hdr = (f"{'op':<15}{'size':>8}{'gloo cpu':>11}{'host-staged':>13}{'ratio':>7}"
            f"{'no check':>10}{'ratio':>7}{'in-plugin':>11}")
     print(hdr)
     for op, nbytes, t_gloo, t_hs, t_nc in rows:
         f = bus_factor(op, 2) * nbytes / 1e9
         g, h, c = f / t_gloo, f / t_hs, f / t_nc
+        ip = "n/a"
+        if in_plugin is not None and (op, nbytes) in in_plugin:
+            ip = f"{bus_factor(op, IN_PLUGIN_RANKS) * nbytes / 1e9 / in_plugin[(op, nbytes)]:.3f}"
         print(f"{op:<15}{fmt_size(nbytes):>8}{g:>11.3f}{h:>13.3f}{h / g:>7.2f}"
-              f"{c:>10.3f}{c / g:>7.2f}{'n/a':>11}")
+              f"{c:>10.3f}{c / g:>7.2f}{ip:>11}")
     sys.stdout.flush()
 
 
