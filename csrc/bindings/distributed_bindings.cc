@@ -7,8 +7,13 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <atomic>
+#include <unistd.h>
+
+#include "aten/tpu_guard.h"
 #include "distributed/backend.h"
 #include "distributed/host_staged_transport.h"
+#include "distributed/in_plugin_transport.h"
 
 namespace py = pybind11;
 using namespace torchtpu;
@@ -17,6 +22,19 @@ namespace {
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+// The in-plugin rendezvous key of a new group: rank 0 makes one unique in this process and
+// the others read it from the group's store.
+std::string in_plugin_group_key(const c10::intrusive_ptr<c10d::Store>& store, int rank) {
+  static std::atomic<int64_t> next_group{0};
+  const std::string name = "torchtpu_in_plugin_group";
+  if (rank == 0) {
+    std::string key = "pid " + std::to_string(::getpid()) + " group " + std::to_string(next_group++);
+    store->set(name, std::vector<uint8_t>(key.begin(), key.end()));
+  }
+  std::vector<uint8_t> key = store->get(name);
+  return std::string(key.begin(), key.end());
 }
 
 }  // namespace
@@ -36,6 +54,25 @@ void bind_distributed(py::module& m) {
           },
           py::arg("gloo"), py::arg("global_ranks"), py::arg("timeout_s"),
           "A backend whose collectives stage through host memory and the given Gloo backend.")
+      .def_static(
+          "in_plugin",
+          [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+             std::vector<int64_t> global_ranks, double timeout_s) {
+            std::string key;
+            {
+              py::gil_scoped_release no_gil;  // the other ranks' threads need it to get here
+              key = in_plugin_group_key(store, rank);
+            }
+            auto transport = distributed::InPluginTransport::create(
+                key, rank, size, aten::current_device_index(), global_ranks, to_ms(timeout_s));
+            if (!transport.ok()) throw std::invalid_argument(transport.status().message());
+            return c10::make_intrusive<distributed::TpuBackend>(
+                std::move(transport).value(), std::move(global_ranks), to_ms(timeout_s));
+          },
+          py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("global_ranks"),
+          py::arg("timeout_s"),
+          "A backend for ranks that are threads of this process, each on its own tpu device: "
+          "every collective is one StableHLO program over their devices.")
       .def_property_readonly("transport", [](const distributed::TpuBackend& b) {
         return b.transport_kind() == distributed::TransportKind::kInPlugin ? "in_plugin"
                                                                            : "host_staged";
