@@ -34,13 +34,16 @@ def bus_factor(op: str, n: int) -> float:
     return 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
 
 
-def make_call(op: str, nbytes: int, device: str, group):
-    """One call of `op` on `nbytes` (its larger side) in `group`."""
+def make_call(op: str, nbytes: int, device: str, group, out: list | None = None):
+    """One call of `op` on `nbytes` (its larger side) in `group`; `out`, when given,
+    receives the tensor the call writes."""
     import torch.distributed as dist
 
     n = dist.get_world_size(group)
     big = torch.ones(nbytes // 4, device=device)
     small = torch.ones(nbytes // 4 // n, device=device)
+    if out is not None:
+        out.append(small if op == "reduce_scatter" else big)
 
     def call():
         if op == "all_reduce":
@@ -125,11 +128,16 @@ def rank_main(rank):
         dist.init_process_group("tpu", rank=rank, world_size=W, store=store,
                                 timeout=timedelta(seconds=120))
         assert torchtpu.distributed.transport() == "in_plugin"
-        sync = lambda: torchtpu.synchronize(rank)
         for op in OPS:
             for kb in SIZES_KB:
                 if kb <= MAX_KB:
-                    t = time_variants([make_call(op, kb * 1024, "tpu", None)], kb * 1024,
+                    written = []
+                    call = make_call(op, kb * 1024, "tpu", None, written)
+                    sync = lambda: torchtpu.block_until_ready(written[0])
+                    # Each call waits for its output: with several programs in flight, XLA's
+                    # in-process rendezvous was seen to miss a replica and abort
+                    # ("Termination timeout ... only 3 of them arrived").
+                    t = time_variants([lambda: (call(), sync())], kb * 1024,
                                       REPEATS, sync)[0]
                     if rank == 0:
                         results[f"{{op}} {{kb * 1024}}"] = t
@@ -164,7 +172,9 @@ def in_plugin_column(max_kb: int, repeats: int) -> tuple[dict | None, str]:
         return None, "the 4-thread run did not finish within 30 minutes"
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
-        return None, f"the 4-thread run failed: {out.stderr.strip().splitlines()[-1:]}"
+        err = [ln for ln in out.stderr.splitlines() if ln.startswith("F0000") or "Error" in ln]
+        why = (err or out.stderr.strip().splitlines()[-1:] or ["no output"])[0][:200]
+        return None, f"the 4-thread run failed (exit {out.returncode}): {why}"
     got = json.loads(lines[-1])
     if got["errors"]:
         return None, f"the 4-thread run failed: {got['errors'][0]}"
