@@ -28,7 +28,10 @@ def _entry(rank: int, fn: Callable, world_size: int, port: int, backend: str,
     os.environ.update(env)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
+    import torch
     import torch.distributed as dist
+
+    torch.set_num_threads(1)  # as torchrun does: ranks share the machine's cores
 
     import torchtpu  # noqa: F401  (registers the tpu backend)
 
