@@ -205,14 +205,33 @@ base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
   return base::Status::ok_status();
 }
 
+// A send carries its signature ahead of the data (same tag, so Gloo keeps them in order):
+// the receiver checks it and, on a mismatch, still takes the data in (so the pair stays in
+// step) before raising. Gloo given a message of the wrong size aborts the process.
 base::Status HostStagedTransport::send(const at::Tensor& tensor, int dst, int tag) {
   base::counter_add("num_host_staged_collectives");
+  std::vector<int64_t> sig = encode({Collective::kSendRecv, tensor}, 1);
+  std::vector<at::Tensor> header{
+      at::from_blob(sig.data(), {kSignatureLength}, at::kLong).clone()};
+  TORCHTPU_RETURN_IF_ERROR(run("send", [&] { return gloo_->send(header, dst, tag); }));
   std::vector<at::Tensor> v{to_host(tensor)};
   return run("send", [&] { return gloo_->send(v, dst, tag); });
 }
 
 base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
   base::counter_add("num_host_staged_collectives");
+  std::vector<at::Tensor> header{at::empty({kSignatureLength}, at::kLong)};
+  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(header, src, tag); }));
+  const int64_t* h = header[0].data_ptr<int64_t>();
+  std::vector<int64_t> sent(h, h + kSignatureLength);
+  base::Status match = compare_point_to_point(sent, tensor, global_ranks_[src],
+                                              global_ranks_[rank()]);
+  if (!match.ok()) {
+    if (sent_numel(sent) < 0) return match;
+    std::vector<at::Tensor> drain{at::empty({sent_numel(sent)}, sent_dtype(sent))};
+    TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(drain, src, tag); }));
+    return match;
+  }
   std::vector<at::Tensor> v{staging(1, tensor)};
   TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(v, src, tag); }));
   to_device(tensor, v[0]);

@@ -26,9 +26,9 @@ const int64_t* row(const std::vector<int64_t>& all, int r) {
 std::string describe(const int64_t* s) {
   std::ostringstream out;
   auto coll = static_cast<Collective>(s[kSlotCollective]);
-  out << collective_name(coll);
-  if (coll == Collective::kBarrier) return out.str();
-  out << " " << c10::toString(static_cast<c10::ScalarType>(s[kSlotDtype])) << "[";
+  if (coll != Collective::kSendRecv) out << collective_name(coll) << " ";
+  if (coll == Collective::kBarrier) return "barrier";
+  out << c10::toString(static_cast<c10::ScalarType>(s[kSlotDtype])) << "[";
   int64_t ndim = s[kSlotNdim];
   for (int64_t d = 0; d < std::min<int64_t>(ndim, kMaxDims); ++d) {
     out << (d ? ", " : "") << s[kSlotDims + d];
@@ -61,6 +61,7 @@ const char* collective_name(Collective c) {
     case Collective::kAllToAll: return "all_to_all";
     case Collective::kBroadcast: return "broadcast";
     case Collective::kBarrier: return "barrier";
+    case Collective::kSendRecv: return "send/recv";
   }
   return "unknown collective";
 }
@@ -168,6 +169,35 @@ base::Status compare_signatures(const std::vector<int64_t>& all, int group_size,
     }
   }
   return base::Status::ok_status();
+}
+
+base::Status compare_point_to_point(const std::vector<int64_t>& sent, const at::Tensor& receiving,
+                                    int64_t src_rank, int64_t dst_rank) {
+  std::vector<int64_t> mine = encode({Collective::kSendRecv, receiving}, 1);
+  bool same = sent.size() == mine.size() && sent[kSlotMagic] == kMagic &&
+              sent[kSlotCollective] == mine[kSlotCollective];
+  for (int slot = kSlotDtype; same && slot < kSlotDims + kMaxDims; ++slot) {
+    same = slot == kSlotOp || slot == kSlotRoot || sent[slot] == mine[slot];
+  }
+  if (same) return base::Status::ok_status();
+  if (sent.size() != mine.size() || sent[kSlotMagic] != kMagic) {
+    return base::invalid_argument("tpu: recv: rank " + std::to_string(src_rank) +
+                                  " sent something other than a tpu send to rank " +
+                                  std::to_string(dst_rank) + " with this tag");
+  }
+  std::ostringstream out;
+  out << "tpu: recv: rank " << src_rank << " sent " << describe(sent.data()) << " but rank "
+      << dst_rank << " receives into " << describe(mine.data())
+      << "; a send and its recv must have the same dtype and shape";
+  return base::invalid_argument(out.str());
+}
+
+c10::ScalarType sent_dtype(const std::vector<int64_t>& sent) {
+  return static_cast<c10::ScalarType>(sent[kSlotDtype]);
+}
+
+int64_t sent_numel(const std::vector<int64_t>& sent) {
+  return sent.size() == kSignatureLength && sent[kSlotMagic] == kMagic ? sent[kSlotNumel] : -1;
 }
 
 }  // namespace torchtpu::distributed

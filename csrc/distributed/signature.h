@@ -25,6 +25,7 @@ enum class Collective : int64_t {
   kAllToAll,
   kBroadcast,
   kBarrier,
+  kSendRecv,
 };
 
 const char* collective_name(Collective c);
@@ -51,5 +52,14 @@ std::vector<int64_t> encode(const CollectiveSignature& s, int group_size);
 // kSignatureLength). `global_ranks` names the ranks in messages.
 base::Status compare_signatures(const std::vector<int64_t>& all, int group_size,
                                 const std::vector<int64_t>& global_ranks);
+
+// Point to point: the sender's encoded signature travels ahead of the data. Checks it
+// against the tensor `receiving` on this rank; a mismatch names both sides.
+base::Status compare_point_to_point(const std::vector<int64_t>& sent, const at::Tensor& receiving,
+                                    int64_t src_rank, int64_t dst_rank);
+// The dtype and element count the sender of `sent` sends (to take in its data anyway);
+// sent_numel is -1 when `sent` is no signature.
+c10::ScalarType sent_dtype(const std::vector<int64_t>& sent);
+int64_t sent_numel(const std::vector<int64_t>& sent);
 
 }  // namespace torchtpu::distributed

@@ -52,6 +52,15 @@ def _mismatches(rank: int, world: int) -> None:
                                           r"broadcast Float\[3\] root 0"):
         dist.broadcast(torch.ones(2 + rank, device="tpu"), src=0, group=g)
 
+    # send/recv of different shapes: the receiver raises, naming both sides (Gloo alone
+    # aborts the process); the pair stays in step.
+    if rank == 0:
+        dist.send(torch.ones(2, 3, device="tpu"), dst=1)
+    else:
+        with _pytest.raises(ValueError, match=r"rank 0 sent Float\[2, 3\] but rank 1 "
+                                              r"receives into Float\[4\]"):
+            dist.recv(torch.empty(4, device="tpu"), src=0)
+
     # The group is still in step after every refused collective.
     t = torch.ones(3, device="tpu")
     dist.all_reduce(t)
