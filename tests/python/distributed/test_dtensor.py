@@ -57,6 +57,16 @@ def _dtensor(rank: int, world: int) -> None:
                  distribute_tensor(w.to("tpu"), mesh, [Replicate()]))
     torch.testing.assert_close(full(y), x @ w, rtol=1e-5, atol=1e-5)
 
+    # A 2-D mesh: its dimensions are subgroups of the tpu backend.
+    mesh2 = init_device_mesh("tpu", (1, world), mesh_dim_names=("dp", "tp"))
+    tp_group, dp_group = mesh2.get_group("tp"), mesh2.get_group("dp")
+    assert dist.get_world_size(tp_group) == world and dist.get_world_size(dp_group) == 1
+    d2 = distribute_tensor(x.to("tpu"), mesh2, [Replicate(), Shard(1)])
+    torch.testing.assert_close(d2.redistribute(mesh2, [Replicate(), Replicate()]).to_local().cpu(), x)
+    t = torch.full((2,), float(rank + 1), device="tpu")
+    dist.all_reduce(t, group=tp_group)
+    torch.testing.assert_close(t.cpu(), torch.full((2,), float(sum(range(1, world + 1)))))
+
     # Tensor parallelism: Colwise then Rowwise linear layers of an MLP.
     class MLP(nn.Module):
         def __init__(self) -> None:
