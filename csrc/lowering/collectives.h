@@ -41,7 +41,10 @@ using ReplicaGroups = std::vector<std::vector<int64_t>>;
 // One group of replicas [0, n).
 ReplicaGroups whole_world(int64_t n);
 
-// (x[, factor]) -> the reduction of x over the replica's group, same type as x.
+// (x[, factor]) -> the reduction of x over the replica's group, same type as x. From
+// kSplitAllReduceBytes up it is a reduce_scatter and an all_gather of the flat value (padded
+// to equal chunks): the CPU plugin's all_reduce is several times slower there.
+inline constexpr int64_t kSplitAllReduceBytes = 4 << 20;
 base::StatusOr<std::string> all_reduce_module(const TensorType& t, ReduceKind op,
                                               const ReplicaGroups& groups);
 // The next three work on x's elements in row-major order (c10d's flat semantics) and
