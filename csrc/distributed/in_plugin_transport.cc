@@ -93,7 +93,8 @@ base::StatusOr<std::unique_ptr<InPluginTransport>> InPluginTransport::create(
   int num_devices = aten::device_count_or_zero();
   if (device_index < 0 || device_index >= num_devices) {
     return base::invalid_argument("distributed: in-plugin rank " + std::to_string(rank) +
-                                  " names tpu:" + std::to_string(device_index) + ", but there are " +
+                                  " names tpu:" + std::to_string(device_index) +
+                                  ", but there are " +
                                   std::to_string(num_devices) +
                                   " tpu devices (TORCHTPU_NUM_DEVICES on the CPU plugin)");
   }
@@ -403,8 +404,9 @@ base::Status InPluginTransport::recv(at::Tensor& tensor, int src, int tag) {
 
 base::Status InPluginTransport::barrier() {
   Contribution mine{"barrier", "barrier", device_index_, {}, {}};
-  TORCHTPU_ASSIGN_OR_RETURN(Exchanged ignored,
-                            group_->exchange(rank_, next_seq_++, "barrier", std::move(mine), nullptr));
+  TORCHTPU_ASSIGN_OR_RETURN(
+      Exchanged ignored,
+      group_->exchange(rank_, next_seq_++, "barrier", std::move(mine), nullptr));
   (void)ignored;
   // Work this rank enqueued before the barrier has finished when it returns.
   if (runtime::BufferPtr tail = runtime::queue_tail(device_index_)) {

@@ -195,8 +195,8 @@ base::StatusOr<std::string> all_gather_module(const TensorType& t, const Replica
   const int64_t n = static_cast<int64_t>(groups[0].size());
   Dims fallback = t.dims.empty() ? Dims{n} : t.dims;
   if (!t.dims.empty()) fallback[0] *= n;
-  TORCHTPU_ASSIGN_OR_RETURN(Dims out_dims,
-                            result_dims_of("all_gather", result_dims, fallback, n * t.num_elements()));
+  TORCHTPU_ASSIGN_OR_RETURN(
+      Dims out_dims, result_dims_of("all_gather", result_dims, fallback, n * t.num_elements()));
   Builder b("all_gather");
   Value x = b.reshape(b.param(t), {t.num_elements()});
   Value r = b.op("stablehlo.all_gather", {x}, TensorType{t.dtype, {n * t.num_elements()}},

@@ -225,13 +225,21 @@ void check_reduction(ReduceKind op, DType t, const ReplicaGroups& groups, bool s
 }
 
 class AllReduce : public ::testing::TestWithParam<ReduceCase> {};
-TEST_P(AllReduce, WholeWorld) { check_reduction(GetParam().op, GetParam().dtype, {{0, 1, 2, 3}}, false); }
-TEST_P(AllReduce, TwoGroupsOfTwo) { check_reduction(GetParam().op, GetParam().dtype, kPairs, false); }
+TEST_P(AllReduce, WholeWorld) {
+  check_reduction(GetParam().op, GetParam().dtype, {{0, 1, 2, 3}}, false);
+}
+TEST_P(AllReduce, TwoGroupsOfTwo) {
+  check_reduction(GetParam().op, GetParam().dtype, kPairs, false);
+}
 INSTANTIATE_TEST_SUITE_P(Ops, AllReduce, ::testing::ValuesIn(reduce_cases()), case_name);
 
 class ReduceScatter : public ::testing::TestWithParam<ReduceCase> {};
-TEST_P(ReduceScatter, WholeWorld) { check_reduction(GetParam().op, GetParam().dtype, {{0, 1, 2, 3}}, true); }
-TEST_P(ReduceScatter, TwoGroupsOfTwo) { check_reduction(GetParam().op, GetParam().dtype, kPairs, true); }
+TEST_P(ReduceScatter, WholeWorld) {
+  check_reduction(GetParam().op, GetParam().dtype, {{0, 1, 2, 3}}, true);
+}
+TEST_P(ReduceScatter, TwoGroupsOfTwo) {
+  check_reduction(GetParam().op, GetParam().dtype, kPairs, true);
+}
 INSTANTIATE_TEST_SUITE_P(Ops, ReduceScatter, ::testing::ValuesIn(reduce_cases()), case_name);
 
 // Replicas listed in a non-sorted order within groups: positions follow the list.
