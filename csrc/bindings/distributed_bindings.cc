@@ -30,7 +30,8 @@ std::string in_plugin_group_key(const c10::intrusive_ptr<c10d::Store>& store, in
   static std::atomic<int64_t> next_group{0};
   const std::string name = "torchtpu_in_plugin_group";
   if (rank == 0) {
-    std::string key = "pid " + std::to_string(::getpid()) + " group " + std::to_string(next_group++);
+    std::string key =
+        "pid " + std::to_string(::getpid()) + " group " + std::to_string(next_group++);
     store->set(name, std::vector<uint8_t>(key.begin(), key.end()));
   }
   std::vector<uint8_t> key = store->get(name);

@@ -34,10 +34,15 @@ TensorType type_of(const at::Tensor& t) {
   return TensorType{aten::to_dtype(t.scalar_type()), t.sizes().vec()};
 }
 
-std::string describe(const std::string& collective, const at::Tensor& t) {
+// "float32[4, 4]"
+std::string shape_of(const at::Tensor& t) {
   std::string dims;
   for (int64_t d : t.sizes()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
-  return collective + " " + base::dtype_name(aten::to_dtype(t.scalar_type())) + "[" + dims + "]";
+  return std::string(base::dtype_name(aten::to_dtype(t.scalar_type()))) + "[" + dims + "]";
+}
+
+std::string describe(const std::string& collective, const at::Tensor& t) {
+  return collective + " " + shape_of(t);
 }
 
 base::StatusOr<ReduceKind> reduce_kind(const char* collective, const c10d::ReduceOp& op) {
@@ -88,7 +93,8 @@ base::StatusOr<std::unique_ptr<InPluginTransport>> InPluginTransport::create(
   int num_devices = aten::device_count_or_zero();
   if (device_index < 0 || device_index >= num_devices) {
     return base::invalid_argument("distributed: in-plugin rank " + std::to_string(rank) +
-                                  " names tpu:" + std::to_string(device_index) + ", but there are " +
+                                  " names tpu:" + std::to_string(device_index) +
+                                  ", but there are " +
                                   std::to_string(num_devices) +
                                   " tpu devices (TORCHTPU_NUM_DEVICES on the CPU plugin)");
   }
@@ -198,8 +204,8 @@ base::Status InPluginTransport::all_gather(at::Tensor& output, const at::Tensor&
     TORCHTPU_RETURN_IF_ERROR(check_tensor("all_gather", "output", output));
     if (output.numel() != input.numel() * size_ || output.scalar_type() != input.scalar_type()) {
       return base::invalid_argument("distributed: all_gather: the output (" +
-                                    describe("", output) + ") must hold " +
-                                    std::to_string(size_) + " inputs (" + describe("", input) +
+                                    shape_of(output) + ") must hold " +
+                                    std::to_string(size_) + " inputs (" + shape_of(input) +
                                     ") of the same dtype");
     }
     TORCHTPU_ASSIGN_OR_RETURN(std::string module,
@@ -221,8 +227,8 @@ base::Status InPluginTransport::reduce_scatter(at::Tensor& output, const at::Ten
     TORCHTPU_RETURN_IF_ERROR(check_tensor("reduce_scatter", "output", output));
     if (input.numel() != output.numel() * size_ || output.scalar_type() != input.scalar_type()) {
       return base::invalid_argument("distributed: reduce_scatter: the input (" +
-                                    describe("", input) + ") must hold " +
-                                    std::to_string(size_) + " outputs (" + describe("", output) +
+                                    shape_of(input) + ") must hold " +
+                                    std::to_string(size_) + " outputs (" + shape_of(output) +
                                     ") of the same dtype");
     }
     TORCHTPU_ASSIGN_OR_RETURN(ReduceKind kind, reduce_kind("reduce_scatter", op));
@@ -262,16 +268,16 @@ base::Status InPluginTransport::all_to_all(at::Tensor& output, const at::Tensor&
     TORCHTPU_RETURN_IF_ERROR(check_tensor("all_to_all", "input", input));
     TORCHTPU_RETURN_IF_ERROR(check_tensor("all_to_all", "output", output));
     if (input.dim() == 0 || output.dim() == 0 || output.scalar_type() != input.scalar_type()) {
-      return base::invalid_argument("distributed: all_to_all: input " + describe("", input) +
-                                    " and output " + describe("", output) +
+      return base::invalid_argument("distributed: all_to_all: input " + shape_of(input) +
+                                    " and output " + shape_of(output) +
                                     " need a dim 0 and the same dtype");
     }
     if (output_split_sizes.empty() && input_split_sizes.empty()) {
       if (input.size(0) % size_ != 0 || output.numel() != input.numel()) {
         return base::invalid_argument(
             "distributed: all_to_all: equal splits need dim 0 of the input " +
-            describe("", input) + " divisible by " + std::to_string(size_) +
-            " and an output of as many elements, got " + describe("", output));
+            shape_of(input) + " divisible by " + std::to_string(size_) +
+            " and an output of as many elements, got " + shape_of(output));
       }
       return even_all_to_all(output, input);
     }
@@ -398,8 +404,9 @@ base::Status InPluginTransport::recv(at::Tensor& tensor, int src, int tag) {
 
 base::Status InPluginTransport::barrier() {
   Contribution mine{"barrier", "barrier", device_index_, {}, {}};
-  TORCHTPU_ASSIGN_OR_RETURN(Exchanged ignored,
-                            group_->exchange(rank_, next_seq_++, "barrier", std::move(mine), nullptr));
+  TORCHTPU_ASSIGN_OR_RETURN(
+      Exchanged ignored,
+      group_->exchange(rank_, next_seq_++, "barrier", std::move(mine), nullptr));
   (void)ignored;
   // Work this rank enqueued before the barrier has finished when it returns.
   if (runtime::BufferPtr tail = runtime::queue_tail(device_index_)) {

@@ -44,6 +44,9 @@ base::StatusOr<std::shared_ptr<Rendezvous>> Rendezvous::join(const std::string& 
                                   std::to_string(size) + " ranks");
   }
   std::lock_guard<std::mutex> registry_lock(registry_mutex());
+  for (auto it = registry().begin(); it != registry().end();) {
+    it = it->second.expired() ? registry().erase(it) : std::next(it);
+  }
   std::shared_ptr<Rendezvous> group = registry()[key].lock();
   if (group == nullptr) {
     group.reset(new Rendezvous(key, size, rank_names, timeout));

@@ -143,11 +143,25 @@ base::StatusOr<std::string> all_reduce_module(const TensorType& t, ReduceKind op
                                               const ReplicaGroups& groups) {
   TORCHTPU_RETURN_IF_ERROR(check_groups("all_reduce", groups));
   TORCHTPU_RETURN_IF_ERROR(check_reduce("all_reduce", op, t.dtype));
+  const int64_t n = static_cast<int64_t>(groups[0].size());
   Builder b("all_reduce");
   Value x = b.param(t);
-  Value r = reducing(b, "stablehlo.all_reduce", op, x, t, groups_attr(groups),
-                     static_cast<int64_t>(groups[0].size()));
-  return b.finish({r});
+  const int64_t numel = t.num_elements();
+  if (n == 1 || numel * base::dtype_size_bytes(t.dtype) < kSplitAllReduceBytes) {
+    return b.finish({reducing(b, "stablehlo.all_reduce", op, x, t, groups_attr(groups), n)});
+  }
+  // Large: reduce_scatter then all_gather of the flat value, padded to n equal chunks.
+  const int64_t chunk = (numel + n - 1) / n;
+  Value flat = b.reshape(x, {numel});
+  if (chunk * n != numel) {
+    flat = b.concatenate({flat, b.zeros(TensorType{t.dtype, {chunk * n - numel}})}, 0);
+  }
+  Value part = reducing(b, "stablehlo.reduce_scatter", op, flat, TensorType{t.dtype, {chunk}},
+                        "scatter_dimension = 0 : i64, " + groups_attr(groups), n);
+  Value whole = b.op("stablehlo.all_gather", {part}, TensorType{t.dtype, {chunk * n}},
+                     "all_gather_dim = 0 : i64, " + groups_attr(groups));
+  if (chunk * n != numel) whole = b.slice(whole, {0}, {numel}, {1});
+  return b.finish({b.reshape(whole, t.dims)});
 }
 
 namespace {
@@ -181,8 +195,8 @@ base::StatusOr<std::string> all_gather_module(const TensorType& t, const Replica
   const int64_t n = static_cast<int64_t>(groups[0].size());
   Dims fallback = t.dims.empty() ? Dims{n} : t.dims;
   if (!t.dims.empty()) fallback[0] *= n;
-  TORCHTPU_ASSIGN_OR_RETURN(Dims out_dims,
-                            result_dims_of("all_gather", result_dims, fallback, n * t.num_elements()));
+  TORCHTPU_ASSIGN_OR_RETURN(
+      Dims out_dims, result_dims_of("all_gather", result_dims, fallback, n * t.num_elements()));
   Builder b("all_gather");
   Value x = b.reshape(b.param(t), {t.num_elements()});
   Value r = b.op("stablehlo.all_gather", {x}, TensorType{t.dtype, {n * t.num_elements()}},

@@ -41,7 +41,11 @@ using ReplicaGroups = std::vector<std::vector<int64_t>>;
 // One group of replicas [0, n).
 ReplicaGroups whole_world(int64_t n);
 
-// (x[, factor]) -> the reduction of x over the replica's group, same type as x.
+// (x[, factor]) -> the reduction of x over the replica's group, same type as x. From
+// kSplitAllReduceBytes up it is a reduce_scatter and an all_gather of the flat value (padded
+// to equal chunks), which the CPU plugin runs faster than its all_reduce at those sizes
+// (bench/collectives_in_plugin.py).
+inline constexpr int64_t kSplitAllReduceBytes = 16 << 20;
 base::StatusOr<std::string> all_reduce_module(const TensorType& t, ReduceKind op,
                                               const ReplicaGroups& groups);
 // The next three work on x's elements in row-major order (c10d's flat semantics) and
@@ -49,19 +53,21 @@ base::StatusOr<std::string> all_reduce_module(const TensorType& t, ReduceKind op
 // x's dims with dim 0 scaled.
 //
 // (x) -> the group's x concatenated in group order (default dims: dims[0] * group size).
-base::StatusOr<std::string> all_gather_module(const TensorType& t, const ReplicaGroups& groups,
-                                              const std::optional<Dims>& result_dims = std::nullopt);
+base::StatusOr<std::string> all_gather_module(
+    const TensorType& t, const ReplicaGroups& groups,
+    const std::optional<Dims>& result_dims = std::nullopt);
 // (x[, factor]) -> chunk k (x's elements split in group-size parts) of the reduction over
 // the group, for the replica at position k of its group (default dims: dims[0] / size,
 // which must then split evenly).
-base::StatusOr<std::string> reduce_scatter_module(const TensorType& t, ReduceKind op,
-                                                  const ReplicaGroups& groups,
-                                                  const std::optional<Dims>& result_dims = std::nullopt);
+base::StatusOr<std::string> reduce_scatter_module(
+    const TensorType& t, ReduceKind op, const ReplicaGroups& groups,
+    const std::optional<Dims>& result_dims = std::nullopt);
 // (x) -> for the replica at position k: chunk k (dim 0 split in group-size parts) of every
 // group member's x, concatenated in group order (default dims: x's). Equal splits only; the
 // distributed layer pads uneven splits to the largest one (see in_plugin_transport.h).
-base::StatusOr<std::string> all_to_all_module(const TensorType& t, const ReplicaGroups& groups,
-                                              const std::optional<Dims>& result_dims = std::nullopt);
+base::StatusOr<std::string> all_to_all_module(
+    const TensorType& t, const ReplicaGroups& groups,
+    const std::optional<Dims>& result_dims = std::nullopt);
 // (x) -> the x of the replica that sends to this one; zeros for a replica no pair targets.
 // Each replica is the source of at most one pair and the target of at most one pair.
 base::StatusOr<std::string> collective_permute_module(

@@ -63,9 +63,8 @@ size_t CompileCache::size() const {
   return entries_.size();
 }
 
-base::StatusOr<ExecutablePtr> CompileCache::compile_and_store(uint64_t key,
-                                                              const std::string& module_text,
-                                                              const std::vector<int>& device_indices) {
+base::StatusOr<ExecutablePtr> CompileCache::compile_and_store(
+    uint64_t key, const std::string& module_text, const std::vector<int>& device_indices) {
   dump_module(key, module_text);
   TORCHTPU_ASSIGN_OR_RETURN(ExecutablePtr exe, client_->compile(module_text, device_indices));
   if (disk_.enabled()) {

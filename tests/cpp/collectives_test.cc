@@ -225,19 +225,59 @@ void check_reduction(ReduceKind op, DType t, const ReplicaGroups& groups, bool s
 }
 
 class AllReduce : public ::testing::TestWithParam<ReduceCase> {};
-TEST_P(AllReduce, WholeWorld) { check_reduction(GetParam().op, GetParam().dtype, {{0, 1, 2, 3}}, false); }
-TEST_P(AllReduce, TwoGroupsOfTwo) { check_reduction(GetParam().op, GetParam().dtype, kPairs, false); }
+TEST_P(AllReduce, WholeWorld) {
+  check_reduction(GetParam().op, GetParam().dtype, {{0, 1, 2, 3}}, false);
+}
+TEST_P(AllReduce, TwoGroupsOfTwo) {
+  check_reduction(GetParam().op, GetParam().dtype, kPairs, false);
+}
 INSTANTIATE_TEST_SUITE_P(Ops, AllReduce, ::testing::ValuesIn(reduce_cases()), case_name);
 
 class ReduceScatter : public ::testing::TestWithParam<ReduceCase> {};
-TEST_P(ReduceScatter, WholeWorld) { check_reduction(GetParam().op, GetParam().dtype, {{0, 1, 2, 3}}, true); }
-TEST_P(ReduceScatter, TwoGroupsOfTwo) { check_reduction(GetParam().op, GetParam().dtype, kPairs, true); }
+TEST_P(ReduceScatter, WholeWorld) {
+  check_reduction(GetParam().op, GetParam().dtype, {{0, 1, 2, 3}}, true);
+}
+TEST_P(ReduceScatter, TwoGroupsOfTwo) {
+  check_reduction(GetParam().op, GetParam().dtype, kPairs, true);
+}
 INSTANTIATE_TEST_SUITE_P(Ops, ReduceScatter, ::testing::ValuesIn(reduce_cases()), case_name);
 
 // Replicas listed in a non-sorted order within groups: positions follow the list.
 TEST(AllReduce, GroupsInAnyOrder) {
   check_reduction(ReduceKind::kSum, DType::kF32, {{3, 0}, {1, 2}}, false);
   check_reduction(ReduceKind::kSum, DType::kF32, {{3, 0}, {1, 2}}, true);
+}
+
+// From kSplitAllReduceBytes up all_reduce is a reduce_scatter and an all_gather; a size
+// that does not split evenly is padded.
+TEST(AllReduce, LargeTensorsSplitIntoReduceScatterAndAllGather) {
+  const int64_t n = lowering::kSplitAllReduceBytes / 4 + 3;
+  TensorType type{DType::kF32, {n}};
+  for (ReduceKind op : {ReduceKind::kSum, ReduceKind::kMax, ReduceKind::kPremulSum}) {
+    auto module = lowering::all_reduce_module(type, op, kPairs);
+    ASSERT_TRUE(module.ok()) << module.status().to_string();
+    EXPECT_NE(module->find("stablehlo.reduce_scatter"), std::string::npos);
+    std::vector<TensorType> arg_types{type};
+    if (op == ReduceKind::kPremulSum) arg_types.push_back(TensorType{DType::kF32, {}});
+    std::vector<std::vector<std::vector<double>>> args;
+    for (int r = 0; r < 4; ++r) {
+      args.push_back({input_of(r, n, DType::kF32)});
+      if (op == ReduceKind::kPremulSum) args.back().push_back({factor_of(r)});
+    }
+    auto results = run(*module, kWorld, args, arg_types, DType::kF32);
+    ASSERT_EQ(results.size(), 4u);
+    for (int r = 0; r < 4; ++r) {
+      auto [group, pos] = group_of(kPairs, r);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<double> vals{args[group[0]][0][i], args[group[1]][0][i]};
+        std::vector<double> factors{factor_of(static_cast<int>(group[0])),
+                                    factor_of(static_cast<int>(group[1]))};
+        wrong += results[r][i] != reduce_ref(op, DType::kF32, vals, factors);
+      }
+      EXPECT_EQ(wrong, 0) << lowering::reduce_kind_name(op) << " replica " << r;
+    }
+  }
 }
 
 // min and max propagate NaN from any rank, whichever operand position it reaches the
