@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <mutex>
 
 #include "aten/device_runtime.h"
 #include "aten/tpu_storage.h"
@@ -83,6 +84,21 @@ std::string reduce_description(const char* collective, const c10d::ReduceOp& op)
                                 "band", "bor", "bxor", "premul_sum"};
   int i = static_cast<int>(op.op_);
   return std::string(collective) + "(" + (i < 9 ? names[i] : "?") + ")";
+}
+
+// The outputs of the collective program enqueued last in this process. A program is only
+// enqueued once the previous one has finished: with several in flight, XLA's in-process
+// rendezvous was seen (bench/collectives.py) to miss a replica and abort the process
+// ("Termination timeout ... only 3 of them arrived"), probably because replicas waiting
+// for their peers held the threads the missing replica needed.
+struct InFlight {
+  std::mutex mu;
+  std::vector<runtime::BufferPtr> outputs;
+};
+
+InFlight& in_flight() {
+  static auto* state = new InFlight();
+  return *state;
 }
 
 }  // namespace
@@ -165,9 +181,16 @@ base::StatusOr<runtime::BufferPtr> InPluginTransport::run(Rendezvous& group, int
     for (size_t r = 0; r < all.size(); ++r) {
       for (const auto& a : all[r].args) lists[r].push_back(a.get());
     }
+    InFlight& flight = in_flight();
+    std::lock_guard<std::mutex> lock(flight.mu);
+    for (const runtime::BufferPtr& previous : flight.outputs) {
+      if (previous != nullptr) TORCHTPU_RETURN_IF_ERROR(previous->await_ready());
+    }
+    flight.outputs.clear();
     TORCHTPU_ASSIGN_OR_RETURN(auto outputs, exe->execute_replicated(lists));
     std::vector<runtime::BufferPtr> per_rank;
     for (auto& o : outputs) per_rank.push_back(o.empty() ? nullptr : o[0]);
+    flight.outputs = per_rank;
     return per_rank;
   };
   TORCHTPU_ASSIGN_OR_RETURN(Exchanged got,

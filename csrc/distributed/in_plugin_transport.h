@@ -9,7 +9,9 @@
 // the same group key; the k-th call of each rank makes up the k-th collective. The last
 // rank to arrive compares the programs (a mismatch fails on every rank with each rank's
 // collective, dtype and shape), compiles and enqueues; every rank then writes its output
-// into its tensor. Outputs are enqueued, not awaited (reading them waits).
+// into its tensor. Outputs are enqueued, not awaited (reading them waits); but a program is
+// enqueued only once the collective program before it in this process (any group) has
+// finished, since the CPU plugin can abort with several in flight (see the .cc).
 //   - all_to_all with uneven splits: the ranks first exchange their splits, pad every
 //     chunk to the largest split of the group (tpu ops on the rank's own device), run the
 //     even all_to_all, and keep each received chunk's true rows.
