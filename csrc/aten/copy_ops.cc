@@ -45,6 +45,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     return dst;
   }
   TORCH_CHECK(dst.device().is_cpu(), "tpu: cannot copy from tpu to ", dst.device());
+  if (dst.is_contiguous() && dst.scalar_type() == self.scalar_type() &&
+      dst.sizes() == self.sizes()) {
+    buffer_into_cpu(*read_tensor(self), dst);  // one copy, into the destination itself
+    return dst;
+  }
   at::Tensor host = buffer_to_cpu(*read_tensor(self));
   dst.copy_(host);
   return dst;

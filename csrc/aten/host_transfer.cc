@@ -10,6 +10,7 @@
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/tpu_storage.h"
+#include "base/check.h"
 
 namespace torchtpu::aten {
 
@@ -60,6 +61,16 @@ at::Tensor buffer_to_cpu(const runtime::Buffer& buffer) {
   auto status = buffer.to_host(out.data_ptr(), out.nbytes());
   TORCH_CHECK(status.ok(), status.message());
   return out;
+}
+
+void buffer_into_cpu(const runtime::Buffer& buffer, const at::Tensor& dst) {
+  TORCHTPU_CHECK(dst.is_cpu() && dst.is_contiguous() &&
+                 dst.scalar_type() == to_scalar_type(buffer.dtype()) &&
+                     dst.numel() == buffer.num_elements(),
+                 "buffer_into_cpu: the destination does not match the buffer");
+  flush_data_checks();
+  auto status = buffer.to_host(dst.data_ptr(), dst.nbytes());
+  TORCH_CHECK(status.ok(), status.message());
 }
 
 }  // namespace torchtpu::aten

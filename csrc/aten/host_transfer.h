@@ -17,5 +17,8 @@ void clear_scalar_cache();
 runtime::BufferPtr cpu_to_buffer(const at::Tensor& cpu, int device);
 // Reads a buffer back into a new contiguous CPU tensor (blocks until it is computed).
 at::Tensor buffer_to_cpu(const runtime::Buffer& buffer);
+// Reads a buffer straight into `dst`, a contiguous CPU tensor of the buffer's dtype and
+// element count (no intermediate host tensor; blocks until it is computed).
+void buffer_into_cpu(const runtime::Buffer& buffer, const at::Tensor& dst);
 
 }  // namespace torchtpu::aten

@@ -19,6 +19,7 @@ void register_direct_lowerings();
 
 void bind_compile(pybind11::module& m);
 void bind_memory(pybind11::module& m);
+void bind_distributed(pybind11::module& m);
 
 namespace {
 
@@ -95,4 +96,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("executable_cache_size", [] { return aten::compile_cache().size(); });
   bind_compile(m);
   bind_memory(m);
+  bind_distributed(m);
 }

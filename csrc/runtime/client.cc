@@ -11,22 +11,56 @@
 
 namespace torchtpu::runtime {
 
-std::string compile_options(int device_index) {
+namespace {
+
+// Protobuf wire format, just what CompileOptionsProto needs: varints and
+// length-delimited fields.
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void put_int_field(std::string& out, int field, uint64_t v) {
+  put_varint(out, static_cast<uint64_t>(field) << 3);
+  put_varint(out, v);
+}
+void put_bytes_field(std::string& out, int field, const std::string& bytes) {
+  put_varint(out, (static_cast<uint64_t>(field) << 3) | 2);
+  put_varint(out, bytes.size());
+  out += bytes;
+}
+
+}  // namespace
+
+std::string compile_options(const std::vector<int>& device_indices) {
   // CompileOptionsProto{executable_build_options (3): ExecutableBuildOptionsProto{
-  //   device_ordinal (1): d, num_replicas (4): 1, num_partitions (5): 1,
-  //   device_assignment (9): DeviceAssignmentProto{replica_count (1): 1,
-  //     computation_count (2): 1, computation_devices (3): {replica_device_ids (1): [d]}}}}.
-  // An empty options string makes XLA abort (num_replicas=0). Device ids stay below 128,
-  // so every varint and length here is one byte.
-  const char d = static_cast<char>(device_index);
-  std::string computation_device{'\x0a', '\x01', d};
-  std::string assignment{'\x08', '\x01', '\x10', '\x01', '\x1a',
-                         static_cast<char>(computation_device.size())};
-  assignment += computation_device;
-  std::string build{'\x08', d, '\x20', '\x01', '\x28', '\x01', '\x4a',
-                    static_cast<char>(assignment.size())};
-  build += assignment;
-  return std::string{'\x1a', static_cast<char>(build.size())} + build;
+  //   device_ordinal (1): first device, num_replicas (4): N, num_partitions (5): 1,
+  //   device_assignment (9): DeviceAssignmentProto{replica_count (1): N,
+  //     computation_count (2): 1, computation_devices (3): {replica_device_ids (1): [...]}}}}.
+  // An empty options string makes XLA abort (num_replicas=0). Replica r runs on
+  // device_indices[r]; the CPU plugin's device ids are its device indices.
+  std::string replica_ids;  // packed repeated int64
+  for (int d : device_indices) put_varint(replica_ids, static_cast<uint64_t>(d));
+  std::string computation_device;
+  put_bytes_field(computation_device, 1, replica_ids);
+  std::string assignment;
+  put_int_field(assignment, 1, device_indices.size());
+  put_int_field(assignment, 2, 1);
+  put_bytes_field(assignment, 3, computation_device);
+  std::string build;
+  put_int_field(build, 1, static_cast<uint64_t>(device_indices.empty() ? 0 : device_indices[0]));
+  put_int_field(build, 4, device_indices.size());
+  put_int_field(build, 5, 1);
+  put_bytes_field(build, 9, assignment);
+  std::string options;
+  put_bytes_field(options, 3, build);
+  return options;
+}
+
+std::string compile_options(int device_index) {
+  return compile_options(std::vector<int>{device_index});
 }
 
 base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plugin> plugin,
@@ -153,13 +187,36 @@ base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType
   return buffer;
 }
 
+base::Status Client::check_replica_devices(const std::vector<int>& device_indices) const {
+  if (device_indices.empty()) {
+    return base::invalid_argument("runtime: a program needs at least one device");
+  }
+  for (size_t i = 0; i < device_indices.size(); ++i) {
+    int d = device_indices[i];
+    if (d < 0 || d >= num_devices()) {
+      return base::out_of_range("runtime: device index " + std::to_string(d) +
+                                " out of range (have " + std::to_string(num_devices()) +
+                                " devices)");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (device_indices[j] == d) {
+        return base::invalid_argument("runtime: device " + std::to_string(d) +
+                                      " appears twice in a program's replicas; each replica "
+                                      "needs its own device");
+      }
+    }
+  }
+  return base::Status::ok_status();
+}
+
 base::StatusOr<ExecutablePtr> Client::compile(const std::string& module_text,
                                               int device_index) const {
-  if (device_index < 0 || device_index >= num_devices()) {
-    return base::out_of_range("runtime: device index " + std::to_string(device_index) +
-                              " out of range (have " + std::to_string(num_devices()) +
-                              " devices)");
-  }
+  return compile(module_text, std::vector<int>{device_index});
+}
+
+base::StatusOr<ExecutablePtr> Client::compile(const std::string& module_text,
+                                              const std::vector<int>& device_indices) const {
+  TORCHTPU_RETURN_IF_ERROR(check_replica_devices(device_indices));
   const PJRT_Api* api = plugin_->api();
   static const char kFormat[] = "mlir";
   PJRT_Program program{};
@@ -168,7 +225,7 @@ base::StatusOr<ExecutablePtr> Client::compile(const std::string& module_text,
   program.code_size = module_text.size();
   program.format = kFormat;
   program.format_size = sizeof(kFormat) - 1;
-  std::string options = compile_options(device_index);
+  std::string options = compile_options(device_indices);
   PJRT_Client_Compile_Args args{};
   args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
   args.client = raw_;
@@ -183,11 +240,17 @@ base::StatusOr<ExecutablePtr> Client::compile(const std::string& module_text,
                 .count();
   base::counter_add("num_compiles");
   base::counter_add("compile_time_us", us);
-  return std::make_shared<Executable>(plugin_, args.executable, device_index);
+  return std::make_shared<Executable>(plugin_, args.executable, device_indices);
 }
 
 base::StatusOr<ExecutablePtr> Client::deserialize(const std::string& bytes,
                                                   int device_index) const {
+  return deserialize(bytes, std::vector<int>{device_index});
+}
+
+base::StatusOr<ExecutablePtr> Client::deserialize(const std::string& bytes,
+                                                  const std::vector<int>& device_indices) const {
+  TORCHTPU_RETURN_IF_ERROR(check_replica_devices(device_indices));
   const PJRT_Api* api = plugin_->api();
   PJRT_Executable_DeserializeAndLoad_Args args{};
   args.struct_size = PJRT_Executable_DeserializeAndLoad_Args_STRUCT_SIZE;
@@ -196,7 +259,7 @@ base::StatusOr<ExecutablePtr> Client::deserialize(const std::string& bytes,
   args.serialized_executable_size = bytes.size();
   TORCHTPU_RETURN_IF_ERROR(consume_error(api, api->PJRT_Executable_DeserializeAndLoad(&args),
                                          "PJRT_Executable_DeserializeAndLoad"));
-  return std::make_shared<Executable>(plugin_, args.loaded_executable, device_index);
+  return std::make_shared<Executable>(plugin_, args.loaded_executable, device_indices);
 }
 
 }  // namespace torchtpu::runtime

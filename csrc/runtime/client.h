@@ -52,10 +52,20 @@ class Client {
   // Compiles StableHLO text (program format "mlir") for device `device_index` (an
   // executable runs on the device it was compiled for). Errors carry the plugin's message.
   base::StatusOr<ExecutablePtr> compile(const std::string& module_text, int device_index) const;
+  // Compiles a program replicated over `device_indices` (replica r on device
+  // device_indices[r], distinct devices): one program whose collectives
+  // (stablehlo.all_reduce, ...) run across those devices; replica ids in the module's
+  // replica_groups are positions in this list. Run it with Executable::execute_replicated.
+  base::StatusOr<ExecutablePtr> compile(const std::string& module_text,
+                                        const std::vector<int>& device_indices) const;
   // Loads bytes produced by Executable::serialize() with the same plugin build.
   base::StatusOr<ExecutablePtr> deserialize(const std::string& bytes, int device_index) const;
+  base::StatusOr<ExecutablePtr> deserialize(const std::string& bytes,
+                                            const std::vector<int>& device_indices) const;
 
  private:
+  base::Status check_replica_devices(const std::vector<int>& device_indices) const;
+
   Client() = default;
   std::shared_ptr<const Plugin> plugin_;
   PJRT_Client* raw_ = nullptr;
@@ -66,5 +76,7 @@ class Client {
 // The serialized CompileOptionsProto we compile with: one replica, one partition, on
 // device `device_index`.
 std::string compile_options(int device_index);
+// One replica per device (replica r on device_indices[r]), one partition.
+std::string compile_options(const std::vector<int>& device_indices);
 
 }  // namespace torchtpu::runtime

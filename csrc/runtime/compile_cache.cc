@@ -50,7 +50,12 @@ CompileCache::CompileCache(std::shared_ptr<Client> client, const std::string& di
       entries_(memory_capacity) {}
 
 uint64_t CompileCache::key_of(const std::string& module_text, int device_index) const {
-  return base::fnv1a(module_text, base::fnv1a(compile_options(device_index), identity_hash_));
+  return key_of(module_text, std::vector<int>{device_index});
+}
+
+uint64_t CompileCache::key_of(const std::string& module_text,
+                              const std::vector<int>& device_indices) const {
+  return base::fnv1a(module_text, base::fnv1a(compile_options(device_indices), identity_hash_));
 }
 
 size_t CompileCache::size() const {
@@ -58,11 +63,10 @@ size_t CompileCache::size() const {
   return entries_.size();
 }
 
-base::StatusOr<ExecutablePtr> CompileCache::compile_and_store(uint64_t key,
-                                                              const std::string& module_text,
-                                                              int device_index) {
+base::StatusOr<ExecutablePtr> CompileCache::compile_and_store(
+    uint64_t key, const std::string& module_text, const std::vector<int>& device_indices) {
   dump_module(key, module_text);
-  TORCHTPU_ASSIGN_OR_RETURN(ExecutablePtr exe, client_->compile(module_text, device_index));
+  TORCHTPU_ASSIGN_OR_RETURN(ExecutablePtr exe, client_->compile(module_text, device_indices));
   if (disk_.enabled()) {
     base::StatusOr<std::string> bytes = exe->serialize();
     if (bytes.ok()) {
@@ -76,7 +80,12 @@ base::StatusOr<ExecutablePtr> CompileCache::compile_and_store(uint64_t key,
 
 base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& module_text,
                                                            int device_index) {
-  uint64_t key = key_of(module_text, device_index);
+  return get_or_compile(module_text, std::vector<int>{device_index});
+}
+
+base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& module_text,
+                                                           const std::vector<int>& device_indices) {
+  uint64_t key = key_of(module_text, device_indices);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ExecutablePtr* hit = entries_.find(key)) {
@@ -86,9 +95,11 @@ base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& mo
   }
   ExecutablePtr exe;
   // An out-of-range device can have no entry; let compile() report it.
-  if (device_index >= 0 && device_index < client_->num_devices()) {
+  bool devices_exist = true;
+  for (int d : device_indices) devices_exist &= d >= 0 && d < client_->num_devices();
+  if (devices_exist) {
     if (std::optional<std::string> bytes = disk_.load(key)) {
-      base::StatusOr<ExecutablePtr> loaded = client_->deserialize(*bytes, device_index);
+      base::StatusOr<ExecutablePtr> loaded = client_->deserialize(*bytes, device_indices);
       if (loaded.ok()) {
         base::counter_add("num_compile_cache_hits_disk");
         exe = std::move(loaded).value();
@@ -98,7 +109,7 @@ base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& mo
     }
   }
   if (exe == nullptr) {
-    TORCHTPU_ASSIGN_OR_RETURN(exe, compile_and_store(key, module_text, device_index));
+    TORCHTPU_ASSIGN_OR_RETURN(exe, compile_and_store(key, module_text, device_indices));
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto [kept, dropped] = entries_.insert(key, std::move(exe));

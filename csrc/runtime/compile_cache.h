@@ -1,6 +1,7 @@
 // CompileCache: module text -> loaded executable, in memory and on disk.
 //
-// Key: hash of module text + compile options (which name the device) + plugin identity
+// Key: hash of module text + compile options (which name the device, or every device of
+// a replicated program) + plugin identity
 // (path, API version, `xla_version`, ...) + platform name. Lookup order:
 //   1. memory: counts `num_compile_cache_hits_memory`;
 //   2. disk (see disk_cache.h): the entry is deserialized by the plugin, counts
@@ -24,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "base/lru_map.h"
 #include "base/status.h"
@@ -44,16 +46,21 @@ class CompileCache {
                size_t memory_capacity = kDefaultMemoryCapacity);
 
   base::StatusOr<ExecutablePtr> get_or_compile(const std::string& module_text, int device_index);
+  // A program replicated over `device_indices` (Client::compile's replicated form); the
+  // key names every device, so each group of devices has its own entry.
+  base::StatusOr<ExecutablePtr> get_or_compile(const std::string& module_text,
+                                               const std::vector<int>& device_indices);
   // Number of executables in the memory tier.
   size_t size() const;
   size_t capacity() const { return entries_.capacity(); }
   uint64_t key_of(const std::string& module_text, int device_index) const;
+  uint64_t key_of(const std::string& module_text, const std::vector<int>& device_indices) const;
   const DiskCache& disk_cache() const { return disk_; }
 
  private:
   // Compiles and writes the result to the disk tier.
   base::StatusOr<ExecutablePtr> compile_and_store(uint64_t key, const std::string& module_text,
-                                                  int device_index);
+                                                  const std::vector<int>& device_indices);
 
   std::shared_ptr<Client> client_;
   uint64_t identity_hash_;

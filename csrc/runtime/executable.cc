@@ -10,7 +10,11 @@ namespace torchtpu::runtime {
 
 Executable::Executable(std::shared_ptr<const Plugin> plugin, PJRT_LoadedExecutable* raw,
                        int device_index)
-    : plugin_(std::move(plugin)), raw_(raw), device_index_(device_index) {
+    : Executable(std::move(plugin), raw, std::vector<int>{device_index}) {}
+
+Executable::Executable(std::shared_ptr<const Plugin> plugin, PJRT_LoadedExecutable* raw,
+                       std::vector<int> device_indices)
+    : plugin_(std::move(plugin)), raw_(raw), device_indices_(std::move(device_indices)) {
   const PJRT_Api* api = plugin_->api();
   PJRT_LoadedExecutable_GetExecutable_Args get{};
   get.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
@@ -67,23 +71,56 @@ base::StatusOr<BufferPtr> wrap_output(const std::shared_ptr<const Plugin>& plugi
 
 base::StatusOr<std::vector<BufferPtr>> Executable::execute(
     const std::vector<const Buffer*>& args, const std::vector<bool>& donate) const {
-  for (const Buffer* b : args) {
-    if (b->device_index() != device_index_) {
-      return base::invalid_argument(
-          "runtime: an argument lives on device " + std::to_string(b->device_index()) +
-          " but the program runs on device " + std::to_string(device_index_) +
-          "; move tensors to one device first");
+  if (num_replicas() != 1) {
+    return base::invalid_argument("runtime: a program replicated over " +
+                                  std::to_string(num_replicas()) +
+                                  " devices runs through execute_replicated");
+  }
+  TORCHTPU_ASSIGN_OR_RETURN(auto outputs, run({args}, donate));
+  return std::move(outputs[0]);
+}
+
+base::StatusOr<std::vector<std::vector<BufferPtr>>> Executable::execute_replicated(
+    const std::vector<std::vector<const Buffer*>>& args) const {
+  if (static_cast<int>(args.size()) != num_replicas()) {
+    return base::invalid_argument("runtime: a program replicated over " +
+                                  std::to_string(num_replicas()) + " devices got " +
+                                  std::to_string(args.size()) + " argument lists");
+  }
+  return run(args, {});
+}
+
+base::StatusOr<std::vector<std::vector<BufferPtr>>> Executable::run(
+    const std::vector<std::vector<const Buffer*>>& args, const std::vector<bool>& donate) const {
+  const size_t num_args = args[0].size();
+  for (size_t r = 0; r < args.size(); ++r) {
+    if (args[r].size() != num_args) {
+      return base::invalid_argument("runtime: replica " + std::to_string(r) + " got " +
+                                    std::to_string(args[r].size()) + " arguments, replica 0 " +
+                                    std::to_string(num_args));
+    }
+    for (const Buffer* b : args[r]) {
+      if (b->device_index() != device_indices_[r]) {
+        return base::invalid_argument(
+            "runtime: an argument lives on device " + std::to_string(b->device_index()) +
+            " but the program runs on device " + std::to_string(device_indices_[r]) +
+            "; move tensors to one device first");
+      }
     }
   }
-  std::vector<PJRT_Buffer*> raw_args;
-  raw_args.reserve(args.size());
-  for (const Buffer* b : args) raw_args.push_back(b->raw());
-  PJRT_Buffer* const* arg_list = raw_args.data();
-  std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
-  PJRT_Buffer** output_list = outputs.data();
+  std::vector<std::vector<PJRT_Buffer*>> raw_args(args.size());
+  std::vector<PJRT_Buffer* const*> arg_lists;
+  std::vector<std::vector<PJRT_Buffer*>> outputs(args.size(),
+                                                 std::vector<PJRT_Buffer*>(num_outputs_, nullptr));
+  std::vector<PJRT_Buffer**> output_lists;
+  for (size_t r = 0; r < args.size(); ++r) {
+    for (const Buffer* b : args[r]) raw_args[r].push_back(b->raw());
+    arg_lists.push_back(raw_args[r].data());
+    output_lists.push_back(outputs[r].data());
+  }
 
   std::vector<int64_t> keep;  // parameters that must not be donated
-  for (size_t i = 0; i < args.size(); ++i) {
+  for (size_t i = 0; i < num_args; ++i) {
     if (i >= donate.size() || !donate[i]) keep.push_back(static_cast<int64_t>(i));
   }
   PJRT_ExecuteOptions options{};
@@ -94,34 +131,36 @@ base::StatusOr<std::vector<BufferPtr>> Executable::execute(
   exec.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
   exec.executable = raw_;
   exec.options = &options;
-  exec.argument_lists = &arg_list;
-  exec.num_devices = 1;
-  exec.num_args = raw_args.size();
-  exec.output_lists = &output_list;
+  exec.argument_lists = arg_lists.data();
+  exec.num_devices = args.size();
+  exec.num_args = num_args;
+  exec.output_lists = output_lists.data();
   TORCHTPU_RETURN_IF_ERROR(consume_error(
       plugin_->api(), plugin_->api()->PJRT_LoadedExecutable_Execute(&exec),
       "PJRT_LoadedExecutable_Execute"));
   base::counter_add("num_executions");
 
-  std::vector<BufferPtr> result;
-  result.reserve(outputs.size());
+  std::vector<std::vector<BufferPtr>> result(args.size());
   base::Status first_error;
-  for (PJRT_Buffer* raw : outputs) {
-    base::StatusOr<BufferPtr> b = wrap_output(plugin_, raw, device_index_);
-    if (b.ok()) {
-      result.push_back(std::move(b).value());
-    } else if (first_error.ok()) {
-      first_error = b.status();
+  for (size_t r = 0; r < args.size(); ++r) {
+    for (PJRT_Buffer* raw : outputs[r]) {
+      base::StatusOr<BufferPtr> b = wrap_output(plugin_, raw, device_indices_[r]);
+      if (b.ok()) {
+        result[r].push_back(std::move(b).value());
+      } else if (first_error.ok()) {
+        first_error = b.status();
+      }
     }
   }
   if (!first_error.ok()) return first_error;
-  if (!result.empty()) {
-    note_enqueued(device_index_, result.back());
+  for (size_t r = 0; r < args.size(); ++r) {
+    if (result[r].empty()) continue;
+    note_enqueued(device_indices_[r], result[r].back());
     if (trace::enabled()) {
       int64_t bytes = 0;
-      for (const Buffer* b : args) bytes += b->size_bytes();
-      for (const BufferPtr& b : result) bytes += b->size_bytes();
-      trace::record(trace::Kind::kProgram, device_index_, bytes, *result.back());
+      for (const Buffer* b : args[r]) bytes += b->size_bytes();
+      for (const BufferPtr& b : result[r]) bytes += b->size_bytes();
+      trace::record(trace::Kind::kProgram, device_indices_[r], bytes, *result[r].back());
     }
   }
   return result;

@@ -20,13 +20,19 @@ namespace torchtpu::runtime {
 class Executable {
  public:
   Executable(std::shared_ptr<const Plugin> plugin, PJRT_LoadedExecutable* raw, int device_index);
+  // A program replicated over `device_indices` (replica r on device_indices[r]).
+  Executable(std::shared_ptr<const Plugin> plugin, PJRT_LoadedExecutable* raw,
+             std::vector<int> device_indices);
   ~Executable();
   Executable(const Executable&) = delete;
   Executable& operator=(const Executable&) = delete;
 
   size_t num_outputs() const { return num_outputs_; }
 
-  int device_index() const { return device_index_; }
+  // The device of replica 0 (the only one of a program compiled for one device).
+  int device_index() const { return device_indices_[0]; }
+  const std::vector<int>& device_indices() const { return device_indices_; }
+  int num_replicas() const { return static_cast<int>(device_indices_.size()); }
 
   // Runs the program on its device with `args` (one buffer per parameter, all on that
   // device). Parameter i is donated when `donate[i]` is true and the program aliases it
@@ -34,13 +40,21 @@ class Executable {
   // so the caller must hold no other reference to it. Nothing is donated by default.
   base::StatusOr<std::vector<BufferPtr>> execute(const std::vector<const Buffer*>& args,
                                                  const std::vector<bool>& donate = {}) const;
+  // Runs every replica in one PJRT execution: `args[r]` are replica r's arguments (on
+  // device_indices()[r]), and result [r] its outputs. Nothing is donated. The replicas of
+  // one program meet in its collectives, so they are only ever launched together.
+  base::StatusOr<std::vector<std::vector<BufferPtr>>> execute_replicated(
+      const std::vector<std::vector<const Buffer*>>& args) const;
   // Serialized form for the on-disk cache (plugin-specific bytes).
   base::StatusOr<std::string> serialize() const;
 
  private:
   std::shared_ptr<const Plugin> plugin_;
+  base::StatusOr<std::vector<std::vector<BufferPtr>>> run(
+      const std::vector<std::vector<const Buffer*>>& args, const std::vector<bool>& donate) const;
+
   PJRT_LoadedExecutable* raw_;
-  int device_index_;
+  std::vector<int> device_indices_;
   size_t num_outputs_ = 0;
 };
 

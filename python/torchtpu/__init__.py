@@ -54,6 +54,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 from torchtpu import debug  # noqa: E402
 from torchtpu import models  # noqa: E402  (stdlib-only until a model is converted)
 from torchtpu import ops  # noqa: E402,F401  (defines the torchtpu:: ops)
+from torchtpu import distributed  # noqa: E402,F401  (registers the "tpu" c10d backend)
 
 
 def block_until_ready(tensor: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,248 @@
+#include "distributed/host_staged_transport.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "base/metrics.h"
+
+namespace torchtpu::distributed {
+
+namespace {
+
+bool signature_checks_enabled() {
+  const char* v = std::getenv("TORCHTPU_DIST_CHECK");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+// Collectives larger than this stage through fresh host memory instead of a kept slot.
+constexpr int64_t kMaxSlotBytes = int64_t{256} << 20;
+
+int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// What Gloo computes for `op` (AVG and PREMUL_SUM become SUM; the rest is done here).
+c10d::ReduceOp gloo_op(const c10d::ReduceOp& op) {
+  if (op.op_ == c10d::ReduceOp::AVG || op.op_ == c10d::ReduceOp::PREMUL_SUM) {
+    return c10d::ReduceOp(c10d::ReduceOp::SUM);
+  }
+  return op;
+}
+
+void premultiply(at::Tensor& host, const c10d::ReduceOp& op) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
+  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  if (s == nullptr) return;  // the backend checks that PREMUL_SUM carries a factor
+  if (s->tensor_factor.defined()) {
+    host.mul_(s->tensor_factor.to(at::kCPU));
+  } else {
+    host.mul_(s->double_factor);
+  }
+}
+
+void average(at::Tensor& host, const c10d::ReduceOp& op, int size) {
+  if (op.op_ != c10d::ReduceOp::AVG) return;
+  if (at::isIntegralType(host.scalar_type(), /*includeBool=*/false)) {
+    host.div_(size, "trunc");
+  } else {
+    host.div_(size);
+  }
+}
+
+}  // namespace
+
+HostStagedTransport::HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
+                                         std::vector<int64_t> global_ranks,
+                                         std::chrono::milliseconds timeout)
+    : gloo_(std::move(gloo)),
+      global_ranks_(std::move(global_ranks)),
+      timeout_(timeout),
+      check_signatures_(signature_checks_enabled()) {}
+
+std::string HostStagedTransport::ranks_text() const {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < global_ranks_.size(); ++i) o << (i ? ", " : "") << global_ranks_[i];
+  o << "]";
+  return o.str();
+}
+
+base::Status HostStagedTransport::run(const char* what,
+                                      const std::function<c10::intrusive_ptr<c10d::Work>()>& op) {
+  try {
+    c10::intrusive_ptr<c10d::Work> work = op();
+    work->wait();
+  } catch (const std::exception& e) {
+    std::string msg = c10::GetExceptionString(e);
+    if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) msg = ce->what_without_backtrace();
+    std::ostringstream out;
+    out << "tpu: " << what << " on global ranks " << ranks_text() << " (this is rank "
+        << global_ranks_[rank()] << ", host-staged through Gloo) failed: " << msg
+        << "; a peer rank exited or did not reach this collective within the group's timeout ("
+        << timeout_.count() / 1000.0 << " s)";
+    return base::unavailable(out.str());
+  }
+  return base::Status::ok_status();
+}
+
+base::Status HostStagedTransport::check(const CollectiveSignature& s) {
+  if (!check_signatures_ || size() == 1) return base::Status::ok_status();
+  std::vector<int64_t> mine = encode(s, size());
+  at::Tensor in = at::from_blob(mine.data(), {kSignatureLength}, at::kLong).clone();
+  at::Tensor all = at::empty({size() * kSignatureLength}, at::kLong);
+  TORCHTPU_RETURN_IF_ERROR(run(collective_name(s.collective), [&] {
+    return gloo_->_allgather_base(all, in);
+  }));
+  std::vector<int64_t> rows(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
+  return compare_signatures(rows, size(), global_ranks_);
+}
+
+at::Tensor HostStagedTransport::staging(int slot, const at::Tensor& like) {
+  int64_t bytes = nbytes(like);
+  at::TensorOptions host = like.options().device(at::kCPU);
+  if (bytes > kMaxSlotBytes) return at::empty(like.sizes(), host);
+  at::Tensor& buf = slots_[slot];
+  if (!buf.defined() || buf.numel() < bytes) {
+    buf = at::empty({std::max<int64_t>(bytes, 4096)}, at::TensorOptions().dtype(at::kByte));
+  }
+  return buf.narrow(0, 0, bytes).view(like.scalar_type()).view(like.sizes());
+}
+
+at::Tensor HostStagedTransport::to_host(const at::Tensor& t) {
+  base::counter_add("host_staged_bytes", nbytes(t));
+  at::Tensor host = staging(0, t);
+  host.copy_(t);
+  return host;
+}
+
+void HostStagedTransport::to_device(at::Tensor& dst, const at::Tensor& host) {
+  base::counter_add("host_staged_bytes", nbytes(host));
+  dst.copy_(host);
+}
+
+base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::ReduceOp& op) {
+  CollectiveSignature sig{Collective::kAllReduce, tensor, static_cast<int64_t>(op.op_)};
+  TORCHTPU_RETURN_IF_ERROR(check(sig));
+  base::counter_add("num_host_staged_collectives");
+  at::Tensor host = to_host(tensor);
+  premultiply(host, op);
+  std::vector<at::Tensor> v{host};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = gloo_op(op);
+  opts.timeout = timeout_;
+  TORCHTPU_RETURN_IF_ERROR(run("all_reduce", [&] { return gloo_->allreduce(v, opts); }));
+  average(host, op, size());
+  to_device(tensor, host);
+  return base::Status::ok_status();
+}
+
+base::Status HostStagedTransport::all_gather(at::Tensor& output, const at::Tensor& input) {
+  TORCHTPU_RETURN_IF_ERROR(check({Collective::kAllGather, input}));
+  base::counter_add("num_host_staged_collectives");
+  at::Tensor in = to_host(input).reshape({-1});
+  at::Tensor out = staging(1, output).view({-1});
+  c10d::AllgatherOptions opts;
+  opts.timeout = timeout_;
+  TORCHTPU_RETURN_IF_ERROR(run("all_gather", [&] { return gloo_->_allgather_base(out, in, opts); }));
+  to_device(output, out.view(output.sizes()));
+  return base::Status::ok_status();
+}
+
+base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                                 const c10d::ReduceOp& op) {
+  CollectiveSignature sig{Collective::kReduceScatter, input, static_cast<int64_t>(op.op_)};
+  TORCHTPU_RETURN_IF_ERROR(check(sig));
+  base::counter_add("num_host_staged_collectives");
+  at::Tensor in = to_host(input).reshape({-1});
+  premultiply(in, op);
+  at::Tensor out = staging(1, output).view({-1});
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = gloo_op(op);
+  opts.timeout = timeout_;
+  TORCHTPU_RETURN_IF_ERROR(
+      run("reduce_scatter", [&] { return gloo_->_reduce_scatter_base(out, in, opts); }));
+  average(out, op, size());
+  to_device(output, out.view(output.sizes()));
+  return base::Status::ok_status();
+}
+
+base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tensor& input,
+                                             const std::vector<int64_t>& output_split_sizes,
+                                             const std::vector<int64_t>& input_split_sizes) {
+  CollectiveSignature sig{Collective::kAllToAll, input};
+  auto equal = [&](const at::Tensor& t) {
+    return std::vector<int64_t>(size(), t.dim() > 0 ? t.size(0) / size() : 0);
+  };
+  sig.input_splits = input_split_sizes.empty() ? equal(input) : input_split_sizes;
+  sig.output_splits = output_split_sizes.empty() ? equal(output) : output_split_sizes;
+  TORCHTPU_RETURN_IF_ERROR(check(sig));
+  base::counter_add("num_host_staged_collectives");
+  at::Tensor in = to_host(input);
+  at::Tensor out = staging(1, output);
+  std::vector<int64_t> out_splits = output_split_sizes, in_splits = input_split_sizes;
+  c10d::AllToAllOptions opts;
+  opts.timeout = timeout_;
+  TORCHTPU_RETURN_IF_ERROR(run("all_to_all", [&] {
+    return gloo_->alltoall_base(out, in, out_splits, in_splits, opts);
+  }));
+  to_device(output, out);
+  return base::Status::ok_status();
+}
+
+base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
+  CollectiveSignature sig{Collective::kBroadcast, tensor, -1, root};
+  TORCHTPU_RETURN_IF_ERROR(check(sig));
+  base::counter_add("num_host_staged_collectives");
+  // Only the root's data travels; the others receive into a host buffer.
+  at::Tensor host = rank() == root ? to_host(tensor) : staging(1, tensor);
+  std::vector<at::Tensor> v{host};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  opts.timeout = timeout_;
+  TORCHTPU_RETURN_IF_ERROR(run("broadcast", [&] { return gloo_->broadcast(v, opts); }));
+  if (rank() != root) to_device(tensor, host);
+  return base::Status::ok_status();
+}
+
+// A send carries its signature ahead of the data (same tag, so Gloo keeps them in order):
+// the receiver checks it and, on a mismatch, still takes the data in (so the pair stays in
+// step) before raising. Gloo given a message of the wrong size aborts the process.
+base::Status HostStagedTransport::send(const at::Tensor& tensor, int dst, int tag) {
+  base::counter_add("num_host_staged_collectives");
+  std::vector<int64_t> sig = encode({Collective::kSendRecv, tensor}, 1);
+  std::vector<at::Tensor> header{
+      at::from_blob(sig.data(), {kSignatureLength}, at::kLong).clone()};
+  TORCHTPU_RETURN_IF_ERROR(run("send", [&] { return gloo_->send(header, dst, tag); }));
+  std::vector<at::Tensor> v{to_host(tensor)};
+  return run("send", [&] { return gloo_->send(v, dst, tag); });
+}
+
+base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
+  base::counter_add("num_host_staged_collectives");
+  std::vector<at::Tensor> header{at::empty({kSignatureLength}, at::kLong)};
+  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(header, src, tag); }));
+  const int64_t* h = header[0].data_ptr<int64_t>();
+  std::vector<int64_t> sent(h, h + kSignatureLength);
+  base::Status match = compare_point_to_point(sent, tensor, global_ranks_[src],
+                                              global_ranks_[rank()]);
+  if (!match.ok()) {
+    if (sent_numel(sent) < 0) return match;
+    std::vector<at::Tensor> drain{at::empty({sent_numel(sent)}, sent_dtype(sent))};
+    TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(drain, src, tag); }));
+    return match;
+  }
+  std::vector<at::Tensor> v{staging(1, tensor)};
+  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(v, src, tag); }));
+  to_device(tensor, v[0]);
+  return base::Status::ok_status();
+}
+
+base::Status HostStagedTransport::barrier() {
+  TORCHTPU_RETURN_IF_ERROR(check({Collective::kBarrier}));
+  c10d::BarrierOptions opts;
+  opts.timeout = timeout_;
+  return run("barrier", [&] { return gloo_->barrier(opts); });
+}
+
+}  // namespace torchtpu::distributed

@@ -1,0 +1,66 @@
+// HostStagedTransport: collectives between ranks the plugin cannot connect (processes on
+// the XLA CPU plugin). Each call copies this rank's tpu data to host memory, runs the
+// same collective through PyTorch's Gloo backend (created by Python from the group's
+// store and handed in as a c10d::Backend: the torch wheel ships no Gloo headers), and
+// copies the result back. Every call counts `num_host_staged_collectives` and the bytes
+// it moves between device and host in `host_staged_bytes`.
+//
+// Before moving data, every collective exchanges the ranks' signatures (signature.h) in a
+// small Gloo all_gather, so mismatched shapes, dtypes or ops raise on every rank instead
+// of hanging; TORCHTPU_DIST_CHECK=0 turns the exchange off. A Gloo error (a peer that
+// exited, a timeout) returns kUnavailable naming the collective and the group's ranks.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "distributed/signature.h"
+#include "distributed/transport.h"
+
+namespace torchtpu::distributed {
+
+class HostStagedTransport : public Transport {
+ public:
+  HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
+                      std::vector<int64_t> global_ranks, std::chrono::milliseconds timeout);
+
+  TransportKind kind() const override { return TransportKind::kHostStaged; }
+  int rank() const override { return gloo_->getRank(); }
+  int size() const override { return gloo_->getSize(); }
+
+  base::Status all_reduce(at::Tensor& tensor, const c10d::ReduceOp& op) override;
+  base::Status all_gather(at::Tensor& output, const at::Tensor& input) override;
+  base::Status reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                              const c10d::ReduceOp& op) override;
+  base::Status all_to_all(at::Tensor& output, const at::Tensor& input,
+                          const std::vector<int64_t>& output_split_sizes,
+                          const std::vector<int64_t>& input_split_sizes) override;
+  base::Status broadcast(at::Tensor& tensor, int root) override;
+  base::Status send(const at::Tensor& tensor, int dst, int tag) override;
+  base::Status recv(at::Tensor& tensor, int src, int tag) override;
+  base::Status barrier() override;
+
+ private:
+  // Runs one Gloo operation and waits for it; a Gloo exception becomes kUnavailable.
+  base::Status run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op);
+  base::Status check(const CollectiveSignature& s);
+  // A host tensor shaped like `like` in staging slot `slot` (0: what this rank sends,
+  // 1: what it receives). Slots are reused across calls, so large collectives do not pay
+  // for fresh host pages every time; the device copy out of a slot completes within the
+  // call (PJRT's kImmutableOnlyDuringCall), so reuse is safe.
+  at::Tensor staging(int slot, const at::Tensor& like);
+  at::Tensor to_host(const at::Tensor& t);  // into slot 0
+  void to_device(at::Tensor& dst, const at::Tensor& host);
+  std::string ranks_text() const;
+
+  c10::intrusive_ptr<c10d::Backend> gloo_;
+  std::vector<int64_t> global_ranks_;
+  std::chrono::milliseconds timeout_;
+  bool check_signatures_;
+  at::Tensor slots_[2];  // uint8 host buffers, grown on demand
+};
+
+}  // namespace torchtpu::distributed

@@ -1,0 +1,99 @@
+// Rendezvous: where the ranks of one group, threads of this process, meet for each
+// collective (the in-plugin transport's meeting point).
+//
+// Every rank calls exchange() for its k-th collective with its Contribution. The last rank
+// to arrive checks that every rank's `signature` is the same and runs `run` (the one
+// program over all ranks' devices) with all contributions, in rank order; every rank then
+// returns its own output and every rank's `meta`. The other ranks block meanwhile.
+//   - Signatures differ: kInvalidArgument on every rank, listing each rank's description.
+//   - A rank waits longer than the timeout: kUnavailable naming the ranks that have not
+//     arrived. The rendezvous is then broken: every later exchange (the late ranks
+//     included) fails at once with the same message, as a NCCL communicator is aborted
+//     after a timeout; the group has to be created again.
+// Lifetime: shared by the ranks' transports (shared_ptr); get_or_create keeps a weak
+// registry keyed by the group's identity, so ranks that join with the same key share one.
+// Thread safety: all methods may be called from any thread; one thread per rank.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/buffer.h"
+
+namespace torchtpu::distributed {
+
+struct Contribution {
+  // What the ranks must agree on, compared exactly (the program text, for instance).
+  std::string signature;
+  // For messages: "all_reduce(sum) float32[4, 4]".
+  std::string description;
+  int device_index = 0;
+  std::vector<runtime::BufferPtr> args;
+  // Small values every rank receives from every rank (all_to_all's splits).
+  std::vector<int64_t> meta;
+};
+
+struct Exchanged {
+  runtime::BufferPtr output;  // null when the collective has none for this rank
+  std::vector<std::vector<int64_t>> metas;  // every rank's meta, in rank order
+};
+
+class Rendezvous {
+ public:
+  // `contributions` in rank order -> one output per rank (entries may be null).
+  using Runner = std::function<base::StatusOr<std::vector<runtime::BufferPtr>>(
+      const std::vector<Contribution>& contributions)>;
+
+  // The rendezvous of group `key` with `size` ranks, shared with every rank that joined
+  // with the same key and is still alive. `rank_names` (size entries) name the ranks in
+  // messages (global ranks). Joining as a rank that is already joined is an error.
+  static base::StatusOr<std::shared_ptr<Rendezvous>> join(const std::string& key, int size,
+                                                          int rank,
+                                                          std::vector<int64_t> rank_names,
+                                                          std::chrono::milliseconds timeout);
+  void leave(int rank);
+
+  // Blocks until every rank has made its `seq`-th call (or the timeout); `collective`
+  // names it in messages. `run` may be empty (a pure exchange of metas, a barrier).
+  base::StatusOr<Exchanged> exchange(int rank, uint64_t seq, const std::string& collective,
+                                     Contribution contribution, const Runner& run);
+
+  int size() const { return size_; }
+
+ private:
+  struct Round {
+    std::vector<Contribution> contributions;
+    std::vector<bool> arrived;
+    int num_arrived = 0;
+    bool done = false;
+    base::Status status;
+    std::vector<runtime::BufferPtr> outputs;
+    int num_taken = 0;
+  };
+
+  Rendezvous(std::string key, int size, std::vector<int64_t> rank_names,
+             std::chrono::milliseconds timeout);
+  base::Status check_signatures(const std::string& collective, uint64_t seq,
+                                const Round& round) const;
+  std::string rank_list(const std::vector<int>& ranks) const;
+
+  const std::string key_;
+  const int size_;
+  const std::vector<int64_t> rank_names_;
+  const std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Round> rounds_;
+  std::vector<bool> joined_;
+  std::string broken_;  // why the group is unusable; empty while it works
+};
+
+}  // namespace torchtpu::distributed

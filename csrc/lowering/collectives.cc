@@ -1,0 +1,316 @@
+#include "lowering/collectives.h"
+
+#include <cmath>
+#include <set>
+
+namespace torchtpu::lowering {
+
+namespace {
+
+// "dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>"
+std::string dense_i64_matrix(const std::vector<std::vector<int64_t>>& rows, size_t row_size) {
+  std::string s = "dense<[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    s += (i ? ", " : "") + i64_list(rows[i]);
+  }
+  return s + "]> : tensor<" + std::to_string(rows.size()) + "x" + std::to_string(row_size) +
+         "xi64>";
+}
+
+std::string groups_attr(const ReplicaGroups& groups) {
+  return "replica_groups = " + dense_i64_matrix(groups, groups[0].size());
+}
+
+base::Status check_groups(const char* collective, const ReplicaGroups& groups) {
+  auto fail = [&](const std::string& what) {
+    return base::invalid_argument(std::string("lowering: ") + collective + ": " + what);
+  };
+  if (groups.empty() || groups[0].empty()) return fail("no replica groups");
+  std::set<int64_t> seen;
+  size_t total = 0;
+  for (const auto& g : groups) {
+    if (g.size() != groups[0].size()) {
+      return fail("replica groups differ in size (" + std::to_string(groups[0].size()) +
+                  " and " + std::to_string(g.size()) + ")");
+    }
+    for (int64_t r : g) {
+      if (!seen.insert(r).second) return fail("replica " + std::to_string(r) + " is in two groups");
+      ++total;
+    }
+  }
+  if (*seen.begin() != 0 || *seen.rbegin() != static_cast<int64_t>(total) - 1) {
+    return fail("replica groups must cover replicas [0, " + std::to_string(total) + ")");
+  }
+  return base::Status::ok_status();
+}
+
+base::Status check_reduce(const char* collective, ReduceKind op, DType dtype) {
+  if (dtype == DType::kBool && (op == ReduceKind::kAvg || op == ReduceKind::kPremulSum)) {
+    return base::invalid_argument(std::string("lowering: ") + collective + ": " +
+                                  reduce_kind_name(op) +
+                                  " is not defined on bool tensors; use sum, min, max or "
+                                  "product (or convert to an integer dtype)");
+  }
+  if (base::dtype_size_bytes(dtype) == 0 || dtype == DType::kU32 || dtype == DType::kU64) {
+    return base::invalid_argument(std::string("lowering: ") + collective +
+                                  ": no collectives for dtype " + base::dtype_name(dtype));
+  }
+  return base::Status::ok_status();
+}
+
+base::Status check_split(const char* collective, const TensorType& t, size_t parts) {
+  if (t.rank() == 0 || t.dims[0] % static_cast<int64_t>(parts) != 0) {
+    return base::invalid_argument(
+        std::string("lowering: ") + collective + ": dim 0 of " + t.str() +
+        " must split into " + std::to_string(parts) + " equal parts (one per group member)");
+  }
+  return base::Status::ok_status();
+}
+
+// The scalar combiner of a reduction region. The CPU plugin runs only single-op regions
+// (add, multiply, minimum, maximum, and, or: a compare-and-select refuses to compile with
+// "Unsupported reduction computation"), so NaN is propagated outside the region.
+Value combine(Builder& b, ReduceKind op, Value x, Value y) {
+  bool is_bool = x.dtype() == DType::kBool;
+  switch (op) {
+    case ReduceKind::kMin:
+      return b.binary(is_bool ? "and" : "minimum", x, y);
+    case ReduceKind::kMax:
+      return b.binary(is_bool ? "or" : "maximum", x, y);
+    case ReduceKind::kProduct:
+      return is_bool ? b.binary("and", x, y) : b.mul(x, y);
+    case ReduceKind::kSum:
+    case ReduceKind::kAvg:
+    case ReduceKind::kPremulSum:
+      return is_bool ? b.binary("or", x, y) : b.add(x, y);
+  }
+  return b.add(x, y);
+}
+
+// Runs a reducing collective (`name` with `attrs`) over `x`, with the premultiply and the
+// average's division around it.
+Value reducing(Builder& b, std::string_view name, ReduceKind op, Value x,
+               const TensorType& result, std::string_view attrs, int64_t group_size) {
+  if (op == ReduceKind::kPremulSum) {
+    Value factor = b.param(TensorType{x.dtype(), {}});
+    x = b.mul(x, b.broadcast_in_dim(factor, x.dims(), {}));
+  }
+  auto collective = [&](ReduceKind kind, Value v, const TensorType& out) {
+    TensorType scalar{v.dtype(), {}};
+    return b.op_with_region(
+        name, {v}, {out}, {scalar, scalar},
+        [kind](Builder& rb, const std::vector<Value>& a) {
+          return std::vector<Value>{combine(rb, kind, a[0], a[1])};
+        },
+        attrs)[0];
+  };
+  Value r = collective(op, x, result);
+  if (base::is_floating(x.dtype()) && (op == ReduceKind::kMin || op == ReduceKind::kMax)) {
+    // PyTorch's min/max propagate NaN; XLA's CPU minimum/maximum may drop it. A second
+    // collective (or over a bool mask) says where any rank had NaN.
+    Value has_nan = collective(ReduceKind::kMax, b.compare(x, x, "NE"),
+                               TensorType{DType::kBool, result.dims});
+    r = b.select(has_nan, b.splat(std::nan(""), result), r);
+  }
+  if (op == ReduceKind::kAvg) {
+    // Integer division truncates toward zero, as stablehlo.divide does on integers.
+    r = b.div(r, b.splat(static_cast<double>(group_size), r.type));
+  }
+  return r;
+}
+
+}  // namespace
+
+const char* reduce_kind_name(ReduceKind op) {
+  switch (op) {
+    case ReduceKind::kSum: return "sum";
+    case ReduceKind::kAvg: return "avg";
+    case ReduceKind::kMin: return "min";
+    case ReduceKind::kMax: return "max";
+    case ReduceKind::kProduct: return "product";
+    case ReduceKind::kPremulSum: return "premul_sum";
+  }
+  return "?";
+}
+
+ReplicaGroups whole_world(int64_t n) {
+  std::vector<int64_t> g;
+  for (int64_t r = 0; r < n; ++r) g.push_back(r);
+  return {g};
+}
+
+base::StatusOr<std::string> all_reduce_module(const TensorType& t, ReduceKind op,
+                                              const ReplicaGroups& groups) {
+  TORCHTPU_RETURN_IF_ERROR(check_groups("all_reduce", groups));
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("all_reduce", op, t.dtype));
+  const int64_t n = static_cast<int64_t>(groups[0].size());
+  Builder b("all_reduce");
+  Value x = b.param(t);
+  const int64_t numel = t.num_elements();
+  if (n == 1 || numel * base::dtype_size_bytes(t.dtype) < kSplitAllReduceBytes) {
+    return b.finish({reducing(b, "stablehlo.all_reduce", op, x, t, groups_attr(groups), n)});
+  }
+  // Large: reduce_scatter then all_gather of the flat value, padded to n equal chunks.
+  const int64_t chunk = (numel + n - 1) / n;
+  Value flat = b.reshape(x, {numel});
+  if (chunk * n != numel) {
+    flat = b.concatenate({flat, b.zeros(TensorType{t.dtype, {chunk * n - numel}})}, 0);
+  }
+  Value part = reducing(b, "stablehlo.reduce_scatter", op, flat, TensorType{t.dtype, {chunk}},
+                        "scatter_dimension = 0 : i64, " + groups_attr(groups), n);
+  Value whole = b.op("stablehlo.all_gather", {part}, TensorType{t.dtype, {chunk * n}},
+                     "all_gather_dim = 0 : i64, " + groups_attr(groups));
+  if (chunk * n != numel) whole = b.slice(whole, {0}, {numel}, {1});
+  return b.finish({b.reshape(whole, t.dims)});
+}
+
+namespace {
+
+int64_t product(const Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+// The result dims of a collective whose result has `numel` elements: `requested` when
+// given (it must hold exactly `numel`), else `fallback`.
+base::StatusOr<Dims> result_dims_of(const char* collective,
+                                    const std::optional<Dims>& requested, const Dims& fallback,
+                                    int64_t numel) {
+  if (!requested) return fallback;
+  if (product(*requested) != numel) {
+    return base::invalid_argument(std::string("lowering: ") + collective + ": result dims " +
+                                  i64_list(*requested) + " do not hold " +
+                                  std::to_string(numel) + " elements");
+  }
+  return *requested;
+}
+
+}  // namespace
+
+base::StatusOr<std::string> all_gather_module(const TensorType& t, const ReplicaGroups& groups,
+                                              const std::optional<Dims>& result_dims) {
+  TORCHTPU_RETURN_IF_ERROR(check_groups("all_gather", groups));
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("all_gather", ReduceKind::kSum, t.dtype));
+  const int64_t n = static_cast<int64_t>(groups[0].size());
+  Dims fallback = t.dims.empty() ? Dims{n} : t.dims;
+  if (!t.dims.empty()) fallback[0] *= n;
+  TORCHTPU_ASSIGN_OR_RETURN(
+      Dims out_dims, result_dims_of("all_gather", result_dims, fallback, n * t.num_elements()));
+  Builder b("all_gather");
+  Value x = b.reshape(b.param(t), {t.num_elements()});
+  Value r = b.op("stablehlo.all_gather", {x}, TensorType{t.dtype, {n * t.num_elements()}},
+                 "all_gather_dim = 0 : i64, " + groups_attr(groups));
+  return b.finish({b.reshape(r, out_dims)});
+}
+
+base::StatusOr<std::string> reduce_scatter_module(const TensorType& t, ReduceKind op,
+                                                  const ReplicaGroups& groups,
+                                                  const std::optional<Dims>& result_dims) {
+  TORCHTPU_RETURN_IF_ERROR(check_groups("reduce_scatter", groups));
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("reduce_scatter", op, t.dtype));
+  const int64_t n = static_cast<int64_t>(groups[0].size());
+  if (!result_dims) TORCHTPU_RETURN_IF_ERROR(check_split("reduce_scatter", t, n));
+  if (t.num_elements() % n != 0) {
+    return base::invalid_argument("lowering: reduce_scatter: " + t.str() + " does not split into " +
+                                  std::to_string(n) + " equal parts (one per group member)");
+  }
+  Dims fallback = t.dims;
+  if (!fallback.empty()) fallback[0] /= n;
+  TORCHTPU_ASSIGN_OR_RETURN(Dims out_dims, result_dims_of("reduce_scatter", result_dims,
+                                                          fallback, t.num_elements() / n));
+  Builder b("reduce_scatter");
+  Value x = b.reshape(b.param(t), {t.num_elements()});
+  Value r = reducing(b, "stablehlo.reduce_scatter", op, x,
+                     TensorType{t.dtype, {t.num_elements() / n}},
+                     "scatter_dimension = 0 : i64, " + groups_attr(groups), n);
+  return b.finish({b.reshape(r, out_dims)});
+}
+
+base::StatusOr<std::string> all_to_all_module(const TensorType& t, const ReplicaGroups& groups,
+                                              const std::optional<Dims>& result_dims) {
+  TORCHTPU_RETURN_IF_ERROR(check_groups("all_to_all", groups));
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("all_to_all", ReduceKind::kSum, t.dtype));
+  const int64_t n = static_cast<int64_t>(groups[0].size());
+  TORCHTPU_RETURN_IF_ERROR(check_split("all_to_all", t, n));
+  TORCHTPU_ASSIGN_OR_RETURN(Dims out_dims,
+                            result_dims_of("all_to_all", result_dims, t.dims, t.num_elements()));
+  Builder b("all_to_all");
+  Value x = b.reshape(b.param(t), {t.num_elements()});
+  std::string attrs = "split_dimension = 0 : i64, concat_dimension = 0 : i64, split_count = " +
+                      std::to_string(n) + " : i64, " + groups_attr(groups);
+  Value r = b.op("stablehlo.all_to_all", {x}, x.type, attrs);
+  return b.finish({b.reshape(r, out_dims)});
+}
+
+base::StatusOr<std::string> collective_permute_module(
+    const TensorType& t, int64_t num_replicas,
+    const std::vector<std::pair<int64_t, int64_t>>& source_target_pairs) {
+  std::set<int64_t> sources, targets;
+  std::vector<std::vector<int64_t>> rows;
+  for (auto [s, d] : source_target_pairs) {
+    if (s < 0 || s >= num_replicas || d < 0 || d >= num_replicas) {
+      return base::invalid_argument("lowering: collective_permute: pair (" + std::to_string(s) +
+                                    ", " + std::to_string(d) + ") names a replica outside [0, " +
+                                    std::to_string(num_replicas) + ")");
+    }
+    if (!sources.insert(s).second || !targets.insert(d).second) {
+      return base::invalid_argument(
+          "lowering: collective_permute: replica " + std::to_string(s) + " or " +
+          std::to_string(d) + " appears twice as a source or a target; each replica sends to "
+          "at most one and receives from at most one");
+    }
+    rows.push_back({s, d});
+  }
+  if (rows.empty()) {
+    return base::invalid_argument("lowering: collective_permute: no source-target pairs");
+  }
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("collective_permute", ReduceKind::kSum, t.dtype));
+  Builder b("collective_permute");
+  Value x = b.param(t);
+  return b.finish({b.op("stablehlo.collective_permute", {x}, t,
+                        "source_target_pairs = " + dense_i64_matrix(rows, 2))});
+}
+
+base::StatusOr<std::string> broadcast_module(const TensorType& t, int64_t root,
+                                             const ReplicaGroups& groups) {
+  TORCHTPU_RETURN_IF_ERROR(check_groups("broadcast", groups));
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("broadcast", ReduceKind::kSum, t.dtype));
+  const int64_t n = static_cast<int64_t>(groups[0].size());
+  if (root < 0 || root >= n) {
+    return base::invalid_argument("lowering: broadcast: root " + std::to_string(root) +
+                                  " is not a position in a group of " + std::to_string(n));
+  }
+  // The plugin refuses stablehlo.collective_broadcast ("HLO opcode `collective-broadcast`
+  // is not supported by XLA:CPU ThunkEmitter"). So: every replica but the roots zeroes its
+  // value's bits, and an integer sum over the group (one non-zero addend) yields the
+  // root's bits exactly, NaN payloads and -0.0 included.
+  Builder b("broadcast");
+  Value x = b.param(t);
+  DType bits_type = t.dtype;
+  switch (base::dtype_size_bytes(t.dtype)) {
+    case 2: bits_type = DType::kI16; break;
+    case 4: bits_type = DType::kI32; break;
+    case 8: bits_type = DType::kI64; break;
+    default: bits_type = DType::kI8; break;
+  }
+  Value bits = t.dtype == DType::kBool ? b.convert(x, DType::kI8)
+               : base::is_floating(t.dtype)
+                   ? b.op("stablehlo.bitcast_convert", {x}, TensorType{bits_type, t.dims})
+                   : x;
+  Value replica = b.op("stablehlo.replica_id", {}, TensorType{DType::kU32, {}});
+  Value is_root;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    Value here = b.compare(replica, b.constant_i64(groups[g][root], DType::kU32), "EQ");
+    is_root = g == 0 ? here : b.binary("or", is_root, here);
+  }
+  Value kept = b.select(b.broadcast_in_dim(is_root, bits.dims(), {}), bits, b.zeros(bits.type));
+  Value summed = reducing(b, "stablehlo.all_reduce", ReduceKind::kSum, kept, kept.type,
+                          groups_attr(groups), n);
+  Value r = t.dtype == DType::kBool ? b.convert(summed, DType::kBool)
+            : base::is_floating(t.dtype) ? b.op("stablehlo.bitcast_convert", {summed}, t)
+                                         : summed;
+  return b.finish({r});
+}
+
+}  // namespace torchtpu::lowering

@@ -1,0 +1,86 @@
+"""torch.distributed's ``tpu`` backend.
+
+Importing torchtpu registers it, so ``dist.init_process_group("tpu")`` (or
+``backend="cpu:gloo,tpu:tpu"`` to keep CPU tensors on Gloo) works, and
+``dist.Backend.default_device_backend_map["tpu"] == "tpu"``. The backend is a C++
+``c10d::Backend`` (``csrc/distributed``) and serves DDP, FSDP2, DTensor and DCP.
+
+A group's collectives travel through one of two transports, chosen here when the group is
+created:
+
+- in-plugin: every rank of the group is in this process, each on its own device, and the
+  extension has the in-plugin transport: a collective is one StableHLO program over those
+  devices;
+- host-staged otherwise (ranks in other processes on a plugin without a cross-process
+  transport, as the XLA CPU plugin): data is copied to host memory and goes through
+  PyTorch's Gloo, on a Gloo backend created here from the group's store. Counted in
+  ``torchtpu.debug.metrics()`` as ``num_host_staged_collectives`` / ``host_staged_bytes``.
+
+``torchtpu.distributed.transport(group)`` says which one a group uses.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from torchtpu import _C
+
+_native = _C._distributed
+
+BACKEND_NAME = "tpu"
+
+
+def _group_members(store: Any, rank: int, size: int, timeout: timedelta) -> list[str]:
+    """Every rank's ``host:pid:device``, exchanged through the group's store."""
+    me = f"{socket.gethostname()}:{os.getpid()}:{torch.tpu.current_device()}"
+    store.set(f"torchtpu_member/{rank}", me)
+    keys = [f"torchtpu_member/{r}" for r in range(size)]
+    store.wait(keys, timeout)
+    return [store.get(k).decode() for k in keys]
+
+
+def in_plugin_available() -> bool:
+    """Whether this build has the in-plugin transport (collectives as StableHLO programs)."""
+    return hasattr(_native.TpuBackend, "in_plugin")
+
+
+def _ranks_share_a_client(members: list[str]) -> bool:
+    """All ranks in this process (one PJRT client), each on a different device."""
+    procs = {m.rsplit(":", 1)[0] for m in members}
+    devices = {m.rsplit(":", 1)[1] for m in members}
+    return len(procs) == 1 and len(devices) == len(members)
+
+
+def _create_backend(opts: Any, backend_options: Any) -> dist.Backend:
+    """The creator torch.distributed calls for every group of the ``tpu`` backend."""
+    store, rank, size, timeout = opts.store, opts.group_rank, opts.group_size, opts.timeout
+    global_ranks = list(opts.global_ranks_in_group) or list(range(size))
+    members = _group_members(store, rank, size, timeout)
+    if in_plugin_available() and _ranks_share_a_client(members):
+        return _native.TpuBackend.in_plugin(store, rank, size, global_ranks,
+                                            timeout.total_seconds())
+    gloo = dist.ProcessGroupGloo(dist.PrefixStore("torchtpu_gloo/", store), rank, size, timeout)
+    return _native.TpuBackend.host_staged(gloo, global_ranks, timeout.total_seconds())
+
+
+def transport(group: dist.ProcessGroup | None = None) -> str:
+    """``"in_plugin"`` or ``"host_staged"``: how ``group``'s tpu collectives travel."""
+    pg = group if group is not None else dist.group.WORLD
+    return pg._get_backend(torch.device("tpu")).transport
+
+
+def _register() -> None:
+    if BACKEND_NAME in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True,
+                                  devices=["tpu"])
+
+
+if dist.is_available():
+    _register()

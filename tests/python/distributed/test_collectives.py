@@ -1,0 +1,256 @@
+"""Every collective of the tpu backend on 2 ranks against the same collective on CPU
+tensors through Gloo (the default group is ``cpu:gloo,tpu:tpu``, so CPU tensors take
+Gloo). All checks run in one spawned job to pay the start-up once."""
+
+from __future__ import annotations
+
+import pytest
+
+from _launch import run_ranks
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _collectives(rank: int, world: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import torchtpu
+
+    R = dist.ReduceOp
+    gen = torch.Generator().manual_seed(1234 + rank)
+
+    def data(shape, dtype=torch.float32):
+        if dtype.is_floating_point:
+            # Small integers in floating point: every reduction order gives the same value.
+            return torch.randint(-4, 5, shape, generator=gen).to(dtype)
+        return torch.randint(1, 7, shape, generator=gen).to(dtype)
+
+    def same(tpu_t, cpu_t, what):
+        assert tpu_t.device.type == "tpu", what
+        torch.testing.assert_close(tpu_t.cpu(), cpu_t, msg=lambda m: f"{what}: {m}")
+
+    before = torchtpu.debug.metrics().get("num_host_staged_collectives", 0)
+    assert torchtpu.distributed.transport() == "host_staged"
+
+    # all_reduce: every op and the dtypes Gloo takes, against Gloo on the CPU.
+    cases = [(op, torch.float32) for op in (R.SUM, R.MIN, R.MAX, R.PRODUCT)]
+    cases += [(op, torch.int64) for op in (R.SUM, R.MIN, R.MAX, R.PRODUCT, R.BAND, R.BOR)]
+    cases += [(R.SUM, torch.float64), (R.MAX, torch.int32), (R.SUM, torch.bfloat16)]
+    for op, dtype in cases:
+        x = data((3, 5), dtype)
+        ref = x.clone()
+        dist.all_reduce(ref, op=op)
+        t = x.to("tpu")
+        dist.all_reduce(t, op=op)
+        same(t, ref, f"all_reduce {op} {dtype}")
+    # AVG and PREMUL_SUM are computed by the backend (Gloo has no PREMUL_SUM).
+    x = data((7,))
+    total = x.clone()
+    dist.all_reduce(total)
+    t = x.to("tpu")
+    dist.all_reduce(t, op=R.AVG)
+    same(t, total / world, "all_reduce AVG")
+    for factor in (0.5, torch.tensor(3.0, device="tpu")):
+        scaled = x * (factor.item() if isinstance(factor, torch.Tensor) else factor)
+        dist.all_reduce(scaled)
+        t = x.to("tpu")
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
+        same(t, scaled, f"all_reduce PREMUL_SUM {factor}")
+
+    # Async work: wait() and a future that completes with the outputs (DDP needs both).
+    t = x.to("tpu")
+    work = dist.all_reduce(t, async_op=True)
+    assert work.wait()
+    fut_value = work.get_future().wait()
+    assert isinstance(fut_value, list) and fut_value[0] is not None
+    same(fut_value[0], total, "future of all_reduce")
+    chained = work.get_future().then(lambda f: f.value()[0] * 2).wait()
+    same(chained, total * 2, "future.then of all_reduce")
+
+    # all_reduce_coalesced (the group's method, as DDP's fallback path calls it).
+    xs = [data((4,)), data((2, 3))]
+    refs = [a.clone() for a in xs]
+    for a in refs:
+        dist.all_reduce(a)
+    ts = [a.to("tpu") for a in xs]
+    pg = dist.distributed_c10d._get_default_group()
+    opts = dist.AllreduceCoalescedOptions()
+    opts.reduceOp = R.SUM
+    pg.allreduce_coalesced(ts, opts).wait()
+    for a, b in zip(ts, refs):
+        same(a, b, "allreduce_coalesced")
+
+    # broadcast from each root.
+    for root in range(world):
+        x = data((2, 4))
+        ref = x.clone()
+        dist.broadcast(ref, src=root)
+        t = x.to("tpu")
+        dist.broadcast(t, src=root)
+        same(t, ref, f"broadcast root {root}")
+
+    # all_gather (list) and all_gather_into_tensor, flat and stacked outputs.
+    x = data((3, 2))
+    refs = [torch.empty_like(x) for _ in range(world)]
+    dist.all_gather(refs, x)
+    outs = [torch.empty((3, 2), device="tpu") for _ in range(world)]
+    dist.all_gather(outs, x.to("tpu"))
+    for a, b in zip(outs, refs):
+        same(a, b, "all_gather")
+    ref = torch.empty(world * 3, 2)
+    dist.all_gather_into_tensor(ref, x)
+    for shape in ((world * 3, 2), (world, 3, 2)):
+        out = torch.empty(shape, device="tpu")
+        dist.all_gather_into_tensor(out, x.to("tpu"))
+        same(out.reshape(world * 3, 2), ref, f"all_gather_into_tensor {shape}")
+
+    # Coalesced forms (what FSDP2 issues).
+    ins = [data((4,)), data((2, 2))]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        outs = [torch.empty(world * a.numel(), device="tpu") for a in ins]
+        for o, a in zip(outs, ins):
+            dist.all_gather_into_tensor(o, a.to("tpu").reshape(-1))
+    cm.wait()
+    for o, a in zip(outs, ins):
+        ref = torch.empty(world * a.numel())
+        dist.all_gather_into_tensor(ref, a.reshape(-1))
+        same(o, ref, "allgather_into_tensor_coalesced")
+    ins = [data((world * 3,)), data((world * 2,))]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        outs = [torch.empty(a.numel() // world, device="tpu") for a in ins]
+        for o, a in zip(outs, ins):
+            dist.reduce_scatter_tensor(o, a.to("tpu"))
+    cm.wait()
+    for o, a in zip(outs, ins):
+        ref = torch.empty(a.numel() // world)
+        dist.reduce_scatter_tensor(ref, a)
+        same(o, ref, "reduce_scatter_tensor_coalesced")
+
+    # reduce_scatter_tensor with each op, and the list form.
+    for op in (R.SUM, R.MIN, R.MAX, R.PRODUCT, R.AVG):
+        x = data((world * 4, 3))
+        gloo_op = R.SUM if op == R.AVG else op
+        ref = torch.empty(4, 3)
+        dist.reduce_scatter_tensor(ref, x.clone(), op=gloo_op)
+        if op == R.AVG:
+            ref = ref / world
+        out = torch.empty(4, 3, device="tpu")
+        dist.reduce_scatter_tensor(out, x.to("tpu"), op=op)
+        same(out, ref, f"reduce_scatter_tensor {op}")
+    x = data((world * 4,))
+    ref = torch.empty(4)
+    dist.reduce_scatter_tensor(ref, x * 0.25)
+    out = torch.empty(4, device="tpu")
+    dist.reduce_scatter_tensor(out, x.to("tpu"), op=dist._make_nccl_premul_sum(0.25))
+    same(out, ref, "reduce_scatter_tensor PREMUL_SUM")
+    chunks = [data((2, 2)) for _ in range(world)]
+    ref = torch.empty(2, 2)
+    dist.reduce_scatter(ref, [c.clone() for c in chunks])
+    out = torch.empty(2, 2, device="tpu")
+    dist.reduce_scatter(out, [c.to("tpu") for c in chunks])
+    same(out, ref, "reduce_scatter (list)")
+
+    # all_to_all_single: even and uneven splits; all_to_all (lists of different sizes).
+    x = data((world * 2, 3))
+    ref = torch.empty_like(x)
+    dist.all_to_all_single(ref, x)
+    out = torch.empty((world * 2, 3), device="tpu")
+    dist.all_to_all_single(out, x.to("tpu"))
+    same(out, ref, "all_to_all_single even")
+    # Rank i sends (i + 1) * (j + 1) rows to rank j.
+    in_splits = [(rank + 1) * (j + 1) for j in range(world)]
+    out_splits = [(i + 1) * (rank + 1) for i in range(world)]
+    x = data((sum(in_splits), 3))
+    ref = torch.empty(sum(out_splits), 3)
+    dist.all_to_all_single(ref, x, out_splits, in_splits)
+    out = torch.empty((sum(out_splits), 3), device="tpu")
+    dist.all_to_all_single(out, x.to("tpu"), out_splits, in_splits)
+    same(out, ref, "all_to_all_single uneven")
+    ins = [data((2, 2)) for r in range(world)]  # Gloo's list form takes equal sizes only
+    out_shapes = [(2, 2)] * world
+    refs = [torch.empty(s) for s in out_shapes]
+    dist.all_to_all(refs, ins)
+    outs = [torch.empty(s, device="tpu") for s in out_shapes]
+    dist.all_to_all(outs, [a.to("tpu") for a in ins])
+    for a, b in zip(outs, refs):
+        same(a, b, "all_to_all (lists)")
+
+    # gather, scatter, reduce.
+    x = data((5,))
+    refs = [torch.empty(5) for _ in range(world)] if rank == 0 else None
+    dist.gather(x, refs, dst=0)
+    outs = [torch.empty(5, device="tpu") for _ in range(world)] if rank == 0 else None
+    dist.gather(x.to("tpu"), outs, dst=0)
+    if rank == 0:
+        for a, b in zip(outs, refs):
+            same(a, b, "gather")
+    root = world - 1
+    pieces = [data((2, 3)) for _ in range(world)]
+    ref = torch.empty(2, 3)
+    dist.scatter(ref, pieces if rank == root else None, src=root)
+    out = torch.empty(2, 3, device="tpu")
+    dist.scatter(out, [p.to("tpu") for p in pieces] if rank == root else None, src=root)
+    same(out, ref, "scatter")
+    x = data((6,))
+    ref = x.clone()
+    dist.reduce(ref, dst=1, op=R.MAX)
+    t = x.to("tpu")
+    dist.reduce(t, dst=1, op=R.MAX)
+    same(t, ref if rank == 1 else x, "reduce")
+
+    # Point to point and barrier.
+    if rank == 0:
+        dist.send(torch.arange(6.0, device="tpu").reshape(2, 3), dst=1)
+        r = torch.empty(4, device="tpu", dtype=torch.int64)
+        dist.recv(r, src=1)
+        same(r, torch.arange(4) * 10, "recv on rank 0")
+    else:
+        r = torch.empty(2, 3, device="tpu")
+        dist.recv(r, src=0)
+        same(r, torch.arange(6.0).reshape(2, 3), "recv on rank 1")
+        dist.send((torch.arange(4) * 10).to("tpu"), dst=0)
+    dist.barrier()
+
+    # Subgroups: the whole world in another order, and a group of rank 1 alone.
+    g = dist.new_group([1, 0])
+    t = torch.full((3,), float(rank + 1), device="tpu")
+    dist.all_reduce(t, group=g)
+    same(t, torch.full((3,), float(sum(range(1, world + 1)))), "all_reduce in a subgroup")
+    alone = dist.new_group([1])
+    if rank == 1:
+        t = torch.ones(2, device="tpu")
+        dist.all_reduce(t, group=alone)
+        same(t, torch.ones(2), "all_reduce in a group of one")
+        out = torch.empty(2, device="tpu")
+        dist.all_gather_into_tensor(out, torch.ones(2, device="tpu"), group=alone)
+        same(out, torch.ones(2), "all_gather in a group of one")
+
+    # The host-staged path is counted, never silent.
+    m = torchtpu.debug.metrics()
+    assert m["num_host_staged_collectives"] - before >= 40, m["num_host_staged_collectives"]
+    assert m["host_staged_bytes"] > 0
+
+    # Arguments the backend refuses, with the facts in the message (no collective runs, so
+    # both ranks raise locally and stay in step).
+    import pytest as _pytest
+
+    with _pytest.raises(ValueError, match="not contiguous"):
+        dist.all_reduce(torch.ones(4, 4, device="tpu").t())
+    with _pytest.raises(ValueError, match=r"must have 2 times the elements"):
+        dist.all_gather_into_tensor(torch.empty(3, device="tpu"), torch.ones(2, device="tpu"))
+    with _pytest.raises(ValueError, match="same dtype"):
+        dist.all_gather_into_tensor(torch.empty(4, device="tpu", dtype=torch.int64),
+                                    torch.ones(2, device="tpu"))
+    with _pytest.raises(ValueError, match="do not split evenly"):
+        dist.all_to_all_single(torch.empty(3, device="tpu"), torch.ones(3, device="tpu"))
+    with _pytest.raises(ValueError, match="add up to"):
+        dist.all_to_all_single(torch.empty(2, device="tpu"), torch.ones(2, device="tpu"),
+                               [1, 1], [1, 2])
+    with _pytest.raises(ValueError, match="BAND takes integer"):
+        dist.all_reduce(torch.ones(2, device="tpu"), op=R.BAND)
+    dist.barrier()
+
+
+def test_collectives_match_gloo_on_cpu():
+    run_ranks(_collectives, 2, timeout=240)

@@ -1,0 +1,119 @@
+"""Errors, not hangs: collectives whose ranks disagree raise on every rank, naming the
+collective, the ranks and the shapes; a rank that died or does not arrive makes the live
+ranks raise within the group's timeout."""
+
+from __future__ import annotations
+
+import pytest
+
+from _launch import run_ranks
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _mismatches(rank: int, world: int) -> None:
+    import pytest as _pytest
+    import torch
+    import torch.distributed as dist
+
+    with _pytest.raises(ValueError) as e:
+        dist.all_reduce(torch.ones(4 if rank == 0 else 3, device="tpu"))
+    msg = str(e.value)
+    assert "all_reduce" in msg and "different shapes" in msg, msg
+    assert "rank 0: all_reduce Float[4] SUM" in msg and "rank 1: all_reduce Float[3] SUM" in msg, msg
+
+    with _pytest.raises(ValueError, match="different dtypes") as e:
+        dist.all_gather_into_tensor(
+            torch.empty(world * 2, device="tpu", dtype=torch.float32 if rank else torch.int64),
+            torch.ones(2, device="tpu", dtype=torch.float32 if rank else torch.int64))
+    assert "Long[2]" in str(e.value) and "Float[2]" in str(e.value), str(e.value)
+
+    with _pytest.raises(ValueError, match="different collectives"):
+        t = torch.ones(world * 2, device="tpu")
+        if rank == 0:
+            dist.all_reduce(t)
+        else:
+            dist.reduce_scatter_tensor(torch.empty(2, device="tpu"), t)
+
+    with _pytest.raises(ValueError, match="different reduce ops"):
+        dist.all_reduce(torch.ones(2, device="tpu"),
+                        op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX)
+
+    with _pytest.raises(ValueError, match="sends 1 rows to rank 1, which expects 2"):
+        # Rank 0 sends 1 row to rank 1; rank 1 expects 2 from rank 0.
+        ins = [1, 1] if rank == 0 else [1, 1]
+        outs = [1, 1] if rank == 0 else [2, 0]
+        dist.all_to_all_single(torch.empty(sum(outs), device="tpu"),
+                               torch.ones(sum(ins), device="tpu"), outs, ins)
+
+    # In a subgroup too (new_group orders its ranks, so group ranks are global ones here).
+    g = dist.new_group([1, 0])
+    with _pytest.raises(ValueError, match=r"rank 0: broadcast Float\[2\] root 0; rank 1: "
+                                          r"broadcast Float\[3\] root 0"):
+        dist.broadcast(torch.ones(2 + rank, device="tpu"), src=0, group=g)
+
+    # send/recv of different shapes: the receiver raises, naming both sides (Gloo alone
+    # aborts the process); the pair stays in step.
+    if rank == 0:
+        dist.send(torch.ones(2, 3, device="tpu"), dst=1)
+    else:
+        with _pytest.raises(ValueError, match=r"rank 0 sent Float\[2, 3\] but rank 1 "
+                                              r"receives into Float\[4\]"):
+            dist.recv(torch.empty(4, device="tpu"), src=0)
+
+    # The group is still in step after every refused collective.
+    t = torch.ones(3, device="tpu")
+    dist.all_reduce(t)
+    torch.testing.assert_close(t.cpu(), torch.full((3,), float(world)))
+
+
+def _dead_peer(rank: int, world: int) -> None:
+    import os
+    import time
+
+    import pytest as _pytest
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()
+    if rank == 1:
+        os._exit(0)  # dies without a word
+    start = time.monotonic()
+    with _pytest.raises(dist.DistBackendError) as e:
+        dist.all_reduce(torch.ones(4, device="tpu"))
+    elapsed = time.monotonic() - start
+    msg = str(e.value)
+    assert "tpu: all_reduce on global ranks [0, 1]" in msg and "host-staged" in msg, msg
+    assert elapsed < 20, elapsed
+
+
+def _late_peer(rank: int, world: int) -> None:
+    import time
+
+    import pytest as _pytest
+    import torch
+    import torch.distributed as dist
+
+    dist.barrier()
+    if rank == 1:
+        time.sleep(6)  # past rank 0's timeout; then leaves without a collective
+        return
+    start = time.monotonic()
+    with _pytest.raises(dist.DistBackendError) as e:
+        dist.all_gather_into_tensor(torch.empty(8, device="tpu"), torch.ones(4, device="tpu"))
+    elapsed = time.monotonic() - start
+    msg = str(e.value)
+    assert "all_gather" in msg and "timeout (3 s)" in msg, msg
+    assert elapsed < 6, elapsed
+
+
+def test_mismatches_raise_on_every_rank():
+    run_ranks(_mismatches, 2, timeout=200)
+
+
+def test_dead_peer_raises():
+    run_ranks(_dead_peer, 2, timeout=120, pg_timeout_s=10)
+
+
+def test_late_peer_raises_within_timeout():
+    run_ranks(_late_peer, 2, timeout=120, pg_timeout_s=3)
