@@ -5,6 +5,8 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
@@ -129,6 +131,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", at::native::view);
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
+  // Complex views reinterpret the storage's elements (complex64 <-> float32 pairs); the
+  // storage reads its buffer as the viewer's dtype (storage_bytes.h).
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_storage_offset);
   m.impl("set_.source_Storage", set_storage);
@@ -139,6 +145,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
+
+// _copy_from is called only for devices outside ATen's own copy (tpu here), so these
+// reach only tpu copies.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) { m.impl("_copy_from", copy_from_with_math_bits); }
+TORCH_LIBRARY_IMPL(aten, Negative, m) { m.impl("_copy_from", copy_from_with_math_bits); }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());

@@ -22,6 +22,8 @@ void register_index_reduce_lowerings();
 void register_rnn_lowerings();
 void register_amp_lowerings();
 void register_embedding_bag_lowerings();
+void register_complex_lowerings();
+void register_fft_lowerings();
 // torchtpu:: ops that call host kernels (custom calls; see csrc/kernels).
 void register_host_kernel_call_lowerings();
 // List ops (_foreach_*): registered last, they look up the per-item lowerings at lowering time.

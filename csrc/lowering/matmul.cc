@@ -43,7 +43,7 @@ Value product(Builder& b, Value lhs, Value rhs, const Dims& lhs_batch, const Dim
                       i64_list(lhs_batch) + ", rhs_batching_dimensions = " + i64_list(rhs_batch) +
                       ", lhs_contracting_dimensions = " + i64_list(lhs_contract) +
                       ", rhs_contracting_dimensions = " + i64_list(rhs_contract) + ">";
-  if (base::is_floating(lhs.dtype())) {
+  if (base::is_floating(lhs.dtype()) || base::is_complex(lhs.dtype())) {
     attrs += ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
   }
   return b.op("stablehlo.dot_general", {lhs, rhs}, TensorType{out, out_dims}, attrs);

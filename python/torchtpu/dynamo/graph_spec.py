@@ -35,6 +35,8 @@ _DTYPES = {
     torch.bfloat16: _C.DType.bfloat16,
     torch.float32: _C.DType.float32,
     torch.float64: _C.DType.float64,
+    torch.complex64: _C.DType.complex64,
+    torch.complex128: _C.DType.complex128,
 }
 
 
