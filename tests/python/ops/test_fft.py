@@ -112,3 +112,15 @@ def test_backward(case: str) -> None:
     torchtpu.synchronize()
     assert not new_fallbacks(before), new_fallbacks(before)
     assert_close(actual, expected, dtype_tols=FFT_TOLS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("dim,size,step", [(1, 4, 2), (0, 2, 3), (1, 3, 3), (1, 5, 1)])
+def test_unfold_backward(dtype: torch.dtype, dim: int, size: int, step: int) -> None:
+    # The overlap-add istft runs through (and Tensor.unfold's derivative).
+    sizes = [7, 9]
+    windows = (sizes[dim] - size) // step + 1
+    grad_shape = list(sizes)
+    grad_shape[dim] = windows
+    grad = make(grad_shape + [size], dtype)
+    same(lambda g: torch.ops.aten.unfold_backward(g, sizes, dim, size, step), grad)
