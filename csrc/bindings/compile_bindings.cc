@@ -58,6 +58,7 @@ void bind_compile(py::module& m) {
       .def(py::init<>())
       .def_readwrite("category", &lowering::GraphScalar::category)
       .def_readwrite("float_value", &lowering::GraphScalar::float_value)
+      .def_readwrite("imag_value", &lowering::GraphScalar::imag_value)
       .def_readwrite("int_value", &lowering::GraphScalar::int_value)
       .def_readwrite("symbol", &lowering::GraphScalar::symbol);
   py::class_<lowering::GraphNode>(m, "GraphNode")

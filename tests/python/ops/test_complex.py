@@ -254,3 +254,18 @@ def test_torchtitan_rope(mode: str) -> None:
     torchtpu.synchronize()
     assert not new_fallbacks(before), new_fallbacks(before)
     assert_close(actual, expected, dtype_tols={torch.float32: (1e-5, 1e-5)})
+
+
+def test_compiled_complex_graph() -> None:
+    # Complex inputs, outputs and a complex Python scalar in one compiled graph.
+    def f(z: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = z * (0.5 - 1j) + r
+        return torch.exp(w).sum(0), torch.view_as_real(w.conj().resolve_conj())
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="tpu", fullgraph=True)
+    z, r = make((4, 3), torch.complex64), make((4, 3), torch.float32)
+    before = fallbacks()
+    actual = compiled(z.to("tpu"), r.to("tpu"))
+    assert not new_fallbacks(before), new_fallbacks(before)
+    assert_close(actual, f(z, r), dtype_tols={torch.complex64: (1e-5, 1e-4)})
