@@ -25,7 +25,7 @@ const std::set<std::string, std::less<>>& complex_ops() {
   static const auto* ops = new std::set<std::string, std::less<>>{
       // elementwise
       "add", "sub", "mul", "div", "neg", "exp", "log", "log2", "log10", "sqrt", "rsqrt",
-      "sin", "cos", "tanh", "sigmoid", "pow", "reciprocal", "abs", "sgn", "eq", "ne", "where",
+      "sin", "cos", "tanh", "sigmoid", "silu", "pow", "reciprocal", "abs", "sgn", "eq", "ne", "where",
       "angle", "polar", "complex", "conj_physical", "_conj_physical",
       // reductions and products
       "sum", "mean", "prod", "mm", "bmm", "addmm", "baddbmm", "dot",
