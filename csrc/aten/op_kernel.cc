@@ -494,7 +494,8 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
 // Ops the Conjugate and Negative keys pass through (mm, bmm, dot, clone, ...) arrive with
 // tensors whose math bits are set, and lowerings read stored elements. clone materializes
 // the logical value (resolve_conj is a clone; copy_ cannot serve, since the fallbacks
-// resolve its source through clone). Other inputs are resolved (a conjugated / negated copy, as PyTorch's own fallback
+// resolve its source through clone). Other inputs are resolved (a conjugated / negated
+// copy, as PyTorch's own fallback
 // makes) before anything runs. conj_physical_ and neg_ act on the stored elements whatever
 // the bits (both commute with conjugation and negation); any other op writing into a
 // tensor with a bit set raises rather than compute on the wrong elements.
@@ -532,7 +533,8 @@ void resolve_math_bits(const c10::FunctionSchema& schema, const std::string& nam
       for (const at::Tensor& t : items) any |= has_bits(t);
       if (!any) continue;
       TORCH_CHECK_NOT_IMPLEMENTED(!written, "tpu: ", name, " writes into a list holding a "
-                                  "tensor with the conjugate or negative bit set; resolve it first");
+                                  "tensor with the conjugate or negative bit set; resolve it "
+                                  "first");
       for (at::Tensor& t : items) t = t.resolve_conj().resolve_neg();
       v = items;
     }

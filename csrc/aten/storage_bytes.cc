@@ -17,7 +17,8 @@ Value complex_as_parts(Builder& b, Value v) {
   int64_t n = v.type.num_elements();
   TensorType part{base::complex_component(v.dtype()), {n, 1}};
   v = b.reshape(v, {n, 1});
-  Value pairs = b.concatenate({b.op("stablehlo.real", {v}, part), b.op("stablehlo.imag", {v}, part)}, 1);
+  Value re = b.op("stablehlo.real", {v}, part), im = b.op("stablehlo.imag", {v}, part);
+  Value pairs = b.concatenate({re, im}, 1);
   return b.reshape(pairs, {2 * n});
 }
 

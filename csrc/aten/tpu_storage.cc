@@ -122,8 +122,8 @@ base::DType to_dtype(c10::ScalarType t) {
   }
   TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu: dtype ", t,
                               " is not supported on the tpu device (supported: bool, int8, "
-                              "uint8, int16, int32, int64, float16, bfloat16, float32, float64, complex64, "
-                              "complex128)");
+                              "uint8, int16, int32, int64, float16, bfloat16, float32, float64, "
+                              "complex64, complex128)");
 }
 
 c10::ScalarType to_scalar_type(base::DType t) {

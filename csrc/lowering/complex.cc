@@ -25,7 +25,8 @@ const std::set<std::string, std::less<>>& complex_ops() {
   static const auto* ops = new std::set<std::string, std::less<>>{
       // elementwise
       "add", "sub", "mul", "div", "neg", "exp", "log", "log2", "log10", "sqrt", "rsqrt",
-      "sin", "cos", "tanh", "sigmoid", "silu", "pow", "reciprocal", "abs", "sgn", "eq", "ne", "where",
+      "sin", "cos", "tanh", "sigmoid", "silu", "pow", "reciprocal", "abs", "sgn", "eq", "ne",
+      "where",
       "angle", "polar", "complex", "conj_physical", "_conj_physical",
       // reductions and products
       "sum", "mean", "prod", "mm", "bmm", "addmm", "baddbmm", "dot",
@@ -98,7 +99,9 @@ Result lower_angle(LoweringContext& c) {
     return std::vector<Value>{to_out(c, r)};
   }
   DType t = opmath(c.out_type().dtype);
-  if (!base::is_floating(t)) return base::unimplemented("lowering: angle of " + std::string(base::dtype_name(in)));
+  if (!base::is_floating(t)) {
+    return base::unimplemented("lowering: angle of " + std::string(base::dtype_name(in)));
+  }
   Value x = out_operand(c, 0, t);
   Value r = b.select(b.compare(x, b.zeros(x.type), "LT"), b.splat(3.14159265358979323846, x.type),
                      b.zeros(x.type));
@@ -157,7 +160,9 @@ bool accepts_complex(std::string_view op_name) {
   name = name.substr(0, name.find('.'));
   if (complex_ops().count(name)) return true;
   // In-place forms: add_, fill_, zero_, ... (but not _conj: a leading underscore is a name).
-  if (name.size() > 1 && name.back() == '_') return complex_ops().count(name.substr(0, name.size() - 1)) > 0;
+  if (name.size() > 1 && name.back() == '_') {
+    return complex_ops().count(name.substr(0, name.size() - 1)) > 0;
+  }
   return false;
 }
 

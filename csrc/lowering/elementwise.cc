@@ -55,7 +55,8 @@ base::StatusOr<std::vector<Value>> lower_abs(LoweringContext& c) {
   if (base::is_complex(c.tensor_type(0).dtype)) {
     // |z| is real: stablehlo.abs of complex<f32> is f32.
     Value z = c.tensor(0);
-    Value r = c.b().op("stablehlo.abs", {z}, TensorType{base::complex_component(z.dtype()), z.dims()});
+    TensorType magnitude{base::complex_component(z.dtype()), z.dims()};
+    Value r = c.b().op("stablehlo.abs", {z}, magnitude);
     return std::vector<Value>{to_out(c, r)};
   }
   Value x = out_operand(c, 0, c.out_type().dtype);
@@ -100,7 +101,8 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
   DType rt = c.result_type({0, 1});
   DType t = opmath(rt);
   if (mode.empty()) {
-    if (!base::is_floating(t) && !base::is_complex(t)) t = DType::kF32;  // true division of integers
+    // True division of integers.
+    if (!base::is_floating(t) && !base::is_complex(t)) t = DType::kF32;
     return std::vector<Value>{to_out_via(c, rt, b.div(out_operand(c, 0, t), out_operand(c, 1, t)))};
   }
   Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);

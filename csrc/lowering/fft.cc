@@ -24,7 +24,9 @@ base::StatusOr<Dims> fft_dims(const Dims& given, int64_t rank, const std::string
     int64_t w = wrap_dim(d, rank);
     if (w < 0 || w >= rank) return base::invalid_argument("lowering: " + op + " dim out of range");
     for (int64_t e : out) {
-      if (e == w) return base::invalid_argument("lowering: " + op + " repeats dim " + std::to_string(d));
+      if (e == w) {
+        return base::invalid_argument("lowering: " + op + " repeats dim " + std::to_string(d));
+      }
     }
     out.push_back(w);
   }
@@ -67,7 +69,8 @@ Value c2c_over(Builder& b, Value x, const Dims& dims, bool forward) {
     Dims group(dims.begin() + begin, dims.begin() + end);
     Dims lengths;
     for (int64_t g : group) lengths.push_back(x.dims()[g]);
-    x = fft_group(b, x, group, forward ? "FFT" : "IFFT", lengths, x.dtype(), x.dims()[group.back()]);
+    x = fft_group(b, x, group, forward ? "FFT" : "IFFT", lengths, x.dtype(),
+                  x.dims()[group.back()]);
     end = begin;
   }
   return x;
@@ -88,7 +91,9 @@ bool supported_part(DType t) { return t == DType::kF32 || t == DType::kF64; }
 Result lower_c2c(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
-  if (!base::is_complex(x.dtype())) return base::unimplemented("lowering: _fft_c2c of a real input");
+  if (!base::is_complex(x.dtype())) {
+    return base::unimplemented("lowering: _fft_c2c of a real input");
+  }
   TORCHTPU_ASSIGN_OR_RETURN(Dims dims, fft_dims(c.int_list(1), x.rank(), c.op_name()));
   bool forward = c.bool_arg(3);
   double n = 1;
@@ -130,7 +135,9 @@ Result lower_r2c(LoweringContext& c) {
 Result lower_c2r(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
-  if (!base::is_complex(x.dtype())) return base::unimplemented("lowering: _fft_c2r of a real input");
+  if (!base::is_complex(x.dtype())) {
+    return base::unimplemented("lowering: _fft_c2r of a real input");
+  }
   TORCHTPU_ASSIGN_OR_RETURN(Dims dims, fft_dims(c.int_list(1), x.rank(), c.op_name()));
   if (dims.empty()) return base::unimplemented("lowering: _fft_c2r over no dims");
   int64_t last = c.int_arg(3);

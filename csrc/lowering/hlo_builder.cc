@@ -294,8 +294,10 @@ Takes element_types_of(std::string_view op) {
   static const std::map<std::string_view, Takes> kTable = {
       {"stablehlo.sqrt", Takes::kFloatOrComplex}, {"stablehlo.rsqrt", Takes::kFloatOrComplex},
       {"stablehlo.cbrt", Takes::kFloat}, {"stablehlo.exponential", Takes::kFloatOrComplex},
-      {"stablehlo.exponential_minus_one", Takes::kFloatOrComplex}, {"stablehlo.log", Takes::kFloatOrComplex},
-      {"stablehlo.log_plus_one", Takes::kFloatOrComplex}, {"stablehlo.logistic", Takes::kFloatOrComplex},
+      {"stablehlo.exponential_minus_one", Takes::kFloatOrComplex},
+      {"stablehlo.log", Takes::kFloatOrComplex},
+      {"stablehlo.log_plus_one", Takes::kFloatOrComplex},
+      {"stablehlo.logistic", Takes::kFloatOrComplex},
       {"stablehlo.sine", Takes::kFloatOrComplex}, {"stablehlo.cosine", Takes::kFloatOrComplex},
       {"stablehlo.tan", Takes::kFloatOrComplex}, {"stablehlo.tanh", Takes::kFloatOrComplex},
       {"stablehlo.atan2", Takes::kFloat}, {"stablehlo.floor", Takes::kFloat},
@@ -346,7 +348,7 @@ Value Builder::unary(std::string_view name, Value a) {
   check_element_type(full, a.dtype());
   if (base::is_complex(a.dtype()) && (full == "stablehlo.abs" || full == "stablehlo.sign")) {
     // abs of a complex value is real (a different result type); complex lowerings emit it.
-    if (unsupported_.empty()) unsupported_ = full + " of complex elements is not emitted by unary()";
+    if (unsupported_.empty()) unsupported_ = full + " of complex elements is not a unary() op";
   }
   return op(full, {a}, a.type);
 }

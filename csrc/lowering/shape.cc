@@ -370,8 +370,8 @@ Result lower_unfold_backward(LoweringContext& c) {
   TensorType idx{DType::kI64, {windows * size, length}};
   Value row = b.iota(idx, 0), col = b.iota(idx, 1);
   Value s = b.broadcast_to(b.constant_i64(size, DType::kI64), idx.dims);
-  Value target = b.add(b.mul(b.div(row, s), b.broadcast_to(b.constant_i64(step, DType::kI64), idx.dims)),
-                       b.binary("remainder", row, s));
+  Value stride = b.broadcast_to(b.constant_i64(step, DType::kI64), idx.dims);
+  Value target = b.add(b.mul(b.div(row, s), stride), b.binary("remainder", row, s));
   Value onehot = b.convert(b.compare(target, col, "EQ"), g.dtype());
   Dims summed(flat.begin(), flat.end() - 1);
   summed.push_back(length);

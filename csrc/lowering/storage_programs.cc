@@ -110,9 +110,9 @@ std::string math_bits_module(const TensorType& src, bool conj, bool neg) {
   Value v = b.param(src);
   if (conj && base::is_complex(src.dtype)) {
     TensorType part{base::complex_component(src.dtype), src.dims};
-    v = b.op("stablehlo.complex",
-             {b.op("stablehlo.real", {v}, part), b.unary("negate", b.op("stablehlo.imag", {v}, part))},
-             src);
+    Value re = b.op("stablehlo.real", {v}, part);
+    Value im = b.unary("negate", b.op("stablehlo.imag", {v}, part));
+    v = b.op("stablehlo.complex", {re, im}, src);
   }
   if (neg) v = b.unary("negate", v);
   return b.finish({v});

@@ -41,7 +41,9 @@ std::vector<cd> dft_rows(const std::vector<cd>& x, int64_t rows, int64_t n, int 
 
 std::vector<cd> signal(int64_t count) {
   std::vector<cd> v;
-  for (int64_t i = 0; i < count; ++i) v.emplace_back(std::sin(0.7 * i) + 0.1 * i, std::cos(1.3 * i));
+  for (int64_t i = 0; i < count; ++i) {
+    v.emplace_back(std::sin(0.7 * i) + 0.1 * i, std::cos(1.3 * i));
+  }
   return v;
 }
 
@@ -56,20 +58,23 @@ TEST(FftLowering, C2cForwardAndInverseWithNormalization) {
   HostTensor in{{DType::kC64, {rows, n}}, interleave(x)};
   TensorType out{DType::kC64, {rows, n}};
   // Forward, no normalization (torch.fft.fft's default).
-  auto run = run_lowering("aten::_fft_c2c", {tensor_arg(in), ints_arg({1}), int_arg(0), bool_arg(true)},
+  auto run = run_lowering("aten::_fft_c2c",
+      {tensor_arg(in), ints_arg({1}), int_arg(0), bool_arg(true)},
                           {out}, {{0, in}});
   EXPECT_NE(run.text.find("fft_type FFT"), std::string::npos) << run.text;
   ASSERT_EQ(run.outputs.size(), 1u);
   expect_near(run.outputs[0].values, interleave(dft_rows(x, rows, n, -1)), 1e-4);
   // Inverse, normalized by 1/n (torch.fft.ifft's default).
-  run = run_lowering("aten::_fft_c2c", {tensor_arg(in), ints_arg({-1}), int_arg(2), bool_arg(false)},
+  run = run_lowering("aten::_fft_c2c",
+      {tensor_arg(in), ints_arg({-1}), int_arg(2), bool_arg(false)},
                      {out}, {{0, in}});
   std::vector<cd> inv = dft_rows(x, rows, n, +1);
   for (cd& z : inv) z /= double(n);
   ASSERT_EQ(run.outputs.size(), 1u);
   expect_near(run.outputs[0].values, interleave(inv), 1e-5);
   // Inverse without normalization ("forward" norm for ifft): XLA's 1/n is undone.
-  run = run_lowering("aten::_fft_c2c", {tensor_arg(in), ints_arg({1}), int_arg(0), bool_arg(false)},
+  run = run_lowering("aten::_fft_c2c",
+      {tensor_arg(in), ints_arg({1}), int_arg(0), bool_arg(false)},
                      {out}, {{0, in}});
   ASSERT_EQ(run.outputs.size(), 1u);
   expect_near(run.outputs[0].values, interleave(dft_rows(x, rows, n, +1)), 1e-4);
@@ -79,14 +84,19 @@ TEST(FftLowering, C2cOverALeadingDimTransposes) {
   const int64_t n = 4, cols = 3;
   std::vector<cd> x = signal(n * cols);
   HostTensor in{{DType::kC128, {n, cols}}, interleave(x)};
-  auto run = run_lowering("aten::_fft_c2c", {tensor_arg(in), ints_arg({0}), int_arg(1), bool_arg(true)},
+  auto run = run_lowering("aten::_fft_c2c",
+      {tensor_arg(in), ints_arg({0}), int_arg(1), bool_arg(true)},
                           {TensorType{DType::kC128, {n, cols}}}, {{0, in}});
   // The reference transforms columns: transpose, DFT rows, transpose back, scale 1/sqrt(n).
   std::vector<cd> t(n * cols);
-  for (int64_t i = 0; i < n; ++i) for (int64_t j = 0; j < cols; ++j) t[j * n + i] = x[i * cols + j];
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < cols; ++j) t[j * n + i] = x[i * cols + j];
+  }
   std::vector<cd> f = dft_rows(t, cols, n, -1);
   std::vector<cd> want(n * cols);
-  for (int64_t i = 0; i < n; ++i) for (int64_t j = 0; j < cols; ++j) want[i * cols + j] = f[j * n + i] / std::sqrt(double(n));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < cols; ++j) want[i * cols + j] = f[j * n + i] / std::sqrt(double(n));
+  }
   ASSERT_EQ(run.outputs.size(), 1u);
   expect_near(run.outputs[0].values, interleave(want), 1e-10);
 }
@@ -100,7 +110,8 @@ TEST(FftLowering, R2cOnesidedAndC2rInverse) {
     as_complex.emplace_back(real.back(), 0);
   }
   HostTensor in{{DType::kF32, {n}}, real};
-  auto run = run_lowering("aten::_fft_r2c", {tensor_arg(in), ints_arg({0}), int_arg(0), bool_arg(true)},
+  auto run = run_lowering("aten::_fft_r2c",
+      {tensor_arg(in), ints_arg({0}), int_arg(0), bool_arg(true)},
                           {TensorType{DType::kC64, {n / 2 + 1}}}, {{0, in}});
   EXPECT_NE(run.text.find("fft_type RFFT"), std::string::npos) << run.text;
   std::vector<cd> full = dft_rows(as_complex, 1, n, -1);
@@ -109,7 +120,8 @@ TEST(FftLowering, R2cOnesidedAndC2rInverse) {
   expect_near(run.outputs[0].values, interleave(half), 1e-4);
   // c2r of the half spectrum with 1/n normalization is the signal again.
   HostTensor spec{{DType::kC64, {n / 2 + 1}}, interleave(half)};
-  auto back = run_lowering("aten::_fft_c2r", {tensor_arg(spec), ints_arg({0}), int_arg(2), int_arg(n)},
+  auto back = run_lowering("aten::_fft_c2r",
+      {tensor_arg(spec), ints_arg({0}), int_arg(2), int_arg(n)},
                            {TensorType{DType::kF32, {n}}}, {{0, spec}});
   EXPECT_NE(back.text.find("fft_type IRFFT"), std::string::npos) << back.text;
   ASSERT_EQ(back.outputs.size(), 1u);
@@ -125,7 +137,8 @@ TEST(FftLowering, R2cTwoSidedIsTheFullTransform) {
     as_complex.emplace_back(real.back(), 0);
   }
   HostTensor in{{DType::kF64, {n}}, real};
-  auto run = run_lowering("aten::_fft_r2c", {tensor_arg(in), ints_arg({0}), int_arg(0), bool_arg(false)},
+  auto run = run_lowering("aten::_fft_r2c",
+      {tensor_arg(in), ints_arg({0}), int_arg(0), bool_arg(false)},
                           {TensorType{DType::kC128, {n}}}, {{0, in}});
   ASSERT_EQ(run.outputs.size(), 1u);
   expect_near(run.outputs[0].values, interleave(dft_rows(as_complex, 1, n, -1)), 1e-10);

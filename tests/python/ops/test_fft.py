@@ -81,7 +81,8 @@ def test_stft_istft() -> None:
     same(roundtrip, signal, window)
 
 
-@pytest.mark.parametrize("case", ["fft", "ifft", "rfft", "irfft", "fft2", "rfftn", "irfftn", "hfft"])
+@pytest.mark.parametrize("case", ["fft", "ifft", "rfft", "irfft", "fft2", "rfftn", "irfftn",
+                                  "hfft"])
 def test_backward(case: str) -> None:
     real_in = case in ("rfft", "rfftn")
     shape = (3, 4, 6)
