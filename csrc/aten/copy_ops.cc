@@ -53,7 +53,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       }
     } else {
       TORCH_CHECK(self.device().is_cpu(), "tpu: cannot copy from ", self.device(), " to tpu");
-      value = cpu_to_buffer(self.resolve_conj().resolve_neg().to(dst.scalar_type()), device);
+      value = cpu_to_buffer(self.to(dst.scalar_type()), device);
     }
     write_tensor(dst, conform(value, dst));
     return dst;

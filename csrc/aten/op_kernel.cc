@@ -495,10 +495,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
 // tensors whose math bits are set, and lowerings read stored elements. clone materializes
 // the logical value (resolve_conj is a clone; copy_ cannot serve, since the fallbacks
 // resolve its source through clone). Other inputs are resolved (a conjugated / negated
-// copy, as PyTorch's own fallback
-// makes) before anything runs. conj_physical_ and neg_ act on the stored elements whatever
-// the bits (both commute with conjugation and negation); any other op writing into a
-// tensor with a bit set raises rather than compute on the wrong elements.
+// copy, as PyTorch's own fallback makes) before anything runs. conj_physical_ and neg_ act
+// on the stored elements whatever the bits (both commute with conjugation and negation);
+// any other op writing into a tensor with a bit set raises rather than compute on the
+// wrong elements.
 bool clone_with_math_bits(const c10::FunctionSchema& schema, const std::string& name,
                           torch::jit::Stack* stack) {
   if (name != "aten::clone") return false;

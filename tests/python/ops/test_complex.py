@@ -111,6 +111,11 @@ def test_conj_is_lazy_and_resolves_like_cpu() -> None:
     d.conj().copy_(z)
     dc.conj().copy_(zc)
     assert_close(d, dc)
+    # A conjugated CPU source, and a negated (imag of conj) one.
+    e = torch.zeros(3, 4, dtype=torch.complex64, device="tpu").copy_(zc.conj())
+    assert_close(e, zc.conj().resolve_conj())
+    f = torch.zeros(3, 4, device="tpu").copy_(zc.conj().imag)
+    assert_close(f, zc.conj().imag.resolve_neg())
     assert not new_fallbacks(before), new_fallbacks(before)
 
 
