@@ -29,7 +29,8 @@ const std::set<std::string, std::less<>>& complex_ops() {
       "where",
       "angle", "polar", "complex", "conj_physical", "_conj_physical",
       // reductions and products
-      "sum", "mean", "prod", "mm", "bmm", "addmm", "baddbmm", "dot",
+      "sum", "mean", "prod", "mm", "bmm", "addmm", "baddbmm", "dot", "vdot", "tanh_backward",
+      "sigmoid_backward",
       // factories and fills
       "fill", "zero", "full", "full_like", "scalar_tensor", "new_full", "zeros", "zeros_like",
       "new_zeros", "empty_like", "new_empty", "empty_permuted", "ones", "ones_like", "new_ones",
@@ -65,11 +66,6 @@ Value imag_part(Builder& b, Value z) {
 
 Value make_complex(Builder& b, Value re, Value im) {
   return b.op("stablehlo.complex", {re, im}, TensorType{base::complex_of(re.dtype()), re.dims()});
-}
-
-Value conjugate(Builder& b, Value z) {
-  if (!base::is_complex(z.dtype())) return z;
-  return make_complex(b, real_part(b, z), b.unary("negate", imag_part(b, z)));
 }
 
 // polar(abs, angle) = abs * (cos(angle) + i sin(angle)).
@@ -110,7 +106,7 @@ Result lower_angle(LoweringContext& c) {
 }
 
 Result lower_conj_physical(LoweringContext& c) {
-  return std::vector<Value>{to_out(c, conjugate(c.b(), c.tensor(0)))};
+  return std::vector<Value>{to_out(c, c.b().conj(c.tensor(0)))};
 }
 
 Result lower_neg_view(LoweringContext& c) {

@@ -390,6 +390,14 @@ Value Builder::select(Value pred, Value on_true, Value on_false) {
   return op("stablehlo.select", {pred, on_true, on_false}, on_true.type);
 }
 
+Value Builder::conj(Value v) {
+  if (!base::is_complex(v.dtype())) return v;
+  TensorType part{base::complex_component(v.dtype()), v.dims()};
+  Value re = op("stablehlo.real", {v}, part);
+  Value im = unary("negate", op("stablehlo.imag", {v}, part));
+  return op("stablehlo.complex", {re, im}, v.type);
+}
+
 Value Builder::clamp(Value lo, Value x, Value hi) {
   return op("stablehlo.clamp", {lo, x, hi}, x.type);
 }

@@ -147,8 +147,14 @@ void register_matmul_lowerings() {
   const DotSpec vec_vec{{}, {}, {0}, {0}};
   register_lowering({"aten::mm", "aten::mm.out"}, plain_product(mat_mat));
   register_lowering({"aten::bmm", "aten::bmm.out"}, plain_product(batched));
-  // vdot conjugates its first argument; on real dtypes (the only ones here) it is dot.
-  register_lowering({"aten::dot", "aten::vdot"}, plain_product(vec_vec));
+  register_lowering({"aten::dot"}, plain_product(vec_vec));
+  // vdot conjugates its first argument (on real dtypes it is dot).
+  register_lowering({"aten::vdot"}, [](LoweringContext& c) -> Lowered {
+    DType t = promote_types(c.tensor_type(0).dtype, c.tensor_type(1).dtype);
+    Builder& b = c.b();
+    Value lhs = b.conj(b.convert(c.tensor(0), t)), rhs = b.convert(c.tensor(1), t);
+    return std::vector<Value>{to_out(c, product(b, lhs, rhs, {}, {}, {0}, {0}))};
+  });
   register_with_variants("addmm", {""}, scaled_product(mat_mat));
   register_with_variants("baddbmm", {""}, scaled_product(batched));
   // addbmm sums the batch of products: contract over the batch dim as well.

@@ -108,12 +108,7 @@ std::string convert_module(const TensorType& src, DType dtype, const Dims& dims)
 std::string math_bits_module(const TensorType& src, bool conj, bool neg) {
   Builder b("torchtpu_math_bits");
   Value v = b.param(src);
-  if (conj && base::is_complex(src.dtype)) {
-    TensorType part{base::complex_component(src.dtype), src.dims};
-    Value re = b.op("stablehlo.real", {v}, part);
-    Value im = b.unary("negate", b.op("stablehlo.imag", {v}, part));
-    v = b.op("stablehlo.complex", {re, im}, src);
-  }
+  if (conj) v = b.conj(v);
   if (neg) v = b.unary("negate", v);
   return b.finish({v});
 }

@@ -170,6 +170,9 @@ def test_products_and_reductions(dtype: torch.dtype) -> None:
     assert_same(lambda x, y: torch.einsum("ij,jk->ik", x, y), a, b, dtype_tols=tols)
     assert_same(lambda x, y, c: torch.addmm(c, x, y, alpha=2, beta=0.5), a, b, make((3, 5), dtype),
                 dtype_tols=tols)
+    v, w = make((6,), dtype), make((6,), dtype)
+    assert_same(torch.dot, v, w, dtype_tols=tols)
+    assert_same(torch.vdot, v, w, dtype_tols=tols)  # conjugates its first argument
     for fn in (torch.sum, torch.mean, torch.prod):
         assert_same(fn, a, dtype_tols=tols)
         assert_same(lambda x, f=fn: f(x, dim=1), a, dtype_tols=tols)
@@ -183,7 +186,7 @@ def test_backward(dtype: torch.dtype) -> None:
         a = make((3, 4), dtype).to(device).requires_grad_(True)
         b = make((4, 2), dtype).to(device).requires_grad_(True)
         w = make((3, 2), dtype).to(device)
-        y = (torch.exp(a * 0.3) @ b) * w
+        y = (torch.exp(a * 0.3) @ b) * w + torch.tanh(a * 0.2).sum() + torch.sigmoid(b).sum()
         loss = torch.view_as_real(y).pow(2).sum() + (a.conj() * a).real.sum()
         loss.backward()
         return [loss.detach(), a.grad, b.grad]
