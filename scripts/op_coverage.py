@@ -4,7 +4,8 @@
     python scripts/op_coverage.py --ops add,sort --out /dev/stdout
 
 Columns: eager at the op's primary dtype (float32, or its integer dtype when it has no
-float32), eager bfloat16, autograd float32, compiled float32 (see
+float32, complex64 for complex-only ops), eager bfloat16, eager complex64, autograd
+float32, compiled float32 (see
 torchtpu.testing.opinfo for what each checks). OpInfos run in worker subprocesses, one op
 at a time with a per-op timeout: a hang or a crash costs that op (reported as such), not
 the run. Results are also written as JSON (--json) for tooling.
@@ -23,8 +24,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COLUMNS = [("eager", "primary"), ("eager", "bfloat16"), ("autograd", "float32"),
-           ("compiled", "float32")]
+COLUMNS = [("eager", "primary"), ("eager", "bfloat16"), ("eager", "complex64"),
+           ("autograd", "float32"), ("compiled", "float32")]
 _TAG = "@op_coverage "  # marks the worker's protocol lines on its stdout
 FAMILIES = ["core", "linalg", "fft", "special", "sparse", "foreach"]
 # Families tests/python/opinfo runs (eager, primary dtype) with the skip list.
@@ -50,7 +51,7 @@ def worker(keys: list[str]) -> None:
             dtype = primary if dtype_name == "primary" else getattr(torch, dtype_name)
             t0 = time.time()
             if dtype is None:
-                out = h.Outcome("n/a", "no float or integer dtype (complex only)")
+                out = h.Outcome("n/a", "no float, integer or complex dtype")
             else:
                 out = h.check(op, mode, dtype)
             row["cells"][f"{mode}:{dtype_name}"] = {
@@ -191,8 +192,9 @@ def render(results: dict, elapsed: float, argv: list[str]) -> str:
     out += ["| count | reason |", "|---|---|"]
     out += [f"| {n} | `{r}` |" for r, n in reasons.most_common(25)]
     out += ["", "## Matrix", "",
-            "| OpInfo | family | eager (dtype) | eager bf16 | autograd f32 | compiled f32 |",
-            "|---|---|---|---|---|---|"]
+            "| OpInfo | family | eager (dtype) | eager bf16 | eager c64 | autograd f32 | "
+            "compiled f32 |",
+            "|---|---|---|---|---|---|---|"]
     for k in keys:
         r = results[k]
         marks = []

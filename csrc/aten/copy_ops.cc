@@ -25,13 +25,29 @@ runtime::BufferPtr conform(const runtime::BufferPtr& value, const at::Tensor& ds
 
 }  // namespace
 
+at::Tensor resolved_clone(const at::Tensor& self) {
+  runtime::BufferPtr value = read_tensor(self);
+  bool conj = self.is_conj() && base::is_complex(value->dtype());
+  if (conj || self.is_neg()) {
+    lowering::TensorType t{value->dtype(), value->dims()};
+    value = run_program(lowering::math_bits_module(t, conj, self.is_neg()), {value.get()},
+                        value->device_index())[0];
+  }
+  return wrap_buffer(std::move(value), self.scalar_type());
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   (void)non_blocking;  // transfers are synchronous at the host boundary
   runtime::trace::Label label("aten::_copy_from");
   if (self.numel() == 0 && dst.numel() == 0) return dst;
+  if (self.is_complex() && !dst.is_complex()) {
+    // PyTorch's copy_ warns here too, but only on its own (CPU/CUDA) path.
+    TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");
+  }
   if (dst.device().is_privateuseone()) {
     runtime::BufferPtr value;
     int device = dst.device().index();
+    // Neither side has a math bit here (copy_from_with_math_bits resolves them).
     if (self.device().is_privateuseone()) {
       value = read_tensor(self);
       if (value->device_index() != device) {
@@ -52,6 +68,26 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   at::Tensor host = buffer_to_cpu(*read_tensor(self));
   dst.copy_(host);
+  return dst;
+}
+
+at::Tensor copy_from_with_math_bits(const at::Tensor& self, const at::Tensor& dst,
+                                    bool non_blocking) {
+  // Below the Conjugate and Negative keys from here on: every bit is handled explicitly.
+  c10::impl::ExcludeDispatchKeyGuard guard(
+      c10::DispatchKeySet({c10::DispatchKey::Conjugate, c10::DispatchKey::Negative}));
+  at::Tensor value = self;
+  if (self.is_conj() || self.is_neg()) {
+    value = self.device().is_privateuseone() ? resolved_clone(self)
+                                             : self.resolve_conj().resolve_neg();
+  }
+  // `dst` stores the conjugate / negation of what it reads as.
+  if (dst.is_conj() && value.is_complex()) value = at::conj_physical(value);
+  if (dst.is_neg()) value = at::neg(value);
+  at::Tensor plain = dst.alias();
+  plain._set_conj(false);
+  plain._set_neg(false);
+  copy_from(value, plain, non_blocking);
   return dst;
 }
 

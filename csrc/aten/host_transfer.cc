@@ -16,7 +16,7 @@ namespace torchtpu::aten {
 
 namespace {
 
-using ScalarKey = std::tuple<int, int, uint64_t>;
+using ScalarKey = std::tuple<int, int, uint64_t, uint64_t>;  // dtype, device, bits (16 bytes)
 std::mutex g_scalar_mu;
 std::map<ScalarKey, runtime::BufferPtr>* const g_scalar_cache =
     new std::map<ScalarKey, runtime::BufferPtr>();  // buffers may outlive statics
@@ -30,10 +30,12 @@ void clear_scalar_cache() {
 
 runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int device) {
   // Convert through a CPU 0-d tensor so the rounding is exactly PyTorch's.
+  TORCH_CHECK(!s.isComplex() || base::is_complex(dtype), "tpu: internal error: a complex "
+              "scalar was asked for as ", base::dtype_name(dtype));
   at::Tensor host = at::scalar_tensor(s, at::TensorOptions().dtype(to_scalar_type(dtype)));
-  uint64_t bits = 0;
-  std::memcpy(&bits, host.data_ptr(), host.element_size());
-  ScalarKey key{static_cast<int>(dtype), device, bits};
+  uint64_t bits[2] = {0, 0};
+  std::memcpy(bits, host.data_ptr(), host.element_size());
+  ScalarKey key{static_cast<int>(dtype), device, bits[0], bits[1]};
   {
     std::lock_guard<std::mutex> lock(g_scalar_mu);
     auto it = g_scalar_cache->find(key);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "aten/copy_ops.h"
 #include "aten/device_runtime.h"
 #include "aten/host_transfer.h"
 #include "aten/op_special_cases.h"
@@ -79,6 +80,7 @@ c10::TypePtr unwrap_optional(c10::TypePtr t) {
 lowering::ScalarCategory category_of(c10::ScalarType t) {
   if (t == c10::ScalarType::Bool) return lowering::ScalarCategory::kBool;
   if (c10::isIntegralType(t, /*includeBool=*/false)) return lowering::ScalarCategory::kInt;
+  if (c10::isComplexType(t)) return lowering::ScalarCategory::kComplex;
   return lowering::ScalarCategory::kFloat;
 }
 
@@ -122,7 +124,6 @@ OpArg tensor_arg(CallInfo& info, const at::Tensor& t, const std::string& name) {
     return a;
   }
   note_device(info, t, name);
-  if (t.is_complex()) throw NeedsFallback{"complex tensors are not lowered"};
   a.kind = ArgKind::kTensor;
   a.type = type_of(t);
   return a;
@@ -178,10 +179,10 @@ CallInfo describe_call(const c10::FunctionSchema& schema, const std::string& nam
       info.generator = v.toGenerator();
     } else if (type->kind() == c10::TypeKind::NumberType) {
       a.kind = ArgKind::kScalar;
-      a.scalar_category = v.isBool()  ? lowering::ScalarCategory::kBool
+      a.scalar_category = v.isBool()                  ? lowering::ScalarCategory::kBool
                           : v.isInt() || v.isSymInt() ? lowering::ScalarCategory::kInt
+                          : v.isComplexDouble()       ? lowering::ScalarCategory::kComplex
                                                       : lowering::ScalarCategory::kFloat;
-      if (v.isComplexDouble()) throw NeedsFallback{"complex scalars are not lowered"};
     } else if (real == c10::TypeKind::ScalarTypeType) {
       a.kind = ArgKind::kDType;
       a.dtype = to_dtype(static_cast<c10::ScalarType>(v.toInt()));
@@ -532,10 +533,62 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
   at::native::cpu_fallback(op, stack);
 }
 
+// Ops the Conjugate and Negative keys pass through (mm, bmm, dot, clone, ...) arrive with
+// tensors whose math bits are set, and lowerings read stored elements. clone materializes
+// the logical value (resolve_conj is a clone; copy_ cannot serve, since the fallbacks
+// resolve its source through clone). Other inputs are resolved (a conjugated / negated
+// copy, as PyTorch's own fallback makes) before anything runs. conj_physical_ and neg_ act
+// on the stored elements whatever the bits (both commute with conjugation and negation);
+// any other op writing into a tensor with a bit set raises rather than compute on the
+// wrong elements.
+bool clone_with_math_bits(const c10::FunctionSchema& schema, const std::string& name,
+                          torch::jit::Stack* stack) {
+  if (name != "aten::clone") return false;
+  auto args = torch::jit::last(*stack, schema.arguments().size());
+  const at::Tensor self = args[0].toTensor();
+  if (!self.is_conj() && !self.is_neg()) return false;
+  at::Tensor out = resolved_clone(self);
+  torch::jit::drop(*stack, schema.arguments().size());
+  stack->push_back(std::move(out));
+  return true;
+}
+
+void resolve_math_bits(const c10::FunctionSchema& schema, const std::string& name,
+                       torch::jit::Stack* stack) {
+  size_t n = schema.arguments().size();
+  size_t first = stack->size() - n;
+  auto has_bits = [](const at::Tensor& t) { return t.defined() && (t.is_conj() || t.is_neg()); };
+  bool physical = name == "aten::conj_physical_" || name == "aten::neg_";
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
+    bool written = ai != nullptr && ai->isWrite();
+    if (v.isTensor() && has_bits(v.toTensor())) {
+      if (written && physical) continue;
+      TORCH_CHECK_NOT_IMPLEMENTED(!written, "tpu: ", name, " writes into a tensor with the ",
+                                  v.toTensor().is_conj() ? "conjugate" : "negative",
+                                  " bit set; call resolve_conj() / resolve_neg() on it first");
+      v = v.toTensor().resolve_conj().resolve_neg();
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> items = v.toTensorVector();
+      bool any = false;
+      for (const at::Tensor& t : items) any |= has_bits(t);
+      if (!any) continue;
+      TORCH_CHECK_NOT_IMPLEMENTED(!written, "tpu: ", name, " writes into a list holding a "
+                                  "tensor with the conjugate or negative bit set; resolve it "
+                                  "first");
+      for (at::Tensor& t : items) t = t.resolve_conj().resolve_neg();
+      v = items;
+    }
+  }
+}
+
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   std::string name = op_name(schema);
   runtime::trace::Label label(name.c_str());
+  if (clone_with_math_bits(schema, name, stack)) return;
+  resolve_math_bits(schema, name, stack);
   check_written_overlap(schema, name, torch::jit::last(*stack, schema.arguments().size()));
   check_arguments_like_cpu(name, torch::jit::last(*stack, schema.arguments().size()));
   if (is_data_dependent(name)) {

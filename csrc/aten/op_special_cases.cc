@@ -280,6 +280,24 @@ void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue
                 from, " > to=", to);
     return;
   }
+  if (name == "aten::complex" || name == "aten::complex.out" || name == "aten::polar" ||
+      name == "aten::polar.out") {
+    // complex_check_dtype of the CPU kernel (the Python meta asserts instead).
+    c10::ScalarType a = args[0].toTensor().scalar_type(), b = args[1].toTensor().scalar_type();
+    auto ok = [](c10::ScalarType t) {
+      return t == at::kFloat || t == at::kDouble || t == at::kHalf;
+    };
+    TORCH_CHECK(ok(a) && ok(b), "Expected both inputs to be Half, Float or Double tensors but got ",
+                a, " and ", b);
+    TORCH_CHECK(a == b, "Expected object of scalar type ", a, " but got scalar type ", b,
+                " for second argument");
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".out") == 0) {
+      c10::ScalarType want = c10::toComplexType(a), got = args[2].toTensor().scalar_type();
+      TORCH_CHECK(got == want, "Expected object of scalar type ", want, " but got scalar type ",
+                  got, " for argument 'out'");
+    }
+    return;
+  }
   if (name == "aten::_amp_update_scale_") {  // the CPU kernel's checks; the meta has none
     const at::Tensor& scale = args[0].toTensor();
     const at::Tensor& tracker = args[1].toTensor();

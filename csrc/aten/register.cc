@@ -5,10 +5,13 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
 #include "aten/copy_ops.h"
+#include "aten/device_runtime.h"
 #include "aten/op_kernel.h"
 #include "aten/storage_ops.h"
 #include "aten/tpu_guard.h"
@@ -19,6 +22,18 @@ namespace torchtpu::aten {
 namespace {
 
 constexpr c10::DispatchKeySet kTpuKeys(c10::DispatchKey::PrivateUse1);
+
+// Element types a plugin is known to lack, refused when a tensor is made (a clear error
+// naming the plugin instead of one from its first transfer or compile): TPUs have no
+// complex128. Other gaps surface from the runtime with the plugin named (client.cc).
+void check_plugin_dtype(c10::ScalarType st) {
+  if (st != c10::ScalarType::ComplexDouble) return;
+  const runtime::Client& c = client();
+  TORCH_CHECK_NOT_IMPLEMENTED(c.platform_name() != "tpu", "tpu: dtype ", st,
+                              " is not supported by the ", c.platform_name(), " plugin (",
+                              c.plugin().path(), "): TPUs compute complex64 only; use "
+                              "torch.complex64, or keep complex128 tensors on the CPU");
+}
 
 int device_of(std::optional<c10::Device> device) {
   if (device && device->has_index()) return device->index();
@@ -32,6 +47,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   TORCH_CHECK(!layout || *layout == c10::kStrided, "tpu: only strided tensors are supported, got ", *layout);
   c10::ScalarType st = dtype.value_or(c10::get_default_dtype_as_scalartype());
   to_dtype(st);  // rejects unsupported dtypes with a clear message
+  check_plugin_dtype(st);
   int d = device_of(device);
   int prev = current_device_index();
   set_current_device_index(d);  // the allocator places storage on the current device
@@ -46,6 +62,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   TORCH_CHECK(!layout || *layout == c10::kStrided, "tpu: only strided tensors are supported, got ", *layout);
   c10::ScalarType st = dtype.value_or(c10::get_default_dtype_as_scalartype());
   to_dtype(st);
+  check_plugin_dtype(st);
   int d = device_of(device);
   int prev = current_device_index();
   set_current_device_index(d);
@@ -129,6 +146,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", at::native::view);
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
+  // Complex views reinterpret the storage's elements (complex64 <-> float32 pairs); the
+  // storage reads its buffer as the viewer's dtype (storage_bytes.h).
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_storage_offset);
   m.impl("set_.source_Storage", set_storage);
@@ -139,6 +160,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
+
+// _copy_from is called only for devices outside ATen's own copy (tpu here), so these
+// reach only tpu copies.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) { m.impl("_copy_from", copy_from_with_math_bits); }
+TORCH_LIBRARY_IMPL(aten, Negative, m) { m.impl("_copy_from", copy_from_with_math_bits); }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());

@@ -11,11 +11,36 @@ using lowering::Builder;
 using lowering::TensorType;
 using lowering::Value;
 
+// XLA has no bitcast to or from complex types: a complex value is its (real, imag) pairs,
+// which is how it is laid out in memory.
+Value complex_as_parts(Builder& b, Value v) {
+  int64_t n = v.type.num_elements();
+  TensorType part{base::complex_component(v.dtype()), {n, 1}};
+  v = b.reshape(v, {n, 1});
+  Value re = b.op("stablehlo.real", {v}, part), im = b.op("stablehlo.imag", {v}, part);
+  Value pairs = b.concatenate({re, im}, 1);
+  return b.reshape(pairs, {2 * n});
+}
+
+Value parts_as_complex(Builder& b, Value v, base::DType to) {
+  int64_t n = v.type.num_elements() / 2;
+  v = b.reshape(v, {n, 2});
+  Value re = b.reshape(b.slice(v, {0, 0}, {n, 1}, {1, 1}), {n});
+  Value im = b.reshape(b.slice(v, {0, 1}, {n, 2}, {1, 1}), {n});
+  return b.op("stablehlo.complex", {re, im}, TensorType{to, {n}});
+}
+
 // `v` flattened and bitcast to `to` (a flat vector). Integer ratios of element sizes only,
 // which holds for every pair of the device's dtypes.
 Value bitcast_flat(Builder& b, Value v, base::DType to) {
   int64_t n = v.type.num_elements();
   v = b.reshape(v, {n});
+  if (v.dtype() == to) return v;
+  if (base::is_complex(v.dtype())) return bitcast_flat(b, complex_as_parts(b, v), to);
+  if (base::is_complex(to)) {
+    base::DType part = base::complex_component(to);
+    return parts_as_complex(b, bitcast_flat(b, v, part), to);
+  }
   if (v.dtype() == base::DType::kBool) v = b.convert(v, base::DType::kU8);
   base::DType target = to == base::DType::kBool ? base::DType::kU8 : to;
   int64_t from_size = base::dtype_size_bytes(v.dtype());

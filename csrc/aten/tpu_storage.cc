@@ -117,11 +117,14 @@ base::DType to_dtype(c10::ScalarType t) {
     case c10::ScalarType::Double: return base::DType::kF64;
     case c10::ScalarType::UInt32: return base::DType::kU32;
     case c10::ScalarType::UInt64: return base::DType::kU64;
+    case c10::ScalarType::ComplexFloat: return base::DType::kC64;
+    case c10::ScalarType::ComplexDouble: return base::DType::kC128;
     default: break;
   }
   TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu: dtype ", t,
                               " is not supported on the tpu device (supported: bool, int8, "
-                              "uint8, int16, int32, int64, float16, bfloat16, float32, float64)");
+                              "uint8, int16, int32, int64, float16, bfloat16, float32, float64, "
+                              "complex64, complex128)");
 }
 
 c10::ScalarType to_scalar_type(base::DType t) {
@@ -138,6 +141,8 @@ c10::ScalarType to_scalar_type(base::DType t) {
     case base::DType::kF64: return c10::ScalarType::Double;
     case base::DType::kU32: return c10::ScalarType::UInt32;
     case base::DType::kU64: return c10::ScalarType::UInt64;
+    case base::DType::kC64: return c10::ScalarType::ComplexFloat;
+    case base::DType::kC128: return c10::ScalarType::ComplexDouble;
   }
   return c10::ScalarType::Undefined;
 }

@@ -16,6 +16,8 @@ const char* dtype_mlir_name(DType t) {
     case DType::kF64: return "f64";
     case DType::kU32: return "ui32";
     case DType::kU64: return "ui64";
+    case DType::kC64: return "complex<f32>";
+    case DType::kC128: return "complex<f64>";
   }
   return "?";
 }
@@ -34,6 +36,8 @@ const char* dtype_name(DType t) {
     case DType::kF64: return "float64";
     case DType::kU32: return "uint32";
     case DType::kU64: return "uint64";
+    case DType::kC64: return "complex64";
+    case DType::kC128: return "complex128";
   }
   return "?";
 }
@@ -51,7 +55,9 @@ int64_t dtype_size_bytes(DType t) {
     case DType::kF32: return 4;
     case DType::kI64:
     case DType::kU64:
-    case DType::kF64: return 8;
+    case DType::kF64:
+    case DType::kC64: return 8;
+    case DType::kC128: return 16;
   }
   return 0;
 }
@@ -68,5 +74,15 @@ bool is_integral(DType t) {
 bool is_signed_integral(DType t) {
   return is_integral(t) && t != DType::kU8 && t != DType::kU32 && t != DType::kU64;
 }
+
+bool is_complex(DType t) { return t == DType::kC64 || t == DType::kC128; }
+
+DType complex_component(DType t) {
+  if (t == DType::kC64) return DType::kF32;
+  if (t == DType::kC128) return DType::kF64;
+  return t;
+}
+
+DType complex_of(DType t) { return t == DType::kF64 ? DType::kC128 : DType::kC64; }
 
 }  // namespace torchtpu::base

@@ -19,6 +19,8 @@ enum class DType : int8_t {
   kF64,
   kU32,  // internal: random bits
   kU64,  // internal: random generator state
+  kC64,   // complex<f32>
+  kC128,  // complex<f64>
 };
 
 // "f32", "bf16", "i1", "i64", "ui8", ...: the element type in StableHLO text.
@@ -29,5 +31,10 @@ int64_t dtype_size_bytes(DType t);
 bool is_floating(DType t);
 bool is_integral(DType t);  // excludes bool
 bool is_signed_integral(DType t);
+bool is_complex(DType t);
+// The type of a complex type's real and imaginary parts (f32 for c64); `t` itself otherwise.
+DType complex_component(DType t);
+// The complex type whose parts are `t` (f32 -> c64, f64 -> c128; f16/bf16 -> c64).
+DType complex_of(DType t);
 
 }  // namespace torchtpu::base

@@ -19,7 +19,9 @@ void bind_compile(py::module& m) {
       .value("float16", base::DType::kF16)
       .value("bfloat16", base::DType::kBF16)
       .value("float32", base::DType::kF32)
-      .value("float64", base::DType::kF64);
+      .value("float64", base::DType::kF64)
+      .value("complex64", base::DType::kC64)
+      .value("complex128", base::DType::kC128);
   py::enum_<lowering::ArgKind>(m, "ArgKind")
       .value("tensor", lowering::ArgKind::kTensor)
       .value("tensor_list", lowering::ArgKind::kTensorList)
@@ -34,7 +36,8 @@ void bind_compile(py::module& m) {
   py::enum_<lowering::ScalarCategory>(m, "ScalarCategory")
       .value("bool", lowering::ScalarCategory::kBool)
       .value("int", lowering::ScalarCategory::kInt)
-      .value("float", lowering::ScalarCategory::kFloat);
+      .value("float", lowering::ScalarCategory::kFloat)
+      .value("complex", lowering::ScalarCategory::kComplex);
   py::class_<lowering::TensorType>(m, "TensorType")
       .def(py::init([](base::DType d, std::vector<int64_t> dims) {
         return lowering::TensorType{d, std::move(dims)};
@@ -55,6 +58,7 @@ void bind_compile(py::module& m) {
       .def(py::init<>())
       .def_readwrite("category", &lowering::GraphScalar::category)
       .def_readwrite("float_value", &lowering::GraphScalar::float_value)
+      .def_readwrite("imag_value", &lowering::GraphScalar::imag_value)
       .def_readwrite("int_value", &lowering::GraphScalar::int_value)
       .def_readwrite("symbol", &lowering::GraphScalar::symbol);
   py::class_<lowering::GraphNode>(m, "GraphNode")

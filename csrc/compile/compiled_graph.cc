@@ -24,6 +24,8 @@ c10::Scalar to_scalar(const lowering::GraphScalar& s) {
     case lowering::ScalarCategory::kBool: return c10::Scalar(s.int_value != 0);
     case lowering::ScalarCategory::kInt: return c10::Scalar(s.int_value);
     case lowering::ScalarCategory::kFloat: return c10::Scalar(s.float_value);
+    case lowering::ScalarCategory::kComplex:
+      return c10::Scalar(c10::complex<double>(s.float_value, s.imag_value));
   }
   return c10::Scalar(s.float_value);
 }

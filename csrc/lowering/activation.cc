@@ -20,7 +20,7 @@ using Result = base::StatusOr<std::vector<Value>>;
 // when `keep_integral` (ops such as relu and threshold are defined on ints), else float32.
 DType opmath_type(DType t, bool keep_integral = false) {
   if (t == DType::kBF16 || t == DType::kF16) return DType::kF32;
-  if (base::is_floating(t)) return t;
+  if (base::is_floating(t) || base::is_complex(t)) return t;
   return keep_integral ? t : DType::kF32;
 }
 
@@ -151,18 +151,18 @@ Value softplus_backward(LoweringContext& c, Value grad, Value self) {
 
 Value sigmoid_fwd(LoweringContext& c, Value x) { return c.b().unary("logistic", x); }
 
-// sigmoid_backward(grad, y) = grad * (1 - y) * y
+// sigmoid_backward(grad, y) = grad * conj((1 - y) * y) (conj: complex y, as PyTorch's).
 Value sigmoid_backward(LoweringContext& c, Value grad, Value y) {
   Builder& b = c.b();
-  return b.mul(b.mul(grad, b.sub(splat_as(b, 1, y), y)), y);
+  return b.mul(grad, b.conj(b.mul(b.sub(splat_as(b, 1, y), y), y)));
 }
 
 Value tanh_fwd(LoweringContext& c, Value x) { return c.b().unary("tanh", x); }
 
-// tanh_backward(grad, y) = grad * (1 - y * y)
+// tanh_backward(grad, y) = grad * conj(1 - y * y)
 Value tanh_backward(LoweringContext& c, Value grad, Value y) {
   Builder& b = c.b();
-  return b.mul(grad, b.sub(splat_as(b, 1, y), b.mul(y, y)));
+  return b.mul(grad, b.conj(b.sub(splat_as(b, 1, y), b.mul(y, y))));
 }
 
 // silu(x) = x / (1 + exp(-x)), ATen's form (x * logistic(x) differs at x = -inf).

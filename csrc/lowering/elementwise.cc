@@ -52,6 +52,13 @@ LoweringFn float_binary(const char* hlo_op) {
 
 // abs: the identity on unsigned integers (stablehlo.abs takes signed types only).
 base::StatusOr<std::vector<Value>> lower_abs(LoweringContext& c) {
+  if (base::is_complex(c.tensor_type(0).dtype)) {
+    // |z| is real: stablehlo.abs of complex<f32> is f32.
+    Value z = c.tensor(0);
+    TensorType magnitude{base::complex_component(z.dtype()), z.dims()};
+    Value r = c.b().op("stablehlo.abs", {z}, magnitude);
+    return std::vector<Value>{to_out(c, r)};
+  }
   Value x = out_operand(c, 0, c.out_type().dtype);
   bool is_unsigned = base::is_integral(x.dtype()) && !base::is_signed_integral(x.dtype());
   return std::vector<Value>{is_unsigned ? x : c.b().unary("abs", x)};
@@ -94,7 +101,8 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
   DType rt = c.result_type({0, 1});
   DType t = opmath(rt);
   if (mode.empty()) {
-    if (!base::is_floating(t)) t = DType::kF32;  // true division of integers
+    // True division of integers.
+    if (!base::is_floating(t) && !base::is_complex(t)) t = DType::kF32;
     return std::vector<Value>{to_out_via(c, rt, b.div(out_operand(c, 0, t), out_operand(c, 1, t)))};
   }
   Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
@@ -232,6 +240,14 @@ base::StatusOr<std::vector<Value>> lower_sign(LoweringContext& c) {
   DType t = c.out_type().dtype;
   Value x = out_operand(c, 0, t);
   if (t == DType::kBool) return std::vector<Value>{x};
+  if (base::is_complex(t)) {
+    // sgn(z) = z / |z|, and 0 at 0.
+    TensorType part{base::complex_component(t), x.dims()};
+    Value mag = b.op("stablehlo.abs", {x}, part);
+    Value zero = b.compare(mag, b.zeros(part), "EQ");
+    Value q = b.div(x, b.convert(b.select(zero, b.splat(1, part), mag), t));
+    return std::vector<Value>{b.select(zero, b.zeros(x.type), q)};
+  }
   if (base::is_floating(t)) {
     // PyTorch's sign(NaN) is 0 (XLA's is NaN).
     Value nan = b.compare(x, x, "NE");

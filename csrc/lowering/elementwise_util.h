@@ -32,11 +32,11 @@ inline DType opmath(DType t) {
   return t == DType::kF16 || t == DType::kBF16 ? DType::kF32 : t;
 }
 
-// Dtype a floating-only computation runs in: the output's dtype when it is floating,
-// else float32 (e.g. sqrt of an int tensor).
+// Dtype a floating-only computation runs in: the output's dtype when it is floating or
+// complex, else float32 (e.g. sqrt of an int tensor).
 inline DType float_compute_type(LoweringContext& c) {
   DType t = c.out_type().dtype;
-  return base::is_floating(t) ? opmath(t) : DType::kF32;
+  return base::is_floating(t) || base::is_complex(t) ? opmath(t) : DType::kF32;
 }
 
 // Registers one lowering under the functional, in-place and out= names of an op with the

@@ -72,6 +72,7 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
     if (fn == nullptr) {
       return base::unimplemented("lowering: " + node.op + " has no lowering (in a compiled graph)");
     }
+    TORCHTPU_RETURN_IF_ERROR(check_complex_support(node.op, node.args, node.out_types));
     LoweringContext ctx(builder, node.op, node.args, node.out_types);
     for (size_t i = 0; i < node.args.size(); ++i) {
       if (i < node.tensor_refs.size() && node.tensor_refs[i] >= 0) {

@@ -17,7 +17,8 @@ namespace torchtpu::lowering {
 
 struct GraphScalar {
   ScalarCategory category = ScalarCategory::kFloat;
-  double float_value = 0;
+  double float_value = 0;  // kFloat; kComplex: the real part
+  double imag_value = 0;   // kComplex: the imaginary part
   int64_t int_value = 0;  // exact for kInt and kBool
   int symbol = -1;         // >= 0: the value is size symbol `symbol`'s runtime value
 };

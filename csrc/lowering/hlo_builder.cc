@@ -180,6 +180,11 @@ Value Builder::splat(double v, const TensorType& t) {
     // Emit in f32 and convert: keeps literal formatting to f32/f64 bit patterns.
     return convert(splat(v, TensorType{DType::kF32, t.dims}), t.dtype);
   }
+  if (base::is_complex(t.dtype)) {
+    // (v, 0): built from its parts, which keeps literal formatting to real bit patterns.
+    TensorType part{base::complex_component(t.dtype), t.dims};
+    return op("stablehlo.complex", {splat(v, part), splat(0, part)}, t);
+  }
   std::string lit;
   if (t.dtype == DType::kBool) {
     lit = v != 0 ? "true" : "false";
@@ -199,6 +204,20 @@ Value Builder::constant_i64(int64_t v, DType t) {
 
 Value Builder::convert(Value v, DType t) {
   if (v.dtype() == t) return v;
+  if (base::is_complex(v.dtype()) && !base::is_complex(t)) {
+    // PyTorch's complex -> real casts keep the real part, except to bool: z != 0.
+    TensorType part{base::complex_component(v.dtype()), v.dims()};
+    if (t == DType::kBool) {
+      return binary("or", compare(op("stablehlo.real", {v}, part), zeros(part), "NE"),
+                    compare(op("stablehlo.imag", {v}, part), zeros(part), "NE"));
+    }
+    return convert(op("stablehlo.real", {v}, part), t);
+  }
+  if (base::is_complex(t) && !base::is_complex(v.dtype())) {
+    TensorType part{base::complex_component(t), v.dims()};
+    Value re = convert(v, part.dtype);
+    return op("stablehlo.complex", {re, zeros(part)}, TensorType{t, v.dims()});
+  }
   if (t == DType::kBool) {
     // Converting to i1 must mean "!= 0" (PyTorch semantics), not truncation.
     return compare(v, zeros(v.type), "NE");
@@ -294,17 +313,20 @@ Value Builder::iota(const TensorType& t, int64_t dim) {
 namespace {
 
 // Which element types an elementwise op takes (the plugin rejects a program otherwise).
-enum class Takes { kAny, kFloat, kIntegerOrBool, kSignedOrFloat, kNumber };
+// kFloatOrComplex: defined on complex numbers too, with the principal branch PyTorch uses.
+enum class Takes { kAny, kFloat, kFloatOrComplex, kIntegerOrBool, kSignedOrFloat, kNumber };
 
 Takes element_types_of(std::string_view op) {
   if (op.rfind("chlo.", 0) == 0) return Takes::kFloat;
   static const std::map<std::string_view, Takes> kTable = {
-      {"stablehlo.sqrt", Takes::kFloat}, {"stablehlo.rsqrt", Takes::kFloat},
-      {"stablehlo.cbrt", Takes::kFloat}, {"stablehlo.exponential", Takes::kFloat},
-      {"stablehlo.exponential_minus_one", Takes::kFloat}, {"stablehlo.log", Takes::kFloat},
-      {"stablehlo.log_plus_one", Takes::kFloat}, {"stablehlo.logistic", Takes::kFloat},
-      {"stablehlo.sine", Takes::kFloat}, {"stablehlo.cosine", Takes::kFloat},
-      {"stablehlo.tan", Takes::kFloat}, {"stablehlo.tanh", Takes::kFloat},
+      {"stablehlo.sqrt", Takes::kFloatOrComplex}, {"stablehlo.rsqrt", Takes::kFloatOrComplex},
+      {"stablehlo.cbrt", Takes::kFloat}, {"stablehlo.exponential", Takes::kFloatOrComplex},
+      {"stablehlo.exponential_minus_one", Takes::kFloatOrComplex},
+      {"stablehlo.log", Takes::kFloatOrComplex},
+      {"stablehlo.log_plus_one", Takes::kFloatOrComplex},
+      {"stablehlo.logistic", Takes::kFloatOrComplex},
+      {"stablehlo.sine", Takes::kFloatOrComplex}, {"stablehlo.cosine", Takes::kFloatOrComplex},
+      {"stablehlo.tan", Takes::kFloatOrComplex}, {"stablehlo.tanh", Takes::kFloatOrComplex},
       {"stablehlo.atan2", Takes::kFloat}, {"stablehlo.floor", Takes::kFloat},
       {"stablehlo.ceil", Takes::kFloat}, {"stablehlo.round_nearest_even", Takes::kFloat},
       {"stablehlo.round_nearest_afz", Takes::kFloat}, {"stablehlo.is_finite", Takes::kFloat},
@@ -327,7 +349,8 @@ bool takes(Takes kind, DType t) {
   switch (kind) {
     case Takes::kAny: return true;
     case Takes::kFloat: return base::is_floating(t);
-    case Takes::kIntegerOrBool: return !base::is_floating(t);
+    case Takes::kFloatOrComplex: return base::is_floating(t) || base::is_complex(t);
+    case Takes::kIntegerOrBool: return !base::is_floating(t) && !base::is_complex(t);
     case Takes::kSignedOrFloat: return base::is_floating(t) || base::is_signed_integral(t);
     case Takes::kNumber: return t != DType::kBool;
   }
@@ -350,6 +373,10 @@ void Builder::check_element_type(const std::string& op, DType t) {
 Value Builder::unary(std::string_view name, Value a) {
   std::string full = full_op_name(name);
   check_element_type(full, a.dtype());
+  if (base::is_complex(a.dtype()) && (full == "stablehlo.abs" || full == "stablehlo.sign")) {
+    // abs of a complex value is real (a different result type); complex lowerings emit it.
+    if (unsupported_.empty()) unsupported_ = full + " of complex elements is not a unary() op";
+  }
   return op(full, {a}, a.type);
 }
 
@@ -374,7 +401,11 @@ Value Builder::compare(Value a, Value b, std::string_view direction) {
                       ")",
                   TensorType{DType::kBool, a.dims()});
   }
-  const char* kind = base::is_floating(a.dtype())         ? "FLOAT"
+  if (base::is_complex(a.dtype()) && direction != "EQ" && direction != "NE" &&
+      unsupported_.empty()) {
+    unsupported_ = "compare " + std::string(direction) + " is not defined on complex elements";
+  }
+  const char* kind = base::is_floating(a.dtype()) || base::is_complex(a.dtype()) ? "FLOAT"
                      : base::is_signed_integral(a.dtype()) ? "SIGNED"
                                                            : "UNSIGNED";
   return op("stablehlo.compare", {a, b}, TensorType{DType::kBool, a.dims()},
@@ -384,6 +415,14 @@ Value Builder::compare(Value a, Value b, std::string_view direction) {
 
 Value Builder::select(Value pred, Value on_true, Value on_false) {
   return op("stablehlo.select", {pred, on_true, on_false}, on_true.type);
+}
+
+Value Builder::conj(Value v) {
+  if (!base::is_complex(v.dtype())) return v;
+  TensorType part{base::complex_component(v.dtype()), v.dims()};
+  Value re = op("stablehlo.real", {v}, part);
+  Value im = unary("negate", op("stablehlo.imag", {v}, part));
+  return op("stablehlo.complex", {re, im}, v.type);
 }
 
 Value Builder::clamp(Value lo, Value x, Value hi) {
@@ -423,6 +462,9 @@ Value Builder::reduce_sum(Value v, const Dims& dims) {
 }
 
 Value Builder::nan_propagating(std::string_view name, Value a, Value b) {
+  if (base::is_complex(a.dtype()) && unsupported_.empty()) {
+    unsupported_ = "stablehlo." + std::string(name) + " is not defined on complex elements";
+  }
   Value r = binary(name, a, b);
   if (!base::is_floating(a.dtype())) return r;
   return select(compare(a, a, "NE"), a, select(compare(b, b, "NE"), b, r));

@@ -121,6 +121,8 @@ class Builder {
   Value compare(Value a, Value b, std::string_view direction);
   Value select(Value pred, Value on_true, Value on_false);
   Value clamp(Value lo, Value x, Value hi);
+  // The complex conjugate (the identity on real types).
+  Value conj(Value v);
 
   // Reduction of one operand over `dims` with a binary body op ("add", "maximum", ...).
   Value reduce(Value v, Value init, const Dims& dims, std::string_view body_op);

@@ -39,6 +39,8 @@ void ensure_registered() {
     register_linalg_decomp_lowerings();
     register_linalg_svd_lowerings();
     register_linalg_eigh_lowerings();
+    register_complex_lowerings();
+    register_fft_lowerings();
     register_host_kernel_call_lowerings();
     register_foreach_lowerings();
     register_graph_lowerings();
@@ -146,7 +148,8 @@ Value LoweringContext::tensor(size_t i) {
     // A 0-dim CPU tensor where the schema takes a Tensor (index_put_'s values,
     // index_fill's value): a 0-d runtime scalar, wide enough to hold it exactly.
     ScalarCategory k = args_[i].scalar_category;
-    return scalar(i, k == ScalarCategory::kFloat ? DType::kF64
+    return scalar(i, k == ScalarCategory::kComplex ? DType::kC128
+                     : k == ScalarCategory::kFloat ? DType::kF64
                      : k == ScalarCategory::kInt ? DType::kI64
                                                  : DType::kBool);
   }
@@ -222,6 +225,8 @@ int type_rank(DType t) {
     case DType::kF64: return 7;
     case DType::kU32: return 3;
     case DType::kU64: return 4;
+    case DType::kC64: return 8;
+    case DType::kC128: return 9;
   }
   return 0;
 }
@@ -235,6 +240,13 @@ DType promote_types(DType a, DType b) {
   }
   if ((a == DType::kF16 && b == DType::kBF16) || (a == DType::kBF16 && b == DType::kF16)) {
     return DType::kF32;
+  }
+  if (base::is_complex(a) || base::is_complex(b)) {
+    // complex64 with float64 is complex128 (c10's table); otherwise the complex type wins.
+    if (a == DType::kC128 || b == DType::kC128 || a == DType::kF64 || b == DType::kF64) {
+      return DType::kC128;
+    }
+    return DType::kC64;
   }
   return type_rank(a) >= type_rank(b) ? a : b;
 }
@@ -251,18 +263,22 @@ DType LoweringContext::result_type(const std::vector<size_t>& arg_indices) const
     if (a.kind == ArgKind::kTensor) {
       update(a.type.rank() > 0 ? dim_result : zero_result, a.type.dtype);
     } else if (a.kind == ArgKind::kScalar) {
-      DType t = a.scalar_category == ScalarCategory::kFloat ? DType::kF32
-                : a.scalar_category == ScalarCategory::kInt ? DType::kI64
-                                                             : DType::kBool;
+      DType t = a.scalar_category == ScalarCategory::kComplex ? DType::kC64
+                : a.scalar_category == ScalarCategory::kFloat ? DType::kF32
+                : a.scalar_category == ScalarCategory::kInt   ? DType::kI64
+                                                              : DType::kBool;
       update(wrapped_result, t);
     }
   }
   auto combine = [](std::optional<DType> higher, std::optional<DType> lower) -> std::optional<DType> {
     if (!higher) return lower;
     if (!lower) return higher;
-    if (base::is_floating(*higher)) return higher;
-    if (*higher == DType::kBool || base::is_floating(*lower)) return promote_types(*higher, *lower);
-    return higher;
+    // Categories: bool < integer < floating < complex.
+    auto category = [](DType t) {
+      return base::is_complex(t) ? 3 : base::is_floating(t) ? 2 : t == DType::kBool ? 0 : 1;
+    };
+    if (category(*lower) <= category(*higher)) return higher;
+    return promote_types(*higher, *lower);
   };
   std::optional<DType> r = combine(dim_result, combine(zero_result, wrapped_result));
   return r.value_or(DType::kF32);
@@ -277,12 +293,28 @@ int64_t wrap_dim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + r : dim;
 }
 
+base::Status check_complex_support(const std::string& op_name, const std::vector<OpArg>& args,
+                                   const std::vector<TensorType>& out_types) {
+  bool complex = false;
+  for (const OpArg& a : args) {
+    complex |= a.kind == ArgKind::kTensor && base::is_complex(a.type.dtype);
+    complex |= a.kind == ArgKind::kScalar && a.scalar_category == ScalarCategory::kComplex;
+    complex |= a.kind == ArgKind::kDType && base::is_complex(a.dtype);
+    for (const TensorType& t : a.list_types) complex |= base::is_complex(t.dtype);
+    for (ScalarCategory k : a.scalar_categories) complex |= k == ScalarCategory::kComplex;
+  }
+  for (const TensorType& t : out_types) complex |= base::is_complex(t.dtype);
+  if (!complex || accepts_complex(op_name)) return base::Status::ok_status();
+  return base::unimplemented("lowering: " + op_name + " is not lowered for complex dtypes");
+}
+
 base::StatusOr<LoweredModule> lower_op(const std::string& op_name, std::vector<OpArg> args,
                                        std::vector<TensorType> out_types) {
   const LoweringFn* fn = find_lowering(op_name);
   if (fn == nullptr) {
     return base::unimplemented("lowering: " + op_name + " has no lowering");
   }
+  TORCHTPU_RETURN_IF_ERROR(check_complex_support(op_name, args, out_types));
   Builder builder;
   LoweringContext ctx(builder, op_name, std::move(args), std::move(out_types));
   TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(ctx));

@@ -30,7 +30,7 @@ namespace torchtpu::lowering {
 enum class ArgKind {
   kTensor, kTensorList, kScalar, kScalarList, kInt, kDouble, kBool, kIntList, kNone, kString, kDType
 };
-enum class ScalarCategory { kBool, kInt, kFloat };
+enum class ScalarCategory { kBool, kInt, kFloat, kComplex };
 
 struct OpArg {
   ArgKind kind = ArgKind::kNone;
@@ -149,6 +149,15 @@ std::vector<std::string> registered_lowerings();
 // Drops an entry (the aten layer prunes names that are not overloads of the running
 // PyTorch, so the table and coverage reports list only reachable ops).
 void remove_lowering(std::string_view name);
+
+// Whether the lowering registered as `op_name` is written for complex operands and
+// results (complex.cc keeps the list). Every other lowering sees only real dtypes: a call
+// with a complex tensor, scalar or dtype is unimplemented (eager mode falls back to the
+// CPU), never a lowering that was not written for complex numbers.
+bool accepts_complex(std::string_view op_name);
+// unimplemented when the call involves a complex dtype that `op_name` does not accept.
+base::Status check_complex_support(const std::string& op_name, const std::vector<OpArg>& args,
+                                   const std::vector<TensorType>& out_types);
 
 // Type promotion primitives (c10's table).
 DType promote_types(DType a, DType b);

@@ -43,7 +43,7 @@ Value product(Builder& b, Value lhs, Value rhs, const Dims& lhs_batch, const Dim
                       i64_list(lhs_batch) + ", rhs_batching_dimensions = " + i64_list(rhs_batch) +
                       ", lhs_contracting_dimensions = " + i64_list(lhs_contract) +
                       ", rhs_contracting_dimensions = " + i64_list(rhs_contract) + ">";
-  if (base::is_floating(lhs.dtype())) {
+  if (base::is_floating(lhs.dtype()) || base::is_complex(lhs.dtype())) {
     attrs += ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
   }
   return b.op("stablehlo.dot_general", {lhs, rhs}, TensorType{out, out_dims}, attrs);
@@ -147,8 +147,14 @@ void register_matmul_lowerings() {
   const DotSpec vec_vec{{}, {}, {0}, {0}};
   register_lowering({"aten::mm", "aten::mm.out"}, plain_product(mat_mat));
   register_lowering({"aten::bmm", "aten::bmm.out"}, plain_product(batched));
-  // vdot conjugates its first argument; on real dtypes (the only ones here) it is dot.
-  register_lowering({"aten::dot", "aten::vdot"}, plain_product(vec_vec));
+  register_lowering({"aten::dot"}, plain_product(vec_vec));
+  // vdot conjugates its first argument (on real dtypes it is dot).
+  register_lowering({"aten::vdot"}, [](LoweringContext& c) -> Lowered {
+    DType t = promote_types(c.tensor_type(0).dtype, c.tensor_type(1).dtype);
+    Builder& b = c.b();
+    Value lhs = b.conj(b.convert(c.tensor(0), t)), rhs = b.convert(c.tensor(1), t);
+    return std::vector<Value>{to_out(c, product(b, lhs, rhs, {}, {}, {0}, {0}))};
+  });
   register_with_variants("addmm", {""}, scaled_product(mat_mat));
   register_with_variants("baddbmm", {""}, scaled_product(batched));
   // addbmm sums the batch of products: contract over the batch dim as well.

@@ -345,9 +345,52 @@ Result lower_select_scatter(LoweringContext& c) {
   return std::vector<Value>{b.select(mask, placed, self)};
 }
 
+// unfold_backward(grad, input_sizes, dim, size, step): every window's gradient added back
+// at its positions. The windows' (w, j) -> w * step + j map is a 0/1 matrix, so the sum is
+// one contraction of the gradient with it (exact: each output adds its own terms only).
+Result lower_unfold_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  Value g = c.tensor(0);
+  const TensorType& out = c.out_type();
+  int64_t rank = out.rank();
+  if (rank == 0 || g.rank() != rank + 1) {
+    return base::unimplemented("lowering: unfold_backward of a 0-d input");
+  }
+  int64_t dim = wrap_dim(c.int_arg(2), rank), size = c.int_arg(3), step = c.int_arg(4);
+  int64_t windows = g.dims()[dim], length = out.dims[dim];
+  if (out.num_elements() == 0 || windows * size == 0) return std::vector<Value>{b.zeros(out)};
+  Dims perm;
+  for (int64_t i = 0; i < rank; ++i) if (i != dim) perm.push_back(i);
+  perm.push_back(dim);
+  perm.push_back(rank);
+  Value moved = b.transpose(g, perm);
+  Dims flat(moved.dims().begin(), moved.dims().end() - 2);
+  flat.push_back(windows * size);
+  moved = b.reshape(moved, flat);
+  TensorType idx{DType::kI64, {windows * size, length}};
+  Value row = b.iota(idx, 0), col = b.iota(idx, 1);
+  Value s = b.broadcast_to(b.constant_i64(size, DType::kI64), idx.dims);
+  Value stride = b.broadcast_to(b.constant_i64(step, DType::kI64), idx.dims);
+  Value target = b.add(b.mul(b.div(row, s), stride), b.binary("remainder", row, s));
+  Value onehot = b.convert(b.compare(target, col, "EQ"), g.dtype());
+  Dims summed(flat.begin(), flat.end() - 1);
+  summed.push_back(length);
+  std::string attrs = "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [], "
+                      "rhs_batching_dimensions = [], lhs_contracting_dimensions = [" +
+                      std::to_string(moved.rank() - 1) + "], rhs_contracting_dimensions = [0]>";
+  if (!base::is_integral(g.dtype())) {
+    attrs += ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+  }
+  Value r = b.op("stablehlo.dot_general", {moved, onehot}, TensorType{g.dtype(), summed}, attrs);
+  Dims back(rank);
+  for (int64_t i = 0, k = 0; i < rank; ++i) back[i] = i == dim ? rank - 1 : k++;
+  return std::vector<Value>{to_out(c, b.transpose(r, back))};
+}
+
 }  // namespace
 
 void register_shape_lowerings() {
+  register_lowering({"aten::unfold_backward", "aten::unfold_backward.out"}, lower_unfold_backward);
   register_lowering({"aten::cat", "aten::cat.out"}, lower_cat);
   register_lowering({"aten::flip", "aten::flip.out"}, lower_flip);
   register_lowering({"aten::roll", "aten::roll.out"}, lower_roll);

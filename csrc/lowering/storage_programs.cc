@@ -105,6 +105,14 @@ std::string convert_module(const TensorType& src, DType dtype, const Dims& dims)
   return b.finish({b.broadcast_to(b.convert(v, dtype), dims)});
 }
 
+std::string math_bits_module(const TensorType& src, bool conj, bool neg) {
+  Builder b("torchtpu_math_bits");
+  Value v = b.param(src);
+  if (conj) v = b.conj(v);
+  if (neg) v = b.unary("negate", v);
+  return b.finish({v});
+}
+
 std::string zeros_module(const TensorType& t) {
   Builder b("torchtpu_zeros");
   return b.finish({b.zeros(t)});

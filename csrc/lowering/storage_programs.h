@@ -20,6 +20,9 @@ std::string strided_read_module(const TensorType& base, const Dims& sizes, const
 std::string strided_write_module(const TensorType& base, const Dims& sizes, const Dims& strides);
 // (src) -> src converted to `dtype` and broadcast (NumPy rules) to `dims`.
 std::string convert_module(const TensorType& src, DType dtype, const Dims& dims);
+// (src) -> src conjugated (when `conj`; complex types only) and negated (when `neg`): how a
+// value with PyTorch's conjugate / negative bits reads, or is written through such a view.
+std::string math_bits_module(const TensorType& src, bool conj, bool neg);
 // () -> zeros of type `t`.
 std::string zeros_module(const TensorType& t);
 

@@ -174,8 +174,17 @@ base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType
   args.num_dims = dims.size();
   args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
   args.device = devices_[device_index];
-  TORCHTPU_RETURN_IF_ERROR(consume_error(api, api->PJRT_Client_BufferFromHostBuffer(&args),
-                                         "PJRT_Client_BufferFromHostBuffer"));
+  base::Status status = consume_error(api, api->PJRT_Client_BufferFromHostBuffer(&args),
+                                      "PJRT_Client_BufferFromHostBuffer");
+  if (!status.ok() && base::is_complex(dtype)) {
+    // A plugin without complex support (libtpu has no complex128): say which.
+    return base::Status(status.code(),
+                        "runtime: the " + platform_name_ + " plugin (" + plugin_->path() +
+                            ") cannot hold " + base::dtype_name(dtype) + " buffers: " +
+                            status.message() + "; use a dtype this plugin supports (complex64 "
+                            "where it has it) or run the complex part on the CPU");
+  }
+  TORCHTPU_RETURN_IF_ERROR(status);
   // With kImmutableOnlyDuringCall the host data has been consumed already; the event
   // only needs releasing.
   Event done(plugin_, args.done_with_host_buffer);
@@ -233,8 +242,14 @@ base::StatusOr<ExecutablePtr> Client::compile(const std::string& module_text,
   args.compile_options = options.data();
   args.compile_options_size = options.size();
   auto start = std::chrono::steady_clock::now();
-  TORCHTPU_RETURN_IF_ERROR(
-      consume_error(api, api->PJRT_Client_Compile(&args), "PJRT_Client_Compile"));
+  base::Status status = consume_error(api, api->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
+  if (!status.ok() && module_text.find("complex<") != std::string::npos) {
+    return base::Status(status.code(),
+                        status.message() + " (the program has complex values: the " +
+                            platform_name_ + " plugin (" + plugin_->path() +
+                            ") may lack complex support for them)");
+  }
+  TORCHTPU_RETURN_IF_ERROR(status);
   auto us = std::chrono::duration_cast<std::chrono::microseconds>(
                 std::chrono::steady_clock::now() - start)
                 .count();

@@ -16,6 +16,8 @@ PJRT_Buffer_Type to_pjrt_type(base::DType t) {
     case base::DType::kF64: return PJRT_Buffer_Type_F64;
     case base::DType::kU32: return PJRT_Buffer_Type_U32;
     case base::DType::kU64: return PJRT_Buffer_Type_U64;
+    case base::DType::kC64: return PJRT_Buffer_Type_C64;
+    case base::DType::kC128: return PJRT_Buffer_Type_C128;
   }
   return PJRT_Buffer_Type_INVALID;
 }
@@ -34,6 +36,8 @@ base::StatusOr<base::DType> from_pjrt_type(PJRT_Buffer_Type t) {
     case PJRT_Buffer_Type_F64: return base::DType::kF64;
     case PJRT_Buffer_Type_U32: return base::DType::kU32;
     case PJRT_Buffer_Type_U64: return base::DType::kU64;
+    case PJRT_Buffer_Type_C64: return base::DType::kC64;
+    case PJRT_Buffer_Type_C128: return base::DType::kC128;
     default: break;
   }
   return base::unimplemented("runtime: PJRT buffer type " + std::to_string(static_cast<int>(t)) +

@@ -117,8 +117,10 @@ template <typename T>
 T get(const char* p) { T x; std::memcpy(&x, p, sizeof(T)); return x; }
 }  // namespace harness_detail
 
+// Complex tensors travel as interleaved (real, imag) doubles: 2 values per element.
 inline std::vector<char> to_bytes(const std::vector<double>& v, base::DType t) {
   using harness_detail::put;
+  if (base::is_complex(t)) return to_bytes(v, base::complex_component(t));
   std::vector<char> out(v.size() * base::dtype_size_bytes(t));
   for (size_t i = 0; i < v.size(); ++i) {
     char* p = out.data() + i * base::dtype_size_bytes(t);
@@ -135,6 +137,8 @@ inline std::vector<char> to_bytes(const std::vector<double>& v, base::DType t) {
       case base::DType::kF64: put(p, v[i]); break;
       case base::DType::kU32: put(p, static_cast<uint32_t>(v[i])); break;
       case base::DType::kU64: put(p, static_cast<uint64_t>(v[i])); break;
+      case base::DType::kC64:
+      case base::DType::kC128: break;  // handled above
     }
   }
   return out;
@@ -142,6 +146,7 @@ inline std::vector<char> to_bytes(const std::vector<double>& v, base::DType t) {
 
 inline std::vector<double> from_bytes(const std::vector<char>& b, base::DType t, int64_t n) {
   using harness_detail::get;
+  if (base::is_complex(t)) return from_bytes(b, base::complex_component(t), 2 * n);
   std::vector<double> out(n);
   for (int64_t i = 0; i < n; ++i) {
     const char* p = b.data() + i * base::dtype_size_bytes(t);
@@ -158,6 +163,8 @@ inline std::vector<double> from_bytes(const std::vector<char>& b, base::DType t,
       case base::DType::kF64: out[i] = get<double>(p); break;
       case base::DType::kU32: out[i] = get<uint32_t>(p); break;
       case base::DType::kU64: out[i] = static_cast<double>(get<uint64_t>(p)); break;
+      case base::DType::kC64:
+      case base::DType::kC128: break;  // handled above
     }
   }
   return out;

@@ -24,6 +24,8 @@ DEFAULT_TOLS: dict[torch.dtype, tuple[float, float]] = {
     torch.bfloat16: (1.6e-2, 1e-2),
     torch.float16: (1e-3, 1e-3),
     torch.float64: (1e-7, 1e-7),
+    torch.complex64: (1e-5, 1e-5),
+    torch.complex128: (1e-7, 1e-7),
 }
 EXACT = (0.0, 0.0)
 
@@ -64,6 +66,10 @@ def make(shape: Iterable[int], dtype: torch.dtype, *, low: float = -3.0, high: f
         return t
     if dtype == torch.bool:
         return torch.rand(shape) > 0.5
+    if dtype.is_complex:
+        part = torch.float64 if dtype == torch.complex128 else torch.float32
+        return torch.complex(make(shape, part, low=low, high=high),
+                             make(shape, part, low=low, high=high))
     if dtype.is_floating_point:
         return (torch.rand(shape, dtype=torch.float32) * (high - low) + low).to(dtype)
     return torch.randint(int(low), int(high) + 1, shape, dtype=dtype)

@@ -35,6 +35,8 @@ _DTYPES = {
     torch.bfloat16: _C.DType.bfloat16,
     torch.float32: _C.DType.float32,
     torch.float64: _C.DType.float64,
+    torch.complex64: _C.DType.complex64,
+    torch.complex128: _C.DType.complex128,
 }
 
 
@@ -163,6 +165,10 @@ def _scalar(value: Any) -> Any:
     elif isinstance(value, int):
         s.category = _C.ScalarCategory.int
         s.int_value = value
+    elif isinstance(value, complex):
+        s.category = _C.ScalarCategory.complex
+        s.float_value = value.real
+        s.imag_value = value.imag
     else:
         s.category = _C.ScalarCategory.float
         s.float_value = float(value)
@@ -445,7 +451,7 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
         elif isinstance(value, torch.dtype):
             a.kind = _C.ArgKind.dtype
             a.dtype = _dtype(value, g.op)
-        elif _is_scalar_slot(formal) and isinstance(value, (int, float, bool)):
+        elif _is_scalar_slot(formal) and isinstance(value, (int, float, bool, complex)):
             # A Scalar, or a Python number in a Tensor slot (a wrapped number): runtime data.
             a.kind = _C.ArgKind.scalar
             scalar = _scalar(value)

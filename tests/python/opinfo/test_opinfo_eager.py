@@ -1,6 +1,7 @@
 """Every core OpInfo (outside linalg, fft, special and sparse) and every list-op OpInfo
 (_foreach_*, from PyTorch's foreach databases), eager, at its primary dtype
-(float32, or its integer dtype when it has no float32): tpu must match the CPU with no
+(float32, or its integer dtype when it has no float32, or complex64 for complex-only
+OpInfos): tpu must match the CPU with no
 fallback, on the same samples `make op-coverage` checks (torchtpu.testing.opinfo).
 
 Known failures are listed in ``opinfo_skips.SKIPS`` with their reasons. Such an entry
@@ -23,7 +24,7 @@ def test_eager_matches_cpu(op) -> None:
     key = h.op_key(op)
     dtype = h.primary_dtype(op)
     if dtype is None:
-        pytest.skip("complex-only OpInfo: complex tensors are not lowered")
+        pytest.skip("the OpInfo has no float, integer or complex64 dtype on the CPU")
     out = h.check(op, "eager", dtype)
     if key in SKIPS:
         if out.status in ("pass", "n/a"):

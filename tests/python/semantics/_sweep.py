@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import torchtpu
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-          torch.uint8, torch.bool]
+          torch.uint8, torch.bool, torch.complex64]
 # (self, other) shapes: equal, broadcast from a lower rank, to a higher rank, 0-dim, empty.
 SHAPE_PAIRS = [((3, 4), (3, 4)), ((2, 1, 4), (4,)), ((), (3, 4)), ((0, 4), (1, 4))]
 
@@ -99,13 +99,16 @@ def make(shape, dtype) -> torch.Tensor:
     x = torch.randn(shape, generator=g) * 3
     if dtype == torch.bool:
         return x > 0
+    if dtype.is_complex:
+        return torch.complex(x, torch.randn(shape, generator=g) * 3)
     if not dtype.is_floating_point:
         x = x.abs() if dtype == torch.uint8 else x
         return x.round().to(dtype)
     return x.to(dtype)
 
 
-TOLS = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+TOLS = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2,
+        torch.complex64: 1e-4}
 
 
 # PyTorch's CPU kernel for uint8 bilinear images (an AVX2 path) computes in fixed point
@@ -120,6 +123,12 @@ def same(a, b, atol_int: int = 0) -> str | None:
         b = b.cpu()
         if a.dtype != b.dtype or a.shape != b.shape:
             return f"cpu {a.dtype}{list(a.shape)} tpu {b.dtype}{list(b.shape)}"
+        if a.dtype.is_complex:
+            a, b = torch.view_as_real(a.resolve_conj()), torch.view_as_real(b.resolve_conj())
+            tol = TOLS[torch.complex64]
+            if not torch.allclose(a.double(), b.double(), rtol=tol, atol=tol, equal_nan=True):
+                return "values differ"
+            return None
         if a.dtype.is_floating_point:
             tol = TOLS[a.dtype]
             if not torch.allclose(a.double(), b.double(), rtol=tol, atol=tol, equal_nan=True):

@@ -1,0 +1,182 @@
+// Complex numbers: which lowerings take complex operands (accepts_complex), and the ops
+// that exist for them: polar, complex, angle, conj_physical, and the value forms of the
+// complex views (view_as_real, view_as_complex, real, imag, the conjugate and negative
+// views) that compiled graphs see.
+//
+// A complex64 value is XLA's complex<f32>. Lowerings outside the list below were written
+// for real dtypes (they compare, take maxima, pick float32 for non-float inputs): a call
+// with a complex dtype never reaches them (check_complex_support), so eager mode runs
+// PyTorch's CPU kernel instead and compiled graphs report the op.
+#include <set>
+#include <string>
+
+#include "lowering/elementwise_util.h"
+#include "lowering/families.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Result = base::StatusOr<std::vector<Value>>;
+
+// Base names (aten::<base>[_][.overload]) whose lowerings are written for complex dtypes:
+// arithmetic whose StableHLO op is defined on complex numbers with PyTorch's principal
+// branches, reductions that only add or multiply, products, and data movement.
+const std::set<std::string, std::less<>>& complex_ops() {
+  static const auto* ops = new std::set<std::string, std::less<>>{
+      // elementwise
+      "add", "sub", "mul", "div", "neg", "exp", "log", "log2", "log10", "sqrt", "rsqrt",
+      "sin", "cos", "tanh", "sigmoid", "silu", "pow", "reciprocal", "abs", "sgn", "eq", "ne",
+      "where",
+      "angle", "polar", "complex", "conj_physical", "_conj_physical",
+      // reductions and products
+      "sum", "mean", "prod", "mm", "bmm", "addmm", "baddbmm", "dot", "vdot", "tanh_backward",
+      "sigmoid_backward",
+      // factories and fills
+      "fill", "zero", "full", "full_like", "scalar_tensor", "new_full", "zeros", "zeros_like",
+      "new_zeros", "empty_like", "new_empty", "empty_permuted", "ones", "ones_like", "new_ones",
+      "empty", "empty_strided",
+      // data movement (value forms of views in graphs, copies, concatenation)
+      "view", "view_copy", "_unsafe_view", "alias", "alias_copy", "detach", "detach_copy",
+      "lift_fresh_copy", "unsqueeze", "unsqueeze_copy", "squeeze", "squeeze_copy", "permute",
+      "permute_copy", "transpose", "transpose_copy", "t", "t_copy", "expand", "expand_copy",
+      "slice", "slice_copy", "select", "select_copy", "split", "split_copy", "split_with_sizes",
+      "split_with_sizes_copy", "unbind", "unbind_copy", "as_strided", "as_strided_copy", "copy",
+      "_to_copy", "clone", "cat", "flip", "roll", "slice_scatter", "select_scatter",
+      "constant_pad_nd", "repeat", "unfold_backward",
+      // complex views as values (graphs)
+      "view_as_real", "view_as_complex", "view_as_real_copy", "view_as_complex_copy", "real",
+      "imag", "_conj", "_conj_copy", "resolve_conj", "_neg_view", "_neg_view_copy", "resolve_neg",
+      // fft (fft.cc)
+      "_fft_c2c", "_fft_r2c", "_fft_c2r",
+  };
+  return *ops;
+}
+
+TensorType part_type(const Value& v) {
+  return TensorType{base::complex_component(v.dtype()), v.dims()};
+}
+
+Value real_part(Builder& b, Value z) {
+  return base::is_complex(z.dtype()) ? b.op("stablehlo.real", {z}, part_type(z)) : z;
+}
+
+Value imag_part(Builder& b, Value z) {
+  return base::is_complex(z.dtype()) ? b.op("stablehlo.imag", {z}, part_type(z)) : b.zeros(z.type);
+}
+
+Value make_complex(Builder& b, Value re, Value im) {
+  return b.op("stablehlo.complex", {re, im}, TensorType{base::complex_of(re.dtype()), re.dims()});
+}
+
+// polar(abs, angle) = abs * (cos(angle) + i sin(angle)).
+Result lower_polar(LoweringContext& c) {
+  Builder& b = c.b();
+  DType part = base::complex_component(c.out_type().dtype);
+  Value r = out_operand(c, 0, part), theta = out_operand(c, 1, part);
+  Value re = b.mul(r, b.unary("cosine", theta));
+  Value im = b.mul(r, b.unary("sine", theta));
+  return std::vector<Value>{make_complex(b, re, im)};
+}
+
+// complex(real, imag).
+Result lower_complex(LoweringContext& c) {
+  DType part = base::complex_component(c.out_type().dtype);
+  return std::vector<Value>{make_complex(c.b(), out_operand(c, 0, part), out_operand(c, 1, part))};
+}
+
+// angle: atan2(imag, real) of complex numbers; of reals, 0 for x >= 0, pi for x < 0 and
+// NaN for NaN (PyTorch's CPU kernel).
+Result lower_angle(LoweringContext& c) {
+  Builder& b = c.b();
+  DType in = c.tensor_type(0).dtype;
+  if (base::is_complex(in)) {
+    Value z = c.tensor(0);
+    Value r = b.binary("atan2", imag_part(b, z), real_part(b, z));
+    return std::vector<Value>{to_out(c, r)};
+  }
+  DType t = opmath(c.out_type().dtype);
+  if (!base::is_floating(t)) {
+    return base::unimplemented("lowering: angle of " + std::string(base::dtype_name(in)));
+  }
+  Value x = out_operand(c, 0, t);
+  Value r = b.select(b.compare(x, b.zeros(x.type), "LT"), b.splat(3.14159265358979323846, x.type),
+                     b.zeros(x.type));
+  r = b.select(b.compare(x, x, "NE"), x, r);
+  return std::vector<Value>{to_out(c, r)};
+}
+
+Result lower_conj_physical(LoweringContext& c) {
+  return std::vector<Value>{to_out(c, c.b().conj(c.tensor(0)))};
+}
+
+Result lower_neg_view(LoweringContext& c) {
+  return std::vector<Value>{to_out(c, c.b().unary("negate", c.tensor(0)))};
+}
+
+Result lower_identity(LoweringContext& c) { return std::vector<Value>{c.tensor(0)}; }
+
+// view_as_real: [..., 2] of (real, imag).
+Result lower_view_as_real(LoweringContext& c) {
+  Builder& b = c.b();
+  Value z = c.tensor(0);
+  Dims with_pair = z.dims();
+  with_pair.push_back(1);
+  Value re = b.reshape(real_part(b, z), with_pair), im = b.reshape(imag_part(b, z), with_pair);
+  return std::vector<Value>{b.concatenate({re, im}, z.rank())};
+}
+
+// view_as_complex: the last dim (of size 2) as (real, imag).
+Result lower_view_as_complex(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  if (x.rank() == 0 || x.dims().back() != 2) {
+    return base::invalid_argument("lowering: view_as_complex expects a last dim of size 2, got " +
+                                  x.type.str());
+  }
+  Dims out = x.dims();
+  out.pop_back();
+  Dims start(x.rank(), 0), limit = x.dims(), strides(x.rank(), 1);
+  limit.back() = 1;
+  Value re = b.reshape(b.slice(x, start, limit, strides), out);
+  start.back() = 1;
+  limit.back() = 2;
+  Value im = b.reshape(b.slice(x, start, limit, strides), out);
+  return std::vector<Value>{make_complex(b, re, im)};
+}
+
+Result lower_real(LoweringContext& c) { return std::vector<Value>{real_part(c.b(), c.tensor(0))}; }
+Result lower_imag(LoweringContext& c) { return std::vector<Value>{imag_part(c.b(), c.tensor(0))}; }
+
+}  // namespace
+
+bool accepts_complex(std::string_view op_name) {
+  std::string_view name = op_name;
+  if (name.rfind("aten::", 0) != 0) return false;
+  name.remove_prefix(6);
+  name = name.substr(0, name.find('.'));
+  if (complex_ops().count(name)) return true;
+  // In-place forms: add_, fill_, zero_, ... (but not _conj: a leading underscore is a name).
+  if (name.size() > 1 && name.back() == '_') {
+    return complex_ops().count(name.substr(0, name.size() - 1)) > 0;
+  }
+  return false;
+}
+
+void register_complex_lowerings() {
+  register_lowering({"aten::polar", "aten::polar.out"}, lower_polar);
+  register_lowering({"aten::complex", "aten::complex.out"}, lower_complex);
+  register_lowering({"aten::angle", "aten::angle.out"}, lower_angle);
+  register_lowering({"aten::conj_physical", "aten::conj_physical_", "aten::conj_physical.out",
+                     "aten::_conj_physical"},
+                    lower_conj_physical);
+  // Value forms for graphs: in eager mode these are views (metadata over the same storage).
+  register_lowering({"aten::_conj", "aten::_conj_copy"}, lower_conj_physical);
+  register_lowering({"aten::_neg_view", "aten::_neg_view_copy"}, lower_neg_view);
+  register_lowering({"aten::resolve_conj", "aten::resolve_neg"}, lower_identity);
+  register_lowering({"aten::view_as_real", "aten::view_as_real_copy"}, lower_view_as_real);
+  register_lowering({"aten::view_as_complex", "aten::view_as_complex_copy"}, lower_view_as_complex);
+  register_lowering({"aten::real"}, lower_real);
+  register_lowering({"aten::imag"}, lower_imag);
+}
+
+}  // namespace torchtpu::lowering

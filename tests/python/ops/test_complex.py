@@ -1,0 +1,279 @@
+"""Complex dtypes on tpu: storages and transfers, casts, views and math bits, elementwise
+math, products, reductions, and TorchTitan's rotary embedding (eager and compiled).
+
+Every comparison is against PyTorch on the CPU, and every test forbids CPU fallbacks (the
+ops are lowered), except the one that checks an unlowered complex op falls back.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _compare import assert_close, assert_same, fallbacks, make, new_fallbacks
+from _subprocess import run_python
+
+import torchtpu
+
+COMPLEX = [torch.complex64, torch.complex128]
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_round_trip_is_bit_exact(dtype: torch.dtype) -> None:
+    x = make((3, 5), dtype)
+    x[0, 0] = complex(float("nan"), float("-inf"))
+    x[0, 1] = complex(-0.0, 1e-40)
+    y = x.to("tpu")
+    assert y.dtype == dtype and y.device.type == "tpu"
+    part = torch.float64 if dtype == torch.complex128 else torch.float32
+    bits = torch.int64 if part == torch.float64 else torch.int32
+    back = y.cpu()
+    assert torch.equal(torch.view_as_real(back).view(bits), torch.view_as_real(x).view(bits))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_factories_and_fill(dtype: torch.dtype) -> None:
+    before = fallbacks()
+    assert_close(torch.zeros(2, 3, dtype=dtype, device="tpu"), torch.zeros(2, 3, dtype=dtype))
+    assert_close(torch.ones(2, dtype=dtype, device="tpu"), torch.ones(2, dtype=dtype))
+    assert_close(torch.full((2,), 1 - 2j, dtype=dtype, device="tpu"),
+                 torch.full((2,), 1 - 2j, dtype=dtype))
+    assert not new_fallbacks(before), new_fallbacks(before)
+    for value in (2.5, 3):
+        t = torch.empty(4, dtype=dtype, device="tpu").fill_(value)
+        assert torch.equal(t.cpu(), torch.full((4,), value, dtype=dtype))
+
+
+def test_casts_follow_pytorch() -> None:
+    z = make((4, 3), torch.complex64)
+    assert_same(lambda a: a.to(torch.complex128), z)
+    assert_same(lambda a: a.to(torch.complex64), make((4,), torch.float32))
+    assert_same(lambda a: a.to(torch.complex64), make((4,), torch.int64))
+    assert_same(lambda a: (a * 0).to(torch.bool), z)
+    # complex -> real keeps the real part, and warns once per process, as on the CPU.
+    assert torch.equal(z.to("tpu").to(torch.float32).cpu(), z.real)
+    out = run_python(
+        "import warnings, torch, torchtpu\n"
+        "z = torch.tensor([1 + 2j], device='tpu')\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    r = z.to(torch.float32).cpu()\n"
+        "print(r.tolist(), [str(m.message) for m in w])\n")
+    assert out.returncode == 0, out.stderr
+    assert "[1.0]" in out.stdout and "discards the imaginary part" in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_views_share_storage(dtype: torch.dtype) -> None:
+    z = make((2, 3), dtype).to("tpu")
+    r = torch.view_as_real(z)
+    assert r.dtype == (torch.float64 if dtype == torch.complex128 else torch.float32)
+    assert r._base is z or r.untyped_storage().data_ptr() == z.untyped_storage().data_ptr()
+    r[0, 1, 1] = 7.0  # writes the imaginary part of z[0, 1]
+    assert z[0, 1].item().imag == 7.0
+    xc = make((4, 2), r.dtype)
+    x = xc.to("tpu")
+    c = torch.view_as_complex(x)
+    c.mul_(2)  # writes through to x
+    assert_close(x, xc * 2)
+    assert_close(z.real, z.cpu().real)
+    assert_close(z.imag, z.cpu().imag)
+
+
+def test_real_imag_write_through() -> None:
+    zc = make((3,), torch.complex64)
+    z = zc.to("tpu")
+    z.real.mul_(3)
+    z.imag.add_(1)
+    zc.real.mul_(3)
+    zc.imag.add_(1)
+    assert_close(z, zc)
+
+
+def test_conj_is_lazy_and_resolves_like_cpu() -> None:
+    zc = make((3, 4), torch.complex64)
+    z = zc.to("tpu")
+    before = fallbacks()
+    c = z.conj()
+    assert c.is_conj()
+    assert_close(c.resolve_conj(), zc.conj().resolve_conj())
+    assert not c.resolve_conj().is_conj()
+    assert_close(c.clone(), zc.conj().clone())
+    assert_close(c.cpu(), zc.conj(), check_device=False)
+    assert_close(c.imag, zc.conj().imag)  # the negative bit
+    assert_close(c.imag.clone(), zc.conj().imag.clone())
+    assert_close(torch.conj_physical(z), torch.conj_physical(zc))
+    assert_close(c + 1, zc.conj() + 1)
+    assert_close(c @ z.T, zc.conj() @ zc.T)  # mm sees the conjugate bit (passed through)
+    assert_close(torch.view_as_real(c.resolve_conj()), torch.view_as_real(zc.conj().resolve_conj()))
+    # Copies into a conjugate view store conjugated elements.
+    d = torch.zeros(3, 4, dtype=torch.complex64, device="tpu")
+    dc = torch.zeros(3, 4, dtype=torch.complex64)
+    d.conj().copy_(z)
+    dc.conj().copy_(zc)
+    assert_close(d, dc)
+    # A conjugated CPU source, and a negated (imag of conj) one.
+    e = torch.zeros(3, 4, dtype=torch.complex64, device="tpu").copy_(zc.conj())
+    assert_close(e, zc.conj().resolve_conj())
+    f = torch.zeros(3, 4, device="tpu").copy_(zc.conj().imag)
+    assert_close(f, zc.conj().imag.resolve_neg())
+    assert not new_fallbacks(before), new_fallbacks(before)
+
+
+UNARY = ["exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "reciprocal", "neg",
+         "abs", "sgn", "angle", "log2", "log10"]
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("name", UNARY)
+def test_unary(name: str, dtype: torch.dtype) -> None:
+    fn = getattr(torch, name)
+    tols = {torch.complex64: (2e-5, 2e-5), torch.float32: (2e-5, 2e-5)}
+    assert_same(fn, make((5, 7), dtype, low=-2, high=2), dtype_tols=tols)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_binary_and_promotion(dtype: torch.dtype) -> None:
+    a, b = make((4, 5), dtype), make((4, 5), dtype)
+    real = make((4, 5), torch.float32)
+    tols = {torch.complex64: (1e-5, 1e-5)}
+    for fn in (torch.add, torch.sub, torch.mul, torch.div):
+        assert_same(fn, a, b, dtype_tols=tols)
+        assert_same(fn, a, real, dtype_tols=tols)  # real operand: promoted
+        assert_same(fn, real, a, dtype_tols=tols)
+    assert_same(lambda x: x * 2.5 + 1, a)
+    assert_same(lambda x: x * (1 + 2j), a)  # a complex Python scalar
+    assert_same(lambda x, y: torch.add(x, y, alpha=2), a, b)
+    assert_same(torch.pow, a, make((4, 5), dtype, low=0.5, high=2), dtype_tols={
+        torch.complex64: (1e-4, 1e-4), torch.complex128: (1e-10, 1e-10)})
+    assert_same(lambda x: x.pow(2), a, dtype_tols={torch.complex64: (1e-5, 1e-4)})
+    assert_same(lambda x, y: x == y, a, a.clone())
+    assert_same(lambda x, y: x != y, a, b)
+    assert_same(lambda x, y: torch.isclose(x, y), a, a + 1e-9)
+    assert_same(lambda x, y, m: torch.where(m, x, y), a, b, make((4, 5), torch.bool))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_polar_complex(dtype: torch.dtype) -> None:
+    part = torch.float64 if dtype == torch.complex128 else torch.float32
+    r, theta = make((6,), part, low=0, high=3), make((6,), part)
+    assert_same(torch.polar, r, theta)
+    assert_same(torch.complex, r, theta)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_products_and_reductions(dtype: torch.dtype) -> None:
+    tols = {torch.complex64: (1e-5, 1e-4)}
+    a, b = make((3, 4), dtype), make((4, 5), dtype)
+    assert_same(torch.mm, a, b, dtype_tols=tols)
+    assert_same(torch.matmul, a, b, dtype_tols=tols)
+    assert_same(torch.bmm, make((2, 3, 4), dtype), make((2, 4, 2), dtype), dtype_tols=tols)
+    assert_same(lambda x, y: torch.einsum("ij,jk->ik", x, y), a, b, dtype_tols=tols)
+    assert_same(lambda x, y, c: torch.addmm(c, x, y, alpha=2, beta=0.5), a, b, make((3, 5), dtype),
+                dtype_tols=tols)
+    v, w = make((6,), dtype), make((6,), dtype)
+    assert_same(torch.dot, v, w, dtype_tols=tols)
+    assert_same(torch.vdot, v, w, dtype_tols=tols)  # conjugates its first argument
+    for fn in (torch.sum, torch.mean, torch.prod):
+        assert_same(fn, a, dtype_tols=tols)
+        assert_same(lambda x, f=fn: f(x, dim=1), a, dtype_tols=tols)
+    assert_same(lambda x: x.sum(0, keepdim=True), a, dtype_tols=tols)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_backward(dtype: torch.dtype) -> None:
+    def run(device: str) -> list[torch.Tensor]:
+        torch.manual_seed(3)
+        a = make((3, 4), dtype).to(device).requires_grad_(True)
+        b = make((4, 2), dtype).to(device).requires_grad_(True)
+        w = make((3, 2), dtype).to(device)
+        y = (torch.exp(a * 0.3) @ b) * w + torch.tanh(a * 0.2).sum() + torch.sigmoid(b).sum()
+        loss = torch.view_as_real(y).pow(2).sum() + (a.conj() * a).real.sum()
+        loss.backward()
+        return [loss.detach(), a.grad, b.grad]
+
+    expected = run("cpu")
+    before = fallbacks()
+    actual = run("tpu")
+    assert not new_fallbacks(before), new_fallbacks(before)
+    assert_close(actual, expected, dtype_tols={torch.complex64: (1e-4, 1e-4),
+                                               torch.float32: (1e-4, 1e-4)})
+
+
+def test_unlowered_complex_op_falls_back_or_raises() -> None:
+    z = make((6,), torch.complex64)
+    before = fallbacks()
+    out = torch.cumsum(z.to("tpu"), 0)  # cumsum is lowered for real dtypes only
+    assert new_fallbacks(before).get("aten::cumsum.out", 0) + new_fallbacks(before).get(
+        "aten::cumsum", 0) >= 1, new_fallbacks(before)
+    assert_close(out, torch.cumsum(z, 0))
+
+
+# ---- TorchTitan's rotary embedding ---------------------------------------------------------
+# The computation of torchtitan/models/common/rope.py (precompute the complex frequencies
+# with torch.polar, rotate query and key as complex numbers), written here.
+
+def precompute_freqs_cis(dim: int, end: int, theta: float = 10000.0) -> torch.Tensor:
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: dim // 2].float() / dim))
+    t = torch.arange(end, device=freqs.device)
+    freqs = torch.outer(t, freqs).float()
+    return torch.polar(torch.ones_like(freqs), freqs)
+
+
+def apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    freqs_cis = freqs_cis.view(1, xq_.shape[1], 1, xq_.shape[-1])
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+
+
+def rope_step(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.Tensor,
+              fn=apply_rotary_emb) -> list[torch.Tensor]:
+    q, k = fn(xq, xk, freqs_cis)
+    gen = torch.Generator().manual_seed(5)
+    wq = torch.randn(q.shape, generator=gen).to(q.device)
+    wk = torch.randn(k.shape, generator=gen).to(k.device)
+    ((q * wq).sum() + (k * wk).sum()).backward()
+    return [q.detach(), k.detach(), xq.grad, xk.grad]
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_torchtitan_rope(mode: str) -> None:
+    bsz, seqlen, heads, head_dim = 2, 8, 4, 16
+    xq = make((bsz, seqlen, heads, head_dim), torch.float32)
+    xk = make((bsz, seqlen, heads, head_dim), torch.float32)
+    freqs = precompute_freqs_cis(head_dim, seqlen)
+    expected = rope_step(xq.clone().requires_grad_(True), xk.clone().requires_grad_(True), freqs)
+
+    fn = apply_rotary_emb
+    if mode == "compiled":
+        torch._dynamo.reset()
+        fn = torch.compile(apply_rotary_emb, backend="tpu", fullgraph=True)
+    before = fallbacks()
+    freqs_tpu = precompute_freqs_cis(head_dim, seqlen).to("tpu") if mode == "compiled" else (
+        torch.polar(torch.ones(seqlen, head_dim // 2, device="tpu"),
+                    torch.outer(torch.arange(seqlen, device="tpu").float(),
+                                (1.0 / (10000.0 ** (torch.arange(0, head_dim, 2)[: head_dim // 2]
+                                                    .float() / head_dim))).to("tpu"))))
+    actual = rope_step(xq.to("tpu").requires_grad_(True), xk.to("tpu").requires_grad_(True),
+                       freqs_tpu, fn)
+    torchtpu.synchronize()
+    assert not new_fallbacks(before), new_fallbacks(before)
+    assert_close(actual, expected, dtype_tols={torch.float32: (1e-5, 1e-5)})
+
+
+def test_compiled_complex_graph() -> None:
+    # Complex inputs, outputs and a complex Python scalar in one compiled graph.
+    def f(z: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = z * (0.5 - 1j) + r
+        return torch.exp(w).sum(0), torch.view_as_real(w.conj().resolve_conj())
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="tpu", fullgraph=True)
+    z, r = make((4, 3), torch.complex64), make((4, 3), torch.float32)
+    before = fallbacks()
+    actual = compiled(z.to("tpu"), r.to("tpu"))
+    assert not new_fallbacks(before), new_fallbacks(before)
+    assert_close(actual, f(z, r), dtype_tols={torch.complex64: (1e-5, 1e-4)})
