@@ -15,12 +15,14 @@
 // itself; it keeps it across preemption. So a short (or mostly cached) prompt goes ahead of
 // a long one, but only while it arrived within the long one's own work of it: ties go to
 // the earlier arrival.
-//   Starvation bound: nothing that arrives once the clock has passed a request's deadline
-//   goes ahead of its prefill. Until its first token, the tokens scheduled for others are
-//   at most its own work at arrival plus the remaining work of the requests present when
-//   the clock passes its deadline (each under max_model_len), plus one step's budget; in
-//   steps, while it waits every step but the decode-only ones fills the budget, so the bound
-//   in tokens over (max_num_batched_tokens - max_num_seqs) bounds its waiting steps.
+//   Starvation bound: only work due no later than a request's deadline goes ahead of its
+//   prefill (decodes aside), so nothing that arrives once the clock has passed its deadline
+//   does. In tokens: until its first token, the clock advances by at most its own work at
+//   arrival, plus what the requests present when the clock passes its deadline (or
+//   admitted beside it while it waits for a shared prefix) still have to compute, each at
+//   most max_model_len, plus one step's budget; pages and max_num_seqs permitting. In steps:
+//   while it waits every step fills the budget except those where nothing else is left to
+//   schedule, so that many tokens over max_num_batched_tokens bounds its steps.
 //   Shared prefixes: a waiting request that shares its prompt's pages with a running
 //   request still prefilling them, for at least half of what it would compute itself,
 //   stays queued until those pages are cached (concurrent requests with one long system

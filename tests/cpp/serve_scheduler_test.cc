@@ -1,4 +1,4 @@
-// Scheduler: budgets, chunked prefill, decode-before-admission, shortest prefill first (with
+// Scheduler: budgets, chunked prefill, decode-before-admission, earliest deadline first (with
 // its starvation bound), prefix hits and in-flight prefix dedupe, preemption,
 // aborts, stop conditions and the errors for calls that can never work.
 #include <gtest/gtest.h>
