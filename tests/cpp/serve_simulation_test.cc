@@ -214,7 +214,7 @@ constexpr int32_t kOutputLen = 16, kConcurrency = 8;
 
 SchedulerConfig shared_prefix_config(bool enable_prefix_cache) {
   SchedulerConfig c;
-  c.num_pages = kConcurrency * 1280 / 16;  // the engine's default: max_num_seqs full-length requests
+  c.num_pages = kConcurrency * 1280 / 16;  // the engine's default: max_num_seqs x max_model_len
   c.page_size = 16;
   c.max_num_seqs = kConcurrency;
   c.max_num_batched_tokens = 512;
