@@ -5,7 +5,8 @@ Workloads, each against a freshly started server (so every run begins cold, afte
                 concurrency in --concurrency
   shared-prefix --groups groups x --prompts-per-group prompts; each group shares a
                 --prefix-len-token system prompt followed by a --question-len question;
-                run with the prefix cache on and off
+                run with the prefix cache on and off; each run also reports the
+                timelines of its three slowest first tokens (queue, prompt chunks)
   structured    --structured-requests requests at --structured-concurrency, each with its
                 own JSON schema (an object holding an array of output-len/2 digits), then as
                 many fresh prompts without a grammar for as many tokens: TPOT with grammars
@@ -44,7 +45,8 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, args, prefix_cache: bool, max_num_seqs: int) -> None:
+    def __init__(self, args, prefix_cache: bool, max_num_seqs: int,
+                 timelines: bool = False) -> None:
         self.port = free_port()
         cmd = [sys.executable, "-m", "torchtpu.cli", "serve", "--port", str(self.port),
                "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(max_num_seqs),
@@ -54,6 +56,8 @@ class Server:
             cmd += ["--model", args.model]
         if args.num_pages:
             cmd += ["--num-pages", str(args.num_pages)]
+        if timelines:
+            cmd += ["--log-request-timelines"]
         # The server's log goes to a file: an unread pipe would fill and stall the server.
         self.log = tempfile.NamedTemporaryFile("w+", prefix="torchtpu-serve-", suffix=".log",
                                                delete=False)
@@ -76,6 +80,12 @@ class Server:
     def log_tail(self, n: int = 3000) -> str:
         with open(self.log.name) as f:
             return f.read()[-n:]
+
+    def timelines(self) -> list[dict]:
+        """The per-request timelines the server logged (--log-request-timelines)."""
+        marker = "serve: timeline "
+        return [json.loads(line.split(marker, 1)[1])
+                for line in self.log_tail(10**8).splitlines() if marker in line]
 
     def close(self) -> None:
         self.proc.terminate()
@@ -247,11 +257,15 @@ def main() -> None:
         rng.shuffle(prompts)
         c = args.prompts_per_group
         for on in (True, False):
-            server = Server(args, prefix_cache=on, max_num_seqs=c)
+            server = Server(args, prefix_cache=on, max_num_seqs=c, timelines=True)
             try:
                 res, dur = asyncio.run(run_load(server, prompts, args.prefix_output_len, c))
                 r = summarize(f"shared-prefix-cache-{'on' if on else 'off'}", res, dur, c)
                 r["prefix_cache_hit_rate"] = _hit_rate(server)
+                # Where the tail's time went: queue, each prompt chunk (step, tokens,
+                # seconds since arrival), first token, for the slowest requests.
+                slowest = sorted(server.timelines(), key=lambda t: t["ttft_s"])[-3:]
+                r["slowest_ttft_timelines"] = slowest[::-1]
                 emit(r)
             finally:
                 server.close()

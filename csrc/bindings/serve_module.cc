@@ -154,6 +154,19 @@ PYBIND11_MODULE(_serve, m) {
             return known_request(s, id).num_cached_tokens;
           },
           py::arg("request_id"))
+      .def(
+          "request_timeline",
+          [](const Scheduler& s, const std::string& id) {
+            const serve::Request& r = known_request(s, id);
+            py::dict d;
+            d["queued_step"] = r.queued_step;
+            d["prefill_chunks"] = r.prefill_chunks;  // [(step, tokens)]
+            d["first_token_step"] = r.first_token_step;
+            d["num_cached_tokens"] = r.num_cached_tokens;
+            d["num_preemptions"] = r.num_preemptions;
+            return d;
+          },
+          py::arg("request_id"))
       .def("release_request", &Scheduler::release, py::arg("request_id"))
       .def("reset_prefix_cache", [](Scheduler& s) { s.reset_prefix_cache(); })
       .def_property_readonly("config", &Scheduler::config)
@@ -165,5 +178,7 @@ PYBIND11_MODULE(_serve, m) {
       .def_property_readonly("kv_cache_usage", &Scheduler::kv_cache_usage)
       .def_property_readonly("prefix_cache_queries", &Scheduler::prefix_cache_queries)
       .def_property_readonly("prefix_cache_hits", &Scheduler::prefix_cache_hits)
-      .def_property_readonly("num_preemptions", &Scheduler::num_preemptions);
+      .def_property_readonly("num_preemptions", &Scheduler::num_preemptions)
+      .def_property_readonly("num_steps", &Scheduler::num_steps)
+      .def_property_readonly("token_clock", &Scheduler::token_clock);
 }

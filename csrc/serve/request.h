@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "serve/page_allocator.h"
@@ -49,8 +50,18 @@ struct Request {
   // Tokens the prefix cache supplied at the last admission.
   int32_t num_cached_tokens = 0;
   int32_t num_preemptions = 0;
-  // schedule() calls in a row that had prompt work for this request but gave it no tokens.
-  int32_t num_steps_passed = 0;
+  // Prefill priority (see scheduler.h): the scheduler's token clock at arrival plus the
+  // tokens the request would then have computed itself. Kept across preemption.
+  int64_t deadline = 0;
+  // Timeline, in scheduler steps (schedule() calls, the first is 0): queued, every step that
+  // gave it prompt tokens (step, tokens; decodes are not listed), first token sampled (-1
+  // until then). The token clock at arrival and at the first token says how much work, of
+  // all requests, its wait spanned.
+  int64_t queued_step = 0;
+  std::vector<std::pair<int64_t, int32_t>> prefill_chunks;
+  int64_t first_token_step = -1;
+  int64_t queued_clock = 0;
+  int64_t first_token_clock = -1;
   // page_table[i] holds the KV of tokens [i * page_size, (i + 1) * page_size).
   std::vector<PageId> page_table;
 

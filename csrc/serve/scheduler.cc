@@ -72,6 +72,11 @@ base::Status Scheduler::add_request(const std::string& id, std::vector<TokenId> 
   req->stop_token_ids = std::move(stop_token_ids);
   req->ignore_eos = ignore_eos;
   req->arrival = next_arrival_++;
+  const int32_t cached =
+      cache_ ? cache_->match(req->prompt_token_ids, req->num_tokens() - 1).num_tokens : 0;
+  req->deadline = clock_ + (req->num_tokens() - cached);
+  req->queued_step = num_steps_;
+  req->queued_clock = clock_;
   waiting_.push_back(req.get());
   requests_[id] = std::move(req);
   return base::Status::ok_status();
@@ -163,7 +168,7 @@ bool Scheduler::finish(const std::string& id, RequestStatus status) {
   return true;
 }
 
-bool Scheduler::waits_for_running_prefill(const Request& req, int32_t cached_tokens) const {
+const Request* Scheduler::prefill_to_wait_for(const Request& req, int32_t cached_tokens) const {
   const int32_t uncached = req.num_tokens() - cached_tokens;
   for (const Request* other : running_) {
     if (other->num_computed_tokens >= other->num_prompt_tokens()) continue;  // all cached
@@ -178,9 +183,9 @@ bool Scheduler::waits_for_running_prefill(const Request& req, int32_t cached_tok
     // Worth waiting for when `other` still has to compute at least half of what `req`
     // would otherwise compute itself.
     const int32_t gain = shared - std::max(cached_tokens, other->num_computed_tokens);
-    if (gain > 0 && 2 * gain >= uncached) return true;
+    if (gain > 0 && 2 * gain >= uncached) return other;
   }
-  return false;
+  return nullptr;
 }
 
 ScheduledItem Scheduler::make_item(const Request& req, int32_t num_new_tokens) const {
@@ -222,7 +227,7 @@ Scheduler::Admission Scheduler::admit(Request* req, SchedulerOutput& out, int32_
     // Matched again after ordering: admissions earlier in this step may have evicted pages.
     hit = cache_->match(req->all_token_ids(), num_tokens - 1);
     // Asked again too: a request admitted earlier in this step may be computing them.
-    if (waits_for_running_prefill(*req, hit.num_tokens)) return Admission::kDeferred;
+    if (prefill_to_wait_for(*req, hit.num_tokens) != nullptr) return Admission::kDeferred;
     // Our references lock the matched pages against the eviction grow_page_table may do.
     for (PageId p : hit.pages) TORCHTPU_CHECK(allocator_.incref(p).ok(), "cached page free");
   }
@@ -249,6 +254,9 @@ Scheduler::Admission Scheduler::admit(Request* req, SchedulerOutput& out, int32_
 void Scheduler::add_item(const Request& req, int32_t num_new, SchedulerOutput& out,
                          int32_t& budget) {
   out.items.push_back(make_item(req, num_new));
+  if (num_new > 1 || req.num_output_tokens() == 0) {
+    requests_.at(req.id)->prefill_chunks.emplace_back(num_steps_, num_new);
+  }
   pending_.push_back({req.id, req.arrival, num_new, out.items.back().sample});
   budget -= num_new;
 }
@@ -257,6 +265,8 @@ void Scheduler::unschedule(const std::string& id, SchedulerOutput& out, int32_t&
   for (size_t i = 0; i < pending_.size(); ++i) {
     if (pending_[i].request_id != id) continue;
     budget += pending_[i].num_tokens;
+    auto& chunks = requests_.at(id)->prefill_chunks;
+    if (!chunks.empty() && chunks.back().first == num_steps_) chunks.pop_back();
     pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
     out.items.erase(out.items.begin() + static_cast<std::ptrdiff_t>(i));
     return;
@@ -280,56 +290,55 @@ base::StatusOr<SchedulerOutput> Scheduler::schedule() {
     }
   }
 
-  // 2. Prefill work, shortest remaining first: running requests' next chunks and waiting
-  //    requests (what the prefix cache does not supply), so a short prompt, or one mostly
-  //    cached, is not held up behind a long one. Ties go to the earlier arrival; a request
-  //    passed over kMaxStepsPassed steps goes first, so a long prompt is never starved.
+  // 2. Prefill work, earliest deadline first (scheduler.h): running requests' next chunks
+  //    and waiting requests. A waiting request that waits for a running request's prefill
+  //    lends it its deadline, so the pages it waits for come no later than its own turn.
   struct Candidate {
     Request* req;
-    int32_t remaining;
+    int64_t deadline;
   };
   std::vector<Candidate> candidates;
-  for (Request* req : running_) {
-    const int32_t remaining = req->num_tokens() - req->num_computed_tokens;
-    if (remaining > 1) candidates.push_back({req, remaining});
-  }
+  std::unordered_map<const Request*, int64_t> lent;
   for (Request* req : waiting_) {
-    int32_t cached = 0;
-    if (cache_) {
-      cached = cache_->match(req->all_token_ids(), req->num_tokens() - 1).num_tokens;
-      if (waits_for_running_prefill(*req, cached)) continue;
+    if (!cache_) continue;
+    const int32_t cached = cache_->match(req->all_token_ids(), req->num_tokens() - 1).num_tokens;
+    if (const Request* leader = prefill_to_wait_for(*req, cached)) {
+      auto [it, added] = lent.emplace(leader, req->deadline);
+      if (!added) it->second = std::min(it->second, req->deadline);
     }
-    candidates.push_back({req, req->num_tokens() - cached});
   }
-  auto starving = [](const Request* r) { return r->num_steps_passed >= kMaxStepsPassed; };
+  for (Request* req : running_) {
+    if (req->num_tokens() - req->num_computed_tokens <= 1) continue;
+    auto it = lent.find(req);
+    candidates.push_back(
+        {req, it == lent.end() ? req->deadline : std::min(req->deadline, it->second)});
+  }
+  for (Request* req : waiting_) candidates.push_back({req, req->deadline});
   std::stable_sort(candidates.begin(), candidates.end(),
-                   [&](const Candidate& a, const Candidate& b) {
-                     if (starving(a.req) != starving(b.req)) return starving(a.req);
-                     if (a.remaining != b.remaining) return a.remaining < b.remaining;
+                   [](const Candidate& a, const Candidate& b) {
+                     if (a.deadline != b.deadline) return a.deadline < b.deadline;
                      return a.req->arrival < b.req->arrival;
                    });
   // Admission stops at the first waiting request that cannot get its pages (admitting a
-  // later one would take pages it waits for) and in a step that had to preempt.
+  // later one would take pages it waits for) and in a step that had to preempt; a request
+  // deferred on purpose does not stop it.
   bool admitting = true;
   for (const Candidate& c : candidates) {
     Request* req = c.req;
-    const bool running = req->status == RequestStatus::kRunning;
-    bool scheduled = false;
-    if (budget > 0 && running) {
+    if (budget <= 0) break;
+    if (req->status == RequestStatus::kRunning) {
       const int32_t num_new = std::min(req->num_tokens() - req->num_computed_tokens, budget);
-      scheduled = schedule_running(req, num_new, out, budget);
-    } else if (budget > 0 && !running && admitting && out.preempted.empty() &&
+      schedule_running(req, num_new, out, budget);
+    } else if (admitting && out.preempted.empty() &&
                static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
       // Not running and nothing preempted this step: `req` is still in the waiting queue.
-      const Admission a = admit(req, out, budget);
-      if (a == Admission::kDeferred) continue;  // waiting on purpose: not passed over
-      scheduled = a == Admission::kAdmitted;
-      admitting = scheduled;
+      admitting = admit(req, out, budget) != Admission::kNoPages;
     }
-    req->num_steps_passed = scheduled ? 0 : req->num_steps_passed + 1;
   }
 
   out.num_scheduled_tokens = config_.max_num_batched_tokens - budget;
+  clock_ += out.num_scheduled_tokens;
+  ++num_steps_;
   TORCHTPU_CHECK(!has_unfinished() || !out.items.empty() || !out.preempted.empty(),
                  "a step with unfinished requests schedules something");
   return out;
@@ -365,6 +374,10 @@ base::StatusOr<std::vector<FinishedRequest>> Scheduler::update(
     if (req == nullptr) continue;  // aborted or finished from outside since schedule()
     req->num_computed_tokens += item.num_tokens;
     if (item.sample) {
+      if (req->first_token_step < 0) {
+        req->first_token_step = num_steps_ - 1;
+        req->first_token_clock = clock_;
+      }
       if (req->append_and_check_stop(sampled.at(item.request_id))) {
         finish_request(req, req->status);
         finished.emplace_back(req->id, finish_reason(req->status));

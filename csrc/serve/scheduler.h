@@ -4,16 +4,32 @@
 // Each schedule() spends one token budget (max_num_batched_tokens) and admits at most
 // max_num_seqs running requests:
 //   1. decodes first (running requests with one token to compute), oldest admission first;
-//   2. then prefill work, shortest first: the next chunk of each running request still
-//      prefilling, and waiting requests, whose work is what the prefix cache does not
-//      supply (whole pages; at least the last token is always recomputed so there is a
-//      position to sample from). Each gets what is left of the budget, up to its whole
-//      remainder (chunked prefill). Ties go to the earlier arrival, and a request passed
-//      over kMaxStepsPassed steps in a row goes first, so long prompts are not starved.
-//      A waiting request that shares its prompt's pages with a running request still
-//      prefilling them, for at least half of what it would compute itself, stays queued
-//      until those pages are cached: concurrent requests with one long system prompt
-//      compute it once, not once each (SGLang's in-batch prefix caching does the same).
+//   2. then prefill work (the next chunk of each running request still prefilling, and
+//      waiting requests, whose work is what the prefix cache does not supply: whole pages,
+//      at least the last token is always recomputed so there is a position to sample from),
+//      earliest deadline first. Each gets what is left of the budget, up to its whole
+//      remainder (chunked prefill).
+//
+// Deadlines are on a token clock: the tokens scheduled so far, all requests together. A
+// request's deadline is the clock at its arrival plus the tokens it would then compute
+// itself; it keeps it across preemption. So a short (or mostly cached) prompt goes ahead of
+// a long one, but only while it arrived within the long one's own work of it: ties go to
+// the earlier arrival.
+//   Starvation bound: only work due no later than a request's deadline goes ahead of its
+//   prefill (decodes aside), so nothing that arrives once the clock has passed its deadline
+//   does. In tokens: until its first token, the clock advances by at most its own work at
+//   arrival, plus what the requests present when the clock passes its deadline (or
+//   admitted beside it while it waits for a shared prefix) still have to compute, each at
+//   most max_model_len, plus one step's budget; pages and max_num_seqs permitting. In steps:
+//   while it waits every step fills the budget except those where nothing else is left to
+//   schedule, so that many tokens over max_num_batched_tokens bounds its steps.
+//   Shared prefixes: a waiting request that shares its prompt's pages with a running
+//   request still prefilling them, for at least half of what it would compute itself,
+//   stays queued until those pages are cached (concurrent requests with one long system
+//   prompt compute it once, not once each, as SGLang's in-batch prefix caching does), and
+//   lends that request its deadline: the shared pages are computed no later than its own
+//   turn would have computed them, so waiting for a prefix never takes longer than
+//   computing it itself would, up to the one step it takes for the pages to be cached.
 // Pages are allocated for exactly the tokens scheduled. When a running request needs a page
 // and none is free, the prefix cache evicts first; then the most recently admitted running
 // request is preempted (its pages are dropped and it goes back to the front of the queue,
@@ -62,9 +78,6 @@ using FinishedRequest = std::pair<std::string, std::string>;
 
 class Scheduler {
  public:
-  // Steps a request with prompt work may be passed over before it goes first.
-  static constexpr int32_t kMaxStepsPassed = 4;
-
   static base::StatusOr<std::unique_ptr<Scheduler>> create(const SchedulerConfig& config);
 
   // Queues a request. kInvalidArgument, saying why, when it can never run.
@@ -105,6 +118,10 @@ class Scheduler {
   int64_t prefix_cache_queries() const { return prefix_cache_queries_; }
   int64_t prefix_cache_hits() const { return prefix_cache_hits_; }
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Tokens scheduled so far (prefill and decode, all requests): the clock deadlines use.
+  int64_t token_clock() const { return clock_; }
+  // schedule() calls so far.
+  int64_t num_steps() const { return num_steps_; }
   // Drops every cached page no request uses; returns how many were freed.
   int32_t reset_prefix_cache() { return cache_ ? cache_->reset() : 0; }
 
@@ -136,9 +153,9 @@ class Scheduler {
   void add_item(const Request& req, int32_t num_new, SchedulerOutput& out, int32_t& budget);
   // Takes a request's item (if any) out of the step being planned.
   void unschedule(const std::string& id, SchedulerOutput& out, int32_t& budget);
-  // Whether `req` (whose cache hit is `cached_tokens`) should wait for pages of its prompt
-  // that a running request has yet to compute.
-  bool waits_for_running_prefill(const Request& req, int32_t cached_tokens) const;
+  // The running request whose prefill `req` (whose cache hit is `cached_tokens`) should
+  // wait for, or nullptr.
+  const Request* prefill_to_wait_for(const Request& req, int32_t cached_tokens) const;
   void finish_request(Request* req, RequestStatus status);
   ScheduledItem make_item(const Request& req, int32_t num_new_tokens) const;
 
@@ -153,6 +170,8 @@ class Scheduler {
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;
   int64_t num_preemptions_ = 0;
+  int64_t clock_ = 0;
+  int64_t num_steps_ = 0;
 };
 
 }  // namespace torchtpu::serve

@@ -26,6 +26,9 @@ def _serve_parser(sub) -> None:
     p.add_argument("--device", default="tpu")
     p.add_argument("--max-request-bytes", type=int, default=4 << 20,
                    help="largest request body accepted (a larger one is a 413)")
+    p.add_argument("--log-request-timelines", action="store_true",
+                   help="log one 'serve: timeline {json}' line per finished request: "
+                        "queue time, each prompt chunk's step and time, first token")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="PyTorch intra-op threads for the host-side work (sampling one "
                         "logits row per request); the model runs on XLA's own threads")
@@ -54,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.model, page_size=args.page_size, num_pages=args.num_pages,
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                 max_model_len=args.max_model_len, enable_prefix_cache=args.enable_prefix_caching,
-                device=args.device, served_model_name=args.served_model_name)
+                device=args.device, served_model_name=args.served_model_name,
+                log_request_timelines=args.log_request_timelines)
         except ValueError as e:
             print(f"torchtpu serve: {e}", file=sys.stderr)
             return 2

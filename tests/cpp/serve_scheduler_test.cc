@@ -1,4 +1,4 @@
-// Scheduler: budgets, chunked prefill, decode-before-admission, shortest prefill first (with
+// Scheduler: budgets, chunked prefill, decode-before-admission, earliest deadline first (with
 // its starvation bound), prefix hits and in-flight prefix dedupe, preemption,
 // aborts, stop conditions and the errors for calls that can never work.
 #include <gtest/gtest.h>
@@ -276,9 +276,10 @@ TEST(ServeScheduler, ShortestPrefillGoesFirst) {
   run_to_completion(*s);
 }
 
-TEST(ServeScheduler, ALongPromptIsPassedOverAtMostKMaxStepsPassedSteps) {
+TEST(ServeScheduler, ALongPromptGoesAheadOfWhatArrivesAfterItsDeadline) {
   auto s = make(small_config());  // budget 8
   ASSERT_TRUE(s->add_request("long", iota_tokens(20), 1, {}, false).ok());
+  EXPECT_EQ(s->find("long")->deadline, 20);  // token clock 0 + its 20 tokens
   int passed = 0;
   for (int i = 0; i < 10; ++i) {
     // A new 8-token request every step would take the whole budget, shortest first.
@@ -291,8 +292,15 @@ TEST(ServeScheduler, ALongPromptIsPassedOverAtMostKMaxStepsPassedSteps) {
     if (got_tokens) break;
     ++passed;
   }
-  EXPECT_EQ(passed, Scheduler::kMaxStepsPassed);
+  // The shorts queued at clock 0 and 8 are due at 8 and 16, before the long prompt; the one
+  // queued at clock 16 is due at 24, after it, and waits.
+  EXPECT_EQ(passed, 2);
+  const Request* long_req = s->find("long");
+  ASSERT_FALSE(long_req->prefill_chunks.empty());
+  EXPECT_EQ(long_req->prefill_chunks[0], std::make_pair(int64_t{2}, 8));
+  EXPECT_EQ(long_req->queued_step, 0);
   run_to_completion(*s);
+  EXPECT_EQ(long_req->first_token_step, 4);  // chunks at steps 2, 3 and 4 (8 + 8 + 4)
 }
 
 TEST(ServeScheduler, AShortSharedPrefixDoesNotHoldARequestBack) {

@@ -13,6 +13,7 @@ as the engine's death (the server answers 503 and exits).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -58,6 +59,8 @@ class _Request:
     cumulative_logprob: float = 0.0
     first_token_time: float | None = None
     last_token_time: float | None = None
+    scheduled_time: float | None = None  # the first step that gave it tokens
+    prefill_times: list[float] = field(default_factory=list)  # when each prompt chunk ran
 
 
 def resolve_model(model: str | None) -> str:
@@ -81,7 +84,8 @@ class LLMEngine:
                  enable_prefix_cache: bool = True, device: str = "tpu",
                  warmup: bool = True, progress: bool = True,
                  served_model_name: str | None = None,
-                 attention_kernel: bool | None = None) -> None:
+                 attention_kernel: bool | None = None,
+                 log_request_timelines: bool = False) -> None:
         import torchtpu  # noqa: F401  (registers the device)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -111,6 +115,8 @@ class LLMEngine:
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=self.max_model_len, attention_kernel=attention_kernel)
         self.metrics = ServeMetrics(self.model_name)
+        # One "serve: timeline {json}" log line per finished request (see _log_timeline).
+        self.log_request_timelines = log_request_timelines
         self.requests: dict[str, _Request] = {}
         self._grammars = None
         self._grammars_lock = threading.Lock()
@@ -226,7 +232,16 @@ class LLMEngine:
         from torchtpu.serve.runner import StepItem
 
         sched = self.scheduler.schedule()
+        scheduled = time.perf_counter()
         self.metrics.num_preemptions.inc(len(sched.preempted))
+        for it in sched.items:
+            req = self.requests.get(it.request_id)
+            if req is None:
+                continue
+            if req.scheduled_time is None:
+                req.scheduled_time = scheduled
+            if req.first_token_time is None:
+                req.prefill_times.append(scheduled)
         if not sched.items:
             self.scheduler.update({})
             self.metrics.observe_scheduler(self.scheduler)
@@ -268,10 +283,28 @@ class LLMEngine:
                 reason is not None, reason, req.cumulative_logprob))
             if reason is not None:
                 del self.requests[rid]
+                if self.log_request_timelines:
+                    self._log_timeline(req)
                 self.scheduler.release_request(rid)
                 self.metrics.on_finish(req, reason)
         self.metrics.observe_scheduler(self.scheduler)
         return outputs
+
+    def _log_timeline(self, req: _Request) -> None:
+        """Where a finished request's time to first token went: seconds from arrival to
+        each step that computed part of its prompt and to its first token, with the
+        scheduler's step numbers and tokens for the same events."""
+        t = self.scheduler.request_timeline(req.request_id)
+        since = [round(x - req.arrival, 4) for x in req.prefill_times]
+        chunks = [[step, n, s] for (step, n), s in zip(t["prefill_chunks"], since)]
+        log.info("serve: timeline %s", json.dumps({
+            "id": req.request_id, "prompt_tokens": len(req.prompt_token_ids),
+            "cached_tokens": t["num_cached_tokens"], "preemptions": t["num_preemptions"],
+            "queued_step": t["queued_step"],
+            "queue_s": round((req.scheduled_time or req.arrival) - req.arrival, 4),
+            "prefill_chunks": chunks,  # [step, tokens, seconds since arrival]
+            "first_token_step": t["first_token_step"],
+            "ttft_s": round((req.first_token_time or req.arrival) - req.arrival, 4)}))
 
     def _fail(self, request_id: str, error: Exception, stage: str) -> RequestOutput:
         """Ends one request whose `stage` raised; the rest of the batch goes on."""

@@ -42,6 +42,11 @@ class ServeMetrics:
         self.tpot = histogram("vllm:time_per_output_token_seconds",
                               "Mean time per output token of each finished request.")
         self.e2e = histogram("vllm:e2e_request_latency_seconds", "Request latency.")
+        self.queue_time = histogram("vllm:request_queue_time_seconds",
+                                    "Time from arrival to the first step that schedules it.")
+        self.prefill_time = histogram("vllm:request_prefill_time_seconds",
+                                      "Time from the first step that schedules it to its "
+                                      "first token.")
         self.grammar_compile = Histogram(
             "torchtpu:grammar_compile_seconds", "Time to compile one structured-output grammar "
             "(once per schema; later requests hit the cache).", label,
@@ -57,6 +62,9 @@ class ServeMetrics:
         if req.first_token_time is None:
             req.first_token_time = now
             self.ttft.observe(now - req.arrival)
+            if req.scheduled_time is not None:
+                self.queue_time.observe(req.scheduled_time - req.arrival)
+                self.prefill_time.observe(now - req.scheduled_time)
         else:
             self.itl.observe(now - req.last_token_time)
         req.last_token_time = now

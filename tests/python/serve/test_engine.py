@@ -37,8 +37,12 @@ def test_greedy_matches_hf_mixed_lengths(tiny_llama_dir, hf_reference, prefix_ca
     assert stats["prefix_cache_hits"] > 0 if prefix_cache else stats["prefix_cache_hits"] == 0
 
 
-def test_concurrent_requests_compute_a_shared_prefix_once(tiny_llama_dir, hf_reference):
-    llm = LLM(tiny_llama_dir, **ENGINE_ARGS)
+def test_concurrent_requests_compute_a_shared_prefix_once(tiny_llama_dir, hf_reference, caplog):
+    import json
+    import logging
+
+    caplog.set_level(logging.INFO, logger="torchtpu.serve")
+    llm = LLM(tiny_llama_dir, log_request_timelines=True, **ENGINE_ARGS)
     corpus = __import__("tiny_models").corpus()
     shared = llm.tokenizer.encode(" ".join(corpus[:60]))[:96]  # 6 pages of 16
     assert len(shared) == 96
@@ -49,6 +53,21 @@ def test_concurrent_requests_compute_a_shared_prefix_once(tiny_llama_dir, hf_ref
     # Submitted together, the three later requests waited for the first one's prefill and
     # took all 96 shared tokens from the cache instead of computing them again.
     assert llm.engine.stats()["prefix_cache_hits"] == 3 * 96
+    # Their timelines say so: the first computed its prompt in budget-sized chunks (64, then
+    # the rest), each later one only what follows the shared 96 tokens, in a step after the
+    # first one's last chunk.
+    lines = [r.getMessage() for r in caplog.records if "serve: timeline " in r.getMessage()]
+    timelines = [json.loads(m.split("serve: timeline ", 1)[1]) for m in lines]
+    assert len(timelines) == 4
+    (first,) = [t for t in timelines if t["cached_tokens"] == 0]
+    assert [c[1] for c in first["prefill_chunks"]] == [64, first["prompt_tokens"] - 64]
+    for t in timelines:
+        assert t["first_token_step"] == t["prefill_chunks"][-1][0]
+        assert 0 <= t["queue_s"] <= t["prefill_chunks"][0][2] + 1e-3 <= t["ttft_s"] + 1e-3
+        if t is not first:
+            assert t["cached_tokens"] == 96
+            assert [c[1] for c in t["prefill_chunks"]] == [t["prompt_tokens"] - 96]
+            assert t["prefill_chunks"][0][0] > first["prefill_chunks"][-1][0]
 
 
 def test_greedy_matches_hf_across_preemption(tiny_llama_dir, hf_reference):

@@ -141,3 +141,30 @@ def test_concurrent_requests_all_complete_and_metrics(server, client):
                  "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
                  "vllm:generation_tokens_total", "vllm:inter_token_latency_seconds_count"):
         assert name in text, name
+
+
+def _metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_queue_and_prefill_time_histograms(server, client):
+    app, url = server
+    _wait_idle(app)
+    names = [f"vllm:{m}_seconds_{s}" for m in ("request_queue_time", "request_prefill_time",
+                                                "time_to_first_token") for s in ("count", "sum")]
+    before = httpx.get(url + "/metrics").text
+    prompts = [f"Request {i}: " + "the queen " * (5 * i + 2) for i in range(3)]
+    for p in prompts:
+        client.completions.create(model="tiny", prompt=p, max_tokens=2, temperature=0)
+    after = httpx.get(url + "/metrics").text
+    d = {n: _metric(after, n) - _metric(before, n) for n in names}
+    assert d["vllm:request_queue_time_seconds_count"] == 3
+    assert d["vllm:request_prefill_time_seconds_count"] == 3
+    assert d["vllm:request_queue_time_seconds_sum"] >= 0
+    assert d["vllm:request_prefill_time_seconds_sum"] > 0  # a prefill step takes time
+    # Queue time then prefill time make up the time to first token, request by request.
+    assert d["vllm:request_queue_time_seconds_sum"] + d["vllm:request_prefill_time_seconds_sum"] \
+        == pytest.approx(d["vllm:time_to_first_token_seconds_sum"], rel=1e-6, abs=1e-6)
