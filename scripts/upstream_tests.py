@@ -136,7 +136,7 @@ def run_file(path: Path, python: str, test_timeout: int, file_timeout: int,
 def normalize(message: str) -> str:
     first = message.strip().splitlines()[0] if message.strip() else "(no message)"
     first = re.sub(r"0x[0-9a-f]+", "0x…", first)
-    first = re.sub(r"(?<![A-Za-z_])\d+(\.\d+)?", "N", first)  # keep dtype names (uint16)
+    first = re.sub(r"(?<![A-Za-z_\d])\d+(\.\d+)?", "N", first)  # keep dtype names (uint16)
     return first[:140]
 
 

@@ -103,14 +103,17 @@ void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> 
   }
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& values = args[2].toTensor();
-  TORCH_CHECK(values.scalar_type() == self.scalar_type(),
-              "Index put requires the source and destination dtypes match, got ",
-              self.scalar_type(), " for the destination and ", values.scalar_type(),
-              " for the source.");
   at::Tensor result = at::index(self, args[1].toOptionalTensorList());
   TORCH_CHECK(at::is_expandable_to(values.sizes(), result.sizes()),
               "shape mismatch: value tensor of shape ", values.sizes(),
               " cannot be broadcast to indexing result of shape ", result.sizes());
+  // The CPU checks the dtype after the shape. A one-element value is let through: with a
+  // single bool mask the CPU kernel takes its masked_fill path, which casts it, and the
+  // masks are index tensors by now (expand_index_masks), so the two cannot be told apart.
+  TORCH_CHECK(values.numel() == 1 || values.scalar_type() == self.scalar_type(),
+              "Index put requires the source and destination dtypes match, got ",
+              self.scalar_type(), " for the destination and ", values.scalar_type(),
+              " for the source.");
 }
 
 void check_same_dtype_out(const std::string& name, c10::ArrayRef<c10::IValue> args) {

@@ -29,8 +29,9 @@ bool is_data_dependent(const std::string& name);
 void expand_index_masks(const c10::FunctionSchema& schema, const std::string& name,
                         torch::jit::Stack* stack);
 
-// index_put's values must have self's dtype and broadcast to the indexing result (PyTorch's
-// CPU kernel checks both at run time; its meta kernel does not): raises the CPU's errors.
+// index_put's values must broadcast to the indexing result and, unless they are one
+// element, have self's dtype (PyTorch's CPU kernel checks both at run time, shape first;
+// its meta kernel does not): raises the CPU's errors.
 // Takes the meta arguments of a call after expand_index_masks (shapes decide it, so once
 // per op signature); a no-op for other ops.
 void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> args);

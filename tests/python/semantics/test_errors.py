@@ -174,3 +174,18 @@ def test_uint8_masks_warn_like_cpu() -> None:
         return sum("torch.uint8 is now deprecated" in str(x.message) for x in w)
 
     assert count("tpu") == count("cpu") == 2
+
+
+def test_index_put_checks_the_shape_before_the_dtype_like_cpu() -> None:
+    def put(a, mask, v):
+        a[mask] = v
+
+    a = torch.arange(6).reshape(2, 3)
+    mask = torch.tensor([[True, False, True], [False, False, True]])
+    e = assert_raises_like_cpu(put, a, mask, torch.tensor([1.0, 2.0]))
+    assert "shape mismatch" in str(e)
+    # A one-element value of another dtype goes through the CPU's masked_fill path.
+    ref, dev = a.clone(), a.to("tpu")
+    put(ref, mask, torch.tensor(7.0))
+    put(dev, mask.to("tpu"), torch.tensor(7.0, device="tpu"))
+    assert torch.equal(dev.cpu(), ref)
