@@ -115,6 +115,7 @@ base::DType to_dtype(c10::ScalarType t) {
     case c10::ScalarType::BFloat16: return base::DType::kBF16;
     case c10::ScalarType::Float: return base::DType::kF32;
     case c10::ScalarType::Double: return base::DType::kF64;
+    case c10::ScalarType::UInt16: return base::DType::kU16;
     case c10::ScalarType::UInt32: return base::DType::kU32;
     case c10::ScalarType::UInt64: return base::DType::kU64;
     case c10::ScalarType::ComplexFloat: return base::DType::kC64;
@@ -123,8 +124,8 @@ base::DType to_dtype(c10::ScalarType t) {
   }
   TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu: dtype ", t,
                               " is not supported on the tpu device (supported: bool, int8, "
-                              "uint8, int16, int32, int64, float16, bfloat16, float32, float64, "
-                              "complex64, complex128)");
+                              "uint8, int16, uint16, int32, uint32, int64, uint64, float16, "
+                              "bfloat16, float32, float64, complex64, complex128)");
 }
 
 c10::ScalarType to_scalar_type(base::DType t) {
@@ -139,6 +140,7 @@ c10::ScalarType to_scalar_type(base::DType t) {
     case base::DType::kBF16: return c10::ScalarType::BFloat16;
     case base::DType::kF32: return c10::ScalarType::Float;
     case base::DType::kF64: return c10::ScalarType::Double;
+    case base::DType::kU16: return c10::ScalarType::UInt16;
     case base::DType::kU32: return c10::ScalarType::UInt32;
     case base::DType::kU64: return c10::ScalarType::UInt64;
     case base::DType::kC64: return c10::ScalarType::ComplexFloat;

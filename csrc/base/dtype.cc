@@ -14,6 +14,7 @@ const char* dtype_mlir_name(DType t) {
     case DType::kBF16: return "bf16";
     case DType::kF32: return "f32";
     case DType::kF64: return "f64";
+    case DType::kU16: return "ui16";
     case DType::kU32: return "ui32";
     case DType::kU64: return "ui64";
     case DType::kC64: return "complex<f32>";
@@ -34,6 +35,7 @@ const char* dtype_name(DType t) {
     case DType::kBF16: return "bfloat16";
     case DType::kF32: return "float32";
     case DType::kF64: return "float64";
+    case DType::kU16: return "uint16";
     case DType::kU32: return "uint32";
     case DType::kU64: return "uint64";
     case DType::kC64: return "complex64";
@@ -48,6 +50,7 @@ int64_t dtype_size_bytes(DType t) {
     case DType::kI8:
     case DType::kU8: return 1;
     case DType::kI16:
+    case DType::kU16:
     case DType::kF16:
     case DType::kBF16: return 2;
     case DType::kI32:
@@ -68,11 +71,12 @@ bool is_floating(DType t) {
 
 bool is_integral(DType t) {
   return t == DType::kI8 || t == DType::kU8 || t == DType::kI16 || t == DType::kI32 ||
-         t == DType::kI64 || t == DType::kU32 || t == DType::kU64;
+         t == DType::kI64 || t == DType::kU16 || t == DType::kU32 || t == DType::kU64;
 }
 
 bool is_signed_integral(DType t) {
-  return is_integral(t) && t != DType::kU8 && t != DType::kU32 && t != DType::kU64;
+  return is_integral(t) && t != DType::kU8 && t != DType::kU16 && t != DType::kU32 &&
+         t != DType::kU64;
 }
 
 bool is_complex(DType t) { return t == DType::kC64 || t == DType::kC128; }

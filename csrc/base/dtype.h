@@ -21,6 +21,7 @@ enum class DType : int8_t {
   kU64,  // internal: random generator state
   kC64,   // complex<f32>
   kC128,  // complex<f64>
+  kU16,
 };
 
 // "f32", "bf16", "i1", "i64", "ui8", ...: the element type in StableHLO text.

@@ -14,6 +14,7 @@ void bind_compile(py::module& m) {
       .value("int8", base::DType::kI8)
       .value("uint8", base::DType::kU8)
       .value("int16", base::DType::kI16)
+      .value("uint16", base::DType::kU16)
       .value("int32", base::DType::kI32)
       .value("int64", base::DType::kI64)
       .value("float16", base::DType::kF16)

@@ -488,6 +488,7 @@ Value Builder::max_value(DType t) {
     case DType::kI16: return constant_i64(32767, t);
     case DType::kI32: return constant_i64(2147483647ll, t);
     case DType::kI64: return constant_i64(9223372036854775807ll, t);
+    case DType::kU16: return constant_i64(65535, t);
     case DType::kU32: return constant_i64(4294967295ll, t);
     case DType::kU64: return op("stablehlo.constant", {}, TensorType{t, {}},
                                 "value = dense<18446744073709551615> : tensor<ui64>");
@@ -499,6 +500,7 @@ Value Builder::min_value(DType t) {
   switch (t) {
     case DType::kBool:
     case DType::kU8:
+    case DType::kU16:
     case DType::kU32:
     case DType::kU64: return constant(0, t);
     case DType::kI8: return constant_i64(-128, t);

@@ -223,6 +223,7 @@ int type_rank(DType t) {
     case DType::kBF16: return 5;
     case DType::kF32: return 6;
     case DType::kF64: return 7;
+    case DType::kU16: return 2;
     case DType::kU32: return 3;
     case DType::kU64: return 4;
     case DType::kC64: return 8;

@@ -188,6 +188,7 @@ std::pair<double, double> dtype_bounds(DType t) {
     case DType::kU8: return {0, 255};
     case DType::kI8: return {-128, 127};
     case DType::kI16: return {-32768, 32767};
+    case DType::kU16: return {0, 65535};
     case DType::kI32: return {-2147483648.0, 2147483647.0};
     case DType::kI64: return {-9223372036854775808.0, 9223372036854775807.0};
     case DType::kF16: return {-65504.0, 65504.0};

@@ -14,6 +14,7 @@ PJRT_Buffer_Type to_pjrt_type(base::DType t) {
     case base::DType::kBF16: return PJRT_Buffer_Type_BF16;
     case base::DType::kF32: return PJRT_Buffer_Type_F32;
     case base::DType::kF64: return PJRT_Buffer_Type_F64;
+    case base::DType::kU16: return PJRT_Buffer_Type_U16;
     case base::DType::kU32: return PJRT_Buffer_Type_U32;
     case base::DType::kU64: return PJRT_Buffer_Type_U64;
     case base::DType::kC64: return PJRT_Buffer_Type_C64;
@@ -34,6 +35,7 @@ base::StatusOr<base::DType> from_pjrt_type(PJRT_Buffer_Type t) {
     case PJRT_Buffer_Type_BF16: return base::DType::kBF16;
     case PJRT_Buffer_Type_F32: return base::DType::kF32;
     case PJRT_Buffer_Type_F64: return base::DType::kF64;
+    case PJRT_Buffer_Type_U16: return base::DType::kU16;
     case PJRT_Buffer_Type_U32: return base::DType::kU32;
     case PJRT_Buffer_Type_U64: return base::DType::kU64;
     case PJRT_Buffer_Type_C64: return base::DType::kC64;

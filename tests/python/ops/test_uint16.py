@@ -1,0 +1,34 @@
+"""uint16 on ``tpu`` as far as PyTorch's CPU kernels support it (storage, views as another
+dtype, copies and casts), against the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torchtpu
+
+
+@pytest.fixture(autouse=True)
+def _no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHTPU_FALLBACK", "error")
+
+
+def test_round_trip_and_dtype_views() -> None:
+    x = torch.tensor([0, 1, 255, 256, 65535], dtype=torch.uint16)
+    t = x.to("tpu")
+    assert t.dtype == torch.uint16 and torch.equal(t.cpu(), x)
+    f = torch.randn(6)
+    assert torch.equal(f.to("tpu").view(torch.uint16).cpu(), f.view(torch.uint16))
+    assert torch.equal(t.view(torch.int16).cpu(), x.view(torch.int16))
+
+
+def test_casts_and_comparisons() -> None:
+    x = torch.tensor([0, 7, 300, 65535], dtype=torch.uint16)
+    t = x.to("tpu")
+    assert torch.equal(t.to(torch.float32).cpu(), x.to(torch.float32))
+    assert torch.equal(t.to(torch.int64).cpu(), x.to(torch.int64))
+    f = torch.tensor([1.5, 70000.0, -1.0, 65535.0])
+    assert torch.equal(f.to("tpu").to(torch.uint16).cpu(), f.to(torch.uint16))
+    # PyTorch's CPU kernels stop there (no gt, flip, add for uint16), so nothing more is
+    # compared here.
