@@ -14,6 +14,7 @@
 // stops early on this plugin's build: its eigenvectors diagonalized float64 matrices only
 // to ~1e-8 relative (residual ||A - V diag(w) V^T||), whatever its tolerance argument.
 #include <algorithm>
+#include <tuple>
 
 #include "lowering/families.h"
 #include "lowering/linalg_util.h"
@@ -122,18 +123,9 @@ Result linalg_eigh(LoweringContext& c) {
   Value v = linalg::eye(b, TensorType{t, {nb, n, n}});
   if (n > 1) {
     double tol = t == DType::kF64 ? 2.220446049250313e-16 : 1.1920929e-07;
-    auto out = b.while_loop(
-        {i64(b, 0), x, v, b.convert(i64(b, 1), DType::kBool)},
-        [&](Builder& lb, const std::vector<Value>& s) {
-          return std::vector<Value>{
-              lb.binary("and", lb.compare(s[0], i64(lb, kMaxSweeps), "LT"), s[3])};
-        },
-        [&](Builder& lb, const std::vector<Value>& s) {
-          std::vector<Value> r = sweep(lb, s[1], s[2], tol);
-          return std::vector<Value>{lb.add(s[0], i64(lb, 1)), r[0], r[1], r[2]};
-        });
-    x = out[1];
-    v = out[2];
+    std::tie(x, v) = linalg::jacobi_until_converged(
+        b, x, v, kMaxSweeps,
+        [tol](Builder& lb, Value a, Value q) { return sweep(lb, a, q, tol); });
   }
   Value w = linalg::diagonal(b, x);  // [B, n]
   TensorType st{t, {}}, it{DType::kI64, {}};

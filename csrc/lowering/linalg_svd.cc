@@ -15,6 +15,7 @@
 // Every batch element is rotated by the same pair sequence (the state is [B, m, n]); the
 // sweeps stop when no element needed a rotation, or after kMaxSweeps.
 #include <algorithm>
+#include <tuple>
 
 #include "lowering/families.h"
 #include "lowering/linalg_util.h"
@@ -108,18 +109,9 @@ std::vector<Value> jacobi_svd(Builder& b, Value a, bool full, bool compute_uv) {
   Value v0 = linalg::eye(b, TensorType{t, {nb, n, n}});
   Value w = a, v = v0;
   if (n > 1) {
-    auto out = b.while_loop(
-        {i64(b, 0), a, v0, b.convert(i64(b, 1), DType::kBool)},
-        [&](Builder& lb, const std::vector<Value>& s) {
-          return std::vector<Value>{
-              lb.binary("and", lb.compare(s[0], i64(lb, kMaxSweeps), "LT"), s[3])};
-        },
-        [&](Builder& lb, const std::vector<Value>& s) {
-          std::vector<Value> r = sweep(lb, s[1], s[2], tol);
-          return std::vector<Value>{lb.add(s[0], i64(lb, 1)), r[0], r[1], r[2]};
-        });
-    w = out[1];
-    v = out[2];
+    std::tie(w, v) = linalg::jacobi_until_converged(
+        b, a, v0, kMaxSweeps,
+        [tol](Builder& lb, Value x, Value q) { return sweep(lb, x, q, tol); });
   }
   Value norms = b.unary("sqrt", b.reduce_sum(b.mul(w, w), {1}));  // [B, n]
   // Descending order of the singular values (stable: ties keep column order).

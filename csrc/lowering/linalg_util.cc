@@ -312,4 +312,20 @@ base::Status require_float(LoweringContext& c, DType t) {
                              ")");
 }
 
+std::pair<Value, Value> jacobi_until_converged(Builder& b, Value a, Value v, int64_t max_sweeps,
+                                               const JacobiSweep& sweep) {
+  auto i64 = [](Builder& lb, int64_t n) { return lb.constant_i64(n, DType::kI64); };
+  std::vector<Value> out = b.while_loop(
+      {i64(b, 0), a, v, b.convert(i64(b, 1), DType::kBool)},
+      [&](Builder& lb, const std::vector<Value>& s) {
+        return std::vector<Value>{
+            lb.binary("and", lb.compare(s[0], i64(lb, max_sweeps), "LT"), s[3])};
+      },
+      [&](Builder& lb, const std::vector<Value>& s) {
+        std::vector<Value> r = sweep(lb, s[1], s[2]);
+        return std::vector<Value>{lb.add(s[0], i64(lb, 1)), r[0], r[1], r[2]};
+      });
+  return {out[1], out[2]};
+}
+
 }  // namespace torchtpu::lowering::linalg

@@ -6,7 +6,9 @@
 // and gathers, never products with 0/1 matrices (0 * inf would turn a row into NaN).
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "lowering/lowering.h"
 
@@ -83,5 +85,13 @@ Value pad_last(Builder& b, Value x, int64_t n);
 // Error if `t` is not float32 or float64 (the dtypes these lowerings compute in); the
 // caller falls back to PyTorch's CPU kernel, which supports others or raises its error.
 base::Status require_float(LoweringContext& c, DType t);
+
+// One Jacobi sweep over (a, v): returns {a', v', rotated} with `rotated` a bool 0-d that
+// is false once the sweep changed nothing.
+using JacobiSweep = std::function<std::vector<Value>(Builder&, Value, Value)>;
+// Runs `sweep` in a stablehlo.while loop until a sweep rotates nothing or `max_sweeps`
+// sweeps ran (the loop eigh and the SVD share); returns the final {a, v}.
+std::pair<Value, Value> jacobi_until_converged(Builder& b, Value a, Value v, int64_t max_sweeps,
+                                               const JacobiSweep& sweep);
 
 }  // namespace torchtpu::lowering::linalg
