@@ -8,6 +8,7 @@
 #include "aten/tpu_storage.h"
 #include "aten/tpu_streams.h"
 #include "lowering/storage_programs.h"
+#include "runtime/device_queue.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -87,6 +88,11 @@ void synchronize_device(int index) {
   // PJRT executes in order per device: a trivial program enqueued now completes after
   // everything enqueued before it.
   check_index(index);
+  // A replicated program (an in-plugin collective) is not ordered with the marker.
+  if (runtime::BufferPtr r = runtime::last_replicated_output(index)) {
+    base::Status s = r->await_ready();
+    TORCH_CHECK(s.ok(), s.message());
+  }
   lowering::TensorType t{base::DType::kF32, {}};
   auto out = run_program(lowering::zeros_module(t), {}, index)[0];
   auto status = out->await_ready();

@@ -155,7 +155,7 @@ base::StatusOr<std::vector<std::vector<BufferPtr>>> Executable::run(
   if (!first_error.ok()) return first_error;
   for (size_t r = 0; r < args.size(); ++r) {
     if (result[r].empty()) continue;
-    note_enqueued(device_indices_[r], result[r].back());
+    note_enqueued(device_indices_[r], result[r].back(), /*replicated=*/args.size() > 1);
     if (trace::enabled()) {
       int64_t bytes = 0;
       for (const Buffer* b : args[r]) bytes += b->size_bytes();

@@ -15,6 +15,7 @@
 #include "base/metrics.h"
 #include "lowering/collectives.h"
 #include "runtime/compile_cache.h"
+#include "runtime/device_queue.h"
 #include "test_plugin.h"
 
 namespace torchtpu {
@@ -516,4 +517,31 @@ TEST(ReplicatedRuntime, MisuseIsAnError) {
 }
 
 }  // namespace
+TEST(ReplicatedRuntime, DeviceQueueKeepsEachReplicasLastOutputApart) {
+  // synchronize() waits for these: the CPU plugin does not order a replicated program with
+  // later single-device work on the same device.
+  auto client = testing::test_client();
+  auto module = lowering::all_reduce_module(TensorType{DType::kF32, {4}}, ReduceKind::kSum,
+                                            lowering::whole_world(2));
+  ASSERT_TRUE(module.ok());
+  auto exe = client->compile(*module, std::vector<int>{0, 1});
+  ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+  std::vector<float> x(4, 1.0f);
+  auto b0 = client->buffer_from_host(x.data(), DType::kF32, {4}, 0);
+  auto b1 = client->buffer_from_host(x.data(), DType::kF32, {4}, 1);
+  ASSERT_TRUE(b0.ok() && b1.ok());
+  auto out = (*exe)->execute_replicated({{b0->get()}, {b1->get()}});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(runtime::last_replicated_output(0), (*out)[0].back());
+  EXPECT_EQ(runtime::last_replicated_output(1), (*out)[1].back());
+  // Later single-device work moves the tail, not the replicated output.
+  auto later = client->buffer_from_host(x.data(), DType::kF32, {4}, 0);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(runtime::queue_tail(0), *later);
+  EXPECT_EQ(runtime::last_replicated_output(0), (*out)[0].back());
+  std::vector<float> host(4);
+  ASSERT_TRUE(runtime::last_replicated_output(0)->to_host(host.data(), 16).ok());
+  EXPECT_EQ(host, std::vector<float>(4, 2.0f));
+}
+
 }  // namespace torchtpu
