@@ -14,8 +14,8 @@
 #                SERVE_ARGS, e.g. SERVE_ARGS='--port 9000 --model DIR')
 #   make bench-serve  build, then bench/serve_bench.py (BENCH_ARGS, e.g. BENCH_ARGS=--quick)
 #   make test-upstream  build, then scripts/upstream_tests.py: PyTorch's own device-generic
-#                test files on tpu (UPSTREAM_TESTS=<folder>, default the pytorch-tests folder
-#                beside the checkout), summary in docs/upstream_tests.md (UPSTREAM_ARGS)
+#                test files on tpu (UPSTREAM_TESTS=<folder of them>, e.g. a pytorch
+#                checkout's test/), summary in docs/upstream_tests.md (UPSTREAM_ARGS)
 #   make clean   remove what these targets build: build/<wheel tag>, caches (keeps .venv and
 #                any other tree under build/); `make distclean` removes build/ and .venv
 #

@@ -14,9 +14,9 @@ the CPU class too (the files predate torch 2.13, so some helpers drifted), it is
 apart and left out of the pass rate. Writes a Markdown summary (passed / failed / skipped /
 crashed per file, failure groups, crashes, baseline failures) and prints one summary line.
 
-The files are not part of this project (they are PyTorch's, BSD-3-Clause). DIR defaults to
-$UPSTREAM_TESTS, else the pytorch-tests folder beside the checkout; when there is none the
-runner says so and exits 0 without running anything.
+The files are not part of this project (they are PyTorch's, BSD-3-Clause, and no package
+ships them): DIR is --dir or $UPSTREAM_TESTS, a folder of them such as a pytorch checkout's
+test/. Without one the runner says so and exits 0 without running anything.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DIR = ROOT.parent / "shared" / "pytorch-tests"
 
 
 @dataclass
@@ -209,8 +208,8 @@ def summarize(runs: list[FileRun]) -> tuple[str, dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dir", type=Path,
-                    default=Path(os.environ.get("UPSTREAM_TESTS", str(DEFAULT_DIR))))
+    ap.add_argument("--dir", type=Path, default=os.environ.get("UPSTREAM_TESTS") or None,
+                    help="folder of PyTorch device-generic test files (default $UPSTREAM_TESTS)")
     ap.add_argument("--files", nargs="*", help="file names inside --dir (default: all test_*.py)")
     ap.add_argument("--out", type=Path, help="Markdown summary (e.g. docs/upstream_tests.md)")
     ap.add_argument("--json", type=Path, help="per-test results as JSON")
@@ -220,10 +219,12 @@ def main() -> int:
     ap.add_argument("--tpu-only", action="store_true",
                     help="skip the CPU baseline classes (faster; no baseline exclusion)")
     args = ap.parse_args()
-    if not args.dir.is_dir():
-        print(f"upstream tests: no test folder at {args.dir}; set UPSTREAM_TESTS=<folder of "
+    if args.dir is None or not Path(args.dir).is_dir():
+        where = "given" if args.dir is None else f"at {args.dir}"
+        print(f"upstream tests: no test folder {where}; set UPSTREAM_TESTS=<folder of "
               "PyTorch device-generic test files> (e.g. a pytorch checkout's test/) to run them")
         return 0
+    args.dir = Path(args.dir)
     names = args.files or sorted(p.name for p in args.dir.glob("test_*.py"))
     only = "privateuse1" if args.tpu_only else "cpu,privateuse1"
     runs = []
