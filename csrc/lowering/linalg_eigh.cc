@@ -5,9 +5,9 @@
 // other one). Each step rotates one pair (p, q) so that a_pq becomes zero (Golub and Van
 // Loan's sym.schur2: t = sign(z) / (|z| + sqrt(1 + z^2)), z = (a_qq - a_pp) / (2 a_pq)),
 // A <- J^T A J and V <- V J; a pair is rotated only while |a_pq| > eps sqrt(|a_pp a_qq|),
-// and the sweeps stop when a whole sweep rotated nothing (or after kMaxSweeps). Jacobi is
-// backward stable and computes eigenvalues to high relative accuracy where they are well
-// determined; eigenvalues come out ascending, eigenvectors as columns, each unique only up
+// and the sweeps stop when a whole sweep rotated nothing (or after kMaxJacobiSweeps).
+// Jacobi is backward stable and computes eigenvalues to high relative accuracy where they
+// are well determined; eigenvalues come out ascending, eigenvectors as columns, each unique only up
 // to sign (and within repeated eigenvalues), like LAPACK's.
 //
 // XLA's own Jacobi ("Eigh" custom call, EighExpander) is accepted by the CPU plugin but
@@ -25,8 +25,6 @@ namespace {
 using Result = base::StatusOr<std::vector<Value>>;
 using linalg::dynamic_slice;
 
-constexpr int64_t kMaxSweeps = 60;
-
 Value i64(Builder& b, int64_t v) { return b.constant_i64(v, DType::kI64); }
 
 Value update(Builder& b, Value x, Value part, const std::vector<Value>& at) {
@@ -35,72 +33,51 @@ Value update(Builder& b, Value x, Value part, const std::vector<Value>& at) {
   return b.op("stablehlo.dynamic_update_slice", operands, x.type);
 }
 
-// One cyclic sweep over the pairs p < q: (A, V, whether any pair was rotated).
-std::vector<Value> sweep(Builder& b, Value a, Value v, double tol) {
-  int64_t nb = a.dims()[0], n = a.dims()[1];
-  DType t = a.dtype();
-  Value no = b.convert(i64(b, 0), DType::kBool);
-  auto out = b.while_loop(
-      {i64(b, 0), i64(b, 1), a, v, no},
-      [&](Builder& lb, const std::vector<Value>& s) {
-        return std::vector<Value>{lb.compare(s[0], i64(lb, n - 1), "LT")};
-      },
-      [&](Builder& lb, const std::vector<Value>& s) {
-        Value p = s[0], q = s[1], x = s[2], y = s[3], rotated = s[4];
-        Value zero = i64(lb, 0);
-        auto element = [&](Value i, Value j) {
-          return lb.reshape(dynamic_slice(lb, x, {zero, i, j}, {nb, 1, 1}), {nb});
-        };
-        Value app = element(p, p), aqq = element(q, q), apq = element(p, q);
-        TensorType bt{t, {nb}};
-        Value one = lb.splat(1, bt), zeros = lb.zeros(bt);
-        Value limit =
-            lb.mul(lb.splat(tol, bt), lb.unary("sqrt", lb.unary("abs", lb.mul(app, aqq))));
-        Value needed = lb.binary("and", lb.compare(lb.unary("abs", apq), limit, "GT"),
-                                 lb.compare(apq, zeros, "NE"));
-        Value safe = lb.select(needed, apq, one);
-        Value z = lb.div(lb.sub(aqq, app), lb.mul(lb.splat(2, bt), safe));
-        Value az = lb.unary("abs", z);
-        Value big = lb.compare(az, one, "GT");
-        Value inv = lb.div(one, lb.select(big, az, one));
-        Value root = lb.select(big, lb.mul(az, lb.unary("sqrt", lb.add(one, lb.mul(inv, inv)))),
-                               lb.unary("sqrt", lb.add(one, lb.mul(z, z))));
-        Value sign = lb.select(lb.compare(z, zeros, "GE"), one, lb.splat(-1, bt));
-        Value tan = lb.select(needed, lb.div(sign, lb.add(az, root)), zeros);
-        Value c = lb.div(one, lb.unary("sqrt", lb.add(one, lb.mul(tan, tan))));
-        Value sn = lb.mul(c, tan);
-        // (x_p, x_q) <- (c x_p - s x_q, s x_p + c x_q) for rows (dim 1) or columns (dim 2).
-        auto rotate = [&](Value m, int64_t dim) {
-          Dims size = m.dims();
-          size[dim] = 1;
-          std::vector<Value> at_p{zero, zero, zero}, at_q{zero, zero, zero};
-          at_p[dim] = p;
-          at_q[dim] = q;
-          Value xp = dynamic_slice(lb, m, at_p, size), xq = dynamic_slice(lb, m, at_q, size);
-          Value cb = lb.broadcast_in_dim(c, size, {0}), sb = lb.broadcast_in_dim(sn, size, {0});
-          Value np = lb.sub(lb.mul(cb, xp), lb.mul(sb, xq));
-          Value nq = lb.add(lb.mul(sb, xp), lb.mul(cb, xq));
-          return update(lb, update(lb, m, np, at_p), nq, at_q);
-        };
-        x = rotate(rotate(x, 2), 1);
-        y = rotate(y, 2);
-        // The rotated pair, exactly (GVL: a_pp - t a_pq, a_qq + t a_pq, and zero).
-        auto put = [&](Value m, Value val, Value i, Value j) {
-          return update(lb, m, lb.reshape(val, {nb, 1, 1}), {zero, i, j});
-        };
-        Value new_pp = lb.select(needed, lb.sub(app, lb.mul(tan, apq)), app);
-        Value new_qq = lb.select(needed, lb.add(aqq, lb.mul(tan, apq)), aqq);
-        Value new_pq = lb.select(needed, zeros, apq);
-        x = put(put(put(put(x, new_pp, p, p), new_qq, q, q), new_pq, p, q), new_pq, q, p);
-        Value any = lb.reduce(needed, lb.convert(i64(lb, 0), DType::kBool), {0}, "or");
-        rotated = lb.binary("or", rotated, any);
-        Value q1 = lb.add(q, i64(lb, 1));
-        Value wrap = lb.compare(q1, i64(lb, n), "EQ");
-        Value p_next = lb.select(wrap, lb.add(p, i64(lb, 1)), p);
-        Value q_next = lb.select(wrap, lb.add(p, i64(lb, 2)), q1);
-        return std::vector<Value>{p_next, q_next, x, y, rotated};
-      });
-  return {out[2], out[3], out[4]};
+// The rotation of the pair (p, q) that zeroes A[p, q] in every lane where it exceeds
+// tol * sqrt(|A[p, p] A[q, q]|), applied to A from both sides and to V from the right:
+// (A, V, the lanes rotated).
+std::vector<Value> rotate_pair(Builder& lb, Value p, Value q, Value x, Value y, double tol) {
+  int64_t nb = x.dims()[0];
+  DType t = x.dtype();
+  Value zero = i64(lb, 0);
+  auto element = [&](Value i, Value j) {
+    return lb.reshape(dynamic_slice(lb, x, {zero, i, j}, {nb, 1, 1}), {nb});
+  };
+  Value app = element(p, p), aqq = element(q, q), apq = element(p, q);
+  TensorType bt{t, {nb}};
+  Value one = lb.splat(1, bt), zeros = lb.zeros(bt);
+  Value limit = lb.mul(lb.splat(tol, bt), lb.unary("sqrt", lb.unary("abs", lb.mul(app, aqq))));
+  Value needed = lb.binary("and", lb.compare(lb.unary("abs", apq), limit, "GT"),
+                           lb.compare(apq, zeros, "NE"));
+  Value safe = lb.select(needed, apq, one);
+  Value z = lb.div(lb.sub(aqq, app), lb.mul(lb.splat(2, bt), safe));
+  Value tan = lb.select(needed, linalg::jacobi_tangent(lb, z), zeros);
+  Value c = lb.div(one, lb.unary("sqrt", lb.add(one, lb.mul(tan, tan))));
+  Value sn = lb.mul(c, tan);
+  // (x_p, x_q) <- (c x_p - s x_q, s x_p + c x_q) for rows (dim 1) or columns (dim 2).
+  auto rotate = [&](Value m, int64_t dim) {
+    Dims size = m.dims();
+    size[dim] = 1;
+    std::vector<Value> at_p{zero, zero, zero}, at_q{zero, zero, zero};
+    at_p[dim] = p;
+    at_q[dim] = q;
+    Value xp = dynamic_slice(lb, m, at_p, size), xq = dynamic_slice(lb, m, at_q, size);
+    Value cb = lb.broadcast_in_dim(c, size, {0}), sb = lb.broadcast_in_dim(sn, size, {0});
+    Value np = lb.sub(lb.mul(cb, xp), lb.mul(sb, xq));
+    Value nq = lb.add(lb.mul(sb, xp), lb.mul(cb, xq));
+    return update(lb, update(lb, m, np, at_p), nq, at_q);
+  };
+  x = rotate(rotate(x, 2), 1);
+  y = rotate(y, 2);
+  // The rotated pair, exactly (GVL: a_pp - t a_pq, a_qq + t a_pq, and zero).
+  auto put = [&](Value m, Value val, Value i, Value j) {
+    return update(lb, m, lb.reshape(val, {nb, 1, 1}), {zero, i, j});
+  };
+  Value new_pp = lb.select(needed, lb.sub(app, lb.mul(tan, apq)), app);
+  Value new_qq = lb.select(needed, lb.add(aqq, lb.mul(tan, apq)), aqq);
+  Value new_pq = lb.select(needed, zeros, apq);
+  x = put(put(put(put(x, new_pp, p, p), new_qq, q, q), new_pq, p, q), new_pq, q, p);
+  return {x, y, needed};
 }
 
 // _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues ascending, eigenvectors as columns).
@@ -123,9 +100,10 @@ Result linalg_eigh(LoweringContext& c) {
   Value v = linalg::eye(b, TensorType{t, {nb, n, n}});
   if (n > 1) {
     double tol = t == DType::kF64 ? 2.220446049250313e-16 : 1.1920929e-07;
-    std::tie(x, v) = linalg::jacobi_until_converged(
-        b, x, v, kMaxSweeps,
-        [tol](Builder& lb, Value a, Value q) { return sweep(lb, a, q, tol); });
+    std::tie(x, v) = linalg::cyclic_jacobi(
+        b, x, v, n, [tol](Builder& lb, Value p, Value q, Value a, Value vv) {
+          return rotate_pair(lb, p, q, a, vv, tol);
+        });
   }
   Value w = linalg::diagonal(b, x);  // [B, n]
   TensorType st{t, {}}, it{DType::kI64, {}};

@@ -13,7 +13,7 @@
 // they can differ from the CPU's while U S V^T reconstructs A as closely.
 //
 // Every batch element is rotated by the same pair sequence (the state is [B, m, n]); the
-// sweeps stop when no element needed a rotation, or after kMaxSweeps.
+// sweeps stop when no element needed a rotation, or after linalg::kMaxJacobiSweeps.
 #include <algorithm>
 #include <tuple>
 
@@ -26,73 +26,42 @@ namespace {
 using Result = base::StatusOr<std::vector<Value>>;
 using linalg::dynamic_slice;
 
-// Jacobi converges quadratically once the columns are nearly orthogonal: a handful of
-// sweeps in practice; the bound keeps a pathological input from looping for long.
-constexpr int64_t kMaxSweeps = 60;
-
 Value i64(Builder& b, int64_t v) { return b.constant_i64(v, DType::kI64); }
 
-// One cyclic sweep over the pairs (p, q), p < q; returns (W, V, whether any rotation
-// was needed).
-std::vector<Value> sweep(Builder& b, Value w, Value v, double tol) {
-  int64_t nb = w.dims()[0], m = w.dims()[1], n = w.dims()[2];
-  DType t = w.dtype();
-  Value no = b.convert(b.constant_i64(0, DType::kI64), DType::kBool);
-  auto out = b.while_loop(
-      {i64(b, 0), i64(b, 1), w, v, no},
-      [&](Builder& lb, const std::vector<Value>& s) {
-        return std::vector<Value>{lb.compare(s[0], i64(lb, n - 1), "LT")};
-      },
-      [&](Builder& lb, const std::vector<Value>& s) {
-        Value p = s[0], q = s[1], x = s[2], y = s[3], rotated = s[4];
-        Value zero = i64(lb, 0);
-        Value wp = dynamic_slice(lb, x, {zero, zero, p}, {nb, m, 1});
-        Value wq = dynamic_slice(lb, x, {zero, zero, q}, {nb, m, 1});
-        Value alpha = lb.reduce_sum(lb.mul(wp, wp), {1, 2});  // [B]
-        Value beta = lb.reduce_sum(lb.mul(wq, wq), {1, 2});
-        Value gamma = lb.reduce_sum(lb.mul(wp, wq), {1, 2});
-        TensorType bt{t, {nb}};
-        Value one = lb.splat(1, bt), two = lb.splat(2, bt);
-        Value limit = lb.mul(lb.splat(tol, bt), lb.unary("sqrt", lb.mul(alpha, beta)));
-        Value needed = lb.compare(lb.unary("abs", gamma), limit, "GT");
-        // t = sign(zeta) / (|zeta| + sqrt(1 + zeta^2)), zeta = (beta - alpha) / (2 gamma):
-        // the smaller rotation that makes the pair orthogonal.
-        Value safe_gamma = lb.select(needed, gamma, one);
-        Value zeta = lb.div(lb.sub(beta, alpha), lb.mul(two, safe_gamma));
-        Value az = lb.unary("abs", zeta);
-        Value big = lb.compare(az, one, "GT");
-        Value inv = lb.div(one, lb.select(big, az, one));
-        Value root = lb.select(big, lb.mul(az, lb.unary("sqrt", lb.add(one, lb.mul(inv, inv)))),
-                               lb.unary("sqrt", lb.add(one, lb.mul(zeta, zeta))));
-        Value sign = lb.select(lb.compare(zeta, lb.zeros(bt), "GE"), one, lb.splat(-1, bt));
-        Value tan = lb.div(sign, lb.add(az, root));
-        Value c = lb.div(one, lb.unary("sqrt", lb.add(one, lb.mul(tan, tan))));
-        Value sn = lb.mul(c, tan);
-        c = lb.select(needed, c, one);
-        sn = lb.select(needed, sn, lb.zeros(bt));
-        auto rotate = [&](Value mat, int64_t rows) {
-          Value cp = dynamic_slice(lb, mat, {zero, zero, p}, {nb, rows, 1});
-          Value cq = dynamic_slice(lb, mat, {zero, zero, q}, {nb, rows, 1});
-          Value cb = lb.broadcast_in_dim(c, {nb, rows, 1}, {0});
-          Value sb = lb.broadcast_in_dim(sn, {nb, rows, 1}, {0});
-          Value np = lb.sub(lb.mul(cb, cp), lb.mul(sb, cq));
-          Value nq = lb.add(lb.mul(sb, cp), lb.mul(cb, cq));
-          mat = lb.op("stablehlo.dynamic_update_slice", {mat, np, zero, zero, p}, mat.type);
-          return lb.op("stablehlo.dynamic_update_slice", {mat, nq, zero, zero, q}, mat.type);
-        };
-        x = rotate(x, m);
-        y = rotate(y, n);
-        Dims all{0};
-        Value any = lb.reduce(needed, lb.convert(i64(lb, 0), DType::kBool), all, "or");
-        rotated = lb.binary("or", rotated, any);
-        // Next pair: (p, q + 1), or (p + 1, p + 2) after the last column.
-        Value q1 = lb.add(q, i64(lb, 1));
-        Value wrap = lb.compare(q1, i64(lb, n), "EQ");
-        Value p_next = lb.select(wrap, lb.add(p, i64(lb, 1)), p);
-        Value q_next = lb.select(wrap, lb.add(p, i64(lb, 2)), q1);
-        return std::vector<Value>{p_next, q_next, x, y, rotated};
-      });
-  return {out[2], out[3], out[4]};
+// The rotation of the columns (p, q) of W that makes them orthogonal, in every lane where
+// |w_p . w_q| > tol ||w_p|| ||w_q||, applied to W and V: (W, V, the lanes rotated).
+std::vector<Value> rotate_pair(Builder& lb, Value p, Value q, Value x, Value y, double tol) {
+  int64_t nb = x.dims()[0], m = x.dims()[1], n = x.dims()[2];
+  DType t = x.dtype();
+  Value zero = i64(lb, 0);
+  Value wp = dynamic_slice(lb, x, {zero, zero, p}, {nb, m, 1});
+  Value wq = dynamic_slice(lb, x, {zero, zero, q}, {nb, m, 1});
+  Value alpha = lb.reduce_sum(lb.mul(wp, wp), {1, 2});  // [B]
+  Value beta = lb.reduce_sum(lb.mul(wq, wq), {1, 2});
+  Value gamma = lb.reduce_sum(lb.mul(wp, wq), {1, 2});
+  TensorType bt{t, {nb}};
+  Value one = lb.splat(1, bt), two = lb.splat(2, bt);
+  Value limit = lb.mul(lb.splat(tol, bt), lb.unary("sqrt", lb.mul(alpha, beta)));
+  Value needed = lb.compare(lb.unary("abs", gamma), limit, "GT");
+  // zeta = (beta - alpha) / (2 gamma): the smaller rotation that makes the pair orthogonal.
+  Value safe_gamma = lb.select(needed, gamma, one);
+  Value zeta = lb.div(lb.sub(beta, alpha), lb.mul(two, safe_gamma));
+  Value tan = linalg::jacobi_tangent(lb, zeta);
+  Value c = lb.div(one, lb.unary("sqrt", lb.add(one, lb.mul(tan, tan))));
+  Value sn = lb.mul(c, tan);
+  c = lb.select(needed, c, one);
+  sn = lb.select(needed, sn, lb.zeros(bt));
+  auto rotate = [&](Value mat, int64_t rows) {
+    Value cp = dynamic_slice(lb, mat, {zero, zero, p}, {nb, rows, 1});
+    Value cq = dynamic_slice(lb, mat, {zero, zero, q}, {nb, rows, 1});
+    Value cb = lb.broadcast_in_dim(c, {nb, rows, 1}, {0});
+    Value sb = lb.broadcast_in_dim(sn, {nb, rows, 1}, {0});
+    Value np = lb.sub(lb.mul(cb, cp), lb.mul(sb, cq));
+    Value nq = lb.add(lb.mul(sb, cp), lb.mul(cb, cq));
+    mat = lb.op("stablehlo.dynamic_update_slice", {mat, np, zero, zero, p}, mat.type);
+    return lb.op("stablehlo.dynamic_update_slice", {mat, nq, zero, zero, q}, mat.type);
+  };
+  return {rotate(x, m), rotate(y, n), needed};
 }
 
 // Columns of [B, r, n] reordered by `order` [B, n] (result[:, :, j] = x[:, :, order[j]]).
@@ -109,9 +78,10 @@ std::vector<Value> jacobi_svd(Builder& b, Value a, bool full, bool compute_uv) {
   Value v0 = linalg::eye(b, TensorType{t, {nb, n, n}});
   Value w = a, v = v0;
   if (n > 1) {
-    std::tie(w, v) = linalg::jacobi_until_converged(
-        b, a, v0, kMaxSweeps,
-        [tol](Builder& lb, Value x, Value q) { return sweep(lb, x, q, tol); });
+    std::tie(w, v) = linalg::cyclic_jacobi(
+        b, a, v0, n, [tol](Builder& lb, Value p, Value q, Value x, Value y) {
+          return rotate_pair(lb, p, q, x, y, tol);
+        });
   }
   Value norms = b.unary("sqrt", b.reduce_sum(b.mul(w, w), {1}));  // [B, n]
   // Descending order of the singular values (stable: ties keep column order).

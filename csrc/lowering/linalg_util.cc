@@ -312,20 +312,52 @@ base::Status require_float(LoweringContext& c, DType t) {
                              ")");
 }
 
-std::pair<Value, Value> jacobi_until_converged(Builder& b, Value a, Value v, int64_t max_sweeps,
-                                               const JacobiSweep& sweep) {
-  auto i64 = [](Builder& lb, int64_t n) { return lb.constant_i64(n, DType::kI64); };
+std::pair<Value, Value> cyclic_jacobi(Builder& b, Value a, Value v, int64_t n,
+                                      const PairRotation& rotate) {
+  auto i64 = [](Builder& lb, int64_t k) { return lb.constant_i64(k, DType::kI64); };
+  // One sweep over the pairs: (a, v, whether any lane's pair was rotated).
+  auto sweep = [&](Builder& sb, Value a0, Value v0) {
+    Value no = sb.convert(i64(sb, 0), DType::kBool);
+    return sb.while_loop(
+        {i64(sb, 0), i64(sb, 1), a0, v0, no},
+        [&](Builder& lb, const std::vector<Value>& s) {
+          return std::vector<Value>{lb.compare(s[0], i64(lb, n - 1), "LT")};
+        },
+        [&](Builder& lb, const std::vector<Value>& s) {
+          Value p = s[0], q = s[1];
+          std::vector<Value> r = rotate(lb, p, q, s[2], s[3]);
+          Value any = lb.reduce(r[2], lb.convert(i64(lb, 0), DType::kBool), {0}, "or");
+          Value rotated = lb.binary("or", s[4], any);
+          // Next pair: (p, q + 1), or (p + 1, p + 2) after the last column.
+          Value q1 = lb.add(q, i64(lb, 1));
+          Value wrap = lb.compare(q1, i64(lb, n), "EQ");
+          Value p_next = lb.select(wrap, lb.add(p, i64(lb, 1)), p);
+          Value q_next = lb.select(wrap, lb.add(p, i64(lb, 2)), q1);
+          return std::vector<Value>{p_next, q_next, r[0], r[1], rotated};
+        });
+  };
   std::vector<Value> out = b.while_loop(
       {i64(b, 0), a, v, b.convert(i64(b, 1), DType::kBool)},
       [&](Builder& lb, const std::vector<Value>& s) {
         return std::vector<Value>{
-            lb.binary("and", lb.compare(s[0], i64(lb, max_sweeps), "LT"), s[3])};
+            lb.binary("and", lb.compare(s[0], i64(lb, kMaxJacobiSweeps), "LT"), s[3])};
       },
       [&](Builder& lb, const std::vector<Value>& s) {
         std::vector<Value> r = sweep(lb, s[1], s[2]);
-        return std::vector<Value>{lb.add(s[0], i64(lb, 1)), r[0], r[1], r[2]};
+        return std::vector<Value>{lb.add(s[0], i64(lb, 1)), r[2], r[3], r[4]};
       });
   return {out[1], out[2]};
+}
+
+Value jacobi_tangent(Builder& b, Value zeta) {
+  Value one = b.splat(1, zeta.type);
+  Value az = b.unary("abs", zeta);
+  Value big = b.compare(az, one, "GT");
+  Value inv = b.div(one, b.select(big, az, one));
+  Value root = b.select(big, b.mul(az, b.unary("sqrt", b.add(one, b.mul(inv, inv)))),
+                        b.unary("sqrt", b.add(one, b.mul(zeta, zeta))));
+  Value sign = b.select(b.compare(zeta, b.zeros(zeta.type), "GE"), one, b.splat(-1, zeta.type));
+  return b.div(sign, b.add(az, root));
 }
 
 }  // namespace torchtpu::lowering::linalg

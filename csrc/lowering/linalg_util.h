@@ -86,12 +86,21 @@ Value pad_last(Builder& b, Value x, int64_t n);
 // caller falls back to PyTorch's CPU kernel, which supports others or raises its error.
 base::Status require_float(LoweringContext& c, DType t);
 
-// One Jacobi sweep over (a, v): returns {a', v', rotated} with `rotated` a bool 0-d that
-// is false once the sweep changed nothing.
-using JacobiSweep = std::function<std::vector<Value>(Builder&, Value, Value)>;
-// Runs `sweep` in a stablehlo.while loop until a sweep rotates nothing or `max_sweeps`
-// sweeps ran (the loop eigh and the SVD share); returns the final {a, v}.
-std::pair<Value, Value> jacobi_until_converged(Builder& b, Value a, Value v, int64_t max_sweeps,
-                                               const JacobiSweep& sweep);
+// Cyclic Jacobi, shared by eigh and the SVD. `rotate` rotates the pair (p, q) (0-d i64,
+// p < q) of every batch lane of (a, v) and returns {a', v', needed}, needed [B] bool
+// marking the lanes whose pair needed a rotation. Sweeps run over every pair p < q < n in
+// order until a whole sweep rotates nothing or kMaxJacobiSweeps sweeps ran
+// (stablehlo.while loops); returns the final {a, v}.
+// Jacobi converges quadratically once nearly diagonal (orthogonal): a handful of sweeps in
+// practice; the bound keeps a pathological input from looping for long.
+constexpr int64_t kMaxJacobiSweeps = 60;
+using PairRotation =
+    std::function<std::vector<Value>(Builder&, Value p, Value q, Value a, Value v)>;
+std::pair<Value, Value> cyclic_jacobi(Builder& b, Value a, Value v, int64_t n,
+                                      const PairRotation& rotate);
+// tan of the smaller Jacobi rotation angle for `zeta` [B]: sign(zeta) / (|zeta| +
+// sqrt(1 + zeta^2)), the root taken as |zeta| sqrt(1 + zeta^-2) where |zeta| > 1 so that
+// it cannot overflow.
+Value jacobi_tangent(Builder& b, Value zeta);
 
 }  // namespace torchtpu::lowering::linalg
