@@ -85,9 +85,7 @@ Result linalg_eigh(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
   Value a = c.tensor(0);
-  if (a.type.num_elements() == 0) {
-    return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1))};
-  }
+  if (a.type.num_elements() == 0) return linalg::zero_results(c, 2);
   bool lower = c.string_arg(1) != "U";
   Dims batch = linalg::batch_dims(a.dims());
   Value x = linalg::flatten_batch(b, a);

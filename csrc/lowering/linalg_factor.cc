@@ -181,10 +181,7 @@ Result linalg_lu_factor_ex(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
   Value a = c.tensor(0);
-  if (a.type.num_elements() == 0) {
-    return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1)),
-                              b.zeros(c.out_type(2))};
-  }
+  if (a.type.num_elements() == 0) return linalg::zero_results(c, 3);
   Dims batch = batch_dims(a.dims());
   linalg::Lu f = linalg::lu_factor(b, flatten_batch(b, a), c.bool_arg(1));
   if (c.bool_arg(2)) {
@@ -231,10 +228,7 @@ Result linalg_lu(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
   Value a = c.tensor(0);
-  if (a.type.num_elements() == 0) {
-    return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1)),
-                              b.zeros(c.out_type(2))};
-  }
+  if (a.type.num_elements() == 0) return linalg::zero_results(c, 3);
   bool pivot = c.bool_arg(1);
   linalg::Lu f = linalg::lu_factor(b, flatten_batch(b, a), pivot);
   return unpack(c, f.lu, f.pivots, true, pivot);
@@ -245,10 +239,7 @@ Result lu_unpack(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
   const TensorType& lu_type = c.tensor_type(0);
-  if (lu_type.num_elements() == 0) {
-    return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1)),
-                              b.zeros(c.out_type(2))};
-  }
+  if (lu_type.num_elements() == 0) return linalg::zero_results(c, 3);
   Value lu = flatten_batch(b, c.tensor(0));
   Value piv = c.tensor(1);
   int64_t nb = lu.dims()[0];
@@ -280,9 +271,7 @@ Result linalg_inv_ex(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
   Value a = c.tensor(0);
-  if (a.type.num_elements() == 0) {
-    return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1))};
-  }
+  if (a.type.num_elements() == 0) return linalg::zero_results(c, 2);
   Dims batch = batch_dims(a.dims());
   Value flat = flatten_batch(b, a);
   linalg::Lu f = linalg::lu_factor(b, flat, true);

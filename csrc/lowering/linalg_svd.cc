@@ -120,10 +120,7 @@ Result linalg_svd(LoweringContext& c) {
   Builder& b = c.b();
   Value a = c.tensor(0);
   bool full = c.bool_arg(1), compute_uv = c.bool_arg(2);
-  if (a.type.num_elements() == 0) {
-    return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1)),
-                              b.zeros(c.out_type(2))};
-  }
+  if (a.type.num_elements() == 0) return linalg::zero_results(c, 3);
   const Dims& d = a.dims();
   int64_t r = a.rank(), m = d[r - 2], n = d[r - 1];
   Dims batch = linalg::batch_dims(d);

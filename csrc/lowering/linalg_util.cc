@@ -312,6 +312,12 @@ base::Status require_float(LoweringContext& c, DType t) {
                              ")");
 }
 
+std::vector<Value> zero_results(LoweringContext& c, int n) {
+  std::vector<Value> out;
+  for (int i = 0; i < n; ++i) out.push_back(c.b().zeros(c.out_type(i)));
+  return out;
+}
+
 std::pair<Value, Value> cyclic_jacobi(Builder& b, Value a, Value v, int64_t n,
                                       const PairRotation& rotate) {
   auto i64 = [](Builder& lb, int64_t k) { return lb.constant_i64(k, DType::kI64); };

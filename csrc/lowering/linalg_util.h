@@ -86,6 +86,9 @@ Value pad_last(Builder& b, Value x, int64_t n);
 // caller falls back to PyTorch's CPU kernel, which supports others or raises its error.
 base::Status require_float(LoweringContext& c, DType t);
 
+// Zeros of the call's first `n` result types: a factorization's results for an empty input.
+std::vector<Value> zero_results(LoweringContext& c, int n);
+
 // Cyclic Jacobi, shared by eigh and the SVD. `rotate` rotates the pair (p, q) (0-d i64,
 // p < q) of every batch lane of (a, v) and returns {a', v', needed}, needed [B] bool
 // marking the lanes whose pair needed a rotation. Sweeps run over every pair p < q < n in
