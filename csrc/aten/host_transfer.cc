@@ -32,7 +32,12 @@ runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int
   // Convert through a CPU 0-d tensor so the rounding is exactly PyTorch's.
   TORCH_CHECK(!s.isComplex() || base::is_complex(dtype), "tpu: internal error: a complex "
               "scalar was asked for as ", base::dtype_name(dtype));
-  at::Tensor host = at::scalar_tensor(s, at::TensorOptions().dtype(to_scalar_type(dtype)));
+  return host_scalar_to_buffer(
+      at::scalar_tensor(s, at::TensorOptions().dtype(to_scalar_type(dtype))), device);
+}
+
+runtime::BufferPtr host_scalar_to_buffer(const at::Tensor& host, int device) {
+  base::DType dtype = to_dtype(host.scalar_type());
   uint64_t bits[2] = {0, 0};
   std::memcpy(bits, host.data_ptr(), host.element_size());
   ScalarKey key{static_cast<int>(dtype), device, bits[0], bits[1]};

@@ -406,8 +406,7 @@ runtime::BufferPtr scalar_buffer(const c10::IValue& v, base::DType dtype, int de
     // A 0-dim CPU tensor (also a Python number the arithmetic operators wrap) is cast the
     // way TensorIterator casts it, without an overflow check: uint8 + 1000 wraps on the
     // CPU. Scalar arguments keep the checked conversion their CPU kernels apply (fill_).
-    at::Tensor cast = v.toTensor().to(to_scalar_type(dtype));
-    return scalar_to_buffer(cast.item(), dtype, device);
+    return host_scalar_to_buffer(v.toTensor().to(to_scalar_type(dtype)), device);
   }
   return scalar_to_buffer(v.toScalar(), dtype, device);
 }
