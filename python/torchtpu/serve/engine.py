@@ -247,13 +247,13 @@ class LLMEngine:
             self.metrics.observe_scheduler(self.scheduler)
             return []
         items = [StepItem(it.request_id, list(it.token_ids), it.start_pos, list(it.page_ids),
-                          it.sample) for it in sched.items]
+                          int(it.sample)) for it in sched.items]
         logits = self.runner.execute(items)
         now = time.perf_counter()
         samples, outputs = {}, []
-        for rid, row in logits.items():
+        for rid, rows in logits.items():
             try:
-                samples[rid] = self.requests[rid].sampler.sample(row)
+                samples[rid] = self.requests[rid].sampler.sample(rows[0])
             except Exception as e:  # noqa: BLE001 - this request's failure, not the engine's
                 outputs.append(self._fail(rid, e, "sampling"))
         finished = dict(self.scheduler.update({rid: s.token for rid, s in samples.items()}))
