@@ -40,6 +40,11 @@ struct Request {
   // When set, stop tokens do not finish the request: only max_new_tokens (or a finish from
   // outside) does. Benchmarks use it to get a fixed output length.
   bool ignore_eos = false;
+  // Speculative decoding for this request (when the scheduler has it configured).
+  bool speculative = true;
+  // Drafted tokens of the step being planned (past the last known token); cleared when the
+  // step is applied or the request leaves the running set.
+  std::vector<TokenId> draft_token_ids;
 
   RequestStatus status = RequestStatus::kWaiting;
   // Order of arrival; also tells this request from a later one that reuses its id.
