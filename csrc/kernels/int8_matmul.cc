@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <string>
 #include <vector>
 
@@ -10,83 +13,145 @@
 namespace torchtpu::kernels {
 namespace {
 
-constexpr int kLanes = 8;
-using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
-using UnalignedVec = float __attribute__((vector_size(kLanes * sizeof(float)), aligned(4)));
-using Bytes = int8_t __attribute__((vector_size(kLanes), aligned(1)));
+// Output channels per work item: kBlock consecutive columns of w, for every row of x and
+// all of K. Within one, each k converts the kBlock weights of its row once (in registers)
+// and multiplies them by R rows of x at once (x[r, k] broadcast), so kBlock * R sums
+// accumulate in registers with no horizontal sums, and a weight byte is converted once per
+// R rows (once in all for a decode step's few rows). Vector code is written with
+// intrinsics: GCC turns a vector-extension int8 -> float conversion into one scalar
+// conversion per element.
+constexpr int64_t kBlock = 64;
+constexpr int64_t kPrefetchRows = 16;
 
-// Output channels per work item, and per pass over the rows: kOuts weight rows are
-// converted to f32 once (into L1) and then multiply every activation row, kRows rows at a
-// time, so kOuts * kRows sums accumulate in registers.
-constexpr int64_t kBlock = 32;
-constexpr int kOuts = 4;
-constexpr int kRows = 2;
-
-inline float sum_lanes(Vec v) {
-  float s = 0.0f;
-  for (int i = 0; i < kLanes; ++i) s += v[i];
-  return s;
-}
-
-// On x86-64, built twice, for x86-64-v3 (AVX2, FMA) and for the baseline; the loader picks
-// what the CPU runs.
-#if defined(__x86_64__)
-#define TORCHTPU_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define TORCHTPU_CPU_CLONES
-#endif
-
-// Output channels [n0, n1) for every row.
-TORCHTPU_CPU_CLONES
-void output_block(int64_t m, int64_t k, int64_t n0, int64_t n1, const float* x,
+// The portable path, and the columns past the last whole block.
+void block_scalar(int64_t m, int64_t k, int64_t n0, int64_t n1, const float* x,
                   const int8_t* w, const float* scale, float* out, int64_t n) {
-  thread_local std::vector<float> converted;
-  converted.resize(static_cast<size_t>(kOuts * k));
-  const int64_t vec_k = k / kLanes * kLanes;
-  for (int64_t c0 = n0; c0 < n1; c0 += kOuts) {
-    const int64_t outs = std::min<int64_t>(kOuts, n1 - c0);
-    float* wf[kOuts];
-    for (int i = 0; i < kOuts; ++i) {
-      // A short group repeats its last channel (computed, not stored).
-      const int8_t* row = w + (c0 + std::min<int64_t>(i, outs - 1)) * k;
-      wf[i] = converted.data() + i * k;
-      for (int64_t j = 0; j < vec_k; j += kLanes) {
-        Vec v = __builtin_convertvector(*reinterpret_cast<const Bytes*>(row + j), Vec);
-        std::memcpy(wf[i] + j, &v, sizeof v);
-      }
-      for (int64_t j = vec_k; j < k; ++j) wf[i][j] = row[j];
-    }
-    for (int64_t r0 = 0; r0 < m; r0 += kRows) {
-      const int64_t rows = std::min<int64_t>(kRows, m - r0);
-      const float* xr[kRows];
-      for (int r = 0; r < kRows; ++r) xr[r] = x + (r0 + std::min<int64_t>(r, rows - 1)) * k;
-      Vec acc[kRows][kOuts] = {};
-      for (int64_t j = 0; j < vec_k; j += kLanes) {
-        Vec wv[kOuts];
-        for (int i = 0; i < kOuts; ++i) wv[i] = *reinterpret_cast<const UnalignedVec*>(wf[i] + j);
-        for (int r = 0; r < kRows; ++r) {
-          const Vec xv = *reinterpret_cast<const UnalignedVec*>(xr[r] + j);
-          for (int i = 0; i < kOuts; ++i) acc[r][i] += xv * wv[i];
-        }
-      }
-      for (int r = 0; r < rows; ++r) {
-        for (int i = 0; i < outs; ++i) {
-          float s = sum_lanes(acc[r][i]);
-          for (int64_t j = vec_k; j < k; ++j) s += xr[r][j] * wf[i][j];
-          out[(r0 + r) * n + c0 + i] = s * scale[c0 + i];
-        }
-      }
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = n0; c < n1; ++c) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < k; ++j) s += x[r * k + j] * static_cast<float>(w[j * n + c]);
+      out[r * n + c] = s * scale[c];
     }
   }
 }
 
+#if defined(__x86_64__)
+// Rows [r0, r0 + R) times V vectors of L columns from c0.
+#define TORCHTPU_INT8_TILE(NAME, TARGET, VEC, L, ZERO, LOAD_W, BCAST, FMA, MUL, LOADU, STOREU) \
+  template <int R, int V>                                                                     \
+  __attribute__((target(TARGET), always_inline)) inline void NAME(                            \
+      int64_t k, int64_t n, int64_t r0, int64_t c0, const float* x, const int8_t* w,          \
+      const float* scale, float* out) {                                                       \
+    VEC acc[R][V];                                                                            \
+    for (int r = 0; r < R; ++r)                                                               \
+      for (int v = 0; v < V; ++v) acc[r][v] = ZERO;                                           \
+    const int8_t* col = w + c0;                                                               \
+    const float* xr = x + r0 * k;                                                             \
+    for (int64_t j = 0; j < k; ++j, col += n) {                                               \
+      /* Rows of w are n bytes apart: the hardware prefetcher loses them at page ends. */     \
+      __builtin_prefetch(col + kPrefetchRows * n);                                            \
+      VEC wv[V];                                                                              \
+      for (int v = 0; v < V; ++v) wv[v] = LOAD_W(col + v * L);                                \
+      for (int r = 0; r < R; ++r) {                                                           \
+        const VEC xb = BCAST(xr[r * k + j]);                                                  \
+        for (int v = 0; v < V; ++v) acc[r][v] = FMA(xb, wv[v], acc[r][v]);                    \
+      }                                                                                       \
+    }                                                                                         \
+    for (int v = 0; v < V; ++v) {                                                             \
+      const VEC sv = LOADU(scale + c0 + v * L);                                               \
+      for (int r = 0; r < R; ++r) STOREU(out + (r0 + r) * n + c0 + v * L, MUL(acc[r][v], sv)); \
+    }                                                                                         \
+  }
+
+__attribute__((target("avx2,fma"))) inline __m256 load_w8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+TORCHTPU_INT8_TILE(tile_avx2, "avx2,fma", __m256, 8, _mm256_setzero_ps(), load_w8,
+                   _mm256_set1_ps, _mm256_fmadd_ps, _mm256_mul_ps, _mm256_loadu_ps,
+                   _mm256_storeu_ps)
+
+// GCC 12 reports the AVX-512 intrinsics' own placeholder operands as maybe uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) inline __m512 load_w16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+TORCHTPU_INT8_TILE(tile_avx512, "avx512f", __m512, 16, _mm512_setzero_ps(), load_w16,
+                   _mm512_set1_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_loadu_ps,
+                   _mm512_storeu_ps)
+#undef TORCHTPU_INT8_TILE
+
+// Tiles that fit the registers: AVX2's 16 hold 2 rows x 4 vectors of 8 columns (8 sums, 4
+// weight vectors, a broadcast), so a block is two tiles of 32 columns; AVX-512's 32 hold
+// 4 rows x 4 vectors of 16 (a whole block).
+__attribute__((target("avx2,fma"))) void block_avx2(int64_t m, int64_t k, int64_t n0,
+                                                     int64_t n1, const float* x,
+                                                     const int8_t* w, const float* scale,
+                                                     float* out, int64_t n) {
+  if (n1 - n0 < kBlock) return block_scalar(m, k, n0, n1, x, w, scale, out, n);
+  for (int64_t c0 = n0; c0 < n1; c0 += 32) {
+    int64_t r0 = 0;
+    for (; r0 + 2 <= m; r0 += 2) tile_avx2<2, 4>(k, n, r0, c0, x, w, scale, out);
+    if (r0 < m) tile_avx2<1, 4>(k, n, r0, c0, x, w, scale, out);
+  }
+}
+
+__attribute__((target("avx512f"))) void block_avx512(int64_t m, int64_t k, int64_t n0,
+                                                     int64_t n1, const float* x,
+                                                     const int8_t* w, const float* scale,
+                                                     float* out, int64_t n) {
+  if (n1 - n0 < kBlock) return block_scalar(m, k, n0, n1, x, w, scale, out, n);
+  int64_t r0 = 0;
+  for (; r0 + 4 <= m; r0 += 4) tile_avx512<4, 4>(k, n, r0, n0, x, w, scale, out);
+  for (; r0 + 2 <= m; r0 += 2) tile_avx512<2, 4>(k, n, r0, n0, x, w, scale, out);
+  if (r0 < m) tile_avx512<1, 4>(k, n, r0, n0, x, w, scale, out);
+}
+#pragma GCC diagnostic pop
+#endif
+
+using BlockFn = void (*)(int64_t, int64_t, int64_t, int64_t, const float*, const int8_t*,
+                         const float*, float*, int64_t);
+
+BlockFn block_for(Int8Isa isa) {
+  switch (isa) {
+#if defined(__x86_64__)
+    case Int8Isa::kAvx512: return block_avx512;
+    case Int8Isa::kAvx2: return block_avx2;
+#endif
+    case Int8Isa::kPortable: return block_scalar;
+    default: break;
+  }
+  for (Int8Isa best : {Int8Isa::kAvx512, Int8Isa::kAvx2}) {
+    if (int8_isa_supported(best)) return block_for(best);
+  }
+  return block_scalar;
+}
+
+}  // namespace
+
+bool int8_isa_supported(Int8Isa isa) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (isa == Int8Isa::kAvx512) return __builtin_cpu_supports("avx512f");
+  if (isa == Int8Isa::kAvx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  if (isa == Int8Isa::kAvx512 || isa == Int8Isa::kAvx2) return false;
+#endif
+  return true;
+}
+
+namespace {
 }  // namespace
 
 void int8_matmul(int64_t m, int64_t k, int64_t n, const float* x, const int8_t* w,
-                 const float* scale, float* out, const ParallelFor& parallel_for) {
+                 const float* scale, float* out, const ParallelFor& parallel_for, Int8Isa isa) {
+  static const BlockFn best = block_for(Int8Isa::kBest);
+  const BlockFn block = isa == Int8Isa::kBest ? best : block_for(isa);
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   auto body = [&](int64_t b) {
-    output_block(m, k, b * kBlock, std::min(n, (b + 1) * kBlock), x, w, scale, out, n);
+    block(m, k, b * kBlock, std::min(n, (b + 1) * kBlock), x, w, scale, out, n);
   };
   if (parallel_for) {
     parallel_for(blocks, body);
@@ -108,15 +173,15 @@ extern "C" XLA_FFI_Error* torchtpu_int8_matmul_ffi(XLA_FFI_CallFrame* frame) {
                   w->dtype == XLA_FFI_DataType_S8 && w->rank == 2 &&
                   scale->dtype == XLA_FFI_DataType_F32 && scale->rank == 1 &&
                   out->dtype == XLA_FFI_DataType_F32 && out->rank == 2 &&
-                  w->dims[1] == x->dims[1] && scale->dims[0] == w->dims[0] &&
-                  out->dims[0] == x->dims[0] && out->dims[1] == w->dims[0];
+                  w->dims[0] == x->dims[1] && scale->dims[0] == w->dims[1] &&
+                  out->dims[0] == x->dims[0] && out->dims[1] == w->dims[1];
   if (!ok) {
-    return ffi::error(frame, std::string(what) + ": expected x f32[M,K], w s8[N,K], scale "
+    return ffi::error(frame, std::string(what) + ": expected x f32[M,K], w s8[K,N], scale "
                       "f32[N] and out f32[M,N]; got x " + ffi::describe(x) + ", w " +
                       ffi::describe(w) + ", scale " + ffi::describe(scale) + ", out " +
                       ffi::describe(out));
   }
-  int8_matmul(x->dims[0], x->dims[1], w->dims[0], static_cast<const float*>(x->data),
+  int8_matmul(x->dims[0], x->dims[1], w->dims[1], static_cast<const float*>(x->data),
               static_cast<const int8_t*>(w->data), static_cast<const float*>(scale->data),
               static_cast<float*>(out->data),
               [frame](int64_t count, const std::function<void(int64_t)>& body) {

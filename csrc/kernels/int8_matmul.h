@@ -8,8 +8,9 @@
 // take. For many rows XLA's blocked matmul on a dequantized copy is faster (the copy is
 // paid once for all rows), which is why callers use the kernel only for few rows.
 //
-// Shapes (row-major): x f32[M, K], w s8[N, K] (one row per output channel), scale f32[N];
-// out f32[M, N] with out[m, n] = scale[n] * sum_k x[m, k] * w[n, k].
+// Shapes (row-major): x f32[M, K], w s8[K, N] (a column per output channel, the layout the
+// f32 weights have), scale f32[N]; out f32[M, N] with
+// out[m, n] = scale[n] * sum_k x[m, k] * w[k, n].
 #pragma once
 
 #include <cstdint>
@@ -20,11 +21,16 @@
 
 namespace torchtpu::kernels {
 
+// The instruction sets the kernel has code for; kBest is the widest this CPU runs.
+enum class Int8Isa { kBest, kAvx512, kAvx2, kPortable };
+bool int8_isa_supported(Int8Isa isa);
+
 // Computes `out`; output channels are independent: `parallel_for` spreads blocks of them over
 // threads (empty: one after another on this thread). The result does not depend on how the
-// blocks are spread.
+// blocks are spread. `isa` (tests) must be supported.
 void int8_matmul(int64_t m, int64_t k, int64_t n, const float* x, const int8_t* w,
-                 const float* scale, float* out, const ParallelFor& parallel_for = {});
+                 const float* scale, float* out, const ParallelFor& parallel_for = {},
+                 Int8Isa isa = Int8Isa::kBest);
 
 // The custom-call target name and its typed-FFI handler. Operands: x, w, scale; result: out.
 inline constexpr char kInt8MatmulTarget[] = "torchtpu_int8_matmul";

@@ -50,11 +50,11 @@ Lowered lower_paged_attention(LoweringContext& c) {
 Lowered lower_int8_matmul(LoweringContext& c) {
   const TensorType &x = c.tensor_type(0), &w = c.tensor_type(1), &scale = c.tensor_type(2);
   bool ok = x.dtype == DType::kF32 && x.rank() == 2 && w.dtype == DType::kI8 && w.rank() == 2 &&
-            scale.dtype == DType::kF32 && scale.rank() == 1 && w.dims[1] == x.dims[1] &&
-            scale.dims[0] == w.dims[0];
+            scale.dtype == DType::kF32 && scale.rank() == 1 && w.dims[0] == x.dims[1] &&
+            scale.dims[0] == w.dims[1];
   if (!ok) {
     return base::invalid_argument(
-        "torchtpu::int8_matmul: expected x f32[M,K], w i8[N,K] and scale f32[N]; got x " +
+        "torchtpu::int8_matmul: expected x f32[M,K], w i8[K,N] and scale f32[N]; got x " +
         x.str() + ", w " + w.str() + ", scale " + scale.str());
   }
   std::string attrs = "call_target_name = \"torchtpu_int8_matmul\", api_version = 4 : i32, "

@@ -73,20 +73,20 @@ def _(q, k_cache, v_cache, pages, positions, query_start, page_size, scale, wind
 
 @torch.library.custom_op("torchtpu::int8_matmul", mutates_args=(), device_types="cpu")
 def int8_matmul(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x f32[M, K] times int8 weights w [N, K] (a row per output channel) with per-channel
-    scales f32[N]: out[m, n] = scale[n] * sum_k x[m, k] * w[n, k]. The ``tpu`` kernel is
-    ``torchtpu_int8_matmul``, which reads each weight byte once (for few rows of x)."""
+    """x f32[M, K] times int8 weights w [K, N] (a column per output channel) with
+    per-channel scales f32[N]: out[m, n] = scale[n] * sum_k x[m, k] * w[k, n]. The ``tpu``
+    kernel is ``torchtpu_int8_matmul``, which reads each weight byte once (for few rows)."""
     if x.dim() != 2 or w.dim() != 2 or scale.dim() != 1 or w.dtype != torch.int8 \
-            or w.shape[1] != x.shape[1] or scale.shape[0] != w.shape[0]:
-        raise ValueError(f"torchtpu::int8_matmul: expected x [M, K], w int8 [N, K] and scale "
+            or w.shape[0] != x.shape[1] or scale.shape[0] != w.shape[1]:
+        raise ValueError(f"torchtpu::int8_matmul: expected x [M, K], w int8 [K, N] and scale "
                          f"[N]; got {tuple(x.shape)}, {w.dtype} {tuple(w.shape)}, "
                          f"{tuple(scale.shape)}")
-    return (x @ w.to(x.dtype).t()) * scale
+    return (x @ w.to(x.dtype)) * scale
 
 
 @int8_matmul.register_fake
 def _(x, w, scale):
-    return x.new_empty([x.shape[0], w.shape[0]])
+    return x.new_empty([x.shape[0], w.shape[1]])
 
 
 @torch.library.custom_op("torchtpu::matmul_nd", mutates_args=())

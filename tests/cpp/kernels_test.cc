@@ -212,23 +212,29 @@ TEST(Int8MatmulKernel, MatchesADirectReading) {
   std::mt19937 gen(1);
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<int> byte(-127, 127);
-  for (auto [m, k, n] : {std::array<int64_t, 3>{1, 64, 8}, {3, 70, 37}, {16, 576, 100},
-                         {5, 13, 3}}) {
+  // Row counts around the register tiles (1, 2, 4 rows per pass), channel counts with and
+  // without a partial block of 64.
+  for (auto [m, k, n] : {std::array<int64_t, 3>{1, 64, 64}, {3, 70, 37}, {16, 576, 100},
+                         {5, 13, 3}, {7, 40, 192}, {2, 8, 129}}) {
     std::vector<float> x(m * k), scale(n), out(m * n, -1.0f);
     std::vector<int8_t> w(n * k);
     for (float& v : x) v = normal(gen);
     for (float& v : scale) v = std::abs(normal(gen)) * 0.01f;
     for (int8_t& v : w) v = static_cast<int8_t>(byte(gen));
-    int8_matmul(m, k, n, x.data(), w.data(), scale.data(), out.data());
-    double worst = 0;
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double want = 0;
-        for (int64_t c = 0; c < k; ++c) want += double(x[i * k + c]) * w[j * k + c];
-        worst = std::max(worst, std::abs(out[i * n + j] - want * scale[j]));
+    for (Int8Isa isa : {Int8Isa::kAvx512, Int8Isa::kAvx2, Int8Isa::kPortable}) {
+      if (!int8_isa_supported(isa)) continue;  // this CPU cannot run that code
+      std::fill(out.begin(), out.end(), -1.0f);
+      int8_matmul(m, k, n, x.data(), w.data(), scale.data(), out.data(), {}, isa);
+      double worst = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0;
+          for (int64_t c = 0; c < k; ++c) want += double(x[i * k + c]) * w[c * n + j];
+          worst = std::max(worst, std::abs(out[i * n + j] - want * scale[j]));
+        }
       }
+      EXPECT_LT(worst, 1e-4) << m << "x" << k << "x" << n << " isa " << static_cast<int>(isa);
     }
-    EXPECT_LT(worst, 1e-4) << m << "x" << k << "x" << n;
   }
 }
 
@@ -280,7 +286,7 @@ TEST(HostKernelCall, Int8MatmulRunsOnThePlugin) {
   }
   using base::DType;
   testing::HostTensor x{{DType::kF32, {2, 3}}, {1, 2, 3, -1, 0, 0.5}};
-  testing::HostTensor w{{DType::kI8, {2, 3}}, {1, -2, 3, 127, 0, -127}};
+  testing::HostTensor w{{DType::kI8, {3, 2}}, {1, 127, -2, 0, 3, -127}};  // [K, N]
   testing::HostTensor scale{{DType::kF32, {2}}, {0.5, 0.25}};
   auto lowered = lowering::lower_op(
       "torchtpu::int8_matmul",
@@ -313,12 +319,12 @@ TEST(HostKernelCall, LoweringRejectsWrongOperands) {
       << lowered.status().message();
 
   lowering::OpArg x = testing::tensor_arg({{base::DType::kF32, {2, 3}}, {}});
-  lowering::OpArg w = testing::tensor_arg({{base::DType::kF32, {4, 3}}, {}});  // not int8
+  lowering::OpArg w = testing::tensor_arg({{base::DType::kF32, {3, 4}}, {}});  // not int8
   lowering::OpArg scale = testing::tensor_arg({{base::DType::kF32, {4}}, {}});
   auto int8 = lowering::lower_op("torchtpu::int8_matmul", {x, w, scale},
                                  {{base::DType::kF32, {2, 4}}});
   ASSERT_FALSE(int8.ok());
-  EXPECT_NE(int8.status().message().find("torchtpu::int8_matmul: expected x f32[M,K], w i8[N,K]"),
+  EXPECT_NE(int8.status().message().find("torchtpu::int8_matmul: expected x f32[M,K], w i8[K,N]"),
             std::string::npos) << int8.status().message();
 }
 

@@ -1,15 +1,16 @@
 """Llama-architecture decoders (Llama, Mistral, Qwen2, Qwen3, SmolLM2) over a paged KV pool.
 
 The weights come from a Hugging Face checkpoint loaded with ``transformers`` on the CPU and
-are repacked per layer (q/k/v fused, gate/up fused) onto ``tpu``. f32 projections are stored
+are repacked per layer (q/k/v fused, gate/up fused) onto ``tpu``. Projections are stored
 [in, out]: XLA's CPU backend runs a matmul whose right operand is transposed several times
 slower for more than one row (it transposes the weight on every call), so they are
-``x @ w``. With ``quantization="int8"`` every linear layer (and the embedding, which a tied
-head shares) is stored int8 [out, in] with one f32 scale per output channel (symmetric,
-round to nearest): a projection of a few rows runs the host kernel ``torchtpu::int8_matmul``
-(it reads the int8 weight once, converting in registers: a decode step is bound by reading
-weights, and int8 reads a quarter of the bytes); many rows dequantize in the program and
-use XLA's matmul, whose blocking beats the kernel's once the weight is reused enough.
+``x @ w``. With ``quantization="int8"`` every linear layer, the head and the embedding are
+stored int8 [in, out] with one f32 scale per output channel (symmetric, round to nearest;
+the embedding as [hidden, vocab], so a tied head shares it): a projection of a few rows runs
+the host kernel ``torchtpu::int8_matmul`` (it reads the int8 weight once, converting in
+registers: a decode step is bound by reading weights, and int8 reads a quarter of the
+bytes); many rows convert the weight in the program and use XLA's matmul, whose blocking
+beats the kernel's once the weight is reused enough.
 
 Layer functions are pure functions of tensors, so every layer (or group of layers) shares
 one compiled executable per shape bucket. One forward call computes a ragged batch: the new
@@ -67,14 +68,14 @@ INT8_KERNEL_MAX_ROWS = 64
 
 def linear(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None,
            bias: torch.Tensor | None = None, int8_kernel: bool = False) -> torch.Tensor:
-    """x @ W (+ bias). f32 W is stored [in, out]; int8 W is stored [out, in] with a per-output
-    channel `scale`: W = w.T * scale."""
+    """x @ W (+ bias), W stored [in, out]: f32, or int8 with a per-output-channel `scale`
+    (W = w * scale)."""
     if scale is None:
         return x @ w if bias is None else torch.addmm(bias, x, w)
     if int8_kernel and x.shape[0] <= INT8_KERNEL_MAX_ROWS:
         y = torch.ops.torchtpu.int8_matmul(x, w, scale)
     else:
-        y = (x @ w.t().to(x.dtype)) * scale
+        y = (x @ w.to(x.dtype)) * scale
     return y if bias is None else y + bias
 
 
@@ -205,11 +206,12 @@ def int8_kernel_available(device: torch.device) -> bool:
 
 def embed(tokens: torch.Tensor, weight: torch.Tensor,
           scale: torch.Tensor | None = None) -> torch.Tensor:
-    """Rows of the embedding (int8 rows times their scale when `scale` is given)."""
+    """The tokens' embeddings: rows of an f32 [vocab, hidden] table, or with `scale`,
+    columns of an int8 [hidden, vocab] one times their scales."""
     if scale is None:
         return F.embedding(tokens, weight)
-    rows = weight.index_select(0, tokens).to(torch.float32)
-    return rows * scale.index_select(0, tokens).unsqueeze(1)
+    cols = weight.index_select(1, tokens).t().to(torch.float32)
+    return cols * scale.index_select(0, tokens).unsqueeze(1)
 
 
 def lm_head(h: torch.Tensor, rows: torch.Tensor, w_norm: torch.Tensor, w_head: torch.Tensor,
@@ -220,13 +222,14 @@ def lm_head(h: torch.Tensor, rows: torch.Tensor, w_norm: torch.Tensor, w_head: t
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-row int8 of a 2-d weight [out, in]: (int8 [out, in], f32 scale [out])
-    with w ~ q * scale[:, None]; a row of zeros gets scale 1."""
+    """Symmetric per-output-channel int8 of a weight given as [out, in] (nn.Linear's layout,
+    or an embedding's [vocab, hidden]): (int8 [in, out], f32 scale [out]) with
+    w.T ~ q * scale; a channel of zeros gets scale 1."""
     w = w.detach().to(torch.float32)
     top = w.abs().amax(dim=1)
     scale = torch.where(top > 0, top / 127.0, torch.ones_like(top))
     q = torch.round(w / scale.unsqueeze(1)).clamp(-127, 127).to(torch.int8)
-    return q.contiguous(), scale.contiguous()
+    return q.t().contiguous(), scale.contiguous()
 
 
 QUANTIZATIONS = (None, "int8")
@@ -267,8 +270,8 @@ class PagedDecoder:
             return None if t is None else t.detach().to(self.dtype).contiguous().to(self.device)
 
         def linear_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            """A linear layer's [out, in] weight as stored: f32 [in, out], or int8 [out, in]
-            and its scales."""
+            """A linear layer's [out, in] weight as stored: [in, out], f32 or int8 with its
+            scales."""
             if quantization is None:
                 return put(w.detach().t()), None
             q, scale = quantize_int8(w)
@@ -283,8 +286,8 @@ class PagedDecoder:
         if quantization is None:
             self.embed_weight, self.embed_scale = put(base.embed_tokens.weight), None
         else:
-            # Rows of the embedding are output channels of a tied head: one quantization
-            # serves both.
+            # Stored as a head would be ([hidden, vocab], a scale per vocabulary entry): a
+            # tied head is the same tensor.
             self.embed_weight, self.embed_scale = linear_weight(base.embed_tokens.weight)
         if tied and quantization is not None:
             self.head_weight, self.head_scale = self.embed_weight, self.embed_scale
