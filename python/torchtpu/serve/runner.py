@@ -275,6 +275,11 @@ class ModelRunner:
         t = _bucket(n_tokens, self.token_buckets)
         c = _bucket(max(it.start_pos + len(it.token_ids) for it in items), self.context_buckets)
         r = _bucket(max(1, n_rows), self.row_buckets)
+        if self._warm_graphs is None:  # not warmed up: shapes compile on first use, as planned
+            from torchtpu.dynamo import backend
+
+            with backend.expected_recompiles():
+                return self._forward(t, c, r, items)
         logits = self._forward(t, c, r, items)
         self._check_no_compile()
         return logits
