@@ -10,8 +10,8 @@ the model's dimensions and random weights this script times, side by side:
    the host kernel ``torchtpu::paged_attention`` (what the runner uses where the plugin
    registered it);
 2. an int8 projection (the MLP's gate/up, w8a16) for M rows: the host kernel
-   ``torchtpu::int8_matmul`` against dequantizing in the program, and the f32 matmul, so
-   ``model.INT8_KERNEL_MAX_ROWS`` can be checked against the crossover;
+   ``torchtpu::int8_matmul`` (what the runner uses) against converting the weight in the
+   program (what platforms without the kernel do), and the f32 matmul;
 3. all layers of a decode step run as 1, 10 and all layers per call: the difference is the
    fixed cost of a compiled call (Dynamo's guards, AOTAutograd's wrapper, our runtime),
    which is not hidden behind the computation because a call that donates its KV cache
@@ -140,7 +140,6 @@ def int8_section(layer: Layer, rounds: int) -> None:
     for m in (1, 4, 16, 32, 64, 128, 256):
         x = (torch.randn(m, layer.hidden) * 0.1).to("tpu")
         k_ms = median_ms(lambda: fn(x, w_q, scale, True), rounds, reps=10)[0] if kernel else 0
-        # int8_kernel=False always dequantizes (model.linear), whatever M is.
         d_ms = median_ms(lambda: fn(x, w_q, scale, False), rounds, reps=10)[0]
         f_ms = median_ms(lambda: f32(x, w_f32), rounds, reps=10)[0]
         ratio = f"{d_ms / k_ms:14.2f}" if kernel else f"{'-':>14}"

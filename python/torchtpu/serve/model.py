@@ -6,11 +6,12 @@ are repacked per layer (q/k/v fused, gate/up fused) onto ``tpu``. Projections ar
 slower for more than one row (it transposes the weight on every call), so they are
 ``x @ w``. With ``quantization="int8"`` every linear layer, the head and the embedding are
 stored int8 [in, out] with one f32 scale per output channel (symmetric, round to nearest;
-the embedding as [hidden, vocab], so a tied head shares it): a projection of a few rows runs
-the host kernel ``torchtpu::int8_matmul`` (it reads the int8 weight once, converting in
-registers: a decode step is bound by reading weights, and int8 reads a quarter of the
-bytes); many rows convert the weight in the program and use XLA's matmul, whose blocking
-beats the kernel's once the weight is reused enough.
+the embedding as [hidden, vocab], so a tied head shares it). Projections run the host kernel
+``torchtpu::int8_matmul`` where the plugin has it: it reads the int8 weight once, converting
+in registers (a decode step is bound by reading weights, and int8 reads a quarter of the
+bytes), and for many rows it measured no slower than XLA's f32 matmul, while converting the
+weight in the program costs a full f32 copy per call. Other platforms convert in the
+program.
 
 Layer functions are pure functions of tensors, so every layer (or group of layers) shares
 one compiled executable per shape bucket. One forward call computes a ragged batch: the new
@@ -61,18 +62,13 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rotated * sin
 
 
-# A quantized projection of at most this many rows runs the int8 host kernel; more rows
-# dequantize in the program (bench/serve_layer_bench.py measures the crossover).
-INT8_KERNEL_MAX_ROWS = 64
-
-
 def linear(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None,
            bias: torch.Tensor | None = None, int8_kernel: bool = False) -> torch.Tensor:
     """x @ W (+ bias), W stored [in, out]: f32, or int8 with a per-output-channel `scale`
     (W = w * scale)."""
     if scale is None:
         return x @ w if bias is None else torch.addmm(bias, x, w)
-    if int8_kernel and x.shape[0] <= INT8_KERNEL_MAX_ROWS:
+    if int8_kernel:
         y = torch.ops.torchtpu.int8_matmul(x, w, scale)
     else:
         y = (x @ w.to(x.dtype)) * scale
@@ -95,8 +91,8 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
     buffers are donated, so a step costs the rows it writes). `window` > 0 limits attention
     to the last `window` keys. `attention_kernel` computes attention with the host kernel
     ``torchtpu::paged_attention`` (see ``attention_kernel_available``) instead of gathering
-    pages in StableHLO; `int8_kernel` lets int8 projections of few rows use
-    ``torchtpu::int8_matmul``. The s_* are the int8 weights' scales (None: f32 weights)."""
+    pages in StableHLO; `int8_kernel` runs int8 projections with ``torchtpu::int8_matmul``.
+    The s_* are the int8 weights' scales (None: f32 weights)."""
     tokens = positions.shape[0]
     head_dim = k_cache.shape[-1]
     x = _rms_norm(h, w_in_norm, eps)

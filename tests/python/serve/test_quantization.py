@@ -18,9 +18,9 @@ CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "
                       "tinyshakespeare.txt")
 
 
-@pytest.mark.parametrize("rows", [1, 3, 64, 65])
+@pytest.mark.parametrize("rows", [1, 3, 65])
 def test_int8_linear_paths_agree_with_the_cpu(rows):
-    """Few rows take the host kernel (where registered), more dequantize in the program:
+    """The host kernel (where registered) and the in-program conversion (other platforms)
     both equal x @ (q * scale) on the CPU."""
     g = torch.Generator().manual_seed(rows)
     w = torch.randn(96, 80, generator=g)  # [out, in]
@@ -68,7 +68,7 @@ def test_smollm2_int8_perplexity_and_memory():
     from torchtpu.models import smollm2_path
 
     path = str(smollm2_path())
-    args = dict(ENGINE_ARGS, max_model_len=512, warmup=False)
+    args = dict(ENGINE_ARGS, max_model_len=512, warmup=False, layers_per_call=3)
     with open(CORPUS) as f:
         text = f.read()[:6000]
     prompts = ["The quick brown fox", "Once upon a time", "def fibonacci(n):",

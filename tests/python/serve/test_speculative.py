@@ -1,19 +1,22 @@
 """Speculative decoding (n-gram drafts) end to end on a tiny random Llama: greedy tokens with
 speculation equal those without (and Hugging Face's), for concurrent requests of mixed
-lengths, with the prefix cache on and off, across preemption; sampled tokens follow the
-model's own distribution (a chi-square test over thousands of seeded samples)."""
+lengths, with the prefix cache on and off, across preemption, and through the OpenAI server
+(streaming, logprobs, stop strings, structured output); sampled tokens follow the model's
+own distribution (a chi-square test over thousands of seeded samples)."""
 
+import json
 import math
 import random
 from dataclasses import replace
 
+import httpx
+
 import pytest
 import torch
 
-from conftest import ENGINE_ARGS
-from torchtpu.serve import LLM, SamplingParams
-
-SPEC = {"num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+from conftest import ENGINE_ARGS, SPEC, RunningServer
+from torchtpu.serve import LLM, LLMEngine, SamplingParams
+from torchtpu.serve.speculative import SpeculativeConfig
 
 
 def _prompts(tok, n, seed=0):
@@ -113,3 +116,74 @@ def test_sampled_tokens_with_speculation_follow_the_model(tiny_llama_dir):
         cells += 1
     # p = 0.001 (z = 3.09); with fixed seeds the outcome is the same on every run.
     assert stat < _chi_square_quantile(cells - 1, 3.09), (stat, cells)
+
+
+def test_speculative_config_parses_vllms_shapes_and_says_what_is_wrong():
+    assert SpeculativeConfig.parse(None) is None and SpeculativeConfig.parse(False) is None
+    assert SpeculativeConfig.parse(True) == SpeculativeConfig()
+    assert SpeculativeConfig.parse(6).num_speculative_tokens == 6
+    cfg = SpeculativeConfig.parse({"method": "ngram", "num_speculative_tokens": 5,
+                                   "prompt_lookup_max": 3, "prompt_lookup_min": 1})
+    assert (cfg.num_speculative_tokens, cfg.prompt_lookup_min, cfg.prompt_lookup_max) == (5, 1, 3)
+    with pytest.raises(ValueError, match="method 'eagle' is not supported"):
+        SpeculativeConfig.parse({"method": "eagle"})
+    with pytest.raises(ValueError, match="unknown key.s. model; known:"):
+        SpeculativeConfig.parse({"model": "x"})
+    with pytest.raises(ValueError, match="prompt_lookup_min .5. must not exceed"):
+        SpeculativeConfig.parse({"prompt_lookup_min": 5})
+    with pytest.raises(ValueError, match="num_speculative_tokens must be a positive integer"):
+        SpeculativeConfig.parse(0)
+    with pytest.raises(ValueError, match="speculative must be None, a bool"):
+        SpeculativeConfig.parse("ngram")
+    with pytest.raises(ValueError, match="speculative must be a bool"):
+        SamplingParams(speculative="yes")
+
+
+def test_server_answers_are_the_same_with_and_without_speculation(tiny_llama_dir):
+    srv = RunningServer(LLMEngine(tiny_llama_dir, served_model_name="tiny", speculative=SPEC,
+                                  **ENGINE_ARGS))
+    try:
+        def post(route, body):
+            r = httpx.post(srv.url + route, json=dict({"model": "tiny"}, **body), timeout=120)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        def stream(body):
+            with httpx.stream("POST", srv.url + "/v1/completions", timeout=120,
+                              json=dict({"model": "tiny", "stream": True}, **body)) as r:
+                return "".join(json.loads(line[6:])["choices"][0]["text"]
+                               for line in r.iter_lines()
+                               if line.startswith("data: ") and line != "data: [DONE]")
+
+        repeat = "to be or not to be, to be or not to be, to be or not"
+        greedy = {"temperature": 0, "ignore_eos": True, "max_tokens": 24}
+        cases = [
+            ("/v1/completions", dict(greedy, prompt=repeat, logprobs=2)),
+            ("/v1/completions", dict(greedy, prompt=repeat, stop=[" not"], ignore_eos=False)),
+            ("/v1/completions", dict(greedy, prompt=repeat, n=2)),
+            ("/v1/chat/completions", dict(greedy, messages=[{"role": "user",
+                                                             "content": repeat}])),
+            ("/v1/completions", dict(greedy, prompt=repeat, guided_json={
+                "type": "object", "properties": {"a": {"type": "string", "maxLength": 8}},
+                "required": ["a"], "additionalProperties": False})),
+        ]
+        for route, body in cases:
+            on = post(route, dict(body, speculative=True))
+            off = post(route, dict(body, speculative=False))
+            for a, b in zip(on["choices"], off["choices"]):
+                assert a.get("text", a.get("message")) == b.get("text", b.get("message"))
+                assert a["finish_reason"] == b["finish_reason"]
+                if a.get("logprobs"):
+                    assert a["logprobs"]["tokens"] == b["logprobs"]["tokens"]
+                    for x, y in zip(a["logprobs"]["token_logprobs"],
+                                    b["logprobs"]["token_logprobs"]):
+                        assert abs(x - y) < 1e-3
+            assert on["usage"] == off["usage"]
+        body = dict(greedy, prompt=repeat)
+        assert stream(dict(body, speculative=True)) == stream(dict(body, speculative=False))
+        metrics = httpx.get(srv.url + "/metrics").text
+        drafts = [ln for ln in metrics.splitlines()
+                  if ln.startswith("vllm:spec_decode_num_accepted_tokens_total")]
+        assert drafts and float(drafts[0].rsplit(" ", 1)[1]) > 0
+    finally:
+        srv.stop()
