@@ -22,6 +22,7 @@ namespace {
 // conversion per element.
 constexpr int64_t kBlock = 64;
 constexpr int64_t kPrefetchRows = 16;
+constexpr int64_t kMinItemMacs = 256 * 1024;
 
 // The portable path, and the columns past the last whole block.
 void block_scalar(int64_t m, int64_t k, int64_t n0, int64_t n1, const float* x,
@@ -149,14 +150,22 @@ void int8_matmul(int64_t m, int64_t k, int64_t n, const float* x, const int8_t* 
                  const float* scale, float* out, const ParallelFor& parallel_for, Int8Isa isa) {
   static const BlockFn best = block_for(Int8Isa::kBest);
   const BlockFn block = isa == Int8Isa::kBest ? best : block_for(isa);
+  // A work item is at least kMinItemMacs multiply-adds: waking a pool thread costs tens
+  // of microseconds, about what a decode step's smaller projections take in all.
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  auto body = [&](int64_t b) {
-    block(m, k, b * kBlock, std::min(n, (b + 1) * kBlock), x, w, scale, out, n);
+  const int64_t per_item =
+      std::max<int64_t>(1, kMinItemMacs / std::max<int64_t>(1, m * k * kBlock));
+  const int64_t items = (blocks + per_item - 1) / per_item;
+  auto body = [&](int64_t i) {
+    const int64_t c0 = i * per_item * kBlock, c1 = std::min(n, (i + 1) * per_item * kBlock);
+    for (int64_t c = c0; c < c1; c += kBlock) {
+      block(m, k, c, std::min(c1, c + kBlock), x, w, scale, out, n);
+    }
   };
-  if (parallel_for) {
-    parallel_for(blocks, body);
+  if (parallel_for && items > 1) {
+    parallel_for(items, body);
   } else {
-    for (int64_t b = 0; b < blocks; ++b) body(b);
+    for (int64_t i = 0; i < items; ++i) body(i);
   }
 }
 
