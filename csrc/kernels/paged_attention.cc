@@ -60,11 +60,11 @@ __attribute__((always_inline)) inline void softmax_in_place(float* row, int64_t 
 }
 
 // One sequence's n queries, from token t0: each query has H heads, and each (query, head)
-// is a row that reads the keys and values of kv head head / (H / KV). Pass 1 scores every key a row sees,
-// pass 2 turns scores into probabilities, pass 3 accumulates values. Passes 1 and 3 walk
-// the context slot by slot, reading each slot's keys (or values) for all kv heads at once:
-// a page is contiguous in the pool, so reads are sequential. kD is the head size when it
-// is a compile-time constant (0: use shape.head_dim).
+// is a row that reads the keys and values of kv head head / (H / KV). Pass 1 scores every
+// key a row sees, pass 2 turns scores into probabilities, pass 3 accumulates values.
+// Passes 1 and 3 walk the context slot by slot, reading each slot's keys (or values) for
+// all kv heads at once: a page is contiguous in the pool, so reads are sequential. kD is
+// the head size when it is a compile-time constant (0: use shape.head_dim).
 template <int kD>
 __attribute__((always_inline)) inline void attend_one_sequence(
     const PagedAttentionShape& sh, const float* q, const float* k, const float* v,

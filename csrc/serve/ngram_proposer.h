@@ -19,8 +19,9 @@ struct NgramConfig {
 // The context is `prompt` followed by `output`. Finds the earlier occurrence of the
 // context's last n tokens with the largest n in [min_n, max_n] (among those, one followed by
 // the most tokens, up to max_tokens, and the latest of these: recent text predicts better)
-// and returns up to `max_tokens` tokens that followed it. Empty when no suffix of min_n tokens occurs earlier, or max_tokens <= 0.
-// O(context length * max_n), no allocation beyond the result.
+// and returns up to `max_tokens` tokens that followed it. Empty when no suffix of min_n
+// tokens occurs earlier, or max_tokens <= 0. O(context length * max_n), no allocation
+// beyond the result.
 std::vector<TokenId> propose_ngram_drafts(const std::vector<TokenId>& prompt,
                                           const std::vector<TokenId>& output,
                                           const NgramConfig& config, int32_t max_tokens);

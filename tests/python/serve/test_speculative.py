@@ -84,7 +84,8 @@ def test_sampled_tokens_with_speculation_follow_the_model(tiny_llama_dir):
     samples = sum(counts.values())
     assert samples == 4096
     stats = llm.engine.stats()
-    drafted, accepted = stats["spec_decode_num_draft_tokens"], stats["spec_decode_num_accepted_tokens"]
+    drafted = stats["spec_decode_num_draft_tokens"]
+    accepted = stats["spec_decode_num_accepted_tokens"]
     assert drafted > samples // 4 and 0 < accepted < drafted
 
     model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
