@@ -56,7 +56,8 @@ struct Request {
   int32_t num_cached_tokens = 0;
   int32_t num_preemptions = 0;
   // Prefill priority (see scheduler.h): the scheduler's token clock at arrival plus the
-  // tokens the request would then have computed itself. Kept across preemption.
+  // tokens the request would then have computed itself, or fewer once the prefix cache
+  // supplies more of its prompt while it waits. Kept across preemption.
   int64_t deadline = 0;
   // Timeline, in scheduler steps (schedule() calls, the first is 0): queued, every step that
   // gave it prompt tokens (step, tokens; decodes are not listed), first token sampled (-1

@@ -334,8 +334,12 @@ base::StatusOr<SchedulerOutput> Scheduler::schedule() {
   std::vector<Candidate> candidates;
   std::unordered_map<const Request*, int64_t> lent;
   for (Request* req : waiting_) {
+    const int32_t cached =
+        cache_ ? cache_->match(req->all_token_ids(), req->num_tokens() - 1).num_tokens : 0;
+    // Pages cached since it arrived (another request computed its shared prefix) leave it
+    // less to do: its deadline comes down with that work.
+    req->deadline = std::min(req->deadline, req->queued_clock + req->num_tokens() - cached);
     if (!cache_) continue;
-    const int32_t cached = cache_->match(req->all_token_ids(), req->num_tokens() - 1).num_tokens;
     if (const Request* leader = prefill_to_wait_for(*req, cached)) {
       auto [it, added] = lent.emplace(leader, req->deadline);
       if (!added) it->second = std::min(it->second, req->deadline);

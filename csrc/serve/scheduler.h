@@ -15,12 +15,14 @@
 //
 // Deadlines are on a token clock: the tokens scheduled so far, all requests together. A
 // request's deadline is the clock at its arrival plus the tokens it would then compute
-// itself; it keeps it across preemption. So a short (or mostly cached) prompt goes ahead of
-// a long one, but only while it arrived within the long one's own work of it: ties go to
-// the earlier arrival.
+// itself, lowered while it waits as the prefix cache comes to supply more of its prompt
+// (another request computed a prefix they share: it then goes ahead of cold prompts that
+// arrived with it); it keeps it across preemption. So a short (or mostly cached) prompt
+// goes ahead of a long one, but only while it arrived within the long one's own work of
+// it: ties go to the earlier arrival.
 //   Starvation bound: only work due no later than a request's deadline goes ahead of its
 //   prefill (decodes aside), so nothing that arrives once the clock has passed its deadline
-//   does. In tokens: until its first token, the clock advances by at most its own work at
+//   does (a deadline never goes below the clock at arrival). In tokens: until its first token, the clock advances by at most its own work at
 //   arrival, plus what the requests present when the clock passes its deadline (or
 //   admitted beside it while it waits for a shared prefix) still have to compute, each at
 //   most max_model_len, plus one step's budget; pages and max_num_seqs permitting. In steps:
