@@ -57,6 +57,13 @@ void KvEventStream::finish_replay() {
   }
 }
 
+void KvEventStream::skip_undecodable(uint64_t seq) {
+  ++num_resyncs_;
+  index_->clear(replica_);
+  started_ = true;
+  next_ = seq + 1;
+}
+
 void KvEventStream::reset() {
   index_->clear(replica_);
   started_ = false;

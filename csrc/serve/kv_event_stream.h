@@ -42,6 +42,9 @@ class KvEventStream {
   bool replaying() const { return !held_.empty(); }
   // Forgets the replica: clears its index entries; the next batch starts a new stream.
   void reset();
+  // Batch `seq` could not be decoded: what the index knew of the replica may be stale, so
+  // it is cleared, and the stream goes on at seq + 1.
+  void skip_undecodable(uint64_t seq);
 
   // The next sequence number expected (0 before any batch).
   uint64_t next_seq() const { return next_; }

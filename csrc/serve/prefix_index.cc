@@ -50,7 +50,9 @@ void PrefixIndex::clear(ReplicaId replica) {
 
 void PrefixIndex::record_routed(ReplicaId replica, const std::vector<BlockHash>& hashes,
                                 int64_t now_ms) {
-  if (config_.routed_capacity_blocks <= 0) return;
+  auto cap = capacity_.find(replica);
+  const int64_t capacity = cap == capacity_.end() ? config_.routed_capacity_blocks : cap->second;
+  if (capacity <= 0) return;
   Routed& routed = routed_[replica];
   // Last block first, so the prompt's first block ends up most recent: a replica keeps a
   // prefix longest, and capacity trims prompts from their tails.
@@ -59,7 +61,7 @@ void PrefixIndex::record_routed(ReplicaId replica, const std::vector<BlockHash>&
     routed.lru.push_front(*h);
     routed.when[*h] = {routed.lru.begin(), now_ms};
   }
-  while (static_cast<int64_t>(routed.lru.size()) > config_.routed_capacity_blocks) {
+  while (static_cast<int64_t>(routed.lru.size()) > capacity) {
     routed.when.erase(routed.lru.back());
     routed.lru.pop_back();
   }

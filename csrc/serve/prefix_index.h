@@ -41,6 +41,10 @@ class PrefixIndex {
   // failed or whose event stream broke).
   void clear(ReplicaId replica);
 
+  // The bound on `replica`'s routed entries (default: the config's), e.g. its KV capacity
+  // in blocks in approximate mode.
+  void set_routed_capacity(ReplicaId replica, int64_t blocks) { capacity_[replica] = blocks; }
+
   // Routed entries: `replica` was sent a prompt with these leading blocks at `now_ms`.
   void record_routed(ReplicaId replica, const std::vector<BlockHash>& hashes, int64_t now_ms);
 
@@ -67,6 +71,7 @@ class PrefixIndex {
   std::unordered_map<BlockHash, std::vector<ReplicaId>> confirmed_;
   std::unordered_map<ReplicaId, std::unordered_set<BlockHash>> confirmed_by_replica_;
   std::unordered_map<ReplicaId, Routed> routed_;
+  std::unordered_map<ReplicaId, int64_t> capacity_;
 };
 
 }  // namespace torchtpu::serve
