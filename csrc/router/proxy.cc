@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 
 #include <chrono>
+#include <limits>
 #include <optional>
 
 #include "router/http_util.h"
@@ -182,7 +183,9 @@ struct Proxy::Exchange {
     std::optional<http::response_parser<http::buffer_body>> parser;
     for (int tries = 0;; ++tries) {
       parser.emplace();
-      parser->body_limit(boost::none);
+      // Not boost::none: Boost 1.74 compares a Content-Length against an empty limit as
+      // "over the limit".
+      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
       buffer.clear();
       http::write(*upstream, out, ec);
       if (!ec) {

@@ -25,6 +25,7 @@ import torch
 from torchtpu.serve.detokenizer import IncrementalDetokenizer
 from torchtpu.serve.kv_events import KvEventPublisher, KvEventsConfig
 from torchtpu.serve.metrics import ServeMetrics
+from torchtpu.serve.prompts import text_prompt_ids
 from torchtpu.serve.sampling import RequestSampler, Sample, SamplingError, SamplingParams
 
 log = logging.getLogger("torchtpu.serve")
@@ -152,10 +153,7 @@ class LLMEngine:
         is encoded without special tokens unless that gives nothing (or
         `add_special_tokens` says otherwise). `tokenizer` defaults to the engine's."""
         if isinstance(prompt, str):
-            tok = tokenizer or self.tokenizer
-            if add_special_tokens is not None:
-                return tok.encode(prompt, add_special_tokens=add_special_tokens)
-            return tok.encode(prompt, add_special_tokens=False) or tok.encode(prompt)
+            return text_prompt_ids(tokenizer or self.tokenizer, prompt, add_special_tokens)
         vocab = self.vocab_size
         if not prompt or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab
                              for t in prompt):
