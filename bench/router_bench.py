@@ -150,13 +150,13 @@ def main() -> int:
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--groups", type=int, default=6)
     p.add_argument("--users-per-group", type=int, default=6)
-    p.add_argument("--system-tokens", type=int, default=448)
+    p.add_argument("--system-tokens", type=int, default=384)
     p.add_argument("--question-tokens", type=int, default=24)
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--page-size", type=int, default=16)
     p.add_argument("--num-pages", type=int, default=None,
-                   help="KV pages per replica (default: 60%% of all system prompts)")
+                   help="KV pages per replica (default: 65%% of all system prompts)")
     p.add_argument("--latency-requests", type=int, default=100)
     p.add_argument("--quick", action="store_true", help="3 users per group, 40 latency probes")
     args = p.parse_args()
@@ -173,10 +173,14 @@ def main() -> int:
     prefix_tokens = args.groups * args.system_tokens
     num_pages = args.num_pages or max(
         (args.system_tokens + args.question_tokens + args.max_tokens) // args.page_size + 4,
-        int(0.6 * prefix_tokens) // args.page_size)
-    max_len = 2048
+        int(0.65 * prefix_tokens) // args.page_size)
+    # Small shape sets keep warm-up short (compiled once, then loaded from the disk cache).
+    need = args.system_tokens + args.question_tokens + args.max_tokens + 32
+    max_len = 1 << (need - 1).bit_length()
     serve_args = ["--model", model, "--page-size", str(args.page_size), "--num-pages",
-                  str(num_pages), "--max-model-len", str(max_len), "--max-num-seqs", "8"]
+                  str(num_pages), "--max-model-len", str(max_len), "--max-num-seqs", "4",
+                  "--max-num-batched-tokens", "128"]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the replicas
     base = free_port()
     launcher = ReplicaLauncher(args.replicas, base, serve_args)
     # Ports base..base+N-1 must be free too; taken at random above, retried if not.
