@@ -39,6 +39,9 @@ class PromptTokenizer:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        # The first call pays for lazy imports and compiled templates: not a request's job.
+        self("/v1/completions", b'{"prompt": "warm up"}')
+        self("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "warm up"}]}')
 
     def __call__(self, target: str, body: bytes) -> list[int] | None:
         from torchtpu.serve import prompts, protocol
