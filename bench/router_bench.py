@@ -91,32 +91,44 @@ def scrape(urls: list[str], names: tuple[str, ...]) -> dict[str, float]:
 async def run_mode(url: str, prompts: list[str], args) -> dict:
     queue = list(prompts)
     ttfts, tokens = [], 0
-    async with httpx.AsyncClient(timeout=600) as client:
+    limits = httpx.Limits(max_connections=None)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         async def worker() -> None:
-            nonlocal tokens
             while queue:
-                prompt = queue.pop(0)
-                start = time.perf_counter()
-                first = None
-                async with client.stream("POST", url + "/v1/completions", json={
-                        "prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0,
-                        "ignore_eos": True, "stream": True,
-                        "stream_options": {"include_usage": True}}) as r:
-                    r.raise_for_status()
-                    async for line in r.aiter_lines():
-                        if not line.startswith("data: ") or line == "data: [DONE]":
-                            continue
-                        chunk = json.loads(line[6:])
-                        if "error" in chunk:
-                            raise RuntimeError(chunk["error"]["message"])
-                        if first is None and chunk.get("choices"):
-                            first = time.perf_counter()
-                        if chunk.get("usage"):
-                            tokens += chunk["usage"]["completion_tokens"]
-                ttfts.append(first - start)
+                await one()
+
+        async def one() -> None:
+            nonlocal tokens
+            prompt = queue.pop(0)
+            start = time.perf_counter()
+            first = None
+            async with client.stream("POST", url + "/v1/completions", json={
+                    "prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0,
+                    "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True}}) as r:
+                r.raise_for_status()
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        raise RuntimeError(chunk["error"]["message"])
+                    if first is None and chunk.get("choices"):
+                        first = time.perf_counter()
+                    if chunk.get("usage"):
+                        tokens += chunk["usage"]["completion_tokens"]
+            ttfts.append(first - start)
 
         start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        if args.rate:
+            rng = random.Random(0)
+            tasks = []
+            for _ in range(len(queue)):
+                tasks.append(asyncio.ensure_future(one()))
+                await asyncio.sleep(rng.expovariate(args.rate))
+            await asyncio.gather(*tasks)
+        else:
+            await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         wall = time.perf_counter() - start
     ttfts.sort()
     return {"wall_s": wall, "output_tokens": tokens, "throughput": tokens / wall,
@@ -153,10 +165,14 @@ def main() -> int:
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--groups", type=int, default=6)
     p.add_argument("--users-per-group", type=int, default=12)
-    p.add_argument("--system-tokens", type=int, default=384)
-    p.add_argument("--question-tokens", type=int, default=24)
-    p.add_argument("--max-tokens", type=int, default=16)
-    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--system-tokens", type=int, default=512)
+    p.add_argument("--question-tokens", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=8,
+                   help="closed loop: this many requests in flight (vllm bench's "
+                        "--max-concurrency)")
+    p.add_argument("--rate", type=float, default=None,
+                   help="open loop instead: Poisson arrivals at this many requests/s")
     p.add_argument("--page-size", type=int, default=16)
     p.add_argument("--num-pages", type=int, default=None,
                    help="KV pages per replica (default: 65%% of all system prompts)")
@@ -179,7 +195,7 @@ def main() -> int:
         int(0.65 * prefix_tokens) // args.page_size)
     # Small shape sets keep warm-up short (compiled once, then loaded from the disk cache).
     need = args.system_tokens + args.question_tokens + args.max_tokens + 32
-    max_len = 1 << (need - 1).bit_length()
+    max_len = min(b << k for k in range(12) for b in (256, 384) if b << k >= need)
     serve_args = ["--model", model, "--page-size", str(args.page_size), "--num-pages",
                   str(num_pages), "--max-model-len", str(max_len), "--max-num-seqs", "4",
                   "--max-num-batched-tokens", "128"]
@@ -211,9 +227,10 @@ def main() -> int:
               f"x {args.page_size} tokens each ({num_pages * args.page_size} tokens); "
               f"{args.groups} groups x {args.users_per_group} users, system prompts "
               f"{args.system_tokens} tokens ({prefix_tokens} in all), questions "
-              f"{args.question_tokens}, {args.max_tokens} output tokens, concurrency "
-              f"{args.concurrency}; load average {os.getloadavg()[0]:.1f} on "
-              f"{os.cpu_count()} CPUs", flush=True)
+              f"{args.question_tokens}, {args.max_tokens} output tokens, "
+              + (f"Poisson arrivals at {args.rate} req/s" if args.rate
+                 else f"concurrency {args.concurrency}")
+              + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
         replica_urls = [r["url"] for r in launcher.replicas]
         results = {}
         for seed, (mode, url, _) in enumerate(routers[:2]):

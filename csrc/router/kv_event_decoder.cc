@@ -67,7 +67,9 @@ std::vector<serve::TokenId> token_ids(const object& o) {
   const object* items = array_items(o, "token_ids", &n);
   std::vector<serve::TokenId> out;
   out.reserve(n);
-  for (uint32_t i = 0; i < n; ++i) out.push_back(static_cast<serve::TokenId>(as_u64(items[i], "a token id")));
+  for (uint32_t i = 0; i < n; ++i) {
+    out.push_back(static_cast<serve::TokenId>(as_u64(items[i], "a token id")));
+  }
   return out;
 }
 
@@ -150,9 +152,12 @@ base::StatusOr<DecodedBatch> decode_kv_event_batch(std::string_view payload) {
       if (f.type == "BlockStored") {
         if (!f.block_hashes || !f.tokens || !f.block_size) fail("a BlockStored lacks fields");
         std::optional<BlockHash> parent;
-        if (f.parent && f.parent->type != msgpack::type::NIL) parent = as_u64(*f.parent, "parent_block_hash");
-        out.events.push_back(KvEvent::stored(hashes(*f.block_hashes), parent, token_ids(*f.tokens),
-                                             static_cast<int32_t>(as_u64(*f.block_size, "block_size"))));
+        if (f.parent && f.parent->type != msgpack::type::NIL) {
+          parent = as_u64(*f.parent, "parent_block_hash");
+        }
+        const auto block_size = static_cast<int32_t>(as_u64(*f.block_size, "block_size"));
+        out.events.push_back(KvEvent::stored(hashes(*f.block_hashes), parent,
+                                             token_ids(*f.tokens), block_size));
       } else if (f.type == "BlockRemoved") {
         if (!f.block_hashes) fail("a BlockRemoved lacks block_hashes");
         out.events.push_back(KvEvent::removed(hashes(*f.block_hashes)));

@@ -94,7 +94,9 @@ void ReplicaSet::on_health(ReplicaId id, bool ok, const ScrapedMetrics& metrics,
     return;
   }
   s.metrics = metrics;
-  if (block_size_ <= 0 && metrics.block_size > 0) block_size_ = static_cast<int32_t>(metrics.block_size);
+  if (block_size_ <= 0 && metrics.block_size > 0) {
+    block_size_ = static_cast<int32_t>(metrics.block_size);
+  }
   if (!events_enabled() && metrics.num_gpu_blocks > 0) {
     // Approximate mode: the routing history stands for the cache, as large as the replica's.
     index_.set_routed_capacity(id, metrics.num_gpu_blocks);

@@ -38,7 +38,9 @@ Router::~Router() { stop(); }
 base::Status Router::bind() {
   boost::system::error_code ec;
   const auto address = net::ip::make_address(config_.host, ec);
-  if (ec) return base::invalid_argument("router: bad --host '" + config_.host + "': " + ec.message());
+  if (ec) {
+    return base::invalid_argument("router: bad --host '" + config_.host + "': " + ec.message());
+  }
   const tcp::endpoint ep(address, config_.port);
   acceptor_.open(ep.protocol(), ec);
   if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);

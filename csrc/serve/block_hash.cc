@@ -23,7 +23,9 @@ inline uint64_t mix(uint64_t x) {
 
 BlockHash block_hash(BlockHash parent, const TokenId* tokens, int32_t num_tokens) {
   uint64_t h = base::kFnvOffset;
-  for (int shift = 0; shift < 64; shift += 8) h = fnv_byte(h, static_cast<uint8_t>(parent >> shift));
+  for (int shift = 0; shift < 64; shift += 8) {
+    h = fnv_byte(h, static_cast<uint8_t>(parent >> shift));
+  }
   for (int32_t i = 0; i < num_tokens; ++i) {
     const uint32_t t = static_cast<uint32_t>(tokens[i]);
     for (int shift = 0; shift < 32; shift += 8) h = fnv_byte(h, static_cast<uint8_t>(t >> shift));

@@ -11,10 +11,11 @@
 //   late): on_live holds it and returns the first missing sequence; the caller asks the
 //   publisher's replay socket for the batches from there, feeds each to on_replayed (applied
 //   when it is next), then calls finish_replay. Live batches that arrive meanwhile are held
-//   too. finish_replay applies the held batches in order; where one is still not next, the gap could not be filled (no replay socket, or the publisher's
-//   buffer no longer has it), so the index's entries for this replica are cleared (they may
-//   be wrong) and the stream resumes at the held batch. Either way the index never keeps
-//   entries that depend on a batch it did not see.
+//   too. finish_replay applies the held batches in order; where one is still not next,
+//   the gap could not be filled (no replay socket, or the publisher's buffer no longer has
+//   it), so the index's entries for this replica are cleared (they may be wrong) and the
+//   stream resumes at that batch. Either way the index never keeps entries that depend on
+//   a batch it did not see.
 // reset() forgets the replica (disconnect, failed health check). Not thread-safe.
 #pragma once
 

@@ -207,7 +207,9 @@ int32_t RadixCache::evict(int32_t num_pages) {
       if (parent != root_.get() && parent->children.empty()) leaves.push(parent);
     }
   }
-  if (events_ != nullptr && !removed.empty()) events_->push_back(KvEvent::removed(std::move(removed)));
+  if (events_ != nullptr && !removed.empty()) {
+    events_->push_back(KvEvent::removed(std::move(removed)));
+  }
   return freed;
 }
 

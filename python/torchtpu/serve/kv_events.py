@@ -20,8 +20,9 @@ msgspec's ``array_like`` from the event structs):
 An endpoint with ``*``, ``::``, ``ipc://`` or ``inproc://`` is bound, any other is
 connected to (vLLM's rule: bind the stable side). A connected PUB can lose its first
 batches before it has learnt the subscriber's subscription, so a subscriber that needs the
-whole stream connects to a bound publisher (and asks for a replay when it sees a gap). One thread owns both sockets; the engine
-thread only queues batches, so publishing never blocks a step.
+whole stream connects to a bound publisher (and asks for a replay when it sees a gap).
+One thread owns both sockets; the engine thread only queues batches, so publishing never
+blocks a step.
 """
 
 from __future__ import annotations
