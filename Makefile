@@ -13,6 +13,8 @@
 #   make serve   build, then `torchtpu serve` (SmolLM2-135M-Instruct on tpu, port 8000;
 #                SERVE_ARGS, e.g. SERVE_ARGS='--port 9000 --model DIR')
 #   make bench-serve  build, then bench/serve_bench.py (BENCH_ARGS, e.g. BENCH_ARGS=--quick)
+#   make bench-router  build, then bench/router_bench.py: cache-aware routing against
+#                round-robin on the same replicas (BENCH_ARGS, e.g. BENCH_ARGS=--quick)
 #   make test-upstream  build, then scripts/upstream_tests.py: PyTorch's own device-generic
 #                test files on tpu (UPSTREAM_TESTS=<folder of them>, e.g. a pytorch
 #                checkout's test/), summary in docs/upstream_tests.md (UPSTREAM_ARGS)
@@ -41,7 +43,7 @@ export CCACHE_NOHASHDIR := 1
 BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-* \
 	2>/dev/null | head -1
 
-.PHONY: setup build test test-cpp test-python demo bench bench-compile serve bench-serve \
+.PHONY: setup build test test-cpp test-python demo bench bench-compile serve bench-serve bench-router \
 	op-coverage test-upstream clean distclean
 
 setup:
@@ -99,6 +101,9 @@ serve: build
 
 bench-serve: build
 	$(PY) bench/serve_bench.py $(BENCH_ARGS)
+
+bench-router: build
+	$(PY) bench/router_bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build/cp*-* dist .pytest_cache .ruff_cache .venv/.torchtpu-editable
