@@ -11,7 +11,7 @@ and components, with these choices made for the device and the data at hand:
 - ``torch.compile`` per TransformerBlock with backend ``tpu`` (TorchTitan's default
   components: model and loss), FSDP2 over the data-parallel ranks with bf16 parameters and
   f32 gradient reduction (TorchTitan's default mixed precision), selective activation
-  checkpointing, gradient accumulation (global batch = 2 x local x ranks), clipping at
+  checkpointing, gradient accumulation (global batch 8 sequences: 2 microbatches of 4 on one rank), clipping at
   norm 1, linear warmup then cosine decay, DCP checkpoints in the dump folder.
 
 Everything is overridable from the command line as usual (``--training.steps 20``,
@@ -72,19 +72,21 @@ def adamw(lr: float):
 
 
 def trainer_config(spec: ModelSpec, *, hf_path: str, seq_len: int = 256,
-                   local_batch_size: int = 4, steps: int = 60, lr: float = 1e-3,
-                   warmup_steps: int = 5, checkpoint_interval: int = 50) -> TpuTrainer.Config:
+                   local_batch_size: int = 4, global_batch_size: int = 8, steps: int = 40,
+                   lr: float = 1e-3, warmup_steps: int = 5,
+                   checkpoint_interval: int = 20) -> TpuTrainer.Config:
     return TpuTrainer.Config(
         model_spec=spec,
         hf_assets_path=hf_path,
-        dump_folder="./outputs/titan",
+        dump_folder="./outputs/titan",  # checkpoints, metrics.jsonl, loss_curve.png
         loss=ChunkedLossWrapper.Config(
             loss_fn=CrossEntropyLoss.Config(global_vocab_size=spec.model.vocab_size)),
         optimizer=adamw(lr),
         lr_scheduler=LRSchedulersContainer.Config(warmup_steps=warmup_steps, decay_type="cosine",
                                                   min_lr_factor=0.1),
         training=TrainingConfig(local_batch_size=local_batch_size,
-                                global_batch_size=-1, seq_len=seq_len, steps=steps,
+                                global_batch_size=global_batch_size, seq_len=seq_len,
+                                steps=steps,
                                 max_norm=1.0, disable_cuda_graphs=True),
         parallelism=ParallelismConfig(),
         compile=CompileConfig(enable=True, backend="tpu"),
@@ -147,7 +149,8 @@ def smollm2_135m() -> TpuTrainer.Config:
     """The 135M-class config (SmolLM2-135M's shape), randomly initialized."""
     path = tokenizer_path()
     return trainer_config(for_tpu(smollm2_135m_spec(), tokenizer_vocab_size(path)),
-                          hf_path=path, seq_len=256, local_batch_size=2, lr=3e-4)
+                          hf_path=path, seq_len=256, local_batch_size=2, global_batch_size=4,
+                          lr=3e-4)
 
 
 def smollm2_135m_finetune() -> TpuTrainer.Config:

@@ -8,7 +8,7 @@ monitor calls CUDA's memory API on the device module. This launcher -- a test in
 not how tpu runs -- sets TorchTitan's device to ``cpu`` before TorchTitan's other modules
 read it, with a device module that answers those calls for the host (``memory_stats`` is
 empty: TorchTitan then logs -1 for the peaks). Everything else is TorchTitan unchanged,
-Gloo as the process-group backend. Compile with ``--compile.backend inductor`` (or
+Gloo as the process-group backend (``init_process_group``). Compile with ``--compile.backend inductor`` (or
 ``--compile.enable False`` for eager).
 """
 
@@ -63,8 +63,23 @@ def cpu_peak_flops(dtype: torch.dtype, size: int = 2048, runs: int = 4) -> float
     return 2.0 * size**3 / best
 
 
+def init_process_group() -> None:
+    """Gloo for every CPU tensor. torchtpu is imported in this process (the configs use it),
+    which makes tpu PyTorch's accelerator, and TorchTitan's ``barrier(device_ids=[0])``
+    then addresses the accelerator's backend; the tpu entry serves those barriers only.
+    TorchTitan keeps a process group that exists when it starts."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    import torchtpu  # noqa: F401  (registers the tpu backend)
+
+    dist.init_process_group("cpu:gloo,tpu:tpu", timeout=timedelta(seconds=300))
+
+
 if __name__ == "__main__":
     install()
+    init_process_group()
     from torchtpu.train import compat
 
     compat.install()

@@ -42,8 +42,8 @@ def read_split(path: str, split: str, validation_fraction: float) -> str:
     except OSError as e:
         raise FileNotFoundError(f"TextFileDataLoader: cannot read the corpus {path}: {e}; "
                                 "set --dataloader.dataset_path to a UTF-8 text file") from None
-    cut = text.find("\n", int(len(text) * (1.0 - validation_fraction)))
-    cut = len(text) if cut < 0 else cut + 1
+    # The validation split starts at the beginning of the line holding the cut point.
+    cut = text.rfind("\n", 0, int(len(text) * (1.0 - validation_fraction))) + 1
     part = text[:cut] if split == "train" else text[cut:]
     if not part.strip():
         raise ValueError(f"TextFileDataLoader: the {split} split of {path} is empty "
