@@ -122,7 +122,7 @@ def qwen3_debug() -> TpuTrainer.Config:
 def smollm2_135m_spec() -> ModelSpec:
     """SmolLM2-135M's architecture as a TorchTitan llama3 model: dim 576, 30 layers, 9 heads
     (3 KV heads), FFN 1536, RoPE theta 100000 without scaling, tied embeddings."""
-    import torchtitan.models.llama3 as llama3
+    from torchtitan.models import llama3
 
     dim, n_heads, vocab = 576, 9, 49152
     spec = llama3.model_registry("debugmodel")

@@ -60,8 +60,9 @@ class _Tokenizer:
 
 
 def _dataset(path: str, **kw) -> TextFileDataset:
-    args = dict(path=path, split="train", validation_fraction=0.25, tokenizer=_Tokenizer(),
-                seq_len=4, dp_rank=0, dp_world_size=1, infinite=False)
+    args = {"path": path, "split": "train", "validation_fraction": 0.25,
+            "tokenizer": _Tokenizer(), "seq_len": 4, "dp_rank": 0, "dp_world_size": 1,
+            "infinite": False}
     args.update(kw)
     return TextFileDataset(**args)
 
