@@ -72,7 +72,7 @@ def adamw(lr: float):
 
 
 def trainer_config(spec: ModelSpec, *, hf_path: str, seq_len: int = 256,
-                   local_batch_size: int = 4, global_batch_size: int = 8, steps: int = 40,
+                   local_batch_size: int = 4, global_batch_size: int = 8, steps: int = 30,
                    lr: float = 1e-3, warmup_steps: int = 5,
                    checkpoint_interval: int = 20) -> TpuTrainer.Config:
     return TpuTrainer.Config(
