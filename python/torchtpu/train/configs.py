@@ -88,7 +88,10 @@ def trainer_config(spec: ModelSpec, *, hf_path: str, seq_len: int = 256,
                                 global_batch_size=global_batch_size, seq_len=seq_len,
                                 steps=steps,
                                 max_norm=1.0, disable_cuda_graphs=True),
-        parallelism=ParallelismConfig(),
+        # TorchTitan's default SPMD backend, "spmd_types", hands fully_shard plain tensors with
+        # SPMD annotations, which torch 2.13's fully_shard refuses once data parallelism is on
+        # (docs/training.md); "partial_dtensor" is TorchTitan's DTensor path for FSDP.
+        parallelism=ParallelismConfig(spmd_backend="partial_dtensor"),
         compile=CompileConfig(enable=True, backend="tpu"),
         activation_checkpoint=SelectiveAC.Config(),
         dataloader=TextFileDataLoader.Config(),
