@@ -33,11 +33,17 @@ def _uses_dense_attention(model_parts: list[torch.nn.Module]) -> bool:
     return any(isinstance(m, DenseAttention) for part in model_parts for m in part.modules())
 
 
-def _with_document_masks(inputs_kwargs: dict[str, Any], model_parts: list[torch.nn.Module]
-                         ) -> dict[str, Any]:
+def _uses_dense_attention_cached(owner, model_parts: list[torch.nn.Module]) -> bool:
+    if getattr(owner, "_torchtpu_dense_attention", None) is None:
+        owner._torchtpu_dense_attention = _uses_dense_attention(model_parts)
+    return owner._torchtpu_dense_attention
+
+
+def _with_document_masks(owner, inputs_kwargs: dict[str, Any],
+                         model_parts: list[torch.nn.Module]) -> dict[str, Any]:
     positions = inputs_kwargs.get("positions")
     if (positions is not None and "attention_masks" not in inputs_kwargs
-            and _uses_dense_attention(model_parts)):
+            and _uses_dense_attention_cached(owner, model_parts)):
         inputs_kwargs["attention_masks"] = document_causal_mask(positions)
     return inputs_kwargs
 
@@ -67,7 +73,7 @@ class TpuValidator(Validator):
 
     def post_dataloading_process(self, input_dict, labels, model_parts):
         inputs, labels, extra = super().post_dataloading_process(input_dict, labels, model_parts)
-        return inputs, labels, _with_document_masks(extra, model_parts)
+        return inputs, labels, _with_document_masks(self, extra, model_parts)
 
 
 class TpuTrainer(Trainer):
@@ -87,7 +93,7 @@ class TpuTrainer(Trainer):
 
     def post_dataloading_process(self, input_dict, labels):
         inputs, labels, extra = super().post_dataloading_process(input_dict, labels)
-        return inputs, labels, _with_document_masks(extra, self.model_parts)
+        return inputs, labels, _with_document_masks(self, extra, self.model_parts)
 
     def train_step(self, data_iterator) -> None:
         super().train_step(data_iterator)
