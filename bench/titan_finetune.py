@@ -37,7 +37,7 @@ def hf_heldout_loss(path: str, seq_len: int, batch: int, batches: int) -> float:
     tokens = tokenizer.encode(read_split(default_corpus(), "validation", 0.1), add_bos=True,
                               add_eos=True)
     n = min(batches * batch, (len(tokens) - 1) // seq_len)
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     total, count = 0.0, 0
     with torch.no_grad():
         for i in range(n):
