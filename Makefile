@@ -18,6 +18,14 @@
 #   make test-upstream  build, then scripts/upstream_tests.py: PyTorch's own device-generic
 #                test files on tpu (UPSTREAM_TESTS=<folder of them>, e.g. a pytorch
 #                checkout's test/), summary in docs/upstream_tests.md (UPSTREAM_ARGS)
+#   make train   build, then TorchTitan's trainer on tpu (torchtpu.train): RANKS (default 1;
+#                RANKS=2: FSDP2 over 2 ranks), TRAIN_CONFIG (default llama3_debug; qwen3_debug,
+#                smollm2_135m, smollm2_135m_finetune), TRAIN_ARGS (TorchTitan overrides, e.g.
+#                '--training.steps 100'); writes outputs/titan (checkpoints, metrics.jsonl,
+#                loss_curve.png)
+#   make test-titan  build, then tests/python/train in its long form (20 steps, bf16, Qwen3)
+#   make bench-train  build, then bench/titan_train.py (tokens/s and MFU: tpu compiled vs
+#                PyTorch CPU eager and Inductor, same TorchTitan model and batch; BENCH_ARGS)
 #   make clean   remove what these targets build: build/<wheel tag>, caches (keeps .venv and
 #                any other tree under build/); `make distclean` removes build/ and .venv
 #
@@ -44,7 +52,7 @@ BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.versio
 	2>/dev/null | head -1
 
 .PHONY: setup build test test-cpp test-python demo bench bench-compile serve bench-serve bench-router \
-	op-coverage test-upstream clean distclean
+	op-coverage test-upstream train test-titan bench-train clean distclean
 
 setup:
 	bash scripts/setup.sh
@@ -104,6 +112,19 @@ bench-serve: build
 
 bench-router: build
 	$(PY) bench/router_bench.py $(BENCH_ARGS)
+
+RANKS ?= 1
+TRAIN_CONFIG ?= llama3_debug
+TRAIN_ARGS ?=
+train: build
+	.venv/bin/torchrun --nproc-per-node $(RANKS) -m torchtpu.train \
+		--module torchtpu.train.configs --config $(TRAIN_CONFIG) $(TRAIN_ARGS)
+
+test-titan: build
+	TORCHTPU_TITAN_STEPS=20 $(PY) -m pytest tests/python/train -q --timeout=3600 $(PYTEST_ARGS)
+
+bench-train: build
+	$(PY) bench/titan_train.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build/cp*-* dist .pytest_cache .ruff_cache .venv/.torchtpu-editable

