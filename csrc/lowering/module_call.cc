@@ -42,8 +42,7 @@ base::StatusOr<std::vector<Value>> lower_module_call(LoweringContext& c) {
       return base::invalid_argument(c.op_name() + ": argument " + std::to_string(i) +
                                     " is a 0-dim CPU tensor; move it to the tpu device");
     } else if (args[i].kind == ArgKind::kTensorList) {
-      return base::invalid_argument(c.op_name() + ": argument " + std::to_string(i) +
-                                    " is a list of tensors, which module calls do not take");
+      for (const Value& v : c.tensor_list(i)) operands.push_back(v);
     }
   }
   c.b().add_functions(f.entry, f.text);

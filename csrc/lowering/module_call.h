@@ -6,8 +6,8 @@
 // The lowering of a module call asks the provider for the functions of this call's
 // signature (its tensor argument types, its structural arguments, its result types),
 // splices them into the module being built (once per module, however many calls) and
-// calls the entry function with the op's tensor arguments in schema order
-// (`func.call`). XLA inlines the call, so in a compiled graph the function fuses with its
+// calls the entry function with the op's tensor arguments in schema order, the items of a
+// Tensor[] argument in place (`func.call`). XLA inlines the call, so in a compiled graph the function fuses with its
 // neighbours like any lowered op; in eager mode the op is a module of its own.
 //
 // Thread safety: every function may be called from any thread. The provider is called

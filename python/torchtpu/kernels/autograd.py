@@ -74,7 +74,9 @@ def register_vjp(op: JaxOp) -> JaxOp:
                 k += 1
             else:
                 out.append(None)
-        return tuple(out)
+        # One gradient per argument the call passed: the dispatcher drops trailing
+        # arguments equal to their defaults, and needs_input_grad lists what was passed.
+        return tuple(out[:len(ctx.needs_input_grad)])
 
     op.custom_op.register_autograd(backward, setup_context=setup_context)
     return vjp_op

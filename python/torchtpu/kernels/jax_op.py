@@ -30,6 +30,7 @@ How it runs (docs/kernels.md has the whole story):
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 import threading
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ from torchtpu.kernels.export import (
 _OPS: dict[str, JaxOp] = {}
 _OPS_LOCK = threading.Lock()
 
+log = logging.getLogger("torchtpu.compile")
+_specialized: set[tuple[str, str]] = set()  # (op, argument) whose dynamic size was logged
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_NAMESPACES = {"aten", "prim", "prims", "torchtpu", "_", "higher_order"}
 _STATIC_KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
@@ -145,10 +148,28 @@ def _schema(params: Sequence[Param]) -> str:
     return "(" + ", ".join(parts) + ") -> Tensor[]"
 
 
-def _spec(t: torch.Tensor) -> TensorSpec:
-    # A symbolic size (a dynamic dim under torch.compile) is specialized: JAX exports
-    # static shapes, so the graph is guarded on this size.
-    return TensorSpec(t.dtype, tuple(int(s) for s in t.shape))
+def _spec(op: str, name: str, t: Any) -> TensorSpec:
+    """A tensor's export spec. A symbolic size (a dynamic dim under torch.compile) is
+    specialized: JAX exports static shapes, so the graph is guarded on this size and
+    compiles once per size (each recompile logged with the size that changed)."""
+    sizes = []
+    for s in t.shape:
+        if isinstance(s, torch.SymInt):
+            try:
+                value = int(s)
+            except Exception as e:  # an unbacked size (from nonzero, item()): no value
+                raise JaxOpError(f"torchtpu.jax_op {op}: argument {name!r} has the "
+                                 f"data-dependent size {s}; JAX exports static shapes, so "
+                                 "its sizes must be known when the graph is traced") from e
+            if (op, name) not in _specialized:
+                _specialized.add((op, name))
+                log.info("torchtpu.jax_op %s: the dynamic size %s of argument %r is "
+                         "specialized to %d (JAX exports static shapes: one graph per size)",
+                         op, s, name, value)
+            sizes.append(value)
+        else:
+            sizes.append(int(s))
+    return TensorSpec(t.dtype, tuple(sizes))
 
 
 class JaxOp:
@@ -259,9 +280,9 @@ class JaxOp:
         key = []
         for p, v in zip(self.params, values):
             if p.kind == "Tensor":
-                key.append(_spec(v))
+                key.append(_spec(self.qualname, p.name, v))
             elif p.kind == "Tensor[]":
-                key.append(tuple(_spec(t) for t in v))
+                key.append(tuple(_spec(self.qualname, p.name, t) for t in v))
             elif p.kind == "int[]":
                 key.append(tuple(int(x) for x in v))
             elif p.kind == "float":
