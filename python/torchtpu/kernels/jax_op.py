@@ -17,7 +17,8 @@ How it runs (docs/kernels.md has the whole story):
   the graph's one module, so XLA fuses it with the model around it.
 - The fake (meta) implementation is the export's output types, so Dynamo traces the op
   without running it.
-- On CPU tensors ``fn`` runs with ``jax.jit`` on JAX's own CPU backend (a reference).
+- The op has no kernel for other devices (CPU tensors raise PyTorch's "could not run"
+  error): its reference is your PyTorch code, or ``fn`` under ``jax.jit``.
 - Autograd: ``jax.vjp`` of ``fn``, exported the same way as the op
   ``<ns>::<name>_jax_vjp`` (so a ``jax.custom_vjp`` rule of ``fn`` is used); or a
   PyTorch backward given with ``op.register_autograd(backward, setup_context=...)``.
@@ -41,7 +42,6 @@ import torch.utils._pytree as pytree
 
 from torchtpu import _C
 from torchtpu.kernels.export import (
-    WIDE_DTYPES,
     ExportedCall,
     JaxOpError,
     TensorSpec,
@@ -199,9 +199,10 @@ class JaxOp:
         self.schema = _schema(self.params)
         ns, name = qualname.split("::")
         try:
+            # No device kernel: on tpu the boxed kernel lowers the op as a module call
+            # (fn is the op's definition, never called by the dispatcher).
             self.custom_op = torch.library.custom_op(
-                qualname, self._cpu_impl, mutates_args=(), device_types="cpu",
-                schema=self.schema)
+                qualname, fn, mutates_args=(), device_types=(), schema=self.schema)
         except RuntimeError as e:
             raise JaxOpError(f"torchtpu.jax_op {qualname}: torch.library refused the op "
                              f"{qualname}{self.schema}: {e}") from e
@@ -361,19 +362,6 @@ class JaxOp:
         call = self.exported(self.key(values))
         device = self._flat_tensors(values)[0].device
         return [torch.empty(s.shape, dtype=s.dtype, device=device) for s in call.outputs]
-
-    def _cpu_impl(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
-        """fn with jax.jit on JAX's CPU backend, through DLPack (the CPU reference)."""
-        jax = import_jax()
-        values = self._values_in_schema_order(args, kwargs)
-        key = self.key(values)
-        call = self.exported(key)  # validates the call as on tpu
-        flat_fn, specs, _ = self._flatten(key)
-        arrays = [jax.dlpack.from_dlpack(t.detach().contiguous())
-                  for t in self._flat_tensors(values)]
-        with jax.enable_x64(any(s.dtype in WIDE_DTYPES for s in specs)):
-            leaves = jax.tree_util.tree_leaves(jax.jit(flat_fn)(*arrays))
-        return [torch.from_dlpack(a).to(s.dtype).clone() for a, s in zip(leaves, call.outputs)]
 
 
 def find_op(qualname: str) -> JaxOp | None:
