@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -81,7 +82,8 @@ class TensorSpec:
     shape: tuple[int, ...]
 
     def __str__(self) -> str:
-        return f"{_TORCH_TO_JAX.get(self.dtype, self.dtype)}{list(self.shape)}"
+        name = _TORCH_TO_JAX.get(self.dtype, str(self.dtype).replace("torch.", ""))
+        return f"{name}{list(self.shape)}"
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ def export_call(op_name: str, fn: Callable[..., Any], specs: Sequence[TensorSpec
     call = _describe(op_name, specs, statics)
     for s in specs:
         if s.dtype not in _TORCH_TO_JAX:
-            raise JaxOpError(f"torchtpu.jax_op {call}: dtype {s.dtype} has no JAX equivalent "
+            raise JaxOpError(f"torchtpu.jax_op {call}: dtype {s.dtype} is not supported "
                              f"(supported: {', '.join(sorted(_TORCH_TO_JAX.values()))})")
     platform = plugin_platform()
     wide = any(s.dtype in WIDE_DTYPES for s in specs)
@@ -162,7 +164,9 @@ def export_call(op_name: str, fn: Callable[..., Any], specs: Sequence[TensorSpec
     jitted = jax.jit(fn, keep_unused=True, donate_argnums=tuple(donate))
     interpret = _pallas_interpret_mode() if platform == "cpu" else contextlib.nullcontext()
     try:
-        with jax.enable_x64(wide), interpret:
+        with jax.enable_x64(wide), interpret, warnings.catch_warnings():
+            # An unpaired donation is our error below, with the op's name.
+            warnings.filterwarnings("ignore", "Some donated buffers were not usable")
             exported = jax.export.export(jitted, platforms=[platform])(*avals)
     except Exception as e:
         raise JaxOpError(f"torchtpu.jax_op {call}: JAX could not export it for the plugin's "
@@ -177,7 +181,8 @@ def export_call(op_name: str, fn: Callable[..., Any], specs: Sequence[TensorSpec
         dtype = _JAX_TO_TORCH.get(str(aval.dtype))
         if dtype is None:
             raise JaxOpError(f"torchtpu.jax_op {call}: output {k} has dtype {aval.dtype}, "
-                             "which PyTorch has no tensor type for")
+                             "which jax ops cannot return (supported: "
+                             f"{', '.join(sorted(_TORCH_TO_JAX.values()))})")
         outputs.append(TensorSpec(dtype, tuple(int(d) for d in aval.shape)))
     if not outputs:
         raise JaxOpError(f"torchtpu.jax_op {call}: the function returns no arrays")

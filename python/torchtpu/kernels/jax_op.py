@@ -305,12 +305,18 @@ class JaxOp:
                 self._structure, self._aliases = structure, call.aliases
             elif structure != self._structure or call.aliases != self._aliases:
                 raise JaxOpError(
-                    f"torchtpu.jax_op {self.qualname}: the call with {key} "
-                    f"returns {structure} with donation pairs {list(call.aliases)}, but an "
-                    f"earlier call returned {self._structure} with {list(self._aliases or ())};"
-                    " an op's output structure and donations must not depend on its inputs")
+                    f"torchtpu.jax_op {self.qualname}: the call with {self._describe(key)} "
+                    f"returns {_shape_of(structure)} with donation pairs {list(call.aliases)}, "
+                    f"but an earlier call returned {_shape_of(self._structure)} with "
+                    f"{list(self._aliases or ())}; an op's output structure and donations "
+                    "must not depend on its inputs")
             self._exports[key] = call
             return call
+
+    def _describe(self, key: tuple) -> str:
+        return "(" + ", ".join(
+            f"{p.name}=" + (str(v) if p.kind != "Tensor[]" else f"[{', '.join(map(str, v))}]")
+            for p, v in zip(self.params, key)) + ")"
 
     def _flatten(self, key: tuple) -> tuple[Callable[..., Any], list[TensorSpec], list[int]]:
         """For a call `key`: fn as a function of the call's flat arrays (list parameters
@@ -364,6 +370,11 @@ class JaxOp:
         return [torch.empty(s.shape, dtype=s.dtype, device=device) for s in call.outputs]
 
 
+def _shape_of(spec: pytree.TreeSpec) -> str:
+    """An output structure with its leaves as '*': ('*', {'mean': '*'})."""
+    return repr(pytree.tree_unflatten(["*"] * spec.num_leaves, spec))
+
+
 def find_op(qualname: str) -> JaxOp | None:
     with _OPS_LOCK:
         return _OPS.get(qualname)
@@ -386,6 +397,9 @@ def jax_op(qualname: str, fn: Callable[..., Any], *, donate_argnums: Sequence[in
         static_argnames = (static_argnames,)
     if isinstance(donate_argnums, int):
         donate_argnums = (donate_argnums,)
+    if find_op(qualname) is not None:
+        raise JaxOpError(f"torchtpu.jax_op: {qualname} is already defined in this process "
+                         "(an op name is defined once; pick another name)")
     params = _params_from_signature(qualname, fn, tuple(static_argnames))
     op = JaxOp(qualname, fn, params, tuple(donate_argnums))
     from torchtpu.kernels.autograd import register_vjp
