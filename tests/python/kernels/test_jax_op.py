@@ -169,3 +169,21 @@ def test_dynamic_sizes_are_specialized_per_size() -> None:
     for rows in (8, 12, 8):
         x = torch.randn(rows, 8)
         torch.testing.assert_close(fn(x.to("tpu")).cpu(), torch.softmax(x, -1) * 2, **TOL)
+
+
+def test_torch_library_opcheck() -> None:
+    # PyTorch's own checks of a custom op: schema, fake implementation against the real
+    # one, and AOTAutograd with dynamic shapes. (Its autograd-registration check handles
+    # CPU, CUDA and XPU tensors only.)
+    cos, sin = rope_tables(4, 16)
+    cases = [
+        (RMS_ROPE, (torch.randn(2, 4, 2, 16), torch.rand(16), cos, sin), True),
+        (SOFTMAX, (torch.randn(16, 8),), True),
+        (ROW_STATS, (torch.randn(4, 5),), False),
+    ]
+    for op, args, grad in cases:
+        args = tuple(a.to("tpu").requires_grad_(grad and a.is_floating_point()) for a in args)
+        result = torch.library.opcheck(
+            op.custom_op, args,
+            test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+        assert set(result.values()) == {"SUCCESS"}, (op.qualname, result)
