@@ -20,7 +20,6 @@ from jax.experimental import pallas as pl
 
 import torchtpu
 
-
 # 1. The kernels, in JAX. -------------------------------------------------------------------
 
 def rms_rope(x, w, cos, sin, eps: float = 1e-6):

@@ -7,8 +7,9 @@
 // signature (its tensor argument types, its structural arguments, its result types),
 // splices them into the module being built (once per module, however many calls) and
 // calls the entry function with the op's tensor arguments in schema order, the items of a
-// Tensor[] argument in place (`func.call`). XLA inlines the call, so in a compiled graph the function fuses with its
-// neighbours like any lowered op; in eager mode the op is a module of its own.
+// Tensor[] argument in place (`func.call`). XLA inlines the call, so in a compiled graph
+// the function fuses with its neighbours like any lowered op; in eager mode the op is a
+// module of its own.
 //
 // Thread safety: every function may be called from any thread. The provider is called
 // without any lock of this file held, and may run on any thread that lowers.

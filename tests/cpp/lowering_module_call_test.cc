@@ -83,8 +83,8 @@ TEST_F(ModuleCall, GraphSplicesEachModuleOnce) {
   auto call = [&](int x, int y, double a, int out) {
     GraphNode n;
     n.op = "test::axpy";
-    n.args = {tensor_arg(HostTensor{spec.inputs[0], {}}), tensor_arg(HostTensor{spec.inputs[1], {}}),
-              double_arg(a)};
+    n.args = {tensor_arg(HostTensor{spec.inputs[0], {}}),
+              tensor_arg(HostTensor{spec.inputs[1], {}}), double_arg(a)};
     n.tensor_refs = {x, y, -1};
     n.list_refs = {{}, {}, {}};
     n.scalars.resize(3);

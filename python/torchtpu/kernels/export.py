@@ -30,8 +30,9 @@ import contextlib
 import hashlib
 import re
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -47,7 +48,7 @@ class JaxOpError(ValueError):
 def import_jax() -> Any:
     try:
         import jax
-        import jax.export  # noqa: F401  (a submodule; older jax has no jax.export)
+        import jax.export
     except ImportError as e:
         raise ImportError(
             f"torchtpu.jax_op needs JAX (with jax.export, as in jax 0.10): {JAX_INSTALL_HINT} "
@@ -229,8 +230,8 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 def _prepare(call: str, text: str, num_inputs: int,
              ) -> tuple[str, str, str, dict[int, int]]:
     """(entry name, functions text, module hash, donation pairs) of an exported module."""
-    from jaxlib.mlir import ir
     from jax._src.interpreters import mlir as jax_mlir
+    from jaxlib.mlir import ir
 
     with jax_mlir.make_ir_context():
         module = ir.Module.parse(text)

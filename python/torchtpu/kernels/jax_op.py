@@ -34,8 +34,9 @@ import inspect
 import logging
 import re
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree

@@ -12,7 +12,6 @@ from jax.experimental import pallas as pl
 
 import torchtpu
 
-
 # -- RMSNorm + rotary embedding (plain JAX) ---------------------------------------------------
 
 def rms_rope(x, w, cos, sin, eps: float = 1e-6):

@@ -8,8 +8,6 @@ import copy
 
 import pytest
 import torch
-
-import torchtpu
 from _jax_kernels import (
     RMS_ROPE,
     ROW_STATS,
@@ -20,7 +18,9 @@ from _jax_kernels import (
     row_stats_torch,
 )
 
-TOL = dict(rtol=1e-5, atol=1e-5)
+import torchtpu
+
+TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
 class Attention(torch.nn.Module):

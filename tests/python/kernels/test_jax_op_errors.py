@@ -7,10 +7,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 import torch
-
-import torchtpu
 from _jax_kernels import SOFTMAX, _softmax_call
 from _subprocess import run_python
+
+import torchtpu
 from torchtpu.kernels import JaxOpError, export
 
 

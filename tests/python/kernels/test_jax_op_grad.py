@@ -7,8 +7,6 @@ from __future__ import annotations
 import jax.numpy as jnp
 import pytest
 import torch
-
-import torchtpu
 from _jax_kernels import (
     RMS_ROPE,
     ROW_STATS,
@@ -18,7 +16,9 @@ from _jax_kernels import (
     row_stats_torch,
 )
 
-TOL = dict(rtol=1e-4, atol=1e-5)
+import torchtpu
+
+TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 def _grads(fn, inputs, device):
