@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 
+import jax.numpy as jnp
 import pytest
 import torch
 from _jax_kernels import (
@@ -187,3 +188,28 @@ def test_torch_library_opcheck() -> None:
             op.custom_op, args,
             test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
         assert set(result.values()) == {"SUCCESS"}, (op.qualname, result)
+
+
+def _reduce(x, axes: tuple = (0,), mode: str = "sum", keepdims: bool = False,
+            scale: float = 1.0, offset: int = 0):
+    fn = {"sum": jnp.sum, "max": jnp.max}[mode]
+    return fn(x, axis=axes, keepdims=keepdims) * scale + offset
+
+
+REDUCE = torchtpu.jax_op("jaxtest::reduce", _reduce,
+                         static_argnames=("axes", "mode", "keepdims", "scale", "offset"))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_static_arguments_of_every_kind(compiled: bool) -> None:
+    torch._dynamo.reset()
+    assert REDUCE.schema == ("(Tensor x, int[] axes=[0], str mode=\"sum\", bool keepdims=False, "
+                             "float scale=1.0, int offset=0) -> Tensor[]")
+
+    def f(x):
+        return (REDUCE(x, (0, 2), "max", True, 0.5, 3) + REDUCE(x, axes=(0,))[None])
+
+    run = torch.compile(f, backend="tpu") if compiled else f
+    x = torch.randn(3, 4, 5)
+    want = x.amax(dim=(0, 2), keepdim=True) * 0.5 + 3 + x.sum(0)[None]
+    torch.testing.assert_close(run(x.to("tpu")).cpu(), want, **TOL)
