@@ -72,6 +72,7 @@ def test_rms_rope_and_pallas_softmax_compiled_in_one_graph() -> None:
     compiled = torch.compile(model, backend="tpu")
     cos, sin = rope_tables(4, 16)
     cos_t, sin_t = cos.to("tpu"), sin.to("tpu")
+    breaks = torchtpu.debug.metrics()["num_graph_breaks"]  # counted per process
     for step in range(2):
         x = torch.randn(2, 4, 32)
         before = torchtpu.debug.metrics()
@@ -83,7 +84,7 @@ def test_rms_rope_and_pallas_softmax_compiled_in_one_graph() -> None:
             # eager op, no graph break.
             assert _delta(before, after, "num_graph_executions") == 1
             assert _delta(before, after, "num_eager_ops") == 0
-    assert torchtpu.debug.metrics()["num_graph_breaks"] == 0
+    assert torchtpu.debug.metrics()["num_graph_breaks"] == breaks
 
 
 def test_cpu_tensors_have_no_kernel() -> None:
