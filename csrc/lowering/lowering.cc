@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "lowering/families.h"
+#include "lowering/module_call.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -73,7 +74,7 @@ void register_lowering(std::initializer_list<const char*> names, LoweringFn fn) 
 const LoweringFn* find_lowering(std::string_view name) {
   ensure_registered();
   auto it = table().find(name);
-  return it == table().end() ? nullptr : &it->second;
+  return it == table().end() ? find_module_call(name) : &it->second;
 }
 
 void remove_lowering(std::string_view name) {
