@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "aten/copy_ops.h"
+#include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/host_transfer.h"
 #include "aten/op_special_cases.h"
@@ -462,9 +463,16 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
   TORCH_CHECK(outputs.ok(), outputs.status().message());
   base::counter_add("num_eager_ops");
 
-  // Data checks run before anything is written, so a failing call changes nothing.
+  // Data checks run before anything is written, so a failing call changes nothing. A call
+  // that writes nothing (_assert_async) queues them for the next host read instead, as a
+  // compiled graph does and as CUDA reports a device-side assert: it never waits.
   size_t num_results = c.out_types.size();
-  run_data_checks(*outputs, num_results, c.check_kinds, c.check_messages);
+  if (num_results == 0) {
+    defer_data_checks(*outputs, 0, c.check_kinds, c.check_messages,
+                      "an earlier call of " + op_name(schema));
+  } else {
+    run_data_checks(*outputs, num_results, c.check_kinds, c.check_messages);
+  }
 
   std::vector<c10::IValue> results;
   size_t next = 0;

@@ -320,7 +320,7 @@ void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::
 
 // Argument checks the CPU kernels make and the meta kernels do not: multinomial's (its
 // meta kernel checks only the rank), uniform's range, _amp_update_scale_'s dtypes and
-// sizes. Same messages as the CPU.
+// sizes, _assert_async's element count. Same messages as the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
   if (name == "aten::uniform_" || name == "aten::uniform" || name == "aten::uniform.out") {
     double from = args[1].toDouble(), to = args[2].toDouble();
@@ -344,6 +344,13 @@ void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue
       TORCH_CHECK(got == want, "Expected object of scalar type ", want, " but got scalar type ",
                   got, " for argument 'out'");
     }
+    return;
+  }
+  if (name == "aten::_assert_async" || name == "aten::_assert_async.msg") {
+    // is_nonzero's checks, which the meta kernels skip.
+    int64_t n = args[0].toTensor().numel();
+    TORCH_CHECK(n != 0, "Boolean value of Tensor with no values is ambiguous");
+    TORCH_CHECK(n < 2, "Boolean value of Tensor with more than one value is ambiguous");
     return;
   }
   if (name == "aten::_amp_update_scale_") {  // the CPU kernel's checks; the meta has none

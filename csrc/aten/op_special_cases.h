@@ -68,7 +68,8 @@ bool leaves_list_arg_unchanged(const std::string& name, const std::string& arg_n
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 
 // Checks that PyTorch's CPU kernels make and their meta kernels do not (multinomial's
-// sample count and dtype, uniform's range, _amp_update_scale_'s dtypes and sizes),
+// sample count and dtype, uniform's range, _amp_update_scale_'s dtypes and sizes,
+// _assert_async's element count),
 // raising the CPU's message; a no-op otherwise.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args);
 

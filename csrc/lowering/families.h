@@ -22,6 +22,7 @@ void register_index_reduce_lowerings();
 void register_rnn_lowerings();
 void register_amp_lowerings();
 void register_optimizer_lowerings();
+void register_assert_lowerings();
 void register_embedding_bag_lowerings();
 void register_linalg_factor_lowerings();
 void register_linalg_decomp_lowerings();
