@@ -35,6 +35,8 @@ void ensure_registered() {
     register_index_reduce_lowerings();
     register_rnn_lowerings();
     register_amp_lowerings();
+    register_optimizer_lowerings();
+    register_assert_lowerings();
     register_embedding_bag_lowerings();
     register_linalg_factor_lowerings();
     register_linalg_decomp_lowerings();
