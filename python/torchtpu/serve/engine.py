@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 import torch
 
 from torchtpu.serve.detokenizer import IncrementalDetokenizer
+from torchtpu.serve.kv_events import KvEventPublisher, KvEventsConfig
 from torchtpu.serve.metrics import ServeMetrics
+from torchtpu.serve.prompts import text_prompt_ids
 from torchtpu.serve.sampling import RequestSampler, Sample, SamplingError, SamplingParams
 
 log = logging.getLogger("torchtpu.serve")
@@ -87,11 +89,13 @@ class LLMEngine:
                  attention_kernel: bool | None = None,
                  log_request_timelines: bool = False,
                  speculative: object = None, quantization: str | None = None,
-                 layers_per_call: int | None = None) -> None:
+                 layers_per_call: int | None = None,
+                 kv_events: KvEventsConfig | None = None) -> None:
         """`speculative`: n-gram speculative decoding (SpeculativeConfig.parse: None off,
         True defaults, an int of draft tokens, or vLLM's speculative_config dict);
         `quantization`: None (f32 weights) or "int8" (weight-only, per output channel);
-        `layers_per_call`: decoder layers per compiled call (None: runner.layer_groups)."""
+        `layers_per_call`: decoder layers per compiled call (None: runner.layer_groups);
+        `kv_events`: publish the prefix cache's KV events (kv_events.py)."""
         import torchtpu  # noqa: F401  (registers the device)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -129,6 +133,14 @@ class LLMEngine:
             max_model_len=self.max_model_len, attention_kernel=attention_kernel,
             layers_per_call=layers_per_call, max_logits_per_seq=1 + spec_tokens)
         self.metrics = ServeMetrics(self.model_name)
+        self.metrics.set_cache_config(page_size, self.num_pages, enable_prefix_cache)
+        # KV events (kv_events.py): the prefix cache's stores and evictions, published after
+        # every step for llm-d / torchtpu router. Opened before warm-up so a bad endpoint
+        # fails fast.
+        self.kv_event_publisher = None
+        if kv_events is not None:
+            self.kv_event_publisher = KvEventPublisher(kv_events)
+            self.scheduler.enable_kv_events()
         # One "serve: timeline {json}" log line per finished request (see _log_timeline).
         self.log_request_timelines = log_request_timelines
         self.requests: dict[str, _Request] = {}
@@ -156,10 +168,7 @@ class LLMEngine:
         is encoded without special tokens unless that gives nothing (or
         `add_special_tokens` says otherwise). `tokenizer` defaults to the engine's."""
         if isinstance(prompt, str):
-            tok = tokenizer or self.tokenizer
-            if add_special_tokens is not None:
-                return tok.encode(prompt, add_special_tokens=add_special_tokens)
-            return tok.encode(prompt, add_special_tokens=False) or tok.encode(prompt)
+            return text_prompt_ids(tokenizer or self.tokenizer, prompt, add_special_tokens)
         vocab = self.vocab_size
         if not prompt or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab
                              for t in prompt):
@@ -237,7 +246,19 @@ class LLMEngine:
         self.scheduler.abort(request_id)
         self.scheduler.release_request(request_id)
         self.metrics.on_finish(req, "abort")
+        self._publish_kv_events()
         return True
+
+    def _publish_kv_events(self) -> None:
+        if self.kv_event_publisher is not None:
+            self.kv_event_publisher.publish(self.scheduler.take_kv_events())
+
+    def close(self) -> None:
+        """Flushes and closes the KV event publisher, if any (the engine stays usable for
+        offline work, without events)."""
+        if self.kv_event_publisher is not None:
+            self.kv_event_publisher.close()
+            self.kv_event_publisher = None
 
     def has_unfinished(self) -> bool:
         return bool(self.requests)
@@ -260,6 +281,7 @@ class LLMEngine:
         if not sched.items:
             self.scheduler.update({})
             self.metrics.observe_scheduler(self.scheduler)
+            self._publish_kv_events()
             return []
         items = [StepItem(it.request_id, list(it.token_ids), it.start_pos, list(it.page_ids),
                           1 + it.num_draft_tokens if it.sample else 0) for it in sched.items]
@@ -316,6 +338,7 @@ class LLMEngine:
                 self.scheduler.release_request(rid)
                 self.metrics.on_finish(req, reason)
         self.metrics.observe_scheduler(self.scheduler)
+        self._publish_kv_events()
         return outputs
 
     def _log_timeline(self, req: _Request) -> None:
