@@ -14,9 +14,14 @@ Reported per mode: output tokens/s, TTFT p50/p90, the replicas' own prefix-cache
 (vllm:prefix_cache_hits / queries over the run); then the ratios, and the router's own
 added latency: its routing_latency_seconds (request read -> upstream request written) and,
 end to end, one-token requests through the router against the same requests sent straight
-to a replica.
+to a replica. Per mode it also says where the slowest tenth of the requests went (their
+group, whether they were its first request, their replica) and how many requests each
+replica had in flight over the run (the router's gauge, sampled every 100 ms); --trace
+writes all of it. --no-spill-too adds cache-aware routing without the load filter
+(prefix affinity regardless of load), same replicas, for comparison.
 
     .venv/bin/python bench/router_bench.py                 # SmolLM2-135M-Instruct, 2 replicas
+    .venv/bin/python bench/router_bench.py --no-spill-too  # and without the load filter
     .venv/bin/python bench/router_bench.py --quick         # fewer requests
 """
 
@@ -66,11 +71,12 @@ def text_of(tokenizer, rng: random.Random, num_tokens: int) -> str:
     return tokenizer.decode(ids)
 
 
-def workload(tokenizer, seed: int, args) -> list[str]:
+def workload(tokenizer, seed: int, args) -> list[tuple[int, str]]:
+    """(group, prompt) per request, in arrival order."""
     rng = random.Random(seed)
     systems = [f"System {seed}-{g}: " + text_of(tokenizer, rng, args.system_tokens)
                for g in range(args.groups)]
-    prompts = [f"{systems[g]}\nUser {u}: {text_of(tokenizer, rng, args.question_tokens)}"
+    prompts = [(g, f"{systems[g]}\nUser {u}: {text_of(tokenizer, rng, args.question_tokens)}")
                for u in range(args.users_per_group) for g in range(args.groups)]
     # Users arrive in random order (a fixed order would pin each group to one replica under
     # round-robin whenever the group count is a multiple of the replica count).
@@ -88,18 +94,31 @@ def scrape(urls: list[str], names: tuple[str, ...]) -> dict[str, float]:
     return total
 
 
-async def run_mode(url: str, prompts: list[str], args) -> dict:
+async def run_mode(url: str, prompts: list[tuple[int, str]], args) -> dict:
     queue = list(prompts)
-    ttfts, tokens = [], 0
+    ttfts, tokens, trace, depth = [], 0, [], []
+    seen_groups: set[int] = set()
     limits = httpx.Limits(max_connections=None)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         async def worker() -> None:
             while queue:
                 await one()
 
+        async def sample_depth() -> None:
+            """The router's in-flight count per replica every 100 ms (queue depth over time)."""
+            while True:
+                r = await client.get(url + "/metrics")
+                now = time.perf_counter() - t0
+                for line in r.text.splitlines():
+                    if line.startswith("torchtpu_router:replica_in_flight{"):
+                        depth.append((now, line.split('"')[1], float(line.rsplit(" ", 1)[1])))
+                await asyncio.sleep(0.1)
+
         async def one() -> None:
             nonlocal tokens
-            prompt = queue.pop(0)
+            group, prompt = queue.pop(0)
+            cold = group not in seen_groups  # the first of its group: nobody holds its prompt
+            seen_groups.add(group)
             start = time.perf_counter()
             first = None
             async with client.stream("POST", url + "/v1/completions", json={
@@ -107,6 +126,7 @@ async def run_mode(url: str, prompts: list[str], args) -> dict:
                     "ignore_eos": True, "stream": True,
                     "stream_options": {"include_usage": True}}) as r:
                 r.raise_for_status()
+                replica = r.headers.get("x-torchtpu-replica", "?")
                 async for line in r.aiter_lines():
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
@@ -118,8 +138,11 @@ async def run_mode(url: str, prompts: list[str], args) -> dict:
                     if chunk.get("usage"):
                         tokens += chunk["usage"]["completion_tokens"]
             ttfts.append(first - start)
+            trace.append({"group": group, "cold": cold, "replica": replica,
+                          "start": start - t0, "ttft": first - start})
 
-        start = time.perf_counter()
+        t0 = start = time.perf_counter()
+        sampler = asyncio.ensure_future(sample_depth())
         if args.rate:
             rng = random.Random(0)
             tasks = []
@@ -130,9 +153,33 @@ async def run_mode(url: str, prompts: list[str], args) -> dict:
         else:
             await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         wall = time.perf_counter() - start
+        sampler.cancel()
     ttfts.sort()
     return {"wall_s": wall, "output_tokens": tokens, "throughput": tokens / wall,
-            "ttft_p50": ttfts[len(ttfts) // 2], "ttft_p90": ttfts[int(0.9 * (len(ttfts) - 1))]}
+            "ttft_p50": ttfts[len(ttfts) // 2], "ttft_p90": ttfts[int(0.9 * (len(ttfts) - 1))],
+            "trace": trace, "depth": depth}
+
+
+def describe_tail(res: dict) -> str:
+    """Where the slowest tenth of the requests went, and how the load was spread."""
+    trace = sorted(res["trace"], key=lambda t: t["ttft"])
+    tail = trace[int(0.9 * (len(trace) - 1)):]
+    per = {}
+    for _, replica, n in res["depth"]:
+        per.setdefault(replica, []).append(n)
+    served = {}
+    for t in trace:
+        served[t["replica"]] = served.get(t["replica"], 0) + 1
+    groups = {}
+    for t in trace:
+        groups.setdefault(t["replica"], set()).add(t["group"])
+    spread = ", ".join(
+        f"{r.rsplit(':', 1)[-1]}: {served.get(r, 0)} requests of groups {sorted(groups.get(r, []))}"
+        f", in flight mean {statistics.mean(v):.1f} max {max(v):.0f}"
+        for r, v in sorted(per.items()))
+    slow = ", ".join(f"{t['ttft']:.2f}s g{t['group']}{'*' if t['cold'] else ''}"
+                     f"@{t['replica'].rsplit(':', 1)[-1]}" for t in tail)
+    return f"    replicas: {spread}\n    slowest tenth (* = first of its group): {slow}"
 
 
 def added_latency(router_url: str, replica_url: str, n: int) -> dict:
@@ -177,6 +224,14 @@ def main() -> int:
     p.add_argument("--num-pages", type=int, default=None,
                    help="KV pages per replica (default: 65%% of all system prompts)")
     p.add_argument("--latency-requests", type=int, default=100)
+    p.add_argument("--spill-threshold", type=int, default=None,
+                   help="the cache-aware router's --spill-threshold (default: the router's)")
+    p.add_argument("--no-spill-too", action="store_true",
+                   help="also run cache-aware routing without the load filter "
+                        "(--spill-threshold -1), same replicas, for comparison")
+    p.add_argument("--trace", default=None, metavar="PREFIX",
+                   help="write each mode's per-request trace and in-flight samples to "
+                        "PREFIX.<mode>.json")
     p.add_argument("--quick", action="store_true", help="3 users per group, 40 latency probes")
     args = p.parse_args()
     if args.quick:
@@ -209,14 +264,23 @@ def main() -> int:
         for r in launcher.replicas:
             wait_healthy(r["url"], 900)
         # The third router only measures its own latency on idle replicas.
-        for mode in ("round-robin", "cache-aware", "cache-aware"):
+        # (label, --mode, --spill-threshold); the last router only measures its own latency
+        # on idle replicas.
+        variants = [("round-robin", "round-robin", None),
+                    ("cache-aware", "cache-aware", args.spill_threshold)]
+        if args.no_spill_too:
+            variants.insert(1, ("no-spill", "cache-aware", -1))
+        variants.append(("probe", "cache-aware", args.spill_threshold))
+        for label, mode, spill in variants:
             port = free_port()
             cmd = [sys.executable, "-m", "torchtpu.cli", "router", "--model", model,
                    "--port", str(port), "--mode", mode]
+            if spill is not None:
+                cmd += ["--spill-threshold", str(spill)]
             for r in launcher.replicas:
                 cmd += ["--replica", r["url"], "--kv-events", r["events"],
                         "--kv-events-replay", r["replay"]]
-            routers.append((mode, f"http://127.0.0.1:{port}",
+            routers.append((label, f"http://127.0.0.1:{port}",
                             subprocess.Popen(cmd, stderr=subprocess.DEVNULL)))
         for _, url, _ in routers:
             wait_healthy(url, 120)
@@ -233,7 +297,7 @@ def main() -> int:
               + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
         replica_urls = [r["url"] for r in launcher.replicas]
         results = {}
-        for seed, (mode, url, _) in enumerate(routers[:2]):
+        for seed, (mode, url, _) in enumerate(routers[:-1]):
             prompts = workload(tokenizer, seed + 1, args)
             before = scrape(replica_urls, ("vllm:prefix_cache_hits_total",
                                            "vllm:prefix_cache_queries_total"))
@@ -248,12 +312,21 @@ def main() -> int:
                   f"{res['ttft_p50']:6.2f} s  p90 {res['ttft_p90']:6.2f} s  replicas' prefix "
                   f"hit rate {100 * res['hit_rate']:5.1f}%  ({len(prompts)} requests, "
                   f"{res['wall_s']:.1f} s)", flush=True)
+            print(describe_tail(res), flush=True)
+            if args.trace:
+                with open(f"{args.trace}.{mode}.json", "w") as f:
+                    json.dump({k: res[k] for k in ("trace", "depth")}, f)
         ca, rr = results["cache-aware"], results["round-robin"]
         print(f"  cache-aware / round-robin: output throughput x"
               f"{ca['throughput'] / rr['throughput']:.2f} (goal >= 2), p90 TTFT "
               f"{rr['ttft_p90'] / ca['ttft_p90']:.2f}x lower (goal >= 5)")
-        q_run = router_quantiles(routers[1][1])
-        probe_url = routers[2][1]
+        if "no-spill" in results:
+            ns = results["no-spill"]
+            print(f"  no-spill / round-robin (prefix affinity regardless of load): output "
+                  f"throughput x{ns['throughput'] / rr['throughput']:.2f}, p90 TTFT "
+                  f"{rr['ttft_p90'] / ns['ttft_p90']:.2f}x lower")
+        q_run = router_quantiles(routers[-2][1])
+        probe_url = routers[-1][1]
         lat = added_latency(probe_url, replica_urls[0], args.latency_requests)
         q = router_quantiles(probe_url)
         print(f"  router's own latency (request read -> upstream written): idle replicas p50 "

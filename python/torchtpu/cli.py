@@ -75,6 +75,10 @@ def _router_parser(sub) -> None:
     p.add_argument("--mode", default="cache-aware", choices=["cache-aware", "round-robin"])
     p.add_argument("--weights", default="3,1,1", metavar="PREFIX,QUEUE,KV",
                    help="scorer weights: prefix affinity, queue depth, KV usage")
+    p.add_argument("--spill-threshold", type=int, default=None, metavar="REQUESTS",
+                   help="a replica whose queue exceeds the least-loaded replica's by more than "
+                        "this is passed over whatever prefix it holds (default 4, about one "
+                        "replica's batch; -1: prefix affinity regardless of load)")
     p.add_argument("--block-size", type=int, default=0,
                    help="the replicas' KV page size (default: read from their "
                         "vllm:cache_config_info)")
@@ -111,7 +115,8 @@ def _router_main(args) -> int:
         replicas = [{"url": u, "events": e, "replay": r}
                     for u, e, r in zip(args.replica, events, replays)]
         return run_router(replicas, model_path=model, host=args.host, port=args.port,
-                          mode=args.mode, weights=weights, block_size=args.block_size,
+                          mode=args.mode, weights=weights,
+                          spill_threshold=args.spill_threshold, block_size=args.block_size,
                           routed_ttl_s=args.routed_ttl, health_interval_s=args.health_interval)
     except (ValueError, RuntimeError) as e:
         print(f"torchtpu router: {e}", file=sys.stderr)
