@@ -71,17 +71,22 @@ def text_of(tokenizer, rng: random.Random, num_tokens: int) -> str:
     return tokenizer.decode(ids)
 
 
-def workload(tokenizer, seed: int, args) -> list[tuple[int, str]]:
-    """(group, prompt) per request, in arrival order."""
+def workload(tokenizer, seed: int, args) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(group, prompt) per request in arrival order: the warm-up (each group's first
+    --warmup-users users) and the measured requests (the others)."""
     rng = random.Random(seed)
     systems = [f"System {seed}-{g}: " + text_of(tokenizer, rng, args.system_tokens)
                for g in range(args.groups)]
     prompts = [(g, f"{systems[g]}\nUser {u}: {text_of(tokenizer, rng, args.question_tokens)}")
-               for u in range(args.users_per_group) for g in range(args.groups)]
+               for u in range(args.warmup_users + args.users_per_group)
+               for g in range(args.groups)]
+    cut = args.warmup_users * args.groups
+    warm, measured = prompts[:cut], prompts[cut:]
     # Users arrive in random order (a fixed order would pin each group to one replica under
     # round-robin whenever the group count is a multiple of the replica count).
-    rng.shuffle(prompts)
-    return prompts
+    rng.shuffle(warm)
+    rng.shuffle(measured)
+    return warm, measured
 
 
 def scrape(urls: list[str], names: tuple[str, ...]) -> dict[str, float]:
@@ -94,8 +99,11 @@ def scrape(urls: list[str], names: tuple[str, ...]) -> dict[str, float]:
     return total
 
 
-async def run_mode(url: str, prompts: list[tuple[int, str]], args) -> dict:
-    queue = list(prompts)
+async def run_mode(url: str, warm: list[tuple[int, str]], prompts: list[tuple[int, str]],
+                   args) -> dict:
+    """Sends `warm`, then measures `prompts`, each at --concurrency (or --rate)."""
+    queue = list(warm)
+    counting = False
     ttfts, tokens, trace, depth = [], 0, [], []
     seen_groups: set[int] = set()
     limits = httpx.Limits(max_connections=None)
@@ -117,6 +125,7 @@ async def run_mode(url: str, prompts: list[tuple[int, str]], args) -> dict:
         async def one() -> None:
             nonlocal tokens
             group, prompt = queue.pop(0)
+            counted = counting
             cold = group not in seen_groups  # the first of its group: nobody holds its prompt
             seen_groups.add(group)
             start = time.perf_counter()
@@ -135,23 +144,33 @@ async def run_mode(url: str, prompts: list[tuple[int, str]], args) -> dict:
                         raise RuntimeError(chunk["error"]["message"])
                     if first is None and chunk.get("choices"):
                         first = time.perf_counter()
-                    if chunk.get("usage"):
+                    if chunk.get("usage") and counted:
                         tokens += chunk["usage"]["completion_tokens"]
+            if not counted:
+                return
             ttfts.append(first - start)
             trace.append({"group": group, "cold": cold, "replica": replica,
                           "start": start - t0, "ttft": first - start})
 
+        async def phase() -> None:
+            if args.rate:
+                rng = random.Random(0)
+                tasks = []
+                for _ in range(len(queue)):
+                    tasks.append(asyncio.ensure_future(one()))
+                    await asyncio.sleep(rng.expovariate(args.rate))
+                await asyncio.gather(*tasks)
+            else:
+                await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+
+        # Warm-up: each group's first users, so the cold start (every prompt computed once,
+        # all at the same time) is not what the tail measures; not counted.
+        await phase()
+        queue[:] = prompts
+        counting = True
         t0 = start = time.perf_counter()
         sampler = asyncio.ensure_future(sample_depth())
-        if args.rate:
-            rng = random.Random(0)
-            tasks = []
-            for _ in range(len(queue)):
-                tasks.append(asyncio.ensure_future(one()))
-                await asyncio.sleep(rng.expovariate(args.rate))
-            await asyncio.gather(*tasks)
-        else:
-            await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        await phase()
         wall = time.perf_counter() - start
         sampler.cancel()
     ttfts.sort()
@@ -214,6 +233,9 @@ def main() -> int:
     p.add_argument("--users-per-group", type=int, default=12)
     p.add_argument("--system-tokens", type=int, default=512)
     p.add_argument("--question-tokens", type=int, default=16)
+    p.add_argument("--warmup-users", type=int, default=1,
+                   help="each group's first users, sent first and not measured (0: measure "
+                        "from the cold start, when every prompt is computed at once)")
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--concurrency", type=int, default=8,
                    help="closed loop: this many requests in flight (vllm bench's "
@@ -289,7 +311,8 @@ def main() -> int:
         print(f"router_bench: {args.replicas} replicas of {os.path.basename(model)}, cores "
               f"{[sorted(c) if c else 'all' for c in launcher.cores]}, {num_pages} KV pages "
               f"x {args.page_size} tokens each ({num_pages * args.page_size} tokens); "
-              f"{args.groups} groups x {args.users_per_group} users, system prompts "
+              f"{args.groups} groups x {args.users_per_group} users (after "
+              f"{args.warmup_users} warm-up users each, not measured), system prompts "
               f"{args.system_tokens} tokens ({prefix_tokens} in all), questions "
               f"{args.question_tokens}, {args.max_tokens} output tokens, "
               + (f"Poisson arrivals at {args.rate} req/s" if args.rate
@@ -298,10 +321,10 @@ def main() -> int:
         replica_urls = [r["url"] for r in launcher.replicas]
         results = {}
         for seed, (mode, url, _) in enumerate(routers[:-1]):
-            prompts = workload(tokenizer, seed + 1, args)
+            warm, prompts = workload(tokenizer, seed + 1, args)
             before = scrape(replica_urls, ("vllm:prefix_cache_hits_total",
                                            "vllm:prefix_cache_queries_total"))
-            res = asyncio.run(run_mode(url, prompts, args))
+            res = asyncio.run(run_mode(url, warm, prompts, args))
             after = scrape(replica_urls, ("vllm:prefix_cache_hits_total",
                                           "vllm:prefix_cache_queries_total"))
             q = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]

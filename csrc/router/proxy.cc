@@ -107,6 +107,28 @@ Wait wait_upstream(tcp::socket& upstream, tcp::socket& client, int timeout_ms) {
   }
 }
 
+// Closes a client connection so that the client reads our last response even when it is
+// still sending (a refused oversized body, a header past the limit): closing with unread
+// bytes would send a reset, which can discard the response before the client reads it. So:
+// our side ends, then what the client still sends is read and dropped until it closes too,
+// for at most 2 s or 1 MiB (as web servers' lingering close does).
+void lingering_close(tcp::socket& client) {
+  boost::system::error_code ec;
+  client.shutdown(tcp::socket::shutdown_send, ec);
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  char sink[16384];
+  for (size_t dropped = 0; !ec && dropped < (1u << 20);) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd pfd{client.native_handle(), POLLIN, 0};
+    if (left <= 0 || ::poll(&pfd, 1, static_cast<int>(left)) <= 0) break;
+    const ssize_t n = ::recv(client.native_handle(), sink, sizeof sink, MSG_DONTWAIT);
+    if (n <= 0) break;
+    dropped += static_cast<size_t>(n);
+  }
+  client.close(ec);
+}
+
 template <class Body>
 bool write_response(tcp::socket& client, http::response<Body>& res) {
   boost::system::error_code ec;
@@ -448,8 +470,7 @@ void Proxy::serve_connection(tcp::socket client) {
     }
     if (!keep_alive) break;
   }
-  client.shutdown(tcp::socket::shutdown_both, ec);
-  client.close(ec);
+  lingering_close(client);
 }
 
 }  // namespace torchtpu::router
