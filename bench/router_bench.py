@@ -17,11 +17,11 @@ end to end, one-token requests through the router against the same requests sent
 to a replica. Per mode it also says where the slowest tenth of the requests went (their
 group, whether they were its first request, their replica) and how many requests each
 replica had in flight over the run (the router's gauge, sampled every 100 ms); --trace
-writes all of it. --no-spill-too adds cache-aware routing without the load filter
-(prefix affinity regardless of load), same replicas, for comparison.
+writes all of it. --compare-spill N adds cache-aware routing with the router's load filter
+on (--spill-threshold N), same replicas, for comparison.
 
     .venv/bin/python bench/router_bench.py                 # SmolLM2-135M-Instruct, 2 replicas
-    .venv/bin/python bench/router_bench.py --no-spill-too  # and without the load filter
+    .venv/bin/python bench/router_bench.py --compare-spill 4  # and with the load filter
     .venv/bin/python bench/router_bench.py --quick         # fewer requests
 """
 
@@ -248,9 +248,9 @@ def main() -> int:
     p.add_argument("--latency-requests", type=int, default=100)
     p.add_argument("--spill-threshold", type=int, default=None,
                    help="the cache-aware router's --spill-threshold (default: the router's)")
-    p.add_argument("--no-spill-too", action="store_true",
-                   help="also run cache-aware routing without the load filter "
-                        "(--spill-threshold -1), same replicas, for comparison")
+    p.add_argument("--compare-spill", type=int, default=None, metavar="N",
+                   help="also run cache-aware routing with --spill-threshold N, same "
+                        "replicas, for comparison")
     p.add_argument("--trace", default=None, metavar="PREFIX",
                    help="write each mode's per-request trace and in-flight samples to "
                         "PREFIX.<mode>.json")
@@ -290,8 +290,8 @@ def main() -> int:
         # on idle replicas.
         variants = [("round-robin", "round-robin", None),
                     ("cache-aware", "cache-aware", args.spill_threshold)]
-        if args.no_spill_too:
-            variants.insert(1, ("no-spill", "cache-aware", -1))
+        if args.compare_spill is not None:
+            variants.insert(1, (f"spill>{args.compare_spill}", "cache-aware", args.compare_spill))
         variants.append(("probe", "cache-aware", args.spill_threshold))
         for label, mode, spill in variants:
             port = free_port()
@@ -343,11 +343,12 @@ def main() -> int:
         print(f"  cache-aware / round-robin: output throughput x"
               f"{ca['throughput'] / rr['throughput']:.2f} (goal >= 2), p90 TTFT "
               f"{rr['ttft_p90'] / ca['ttft_p90']:.2f}x lower (goal >= 5)")
-        if "no-spill" in results:
-            ns = results["no-spill"]
-            print(f"  no-spill / round-robin (prefix affinity regardless of load): output "
-                  f"throughput x{ns['throughput'] / rr['throughput']:.2f}, p90 TTFT "
-                  f"{rr['ttft_p90'] / ns['ttft_p90']:.2f}x lower")
+        for label, res in results.items():
+            if label.startswith("spill>"):
+                print(f"  {label} / round-robin (cache-aware with --spill-threshold "
+                      f"{args.compare_spill}): output throughput "
+                      f"x{res['throughput'] / rr['throughput']:.2f}, p90 TTFT "
+                      f"{rr['ttft_p90'] / res['ttft_p90']:.2f}x lower")
         q_run = router_quantiles(routers[-2][1])
         probe_url = routers[-1][1]
         lat = added_latency(probe_url, replica_urls[0], args.latency_requests)

@@ -10,16 +10,18 @@
 // - KV usage: 1 - the replica's scraped vllm:kv_cache_usage_perc.
 // The score is their weighted sum.
 //
-// Before scoring, a load filter (llm-d's filter -> score -> pick): a candidate whose queue
-// exceeds the least-loaded candidate's by more than `spill_threshold` requests is only a
-// fallback. Without it the prefix score (worth up to `prefix` where the queue scorer is
-// worth at most `queue`) sends every request of a group to the one replica holding its
-// prompt however long its queue grows, while another replica sits idle: the tail of the
-// time to first token is then requests waiting behind their own group. With it, a group
-// whose replica is overloaded spills to the least-loaded replicas, which then hold its
-// prompt too (their routed entries), so a hot prefix spreads over as many replicas as its
-// load needs and no further. A threshold of about one replica's batch (its max-num-seqs)
-// spills only requests that would otherwise wait for a batch slot.
+// Before scoring, an optional load filter (llm-d's filter -> score -> pick): a candidate
+// whose queue exceeds the least-loaded candidate's by more than `spill_threshold` requests
+// is only a fallback. Without it the prefix score (worth up to `prefix` where the queue
+// scorer is worth at most `queue`) sends every request of a group to the one replica
+// holding its prompt however long its queue grows. With it, a group whose replica is
+// overloaded spills to the least-loaded replicas, which then hold its prompt too (their
+// routed entries), so a hot prefix spreads over several replicas. Off by default: a spill
+// recomputes the prompt, and once two replicas hold a group the queue scorer splits it
+// between them, so when the replicas' caches are already full (each group's prompt fits on
+// one replica, not on all) every spill evicts another group's prompt and the misses feed
+// more spills; router_bench measures that. It pays when one prefix is hotter than one
+// replica can serve.
 //
 // rank() returns the candidates best first: those within the load bound by score, then the
 // others by score (ties: fewer requests in flight, then the rotation below), so a failed
@@ -53,7 +55,7 @@ struct ScoreWeights {
 struct LoadFilter {
   // A candidate whose queue exceeds the least-loaded one's by more than this many requests
   // is ranked after the others; negative: no filter (prefix affinity regardless of load).
-  int32_t spill_threshold = 4;
+  int32_t spill_threshold = -1;
 };
 
 enum class RoutingMode { kCacheAware, kRoundRobin };

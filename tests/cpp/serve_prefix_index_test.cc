@@ -234,6 +234,10 @@ TEST(ServeRoutingPolicy, ANegativeThresholdKeepsPrefixAffinityRegardlessOfLoad) 
   EXPECT_EQ(ranked[0].replica, 0);
   EXPECT_FALSE(ranked[0].over_load_bound);
   EXPECT_EQ(policy.num_spills(), 0);
+  // And that is the default.
+  RoutingPolicy by_default(RoutingMode::kCacheAware, {});
+  EXPECT_LT(by_default.filter().spill_threshold, 0);
+  EXPECT_EQ(by_default.rank(loads, {10, 0}, 10)[0].replica, 0);
 }
 
 TEST(ServeRoutingPolicy, RoundRobinIgnoresTheLoadFilter) {

