@@ -95,6 +95,12 @@ def _router_parser(sub) -> None:
     p.add_argument("--mode", default="cache-aware", choices=["cache-aware", "round-robin"])
     p.add_argument("--weights", default="3,1,1", metavar="PREFIX,QUEUE,KV",
                    help="scorer weights: prefix affinity, queue depth, KV usage")
+    p.add_argument("--spill-threshold", type=int, default=None, metavar="REQUESTS",
+                   help="a replica whose queue exceeds the least-loaded replica's by more than "
+                        "this is passed over whatever prefix it holds, so a hot prefix spreads "
+                        "(default -1: off; e.g. a replica's --max-num-seqs when one prefix is "
+                        "hotter than one replica can serve; it costs cache hits when the "
+                        "replicas' caches are full)")
     p.add_argument("--block-size", type=int, default=0,
                    help="the replicas' KV page size (default: read from their "
                         "vllm:cache_config_info)")
@@ -131,7 +137,8 @@ def _router_main(args) -> int:
         replicas = [{"url": u, "events": e, "replay": r}
                     for u, e, r in zip(args.replica, events, replays)]
         return run_router(replicas, model_path=model, host=args.host, port=args.port,
-                          mode=args.mode, weights=weights, block_size=args.block_size,
+                          mode=args.mode, weights=weights,
+                          spill_threshold=args.spill_threshold, block_size=args.block_size,
                           routed_ttl_s=args.routed_ttl, health_interval_s=args.health_interval)
     except (ValueError, RuntimeError) as e:
         print(f"torchtpu router: {e}", file=sys.stderr)
