@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "base/metrics.h"
 
@@ -53,9 +54,11 @@ void average(at::Tensor& host, const c10d::ReduceOp& op, int size) {
 }  // namespace
 
 HostStagedTransport::HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
+                                         c10::intrusive_ptr<c10d::Store> store,
                                          std::vector<int64_t> global_ranks,
                                          std::chrono::milliseconds timeout)
     : gloo_(std::move(gloo)),
+      store_(std::move(store)),
       global_ranks_(std::move(global_ranks)),
       timeout_(timeout),
       check_signatures_(signature_checks_enabled()) {}
@@ -69,7 +72,8 @@ std::string HostStagedTransport::ranks_text() const {
 }
 
 base::Status HostStagedTransport::run(const char* what,
-                                      const std::function<c10::intrusive_ptr<c10d::Work>()>& op) {
+                                      const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+                                      bool collective) {
   try {
     c10::intrusive_ptr<c10d::Work> work = op();
     work->wait();
@@ -77,8 +81,10 @@ base::Status HostStagedTransport::run(const char* what,
     std::string msg = c10::GetExceptionString(e);
     if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) msg = ce->what_without_backtrace();
     std::ostringstream out;
-    out << "tpu: " << what << " on global ranks " << ranks_text() << " (this is rank "
-        << global_ranks_[rank()] << ", host-staged through Gloo) failed: " << msg
+    out << "tpu: " << what;
+    if (collective) out << " (collective #" << seq_ << " of the group)";
+    out << " on global ranks " << ranks_text() << " (this is rank " << global_ranks_[rank()]
+        << ", host-staged through Gloo) failed: " << msg << (collective ? missing_ranks() : "")
         << "; a peer rank exited or did not reach this collective within the group's timeout ("
         << timeout_.count() / 1000.0 << " s)";
     return base::unavailable(out.str());
@@ -86,13 +92,44 @@ base::Status HostStagedTransport::run(const char* what,
   return base::Status::ok_status();
 }
 
+std::string HostStagedTransport::missing_ranks() {
+  if (store_ == nullptr || size() == 1) return "";
+  const std::string prefix = "torchtpu_failed/" + std::to_string(seq_) + "/";
+  try {
+    store_->set(prefix + std::to_string(rank()), std::vector<uint8_t>{1});
+    auto grace = std::min<std::chrono::milliseconds>(timeout_ / 2, std::chrono::seconds(5));
+    auto deadline = std::chrono::steady_clock::now() + grace;
+    std::vector<int64_t> missing;
+    for (;;) {
+      missing.clear();
+      for (int r = 0; r < size(); ++r) {
+        if (r != rank() && !store_->check({prefix + std::to_string(r)})) {
+          missing.push_back(global_ranks_[r]);
+        }
+      }
+      if (missing.empty() || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (missing.empty()) return "; every rank of the group reached this collective";
+    std::ostringstream o;
+    o << "; global ranks [";
+    for (size_t i = 0; i < missing.size(); ++i) o << (i ? ", " : "") << missing[i];
+    o << "] did not reach it (they exited, or are still busy elsewhere)";
+    return o.str();
+  } catch (const std::exception&) {
+    return "; the group's store does not answer either, so which rank is missing is unknown";
+  }
+}
+
 base::Status HostStagedTransport::check(const CollectiveSignature& s) {
   if (!check_signatures_ || size() == 1) return base::Status::ok_status();
   std::vector<int64_t> mine = encode(s, size());
   at::Tensor in = at::from_blob(mine.data(), {kSignatureLength}, at::kLong).clone();
   at::Tensor all = at::empty({size() * kSignatureLength}, at::kLong);
+  c10d::AllgatherOptions opts;
+  opts.timeout = timeout_;
   TORCHTPU_RETURN_IF_ERROR(run(collective_name(s.collective), [&] {
-    return gloo_->_allgather_base(all, in);
+    return gloo_->_allgather_base(all, in, opts);
   }));
   std::vector<int64_t> rows(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
   return compare_signatures(rows, size(), global_ranks_);
@@ -122,6 +159,7 @@ void HostStagedTransport::to_device(at::Tensor& dst, const at::Tensor& host) {
 }
 
 base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::ReduceOp& op) {
+  ++seq_;
   CollectiveSignature sig{Collective::kAllReduce, tensor, static_cast<int64_t>(op.op_)};
   TORCHTPU_RETURN_IF_ERROR(check(sig));
   base::counter_add("num_host_staged_collectives");
@@ -138,19 +176,22 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
 }
 
 base::Status HostStagedTransport::all_gather(at::Tensor& output, const at::Tensor& input) {
+  ++seq_;
   TORCHTPU_RETURN_IF_ERROR(check({Collective::kAllGather, input}));
   base::counter_add("num_host_staged_collectives");
   at::Tensor in = to_host(input).reshape({-1});
   at::Tensor out = staging(1, output).view({-1});
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
-  TORCHTPU_RETURN_IF_ERROR(run("all_gather", [&] { return gloo_->_allgather_base(out, in, opts); }));
+  TORCHTPU_RETURN_IF_ERROR(
+      run("all_gather", [&] { return gloo_->_allgather_base(out, in, opts); }));
   to_device(output, out.view(output.sizes()));
   return base::Status::ok_status();
 }
 
 base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::Tensor& input,
                                                  const c10d::ReduceOp& op) {
+  ++seq_;
   CollectiveSignature sig{Collective::kReduceScatter, input, static_cast<int64_t>(op.op_)};
   TORCHTPU_RETURN_IF_ERROR(check(sig));
   base::counter_add("num_host_staged_collectives");
@@ -170,6 +211,7 @@ base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::T
 base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tensor& input,
                                              const std::vector<int64_t>& output_split_sizes,
                                              const std::vector<int64_t>& input_split_sizes) {
+  ++seq_;
   CollectiveSignature sig{Collective::kAllToAll, input};
   auto equal = [&](const at::Tensor& t) {
     return std::vector<int64_t>(size(), t.dim() > 0 ? t.size(0) / size() : 0);
@@ -191,6 +233,7 @@ base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tenso
 }
 
 base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
+  ++seq_;
   CollectiveSignature sig{Collective::kBroadcast, tensor, -1, root};
   TORCHTPU_RETURN_IF_ERROR(check(sig));
   base::counter_add("num_host_staged_collectives");
@@ -213,15 +256,15 @@ base::Status HostStagedTransport::send(const at::Tensor& tensor, int dst, int ta
   std::vector<int64_t> sig = encode({Collective::kSendRecv, tensor}, 1);
   std::vector<at::Tensor> header{
       at::from_blob(sig.data(), {kSignatureLength}, at::kLong).clone()};
-  TORCHTPU_RETURN_IF_ERROR(run("send", [&] { return gloo_->send(header, dst, tag); }));
+  TORCHTPU_RETURN_IF_ERROR(run("send", [&] { return gloo_->send(header, dst, tag); }, false));
   std::vector<at::Tensor> v{to_host(tensor)};
-  return run("send", [&] { return gloo_->send(v, dst, tag); });
+  return run("send", [&] { return gloo_->send(v, dst, tag); }, false);
 }
 
 base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
   base::counter_add("num_host_staged_collectives");
   std::vector<at::Tensor> header{at::empty({kSignatureLength}, at::kLong)};
-  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(header, src, tag); }));
+  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(header, src, tag); }, false));
   const int64_t* h = header[0].data_ptr<int64_t>();
   std::vector<int64_t> sent(h, h + kSignatureLength);
   base::Status match = compare_point_to_point(sent, tensor, global_ranks_[src],
@@ -229,16 +272,17 @@ base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
   if (!match.ok()) {
     if (sent_numel(sent) < 0) return match;
     std::vector<at::Tensor> drain{at::empty({sent_numel(sent)}, sent_dtype(sent))};
-    TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(drain, src, tag); }));
+    TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(drain, src, tag); }, false));
     return match;
   }
   std::vector<at::Tensor> v{staging(1, tensor)};
-  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(v, src, tag); }));
+  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(v, src, tag); }, false));
   to_device(tensor, v[0]);
   return base::Status::ok_status();
 }
 
 base::Status HostStagedTransport::barrier() {
+  ++seq_;
   TORCHTPU_RETURN_IF_ERROR(check({Collective::kBarrier}));
   c10d::BarrierOptions opts;
   opts.timeout = timeout_;

@@ -8,10 +8,17 @@
 // Before moving data, every collective exchanges the ranks' signatures (signature.h) in a
 // small Gloo all_gather, so mismatched shapes, dtypes or ops raise on every rank instead
 // of hanging; TORCHTPU_DIST_CHECK=0 turns the exchange off. A Gloo error (a peer that
-// exited, a timeout) returns kUnavailable naming the collective and the group's ranks.
+// exited, a timeout) returns kUnavailable naming the collective and the group's ranks,
+// and the ranks that did not reach it where the store can tell: a rank whose collective
+// fails marks that in the group's store (key "torchtpu_failed/<collective number>/<rank>")
+// and waits a little (half the timeout, at most 5 s) for the others' marks; a peer that
+// exited or is busy elsewhere leaves none. Only failures touch the store.
+//
+// Thread safety: one thread at a time (the group's CollectiveQueue).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <functional>
@@ -24,7 +31,8 @@ namespace torchtpu::distributed {
 
 class HostStagedTransport : public Transport {
  public:
-  HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
+  // `store`: the group's store (may be null: missing ranks are then not named).
+  HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Store> store,
                       std::vector<int64_t> global_ranks, std::chrono::milliseconds timeout);
 
   TransportKind kind() const override { return TransportKind::kHostStaged; }
@@ -42,10 +50,16 @@ class HostStagedTransport : public Transport {
   base::Status send(const at::Tensor& tensor, int dst, int tag) override;
   base::Status recv(at::Tensor& tensor, int src, int tag) override;
   base::Status barrier() override;
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
  private:
-  // Runs one Gloo operation and waits for it; a Gloo exception becomes kUnavailable.
-  base::Status run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op);
+  // Runs one Gloo operation and waits for it; a Gloo exception becomes kUnavailable (which
+  // names the missing ranks of a `collective`, not of a send or recv).
+  base::Status run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+                   bool collective = true);
+  // After a failure of collective number seq_: the global ranks that did not report
+  // reaching it, as a clause of the error message (empty when the store cannot tell).
+  std::string missing_ranks();
   base::Status check(const CollectiveSignature& s);
   // A host tensor shaped like `like` in staging slot `slot` (0: what this rank sends,
   // 1: what it receives). Slots are reused across calls, so large collectives do not pay
@@ -57,7 +71,9 @@ class HostStagedTransport : public Transport {
   std::string ranks_text() const;
 
   c10::intrusive_ptr<c10d::Backend> gloo_;
+  c10::intrusive_ptr<c10d::Store> store_;
   std::vector<int64_t> global_ranks_;
+  uint64_t seq_ = 0;  // collectives of this group so far (each rank counts the same)
   std::chrono::milliseconds timeout_;
   bool check_signatures_;
   at::Tensor slots_[2];  // uint8 host buffers, grown on demand

@@ -13,8 +13,10 @@ created:
   devices;
 - host-staged otherwise (ranks in other processes on a plugin without a cross-process
   transport, as the XLA CPU plugin): data is copied to host memory and goes through
-  PyTorch's Gloo, on a Gloo backend created here from the group's store. Counted in
-  ``torchtpu.debug.metrics()`` as ``num_host_staged_collectives`` / ``host_staged_bytes``.
+  PyTorch's Gloo, on a Gloo backend created here from the group's store. Collectives run
+  on the group's own thread in issue order and return pending works (``async_op=True``
+  overlaps them with the caller's work). Counted in ``torchtpu.debug.metrics()`` as
+  ``num_host_staged_collectives`` / ``host_staged_bytes``.
 
 ``torchtpu.distributed.transport(group)`` says which one a group uses.
 """
@@ -66,7 +68,8 @@ def _create_backend(opts: Any, backend_options: Any) -> dist.Backend:
         return _native.TpuBackend.in_plugin(store, rank, size, global_ranks,
                                             timeout.total_seconds())
     gloo = dist.ProcessGroupGloo(dist.PrefixStore("torchtpu_gloo/", store), rank, size, timeout)
-    return _native.TpuBackend.host_staged(gloo, global_ranks, timeout.total_seconds())
+    return _native.TpuBackend.host_staged(gloo, dist.PrefixStore("torchtpu_staged/", store),
+                                          global_ranks, timeout.total_seconds())
 
 
 def transport(group: dist.ProcessGroup | None = None) -> str:

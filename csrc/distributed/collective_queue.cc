@@ -1,0 +1,55 @@
+#include "distributed/collective_queue.h"
+
+#include <pthread.h>
+
+#include <utility>
+
+namespace torchtpu::distributed {
+
+CollectiveQueue::CollectiveQueue(const std::string& thread_name)
+    : state_(std::make_shared<State>()) {
+  thread_ = std::thread([state = state_, name = thread_name.substr(0, 15)] {
+    pthread_setname_np(pthread_self(), name.c_str());
+    loop(state);
+  });
+}
+
+CollectiveQueue::~CollectiveQueue() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stopping = true;
+  }
+  state_->cv.notify_all();
+  if (std::this_thread::get_id() == thread_.get_id()) {
+    // The last owner let go from inside a task: the thread holds its own reference to the
+    // state, runs what is left (cancelled) and ends on its own.
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
+}
+
+void CollectiveQueue::enqueue(Task task) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->tasks.push_back(std::move(task));
+  }
+  state_->cv.notify_one();
+}
+
+void CollectiveQueue::loop(const std::shared_ptr<State>& state) {
+  std::unique_lock<std::mutex> lock(state->mu);
+  for (;;) {
+    state->cv.wait(lock, [&] { return state->stopping || !state->tasks.empty(); });
+    if (state->tasks.empty()) return;  // stopping, nothing left
+    Task task = std::move(state->tasks.front());
+    state->tasks.pop_front();
+    bool cancelled = state->stopping;
+    lock.unlock();
+    task(cancelled);
+    task = nullptr;  // what the task held goes before the next wait
+    lock.lock();
+  }
+}
+
+}  // namespace torchtpu::distributed

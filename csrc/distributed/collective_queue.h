@@ -1,0 +1,55 @@
+// CollectiveQueue: the thread that runs a host-staged group's collectives.
+//
+// A host-staged collective waits for its tpu data, copies it to the host, runs Gloo and
+// copies the result back: work the issuing thread (DDP's backward, FSDP2's prefetch) need
+// not wait for. The backend enqueues each collective here and returns a pending Work; the
+// queue runs them one at a time in the order they were issued (the order every rank
+// issues them, which Gloo's matching relies on), on its own thread.
+//
+// Lifetime: the destructor lets the running task finish, runs every task still queued
+// with `cancelled` true (each then completes its Work with an error instead of moving
+// data) and joins the thread; destroyed on the queue's own thread (a task dropped the
+// last reference to its owner), it detaches instead of joining itself.
+// Thread safety: enqueue() may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace torchtpu::distributed {
+
+class CollectiveQueue {
+ public:
+  // A task runs once; `cancelled` is true when the queue is being destroyed before the
+  // task started.
+  using Task = std::function<void(bool cancelled)>;
+
+  // `thread_name`: at most 15 characters (shown by debuggers and `top -H`).
+  explicit CollectiveQueue(const std::string& thread_name);
+  ~CollectiveQueue();
+  CollectiveQueue(const CollectiveQueue&) = delete;
+  CollectiveQueue& operator=(const CollectiveQueue&) = delete;
+
+  // Runs `task` on the queue's thread after every task enqueued before it.
+  void enqueue(Task task);
+
+ private:
+  // Shared with the thread, which may outlive the queue when it detaches.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Task> tasks;
+    bool stopping = false;
+  };
+  static void loop(const std::shared_ptr<State>& state);
+
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+}  // namespace torchtpu::distributed
