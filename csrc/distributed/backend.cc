@@ -7,6 +7,8 @@
 #include <numeric>
 #include <optional>
 
+#include <cxxabi.h>
+
 #include "distributed/arguments.h"
 #include "distributed/in_plugin_transport.h"
 #include "distributed/work.h"
@@ -34,8 +36,8 @@ void TpuBackend::setTimeout(std::chrono::milliseconds timeout) {
   }
   // In order with the collectives already queued: those keep the timeout they were
   // issued under.
-  queue_->enqueue([this, timeout](bool cancelled) {
-    if (!cancelled) transport_->set_timeout(timeout);
+  queue_->enqueue([transport = transport_, timeout](bool cancelled) {
+    if (!cancelled) transport->set_timeout(timeout);
   });
 }
 
@@ -46,10 +48,9 @@ InPluginTransport* TpuBackend::in_plugin() {
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char* title,
-                                                  std::vector<at::Tensor> outputs,
-                                                  std::function<base::Status()> body) {
+                                                  std::vector<at::Tensor> outputs, Body body) {
   if (queue_ == nullptr) {
-    ok_or_raise(body());
+    ok_or_raise(body(*transport_));
     return c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), true);
   }
   auto work = c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), false);
@@ -58,7 +59,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
     if (t.defined()) device = t.device();
   }
   std::vector<int64_t> ranks = global_ranks_;
-  queue_->enqueue([work, body = std::move(body), title, device, ranks](bool cancelled) {
+  queue_->enqueue([work, body = std::move(body), transport = transport_, title, device,
+                   ranks](bool cancelled) {
     std::exception_ptr error;
     try {
       if (cancelled) {
@@ -70,7 +72,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
                             "a collective's work before destroying its group");
       }
       c10::OptionalDeviceGuard guard(device);
-      ok_or_raise(body());
+      ok_or_raise(body(*transport));
+    } catch (abi::__forced_unwind&) {
+      throw;  // the thread is being cancelled (Python finalizing): let it unwind
     } catch (...) {
       error = std::current_exception();
     }
@@ -84,8 +88,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::broadcast(std::vector<at::Tensor>& te
   at::Tensor t = single("broadcast", tensors, "input");
   check_root("broadcast", opts.rootRank, size_);
   int root = static_cast<int>(opts.rootRank);
-  return launch(c10d::OpType::BROADCAST, "tpu:broadcast", tensors, [this, t, root]() mutable {
-    return transport_->broadcast(t, root);
+  return launch(c10d::OpType::BROADCAST, "tpu:broadcast", tensors, [t, root](Transport& tr) mutable {
+    return tr.broadcast(t, root);
   });
 }
 
@@ -94,8 +98,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce(std::vector<at::Tensor>& te
   at::Tensor t = single("all_reduce", tensors, "input");
   check_reduce_op("all_reduce", opts.reduceOp, t);
   c10d::ReduceOp op = opts.reduceOp;
-  return launch(c10d::OpType::ALLREDUCE, "tpu:all_reduce", tensors, [this, t, op]() mutable {
-    return transport_->all_reduce(t, op);
+  return launch(c10d::OpType::ALLREDUCE, "tpu:all_reduce", tensors, [t, op](Transport& tr) mutable {
+    return tr.all_reduce(t, op);
   });
 }
 
@@ -107,8 +111,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(
   }
   c10d::ReduceOp op = opts.reduceOp;
   return launch(c10d::OpType::ALLREDUCE_COALESCED, "tpu:all_reduce_coalesced", tensors,
-                [this, ts = tensors, op]() mutable -> base::Status {
-                  for (at::Tensor& t : ts) TORCHTPU_RETURN_IF_ERROR(transport_->all_reduce(t, op));
+                [ts = tensors, op](Transport& tr) mutable -> base::Status {
+                  for (at::Tensor& t : ts) TORCHTPU_RETURN_IF_ERROR(tr.all_reduce(t, op));
                   return base::Status::ok_status();
                 });
 }
@@ -121,8 +125,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce(std::vector<at::Tensor>& tenso
   // Every rank computes the reduction; only the root's tensor receives it.
   at::Tensor work_tensor = rank_ == opts.rootRank ? t : t.clone();
   c10d::ReduceOp op = opts.reduceOp;
-  return launch(c10d::OpType::REDUCE, "tpu:reduce", tensors, [this, work_tensor, op]() mutable {
-    return transport_->all_reduce(work_tensor, op);
+  return launch(c10d::OpType::REDUCE, "tpu:reduce", tensors, [work_tensor, op](Transport& tr) mutable {
+    return tr.all_reduce(work_tensor, op);
   });
 }
 
@@ -141,9 +145,10 @@ void TpuBackend::check_all_gather(const std::vector<at::Tensor>& outputs, const 
   }
 }
 
-base::Status TpuBackend::all_gather_list(std::vector<at::Tensor>& outputs, const at::Tensor& in) {
-  at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
-  TORCHTPU_RETURN_IF_ERROR(transport_->all_gather(flat, in));
+base::Status TpuBackend::all_gather_list(Transport& tr, std::vector<at::Tensor>& outputs,
+                                         const at::Tensor& in) {
+  at::Tensor flat = at::empty({tr.size() * in.numel()}, in.options());
+  TORCHTPU_RETURN_IF_ERROR(tr.all_gather(flat, in));
   split_into(flat, outputs);
   return base::Status::ok_status();
 }
@@ -155,7 +160,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allgather(
   if (outputs.size() != 1) invalid("all_gather", "takes one list of output tensors");
   check_all_gather(outputs[0], in);
   return launch(c10d::OpType::ALLGATHER, "tpu:all_gather", outputs[0],
-                [this, outs = outputs[0], in]() mutable { return all_gather_list(outs, in); });
+                [outs = outputs[0], in](Transport& tr) mutable { return all_gather_list(tr, outs, in); });
 }
 
 void TpuBackend::check_all_gather_base(const at::Tensor& output, const at::Tensor& input) {
@@ -173,7 +178,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::_allgather_base(at::Tensor& output, a
                                                            const c10d::AllgatherOptions& /*opts*/) {
   check_all_gather_base(output, input);
   return launch(c10d::OpType::_ALLGATHER_BASE, "tpu:all_gather_into_tensor", {output},
-                [this, output, input]() mutable { return transport_->all_gather(output, input); });
+                [output, input](Transport& tr) mutable { return tr.all_gather(output, input); });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_coalesced(
@@ -191,9 +196,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_coalesced(
     all.insert(all.end(), outputs[i].begin(), outputs[i].end());
   }
   return launch(c10d::OpType::ALLGATHER_COALESCED, "tpu:all_gather_coalesced", all,
-                [this, outs = outputs, ins = inputs]() mutable -> base::Status {
+                [outs = outputs, ins = inputs](Transport& tr) mutable -> base::Status {
                   for (size_t i = 0; i < ins.size(); ++i) {
-                    TORCHTPU_RETURN_IF_ERROR(all_gather_list(outs[i], ins[i]));
+                    TORCHTPU_RETURN_IF_ERROR(all_gather_list(tr, outs[i], ins[i]));
                   }
                   return base::Status::ok_status();
                 });
@@ -209,9 +214,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_into_tensor_coalesced(
   }
   for (size_t i = 0; i < inputs.size(); ++i) check_all_gather_base(outputs[i], inputs[i]);
   return launch(c10d::OpType::COALESCED, "tpu:all_gather_into_tensor_coalesced", outputs,
-                [this, outs = outputs, ins = inputs]() mutable -> base::Status {
+                [outs = outputs, ins = inputs](Transport& tr) mutable -> base::Status {
                   for (size_t i = 0; i < ins.size(); ++i) {
-                    TORCHTPU_RETURN_IF_ERROR(transport_->all_gather(outs[i], ins[i]));
+                    TORCHTPU_RETURN_IF_ERROR(tr.all_gather(outs[i], ins[i]));
                   }
                   return base::Status::ok_status();
                 });
@@ -241,9 +246,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::gather(std::vector<std::vector<at::Te
   // Gathered everywhere (one primitive), kept at the root.
   std::vector<at::Tensor> outs = is_root ? outputs[0] : std::vector<at::Tensor>{};
   return launch(c10d::OpType::GATHER, "tpu:gather", outs,
-                [this, outs, in, is_root]() mutable -> base::Status {
-                  at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
-                  TORCHTPU_RETURN_IF_ERROR(transport_->all_gather(flat, in));
+                [outs, in, is_root](Transport& tr) mutable -> base::Status {
+                  at::Tensor flat = at::empty({tr.size() * in.numel()}, in.options());
+                  TORCHTPU_RETURN_IF_ERROR(tr.all_gather(flat, in));
                   if (is_root) split_into(flat, outs);
                   return base::Status::ok_status();
                 });
@@ -280,10 +285,10 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::scatter(std::vector<at::Tensor>& outp
   std::vector<int64_t> in_splits(size_, is_root ? n : 0), out_splits(size_, 0);
   out_splits[opts.rootRank] = n;
   return launch(c10d::OpType::SCATTER, "tpu:scatter", outputs,
-                [this, out, send, n, in_splits, out_splits]() mutable -> base::Status {
+                [out, send, n, in_splits, out_splits](Transport& tr) mutable -> base::Status {
                   at::Tensor recv = at::empty({n}, out.options());
                   TORCHTPU_RETURN_IF_ERROR(
-                      transport_->all_to_all(recv, send, out_splits, in_splits));
+                      tr.all_to_all(recv, send, out_splits, in_splits));
                   out.copy_(recv.view(out.sizes()));
                   return base::Status::ok_status();
                 });
@@ -308,8 +313,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter(
   at::Tensor flat_in = flat_cat(inputs[0], out.options());
   c10d::ReduceOp op = opts.reduceOp;
   return launch(c10d::OpType::REDUCE_SCATTER, "tpu:reduce_scatter", outputs,
-                [this, out, flat_in, op]() mutable {
-                  return transport_->reduce_scatter(out, flat_in, op);
+                [out, flat_in, op](Transport& tr) mutable {
+                  return tr.reduce_scatter(out, flat_in, op);
                 });
 }
 
@@ -331,8 +336,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::_reduce_scatter_base(
   check_reduce_scatter_base(output, input, opts.reduceOp);
   c10d::ReduceOp op = opts.reduceOp;
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "tpu:reduce_scatter_tensor", {output},
-                [this, output, input, op]() mutable {
-                  return transport_->reduce_scatter(output, input, op);
+                [output, input, op](Transport& tr) mutable {
+                  return tr.reduce_scatter(output, input, op);
                 });
 }
 
@@ -350,9 +355,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(
   c10d::ReduceOp op = opts.reduceOp;
   return launch(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
                 "tpu:reduce_scatter_tensor_coalesced", outputs,
-                [this, outs = outputs, ins = inputs, op]() mutable -> base::Status {
+                [outs = outputs, ins = inputs, op](Transport& tr) mutable -> base::Status {
                   for (size_t i = 0; i < ins.size(); ++i) {
-                    TORCHTPU_RETURN_IF_ERROR(transport_->reduce_scatter(outs[i], ins[i], op));
+                    TORCHTPU_RETURN_IF_ERROR(tr.reduce_scatter(outs[i], ins[i], op));
                   }
                   return base::Status::ok_status();
                 });
@@ -392,9 +397,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall_base(at::Tensor& output, at:
   check_splits(input_split_sizes, input, "input");
   check_splits(output_split_sizes, output, "output");
   return launch(c10d::OpType::ALLTOALL_BASE, "tpu:all_to_all_single", {output},
-                [this, output, input, out_splits = output_split_sizes,
-                 in_splits = input_split_sizes]() mutable {
-                  return transport_->all_to_all(output, input, out_splits, in_splits);
+                [output, input, out_splits = output_split_sizes,
+                 in_splits = input_split_sizes](Transport& tr) mutable {
+                  return tr.all_to_all(output, input, out_splits, in_splits);
                 });
 }
 
@@ -416,12 +421,12 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall(std::vector<at::Tensor>& out
   }
   at::Tensor send = flat_cat(inputs, inputs[0].options());
   return launch(c10d::OpType::ALLTOALL, "tpu:all_to_all", outputs,
-                [this, outs = outputs, send, in_splits, out_splits]() mutable -> base::Status {
+                [outs = outputs, send, in_splits, out_splits](Transport& tr) mutable -> base::Status {
                   at::Tensor recv = at::empty(
                       {std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})},
                       send.options());
                   TORCHTPU_RETURN_IF_ERROR(
-                      transport_->all_to_all(recv, send, out_splits, in_splits));
+                      tr.all_to_all(recv, send, out_splits, in_splits));
                   split_into(recv, outs);
                   return base::Status::ok_status();
                 });
@@ -435,7 +440,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::send(std::vector<at::Tensor>& tensors
                     "group of " + std::to_string(size_));
   }
   return launch(c10d::OpType::SEND, "tpu:send", tensors,
-                [this, t, dst_rank, tag] { return transport_->send(t, dst_rank, tag); });
+                [t, dst_rank, tag](Transport& tr) { return tr.send(t, dst_rank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
@@ -446,11 +451,11 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors
                     "group of " + std::to_string(size_));
   }
   return launch(c10d::OpType::RECV, "tpu:recv", tensors,
-                [this, t, src_rank, tag]() mutable { return transport_->recv(t, src_rank, tag); });
+                [t, src_rank, tag](Transport& tr) mutable { return tr.recv(t, src_rank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
-  return launch(c10d::OpType::BARRIER, "tpu:barrier", {}, [this] { return transport_->barrier(); });
+  return launch(c10d::OpType::BARRIER, "tpu:barrier", {}, [](Transport& tr) { return tr.barrier(); });
 }
 
 }  // namespace torchtpu::distributed

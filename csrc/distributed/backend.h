@@ -31,8 +31,10 @@ class TpuBackend : public c10d::Backend {
  public:
   TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t> global_ranks,
              std::chrono::milliseconds timeout);
-  // Cancels the queued collectives not yet started (their works fail) and waits for the
-  // running one.
+  // Cancels the queued collectives not yet started (their works fail). A collective still
+  // running finishes on its own: the queue's thread is joined only when idle, since the
+  // destructor may run with Python's lock held (a process group freed from Python) that
+  // Gloo's flight recorder takes on that thread.
   ~TpuBackend() override;
 
   const std::string getBackendName() const override { return "tpu"; }
@@ -90,23 +92,24 @@ class TpuBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  // Runs `body` (the transport calls of one c10d call; its tensors captured by value) now
-  // or on the queue, and returns its Work over `outputs`.
+  // The transport calls of one c10d call, its tensors captured by value.
+  using Body = std::function<base::Status(Transport&)>;
+  // Runs `body` now or on the queue, and returns its Work over `outputs`.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* title,
-                                        std::vector<at::Tensor> outputs,
-                                        std::function<base::Status()> body);
+                                        std::vector<at::Tensor> outputs, Body body);
   void check_all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input);
   void check_all_gather_base(const at::Tensor& output, const at::Tensor& input);
   void check_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
                                  const c10d::ReduceOp& op);
   // all_gather into a list of per-rank outputs, through one flat buffer.
-  base::Status all_gather_list(std::vector<at::Tensor>& outputs, const at::Tensor& input);
+  static base::Status all_gather_list(Transport& transport, std::vector<at::Tensor>& outputs,
+                                      const at::Tensor& input);
 
-  std::unique_ptr<Transport> transport_;
+  // Shared with the queue's tasks, which may outlive the backend (see ~TpuBackend).
+  std::shared_ptr<Transport> transport_;
   std::vector<int64_t> global_ranks_;
   std::chrono::milliseconds timeout_;
-  // Host-staged groups only; declared last so it is destroyed (its thread joined) before
-  // the transport its tasks use.
+  // Host-staged groups only.
   std::unique_ptr<CollectiveQueue> queue_;
 };
 

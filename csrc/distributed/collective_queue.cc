@@ -15,14 +15,16 @@ CollectiveQueue::CollectiveQueue(const std::string& thread_name)
 }
 
 CollectiveQueue::~CollectiveQueue() {
+  bool busy;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->stopping = true;
+    busy = state_->running || !state_->tasks.empty();
   }
   state_->cv.notify_all();
-  if (std::this_thread::get_id() == thread_.get_id()) {
-    // The last owner let go from inside a task: the thread holds its own reference to the
-    // state, runs what is left (cancelled) and ends on its own.
+  if (busy || std::this_thread::get_id() == thread_.get_id()) {
+    // The thread holds its own reference to the state: it finishes the running task, runs
+    // what is left (cancelled) and ends on its own.
     thread_.detach();
   } else {
     thread_.join();
@@ -45,10 +47,12 @@ void CollectiveQueue::loop(const std::shared_ptr<State>& state) {
     Task task = std::move(state->tasks.front());
     state->tasks.pop_front();
     bool cancelled = state->stopping;
+    state->running = true;
     lock.unlock();
     task(cancelled);
     task = nullptr;  // what the task held goes before the next wait
     lock.lock();
+    state->running = false;
   }
 }
 

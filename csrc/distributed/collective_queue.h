@@ -6,10 +6,12 @@
 // queue runs them one at a time in the order they were issued (the order every rank
 // issues them, which Gloo's matching relies on), on its own thread.
 //
-// Lifetime: the destructor lets the running task finish, runs every task still queued
-// with `cancelled` true (each then completes its Work with an error instead of moving
-// data) and joins the thread; destroyed on the queue's own thread (a task dropped the
-// last reference to its owner), it detaches instead of joining itself.
+// Lifetime: after the destructor, the running task finishes and every task still queued
+// runs with `cancelled` true (each then completes its Work with an error instead of moving
+// data). The destructor joins the thread when it is idle; while a task runs, or from the
+// queue's own thread, it detaches it instead, which then ends by itself: the task may need
+// a lock its owner's destroyer holds (Python's, which Gloo's flight recorder takes), so
+// tasks must hold what they use (shared ownership), never their queue's owner.
 // Thread safety: enqueue() may be called from any thread.
 #pragma once
 
@@ -44,6 +46,7 @@ class CollectiveQueue {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Task> tasks;
+    bool running = false;  // a task is running
     bool stopping = false;
   };
   static void loop(const std::shared_ptr<State>& state);
