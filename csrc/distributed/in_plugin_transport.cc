@@ -11,6 +11,7 @@
 #include "aten/tpu_storage.h"
 #include "base/metrics.h"
 #include "lowering/collectives.h"
+#include "lowering/storage_programs.h"
 #include "runtime/device_queue.h"
 
 namespace torchtpu::distributed {
@@ -101,6 +102,21 @@ InFlight& in_flight() {
   return *state;
 }
 
+// The references to `value` (what `t` reads as) left once it is a collective's argument,
+// when the collective may take its memory for the result that `t` then holds: the
+// argument's and the storage's (t is its storage's whole buffer), or the argument's alone
+// (a view's value, materialized for the collective). More holders (another tensor sharing
+// the buffer after a copy_) forbid the donation: run() compares at run time.
+long donatable_refs(const at::Tensor& t, const runtime::BufferPtr& value) {
+  aten::StorageState& s = aten::storage_state(t);
+  if (s.buffer.get() != value.get()) return 1;
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
+  bool whole = lowering::is_whole_buffer_view(s.nbytes / static_cast<int64_t>(t.element_size()),
+                                              sizes, strides, t.storage_offset());
+  return whole ? 2 : 0;
+}
+
 }  // namespace
 
 base::StatusOr<std::unique_ptr<InPluginTransport>> InPluginTransport::create(
@@ -154,10 +170,10 @@ base::Status InPluginTransport::check_tensor(const char* collective, const char*
 base::StatusOr<std::vector<runtime::BufferPtr>> InPluginTransport::run(
     Rendezvous& group, int rank, uint64_t seq, const std::string& collective,
     const std::string& module, const std::string& description,
-    std::vector<runtime::BufferPtr> args) {
+    std::vector<runtime::BufferPtr> args, long donate_refs) {
   int64_t bytes = 0;
   for (const auto& a : args) bytes += a->size_bytes();
-  Contribution mine{module, description, device_index_, std::move(args), {}};
+  Contribution mine{module, description, device_index_, std::move(args), {}, donate_refs};
   Rendezvous::Runner runner = [&](const std::vector<Contribution>& all)
       -> base::StatusOr<std::vector<std::vector<runtime::BufferPtr>>> {
     std::vector<int> devices;
@@ -185,7 +201,19 @@ base::StatusOr<std::vector<runtime::BufferPtr>> InPluginTransport::run(
       if (previous != nullptr) TORCHTPU_RETURN_IF_ERROR(previous->await_ready());
     }
     flight.outputs.clear();
-    TORCHTPU_ASSIGN_OR_RETURN(auto outputs, exe->execute_replicated(lists));
+    // Every rank's first argument is donated, or none is (one flag per parameter): each
+    // must be held by nothing but its contribution and its tensor, which takes the result.
+    std::vector<bool> donate;
+    bool all_donate = true;
+    for (const Contribution& c : all) {
+      all_donate &= c.donate_refs > 0 && !c.args.empty() && c.args[0].use_count() == c.donate_refs;
+    }
+    if (all_donate) {
+      donate.assign(all[0].args.size(), false);
+      donate[0] = true;
+      base::counter_add("num_in_plugin_donations", static_cast<int64_t>(all.size()));
+    }
+    TORCHTPU_ASSIGN_OR_RETURN(auto outputs, exe->execute_replicated(lists, donate));
     for (const auto& o : outputs) {
       if (!o.empty()) flight.outputs.push_back(o[0]);
     }
@@ -205,9 +233,9 @@ base::StatusOr<std::vector<runtime::BufferPtr>> InPluginTransport::run(
 base::StatusOr<runtime::BufferPtr> InPluginTransport::run_one(
     Rendezvous& group, int rank, uint64_t seq, const std::string& collective,
     const std::string& module, const std::string& description,
-    std::vector<runtime::BufferPtr> args) {
+    std::vector<runtime::BufferPtr> args, long donate_refs) {
   TORCHTPU_ASSIGN_OR_RETURN(auto outputs, run(group, rank, seq, collective, module, description,
-                                              std::move(args)));
+                                              std::move(args), donate_refs));
   if (outputs.size() != 1) {
     return base::internal_error("distributed: in-plugin " + collective + " returned " +
                                 std::to_string(outputs.size()) + " results, expected 1");
@@ -245,6 +273,7 @@ base::Status InPluginTransport::all_reduce(at::Tensor& tensor, const c10d::Reduc
                               lowering::all_reduce_module(type_of(tensor), kind,
                                                           lowering::whole_world(size_)));
     std::vector<runtime::BufferPtr> args{aten::read_tensor(tensor)};
+    long refs = donatable_refs(tensor, args[0]);
     if (kind == ReduceKind::kPremulSum) {
       TORCHTPU_ASSIGN_OR_RETURN(auto factor,
                                 premul_factor(op, tensor.scalar_type(), device_index_));
@@ -252,7 +281,7 @@ base::Status InPluginTransport::all_reduce(at::Tensor& tensor, const c10d::Reduc
     }
     TORCHTPU_ASSIGN_OR_RETURN(auto out, run_one(*group_, rank_, next_seq_++, "all_reduce", module,
                                             describe(reduce_description("all_reduce", op), tensor),
-                                            std::move(args)));
+                                            std::move(args), refs));
     aten::write_tensor(tensor, out);
     return base::Status::ok_status();
   });

@@ -19,7 +19,10 @@
 //     that (source, destination, tag) pair; the receiver's tensor is its operand on the
 //     receiving side.
 //   - barrier: a pure rendezvous, then the wait for this rank's device queue.
-// Counters: num_in_plugin_collectives, in_plugin_collective_bytes (this rank's input).
+// In place all_reduce donates the tensor's buffer to its program (the result takes its
+// memory: no allocation, no copy) when every rank's buffer is held only by its tensor.
+// Counters: num_in_plugin_collectives, in_plugin_collective_bytes (this rank's input),
+// num_in_plugin_donations.
 // Thread safety: one thread (its rank's) uses a transport at a time (transport.h).
 #pragma once
 
@@ -87,13 +90,15 @@ class InPluginTransport final : public Transport {
                                                       const std::string& collective,
                                                       const std::string& module,
                                                       const std::string& description,
-                                                      std::vector<runtime::BufferPtr> args);
+                                                      std::vector<runtime::BufferPtr> args,
+                                                      long donate_refs = 0);
   // run() of a module with one result.
   base::StatusOr<runtime::BufferPtr> run_one(Rendezvous& group, int rank, uint64_t seq,
                                              const std::string& collective,
                                              const std::string& module,
                                              const std::string& description,
-                                             std::vector<runtime::BufferPtr> args);
+                                             std::vector<runtime::BufferPtr> args,
+                                             long donate_refs = 0);
   base::Status point_to_point(at::Tensor& tensor, int peer, int tag, bool sending);
   base::Status even_all_to_all(at::Tensor& output, const at::Tensor& input);
 

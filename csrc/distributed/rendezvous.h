@@ -40,6 +40,9 @@ struct Contribution {
   std::vector<runtime::BufferPtr> args;
   // Small values every rank receives from every rank (all_to_all's splits).
   std::vector<int64_t> meta;
+  // args[0] may be donated to the program when, at run time, exactly this many references
+  // to it remain (the contribution's and its tensor storage's); 0: never.
+  long donate_refs = 0;
 };
 
 struct Exchanged {

@@ -231,6 +231,7 @@ base::StatusOr<std::string> all_reduce_module(const TensorType& t, ReduceKind op
   std::optional<Value> factor;
   if (op == ReduceKind::kPremulSum) factor = b.param(TensorType{t.dtype, {}});
   TORCHTPU_ASSIGN_OR_RETURN(Value r, all_reduce_value(b, x, op, groups, factor));
+  b.alias_param(0, 0);  // in place: a donated input's memory holds the result
   return b.finish({r});
 }
 

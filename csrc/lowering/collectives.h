@@ -70,7 +70,9 @@ base::StatusOr<Value> all_to_all_value(Builder& b, Value x, const ReplicaGroups&
 base::StatusOr<Value> broadcast_value(Builder& b, Value x, int64_t root,
                                      const ReplicaGroups& groups);
 
-// (x[, factor]) -> the reduction of x over the replica's group, same type as x. From
+// (x[, factor]) -> the reduction of x over the replica's group, same type as x, which may
+// take x's buffer (x is aliased to the result: a caller that donates x saves an
+// allocation; without a donation XLA copies). From
 // kSplitAllReduceBytes up it is a reduce_scatter and an all_gather of the flat value (padded
 // to equal chunks), which the CPU plugin runs faster than its all_reduce at those sizes
 // (bench/collectives_in_plugin.py).
