@@ -13,6 +13,7 @@
 #include "aten/tpu_guard.h"
 #include "compile/compiled_graph.h"
 #include "distributed/backend.h"
+#include "distributed/collective_queue.h"
 #include "distributed/host_staged_transport.h"
 #include "distributed/in_plugin_transport.h"
 
@@ -114,6 +115,8 @@ void bind_distributed(py::module& m) {
           py::arg("what"), py::arg("meta"),
           "Every rank's list of ints, in rank order (in-plugin groups; every rank calls it as "
           "its next collective).");
+  d.def("detached_queue_threads", &distributed::CollectiveQueue::detached_threads,
+        "Collective threads of destroyed host-staged groups still finishing their work.");
   d.def(
       "replicated_graph",
       [](const lowering::GraphSpec& spec, int device,

@@ -60,7 +60,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
   }
   std::vector<int64_t> ranks = global_ranks_;
   queue_->enqueue([work, body = std::move(body), transport = transport_, title, device,
-                   ranks](bool cancelled) {
+                   ranks](bool cancelled) mutable {
     std::exception_ptr error;
     try {
       if (cancelled) {
@@ -78,6 +78,12 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
     } catch (...) {
       error = std::current_exception();
     }
+    // What the task holds goes before the issuer resumes: once the work completes, the
+    // issuer may destroy the group and exit, and a transport freed here then (its Gloo
+    // backend) would run during Python's finalization, inside a destructor a thread
+    // cancelled by it cannot unwind through.
+    body = nullptr;
+    transport.reset();
     work->complete(error);
   });
   return work;

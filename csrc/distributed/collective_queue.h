@@ -11,7 +11,8 @@
 // data). The destructor joins the thread when it is idle; while a task runs, or from the
 // queue's own thread, it detaches it instead, which then ends by itself: the task may need
 // a lock its owner's destroyer holds (Python's, which Gloo's flight recorder takes), so
-// tasks must hold what they use (shared ownership), never their queue's owner.
+// tasks must hold what they use (shared ownership), never their queue's owner. A detached
+// thread is counted in detached_threads() until it ends.
 // Thread safety: enqueue() may be called from any thread.
 #pragma once
 
@@ -40,6 +41,10 @@ class CollectiveQueue {
   // Runs `task` on the queue's thread after every task enqueued before it.
   void enqueue(Task task);
 
+  // Detached queue threads (of destroyed queues) that have not ended: Python waits for
+  // them at exit, before its finalization cancels threads that take its lock.
+  static int detached_threads();
+
  private:
   // Shared with the thread, which may outlive the queue when it detaches.
   struct State {
@@ -48,6 +53,7 @@ class CollectiveQueue {
     std::deque<Task> tasks;
     bool running = false;  // a task is running
     bool stopping = false;
+    bool detached = false;  // counted in detached_threads() until the thread ends
   };
   static void loop(const std::shared_ptr<State>& state);
 

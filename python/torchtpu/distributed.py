@@ -23,8 +23,10 @@ created:
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +36,19 @@ import torch.distributed as dist
 from torchtpu import _C
 
 _native = _C._distributed
+
+
+def _wait_for_detached_collective_threads(limit_s: float = 10.0) -> None:
+    """At exit: lets the threads of destroyed host-staged groups finish their last
+    collective (they may need the GIL) before Python's finalization cancels them, which
+    aborts the process when it catches one inside a destructor. Bounded: a collective
+    still blocked after `limit_s` is left to the finalization."""
+    deadline = time.monotonic() + limit_s
+    while _native.detached_queue_threads() > 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+atexit.register(_wait_for_detached_collective_threads)
 
 BACKEND_NAME = "tpu"
 

@@ -96,13 +96,17 @@ def _late_peer(rank: int, world: int) -> None:
     import torch
     import torch.distributed as dist
 
+    # The tensors exist before the clock starts (their first creation compiles programs,
+    # which takes seconds on a loaded machine).
+    out, inp = torch.empty(8, device="tpu"), torch.ones(4, device="tpu")
+    torch.tpu.synchronize()
     dist.barrier()
     if rank == 1:
         time.sleep(6)  # past rank 0's timeout; then leaves without a collective
         return
     start = time.monotonic()
     with _pytest.raises(dist.DistBackendError) as e:
-        dist.all_gather_into_tensor(torch.empty(8, device="tpu"), torch.ones(4, device="tpu"))
+        dist.all_gather_into_tensor(out, inp)
     elapsed = time.monotonic() - start
     msg = str(e.value)
     assert "all_gather" in msg and "timeout (3 s)" in msg, msg
