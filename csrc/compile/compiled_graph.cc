@@ -53,6 +53,25 @@ std::shared_ptr<CompiledGraph> CompiledGraph::create(const lowering::GraphSpec& 
   return g;
 }
 
+std::shared_ptr<CompiledGraph> CompiledGraph::create_replicated(const lowering::GraphSpec& spec,
+                                                               int device,
+                                                               ReplicatedRunner runner) {
+  auto lowered = lowering::lower_graph(spec);
+  TORCH_CHECK_NOT_IMPLEMENTED(lowered.ok(), "tpu compile: ", lowered.status().message());
+  auto g = std::shared_ptr<CompiledGraph>(new CompiledGraph());
+  g->lowered_ = std::move(lowered).value();
+  g->runner_ = std::move(runner);
+  g->device_ = device;
+  g->num_inputs_ = spec.inputs.size();
+  g->num_symbols_ = spec.num_symbols;
+  char name[48];
+  std::snprintf(name, sizeof(name), "tpu graph %016llx",
+                static_cast<unsigned long long>(base::fnv1a(g->lowered_.text)));
+  g->trace_name_ = name;
+  base::counter_add("num_graphs_compiled");
+  return g;
+}
+
 std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs,
                                            const std::vector<int64_t>& sizes) const {
   TORCH_CHECK(inputs.size() == num_inputs_, "tpu compile: graph expects ", num_inputs_,
@@ -108,6 +127,7 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   std::vector<bool> donate(buffers.size(), false);
   std::vector<std::pair<int, int>> donated;
   for (const auto& [input, output] : donations_) {
+    if (runner_) break;  // replicas run elsewhere: nothing of this rank is donated
     const at::Tensor& t = inputs[input];
     aten::StorageState& s = aten::storage_state(t);
     bool whole = lowering::is_whole_buffer_view(
@@ -120,9 +140,24 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
       donated.emplace_back(input, output);
     }
   }
-  std::vector<const runtime::Buffer*> raw;
-  for (const auto& b : buffers) raw.push_back(b.get());
-  auto outputs = exe_->execute(raw, donate);
+  base::StatusOr<std::vector<runtime::BufferPtr>> outputs = base::internal_error("unset");
+  if (runner_) {
+    outputs = runner_(lowered_.text, std::move(buffers));
+    if (!outputs.ok()) {
+      const base::Status& st = outputs.status();
+      // The transport's codes: ranks that disagree, a peer that is gone.
+      if (st.code() == base::StatusCode::kInvalidArgument) {
+        C10_THROW_ERROR(ValueError, st.message());
+      }
+      if (st.code() == base::StatusCode::kUnavailable) {
+        C10_THROW_ERROR(DistBackendError, st.message());
+      }
+    }
+  } else {
+    std::vector<const runtime::Buffer*> raw;
+    for (const auto& b : buffers) raw.push_back(b.get());
+    outputs = exe_->execute(raw, donate);
+  }
   TORCH_CHECK(outputs.ok(), outputs.status().message());
   base::counter_add("num_graph_executions");
   for (const auto& [input, output] : donated) {

@@ -1,6 +1,12 @@
 // A compiled FX graph: one StableHLO module lowered by lowering::lower_graph, compiled
 // for one device, run on tpu tensors.
 //
+// A graph whose program spans several devices (its functional collectives run among the
+// ranks that run it, each a thread of this process) is created replicated: it is not
+// compiled here; each run hands the module text and this rank's arguments to a
+// ReplicatedRunner (the distributed layer's in-plugin transport), which meets the other
+// ranks, compiles the program over their devices and returns this rank's results.
+//
 // run() is asynchronous like eager ops: outputs are new tpu tensors whose buffers are
 // being computed. Data checks (index bounds) are queued and read at the next host read
 // (aten/deferred_checks.h), so a call never waits for its program.
@@ -9,6 +15,7 @@
 
 #include <ATen/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,8 +28,15 @@ namespace torchtpu::compile {
 
 class CompiledGraph {
  public:
+  using ReplicatedRunner = std::function<base::StatusOr<std::vector<runtime::BufferPtr>>(
+      const std::string& module, std::vector<runtime::BufferPtr> args)>;
+
   // Lowers and compiles `spec` for `device` (memory and disk caches apply).
   static std::shared_ptr<CompiledGraph> create(const lowering::GraphSpec& spec, int device);
+  // Lowers `spec`, one replica of a program run through `runner` (see above); this rank's
+  // arguments live on `device`. Inputs are never donated.
+  static std::shared_ptr<CompiledGraph> create_replicated(const lowering::GraphSpec& spec,
+                                                          int device, ReplicatedRunner runner);
 
   // `inputs` have the graph's static (bucket) shapes; `sizes` holds the true value of each
   // size symbol (empty for a static graph).
@@ -33,7 +47,8 @@ class CompiledGraph {
 
  private:
   lowering::LoweredGraph lowered_;
-  runtime::ExecutablePtr exe_;
+  runtime::ExecutablePtr exe_;  // null when replicated
+  ReplicatedRunner runner_;
   int device_ = 0;
   size_t num_inputs_ = 0;
   int num_symbols_ = 0;

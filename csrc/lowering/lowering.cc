@@ -47,6 +47,7 @@ void ensure_registered() {
     register_host_kernel_call_lowerings();
     register_foreach_lowerings();
     register_graph_lowerings();
+    register_functional_collective_lowerings();
   });
 }
 

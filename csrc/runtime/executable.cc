@@ -81,13 +81,13 @@ base::StatusOr<std::vector<BufferPtr>> Executable::execute(
 }
 
 base::StatusOr<std::vector<std::vector<BufferPtr>>> Executable::execute_replicated(
-    const std::vector<std::vector<const Buffer*>>& args) const {
+    const std::vector<std::vector<const Buffer*>>& args, const std::vector<bool>& donate) const {
   if (static_cast<int>(args.size()) != num_replicas()) {
     return base::invalid_argument("runtime: a program replicated over " +
                                   std::to_string(num_replicas()) + " devices got " +
                                   std::to_string(args.size()) + " argument lists");
   }
-  return run(args, {});
+  return run(args, donate);
 }
 
 base::StatusOr<std::vector<std::vector<BufferPtr>>> Executable::run(

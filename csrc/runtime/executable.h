@@ -41,10 +41,12 @@ class Executable {
   base::StatusOr<std::vector<BufferPtr>> execute(const std::vector<const Buffer*>& args,
                                                  const std::vector<bool>& donate = {}) const;
   // Runs every replica in one PJRT execution: `args[r]` are replica r's arguments (on
-  // device_indices()[r]), and result [r] its outputs. Nothing is donated. The replicas of
-  // one program meet in its collectives, so they are only ever launched together.
+  // device_indices()[r]), and result [r] its outputs. Parameter i of every replica is
+  // donated when `donate[i]` is true (as in execute()). The replicas of one program meet
+  // in its collectives, so they are only ever launched together.
   base::StatusOr<std::vector<std::vector<BufferPtr>>> execute_replicated(
-      const std::vector<std::vector<const Buffer*>>& args) const;
+      const std::vector<std::vector<const Buffer*>>& args,
+      const std::vector<bool>& donate = {}) const;
   // Serialized form for the on-disk cache (plugin-specific bytes).
   base::StatusOr<std::string> serialize() const;
 

@@ -36,6 +36,7 @@ from torchtpu.dynamo.graph_spec import (
     size_expr,
     symbolic_dims,
 )
+from torchtpu.dynamo import collectives as graph_collectives
 from torchtpu.dynamo.checked_ops import unchecked_op
 from torchtpu.dynamo.compile_options import check_compile_kwargs
 from torchtpu.dynamo.fixed_slices import rewrite_fixed_slices
@@ -246,21 +247,44 @@ def bucketing_hazard(gm: torch.fx.GraphModule, saved: dict[str, tuple] | None = 
     return merge_hazard(gm, saved)
 
 
+def bind_sizes(placeholders: list[torch.fx.Node], args: tuple[Any, ...]
+               ) -> dict[sympy.Symbol, int]:
+    """The value of every size symbol a placeholder holds alone (a SymInt input, or a
+    tensor dim), read from the call's arguments."""
+    values: dict[sympy.Symbol, int] = {}
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("caller_val", node.meta.get("val"))
+        if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
+            values[val.node.expr] = int(arg)
+        elif isinstance(val, torch.Tensor):
+            for s, n in zip(val.shape, arg.shape):
+                if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
+                    values[s.node.expr] = int(n)
+    return values
+
+
 class _GraphRunner:
     """Runs one AOT graph; with size symbols, one executable per bucket assignment."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any],
                  mutated: list[tuple[int, int]] | None = None,
-                 saved: dict[str, tuple] | None = None) -> None:
+                 saved: dict[str, tuple] | None = None,
+                 collectives: graph_collectives.InPluginCollectives | None = None,
+                 device: int | None = None,
+                 known_sizes: dict[sympy.Symbol, int] | None = None) -> None:
         self.gm = gm
+        # A piece of a graph cut at its collectives: the sizes of the whole graph's call
+        # (its inputs may have sizes such as s0 + s1 that name no symbol alone).
+        self.known_sizes = known_sizes
+        # Functional collectives compiled into the program (dynamo/collectives.py): the
+        # program then spans several devices and is built on the first run.
+        self.collectives = collectives
+        self.fallback: Any = None
+        self.saved = saved
         # (placeholder, graph output) pairs: the output is the placeholder's new value,
         # which AOTAutograd's epilogue copies back into the caller's tensor.
         self.mutated = mutated or []
-        self.device = 0
-        for x in example_inputs:
-            if isinstance(x, torch.Tensor) and x.device.type == "tpu":
-                self.device = x.device.index or 0
-                break
+        self.device = _device_of(example_inputs) if device is None else device
         self.symbols = free_symbols(gm)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         # 0-dim CPU tensors mix with device tensors in PyTorch (an optimizer's step count
@@ -271,7 +295,8 @@ class _GraphRunner:
         self.hazard = None
         # Forward graphs: outputs returned unmerged, by name, with their merged prefix.
         self.merged_outputs: dict[str, tuple] = {}
-        policy = bucket_policy()
+        # Collectives see whole tensors: no padded dims in graphs that hold them.
+        policy = "off" if collectives is not None else bucket_policy()
         if self.symbols and policy != "off":
             # Same values at any size, so harmless if the graph ends up exact-size.
             if rewrite_fixed_slices(gm):
@@ -292,15 +317,19 @@ class _GraphRunner:
         self.bucketed = bool(self.symbols) and policy != "off" and self.hazard is None
         self.input_views = _input_views(gm) if self.symbols else None
         self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
-        if not self.symbols:
+        if not self.symbols and collectives is None:
             self._get(())
 
     def _get(self, key: tuple[int, ...]) -> tuple[Any, GraphPlan]:
         if key not in self.compiled:
             plan = build_plan(self.gm, dict(zip(self.symbols, key)), bucketed=self.bucketed)
-            if not self.symbols:
-                plan.spec.donations = _donations(plan, self.mutated)
-            graph = _C.CompiledGraph(plan.spec, self.device)
+            if self.collectives is not None:
+                graph = _C._distributed.replicated_graph(plan.spec, self.device,
+                                                         self.collectives.span)
+            else:
+                if not self.symbols:
+                    plan.spec.donations = _donations(plan, self.mutated)
+                graph = _C.CompiledGraph(plan.spec, self.device)
             self.compiled[key] = (graph, plan)
             if self.symbols:
                 log.info("torchtpu: compiled graph for sizes %s", dict(zip(self.symbols, key)))
@@ -324,15 +353,8 @@ class _GraphRunner:
         return plan.constants
 
     def _bind(self, args: tuple[Any, ...]) -> dict[sympy.Symbol, int]:
-        values: dict[sympy.Symbol, int] = {}
-        for node, arg in zip(self.placeholders, args):
-            val = node.meta.get("caller_val", node.meta.get("val"))
-            if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
-                values[val.node.expr] = int(arg)
-            elif isinstance(val, torch.Tensor):
-                for s, n in zip(val.shape, arg.shape):
-                    if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
-                        values[s.node.expr] = int(n)
+        values = dict(self.known_sizes) if self.known_sizes is not None else {}
+        values.update(bind_sizes(self.placeholders, args))
         missing = [s for s in self.symbols if s not in values]
         if missing:
             raise UnsupportedGraph(f"tpu compile: cannot read sizes {missing} from the inputs")
@@ -346,13 +368,26 @@ class _GraphRunner:
             return arg
         return arg.view([evaluate(size_expr(d), actual) for d in node.meta["val"].shape])
 
+    def _resolve_collectives(self) -> None:
+        """First run of a graph with collectives: resolve its groups with the other ranks;
+        where they cannot be lowered after all, run it cut at its collectives."""
+        reason = self.collectives.resolve()
+        if reason is None:
+            graph_collectives.note_lowered(len(graph_collectives.collective_nodes(self.gm)))
+            return
+        self.fallback = _split(self.gm, reason, self.device, self.saved)
+
     def __call__(self, *args: Any) -> Any:
+        if self.collectives is not None and not self.collectives.resolved:
+            self._resolve_collectives()
+        if self.fallback is not None:
+            return self.fallback(*args)
         original = args  # inputs handed back as outputs are the caller's own tensors
         if self.cpu_scalars:
             device = f"tpu:{self.device}"
             args = tuple(a.to(device) if i in self.cpu_scalars else a for i, a in enumerate(args))
         if not self.symbols:
-            graph, plan = self.compiled[()]
+            graph, plan = self._get(())
             tensors = graph.run([args[i] for i in plan.input_placeholders] +
                                 self._constants(plan))
             return tuple(tensors[v[1]] if v[0] == "tensor" else original[v[1]] if v[0] == "arg"
@@ -490,8 +525,36 @@ def _mutated_inputs(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
 _merged_saves: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _runner(gm: torch.fx.GraphModule, example_inputs: list[Any],
+            mutated: list[tuple[int, int]] | None = None,
+            saved: dict[str, tuple] | None = None) -> Any:
+    """The runner of one AOT graph: a _GraphRunner, whose program also holds the graph's
+    collectives where they run in-plugin, or the graph cut at its collectives
+    (dynamo/collectives.py)."""
+    found = graph_collectives.plan(gm)
+    if found is None or isinstance(found, graph_collectives.InPluginCollectives):
+        return _GraphRunner(gm, example_inputs, mutated=mutated, saved=saved, collectives=found)
+    return _split(gm, found, _device_of(example_inputs), saved)
+
+
+def _split(gm: torch.fx.GraphModule, reason: str, device: int,
+           saved: dict[str, tuple] | None) -> graph_collectives.SplitGraph:
+    """`gm` cut at its collectives, each piece between them a _GraphRunner."""
+    return graph_collectives.SplitGraph(
+        gm, reason,
+        lambda sub, sizes: _GraphRunner(sub, [], saved=saved, device=device, known_sizes=sizes),
+        bind_sizes)
+
+
+def _device_of(example_inputs: list[Any]) -> int:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+            return x.device.index or 0
+    return 0
+
+
 def _compile_forward_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    runner = _GraphRunner(gm, example_inputs)
+    runner = _runner(gm, example_inputs)
     ctx = torch._guards.TracingContext.try_get()
     if ctx is not None and runner.merged_outputs:
         _merged_saves.setdefault(ctx, {}).update(runner.merged_outputs)
@@ -503,11 +566,11 @@ def _compile_forward_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) 
 def _compile_backward_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     ctx = torch._guards.TracingContext.try_get()
     saved = _merged_saves.get(ctx) if ctx is not None else None
-    return make_boxed_func(_GraphRunner(gm, example_inputs, saved=saved))
+    return make_boxed_func(_runner(gm, example_inputs, saved=saved))
 
 
 def _compile_inference_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    return make_boxed_func(_GraphRunner(gm, example_inputs, mutated=_mutated_inputs(gm)))
+    return make_boxed_func(_runner(gm, example_inputs, mutated=_mutated_inputs(gm)))
 
 
 _aot = aot_autograd(
@@ -539,4 +602,5 @@ def compile_stats() -> dict[str, Any]:
         "recompile_reasons": list(_recompile_reasons),
         "num_graph_breaks": sum(breaks.values()),
         "graph_breaks": breaks,
+        **graph_collectives.compile_stats(),
     }
