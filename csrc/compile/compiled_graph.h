@@ -1,5 +1,6 @@
 // A compiled FX graph: one StableHLO module lowered by lowering::lower_graph, compiled
-// for one device, run on tpu tensors.
+// for one device, run on tpu tensors by the executor eager ops use
+// (aten/program_executor.h).
 //
 // run() is asynchronous like eager ops: outputs are new tpu tensors whose buffers are
 // being computed. Data checks (index bounds) are queued and read at the next host read
@@ -14,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "aten/program_executor.h"
 #include "lowering/graph.h"
-#include "runtime/executable.h"
 
 namespace torchtpu::compile {
 
@@ -28,12 +29,13 @@ class CompiledGraph {
   // size symbol (empty for a static graph).
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs,
                               const std::vector<int64_t>& sizes = {}) const;
-  const std::string& module_text() const { return lowered_.text; }
+  const std::string& module_text() const { return program_->lowered.text; }
   size_t num_inputs() const { return num_inputs_; }
 
  private:
-  lowering::LoweredGraph lowered_;
-  runtime::ExecutablePtr exe_;
+  class Args;
+
+  std::shared_ptr<const aten::CompiledProgram> program_;
   int device_ = 0;
   size_t num_inputs_ = 0;
   int num_symbols_ = 0;
