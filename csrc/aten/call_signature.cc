@@ -134,6 +134,12 @@ class Classifier {
     } else if (v.isGenerator()) {
       put(tag(ArgKind::kNone, 1));
       sig_->generator = v.toGenerator();
+    } else if (formal == FormalKind::kRuntimeFloat && v.isDouble()) {
+      put(tag(ArgKind::kScalar, static_cast<int64_t>(ScalarCategory::kFloat)));
+      if (a != nullptr) {
+        a->kind = ArgKind::kScalar;
+        a->scalar_category = ScalarCategory::kFloat;
+      }
     } else if (formal == FormalKind::kNumber) {
       ScalarCategory c = category_of(v);
       put(tag(ArgKind::kScalar, static_cast<int64_t>(c)));

@@ -176,15 +176,20 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const OpIn
     compiled->return_to_arg.push_back(arg);
     compiled->return_list_size.push_back(-1);
   }
-  // In-place foreach ops return nothing and write every item of their Tensor(a!)[]
-  // argument; the results are the items' new values, of the items' own types.
+  // In-place list ops (_foreach_*, the fused optimizer steps) return nothing and write
+  // every item of their Tensor(a!)[] arguments (those leaves_list_arg_unchanged does not
+  // exclude); the results are the items' new values, of the items' own types, list after
+  // list in argument order.
   if (returns.empty()) {
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
       if (!ai || !ai->isWrite() || args[i].kind != ArgKind::kTensorList) continue;
-      compiled->list_write_arg = static_cast<int>(i);
-      compiled->out_types = args[i].list_types;
-      break;
+      if (leaves_list_arg_unchanged(name, schema.arguments()[i].name(), schema, ivalues)) {
+        continue;
+      }
+      compiled->list_write_args.push_back(static_cast<int>(i));
+      const std::vector<TensorType>& items = args[i].list_types;
+      compiled->out_types.insert(compiled->out_types.end(), items.begin(), items.end());
     }
   }
   // Ops that also write arguments they do not return (the grad-scaler ops' found_inf and
@@ -193,7 +198,7 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const OpIn
     const std::vector<int>& to_arg = compiled->return_to_arg;
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
-      if (!ai || !ai->isWrite() || static_cast<int>(i) == compiled->list_write_arg) continue;
+      if (!ai || !ai->isWrite() || args[i].kind == ArgKind::kTensorList) continue;
       if (std::find(to_arg.begin(), to_arg.end(), static_cast<int>(i)) != to_arg.end()) continue;
       if (args[i].kind != ArgKind::kTensor) {
         throw NeedsFallback{"argument '" + schema.arguments()[i].name() +
@@ -304,21 +309,26 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema,
   int device = c.device;
   size_t num_args = schema.arguments().size();
   auto ivalues = torch::jit::last(*stack, num_args);
-  if (c.out_types.empty() && c.list_write_arg >= 0) {  // an in-place list op on empty lists
+  if (c.out_types.empty() && !c.list_write_args.empty()) {  // in-place list op, empty lists
     torch::jit::drop(*stack, num_args);
     return;
   }
   EagerArgs args(c, ivalues, device, generator);
   timer.mark(dispatch_profile::kBind);
-  // Data checks are read before anything is written, so a failing call changes nothing.
-  std::vector<runtime::BufferPtr> outputs = run_program(c.program(), args, CheckMode::kNow);
+  // Data checks are read before anything is written, so a failing call changes nothing. A
+  // call that writes nothing (_assert_async) queues them for the next host read instead, as
+  // a compiled graph does and as CUDA reports a device-side assert: it never waits.
+  std::vector<runtime::BufferPtr> outputs =
+      c.out_types.empty()
+          ? run_program(c.program(), args, CheckMode::kDeferred, {}, "an earlier call of " + c.name)
+          : run_program(c.program(), args, CheckMode::kNow);
   g_eager_ops.add();
   timer.mark(dispatch_profile::kExecute);
 
   c10::SmallVector<c10::IValue, 4> results;
   size_t next = 0;
-  if (c.list_write_arg >= 0) {
-    const c10::List<at::Tensor> targets = ivalues[c.list_write_arg].toTensorList();
+  for (int arg : c.list_write_args) {
+    const c10::List<at::Tensor> targets = ivalues[arg].toTensorList();
     for (size_t k = 0; k < targets.size(); ++k) write_tensor(targets.get(k), outputs[next++]);
   }
   for (size_t j = 0; j < c.return_defined.size(); ++j) {

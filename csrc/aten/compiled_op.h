@@ -39,7 +39,7 @@ struct CompiledOp {
   std::vector<bool> return_defined;       // per schema return
   std::vector<int> return_to_arg;         // per schema return: mutable arg it writes, or -1
   std::vector<int> return_list_size;      // per schema return: items of a Tensor[], or -1
-  int list_write_arg = -1;                // a `-> ()` list op's Tensor(a!)[] argument
+  std::vector<int> list_write_args;       // a `-> ()` list op's written Tensor(a!)[] args
   std::vector<int> extra_write_args;      // written Tensor(a!) arguments no return names
                                           // (writes_unreturned_args), after the returns
 

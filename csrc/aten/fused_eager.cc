@@ -282,8 +282,8 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
     return recordable(t, g) && k < c->out_types.size() &&
            c10::IntArrayRef(c->out_types[k].dims) == t.sizes();
   };
-  if (c->list_write_arg >= 0) {
-    const c10::List<at::Tensor> targets = ivalues[c->list_write_arg].toTensorList();
+  for (int arg : c->list_write_args) {
+    const c10::List<at::Tensor> targets = ivalues[arg].toTensorList();
     for (size_t k = 0; k < targets.size(); ++k) {
       if (!target_ok(targets.get(k), next_out++)) return false;
     }
@@ -335,8 +335,8 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   auto tensor_of = [&](int id, size_t k) {
     return wrap_pending(rec.pending(id), c->out_scalar_types[k], c->out_types[k].dims, c->device);
   };
-  if (c->list_write_arg >= 0) {
-    const c10::List<at::Tensor> targets = ivalues[c->list_write_arg].toTensorList();
+  for (int arg : c->list_write_args) {
+    const c10::List<at::Tensor> targets = ivalues[arg].toTensorList();
     for (size_t k = 0; k < targets.size(); ++k, ++next) {
       rec.write(targets.get(k), next, rec.pending(next));
     }

@@ -14,8 +14,11 @@ c10::TypePtr unwrap_optional(c10::TypePtr t) {
   return t;
 }
 
-FormalKind formal_kind(const c10::Argument& formal) {
+FormalKind formal_kind(const std::string& op_name, const c10::Argument& formal) {
   c10::TypePtr type = unwrap_optional(formal.type());
+  if (type->kind() == c10::TypeKind::FloatType && is_runtime_float_arg(op_name, formal.name())) {
+    return FormalKind::kRuntimeFloat;
+  }
   // ScalarType, Layout and MemoryFormat arguments are ints in type(); real_type() names
   // them (a dtype read as an int was a reduction dim: prod(dtype=torch.int64) reduced 4).
   c10::TypeKind real = unwrap_optional(formal.real_type())->kind();
@@ -49,7 +52,7 @@ std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& op, int id) {
   info->id = id;
   info->lowering = lowering::find_lowering(info->name);
   for (const c10::Argument& a : schema.arguments()) {
-    info->formals.push_back(formal_kind(a));
+    info->formals.push_back(formal_kind(info->name, a));
     bool w = a.alias_info() != nullptr && a.alias_info()->isWrite();
     info->written.push_back(w);
     info->writes |= w;

@@ -18,6 +18,7 @@ enum class FormalKind {
   kNumber,       // Scalar: a runtime scalar
   kScalarList,   // Scalar[]: runtime scalars
   kDType,        // ScalarType (an int in type(), named by real_type())
+  kRuntimeFloat, // float that is data, not structure (is_runtime_float_arg): a runtime scalar
   kIgnored,      // Layout, Device, MemoryFormat: never part of the computation
 };
 

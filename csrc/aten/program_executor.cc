@@ -22,7 +22,8 @@ base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
 
 std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, ProgramArgs& args,
                                             CheckMode checks,
-                                            const std::vector<std::pair<int, int>>& donations) {
+                                            const std::vector<std::pair<int, int>>& donations,
+                                            const std::string& origin) {
   const std::vector<lowering::GraphParam>& params = program.lowered.params;
   c10::SmallVector<runtime::BufferPtr, 8> buffers;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -68,7 +69,8 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
   if (checks == CheckMode::kNow) {
     run_data_checks(*outputs, n, program.lowered.check_kinds, program.lowered.check_messages);
   } else {
-    defer_data_checks(*outputs, n, program.lowered.check_kinds, program.lowered.check_messages);
+    defer_data_checks(*outputs, n, program.lowered.check_kinds, program.lowered.check_messages,
+                      origin.empty() ? std::string("a program run earlier") : origin);
   }
   outputs->resize(n);
   return std::move(outputs).value();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -46,9 +47,10 @@ enum class CheckMode { kNow, kDeferred };
 
 // Runs `program` with `args`; returns its outputs (data check results excluded).
 // `donations`: (input, output) pairs the program aliases (GraphSpec::donations).
+// `origin` names what ran in the error of a deferred check ("a compiled graph run earlier").
 std::vector<runtime::BufferPtr> run_program(
     const CompiledProgram& program, ProgramArgs& args, CheckMode checks,
-    const std::vector<std::pair<int, int>>& donations = {});
+    const std::vector<std::pair<int, int>>& donations = {}, const std::string& origin = {});
 
 // Reads the i1 check results outputs[first..] (one per message) and raises the error a
 // failed check stands for (IndexError, LinAlgError or RuntimeError). Blocks on them.

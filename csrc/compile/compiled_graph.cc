@@ -124,7 +124,8 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   Args args(*this, inputs, sizes);
   // Read at the next host read, not now: a graph call does not wait for its program.
   std::vector<runtime::BufferPtr> outputs =
-      aten::run_program(*program_, args, aten::CheckMode::kDeferred, donations_);
+      aten::run_program(*program_, args, aten::CheckMode::kDeferred, donations_,
+                        "a compiled graph run earlier");
   base::counter_add("num_graph_executions");
   std::vector<at::Tensor> result;
   result.reserve(outputs.size());
