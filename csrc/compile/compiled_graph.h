@@ -1,5 +1,6 @@
 // A compiled FX graph: one StableHLO module lowered by lowering::lower_graph, compiled
-// for one device, run on tpu tensors.
+// for one device, run on tpu tensors by the executor eager ops use
+// (aten/program_executor.h).
 //
 // A graph whose program spans several devices (its functional collectives run among the
 // ranks that run it, each a thread of this process) is created replicated: it is not
@@ -15,21 +16,19 @@
 
 #include <ATen/Tensor.h>
 
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "aten/program_executor.h"
 #include "lowering/graph.h"
-#include "runtime/executable.h"
 
 namespace torchtpu::compile {
 
 class CompiledGraph {
  public:
-  using ReplicatedRunner = std::function<base::StatusOr<std::vector<runtime::BufferPtr>>(
-      const std::string& module, std::vector<runtime::BufferPtr> args)>;
+  using ReplicatedRunner = aten::ReplicatedRunner;
 
   // Lowers and compiles `spec` for `device` (memory and disk caches apply).
   static std::shared_ptr<CompiledGraph> create(const lowering::GraphSpec& spec, int device);
@@ -42,13 +41,15 @@ class CompiledGraph {
   // size symbol (empty for a static graph).
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs,
                               const std::vector<int64_t>& sizes = {}) const;
-  const std::string& module_text() const { return lowered_.text; }
+  const std::string& module_text() const { return program_->lowered.text; }
   size_t num_inputs() const { return num_inputs_; }
 
  private:
-  lowering::LoweredGraph lowered_;
-  runtime::ExecutablePtr exe_;  // null when replicated
-  ReplicatedRunner runner_;
+  class Args;
+  static std::shared_ptr<CompiledGraph> make(const lowering::GraphSpec& spec, int device,
+                                             std::shared_ptr<const aten::CompiledProgram> p);
+
+  std::shared_ptr<const aten::CompiledProgram> program_;
   int device_ = 0;
   size_t num_inputs_ = 0;
   int num_symbols_ = 0;

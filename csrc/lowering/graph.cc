@@ -4,113 +4,221 @@
 #include <optional>
 
 namespace torchtpu::lowering {
+namespace {
 
-base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
-  Builder builder("torchtpu_graph");
-  LoweredGraph out;
-  std::map<int, Value> values;
-  // Inputs first, in order, so parameter i of @main is graph input i. An input with
-  // dynamic dims is a flat compact buffer (see graph.h) until it is reshaped below.
-  std::vector<bool> compact(graph.inputs.size(), false);
-  for (const DynamicDim& d : graph.dynamic_dims) {
-    if (d.input < 0 || d.input >= static_cast<int>(graph.inputs.size()) || d.symbol < 0 ||
-        d.symbol >= graph.num_symbols || d.dim < 0 || d.dim >= graph.inputs[d.input].rank()) {
-      return base::invalid_argument("lowering: dynamic dim (input " + std::to_string(d.input) +
-                                    ", dim " + std::to_string(d.dim) + ", symbol " +
-                                    std::to_string(d.symbol) + ") is out of range");
+std::string out_of_range(const std::string& what) {
+  return "lowering: " + what + " is out of range";
+}
+
+// The values of one graph being lowered: inputs become @main parameters where they are
+// first read (a compact input is rebuilt to its bounded dynamic shape there), node results
+// are recorded as they are made.
+class GraphValues {
+ public:
+  GraphValues(const GraphSpec& graph, Builder& builder, LoweredGraph& out)
+      : graph_(graph), builder_(builder), out_(out), compact_(graph.inputs.size(), false) {}
+
+  base::Status init() {
+    for (const DynamicDim& d : graph_.dynamic_dims) {
+      if (d.input < 0 || d.input >= static_cast<int>(graph_.inputs.size()) || d.symbol < 0 ||
+          d.symbol >= graph_.num_symbols || d.dim < 0 ||
+          d.dim >= graph_.inputs[d.input].rank()) {
+        return base::invalid_argument(out_of_range(
+            "dynamic dim (input " + std::to_string(d.input) + ", dim " + std::to_string(d.dim) +
+            ", symbol " + std::to_string(d.symbol) + ")"));
+      }
+      compact_[d.input] = true;
     }
-    compact[d.input] = true;
+    for (size_t i = 0; i < graph_.inputs.size(); ++i) {
+      if (!compact_[i]) continue;
+      int numel = i < graph_.numel_symbols.size() ? graph_.numel_symbols[i] : -1;
+      if (numel < 0 || numel >= graph_.num_symbols) {
+        return base::invalid_argument("lowering: dynamic input " + std::to_string(i) +
+                                      " has no element-count symbol");
+      }
+    }
+    // Size symbols first: compact inputs are rebuilt from them wherever they are read.
+    for (int s = 0; s < graph_.num_symbols; ++s) {
+      symbols_.push_back(builder_.param(TensorType{DType::kI32, {}}));
+      GraphParam p;
+      p.source = GraphParam::Source::kSymbol;
+      p.input_index = s;
+      p.dtype = DType::kI32;
+      out_.params.push_back(p);
+    }
+    // From here on XLA tracks true sizes through every op; lowerings ask element_count()
+    // for counts.
+    builder_.set_dynamic_sizes(graph_.num_symbols > 0);
+    return base::Status();
   }
-  for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    const TensorType& t = graph.inputs[i];
-    TensorType param_type = compact[i] ? TensorType{t.dtype, {t.num_elements()}} : t;
-    values[static_cast<int>(i)] = builder.param(param_type);
+
+  bool compact(int input) const { return compact_.at(input); }
+  const std::vector<Value>& symbols() const { return symbols_; }
+
+  // Value `id`, declaring an input's parameter on its first read. Unknown ids are the
+  // lowering's bug (an internal error), reported through the builder.
+  Value get(int id, const std::string& op) {
+    auto it = values_.find(id);
+    if (it != values_.end()) return it->second;
+    if (id >= 0 && id < static_cast<int>(graph_.inputs.size())) return declare_input(id);
+    if (status_.ok()) {
+      status_ = base::internal_error("lowering: graph node " + op + " reads value " +
+                                     std::to_string(id) + " before it is defined");
+    }
+    return builder_.zeros(TensorType{DType::kF32, {}});
+  }
+  // The parameter index of input `input`, or -1 when nothing read it.
+  int param_of(int input) const {
+    auto it = input_params_.find(input);
+    return it == input_params_.end() ? -1 : it->second;
+  }
+  bool defined(int id) const { return values_.count(id) > 0 || id < static_cast<int>(graph_.inputs.size()); }
+  void set(int id, Value v) { values_[id] = std::move(v); }
+  Value& at(int id) { return values_.at(id); }
+  const base::Status& status() const { return status_; }
+
+ private:
+  Value declare_input(int i) {
+    const TensorType& t = graph_.inputs[i];
+    TensorType param_type = compact_[i] ? TensorType{t.dtype, {t.num_elements()}} : t;
+    input_params_[i] = static_cast<int>(out_.params.size());
+    Value v = builder_.param(param_type);
     GraphParam p;
     p.source = GraphParam::Source::kInput;
-    p.input_index = static_cast<int>(i);
+    p.input_index = i;
     p.dtype = t.dtype;
-    out.params.push_back(p);
+    out_.params.push_back(p);
+    if (compact_[i]) {
+      // The element count is implied by the dims' sizes; its symbol stays a parameter.
+      std::vector<std::optional<Value>> sizes(t.rank());
+      for (const DynamicDim& d : graph_.dynamic_dims) {
+        if (d.input == i) sizes[d.dim] = symbols_[d.symbol];
+      }
+      v = builder_.expand_compact(v, t, sizes);
+    }
+    values_[i] = v;
+    return v;
   }
-  // Size symbols, then each compact input reshaped to its bounded dynamic shape. From here
-  // on XLA tracks true sizes through every op; lowerings ask element_count() for counts.
-  std::vector<Value> symbols;
-  for (int s = 0; s < graph.num_symbols; ++s) {
-    symbols.push_back(builder.param(TensorType{DType::kI32, {}}));
+
+  const GraphSpec& graph_;
+  Builder& builder_;
+  LoweredGraph& out_;
+  std::vector<bool> compact_;
+  std::vector<Value> symbols_;
+  std::map<int, Value> values_;
+  std::map<int, int> input_params_;
+  base::Status status_;
+};
+
+// What node `index` of the graph reads: its tensor arguments are graph values (arguments
+// made static along a dim first, see StaticArgDim); its scalars and generator state are
+// new parameters attributed to the node.
+class NodeSource : public ValueSource {
+ public:
+  NodeSource(const GraphNode& node, int index, GraphValues& values, Builder& builder,
+             LoweredGraph& out)
+      : node_(node), index_(index), values_(values), builder_(builder), out_(out) {}
+
+  Value tensor(size_t arg, int item) override {
+    int id = -1;
+    if (item < 0 && arg < node_.tensor_refs.size()) id = node_.tensor_refs[arg];
+    if (item >= 0 && arg < node_.list_refs.size() &&
+        item < static_cast<int>(node_.list_refs[arg].size())) {
+      id = node_.list_refs[arg][item];
+    }
+    if (id < 0) {
+      fail(base::internal_error("lowering: graph node " + node_.op + " argument " +
+                                std::to_string(arg) + " is an unbound tensor"));
+      return builder_.zeros(item < 0 ? node_.args.at(arg).type
+                                     : node_.args.at(arg).list_types.at(item));
+    }
+    Value v = values_.get(id, node_.op);
+    if (item >= 0) return v;
+    for (const StaticArgDim& s : node_.static_arg_dims) {
+      if (s.arg != static_cast<int>(arg)) continue;
+      if (s.dim < 0 || s.dim >= v.rank() || s.symbol < 0 ||
+          s.symbol >= static_cast<int>(values_.symbols().size())) {
+        fail(base::invalid_argument(out_of_range(
+            node_.op + " static argument dim (arg " + std::to_string(s.arg) + ", dim " +
+            std::to_string(s.dim) + ", symbol " + std::to_string(s.symbol) + ")")));
+        continue;
+      }
+      v = builder_.static_along(v, s.dim,
+                                builder_.convert(values_.symbols()[s.symbol], DType::kI64),
+                                builder_.zeros(TensorType{v.dtype(), {}}));
+    }
+    return v;
+  }
+
+  Value scalar(size_t arg, int item, DType t) override {
+    Value v = builder_.param(TensorType{t, {}});
     GraphParam p;
-    p.source = GraphParam::Source::kSymbol;
-    p.input_index = s;
-    p.dtype = DType::kI32;
-    out.params.push_back(p);
+    p.source = GraphParam::Source::kScalar;
+    p.node = index_;
+    p.arg = static_cast<int>(arg);
+    p.item = item;
+    p.dtype = t;
+    if (arg < node_.scalars.size()) p.scalar = node_.scalars[arg];
+    out_.params.push_back(p);
+    return v;
   }
-  builder.set_dynamic_sizes(graph.num_symbols > 0);
-  for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    if (!compact[i]) continue;
-    int numel = i < graph.numel_symbols.size() ? graph.numel_symbols[i] : -1;
-    if (numel < 0 || numel >= graph.num_symbols) {
-      return base::invalid_argument("lowering: dynamic input " + std::to_string(i) +
-                                    " has no element-count symbol");
-    }
-    // The element count is implied by the dims' sizes; the symbol stays a parameter.
-    std::vector<std::optional<Value>> sizes(graph.inputs[i].rank());
-    for (const DynamicDim& d : graph.dynamic_dims) {
-      if (d.input == static_cast<int>(i)) sizes[d.dim] = symbols[d.symbol];
-    }
-    Value& v = values[static_cast<int>(i)];
-    v = builder.expand_compact(v, graph.inputs[i], sizes);
+
+  Value rng_state() override {
+    Value v = builder_.param(TensorType{DType::kU64, {2}});
+    GraphParam p;
+    p.source = GraphParam::Source::kRngState;
+    p.node = index_;
+    p.dtype = DType::kU64;
+    out_.params.push_back(p);
+    return v;
   }
-  auto lookup = [&](int id, const std::string& op) -> base::StatusOr<Value> {
-    auto it = values.find(id);
-    if (it == values.end()) {
-      return base::internal_error("lowering: graph node " + op + " reads value " +
-                                  std::to_string(id) + " before it is defined");
-    }
-    return it->second;
-  };
+
+  const base::Status& status() const { return status_; }
+
+ private:
+  void fail(base::Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+
+  const GraphNode& node_;
+  int index_;
+  GraphValues& values_;
+  Builder& builder_;
+  LoweredGraph& out_;
+  base::Status status_;
+};
+
+}  // namespace
+
+base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::string& module_name) {
+  Builder builder(module_name);
+  LoweredGraph out;
+  GraphValues values(graph, builder, out);
+  TORCHTPU_RETURN_IF_ERROR(values.init());
   std::vector<Check> checks;
-  for (const GraphNode& node : graph.nodes) {
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const GraphNode& node = graph.nodes[n];
     const LoweringFn* fn = find_lowering(node.op);
     if (fn == nullptr) {
-      return base::unimplemented("lowering: " + node.op + " has no lowering (in a compiled graph)");
+      return base::unimplemented("lowering: " + node.op + " has no lowering");
     }
     TORCHTPU_RETURN_IF_ERROR(check_complex_support(node.op, node.args, node.out_types));
-    LoweringContext ctx(builder, node.op, node.args, node.out_types);
-    for (size_t i = 0; i < node.args.size(); ++i) {
-      if (i < node.tensor_refs.size() && node.tensor_refs[i] >= 0) {
-        TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(node.tensor_refs[i], node.op));
-        for (const StaticArgDim& s : node.static_arg_dims) {
-          if (s.arg != static_cast<int>(i)) continue;
-          if (s.dim < 0 || s.dim >= v.rank() || s.symbol < 0 || s.symbol >= graph.num_symbols) {
-            return base::invalid_argument("lowering: " + node.op + " static argument dim (arg " +
-                                          std::to_string(s.arg) + ", dim " +
-                                          std::to_string(s.dim) + ", symbol " +
-                                          std::to_string(s.symbol) + ") is out of range");
-          }
-          v = builder.static_along(v, s.dim, builder.convert(symbols[s.symbol], DType::kI64),
-                                   builder.zeros(TensorType{v.dtype(), {}}));
-        }
-        ctx.bind_tensor(i, v);
-      }
-      if (i < node.list_refs.size() && !node.list_refs[i].empty()) {
-        std::vector<Value> items;
-        for (int id : node.list_refs[i]) {
-          TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(id, node.op));
-          items.push_back(v);
-        }
-        ctx.bind_tensor_list(i, items);
-      }
-    }
+    NodeSource source(node, static_cast<int>(n), values, builder, out);
+    LoweringContext ctx(builder, node.op, node.args, node.out_types, source);
     TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(ctx));
     if (!builder.unsupported_error().empty()) {
       return base::unimplemented("lowering: " + node.op + " is not lowered for these dtypes (" +
                                  builder.unsupported_error() + ")");
     }
+    TORCHTPU_RETURN_IF_ERROR(source.status());
+    TORCHTPU_RETURN_IF_ERROR(values.status());
     if (!builder.misuse_error().empty()) {
-      return base::internal_error("lowering: " + node.op + " built an invalid program in a "
-                                  "graph: " + builder.misuse_error());
+      return base::internal_error("lowering: " + node.op + " built an invalid program: " +
+                                  builder.misuse_error());
     }
     if (results.size() != node.out_ids.size()) {
       return base::internal_error("lowering: " + node.op + " returned " +
-                                  std::to_string(results.size()) + " values in a graph (expected " +
+                                  std::to_string(results.size()) + " values (expected " +
                                   std::to_string(node.out_ids.size()) + ")");
     }
     for (size_t k = 0; k < results.size(); ++k) {
@@ -119,64 +227,52 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
                                     " has type " + results[k].type.str() + " (expected " +
                                     node.out_types[k].str() + ")");
       }
-      values[node.out_ids[k]] = results[k];
+      values.set(node.out_ids[k], results[k]);
     }
     for (const ResultSize& r : node.result_sizes) {
       if (r.result < 0 || r.result >= static_cast<int>(results.size()) || r.symbol < 0 ||
           r.symbol >= graph.num_symbols || r.dim < 0 || r.dim >= results[r.result].rank()) {
-        return base::invalid_argument("lowering: " + node.op + " result size (result " +
-                                      std::to_string(r.result) + ", dim " + std::to_string(r.dim) +
-                                      ", symbol " + std::to_string(r.symbol) + ") is out of range");
+        return base::invalid_argument(out_of_range(
+            node.op + " result size (result " + std::to_string(r.result) + ", dim " +
+            std::to_string(r.dim) + ", symbol " + std::to_string(r.symbol) + ")"));
       }
-      Value& v = values[node.out_ids[r.result]];
-      v = builder.set_dimension_size(v, symbols[r.symbol], r.dim);
-    }
-    // Parameters the node declared itself: runtime scalars and generator states.
-    for (const ParamBinding& b : ctx.bindings()) {
-      GraphParam p;
-      p.dtype = b.dtype;
-      if (b.source == ParamBinding::Source::kScalar) {
-        p.source = GraphParam::Source::kScalar;
-        p.scalar = node.scalars.at(b.arg_index);
-      } else if (b.source == ParamBinding::Source::kRngState) {
-        p.source = GraphParam::Source::kRngState;
-      } else if (b.source == ParamBinding::Source::kScalarListItem) {
-        return base::unimplemented("lowering: graph node " + node.op + " takes a Scalar[] "
-                                   "argument, which compiled graphs do not pass yet");
-      } else {
-        return base::internal_error("lowering: graph node " + node.op + " argument " +
-                                    std::to_string(b.arg_index) + " is an unbound tensor");
-      }
-      out.params.push_back(p);
+      Value& v = values.at(node.out_ids[r.result]);
+      v = builder.set_dimension_size(v, values.symbols()[r.symbol], r.dim);
     }
     for (const auto& c : ctx.checks()) checks.push_back(c);
   }
   std::vector<Value> results;
   for (const auto& [input, output] : graph.donations) {
     if (input < 0 || input >= static_cast<int>(graph.inputs.size()) || output < 0 ||
-        output >= static_cast<int>(graph.outputs.size()) || compact[input]) {
+        output >= static_cast<int>(graph.outputs.size()) || values.compact(input)) {
       return base::invalid_argument("lowering: donation of input " + std::to_string(input) +
                                     " to output " + std::to_string(output) + " is out of range "
                                     "or names a dynamic input");
     }
-    TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(graph.outputs[output], "output"));
-    if (!(v.type == graph.inputs[input])) {
-      return base::invalid_argument("lowering: input " + std::to_string(input) + " (" +
-                                    graph.inputs[input].str() + ") cannot be donated to output " +
-                                    std::to_string(output) + " (" + v.type.str() + ")");
+    if (!(graph.inputs[input] == values.get(graph.outputs[output], "output").type)) {
+      return base::invalid_argument(
+          "lowering: input " + std::to_string(input) + " (" + graph.inputs[input].str() +
+          ") cannot be donated to output " + std::to_string(output) + " (" +
+          values.get(graph.outputs[output], "output").type.str() + ")");
     }
-    builder.alias_param(static_cast<size_t>(input), static_cast<size_t>(output));
+    // An input no node read has no parameter, so nothing to alias (its output is new).
+    int param = values.param_of(input);
+    if (param >= 0) builder.alias_param(static_cast<size_t>(param), static_cast<size_t>(output));
   }
   for (const DynamicOutputDim& d : graph.output_dynamic_dims) {
     if (d.output < 0 || d.output >= static_cast<int>(graph.outputs.size()) || d.symbol < 0 ||
         d.symbol >= graph.num_symbols) {
-      return base::invalid_argument("lowering: dynamic output dim (output " +
-                                    std::to_string(d.output) + ", dim " + std::to_string(d.dim) +
-                                    ", symbol " + std::to_string(d.symbol) + ") is out of range");
+      return base::invalid_argument(out_of_range(
+          "dynamic output dim (output " + std::to_string(d.output) + ", dim " +
+          std::to_string(d.dim) + ", symbol " + std::to_string(d.symbol) + ")"));
     }
   }
   for (size_t k = 0; k < graph.outputs.size(); ++k) {
-    TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(graph.outputs[k], "output"));
+    if (!values.defined(graph.outputs[k])) {
+      return base::internal_error("lowering: graph output " + std::to_string(k) + " reads value " +
+                                  std::to_string(graph.outputs[k]) + ", which no node defines");
+    }
+    Value v = values.get(graph.outputs[k], "output");
     std::vector<std::optional<Value>> sizes(v.rank());
     bool dynamic = false;
     for (const DynamicOutputDim& d : graph.output_dynamic_dims) {
@@ -185,7 +281,7 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
         return base::invalid_argument("lowering: output " + std::to_string(k) + " (" +
                                       v.type.str() + ") has no dim " + std::to_string(d.dim));
       }
-      sizes[d.dim] = symbols[d.symbol];
+      sizes[d.dim] = values.symbols()[d.symbol];
       dynamic = true;
     }
     if (dynamic) v = builder.compact(v, sizes);
