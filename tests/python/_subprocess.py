@@ -1,15 +1,18 @@
 """Runs Python code in a fresh process with the repository's package first on the path.
 
 For tests that need their own environment (a cache size, a device count) or must survive
-an abort: the child's exit status and output come back as a CompletedProcess.
+an abort: the child's exit status and output come back as a CompletedProcess. Also the two
+helpers of tests that start servers: a free loopback port, and waiting for /health.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 REPO_PYTHON = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
@@ -20,3 +23,26 @@ def run_python(code: str, timeout: float = 120, **env: str) -> subprocess.Comple
     full_env.update(env)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    """Waits until `url`/health answers 200; raises if `proc` exits or `timeout` passes."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited with {proc.returncode} while starting")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy after {timeout} s")

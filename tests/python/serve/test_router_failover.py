@@ -7,7 +7,6 @@ admitted again when it returns. Bounded: small model, small shapes, bounded wait
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,30 +14,11 @@ import time
 
 import httpx
 import pytest
+from _subprocess import free_port, wait_healthy
 
 SERVE_ARGS = ["--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "64",
               "--page-size", "16"]
 START_TIMEOUT = 240
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited with {proc.returncode} while starting")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} not healthy after {timeout} s")
 
 
 def _metric(text: str, name: str, replica: str | None = None) -> float:
@@ -51,7 +31,7 @@ def _metric(text: str, name: str, replica: str | None = None) -> float:
 class Cluster:
     def __init__(self, model_dir: str, tmp: str) -> None:
         self.model_dir, self.tmp = model_dir, tmp
-        self.ports = [_free_port() for _ in range(3)]
+        self.ports = [free_port() for _ in range(3)]
         self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
         self.names = [f"127.0.0.1:{p}" for p in self.ports]
         self.replicas: list[subprocess.Popen | None] = [None] * 3
@@ -68,7 +48,7 @@ class Cluster:
         return self.replicas[i]
 
     def start_router(self, events: bool = True) -> tuple[subprocess.Popen, str]:
-        port = _free_port()
+        port = free_port()
         args = [sys.executable, "-m", "torchtpu.cli", "router", "--model", self.model_dir,
                 "--port", str(port), "--health-interval", "0.2"]
         for i, url in enumerate(self.urls):
@@ -105,9 +85,9 @@ def cluster(tiny_llama_dir, tmp_path_factory):
         c.router, c.router_url = c.start_router()
         c.approx, c.approx_url = c.start_router(events=False)
         for i in range(3):
-            _wait_healthy(c.urls[i], c.replicas[i], START_TIMEOUT)
+            wait_healthy(c.urls[i], c.replicas[i], START_TIMEOUT)
         for url, proc in ((c.router_url, c.router), (c.approx_url, c.approx)):
-            _wait_healthy(url, proc, 60)
+            wait_healthy(url, proc, 60)
             deadline = time.monotonic() + 30  # the router admits every replica
             while time.monotonic() < deadline:
                 m = c.metrics(url)
@@ -222,7 +202,7 @@ def test_killing_a_replica_under_load(cluster):
     # The replica returns (its supervisor restarts it) and is admitted again.
     before = _metric(m, "torchtpu_router:replica_requests_total", cluster.names[victim])
     proc = cluster.start_replica(victim)
-    _wait_healthy(cluster.urls[victim], proc, START_TIMEOUT)
+    wait_healthy(cluster.urls[victim], proc, START_TIMEOUT)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         m = cluster.metrics()

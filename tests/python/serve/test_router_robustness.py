@@ -15,36 +15,17 @@ import time
 
 import httpx
 import pytest
+from _subprocess import free_port, wait_healthy
 
 SERVE_ARGS = ["--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "64",
               "--page-size", "16"]
 LONG = 230  # tokens: seconds of generation on the tiny model, so a hang-up lands mid-way
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited with {proc.returncode} while starting")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} not healthy after {timeout} s")
-
-
 class Stack:
     def __init__(self, model_dir: str, tmp: str) -> None:
         self.tmp = tmp
-        rport, port = _free_port(), _free_port()
+        rport, port = free_port(), free_port()
         self.replica_url = f"http://127.0.0.1:{rport}"
         self.url = f"http://127.0.0.1:{port}"
         self.port = port
@@ -56,8 +37,8 @@ class Stack:
             log = open(os.path.join(tmp, f"{name}.log"), "ab")
             self.procs.append(subprocess.Popen([sys.executable, "-m", "torchtpu.cli", *args],
                                                stdout=log, stderr=subprocess.STDOUT))
-        _wait_healthy(self.replica_url, self.procs[0], 240)
-        _wait_healthy(self.url, self.procs[1], 60)
+        wait_healthy(self.replica_url, self.procs[0], 240)
+        wait_healthy(self.url, self.procs[1], 60)
 
     def replica_metric(self, prefix: str, contains: str = "") -> float:
         total = 0.0
