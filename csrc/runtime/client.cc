@@ -156,26 +156,35 @@ base::StatusOr<DeviceMemoryInfo> Client::device_memory(int index) const {
   return info;
 }
 
-base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType dtype,
-                                                   const std::vector<int64_t>& dims,
-                                                   int device_index) const {
+base::Status Client::from_host_buffer(const void* data, base::DType dtype,
+                                      const std::vector<int64_t>& dims, int device_index,
+                                      int semantics,
+                                      PJRT_Client_BufferFromHostBuffer_Args* out) const {
   if (device_index < 0 || device_index >= num_devices()) {
     return base::out_of_range("runtime: device index " + std::to_string(device_index) +
                               " out of range (have " + std::to_string(num_devices()) +
                               " devices)");
   }
   const PJRT_Api* api = plugin_->api();
-  PJRT_Client_BufferFromHostBuffer_Args args{};
+  PJRT_Client_BufferFromHostBuffer_Args& args = *out;
   args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
   args.client = raw_;
   args.data = data;
   args.type = to_pjrt_type(dtype);
   args.dims = dims.data();
   args.num_dims = dims.size();
-  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  args.host_buffer_semantics = static_cast<PJRT_HostBufferSemantics>(semantics);
   args.device = devices_[device_index];
-  base::Status status = consume_error(api, api->PJRT_Client_BufferFromHostBuffer(&args),
-                                      "PJRT_Client_BufferFromHostBuffer");
+  return consume_error(api, api->PJRT_Client_BufferFromHostBuffer(&args),
+                       "PJRT_Client_BufferFromHostBuffer");
+}
+
+base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType dtype,
+                                                   const std::vector<int64_t>& dims,
+                                                   int device_index) const {
+  PJRT_Client_BufferFromHostBuffer_Args args{};
+  base::Status status = from_host_buffer(data, dtype, dims, device_index,
+                                         PJRT_HostBufferSemantics_kImmutableOnlyDuringCall, &args);
   if (!status.ok() && base::is_complex(dtype)) {
     // A plugin without complex support (libtpu has no complex128): say which.
     return base::Status(status.code(),
@@ -199,24 +208,9 @@ base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType
 base::StatusOr<BufferPtr> Client::buffer_from_host_zero_copy(
     const void* data, base::DType dtype, const std::vector<int64_t>& dims, int device_index,
     std::function<void()> release) const {
-  if (device_index < 0 || device_index >= num_devices()) {
-    release();
-    return base::out_of_range("runtime: device index " + std::to_string(device_index) +
-                              " out of range (have " + std::to_string(num_devices()) +
-                              " devices)");
-  }
-  const PJRT_Api* api = plugin_->api();
   PJRT_Client_BufferFromHostBuffer_Args args{};
-  args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
-  args.client = raw_;
-  args.data = data;
-  args.type = to_pjrt_type(dtype);
-  args.dims = dims.data();
-  args.num_dims = dims.size();
-  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableZeroCopy;
-  args.device = devices_[device_index];
-  base::Status status = consume_error(api, api->PJRT_Client_BufferFromHostBuffer(&args),
-                                      "PJRT_Client_BufferFromHostBuffer");
+  base::Status status = from_host_buffer(data, dtype, dims, device_index,
+                                         PJRT_HostBufferSemantics_kImmutableZeroCopy, &args);
   if (!status.ok()) {
     release();
     return status;

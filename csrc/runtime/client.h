@@ -19,6 +19,7 @@
 
 struct PJRT_Client;
 struct PJRT_Device;
+struct PJRT_Client_BufferFromHostBuffer_Args;
 
 namespace torchtpu::runtime {
 
@@ -76,6 +77,11 @@ class Client {
 
  private:
   base::Status check_replica_devices(const std::vector<int>& device_indices) const;
+  // One PJRT_Client_BufferFromHostBuffer call with `semantics` (a PJRT_HostBufferSemantics)
+  // on a checked device; the caller reads the buffer and done event from `args`.
+  base::Status from_host_buffer(const void* data, base::DType dtype,
+                                const std::vector<int64_t>& dims, int device_index,
+                                int semantics, PJRT_Client_BufferFromHostBuffer_Args* args) const;
 
   Client() = default;
   std::shared_ptr<const Plugin> plugin_;
