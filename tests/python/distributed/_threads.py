@@ -5,6 +5,9 @@ with c10d's thread isolation mode) makes c10d's group registries thread-local, s
 group, here of the ``tpu`` backend over one shared HashStore; the ranks of a group then
 share this process's PJRT client and the backend picks the in-plugin transport. The
 process needs ``TORCHTPU_NUM_DEVICES`` >= N (the tests start it through run_python).
+The ranks also share the process's default random generator: ``torch.manual_seed`` in one
+rank reseeds it for all, and concurrent draws interleave, so a rank that needs the same
+random values as its peers draws them from a ``torch.Generator`` of its own.
 """
 
 from __future__ import annotations

@@ -61,11 +61,21 @@ def tp_mlp(rank):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
-    torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    # Every rank's reference gets the same weights from a generator of its own: the ranks
+    # are threads, torch.manual_seed seeds the one process-wide generator, and their draws
+    # would interleave. The model holds rank 0's weights (distribute_tensor sends them from
+    # rank 0), so a reference that differed would fail every other rank.
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.copy_(torch.rand(p.shape, generator=gen) - 0.5)
     mesh = init_device_mesh("tpu", (W,))
     model = parallelize_module(copy.deepcopy(ref).to("tpu"), mesh,
                                {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    for (name, p), r in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.full_tensor().cpu(), r.detach(), rtol=0, atol=0,
+                                   msg=lambda m: f"distributed weight {name}: {m}")
     fast = torch.compile(model, backend="tpu")
     x = torch.randn(5, 8, generator=torch.Generator().manual_seed(3))
     out = fast(x.to("tpu"))
