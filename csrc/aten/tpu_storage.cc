@@ -162,22 +162,29 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
   return std::move(out).value();
 }
 
-runtime::BufferPtr read_tensor(const at::Tensor& t) {
+runtime::BufferPtr storage_buffer(const at::Tensor& t) {
   StorageState& s = storage_state(t);
   ensure_buffer(s, t.scalar_type());
   // A storage last written as another dtype (bytes from torch.load) is read bitcast, and
   // keeps the bitcast value: the same bytes, so later reads in this dtype (every forward
   // of a loaded model) cost nothing.
-  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-  std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
   if (s.buffer->dtype() != to_dtype(t.scalar_type())) {
     // Shaped like the reader when it reads the whole storage, so its reads need nothing.
+    std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+    std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
     int64_t numel = s.nbytes / static_cast<int64_t>(t.element_size());
     bool whole = lowering::is_whole_buffer_view(numel, sizes, strides, t.storage_offset()) &&
                  numel * static_cast<int64_t>(t.element_size()) == s.buffer->size_bytes();
     s.buffer = storage_bytes_as(s, t.scalar_type(), whole ? &sizes : nullptr);
   }
-  runtime::BufferPtr held = s.buffer;
+  return s.buffer;
+}
+
+runtime::BufferPtr read_tensor(const at::Tensor& t) {
+  StorageState& s = storage_state(t);
+  runtime::BufferPtr held = storage_buffer(t);
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
   const runtime::Buffer& buf = *held;
   if (lowering::is_whole_buffer_view(buf.num_elements(), sizes, strides, t.storage_offset())) {
     if (buf.dims() == sizes) return held;

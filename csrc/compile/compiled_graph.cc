@@ -88,10 +88,6 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
         buffers.push_back(aten::read_tensor(t));
         break;
       }
-      case lowering::GraphParam::Source::kSymbol:
-        buffers.push_back(aten::scalar_to_buffer(c10::Scalar(sizes[p.input_index]),
-                                                 base::DType::kI32, device_));
-        break;
       case lowering::GraphParam::Source::kScalar:
         buffers.push_back(aten::scalar_to_buffer(
             c10::Scalar(sizes.at(p.scalar.symbol)),
@@ -135,17 +131,8 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   std::vector<at::Tensor> result;
   result.reserve(n);
   for (size_t k = 0; k < n; ++k) {
-    runtime::BufferPtr buf = (*outputs)[k];
-    if (num_symbols_ > 0 && buf->is_dynamic()) {
-      // Outputs with dynamic dims leave the program compact and static
-      // (lowering::DynamicOutputDim); a result XLA still returns dynamic carries its sizes
-      // beside the data, which programs reject as input: restage it through the host as a
-      // plain buffer of the bound's shape (compact layout kept). Counted: none expected.
-      at::Tensor host = aten::buffer_to_cpu(*buf);
-      buf = aten::cpu_to_buffer(host, device_);
-      base::counter_add("num_dynamic_results_restaged");
-    }
-    result.push_back(aten::wrap_buffer(buf, aten::to_scalar_type(lowered_.output_types[k].dtype)));
+    result.push_back(aten::wrap_buffer((*outputs)[k],
+                                       aten::to_scalar_type(lowered_.output_types[k].dtype)));
   }
   return result;
 }

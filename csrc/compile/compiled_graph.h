@@ -24,8 +24,8 @@ class CompiledGraph {
   // Lowers and compiles `spec` for `device` (memory and disk caches apply).
   static std::shared_ptr<CompiledGraph> create(const lowering::GraphSpec& spec, int device);
 
-  // `inputs` have the graph's static (bucket) shapes; `sizes` holds the true value of each
-  // size symbol (empty for a static graph).
+  // `inputs` have the graph's static (bucket) shapes; `sizes` holds each runtime size
+  // value the graph reads (GraphSpec::num_symbols of them).
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs,
                               const std::vector<int64_t>& sizes = {}) const;
   const std::string& module_text() const { return lowered_.text; }

@@ -1,7 +1,6 @@
 #include "lowering/graph.h"
 
 #include <map>
-#include <optional>
 
 namespace torchtpu::lowering {
 
@@ -9,54 +8,14 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
   Builder builder("torchtpu_graph");
   LoweredGraph out;
   std::map<int, Value> values;
-  // Inputs first, in order, so parameter i of @main is graph input i. An input with
-  // dynamic dims is a flat compact buffer (see graph.h) until it is reshaped below.
-  std::vector<bool> compact(graph.inputs.size(), false);
-  for (const DynamicDim& d : graph.dynamic_dims) {
-    if (d.input < 0 || d.input >= static_cast<int>(graph.inputs.size()) || d.symbol < 0 ||
-        d.symbol >= graph.num_symbols || d.dim < 0 || d.dim >= graph.inputs[d.input].rank()) {
-      return base::invalid_argument("lowering: dynamic dim (input " + std::to_string(d.input) +
-                                    ", dim " + std::to_string(d.dim) + ", symbol " +
-                                    std::to_string(d.symbol) + ") is out of range");
-    }
-    compact[d.input] = true;
-  }
+  // Inputs first, in order, so parameter i of @main is graph input i.
   for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    const TensorType& t = graph.inputs[i];
-    TensorType param_type = compact[i] ? TensorType{t.dtype, {t.num_elements()}} : t;
-    values[static_cast<int>(i)] = builder.param(param_type);
+    values[static_cast<int>(i)] = builder.param(graph.inputs[i]);
     GraphParam p;
     p.source = GraphParam::Source::kInput;
     p.input_index = static_cast<int>(i);
-    p.dtype = t.dtype;
+    p.dtype = graph.inputs[i].dtype;
     out.params.push_back(p);
-  }
-  // Size symbols, then each compact input reshaped to its bounded dynamic shape. From here
-  // on XLA tracks true sizes through every op; lowerings ask element_count() for counts.
-  std::vector<Value> symbols;
-  for (int s = 0; s < graph.num_symbols; ++s) {
-    symbols.push_back(builder.param(TensorType{DType::kI32, {}}));
-    GraphParam p;
-    p.source = GraphParam::Source::kSymbol;
-    p.input_index = s;
-    p.dtype = DType::kI32;
-    out.params.push_back(p);
-  }
-  builder.set_dynamic_sizes(graph.num_symbols > 0);
-  for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    if (!compact[i]) continue;
-    int numel = i < graph.numel_symbols.size() ? graph.numel_symbols[i] : -1;
-    if (numel < 0 || numel >= graph.num_symbols) {
-      return base::invalid_argument("lowering: dynamic input " + std::to_string(i) +
-                                    " has no element-count symbol");
-    }
-    // The element count is implied by the dims' sizes; the symbol stays a parameter.
-    std::vector<std::optional<Value>> sizes(graph.inputs[i].rank());
-    for (const DynamicDim& d : graph.dynamic_dims) {
-      if (d.input == static_cast<int>(i)) sizes[d.dim] = symbols[d.symbol];
-    }
-    Value& v = values[static_cast<int>(i)];
-    v = builder.expand_compact(v, graph.inputs[i], sizes);
   }
   auto lookup = [&](int id, const std::string& op) -> base::StatusOr<Value> {
     auto it = values.find(id);
@@ -77,17 +36,6 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
     for (size_t i = 0; i < node.args.size(); ++i) {
       if (i < node.tensor_refs.size() && node.tensor_refs[i] >= 0) {
         TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(node.tensor_refs[i], node.op));
-        for (const StaticArgDim& s : node.static_arg_dims) {
-          if (s.arg != static_cast<int>(i)) continue;
-          if (s.dim < 0 || s.dim >= v.rank() || s.symbol < 0 || s.symbol >= graph.num_symbols) {
-            return base::invalid_argument("lowering: " + node.op + " static argument dim (arg " +
-                                          std::to_string(s.arg) + ", dim " +
-                                          std::to_string(s.dim) + ", symbol " +
-                                          std::to_string(s.symbol) + ") is out of range");
-          }
-          v = builder.static_along(v, s.dim, builder.convert(symbols[s.symbol], DType::kI64),
-                                   builder.zeros(TensorType{v.dtype(), {}}));
-        }
         ctx.bind_tensor(i, v);
       }
       if (i < node.list_refs.size() && !node.list_refs[i].empty()) {
@@ -121,16 +69,6 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
       }
       values[node.out_ids[k]] = results[k];
     }
-    for (const ResultSize& r : node.result_sizes) {
-      if (r.result < 0 || r.result >= static_cast<int>(results.size()) || r.symbol < 0 ||
-          r.symbol >= graph.num_symbols || r.dim < 0 || r.dim >= results[r.result].rank()) {
-        return base::invalid_argument("lowering: " + node.op + " result size (result " +
-                                      std::to_string(r.result) + ", dim " + std::to_string(r.dim) +
-                                      ", symbol " + std::to_string(r.symbol) + ") is out of range");
-      }
-      Value& v = values[node.out_ids[r.result]];
-      v = builder.set_dimension_size(v, symbols[r.symbol], r.dim);
-    }
     // Parameters the node declared itself: runtime scalars and generator states.
     for (const ParamBinding& b : ctx.bindings()) {
       GraphParam p;
@@ -138,6 +76,11 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
       if (b.source == ParamBinding::Source::kScalar) {
         p.source = GraphParam::Source::kScalar;
         p.scalar = node.scalars.at(b.arg_index);
+        if (p.scalar.symbol >= graph.num_symbols) {
+          return base::invalid_argument("lowering: " + node.op + " reads size value " +
+                                        std::to_string(p.scalar.symbol) + " of " +
+                                        std::to_string(graph.num_symbols));
+        }
       } else if (b.source == ParamBinding::Source::kRngState) {
         p.source = GraphParam::Source::kRngState;
       } else if (b.source == ParamBinding::Source::kScalarListItem) {
@@ -154,10 +97,9 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
   std::vector<Value> results;
   for (const auto& [input, output] : graph.donations) {
     if (input < 0 || input >= static_cast<int>(graph.inputs.size()) || output < 0 ||
-        output >= static_cast<int>(graph.outputs.size()) || compact[input]) {
+        output >= static_cast<int>(graph.outputs.size())) {
       return base::invalid_argument("lowering: donation of input " + std::to_string(input) +
-                                    " to output " + std::to_string(output) + " is out of range "
-                                    "or names a dynamic input");
+                                    " to output " + std::to_string(output) + " is out of range");
     }
     TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(graph.outputs[output], "output"));
     if (!(v.type == graph.inputs[input])) {
@@ -167,28 +109,8 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
     }
     builder.alias_param(static_cast<size_t>(input), static_cast<size_t>(output));
   }
-  for (const DynamicOutputDim& d : graph.output_dynamic_dims) {
-    if (d.output < 0 || d.output >= static_cast<int>(graph.outputs.size()) || d.symbol < 0 ||
-        d.symbol >= graph.num_symbols) {
-      return base::invalid_argument("lowering: dynamic output dim (output " +
-                                    std::to_string(d.output) + ", dim " + std::to_string(d.dim) +
-                                    ", symbol " + std::to_string(d.symbol) + ") is out of range");
-    }
-  }
   for (size_t k = 0; k < graph.outputs.size(); ++k) {
     TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(graph.outputs[k], "output"));
-    std::vector<std::optional<Value>> sizes(v.rank());
-    bool dynamic = false;
-    for (const DynamicOutputDim& d : graph.output_dynamic_dims) {
-      if (d.output != static_cast<int>(k)) continue;
-      if (d.dim < 0 || d.dim >= v.rank()) {
-        return base::invalid_argument("lowering: output " + std::to_string(k) + " (" +
-                                      v.type.str() + ") has no dim " + std::to_string(d.dim));
-      }
-      sizes[d.dim] = symbols[d.symbol];
-      dynamic = true;
-    }
-    if (dynamic) v = builder.compact(v, sizes);
     results.push_back(v);
     out.output_types.push_back(v.type);
   }

@@ -1,0 +1,348 @@
+"""Rules of the ops that index, and of those rewritten because they depend on where a
+padded dim ends (see rules.py for the kinds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from torchtpu.dynamo.buckets import layout as L
+from torchtpu.dynamo.buckets.rewriter import Hazard, Rewriter
+from torchtpu.dynamo.buckets.rules import _dim, _register, broadcast_layouts
+
+aten = torch.ops.aten
+
+
+def _check_positions(rw: Rewriter, node: torch.fx.Node, x: torch.fx.Node, dims: list[int]
+                     ) -> None:
+    """Index values are true positions: along a dim of merged rows they are not positions
+    of the padded tensor."""
+    lays = rw.of(x)
+    for d in dims:
+        if lays[d] and not L.is_prefix(lays[d]):
+            raise Hazard(f"{node.target} ({node.name}) indexes merged padded rows")
+
+
+def _safe_index(rw: Rewriter, node: torch.fx.Node, at: int) -> torch.fx.Node:
+    """Index tensor args[at] with its padding set to position 0 (in range: no bounds check
+    fails on padding)."""
+    index = node.args[at]
+    masked = rw.mask(index, list(range(index.meta["val"].dim())), "zero")
+    if masked is not index:
+        node.update_arg(at, masked)
+    return masked
+
+
+@_register("indexed", aten.embedding.default)
+def _embedding(rw: Rewriter, node: torch.fx.Node) -> None:
+    weight, index = node.args[0], node.args[1]
+    _check_positions(rw, node, weight, [0])
+    _safe_index(rw, node, 1)
+    rw.set(node, tuple(rw.of(index)) + (rw.of(weight)[1],))
+
+
+@_register("indexed", aten.embedding_dense_backward.default)
+def _embedding_backward(rw: Rewriter, node: torch.fx.Node) -> None:
+    grad, index = node.args[0], node.args[1]
+    padding_idx = node.args[3] if len(node.args) > 3 else -1
+    by_freq = bool(node.args[4]) if len(node.args) > 4 else False
+    dims = rw.padded_dims(index)
+    if dims:
+        if by_freq and padding_idx < 0:
+            raise Hazard(f"{node.target} ({node.name}) counts padded indices "
+                         "(scale_grad_by_freq without a padding_idx)")
+        node.update_arg(0, rw.mask(grad, dims, "zero"))
+        node.update_arg(1, rw.mask(index, dims, padding_idx if by_freq else "zero"))
+    rw.set(node, (L.STATIC, rw.of(grad)[-1]))
+
+
+@_register("indexed", aten.index_select.default)
+def _index_select(rw: Rewriter, node: torch.fx.Node) -> None:
+    x, dim, index = node.args[0], node.args[1], node.args[2]
+    lays = list(rw.of(x))
+    dim = _dim(dim, len(lays))
+    _check_positions(rw, node, x, [dim])
+    _safe_index(rw, node, 2)
+    if lays:
+        lays[dim] = rw.of(index)[0] if rw.of(index) else L.STATIC
+    rw.set(node, tuple(lays))
+
+
+def _rows_agree(rw: Rewriter, node: torch.fx.Node, x: torch.fx.Node, index: torch.fx.Node,
+                dim: int) -> None:
+    """gather/scatter pair index[i][j] with x[i][...]: along every dim but `dim`, the
+    index's padded positions must be x's (or the index static there)."""
+    lx, li = rw.of(x), rw.of(index)
+    for d in range(len(li)):
+        if d != dim and li[d] and li[d] != lx[d]:
+            raise Hazard(f"{node.target} ({node.name}): index dim {d} laid out unlike "
+                         "its tensor's")
+
+
+@_register("indexed", aten.gather.default)
+def _gather(rw: Rewriter, node: torch.fx.Node) -> None:
+    x, dim, index = node.args[0], node.args[1], node.args[2]
+    dim = _dim(dim, len(rw.of(x)))
+    _check_positions(rw, node, x, [dim])
+    _rows_agree(rw, node, x, index, dim)
+    _safe_index(rw, node, 2)
+    rw.set(node, rw.of(index))
+
+
+@_register("indexed", aten.scatter.value, aten.scatter.src, aten.scatter_add.default,
+           aten.scatter_reduce.two)
+def _scatter(rw: Rewriter, node: torch.fx.Node) -> None:
+    x, dim, index = node.args[0], node.args[1], node.args[2]
+    dim = _dim(dim, len(rw.of(x)))
+    _check_positions(rw, node, x, [dim])
+    _rows_agree(rw, node, x, index, dim)
+    if rw.of(index) and rw.of(index)[dim]:
+        # Padded entries along the scatter dim would write somewhere true: only a
+        # reduction can make them write nothing (its identity).
+        fills = {aten.scatter_add.default: "zero"}
+        reduce = node.args[4] if node.target is aten.scatter_reduce.two else None
+        fill = fills.get(node.target) or {"sum": "zero", "prod": "one", "amax": "low",
+                                          "amin": "high"}.get(reduce)
+        if fill is None:
+            raise Hazard(f"{node.target} ({node.name}) scatters along a padded index dim")
+        src = node.args[3]
+        node.update_arg(3, rw.mask(src, [dim], fill))
+    _safe_index(rw, node, 2)
+    rw.set(node, rw.of(x))
+
+
+def _index_positions(node: torch.fx.Node) -> list[int]:
+    return [k for k, i in enumerate(node.args[1]) if i is not None]
+
+
+@_register("indexed", aten.index.Tensor)
+def _index(rw: Rewriter, node: torch.fx.Node) -> None:
+    x, indices = node.args[0], list(node.args[1])
+    at = _index_positions(node)
+    if at != list(range(at[0], at[0] + len(at))) and len(at) > 1:
+        raise Hazard(f"{node.target} ({node.name}) with indices apart")
+    _check_positions(rw, node, x, at)
+    for k in at:
+        masked = rw.mask(indices[k], list(range(indices[k].meta["val"].dim())), "zero")
+        indices[k] = masked
+    node.update_arg(1, indices)
+    lays, out = rw.of(x), rw.sizes(node)
+    rank = len(out) - (len(lays) - len(at))
+    middle = broadcast_layouts(rw, node, [indices[k] for k in at], out[at[0]:at[0] + rank])
+    rw.set(node, tuple(lays[:at[0]]) + middle + tuple(lays[at[-1] + 1:]))
+
+
+@_register("indexed", aten.index_put.default)
+def _index_put(rw: Rewriter, node: torch.fx.Node) -> Any:
+    x, indices, values = node.args[0], list(node.args[1]), node.args[2]
+    accumulate = bool(node.args[3]) if len(node.args) > 3 else bool(
+        node.kwargs.get("accumulate", False))
+    at = _index_positions(node)
+    _check_positions(rw, node, x, at)
+    padded = [k for k in at if rw.padded_dims(indices[k])]
+    if not padded:
+        rw.set(node, rw.of(x))
+        return None
+    if accumulate:
+        # Padded entries add zeros at position 0.
+        lead = len(rw.sizes(values)) - (len(rw.sizes(x)) - len(at))
+        node.update_arg(2, rw.mask(values, list(range(max(lead, 0))), "zero"))
+        for k in at:
+            indices[k] = rw.mask(indices[k], list(range(indices[k].meta["val"].dim())), "zero")
+        node.update_arg(1, indices)
+        rw.set(node, rw.of(x))
+        return None
+    if at != [0] or indices[0].meta["val"].dim() != 1:
+        raise Hazard(f"{node.target} ({node.name}) writes at padded positions of "
+                     "several index tensors")
+    # Each row takes the value of its last writer (PyTorch's CPU order for repeated
+    # indices), found as the largest writer position per row: a scatter's amax, to which
+    # padded writers add nothing.
+    index = indices[0]
+    device = x.meta["val"].device
+    rows = rw.size(rw.sizes(x)[0])
+    count = rw.size(rw.sizes(index)[0])
+    writer = rw.call(aten.arange.start_step, (0, count), {"dtype": torch.int64,
+                                                           "device": device})
+    none = rw.call(aten.full.default, ([rows], -1), {"dtype": torch.int64, "device": device})
+    last = rw.call(aten.scatter_reduce.two, (none, 0, index, writer, "amax"))
+    hit = rw.call(aten.ge.Scalar, (last, 0))
+    source = rw.call(aten.clamp.default, (last, 0))
+    shape = [rw.size(s) for s in rw.sizes(index)] + [rw.size(s) for s in rw.sizes(x)[1:]]
+    full_values = rw.call(aten.expand.default, (values, shape))
+    picked = rw.call(aten.index_select.default, (full_values, 0, source))
+    rank = x.meta["val"].dim()
+    hit = rw.call(aten.view.default, (hit, [rows] + [1] * (rank - 1)))
+    return rw.call(aten.where.self, (hit, picked, x))
+
+
+def _nll_target(rw: Rewriter, node: torch.fx.Node, self_at: int, target_at: int,
+                ignore_at: int) -> None:
+    x, target = node.args[self_at], node.args[target_at]
+    lays = rw.of(x)
+    if lays and lays[0 if len(lays) == 1 else 1]:
+        raise Hazard(f"{node.target} ({node.name}) over a padded class dim")
+    ignore = node.args[ignore_at]
+    node.update_arg(target_at, rw.mask(target, rw.padded_dims(target), ignore))
+
+
+@_register("indexed", aten.nll_loss_forward.default)
+def _nll_loss(rw: Rewriter, node: torch.fx.Node) -> None:
+    # Padded targets become ignore_index: no loss, no weight in the mean.
+    _nll_target(rw, node, 0, 1, 4)
+    reduction = node.args[3]
+    loss = rw.of(node.args[1]) if reduction == 0 else ()
+    rw.set(node, [loss, ()])
+
+
+@_register("indexed", aten.nll_loss_backward.default)
+def _nll_loss_backward(rw: Rewriter, node: torch.fx.Node) -> None:
+    _nll_target(rw, node, 1, 2, 5)
+    rw.set(node, rw.of(node.args[1]))
+
+
+# --- rewritten: ops that depend on where a padded dim ends --------------------------------
+def _positions(rw: Rewriter, like: torch.fx.Node, dim: int, size: sympy.Expr) -> torch.fx.Node:
+    """0, 1, ... along `dim` of a dim of `size`, shaped to broadcast against `like`."""
+    pos = rw.call(aten.arange.start_step, (0, rw.size(size)),
+                  {"dtype": torch.int64, "device": like.meta["val"].device})
+    rank = like.meta["val"].dim()
+    if rank > 1:
+        shape = [1] * rank
+        shape[dim] = rw.size(size)
+        pos = rw.call(aten.view.default, (pos, shape))
+    return pos
+
+
+def _place(rw: Rewriter, acc: torch.fx.Node, src: torch.fx.Node, dim: int, offset: Any,
+           length: sympy.Expr) -> torch.fx.Node:
+    """`acc` with positions [offset, offset + length) of `dim` taken from `src` (a true
+    offset: a runtime value)."""
+    size = rw.sizes(acc)[dim]
+    pos = rw.call(aten.arange.start_step, (0, rw.size(size)),
+                  {"dtype": torch.int64, "device": acc.meta["val"].device})
+    rel = rw.call(aten.sub.Tensor, (pos, rw.size(offset)))
+    inside = rw.call(aten.logical_and.default, (rw.call(aten.ge.Scalar, (rel, 0)),
+                                                rw.call(aten.lt.Scalar, (rel, rw.size(length)))))
+    at = rw.call(aten.clamp.default, (rel, 0, rw.size(sympy.expand(length - 1))))
+    picked = rw.call(aten.index_select.default, (src, dim, at))
+    rank = acc.meta["val"].dim()
+    if rank > 1:
+        shape = [1] * rank
+        shape[dim] = rw.size(size)
+        inside = rw.call(aten.view.default, (inside, shape))
+    return rw.call(aten.where.self, (inside, picked, acc))
+
+
+@_register("rewritten", aten.cat.default)
+def _cat(rw: Rewriter, node: torch.fx.Node) -> Any:
+    tensors = [t for t in node.args[0] if t.meta["val"].dim() > 0 or True]
+    rank = node.meta["val"].dim()
+    dim = _dim(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0), rank)
+    tensors = [t for t in tensors if t.meta["val"].dim() == rank]  # legacy empty [0] skipped
+    out = rw.sizes(node)
+    if not any(rw.of(t)[dim] for t in tensors):
+        lays = []
+        for d in range(rank):
+            if d == dim:
+                lays.append(L.prefix(out[d]))
+                continue
+            found = {rw.of(t)[d] for t in tensors}
+            if len(found) > 1:
+                raise Hazard(f"{node.target} ({node.name}) joins tensors laid out "
+                             f"differently along dim {d}")
+            found_lay = found.pop()
+            lays.append(found_lay)
+        if lays[dim] and any(not L.is_static(rw.sizes(t)[dim]) for t in tensors):
+            raise Hazard(f"internal: {node.name}")
+        rw.set(node, tuple(lays))
+        return None
+    # The pieces meet at true sizes: the first piece padded out to the whole length, each
+    # next one placed at the true end of those before it.
+    first = tensors[0]
+    length = rw.sizes(first)[dim]
+    pads = [0, 0] * (rank - 1 - dim) + [0, rw.size(sympy.expand(out[dim] - length))]
+    acc = rw.call(aten.constant_pad_nd.default, (first, pads, 0))
+    offset = length
+    for t in tensors[1:]:
+        n = rw.sizes(t)[dim]
+        acc = _place(rw, acc, t, dim, offset, n)
+        offset = sympy.expand(offset + n)
+    return acc
+
+
+@_register("rewritten", aten.constant_pad_nd.default)
+def _pad(rw: Rewriter, node: torch.fx.Node) -> None:
+    x, pads = node.args[0], list(node.args[1])
+    value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    lays = rw.of(x)
+    rank = len(lays)
+    fill_dims = []
+    for i in range(len(pads) // 2):
+        d = rank - 1 - i
+        lo, hi = L.expr(pads[2 * i]), L.expr(pads[2 * i + 1])
+        if lo == 0 and hi == 0:
+            continue
+        if not L.is_static(lo):
+            raise Hazard(f"{node.target} ({node.name}) pads a size before a dim")
+        if lays[d] and not L.is_prefix(lays[d]):
+            raise Hazard(f"{node.target} ({node.name}) pads merged padded rows")
+        if lays[d] and not (L.is_static(hi) and int(hi) <= 0):
+            fill_dims.append(d)  # the pad starts at the true end, inside the padding
+    if fill_dims:
+        value = value if value is not None else 0
+        node.update_arg(0, rw.mask(x, fill_dims, value))
+    rw.set(node, tuple(L.prefix(s) if (lays[d] or not L.is_static(s)) else L.STATIC
+                       for d, s in enumerate(rw.sizes(node))))
+
+
+@_register("rewritten", aten.slice_scatter.default)
+def _slice_scatter(rw: Rewriter, node: torch.fx.Node) -> Any:
+    base, src = node.args[0], node.args[1]
+    given = dict(zip(("dim", "start", "end", "step"), node.args[2:]), **node.kwargs)
+    rank = base.meta["val"].dim()
+    dim = _dim(given.get("dim", 0), rank)
+    start = L.expr(given.get("start") if given.get("start") is not None else 0)
+    step = int(given.get("step") if given.get("step") is not None else 1)
+    lb, ls = rw.of(base), rw.of(src)
+    for d in range(rank):
+        if d != dim and ls[d] and ls[d] != lb[d]:
+            raise Hazard(f"{node.target} ({node.name}): src dim {d} laid out unlike self's")
+    base_size, length = rw.sizes(base)[dim], rw.sizes(src)[dim]
+    if (lb[dim] and not L.is_prefix(lb[dim])) or (ls[dim] and not L.is_prefix(ls[dim])):
+        raise Hazard(f"{node.target} ({node.name}) writes merged padded rows")
+    fixed = L.is_static(start) and int(start) >= 0
+    to_end = L.equal(sympy.expand(start + length * step), base_size) or L.equal(
+        sympy.expand(start + length), base_size)
+    if fixed and (not ls[dim] or (step == 1 and to_end)):
+        # A fixed-length window, or one reaching the true end: the static write covers
+        # exactly the true positions (and padding after them).
+        rw.set(node, lb)
+        return None
+    if step != 1:
+        raise Hazard(f"{node.target} ({node.name}) writes a strided padded window")
+    first = start if L.is_static(start) and int(start) >= 0 else sympy.expand(
+        base_size + start) if L.is_static(start) else start
+    out = _place(rw, base, src, dim, first, length)
+    return out
+
+
+@_register("rewritten", aten.select_scatter.default)
+def _select_scatter(rw: Rewriter, node: torch.fx.Node) -> Any:
+    base, src, dim, index = node.args[0], node.args[1], node.args[2], node.args[3]
+    rank = base.meta["val"].dim()
+    dim = _dim(dim, rank)
+    lb = rw.of(base)
+    e = L.expr(index)
+    if lb[dim] and not L.is_prefix(lb[dim]):
+        raise Hazard(f"{node.target} ({node.name}) writes merged padded rows")
+    if L.is_static(e) and int(e) >= 0 or not lb[dim] and L.is_static(e):
+        rw.set(node, broadcast_layouts(rw, node, [base], rw.sizes(node)))
+        return None
+    where = sympy.expand(rw.sizes(base)[dim] + e) if L.is_static(e) else e
+    pos = _positions(rw, base, dim, rw.sizes(base)[dim])
+    hit = rw.call(aten.eq.Scalar, (pos, rw.size(where)))
+    return rw.call(aten.where.self, (hit, rw.call(aten.unsqueeze.default, (src, dim)), base))
