@@ -26,17 +26,17 @@ runtime::BufferPtr conform(const runtime::BufferPtr& value, const at::Tensor& ds
                      value->device_index())[0];
 }
 
-// A view read to the host through its storage's whole buffer, sliced on the host, when
-// that buffer is small or not much larger than the view; else nullopt (the view is read
-// by a program). No program per view shape: a compiled graph padded to shape buckets
-// returns views at the true size of bucket-shaped buffers, and reading each new size
-// through a program would compile one per size.
+// A view (or a reshape) read to the host through its storage's whole buffer, sliced on the
+// host, when that buffer is small or not much larger than the view; else nullopt (the view
+// is read by a program). No program per view shape: a compiled graph padded to shape
+// buckets returns views at the true size of bucket-shaped buffers, and reading each new
+// size through a program would compile one per size.
 std::optional<at::Tensor> read_view_through_host(const at::Tensor& self) {
   runtime::BufferPtr held = storage_buffer(self);
   std::vector<int64_t> sizes = dims_of(self);
   std::vector<int64_t> strides(self.strides().begin(), self.strides().end());
-  if (lowering::is_whole_buffer_view(held->num_elements(), sizes, strides,
-                                     self.storage_offset())) {
+  if (held->dims() == sizes && lowering::is_whole_buffer_view(held->num_elements(), sizes,
+                                                               strides, self.storage_offset())) {
     return std::nullopt;  // read as it is
   }
   int64_t view_bytes = self.numel() * static_cast<int64_t>(self.element_size());

@@ -171,14 +171,22 @@ class GraphRunner:
 
     def _bind(self, args: tuple[Any, ...]) -> dict[sympy.Symbol, int]:
         values: dict[sympy.Symbol, int] = {}
+
+        def bind(s: Any, n: int) -> None:
+            # A symbol Dynamo later found equal to another reads as that one from then on;
+            # expressions made before then (this graph's) may hold either.
+            if isinstance(s, torch.SymInt):
+                for e in (getattr(s.node, "_expr", None), s.node.expr):
+                    if isinstance(e, sympy.Symbol):
+                        values[e] = int(n)
+
         for node, arg in zip(self.placeholders, args):
             val = node.meta.get("val")
-            if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
-                values[val.node.expr] = int(arg)
+            if isinstance(val, torch.SymInt):
+                bind(val, arg)
             elif isinstance(val, torch.Tensor):
                 for s, n in zip(val.shape, arg.shape):
-                    if isinstance(s, torch.SymInt) and isinstance(s.node.expr, sympy.Symbol):
-                        values[s.node.expr] = int(n)
+                    bind(s, n)
         missing = [s for s in self.symbols if s not in values]
         if missing:
             raise UnsupportedGraph(f"tpu compile: cannot read sizes {missing} from the inputs")

@@ -24,13 +24,17 @@ from typing import Sequence
 
 import sympy
 import torch
+import torch.fx
 
 Layout = tuple  # tuple[sympy.Expr, ...]: one dimension's components
 STATIC: Layout = ()
 
 
 def expr(s: object) -> sympy.Expr:
-    """A size (int, SymInt or sympy expression) as a sympy expression."""
+    """A size (int, SymInt, an FX node computing one, or a sympy expression) as a sympy
+    expression."""
+    if isinstance(s, torch.fx.Node):
+        s = s.meta["val"]
     if isinstance(s, torch.SymInt):
         return s.node.expr
     if isinstance(s, sympy.Expr):

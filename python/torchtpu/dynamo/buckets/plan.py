@@ -97,6 +97,7 @@ def compact(rw: Rewriter, value: torch.fx.Node) -> torch.fx.Node:
         comps += L.components(lay, size)
     dynamic = [k for k, c in enumerate(comps) if not L.is_static(c)]
     numel = sympy.expand(sympy.Mul(*sizes))
+    value = rw.contiguous(value)
     if dynamic == [0]:
         return rw.call(aten.view.default, (value, [rw.size(numel)]))
     last = dynamic[-1]

@@ -82,6 +82,11 @@ class Rewriter:
             return self._size_nodes[e]
         if isinstance(e, sympy.Symbol):
             node = self._symbol_node(e)
+        elif isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
+            base = self.size(e.base)
+            node = base
+            for _ in range(int(e.exp) - 1):
+                node = self._size_op(operator.mul, node, base)
         else:
             args = [self.size(a) for a in e.args]
             ops = {sympy.Add: operator.add, sympy.Mul: operator.mul}
@@ -158,6 +163,13 @@ class Rewriter:
             mask = self.call(torch.ops.aten.view.default, (mask, [self.size(size)]))
         self._valid[key] = mask
         return mask
+
+    def contiguous(self, a: torch.fx.Node) -> torch.fx.Node:
+        """`a` as a contiguous tensor (a view needs one; the static program is the same)."""
+        if a.meta["val"].is_contiguous():
+            return a
+        return self.call(torch.ops.aten.clone.default, (a,),
+                         {"memory_format": torch.contiguous_format})
 
     def mask(self, a: torch.fx.Node, dims: Sequence[int], fill: Any) -> torch.fx.Node:
         """`a` with its padding along `dims` (those of them that are padded) set to `fill`:

@@ -71,15 +71,22 @@ def _index_select(rw: Rewriter, node: torch.fx.Node) -> None:
     rw.set(node, tuple(lays))
 
 
-def _rows_agree(rw: Rewriter, node: torch.fx.Node, x: torch.fx.Node, index: torch.fx.Node,
-                dim: int) -> None:
-    """gather/scatter pair index[i][j] with x[i][...]: along every dim but `dim`, the
-    index's padded positions must be x's (or the index static there)."""
+def _rows(rw: Rewriter, node: torch.fx.Node, x: torch.fx.Node, index: torch.fx.Node,
+          dim: int) -> list[int]:
+    """gather/scatter pair index[i][j] with x[i][...]: along every dim but `dim` the index's
+    positions are x's, so both must be laid out as true positions first (prefixes). Returns
+    the dims where the index's padded rows are rows of x that may be true (its true size
+    may be below x's)."""
     lx, li = rw.of(x), rw.of(index)
+    loose = []
     for d in range(len(li)):
-        if d != dim and li[d] and li[d] != lx[d]:
+        if d == dim or not li[d] or li[d] == lx[d]:
+            continue
+        if not (L.is_prefix(li[d]) and (not lx[d] or L.is_prefix(lx[d]))):
             raise Hazard(f"{node.target} ({node.name}): index dim {d} laid out unlike "
                          "its tensor's")
+        loose.append(d)
+    return loose
 
 
 @_register("indexed", aten.gather.default)
@@ -87,31 +94,49 @@ def _gather(rw: Rewriter, node: torch.fx.Node) -> None:
     x, dim, index = node.args[0], node.args[1], node.args[2]
     dim = _dim(dim, len(rw.of(x)))
     _check_positions(rw, node, x, [dim])
-    _rows_agree(rw, node, x, index, dim)
+    _rows(rw, node, x, index, dim)  # padded index rows read rows of x: padding out
     _safe_index(rw, node, 2)
     rw.set(node, rw.of(index))
 
 
 @_register("indexed", aten.scatter.value, aten.scatter.src, aten.scatter_add.default,
            aten.scatter_reduce.two)
-def _scatter(rw: Rewriter, node: torch.fx.Node) -> None:
+def _scatter(rw: Rewriter, node: torch.fx.Node) -> Any:
     x, dim, index = node.args[0], node.args[1], node.args[2]
     dim = _dim(dim, len(rw.of(x)))
     _check_positions(rw, node, x, [dim])
-    _rows_agree(rw, node, x, index, dim)
-    if rw.of(index) and rw.of(index)[dim]:
-        # Padded entries along the scatter dim would write somewhere true: only a
-        # reduction can make them write nothing (its identity).
-        fills = {aten.scatter_add.default: "zero"}
-        reduce = node.args[4] if node.target is aten.scatter_reduce.two else None
-        fill = fills.get(node.target) or {"sum": "zero", "prod": "one", "amax": "low",
-                                          "amin": "high"}.get(reduce)
-        if fill is None:
-            raise Hazard(f"{node.target} ({node.name}) scatters along a padded index dim")
-        src = node.args[3]
-        node.update_arg(3, rw.mask(src, [dim], fill))
+    loose = _rows(rw, node, x, index, dim)
+    fill = {aten.scatter_add.default: "zero"}.get(node.target)
+    if node.target is aten.scatter_reduce.two:
+        fill = {"sum": "zero", "prod": "one", "amax": "low", "amin": "high"}.get(node.args[4])
+    padded_rows = [d for d in rw.padded_dims(index) if d == dim or d in loose]
+    if padded_rows and fill is not None:
+        # Padded entries add the reduction's identity wherever they land.
+        node.update_arg(3, rw.mask(node.args[3], padded_rows, fill))
+        loose = []
+    elif rw.of(index) and rw.of(index)[dim]:
+        raise Hazard(f"{node.target} ({node.name}) overwrites at padded index positions")
     _safe_index(rw, node, 2)
     rw.set(node, rw.of(x))
+    if not loose:
+        return None
+    # Padded index rows would overwrite rows of x that may be true: those rows keep x.
+    kept = None
+    sizes_x, sizes_i = rw.sizes(x), rw.sizes(index)
+    for d in loose:
+        pos = rw.call(aten.arange.start_step, (0, rw.size(sizes_x[d])),
+                      {"dtype": torch.int64, "device": x.meta["val"].device})
+        rows = rw.call(aten.lt.Scalar, (pos, rw.size(sizes_i[d])))
+        shape = [1] * len(sizes_x)
+        shape[d] = rw.size(sizes_x[d])
+        rows = rw.call(aten.view.default, (rows, shape))
+        kept = rows if kept is None else rw.call(aten.logical_and.default, (kept, rows))
+    with rw.graph.inserting_after(node):
+        new = rw.graph.call_function(aten.where.self, (kept, node, x))
+    new.meta["val"] = node.meta["val"]
+    node.replace_all_uses_with(new, delete_user_cb=lambda user: user is not new)
+    rw.set(new, rw.of(x))
+    return None
 
 
 def _index_positions(node: torch.fx.Node) -> list[int]:
