@@ -160,7 +160,8 @@ class Rewriter:
         if len(comps) > 1:
             mask = self.call(torch.ops.aten.expand.default,
                              (mask, [self.size(c) for c in comps]))
-            mask = self.call(torch.ops.aten.view.default, (mask, [self.size(size)]))
+            mask = self.call(torch.ops.aten.view.default,
+                             (self.contiguous(mask), [self.size(size)]))
         self._valid[key] = mask
         return mask
 
