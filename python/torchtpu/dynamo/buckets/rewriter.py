@@ -38,7 +38,8 @@ class Rewriter:
         self.carried = carried or {}
         self.placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         self.fake_mode = torch._guards.detect_fake_mode(
-            [n.meta["val"] for n in self.placeholders if "val" in n.meta])
+            [n.meta["val"] for n in self.graph.nodes
+             if isinstance(n.meta.get("val"), torch.Tensor)])
         self.layouts: dict[torch.fx.Node, Any] = {}
         self._cursor: torch.fx.Node | None = None
         self._size_nodes: dict[sympy.Expr, Any] = {}

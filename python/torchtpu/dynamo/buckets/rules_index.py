@@ -285,16 +285,16 @@ def _cat(rw: Rewriter, node: torch.fx.Node) -> Any:
             raise Hazard(f"internal: {node.name}")
         rw.set(node, tuple(lays))
         return None
-    # The pieces meet at true sizes: the first piece padded out to the whole length, each
-    # next one placed at the true end of those before it.
-    first = tensors[0]
-    length = rw.sizes(first)[dim]
-    pads = [0, 0] * (rank - 1 - dim) + [0, rw.size(sympy.expand(out[dim] - length))]
-    acc = rw.call(aten.constant_pad_nd.default, (first, pads, 0))
-    offset = length
-    for t in tensors[1:]:
+    # The pieces meet at true sizes: each is placed at the true end of those before it.
+    val = node.meta["val"]
+    acc = rw.call(aten.full.default, ([rw.size(s) for s in out], 0),
+                  {"dtype": val.dtype, "device": val.device})
+    offset: sympy.Expr = sympy.Integer(0)
+    for t in tensors:
         n = rw.sizes(t)[dim]
-        acc = _place(rw, acc, t, dim, offset, n)
+        piece = t if t.meta["val"].dtype == val.dtype else rw.call(
+            aten._to_copy.default, (t,), {"dtype": val.dtype})
+        acc = _place(rw, acc, piece, dim, offset, n)
         offset = sympy.expand(offset + n)
     return acc
 
