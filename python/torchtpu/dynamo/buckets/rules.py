@@ -162,9 +162,8 @@ _register("exact", aten.where.self, aten.clone.default,
            aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
            aten.new_empty_strided.default)
 def _factory(rw: Rewriter, node: torch.fx.Node) -> None:
-    if node.target in (aten.arange.start_step, aten.arange.start) and not L.is_static(
-            L.expr(node.args[0])):
-        raise Hazard(f"{node.target} ({node.name}) starts at a size")
+    # (arange's bounds are values, runtime scalars when they are sizes: only its length,
+    # the output's static size, comes from the bucket.)
     rw.set(node, tuple(L.prefix(s) for s in node.meta["val"].shape))
 
 
@@ -272,13 +271,10 @@ def _slice(rw: Rewriter, node: torch.fx.Node) -> Any:
     given = dict(zip(("dim", "start", "end", "step"), node.args[1:]), **node.kwargs)
     dim = _dim(given.get("dim", 0), len(lays))
     start = L.expr(given.get("start") if given.get("start") is not None else 0)
-    end = given.get("end")
     step = int(given.get("step") if given.get("step") is not None else 1)
-    out_sizes = rw.sizes(node)
-    out_len = out_sizes[dim]
-    whole = L.equal(out_len, sizes[dim])
+    out_len = rw.sizes(node)[dim]
     static_start = L.is_static(start) and int(start) >= 0
-    if whole:
+    if L.equal(out_len, sizes[dim]):
         rw.set(node, lays)
         return None
     if lays[dim] and not L.is_prefix(lays[dim]):
@@ -300,7 +296,6 @@ def _slice(rw: Rewriter, node: torch.fx.Node) -> Any:
         positions = rw.call(aten.mul.Tensor, (positions, step))
     positions = rw.call(aten.add.Tensor, (positions, first))
     positions = rw.call(aten.clamp.default, (positions, 0, rw.size(sympy.expand(sizes[dim] - 1))))
-    del end
     return rw.call(aten.index_select.default, (src, dim, positions))
 
 
