@@ -14,7 +14,7 @@ computation left there. `RULES` maps an aten overload to a `Rule`:
   cumulative sum over merged rows): the padding of that dim is set to the op's identity
   first (``where(valid, x, fill)``, `Rewriter.mask`), so it adds nothing.
 - ``indexed``: reads or writes at positions held in an index tensor: padded index
-  entries are set to a safe position (0, or the loss's ignore_index) and what they would
+  entries are set to a safe position (0) and what they would
   write is masked, so padding neither fails a bounds check nor writes a true element.
 - ``rewritten``: depends on where a dim ends (cat and pad after a padded dim, a slice
   from its end, mean's divisor): replaced by ops that have rules, with the true sizes as
@@ -340,19 +340,17 @@ _register("masked", aten.all.dim, aten.all.dims)(_reduction("one"))
 _register("masked", aten.all.default)(_reduction("one", all_dims=True))
 _register("masked", aten.prod.dim_int)(_reduction("one"))
 _register("masked", aten.logsumexp.default)(_reduction("low"))
-_register("masked", aten.max.dim)(_reduction("low"))
-_register("masked", aten.min.dim)(_reduction("high"))
-
-
-@_register("masked", aten.argmax.default, aten.argmin.default)
+@_register("masked", aten.argmax.default, aten.argmin.default, aten.max.dim, aten.min.dim)
 def _argext(rw: Rewriter, node: torch.fx.Node) -> None:
     src = node.args[0]
     lays = rw.of(src)
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-    if dim is None or (lays[_dim(dim, len(lays))] and not L.is_prefix(lays[_dim(dim, len(lays))])):
-        if any(lays):
-            raise Hazard(f"{node.target} ({node.name}) returns positions in merged padded rows")
-    fill = "low" if node.target is aten.argmax.default else "high"
+    # Positions along a prefix are true positions; over every dim (flattened) or along
+    # merged rows they are not.
+    if any(lays) and (dim is None or (lays[_dim(dim, len(lays))]
+                                      and not L.is_prefix(lays[_dim(dim, len(lays))]))):
+        raise Hazard(f"{node.target} ({node.name}) returns positions in merged padded rows")
+    fill = "low" if node.target in (aten.argmax.default, aten.max.dim) else "high"
     _reduction(fill)(rw, node)
 
 
@@ -366,7 +364,7 @@ def _mean(rw: Rewriter, node: torch.fx.Node) -> Any:
         rw.set(node, _reduced(lays, dims, node.target is aten.mean.dim and _keepdim(node, 2)))
         return None
     keep = node.target is aten.mean.dim and _keepdim(node, 2)
-    dtype = node.kwargs.get("dtype") or (node.args[3] if len(node.args) > 3 else None)
+    dtype = node.kwargs.get("dtype")
     total = rw.call(aten.sum.dim_IntList, (src, dims, keep), {"dtype": dtype} if dtype else {})
     count = sympy.Integer(1)
     for d in dims:

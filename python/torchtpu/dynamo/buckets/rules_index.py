@@ -44,21 +44,6 @@ def _embedding(rw: Rewriter, node: torch.fx.Node) -> None:
     rw.set(node, tuple(rw.of(index)) + (rw.of(weight)[1],))
 
 
-@_register("indexed", aten.embedding_dense_backward.default)
-def _embedding_backward(rw: Rewriter, node: torch.fx.Node) -> None:
-    grad, index = node.args[0], node.args[1]
-    padding_idx = node.args[3] if len(node.args) > 3 else -1
-    by_freq = bool(node.args[4]) if len(node.args) > 4 else False
-    dims = rw.padded_dims(index)
-    if dims:
-        if by_freq and padding_idx < 0:
-            raise Hazard(f"{node.target} ({node.name}) counts padded indices "
-                         "(scale_grad_by_freq without a padding_idx)")
-        node.update_arg(0, rw.mask(grad, dims, "zero"))
-        node.update_arg(1, rw.mask(index, dims, padding_idx if by_freq else "zero"))
-    rw.set(node, (L.STATIC, rw.of(grad)[-1]))
-
-
 @_register("indexed", aten.index_select.default)
 def _index_select(rw: Rewriter, node: torch.fx.Node) -> None:
     x, dim, index = node.args[0], node.args[1], node.args[2]
@@ -172,9 +157,15 @@ def _index_put(rw: Rewriter, node: torch.fx.Node) -> Any:
         rw.set(node, rw.of(x))
         return None
     if accumulate:
-        # Padded entries add zeros at position 0.
-        lead = len(rw.sizes(values)) - (len(rw.sizes(x)) - len(at))
-        node.update_arg(2, rw.mask(values, list(range(max(lead, 0))), "zero"))
+        # Padded entries add zeros at position 0: the values, broadcast to one per index
+        # entry, are masked along the index dims.
+        shapes = {tuple(rw.sizes(indices[k])) for k in at}
+        if len(shapes) > 1:
+            raise Hazard(f"{node.target} ({node.name}) with index tensors of several shapes")
+        lead = list(shapes.pop())
+        full = [rw.size(e) for e in lead + rw.sizes(x)[at[-1] + 1:]]
+        values = rw.call(aten.expand.default, (values, full))
+        node.update_arg(2, rw.mask(rw.contiguous(values), list(range(len(lead))), "zero"))
         for k in at:
             indices[k] = rw.mask(indices[k], list(range(indices[k].meta["val"].dim())), "zero")
         node.update_arg(1, indices)
@@ -202,31 +193,6 @@ def _index_put(rw: Rewriter, node: torch.fx.Node) -> Any:
     rank = x.meta["val"].dim()
     hit = rw.call(aten.view.default, (hit, [rows] + [1] * (rank - 1)))
     return rw.call(aten.where.self, (hit, picked, x))
-
-
-def _nll_target(rw: Rewriter, node: torch.fx.Node, self_at: int, target_at: int,
-                ignore_at: int) -> None:
-    x, target = node.args[self_at], node.args[target_at]
-    lays = rw.of(x)
-    if lays and lays[0 if len(lays) == 1 else 1]:
-        raise Hazard(f"{node.target} ({node.name}) over a padded class dim")
-    ignore = node.args[ignore_at]
-    node.update_arg(target_at, rw.mask(target, rw.padded_dims(target), ignore))
-
-
-@_register("indexed", aten.nll_loss_forward.default)
-def _nll_loss(rw: Rewriter, node: torch.fx.Node) -> None:
-    # Padded targets become ignore_index: no loss, no weight in the mean.
-    _nll_target(rw, node, 0, 1, 4)
-    reduction = node.args[3]
-    loss = rw.of(node.args[1]) if reduction == 0 else ()
-    rw.set(node, [loss, ()])
-
-
-@_register("indexed", aten.nll_loss_backward.default)
-def _nll_loss_backward(rw: Rewriter, node: torch.fx.Node) -> None:
-    _nll_target(rw, node, 1, 2, 5)
-    rw.set(node, rw.of(node.args[1]))
 
 
 # --- rewritten: ops that depend on where a padded dim ends --------------------------------
@@ -264,10 +230,9 @@ def _place(rw: Rewriter, acc: torch.fx.Node, src: torch.fx.Node, dim: int, offse
 
 @_register("rewritten", aten.cat.default)
 def _cat(rw: Rewriter, node: torch.fx.Node) -> Any:
-    tensors = [t for t in node.args[0] if t.meta["val"].dim() > 0 or True]
     rank = node.meta["val"].dim()
     dim = _dim(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0), rank)
-    tensors = [t for t in tensors if t.meta["val"].dim() == rank]  # legacy empty [0] skipped
+    tensors = [t for t in node.args[0] if t.meta["val"].dim() == rank]  # (legacy empty [0])
     out = rw.sizes(node)
     if not any(rw.of(t)[dim] for t in tensors):
         lays = []
@@ -281,8 +246,6 @@ def _cat(rw: Rewriter, node: torch.fx.Node) -> Any:
                              f"differently along dim {d}")
             found_lay = found.pop()
             lays.append(found_lay)
-        if lays[dim] and any(not L.is_static(rw.sizes(t)[dim]) for t in tensors):
-            raise Hazard(f"internal: {node.name}")
         rw.set(node, tuple(lays))
         return None
     # The pieces meet at true sizes: each is placed at the true end of those before it.
@@ -305,12 +268,13 @@ def _pad(rw: Rewriter, node: torch.fx.Node) -> None:
     value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
     lays = rw.of(x)
     rank = len(lays)
-    fill_dims = []
+    fill_dims, padded_dims = [], set()
     for i in range(len(pads) // 2):
         d = rank - 1 - i
         lo, hi = L.expr(pads[2 * i]), L.expr(pads[2 * i + 1])
         if lo == 0 and hi == 0:
             continue
+        padded_dims.add(d)
         if not L.is_static(lo):
             raise Hazard(f"{node.target} ({node.name}) pads a size before a dim")
         if lays[d] and not L.is_prefix(lays[d]):
@@ -320,7 +284,7 @@ def _pad(rw: Rewriter, node: torch.fx.Node) -> None:
     if fill_dims:
         value = value if value is not None else 0
         node.update_arg(0, rw.mask(x, fill_dims, value))
-    rw.set(node, tuple(L.prefix(s) if (lays[d] or not L.is_static(s)) else L.STATIC
+    rw.set(node, tuple(L.prefix(s) if d in padded_dims else lays[d]
                        for d, s in enumerate(rw.sizes(node))))
 
 
