@@ -234,15 +234,10 @@ class GraphRunner:
                             sizes)
         forms = self._forms(actual)
         out: list[Any] = []
-        handed_out: set[int] = set()
         for k, (entry, value) in enumerate(zip(built.output_layout, resolved)):
             form = self.bucket_plan.outputs[k] if k < len(self.bucket_plan.outputs) else None
             if entry[0] == "tensor":
-                t = tensors[entry[1]]
-                if entry[1] in handed_out:
-                    t = t.clone()
-                handed_out.add(entry[1])
-                out.append(_as_output(t, form, forms[k]))
+                out.append(_as_output(tensors[entry[1]], form, forms[k]))
             elif entry[0] == "arg":
                 j = entry[1]
                 padded = form is not None and form.kind == "padded" and j in fed

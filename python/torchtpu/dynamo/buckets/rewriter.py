@@ -58,7 +58,14 @@ class Rewriter:
             if any(not L.is_static(L.expr(s)) for s in val.shape):
                 raise Hazard(f"internal: {a.name} has symbolic dims and no layout")
             return (L.STATIC,) * val.dim()
-        return got
+        return tuple(L.canonical([self._current(c) for c in lay]) if lay else lay
+                     for lay in got)
+
+    def _current(self, e: sympy.Expr) -> sympy.Expr:
+        """`e` with the symbols Dynamo has since found equal to others replaced, as sizes
+        read now show them (s.node.expr)."""
+        env = getattr(self.fake_mode, "shape_env", None)
+        return env.replace(e) if env is not None else e
 
     def padded_dims(self, a: Any) -> list[int]:
         return [d for d, lay in enumerate(self.of(a)) if lay]
