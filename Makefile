@@ -8,14 +8,26 @@
 #   make bench   build, then bench/eager_overhead.py
 #   make op-coverage  build, then scripts/op_coverage.py: every PyTorch OpInfo checked on tpu
 #                against the CPU, written to docs/op_coverage.md (OPCOV_ARGS, e.g. '--jobs 4')
-#   make bench-compile  build, install jax/jaxlib into .venv if missing, then
-#                bench/compiled_vs_jax.py (BENCH_ARGS, e.g. BENCH_ARGS='--steps 50')
+#   make bench-compile  build, then bench/compiled_vs_jax.py (BENCH_ARGS, e.g.
+#                BENCH_ARGS='--steps 50')
+#   make bench-jax-op  build, then bench/jax_op_inline.py: a compiled model with a JAX op
+#                inlined against the same model in PyTorch (BENCH_ARGS)
 #   make serve   build, then `torchtpu serve` (SmolLM2-135M-Instruct on tpu, port 8000;
 #                SERVE_ARGS, e.g. SERVE_ARGS='--port 9000 --model DIR')
 #   make bench-serve  build, then bench/serve_bench.py (BENCH_ARGS, e.g. BENCH_ARGS=--quick)
+#   make bench-router  build, then bench/router_bench.py: cache-aware routing against
+#                round-robin on the same replicas (BENCH_ARGS, e.g. BENCH_ARGS=--quick)
 #   make test-upstream  build, then scripts/upstream_tests.py: PyTorch's own device-generic
 #                test files on tpu (UPSTREAM_TESTS=<folder of them>, e.g. a pytorch
 #                checkout's test/), summary in docs/upstream_tests.md (UPSTREAM_ARGS)
+#   make train   build, then TorchTitan's trainer on tpu (torchtpu.train): RANKS (default 1;
+#                RANKS=2: FSDP2 over 2 ranks), TRAIN_CONFIG (default llama3_debug; qwen3_debug,
+#                smollm2_135m, smollm2_135m_finetune), TRAIN_ARGS (TorchTitan overrides, e.g.
+#                '--training.steps 100'); writes outputs/titan (checkpoints, metrics.jsonl,
+#                loss_curve.png)
+#   make test-titan  build, then tests/python/train in its long form (20 steps, bf16, Qwen3)
+#   make bench-train  build, then bench/titan_train.py (tokens/s and MFU: tpu compiled vs
+#                PyTorch CPU eager and Inductor, same TorchTitan model and batch; BENCH_ARGS)
 #   make clean   remove what these targets build: build/<wheel tag>, caches (keeps .venv and
 #                any other tree under build/); `make distclean` removes build/ and .venv
 #
@@ -41,8 +53,8 @@ export CCACHE_NOHASHDIR := 1
 BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-* \
 	2>/dev/null | head -1
 
-.PHONY: setup build test test-cpp test-python demo bench bench-compile serve bench-serve \
-	op-coverage test-upstream clean distclean
+.PHONY: setup build test test-cpp test-python demo bench bench-compile bench-jax-op serve \
+	bench-serve bench-router op-coverage test-upstream train test-titan bench-train clean distclean
 
 setup:
 	bash scripts/setup.sh
@@ -83,15 +95,14 @@ UPSTREAM_ARGS ?=
 test-upstream: build
 	$(PY) scripts/upstream_tests.py --out docs/upstream_tests.md $(UPSTREAM_ARGS)
 
-# jax is a benchmark-only dependency (the reference for compiled mode), so it is not in
-# scripts/setup.sh; pip finds the pinned wheels through the machine's configured indexes.
-JAX_VERSION := 0.10.2
+# jax and jaxlib (the reference of compiled mode, and what torchtpu.jax_op exports with) are
+# installed by scripts/setup.sh, pinned there.
 BENCH_ARGS ?=
 bench-compile: build
-	@$(PY) -c 'import importlib.metadata as m, sys; \
-	sys.exit(any(m.version(p) != "$(JAX_VERSION)" for p in ("jax", "jaxlib")))' 2>/dev/null \
-	|| $(PY) -m pip install -q "jax==$(JAX_VERSION)" "jaxlib==$(JAX_VERSION)"
 	$(PY) bench/compiled_vs_jax.py $(BENCH_ARGS)
+
+bench-jax-op: build
+	$(PY) bench/jax_op_inline.py $(BENCH_ARGS)
 
 SERVE_ARGS ?=
 serve: build
@@ -99,6 +110,22 @@ serve: build
 
 bench-serve: build
 	$(PY) bench/serve_bench.py $(BENCH_ARGS)
+
+bench-router: build
+	$(PY) bench/router_bench.py $(BENCH_ARGS)
+
+RANKS ?= 1
+TRAIN_CONFIG ?= llama3_debug
+TRAIN_ARGS ?=
+train: build
+	.venv/bin/torchrun --nproc-per-node $(RANKS) -m torchtpu.train \
+		--module torchtpu.train.configs --config $(TRAIN_CONFIG) $(TRAIN_ARGS)
+
+test-titan: build
+	TORCHTPU_TITAN_STEPS=20 $(PY) -m pytest tests/python/train -q --timeout=3600 $(PYTEST_ARGS)
+
+bench-train: build
+	$(PY) bench/titan_train.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build/cp*-* dist .pytest_cache .ruff_cache .venv/.torchtpu-editable

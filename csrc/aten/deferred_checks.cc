@@ -14,6 +14,7 @@ struct PendingCheck {
   runtime::BufferPtr ok;  // i1 scalar: true when the check passed
   lowering::CheckKind kind;
   std::string message;
+  std::string origin;
 };
 
 // Past this many queued checks the older half is read at the next defer: by then those
@@ -38,7 +39,7 @@ void read_checks(std::deque<PendingCheck>& checks) {
     if (!ok && failed == nullptr) failed = &c;
   }
   if (failed == nullptr) return;
-  std::string message = "a compiled graph run earlier failed a data check: " + failed->message;
+  std::string message = failed->origin + " failed a data check: " + failed->message;
   lowering::CheckKind kind = failed->kind;
   checks.clear();
   if (kind == lowering::CheckKind::kIndexError) TORCH_CHECK_INDEX(false, message);
@@ -50,14 +51,14 @@ void read_checks(std::deque<PendingCheck>& checks) {
 
 void defer_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
                        const std::vector<lowering::CheckKind>& kinds,
-                       const std::vector<std::string>& messages) {
+                       const std::vector<std::string>& messages, const std::string& origin) {
   if (messages.empty()) return;
   std::deque<PendingCheck> older;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto& q = pending();
     for (size_t k = 0; k < messages.size(); ++k) {
-      q.push_back(PendingCheck{outputs.at(first + k), kinds.at(k), messages[k]});
+      q.push_back(PendingCheck{outputs.at(first + k), kinds.at(k), messages[k], origin});
       base::counter_add("num_data_checks_deferred");
     }
     if (q.size() > kMaxPending) {

@@ -1,4 +1,5 @@
-// Data checks of compiled graphs (index bounds), read back at the next host read.
+// Data checks of compiled graphs (index bounds, asserts) and of eager calls that write
+// nothing (torch._assert_async), read back at the next host read.
 //
 // A compiled graph's check results are i1 outputs. Reading them right after the run would
 // make every graph call wait for its program (a forward graph could not overlap the
@@ -7,6 +8,9 @@
 // (block_until_ready, synchronize), or when the queue is long. A failed check raises
 // there — as CUDA reports a device-side assert at a later synchronization. An index out
 // of range reads a clamped row meanwhile (XLA's gather semantics), never out of bounds.
+// An eager call that writes nothing (_assert_async: TorchTitan's RoPE bounds check, once
+// per attention layer) queues its check the same way, as CUDA's kernel does: nothing is
+// left half-done by a late report.
 #pragma once
 
 #include <string>
@@ -17,10 +21,11 @@
 
 namespace torchtpu::aten {
 
-// Queues the check results outputs[first..] (one per message) of a program run.
+// Queues the check results outputs[first..] (one per message) of a program run. `origin`
+// says what ran, for the error ("a compiled graph run earlier").
 void defer_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
                        const std::vector<lowering::CheckKind>& kinds,
-                       const std::vector<std::string>& messages);
+                       const std::vector<std::string>& messages, const std::string& origin);
 // Reads every queued check (blocking until computed) and raises the first that failed
 // (IndexError or RuntimeError). The queue is empty afterwards, whether it raised or not.
 void flush_data_checks();

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "aten/copy_ops.h"
+#include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/host_transfer.h"
 #include "aten/op_special_cases.h"
@@ -35,7 +36,7 @@ struct CompiledOp {
   std::vector<bool> return_defined;       // per schema return
   std::vector<int> return_to_arg;         // per schema return: mutable arg it writes, or -1
   std::vector<int> return_list_size;      // per schema return: items of a Tensor[], or -1
-  int list_write_arg = -1;                // a `-> ()` list op's Tensor(a!)[] argument
+  std::vector<int> list_write_args;       // a `-> ()` list op's written Tensor(a!)[] args
   std::vector<int> extra_write_args;      // written Tensor(a!) arguments no return names
                                           // (writes_unreturned_args), after the returns
   std::vector<std::string> check_messages;
@@ -177,6 +178,9 @@ CallInfo describe_call(const c10::FunctionSchema& schema, const std::string& nam
       }
     } else if (v.isGenerator()) {
       info.generator = v.toGenerator();
+    } else if (v.isDouble() && is_runtime_float_arg(name, formals[i].name())) {
+      a.kind = ArgKind::kScalar;
+      a.scalar_category = lowering::ScalarCategory::kFloat;
     } else if (type->kind() == c10::TypeKind::NumberType) {
       a.kind = ArgKind::kScalar;
       a.scalar_category = v.isBool()                  ? lowering::ScalarCategory::kBool
@@ -351,15 +355,20 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
     compiled->return_to_arg.push_back(arg);
     compiled->return_list_size.push_back(-1);
   }
-  // In-place foreach ops return nothing and write every item of their Tensor(a!)[]
-  // argument; the results are the items' new values, of the items' own types.
+  // In-place list ops (_foreach_*, the fused optimizer steps) return nothing and write
+  // every item of their Tensor(a!)[] arguments (those leaves_list_arg_unchanged does not
+  // exclude); the results are the items' new values, of the items' own types, list after
+  // list in argument order.
   if (returns.empty()) {
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
       if (!ai || !ai->isWrite() || info.args[i].kind != ArgKind::kTensorList) continue;
-      compiled->list_write_arg = static_cast<int>(i);
-      compiled->out_types = info.args[i].list_types;
-      break;
+      if (leaves_list_arg_unchanged(name, schema.arguments()[i].name(), schema, ivalues)) {
+        continue;
+      }
+      compiled->list_write_args.push_back(static_cast<int>(i));
+      const std::vector<TensorType>& items = info.args[i].list_types;
+      compiled->out_types.insert(compiled->out_types.end(), items.begin(), items.end());
     }
   }
   // Ops that also write arguments they do not return (the grad-scaler ops' found_inf and
@@ -368,7 +377,7 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const std:
     const std::vector<int>& to_arg = compiled->return_to_arg;
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
-      if (!ai || !ai->isWrite() || static_cast<int>(i) == compiled->list_write_arg) continue;
+      if (!ai || !ai->isWrite() || info.args[i].kind == ArgKind::kTensorList) continue;
       if (std::find(to_arg.begin(), to_arg.end(), static_cast<int>(i)) != to_arg.end()) continue;
       if (info.args[i].kind != ArgKind::kTensor) {
         throw NeedsFallback{"argument '" + schema.arguments()[i].name() +
@@ -444,7 +453,7 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
         break;
     }
   }
-  if (c.out_types.empty() && c.list_write_arg >= 0) {  // an in-place list op on empty lists
+  if (c.out_types.empty() && !c.list_write_args.empty()) {  // in-place list op, empty lists
     torch::jit::drop(*stack, num_args);
     return;
   }
@@ -454,15 +463,23 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema, torch:
   TORCH_CHECK(outputs.ok(), outputs.status().message());
   base::counter_add("num_eager_ops");
 
-  // Data checks run before anything is written, so a failing call changes nothing.
+  // Data checks run before anything is written, so a failing call changes nothing. A call
+  // that writes nothing (_assert_async) queues them for the next host read instead, as a
+  // compiled graph does and as CUDA reports a device-side assert: it never waits.
   size_t num_results = c.out_types.size();
-  run_data_checks(*outputs, num_results, c.check_kinds, c.check_messages);
+  if (num_results == 0) {
+    defer_data_checks(*outputs, 0, c.check_kinds, c.check_messages,
+                      "an earlier call of " + op_name(schema));
+  } else {
+    run_data_checks(*outputs, num_results, c.check_kinds, c.check_messages);
+  }
 
   std::vector<c10::IValue> results;
   size_t next = 0;
-  if (c.list_write_arg >= 0) {
-    std::vector<at::Tensor> targets = ivalues[c.list_write_arg].toTensorVector();
-    for (const at::Tensor& target : targets) write_tensor(target, (*outputs)[next++]);
+  for (int arg : c.list_write_args) {
+    for (const at::Tensor& target : ivalues[arg].toTensorVector()) {
+      write_tensor(target, (*outputs)[next++]);
+    }
   }
   for (size_t j = 0; j < c.return_defined.size(); ++j) {
     if (c.return_list_size[j] >= 0) {

@@ -1,8 +1,10 @@
 #include "aten/op_special_cases.h"
 
+#include <optional>
 #include <unordered_set>
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
 #include "base/metrics.h"
@@ -137,6 +139,36 @@ bool writes_unreturned_args(const std::string& name) {
 
 namespace {
 
+bool is_fused_adam(const std::string& name) {
+  return name.rfind("aten::_fused_adam", 0) == 0;  // _fused_adam(w)(_)(.tensor_lr)
+}
+
+const c10::IValue& named_arg(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args,
+                             const char* arg_name) {
+  std::optional<int> i = schema.argumentIndexWithName(arg_name);
+  TORCH_INTERNAL_ASSERT(i.has_value() && static_cast<size_t>(*i) < args.size(), schema.name(),
+                        " has no argument ", arg_name);
+  return args[*i];
+}
+
+}  // namespace
+
+bool is_runtime_float_arg(const std::string& name, const std::string& arg_name) {
+  return (arg_name == "lr" || arg_name == "beta1" || arg_name == "beta2") &&
+         name.rfind("aten::_fused_", 0) == 0;
+}
+
+bool leaves_list_arg_unchanged(const std::string& name, const std::string& arg_name,
+                               const c10::FunctionSchema& schema,
+                               c10::ArrayRef<c10::IValue> args) {
+  if (!is_fused_adam(name)) return false;
+  if (arg_name == "grads") return named_arg(schema, args, "grad_scale").isNone();
+  if (arg_name == "max_exp_avg_sqs") return !named_arg(schema, args, "amsgrad").toBool();
+  return false;
+}
+
+namespace {
+
 // The fused RNN cells have CUDA kernels only. _thnn_fused_gru_cell has no meta kernel and
 // PyTorch's meta kernel of _thnn_fused_lstm_cell fails on absent biases (it reads
 // `.device` of None, an AttributeError): both are described here with RNN.cu's checks
@@ -198,6 +230,19 @@ void meta_gru_cell_backward(torch::jit::Stack& st) {
 // The fused RNN cells are described above.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) {
   auto& st = *meta_stack;
+  if (is_fused_adam(name) && name.size() > 10 &&
+      name.compare(name.size() - 10, 10, ".tensor_lr") == 0) {
+    // No meta kernel: the float-lr overload's, after the CPU kernel's check of lr (it reads
+    // lr.item()). The meta arguments hold lr's meta copy at the position of the float.
+    size_t lr = 6;
+    int64_t numel = st[lr].toTensor().numel();
+    TORCH_CHECK(numel == 1, "a Tensor with ", numel, " elements cannot be converted to Scalar");
+    st[lr] = 1.0;
+    c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
+        name.substr(0, name.size() - 10).c_str(), "");
+    op.callBoxed(&st);
+    return true;
+  }
   if (name == "aten::_thnn_fused_lstm_cell") {
     meta_rnn_cell(st, "_thnn_fused_lstm_cell", 4);
     return true;
@@ -275,7 +320,7 @@ void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::
 
 // Argument checks the CPU kernels make and the meta kernels do not: multinomial's (its
 // meta kernel checks only the rank), uniform's range, _amp_update_scale_'s dtypes and
-// sizes. Same messages as the CPU.
+// sizes, _assert_async's element count. Same messages as the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
   if (name == "aten::uniform_" || name == "aten::uniform" || name == "aten::uniform.out") {
     double from = args[1].toDouble(), to = args[2].toDouble();
@@ -299,6 +344,13 @@ void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue
       TORCH_CHECK(got == want, "Expected object of scalar type ", want, " but got scalar type ",
                   got, " for argument 'out'");
     }
+    return;
+  }
+  if (name == "aten::_assert_async" || name == "aten::_assert_async.msg") {
+    // is_nonzero's checks, which the meta kernels skip.
+    int64_t n = args[0].toTensor().numel();
+    TORCH_CHECK(n != 0, "Boolean value of Tensor with no values is ambiguous");
+    TORCH_CHECK(n < 2, "Boolean value of Tensor with more than one value is ambiguous");
     return;
   }
   if (name == "aten::_amp_update_scale_") {  // the CPU kernel's checks; the meta has none

@@ -47,6 +47,20 @@ void check_same_dtype_out(const std::string& name, c10::ArrayRef<c10::IValue> ar
 // Opt-in by name, since other such ops (_native_batch_norm_legit) are handled otherwise.
 bool writes_unreturned_args(const std::string& name);
 
+// Float arguments that are data, not structure: the fused optimizer steps' learning rate
+// and betas (`lr`, `beta1`, `beta2` of aten::_fused_*), which schedules change every step
+// (OneCycleLR cycles beta1). They are described as runtime scalars (a new value never
+// recompiles) instead of joining the op-cache key.
+bool is_runtime_float_arg(const std::string& name, const std::string& arg_name);
+
+// Ops returning `()` write every item of each of their Tensor(a!)[] arguments, in argument
+// order, except the lists this names as left unchanged: the fused Adam steps write `grads`
+// only with a grad_scale (unscaled) and `max_exp_avg_sqs` only with amsgrad, as PyTorch's
+// kernels do. Their lowerings return exactly the written lists (lowering/optimizer.cc).
+bool leaves_list_arg_unchanged(const std::string& name, const std::string& arg_name,
+                               const c10::FunctionSchema& schema,
+                               c10::ArrayRef<c10::IValue> args);
+
 // For ops without a meta kernel (convolution_overrideable and its backward, the fused RNN
 // cells), replaces the meta arguments on `meta_stack` by the op's meta results (computed
 // from an equivalent op, or from the CUDA kernel's shapes). Returns false for every other
@@ -54,7 +68,8 @@ bool writes_unreturned_args(const std::string& name);
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 
 // Checks that PyTorch's CPU kernels make and their meta kernels do not (multinomial's
-// sample count and dtype, uniform's range, _amp_update_scale_'s dtypes and sizes),
+// sample count and dtype, uniform's range, _amp_update_scale_'s dtypes and sizes,
+// _assert_async's element count),
 // raising the CPU's message; a no-op otherwise.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args);
 

@@ -28,24 +28,25 @@ void collect(const c10::IValue& v, std::vector<at::Tensor>* out) {
   }
 }
 
-// In-place foreach ops: item i of the written list against item i of every read list (as
-// PyTorch's per-item kernels check), not against every other item.
-void check_foreach_overlap(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args) {
-  std::vector<at::Tensor> written;
-  std::vector<std::vector<at::Tensor>> read;
+// In-place list ops (_foreach_*, the fused optimizer steps): item i of each written list
+// against item i of every other list (as PyTorch's per-item kernels check), not against
+// every other item.
+void check_list_overlap(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args) {
+  std::vector<std::vector<at::Tensor>> written, all;
   for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i) {
     if (!args[i].isTensorList()) continue;
     const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
-    if (ai && ai->isWrite()) {
-      written = args[i].toTensorVector();
-    } else {
-      read.push_back(args[i].toTensorVector());
-    }
+    all.push_back(args[i].toTensorVector());
+    if (ai && ai->isWrite()) written.push_back(all.back());
   }
-  for (size_t k = 0; k < written.size(); ++k) {
-    at::assert_no_internal_overlap(written[k]);
-    for (const std::vector<at::Tensor>& list : read) {
-      if (k < list.size()) at::assert_no_partial_overlap(written[k], list[k]);
+  for (const std::vector<at::Tensor>& list : written) {
+    for (size_t k = 0; k < list.size(); ++k) {
+      at::assert_no_internal_overlap(list[k]);
+      for (const std::vector<at::Tensor>& other : all) {
+        if (k < other.size() && !other[k].is_same(list[k])) {
+          at::assert_no_partial_overlap(list[k], other[k]);
+        }
+      }
     }
   }
 }
@@ -54,8 +55,8 @@ void check_foreach_overlap(const c10::FunctionSchema& schema, c10::ArrayRef<c10:
 
 void check_written_overlap(const c10::FunctionSchema& schema, const std::string& name,
                            c10::ArrayRef<c10::IValue> args) {
-  if (name.rfind("aten::_foreach_", 0) == 0) {
-    check_foreach_overlap(schema, args);
+  if (name.rfind("aten::_foreach_", 0) == 0 || name.rfind("aten::_fused_", 0) == 0) {
+    check_list_overlap(schema, args);
     return;
   }
   std::vector<at::Tensor> written, read;

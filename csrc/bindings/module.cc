@@ -20,6 +20,7 @@ void register_direct_lowerings();
 void bind_compile(pybind11::module& m);
 void bind_memory(pybind11::module& m);
 void bind_distributed(pybind11::module& m);
+void bind_module_calls(pybind11::module& m);
 
 namespace {
 
@@ -97,4 +98,5 @@ PYBIND11_MODULE(_C, m) {
   bind_compile(m);
   bind_memory(m);
   bind_distributed(m);
+  bind_module_calls(m);
 }

@@ -169,6 +169,21 @@ PYBIND11_MODULE(_serve, m) {
           py::arg("request_id"))
       .def("release_request", &Scheduler::release, py::arg("request_id"))
       .def("reset_prefix_cache", [](Scheduler& s) { s.reset_prefix_cache(); })
+      .def("enable_kv_events", &Scheduler::enable_kv_events)
+      .def(
+          "take_kv_events",
+          [](Scheduler& s) {
+            // (type, block_hashes, parent_block_hash | None, token_ids, block_size): the
+            // fields of vLLM's events; the publisher adds the rest.
+            py::list out;
+            for (const serve::KvEvent& e : s.take_kv_events()) {
+              py::object parent = e.parent_block_hash ? py::object(py::int_(*e.parent_block_hash))
+                                                      : py::object(py::none());
+              out.append(py::make_tuple(serve::kv_event_kind_name(e.kind), e.block_hashes, parent,
+                                        e.token_ids, e.block_size));
+            }
+            return out;
+          })
       .def_property_readonly("config", &Scheduler::config)
       .def_property_readonly("num_free_pages", &Scheduler::num_free_pages)
       .def_property_readonly("num_total_pages", &Scheduler::num_total_pages)

@@ -127,7 +127,8 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   }
   size_t n = lowered_.output_types.size();
   // Read at the next host read, not now: a graph call does not wait for its program.
-  aten::defer_data_checks(*outputs, n, lowered_.check_kinds, lowered_.check_messages);
+  aten::defer_data_checks(*outputs, n, lowered_.check_kinds, lowered_.check_messages,
+                          "a compiled graph run earlier");
   std::vector<at::Tensor> result;
   result.reserve(n);
   for (size_t k = 0; k < n; ++k) {

@@ -12,6 +12,7 @@
 
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
+#include "lowering/module_call.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -42,7 +43,7 @@ const std::set<std::string, std::less<>>& complex_ops() {
       "slice", "slice_copy", "select", "select_copy", "split", "split_copy", "split_with_sizes",
       "split_with_sizes_copy", "unbind", "unbind_copy", "as_strided", "as_strided_copy", "copy",
       "_to_copy", "clone", "cat", "flip", "roll", "slice_scatter", "select_scatter",
-      "constant_pad_nd", "repeat", "unfold_backward",
+      "constant_pad_nd", "repeat", "unfold_backward", "gather", "index", "index_select",
       // complex views as values (graphs)
       "view_as_real", "view_as_complex", "view_as_real_copy", "view_as_complex_copy", "real",
       "imag", "_conj", "_conj_copy", "resolve_conj", "_neg_view", "_neg_view_copy", "resolve_neg",
@@ -150,6 +151,8 @@ Result lower_imag(LoweringContext& c) { return std::vector<Value>{imag_part(c.b(
 }  // namespace
 
 bool accepts_complex(std::string_view op_name) {
+  // A module call's function was exported for its argument types, complex ones included.
+  if (is_module_call(op_name)) return true;
   std::string_view name = op_name;
   if (name.rfind("aten::", 0) != 0) return false;
   name.remove_prefix(6);

@@ -21,6 +21,8 @@ void register_search_lowerings();
 void register_index_reduce_lowerings();
 void register_rnn_lowerings();
 void register_amp_lowerings();
+void register_optimizer_lowerings();
+void register_assert_lowerings();
 void register_embedding_bag_lowerings();
 void register_linalg_factor_lowerings();
 void register_linalg_decomp_lowerings();

@@ -536,6 +536,13 @@ Value Builder::dot_general(Value lhs, Value rhs, const Dims& lhs_batch, const Di
                 ", rhs_contracting_dimensions = " + i64_list(rhs_contract) + ">");
 }
 
+void Builder::add_functions(const std::string& key, const std::string& text) {
+  if (std::find(function_keys_.begin(), function_keys_.end(), key) != function_keys_.end()) return;
+  function_keys_.push_back(key);
+  functions_ += text;
+  if (!text.empty() && text.back() != '\n') functions_ += '\n';
+}
+
 std::string Builder::finish(const std::vector<Value>& results) {
   std::ostringstream os;
   os << "module @" << module_name_ << " {\n  func.func public @main(";
@@ -553,7 +560,7 @@ std::string Builder::finish(const std::vector<Value>& results) {
   os << ")";
   os << " : (";
   for (size_t i = 0; i < results.size(); ++i) os << (i ? ", " : "") << results[i].type.str();
-  os << ") -> ()\n  }\n}\n";
+  os << ") -> ()\n  }\n" << functions_ << "}\n";
   return os.str();
 }
 

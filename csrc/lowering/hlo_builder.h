@@ -140,6 +140,12 @@ class Builder {
   Value dot_general(Value lhs, Value rhs, const Dims& lhs_batch, const Dims& rhs_batch,
                     const Dims& lhs_contract, const Dims& rhs_contract, DType out);
 
+  // Adds top-level ops (function definitions in generic form, e.g. a JAX export's
+  // functions: lowering/module_call.h) to the module after @main, once per `key`: a
+  // second call with the same key adds nothing. The text's symbols must not clash with
+  // @main or with other keys' symbols.
+  void add_functions(const std::string& key, const std::string& text);
+
   // Returns the module text with `results` as @main's results.
   std::string finish(const std::vector<Value>& results);
 
@@ -172,6 +178,8 @@ class Builder {
   std::vector<Value> params_;
   std::map<size_t, size_t> param_aliases_;
   std::string body_;
+  std::vector<std::string> function_keys_;
+  std::string functions_;  // add_functions: top-level ops after @main
   int next_id_ = 0;
   std::string error_;
   std::string unsupported_;

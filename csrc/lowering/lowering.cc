@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "lowering/families.h"
+#include "lowering/module_call.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -34,6 +35,8 @@ void ensure_registered() {
     register_index_reduce_lowerings();
     register_rnn_lowerings();
     register_amp_lowerings();
+    register_optimizer_lowerings();
+    register_assert_lowerings();
     register_embedding_bag_lowerings();
     register_linalg_factor_lowerings();
     register_linalg_decomp_lowerings();
@@ -73,7 +76,7 @@ void register_lowering(std::initializer_list<const char*> names, LoweringFn fn) 
 const LoweringFn* find_lowering(std::string_view name) {
   ensure_registered();
   auto it = table().find(name);
-  return it == table().end() ? nullptr : &it->second;
+  return it == table().end() ? find_module_call(name) : &it->second;
 }
 
 void remove_lowering(std::string_view name) {

@@ -95,9 +95,11 @@ RadixCache::Node* RadixCache::split(Node* node, int32_t num_pages) {
   size_t cut = static_cast<size_t>(num_pages) * page_size_;
   upper->tokens.assign(lower->tokens.begin(), lower->tokens.begin() + cut);
   upper->pages.assign(lower->pages.begin(), lower->pages.begin() + num_pages);
+  upper->hashes.assign(lower->hashes.begin(), lower->hashes.begin() + num_pages);
   upper->last_access = lower->last_access;
   lower->tokens.erase(lower->tokens.begin(), lower->tokens.begin() + cut);
   lower->pages.erase(lower->pages.begin(), lower->pages.begin() + num_pages);
+  lower->hashes.erase(lower->hashes.begin(), lower->hashes.begin() + num_pages);
   Node* upper_raw = upper.get();
   add_child(upper_raw, std::move(lower));
   add_child(parent, std::move(upper));
@@ -141,12 +143,22 @@ int32_t RadixCache::insert(const std::vector<TokenId>& tokens, int32_t num_token
       auto fresh = std::make_unique<Node>();
       fresh->tokens.assign(at, tokens.data() + static_cast<size_t>(total_pages) * page_size_);
       fresh->pages.assign(pages.begin() + page, pages.begin() + total_pages);
+      const std::optional<BlockHash> parent =
+          node == root_.get() ? std::nullopt : std::optional<BlockHash>(node->hashes.back());
+      BlockHash h = parent.value_or(kRootBlockHash);
+      for (int32_t i = 0; i < fresh->num_pages(); ++i) {
+        h = block_hash(h, fresh->tokens.data() + static_cast<size_t>(i) * page_size_, page_size_);
+        fresh->hashes.push_back(h);
+      }
       fresh->last_access = now;
       for (PageId p : fresh->pages) {
         TORCHTPU_CHECK(allocator_->incref(p).ok(), "inserted page must be allocated");
       }
       const int32_t adopted = fresh->num_pages();
       num_cached_pages_ += adopted;
+      if (events_ != nullptr) {
+        events_->push_back(KvEvent::stored(fresh->hashes, parent, fresh->tokens, page_size_));
+      }
       add_child(node, std::move(fresh));
       return adopted;
     }
@@ -174,6 +186,7 @@ int32_t RadixCache::evict(int32_t num_pages) {
     }
   }
   int32_t freed = 0;
+  std::vector<BlockHash> removed;
   while (freed < num_pages && !leaves.empty()) {
     Node* leaf = leaves.top();
     leaves.pop();
@@ -182,6 +195,8 @@ int32_t RadixCache::evict(int32_t num_pages) {
            allocator_->ref_count(leaf->pages.back()) == 1) {
       TORCHTPU_CHECK(allocator_->decref(leaf->pages.back()).ok(), "tree page was free");
       leaf->pages.pop_back();
+      removed.push_back(leaf->hashes.back());
+      leaf->hashes.pop_back();
       leaf->tokens.resize(leaf->tokens.size() - page_size_);
       --num_cached_pages_;
       ++freed;
@@ -191,6 +206,9 @@ int32_t RadixCache::evict(int32_t num_pages) {
       detach(leaf);  // destroys it
       if (parent != root_.get() && parent->children.empty()) leaves.push(parent);
     }
+  }
+  if (events_ != nullptr && !removed.empty()) {
+    events_->push_back(KvEvent::removed(std::move(removed)));
   }
   return freed;
 }

@@ -22,11 +22,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "serve/block_hash.h"
+#include "serve/kv_event.h"
 #include "serve/page_allocator.h"
 
 namespace torchtpu::serve {
-
-using TokenId = int32_t;
 
 struct PrefixMatch {
   int32_t num_tokens = 0;     // a multiple of page_size
@@ -59,6 +59,10 @@ class RadixCache {
   // Frees every page held by the tree alone; pages that requests still use stay cached.
   int32_t reset() { return evict(num_cached_pages()); }
 
+  // Appends the cache's KvEvents to `sink` from now on (nullptr: stop). The sink must
+  // outlive the cache or be reset first.
+  void set_event_sink(std::vector<KvEvent>* sink) { events_ = sink; }
+
   int32_t page_size() const { return page_size_; }
   int32_t num_cached_pages() const { return num_cached_pages_; }
   // Exactly the number of pages evict() could free now.
@@ -69,6 +73,7 @@ class RadixCache {
   struct Node {
     std::vector<TokenId> tokens;  // page-aligned run
     std::vector<PageId> pages;    // tokens.size() / page_size
+    std::vector<BlockHash> hashes;  // block_hash of each page (its whole prefix)
     Node* parent = nullptr;
     // Bucketed by the hash of the child's first page; ties are resolved by comparing tokens.
     std::unordered_map<uint64_t, std::vector<std::unique_ptr<Node>>> children;
@@ -93,6 +98,7 @@ class RadixCache {
   std::unique_ptr<Node> root_;
   int32_t num_cached_pages_ = 0;
   uint64_t clock_ = 0;  // logical time for LRU order
+  std::vector<KvEvent>* events_ = nullptr;
 };
 
 }  // namespace torchtpu::serve

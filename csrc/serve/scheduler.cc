@@ -82,6 +82,18 @@ base::Status Scheduler::add_request(const std::string& id, std::vector<TokenId> 
   return base::Status::ok_status();
 }
 
+void Scheduler::enable_kv_events() {
+  if (!cache_) return;
+  kv_events_.push_back(KvEvent::cleared());
+  cache_->set_event_sink(&kv_events_);
+}
+
+std::vector<KvEvent> Scheduler::take_kv_events() {
+  std::vector<KvEvent> out;
+  out.swap(kv_events_);
+  return out;
+}
+
 const Request* Scheduler::find(const std::string& id) const {
   auto it = requests_.find(id);
   return it == requests_.end() ? nullptr : it->second.get();

@@ -125,6 +125,13 @@ class Scheduler {
   // Drops every cached page no request uses; returns how many were freed.
   int32_t reset_prefix_cache() { return cache_ ? cache_->reset() : 0; }
 
+  // KV events (kv_event.h): from this call on, the prefix cache's stores and evictions are
+  // recorded, after one AllBlocksCleared (so a subscriber drops what it knew of an earlier
+  // run of this replica). take_kv_events() hands over what was recorded since the last call,
+  // in order. Nothing is recorded without the prefix cache or before this call.
+  void enable_kv_events();
+  std::vector<KvEvent> take_kv_events();
+
   const PageAllocator& allocator() const { return allocator_; }
 
  private:
@@ -160,6 +167,7 @@ class Scheduler {
   ScheduledItem make_item(const Request& req, int32_t num_new_tokens) const;
 
   SchedulerConfig config_;
+  std::vector<KvEvent> kv_events_;  // the cache's sink once enable_kv_events() ran (outlives it)
   PageAllocator allocator_;            // declared before cache_: the cache returns its
   std::unique_ptr<RadixCache> cache_;  // references on destruction; null when disabled
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;

@@ -55,6 +55,7 @@ from torchtpu import debug  # noqa: E402
 from torchtpu import models  # noqa: E402  (stdlib-only until a model is converted)
 from torchtpu import ops  # noqa: E402,F401  (defines the torchtpu:: ops)
 from torchtpu import distributed  # noqa: E402,F401  (registers the "tpu" c10d backend)
+from torchtpu.kernels import jax_op  # noqa: E402  (JAX is imported when an op is defined)
 
 
 def block_until_ready(tensor: torch.Tensor) -> torch.Tensor:
@@ -78,6 +79,7 @@ __all__ = [
     "debug",
     "device_count",
     "is_available",
+    "jax_op",
     "models",
     "manual_seed",
     "set_device",

@@ -1,9 +1,12 @@
-"""The ``torchtpu`` command: ``torchtpu serve [--model DIR_OR_NAME] [--port N] ...``."""
+"""The ``torchtpu`` command: ``torchtpu serve [--model DIR_OR_NAME] [--port N] ...``,
+``torchtpu serve --replicas N ...`` (N engine processes behind the router) and
+``torchtpu router --replica URL ...``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 
@@ -29,17 +32,181 @@ def _serve_parser(sub) -> None:
     p.add_argument("--log-request-timelines", action="store_true",
                    help="log one 'serve: timeline {json}' line per finished request: "
                         "queue time, each prompt chunk's step and time, first token")
+    p.add_argument("--kv-events-endpoint", default=None, metavar="ZMQ_ENDPOINT",
+                   help="publish the prefix cache's KV events (vLLM's wire format, for llm-d "
+                        "or torchtpu router) on this ZMQ PUB endpoint, e.g. tcp://*:5557")
+    p.add_argument("--kv-events-replay-endpoint", default=None, metavar="ZMQ_ENDPOINT",
+                   help="also answer replay requests for missed event batches on this ZMQ "
+                        "ROUTER endpoint, e.g. tcp://*:5558")
+    p.add_argument("--kv-events-topic", default=None,
+                   help="topic of the event messages (default kv@<host>:<port>@<model>)")
+    p.add_argument("--kv-events-config", default=None, metavar="JSON",
+                   help="vLLM's form of the above: '{\"enable_kv_cache_events\": true, "
+                        "\"endpoint\": \"tcp://*:5557\", \"topic\": ...}'")
+    p.add_argument("--replicas", type=int, default=None, metavar="N",
+                   help="run N engine processes (ports --replica-base-port...), each pinned to "
+                        "its own cores and publishing KV events, behind torchtpu router on "
+                        "--port; the other options go to every replica")
+    p.add_argument("--replica-base-port", type=int, default=None,
+                   help="with --replicas: the first replica's port (default --port + 1)")
+    p.add_argument("--routing-mode", default="cache-aware", choices=["cache-aware", "round-robin"],
+                   help="with --replicas: how the router picks a replica")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="PyTorch intra-op threads for the host-side work (sampling one "
                         "logits row per request); the model runs on XLA's own threads")
+
+
+def _router_parser(sub) -> None:
+    p = sub.add_parser("router", help="route OpenAI requests across engine replicas by the KV "
+                                      "cache they hold (and their load)")
+    p.add_argument("--replica", action="append", required=True, metavar="URL",
+                   help="an engine replica, e.g. http://127.0.0.1:8001 (repeat for each)")
+    p.add_argument("--kv-events", action="append", default=None, metavar="ZMQ_ENDPOINT",
+                   help="the matching replica's KV event endpoint (its --kv-events-endpoint, "
+                        "e.g. tcp://127.0.0.1:5557), one per --replica in order; without "
+                        "them the index is the router's own routing history (approximate)")
+    p.add_argument("--kv-events-replay", action="append", default=None, metavar="ZMQ_ENDPOINT",
+                   help="the matching replica's replay endpoint, one per --replica")
+    p.add_argument("--model", default=None,
+                   help="the replicas' model (folder or name), for its tokenizer: the router "
+                        "hashes prompts into the engine's KV blocks")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--mode", default="cache-aware", choices=["cache-aware", "round-robin"])
+    p.add_argument("--weights", default="3,1,1", metavar="PREFIX,QUEUE,KV",
+                   help="scorer weights: prefix affinity, queue depth, KV usage")
+    p.add_argument("--block-size", type=int, default=0,
+                   help="the replicas' KV page size (default: read from their "
+                        "vllm:cache_config_info)")
+    p.add_argument("--routed-ttl", type=float, default=30.0, metavar="SECONDS",
+                   help="how long a routed prompt counts as held by its replica before the "
+                        "replica's own KV events confirm it")
+    p.add_argument("--health-interval", type=float, default=0.5, metavar="SECONDS")
+
+
+def _router_main(args) -> int:
+    from torchtpu.serve.engine import resolve_model
+    from torchtpu.serve.router import run_router
+
+    def per_replica(values, flag):
+        if values is None:
+            return [None] * len(args.replica)
+        if len(values) != len(args.replica):
+            raise ValueError(f"{flag} is given {len(values)} times for {len(args.replica)} "
+                             "--replica; give one per replica, in the same order")
+        return [None if v in ("", "none") else v for v in values]
+
+    try:
+        weights = tuple(float(w) for w in args.weights.split(","))
+        if len(weights) != 3 or any(w < 0 for w in weights):
+            raise ValueError
+    except ValueError:
+        print(f"torchtpu router: --weights {args.weights!r}: expected three non-negative "
+              "numbers PREFIX,QUEUE,KV", file=sys.stderr)
+        return 2
+    try:
+        events = per_replica(args.kv_events, "--kv-events")
+        replays = per_replica(args.kv_events_replay, "--kv-events-replay")
+        model = resolve_model(args.model) if args.mode == "cache-aware" else None
+        replicas = [{"url": u, "events": e, "replay": r}
+                    for u, e, r in zip(args.replica, events, replays)]
+        return run_router(replicas, model_path=model, host=args.host, port=args.port,
+                          mode=args.mode, weights=weights, block_size=args.block_size,
+                          routed_ttl_s=args.routed_ttl, health_interval_s=args.health_interval)
+    except (ValueError, RuntimeError) as e:
+        print(f"torchtpu router: {e}", file=sys.stderr)
+        return 2
+
+
+_LAUNCHER_OPTIONS = {"--replicas", "--replica-base-port", "--routing-mode", "--host", "--port",
+                     "--kv-events-endpoint", "--kv-events-replay-endpoint", "--kv-events-topic",
+                     "--kv-events-config"}
+
+
+def _replica_args(argv: list[str]) -> list[str]:
+    """`torchtpu serve` options for each replica: argv without the launcher's own."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in _LAUNCHER_OPTIONS:
+            skip = "=" not in a
+            continue
+        out.append(a)
+    return out
+
+
+def _serve_replicas(args, argv: list[str]) -> int:
+    from torchtpu.serve.engine import resolve_model
+    from torchtpu.serve.router import ReplicaLauncher, run_router
+
+    if args.kv_events_endpoint or args.kv_events_config:
+        print("torchtpu serve: --replicas sets each replica's KV event endpoints itself",
+              file=sys.stderr)
+        return 2
+    try:
+        model = resolve_model(args.model)
+    except ValueError as e:
+        print(f"torchtpu serve: {e}", file=sys.stderr)
+        return 2
+    serve_args = _replica_args(argv[argv.index("serve") + 1:] if "serve" in argv else argv)
+    if args.model is None:
+        serve_args += ["--model", model]
+    base = args.replica_base_port or args.port + 1
+    launcher = ReplicaLauncher(args.replicas, base, serve_args, host=args.host)
+    # Until the router takes SIGTERM over, it must still reach the `finally` that stops the
+    # replicas (they run in their own sessions, so nothing else stops them).
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    launcher.start()
+    try:
+        replicas = [{k: r[k] for k in ("url", "events", "replay")} for r in launcher.replicas]
+        return run_router(replicas, model_path=model, host=args.host, port=args.port,
+                          mode=args.routing_mode)
+    finally:
+        launcher.stop()
+
+
+def _kv_events_config(args):
+    """The KV events config from --kv-events-* (or vLLM's --kv-events-config), or None."""
+    from torchtpu.serve.engine import DEFAULT_MODEL
+    from torchtpu.serve.kv_events import KvEventsConfig, default_topic
+
+    if args.kv_events_config is not None:
+        if args.kv_events_endpoint or args.kv_events_replay_endpoint:
+            raise ValueError("give --kv-events-config or --kv-events-endpoint, not both")
+        config = KvEventsConfig.from_json(args.kv_events_config)
+    elif args.kv_events_endpoint:
+        config = KvEventsConfig(endpoint=args.kv_events_endpoint,
+                                replay_endpoint=args.kv_events_replay_endpoint)
+    else:
+        if args.kv_events_replay_endpoint:
+            raise ValueError("--kv-events-replay-endpoint needs --kv-events-endpoint")
+        return None
+    if config is not None and args.kv_events_topic is not None:
+        config.topic = args.kv_events_topic
+    elif config is not None and not config.topic:
+        name = args.served_model_name or (os.path.basename(args.model.rstrip("/"))
+                                          if args.model else DEFAULT_MODEL)
+        config.topic = default_topic(args.host, args.port, name)
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="torchtpu")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    _router_parser(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.command == "router":
+        return _router_main(args)
+    if args.command == "serve" and args.replicas is not None:
+        return _serve_replicas(args, argv)
     if args.command == "serve":
         import torch
 
@@ -53,19 +220,26 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(max(1, args.torch_threads))
 
         try:
+            kv_events = _kv_events_config(args)
             engine = LLMEngine(
                 args.model, page_size=args.page_size, num_pages=args.num_pages,
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                 max_model_len=args.max_model_len, enable_prefix_cache=args.enable_prefix_caching,
                 device=args.device, served_model_name=args.served_model_name,
-                log_request_timelines=args.log_request_timelines)
+                log_request_timelines=args.log_request_timelines, kv_events=kv_events)
         except ValueError as e:
             print(f"torchtpu serve: {e}", file=sys.stderr)
             return 2
         print(f"torchtpu serve: {engine.model_name} warmed up in {engine.warmup_seconds:.1f} s; "
               f"listening on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+        if kv_events is not None:
+            print(f"torchtpu serve: KV events on {kv_events.endpoint} (topic "
+                  f"{kv_events.topic!r})", file=sys.stderr, flush=True)
         # 1 when the engine loop died: a supervisor restarts the server.
-        return serve(engine, args.host, args.port, max_request_bytes=args.max_request_bytes)
+        try:
+            return serve(engine, args.host, args.port, max_request_bytes=args.max_request_bytes)
+        finally:
+            engine.close()
     return 0
 
 

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 import torch
 
 from torchtpu.serve.detokenizer import IncrementalDetokenizer
+from torchtpu.serve.kv_events import KvEventPublisher, KvEventsConfig
 from torchtpu.serve.metrics import ServeMetrics
+from torchtpu.serve.prompts import text_prompt_ids
 from torchtpu.serve.sampling import RequestSampler, Sample, SamplingError, SamplingParams
 
 log = logging.getLogger("torchtpu.serve")
@@ -85,7 +87,8 @@ class LLMEngine:
                  warmup: bool = True, progress: bool = True,
                  served_model_name: str | None = None,
                  attention_kernel: bool | None = None,
-                 log_request_timelines: bool = False) -> None:
+                 log_request_timelines: bool = False,
+                 kv_events: KvEventsConfig | None = None) -> None:
         import torchtpu  # noqa: F401  (registers the device)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -115,6 +118,14 @@ class LLMEngine:
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=self.max_model_len, attention_kernel=attention_kernel)
         self.metrics = ServeMetrics(self.model_name)
+        self.metrics.set_cache_config(page_size, self.num_pages, enable_prefix_cache)
+        # KV events (kv_events.py): the prefix cache's stores and evictions, published after
+        # every step for llm-d / torchtpu router. Opened before warm-up so a bad endpoint
+        # fails fast.
+        self.kv_event_publisher = None
+        if kv_events is not None:
+            self.kv_event_publisher = KvEventPublisher(kv_events)
+            self.scheduler.enable_kv_events()
         # One "serve: timeline {json}" log line per finished request (see _log_timeline).
         self.log_request_timelines = log_request_timelines
         self.requests: dict[str, _Request] = {}
@@ -142,10 +153,7 @@ class LLMEngine:
         is encoded without special tokens unless that gives nothing (or
         `add_special_tokens` says otherwise). `tokenizer` defaults to the engine's."""
         if isinstance(prompt, str):
-            tok = tokenizer or self.tokenizer
-            if add_special_tokens is not None:
-                return tok.encode(prompt, add_special_tokens=add_special_tokens)
-            return tok.encode(prompt, add_special_tokens=False) or tok.encode(prompt)
+            return text_prompt_ids(tokenizer or self.tokenizer, prompt, add_special_tokens)
         vocab = self.vocab_size
         if not prompt or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab
                              for t in prompt):
@@ -222,7 +230,19 @@ class LLMEngine:
         self.scheduler.abort(request_id)
         self.scheduler.release_request(request_id)
         self.metrics.on_finish(req, "abort")
+        self._publish_kv_events()
         return True
+
+    def _publish_kv_events(self) -> None:
+        if self.kv_event_publisher is not None:
+            self.kv_event_publisher.publish(self.scheduler.take_kv_events())
+
+    def close(self) -> None:
+        """Flushes and closes the KV event publisher, if any (the engine stays usable for
+        offline work, without events)."""
+        if self.kv_event_publisher is not None:
+            self.kv_event_publisher.close()
+            self.kv_event_publisher = None
 
     def has_unfinished(self) -> bool:
         return bool(self.requests)
@@ -245,6 +265,7 @@ class LLMEngine:
         if not sched.items:
             self.scheduler.update({})
             self.metrics.observe_scheduler(self.scheduler)
+            self._publish_kv_events()
             return []
         items = [StepItem(it.request_id, list(it.token_ids), it.start_pos, list(it.page_ids),
                           it.sample) for it in sched.items]
@@ -288,6 +309,7 @@ class LLMEngine:
                 self.scheduler.release_request(rid)
                 self.metrics.on_finish(req, reason)
         self.metrics.observe_scheduler(self.scheduler)
+        self._publish_kv_events()
         return outputs
 
     def _log_timeline(self, req: _Request) -> None:

@@ -54,6 +54,15 @@ class ServeMetrics:
         self._seen_queries = 0
         self._seen_hits = 0
 
+    def set_cache_config(self, block_size: int, num_gpu_blocks: int,
+                         enable_prefix_caching: bool) -> None:
+        """vLLM's ``vllm:cache_config_info`` (value 1, the KV cache's shape in labels): llm-d
+        reads the block size and the capacity in blocks from it."""
+        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.",
+                     ["block_size", "num_gpu_blocks", "num_cpu_blocks", "enable_prefix_caching"],
+                     registry=self.registry)
+        info.labels(str(block_size), str(num_gpu_blocks), "0", str(enable_prefix_caching)).set(1)
+
     def on_arrival(self, num_prompt_tokens: int) -> None:
         self.prompt_tokens.inc(num_prompt_tokens)
 

@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
-from torchtpu.serve import protocol, responses
+from torchtpu.serve import prompts, protocol, responses
 from torchtpu.serve.async_engine import AsyncEngine, EngineDeadError, RequestError
 from torchtpu.serve.engine import LLMEngine
 from torchtpu.serve.errors import ApiError, documented, validation_error
@@ -39,9 +39,6 @@ log = logging.getLogger("torchtpu.serve")
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20
 _REQUEST_MODELS = (CompletionRequest, ChatCompletionRequest, TokenizeRequest,
                    DetokenizeRequest)
-_RESERVED_TEMPLATE_KWARGS = {"conversation", "messages", "tokenize", "add_generation_prompt",
-                             "continue_final_message", "chat_template", "tools", "documents",
-                             "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"}
 
 
 def _error(e: ApiError) -> JSONResponse:
@@ -293,41 +290,10 @@ class OpenAIServer:
                         continue_final_message: bool, kwargs: dict | None,
                         add_special_tokens: bool | None = None,
                         tools: list[dict] | None = None) -> list[int]:
-        """Token ids of a conversation through the model's chat template (worker thread).
-        Tools, and tool calls in the messages, must change what the template renders:
-        a template that drops them would hide them from the model, so that is a 400."""
-        tok = self.tokenizer
-        if tok.chat_template is None:
-            raise ApiError(400, "this model's tokenizer has no chat template; use "
-                                "/v1/completions")
-        kwargs = dict(kwargs or {})
-        reserved = sorted(_RESERVED_TEMPLATE_KWARGS & kwargs.keys())
-        if reserved:
-            raise ApiError(400, f"'chat_template_kwargs' may not set {reserved}",
-                           param="chat_template_kwargs")
-        def render(msgs: list[dict], tools: list[dict] | None) -> str:
-            try:
-                return tok.apply_chat_template(
-                    msgs, tools=tools, add_generation_prompt=add_generation_prompt,
-                    continue_final_message=continue_final_message, tokenize=False, **kwargs)
-            except Exception as e:  # noqa: BLE001 - a template error is about these messages
-                raise ApiError(400, f"the chat template failed on these messages: "
-                                    f"{type(e).__name__}: {e}", param="messages") from None
-
-        text = render(messages, tools or None)
-        if tools and render(messages, None) == text:
-            raise ApiError(400, "'tools': this model's chat template does not render tools, "
-                                "so the model would never see them; tool calling needs a model "
-                                "whose template does (Qwen2/Qwen3, Llama 3, Mistral, Hermes)",
-                           param="tools")
-        if any("tool_calls" in m for m in messages):
-            bare = [{k: v for k, v in m.items() if k != "tool_calls"} for m in messages]
-            if render(bare, tools or None) == text:
-                raise ApiError(400, "'messages': this model's chat template does not render "
-                                    "assistant tool_calls, so the model would not see them",
-                               param="messages")
-        # The template writes the special tokens itself (vLLM's default for chat).
-        return tok.encode(text, add_special_tokens=bool(add_special_tokens))
+        """Token ids of a conversation with the server's tokenizer (worker thread); see
+        ``prompts.chat_prompt_ids``."""
+        return prompts.chat_prompt_ids(self.tokenizer, messages, add_generation_prompt,
+                                       continue_final_message, kwargs, add_special_tokens, tools)
 
 
 def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000, *,

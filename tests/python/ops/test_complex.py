@@ -208,6 +208,28 @@ def test_unlowered_complex_op_falls_back_or_raises() -> None:
     assert_close(out, torch.cumsum(z, 0))
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_gather_and_indexing(mode: str, dtype: torch.dtype) -> None:
+    # TorchTitan's ComplexRoPE reads its cache rows at the batch's positions with gather
+    # (per-batch positions) or advanced indexing (one row of positions).
+    def rows(cache: torch.Tensor, pos: torch.Tensor) -> list[torch.Tensor]:
+        per_batch = torch.gather(cache[None].expand(2, -1, -1), 1,
+                                 pos[:, :, None].expand(-1, -1, cache.shape[1]))
+        return [per_batch, cache[pos[0]], torch.index_select(cache, 0, pos[1])]
+
+    cache = make((16, 4), dtype)
+    pos = torch.tensor([[0, 3, 5, 15], [7, 7, 1, 0]])
+    fn = rows
+    if mode == "compiled":
+        torch._dynamo.reset()
+        fn = torch.compile(rows, backend="tpu", fullgraph=True)
+    before = fallbacks()
+    actual = fn(cache.to("tpu"), pos.to("tpu"))
+    assert not new_fallbacks(before), new_fallbacks(before)
+    assert_close(actual, rows(cache, pos), dtype_tols={dtype: (0, 0)})
+
+
 # ---- TorchTitan's rotary embedding ---------------------------------------------------------
 # The computation of torchtitan/models/common/rope.py (precompute the complex frequencies
 # with torch.polar, rotate query and key as complex numbers), written here.

@@ -1,0 +1,280 @@
+"""Cache-aware routing against round-robin, same run, same replicas (llm-d's shared-prefix
+benchmark, scaled to one host).
+
+The workload: G groups of users, each group sharing one long system prompt, every request
+that prompt plus the user's own question; the system prompts together exceed one replica's
+KV capacity (--num-pages), but not all replicas' together. Round-robin sends every group to
+every replica, so each replica's cache thrashes and recomputes prompts; cache-aware routing
+keeps each group on the replica that holds its prompt.
+
+One set of replicas (``torchtpu serve`` processes pinned to disjoint cores, KV events on)
+serves both; two routers (``torchtpu router``, one per mode) sit in front of them. Each
+mode gets its own system prompts (same sizes, different text), so neither starts warm.
+Reported per mode: output tokens/s, TTFT p50/p90, the replicas' own prefix-cache hit rate
+(vllm:prefix_cache_hits / queries over the run); then the ratios, and the router's own
+added latency: its routing_latency_seconds (request read -> upstream request written) and,
+end to end, one-token requests through the router against the same requests sent straight
+to a replica.
+
+    .venv/bin/python bench/router_bench.py                 # SmolLM2-135M-Instruct, 2 replicas
+    .venv/bin/python bench/router_bench.py --quick         # fewer requests
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import httpx
+
+WORDS = ("crown court river castle winter honour sword letter father ghost night sea storm "
+         "king queen prince poison garden grave player stage madness duty crowd bell tower "
+         "harvest market lantern forest bridge window silver mirror thunder candle").split()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy after {timeout:.0f} s")
+
+
+def text_of(tokenizer, rng: random.Random, num_tokens: int) -> str:
+    """Random words, cut to `num_tokens` tokens."""
+    words = " ".join(rng.choice(WORDS) for _ in range(num_tokens))
+    ids = tokenizer.encode(words, add_special_tokens=False)[:num_tokens]
+    return tokenizer.decode(ids)
+
+
+def workload(tokenizer, seed: int, args) -> list[str]:
+    rng = random.Random(seed)
+    systems = [f"System {seed}-{g}: " + text_of(tokenizer, rng, args.system_tokens)
+               for g in range(args.groups)]
+    prompts = [f"{systems[g]}\nUser {u}: {text_of(tokenizer, rng, args.question_tokens)}"
+               for u in range(args.users_per_group) for g in range(args.groups)]
+    # Users arrive in random order (a fixed order would pin each group to one replica under
+    # round-robin whenever the group count is a multiple of the replica count).
+    rng.shuffle(prompts)
+    return prompts
+
+
+def scrape(urls: list[str], names: tuple[str, ...]) -> dict[str, float]:
+    total = dict.fromkeys(names, 0.0)
+    for url in urls:
+        for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+            for n in names:
+                if line.startswith(n + "{") or line.startswith(n + " "):
+                    total[n] += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def run_mode(url: str, prompts: list[str], args) -> dict:
+    queue = list(prompts)
+    ttfts, tokens = [], 0
+    limits = httpx.Limits(max_connections=None)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        async def worker() -> None:
+            while queue:
+                await one()
+
+        async def one() -> None:
+            nonlocal tokens
+            prompt = queue.pop(0)
+            start = time.perf_counter()
+            first = None
+            async with client.stream("POST", url + "/v1/completions", json={
+                    "prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0,
+                    "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True}}) as r:
+                r.raise_for_status()
+                async for line in r.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        raise RuntimeError(chunk["error"]["message"])
+                    if first is None and chunk.get("choices"):
+                        first = time.perf_counter()
+                    if chunk.get("usage"):
+                        tokens += chunk["usage"]["completion_tokens"]
+            ttfts.append(first - start)
+
+        start = time.perf_counter()
+        if args.rate:
+            rng = random.Random(0)
+            tasks = []
+            for _ in range(len(queue)):
+                tasks.append(asyncio.ensure_future(one()))
+                await asyncio.sleep(rng.expovariate(args.rate))
+            await asyncio.gather(*tasks)
+        else:
+            await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        wall = time.perf_counter() - start
+    ttfts.sort()
+    return {"wall_s": wall, "output_tokens": tokens, "throughput": tokens / wall,
+            "ttft_p50": ttfts[len(ttfts) // 2], "ttft_p90": ttfts[int(0.9 * (len(ttfts) - 1))]}
+
+
+def added_latency(router_url: str, replica_url: str, n: int) -> dict:
+    """One-token requests, alternately straight to a replica and through the router."""
+    body = {"prompt": "Good night, sweet prince", "max_tokens": 1, "temperature": 0}
+    direct, routed = [], []
+    with httpx.Client(timeout=60) as client:
+        for _ in range(3):
+            client.post(router_url + "/v1/completions", json=body)
+            client.post(replica_url + "/v1/completions", json=body)
+        for _ in range(n):
+            for url, into in ((replica_url, direct), (router_url, routed)):
+                start = time.perf_counter()
+                client.post(url + "/v1/completions", json=body).raise_for_status()
+                into.append(time.perf_counter() - start)
+    return {"direct_p50": statistics.median(direct), "routed_p50": statistics.median(routed)}
+
+
+def router_quantiles(url: str) -> dict:
+    out = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("torchtpu_router:routing_latency_seconds{quantile="):
+            out[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=None, help="default: SmolLM2-135M-Instruct")
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--groups", type=int, default=6)
+    p.add_argument("--users-per-group", type=int, default=12)
+    p.add_argument("--system-tokens", type=int, default=512)
+    p.add_argument("--question-tokens", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=8,
+                   help="closed loop: this many requests in flight (vllm bench's "
+                        "--max-concurrency)")
+    p.add_argument("--rate", type=float, default=None,
+                   help="open loop instead: Poisson arrivals at this many requests/s")
+    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--num-pages", type=int, default=None,
+                   help="KV pages per replica (default: 65%% of all system prompts)")
+    p.add_argument("--latency-requests", type=int, default=100)
+    p.add_argument("--quick", action="store_true", help="3 users per group, 40 latency probes")
+    args = p.parse_args()
+    if args.quick:
+        args.users_per_group, args.latency_requests = 3, 40
+
+    from transformers import AutoTokenizer
+
+    from torchtpu.serve.engine import resolve_model
+    from torchtpu.serve.router import ReplicaLauncher
+
+    model = resolve_model(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    prefix_tokens = args.groups * args.system_tokens
+    num_pages = args.num_pages or max(
+        (args.system_tokens + args.question_tokens + args.max_tokens) // args.page_size + 4,
+        int(0.65 * prefix_tokens) // args.page_size)
+    # Small shape sets keep warm-up short (compiled once, then loaded from the disk cache).
+    need = args.system_tokens + args.question_tokens + args.max_tokens + 32
+    max_len = min(b << k for k in range(12) for b in (256, 384) if b << k >= need)
+    serve_args = ["--model", model, "--page-size", str(args.page_size), "--num-pages",
+                  str(num_pages), "--max-model-len", str(max_len), "--max-num-seqs", "4",
+                  "--max-num-batched-tokens", "128"]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the replicas
+    base = free_port()
+    launcher = ReplicaLauncher(args.replicas, base, serve_args)
+    # Ports base..base+N-1 must be free too; taken at random above, retried if not.
+    routers = []
+    try:
+        launcher.start()
+        for r in launcher.replicas:
+            wait_healthy(r["url"], 900)
+        # The third router only measures its own latency on idle replicas.
+        for mode in ("round-robin", "cache-aware", "cache-aware"):
+            port = free_port()
+            cmd = [sys.executable, "-m", "torchtpu.cli", "router", "--model", model,
+                   "--port", str(port), "--mode", mode]
+            for r in launcher.replicas:
+                cmd += ["--replica", r["url"], "--kv-events", r["events"],
+                        "--kv-events-replay", r["replay"]]
+            routers.append((mode, f"http://127.0.0.1:{port}",
+                            subprocess.Popen(cmd, stderr=subprocess.DEVNULL)))
+        for _, url, _ in routers:
+            wait_healthy(url, 120)
+        time.sleep(1.0)  # every replica admitted by both
+
+        print(f"router_bench: {args.replicas} replicas of {os.path.basename(model)}, cores "
+              f"{[sorted(c) if c else 'all' for c in launcher.cores]}, {num_pages} KV pages "
+              f"x {args.page_size} tokens each ({num_pages * args.page_size} tokens); "
+              f"{args.groups} groups x {args.users_per_group} users, system prompts "
+              f"{args.system_tokens} tokens ({prefix_tokens} in all), questions "
+              f"{args.question_tokens}, {args.max_tokens} output tokens, "
+              + (f"Poisson arrivals at {args.rate} req/s" if args.rate
+                 else f"concurrency {args.concurrency}")
+              + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+        replica_urls = [r["url"] for r in launcher.replicas]
+        results = {}
+        for seed, (mode, url, _) in enumerate(routers[:2]):
+            prompts = workload(tokenizer, seed + 1, args)
+            before = scrape(replica_urls, ("vllm:prefix_cache_hits_total",
+                                           "vllm:prefix_cache_queries_total"))
+            res = asyncio.run(run_mode(url, prompts, args))
+            after = scrape(replica_urls, ("vllm:prefix_cache_hits_total",
+                                          "vllm:prefix_cache_queries_total"))
+            q = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
+            h = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+            res["hit_rate"] = h / q if q else 0.0
+            results[mode] = res
+            print(f"  {mode:12s} {res['throughput']:7.1f} output tok/s  TTFT p50 "
+                  f"{res['ttft_p50']:6.2f} s  p90 {res['ttft_p90']:6.2f} s  replicas' prefix "
+                  f"hit rate {100 * res['hit_rate']:5.1f}%  ({len(prompts)} requests, "
+                  f"{res['wall_s']:.1f} s)", flush=True)
+        ca, rr = results["cache-aware"], results["round-robin"]
+        print(f"  cache-aware / round-robin: output throughput x"
+              f"{ca['throughput'] / rr['throughput']:.2f} (goal >= 2), p90 TTFT "
+              f"{rr['ttft_p90'] / ca['ttft_p90']:.2f}x lower (goal >= 5)")
+        q_run = router_quantiles(routers[1][1])
+        probe_url = routers[2][1]
+        lat = added_latency(probe_url, replica_urls[0], args.latency_requests)
+        q = router_quantiles(probe_url)
+        print(f"  router's own latency (request read -> upstream written): idle replicas p50 "
+              f"{1e3 * q.get('0.5', 0):.2f} ms  p90 {1e3 * q.get('0.9', 0):.2f} ms (goal p50 "
+              f"<= 1 ms); during the cache-aware run, with the replicas busy on every core: "
+              f"p50 {1e3 * q_run.get('0.5', 0):.2f} ms  p90 {1e3 * q_run.get('0.9', 0):.2f} ms")
+        print(f"  one-token request end to end: direct p50 {1e3 * lat['direct_p50']:.2f} ms, "
+              f"through the router {1e3 * lat['routed_p50']:.2f} ms (+"
+              f"{1e3 * (lat['routed_p50'] - lat['direct_p50']):.2f} ms); load average "
+              f"{os.getloadavg()[0]:.1f}")
+    finally:
+        for _, _, proc in routers:
+            proc.send_signal(signal.SIGTERM)
+        for _, _, proc in routers:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        launcher.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+// Fused optimizer steps: _fused_adam_ and _fused_adamw_ (torch.optim.Adam/AdamW with
+// fused=True, TorchTitan's default), and their functional forms for graphs.
+//
+// One module updates every parameter of the call, like the _foreach_ ops: per item i it
+// reads param, grad, exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad) and the
+// item's step tensor, and returns the new values. Arithmetic follows ATen's CPU kernel
+// (cpu/FusedAdamKernel.cpp): the bias corrections and the step size in double from the
+// step's value, the element math in the parameter's opmath type (float32 for bf16/f16)
+// with exp_avg updated as PyTorch's lerp, and the parameter updated from the unrounded
+// moments. grad_scale divides the gradients (which are then written back unscaled); a
+// found_inf equal to 1 leaves everything unchanged (the kernel returns early).
+//
+// `lr`, `beta1` and `beta2` are runtime scalars (floats the aten layer passes as data; lr
+// may also be the tensor_lr overload's tensor), so schedules of the learning rate and of
+// the momentum (OneCycleLR cycles beta1) never recompile; eps, the weight decay and the
+// flags are structure.
+//
+// Results, in-place forms: the new params, then grads (only with grad_scale), exp_avgs,
+// exp_avg_sqs, then max_exp_avg_sqs (only with amsgrad), each one per item: the lists the
+// aten layer writes (written_list_args in op_special_cases). Functional forms
+// (_fused_adam, _fused_adamw) return all five lists, grads and max_exp_avg_sqs included.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lowering/elementwise_util.h"
+#include "lowering/families.h"
+#include "lowering/lowering.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Result = base::StatusOr<std::vector<Value>>;
+
+// Argument positions (both overloads, both forms).
+constexpr size_t kParams = 0, kGrads = 1, kExpAvgs = 2, kExpAvgSqs = 3, kMaxExpAvgSqs = 4,
+                 kSteps = 5, kLr = 6, kBeta1 = 7, kBeta2 = 8, kWeightDecay = 9, kEps = 10,
+                 kAmsgrad = 11, kMaximize = 12, kGradScale = 13, kFoundInf = 14;
+
+// A 0-d value of `t` from a runtime scalar, a one-element tensor, or a 0-dim CPU tensor.
+Value single_value(LoweringContext& c, size_t i, DType t) {
+  if (c.arg(i).kind == ArgKind::kScalar) return c.scalar(i, t);
+  return c.b().reshape(c.b().convert(c.tensor(i), t), {});
+}
+
+base::Status check_item_types(LoweringContext& c, size_t n) {
+  for (size_t list : {kParams, kGrads, kExpAvgs, kExpAvgSqs, kSteps}) {
+    if (c.arg(list).list_types.size() != n) {
+      return base::invalid_argument("lowering: " + c.op_name() + ": every list must have " +
+                                    std::to_string(n) + " items (the params')");
+    }
+  }
+  bool amsgrad = c.bool_arg(kAmsgrad);
+  if (amsgrad && c.arg(kMaxExpAvgSqs).list_types.size() != n) {
+    return base::invalid_argument("lowering: " + c.op_name() + ": amsgrad needs one "
+                                  "max_exp_avg_sq per param");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const TensorType& p = c.arg(kParams).list_types[i];
+    if (!base::is_floating(p.dtype)) {
+      return base::invalid_argument("lowering: " + c.op_name() + ": params must be floating");
+    }
+    std::vector<size_t> same = {kGrads, kExpAvgs, kExpAvgSqs};
+    if (amsgrad) same.push_back(kMaxExpAvgSqs);
+    for (size_t list : same) {
+      if (!(c.arg(list).list_types[i] == p)) {
+        // PyTorch's kernels read every list with the param's dtype and size.
+        return base::invalid_argument("lowering: " + c.op_name() + ": item " +
+                                      std::to_string(i) + " differs in dtype or shape from "
+                                      "its param");
+      }
+    }
+    if (c.arg(kSteps).list_types[i].num_elements() != 1) {
+      return base::invalid_argument("lowering: " + c.op_name() + ": a step must be one value");
+    }
+  }
+  return base::Status::ok_status();
+}
+
+// The lists an in-place call writes, in result order (see the file comment).
+std::vector<size_t> written_lists(LoweringContext& c, bool functional) {
+  std::vector<size_t> lists = {kParams};
+  if (functional || !c.is_none(kGradScale)) lists.push_back(kGrads);
+  lists.push_back(kExpAvgs);
+  lists.push_back(kExpAvgSqs);
+  if (functional || c.bool_arg(kAmsgrad)) lists.push_back(kMaxExpAvgSqs);
+  return lists;
+}
+
+LoweringFn fused_adam(bool adamw, bool functional) {
+  return [adamw, functional](LoweringContext& c) -> Result {
+    Builder& b = c.b();
+    size_t n = c.arg(kParams).list_types.size();
+    TORCHTPU_RETURN_IF_ERROR(check_item_types(c, n));
+    std::vector<size_t> lists = written_lists(c, functional);
+    size_t expected = 0;
+    for (size_t list : lists) expected += c.arg(list).list_types.size();
+    if (c.out_types().size() != expected) {
+      return base::internal_error("lowering: " + c.op_name() + " has " +
+                                  std::to_string(c.out_types().size()) + " result types, " +
+                                  "expected " + std::to_string(expected));
+    }
+    const bool amsgrad = c.bool_arg(kAmsgrad), maximize = c.bool_arg(kMaximize);
+    const double weight_decay = c.double_arg(kWeightDecay), eps = c.double_arg(kEps);
+
+    std::vector<Value> params = c.tensor_list(kParams), grads = c.tensor_list(kGrads);
+    std::vector<Value> exp_avgs = c.tensor_list(kExpAvgs);
+    std::vector<Value> exp_avg_sqs = c.tensor_list(kExpAvgSqs);
+    std::vector<Value> steps = c.tensor_list(kSteps);
+    std::vector<Value> maxes;
+    if (!c.arg(kMaxExpAvgSqs).list_types.empty()) maxes = c.tensor_list(kMaxExpAvgSqs);
+    Value lr = single_value(c, kLr, DType::kF64);
+    Value beta1 = c.scalar(kBeta1, DType::kF64), beta2 = c.scalar(kBeta2, DType::kF64);
+    std::optional<Value> grad_scale, skip;
+    if (!c.is_none(kGradScale)) grad_scale = single_value(c, kGradScale, DType::kF32);
+    if (!c.is_none(kFoundInf)) {
+      // The kernel returns early when *found_inf == 1.0 (exactly).
+      Value found = single_value(c, kFoundInf, DType::kF32);
+      skip = b.compare(found, b.constant(1.0, DType::kF32), "EQ");
+    }
+    // Per call, in double: 1 - lr * weight_decay (AdamW's decay factor).
+    Value one64 = b.constant(1.0, DType::kF64);
+    Value decay = b.sub(one64, b.mul(lr, b.constant(weight_decay, DType::kF64)));
+    Value one_minus_beta1 = b.sub(one64, beta1), one_minus_beta2 = b.sub(one64, beta2);
+
+    // Per list, the new value of each item (in `lists` order below).
+    std::vector<std::vector<Value>> out(5);
+    for (size_t i = 0; i < n; ++i) {
+      const TensorType& type = c.arg(kParams).list_types[i];
+      DType t = opmath(type.dtype);
+      const Dims& dims = type.dims;
+      auto splat = [&](Value scalar64) { return b.broadcast_to(b.convert(scalar64, t), dims); };
+      auto splat_t = [&](Value scalar) { return b.broadcast_to(scalar, dims); };
+      auto constant = [&](double v) { return b.broadcast_to(b.constant(v, t), dims); };
+
+      Value step = b.convert(b.reshape(steps[i], {}), DType::kF64);
+      Value bc1 = b.sub(one64, b.binary("power", beta1, step));
+      Value bc2 = b.sub(one64, b.binary("power", beta2, step));
+      Value neg_step_size = b.unary("negate", b.div(lr, bc1));
+      Value bc2_sqrt = b.unary("sqrt", bc2);
+
+      Value p = b.convert(params[i], t);
+      Value g = b.convert(grads[i], t);
+      Value grad_out = grads[i];
+      if (grad_scale) {
+        g = b.div(g, b.broadcast_to(b.convert(*grad_scale, t), dims));
+        grad_out = b.convert(g, type.dtype);
+      }
+      if (maximize) g = b.unary("negate", g);
+      if (weight_decay != 0) {
+        if (adamw) {
+          p = b.mul(p, splat(decay));
+        } else {
+          g = b.add(g, b.mul(p, constant(weight_decay)));
+        }
+      }
+      // exp_avg.lerp_(grad, w = 1 - beta1), as PyTorch's lerp: from the nearer end,
+      // base + coeff * (grad - exp_avg) with (base, coeff) = (exp_avg, w) or (grad, w - 1).
+      Value m = b.convert(exp_avgs[i], t);
+      Value w = b.convert(one_minus_beta1, t);
+      Value near_start = b.compare(b.unary("abs", w), b.constant(0.5, t), "LT");
+      Value coeff = b.select(near_start, w, b.sub(w, b.constant(1, t)));
+      Value base = b.select(splat_t(near_start), m, g);
+      m = b.add(base, b.mul(splat_t(coeff), b.sub(g, m)));
+      Value v = b.convert(exp_avg_sqs[i], t);
+      v = b.add(b.mul(v, splat(beta2)), b.mul(b.mul(splat(one_minus_beta2), g), g));
+      Value vmax = v;
+      if (amsgrad) vmax = b.max(b.convert(maxes[i], t), v);
+      Value denom = b.add(b.div(b.unary("sqrt", vmax), splat(bc2_sqrt)), constant(eps));
+      p = b.add(p, b.div(b.mul(splat(neg_step_size), m), denom));
+
+      out[0].push_back(b.convert(p, type.dtype));
+      out[1].push_back(grad_out);
+      out[2].push_back(b.convert(m, type.dtype));
+      out[3].push_back(b.convert(v, type.dtype));
+      if (amsgrad) out[4].push_back(b.convert(vmax, type.dtype));
+    }
+    if (!amsgrad) out[4] = maxes;  // unchanged (the functional form returns them)
+    std::vector<Value> originals[5] = {params, grads, exp_avgs, exp_avg_sqs, maxes};
+    std::vector<Value> results;
+    for (size_t list : lists) {
+      for (size_t i = 0; i < out[list].size(); ++i) {
+        Value r = out[list][i];
+        if (skip) r = b.select(b.broadcast_to(*skip, r.dims()), originals[list][i], r);
+        results.push_back(r);
+      }
+    }
+    return results;
+  };
+}
+
+}  // namespace
+
+void register_optimizer_lowerings() {
+  for (bool adamw : {false, true}) {
+    std::string name = adamw ? "aten::_fused_adamw" : "aten::_fused_adam";
+    register_lowering({(name + "_").c_str(), (name + "_.tensor_lr").c_str()},
+                      fused_adam(adamw, /*functional=*/false));
+    register_lowering({name.c_str(), (name + ".tensor_lr").c_str()},
+                      fused_adam(adamw, /*functional=*/true));
+  }
+}
+
+}  // namespace torchtpu::lowering

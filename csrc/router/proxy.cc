@@ -1,0 +1,378 @@
+#include "router/proxy.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <chrono>
+#include <limits>
+#include <optional>
+
+#include "router/http_util.h"
+
+namespace torchtpu::router {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Request = http::request<http::string_body>;
+using Clock = std::chrono::steady_clock;
+
+void set_socket_timeouts(tcp::socket& socket, int timeout_ms);  // health_checker.cc
+
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+bool is_routed(const Request& req) {
+  return req.method() == http::verb::post &&
+         (req.target() == "/v1/completions" || req.target() == "/v1/chat/completions");
+}
+
+bool hop_by_hop(http::field f) {
+  switch (f) {
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::transfer_encoding:
+    case http::field::te:
+    case http::field::upgrade:
+    case http::field::host:
+    case http::field::content_length:
+    case http::field::proxy_authorization:
+    case http::field::proxy_connection:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Connects with a deadline: a replica that is gone must not hold a request for long.
+bool connect_with_timeout(tcp::socket& socket, const tcp::endpoint& ep, int timeout_ms,
+                          boost::system::error_code& ec) {
+  socket.open(ep.protocol(), ec);
+  if (ec) return false;
+  socket.non_blocking(true, ec);
+  socket.connect(ep, ec);
+  if (ec == net::error::would_block || ec == net::error::in_progress) {
+    pollfd pfd{socket.native_handle(), POLLOUT, 0};
+    if (::poll(&pfd, 1, timeout_ms) <= 0) {
+      ec = net::error::timed_out;
+      return false;
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
+    ec = boost::system::error_code(err, boost::system::system_category());
+  }
+  if (ec) return false;
+  socket.non_blocking(false, ec);
+  socket.set_option(tcp::no_delay(true), ec);
+  return !ec;
+}
+
+template <class Body>
+bool write_response(tcp::socket& client, http::response<Body>& res) {
+  boost::system::error_code ec;
+  res.prepare_payload();
+  http::write(client, res, ec);
+  return !ec;
+}
+
+bool write_json(tcp::socket& client, int status, std::string body, bool keep_alive,
+                const char* content_type = "application/json") {
+  http::response<http::string_body> res(static_cast<http::status>(status), 11);
+  res.set(http::field::content_type, content_type);
+  res.keep_alive(keep_alive);
+  res.body() = std::move(body);
+  return write_response(client, res);
+}
+
+bool write_chunk(tcp::socket& client, net::const_buffer data) {
+  boost::system::error_code ec;
+  net::write(client, http::make_chunk(data), ec);
+  return !ec;
+}
+
+}  // namespace
+
+Proxy::Proxy(ReplicaSet* replicas, RouterMetrics* metrics, Tokenizer tokenizer, ProxyConfig config)
+    : replicas_(replicas),
+      metrics_(metrics),
+      tokenizer_(std::move(tokenizer)),
+      config_(config),
+      idle_(replicas->size()) {}
+
+Proxy::~Proxy() = default;
+
+std::unique_ptr<Proxy::Socket> Proxy::acquire(ReplicaId id, bool* pooled, std::string* error) {
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    auto& idle = idle_[id];
+    if (!idle.empty()) {
+      auto s = std::move(idle.back());
+      idle.pop_back();
+      *pooled = true;
+      return s;
+    }
+  }
+  *pooled = false;
+  const Endpoint& e = replicas_->config(id).http;
+  boost::system::error_code ec;
+  tcp::resolver resolver(io_);
+  auto results = resolver.resolve(e.host, std::to_string(e.port), ec);
+  if (ec) {
+    *error = "cannot resolve " + e.host + ": " + ec.message();
+    return nullptr;
+  }
+  for (const auto& r : results) {
+    auto s = std::make_unique<Socket>(io_);
+    if (connect_with_timeout(*s, r.endpoint(), config_.connect_timeout_ms, ec)) {
+      set_socket_timeouts(*s, config_.upstream_timeout_ms);
+      return s;
+    }
+  }
+  *error = "cannot connect to " + e.str() + ": " + ec.message();
+  return nullptr;
+}
+
+void Proxy::release(ReplicaId id, std::unique_ptr<Socket> socket) {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (idle_[id].size() < 64) idle_[id].push_back(std::move(socket));
+}
+
+// One attempt of one request on one replica.
+struct Proxy::Exchange {
+  enum class Outcome { kDone, kRetry, kClientGone };
+  Proxy* proxy;
+  tcp::socket& client;
+  const Request& req;
+  bool keep_alive;
+  Clock::time_point read_at;  // the client's request fully read
+  std::string failure;        // why the last attempt failed (for the final error)
+  int failure_status = 502;
+  std::string failure_body;   // a replica's own error body to pass on, when it had one
+  bool routing_observed = false;
+
+  Outcome attempt(ReplicaId id) {
+    ReplicaSet& replicas = *proxy->replicas_;
+    bool pooled = false;
+    std::string error;
+    auto upstream = proxy->acquire(id, &pooled, &error);
+    if (!upstream) return fail(id, error);
+
+    Request out(req.method(), req.target(), 11);
+    for (const auto& f : req) {
+      if (!hop_by_hop(f.name())) out.set(f.name_string(), f.value());
+    }
+    out.set(http::field::host, replicas.config(id).http.str());
+    out.keep_alive(true);
+    out.body() = req.body();
+    out.prepare_payload();
+
+    boost::system::error_code ec;
+    beast::flat_buffer buffer;
+    std::optional<http::response_parser<http::buffer_body>> parser;
+    for (int tries = 0;; ++tries) {
+      parser.emplace();
+      // Not boost::none: Boost 1.74 compares a Content-Length against an empty limit as
+      // "over the limit".
+      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+      buffer.clear();
+      http::write(*upstream, out, ec);
+      if (!ec) {
+        if (!routing_observed) {
+          routing_observed = true;
+          proxy->metrics_->observe_routing_seconds(
+              std::chrono::duration<double>(Clock::now() - read_at).count());
+        }
+        http::read_header(*upstream, buffer, *parser, ec);
+      }
+      if (!ec) break;
+      // A kept-alive connection the replica closed meanwhile: once more on a fresh one.
+      if (pooled && tries == 0) {
+        upstream = proxy->acquire(id, &pooled, &error);
+        while (upstream && pooled) upstream = proxy->acquire(id, &pooled, &error);
+        if (!upstream) return fail(id, error);
+        continue;
+      }
+      return fail(id, "no response: " + ec.message());
+    }
+
+    const auto& head = parser->get();
+    const int status = static_cast<int>(head.result_int());
+    const std::string content_type(head[http::field::content_type]);
+    const bool stream = content_type.rfind("text/event-stream", 0) == 0;
+    char chunk[16384];
+    auto read_some = [&](size_t* n) {
+      parser->get().body().data = chunk;
+      parser->get().body().size = sizeof chunk;
+      http::read_some(*upstream, buffer, *parser, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      *n = sizeof chunk - parser->get().body().size;
+      return !ec;
+    };
+
+    if (!stream) {
+      std::string body;
+      size_t n = 0;
+      while (!parser->is_done()) {
+        if (!read_some(&n)) return fail(id, "response cut off: " + ec.message());
+        body.append(chunk, n);
+      }
+      if (status == 503) {  // the replica's engine died: another one may serve it
+        failure_status = 503;
+        failure_body = body;
+        return fail(id, "it answered 503");
+      }
+      if (parser->keep_alive()) proxy->release(id, std::move(upstream));
+      http::response<http::string_body> res(static_cast<http::status>(status), 11);
+      if (!content_type.empty()) res.set(http::field::content_type, content_type);
+      res.keep_alive(keep_alive);
+      res.body() = std::move(body);
+      return write_response(client, res) ? Outcome::kDone : Outcome::kClientGone;
+    }
+
+    // A stream: the header goes to the client with the first body bytes, so an attempt
+    // that fails before them can still move to another replica.
+    size_t n = 0;
+    while (n == 0 && !parser->is_done()) {
+      if (!read_some(&n)) return fail(id, "stream ended before its first event: " + ec.message());
+    }
+    http::response<http::empty_body> res(static_cast<http::status>(status), 11);
+    res.set(http::field::content_type, content_type);
+    res.set(http::field::cache_control, "no-cache");
+    res.keep_alive(keep_alive);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr(res);
+    http::write_header(client, sr, ec);
+    if (ec) return Outcome::kClientGone;
+    while (true) {
+      if (n > 0 && !write_chunk(client, net::buffer(chunk, n))) return Outcome::kClientGone;
+      if (parser->is_done()) break;
+      if (!read_some(&n)) {
+        // The replica failed mid-stream: too late to retry; the client hears why.
+        proxy->metrics_->num_stream_errors++;
+        replicas.on_upstream_error(id, "stream cut off: " + ec.message());
+        const std::string event =
+            "data: " + error_body(502, "torchtpu router: the replica serving this stream (" +
+                                           replicas.config(id).http.str() + ") failed mid-way (" +
+                                           ec.message() + "); retry the request") +
+            "\n\ndata: [DONE]\n\n";
+        if (!write_chunk(client, net::buffer(event))) return Outcome::kClientGone;
+        break;
+      }
+    }
+    net::write(client, http::make_chunk_last(), ec);
+    if (ec) return Outcome::kClientGone;
+    if (parser->is_done() && parser->keep_alive()) proxy->release(id, std::move(upstream));
+    return Outcome::kDone;
+  }
+
+  Outcome fail(ReplicaId id, const std::string& why) {
+    failure = proxy->replicas_->config(id).http.str() + ": " + why;
+    proxy->replicas_->on_upstream_error(id, why);
+    return Outcome::kRetry;
+  }
+};
+
+void Proxy::serve_connection(tcp::socket client) {
+  boost::system::error_code ec;
+  set_socket_timeouts(client, config_.client_idle_timeout_ms);
+  client.set_option(tcp::no_delay(true), ec);
+  beast::flat_buffer buffer;
+  while (true) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(static_cast<uint64_t>(config_.max_request_bytes));
+    parser.header_limit(64 * 1024);
+    http::read(client, buffer, parser, ec);
+    if (ec == http::error::body_limit) {
+      write_json(client, 413,
+                 error_body(413, "the request body exceeds the router's limit of " +
+                                     std::to_string(config_.max_request_bytes) + " bytes"),
+                 false);
+      break;
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::connection_reset ||
+        ec == net::error::eof || ec == net::error::would_block || ec == net::error::timed_out) {
+      break;
+    }
+    if (ec) {
+      write_json(client, 400, error_body(400, "malformed HTTP request: " + ec.message()), false);
+      break;
+    }
+    const Clock::time_point read_at = Clock::now();
+    Request req = parser.release();
+    const bool keep_alive = req.keep_alive();
+    metrics_->num_requests++;
+
+    if (req.method() == http::verb::get && req.target() == "/health") {
+      const bool ok = replicas_->any_healthy();
+      if (!write_json(client, ok ? 200 : 503,
+                      ok ? "{}" : error_body(503, "torchtpu router: no healthy replica"),
+                      keep_alive)) {
+        break;
+      }
+      if (!keep_alive) break;
+      continue;
+    }
+    if (req.method() == http::verb::get && req.target() == "/metrics") {
+      if (!write_json(client, 200, metrics_->render(*replicas_), keep_alive,
+                      "text/plain; version=0.0.4; charset=utf-8")) {
+        break;
+      }
+      if (!keep_alive) break;
+      continue;
+    }
+
+    std::optional<std::vector<serve::TokenId>> tokens;
+    const bool routed = is_routed(req);
+    if (routed && tokenizer_) {
+      tokens = tokenizer_(std::string(req.target()), req.body());
+      if (!tokens) metrics_->num_tokenize_failed++;
+    }
+    const RouteDecision decision = replicas_->route(tokens ? &*tokens : nullptr, now_ms());
+    Exchange ex{this, client, req, keep_alive, read_at};
+    Exchange::Outcome outcome = Exchange::Outcome::kRetry;
+    int attempts = 0;
+    for (const serve::RankedReplica& r : decision.ranked) {
+      if (attempts == config_.max_attempts) break;
+      if (attempts++ > 0) metrics_->num_retries++;
+      if (routed) metrics_->num_routed++;
+      replicas_->on_dispatch(r.replica, decision, r.matched_blocks, now_ms());
+      outcome = ex.attempt(r.replica);
+      replicas_->on_done(r.replica);
+      if (outcome != Exchange::Outcome::kRetry) break;
+    }
+    if (outcome == Exchange::Outcome::kClientGone) break;
+    if (outcome == Exchange::Outcome::kRetry) {
+      metrics_->num_failed++;
+      std::string body = ex.failure_body;
+      if (body.empty()) {
+        body = error_body(
+            decision.ranked.empty() ? 503 : ex.failure_status,
+            decision.ranked.empty()
+                ? "torchtpu router: no healthy replica; retry once one is up"
+                : "torchtpu router: no replica could serve this request (" +
+                      std::to_string(attempts) + " tried; last: " + ex.failure + ")");
+      }
+      if (!write_json(client, decision.ranked.empty() ? 503 : ex.failure_status, body,
+                      keep_alive)) {
+        break;
+      }
+    }
+    if (!keep_alive) break;
+  }
+  client.shutdown(tcp::socket::shutdown_both, ec);
+  client.close(ec);
+}
+
+}  // namespace torchtpu::router

@@ -1,0 +1,74 @@
+// Router: the torchtpu router service. An HTTP server (one thread per client connection,
+// blocking I/O; see proxy.h for what each request does) in front of N engine replicas, with
+// a health checker thread and a KV event subscriber thread feeding the ReplicaSet.
+//
+// Lifecycle: create() -> bind() -> run() (blocks until stop(), or SIGINT/SIGTERM when asked
+// to handle them) -> returns once every connection thread has ended (their sockets are shut
+// down first, so a stream in progress ends at once). stop() is thread-safe and idempotent.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "router/event_subscriber.h"
+#include "router/health_checker.h"
+#include "router/proxy.h"
+#include "router/replica_set.h"
+#include "router/router_metrics.h"
+
+namespace torchtpu::router {
+
+struct RouterConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;  // 0: any free port (see Router::port())
+  std::vector<ReplicaConfig> replicas;
+  RoutingConfig routing;
+  ProxyConfig proxy;
+  int health_interval_ms = 500;
+  int health_timeout_ms = 2000;
+  int replay_timeout_ms = 2000;
+  int max_connections = 1024;
+};
+
+class Router {
+ public:
+  static base::StatusOr<std::unique_ptr<Router>> create(RouterConfig config, Tokenizer tokenizer);
+  ~Router();
+
+  base::Status bind();
+  uint16_t port() const { return port_; }
+  void run(bool handle_signals);
+  void stop();
+
+  const ReplicaSet& replicas() const { return replicas_; }
+  const RouterMetrics& metrics() const { return metrics_; }
+
+ private:
+  Router(RouterConfig config, Tokenizer tokenizer);
+  void accept_next();
+  void serve(boost::asio::ip::tcp::socket socket);
+
+  RouterConfig config_;
+  ReplicaSet replicas_;
+  RouterMetrics metrics_;
+  Proxy proxy_;
+  HealthChecker health_;
+  EventSubscriber events_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::mutex conn_mu_;
+  std::condition_variable conn_done_;
+  std::set<int> conn_fds_;
+};
+
+}  // namespace torchtpu::router

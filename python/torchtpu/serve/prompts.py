@@ -1,0 +1,65 @@
+"""A request's prompt as token ids, the one way the server and ``torchtpu router`` compute
+them: the router hashes the same ids into the same KV block hashes as the engine, so its
+prefix index and the engine's radix cache name the same prefixes.
+
+Both functions take the tokenizer (a Hugging Face tokenizer loaded from the model folder)
+and raise ``ApiError`` (400) for input a client got wrong.
+"""
+
+from __future__ import annotations
+
+from torchtpu.serve.errors import ApiError
+
+RESERVED_TEMPLATE_KWARGS = {"conversation", "messages", "tokenize", "add_generation_prompt",
+                            "continue_final_message", "chat_template", "tools", "documents",
+                            "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"}
+
+
+def text_prompt_ids(tokenizer, prompt: str, add_special_tokens: bool | None = None) -> list[int]:
+    """A text prompt's ids: without special tokens unless that gives nothing (or
+    `add_special_tokens` says otherwise)."""
+    if add_special_tokens is not None:
+        return tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+    return tokenizer.encode(prompt, add_special_tokens=False) or tokenizer.encode(prompt)
+
+
+def chat_prompt_ids(tokenizer, messages: list[dict], add_generation_prompt: bool,
+                    continue_final_message: bool, kwargs: dict | None,
+                    add_special_tokens: bool | None = None,
+                    tools: list[dict] | None = None) -> list[int]:
+    """Token ids of a conversation through the model's chat template. Tools, and tool calls
+    in the messages, must change what the template renders: a template that drops them
+    would hide them from the model, so that is a 400."""
+    tok = tokenizer
+    if tok.chat_template is None:
+        raise ApiError(400, "this model's tokenizer has no chat template; use "
+                            "/v1/completions")
+    kwargs = dict(kwargs or {})
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS & kwargs.keys())
+    if reserved:
+        raise ApiError(400, f"'chat_template_kwargs' may not set {reserved}",
+                       param="chat_template_kwargs")
+
+    def render(msgs: list[dict], tools: list[dict] | None) -> str:
+        try:
+            return tok.apply_chat_template(
+                msgs, tools=tools, add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, tokenize=False, **kwargs)
+        except Exception as e:  # noqa: BLE001 - a template error is about these messages
+            raise ApiError(400, f"the chat template failed on these messages: "
+                                f"{type(e).__name__}: {e}", param="messages") from None
+
+    text = render(messages, tools or None)
+    if tools and render(messages, None) == text:
+        raise ApiError(400, "'tools': this model's chat template does not render tools, "
+                            "so the model would never see them; tool calling needs a model "
+                            "whose template does (Qwen2/Qwen3, Llama 3, Mistral, Hermes)",
+                       param="tools")
+    if any("tool_calls" in m for m in messages):
+        bare = [{k: v for k, v in m.items() if k != "tool_calls"} for m in messages]
+        if render(bare, tools or None) == text:
+            raise ApiError(400, "'messages': this model's chat template does not render "
+                                "assistant tool_calls, so the model would not see them",
+                           param="messages")
+    # The template writes the special tokens itself (vLLM's default for chat).
+    return tok.encode(text, add_special_tokens=bool(add_special_tokens))

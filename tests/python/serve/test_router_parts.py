@@ -1,0 +1,75 @@
+"""The router's Python side without replicas: its tokenizer gives the server's own prompt ids
+(so its block hashes are the engine's), the launcher's core split and argument pass-through,
+and the command line's errors."""
+
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from torchtpu.cli import _replica_args
+from torchtpu.serve.router import PromptTokenizer, core_groups
+
+
+@pytest.mark.parametrize("target,body", [
+    ("/v1/completions", {"prompt": "O Romeo, Romeo, wherefore art thou Romeo?"}),
+    ("/v1/completions", {"prompt": "O Romeo", "add_special_tokens": True}),
+    ("/v1/completions", {"prompt": [5, 6, 7, 8]}),
+    ("/v1/completions", {"prompt": "To be, or not to be", "truncate_prompt_tokens": 3}),
+    ("/v1/chat/completions", {"messages": [{"role": "system", "content": "Be brief."},
+                                           {"role": "user", "content": "Who is the king?"}]}),
+])
+def test_prompt_tokenizer_matches_the_server(served, tiny_llama_dir, target, body):
+    tokenizer = PromptTokenizer(tiny_llama_dir)
+    ids = tokenizer(target, json.dumps(body).encode())
+    # The server's own view: /tokenize, or the prompt a completion reports it used.
+    if "messages" in body:
+        want = httpx.post(served.url + "/tokenize", json={"messages": body["messages"]}).json()
+        assert ids == want["tokens"]
+        return
+    r = httpx.post(served.url + "/v1/completions",
+                   json={**body, "max_tokens": 1}).json()
+    assert len(ids) == r["usage"]["prompt_tokens"]
+    if isinstance(body["prompt"], str) and "truncate_prompt_tokens" not in body:
+        want = httpx.post(served.url + "/tokenize", json={
+            "prompt": body["prompt"], "add_special_tokens": body.get("add_special_tokens")})
+        assert ids == want.json()["tokens"]
+
+
+def test_prompt_tokenizer_gives_none_for_what_the_replica_must_refuse(tiny_llama_dir):
+    tokenizer = PromptTokenizer(tiny_llama_dir)
+    assert tokenizer("/v1/completions", b"{not json") is None
+    assert tokenizer("/v1/completions", b'{"prompt": []}') is None
+    assert tokenizer("/v1/chat/completions", b'{"messages": 3}') is None
+
+
+def test_core_groups_are_disjoint_and_cover_the_cpus():
+    import os
+
+    cpus = os.sched_getaffinity(0)
+    groups = core_groups(len(cpus))
+    assert all(len(g) == 1 for g in groups)
+    assert set().union(*groups) == cpus
+    assert core_groups(len(cpus) + 1) == [None] * (len(cpus) + 1)
+
+
+def test_replica_args_drop_the_launchers_own_options():
+    argv = ["--replicas", "3", "--model", "m", "--port=9000", "--host", "0.0.0.0",
+            "--max-num-seqs", "8", "--kv-events-endpoint", "x", "--routing-mode", "round-robin"]
+    assert _replica_args(argv) == ["--model", "m", "--max-num-seqs", "8"]
+
+
+def test_router_command_line_errors():
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "torchtpu.cli", "router", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    r = run("--replica", "http://127.0.0.1:1", "--weights", "1,2")
+    assert r.returncode == 2 and "--weights" in r.stderr
+    r = run("--replica", "http://127.0.0.1:1", "--replica", "http://127.0.0.1:2",
+            "--kv-events", "tcp://127.0.0.1:3", "--mode", "round-robin")
+    assert r.returncode == 2 and "one per replica" in r.stderr
+    r = run("--replica", "http://127.0.0.1/v1", "--mode", "round-robin")
+    assert r.returncode == 2 and "expected http://HOST:PORT" in r.stderr

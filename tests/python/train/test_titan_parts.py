@@ -1,0 +1,135 @@
+"""The pieces torchtpu.train gives TorchTitan, each against a reference: DenseAttention and
+its document masks (tpu against the CPU and against per-document attention), the text-file
+dataloader (splits, ranks, resumable state), the peak-FLOP/s table and override."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _compare import assert_close, fallbacks, new_fallbacks
+
+from torchtpu import flops
+from torchtpu.train.attention import DenseAttention, document_causal_mask
+from torchtpu.train.data import TextFileDataset, read_split
+
+
+def test_document_mask_is_block_causal() -> None:
+    positions = torch.tensor([[0, 1, 2, 0, 1], [0, 1, 2, 3, 4]])
+    mask = document_causal_mask(positions)
+    assert mask.shape == (2, 1, 5, 5)
+    expected0 = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0],
+                              [0, 0, 0, 1, 0], [0, 0, 0, 1, 1]], dtype=torch.bool)
+    assert torch.equal(mask[0, 0], expected0)
+    assert torch.equal(mask[1, 0], torch.ones(5, 5, dtype=torch.bool).tril())
+    assert torch.equal(document_causal_mask(positions.to("tpu")).cpu(), mask)
+
+
+def test_dense_attention_matches_per_document_attention() -> None:
+    torch.manual_seed(0)
+    b, length, heads, kv_heads, dim = 2, 6, 4, 2, 8
+    q = torch.randn(b, length, heads, dim)
+    k, v = torch.randn(b, length, kv_heads, dim), torch.randn(b, length, kv_heads, dim)
+    positions = torch.tensor([[0, 1, 2, 3, 0, 1], [0, 1, 2, 3, 4, 5]])
+    attn = DenseAttention()
+    expected = attn(q, k, v, attention_masks=document_causal_mask(positions), enable_gqa=True)
+    # Row 0 is two documents: each attends causally to itself only.
+    kk, vv = k.repeat_interleave(2, dim=2), v.repeat_interleave(2, dim=2)
+    for lo, hi in ((0, 4), (4, 6)):
+        ref = F.scaled_dot_product_attention(
+            q[:1, lo:hi].transpose(1, 2), kk[:1, lo:hi].transpose(1, 2),
+            vv[:1, lo:hi].transpose(1, 2), is_causal=True).transpose(1, 2)
+        torch.testing.assert_close(expected[:1, lo:hi], ref, rtol=1e-5, atol=1e-6)
+    # No masks: plain causal attention (what one document per row needs).
+    torch.testing.assert_close(attn(q[1:], k[1:], v[1:], enable_gqa=True), expected[1:],
+                               rtol=1e-5, atol=1e-6)
+    before = fallbacks()
+    actual = attn(q.to("tpu"), k.to("tpu"), v.to("tpu"),
+                  attention_masks=document_causal_mask(positions.to("tpu")), enable_gqa=True)
+    assert not new_fallbacks(before), new_fallbacks(before)
+    assert_close(actual, expected, dtype_tols={torch.float32: (1e-5, 1e-5)})
+    with pytest.raises(TypeError, match="bool tensor"):
+        attn(q, k, v, attention_masks=positions.float(), enable_gqa=True)
+
+
+class _Tokenizer:
+    """Characters as tokens (enough to check the dataset's slicing exactly)."""
+
+    def encode(self, text: str, add_bos: bool = True, add_eos: bool = True) -> list[int]:
+        return [1] * add_bos + [ord(c) for c in text] + [2] * add_eos
+
+
+def _dataset(path: str, **kw) -> TextFileDataset:
+    args = {"path": path, "split": "train", "validation_fraction": 0.25,
+            "tokenizer": _Tokenizer(), "seq_len": 4, "dp_rank": 0, "dp_world_size": 1,
+            "infinite": False}
+    args.update(kw)
+    return TextFileDataset(**args)
+
+
+def test_text_file_splits_ranks_and_resumes(tmp_path) -> None:
+    path = tmp_path / "corpus.txt"
+    path.write_text("abcdefgh\nijklmnop\nqrstuvwx\nyz012345\n")
+    train, val = read_split(str(path), "train", 0.25), read_split(str(path), "validation", 0.25)
+    assert train + val == path.read_text() and val == "yz012345\n"
+    samples = list(_dataset(str(path)))
+    tokens = [1] + [ord(c) for c in train] + [2]
+    assert len(samples) == (len(tokens) - 1) // 4
+    for i, (inputs, labels) in enumerate(samples):
+        assert inputs["input"].tolist() == tokens[4 * i:4 * i + 4]
+        assert labels.tolist() == tokens[4 * i + 1:4 * i + 5]
+        assert inputs["positions"].tolist() == [0, 1, 2, 3]
+    ranks = [list(_dataset(str(path), dp_rank=r, dp_world_size=2)) for r in (0, 1)]
+    assert [s[1].tolist() for s in ranks[1]] == [s[1].tolist() for s in samples[1::2]]
+    # The state after two samples resumes at the third, across an epoch boundary too.
+    ds = _dataset(str(path), infinite=True)
+    it = iter(ds)
+    seen = [next(it)[1].tolist() for _ in range(len(samples) + 2)]
+    again = _dataset(str(path), infinite=True)
+    again.load_state_dict(ds.state_dict())
+    assert next(iter(again))[1].tolist() == next(it)[1].tolist()
+    assert seen[:len(samples)] == [s[1].tolist() for s in samples]
+
+
+def test_text_file_errors(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="dataset_path"):
+        read_split(str(tmp_path / "missing.txt"), "train", 0.1)
+    with pytest.raises(ValueError, match="validation_fraction"):
+        read_split(str(tmp_path / "missing.txt"), "train", 1.5)
+    short = tmp_path / "short.txt"
+    short.write_text("abcd\nef\n")  # train split "abcd\n": one sample of 4 tokens
+    assert len(_dataset(str(short), validation_fraction=0.3)) == 1
+    with pytest.raises(ValueError, match="none for data-parallel rank 1 of 2"):
+        _dataset(str(short), validation_fraction=0.3, dp_rank=1, dp_world_size=2)
+    with pytest.raises(ValueError, match="split of .* is empty"):
+        read_split(str(short), "train", 0.9)
+
+
+def test_peak_flops_table_and_override(monkeypatch) -> None:
+    assert flops.table_peak_flops("TPU v5 lite") == 197e12
+    assert flops.table_peak_flops("TPU v6 lite") == 918e12
+    assert flops.table_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert flops.table_peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert flops.table_peak_flops("cpu") is None
+    monkeypatch.setenv("TORCHTPU_PEAK_FLOPS", "1.5e12")
+    assert flops.peak_flops(torch.float32) == 1.5e12
+    monkeypatch.setenv("TORCHTPU_PEAK_FLOPS", "fast")
+    with pytest.raises(ValueError, match="TORCHTPU_PEAK_FLOPS"):
+        flops.peak_flops()
+
+
+def test_peak_flops_is_measured_once_and_cached(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("TORCHTPU_PEAK_FLOPS", raising=False)
+    monkeypatch.setenv("TORCHTPU_CACHE_DIR", str(tmp_path))
+    calls = []
+    real = flops.measure_matmul_flops
+
+    def counted(dtype, device=0, size=256, runs=2):
+        calls.append(dtype)
+        return real(dtype, device, size=256, runs=2)
+
+    monkeypatch.setattr(flops, "measure_matmul_flops", counted)
+    first = flops.peak_flops(torch.float32)
+    assert first > 0 and calls == [torch.float32]
+    assert flops.peak_flops(torch.float32) == first and calls == [torch.float32]
+    assert (tmp_path / "peak_flops.json").exists()
