@@ -31,7 +31,8 @@ import time
 import torch
 
 
-def sample(model: torch.nn.Module, device: str, tokens: int, window: int) -> tuple[list[int], float]:
+def sample(model: torch.nn.Module, device: str, tokens: int,
+           window: int) -> tuple[list[int], float]:
     """Greedy tokens from a start token, and the loop's wall time in seconds."""
     context = [0]
     start = time.perf_counter()
