@@ -3,7 +3,8 @@
 #
 #   make setup   system packages, .venv, Python deps, first build (skipped when done)
 #   make build   setup + incremental rebuild/reinstall of the C++ extension
-#   make test    build, then the C++ (ctest) and Python (pytest) suites
+#   make test    build, then the C++ (ctest) and Python (pytest) suites, then a bounded
+#                second pass of eager tests in fused eager mode (test-fused)
 #   make demo    build, then examples/train_demo.py
 #   make bench   build, then bench/eager_overhead.py
 #   make op-coverage  build, then scripts/op_coverage.py: every PyTorch OpInfo checked on tpu
@@ -53,7 +54,7 @@ export CCACHE_NOHASHDIR := 1
 BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-* \
 	2>/dev/null | head -1
 
-.PHONY: setup build test test-cpp test-python demo bench bench-compile bench-jax-op serve \
+.PHONY: setup build test test-cpp test-python test-fused demo bench bench-compile bench-jax-op serve \
 	bench-serve bench-router op-coverage test-upstream train test-titan bench-train clean distclean
 
 setup:
@@ -62,11 +63,12 @@ setup:
 build:
 	TORCHTPU_REBUILD=1 bash scripts/setup.sh
 
-# Both suites always run, so both summaries are printed; the target fails if either fails.
+# Every suite always runs, so every summary is printed; the target fails if any fails.
 test: build
 	@rc=0; \
 	$(MAKE) --no-print-directory test-cpp || rc=1; \
 	$(MAKE) --no-print-directory test-python || rc=1; \
+	$(MAKE) --no-print-directory test-fused || rc=1; \
 	if [[ $$rc -ne 0 ]]; then echo "make test: FAILED (see the summaries above)"; fi; \
 	exit $$rc
 
@@ -80,6 +82,16 @@ test-cpp:
 test-python:
 	@echo "== Python tests (pytest tests/python, timeout $(PYTEST_TIMEOUT)s per test)"
 	$(PY) -m pytest tests/python -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
+
+# Fused eager mode (TORCHTPU_EAGER=fused) must keep op-by-op semantics: a second pass over a
+# bounded subset of the semantics, training and models tests (FUSED_TESTS), about 2 minutes.
+FUSED_TESTS ?= tests/python/semantics/test_views_inplace.py \
+	tests/python/semantics/test_autograd.py tests/python/training/test_training.py \
+	tests/python/models/test_linear_weight_reuse.py
+test-fused:
+	@echo "== Python tests in fused eager mode (TORCHTPU_EAGER=fused: $(FUSED_TESTS))"
+	TORCHTPU_EAGER=fused $(PY) -m pytest $(FUSED_TESTS) -q --timeout=$(PYTEST_TIMEOUT) \
+		$(PYTEST_ARGS)
 
 demo: build
 	$(PY) examples/train_demo.py

@@ -14,9 +14,14 @@ Reported per mode: output tokens/s, TTFT p50/p90, the replicas' own prefix-cache
 (vllm:prefix_cache_hits / queries over the run); then the ratios, and the router's own
 added latency: its routing_latency_seconds (request read -> upstream request written) and,
 end to end, one-token requests through the router against the same requests sent straight
-to a replica.
+to a replica. Per mode it also says where the slowest tenth of the requests went (their
+group, whether they were its first request, their replica) and how many requests each
+replica had in flight over the run (the router's gauge, sampled every 100 ms); --trace
+writes all of it. --compare-spill N adds cache-aware routing with the router's load filter
+on (--spill-threshold N), same replicas, for comparison.
 
     .venv/bin/python bench/router_bench.py                 # SmolLM2-135M-Instruct, 2 replicas
+    .venv/bin/python bench/router_bench.py --compare-spill 4  # and with the load filter
     .venv/bin/python bench/router_bench.py --quick         # fewer requests
 """
 
@@ -66,16 +71,22 @@ def text_of(tokenizer, rng: random.Random, num_tokens: int) -> str:
     return tokenizer.decode(ids)
 
 
-def workload(tokenizer, seed: int, args) -> list[str]:
+def workload(tokenizer, seed: int, args) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(group, prompt) per request in arrival order: the warm-up (each group's first
+    --warmup-users users) and the measured requests (the others)."""
     rng = random.Random(seed)
     systems = [f"System {seed}-{g}: " + text_of(tokenizer, rng, args.system_tokens)
                for g in range(args.groups)]
-    prompts = [f"{systems[g]}\nUser {u}: {text_of(tokenizer, rng, args.question_tokens)}"
-               for u in range(args.users_per_group) for g in range(args.groups)]
+    prompts = [(g, f"{systems[g]}\nUser {u}: {text_of(tokenizer, rng, args.question_tokens)}")
+               for u in range(args.warmup_users + args.users_per_group)
+               for g in range(args.groups)]
+    cut = args.warmup_users * args.groups
+    warm, measured = prompts[:cut], prompts[cut:]
     # Users arrive in random order (a fixed order would pin each group to one replica under
     # round-robin whenever the group count is a multiple of the replica count).
-    rng.shuffle(prompts)
-    return prompts
+    rng.shuffle(warm)
+    rng.shuffle(measured)
+    return warm, measured
 
 
 def scrape(urls: list[str], names: tuple[str, ...]) -> dict[str, float]:
@@ -88,18 +99,35 @@ def scrape(urls: list[str], names: tuple[str, ...]) -> dict[str, float]:
     return total
 
 
-async def run_mode(url: str, prompts: list[str], args) -> dict:
-    queue = list(prompts)
-    ttfts, tokens = [], 0
+async def run_mode(url: str, warm: list[tuple[int, str]], prompts: list[tuple[int, str]],
+                   args) -> dict:
+    """Sends `warm`, then measures `prompts`, each at --concurrency (or --rate)."""
+    queue = list(warm)
+    counting = False
+    ttfts, tokens, trace, depth = [], 0, [], []
+    seen_groups: set[int] = set()
     limits = httpx.Limits(max_connections=None)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         async def worker() -> None:
             while queue:
                 await one()
 
+        async def sample_depth() -> None:
+            """The router's in-flight count per replica every 100 ms (queue depth over time)."""
+            while True:
+                r = await client.get(url + "/metrics")
+                now = time.perf_counter() - t0
+                for line in r.text.splitlines():
+                    if line.startswith("torchtpu_router:replica_in_flight{"):
+                        depth.append((now, line.split('"')[1], float(line.rsplit(" ", 1)[1])))
+                await asyncio.sleep(0.1)
+
         async def one() -> None:
             nonlocal tokens
-            prompt = queue.pop(0)
+            group, prompt = queue.pop(0)
+            counted = counting
+            cold = group not in seen_groups  # the first of its group: nobody holds its prompt
+            seen_groups.add(group)
             start = time.perf_counter()
             first = None
             async with client.stream("POST", url + "/v1/completions", json={
@@ -107,6 +135,7 @@ async def run_mode(url: str, prompts: list[str], args) -> dict:
                     "ignore_eos": True, "stream": True,
                     "stream_options": {"include_usage": True}}) as r:
                 r.raise_for_status()
+                replica = r.headers.get("x-torchtpu-replica", "?")
                 async for line in r.aiter_lines():
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
@@ -115,24 +144,61 @@ async def run_mode(url: str, prompts: list[str], args) -> dict:
                         raise RuntimeError(chunk["error"]["message"])
                     if first is None and chunk.get("choices"):
                         first = time.perf_counter()
-                    if chunk.get("usage"):
+                    if chunk.get("usage") and counted:
                         tokens += chunk["usage"]["completion_tokens"]
+            if not counted:
+                return
             ttfts.append(first - start)
+            trace.append({"group": group, "cold": cold, "replica": replica,
+                          "start": start - t0, "ttft": first - start})
 
-        start = time.perf_counter()
-        if args.rate:
-            rng = random.Random(0)
-            tasks = []
-            for _ in range(len(queue)):
-                tasks.append(asyncio.ensure_future(one()))
-                await asyncio.sleep(rng.expovariate(args.rate))
-            await asyncio.gather(*tasks)
-        else:
-            await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        async def phase() -> None:
+            if args.rate:
+                rng = random.Random(0)
+                tasks = []
+                for _ in range(len(queue)):
+                    tasks.append(asyncio.ensure_future(one()))
+                    await asyncio.sleep(rng.expovariate(args.rate))
+                await asyncio.gather(*tasks)
+            else:
+                await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+
+        # Warm-up: each group's first users, so the cold start (every prompt computed once,
+        # all at the same time) is not what the tail measures; not counted.
+        await phase()
+        queue[:] = prompts
+        counting = True
+        t0 = start = time.perf_counter()
+        sampler = asyncio.ensure_future(sample_depth())
+        await phase()
         wall = time.perf_counter() - start
+        sampler.cancel()
     ttfts.sort()
     return {"wall_s": wall, "output_tokens": tokens, "throughput": tokens / wall,
-            "ttft_p50": ttfts[len(ttfts) // 2], "ttft_p90": ttfts[int(0.9 * (len(ttfts) - 1))]}
+            "ttft_p50": ttfts[len(ttfts) // 2], "ttft_p90": ttfts[int(0.9 * (len(ttfts) - 1))],
+            "trace": trace, "depth": depth}
+
+
+def describe_tail(res: dict) -> str:
+    """Where the slowest tenth of the requests went, and how the load was spread."""
+    trace = sorted(res["trace"], key=lambda t: t["ttft"])
+    tail = trace[int(0.9 * (len(trace) - 1)):]
+    per = {}
+    for _, replica, n in res["depth"]:
+        per.setdefault(replica, []).append(n)
+    served = {}
+    for t in trace:
+        served[t["replica"]] = served.get(t["replica"], 0) + 1
+    groups = {}
+    for t in trace:
+        groups.setdefault(t["replica"], set()).add(t["group"])
+    spread = ", ".join(
+        f"{r.rsplit(':', 1)[-1]}: {served.get(r, 0)} requests of groups {sorted(groups.get(r, []))}"
+        f", in flight mean {statistics.mean(v):.1f} max {max(v):.0f}"
+        for r, v in sorted(per.items()))
+    slow = ", ".join(f"{t['ttft']:.2f}s g{t['group']}{'*' if t['cold'] else ''}"
+                     f"@{t['replica'].rsplit(':', 1)[-1]}" for t in tail)
+    return f"    replicas: {spread}\n    slowest tenth (* = first of its group): {slow}"
 
 
 def added_latency(router_url: str, replica_url: str, n: int) -> dict:
@@ -167,6 +233,9 @@ def main() -> int:
     p.add_argument("--users-per-group", type=int, default=12)
     p.add_argument("--system-tokens", type=int, default=512)
     p.add_argument("--question-tokens", type=int, default=16)
+    p.add_argument("--warmup-users", type=int, default=1,
+                   help="each group's first users, sent first and not measured (0: measure "
+                        "from the cold start, when every prompt is computed at once)")
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--concurrency", type=int, default=8,
                    help="closed loop: this many requests in flight (vllm bench's "
@@ -177,6 +246,14 @@ def main() -> int:
     p.add_argument("--num-pages", type=int, default=None,
                    help="KV pages per replica (default: 65%% of all system prompts)")
     p.add_argument("--latency-requests", type=int, default=100)
+    p.add_argument("--spill-threshold", type=int, default=None,
+                   help="the cache-aware router's --spill-threshold (default: the router's)")
+    p.add_argument("--compare-spill", type=int, default=None, metavar="N",
+                   help="also run cache-aware routing with --spill-threshold N, same "
+                        "replicas, for comparison")
+    p.add_argument("--trace", default=None, metavar="PREFIX",
+                   help="write each mode's per-request trace and in-flight samples to "
+                        "PREFIX.<mode>.json")
     p.add_argument("--quick", action="store_true", help="3 users per group, 40 latency probes")
     args = p.parse_args()
     if args.quick:
@@ -209,14 +286,23 @@ def main() -> int:
         for r in launcher.replicas:
             wait_healthy(r["url"], 900)
         # The third router only measures its own latency on idle replicas.
-        for mode in ("round-robin", "cache-aware", "cache-aware"):
+        # (label, --mode, --spill-threshold); the last router only measures its own latency
+        # on idle replicas.
+        variants = [("round-robin", "round-robin", None),
+                    ("cache-aware", "cache-aware", args.spill_threshold)]
+        if args.compare_spill is not None:
+            variants.insert(1, (f"spill>{args.compare_spill}", "cache-aware", args.compare_spill))
+        variants.append(("probe", "cache-aware", args.spill_threshold))
+        for label, mode, spill in variants:
             port = free_port()
             cmd = [sys.executable, "-m", "torchtpu.cli", "router", "--model", model,
                    "--port", str(port), "--mode", mode]
+            if spill is not None:
+                cmd += ["--spill-threshold", str(spill)]
             for r in launcher.replicas:
                 cmd += ["--replica", r["url"], "--kv-events", r["events"],
                         "--kv-events-replay", r["replay"]]
-            routers.append((mode, f"http://127.0.0.1:{port}",
+            routers.append((label, f"http://127.0.0.1:{port}",
                             subprocess.Popen(cmd, stderr=subprocess.DEVNULL)))
         for _, url, _ in routers:
             wait_healthy(url, 120)
@@ -225,7 +311,8 @@ def main() -> int:
         print(f"router_bench: {args.replicas} replicas of {os.path.basename(model)}, cores "
               f"{[sorted(c) if c else 'all' for c in launcher.cores]}, {num_pages} KV pages "
               f"x {args.page_size} tokens each ({num_pages * args.page_size} tokens); "
-              f"{args.groups} groups x {args.users_per_group} users, system prompts "
+              f"{args.groups} groups x {args.users_per_group} users (after "
+              f"{args.warmup_users} warm-up users each, not measured), system prompts "
               f"{args.system_tokens} tokens ({prefix_tokens} in all), questions "
               f"{args.question_tokens}, {args.max_tokens} output tokens, "
               + (f"Poisson arrivals at {args.rate} req/s" if args.rate
@@ -233,11 +320,11 @@ def main() -> int:
               + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
         replica_urls = [r["url"] for r in launcher.replicas]
         results = {}
-        for seed, (mode, url, _) in enumerate(routers[:2]):
-            prompts = workload(tokenizer, seed + 1, args)
+        for seed, (mode, url, _) in enumerate(routers[:-1]):
+            warm, prompts = workload(tokenizer, seed + 1, args)
             before = scrape(replica_urls, ("vllm:prefix_cache_hits_total",
                                            "vllm:prefix_cache_queries_total"))
-            res = asyncio.run(run_mode(url, prompts, args))
+            res = asyncio.run(run_mode(url, warm, prompts, args))
             after = scrape(replica_urls, ("vllm:prefix_cache_hits_total",
                                           "vllm:prefix_cache_queries_total"))
             q = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
@@ -248,12 +335,22 @@ def main() -> int:
                   f"{res['ttft_p50']:6.2f} s  p90 {res['ttft_p90']:6.2f} s  replicas' prefix "
                   f"hit rate {100 * res['hit_rate']:5.1f}%  ({len(prompts)} requests, "
                   f"{res['wall_s']:.1f} s)", flush=True)
+            print(describe_tail(res), flush=True)
+            if args.trace:
+                with open(f"{args.trace}.{mode}.json", "w") as f:
+                    json.dump({k: res[k] for k in ("trace", "depth")}, f)
         ca, rr = results["cache-aware"], results["round-robin"]
         print(f"  cache-aware / round-robin: output throughput x"
               f"{ca['throughput'] / rr['throughput']:.2f} (goal >= 2), p90 TTFT "
               f"{rr['ttft_p90'] / ca['ttft_p90']:.2f}x lower (goal >= 5)")
-        q_run = router_quantiles(routers[1][1])
-        probe_url = routers[2][1]
+        for label, res in results.items():
+            if label.startswith("spill>"):
+                print(f"  {label} / round-robin (cache-aware with --spill-threshold "
+                      f"{args.compare_spill}): output throughput "
+                      f"x{res['throughput'] / rr['throughput']:.2f}, p90 TTFT "
+                      f"{rr['ttft_p90'] / res['ttft_p90']:.2f}x lower")
+        q_run = router_quantiles(routers[-2][1])
+        probe_url = routers[-1][1]
         lat = added_latency(probe_url, replica_urls[0], args.latency_requests)
         q = router_quantiles(probe_url)
         print(f"  router's own latency (request read -> upstream written): idle replicas p50 "

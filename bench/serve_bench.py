@@ -12,10 +12,20 @@ Workloads, each against a freshly started server (so every run begins cold, afte
                 many fresh prompts without a grammar for as many tokens: TPOT with grammars
                 over TPOT without (the goal is <= 1.10), and the grammar compile time per
                 schema
-Baseline: Hugging Face generate() on PyTorch CPU, batch 1, for the random prompts.
+  speculative   --spec-requests prompts whose answers quote them (a passage to repeat, code
+                to rewrite with a rename: bench/serve_prompts.py) at concurrency 1, on one
+                server with --spec-config, each prompt with speculative decoding off, then
+                on (a per-request flag; the prefix cache is off so both compute the same):
+                output tok/s on over off, and the drafts' acceptance rate
+  int8          the random prompts of the lowest and highest concurrency again, on a server
+                with --quantization int8: output tok/s int8 over f32 (the random workload's)
+Baseline: Hugging Face generate() on PyTorch CPU, batch 1, for the random prompts, with one
+thread and with all cores (the faster counts: on a busy machine one thread can win).
 
-Prints one JSON object per run, then a summary: mean TTFT prefix-off / prefix-on, output
-tok/s at the highest / lowest concurrency, and structured-output TPOT over plain TPOT.
+Prints one JSON object per run (each with its server's start-up time: load and warm-up),
+then a summary: mean TTFT prefix-off / prefix-on, output tok/s at the highest / lowest
+concurrency, structured-output TPOT over plain TPOT, speculative over plain, int8 over f32,
+and c1 output tok/s over Hugging Face's.
 
     python bench/serve_bench.py                    # all workloads (long on 2 CPU cores)
     python bench/serve_bench.py --quick            # smaller sizes, same structure
@@ -46,7 +56,7 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, args, prefix_cache: bool, max_num_seqs: int,
-                 timelines: bool = False) -> None:
+                 timelines: bool = False, extra_args: list[str] | None = None) -> None:
         self.port = free_port()
         cmd = [sys.executable, "-m", "torchtpu.cli", "serve", "--port", str(self.port),
                "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(max_num_seqs),
@@ -58,6 +68,7 @@ class Server:
             cmd += ["--num-pages", str(args.num_pages)]
         if timelines:
             cmd += ["--log-request-timelines"]
+        cmd += extra_args or []
         # The server's log goes to a file: an unread pipe would fill and stall the server.
         self.log = tempfile.NamedTemporaryFile("w+", prefix="torchtpu-serve-", suffix=".log",
                                                delete=False)
@@ -96,7 +107,7 @@ class Server:
         os.unlink(self.log.name)
 
 
-async def one_request(client: httpx.AsyncClient, server: Server, prompt: list[int],
+async def one_request(client: httpx.AsyncClient, server: Server, prompt: list[int] | str,
                       output_len: int, extra: dict | None = None) -> dict:
     body = {"model": server.model, "prompt": prompt, "max_tokens": output_len, "stream": True,
             "temperature": 0.0, "ignore_eos": True, "stream_options": {"include_usage": True},
@@ -123,7 +134,7 @@ async def one_request(client: httpx.AsyncClient, server: Server, prompt: list[in
             "input": usage["prompt_tokens"], "output": n_out}
 
 
-async def run_load(server: Server, prompts: list[list[int]], output_len: int,
+async def run_load(server: Server, prompts: list[list[int]] | list[str], output_len: int,
                    concurrency: int, extras: list[dict] | None = None
                    ) -> tuple[list[dict], float]:
     sem = asyncio.Semaphore(concurrency)
@@ -166,12 +177,15 @@ def summarize(name: str, results: list[dict], duration: float, concurrency: int)
     return out
 
 
-def hf_baseline(args, prompts: list[list[int]], output_len: int) -> dict:
+def hf_baseline(args, prompts: list[list[int]], output_len: int, threads: int) -> dict:
+    """Hugging Face generate() on PyTorch CPU with `threads` intra-op threads (on a busy
+    machine one thread can beat all cores: each parallel region waits for every thread)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from torchtpu.serve.engine import resolve_model
 
+    torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(resolve_model(args.model)).eval()
     ttfts, e2es, n_out = [], [], 0
@@ -217,7 +231,15 @@ def main() -> None:
     ap.add_argument("--num-pages", type=int, default=None)
     ap.add_argument("--structured-requests", type=int, default=32)
     ap.add_argument("--structured-concurrency", type=int, default=16)
-    ap.add_argument("--workloads", default="random,shared-prefix,structured,hf")
+    ap.add_argument("--spec-requests", type=int, default=8)
+    # About the length of the text the prompts ask to be quoted or rewritten.
+    ap.add_argument("--spec-output-len", type=int, default=256)
+    # 7 drafts: with the token they follow, a step of one request is 8 tokens, a whole
+    # token bucket of the runner (a power of two).
+    ap.add_argument("--spec-config", default='{"method": "ngram", "num_speculative_tokens": 7, '
+                    '"prompt_lookup_min": 2, "prompt_lookup_max": 4}')
+    ap.add_argument("--workloads",
+                    default="random,int8,speculative,shared-prefix,structured,hf")
     ap.add_argument("--out", default=None, help="also write all results to this JSON file")
     args = ap.parse_args()
     if args.quick:
@@ -225,13 +247,16 @@ def main() -> None:
         args.groups, args.prompts_per_group, args.prefix_len, args.question_len = 2, 4, 256, 32
         args.max_model_len = 512
         args.structured_requests, args.structured_concurrency = 8, 4
+        args.spec_requests, args.spec_output_len = 2, 32
     levels = [int(c) for c in args.concurrency.split(",")]
     workloads = args.workloads.split(",")
     rng = random.Random(0)
     vocab_hi = 20000  # plain-text region of the default tokenizer's vocabulary
     results = []
 
-    def emit(r: dict) -> None:
+    def emit(r: dict, server: Server | None = None) -> None:
+        if server is not None:
+            r["server_startup_s"] = server.startup_s
         results.append(r)
         print(json.dumps(r), flush=True)
 
@@ -246,7 +271,42 @@ def main() -> None:
                            for _ in range(n)]
                 random_prompts[c] = prompts
                 res, dur = asyncio.run(run_load(server, prompts, args.output_len, c))
-                emit(summarize(f"random-{args.input_len}in-{args.output_len}out", res, dur, c))
+                emit(summarize(f"random-{args.input_len}in-{args.output_len}out", res, dur, c),
+                     server)
+        finally:
+            server.close()
+    if "int8" in workloads:
+        server = Server(args, prefix_cache=False, max_num_seqs=max(levels),
+                        extra_args=["--quantization", "int8"])
+        try:
+            for c in sorted({min(levels), max(levels)}):
+                prompts = random_prompts.get(c) or [
+                    [rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
+                    for _ in range(args.prompts_per_level or max(4, 2 * c))]
+                random_prompts.setdefault(c, prompts)
+                res, dur = asyncio.run(run_load(server, prompts, args.output_len, c))
+                emit(summarize(f"int8-random-{args.input_len}in-{args.output_len}out", res,
+                               dur, c), server)
+        finally:
+            server.close()
+    if "speculative" in workloads:
+        from serve_prompts import repetitive_prompts
+
+        prompts = repetitive_prompts(args.spec_requests, random.Random(1))
+        server = Server(args, prefix_cache=False, max_num_seqs=max(levels),
+                        extra_args=["--speculative-config", args.spec_config])
+        try:
+            for on in (False, True):
+                before = _spec_counters(server)
+                res, dur = asyncio.run(run_load(server, prompts, args.spec_output_len, 1,
+                                                [{"speculative": on}] * len(prompts)))
+                r = summarize(f"repetitive-speculative-{'on' if on else 'off'}", res, dur, 1)
+                after = _spec_counters(server)
+                r.update({k: after[k] - before[k] for k in after})
+                drafted = r["spec_decode_num_draft_tokens"]
+                r["acceptance_rate"] = (r["spec_decode_num_accepted_tokens"] / drafted
+                                        if drafted else None)
+                emit(r, server)
         finally:
             server.close()
     if "shared-prefix" in workloads:
@@ -266,7 +326,7 @@ def main() -> None:
                 # seconds since arrival), first token, for the slowest requests.
                 slowest = sorted(server.timelines(), key=lambda t: t["ttft_s"])[-3:]
                 r["slowest_ttft_timelines"] = slowest[::-1]
-                emit(r)
+                emit(r, server)
             finally:
                 server.close()
     if "structured" in workloads:
@@ -286,7 +346,7 @@ def main() -> None:
                                             extras))
             r = summarize("structured-json", res, dur, c)
             r.update(_grammar_compile(server))
-            emit(r)
+            emit(r, server)
             # Fresh prompts of the same length (the first run's are in the prefix cache now,
             # which would make this run's prefills nearly free), without a grammar, for as
             # many tokens as the grammar gave on average: TPOT grows with the context.
@@ -298,21 +358,45 @@ def main() -> None:
         finally:
             server.close()
     if "hf" in workloads and random_prompts:
-        emit(hf_baseline(args, random_prompts[min(levels)][:2], args.output_len))
+        for threads in sorted({1, os.cpu_count() or 1}):
+            emit(hf_baseline(args, random_prompts[min(random_prompts)][:2], args.output_len,
+                             threads))
     summary = {}
     on = next((r for r in results if r["workload"] == "shared-prefix-cache-on"), None)
     off = next((r for r in results if r["workload"] == "shared-prefix-cache-off"), None)
     if on and off:
         summary["prefix_cache_mean_ttft_speedup"] = off["mean_ttft_ms"] / on["mean_ttft_ms"]
     rnd = [r for r in results if r["workload"].startswith("random-")]
+    # Hugging Face at its best thread count.
+    hf = max((r for r in results if r["workload"].startswith("hf-")),
+             key=lambda r: r["output_throughput"], default=None)
     if len(rnd) > 1:
         lo = min(rnd, key=lambda r: r["max_concurrency"])
         hi = max(rnd, key=lambda r: r["max_concurrency"])
         summary[f"output_throughput_c{hi['max_concurrency']}_over_c{lo['max_concurrency']}"] = (
             hi["output_throughput"] / lo["output_throughput"])
-        hf = next((r for r in results if r["workload"].startswith("hf-")), None)
-        if hf:
-            summary["c1_output_throughput_over_hf_cpu"] = lo["output_throughput"] / hf["output_throughput"]
+    for r in rnd:
+        c = r["max_concurrency"]
+        int8 = next((x for x in results if x["workload"].startswith("int8-random-")
+                     and x["max_concurrency"] == c), None)
+        if int8:
+            summary[f"int8_over_f32_output_throughput_c{c}"] = (
+                int8["output_throughput"] / r["output_throughput"])
+    for name, rows in (("", rnd), ("int8_", [r for r in results
+                                            if r["workload"].startswith("int8-random-")])):
+        lo = min(rows, key=lambda r: r["max_concurrency"], default=None)
+        if hf and lo and lo["max_concurrency"] == 1:
+            summary[f"{name}c1_output_throughput_over_hf_cpu"] = (
+                lo["output_throughput"] / hf["output_throughput"])
+    spec_on = next((r for r in results if r["workload"] == "repetitive-speculative-on"), None)
+    spec_off = next((r for r in results if r["workload"] == "repetitive-speculative-off"), None)
+    if spec_on and spec_off:
+        summary["speculative_over_plain_output_throughput_c1"] = (
+            spec_on["output_throughput"] / spec_off["output_throughput"])
+        summary["speculative_acceptance_rate"] = spec_on["acceptance_rate"]
+    summary["server_startup_s"] = {r["workload"]: round(r["server_startup_s"], 1)
+                                   for r in results if "server_startup_s" in r}
+    summary["load_average"] = os.getloadavg()
     st = next((r for r in results if r["workload"] == "structured-json"), None)
     plain = next((r for r in results if r["workload"] == "structured-baseline-plain"), None)
     if st and plain:
@@ -334,6 +418,17 @@ def _grammar_compile(server: Server) -> dict:
     count = vals.get("torchtpu:grammar_compile_seconds_count", 0.0)
     return {"grammar_compiles": count, "grammar_compile_ms_per_schema":
             1000 * vals.get("torchtpu:grammar_compile_seconds_sum", 0.0) / count if count else None}
+
+
+def _spec_counters(server: Server) -> dict:
+    names = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
+             "vllm:spec_decode_num_accepted_tokens")
+    vals = {n.split(":", 1)[1]: 0.0 for n in names}
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        for n in names:
+            if line.startswith(n + "_total"):
+                vals[n.split(":", 1)[1]] = float(line.rsplit(" ", 1)[1])
+    return vals
 
 
 def _hit_rate(server: Server) -> float | None:

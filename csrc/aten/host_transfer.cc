@@ -3,9 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
-#include <map>
+#include <unordered_map>
 #include <mutex>
-#include <tuple>
 
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
@@ -16,10 +15,48 @@ namespace torchtpu::aten {
 
 namespace {
 
-using ScalarKey = std::tuple<int, int, uint64_t, uint64_t>;  // dtype, device, bits (16 bytes)
+struct ScalarKey {
+  int dtype;
+  int device;
+  uint64_t bits[2];  // the value in its dtype (16 bytes hold complex128)
+  bool operator==(const ScalarKey& o) const {
+    return dtype == o.dtype && device == o.device && bits[0] == o.bits[0] && bits[1] == o.bits[1];
+  }
+};
+struct ScalarKeyHash {
+  size_t operator()(const ScalarKey& k) const {
+    uint64_t h = k.bits[0] * 0x9e3779b97f4a7c15ull ^ k.bits[1];
+    return static_cast<size_t>(h ^ (static_cast<uint64_t>(k.dtype) << 48) ^
+                               (static_cast<uint64_t>(k.device) << 40));
+  }
+};
 std::mutex g_scalar_mu;
-std::map<ScalarKey, runtime::BufferPtr>* const g_scalar_cache =
-    new std::map<ScalarKey, runtime::BufferPtr>();  // buffers may outlive statics
+auto* const g_scalar_cache =
+    new std::unordered_map<ScalarKey, runtime::BufferPtr, ScalarKeyHash>();  // outlives statics
+
+runtime::BufferPtr cached_scalar(const ScalarKey& key, const void* data, base::DType dtype,
+                                 int device) {
+  {
+    std::lock_guard<std::mutex> lock(g_scalar_mu);
+    auto it = g_scalar_cache->find(key);
+    if (it != g_scalar_cache->end()) return it->second;
+  }
+  auto b = client().buffer_from_host(data, dtype, {}, device);
+  TORCH_CHECK(b.ok(), b.status().message());
+  std::lock_guard<std::mutex> lock(g_scalar_mu);
+  // Bounded: scalars that are data would churn.
+  if (g_scalar_cache->size() > 4096) g_scalar_cache->clear();
+  g_scalar_cache->emplace(key, *b);
+  return *b;
+}
+
+// `s` in dtype `T` as the CPU's fill_ converts it (checked: an out-of-range value raises
+// PyTorch's overflow error), written into `out`.
+template <typename T>
+void convert_scalar(const c10::Scalar& s, uint64_t* out) {
+  T v = s.to<T>();
+  std::memcpy(out, &v, sizeof v);
+}
 
 }  // namespace
 
@@ -29,29 +66,35 @@ void clear_scalar_cache() {
 }
 
 runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int device) {
-  // Convert through a CPU 0-d tensor so the rounding is exactly PyTorch's.
   TORCH_CHECK(!s.isComplex() || base::is_complex(dtype), "tpu: internal error: a complex "
               "scalar was asked for as ", base::dtype_name(dtype));
-  return host_scalar_to_buffer(
-      at::scalar_tensor(s, at::TensorOptions().dtype(to_scalar_type(dtype))), device);
+  ScalarKey key{static_cast<int>(dtype), device, {0, 0}};
+  switch (dtype) {
+    case base::DType::kBool: convert_scalar<bool>(s, key.bits); break;
+    case base::DType::kI8: convert_scalar<int8_t>(s, key.bits); break;
+    case base::DType::kU8: convert_scalar<uint8_t>(s, key.bits); break;
+    case base::DType::kI16: convert_scalar<int16_t>(s, key.bits); break;
+    case base::DType::kI32: convert_scalar<int32_t>(s, key.bits); break;
+    case base::DType::kI64: convert_scalar<int64_t>(s, key.bits); break;
+    case base::DType::kF16: convert_scalar<c10::Half>(s, key.bits); break;
+    case base::DType::kBF16: convert_scalar<c10::BFloat16>(s, key.bits); break;
+    case base::DType::kF32: convert_scalar<float>(s, key.bits); break;
+    case base::DType::kF64: convert_scalar<double>(s, key.bits); break;
+    case base::DType::kC64: convert_scalar<c10::complex<float>>(s, key.bits); break;
+    case base::DType::kC128: convert_scalar<c10::complex<double>>(s, key.bits); break;
+    default:
+      // Other dtypes through a CPU 0-d tensor, so the rounding is exactly PyTorch's.
+      return host_scalar_to_buffer(
+          at::scalar_tensor(s, at::TensorOptions().dtype(to_scalar_type(dtype))), device);
+  }
+  return cached_scalar(key, key.bits, dtype, device);
 }
 
 runtime::BufferPtr host_scalar_to_buffer(const at::Tensor& host, int device) {
   base::DType dtype = to_dtype(host.scalar_type());
-  uint64_t bits[2] = {0, 0};
-  std::memcpy(bits, host.data_ptr(), host.element_size());
-  ScalarKey key{static_cast<int>(dtype), device, bits[0], bits[1]};
-  {
-    std::lock_guard<std::mutex> lock(g_scalar_mu);
-    auto it = g_scalar_cache->find(key);
-    if (it != g_scalar_cache->end()) return it->second;
-  }
-  runtime::BufferPtr b = cpu_to_buffer(host, device);
-  std::lock_guard<std::mutex> lock(g_scalar_mu);
-  // Bounded: scalars that are data would churn.
-  if (g_scalar_cache->size() > 4096) g_scalar_cache->clear();
-  g_scalar_cache->emplace(key, b);
-  return b;
+  ScalarKey key{static_cast<int>(dtype), device, {0, 0}};
+  std::memcpy(key.bits, host.data_ptr(), host.element_size());
+  return cached_scalar(key, key.bits, dtype, device);
 }
 
 runtime::BufferPtr cpu_to_buffer(const at::Tensor& cpu, int device) {

@@ -318,6 +318,16 @@ void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::
   running_var.mul_(1 - momentum).add_(unbiased_var.to(running_var.scalar_type()), momentum);
 }
 
+// The ops check_arguments_like_cpu below checks.
+bool has_cpu_argument_checks(const std::string& name) {
+  static const std::unordered_set<std::string> kChecked = {
+      "aten::uniform_",     "aten::uniform",   "aten::uniform.out",
+      "aten::complex",      "aten::complex.out", "aten::polar",
+      "aten::polar.out",    "aten::_amp_update_scale_", "aten::multinomial",
+      "aten::multinomial.out"};
+  return kChecked.count(name) > 0;
+}
+
 // Argument checks the CPU kernels make and the meta kernels do not: multinomial's (its
 // meta kernel checks only the rank), uniform's range, _amp_update_scale_'s dtypes and
 // sizes, _assert_async's element count. Same messages as the CPU.

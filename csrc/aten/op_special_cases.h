@@ -72,6 +72,8 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 // _assert_async's element count),
 // raising the CPU's message; a no-op otherwise.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args);
+// Whether check_arguments_like_cpu checks anything for `name` (decided once per op).
+bool has_cpu_argument_checks(const std::string& name);
 
 // Batch norm in training mode also updates its running statistics in place, which the
 // schema does not declare as results.

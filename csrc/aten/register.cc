@@ -113,8 +113,13 @@ void register_direct_lowerings() {
       lowering::remove_lowering(full);
       continue;
     }
+    // Structured ops' functional and in-place forms have a CompositeExplicitAutograd-
+    // NonFunctional kernel that runs the meta function, allocates the result and calls
+    // the out= form: claimed too, since the boxed kernel lowers them itself (its meta runs
+    // once per signature, not per call), which halves an eager op's host work.
     if (!op->hasSchema() ||
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+        !(op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) ||
         op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
       continue;
     }
@@ -133,6 +138,9 @@ void register_direct_lowerings() {
                       t->kind() == c10::TypeKind::MemoryFormatType;
     }
     if (returns_view || takes_device) continue;
+    // as_strided_scatter's lowering reads self as a dense row-major value (a graph value);
+    // PyTorch's kernel addresses self's memory layout, which eager mode keeps.
+    if (base == "as_strided_scatter") continue;
     lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
   }
 }

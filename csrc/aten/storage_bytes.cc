@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "aten/fused_eager.h"
 #include "lowering/hlo_builder.h"
 
 namespace torchtpu::aten {
@@ -88,6 +89,7 @@ void resize_storage_bytes(c10::StorageImpl* impl, int64_t nbytes) {
   StorageState* s = find_storage_state(impl->data_ptr());
   TORCH_INTERNAL_ASSERT(s != nullptr, "tpu: storage without a StorageState");
   if (nbytes == s->nbytes) return;
+  if (s->pending) materialize(*s);
   if (s->buffer) {
     // Keep the buffer's dtype when the new size allows it, else work in bytes.
     base::DType dtype = s->buffer->dtype();

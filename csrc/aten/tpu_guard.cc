@@ -5,6 +5,7 @@
 
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
+#include "aten/fused_eager.h"
 #include "aten/tpu_storage.h"
 #include "aten/tpu_streams.h"
 #include "lowering/storage_programs.h"
@@ -88,6 +89,7 @@ void synchronize_device(int index) {
   // PJRT executes in order per device: a trivial program enqueued now completes after
   // everything enqueued before it.
   check_index(index);
+  flush_pending(index);  // fused eager: what was recorded runs now
   // A replicated program (an in-plugin collective) is not ordered with the marker.
   if (runtime::BufferPtr r = runtime::last_replicated_output(index)) {
     base::Status s = r->await_ready();

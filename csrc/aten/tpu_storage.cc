@@ -8,10 +8,12 @@
 #include <unordered_set>
 
 #include "aten/device_runtime.h"
+#include "aten/fused_eager.h"
 #include "aten/host_transfer.h"
 #include "aten/storage_bytes.h"
 #include "aten/tpu_allocator.h"
 #include "aten/tpu_guard.h"
+#include "aten/view_programs.h"
 #include "lowering/storage_programs.h"
 #include "runtime/execution_trace.h"
 
@@ -58,10 +60,6 @@ StorageState* new_state(int device_index, int64_t nbytes) {
   return state;
 }
 
-lowering::TensorType type_of(const runtime::Buffer& b) {
-  return lowering::TensorType{b.dtype(), b.dims()};
-}
-
 // Fills a storage that was allocated but never written with zeros of the reader's dtype.
 void ensure_buffer(StorageState& s, c10::ScalarType dtype) {
   if (s.buffer) return;
@@ -70,9 +68,17 @@ void ensure_buffer(StorageState& s, c10::ScalarType dtype) {
   s.buffer = run_program(lowering::zeros_module(t), {}, s.device_index)[0];
 }
 
-// A view's storage offset as the 0-d i64 operand of the view programs.
-runtime::BufferPtr offset_buffer(int64_t offset, int device_index) {
-  return scalar_to_buffer(c10::Scalar(offset), base::DType::kI64, device_index);
+// Whether (sizes, strides) address their elements in row-major order with no gaps (size-1
+// dims' strides do not matter): lowering::is_whole_buffer_view's rule, on the tensor's own
+// arrays, so the common case allocates nothing.
+bool row_major(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  int64_t expected = 1;
+  for (int64_t i = static_cast<int64_t>(sizes.size()) - 1; i >= 0; --i) {
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+  }
+  return true;
 }
 
 }  // namespace
@@ -93,6 +99,12 @@ StorageState* find_storage_state(const c10::DataPtr& dp) {
 }
 
 StorageState& storage_state(const at::Tensor& t) {
+  StorageState& s = recorded_storage_state(t);
+  if (s.pending) materialize(s);
+  return s;
+}
+
+StorageState& recorded_storage_state(const at::Tensor& t) {
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
               "tpu: expected a tpu tensor, got one on ", t.device());
   StorageState* s = find_storage_state(t.storage().data_ptr());
@@ -169,32 +181,40 @@ runtime::BufferPtr storage_buffer(const at::Tensor& t) {
   // keeps the bitcast value: the same bytes, so later reads in this dtype (every forward
   // of a loaded model) cost nothing.
   if (s.buffer->dtype() != to_dtype(t.scalar_type())) {
+    c10::IntArrayRef sizes = t.sizes();
+    c10::IntArrayRef strides = t.strides();
     // Shaped like the reader when it reads the whole storage, so its reads need nothing.
-    std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-    std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
     int64_t numel = s.nbytes / static_cast<int64_t>(t.element_size());
-    bool whole = lowering::is_whole_buffer_view(numel, sizes, strides, t.storage_offset()) &&
+    bool whole = t.storage_offset() == 0 && t.numel() == numel && row_major(sizes, strides) &&
                  numel * static_cast<int64_t>(t.element_size()) == s.buffer->size_bytes();
-    s.buffer = storage_bytes_as(s, t.scalar_type(), whole ? &sizes : nullptr);
+    std::vector<int64_t> dims(sizes.begin(), sizes.end());
+    s.buffer = storage_bytes_as(s, t.scalar_type(), whole ? &dims : nullptr);
   }
   return s.buffer;
 }
 
 runtime::BufferPtr read_tensor(const at::Tensor& t) {
   StorageState& s = storage_state(t);
-  runtime::BufferPtr held = storage_buffer(t);
-  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-  std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
-  const runtime::Buffer& buf = *held;
-  if (lowering::is_whole_buffer_view(buf.num_elements(), sizes, strides, t.storage_offset())) {
-    if (buf.dims() == sizes) return held;
-    lowering::Builder b("torchtpu_reshape");
-    auto v = b.param(type_of(buf));
-    return run_program(b.finish({b.reshape(v, sizes)}), {&buf}, s.device_index)[0];
+  c10::IntArrayRef sizes = t.sizes();
+  c10::IntArrayRef strides = t.strides();
+  // The common case: the tensor is its storage's buffer, as it is.
+  if (s.buffer && t.storage_offset() == 0 && s.buffer->dtype() == to_dtype(t.scalar_type()) &&
+      c10::IntArrayRef(s.buffer->dims()) == sizes && row_major(sizes, strides)) {
+    return s.buffer;
   }
-  runtime::BufferPtr offset = offset_buffer(t.storage_offset(), s.device_index);
-  return run_program(lowering::strided_read_module(type_of(buf), sizes, strides),
-                     {&buf, offset.get()}, s.device_index)[0];
+  runtime::BufferPtr held = storage_buffer(t);
+  const runtime::Buffer& buf = *held;
+  if (t.storage_offset() == 0 && t.numel() == buf.num_elements() && row_major(sizes, strides)) {
+    if (c10::IntArrayRef(buf.dims()) == sizes) return held;
+    return view_reshape(buf, sizes);
+  }
+  return view_read(buf, sizes, strides, t.storage_offset());
+}
+
+runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype) {
+  ensure_buffer(s, dtype);
+  s.buffer = storage_bytes_as(s, dtype);
+  return s.buffer;
 }
 
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
@@ -202,19 +222,16 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
   TORCH_CHECK(value->dtype() == to_dtype(t.scalar_type()),
               "tpu: internal: writing a ", base::dtype_name(value->dtype()), " value into a ",
               t.scalar_type(), " tensor");
-  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-  std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
+  c10::IntArrayRef sizes = t.sizes();
+  c10::IntArrayRef strides = t.strides();
   int64_t storage_numel = s.nbytes / static_cast<int64_t>(t.element_size());
-  if (lowering::is_whole_buffer_view(storage_numel, sizes, strides, t.storage_offset())) {
-    s.buffer = value;
+  if (t.storage_offset() == 0 && t.numel() == storage_numel && row_major(sizes, strides)) {
+    s.buffer = value;  // the whole storage: the value becomes its buffer
     return;
   }
   ensure_buffer(s, t.scalar_type());
   s.buffer = storage_bytes_as(s, t.scalar_type());  // the splice below works in t's dtype
-  const runtime::Buffer& base = *s.buffer;
-  runtime::BufferPtr offset = offset_buffer(t.storage_offset(), s.device_index);
-  s.buffer = run_program(lowering::strided_write_module(type_of(base), sizes, strides),
-                         {&base, value.get(), offset.get()}, s.device_index)[0];
+  s.buffer = view_write(*s.buffer, *value, sizes, strides, t.storage_offset());
 }
 
 void set_storage_nbytes(StorageState& s, int64_t nbytes) {
@@ -228,6 +245,21 @@ at::Tensor wrap_buffer(runtime::BufferPtr buffer, c10::ScalarType dtype) {
   state->buffer = std::move(buffer);
   int64_t nbytes = state->nbytes;
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, make_data_ptr(state),
+                       tpu_allocator(), /*resizable=*/true);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::scalarTypeToTypeMeta(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  return t;
+}
+
+at::Tensor wrap_pending(std::shared_ptr<PendingValue> value, c10::ScalarType dtype,
+                        c10::IntArrayRef sizes, int device) {
+  int64_t numel = 1;
+  for (int64_t d : sizes) numel *= d;
+  auto* state = new_state(device, numel * static_cast<int64_t>(c10::elementSize(dtype)));
+  state->pending = std::move(value);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), state->nbytes, make_data_ptr(state),
                        tpu_allocator(), /*resizable=*/true);
   auto t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),

@@ -15,10 +15,16 @@
 
 namespace torchtpu::aten {
 
+struct PendingValue;  // fused_eager.h
+
 struct StorageState {
   runtime::BufferPtr buffer;  // null until first read or write
   int device_index = 0;
   int64_t nbytes = 0;
+  // Fused eager: the storage's value is being computed by a recorded graph not run yet
+  // (buffer is then null). storage_state() runs that graph first, so every reader but the
+  // recorder sees a buffer.
+  std::shared_ptr<PendingValue> pending;
 };
 
 // The allocator registered for PrivateUse1 (tpu_allocator.h).
@@ -28,10 +34,12 @@ c10::Allocator* tpu_allocator();
 c10::DataPtr new_storage_data_ptr(int device_index, int64_t nbytes);
 
 // The StorageState behind a DataPtr of our allocator (also one that at::from_blob made
-// from a tpu storage's data pointer), or null.
+// from a tpu storage's data pointer), or null. Its value may be pending (fused eager).
 StorageState* find_storage_state(const c10::DataPtr& dp);
-// The StorageState of a tpu tensor.
+// The StorageState of a tpu tensor, its pending value computed (fused eager) if it had one.
 StorageState& storage_state(const at::Tensor& t);
+// The same without computing a pending value: for the fused eager recorder only.
+StorageState& recorded_storage_state(const at::Tensor& t);
 
 // The storage's current buffer in t's dtype (zeros once if never written; bitcast, and
 // kept so, if last written as another dtype): what every view of t reads from.
@@ -39,6 +47,9 @@ runtime::BufferPtr storage_buffer(const at::Tensor& t);
 // The tensor's current value as a buffer of exactly its shape and dtype (materializes a
 // view through a small cached program when the tensor is not the whole buffer).
 runtime::BufferPtr read_tensor(const at::Tensor& t);
+// The storage's whole buffer in `dtype` (zeros if it was never written, bitcast if it was
+// written as another dtype); its value must not be pending.
+runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype);
 // Writes `value` (shape and dtype of `t`) into `t`, through its view if it is one.
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value);
 
@@ -48,6 +59,9 @@ void set_storage_nbytes(StorageState& s, int64_t nbytes);
 
 // A new contiguous tpu tensor wrapping `buffer`.
 at::Tensor wrap_buffer(runtime::BufferPtr buffer, c10::ScalarType dtype);
+// A new contiguous tpu tensor of `sizes` on `device` whose value is pending (fused eager).
+at::Tensor wrap_pending(std::shared_ptr<PendingValue> value, c10::ScalarType dtype,
+                        c10::IntArrayRef sizes, int device);
 
 // Scalar type mapping (raises for types the device does not hold).
 base::DType to_dtype(c10::ScalarType t);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "aten/deferred_checks.h"
+#include "aten/fused_eager.h"
 #include "aten/tpu_guard.h"
 #include "aten/tpu_storage.h"
 #include "lowering/storage_programs.h"
@@ -88,6 +89,7 @@ c10::Stream exchange_stream(c10::Stream stream) {
 
 bool query_stream(const c10::Stream& stream) {
   c10::DeviceIndex d = stream.device_index();
+  flush_pending(d);  // fused eager: recorded work is work enqueued on the stream
   if (runtime::BufferPtr tail = runtime::queue_tail(d)) return ready_now(*tail);
   // The last work's output is gone (freed while in flight, or nothing ran yet): ask a
   // marker, kept so that the next query finds it as the tail.
@@ -116,6 +118,7 @@ void record_event(void** event, const c10::Stream& stream, c10::DeviceIndex devi
   TORCH_CHECK(e->device == stream.device_index(), "tpu: an event recorded on tpu:",
               static_cast<int>(e->device), " cannot be recorded on tpu:",
               static_cast<int>(stream.device_index()));
+  flush_pending(e->device);  // fused eager: the event follows what was recorded before it
   runtime::BufferPtr marker = enqueue_marker(e->device);
   auto ready = marker->ready_event();
   TORCH_CHECK(ready.ok(), "tpu: recording an event: ", ready.status().message());

@@ -1,5 +1,6 @@
 #include "base/metrics.h"
 
+#include <deque>
 #include <mutex>
 
 namespace torchtpu::base {
@@ -7,8 +8,19 @@ namespace {
 
 struct Registry {
   std::mutex mu;
-  std::map<std::string, int64_t, std::less<>> counters;
+  // Slots never move (a deque grows at the end) and are never freed: Counters point at them.
+  std::deque<std::atomic<int64_t>> slots;
+  std::map<std::string, std::atomic<int64_t>*, std::less<>> counters;
   std::map<std::string, std::map<std::string, int64_t, std::less<>>, std::less<>> keyed;
+
+  std::atomic<int64_t>* slot(std::string_view name) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = counters.find(name);
+    if (it != counters.end()) return it->second;
+    std::atomic<int64_t>* s = &slots.emplace_back(0);
+    counters.emplace(std::string(name), s);
+    return s;
+  }
 };
 
 Registry& registry() {
@@ -18,12 +30,10 @@ Registry& registry() {
 
 }  // namespace
 
+Counter::Counter(std::string_view name) : slot_(registry().slot(name)) {}
+
 void counter_add(std::string_view name, int64_t delta) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.counters.find(name);
-  if (it == r.counters.end()) it = r.counters.emplace(std::string(name), 0).first;
-  it->second += delta;
+  registry().slot(name)->fetch_add(delta, std::memory_order_relaxed);
 }
 
 int64_t keyed_counter_add(std::string_view family, std::string_view key, int64_t delta) {
@@ -41,13 +51,18 @@ int64_t counter_value(std::string_view name) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.counters.find(name);
-  return it == r.counters.end() ? 0 : it->second;
+  return it == r.counters.end() ? 0 : it->second->load(std::memory_order_relaxed);
 }
 
 std::map<std::string, int64_t> counters_snapshot() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  return std::map<std::string, int64_t>(r.counters.begin(), r.counters.end());
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, slot] : r.counters) {
+    int64_t v = slot->load(std::memory_order_relaxed);
+    if (v != 0) out.emplace(name, v);
+  }
+  return out;
 }
 
 std::map<std::string, std::map<std::string, int64_t>> keyed_counters_snapshot() {
@@ -61,7 +76,7 @@ std::map<std::string, std::map<std::string, int64_t>> keyed_counters_snapshot() 
 void reset_metrics() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.counters.clear();
+  for (auto& slot : r.slots) slot.store(0, std::memory_order_relaxed);
   r.keyed.clear();
 }
 

@@ -4,6 +4,7 @@
 
 #include "compile/bucket_io.h"
 #include "compile/compiled_graph.h"
+#include "lowering/collectives.h"
 #include "lowering/graph.h"
 
 namespace py = pybind11;
@@ -79,6 +80,9 @@ void bind_compile(py::module& m) {
       .def_readwrite("outputs", &lowering::GraphSpec::outputs)
       .def_readwrite("num_symbols", &lowering::GraphSpec::num_symbols)
       .def_readwrite("donations", &lowering::GraphSpec::donations);
+  m.def("encode_replica_groups", &lowering::encode_replica_groups, py::arg("groups"),
+        "The text a compiled graph's functional collective carries in place of its group "
+        "name: the replica groups of the graph's program.");
   py::class_<compile::CompiledGraph, std::shared_ptr<compile::CompiledGraph>>(m, "CompiledGraph")
       .def(py::init(&compile::CompiledGraph::create), py::arg("spec"), py::arg("device"))
       .def("run", &compile::CompiledGraph::run, py::arg("inputs"),

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "aten/tpu_guard.h"
+#include "compile/compiled_graph.h"
 #include "distributed/backend.h"
+#include "distributed/collective_queue.h"
 #include "distributed/host_staged_transport.h"
 #include "distributed/in_plugin_transport.h"
 
@@ -38,6 +40,23 @@ std::string in_plugin_group_key(const c10::intrusive_ptr<c10d::Store>& store, in
   return std::string(key.begin(), key.end());
 }
 
+distributed::InPluginTransport* in_plugin_or_raise(distributed::TpuBackend& b, const char* what) {
+  distributed::InPluginTransport* t = b.in_plugin();
+  if (t == nullptr) {
+    throw std::invalid_argument(std::string("tpu: ") + what +
+                                " needs an in-plugin group (ranks that are threads of this "
+                                "process); this group stages through the host");
+  }
+  return t;
+}
+
+void raise_if_error(const base::Status& s) {
+  if (s.ok()) return;
+  if (s.code() == base::StatusCode::kInvalidArgument) C10_THROW_ERROR(ValueError, s.message());
+  if (s.code() == base::StatusCode::kUnavailable) C10_THROW_ERROR(DistBackendError, s.message());
+  throw std::runtime_error(s.message());
+}
+
 }  // namespace
 
 void bind_distributed(py::module& m) {
@@ -46,15 +65,17 @@ void bind_distributed(py::module& m) {
       d, "TpuBackend")
       .def_static(
           "host_staged",
-          [](const c10::intrusive_ptr<c10d::Backend>& gloo, std::vector<int64_t> global_ranks,
+          [](const c10::intrusive_ptr<c10d::Backend>& gloo,
+             const c10::intrusive_ptr<c10d::Store>& store, std::vector<int64_t> global_ranks,
              double timeout_s) {
             auto transport = std::make_unique<distributed::HostStagedTransport>(
-                gloo, global_ranks, to_ms(timeout_s));
+                gloo, store, global_ranks, to_ms(timeout_s));
             return c10::make_intrusive<distributed::TpuBackend>(
                 std::move(transport), std::move(global_ranks), to_ms(timeout_s));
           },
-          py::arg("gloo"), py::arg("global_ranks"), py::arg("timeout_s"),
-          "A backend whose collectives stage through host memory and the given Gloo backend.")
+          py::arg("gloo"), py::arg("store"), py::arg("global_ranks"), py::arg("timeout_s"),
+          "A backend whose collectives stage through host memory and the given Gloo backend; "
+          "`store` (the group's) names the ranks missing from a failed collective.")
       .def_static(
           "in_plugin",
           [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -77,5 +98,37 @@ void bind_distributed(py::module& m) {
       .def_property_readonly("transport", [](const distributed::TpuBackend& b) {
         return b.transport_kind() == distributed::TransportKind::kInPlugin ? "in_plugin"
                                                                            : "host_staged";
-      });
+      })
+      .def(
+          "exchange_meta",
+          [](distributed::TpuBackend& b, const std::string& what, std::vector<int64_t> meta) {
+            distributed::InPluginTransport* t = in_plugin_or_raise(b, "exchange_meta");
+            base::StatusOr<std::vector<std::vector<int64_t>>> all =
+                base::internal_error("tpu: exchange_meta did not run");
+            {
+              py::gil_scoped_release no_gil;  // the other ranks' threads need it to get here
+              all = t->exchange_meta(what, std::move(meta));
+            }
+            raise_if_error(all.status());
+            return std::move(all).value();
+          },
+          py::arg("what"), py::arg("meta"),
+          "Every rank's list of ints, in rank order (in-plugin groups; every rank calls it as "
+          "its next collective).");
+  d.def("detached_queue_threads", &distributed::CollectiveQueue::detached_threads,
+        "Collective threads of destroyed host-staged groups still finishing their work.");
+  d.def(
+      "replicated_graph",
+      [](const lowering::GraphSpec& spec, int device,
+         const c10::intrusive_ptr<distributed::TpuBackend>& backend) {
+        in_plugin_or_raise(*backend, "a compiled graph with collectives");
+        return compile::CompiledGraph::create_replicated(
+            spec, device,
+            [backend](const std::string& module, std::vector<runtime::BufferPtr> args) {
+              return backend->in_plugin()->run_program(module, "graph", std::move(args));
+            });
+      },
+      py::arg("spec"), py::arg("device"), py::arg("backend"),
+      "A compiled graph whose program spans the ranks of `backend`'s in-plugin group: every "
+      "rank runs it as its next collective and gets its own results.");
 }

@@ -3,6 +3,8 @@
 
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
+#include "aten/dispatch_profile.h"
+#include "aten/fused_eager.h"
 #include "aten/op_kernel.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_profiler.h"
@@ -11,6 +13,7 @@
 #include "aten/tpu_streams.h"
 #include "base/metrics.h"
 #include "lowering/lowering.h"
+#include "runtime/pjrt_api.h"
 
 namespace torchtpu::aten {
 void register_hooks();
@@ -81,6 +84,24 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_rng_state", [](int device, const at::Tensor& state) {
     generator_impl(device)->set_state(*state.unsafeGetTensorImpl());
   });
+  // Fused eager mode (aten/fused_eager.h).
+  m.def("set_eager_mode", [](const std::string& mode) {
+    TORCH_CHECK(mode == "op" || mode == "fused", "tpu: eager mode '", mode,
+                "' is not one of 'op' (each op runs at its call) or 'fused' (ops are recorded "
+                "and run as fused graphs)");
+    aten::set_eager_mode(mode == "fused" ? aten::EagerMode::kFused : aten::EagerMode::kOpByOp);
+  });
+  m.def("eager_mode", [] {
+    return std::string(aten::eager_mode() == aten::EagerMode::kFused ? "fused" : "op");
+  });
+  m.def("flush_pending", [](int device) {
+    if (device < 0) {
+      aten::flush_all_pending();
+    } else {
+      aten::flush_pending(device);
+    }
+  }, py::arg("device") = -1);
+  m.def("num_pending_ops", &aten::num_pending_ops);
   m.def("block_until_ready", [](const at::Tensor& t) {
     auto status = aten::read_tensor(t)->await_ready();
     TORCH_CHECK(status.ok(), status.message());
@@ -89,6 +110,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("flush_data_checks", &aten::flush_data_checks);
   m.def("num_pending_data_checks", &aten::num_pending_data_checks);
   m.def("counters", &base::counters_snapshot);
+  // bench/eager_overhead.py's breakdown of an eager op's host time (aten/dispatch_profile.h).
+  m.def("set_dispatch_profile", &aten::dispatch_profile::set_enabled);
+  m.def("dispatch_profile", &aten::dispatch_profile::snapshot);
+  m.def("reset_dispatch_profile", &aten::dispatch_profile::reset);
+  // Work counted on the calling thread, for the dispatch budget test.
+  m.def("pjrt_calls_on_this_thread", &runtime::pjrt_calls_on_this_thread);
   m.def("keyed_counters", &base::keyed_counters_snapshot);
   m.def("reset_metrics", &base::reset_metrics);
   m.def("lowered_ops", &lowering::registered_lowerings);

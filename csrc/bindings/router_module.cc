@@ -47,7 +47,7 @@ router::Tokenizer wrap_tokenizer(py::object fn) {
 std::unique_ptr<Router> make_router(const std::string& host, int port,
                                     const std::vector<py::dict>& replicas,
                                     const std::string& mode, std::vector<double> weights,
-                                    int block_size, double routed_ttl_s,
+                                    int spill_threshold, int block_size, double routed_ttl_s,
                                     int64_t routed_capacity_blocks, double health_interval_s,
                                     double health_timeout_s, int max_attempts,
                                     int64_t max_request_bytes, py::object tokenizer) {
@@ -70,6 +70,7 @@ std::unique_ptr<Router> make_router(const std::string& host, int port,
   }
   if (weights.size() != 3) raise(base::invalid_argument("router: weights are (prefix, queue, kv)"));
   c.routing.weights = {weights[0], weights[1], weights[2]};
+  c.routing.filter.spill_threshold = spill_threshold;
   c.routing.block_size = block_size;
   c.routing.index.routed_ttl_ms = static_cast<int64_t>(routed_ttl_s * 1000);
   c.routing.index.routed_capacity_blocks = routed_capacity_blocks;
@@ -89,7 +90,9 @@ PYBIND11_MODULE(_router, m) {
   py::class_<Router>(m, "Router")
       .def(py::init(&make_router), py::kw_only(), py::arg("host") = "127.0.0.1",
            py::arg("port") = 8000, py::arg("replicas"), py::arg("mode") = "cache-aware",
-           py::arg("weights") = std::vector<double>{3, 1, 1}, py::arg("block_size") = 0,
+           py::arg("weights") = std::vector<double>{3, 1, 1},
+           py::arg("spill_threshold") = serve::LoadFilter{}.spill_threshold,
+           py::arg("block_size") = 0,
            py::arg("routed_ttl_s") = 30.0, py::arg("routed_capacity_blocks") = 1 << 20,
            py::arg("health_interval_s") = 0.5, py::arg("health_timeout_s") = 2.0,
            py::arg("max_attempts") = 3, py::arg("max_request_bytes") = 4 << 20,

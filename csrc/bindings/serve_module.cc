@@ -51,7 +51,8 @@ std::string item_repr(const serve::ScheduledItem& item) {
   os << "ScheduledItem(request_id='" << item.request_id << "', start_pos=" << item.start_pos
      << ", num_tokens=" << item.token_ids.size() << ", num_pages=" << item.page_ids.size()
      << ", sample=" << (item.sample ? "True" : "False")
-     << ", num_output_tokens=" << item.num_output_tokens << ")";
+     << ", num_output_tokens=" << item.num_output_tokens
+     << ", num_draft_tokens=" << item.num_draft_tokens << ")";
   return os.str();
 }
 
@@ -63,7 +64,8 @@ PYBIND11_MODULE(_serve, m) {
   py::class_<serve::SchedulerConfig>(m, "SchedulerConfig")
       .def(py::init([](int32_t num_pages, int32_t page_size, int32_t max_num_seqs,
                        int32_t max_num_batched_tokens, int32_t max_model_len,
-                       bool enable_prefix_cache) {
+                       bool enable_prefix_cache, int32_t num_speculative_tokens,
+                       int32_t prompt_lookup_min, int32_t prompt_lookup_max) {
              serve::SchedulerConfig c;
              c.num_pages = num_pages;
              c.page_size = page_size;
@@ -71,19 +73,27 @@ PYBIND11_MODULE(_serve, m) {
              c.max_num_batched_tokens = max_num_batched_tokens;
              c.max_model_len = max_model_len;
              c.enable_prefix_cache = enable_prefix_cache;
+             c.num_speculative_tokens = num_speculative_tokens;
+             c.prompt_lookup_min = prompt_lookup_min;
+             c.prompt_lookup_max = prompt_lookup_max;
              base::Status valid = c.validate();
              if (!valid.ok()) raise(valid);
              return c;
            }),
            py::kw_only(), py::arg("num_pages") = 256, py::arg("page_size") = 16,
            py::arg("max_num_seqs") = 16, py::arg("max_num_batched_tokens") = 512,
-           py::arg("max_model_len") = 2048, py::arg("enable_prefix_cache") = true)
+           py::arg("max_model_len") = 2048, py::arg("enable_prefix_cache") = true,
+           py::arg("num_speculative_tokens") = 0, py::arg("prompt_lookup_min") = 2,
+           py::arg("prompt_lookup_max") = 4)
       .def_readonly("num_pages", &serve::SchedulerConfig::num_pages)
       .def_readonly("page_size", &serve::SchedulerConfig::page_size)
       .def_readonly("max_num_seqs", &serve::SchedulerConfig::max_num_seqs)
       .def_readonly("max_num_batched_tokens", &serve::SchedulerConfig::max_num_batched_tokens)
       .def_readonly("max_model_len", &serve::SchedulerConfig::max_model_len)
-      .def_readonly("enable_prefix_cache", &serve::SchedulerConfig::enable_prefix_cache);
+      .def_readonly("enable_prefix_cache", &serve::SchedulerConfig::enable_prefix_cache)
+      .def_readonly("num_speculative_tokens", &serve::SchedulerConfig::num_speculative_tokens)
+      .def_readonly("prompt_lookup_min", &serve::SchedulerConfig::prompt_lookup_min)
+      .def_readonly("prompt_lookup_max", &serve::SchedulerConfig::prompt_lookup_max);
 
   py::class_<serve::ScheduledItem>(m, "ScheduledItem")
       .def_readonly("request_id", &serve::ScheduledItem::request_id)
@@ -92,6 +102,7 @@ PYBIND11_MODULE(_serve, m) {
       .def_readonly("page_ids", &serve::ScheduledItem::page_ids)
       .def_readonly("sample", &serve::ScheduledItem::sample)
       .def_readonly("num_output_tokens", &serve::ScheduledItem::num_output_tokens)
+      .def_readonly("num_draft_tokens", &serve::ScheduledItem::num_draft_tokens)
       .def("__repr__", &item_repr);
 
   py::class_<serve::SchedulerOutput>(m, "SchedulerOutput")
@@ -113,14 +124,14 @@ PYBIND11_MODULE(_serve, m) {
           "add_request",
           [](Scheduler& s, const std::string& id, std::vector<serve::TokenId> prompt_token_ids,
              int32_t max_new_tokens, std::vector<serve::TokenId> stop_token_ids,
-             bool ignore_eos) {
+             bool ignore_eos, bool speculative) {
             base::Status st = s.add_request(id, std::move(prompt_token_ids), max_new_tokens,
-                                            std::move(stop_token_ids), ignore_eos);
+                                            std::move(stop_token_ids), ignore_eos, speculative);
             if (!st.ok()) raise(st);
           },
           py::arg("request_id"), py::kw_only(), py::arg("prompt_token_ids"),
           py::arg("max_new_tokens"), py::arg("stop_token_ids") = std::vector<serve::TokenId>{},
-          py::arg("ignore_eos") = false)
+          py::arg("ignore_eos") = false, py::arg("speculative") = true)
       .def("abort", &Scheduler::abort, py::arg("request_id"))
       .def(
           "finish",
@@ -131,8 +142,18 @@ PYBIND11_MODULE(_serve, m) {
       .def("schedule", [](Scheduler& s) { return value_or_raise(s.schedule()); })
       .def(
           "update",
-          [](Scheduler& s, const std::unordered_map<std::string, serve::TokenId>& sampled) {
-            return value_or_raise(s.update(sampled));
+          // {request id: token, or [accepted drafts..., token]} (Scheduler::update_tokens).
+          [](Scheduler& s, const py::dict& sampled) {
+            std::unordered_map<std::string, std::vector<serve::TokenId>> tokens;
+            for (const auto& [key, value] : sampled) {
+              auto id = key.cast<std::string>();
+              if (py::isinstance<py::int_>(value)) {
+                tokens[id] = {value.cast<serve::TokenId>()};
+              } else {
+                tokens[id] = value.cast<std::vector<serve::TokenId>>();
+              }
+            }
+            return value_or_raise(s.update_tokens(tokens));
           },
           py::arg("sampled"))
       .def("has_unfinished", &Scheduler::has_unfinished)
@@ -140,6 +161,12 @@ PYBIND11_MODULE(_serve, m) {
           "request_output_ids",
           [](const Scheduler& s, const std::string& id) {
             return known_request(s, id).output_token_ids;
+          },
+          py::arg("request_id"))
+      .def(
+          "request_num_output_tokens",
+          [](const Scheduler& s, const std::string& id) {
+            return known_request(s, id).num_output_tokens();
           },
           py::arg("request_id"))
       .def(

@@ -1,142 +1,112 @@
 #include "distributed/backend.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
 #include <numeric>
-#include <sstream>
+#include <optional>
 
-#include "distributed/signature.h"
+#include <cxxabi.h>
+
+#include "distributed/arguments.h"
+#include "distributed/in_plugin_transport.h"
 #include "distributed/work.h"
 
 namespace torchtpu::distributed {
-
-namespace {
-
-// The edge: a transport's Status becomes the exception torch.distributed users expect.
-void ok_or_raise(const base::Status& s) {
-  if (s.ok()) return;
-  switch (s.code()) {
-    case base::StatusCode::kInvalidArgument:
-      C10_THROW_ERROR(ValueError, s.message());
-    case base::StatusCode::kUnavailable:
-      C10_THROW_ERROR(DistBackendError, s.message());
-    default:
-      TORCH_CHECK(false, s.message());
-  }
-}
-
-[[noreturn]] void invalid(const std::string& coll, const std::string& what) {
-  C10_THROW_ERROR(ValueError, "tpu: " + coll + ": " + what);
-}
-
-std::string shape_text(const at::Tensor& t) {
-  std::ostringstream o;
-  o << c10::toString(t.scalar_type()) << t.sizes();
-  return o.str();
-}
-
-void check_tensor(const std::string& coll, const at::Tensor& t, const char* role) {
-  if (!t.defined()) invalid(coll, std::string("the ") + role + " tensor is undefined");
-  if (t.device().type() != c10::DeviceType::PrivateUse1) {
-    std::ostringstream o;
-    o << "the " << role << " tensor is on " << t.device()
-      << "; the tpu backend takes tpu tensors (move it with .to('tpu'), or create the group "
-         "with backend='cpu:gloo,tpu:tpu' to run CPU tensors through Gloo)";
-    invalid(coll, o.str());
-  }
-  if (t.layout() != at::kStrided) {
-    invalid(coll, std::string("the ") + role + " tensor is not dense; the tpu backend takes "
-                  "strided tensors only");
-  }
-  if (!t.is_contiguous()) {
-    invalid(coll, std::string("the ") + role + " tensor " + shape_text(t) +
-                      " is not contiguous; call .contiguous() first");
-  }
-}
-
-void check_same_dtype(const std::string& coll, const at::Tensor& a, const at::Tensor& b) {
-  if (a.scalar_type() != b.scalar_type()) {
-    invalid(coll, "the output is " + shape_text(b) + " but the input is " + shape_text(a) +
-                      "; both must have the same dtype");
-  }
-}
-
-at::Tensor& single(const std::string& coll, std::vector<at::Tensor>& tensors, const char* role) {
-  if (tensors.size() != 1) {
-    invalid(coll, "takes one " + std::string(role) + " tensor per rank (got " +
-                      std::to_string(tensors.size()) + "); the tpu backend drives one device "
-                      "per rank");
-  }
-  check_tensor(coll, tensors[0], role);
-  return tensors[0];
-}
-
-void check_reduce_op(const std::string& coll, const c10d::ReduceOp& op, const at::Tensor& t) {
-  if (op.op_ == c10d::ReduceOp::PREMUL_SUM) {
-    auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-    if (s == nullptr) invalid(coll, "PREMUL_SUM needs a factor (use dist._make_nccl_premul_sum)");
-    if (!at::isFloatingType(t.scalar_type())) {
-      invalid(coll, "PREMUL_SUM takes floating-point tensors (got " + shape_text(t) + ")");
-    }
-  }
-  if (op.op_ == c10d::ReduceOp::UNUSED) invalid(coll, "the reduce op is UNUSED");
-  bool bitwise = op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR ||
-                 op.op_ == c10d::ReduceOp::BXOR;
-  if (bitwise && at::isFloatingType(t.scalar_type())) {
-    invalid(coll, reduce_op_name(op) + " takes integer or bool tensors (got " + shape_text(t) +
-                      ")");
-  }
-}
-
-c10::intrusive_ptr<c10d::Work> done(int rank, c10d::OpType type, const char* title,
-                                    std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<TpuWork>(rank, type, title, std::move(outputs));
-}
-
-at::Tensor flat_cat(const std::vector<at::Tensor>& tensors, const at::TensorOptions& options) {
-  if (tensors.empty()) return at::empty({0}, options);
-  std::vector<at::Tensor> flat;
-  flat.reserve(tensors.size());
-  for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
-  return at::cat(flat);
-}
-
-// Copies consecutive pieces of the flat `src` into `dsts`.
-void split_into(const at::Tensor& src, std::vector<at::Tensor>& dsts) {
-  int64_t offset = 0;
-  for (at::Tensor& d : dsts) {
-    d.copy_(src.narrow(0, offset, d.numel()).view(d.sizes()));
-    offset += d.numel();
-  }
-}
-
-}  // namespace
 
 TpuBackend::TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t> global_ranks,
                        std::chrono::milliseconds timeout)
     : c10d::Backend(transport->rank(), transport->size()),
       transport_(std::move(transport)),
       global_ranks_(std::move(global_ranks)),
-      timeout_(timeout) {}
+      timeout_(timeout) {
+  if (transport_->kind() == TransportKind::kHostStaged) {
+    queue_ = std::make_unique<CollectiveQueue>("pt_tpu_staging");
+  }
+}
+
+TpuBackend::~TpuBackend() = default;
+
+void TpuBackend::setTimeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
+  if (queue_ == nullptr) {
+    transport_->set_timeout(timeout);
+    return;
+  }
+  // In order with the collectives already queued: those keep the timeout they were
+  // issued under.
+  queue_->enqueue([transport = transport_, timeout](bool cancelled) {
+    if (!cancelled) transport->set_timeout(timeout);
+  });
+}
+
+InPluginTransport* TpuBackend::in_plugin() {
+  return transport_->kind() == TransportKind::kInPlugin
+             ? static_cast<InPluginTransport*>(transport_.get())
+             : nullptr;
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char* title,
+                                                  std::vector<at::Tensor> outputs, Body body) {
+  if (queue_ == nullptr) {
+    ok_or_raise(body(*transport_));
+    return c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), true);
+  }
+  auto work = c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), false);
+  std::optional<c10::Device> device;
+  for (const at::Tensor& t : work->result()) {
+    if (t.defined()) device = t.device();
+  }
+  std::vector<int64_t> ranks = global_ranks_;
+  queue_->enqueue([work, body = std::move(body), transport = transport_, title, device,
+                   ranks](bool cancelled) mutable {
+    std::exception_ptr error;
+    try {
+      if (cancelled) {
+        std::string names;
+        for (int64_t r : ranks) names += (names.empty() ? "" : ", ") + std::to_string(r);
+        C10_THROW_ERROR(DistBackendError,
+                        std::string(title) + " on global ranks [" + names +
+                            "] did not run: its process group was destroyed first; wait for "
+                            "a collective's work before destroying its group");
+      }
+      c10::OptionalDeviceGuard guard(device);
+      ok_or_raise(body(*transport));
+    } catch (abi::__forced_unwind&) {
+      throw;  // the thread is being cancelled (Python finalizing): let it unwind
+    } catch (...) {
+      error = std::current_exception();
+    }
+    // What the task holds goes before the issuer resumes: once the work completes, the
+    // issuer may destroy the group and exit, and a transport freed here then (its Gloo
+    // backend) would run during Python's finalization, inside a destructor a thread
+    // cancelled by it cannot unwind through.
+    body = nullptr;
+    transport.reset();
+    work->complete(error);
+  });
+  return work;
+}
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                      const c10d::BroadcastOptions& opts) {
-  at::Tensor& t = single("broadcast", tensors, "input");
-  if (opts.rootRank < 0 || opts.rootRank >= size_) {
-    invalid("broadcast", "root " + std::to_string(opts.rootRank) + " is not a rank of the "
-                         "group of " + std::to_string(size_));
-  }
-  ok_or_raise(transport_->broadcast(t, static_cast<int>(opts.rootRank)));
-  return done(rank_, c10d::OpType::BROADCAST, "tpu:broadcast", tensors);
+  at::Tensor t = single("broadcast", tensors, "input");
+  check_root("broadcast", opts.rootRank, size_);
+  int root = static_cast<int>(opts.rootRank);
+  return launch(c10d::OpType::BROADCAST, "tpu:broadcast", tensors, [t, root](Transport& tr) mutable {
+    return tr.broadcast(t, root);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceOptions& opts) {
-  at::Tensor& t = single("all_reduce", tensors, "input");
+  at::Tensor t = single("all_reduce", tensors, "input");
   check_reduce_op("all_reduce", opts.reduceOp, t);
-  ok_or_raise(transport_->all_reduce(t, opts.reduceOp));
-  return done(rank_, c10d::OpType::ALLREDUCE, "tpu:all_reduce", tensors);
+  c10d::ReduceOp op = opts.reduceOp;
+  return launch(c10d::OpType::ALLREDUCE, "tpu:all_reduce", tensors, [t, op](Transport& tr) mutable {
+    return tr.all_reduce(t, op);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(
@@ -145,32 +115,33 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(
     check_tensor("all_reduce_coalesced", t, "input");
     check_reduce_op("all_reduce_coalesced", opts.reduceOp, t);
   }
-  for (at::Tensor& t : tensors) ok_or_raise(transport_->all_reduce(t, opts.reduceOp));
-  return done(rank_, c10d::OpType::ALLREDUCE_COALESCED, "tpu:all_reduce_coalesced", tensors);
+  c10d::ReduceOp op = opts.reduceOp;
+  return launch(c10d::OpType::ALLREDUCE_COALESCED, "tpu:all_reduce_coalesced", tensors,
+                [ts = tensors, op](Transport& tr) mutable -> base::Status {
+                  for (at::Tensor& t : ts) TORCHTPU_RETURN_IF_ERROR(tr.all_reduce(t, op));
+                  return base::Status::ok_status();
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::reduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::ReduceOptions& opts) {
-  at::Tensor& t = single("reduce", tensors, "input");
+  at::Tensor t = single("reduce", tensors, "input");
   check_reduce_op("reduce", opts.reduceOp, t);
-  if (opts.rootRank < 0 || opts.rootRank >= size_) {
-    invalid("reduce", "root " + std::to_string(opts.rootRank) + " is not a rank of the group");
-  }
+  check_root("reduce", opts.rootRank, size_);
   // Every rank computes the reduction; only the root's tensor receives it.
   at::Tensor work_tensor = rank_ == opts.rootRank ? t : t.clone();
-  ok_or_raise(transport_->all_reduce(work_tensor, opts.reduceOp));
-  return done(rank_, c10d::OpType::REDUCE, "tpu:reduce", tensors);
+  c10d::ReduceOp op = opts.reduceOp;
+  return launch(c10d::OpType::REDUCE, "tpu:reduce", tensors, [work_tensor, op](Transport& tr) mutable {
+    return tr.all_reduce(work_tensor, op);
+  });
 }
 
-c10::intrusive_ptr<c10d::Work> TpuBackend::allgather(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& /*opts*/) {
-  at::Tensor& in = single("all_gather", inputs, "input");
-  if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
+void TpuBackend::check_all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& in) {
+  if (static_cast<int>(outputs.size()) != size_) {
     invalid("all_gather", "takes one list of " + std::to_string(size_) +
                               " output tensors (one per rank)");
   }
-  for (const at::Tensor& o : outputs[0]) {
+  for (const at::Tensor& o : outputs) {
     check_tensor("all_gather", o, "output");
     check_same_dtype("all_gather", in, o);
     if (o.sizes() != in.sizes()) {
@@ -178,14 +149,27 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allgather(
                                 shape_text(in) + "; each output must have the input's shape");
     }
   }
-  at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
-  ok_or_raise(transport_->all_gather(flat, in));
-  split_into(flat, outputs[0]);
-  return done(rank_, c10d::OpType::ALLGATHER, "tpu:all_gather", outputs[0]);
 }
 
-c10::intrusive_ptr<c10d::Work> TpuBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                           const c10d::AllgatherOptions& /*opts*/) {
+base::Status TpuBackend::all_gather_list(Transport& tr, std::vector<at::Tensor>& outputs,
+                                         const at::Tensor& in) {
+  at::Tensor flat = at::empty({tr.size() * in.numel()}, in.options());
+  TORCHTPU_RETURN_IF_ERROR(tr.all_gather(flat, in));
+  split_into(flat, outputs);
+  return base::Status::ok_status();
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& /*opts*/) {
+  at::Tensor in = single("all_gather", inputs, "input");
+  if (outputs.size() != 1) invalid("all_gather", "takes one list of output tensors");
+  check_all_gather(outputs[0], in);
+  return launch(c10d::OpType::ALLGATHER, "tpu:all_gather", outputs[0],
+                [outs = outputs[0], in](Transport& tr) mutable { return all_gather_list(tr, outs, in); });
+}
+
+void TpuBackend::check_all_gather_base(const at::Tensor& output, const at::Tensor& input) {
   const std::string coll = "all_gather_into_tensor";
   check_tensor(coll, input, "input");
   check_tensor(coll, output, "output");
@@ -194,13 +178,18 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::_allgather_base(at::Tensor& output, a
     invalid(coll, "the output " + shape_text(output) + " must have " + std::to_string(size_) +
                       " times the elements of the input " + shape_text(input));
   }
-  ok_or_raise(transport_->all_gather(output, input));
-  return done(rank_, c10d::OpType::_ALLGATHER_BASE, "tpu:all_gather_into_tensor", {output});
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                           const c10d::AllgatherOptions& /*opts*/) {
+  check_all_gather_base(output, input);
+  return launch(c10d::OpType::_ALLGATHER_BASE, "tpu:all_gather_into_tensor", {output},
+                [output, input](Transport& tr) mutable { return tr.all_gather(output, input); });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
+    const c10d::AllgatherOptions& /*opts*/) {
   if (outputs.size() != inputs.size()) {
     invalid("all_gather_coalesced", "got " + std::to_string(outputs.size()) +
                                         " output lists for " + std::to_string(inputs.size()) +
@@ -208,30 +197,41 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_coalesced(
   }
   std::vector<at::Tensor> all;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<std::vector<at::Tensor>> o{outputs[i]};
-    std::vector<at::Tensor> in{inputs[i]};
-    allgather(o, in, opts);
+    check_tensor("all_gather_coalesced", inputs[i], "input");
+    check_all_gather(outputs[i], inputs[i]);
     all.insert(all.end(), outputs[i].begin(), outputs[i].end());
   }
-  return done(rank_, c10d::OpType::ALLGATHER_COALESCED, "tpu:all_gather_coalesced", all);
+  return launch(c10d::OpType::ALLGATHER_COALESCED, "tpu:all_gather_coalesced", all,
+                [outs = outputs, ins = inputs](Transport& tr) mutable -> base::Status {
+                  for (size_t i = 0; i < ins.size(); ++i) {
+                    TORCHTPU_RETURN_IF_ERROR(all_gather_list(tr, outs[i], ins[i]));
+                  }
+                  return base::Status::ok_status();
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
+    const c10d::AllgatherOptions& /*opts*/) {
   if (outputs.size() != inputs.size()) {
     invalid("all_gather_into_tensor_coalesced", "got " + std::to_string(outputs.size()) +
                                                     " outputs for " +
                                                     std::to_string(inputs.size()) + " inputs");
   }
-  for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
-  return done(rank_, c10d::OpType::COALESCED, "tpu:all_gather_into_tensor_coalesced", outputs);
+  for (size_t i = 0; i < inputs.size(); ++i) check_all_gather_base(outputs[i], inputs[i]);
+  return launch(c10d::OpType::COALESCED, "tpu:all_gather_into_tensor_coalesced", outputs,
+                [outs = outputs, ins = inputs](Transport& tr) mutable -> base::Status {
+                  for (size_t i = 0; i < ins.size(); ++i) {
+                    TORCHTPU_RETURN_IF_ERROR(tr.all_gather(outs[i], ins[i]));
+                  }
+                  return base::Status::ok_status();
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                   std::vector<at::Tensor>& inputs,
                                                   const c10d::GatherOptions& opts) {
-  at::Tensor& in = single("gather", inputs, "input");
+  at::Tensor in = single("gather", inputs, "input");
   bool is_root = rank_ == opts.rootRank;
   if (is_root) {
     if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
@@ -250,17 +250,20 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::gather(std::vector<std::vector<at::Te
                           ") takes output tensors");
   }
   // Gathered everywhere (one primitive), kept at the root.
-  at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
-  ok_or_raise(transport_->all_gather(flat, in));
-  if (!is_root) return done(rank_, c10d::OpType::GATHER, "tpu:gather", {});
-  split_into(flat, outputs[0]);
-  return done(rank_, c10d::OpType::GATHER, "tpu:gather", outputs[0]);
+  std::vector<at::Tensor> outs = is_root ? outputs[0] : std::vector<at::Tensor>{};
+  return launch(c10d::OpType::GATHER, "tpu:gather", outs,
+                [outs, in, is_root](Transport& tr) mutable -> base::Status {
+                  at::Tensor flat = at::empty({tr.size() * in.numel()}, in.options());
+                  TORCHTPU_RETURN_IF_ERROR(tr.all_gather(flat, in));
+                  if (is_root) split_into(flat, outs);
+                  return base::Status::ok_status();
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::scatter(std::vector<at::Tensor>& outputs,
                                                    std::vector<std::vector<at::Tensor>>& inputs,
                                                    const c10d::ScatterOptions& opts) {
-  at::Tensor& out = single("scatter", outputs, "output");
+  at::Tensor out = single("scatter", outputs, "output");
   bool is_root = rank_ == opts.rootRank;
   int64_t n = out.numel();
   at::Tensor send;
@@ -287,16 +290,20 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::scatter(std::vector<at::Tensor>& outp
   // One all_to_all where only the root sends: n elements to every rank.
   std::vector<int64_t> in_splits(size_, is_root ? n : 0), out_splits(size_, 0);
   out_splits[opts.rootRank] = n;
-  at::Tensor recv = at::empty({n}, out.options());
-  ok_or_raise(transport_->all_to_all(recv, send, out_splits, in_splits));
-  out.copy_(recv.view(out.sizes()));
-  return done(rank_, c10d::OpType::SCATTER, "tpu:scatter", outputs);
+  return launch(c10d::OpType::SCATTER, "tpu:scatter", outputs,
+                [out, send, n, in_splits, out_splits](Transport& tr) mutable -> base::Status {
+                  at::Tensor recv = at::empty({n}, out.options());
+                  TORCHTPU_RETURN_IF_ERROR(
+                      tr.all_to_all(recv, send, out_splits, in_splits));
+                  out.copy_(recv.view(out.sizes()));
+                  return base::Status::ok_status();
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  at::Tensor& out = single("reduce_scatter", outputs, "output");
+  at::Tensor out = single("reduce_scatter", outputs, "output");
   check_reduce_op("reduce_scatter", opts.reduceOp, out);
   if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
     invalid("reduce_scatter", "takes one list of " + std::to_string(size_) + " inputs");
@@ -310,23 +317,34 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter(
     }
   }
   at::Tensor flat_in = flat_cat(inputs[0], out.options());
-  ok_or_raise(transport_->reduce_scatter(out, flat_in, opts.reduceOp));
-  return done(rank_, c10d::OpType::REDUCE_SCATTER, "tpu:reduce_scatter", outputs);
+  c10d::ReduceOp op = opts.reduceOp;
+  return launch(c10d::OpType::REDUCE_SCATTER, "tpu:reduce_scatter", outputs,
+                [out, flat_in, op](Transport& tr) mutable {
+                  return tr.reduce_scatter(out, flat_in, op);
+                });
 }
 
-c10::intrusive_ptr<c10d::Work> TpuBackend::_reduce_scatter_base(
-    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+void TpuBackend::check_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
+                                           const c10d::ReduceOp& op) {
   const std::string coll = "reduce_scatter_tensor";
   check_tensor(coll, input, "input");
   check_tensor(coll, output, "output");
   check_same_dtype(coll, input, output);
-  check_reduce_op(coll, opts.reduceOp, input);
+  check_reduce_op(coll, op, input);
   if (input.numel() != size_ * output.numel()) {
     invalid(coll, "the input " + shape_text(input) + " must have " + std::to_string(size_) +
                       " times the elements of the output " + shape_text(output));
   }
-  ok_or_raise(transport_->reduce_scatter(output, input, opts.reduceOp));
-  return done(rank_, c10d::OpType::_REDUCE_SCATTER_BASE, "tpu:reduce_scatter_tensor", {output});
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  check_reduce_scatter_base(output, input, opts.reduceOp);
+  c10d::ReduceOp op = opts.reduceOp;
+  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "tpu:reduce_scatter_tensor", {output},
+                [output, input, op](Transport& tr) mutable {
+                  return tr.reduce_scatter(output, input, op);
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(
@@ -337,9 +355,18 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(
                                                    " outputs for " +
                                                    std::to_string(inputs.size()) + " inputs");
   }
-  for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
-  return done(rank_, c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
-              "tpu:reduce_scatter_tensor_coalesced", outputs);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_reduce_scatter_base(outputs[i], inputs[i], opts.reduceOp);
+  }
+  c10d::ReduceOp op = opts.reduceOp;
+  return launch(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+                "tpu:reduce_scatter_tensor_coalesced", outputs,
+                [outs = outputs, ins = inputs, op](Transport& tr) mutable -> base::Status {
+                  for (size_t i = 0; i < ins.size(); ++i) {
+                    TORCHTPU_RETURN_IF_ERROR(tr.reduce_scatter(outs[i], ins[i], op));
+                  }
+                  return base::Status::ok_status();
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -375,8 +402,11 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall_base(at::Tensor& output, at:
   };
   check_splits(input_split_sizes, input, "input");
   check_splits(output_split_sizes, output, "output");
-  ok_or_raise(transport_->all_to_all(output, input, output_split_sizes, input_split_sizes));
-  return done(rank_, c10d::OpType::ALLTOALL_BASE, "tpu:all_to_all_single", {output});
+  return launch(c10d::OpType::ALLTOALL_BASE, "tpu:all_to_all_single", {output},
+                [output, input, out_splits = output_split_sizes,
+                 in_splits = input_split_sizes](Transport& tr) mutable {
+                  return tr.all_to_all(output, input, out_splits, in_splits);
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -396,38 +426,42 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall(std::vector<at::Tensor>& out
     out_splits.push_back(outputs[r].numel());
   }
   at::Tensor send = flat_cat(inputs, inputs[0].options());
-  at::Tensor recv = at::empty(
-      {std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})}, inputs[0].options());
-  ok_or_raise(transport_->all_to_all(recv, send, out_splits, in_splits));
-  split_into(recv, outputs);
-  return done(rank_, c10d::OpType::ALLTOALL, "tpu:all_to_all", outputs);
+  return launch(c10d::OpType::ALLTOALL, "tpu:all_to_all", outputs,
+                [outs = outputs, send, in_splits, out_splits](Transport& tr) mutable -> base::Status {
+                  at::Tensor recv = at::empty(
+                      {std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})},
+                      send.options());
+                  TORCHTPU_RETURN_IF_ERROR(
+                      tr.all_to_all(recv, send, out_splits, in_splits));
+                  split_into(recv, outs);
+                  return base::Status::ok_status();
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::send(std::vector<at::Tensor>& tensors, int dst_rank,
                                                 int tag) {
-  at::Tensor& t = single("send", tensors, "input");
+  at::Tensor t = single("send", tensors, "input");
   if (dst_rank < 0 || dst_rank >= size_ || dst_rank == rank_) {
     invalid("send", "destination " + std::to_string(dst_rank) + " is not another rank of the "
                     "group of " + std::to_string(size_));
   }
-  ok_or_raise(transport_->send(t, dst_rank, tag));
-  return done(rank_, c10d::OpType::SEND, "tpu:send", tensors);
+  return launch(c10d::OpType::SEND, "tpu:send", tensors,
+                [t, dst_rank, tag](Transport& tr) { return tr.send(t, dst_rank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
                                                 int tag) {
-  at::Tensor& t = single("recv", tensors, "output");
+  at::Tensor t = single("recv", tensors, "output");
   if (src_rank < 0 || src_rank >= size_ || src_rank == rank_) {
     invalid("recv", "source " + std::to_string(src_rank) + " is not another rank of the "
                     "group of " + std::to_string(size_));
   }
-  ok_or_raise(transport_->recv(t, src_rank, tag));
-  return done(rank_, c10d::OpType::RECV, "tpu:recv", tensors);
+  return launch(c10d::OpType::RECV, "tpu:recv", tensors,
+                [t, src_rank, tag](Transport& tr) mutable { return tr.recv(t, src_rank, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
-  ok_or_raise(transport_->barrier());
-  return done(rank_, c10d::OpType::BARRIER, "tpu:barrier", {});
+  return launch(c10d::OpType::BARRIER, "tpu:barrier", {}, [](Transport& tr) { return tr.barrier(); });
 }
 
 }  // namespace torchtpu::distributed

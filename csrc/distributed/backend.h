@@ -1,30 +1,49 @@
 // TpuBackend: the c10d::Backend behind torch.distributed's "tpu" backend.
 //
 // It validates each collective's tpu tensors (device, layout, contiguity, dtypes, sizes;
-// a clear error otherwise), maps the c10d API (lists, coalesced forms, gather/scatter,
-// reduce) onto the Transport's few primitives and returns a completed TpuWork whose future
-// holds the outputs. The transport of the group is chosen by Python when the group is
-// created (python/torchtpu/distributed.py) and owned here.
+// a ValueError on the calling thread otherwise) and maps the c10d API (lists, coalesced
+// forms, gather/scatter, reduce) onto the Transport's few primitives. The transport of the
+// group is chosen by Python when the group is created (python/torchtpu/distributed.py)
+// and owned here.
+//   - in-plugin: the collective runs on the calling thread (its program is enqueued on the
+//     devices) and the returned TpuWork is complete.
+//   - host-staged: the collective runs on the group's CollectiveQueue, in issue order, and
+//     the returned TpuWork completes when its data is back on the device (or with its
+//     error): the caller goes on meanwhile, so DDP's gradient buckets are exchanged while
+//     the backward pass continues.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "distributed/collective_queue.h"
 #include "distributed/transport.h"
 
 namespace torchtpu::distributed {
+
+class InPluginTransport;
 
 class TpuBackend : public c10d::Backend {
  public:
   TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t> global_ranks,
              std::chrono::milliseconds timeout);
+  // Cancels the queued collectives not yet started (their works fail). A collective still
+  // running finishes on its own: the queue's thread is joined only when idle, since the
+  // destructor may run with Python's lock held (a process group freed from Python) that
+  // Gloo's flight recorder takes on that thread.
+  ~TpuBackend() override;
 
   const std::string getBackendName() const override { return "tpu"; }
   TransportKind transport_kind() const { return transport_->kind(); }
-  void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  // Reaches the transport: every later wait for peers (collectives issued after this call)
+  // is bounded by `timeout`.
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  // The in-plugin transport, or null when the group stages through the host.
+  InPluginTransport* in_plugin();
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -73,9 +92,25 @@ class TpuBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  std::unique_ptr<Transport> transport_;
+  // The transport calls of one c10d call, its tensors captured by value.
+  using Body = std::function<base::Status(Transport&)>;
+  // Runs `body` now or on the queue, and returns its Work over `outputs`.
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* title,
+                                        std::vector<at::Tensor> outputs, Body body);
+  void check_all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input);
+  void check_all_gather_base(const at::Tensor& output, const at::Tensor& input);
+  void check_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
+                                 const c10d::ReduceOp& op);
+  // all_gather into a list of per-rank outputs, through one flat buffer.
+  static base::Status all_gather_list(Transport& transport, std::vector<at::Tensor>& outputs,
+                                      const at::Tensor& input);
+
+  // Shared with the queue's tasks, which may outlive the backend (see ~TpuBackend).
+  std::shared_ptr<Transport> transport_;
   std::vector<int64_t> global_ranks_;
   std::chrono::milliseconds timeout_;
+  // Host-staged groups only.
+  std::unique_ptr<CollectiveQueue> queue_;
 };
 
 }  // namespace torchtpu::distributed

@@ -5,7 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
+#include "aten/device_runtime.h"
+#include "aten/tpu_storage.h"
 #include "base/metrics.h"
 
 namespace torchtpu::distributed {
@@ -16,9 +19,6 @@ bool signature_checks_enabled() {
   const char* v = std::getenv("TORCHTPU_DIST_CHECK");
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
-
-// Collectives larger than this stage through fresh host memory instead of a kept slot.
-constexpr int64_t kMaxSlotBytes = int64_t{256} << 20;
 
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
@@ -53,12 +53,15 @@ void average(at::Tensor& host, const c10d::ReduceOp& op, int size) {
 }  // namespace
 
 HostStagedTransport::HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
+                                         c10::intrusive_ptr<c10d::Store> store,
                                          std::vector<int64_t> global_ranks,
                                          std::chrono::milliseconds timeout)
     : gloo_(std::move(gloo)),
+      store_(std::move(store)),
       global_ranks_(std::move(global_ranks)),
       timeout_(timeout),
-      check_signatures_(signature_checks_enabled()) {}
+      check_signatures_(signature_checks_enabled()),
+      pool_(std::make_shared<HostPool>()) {}
 
 std::string HostStagedTransport::ranks_text() const {
   std::ostringstream o;
@@ -68,64 +71,146 @@ std::string HostStagedTransport::ranks_text() const {
   return o.str();
 }
 
-base::Status HostStagedTransport::run(const char* what,
-                                      const std::function<c10::intrusive_ptr<c10d::Work>()>& op) {
+std::string HostStagedTransport::failure(const char* what, const std::exception& e,
+                                         bool collective) {
+  std::string msg = c10::GetExceptionString(e);
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) msg = ce->what_without_backtrace();
+  std::ostringstream out;
+  out << "tpu: " << what;
+  if (collective) out << " (collective #" << seq_ << " of the group)";
+  out << " on global ranks " << ranks_text() << " (this is rank " << global_ranks_[rank()]
+      << ", host-staged through Gloo) failed: " << msg << (collective ? missing_ranks() : "")
+      << "; a peer rank exited or did not reach this collective within the group's timeout ("
+      << timeout_.count() / 1000.0 << " s)";
+  return out.str();
+}
+
+base::StatusOr<c10::intrusive_ptr<c10d::Work>> HostStagedTransport::start(
+    const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+    bool collective) {
   try {
-    c10::intrusive_ptr<c10d::Work> work = op();
+    return op();
+  } catch (const std::exception& e) {
+    return base::unavailable(failure(what, e, collective));
+  }
+}
+
+base::Status HostStagedTransport::finish(const char* what,
+                                         const c10::intrusive_ptr<c10d::Work>& work,
+                                         bool collective) {
+  try {
     work->wait();
   } catch (const std::exception& e) {
-    std::string msg = c10::GetExceptionString(e);
-    if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) msg = ce->what_without_backtrace();
-    std::ostringstream out;
-    out << "tpu: " << what << " on global ranks " << ranks_text() << " (this is rank "
-        << global_ranks_[rank()] << ", host-staged through Gloo) failed: " << msg
-        << "; a peer rank exited or did not reach this collective within the group's timeout ("
-        << timeout_.count() / 1000.0 << " s)";
-    return base::unavailable(out.str());
+    return base::unavailable(failure(what, e, collective));
   }
   return base::Status::ok_status();
 }
 
-base::Status HostStagedTransport::check(const CollectiveSignature& s) {
-  if (!check_signatures_ || size() == 1) return base::Status::ok_status();
+base::Status HostStagedTransport::run(const char* what,
+                                      const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+                                      bool collective) {
+  TORCHTPU_ASSIGN_OR_RETURN(auto work, start(what, op, collective));
+  return finish(what, work, collective);
+}
+
+std::string HostStagedTransport::missing_ranks() {
+  if (store_ == nullptr || size() == 1) return "";
+  const std::string prefix = "torchtpu_failed/" + std::to_string(seq_) + "/";
+  try {
+    store_->set(prefix + std::to_string(rank()), std::vector<uint8_t>{1});
+    auto grace = std::min<std::chrono::milliseconds>(timeout_ / 2, std::chrono::seconds(5));
+    auto deadline = std::chrono::steady_clock::now() + grace;
+    std::vector<int64_t> missing;
+    for (;;) {
+      missing.clear();
+      for (int r = 0; r < size(); ++r) {
+        if (r != rank() && !store_->check({prefix + std::to_string(r)})) {
+          missing.push_back(global_ranks_[r]);
+        }
+      }
+      if (missing.empty() || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (missing.empty()) return "; every rank of the group reached this collective";
+    std::ostringstream o;
+    o << "; global ranks [";
+    for (size_t i = 0; i < missing.size(); ++i) o << (i ? ", " : "") << missing[i];
+    o << "] did not reach it (they exited, or are still busy elsewhere)";
+    return o.str();
+  } catch (const std::exception&) {
+    return "; the group's store does not answer either, so which rank is missing is unknown";
+  }
+}
+
+base::StatusOr<HostStagedTransport::PendingCheck> HostStagedTransport::start_check(
+    const CollectiveSignature& s) {
+  PendingCheck p;
+  if (!check_signatures_ || size() == 1) return p;
+  p.what = collective_name(s.collective);
   std::vector<int64_t> mine = encode(s, size());
   at::Tensor in = at::from_blob(mine.data(), {kSignatureLength}, at::kLong).clone();
-  at::Tensor all = at::empty({size() * kSignatureLength}, at::kLong);
-  TORCHTPU_RETURN_IF_ERROR(run(collective_name(s.collective), [&] {
-    return gloo_->_allgather_base(all, in);
-  }));
-  std::vector<int64_t> rows(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
+  p.all = at::empty({size() * kSignatureLength}, at::kLong);
+  c10d::AllgatherOptions opts;
+  opts.timeout = timeout_;
+  TORCHTPU_ASSIGN_OR_RETURN(p.work,
+                            start(p.what, [&] { return gloo_->_allgather_base(p.all, in, opts); }));
+  return p;
+}
+
+base::Status HostStagedTransport::finish_check(const PendingCheck& p) {
+  if (!p.work) return base::Status::ok_status();
+  TORCHTPU_RETURN_IF_ERROR(finish(p.what, p.work));
+  std::vector<int64_t> rows(p.all.data_ptr<int64_t>(),
+                            p.all.data_ptr<int64_t>() + p.all.numel());
   return compare_signatures(rows, size(), global_ranks_);
 }
 
-at::Tensor HostStagedTransport::staging(int slot, const at::Tensor& like) {
-  int64_t bytes = nbytes(like);
-  at::TensorOptions host = like.options().device(at::kCPU);
-  if (bytes > kMaxSlotBytes) return at::empty(like.sizes(), host);
-  at::Tensor& buf = slots_[slot];
-  if (!buf.defined() || buf.numel() < bytes) {
-    buf = at::empty({std::max<int64_t>(bytes, 4096)}, at::TensorOptions().dtype(at::kByte));
-  }
-  return buf.narrow(0, 0, bytes).view(like.scalar_type()).view(like.sizes());
+base::Status HostStagedTransport::check(const CollectiveSignature& s) {
+  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck p, start_check(s));
+  return finish_check(p);
 }
 
-at::Tensor HostStagedTransport::to_host(const at::Tensor& t) {
+at::Tensor HostStagedTransport::receiving(const at::Tensor& like) {
+  return pool_->take(nbytes(like)).view(like.scalar_type()).view(like.sizes());
+}
+
+at::Tensor HostStagedTransport::to_host(const at::Tensor& t, bool as_result) {
   base::counter_add("host_staged_bytes", nbytes(t));
-  at::Tensor host = staging(0, t);
+  at::Tensor host;
+  if (as_result) {
+    host = receiving(t);
+  } else {
+    int64_t bytes = nbytes(t);
+    if (!send_slot_.defined() || send_slot_.numel() < bytes) {
+      send_slot_ = at::empty({std::max<int64_t>(bytes, 4096)}, at::TensorOptions().dtype(at::kByte));
+    }
+    host = send_slot_.narrow(0, 0, bytes).view(t.scalar_type()).view(t.sizes());
+  }
   host.copy_(t);
   return host;
 }
 
-void HostStagedTransport::to_device(at::Tensor& dst, const at::Tensor& host) {
+base::Status HostStagedTransport::to_device(at::Tensor& dst, const at::Tensor& host) {
   base::counter_add("host_staged_bytes", nbytes(host));
-  dst.copy_(host);
+  std::vector<int64_t> dims(dst.sizes().begin(), dst.sizes().end());
+  // The chunk goes back to the pool once the plugin no longer reads it.
+  auto buffer = aten::client().buffer_from_host_zero_copy(
+      host.data_ptr(), aten::to_dtype(dst.scalar_type()), dims, dst.device().index(),
+      [pool = pool_, storage = host.storage()]() mutable { pool->give_back(std::move(storage)); });
+  TORCHTPU_RETURN_IF_ERROR(buffer.status());
+  aten::write_tensor(dst, *buffer);
+  return base::Status::ok_status();
 }
 
 base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::ReduceOp& op) {
+  ++seq_;
   CollectiveSignature sig{Collective::kAllReduce, tensor, static_cast<int64_t>(op.op_)};
-  TORCHTPU_RETURN_IF_ERROR(check(sig));
+  // The signature exchange runs while the data comes to the host; the result is reduced
+  // in place in a pool chunk that becomes the tensor's new buffer.
+  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
+  at::Tensor host = to_host(tensor, /*as_result=*/true);
+  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
   base::counter_add("num_host_staged_collectives");
-  at::Tensor host = to_host(tensor);
   premultiply(host, op);
   std::vector<at::Tensor> v{host};
   c10d::AllreduceOptions opts;
@@ -133,76 +218,80 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
   opts.timeout = timeout_;
   TORCHTPU_RETURN_IF_ERROR(run("all_reduce", [&] { return gloo_->allreduce(v, opts); }));
   average(host, op, size());
-  to_device(tensor, host);
-  return base::Status::ok_status();
+  return to_device(tensor, host);
 }
 
 base::Status HostStagedTransport::all_gather(at::Tensor& output, const at::Tensor& input) {
-  TORCHTPU_RETURN_IF_ERROR(check({Collective::kAllGather, input}));
-  base::counter_add("num_host_staged_collectives");
+  ++seq_;
+  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check({Collective::kAllGather, input}));
   at::Tensor in = to_host(input).reshape({-1});
-  at::Tensor out = staging(1, output).view({-1});
+  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  base::counter_add("num_host_staged_collectives");
+  at::Tensor out = receiving(output).view({-1});
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
-  TORCHTPU_RETURN_IF_ERROR(run("all_gather", [&] { return gloo_->_allgather_base(out, in, opts); }));
-  to_device(output, out.view(output.sizes()));
-  return base::Status::ok_status();
+  TORCHTPU_RETURN_IF_ERROR(
+      run("all_gather", [&] { return gloo_->_allgather_base(out, in, opts); }));
+  return to_device(output, out.view(output.sizes()));
 }
 
 base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::Tensor& input,
                                                  const c10d::ReduceOp& op) {
+  ++seq_;
   CollectiveSignature sig{Collective::kReduceScatter, input, static_cast<int64_t>(op.op_)};
-  TORCHTPU_RETURN_IF_ERROR(check(sig));
-  base::counter_add("num_host_staged_collectives");
+  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
   at::Tensor in = to_host(input).reshape({-1});
+  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  base::counter_add("num_host_staged_collectives");
   premultiply(in, op);
-  at::Tensor out = staging(1, output).view({-1});
+  at::Tensor out = receiving(output).view({-1});
   c10d::ReduceScatterOptions opts;
   opts.reduceOp = gloo_op(op);
   opts.timeout = timeout_;
   TORCHTPU_RETURN_IF_ERROR(
       run("reduce_scatter", [&] { return gloo_->_reduce_scatter_base(out, in, opts); }));
   average(out, op, size());
-  to_device(output, out.view(output.sizes()));
-  return base::Status::ok_status();
+  return to_device(output, out.view(output.sizes()));
 }
 
 base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tensor& input,
                                              const std::vector<int64_t>& output_split_sizes,
                                              const std::vector<int64_t>& input_split_sizes) {
+  ++seq_;
   CollectiveSignature sig{Collective::kAllToAll, input};
   auto equal = [&](const at::Tensor& t) {
     return std::vector<int64_t>(size(), t.dim() > 0 ? t.size(0) / size() : 0);
   };
   sig.input_splits = input_split_sizes.empty() ? equal(input) : input_split_sizes;
   sig.output_splits = output_split_sizes.empty() ? equal(output) : output_split_sizes;
-  TORCHTPU_RETURN_IF_ERROR(check(sig));
-  base::counter_add("num_host_staged_collectives");
+  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
   at::Tensor in = to_host(input);
-  at::Tensor out = staging(1, output);
+  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  base::counter_add("num_host_staged_collectives");
+  at::Tensor out = receiving(output);
   std::vector<int64_t> out_splits = output_split_sizes, in_splits = input_split_sizes;
   c10d::AllToAllOptions opts;
   opts.timeout = timeout_;
   TORCHTPU_RETURN_IF_ERROR(run("all_to_all", [&] {
     return gloo_->alltoall_base(out, in, out_splits, in_splits, opts);
   }));
-  to_device(output, out);
-  return base::Status::ok_status();
+  return to_device(output, out);
 }
 
 base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
+  ++seq_;
   CollectiveSignature sig{Collective::kBroadcast, tensor, -1, root};
-  TORCHTPU_RETURN_IF_ERROR(check(sig));
+  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
+  // Only the root's data travels; the others receive into a pool chunk.
+  at::Tensor host = rank() == root ? to_host(tensor) : receiving(tensor);
+  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
   base::counter_add("num_host_staged_collectives");
-  // Only the root's data travels; the others receive into a host buffer.
-  at::Tensor host = rank() == root ? to_host(tensor) : staging(1, tensor);
   std::vector<at::Tensor> v{host};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   opts.timeout = timeout_;
   TORCHTPU_RETURN_IF_ERROR(run("broadcast", [&] { return gloo_->broadcast(v, opts); }));
-  if (rank() != root) to_device(tensor, host);
-  return base::Status::ok_status();
+  return rank() == root ? base::Status::ok_status() : to_device(tensor, host);
 }
 
 // A send carries its signature ahead of the data (same tag, so Gloo keeps them in order):
@@ -213,15 +302,15 @@ base::Status HostStagedTransport::send(const at::Tensor& tensor, int dst, int ta
   std::vector<int64_t> sig = encode({Collective::kSendRecv, tensor}, 1);
   std::vector<at::Tensor> header{
       at::from_blob(sig.data(), {kSignatureLength}, at::kLong).clone()};
-  TORCHTPU_RETURN_IF_ERROR(run("send", [&] { return gloo_->send(header, dst, tag); }));
+  TORCHTPU_RETURN_IF_ERROR(run("send", [&] { return gloo_->send(header, dst, tag); }, false));
   std::vector<at::Tensor> v{to_host(tensor)};
-  return run("send", [&] { return gloo_->send(v, dst, tag); });
+  return run("send", [&] { return gloo_->send(v, dst, tag); }, false);
 }
 
 base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
   base::counter_add("num_host_staged_collectives");
   std::vector<at::Tensor> header{at::empty({kSignatureLength}, at::kLong)};
-  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(header, src, tag); }));
+  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(header, src, tag); }, false));
   const int64_t* h = header[0].data_ptr<int64_t>();
   std::vector<int64_t> sent(h, h + kSignatureLength);
   base::Status match = compare_point_to_point(sent, tensor, global_ranks_[src],
@@ -229,16 +318,16 @@ base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
   if (!match.ok()) {
     if (sent_numel(sent) < 0) return match;
     std::vector<at::Tensor> drain{at::empty({sent_numel(sent)}, sent_dtype(sent))};
-    TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(drain, src, tag); }));
+    TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(drain, src, tag); }, false));
     return match;
   }
-  std::vector<at::Tensor> v{staging(1, tensor)};
-  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(v, src, tag); }));
-  to_device(tensor, v[0]);
-  return base::Status::ok_status();
+  std::vector<at::Tensor> v{receiving(tensor)};
+  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(v, src, tag); }, false));
+  return to_device(tensor, v[0]);
 }
 
 base::Status HostStagedTransport::barrier() {
+  ++seq_;
   TORCHTPU_RETURN_IF_ERROR(check({Collective::kBarrier}));
   c10d::BarrierOptions opts;
   opts.timeout = timeout_;

@@ -2,21 +2,32 @@
 // the XLA CPU plugin). Each call copies this rank's tpu data to host memory, runs the
 // same collective through PyTorch's Gloo backend (created by Python from the group's
 // store and handed in as a c10d::Backend: the torch wheel ships no Gloo headers), and
-// copies the result back. Every call counts `num_host_staged_collectives` and the bytes
-// it moves between device and host in `host_staged_bytes`.
+// hands the result to the device without a copy: it is received into a HostPool chunk
+// that the new device buffer aliases (an all_reduce reduces in place in the chunk its data
+// was copied into, so it costs one copy). Every call counts `num_host_staged_collectives`
+// and the bytes it moves between device and host in `host_staged_bytes`.
 //
 // Before moving data, every collective exchanges the ranks' signatures (signature.h) in a
 // small Gloo all_gather, so mismatched shapes, dtypes or ops raise on every rank instead
-// of hanging; TORCHTPU_DIST_CHECK=0 turns the exchange off. A Gloo error (a peer that
-// exited, a timeout) returns kUnavailable naming the collective and the group's ranks.
+// of hanging; the exchange runs while the data is copied to the host.
+// TORCHTPU_DIST_CHECK=0 turns it off. A Gloo error (a peer that
+// exited, a timeout) returns kUnavailable naming the collective and the group's ranks,
+// and the ranks that did not reach it where the store can tell: a rank whose collective
+// fails marks that in the group's store (key "torchtpu_failed/<collective number>/<rank>")
+// and waits a little (half the timeout, at most 5 s) for the others' marks; a peer that
+// exited or is busy elsewhere leaves none. Only failures touch the store.
+//
+// Thread safety: one thread at a time (the group's CollectiveQueue).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <functional>
 #include <string>
 
+#include "distributed/host_pool.h"
 #include "distributed/signature.h"
 #include "distributed/transport.h"
 
@@ -24,7 +35,8 @@ namespace torchtpu::distributed {
 
 class HostStagedTransport : public Transport {
  public:
-  HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
+  // `store`: the group's store (may be null: missing ranks are then not named).
+  HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Store> store,
                       std::vector<int64_t> global_ranks, std::chrono::milliseconds timeout);
 
   TransportKind kind() const override { return TransportKind::kHostStaged; }
@@ -42,25 +54,49 @@ class HostStagedTransport : public Transport {
   base::Status send(const at::Tensor& tensor, int dst, int tag) override;
   base::Status recv(at::Tensor& tensor, int src, int tag) override;
   base::Status barrier() override;
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
  private:
-  // Runs one Gloo operation and waits for it; a Gloo exception becomes kUnavailable.
-  base::Status run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op);
+  // Runs one Gloo operation and waits for it; a Gloo exception becomes kUnavailable (which
+  // names the missing ranks of a `collective`, not of a send or recv). start() and
+  // finish() are its two halves.
+  base::Status run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+                   bool collective = true);
+  base::StatusOr<c10::intrusive_ptr<c10d::Work>> start(
+      const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
+      bool collective = true);
+  base::Status finish(const char* what, const c10::intrusive_ptr<c10d::Work>& work,
+                      bool collective = true);
+  std::string failure(const char* what, const std::exception& e, bool collective);
+  // After a failure of collective number seq_: the global ranks that did not report
+  // reaching it, as a clause of the error message (empty when the store cannot tell).
+  std::string missing_ranks();
+  // The signature exchange in two halves (the data is copied to the host in between).
+  struct PendingCheck {
+    const char* what = "";
+    c10::intrusive_ptr<c10d::Work> work;  // null when checks are off
+    at::Tensor all;
+  };
+  base::StatusOr<PendingCheck> start_check(const CollectiveSignature& s);
+  base::Status finish_check(const PendingCheck& p);
   base::Status check(const CollectiveSignature& s);
-  // A host tensor shaped like `like` in staging slot `slot` (0: what this rank sends,
-  // 1: what it receives). Slots are reused across calls, so large collectives do not pay
-  // for fresh host pages every time; the device copy out of a slot completes within the
-  // call (PJRT's kImmutableOnlyDuringCall), so reuse is safe.
-  at::Tensor staging(int slot, const at::Tensor& like);
-  at::Tensor to_host(const at::Tensor& t);  // into slot 0
-  void to_device(at::Tensor& dst, const at::Tensor& host);
+  // A host tensor shaped like `like` in a pool chunk, to receive a result into.
+  at::Tensor receiving(const at::Tensor& like);
+  // `t` copied to the host: into the reused send slot (Gloo only reads it), or into a pool
+  // chunk when it will also hold the result (`as_result`).
+  at::Tensor to_host(const at::Tensor& t, bool as_result = false);
+  // `host` (a pool chunk shaped like dst) becomes dst's value, without a copy.
+  base::Status to_device(at::Tensor& dst, const at::Tensor& host);
   std::string ranks_text() const;
 
   c10::intrusive_ptr<c10d::Backend> gloo_;
+  c10::intrusive_ptr<c10d::Store> store_;
   std::vector<int64_t> global_ranks_;
+  uint64_t seq_ = 0;  // collectives of this group so far (each rank counts the same)
   std::chrono::milliseconds timeout_;
   bool check_signatures_;
-  at::Tensor slots_[2];  // uint8 host buffers, grown on demand
+  at::Tensor send_slot_;  // uint8, grown on demand
+  std::shared_ptr<HostPool> pool_;
 };
 
 }  // namespace torchtpu::distributed

@@ -11,6 +11,7 @@
 #include "aten/tpu_storage.h"
 #include "base/metrics.h"
 #include "lowering/collectives.h"
+#include "lowering/storage_programs.h"
 #include "runtime/device_queue.h"
 
 namespace torchtpu::distributed {
@@ -101,6 +102,21 @@ InFlight& in_flight() {
   return *state;
 }
 
+// The references to `value` (what `t` reads as) left once it is a collective's argument,
+// when the collective may take its memory for the result that `t` then holds: the
+// argument's and the storage's (t is its storage's whole buffer), or the argument's alone
+// (a view's value, materialized for the collective). More holders (another tensor sharing
+// the buffer after a copy_) forbid the donation: run() compares at run time.
+long donatable_refs(const at::Tensor& t, const runtime::BufferPtr& value) {
+  aten::StorageState& s = aten::storage_state(t);
+  if (s.buffer.get() != value.get()) return 1;
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
+  bool whole = lowering::is_whole_buffer_view(s.nbytes / static_cast<int64_t>(t.element_size()),
+                                              sizes, strides, t.storage_offset());
+  return whole ? 2 : 0;
+}
+
 }  // namespace
 
 base::StatusOr<std::unique_ptr<InPluginTransport>> InPluginTransport::create(
@@ -115,7 +131,7 @@ base::StatusOr<std::unique_ptr<InPluginTransport>> InPluginTransport::create(
                                   " tpu devices (TORCHTPU_NUM_DEVICES on the CPU plugin)");
   }
   TORCHTPU_ASSIGN_OR_RETURN(auto group,
-                            Rendezvous::join(group_key, size, rank, global_ranks, timeout));
+                            Rendezvous::join(group_key, size, rank, global_ranks));
   return std::unique_ptr<InPluginTransport>(new InPluginTransport(
       std::move(group), group_key, rank, size, device_index, std::move(global_ranks), timeout));
 }
@@ -151,17 +167,15 @@ base::Status InPluginTransport::check_tensor(const char* collective, const char*
   return base::Status::ok_status();
 }
 
-base::StatusOr<runtime::BufferPtr> InPluginTransport::run(Rendezvous& group, int rank,
-                                                          uint64_t seq,
-                                                          const std::string& collective,
-                                                          const std::string& module,
-                                                          const std::string& description,
-                                                          std::vector<runtime::BufferPtr> args) {
+base::StatusOr<std::vector<runtime::BufferPtr>> InPluginTransport::run(
+    Rendezvous& group, int rank, uint64_t seq, const std::string& collective,
+    const std::string& module, const std::string& description,
+    std::vector<runtime::BufferPtr> args, long donate_refs) {
   int64_t bytes = 0;
   for (const auto& a : args) bytes += a->size_bytes();
-  Contribution mine{module, description, device_index_, std::move(args), {}};
+  Contribution mine{module, description, device_index_, std::move(args), {}, donate_refs};
   Rendezvous::Runner runner = [&](const std::vector<Contribution>& all)
-      -> base::StatusOr<std::vector<runtime::BufferPtr>> {
+      -> base::StatusOr<std::vector<std::vector<runtime::BufferPtr>>> {
     std::vector<int> devices;
     for (size_t r = 0; r < all.size(); ++r) {
       for (size_t q = 0; q < r; ++q) {
@@ -187,17 +201,68 @@ base::StatusOr<runtime::BufferPtr> InPluginTransport::run(Rendezvous& group, int
       if (previous != nullptr) TORCHTPU_RETURN_IF_ERROR(previous->await_ready());
     }
     flight.outputs.clear();
-    TORCHTPU_ASSIGN_OR_RETURN(auto outputs, exe->execute_replicated(lists));
-    std::vector<runtime::BufferPtr> per_rank;
-    for (auto& o : outputs) per_rank.push_back(o.empty() ? nullptr : o[0]);
-    flight.outputs = per_rank;
-    return per_rank;
+    // Every rank's first argument is donated, or none is (one flag per parameter): each
+    // must be held by nothing but its contribution and its tensor, which takes the result.
+    std::vector<bool> donate;
+    bool all_donate = true;
+    for (const Contribution& c : all) {
+      all_donate &= c.donate_refs > 0 && !c.args.empty() && c.args[0].use_count() == c.donate_refs;
+    }
+    if (all_donate) {
+      donate.assign(all[0].args.size(), false);
+      donate[0] = true;
+      base::counter_add("num_in_plugin_donations", static_cast<int64_t>(all.size()));
+    }
+    TORCHTPU_ASSIGN_OR_RETURN(auto outputs, exe->execute_replicated(lists, donate));
+    for (const auto& o : outputs) {
+      if (!o.empty()) flight.outputs.push_back(o[0]);
+    }
+    return outputs;
   };
-  TORCHTPU_ASSIGN_OR_RETURN(Exchanged got,
-                            group.exchange(rank, seq, collective, std::move(mine), runner));
-  base::counter_add("num_in_plugin_collectives");
-  base::counter_add("in_plugin_collective_bytes", bytes);
-  return got.output;
+  TORCHTPU_ASSIGN_OR_RETURN(Exchanged got, group.exchange(rank, seq, collective, std::move(mine),
+                                                          runner, timeout_));
+  if (collective == "graph") {
+    base::counter_add("num_replicated_graph_executions");
+  } else {
+    base::counter_add("num_in_plugin_collectives");
+    base::counter_add("in_plugin_collective_bytes", bytes);
+  }
+  return std::move(got.outputs);
+}
+
+base::StatusOr<runtime::BufferPtr> InPluginTransport::run_one(
+    Rendezvous& group, int rank, uint64_t seq, const std::string& collective,
+    const std::string& module, const std::string& description,
+    std::vector<runtime::BufferPtr> args, long donate_refs) {
+  TORCHTPU_ASSIGN_OR_RETURN(auto outputs, run(group, rank, seq, collective, module, description,
+                                              std::move(args), donate_refs));
+  if (outputs.size() != 1) {
+    return base::internal_error("distributed: in-plugin " + collective + " returned " +
+                                std::to_string(outputs.size()) + " results, expected 1");
+  }
+  return outputs[0];
+}
+
+base::StatusOr<std::vector<runtime::BufferPtr>> InPluginTransport::run_program(
+    const std::string& module, const std::string& description,
+    std::vector<runtime::BufferPtr> args) {
+  for (const auto& a : args) {
+    if (a->device_index() != device_index_) {
+      return base::invalid_argument(
+          "distributed: in-plugin program on rank " + std::to_string(rank_) +
+          ": an argument is on tpu:" + std::to_string(a->device_index()) +
+          ", the rank's device is tpu:" + std::to_string(device_index_));
+    }
+  }
+  return run(*group_, rank_, next_seq_++, "graph", module, description, std::move(args));
+}
+
+base::StatusOr<std::vector<std::vector<int64_t>>> InPluginTransport::exchange_meta(
+    const std::string& what, std::vector<int64_t> meta) {
+  Contribution mine{what, what, device_index_, {}, std::move(meta)};
+  TORCHTPU_ASSIGN_OR_RETURN(Exchanged ex, group_->exchange(rank_, next_seq_++, what,
+                                                           std::move(mine), nullptr, timeout_));
+  return std::move(ex.metas);
 }
 
 base::Status InPluginTransport::all_reduce(at::Tensor& tensor, const c10d::ReduceOp& op) {
@@ -208,14 +273,15 @@ base::Status InPluginTransport::all_reduce(at::Tensor& tensor, const c10d::Reduc
                               lowering::all_reduce_module(type_of(tensor), kind,
                                                           lowering::whole_world(size_)));
     std::vector<runtime::BufferPtr> args{aten::read_tensor(tensor)};
+    long refs = donatable_refs(tensor, args[0]);
     if (kind == ReduceKind::kPremulSum) {
       TORCHTPU_ASSIGN_OR_RETURN(auto factor,
                                 premul_factor(op, tensor.scalar_type(), device_index_));
       args.push_back(std::move(factor));
     }
-    TORCHTPU_ASSIGN_OR_RETURN(auto out, run(*group_, rank_, next_seq_++, "all_reduce", module,
+    TORCHTPU_ASSIGN_OR_RETURN(auto out, run_one(*group_, rank_, next_seq_++, "all_reduce", module,
                                             describe(reduce_description("all_reduce", op), tensor),
-                                            std::move(args)));
+                                            std::move(args), refs));
     aten::write_tensor(tensor, out);
     return base::Status::ok_status();
   });
@@ -235,7 +301,7 @@ base::Status InPluginTransport::all_gather(at::Tensor& output, const at::Tensor&
                               lowering::all_gather_module(type_of(input),
                                                           lowering::whole_world(size_),
                                                           output.sizes().vec()));
-    TORCHTPU_ASSIGN_OR_RETURN(auto out, run(*group_, rank_, next_seq_++, "all_gather", module,
+    TORCHTPU_ASSIGN_OR_RETURN(auto out, run_one(*group_, rank_, next_seq_++, "all_gather", module,
                                             describe("all_gather", input),
                                             {aten::read_tensor(input)}));
     aten::write_tensor(output, out);
@@ -265,7 +331,7 @@ base::Status InPluginTransport::reduce_scatter(at::Tensor& output, const at::Ten
       args.push_back(std::move(factor));
     }
     TORCHTPU_ASSIGN_OR_RETURN(
-        auto out, run(*group_, rank_, next_seq_++, "reduce_scatter", module,
+        auto out, run_one(*group_, rank_, next_seq_++, "reduce_scatter", module,
                       describe(reduce_description("reduce_scatter", op), input), std::move(args)));
     aten::write_tensor(output, out);
     return base::Status::ok_status();
@@ -277,7 +343,7 @@ base::Status InPluginTransport::even_all_to_all(at::Tensor& output, const at::Te
                             lowering::all_to_all_module(type_of(input),
                                                         lowering::whole_world(size_),
                                                         output.sizes().vec()));
-  TORCHTPU_ASSIGN_OR_RETURN(auto out, run(*group_, rank_, next_seq_++, "all_to_all", module,
+  TORCHTPU_ASSIGN_OR_RETURN(auto out, run_one(*group_, rank_, next_seq_++, "all_to_all", module,
                                           describe("all_to_all", input),
                                           {aten::read_tensor(input)}));
   aten::write_tensor(output, out);
@@ -314,7 +380,7 @@ base::Status InPluginTransport::all_to_all(at::Tensor& output, const at::Tensor&
     meta.insert(meta.end(), out.begin(), out.end());
     Contribution splits{"all_to_all splits", "all_to_all splits", device_index_, {}, meta};
     TORCHTPU_ASSIGN_OR_RETURN(Exchanged ex, group_->exchange(rank_, next_seq_++, "all_to_all",
-                                                             std::move(splits), nullptr));
+                                                             std::move(splits), nullptr, timeout_));
     int64_t max_rows = 1;
     for (int r = 0; r < size_; ++r) {
       const auto& m = ex.metas[r];
@@ -373,7 +439,7 @@ base::Status InPluginTransport::broadcast(at::Tensor& tensor, int root) {
                               lowering::broadcast_module(type_of(tensor), root,
                                                          lowering::whole_world(size_)));
     TORCHTPU_ASSIGN_OR_RETURN(
-        auto out, run(*group_, rank_, next_seq_++, "broadcast", module,
+        auto out, run_one(*group_, rank_, next_seq_++, "broadcast", module,
                       describe("broadcast(root " + std::to_string(root) + ")", tensor),
                       {aten::read_tensor(tensor)}));
     aten::write_tensor(tensor, out);
@@ -402,14 +468,14 @@ base::Status InPluginTransport::point_to_point(at::Tensor& tensor, int peer, int
         auto rendezvous,
         Rendezvous::join(group_key_ + " p2p " + std::to_string(src) + "->" + std::to_string(dst) +
                              " tag " + std::to_string(tag),
-                         2, local, names, timeout_));
+                         2, local, names));
     it = channels_.emplace(key, Channel{std::move(rendezvous), local, 0}).first;
   }
   Channel& channel = it->second;
   TORCHTPU_ASSIGN_OR_RETURN(std::string module,
                             lowering::collective_permute_module(type_of(tensor), 2, {{0, 1}}));
   TORCHTPU_ASSIGN_OR_RETURN(
-      auto out, run(*channel.rendezvous, channel.local_rank, channel.next_seq++, what, module,
+      auto out, run_one(*channel.rendezvous, channel.local_rank, channel.next_seq++, what, module,
                     describe(std::string(what) + "(tag " + std::to_string(tag) + ")", tensor),
                     {aten::read_tensor(tensor)}));
   if (!sending) aten::write_tensor(tensor, out);
@@ -429,7 +495,7 @@ base::Status InPluginTransport::barrier() {
   Contribution mine{"barrier", "barrier", device_index_, {}, {}};
   TORCHTPU_ASSIGN_OR_RETURN(
       Exchanged ignored,
-      group_->exchange(rank_, next_seq_++, "barrier", std::move(mine), nullptr));
+      group_->exchange(rank_, next_seq_++, "barrier", std::move(mine), nullptr, timeout_));
   (void)ignored;
   // Work this rank enqueued before the barrier has finished when it returns.
   if (runtime::BufferPtr tail = runtime::queue_tail(device_index_)) {

@@ -19,7 +19,10 @@
 //     that (source, destination, tag) pair; the receiver's tensor is its operand on the
 //     receiving side.
 //   - barrier: a pure rendezvous, then the wait for this rank's device queue.
-// Counters: num_in_plugin_collectives, in_plugin_collective_bytes (this rank's input).
+// In place all_reduce donates the tensor's buffer to its program (the result takes its
+// memory: no allocation, no copy) when every rank's buffer is held only by its tensor.
+// Counters: num_in_plugin_collectives, in_plugin_collective_bytes (this rank's input),
+// num_in_plugin_donations.
 // Thread safety: one thread (its rank's) uses a transport at a time (transport.h).
 #pragma once
 
@@ -61,6 +64,19 @@ class InPluginTransport final : public Transport {
   base::Status send(const at::Tensor& tensor, int dst, int tag) override;
   base::Status recv(at::Tensor& tensor, int src, int tag) override;
   base::Status barrier() override;
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+
+  // A whole program over the group (a compiled graph whose collectives span it): every rank
+  // calls this as its next collective with its own `args` (on its device) and the same
+  // module text; replica r runs on rank r's device. Returns this rank's results, enqueued.
+  // Counted as num_replicated_graph_executions.
+  base::StatusOr<std::vector<runtime::BufferPtr>> run_program(
+      const std::string& module, const std::string& description,
+      std::vector<runtime::BufferPtr> args);
+  // Every rank's `meta`, in rank order; every rank calls this as its next collective.
+  // `what` names the exchange in messages and must be the same on every rank.
+  base::StatusOr<std::vector<std::vector<int64_t>>> exchange_meta(const std::string& what,
+                                                                  std::vector<int64_t> meta);
 
  private:
   InPluginTransport(std::shared_ptr<Rendezvous> group, std::string group_key, int rank,
@@ -69,12 +85,20 @@ class InPluginTransport final : public Transport {
   // Checks that `t` is a dense tensor on this rank's device.
   base::Status check_tensor(const char* collective, const char* what, const at::Tensor& t) const;
   // Runs `module` (one replica per rank, `args` this rank's operands) through `group`, in
-  // which this rank is `rank`, and returns this rank's result.
-  base::StatusOr<runtime::BufferPtr> run(Rendezvous& group, int rank, uint64_t seq,
-                                         const std::string& collective,
-                                         const std::string& module,
-                                         const std::string& description,
-                                         std::vector<runtime::BufferPtr> args);
+  // which this rank is `rank`, and returns this rank's results.
+  base::StatusOr<std::vector<runtime::BufferPtr>> run(Rendezvous& group, int rank, uint64_t seq,
+                                                      const std::string& collective,
+                                                      const std::string& module,
+                                                      const std::string& description,
+                                                      std::vector<runtime::BufferPtr> args,
+                                                      long donate_refs = 0);
+  // run() of a module with one result.
+  base::StatusOr<runtime::BufferPtr> run_one(Rendezvous& group, int rank, uint64_t seq,
+                                             const std::string& collective,
+                                             const std::string& module,
+                                             const std::string& description,
+                                             std::vector<runtime::BufferPtr> args,
+                                             long donate_refs = 0);
   base::Status point_to_point(at::Tensor& tensor, int peer, int tag, bool sending);
   base::Status even_all_to_all(at::Tensor& output, const at::Tensor& input);
 
@@ -84,7 +108,7 @@ class InPluginTransport final : public Transport {
   const int size_;
   const int device_index_;
   const std::vector<int64_t> global_ranks_;
-  const std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds timeout_;
   uint64_t next_seq_ = 0;
   // (source, destination, tag) -> the next message's number and its rendezvous.
   struct Channel {

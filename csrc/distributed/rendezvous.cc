@@ -18,18 +18,12 @@ std::map<std::string, std::weak_ptr<Rendezvous>>& registry() {
 
 }  // namespace
 
-Rendezvous::Rendezvous(std::string key, int size, std::vector<int64_t> rank_names,
-                       std::chrono::milliseconds timeout)
-    : key_(std::move(key)),
-      size_(size),
-      rank_names_(std::move(rank_names)),
-      timeout_(timeout),
-      joined_(size, false) {}
+Rendezvous::Rendezvous(std::string key, int size, std::vector<int64_t> rank_names)
+    : key_(std::move(key)), size_(size), rank_names_(std::move(rank_names)), joined_(size, false) {}
 
 base::StatusOr<std::shared_ptr<Rendezvous>> Rendezvous::join(const std::string& key, int size,
                                                              int rank,
-                                                             std::vector<int64_t> rank_names,
-                                                             std::chrono::milliseconds timeout) {
+                                                             std::vector<int64_t> rank_names) {
   if (size < 1 || rank < 0 || rank >= size) {
     return base::invalid_argument("distributed: in-plugin group '" + key + "': rank " +
                                   std::to_string(rank) + " is not in a group of " +
@@ -49,7 +43,7 @@ base::StatusOr<std::shared_ptr<Rendezvous>> Rendezvous::join(const std::string& 
   }
   std::shared_ptr<Rendezvous> group = registry()[key].lock();
   if (group == nullptr) {
-    group.reset(new Rendezvous(key, size, rank_names, timeout));
+    group.reset(new Rendezvous(key, size, rank_names));
     registry()[key] = group;
   }
   if (group->size_ != size) {
@@ -108,7 +102,8 @@ base::Status Rendezvous::check_signatures(const std::string& collective, uint64_
 
 base::StatusOr<Exchanged> Rendezvous::exchange(int rank, uint64_t seq,
                                                const std::string& collective,
-                                               Contribution contribution, const Runner& run) {
+                                               Contribution contribution, const Runner& run,
+                                               std::chrono::milliseconds timeout) {
   if (rank < 0 || rank >= size_) {
     return base::internal_error("distributed: rank " + std::to_string(rank) +
                                 " exchanges in group '" + key_ + "' of " + std::to_string(size_));
@@ -127,7 +122,8 @@ base::StatusOr<Exchanged> Rendezvous::exchange(int rank, uint64_t seq,
     if (round.status.ok() && run) {
       // The others only wait for `done`: nothing else touches this round meanwhile.
       lock.unlock();
-      base::StatusOr<std::vector<runtime::BufferPtr>> outputs = run(round.contributions);
+      base::StatusOr<std::vector<std::vector<runtime::BufferPtr>>> outputs =
+          run(round.contributions);
       lock.lock();
       if (outputs.ok()) {
         round.outputs = std::move(outputs).value();
@@ -138,7 +134,7 @@ base::StatusOr<Exchanged> Rendezvous::exchange(int rank, uint64_t seq,
     round.done = true;
     cv_.notify_all();
   } else {
-    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
     bool woke = cv_.wait_until(lock, deadline, [&] {
       return round.done || round.num_arrived == size_ || !broken_.empty();
     });
@@ -152,7 +148,7 @@ base::StatusOr<Exchanged> Rendezvous::exchange(int rank, uint64_t seq,
       }
       broken_ = "distributed: " + collective + " (collective #" + std::to_string(seq) +
                 " of group '" + key_ + "') timed out after " +
-                std::to_string(timeout_.count()) + " ms: ranks " + rank_list(missing) +
+                std::to_string(timeout.count()) + " ms: ranks " + rank_list(missing) +
                 " did not arrive; the group is unusable from now on: check that every rank "
                 "makes the same collectives, or raise the process group's timeout";
       cv_.notify_all();
@@ -163,7 +159,9 @@ base::StatusOr<Exchanged> Rendezvous::exchange(int rank, uint64_t seq,
   base::Status status = round.status;
   Exchanged result;
   if (status.ok()) {
-    if (rank < static_cast<int>(round.outputs.size())) result.output = round.outputs[rank];
+    if (rank < static_cast<int>(round.outputs.size())) {
+      result.outputs = std::move(round.outputs[rank]);
+    }
     for (const Contribution& c : round.contributions) result.metas.push_back(c.meta);
   }
   if (++round.num_taken == size_) rounds_.erase(seq);

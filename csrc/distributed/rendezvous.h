@@ -4,10 +4,11 @@
 // Every rank calls exchange() for its k-th collective with its Contribution. The last rank
 // to arrive checks that every rank's `signature` is the same and runs `run` (the one
 // program over all ranks' devices) with all contributions, in rank order; every rank then
-// returns its own output and every rank's `meta`. The other ranks block meanwhile.
+// returns its own outputs and every rank's `meta`. The other ranks block meanwhile.
 //   - Signatures differ: kInvalidArgument on every rank, listing each rank's description.
-//   - A rank waits longer than the timeout: kUnavailable naming the ranks that have not
-//     arrived. The rendezvous is then broken: every later exchange (the late ranks
+//   - A rank waits longer than its timeout (each call passes its own: the rank's process
+//     group timeout, which setTimeout may change): kUnavailable naming the ranks that have
+//     not arrived. The rendezvous is then broken: every later exchange (the late ranks
 //     included) fails at once with the same message, as a NCCL communicator is aborted
 //     after a timeout; the group has to be created again.
 // Lifetime: shared by the ranks' transports (shared_ptr); get_or_create keeps a weak
@@ -39,17 +40,20 @@ struct Contribution {
   std::vector<runtime::BufferPtr> args;
   // Small values every rank receives from every rank (all_to_all's splits).
   std::vector<int64_t> meta;
+  // args[0] may be donated to the program when, at run time, exactly this many references
+  // to it remain (the contribution's and its tensor storage's); 0: never.
+  long donate_refs = 0;
 };
 
 struct Exchanged {
-  runtime::BufferPtr output;  // null when the collective has none for this rank
+  std::vector<runtime::BufferPtr> outputs;  // this rank's results (empty when none)
   std::vector<std::vector<int64_t>> metas;  // every rank's meta, in rank order
 };
 
 class Rendezvous {
  public:
-  // `contributions` in rank order -> one output per rank (entries may be null).
-  using Runner = std::function<base::StatusOr<std::vector<runtime::BufferPtr>>(
+  // `contributions` in rank order -> every rank's outputs, in rank order.
+  using Runner = std::function<base::StatusOr<std::vector<std::vector<runtime::BufferPtr>>>(
       const std::vector<Contribution>& contributions)>;
 
   // The rendezvous of group `key` with `size` ranks, shared with every rank that joined
@@ -57,14 +61,14 @@ class Rendezvous {
   // messages (global ranks). Joining as a rank that is already joined is an error.
   static base::StatusOr<std::shared_ptr<Rendezvous>> join(const std::string& key, int size,
                                                           int rank,
-                                                          std::vector<int64_t> rank_names,
-                                                          std::chrono::milliseconds timeout);
+                                                          std::vector<int64_t> rank_names);
   void leave(int rank);
 
-  // Blocks until every rank has made its `seq`-th call (or the timeout); `collective`
+  // Blocks until every rank has made its `seq`-th call (or `timeout` passed); `collective`
   // names it in messages. `run` may be empty (a pure exchange of metas, a barrier).
   base::StatusOr<Exchanged> exchange(int rank, uint64_t seq, const std::string& collective,
-                                     Contribution contribution, const Runner& run);
+                                     Contribution contribution, const Runner& run,
+                                     std::chrono::milliseconds timeout);
 
   int size() const { return size_; }
 
@@ -75,12 +79,11 @@ class Rendezvous {
     int num_arrived = 0;
     bool done = false;
     base::Status status;
-    std::vector<runtime::BufferPtr> outputs;
+    std::vector<std::vector<runtime::BufferPtr>> outputs;
     int num_taken = 0;
   };
 
-  Rendezvous(std::string key, int size, std::vector<int64_t> rank_names,
-             std::chrono::milliseconds timeout);
+  Rendezvous(std::string key, int size, std::vector<int64_t> rank_names);
   base::Status check_signatures(const std::string& collective, uint64_t seq,
                                 const Round& round) const;
   std::string rank_list(const std::vector<int>& ranks) const;
@@ -88,7 +91,6 @@ class Rendezvous {
   const std::string key_;
   const int size_;
   const std::vector<int64_t> rank_names_;
-  const std::chrono::milliseconds timeout_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, Round> rounds_;

@@ -23,6 +23,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -57,6 +58,8 @@ class Transport {
   virtual base::Status send(const at::Tensor& tensor, int dst, int tag) = 0;
   virtual base::Status recv(at::Tensor& tensor, int src, int tag) = 0;
   virtual base::Status barrier() = 0;
+  // Bounds every later wait for peers (c10d's setTimeout).
+  virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
 };
 
 }  // namespace torchtpu::distributed

@@ -1,5 +1,6 @@
 #include "kernels/host_kernels.h"
 
+#include "kernels/int8_matmul.h"
 #include "kernels/paged_attention.h"
 
 namespace torchtpu::kernels {
@@ -7,6 +8,7 @@ namespace torchtpu::kernels {
 const std::vector<HostKernel>& host_kernels() {
   static const std::vector<HostKernel> table = {
       {kPagedAttentionTarget, &torchtpu_paged_attention_ffi},
+      {kInt8MatmulTarget, &torchtpu_int8_matmul_ffi},
   };
   return table;
 }

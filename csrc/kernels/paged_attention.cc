@@ -59,33 +59,32 @@ __attribute__((always_inline)) inline void softmax_in_place(float* row, int64_t 
   for (int64_t j = lo; j < hi; ++j) row[j] *= inv;
 }
 
-// One sequence: each of its Q queries has H heads, and each (query, head) is a row that
-// reads the keys and values of kv head head / (H / KV). Pass 1 scores every key a row sees,
-// pass 2 turns scores into probabilities, pass 3 accumulates values. Passes 1 and 3 walk
-// the context slot by slot, reading each slot's keys (or values) for all kv heads at once:
-// a page is contiguous in the pool, so reads are sequential. kD is the head size when it
-// is a compile-time constant (0: use shape.head_dim).
+// One sequence's n queries, from token t0: each query has H heads, and each (query, head)
+// is a row that reads the keys and values of kv head head / (H / KV). Pass 1 scores every
+// key a row sees, pass 2 turns scores into probabilities, pass 3 accumulates values.
+// Passes 1 and 3 walk the context slot by slot, reading each slot's keys (or values) for
+// all kv heads at once: a page is contiguous in the pool, so reads are sequential. kD is
+// the head size when it is a compile-time constant (0: use shape.head_dim).
 template <int kD>
 __attribute__((always_inline)) inline void attend_one_sequence(
     const PagedAttentionShape& sh, const float* q, const float* k, const float* v,
     const int64_t* pages, const int64_t* positions, float scale, int64_t window, int64_t s,
-    Scratch& scratch, float* out) {
+    int64_t t0, int64_t n, Scratch& scratch, float* out) {
   const int64_t group = sh.heads / sh.kv_heads, ps = sh.page_size;
   const int64_t d = kD > 0 ? kD : sh.head_dim;
-  const int64_t ctx = sh.pages_per_seq * ps, rows = sh.queries * sh.heads;
+  const int64_t ctx = sh.pages_per_seq * ps, rows = n * sh.heads;
   const int64_t slot_stride = sh.kv_heads * d;
   scratch.lo.resize(rows);
   scratch.hi.resize(rows);
   scratch.kv_offset.resize(rows);
   int64_t keys = 0;  // keys [0, keys) cover every row's visible range
   for (int64_t r = 0; r < rows; ++r) {  // row r = query r / H, head r % H
-    visible_keys(positions[s * sh.queries + r / sh.heads], ctx, window, &scratch.lo[r],
-                 &scratch.hi[r]);
+    visible_keys(positions[t0 + r / sh.heads], ctx, window, &scratch.lo[r], &scratch.hi[r]);
     scratch.kv_offset[r] = (r % sh.heads) / group * d;
     keys = std::max(keys, scratch.hi[r]);
   }
-  const float* queries = q + s * rows * d;  // [rows, d]
-  float* results = out + s * rows * d;
+  const float* queries = q + t0 * sh.heads * d;  // [rows, d]
+  float* results = out + t0 * sh.heads * d;
   std::fill(results, results + rows * d, 0.0f);
   if (keys == 0) return;
   const int64_t* table = pages + s * sh.pages_per_seq;
@@ -142,9 +141,7 @@ __attribute__((always_inline)) inline void attend_one_sequence(
 constexpr int64_t kQueryBlock = 16;
 constexpr int64_t kKeyBlock = 16;
 
-int64_t query_blocks(const PagedAttentionShape& sh) {
-  return (sh.queries + kQueryBlock - 1) / kQueryBlock;
-}
+int64_t query_blocks(int64_t n) { return (n + kQueryBlock - 1) / kQueryBlock; }
 
 // Eight floats (two SSE registers in the baseline build, one AVX2 register in x86-64-v3).
 constexpr int kLanes = 8;
@@ -162,25 +159,24 @@ template <int kD>
 __attribute__((always_inline)) inline void attend_query_block(
     const PagedAttentionShape& sh, const float* q, const float* k, const float* v,
     const int64_t* pages, const int64_t* positions, float scale, int64_t window, int64_t s,
-    int64_t kvh, int64_t block, BlockScratch& scratch, float* out) {
+    int64_t t0, int64_t n, int64_t kvh, int64_t block, BlockScratch& scratch, float* out) {
   const int64_t group = sh.heads / sh.kv_heads, ps = sh.page_size;
   const int64_t d = kD > 0 ? kD : sh.head_dim;
   const int64_t ctx = sh.pages_per_seq * ps, slot_stride = sh.kv_heads * d;
-  const int64_t first = block * kQueryBlock;
-  const int64_t rows = std::min(kQueryBlock, sh.queries - first) * group;
+  const int64_t first = t0 + block * kQueryBlock;  // this block's first query (token)
+  const int64_t rows = std::min(kQueryBlock, t0 + n - first) * group;
   // row r = (query first + r / group, head kvh * group + r % group)
   auto query = [&](int64_t r) {
-    return q + ((s * sh.queries + first + r / group) * sh.heads + kvh * group + r % group) * d;
+    return q + ((first + r / group) * sh.heads + kvh * group + r % group) * d;
   };
   auto result = [&](int64_t r) {
-    return out + ((s * sh.queries + first + r / group) * sh.heads + kvh * group + r % group) * d;
+    return out + ((first + r / group) * sh.heads + kvh * group + r % group) * d;
   };
   scratch.lo.resize(rows);
   scratch.hi.resize(rows);
   int64_t keys = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    visible_keys(positions[s * sh.queries + first + r / group], ctx, window, &scratch.lo[r],
-                 &scratch.hi[r]);
+    visible_keys(positions[first + r / group], ctx, window, &scratch.lo[r], &scratch.hi[r]);
     keys = std::max(keys, scratch.hi[r]);
     std::fill(result(r), result(r) + d, 0.0f);
   }
@@ -273,47 +269,49 @@ __attribute__((always_inline)) inline void attend_query_block(
 #define TORCHTPU_CPU_CLONES
 #endif
 
-// One sequence, for any head size, with a per-thread scratch; the loops above are inlined
-// into each clone.
-TORCHTPU_CPU_CLONES
-void attend_sequence(const PagedAttentionShape& sh, const float* q, const float* k,
-                     const float* v, const int64_t* pages, const int64_t* positions,
-                     float scale, int64_t window, int64_t s, float* out) {
-  thread_local Scratch scratch;
-  switch (sh.head_dim) {
-    case 64:
-      attend_one_sequence<64>(sh, q, k, v, pages, positions, scale, window, s, scratch, out);
-      break;
-    case 128:
-      attend_one_sequence<128>(sh, q, k, v, pages, positions, scale, window, s, scratch, out);
-      break;
-    default:
-      attend_one_sequence<0>(sh, q, k, v, pages, positions, scale, window, s, scratch, out);
-      break;
-  }
-}
+// What one parallel work item computes: sequence `seq`'s queries [t0, t0 + n), all of them
+// by the one-query path (kvh < 0), or query block `block` of kv head `kvh`.
+struct WorkItem {
+  int64_t seq, t0, n, kvh, block;
+};
 
-// Item `item` of the multi-query path: (sequence, kv head, query block), in that order.
+// One work item, for any head size, with a per-thread scratch; the loops above are inlined
+// into each clone.
 TORCHTPU_CPU_CLONES
 void attend_item(const PagedAttentionShape& sh, const float* q, const float* k, const float* v,
                  const int64_t* pages, const int64_t* positions, float scale, int64_t window,
-                 int64_t item, float* out) {
+                 const WorkItem& it, float* out) {
+  if (it.kvh < 0) {
+    thread_local Scratch scratch;
+    switch (sh.head_dim) {
+      case 64:
+        attend_one_sequence<64>(sh, q, k, v, pages, positions, scale, window, it.seq, it.t0,
+                                it.n, scratch, out);
+        break;
+      case 128:
+        attend_one_sequence<128>(sh, q, k, v, pages, positions, scale, window, it.seq, it.t0,
+                                 it.n, scratch, out);
+        break;
+      default:
+        attend_one_sequence<0>(sh, q, k, v, pages, positions, scale, window, it.seq, it.t0,
+                               it.n, scratch, out);
+        break;
+    }
+    return;
+  }
   thread_local BlockScratch scratch;
-  const int64_t blocks = query_blocks(sh);
-  const int64_t s = item / (sh.kv_heads * blocks), kvh = item / blocks % sh.kv_heads;
-  const int64_t block = item % blocks;
   switch (sh.head_dim) {
     case 64:
-      attend_query_block<64>(sh, q, k, v, pages, positions, scale, window, s, kvh, block,
-                             scratch, out);
+      attend_query_block<64>(sh, q, k, v, pages, positions, scale, window, it.seq, it.t0, it.n,
+                             it.kvh, it.block, scratch, out);
       break;
     case 128:
-      attend_query_block<128>(sh, q, k, v, pages, positions, scale, window, s, kvh, block,
-                              scratch, out);
+      attend_query_block<128>(sh, q, k, v, pages, positions, scale, window, it.seq, it.t0, it.n,
+                              it.kvh, it.block, scratch, out);
       break;
     default:
-      attend_query_block<0>(sh, q, k, v, pages, positions, scale, window, s, kvh, block,
-                            scratch, out);
+      attend_query_block<0>(sh, q, k, v, pages, positions, scale, window, it.seq, it.t0, it.n,
+                            it.kvh, it.block, scratch, out);
       break;
   }
 }
@@ -321,7 +319,7 @@ void attend_item(const PagedAttentionShape& sh, const float* q, const float* k, 
 }  // namespace
 
 std::string check_shape(const PagedAttentionShape& sh) {
-  if (sh.seqs < 0 || sh.queries < 0 || sh.heads <= 0 || sh.kv_heads <= 0 || sh.head_dim <= 0 ||
+  if (sh.tokens < 0 || sh.seqs < 0 || sh.heads <= 0 || sh.kv_heads <= 0 || sh.head_dim <= 0 ||
       sh.num_slots < 0 || sh.pages_per_seq < 0 || sh.page_size <= 0) {
     return "sizes must be positive (heads, kv heads, head dim, page size) or non-negative";
   }
@@ -338,8 +336,8 @@ std::string check_shape(const PagedAttentionShape& sh) {
 
 std::string paged_attention(const PagedAttentionShape& sh, const float* q, const float* k,
                             const float* v, const int64_t* pages, const int64_t* positions,
-                            float scale, int64_t window, float* out,
-                            const ParallelFor& parallel_for) {
+                            const int64_t* query_start, float scale, int64_t window,
+                            float* out, const ParallelFor& parallel_for) {
   const int64_t num_pages = sh.num_slots / sh.page_size;
   for (int64_t i = 0; i < sh.seqs * sh.pages_per_seq; ++i) {
     if (pages[i] < 0 || pages[i] >= num_pages) {
@@ -348,21 +346,40 @@ std::string paged_attention(const PagedAttentionShape& sh, const float* q, const
              std::to_string(num_pages) + " pages";
     }
   }
-  // One query per sequence (decode): a sequence per work item, keys read straight from the
-  // pool. Several: (sequence, kv head, query block) items over transposed key blocks.
-  const bool decode = sh.queries <= 1;
-  const int64_t items = decode ? sh.seqs : sh.seqs * sh.kv_heads * query_blocks(sh);
-  auto body = [&](int64_t i) {
-    if (decode) {
-      attend_sequence(sh, q, k, v, pages, positions, scale, window, i, out);
-    } else {
-      attend_item(sh, q, k, v, pages, positions, scale, window, i, out);
+  for (int64_t s = 0; s <= sh.seqs; ++s) {
+    const int64_t prev = s == 0 ? 0 : query_start[s - 1];
+    if (query_start[s] < prev || query_start[s] > sh.tokens) {
+      return "query_start[" + std::to_string(s) + "] = " + std::to_string(query_start[s]) +
+             " is out of order (expected non-decreasing from 0, at most " +
+             std::to_string(sh.tokens) + " queries)";
     }
+  }
+  const int64_t row_floats = sh.heads * sh.head_dim;
+  const int64_t used = sh.seqs > 0 ? query_start[sh.seqs] : 0;
+  std::fill(out + used * row_floats, out + sh.tokens * row_floats, 0.0f);  // padding
+  // Few queries (decodes, speculative verifications): a sequence per item, keys read
+  // straight from the pool. Many (prefill chunks): (kv head, query block) items over
+  // transposed key blocks, listed first so the long items start first.
+  std::vector<WorkItem> items;
+  for (int64_t s = 0; s < sh.seqs; ++s) {
+    const int64_t t0 = query_start[s], n = query_start[s + 1] - t0;
+    if (n <= kFewQueries) continue;
+    for (int64_t kvh = 0; kvh < sh.kv_heads; ++kvh) {
+      for (int64_t b = 0; b < query_blocks(n); ++b) items.push_back({s, t0, n, kvh, b});
+    }
+  }
+  for (int64_t s = 0; s < sh.seqs; ++s) {
+    const int64_t t0 = query_start[s], n = query_start[s + 1] - t0;
+    if (n > 0 && n <= kFewQueries) items.push_back({s, t0, n, -1, 0});
+  }
+  auto body = [&](int64_t i) {
+    attend_item(sh, q, k, v, pages, positions, scale, window, items[i], out);
   };
+  const auto count = static_cast<int64_t>(items.size());
   if (parallel_for) {
-    parallel_for(items, body);
+    parallel_for(count, body);
   } else {
-    for (int64_t i = 0; i < items; ++i) body(i);
+    for (int64_t i = 0; i < count; ++i) body(i);
   }
   return "";
 }
@@ -371,46 +388,49 @@ extern "C" XLA_FFI_Error* torchtpu_paged_attention_ffi(XLA_FFI_CallFrame* frame)
   if (ffi::answer_metadata(frame)) return nullptr;
   const char* what = "torchtpu_paged_attention";
   const XLA_FFI_Buffer *q = ffi::arg(frame, 0), *k = ffi::arg(frame, 1), *v = ffi::arg(frame, 2),
-                       *pages = ffi::arg(frame, 3), *pos = ffi::arg(frame, 4);
+                       *pages = ffi::arg(frame, 3), *pos = ffi::arg(frame, 4),
+                       *starts = ffi::arg(frame, 5);
   const XLA_FFI_Buffer* out = ffi::ret(frame, 0);
   auto page_size = ffi::int_attr(frame, "page_size");
   auto window = ffi::int_attr(frame, "window");
   auto scale = ffi::float_attr(frame, "scale");
-  if (!q || !k || !v || !pages || !pos || !out || !page_size || !window || !scale) {
-    return ffi::error(frame, std::string(what) + ": expected 5 buffer operands, 1 buffer "
+  if (!q || !k || !v || !pages || !pos || !starts || !out || !page_size || !window || !scale) {
+    return ffi::error(frame, std::string(what) + ": expected 6 buffer operands, 1 buffer "
                       "result and attributes page_size (i64), scale (f32), window (i64)");
   }
   auto is = [](const XLA_FFI_Buffer* b, XLA_FFI_DataType t, int64_t rank) {
     return b->dtype == t && b->rank == rank;
   };
   PagedAttentionShape sh;
-  if (is(q, XLA_FFI_DataType_F32, 4) && is(k, XLA_FFI_DataType_F32, 3) &&
-      is(pages, XLA_FFI_DataType_S64, 2) && is(pos, XLA_FFI_DataType_S64, 2)) {
-    sh = {q->dims[0], q->dims[1], q->dims[2], k->dims[1], q->dims[3], k->dims[0],
+  if (is(q, XLA_FFI_DataType_F32, 3) && is(k, XLA_FFI_DataType_F32, 3) &&
+      is(pages, XLA_FFI_DataType_S64, 2) && is(pos, XLA_FFI_DataType_S64, 1) &&
+      is(starts, XLA_FFI_DataType_S64, 1)) {
+    sh = {q->dims[0], pages->dims[0], q->dims[1], k->dims[1], q->dims[2], k->dims[0],
           pages->dims[1], *page_size};
   }
-  std::string bad = sh.heads == 0 ? "operands are not f32[S,Q,H,D], f32[N,KV,D] twice, "
-                                    "s64[S,P], s64[S,Q]"
+  std::string bad = sh.heads == 0 ? "operands are not f32[T,H,D], f32[N,KV,D] twice, "
+                                    "s64[S,P], s64[T], s64[S+1]"
                                   : check_shape(sh);
   auto same = [](const XLA_FFI_Buffer* a, const XLA_FFI_Buffer* b) {
     return a->dtype == b->dtype && a->rank == b->rank &&
            std::equal(a->dims, a->dims + a->rank, b->dims);
   };
   if (bad.empty() && (!same(k, v) || !same(q, out) || k->dims[2] != sh.head_dim ||
-                      pages->dims[0] != sh.seqs || pos->dims[0] != sh.seqs ||
-                      pos->dims[1] != sh.queries)) {
+                      pos->dims[0] != sh.tokens || starts->dims[0] != sh.seqs + 1)) {
     bad = "operand shapes disagree";
   }
   if (!bad.empty()) {
     return ffi::error(frame, std::string(what) + ": " + bad + " (q " + ffi::describe(q) + ", k " +
                       ffi::describe(k) + ", v " + ffi::describe(v) + ", pages " +
-                      ffi::describe(pages) + ", positions " + ffi::describe(pos) + ", out " +
+                      ffi::describe(pages) + ", positions " + ffi::describe(pos) +
+                      ", query_start " + ffi::describe(starts) + ", out " +
                       ffi::describe(out) + ", page_size " + std::to_string(*page_size) + ")");
   }
   std::string failed = paged_attention(
       sh, static_cast<const float*>(q->data), static_cast<const float*>(k->data),
       static_cast<const float*>(v->data), static_cast<const int64_t*>(pages->data),
-      static_cast<const int64_t*>(pos->data), *scale, *window, static_cast<float*>(out->data),
+      static_cast<const int64_t*>(pos->data), static_cast<const int64_t*>(starts->data), *scale,
+      *window, static_cast<float*>(out->data),
       [frame](int64_t n, const std::function<void(int64_t)>& body) {
         ffi::parallel_for(frame, n, body);
       });

@@ -46,6 +46,7 @@ struct XLA_FFI_Error_Create_Args {
 using XLA_FFI_Error_Create = XLA_FFI_Error*(XLA_FFI_Error_Create_Args*);
 
 enum XLA_FFI_DataType : int {
+  XLA_FFI_DataType_S8 = 2,
   XLA_FFI_DataType_S32 = 4,
   XLA_FFI_DataType_S64 = 5,
   XLA_FFI_DataType_F32 = 11,

@@ -67,6 +67,15 @@ base::Status check_split(const char* collective, const TensorType& t, size_t par
   return base::Status::ok_status();
 }
 
+base::Status check_factor(const char* collective, ReduceKind op,
+                          const std::optional<Value>& factor) {
+  if ((op == ReduceKind::kPremulSum) != factor.has_value()) {
+    return base::invalid_argument(std::string("lowering: ") + collective +
+                                  ": a factor goes with premul_sum, and only with it");
+  }
+  return base::Status::ok_status();
+}
+
 // The scalar combiner of a reduction region. The CPU plugin runs only single-op regions
 // (add, multiply, minimum, maximum, and, or: a compare-and-select refuses to compile with
 // "Unsupported reduction computation"), so NaN is propagated outside the region.
@@ -87,13 +96,13 @@ Value combine(Builder& b, ReduceKind op, Value x, Value y) {
   return b.add(x, y);
 }
 
-// Runs a reducing collective (`name` with `attrs`) over `x`, with the premultiply and the
-// average's division around it.
+// Runs a reducing collective (`name` with `attrs`) over `x`, with the premultiply (by
+// `factor`, PREMUL_SUM only) and the average's division around it.
 Value reducing(Builder& b, std::string_view name, ReduceKind op, Value x,
-               const TensorType& result, std::string_view attrs, int64_t group_size) {
+               const TensorType& result, std::string_view attrs, int64_t group_size,
+               std::optional<Value> factor = std::nullopt) {
   if (op == ReduceKind::kPremulSum) {
-    Value factor = b.param(TensorType{x.dtype(), {}});
-    x = b.mul(x, b.broadcast_in_dim(factor, x.dims(), {}));
+    x = b.mul(x, b.broadcast_in_dim(*factor, x.dims(), {}));
   }
   auto collective = [&](ReduceKind kind, Value v, const TensorType& out) {
     TensorType scalar{v.dtype(), {}};
@@ -139,16 +148,67 @@ ReplicaGroups whole_world(int64_t n) {
   return {g};
 }
 
-base::StatusOr<std::string> all_reduce_module(const TensorType& t, ReduceKind op,
-                                              const ReplicaGroups& groups) {
+namespace {
+constexpr std::string_view kGroupsPrefix = "tpu_replica_groups:";
+}  // namespace
+
+std::string encode_replica_groups(const ReplicaGroups& groups) {
+  std::string s(kGroupsPrefix);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (g) s += ";";
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      s += (i ? "," : "") + std::to_string(groups[g][i]);
+    }
+  }
+  return s;
+}
+
+base::StatusOr<ReplicaGroups> parse_replica_groups(std::string_view text) {
+  auto fail = [&] {
+    return base::invalid_argument(
+        "lowering: functional collective: group '" + std::string(text) +
+        "' was not resolved to the replicas of the graph's program (only graphs whose groups "
+        "run in-plugin carry their collectives)");
+  };
+  if (text.substr(0, kGroupsPrefix.size()) != kGroupsPrefix) return fail();
+  ReplicaGroups groups(1);
+  int64_t value = -1;
+  for (char c : text.substr(kGroupsPrefix.size())) {
+    if (c >= '0' && c <= '9') {
+      value = (value < 0 ? 0 : value * 10) + (c - '0');
+      continue;
+    }
+    if ((c != ',' && c != ';') || value < 0) return fail();
+    groups.back().push_back(value);
+    value = -1;
+    if (c == ';') groups.emplace_back();
+  }
+  if (value < 0) return fail();
+  groups.back().push_back(value);
+  TORCHTPU_RETURN_IF_ERROR(check_groups("functional collective", groups));
+  return groups;
+}
+
+base::StatusOr<ReduceKind> parse_reduce_kind(std::string_view name) {
+  if (name == "sum") return ReduceKind::kSum;
+  if (name == "avg") return ReduceKind::kAvg;
+  if (name == "product") return ReduceKind::kProduct;
+  if (name == "min") return ReduceKind::kMin;
+  if (name == "max") return ReduceKind::kMax;
+  return base::unimplemented("lowering: functional collective: reduce op '" + std::string(name) +
+                             "' has no lowering (sum, avg, product, min, max)");
+}
+
+base::StatusOr<Value> all_reduce_value(Builder& b, Value x, ReduceKind op,
+                                      const ReplicaGroups& groups, std::optional<Value> factor) {
   TORCHTPU_RETURN_IF_ERROR(check_groups("all_reduce", groups));
-  TORCHTPU_RETURN_IF_ERROR(check_reduce("all_reduce", op, t.dtype));
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("all_reduce", op, x.dtype()));
+  TORCHTPU_RETURN_IF_ERROR(check_factor("all_reduce", op, factor));
+  const TensorType t = x.type;
   const int64_t n = static_cast<int64_t>(groups[0].size());
-  Builder b("all_reduce");
-  Value x = b.param(t);
   const int64_t numel = t.num_elements();
   if (n == 1 || numel * base::dtype_size_bytes(t.dtype) < kSplitAllReduceBytes) {
-    return b.finish({reducing(b, "stablehlo.all_reduce", op, x, t, groups_attr(groups), n)});
+    return reducing(b, "stablehlo.all_reduce", op, x, t, groups_attr(groups), n, factor);
   }
   // Large: reduce_scatter then all_gather of the flat value, padded to n equal chunks.
   const int64_t chunk = (numel + n - 1) / n;
@@ -157,11 +217,22 @@ base::StatusOr<std::string> all_reduce_module(const TensorType& t, ReduceKind op
     flat = b.concatenate({flat, b.zeros(TensorType{t.dtype, {chunk * n - numel}})}, 0);
   }
   Value part = reducing(b, "stablehlo.reduce_scatter", op, flat, TensorType{t.dtype, {chunk}},
-                        "scatter_dimension = 0 : i64, " + groups_attr(groups), n);
+                        "scatter_dimension = 0 : i64, " + groups_attr(groups), n, factor);
   Value whole = b.op("stablehlo.all_gather", {part}, TensorType{t.dtype, {chunk * n}},
                      "all_gather_dim = 0 : i64, " + groups_attr(groups));
   if (chunk * n != numel) whole = b.slice(whole, {0}, {numel}, {1});
-  return b.finish({b.reshape(whole, t.dims)});
+  return b.reshape(whole, t.dims);
+}
+
+base::StatusOr<std::string> all_reduce_module(const TensorType& t, ReduceKind op,
+                                              const ReplicaGroups& groups) {
+  Builder b("all_reduce");
+  Value x = b.param(t);
+  std::optional<Value> factor;
+  if (op == ReduceKind::kPremulSum) factor = b.param(TensorType{t.dtype, {}});
+  TORCHTPU_ASSIGN_OR_RETURN(Value r, all_reduce_value(b, x, op, groups, factor));
+  b.alias_param(0, 0);  // in place: a donated input's memory holds the result
+  return b.finish({r});
 }
 
 namespace {
@@ -188,27 +259,37 @@ base::StatusOr<Dims> result_dims_of(const char* collective,
 
 }  // namespace
 
-base::StatusOr<std::string> all_gather_module(const TensorType& t, const ReplicaGroups& groups,
-                                              const std::optional<Dims>& result_dims) {
+base::StatusOr<Value> all_gather_value(Builder& b, Value x, const ReplicaGroups& groups,
+                                      const std::optional<Dims>& result_dims) {
   TORCHTPU_RETURN_IF_ERROR(check_groups("all_gather", groups));
-  TORCHTPU_RETURN_IF_ERROR(check_reduce("all_gather", ReduceKind::kSum, t.dtype));
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("all_gather", ReduceKind::kSum, x.dtype()));
+  const TensorType t = x.type;
   const int64_t n = static_cast<int64_t>(groups[0].size());
   Dims fallback = t.dims.empty() ? Dims{n} : t.dims;
   if (!t.dims.empty()) fallback[0] *= n;
   TORCHTPU_ASSIGN_OR_RETURN(
       Dims out_dims, result_dims_of("all_gather", result_dims, fallback, n * t.num_elements()));
-  Builder b("all_gather");
-  Value x = b.reshape(b.param(t), {t.num_elements()});
-  Value r = b.op("stablehlo.all_gather", {x}, TensorType{t.dtype, {n * t.num_elements()}},
+  Value flat = b.reshape(x, {t.num_elements()});
+  Value r = b.op("stablehlo.all_gather", {flat}, TensorType{t.dtype, {n * t.num_elements()}},
                  "all_gather_dim = 0 : i64, " + groups_attr(groups));
-  return b.finish({b.reshape(r, out_dims)});
+  return b.reshape(r, out_dims);
 }
 
-base::StatusOr<std::string> reduce_scatter_module(const TensorType& t, ReduceKind op,
-                                                  const ReplicaGroups& groups,
-                                                  const std::optional<Dims>& result_dims) {
+base::StatusOr<std::string> all_gather_module(const TensorType& t, const ReplicaGroups& groups,
+                                              const std::optional<Dims>& result_dims) {
+  Builder b("all_gather");
+  TORCHTPU_ASSIGN_OR_RETURN(Value r, all_gather_value(b, b.param(t), groups, result_dims));
+  return b.finish({r});
+}
+
+base::StatusOr<Value> reduce_scatter_value(Builder& b, Value x, ReduceKind op,
+                                          const ReplicaGroups& groups,
+                                          const std::optional<Dims>& result_dims,
+                                          std::optional<Value> factor) {
   TORCHTPU_RETURN_IF_ERROR(check_groups("reduce_scatter", groups));
-  TORCHTPU_RETURN_IF_ERROR(check_reduce("reduce_scatter", op, t.dtype));
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("reduce_scatter", op, x.dtype()));
+  TORCHTPU_RETURN_IF_ERROR(check_factor("reduce_scatter", op, factor));
+  const TensorType t = x.type;
   const int64_t n = static_cast<int64_t>(groups[0].size());
   if (!result_dims) TORCHTPU_RETURN_IF_ERROR(check_split("reduce_scatter", t, n));
   if (t.num_elements() % n != 0) {
@@ -219,28 +300,45 @@ base::StatusOr<std::string> reduce_scatter_module(const TensorType& t, ReduceKin
   if (!fallback.empty()) fallback[0] /= n;
   TORCHTPU_ASSIGN_OR_RETURN(Dims out_dims, result_dims_of("reduce_scatter", result_dims,
                                                           fallback, t.num_elements() / n));
-  Builder b("reduce_scatter");
-  Value x = b.reshape(b.param(t), {t.num_elements()});
-  Value r = reducing(b, "stablehlo.reduce_scatter", op, x,
+  Value flat = b.reshape(x, {t.num_elements()});
+  Value r = reducing(b, "stablehlo.reduce_scatter", op, flat,
                      TensorType{t.dtype, {t.num_elements() / n}},
-                     "scatter_dimension = 0 : i64, " + groups_attr(groups), n);
-  return b.finish({b.reshape(r, out_dims)});
+                     "scatter_dimension = 0 : i64, " + groups_attr(groups), n, factor);
+  return b.reshape(r, out_dims);
 }
 
-base::StatusOr<std::string> all_to_all_module(const TensorType& t, const ReplicaGroups& groups,
-                                              const std::optional<Dims>& result_dims) {
+base::StatusOr<std::string> reduce_scatter_module(const TensorType& t, ReduceKind op,
+                                                  const ReplicaGroups& groups,
+                                                  const std::optional<Dims>& result_dims) {
+  Builder b("reduce_scatter");
+  Value x = b.param(t);
+  std::optional<Value> factor;
+  if (op == ReduceKind::kPremulSum) factor = b.param(TensorType{t.dtype, {}});
+  TORCHTPU_ASSIGN_OR_RETURN(Value r, reduce_scatter_value(b, x, op, groups, result_dims, factor));
+  return b.finish({r});
+}
+
+base::StatusOr<Value> all_to_all_value(Builder& b, Value x, const ReplicaGroups& groups,
+                                      const std::optional<Dims>& result_dims) {
   TORCHTPU_RETURN_IF_ERROR(check_groups("all_to_all", groups));
-  TORCHTPU_RETURN_IF_ERROR(check_reduce("all_to_all", ReduceKind::kSum, t.dtype));
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("all_to_all", ReduceKind::kSum, x.dtype()));
+  const TensorType t = x.type;
   const int64_t n = static_cast<int64_t>(groups[0].size());
   TORCHTPU_RETURN_IF_ERROR(check_split("all_to_all", t, n));
   TORCHTPU_ASSIGN_OR_RETURN(Dims out_dims,
                             result_dims_of("all_to_all", result_dims, t.dims, t.num_elements()));
-  Builder b("all_to_all");
-  Value x = b.reshape(b.param(t), {t.num_elements()});
+  Value flat = b.reshape(x, {t.num_elements()});
   std::string attrs = "split_dimension = 0 : i64, concat_dimension = 0 : i64, split_count = " +
                       std::to_string(n) + " : i64, " + groups_attr(groups);
-  Value r = b.op("stablehlo.all_to_all", {x}, x.type, attrs);
-  return b.finish({b.reshape(r, out_dims)});
+  Value r = b.op("stablehlo.all_to_all", {flat}, flat.type, attrs);
+  return b.reshape(r, out_dims);
+}
+
+base::StatusOr<std::string> all_to_all_module(const TensorType& t, const ReplicaGroups& groups,
+                                              const std::optional<Dims>& result_dims) {
+  Builder b("all_to_all");
+  TORCHTPU_ASSIGN_OR_RETURN(Value r, all_to_all_value(b, b.param(t), groups, result_dims));
+  return b.finish({r});
 }
 
 base::StatusOr<std::string> collective_permute_module(
@@ -272,10 +370,11 @@ base::StatusOr<std::string> collective_permute_module(
                         "source_target_pairs = " + dense_i64_matrix(rows, 2))});
 }
 
-base::StatusOr<std::string> broadcast_module(const TensorType& t, int64_t root,
-                                             const ReplicaGroups& groups) {
+base::StatusOr<Value> broadcast_value(Builder& b, Value x, int64_t root,
+                                     const ReplicaGroups& groups) {
   TORCHTPU_RETURN_IF_ERROR(check_groups("broadcast", groups));
-  TORCHTPU_RETURN_IF_ERROR(check_reduce("broadcast", ReduceKind::kSum, t.dtype));
+  TORCHTPU_RETURN_IF_ERROR(check_reduce("broadcast", ReduceKind::kSum, x.dtype()));
+  const TensorType t = x.type;
   const int64_t n = static_cast<int64_t>(groups[0].size());
   if (root < 0 || root >= n) {
     return base::invalid_argument("lowering: broadcast: root " + std::to_string(root) +
@@ -285,8 +384,6 @@ base::StatusOr<std::string> broadcast_module(const TensorType& t, int64_t root,
   // is not supported by XLA:CPU ThunkEmitter"). So: every replica but the roots zeroes its
   // value's bits, and an integer sum over the group (one non-zero addend) yields the
   // root's bits exactly, NaN payloads and -0.0 included.
-  Builder b("broadcast");
-  Value x = b.param(t);
   DType bits_type = t.dtype;
   switch (base::dtype_size_bytes(t.dtype)) {
     case 2: bits_type = DType::kI16; break;
@@ -307,9 +404,15 @@ base::StatusOr<std::string> broadcast_module(const TensorType& t, int64_t root,
   Value kept = b.select(b.broadcast_in_dim(is_root, bits.dims(), {}), bits, b.zeros(bits.type));
   Value summed = reducing(b, "stablehlo.all_reduce", ReduceKind::kSum, kept, kept.type,
                           groups_attr(groups), n);
-  Value r = t.dtype == DType::kBool ? b.convert(summed, DType::kBool)
-            : base::is_floating(t.dtype) ? b.op("stablehlo.bitcast_convert", {summed}, t)
-                                         : summed;
+  return t.dtype == DType::kBool ? b.convert(summed, DType::kBool)
+         : base::is_floating(t.dtype) ? b.op("stablehlo.bitcast_convert", {summed}, t)
+                                      : summed;
+}
+
+base::StatusOr<std::string> broadcast_module(const TensorType& t, int64_t root,
+                                             const ReplicaGroups& groups) {
+  Builder b("broadcast");
+  TORCHTPU_ASSIGN_OR_RETURN(Value r, broadcast_value(b, b.param(t), root, groups));
   return b.finish({r});
 }
 

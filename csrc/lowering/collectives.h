@@ -19,12 +19,18 @@
 //     factor's value, so one executable serves every factor. Not defined on bool.
 // Errors (kInvalidArgument) name the collective and the facts: malformed groups, a dim 0
 // that does not split evenly, an op the dtype has no meaning for.
+//
+// Each module has a value form (`*_value`) that emits the collective into an existing
+// Builder, as compiled graphs need (their functional collectives, `_c10d_functional::*`,
+// lower through these; functional_collectives.cc). The group's encoding in such a graph:
+// see parse_replica_groups.
 // Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -41,7 +47,32 @@ using ReplicaGroups = std::vector<std::vector<int64_t>>;
 // One group of replicas [0, n).
 ReplicaGroups whole_world(int64_t n);
 
-// (x[, factor]) -> the reduction of x over the replica's group, same type as x. From
+// The text a compiled graph carries in place of a functional collective's group name once
+// the group is resolved to the replicas of the graph's program: "tpu_replica_groups:0,1;2,3".
+std::string encode_replica_groups(const ReplicaGroups& groups);
+// Its inverse; kInvalidArgument for text in another form (a group name never resolved).
+base::StatusOr<ReplicaGroups> parse_replica_groups(std::string_view text);
+// "sum", "avg", "product", "min", "max" (PyTorch's functional collectives' names).
+base::StatusOr<ReduceKind> parse_reduce_kind(std::string_view name);
+
+// Value forms. `factor` is PREMUL_SUM's (a 0-d value of x's dtype) and only PREMUL_SUM's.
+base::StatusOr<Value> all_reduce_value(Builder& b, Value x, ReduceKind op,
+                                      const ReplicaGroups& groups,
+                                      std::optional<Value> factor = std::nullopt);
+base::StatusOr<Value> all_gather_value(Builder& b, Value x, const ReplicaGroups& groups,
+                                      const std::optional<Dims>& result_dims = std::nullopt);
+base::StatusOr<Value> reduce_scatter_value(Builder& b, Value x, ReduceKind op,
+                                          const ReplicaGroups& groups,
+                                          const std::optional<Dims>& result_dims = std::nullopt,
+                                          std::optional<Value> factor = std::nullopt);
+base::StatusOr<Value> all_to_all_value(Builder& b, Value x, const ReplicaGroups& groups,
+                                      const std::optional<Dims>& result_dims = std::nullopt);
+base::StatusOr<Value> broadcast_value(Builder& b, Value x, int64_t root,
+                                     const ReplicaGroups& groups);
+
+// (x[, factor]) -> the reduction of x over the replica's group, same type as x, which may
+// take x's buffer (x is aliased to the result: a caller that donates x saves an
+// allocation; without a donation XLA copies). From
 // kSplitAllReduceBytes up it is a reduce_scatter and an all_gather of the flat value (padded
 // to equal chunks), which the CPU plugin runs faster than its all_reduce at those sizes
 // (bench/collectives_in_plugin.py).

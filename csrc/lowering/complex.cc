@@ -41,7 +41,7 @@ const std::set<std::string, std::less<>>& complex_ops() {
       "lift_fresh_copy", "unsqueeze", "unsqueeze_copy", "squeeze", "squeeze_copy", "permute",
       "permute_copy", "transpose", "transpose_copy", "t", "t_copy", "expand", "expand_copy",
       "slice", "slice_copy", "select", "select_copy", "split", "split_copy", "split_with_sizes",
-      "split_with_sizes_copy", "unbind", "unbind_copy", "as_strided", "as_strided_copy", "copy",
+      "split_with_sizes_copy", "unbind", "unbind_copy", "as_strided", "as_strided_copy", "as_strided_scatter", "copy",
       "_to_copy", "clone", "cat", "flip", "roll", "slice_scatter", "select_scatter",
       "constant_pad_nd", "repeat", "unfold_backward", "gather", "index", "index_select",
       // complex views as values (graphs)

@@ -36,5 +36,7 @@ void register_host_kernel_call_lowerings();
 void register_foreach_lowerings();
 // Graph mode only: value-semantics forms of view ops and factories seen in FX graphs.
 void register_graph_lowerings();
+// Graph mode only: _c10d_functional::* collectives over the graph's replicas.
+void register_functional_collective_lowerings();
 
 }  // namespace torchtpu::lowering

@@ -51,6 +51,43 @@ ArgMap norm_map() {
   return m;
 }
 
+// What item `item`'s context reads: the item of each list argument, the shared tensors, and
+// the list op's own scalars (item `item` of a Scalar[]) and generator state.
+class ItemValues : public ValueSource {
+ public:
+  ItemValues(LoweringContext& outer, const ArgMap& map, size_t item,
+             const std::vector<std::vector<Value>>& lists,
+             const std::vector<std::optional<Value>>& tensors)
+      : outer_(outer), map_(map), item_(item), lists_(lists), tensors_(tensors) {}
+
+  Value tensor(size_t arg, int) override {
+    int k = map_.at(arg).arg;
+    if (k >= 0 && !lists_[k].empty()) return lists_[k][item_];
+    if (k >= 0 && tensors_[k]) return *tensors_[k];
+    return outer_.b().report_misuse(outer_.op_name() + ": item argument " + std::to_string(arg) +
+                                        " is not a tensor of the list op",
+                                    TensorType{DType::kF32, {}});
+  }
+  Value scalar(size_t arg, int, DType t) override {
+    int k = map_.at(arg).arg;
+    if (k < 0) {
+      return outer_.b().report_misuse(outer_.op_name() + ": item argument " +
+                                          std::to_string(arg) + " is a constant, not a scalar",
+                                      TensorType{t, {}});
+    }
+    if (outer_.arg(k).kind == ArgKind::kScalarList) return outer_.scalar_list_item(k, item_, t);
+    return outer_.scalar(k, t);
+  }
+  Value rng_state() override { return outer_.rng_state(); }
+
+ private:
+  LoweringContext& outer_;
+  const ArgMap& map_;
+  size_t item_;
+  const std::vector<std::vector<Value>>& lists_;
+  const std::vector<std::optional<Value>>& tensors_;
+};
+
 // The number of items: the length of the first Tensor[] argument (PyTorch's meta kernel
 // has already checked that every list has the same length).
 size_t item_count(LoweringContext& c) {
@@ -102,31 +139,12 @@ LoweringFn foreach_of(std::string item_op, bool norm_args = false) {
         }
         args.push_back(std::move(a));
       }
-      LoweringContext item(c.b(), item_op, args, {c.out_type(i)});
-      for (size_t j = 0; j < map.size(); ++j) {
-        int k = map[j].arg;
-        if (k < 0) continue;
-        if (!lists[k].empty()) item.bind_tensor(j, lists[k][i]);
-        if (tensors[k]) item.bind_tensor(j, *tensors[k]);
-      }
+      ItemValues values(c, map, i, lists, tensors);
+      LoweringContext item(c.b(), item_op, args, {c.out_type(i)}, values);
       TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> r, (*fn)(item));
       if (r.size() != 1 || !(r[0].type == c.out_type(i))) {
         return base::internal_error("lowering: " + item_op + " gave an unexpected result for " +
                                     "item " + std::to_string(i) + " of " + c.op_name());
-      }
-      for (const ParamBinding& b : item.bindings()) {
-        if (b.source != ParamBinding::Source::kScalar) {
-          return base::internal_error("lowering: " + item_op + " declared an unexpected "
-                                      "parameter inside " + c.op_name());
-        }
-        int k = map.at(b.arg_index).arg;
-        ParamBinding outer = b;
-        outer.arg_index = k;
-        if (c.arg(k).kind == ArgKind::kScalarList) {
-          outer.source = ParamBinding::Source::kScalarListItem;
-          outer.list_index = static_cast<int>(i);
-        }
-        c.add_binding(outer);
       }
       for (const Check& check : item.checks()) c.require(check.ok, check.message, check.kind);
       results.push_back(r[0]);

@@ -3,62 +3,159 @@
 #include <map>
 
 namespace torchtpu::lowering {
+namespace {
 
-base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
-  Builder builder("torchtpu_graph");
-  LoweredGraph out;
-  std::map<int, Value> values;
-  // Inputs first, in order, so parameter i of @main is graph input i.
-  for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    values[static_cast<int>(i)] = builder.param(graph.inputs[i]);
+// The values of one graph being lowered: inputs become @main parameters where they are
+// first read, node results are recorded as they are made.
+class GraphValues {
+ public:
+  GraphValues(const GraphSpec& graph, Builder& builder, LoweredGraph& out)
+      : graph_(graph), builder_(builder), out_(out) {}
+
+  // Value `id`, declaring an input's parameter on its first read. Unknown ids are the
+  // lowering's bug (an internal error), reported through the builder.
+  Value get(int id, const std::string& op) {
+    auto it = values_.find(id);
+    if (it != values_.end()) return it->second;
+    if (id >= 0 && id < static_cast<int>(graph_.inputs.size())) return declare_input(id);
+    if (status_.ok()) {
+      status_ = base::internal_error("lowering: graph node " + op + " reads value " +
+                                     std::to_string(id) + " before it is defined");
+    }
+    return builder_.zeros(TensorType{DType::kF32, {}});
+  }
+  // The parameter index of input `input`, or -1 when nothing read it.
+  int param_of(int input) const {
+    auto it = input_params_.find(input);
+    return it == input_params_.end() ? -1 : it->second;
+  }
+  bool defined(int id) const {
+    return values_.count(id) > 0 || (id >= 0 && id < static_cast<int>(graph_.inputs.size()));
+  }
+  void set(int id, Value v) { values_[id] = std::move(v); }
+  const base::Status& status() const { return status_; }
+
+ private:
+  Value declare_input(int i) {
+    const TensorType& t = graph_.inputs[i];
+    input_params_[i] = static_cast<int>(out_.params.size());
+    Value v = builder_.param(t);
     GraphParam p;
     p.source = GraphParam::Source::kInput;
-    p.input_index = static_cast<int>(i);
-    p.dtype = graph.inputs[i].dtype;
-    out.params.push_back(p);
+    p.input_index = i;
+    p.dtype = t.dtype;
+    out_.params.push_back(p);
+    values_[i] = v;
+    return v;
   }
-  auto lookup = [&](int id, const std::string& op) -> base::StatusOr<Value> {
-    auto it = values.find(id);
-    if (it == values.end()) {
-      return base::internal_error("lowering: graph node " + op + " reads value " +
-                                  std::to_string(id) + " before it is defined");
+
+  const GraphSpec& graph_;
+  Builder& builder_;
+  LoweredGraph& out_;
+  std::map<int, Value> values_;
+  std::map<int, int> input_params_;
+  base::Status status_;
+};
+
+// What node `index` of the graph reads: its tensor arguments are graph values; its scalars
+// and generator state are new parameters attributed to the node.
+class NodeSource : public ValueSource {
+ public:
+  NodeSource(const GraphNode& node, int index, GraphValues& values, Builder& builder,
+             LoweredGraph& out)
+      : node_(node), index_(index), values_(values), builder_(builder), out_(out) {}
+
+  Value tensor(size_t arg, int item) override {
+    int id = -1;
+    if (item < 0 && arg < node_.tensor_refs.size()) id = node_.tensor_refs[arg];
+    if (item >= 0 && arg < node_.list_refs.size() &&
+        item < static_cast<int>(node_.list_refs[arg].size())) {
+      id = node_.list_refs[arg][item];
     }
-    return it->second;
-  };
+    if (id < 0) {
+      fail(base::internal_error("lowering: graph node " + node_.op + " argument " +
+                                std::to_string(arg) + " is an unbound tensor"));
+      return builder_.zeros(item < 0 ? node_.args.at(arg).type
+                                     : node_.args.at(arg).list_types.at(item));
+    }
+    return values_.get(id, node_.op);
+  }
+
+  Value scalar(size_t arg, int item, DType t) override {
+    Value v = builder_.param(TensorType{t, {}});
+    GraphParam p;
+    p.source = GraphParam::Source::kScalar;
+    p.node = index_;
+    p.arg = static_cast<int>(arg);
+    p.item = item;
+    p.dtype = t;
+    if (arg < node_.scalars.size()) p.scalar = node_.scalars[arg];
+    out_.params.push_back(p);
+    return v;
+  }
+
+  Value rng_state() override {
+    Value v = builder_.param(TensorType{DType::kU64, {2}});
+    GraphParam p;
+    p.source = GraphParam::Source::kRngState;
+    p.node = index_;
+    p.dtype = DType::kU64;
+    out_.params.push_back(p);
+    return v;
+  }
+
+  const base::Status& status() const { return status_; }
+
+ private:
+  void fail(base::Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+
+  const GraphNode& node_;
+  int index_;
+  GraphValues& values_;
+  Builder& builder_;
+  LoweredGraph& out_;
+  base::Status status_;
+};
+
+}  // namespace
+
+base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::string& module_name) {
+  Builder builder(module_name);
+  LoweredGraph out;
+  GraphValues values(graph, builder, out);
   std::vector<Check> checks;
-  for (const GraphNode& node : graph.nodes) {
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const GraphNode& node = graph.nodes[n];
     const LoweringFn* fn = find_lowering(node.op);
     if (fn == nullptr) {
-      return base::unimplemented("lowering: " + node.op + " has no lowering (in a compiled graph)");
+      return base::unimplemented("lowering: " + node.op + " has no lowering");
     }
     TORCHTPU_RETURN_IF_ERROR(check_complex_support(node.op, node.args, node.out_types));
-    LoweringContext ctx(builder, node.op, node.args, node.out_types);
-    for (size_t i = 0; i < node.args.size(); ++i) {
-      if (i < node.tensor_refs.size() && node.tensor_refs[i] >= 0) {
-        TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(node.tensor_refs[i], node.op));
-        ctx.bind_tensor(i, v);
-      }
-      if (i < node.list_refs.size() && !node.list_refs[i].empty()) {
-        std::vector<Value> items;
-        for (int id : node.list_refs[i]) {
-          TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(id, node.op));
-          items.push_back(v);
-        }
-        ctx.bind_tensor_list(i, items);
+    for (const GraphScalar& s : node.scalars) {
+      if (s.symbol >= graph.num_symbols) {
+        return base::invalid_argument("lowering: " + node.op + " reads size value " +
+                                      std::to_string(s.symbol) + " of " +
+                                      std::to_string(graph.num_symbols));
       }
     }
+    NodeSource source(node, static_cast<int>(n), values, builder, out);
+    LoweringContext ctx(builder, node.op, node.args, node.out_types, source);
     TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(ctx));
     if (!builder.unsupported_error().empty()) {
       return base::unimplemented("lowering: " + node.op + " is not lowered for these dtypes (" +
                                  builder.unsupported_error() + ")");
     }
+    TORCHTPU_RETURN_IF_ERROR(source.status());
+    TORCHTPU_RETURN_IF_ERROR(values.status());
     if (!builder.misuse_error().empty()) {
-      return base::internal_error("lowering: " + node.op + " built an invalid program in a "
-                                  "graph: " + builder.misuse_error());
+      return base::internal_error("lowering: " + node.op + " built an invalid program: " +
+                                  builder.misuse_error());
     }
     if (results.size() != node.out_ids.size()) {
       return base::internal_error("lowering: " + node.op + " returned " +
-                                  std::to_string(results.size()) + " values in a graph (expected " +
+                                  std::to_string(results.size()) + " values (expected " +
                                   std::to_string(node.out_ids.size()) + ")");
     }
     for (size_t k = 0; k < results.size(); ++k) {
@@ -67,30 +164,7 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
                                     " has type " + results[k].type.str() + " (expected " +
                                     node.out_types[k].str() + ")");
       }
-      values[node.out_ids[k]] = results[k];
-    }
-    // Parameters the node declared itself: runtime scalars and generator states.
-    for (const ParamBinding& b : ctx.bindings()) {
-      GraphParam p;
-      p.dtype = b.dtype;
-      if (b.source == ParamBinding::Source::kScalar) {
-        p.source = GraphParam::Source::kScalar;
-        p.scalar = node.scalars.at(b.arg_index);
-        if (p.scalar.symbol >= graph.num_symbols) {
-          return base::invalid_argument("lowering: " + node.op + " reads size value " +
-                                        std::to_string(p.scalar.symbol) + " of " +
-                                        std::to_string(graph.num_symbols));
-        }
-      } else if (b.source == ParamBinding::Source::kRngState) {
-        p.source = GraphParam::Source::kRngState;
-      } else if (b.source == ParamBinding::Source::kScalarListItem) {
-        return base::unimplemented("lowering: graph node " + node.op + " takes a Scalar[] "
-                                   "argument, which compiled graphs do not pass yet");
-      } else {
-        return base::internal_error("lowering: graph node " + node.op + " argument " +
-                                    std::to_string(b.arg_index) + " is an unbound tensor");
-      }
-      out.params.push_back(p);
+      values.set(node.out_ids[k], results[k]);
     }
     for (const auto& c : ctx.checks()) checks.push_back(c);
   }
@@ -101,16 +175,22 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph) {
       return base::invalid_argument("lowering: donation of input " + std::to_string(input) +
                                     " to output " + std::to_string(output) + " is out of range");
     }
-    TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(graph.outputs[output], "output"));
-    if (!(v.type == graph.inputs[input])) {
-      return base::invalid_argument("lowering: input " + std::to_string(input) + " (" +
-                                    graph.inputs[input].str() + ") cannot be donated to output " +
-                                    std::to_string(output) + " (" + v.type.str() + ")");
+    if (!(graph.inputs[input] == values.get(graph.outputs[output], "output").type)) {
+      return base::invalid_argument(
+          "lowering: input " + std::to_string(input) + " (" + graph.inputs[input].str() +
+          ") cannot be donated to output " + std::to_string(output) + " (" +
+          values.get(graph.outputs[output], "output").type.str() + ")");
     }
-    builder.alias_param(static_cast<size_t>(input), static_cast<size_t>(output));
+    // An input no node read has no parameter, so nothing to alias (its output is new).
+    int param = values.param_of(input);
+    if (param >= 0) builder.alias_param(static_cast<size_t>(param), static_cast<size_t>(output));
   }
   for (size_t k = 0; k < graph.outputs.size(); ++k) {
-    TORCHTPU_ASSIGN_OR_RETURN(Value v, lookup(graph.outputs[k], "output"));
+    if (!values.defined(graph.outputs[k])) {
+      return base::internal_error("lowering: graph output " + std::to_string(k) + " reads value " +
+                                  std::to_string(graph.outputs[k]) + ", which no node defines");
+    }
+    Value v = values.get(graph.outputs[k], "output");
     results.push_back(v);
     out.output_types.push_back(v.type);
   }

@@ -1,9 +1,11 @@
-// Graph lowering: a whole graph of aten ops (from torch.compile's FX graph) -> one
-// StableHLO module, through the same lowering table eager mode uses.
+// Graph lowering: a whole graph of aten ops (from torch.compile's FX graph, or one eager
+// op) -> one StableHLO module, through the lowering table.
 //
 // Values are numbered: graph inputs are 0..inputs.size()-1, every node's defined outputs
-// get the ids listed in its out_ids. Scalars that are data stay runtime parameters (their
-// values travel in GraphParam), so the module text depends only on the graph's structure.
+// get the ids listed in its out_ids. An input becomes a @main parameter where a node first
+// reads it (an input nobody reads is no parameter). Scalars that are data stay runtime
+// parameters (GraphParam says which node's argument), so the module text depends only on
+// the graph's structure.
 #pragma once
 
 #include <string>
@@ -14,14 +16,6 @@
 #include "lowering/lowering.h"
 
 namespace torchtpu::lowering {
-
-struct GraphScalar {
-  ScalarCategory category = ScalarCategory::kFloat;
-  double float_value = 0;  // kFloat; kComplex: the real part
-  double imag_value = 0;   // kComplex: the imaginary part
-  int64_t int_value = 0;  // exact for kInt and kBool
-  int symbol = -1;         // >= 0: the value is runtime size value `symbol`
-};
 
 struct GraphNode {
   std::string op;                          // "aten::add.Tensor"
@@ -45,22 +39,8 @@ struct GraphSpec {
   std::vector<std::pair<int, int>> donations;  // (input index, output index)
 };
 
-// Where the runtime value of one @main parameter comes from.
-struct GraphParam {
-  enum class Source { kInput, kScalar, kRngState } source = Source::kInput;
-  int input_index = -1;  // kInput
-  GraphScalar scalar;    // kScalar (scalar.symbol >= 0: the runtime size of that symbol)
-  DType dtype = DType::kF32;
-};
-
-struct LoweredGraph {
-  std::string text;
-  std::vector<GraphParam> params;
-  std::vector<TensorType> output_types;
-  std::vector<std::string> check_messages;  // results after the outputs, one i1 each
-  std::vector<CheckKind> check_kinds;
-};
-
-base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph);
+// `module_name` names the module (eager ops keep the table's own, "torchtpu").
+base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph,
+                                         const std::string& module_name = "torchtpu_graph");
 
 }  // namespace torchtpu::lowering

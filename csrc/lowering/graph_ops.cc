@@ -180,6 +180,66 @@ Result lower_as_strided(LoweringContext& c) {
   return one(b.op("stablehlo.gather", {flat, b.reshape(idx, with_vec)}, out, attrs));
 }
 
+// as_strided_scatter(self, src, size, stride, storage_offset?): self with the elements
+// as_strided(self, size, stride, storage_offset) addresses replaced by src (self read as a
+// dense row-major value, as above). A contiguous window is one update; anything else one
+// scatter. In graphs only (fused eager writes through views with it): eager mode keeps
+// PyTorch's composite kernel, which addresses self's memory layout.
+Result lower_as_strided_scatter(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  const Dims& sizes = c.int_list(2);
+  const Dims& strides = c.int_list(3);
+  int64_t offset = c.is_none(4) ? 0 : c.int_arg(4);
+  const TensorType& out = c.out_type();
+  int64_t count = 1;
+  for (int64_t d : sizes) count *= d;
+  if (count == 0) return one(x);
+  int64_t n = x.type.num_elements();
+  int64_t last = offset;
+  for (size_t k = 0; k < sizes.size(); ++k) last += (sizes[k] - 1) * strides[k];
+  if (offset < 0 || last >= n) {
+    return base::invalid_argument("lowering: " + c.op_name() + ": view reaches element " +
+                                  std::to_string(last) + " of a value of " + std::to_string(n) +
+                                  " elements");
+  }
+  Value src = b.convert(c.tensor(1), x.dtype());
+  Value flat = b.reshape(x, {n});
+  bool contiguous = true;
+  int64_t expected = 1;
+  for (int64_t k = static_cast<int64_t>(sizes.size()) - 1; k >= 0; --k) {
+    if (sizes[k] == 1) continue;
+    contiguous &= strides[k] == expected;
+    expected *= sizes[k];
+  }
+  Value result;
+  if (contiguous) {
+    result = b.op("stablehlo.dynamic_update_slice",
+                  {flat, b.reshape(src, {count}), b.constant_i64(offset, DType::kI64)},
+                  flat.type);
+  } else {
+    Value idx = b.broadcast_to(b.constant_i64(offset, DType::kI64), sizes);
+    TensorType it{DType::kI64, sizes};
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      if (sizes[k] == 1 || strides[k] == 0) continue;
+      idx = b.add(idx, b.mul(b.iota(it, static_cast<int64_t>(k)),
+                             b.broadcast_to(b.constant_i64(strides[k], DType::kI64), sizes)));
+    }
+    Dims with_vec = sizes;
+    with_vec.push_back(1);
+    TensorType scalar{x.dtype(), {}};
+    std::string attrs =
+        "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<"
+        "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = " +
+        std::to_string(sizes.size()) + ">, unique_indices = false";
+    result = b.op_with_region(
+        "stablehlo.scatter", {flat, b.reshape(idx, with_vec), src}, {flat.type}, {scalar, scalar},
+        [](Builder&, const std::vector<Value>& args) { return std::vector<Value>{args[1]}; },
+        attrs)[0];
+  }
+  return one(b.reshape(result, out.dims));
+}
+
 // copy(self, src, non_blocking): src converted to self's dtype and broadcast to its shape.
 Result lower_copy(LoweringContext& c) {
   const TensorType& out = c.out_type();
@@ -192,9 +252,37 @@ Result lower_zeros(LoweringContext& c) { return one(filled(c.b(), 0, c.out_type(
 
 Result lower_ones(LoweringContext& c) { return one(filled(c.b(), 1, c.out_type())); }
 
-// Runs the lowering registered as `target` on `args` (target's schema order), binding
-// target argument j to argument source[j] of `c` (-1: not a tensor). The target must
-// declare no parameters of its own: their bindings would be lost.
+// What a delegated-to lowering reads: target argument j is argument source[j] of the
+// delegating op (-1: not one of its arguments).
+class DelegatedValues : public ValueSource {
+ public:
+  DelegatedValues(LoweringContext& outer, const std::vector<int>& source)
+      : outer_(outer), source_(source) {}
+
+  Value tensor(size_t arg, int item) override {
+    int k = arg < source_.size() ? source_[arg] : -1;
+    if (k >= 0 && item < 0) return outer_.tensor(k);
+    if (k >= 0) return outer_.tensor_list(k).at(item);
+    return outer_.b().report_misuse(outer_.op_name() + ": delegated argument " +
+                                        std::to_string(arg) + " has no source",
+                                    TensorType{DType::kF32, {}});
+  }
+  Value scalar(size_t arg, int item, DType t) override {
+    int k = arg < source_.size() ? source_[arg] : -1;
+    if (k >= 0) return item < 0 ? outer_.scalar(k, t) : outer_.scalar_list_item(k, item, t);
+    return outer_.b().report_misuse(outer_.op_name() + ": delegated scalar argument " +
+                                        std::to_string(arg) + " has no source",
+                                    TensorType{t, {}});
+  }
+  Value rng_state() override { return outer_.rng_state(); }
+
+ private:
+  LoweringContext& outer_;
+  const std::vector<int>& source_;
+};
+
+// Runs the lowering registered as `target` on `args` (target's schema order), argument j
+// read from argument source[j] of `c` (-1: none).
 Result delegate(LoweringContext& c, const std::string& target, std::vector<OpArg> args,
                 const std::vector<int>& source, std::vector<TensorType> out_types) {
   const LoweringFn* fn = find_lowering(target);
@@ -202,15 +290,9 @@ Result delegate(LoweringContext& c, const std::string& target, std::vector<OpArg
     return base::internal_error("lowering: " + c.op_name() + " lowers through " + target +
                                 ", which has no lowering");
   }
-  LoweringContext sub(c.b(), target, args, std::move(out_types));
-  for (size_t j = 0; j < args.size(); ++j) {
-    if (source[j] >= 0 && args[j].kind == ArgKind::kTensor) sub.bind_tensor(j, c.tensor(source[j]));
-  }
+  DelegatedValues values(c, source);
+  LoweringContext sub(c.b(), target, args, std::move(out_types), values);
   TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(sub));
-  if (!sub.bindings().empty()) {
-    return base::internal_error("lowering: " + target + " declared parameters of its own while "
-                                "lowering " + c.op_name());
-  }
   for (const Check& k : sub.checks()) c.require(k.ok, k.message, k.kind);
   return results;
 }
@@ -358,6 +440,7 @@ void register_graph_lowerings() {
                      "aten::split_with_sizes_copy", "aten::unbind.int", "aten::unbind_copy.int"},
                     lower_split);
   register_lowering({"aten::as_strided", "aten::as_strided_copy"}, lower_as_strided);
+  register_lowering({"aten::as_strided_scatter"}, lower_as_strided_scatter);
   register_lowering({"aten::copy"}, lower_copy);
   register_lowering({"aten::empty.memory_format", "aten::empty_strided"}, lower_zeros);
   register_lowering({"aten::convolution"}, lower_convolution);

@@ -154,6 +154,11 @@ class Builder {
   // placeholder of the expected type, so the lowering runs to its end and the caller turns
   // this into an internal error naming the op, never an abort. Empty when all is well.
   const std::string& misuse_error() const { return error_; }
+  // Records a misuse found outside the builder (a lowering's context asked for something
+  // its op does not have) and returns a placeholder of type `result`, as above.
+  Value report_misuse(std::string what, const TensorType& result) {
+    return misuse(std::move(what), result);
+  }
   // An elementwise op asked for an element type StableHLO does not define it on (abs of
   // bool, bitwise and of floats, sqrt of integers): the first such request, recorded the
   // same way. That is a case the lowering does not support, not a bug: the caller treats

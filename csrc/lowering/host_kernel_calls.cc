@@ -13,33 +13,53 @@ namespace {
 using Lowered = base::StatusOr<std::vector<Value>>;
 
 // torchtpu::paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pages,
-//                           Tensor positions, int page_size, float scale, int window)
+//                           Tensor positions, Tensor query_start, int page_size, float scale,
+//                           int window)
 Lowered lower_paged_attention(LoweringContext& c) {
   const TensorType &q = c.tensor_type(0), &k = c.tensor_type(1), &v = c.tensor_type(2),
-                   &pages = c.tensor_type(3), &pos = c.tensor_type(4);
-  int64_t page_size = c.int_arg(5), window = c.int_arg(7);
-  bool ok = q.dtype == DType::kF32 && q.rank() == 4 && k.dtype == DType::kF32 && k.rank() == 3 &&
+                   &pages = c.tensor_type(3), &pos = c.tensor_type(4),
+                   &starts = c.tensor_type(5);
+  int64_t page_size = c.int_arg(6), window = c.int_arg(8);
+  bool ok = q.dtype == DType::kF32 && q.rank() == 3 && k.dtype == DType::kF32 && k.rank() == 3 &&
             v.dtype == k.dtype && v.dims == k.dims && pages.dtype == DType::kI64 &&
-            pages.rank() == 2 && pos.dtype == DType::kI64 && pos.rank() == 2 && page_size > 0 &&
-            k.dims[2] == q.dims[3] && q.dims[2] % k.dims[1] == 0 &&
-            k.dims[0] % page_size == 0 && pages.dims[0] == q.dims[0] &&
-            pos.dims == Dims{q.dims[0], q.dims[1]};
+            pages.rank() == 2 && pos.dtype == DType::kI64 && pos.dims == Dims{q.dims[0]} &&
+            starts.dtype == DType::kI64 && starts.dims == Dims{pages.dims[0] + 1} &&
+            page_size > 0 && k.dims[2] == q.dims[2] && q.dims[1] % k.dims[1] == 0 &&
+            k.dims[0] % page_size == 0;
   if (!ok) {
     return base::invalid_argument(
-        "torchtpu::paged_attention: expected q f32[S,Q,H,D], k_cache and v_cache "
+        "torchtpu::paged_attention: expected q f32[T,H,D], k_cache and v_cache "
         "f32[N,KV,D] with H a multiple of KV and N whole pages, pages i64[S,P], positions "
-        "i64[S,Q]; got q " + q.str() + ", k_cache " + k.str() + ", v_cache " + v.str() +
-        ", pages " + pages.str() + ", positions " + pos.str() + ", page_size " +
-        std::to_string(page_size));
+        "i64[T], query_start i64[S+1]; got q " + q.str() + ", k_cache " + k.str() +
+        ", v_cache " + v.str() + ", pages " + pages.str() + ", positions " + pos.str() +
+        ", query_start " + starts.str() + ", page_size " + std::to_string(page_size));
   }
   char scale[40];
-  std::snprintf(scale, sizeof scale, "%.9e", c.double_arg(6));
+  std::snprintf(scale, sizeof scale, "%.9e", c.double_arg(7));
   std::string attrs = "call_target_name = \"torchtpu_paged_attention\", api_version = 4 : i32, "
                       "backend_config = {page_size = " + std::to_string(page_size) +
                       " : i64, scale = " + scale + " : f32, window = " +
                       std::to_string(window) + " : i64}";
-  Value out = c.b().op("stablehlo.custom_call",
-                       {c.tensor(0), c.tensor(1), c.tensor(2), c.tensor(3), c.tensor(4)},
+  std::vector<Value> operands;
+  for (int i = 0; i < 6; ++i) operands.push_back(c.tensor(i));
+  Value out = c.b().op("stablehlo.custom_call", operands, c.out_type(), attrs);
+  return std::vector<Value>{out};
+}
+
+// torchtpu::int8_matmul(Tensor x, Tensor w, Tensor scale)
+Lowered lower_int8_matmul(LoweringContext& c) {
+  const TensorType &x = c.tensor_type(0), &w = c.tensor_type(1), &scale = c.tensor_type(2);
+  bool ok = x.dtype == DType::kF32 && x.rank() == 2 && w.dtype == DType::kI8 && w.rank() == 2 &&
+            scale.dtype == DType::kF32 && scale.rank() == 1 && w.dims[0] == x.dims[1] &&
+            scale.dims[0] == w.dims[1];
+  if (!ok) {
+    return base::invalid_argument(
+        "torchtpu::int8_matmul: expected x f32[M,K], w i8[K,N] and scale f32[N]; got x " +
+        x.str() + ", w " + w.str() + ", scale " + scale.str());
+  }
+  std::string attrs = "call_target_name = \"torchtpu_int8_matmul\", api_version = 4 : i32, "
+                      "backend_config = {}";
+  Value out = c.b().op("stablehlo.custom_call", {c.tensor(0), c.tensor(1), c.tensor(2)},
                        c.out_type(), attrs);
   return std::vector<Value>{out};
 }
@@ -48,6 +68,7 @@ Lowered lower_paged_attention(LoweringContext& c) {
 
 void register_host_kernel_call_lowerings() {
   register_lowering({"torchtpu::paged_attention"}, lower_paged_attention);
+  register_lowering({"torchtpu::int8_matmul"}, lower_int8_matmul);
 }
 
 }  // namespace torchtpu::lowering

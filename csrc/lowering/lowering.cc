@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "lowering/families.h"
+#include "lowering/graph.h"
 #include "lowering/module_call.h"
 
 namespace torchtpu::lowering {
@@ -47,6 +48,7 @@ void ensure_registered() {
     register_host_kernel_call_lowerings();
     register_foreach_lowerings();
     register_graph_lowerings();
+    register_functional_collective_lowerings();
   });
 }
 
@@ -134,15 +136,16 @@ void OpArg::append_key(std::string* key) const {
 }
 
 LoweringContext::LoweringContext(Builder& builder, std::string op_name, std::vector<OpArg> args,
-                                 std::vector<TensorType> out_types)
+                                 std::vector<TensorType> out_types, ValueSource& source)
     : builder_(builder),
       op_name_(std::move(op_name)),
       args_(std::move(args)),
-      out_types_(std::move(out_types)) {
-  tensor_params_.resize(args_.size());
-  list_params_.resize(args_.size());
+      out_types_(std::move(out_types)),
+      source_(source) {
+  tensor_values_.resize(args_.size());
+  list_values_.resize(args_.size());
   for (size_t i = 0; i < args_.size(); ++i) {
-    list_params_[i].resize(args_[i].list_types.size());
+    list_values_[i].resize(args_[i].list_types.size());
   }
 }
 
@@ -156,42 +159,23 @@ Value LoweringContext::tensor(size_t i) {
                      : k == ScalarCategory::kInt ? DType::kI64
                                                  : DType::kBool);
   }
-  if (!tensor_params_.at(i)) {
-    tensor_params_[i] = builder_.param(args_.at(i).type);
-    bindings_.push_back({ParamBinding::Source::kTensor, static_cast<int>(i), -1, args_[i].type.dtype});
-  }
-  return *tensor_params_[i];
-}
-
-void LoweringContext::bind_tensor_list(size_t i, const std::vector<Value>& vs) {
-  list_params_.at(i).assign(vs.begin(), vs.end());
+  if (!tensor_values_.at(i)) tensor_values_[i] = source_.tensor(i, -1);
+  return *tensor_values_[i];
 }
 
 std::vector<Value> LoweringContext::tensor_list(size_t i) {
   std::vector<Value> out;
-  for (size_t j = 0; j < list_params_.at(i).size(); ++j) {
-    if (!list_params_[i][j]) {
-      list_params_[i][j] = builder_.param(args_[i].list_types[j]);
-      bindings_.push_back({ParamBinding::Source::kTensorListItem, static_cast<int>(i),
-                           static_cast<int>(j), args_[i].list_types[j].dtype});
-    }
-    out.push_back(*list_params_[i][j]);
+  for (size_t j = 0; j < list_values_.at(i).size(); ++j) {
+    if (!list_values_[i][j]) list_values_[i][j] = source_.tensor(i, static_cast<int>(j));
+    out.push_back(*list_values_[i][j]);
   }
   return out;
 }
 
-Value LoweringContext::scalar(size_t i, DType t) {
-  // Each request declares its own parameter: the same scalar may be wanted in two dtypes.
-  Value v = builder_.param(TensorType{t, {}});
-  bindings_.push_back({ParamBinding::Source::kScalar, static_cast<int>(i), -1, t});
-  return v;
-}
+Value LoweringContext::scalar(size_t i, DType t) { return source_.scalar(i, -1, t); }
 
 Value LoweringContext::scalar_list_item(size_t i, size_t j, DType t) {
-  Value v = builder_.param(TensorType{t, {}});
-  bindings_.push_back({ParamBinding::Source::kScalarListItem, static_cast<int>(i),
-                       static_cast<int>(j), t});
-  return v;
+  return source_.scalar(i, static_cast<int>(j), t);
 }
 
 Value LoweringContext::operand(size_t i, DType t, const Dims& dims) {
@@ -205,11 +189,8 @@ std::optional<DType> LoweringContext::dtype_arg(size_t i) const {
 }
 
 Value LoweringContext::rng_state() {
-  if (!rng_param_) {
-    rng_param_ = builder_.param(TensorType{DType::kU64, {2}});
-    bindings_.push_back({ParamBinding::Source::kRngState, -1, -1, DType::kU64});
-  }
-  return *rng_param_;
+  if (!rng_value_) rng_value_ = source_.rng_state();
+  return *rng_value_;
 }
 
 namespace {
@@ -312,46 +293,44 @@ base::Status check_complex_support(const std::string& op_name, const std::vector
   return base::unimplemented("lowering: " + op_name + " is not lowered for complex dtypes");
 }
 
-base::StatusOr<LoweredModule> lower_op(const std::string& op_name, std::vector<OpArg> args,
-                                       std::vector<TensorType> out_types) {
-  const LoweringFn* fn = find_lowering(op_name);
-  if (fn == nullptr) {
-    return base::unimplemented("lowering: " + op_name + " has no lowering");
-  }
-  TORCHTPU_RETURN_IF_ERROR(check_complex_support(op_name, args, out_types));
-  Builder builder;
-  LoweringContext ctx(builder, op_name, std::move(args), std::move(out_types));
-  TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(ctx));
-  if (!builder.unsupported_error().empty()) {
-    return base::unimplemented("lowering: " + op_name + " is not lowered for these dtypes (" +
-                               builder.unsupported_error() + ")");
-  }
-  if (!builder.misuse_error().empty()) {
-    return base::internal_error("lowering: " + op_name + " built an invalid program: " +
-                                builder.misuse_error());
-  }
-  if (results.size() != ctx.out_types().size()) {
-    return base::internal_error("lowering: " + op_name + " returned " +
-                                std::to_string(results.size()) + " values (expected " +
-                                std::to_string(ctx.out_types().size()) + ")");
-  }
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (!(results[i].type == ctx.out_types()[i])) {
-      return base::internal_error("lowering: " + op_name + " result " + std::to_string(i) +
-                                  " has type " + results[i].type.str() + " (expected " +
-                                  ctx.out_types()[i].str() + ")");
+std::vector<std::pair<int, int>> op_inputs(const std::vector<OpArg>& args) {
+  std::vector<std::pair<int, int>> inputs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].kind == ArgKind::kTensor) inputs.emplace_back(static_cast<int>(i), -1);
+    if (args[i].kind != ArgKind::kTensorList) continue;
+    for (size_t j = 0; j < args[i].list_types.size(); ++j) {
+      inputs.emplace_back(static_cast<int>(i), static_cast<int>(j));
     }
   }
-  LoweredModule m;
-  for (const Check& check : ctx.checks()) {
-    results.push_back(check.ok);
-    m.check_messages.push_back(check.message);
-    m.check_kinds.push_back(check.kind);
+  return inputs;
+}
+
+base::StatusOr<LoweredGraph> lower_op(const std::string& op_name, std::vector<OpArg> args,
+                                      std::vector<TensorType> out_types) {
+  GraphSpec spec;
+  GraphNode node;
+  node.op = op_name;
+  node.tensor_refs.assign(args.size(), -1);
+  node.list_refs.resize(args.size());
+  for (const auto& [arg, item] : op_inputs(args)) {
+    int id = static_cast<int>(spec.inputs.size());
+    if (item < 0) {
+      spec.inputs.push_back(args[arg].type);
+      node.tensor_refs[arg] = id;
+    } else {
+      spec.inputs.push_back(args[arg].list_types[item]);
+      node.list_refs[arg].push_back(id);
+    }
   }
-  m.text = builder.finish(results);
-  m.bindings = ctx.bindings();
-  m.out_types = ctx.out_types();
-  return m;
+  int next = static_cast<int>(spec.inputs.size());
+  for (size_t k = 0; k < out_types.size(); ++k) {
+    node.out_ids.push_back(next);
+    spec.outputs.push_back(next++);
+  }
+  node.args = std::move(args);
+  node.out_types = std::move(out_types);
+  spec.nodes.push_back(std::move(node));
+  return lower_graph(spec, "torchtpu");
 }
 
 }  // namespace torchtpu::lowering

@@ -1,9 +1,11 @@
 // The lowering table: aten overload name -> function that emits StableHLO.
 //
-// Shared by eager mode (one op = one module) and compiled mode (one graph = one module).
-// A lowering reads its arguments through a LoweringContext, which turns tensor and
-// scalar arguments into @main parameters on first use (so unused arguments cost nothing)
-// and records, per parameter, where its runtime value comes from (a ParamBinding).
+// Shared by eager mode and compiled mode through one call path: a graph of nodes lowered
+// into one module (graph.h), an eager op being the graph of one node (lower_op below). A
+// lowering reads its arguments through a LoweringContext, which asks a ValueSource for the
+// Value of a tensor argument on first use (so unused arguments cost nothing) and for each
+// runtime parameter (scalars, generator states); the graph lowering records, per @main
+// parameter, where its runtime value comes from (a GraphParam).
 //
 // Arguments arrive as the op's schema lists them, as torch-free OpArgs. Scalars that are
 // data (`Scalar` in the schema, and 0-dim CPU tensors) are runtime parameters whose dtype
@@ -20,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -60,18 +63,26 @@ struct Check {
   CheckKind kind = CheckKind::kIndexError;
 };
 
-// Where the runtime value of one @main parameter comes from.
-struct ParamBinding {
-  enum class Source { kTensor, kTensorListItem, kScalar, kScalarListItem, kRngState } source;
-  int arg_index = -1;
-  int list_index = -1;
-  DType dtype = DType::kF32;  // for kScalar: the dtype the lowering asked for
+// What a lowering reads beyond its arguments' types: the Value of a tensor argument, and
+// runtime parameters. The graph lowering answers for each node (a graph value, or a @main
+// parameter declared on first use); a list op's per-item contexts and lowerings that
+// delegate to another forward to their outer context.
+class ValueSource {
+ public:
+  virtual ~ValueSource() = default;
+  // Tensor argument `arg`; `item` >= 0: that item of a Tensor[] argument.
+  virtual Value tensor(size_t arg, int item) = 0;
+  // A new 0-d runtime parameter of dtype `t` holding scalar argument `arg` (`item` >= 0:
+  // that item of a Scalar[] argument).
+  virtual Value scalar(size_t arg, int item, DType t) = 0;
+  // The u64[2] generator state (seed, offset) of the op; one per op.
+  virtual Value rng_state() = 0;
 };
 
 class LoweringContext {
  public:
   LoweringContext(Builder& builder, std::string op_name, std::vector<OpArg> args,
-                  std::vector<TensorType> out_types);
+                  std::vector<TensorType> out_types, ValueSource& source);
 
   Builder& b() { return builder_; }
   const std::string& op_name() const { return op_name_; }
@@ -79,22 +90,16 @@ class LoweringContext {
   const OpArg& arg(size_t i) const { return args_.at(i); }
   bool is_none(size_t i) const { return i >= args_.size() || args_[i].kind == ArgKind::kNone; }
 
-  // Graph mode: argument `i` is an existing value, not a parameter.
-  void bind_tensor(size_t i, Value v) { tensor_params_.at(i) = v; }
-  void bind_tensor_list(size_t i, const std::vector<Value>& vs);
-
-  // Tensor arguments (declared as parameters on first use unless bound). A 0-dim CPU tensor
-  // passed as a Tensor is a runtime scalar (f64, i64 or bool by its category).
+  // Tensor arguments (asked of the source once each). A 0-dim CPU tensor passed as a
+  // Tensor is a runtime scalar (f64, i64 or bool by its category).
   Value tensor(size_t i);
   const TensorType& tensor_type(size_t i) const { return args_.at(i).type; }
   std::vector<Value> tensor_list(size_t i);
-  // A scalar argument as a 0-d runtime parameter of dtype `t`.
+  // A scalar argument as a 0-d runtime parameter of dtype `t` (each request its own: the
+  // same scalar may be wanted in two dtypes).
   Value scalar(size_t i, DType t);
   // Item `j` of a Scalar[] argument as a 0-d runtime parameter of dtype `t`.
   Value scalar_list_item(size_t i, size_t j, DType t);
-  // Records a parameter that another context (a per-item context of a list op sharing this
-  // builder) declared; bindings must follow the builder's parameter order.
-  void add_binding(const ParamBinding& binding) { bindings_.push_back(binding); }
   // Tensor or scalar argument `i` as a value of dtype `t` broadcast to `dims`.
   Value operand(size_t i, DType t, const Dims& dims);
 
@@ -123,17 +128,15 @@ class LoweringContext {
   // PyTorch type promotion over the listed tensor/scalar arguments.
   DType result_type(const std::vector<size_t>& arg_indices) const;
 
-  const std::vector<ParamBinding>& bindings() const { return bindings_; }
-
  private:
   Builder& builder_;
   std::string op_name_;
   std::vector<OpArg> args_;
   std::vector<TensorType> out_types_;
-  std::vector<ParamBinding> bindings_;
-  std::vector<std::optional<Value>> tensor_params_;
-  std::vector<std::vector<std::optional<Value>>> list_params_;
-  std::optional<Value> rng_param_;
+  ValueSource& source_;
+  std::vector<std::optional<Value>> tensor_values_;
+  std::vector<std::vector<std::optional<Value>>> list_values_;
+  std::optional<Value> rng_value_;
   std::vector<Check> checks_;
 };
 
@@ -165,18 +168,44 @@ DType promote_types(DType a, DType b);
 // Normalizes a possibly negative dim against `rank` (rank 0 accepts -1 and 0).
 int64_t wrap_dim(int64_t dim, int64_t rank);
 
-// Result of lowering one op into a standalone module.
-// @main returns out_types.size() results followed by one i1 scalar per check.
-struct LoweredModule {
+struct GraphScalar {
+  ScalarCategory category = ScalarCategory::kFloat;
+  double float_value = 0;  // kFloat; kComplex: the real part
+  double imag_value = 0;   // kComplex: the imaginary part
+  int64_t int_value = 0;   // exact for kInt and kBool
+  int symbol = -1;         // >= 0: the value is size symbol `symbol`'s runtime value
+};
+
+// Where the runtime value of one @main parameter comes from: the one binding vocabulary
+// of eager ops and compiled graphs.
+struct GraphParam {
+  enum class Source { kInput, kScalar, kRngState } source = Source::kInput;
+  int input_index = -1;  // kInput: the graph input
+  int node = -1;         // kScalar, kRngState: the node (an eager op: 0) that asked
+  int arg = -1;          // kScalar: that node's argument
+  int item = -1;         // kScalar: the item of a Scalar[] argument, else -1
+  GraphScalar scalar;    // kScalar of a compiled graph: the value its node fixed, or
+                         // (scalar.symbol >= 0) the runtime size value it reads
+  DType dtype = DType::kF32;
+};
+
+// A lowered module: @main takes `params` and returns output_types.size() results followed
+// by one i1 scalar per check.
+struct LoweredGraph {
   std::string text;
-  std::vector<ParamBinding> bindings;
-  std::vector<TensorType> out_types;
-  std::vector<std::string> check_messages;
+  std::vector<GraphParam> params;
+  std::vector<TensorType> output_types;
+  std::vector<std::string> check_messages;  // results after the outputs, one i1 each
   std::vector<CheckKind> check_kinds;
 };
 
-// Lowers `op_name` with `args` into a module whose @main returns `out_types`.
-base::StatusOr<LoweredModule> lower_op(const std::string& op_name, std::vector<OpArg> args,
-                                       std::vector<TensorType> out_types);
+// The graph inputs of an eager op: its tensor arguments and the items of its Tensor[]
+// arguments, in argument order, as (argument, item or -1).
+std::vector<std::pair<int, int>> op_inputs(const std::vector<OpArg>& args);
+
+// Lowers `op_name` with `args` into a module whose @main returns `out_types`: the graph of
+// one node whose inputs are op_inputs(args).
+base::StatusOr<LoweredGraph> lower_op(const std::string& op_name, std::vector<OpArg> args,
+                                      std::vector<TensorType> out_types);
 
 }  // namespace torchtpu::lowering

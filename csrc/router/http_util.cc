@@ -115,6 +115,7 @@ std::string error_body(int status, std::string_view message) {
   const char* type = status == 400   ? "BadRequestError"
                      : status == 404 ? "NotFoundError"
                      : status == 413 ? "RequestTooLargeError"
+                     : status == 417 ? "ExpectationFailedError"
                      : status == 503 ? "ServiceUnavailableError"
                      : status == 502 ? "BadGatewayError"
                                      : "InternalServerError";

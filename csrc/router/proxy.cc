@@ -9,6 +9,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <limits>
 #include <optional>
@@ -27,6 +28,10 @@ using Clock = std::chrono::steady_clock;
 void set_socket_timeouts(tcp::socket& socket, int timeout_ms);  // health_checker.cc
 
 namespace {
+
+// Names the replica that served a response (llm-d's gateway names its pick in
+// x-gateway-destination-endpoint on the upstream request; this is the client's view of it).
+constexpr const char* kReplicaHeader = "x-torchtpu-replica";
 
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
@@ -47,6 +52,7 @@ bool hop_by_hop(http::field f) {
     case http::field::upgrade:
     case http::field::host:
     case http::field::content_length:
+    case http::field::expect:  // answered by the router itself
     case http::field::proxy_authorization:
     case http::field::proxy_connection:
       return true;
@@ -77,6 +83,50 @@ bool connect_with_timeout(tcp::socket& socket, const tcp::endpoint& ep, int time
   socket.non_blocking(false, ec);
   socket.set_option(tcp::no_delay(true), ec);
   return !ec;
+}
+
+enum class Wait { kReady, kClientGone, kTimeout };
+
+// Blocks until the replica has bytes to read, the client hangs up (then the caller drops the
+// upstream connection, which is how a replica learns to abort the request: it stops
+// generating for a client that left), or `timeout_ms` passes. A client that half-closes its
+// side after sending its request counts as gone, as it does for nginx and vLLM's server.
+Wait wait_upstream(tcp::socket& upstream, tcp::socket& client, int timeout_ms) {
+  pollfd fds[2] = {{upstream.native_handle(), POLLIN, 0},
+                   {client.native_handle(), POLLRDHUP, 0}};
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                            Clock::now());
+    if (left.count() <= 0) return Wait::kTimeout;
+    const int n = ::poll(fds, 2, static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Wait::kReady;  // let the read report the error
+    if (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return Wait::kClientGone;
+    if (fds[0].revents != 0) return Wait::kReady;
+  }
+}
+
+// Closes a client connection so that the client reads our last response even when it is
+// still sending (a refused oversized body, a header past the limit): closing with unread
+// bytes would send a reset, which can discard the response before the client reads it. So:
+// our side ends, then what the client still sends is read and dropped until it closes too,
+// for at most 2 s or 1 MiB (as web servers' lingering close does).
+void lingering_close(tcp::socket& client) {
+  boost::system::error_code ec;
+  client.shutdown(tcp::socket::shutdown_send, ec);
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  char sink[16384];
+  for (size_t dropped = 0; !ec && dropped < (1u << 20);) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd pfd{client.native_handle(), POLLIN, 0};
+    if (left <= 0 || ::poll(&pfd, 1, static_cast<int>(left)) <= 0) break;
+    const ssize_t n = ::recv(client.native_handle(), sink, sizeof sink, MSG_DONTWAIT);
+    if (n <= 0) break;
+    dropped += static_cast<size_t>(n);
+  }
+  client.close(ec);
 }
 
 template <class Body>
@@ -161,6 +211,27 @@ struct Proxy::Exchange {
   int failure_status = 502;
   std::string failure_body;   // a replica's own error body to pass on, when it had one
   bool routing_observed = false;
+  bool client_gone = false;  // hung up while the replica was working on its request
+
+  // Waits for the replica's next bytes unless `buffer` already holds some; false (with `ec`
+  // set) when the client hangs up meanwhile or the replica stays silent too long.
+  bool upstream_readable(tcp::socket& upstream, const beast::flat_buffer& buffer,
+                         boost::system::error_code& ec) {
+    if (buffer.size() > 0) return true;
+    switch (wait_upstream(upstream, client, proxy->config_.upstream_timeout_ms)) {
+      case Wait::kReady:
+        return true;
+      case Wait::kClientGone:
+        client_gone = true;
+        proxy->metrics_->num_client_disconnects++;
+        ec = net::error::connection_aborted;
+        return false;
+      case Wait::kTimeout:
+        ec = net::error::timed_out;
+        return false;
+    }
+    return true;
+  }
 
   Outcome attempt(ReplicaId id) {
     ReplicaSet& replicas = *proxy->replicas_;
@@ -194,8 +265,11 @@ struct Proxy::Exchange {
           proxy->metrics_->observe_routing_seconds(
               std::chrono::duration<double>(Clock::now() - read_at).count());
         }
-        http::read_header(*upstream, buffer, *parser, ec);
+        if (upstream_readable(*upstream, buffer, ec)) {
+          http::read_header(*upstream, buffer, *parser, ec);
+        }
       }
+      if (client_gone) return Outcome::kClientGone;  // drops the upstream: the replica aborts
       if (!ec) break;
       // A kept-alive connection the replica closed meanwhile: once more on a fresh one.
       if (pooled && tries == 0) {
@@ -215,6 +289,7 @@ struct Proxy::Exchange {
     auto read_some = [&](size_t* n) {
       parser->get().body().data = chunk;
       parser->get().body().size = sizeof chunk;
+      if (!upstream_readable(*upstream, buffer, ec)) return false;
       http::read_some(*upstream, buffer, *parser, ec);
       if (ec == http::error::need_buffer) ec = {};
       *n = sizeof chunk - parser->get().body().size;
@@ -225,7 +300,9 @@ struct Proxy::Exchange {
       std::string body;
       size_t n = 0;
       while (!parser->is_done()) {
-        if (!read_some(&n)) return fail(id, "response cut off: " + ec.message());
+        if (!read_some(&n)) {
+          return client_gone ? Outcome::kClientGone : fail(id, "response cut off: " + ec.message());
+        }
         body.append(chunk, n);
       }
       if (status == 503) {  // the replica's engine died: another one may serve it
@@ -236,6 +313,7 @@ struct Proxy::Exchange {
       if (parser->keep_alive()) proxy->release(id, std::move(upstream));
       http::response<http::string_body> res(static_cast<http::status>(status), 11);
       if (!content_type.empty()) res.set(http::field::content_type, content_type);
+      res.set(kReplicaHeader, replicas.config(id).http.str());
       res.keep_alive(keep_alive);
       res.body() = std::move(body);
       return write_response(client, res) ? Outcome::kDone : Outcome::kClientGone;
@@ -245,11 +323,15 @@ struct Proxy::Exchange {
     // that fails before them can still move to another replica.
     size_t n = 0;
     while (n == 0 && !parser->is_done()) {
-      if (!read_some(&n)) return fail(id, "stream ended before its first event: " + ec.message());
+      if (!read_some(&n)) {
+        return client_gone ? Outcome::kClientGone
+                           : fail(id, "stream ended before its first event: " + ec.message());
+      }
     }
     http::response<http::empty_body> res(static_cast<http::status>(status), 11);
     res.set(http::field::content_type, content_type);
     res.set(http::field::cache_control, "no-cache");
+    res.set(kReplicaHeader, replicas.config(id).http.str());
     res.keep_alive(keep_alive);
     res.chunked(true);
     http::response_serializer<http::empty_body> sr(res);
@@ -259,6 +341,7 @@ struct Proxy::Exchange {
       if (n > 0 && !write_chunk(client, net::buffer(chunk, n))) return Outcome::kClientGone;
       if (parser->is_done()) break;
       if (!read_some(&n)) {
+        if (client_gone) return Outcome::kClientGone;
         // The replica failed mid-stream: too late to retry; the client hears why.
         proxy->metrics_->num_stream_errors++;
         replicas.on_upstream_error(id, "stream cut off: " + ec.message());
@@ -293,7 +376,23 @@ void Proxy::serve_connection(tcp::socket client) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(static_cast<uint64_t>(config_.max_request_bytes));
     parser.header_limit(64 * 1024);
-    http::read(client, buffer, parser, ec);
+    // The header first: a client that sent `Expect: 100-continue` waits for our word before
+    // its body (RFC 9110 10.1.1); one whose Content-Length is over the limit hears 413 now.
+    http::read_header(client, buffer, parser, ec);
+    if (!ec && !parser.is_done()) {
+      const auto expect = parser.get()[http::field::expect];
+      if (beast::iequals(expect, "100-continue")) {
+        net::write(client, net::buffer(std::string_view("HTTP/1.1 100 Continue\r\n\r\n")), ec);
+        if (ec) break;
+      } else if (!expect.empty()) {
+        write_json(client, 417,
+                   error_body(417, "unsupported Expect: '" + std::string(expect) +
+                                       "' (only 100-continue is)"),
+                   false);
+        break;
+      }
+      http::read(client, buffer, parser, ec);
+    }
     if (ec == http::error::body_limit) {
       write_json(client, 413,
                  error_body(413, "the request body exceeds the router's limit of " +
@@ -371,8 +470,7 @@ void Proxy::serve_connection(tcp::socket client) {
     }
     if (!keep_alive) break;
   }
-  client.shutdown(tcp::socket::shutdown_both, ec);
-  client.close(ec);
+  lingering_close(client);
 }
 
 }  // namespace torchtpu::router

@@ -8,7 +8,7 @@ ReplicaSet::ReplicaSet(std::vector<ReplicaConfig> replicas, RoutingConfig config
     : configs_(std::move(replicas)),
       config_(config),
       index_(config.index),
-      policy_(config.mode, config.weights),
+      policy_(config.mode, config.weights, config.filter),
       states_(configs_.size()),
       block_size_(config.block_size) {
   for (size_t i = 0; i < states_.size(); ++i) {
@@ -171,6 +171,11 @@ int64_t ReplicaSet::num_query_blocks() const {
 int64_t ReplicaSet::num_hit_blocks() const {
   std::lock_guard<std::mutex> lock(mu_);
   return num_hit_blocks_;
+}
+
+int64_t ReplicaSet::num_spills() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_.num_spills();
 }
 
 int32_t ReplicaSet::block_size() const {

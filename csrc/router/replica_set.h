@@ -36,6 +36,7 @@ struct ReplicaConfig {
 struct RoutingConfig {
   serve::RoutingMode mode = serve::RoutingMode::kCacheAware;
   serve::ScoreWeights weights;
+  serve::LoadFilter filter;
   serve::PrefixIndexConfig index;
   int32_t block_size = 0;  // 0: learned from the replicas' vllm:cache_config_info
 };
@@ -93,6 +94,7 @@ class ReplicaSet {
   int64_t num_query_blocks() const;
   int64_t num_hit_blocks() const;
   int32_t block_size() const;
+  int64_t num_spills() const;
 
  private:
   struct State {

@@ -52,6 +52,14 @@ std::string RouterMetrics::render(const ReplicaSet& replicas) const {
   counter("torchtpu_router:tokenize_failures_total",
           "Prompts the router could not tokenize (routed by load alone).",
           num_tokenize_failed.load());
+  counter("torchtpu_router:load_spills_total",
+          "Requests sent past the replica with the best score because its queue exceeded the "
+          "least-loaded replica's by more than the spill threshold.",
+          replicas.num_spills());
+  counter("torchtpu_router:client_disconnects_total",
+          "Clients that hung up while a replica worked on their request (its upstream "
+          "connection was dropped, so the replica aborted it).",
+          num_client_disconnects.load());
   const int64_t query = replicas.num_query_blocks();
   const int64_t hit = replicas.num_hit_blocks();
   counter("torchtpu_router:prefix_query_blocks_total",

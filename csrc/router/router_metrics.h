@@ -21,6 +21,7 @@ class RouterMetrics {
   std::atomic<int64_t> num_stream_errors{0};   // streams cut by a replica mid-way
   std::atomic<int64_t> num_failed{0};          // requests no replica could serve
   std::atomic<int64_t> num_tokenize_failed{0};  // prompts routed by load only
+  std::atomic<int64_t> num_client_disconnects{0};  // clients gone before their response ended
 
   // Seconds from a request fully read to its upstream request written: what the router
   // adds before a replica sees the request (tokenizing, scoring, connecting).

@@ -10,11 +10,17 @@ namespace torchtpu::runtime {
 
 Buffer::Buffer(std::shared_ptr<const Plugin> plugin, PJRT_Buffer* raw, base::DType dtype,
                std::vector<int64_t> dims, int device_index)
+    : Buffer(std::move(plugin), raw, dtype,
+             std::make_shared<const std::vector<int64_t>>(std::move(dims)), device_index) {}
+
+Buffer::Buffer(std::shared_ptr<const Plugin> plugin, PJRT_Buffer* raw, base::DType dtype,
+               std::shared_ptr<const std::vector<int64_t>> dims, int device_index)
     : plugin_(std::move(plugin)),
       raw_(raw),
       dtype_(dtype),
       dims_(std::move(dims)),
       device_index_(device_index) {
+  for (int64_t d : *dims_) num_elements_ *= d;
   note_buffer_created(device_index_, size_bytes());
 }
 
@@ -24,12 +30,6 @@ Buffer::~Buffer() {
   args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
   args.buffer = raw_;
   (void)consume_error(plugin_->api(), plugin_->api()->PJRT_Buffer_Destroy(&args), "PJRT_Buffer_Destroy");
-}
-
-int64_t Buffer::num_elements() const {
-  int64_t n = 1;
-  for (int64_t d : dims_) n *= d;
-  return n;
 }
 
 base::Status Buffer::to_host(void* dst, int64_t dst_bytes) const {

@@ -24,15 +24,18 @@ class Buffer {
  public:
   Buffer(std::shared_ptr<const Plugin> plugin, PJRT_Buffer* raw, base::DType dtype,
          std::vector<int64_t> dims, int device_index);
+  // With dims shared among buffers of one shape (an executable's outputs): no allocation.
+  Buffer(std::shared_ptr<const Plugin> plugin, PJRT_Buffer* raw, base::DType dtype,
+         std::shared_ptr<const std::vector<int64_t>> dims, int device_index);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
   base::DType dtype() const { return dtype_; }
-  const std::vector<int64_t>& dims() const { return dims_; }
+  const std::vector<int64_t>& dims() const { return *dims_; }
   int device_index() const { return device_index_; }
-  int64_t num_elements() const;
-  int64_t size_bytes() const { return num_elements() * base::dtype_size_bytes(dtype_); }
+  int64_t num_elements() const { return num_elements_; }
+  int64_t size_bytes() const { return num_elements_ * base::dtype_size_bytes(dtype_); }
 
   // Copies the whole buffer into `dst` (dense, row-major), blocking until done.
   // `dst_bytes` must be at least size_bytes().
@@ -49,7 +52,8 @@ class Buffer {
   std::shared_ptr<const Plugin> plugin_;
   PJRT_Buffer* raw_;
   base::DType dtype_;
-  std::vector<int64_t> dims_;
+  std::shared_ptr<const std::vector<int64_t>> dims_;
+  int64_t num_elements_ = 1;
   int device_index_;
 };
 

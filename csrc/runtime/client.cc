@@ -196,6 +196,58 @@ base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType
   return buffer;
 }
 
+base::StatusOr<BufferPtr> Client::buffer_from_host_zero_copy(
+    const void* data, base::DType dtype, const std::vector<int64_t>& dims, int device_index,
+    std::function<void()> release) const {
+  if (device_index < 0 || device_index >= num_devices()) {
+    release();
+    return base::out_of_range("runtime: device index " + std::to_string(device_index) +
+                              " out of range (have " + std::to_string(num_devices()) +
+                              " devices)");
+  }
+  const PJRT_Api* api = plugin_->api();
+  PJRT_Client_BufferFromHostBuffer_Args args{};
+  args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+  args.client = raw_;
+  args.data = data;
+  args.type = to_pjrt_type(dtype);
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableZeroCopy;
+  args.device = devices_[device_index];
+  base::Status status = consume_error(api, api->PJRT_Client_BufferFromHostBuffer(&args),
+                                      "PJRT_Client_BufferFromHostBuffer");
+  if (!status.ok()) {
+    release();
+    return status;
+  }
+  auto buffer = std::make_shared<Buffer>(plugin_, args.buffer, dtype, dims, device_index);
+  if (args.done_with_host_buffer == nullptr) {
+    release();  // the plugin says nothing more about the host data: it copied it
+  } else {
+    // The event lives until its callback has run (the callback owns it).
+    auto done = std::make_shared<Event>(plugin_, args.done_with_host_buffer);
+    auto once = std::make_shared<std::function<void()>>(std::move(release));
+    base::Status registered = done->on_ready([done, once](const base::Status&) mutable {
+      (*once)();
+      done.reset();
+    });
+    if (!registered.ok()) {
+      // No callback will come: free the buffer and wait until the host data is no longer
+      // read, so it is never released early.
+      buffer.reset();
+      (void)done->await();  // its own error changes nothing: registering failed first
+      (*once)();
+      return registered;
+    }
+  }
+  note_enqueued(device_index, buffer);
+  trace::record(trace::Kind::kHostToDevice, device_index, buffer->size_bytes(), *buffer);
+  base::counter_add("num_transfers_to_device");
+  base::counter_add("transfer_to_device_bytes", buffer->size_bytes());
+  return buffer;
+}
+
 base::Status Client::check_replica_devices(const std::vector<int>& device_indices) const {
   if (device_indices.empty()) {
     return base::invalid_argument("runtime: a program needs at least one device");

@@ -5,6 +5,7 @@
 // Thread safety: all methods may be called from any thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,16 @@ class Client {
   base::StatusOr<BufferPtr> buffer_from_host(const void* data, base::DType dtype,
                                              const std::vector<int64_t>& dims,
                                              int device_index) const;
+  // A buffer over `data` without a copy where the plugin can alias host memory (the CPU
+  // plugin does for 64-byte aligned data); a plugin that cannot copies it instead. The
+  // caller keeps `data` alive and unchanged until `release` runs: once the plugin no
+  // longer reads it (the buffer and every buffer that took over its memory are freed, or
+  // right after the copy). `release` runs exactly once, on a plugin thread or before this
+  // returns, also when this fails; it must not block.
+  base::StatusOr<BufferPtr> buffer_from_host_zero_copy(const void* data, base::DType dtype,
+                                                       const std::vector<int64_t>& dims,
+                                                       int device_index,
+                                                       std::function<void()> release) const;
   // Compiles StableHLO text (program format "mlir") for device `device_index` (an
   // executable runs on the device it was compiled for). Errors carry the plugin's message.
   base::StatusOr<ExecutablePtr> compile(const std::string& module_text, int device_index) const;

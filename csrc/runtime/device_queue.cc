@@ -1,15 +1,15 @@
 #include "runtime/device_queue.h"
 
-#include <map>
 #include <mutex>
+#include <vector>
 
 namespace torchtpu::runtime {
 namespace {
 
 struct Tails {
   std::mutex mu;
-  std::map<int, std::weak_ptr<Buffer>> last;
-  std::map<int, std::weak_ptr<Buffer>> last_replicated;
+  std::vector<std::weak_ptr<Buffer>> last;  // by device index
+  std::vector<std::weak_ptr<Buffer>> last_replicated;
 };
 
 Tails& tails() {
@@ -17,24 +17,33 @@ Tails& tails() {
   return *t;
 }
 
+std::weak_ptr<Buffer>& slot(std::vector<std::weak_ptr<Buffer>>& v, int device_index) {
+  if (static_cast<size_t>(device_index) >= v.size()) v.resize(device_index + 1);
+  return v[device_index];
+}
+
+BufferPtr lookup(const std::vector<std::weak_ptr<Buffer>>& v, int device_index) {
+  if (device_index < 0 || static_cast<size_t>(device_index) >= v.size()) return nullptr;
+  return v[device_index].lock();
+}
+
 }  // namespace
 
 void note_enqueued(int device_index, const BufferPtr& output, bool replicated) {
+  if (device_index < 0) return;
   std::lock_guard<std::mutex> lock(tails().mu);
-  tails().last[device_index] = output;
-  if (replicated) tails().last_replicated[device_index] = output;
+  slot(tails().last, device_index) = output;
+  if (replicated) slot(tails().last_replicated, device_index) = output;
 }
 
 BufferPtr last_replicated_output(int device_index) {
   std::lock_guard<std::mutex> lock(tails().mu);
-  auto it = tails().last_replicated.find(device_index);
-  return it == tails().last_replicated.end() ? nullptr : it->second.lock();
+  return lookup(tails().last_replicated, device_index);
 }
 
 BufferPtr queue_tail(int device_index) {
   std::lock_guard<std::mutex> lock(tails().mu);
-  auto it = tails().last.find(device_index);
-  return it == tails().last.end() ? nullptr : it->second.lock();
+  return lookup(tails().last, device_index);
 }
 
 }  // namespace torchtpu::runtime

@@ -8,7 +8,14 @@
 
 namespace torchtpu::runtime {
 
+namespace {
+thread_local int64_t t_pjrt_calls = 0;
+}  // namespace
+
+int64_t pjrt_calls_on_this_thread() { return t_pjrt_calls; }
+
 base::Status consume_error(const PJRT_Api* api, PJRT_Error* error, const char* what) {
+  ++t_pjrt_calls;
   if (error == nullptr) return base::Status();
   PJRT_Error_Message_Args msg{};
   msg.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE;

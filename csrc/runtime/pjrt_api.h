@@ -48,5 +48,8 @@ class Plugin {
 // Converts (and destroys) a PJRT error. Returns OK for nullptr. `what` names the call,
 // e.g. "PJRT_Client_Compile", and prefixes the plugin's own message.
 base::Status consume_error(const PJRT_Api* api, PJRT_Error* error, const char* what);
+// PJRT calls this thread has made (each goes through consume_error): what the dispatch
+// budget test counts per eager op.
+int64_t pjrt_calls_on_this_thread();
 
 }  // namespace torchtpu::runtime

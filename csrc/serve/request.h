@@ -40,6 +40,11 @@ struct Request {
   // When set, stop tokens do not finish the request: only max_new_tokens (or a finish from
   // outside) does. Benchmarks use it to get a fixed output length.
   bool ignore_eos = false;
+  // Speculative decoding for this request (when the scheduler has it configured).
+  bool speculative = true;
+  // Drafted tokens of the step being planned (past the last known token); cleared when the
+  // step is applied or the request leaves the running set.
+  std::vector<TokenId> draft_token_ids;
 
   RequestStatus status = RequestStatus::kWaiting;
   // Order of arrival; also tells this request from a later one that reuses its id.
@@ -51,7 +56,8 @@ struct Request {
   int32_t num_cached_tokens = 0;
   int32_t num_preemptions = 0;
   // Prefill priority (see scheduler.h): the scheduler's token clock at arrival plus the
-  // tokens the request would then have computed itself. Kept across preemption.
+  // tokens the request would then have computed itself, or fewer once the prefix cache
+  // supplies more of its prompt while it waits. Kept across preemption.
   int64_t deadline = 0;
   // Timeline, in scheduler steps (schedule() calls, the first is 0): queued, every step that
   // gave it prompt tokens (step, tokens; decodes are not listed), first token sampled (-1

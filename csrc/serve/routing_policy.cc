@@ -36,7 +36,12 @@ std::vector<RankedReplica> RoutingPolicy::rank(const std::vector<ReplicaLoad>& c
     const double kv = 1.0 - std::clamp(candidates[i].kv_cache_usage, 0.0, 1.0);
     score[i] = weights_.prefix * prefix + weights_.queue * q + weights_.kv_usage * kv;
   }
+  std::vector<bool> over(n, false);
+  if (filter_.spill_threshold >= 0) {
+    for (size_t i = 0; i < n; ++i) over[i] = queue[i] - *lo > filter_.spill_threshold;
+  }
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (over[a] != over[b]) return !over[a];
     if (score[a] != score[b]) return score[a] > score[b];
     if (candidates[a].num_in_flight != candidates[b].num_in_flight) {
       return candidates[a].num_in_flight < candidates[b].num_in_flight;
@@ -44,8 +49,11 @@ std::vector<RankedReplica> RoutingPolicy::rank(const std::vector<ReplicaLoad>& c
     return rotated(a) < rotated(b);
   });
   for (size_t k = 0; k < n; ++k) {
-    out[k] = {candidates[order[k]].replica, matched_blocks[order[k]], score[order[k]]};
+    const size_t i = order[k];
+    out[k] = {candidates[i].replica, matched_blocks[i], score[i], over[i]};
   }
+  const size_t best = std::max_element(score.begin(), score.end()) - score.begin();
+  if (over[best] && score[best] > score[order[0]]) ++num_spills_;
   return out;
 }
 

@@ -8,8 +8,24 @@
 //   all when they are equal), where q is the larger of the router's own requests in flight
 //   to the replica and the replica's scraped waiting + running requests;
 // - KV usage: 1 - the replica's scraped vllm:kv_cache_usage_perc.
-// The score is their weighted sum. rank() returns the candidates best first (ties: fewer
-// requests in flight, then the rotation below), so a failed attempt retries on the next.
+// The score is their weighted sum.
+//
+// Before scoring, an optional load filter (llm-d's filter -> score -> pick): a candidate
+// whose queue exceeds the least-loaded candidate's by more than `spill_threshold` requests
+// is only a fallback. Without it the prefix score (worth up to `prefix` where the queue
+// scorer is worth at most `queue`) sends every request of a group to the one replica
+// holding its prompt however long its queue grows. With it, a group whose replica is
+// overloaded spills to the least-loaded replicas, which then hold its prompt too (their
+// routed entries), so a hot prefix spreads over several replicas. Off by default: a spill
+// recomputes the prompt, and once two replicas hold a group the queue scorer splits it
+// between them, so when the replicas' caches are already full (each group's prompt fits on
+// one replica, not on all) every spill evicts another group's prompt and the misses feed
+// more spills; router_bench measures that. It pays when one prefix is hotter than one
+// replica can serve.
+//
+// rank() returns the candidates best first: those within the load bound by score, then the
+// others by score (ties: fewer requests in flight, then the rotation below), so a failed
+// attempt retries on the next.
 // kRoundRobin ignores the scores and rotates over the healthy replicas (the baseline the
 // router's benchmark compares against). Stateless apart from the rotation; not thread-safe.
 #pragma once
@@ -36,17 +52,25 @@ struct ScoreWeights {
   double kv_usage = 1;
 };
 
+struct LoadFilter {
+  // A candidate whose queue exceeds the least-loaded one's by more than this many requests
+  // is ranked after the others; negative: no filter (prefix affinity regardless of load).
+  int32_t spill_threshold = -1;
+};
+
 enum class RoutingMode { kCacheAware, kRoundRobin };
 
 struct RankedReplica {
   ReplicaId replica = 0;
   int32_t matched_blocks = 0;
   double score = 0;
+  bool over_load_bound = false;  // ranked after the others by the load filter
 };
 
 class RoutingPolicy {
  public:
-  RoutingPolicy(RoutingMode mode, ScoreWeights weights) : mode_(mode), weights_(weights) {}
+  RoutingPolicy(RoutingMode mode, ScoreWeights weights, LoadFilter filter = {})
+      : mode_(mode), weights_(weights), filter_(filter) {}
 
   // `candidates` and `matched_blocks` are parallel; `num_blocks` is the request's.
   std::vector<RankedReplica> rank(const std::vector<ReplicaLoad>& candidates,
@@ -55,11 +79,16 @@ class RoutingPolicy {
 
   RoutingMode mode() const { return mode_; }
   const ScoreWeights& weights() const { return weights_; }
+  const LoadFilter& filter() const { return filter_; }
+  // Requests whose best-scored replica the load filter put behind another.
+  int64_t num_spills() const { return num_spills_; }
 
  private:
   RoutingMode mode_;
   ScoreWeights weights_;
+  LoadFilter filter_;
   uint64_t rotation_ = 0;
+  int64_t num_spills_ = 0;
 };
 
 // "cache-aware" | "round-robin"; false for anything else.

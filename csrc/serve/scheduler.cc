@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "base/check.h"
+#include "serve/ngram_proposer.h"
 
 namespace torchtpu::serve {
 
@@ -29,7 +30,7 @@ Scheduler::Scheduler(const SchedulerConfig& config)
 
 base::Status Scheduler::add_request(const std::string& id, std::vector<TokenId> prompt_token_ids,
                                     int32_t max_new_tokens, std::vector<TokenId> stop_token_ids,
-                                    bool ignore_eos) {
+                                    bool ignore_eos, bool speculative) {
   const std::string what = "serve: add_request '" + id + "'";
   if (id.empty()) return base::invalid_argument("serve: add_request: empty request id");
   auto known = requests_.find(id);
@@ -71,6 +72,7 @@ base::Status Scheduler::add_request(const std::string& id, std::vector<TokenId> 
   req->max_new_tokens = max_new_tokens;
   req->stop_token_ids = std::move(stop_token_ids);
   req->ignore_eos = ignore_eos;
+  req->speculative = speculative;
   req->arrival = next_arrival_++;
   const int32_t cached =
       cache_ ? cache_->match(req->prompt_token_ids, req->num_tokens() - 1).num_tokens : 0;
@@ -148,11 +150,31 @@ void Scheduler::preempt(Request* req) {
   TORCHTPU_CHECK(!running_.empty() && running_.back() == req, "preempt the newest request");
   running_.pop_back();
   release_pages(req);
+  req->draft_token_ids.clear();
   req->num_computed_tokens = 0;
   req->status = RequestStatus::kPreempted;
   ++req->num_preemptions;
   ++num_preemptions_;
   waiting_.push_front(req);
+}
+
+std::vector<TokenId> Scheduler::propose_drafts(const Request& req, int32_t room) const {
+  if (config_.num_speculative_tokens <= 0 || !req.speculative) return {};
+  // Drafts past the last token max_new_tokens allows could never be kept: the step adds
+  // one token after the accepted drafts.
+  room = std::min({room, config_.num_speculative_tokens,
+                   req.max_new_tokens - req.num_output_tokens() - 1});
+  return propose_ngram_drafts(req.prompt_token_ids, req.output_token_ids,
+                              {config_.prompt_lookup_min, config_.prompt_lookup_max}, room);
+}
+
+void Scheduler::trim_pages(Request* req) {
+  const auto keep = static_cast<size_t>(pages_for(req->num_tokens(), config_.page_size));
+  while (req->page_table.size() > keep) {
+    // Past every computed token, so never in the prefix cache: the request's alone.
+    TORCHTPU_CHECK(allocator_.decref(req->page_table.back()).ok(), "draft page was free");
+    req->page_table.pop_back();
+  }
 }
 
 void Scheduler::finish_request(Request* req, RequestStatus status) {
@@ -165,6 +187,7 @@ void Scheduler::finish_request(Request* req, RequestStatus status) {
     waiting_.erase(in_waiting);
   }
   release_pages(req);
+  req->draft_token_ids.clear();
   req->status = status;
 }
 
@@ -206,11 +229,14 @@ ScheduledItem Scheduler::make_item(const Request& req, int32_t num_new_tokens) c
   item.start_pos = req.num_computed_tokens;
   item.token_ids.reserve(num_new_tokens);
   for (int32_t pos = item.start_pos; pos < item.start_pos + num_new_tokens; ++pos) {
-    item.token_ids.push_back(req.token_at(pos));
+    item.token_ids.push_back(pos < req.num_tokens()
+                                 ? req.token_at(pos)
+                                 : req.draft_token_ids.at(pos - req.num_tokens()));
   }
   item.page_ids = req.page_table;
-  item.sample = item.start_pos + num_new_tokens == req.num_tokens();
+  item.sample = item.start_pos + num_new_tokens >= req.num_tokens();
   item.num_output_tokens = req.num_output_tokens();
+  item.num_draft_tokens = std::max(0, item.start_pos + num_new_tokens - req.num_tokens());
   return item;
 }
 
@@ -266,10 +292,14 @@ Scheduler::Admission Scheduler::admit(Request* req, SchedulerOutput& out, int32_
 void Scheduler::add_item(const Request& req, int32_t num_new, SchedulerOutput& out,
                          int32_t& budget) {
   out.items.push_back(make_item(req, num_new));
-  if (num_new > 1 || req.num_output_tokens() == 0) {
-    requests_.at(req.id)->prefill_chunks.emplace_back(num_steps_, num_new);
+  const ScheduledItem& item = out.items.back();
+  const int32_t known = num_new - item.num_draft_tokens;
+  if (known > 1 || req.num_output_tokens() == 0) {
+    requests_.at(req.id)->prefill_chunks.emplace_back(num_steps_, known);
   }
-  pending_.push_back({req.id, req.arrival, num_new, out.items.back().sample});
+  std::vector<TokenId> drafts(item.token_ids.end() - item.num_draft_tokens,
+                              item.token_ids.end());
+  pending_.push_back({req.id, req.arrival, num_new, item.sample, std::move(drafts)});
   budget -= num_new;
 }
 
@@ -298,7 +328,11 @@ base::StatusOr<SchedulerOutput> Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Request* req = running_[i];
     if (req->num_tokens() - req->num_computed_tokens == 1) {
-      schedule_running(req, 1, out, budget);
+      req->draft_token_ids = propose_drafts(*req, budget - 1);
+      if (!schedule_running(req, 1 + static_cast<int32_t>(req->draft_token_ids.size()), out,
+                            budget)) {
+        req->draft_token_ids.clear();
+      }
     }
   }
 
@@ -312,8 +346,12 @@ base::StatusOr<SchedulerOutput> Scheduler::schedule() {
   std::vector<Candidate> candidates;
   std::unordered_map<const Request*, int64_t> lent;
   for (Request* req : waiting_) {
+    const int32_t cached =
+        cache_ ? cache_->match(req->all_token_ids(), req->num_tokens() - 1).num_tokens : 0;
+    // Pages cached since it arrived (another request computed its shared prefix) leave it
+    // less to do: its deadline comes down with that work.
+    req->deadline = std::min(req->deadline, req->queued_clock + req->num_tokens() - cached);
     if (!cache_) continue;
-    const int32_t cached = cache_->match(req->all_token_ids(), req->num_tokens() - 1).num_tokens;
     if (const Request* leader = prefill_to_wait_for(*req, cached)) {
       auto [it, added] = lent.emplace(leader, req->deadline);
       if (!added) it->second = std::min(it->second, req->deadline);
@@ -358,25 +396,49 @@ base::StatusOr<SchedulerOutput> Scheduler::schedule() {
 
 base::StatusOr<std::vector<FinishedRequest>> Scheduler::update(
     const std::unordered_map<std::string, TokenId>& sampled) {
+  std::unordered_map<std::string, std::vector<TokenId>> tokens;
+  for (const auto& [id, token] : sampled) tokens[id] = {token};
+  return update_tokens(tokens);
+}
+
+base::StatusOr<std::vector<FinishedRequest>> Scheduler::update_tokens(
+    const std::unordered_map<std::string, std::vector<TokenId>>& sampled) {
   // Check everything before changing anything, so a bad call leaves the state as it was.
-  std::unordered_set<std::string> sampled_ids;
+  std::unordered_map<std::string, const PendingItem*> sampled_items;
   for (const PendingItem& item : pending_) {
     if (!item.sample) continue;
-    sampled_ids.insert(item.request_id);
+    sampled_items[item.request_id] = &item;
     if (live(item.request_id, item.arrival) != nullptr && !sampled.count(item.request_id)) {
       return base::invalid_argument("serve: update: no sampled token for request '" +
                                     item.request_id +
                                     "', which the last schedule() marked sample=True");
     }
   }
-  for (const auto& [id, token] : sampled) {
-    if (!sampled_ids.count(id)) {
+  for (const auto& [id, tokens] : sampled) {
+    auto it = sampled_items.find(id);
+    if (it == sampled_items.end()) {
       return base::invalid_argument("serve: update: got a token for request '" + id +
                                     "', which the last schedule() did not mark sample=True");
     }
-    if (token < 0) {
-      return base::invalid_argument("serve: update: negative token id " +
-                                    std::to_string(token) + " for request '" + id + "'");
+    const std::vector<TokenId>& drafts = it->second->drafts;
+    if (tokens.empty() || tokens.size() > drafts.size() + 1) {
+      return base::invalid_argument(
+          "serve: update: request '" + id + "' got " + std::to_string(tokens.size()) +
+          " tokens; expected 1 to " + std::to_string(drafts.size() + 1) +
+          " (the accepted drafts of its " + std::to_string(drafts.size()) +
+          " and one token after them)");
+    }
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] < 0) {
+        return base::invalid_argument("serve: update: negative token id " +
+                                      std::to_string(tokens[i]) + " for request '" + id + "'");
+      }
+      if (i + 1 < tokens.size() && tokens[i] != drafts[i]) {
+        return base::invalid_argument(
+            "serve: update: request '" + id + "': token " + std::to_string(i) + " (" +
+            std::to_string(tokens[i]) + ") is not draft " + std::to_string(i) + " (" +
+            std::to_string(drafts[i]) + "); only the last token may differ from the drafts");
+      }
     }
   }
 
@@ -384,19 +446,31 @@ base::StatusOr<std::vector<FinishedRequest>> Scheduler::update(
   for (const PendingItem& item : pending_) {
     Request* req = live(item.request_id, item.arrival);
     if (req == nullptr) continue;  // aborted or finished from outside since schedule()
-    req->num_computed_tokens += item.num_tokens;
-    if (item.sample) {
+    const auto num_drafts = static_cast<int32_t>(item.drafts.size());
+    req->draft_token_ids.clear();
+    if (!item.sample) {
+      req->num_computed_tokens += item.num_tokens;
+    } else {
+      const std::vector<TokenId>& tokens = sampled.at(item.request_id);
+      // The KV of the known tokens and of the accepted drafts is right; the rest is not.
+      req->num_computed_tokens += item.num_tokens - num_drafts +
+                                  static_cast<int32_t>(tokens.size()) - 1;
       if (req->first_token_step < 0) {
         req->first_token_step = num_steps_ - 1;
         req->first_token_clock = clock_;
       }
-      if (req->append_and_check_stop(sampled.at(item.request_id))) {
+      bool stopped = false;
+      for (TokenId token : tokens) {
+        if ((stopped = req->append_and_check_stop(token))) break;
+      }
+      if (stopped) {
         finish_request(req, req->status);
         finished.emplace_back(req->id, finish_reason(req->status));
         continue;
       }
-      // A decode step (one token) fills at most one page; it is cached at finish.
-      if (item.num_tokens == 1) continue;
+      if (num_drafts > 0) trim_pages(req);
+      // A decode step fills at most a page or two; they are cached at finish.
+      if (item.num_tokens - num_drafts == 1) continue;
     }
     // A prefill chunk finished: cache its full pages now, so requests that share the prompt
     // hit while this one still runs.

@@ -4,6 +4,9 @@
 // Each schedule() spends one token budget (max_num_batched_tokens) and admits at most
 // max_num_seqs running requests:
 //   1. decodes first (running requests with one token to compute), oldest admission first;
+//      with speculative decoding (num_speculative_tokens > 0), a decode of a request that
+//      opted in also carries up to that many drafted tokens (serve/ngram_proposer.h), never
+//      more than could be kept (max_new_tokens) or than the budget has left;
 //   2. then prefill work (the next chunk of each running request still prefilling, and
 //      waiting requests, whose work is what the prefix cache does not supply: whole pages,
 //      at least the last token is always recomputed so there is a position to sample from),
@@ -12,12 +15,14 @@
 //
 // Deadlines are on a token clock: the tokens scheduled so far, all requests together. A
 // request's deadline is the clock at its arrival plus the tokens it would then compute
-// itself; it keeps it across preemption. So a short (or mostly cached) prompt goes ahead of
-// a long one, but only while it arrived within the long one's own work of it: ties go to
-// the earlier arrival.
+// itself, lowered while it waits as the prefix cache comes to supply more of its prompt
+// (another request computed a prefix they share: it then goes ahead of cold prompts that
+// arrived with it); it keeps it across preemption. So a short (or mostly cached) prompt
+// goes ahead of a long one, but only while it arrived within the long one's own work of
+// it: ties go to the earlier arrival.
 //   Starvation bound: only work due no later than a request's deadline goes ahead of its
 //   prefill (decodes aside), so nothing that arrives once the clock has passed its deadline
-//   does. In tokens: until its first token, the clock advances by at most its own work at
+//   does (a deadline never goes below the clock at arrival). In tokens: until its first token, the clock advances by at most its own work at
 //   arrival, plus what the requests present when the clock passes its deadline (or
 //   admitted beside it while it waits for a shared prefix) still have to compute, each at
 //   most max_model_len, plus one step's budget; pages and max_num_seqs permitting. In steps:
@@ -60,11 +65,15 @@ namespace torchtpu::serve {
 
 struct ScheduledItem {
   std::string request_id;
-  std::vector<TokenId> token_ids;  // tokens to compute this step
+  std::vector<TokenId> token_ids;  // tokens to compute this step (drafted ones last)
   int32_t start_pos = 0;           // position of token_ids[0] (= tokens already computed)
   std::vector<PageId> page_ids;    // the request's whole page table after allocation
   bool sample = false;             // this step reaches the last known token: sample one
   int32_t num_output_tokens = 0;   // output tokens so far
+  // The last num_draft_tokens of token_ids are drafts (speculative decoding): the caller
+  // samples at the last known token and at every draft, accepts a prefix of the drafts
+  // and adds one token after them (update()).
+  int32_t num_draft_tokens = 0;
 };
 
 struct SchedulerOutput {
@@ -81,9 +90,10 @@ class Scheduler {
   static base::StatusOr<std::unique_ptr<Scheduler>> create(const SchedulerConfig& config);
 
   // Queues a request. kInvalidArgument, saying why, when it can never run.
+  // `speculative` opts the request into speculative decoding (when configured).
   base::Status add_request(const std::string& id, std::vector<TokenId> prompt_token_ids,
                            int32_t max_new_tokens, std::vector<TokenId> stop_token_ids,
-                           bool ignore_eos);
+                           bool ignore_eos, bool speculative = true);
   // Finishes an unfinished request as aborted; false if unknown or already finished.
   bool abort(const std::string& id);
   // Finishes an unfinished request from outside (a stop string seen by the caller) with
@@ -93,8 +103,15 @@ class Scheduler {
   // Plans one step. kFailedPrecondition if the previous step was not update()d.
   base::StatusOr<SchedulerOutput> schedule();
   // Applies the step planned by the last schedule(): every item counts as computed, and
-  // `sampled` must hold one token for each item with sample=true (items of requests aborted
-  // since are skipped). Returns the requests that finished, in batch order.
+  // `sampled` must hold the new tokens of each item with sample=true (items of requests
+  // aborted since are skipped): one token, or for an item with d drafts, the a <= d drafts
+  // the caller accepted (they must equal the first a drafts) and one token after them. The
+  // tokens are appended in order until one stops the request (the rest are dropped); the
+  // KV of rejected drafts is dropped and pages that held only rejected drafts are freed.
+  // Returns the requests that finished, in batch order.
+  base::StatusOr<std::vector<FinishedRequest>> update_tokens(
+      const std::unordered_map<std::string, std::vector<TokenId>>& sampled);
+  // update_tokens() with one token per sampled item (no drafts accepted).
   base::StatusOr<std::vector<FinishedRequest>> update(
       const std::unordered_map<std::string, TokenId>& sampled);
 
@@ -142,6 +159,7 @@ class Scheduler {
     uint64_t arrival = 0;  // tells a request from a later one that reuses its id
     int32_t num_tokens = 0;
     bool sample = false;
+    std::vector<TokenId> drafts;
   };
 
   Request* live(const std::string& id, uint64_t arrival);
@@ -150,6 +168,10 @@ class Scheduler {
   // Caches the request's computed full pages, then drops its references.
   void release_pages(Request* req);
   void preempt(Request* req);
+  // Drafts for `req`'s next decode, at most `room` (empty when speculation is off for it).
+  std::vector<TokenId> propose_drafts(const Request& req, int32_t room) const;
+  // Frees the pages past what `req`'s known tokens need (those of rejected drafts).
+  void trim_pages(Request* req);
   // Schedules `num_new` tokens of running `req`, preempting the newest running requests
   // while pages are short; false if `req` itself had to go.
   bool schedule_running(Request* req, int32_t num_new, SchedulerOutput& out, int32_t& budget);

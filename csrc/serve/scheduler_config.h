@@ -14,8 +14,15 @@ struct SchedulerConfig {
   int32_t max_num_batched_tokens = 512;   // token budget of one step (prefill + decode)
   int32_t max_model_len = 2048;           // prompt + output tokens of one request at most
   bool enable_prefix_cache = true;
+  // Speculative decoding with n-gram drafts (0: off): each decode step of a request that
+  // opted in also computes up to this many drafted tokens, proposed from the longest
+  // earlier match of its last prompt_lookup_min..prompt_lookup_max tokens.
+  int32_t num_speculative_tokens = 0;
+  int32_t prompt_lookup_min = 2;
+  int32_t prompt_lookup_max = 4;
 
-  // OK when every size is positive; otherwise names the first bad field.
+  // OK when every size is positive (and the speculative sizes consistent); otherwise names
+  // the first bad field.
   base::Status validate() const;
 };
 

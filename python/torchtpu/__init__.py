@@ -64,6 +64,28 @@ def block_until_ready(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def eager_mode() -> str:
+    """The eager mode: ``"op"`` (each op runs at its call; the default) or ``"fused"``.
+
+    Fused eager records ops into a pending graph per device and runs it as one compiled
+    program when a value is needed (a host read, ``synchronize``, an op that cannot be
+    deferred) or at a size limit, with op-by-op semantics. ``TORCHTPU_EAGER=fused`` selects
+    it at startup.
+    """
+    return str(_C.eager_mode())
+
+
+def set_eager_mode(mode: str) -> None:
+    """Selects the eager mode (``"op"`` or ``"fused"``); leaving fused mode runs the pending
+    graphs first. Raises ValueError for any other name."""
+    if mode not in ("op", "fused"):
+        raise ValueError(
+            f"tpu: eager mode {mode!r} is not one of 'op' (each op runs at its call) or "
+            "'fused' (ops are recorded and run as fused graphs)"
+        )
+    _C.set_eager_mode(mode)
+
+
 from torchtpu.device import (  # noqa: E402
     current_device,
     device_count,
@@ -78,10 +100,12 @@ __all__ = [
     "current_device",
     "debug",
     "device_count",
+    "eager_mode",
     "is_available",
     "jax_op",
     "models",
     "manual_seed",
     "set_device",
+    "set_eager_mode",
     "synchronize",
 ]

@@ -10,6 +10,15 @@ import os
 import sys
 
 
+def _json_arg(text: str):
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({e})") from None
+
+
 def _serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the OpenAI-compatible server on tpu")
     p.add_argument("--model", default=None,
@@ -32,6 +41,17 @@ def _serve_parser(sub) -> None:
     p.add_argument("--log-request-timelines", action="store_true",
                    help="log one 'serve: timeline {json}' line per finished request: "
                         "queue time, each prompt chunk's step and time, first token")
+    p.add_argument("--speculative-config", type=_json_arg, default=None,
+                   help="n-gram speculative decoding, as vLLM's JSON: e.g. "
+                        "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                        "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 4}' "
+                        "(a request opts out with \"speculative\": false)")
+    p.add_argument("--quantization", choices=["int8"], default=None,
+                   help="int8: weight-only int8 linear layers, embedding and head (per "
+                        "output channel scales); activations and the KV cache stay f32")
+    p.add_argument("--layers-per-call", type=int, default=None,
+                   help="decoder layers per compiled call (default: up to 10, evenly split); "
+                        "fewer calls cost less per step, larger ones longer to warm up")
     p.add_argument("--kv-events-endpoint", default=None, metavar="ZMQ_ENDPOINT",
                    help="publish the prefix cache's KV events (vLLM's wire format, for llm-d "
                         "or torchtpu router) on this ZMQ PUB endpoint, e.g. tcp://*:5557")
@@ -75,6 +95,12 @@ def _router_parser(sub) -> None:
     p.add_argument("--mode", default="cache-aware", choices=["cache-aware", "round-robin"])
     p.add_argument("--weights", default="3,1,1", metavar="PREFIX,QUEUE,KV",
                    help="scorer weights: prefix affinity, queue depth, KV usage")
+    p.add_argument("--spill-threshold", type=int, default=None, metavar="REQUESTS",
+                   help="a replica whose queue exceeds the least-loaded replica's by more than "
+                        "this is passed over whatever prefix it holds, so a hot prefix spreads "
+                        "(default -1: off; e.g. a replica's --max-num-seqs when one prefix is "
+                        "hotter than one replica can serve; it costs cache hits when the "
+                        "replicas' caches are full)")
     p.add_argument("--block-size", type=int, default=0,
                    help="the replicas' KV page size (default: read from their "
                         "vllm:cache_config_info)")
@@ -111,7 +137,8 @@ def _router_main(args) -> int:
         replicas = [{"url": u, "events": e, "replay": r}
                     for u, e, r in zip(args.replica, events, replays)]
         return run_router(replicas, model_path=model, host=args.host, port=args.port,
-                          mode=args.mode, weights=weights, block_size=args.block_size,
+                          mode=args.mode, weights=weights,
+                          spill_threshold=args.spill_threshold, block_size=args.block_size,
                           routed_ttl_s=args.routed_ttl, health_interval_s=args.health_interval)
     except (ValueError, RuntimeError) as e:
         print(f"torchtpu router: {e}", file=sys.stderr)
@@ -226,12 +253,16 @@ def main(argv: list[str] | None = None) -> int:
                 max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                 max_model_len=args.max_model_len, enable_prefix_cache=args.enable_prefix_caching,
                 device=args.device, served_model_name=args.served_model_name,
-                log_request_timelines=args.log_request_timelines, kv_events=kv_events)
+                log_request_timelines=args.log_request_timelines,
+                speculative=args.speculative_config, quantization=args.quantization,
+                layers_per_call=args.layers_per_call, kv_events=kv_events)
         except ValueError as e:
             print(f"torchtpu serve: {e}", file=sys.stderr)
             return 2
-        print(f"torchtpu serve: {engine.model_name} warmed up in {engine.warmup_seconds:.1f} s; "
-              f"listening on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+        print(f"torchtpu serve: {engine.model_name} ({engine.weight_bytes / 2**20:.1f} MiB of "
+              f"{engine.decoder.quantization or 'f32'} weights) warmed up in "
+              f"{engine.warmup_seconds:.1f} s; listening on http://{args.host}:{args.port}",
+              file=sys.stderr, flush=True)
         if kv_events is not None:
             print(f"torchtpu serve: KV events on {kv_events.endpoint} (topic "
                   f"{kv_events.topic!r})", file=sys.stderr, flush=True)

@@ -13,16 +13,20 @@ created:
   devices;
 - host-staged otherwise (ranks in other processes on a plugin without a cross-process
   transport, as the XLA CPU plugin): data is copied to host memory and goes through
-  PyTorch's Gloo, on a Gloo backend created here from the group's store. Counted in
-  ``torchtpu.debug.metrics()`` as ``num_host_staged_collectives`` / ``host_staged_bytes``.
+  PyTorch's Gloo, on a Gloo backend created here from the group's store. Collectives run
+  on the group's own thread in issue order and return pending works (``async_op=True``
+  overlaps them with the caller's work). Counted in ``torchtpu.debug.metrics()`` as
+  ``num_host_staged_collectives`` / ``host_staged_bytes``.
 
 ``torchtpu.distributed.transport(group)`` says which one a group uses.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -32,6 +36,19 @@ import torch.distributed as dist
 from torchtpu import _C
 
 _native = _C._distributed
+
+
+def _wait_for_detached_collective_threads(limit_s: float = 10.0) -> None:
+    """At exit: lets the threads of destroyed host-staged groups finish their last
+    collective (they may need the GIL) before Python's finalization cancels them, which
+    aborts the process when it catches one inside a destructor. Bounded: a collective
+    still blocked after `limit_s` is left to the finalization."""
+    deadline = time.monotonic() + limit_s
+    while _native.detached_queue_threads() > 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+atexit.register(_wait_for_detached_collective_threads)
 
 BACKEND_NAME = "tpu"
 
@@ -66,7 +83,8 @@ def _create_backend(opts: Any, backend_options: Any) -> dist.Backend:
         return _native.TpuBackend.in_plugin(store, rank, size, global_ranks,
                                             timeout.total_seconds())
     gloo = dist.ProcessGroupGloo(dist.PrefixStore("torchtpu_gloo/", store), rank, size, timeout)
-    return _native.TpuBackend.host_staged(gloo, global_ranks, timeout.total_seconds())
+    return _native.TpuBackend.host_staged(gloo, dist.PrefixStore("torchtpu_staged/", store),
+                                          global_ranks, timeout.total_seconds())
 
 
 def transport(group: dist.ProcessGroup | None = None) -> str:

@@ -1,84 +1,99 @@
-// Host kernels: the paged-attention kernel against a direct double-precision reading of its
-// definition, and the same kernel run by the XLA CPU plugin as a custom call that the
-// `torchtpu::paged_attention` lowering emits.
+// Host kernels: the paged-attention and int8 matmul kernels against direct double-precision
+// readings of their definitions, and the same kernels run by the XLA CPU plugin as the custom
+// calls that the `torchtpu::paged_attention` and `torchtpu::int8_matmul` lowerings emit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "kernels/host_kernels.h"
+#include "kernels/int8_matmul.h"
 #include "kernels/paged_attention.h"
 #include "lowering_harness.h"
 
 namespace torchtpu::kernels {
 namespace {
 
+// A ragged batch: `counts[s]` queries of sequence s, then `padding` queries of no sequence.
 struct Case {
-  PagedAttentionShape shape;
+  int64_t heads, kv_heads, head_dim, num_slots, pages_per_seq, page_size;
+  std::vector<int64_t> counts;
+  int64_t padding = 0;
   int64_t window = 0;
+
+  PagedAttentionShape shape() const {
+    int64_t tokens = padding;
+    for (int64_t n : counts) tokens += n;
+    return {tokens, static_cast<int64_t>(counts.size()), heads, kv_heads, head_dim, num_slots,
+            pages_per_seq, page_size};
+  }
 };
 
 struct Inputs {
   std::vector<float> q, k, v;
-  std::vector<int64_t> pages, positions;
+  std::vector<int64_t> pages, positions, query_start;
 };
 
 // Random queries and pool; each sequence gets distinct random pages; positions run up to
-// and past the context; the last query of sequence 0 sits at -1 (sees no key).
-Inputs make_inputs(const PagedAttentionShape& sh, uint32_t seed) {
+// and past the context; the last query of a sequence with several sits at -1 (sees no key).
+Inputs make_inputs(const Case& c, uint32_t seed) {
+  const PagedAttentionShape sh = c.shape();
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal;
   Inputs in;
-  in.q.resize(sh.seqs * sh.queries * sh.heads * sh.head_dim);
+  in.q.resize(sh.tokens * sh.heads * sh.head_dim);
   in.k.resize(sh.num_slots * sh.kv_heads * sh.head_dim);
   in.v.resize(in.k.size());
   for (auto* t : {&in.q, &in.k, &in.v}) {
     for (float& x : *t) x = normal(gen);
   }
   const int64_t num_pages = sh.num_slots / sh.page_size, ctx = sh.pages_per_seq * sh.page_size;
-  for (int64_t s = 0; s < sh.seqs; ++s) {
+  in.query_start.push_back(0);
+  for (int64_t n : c.counts) {
     std::vector<int64_t> ids(num_pages);
     for (int64_t i = 0; i < num_pages; ++i) ids[i] = i;
     std::shuffle(ids.begin(), ids.end(), gen);
     in.pages.insert(in.pages.end(), ids.begin(), ids.begin() + sh.pages_per_seq);
-    for (int64_t i = 0; i < sh.queries; ++i) {
-      in.positions.push_back(static_cast<int64_t>(gen() % (ctx + 3)));
-    }
+    for (int64_t i = 0; i < n; ++i) in.positions.push_back(static_cast<int64_t>(gen() % (ctx + 3)));
+    if (n > 1) in.positions.back() = -1;
+    in.query_start.push_back(in.query_start.back() + n);
   }
-  if (sh.queries > 1) in.positions[sh.queries - 1] = -1;
+  for (int64_t i = 0; i < c.padding; ++i) in.positions.push_back(0);
   return in;
 }
 
-std::vector<double> reference(const PagedAttentionShape& sh, const Inputs& in, double scale,
-                              int64_t window) {
+std::vector<double> reference(const Case& c, const Inputs& in, double scale) {
+  const PagedAttentionShape sh = c.shape();
   const int64_t d = sh.head_dim, group = sh.heads / sh.kv_heads;
   const int64_t ctx = sh.pages_per_seq * sh.page_size;
   std::vector<double> out(in.q.size(), 0.0);
   for (int64_t s = 0; s < sh.seqs; ++s) {
-    for (int64_t i = 0; i < sh.queries; ++i) {
-      int64_t pos = in.positions[s * sh.queries + i];
+    for (int64_t t = in.query_start[s]; t < in.query_start[s + 1]; ++t) {
+      int64_t pos = in.positions[t];
       for (int64_t h = 0; h < sh.heads; ++h) {
-        const float* qr = &in.q[((s * sh.queries + i) * sh.heads + h) * d];
+        const float* qr = &in.q[(t * sh.heads + h) * d];
         std::vector<double> w;
         std::vector<const float*> values;
         for (int64_t j = 0; j < ctx; ++j) {
-          if (j > pos || (window > 0 && j <= pos - window)) continue;
+          if (j > pos || (c.window > 0 && j <= pos - c.window)) continue;
           int64_t slot = in.pages[s * sh.pages_per_seq + j / sh.page_size] * sh.page_size +
                          j % sh.page_size;
           const float* key = &in.k[(slot * sh.kv_heads + h / group) * d];
           double dot = 0;
-          for (int64_t c = 0; c < d; ++c) dot += double(qr[c]) * key[c];
+          for (int64_t x = 0; x < d; ++x) dot += double(qr[x]) * key[x];
           w.push_back(dot * scale);
           values.push_back(&in.v[(slot * sh.kv_heads + h / group) * d]);
         }
         if (w.empty()) continue;
         double top = *std::max_element(w.begin(), w.end()), sum = 0;
         for (double& x : w) sum += (x = std::exp(x - top));
-        double* o = &out[((s * sh.queries + i) * sh.heads + h) * d];
+        double* o = &out[(t * sh.heads + h) * d];
         for (size_t j = 0; j < w.size(); ++j) {
-          for (int64_t c = 0; c < d; ++c) o[c] += w[j] / sum * values[j][c];
+          for (int64_t x = 0; x < d; ++x) o[x] += w[j] / sum * values[j][x];
         }
       }
     }
@@ -93,30 +108,64 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   EXPECT_LT(worst, 2e-5);
 }
 
-// Shapes: decode (Q=1) and several queries per sequence, grouped and plain heads, the two
-// head sizes with a specialized loop and one without, a sliding window.
+std::string run(const Case& c, const Inputs& in, float scale, std::vector<float>& out,
+                const ParallelFor& parallel_for = {}) {
+  return paged_attention(c.shape(), in.q.data(), in.k.data(), in.v.data(), in.pages.data(),
+                         in.positions.data(), in.query_start.data(), scale, c.window, out.data(),
+                         parallel_for);
+}
+
+// Batches: decodes only; a few queries per sequence (the one-query path); many (the blocked
+// path, three query blocks with the last one short); mixed with empty sequences and padding;
+// grouped and plain heads; the two head sizes with a specialized loop and one without; a
+// sliding window.
 const Case kCases[] = {
-    {{3, 1, 9, 3, 64, 40 * 16, 8, 16}, 0},
-    {{2, 5, 4, 4, 128, 12 * 8, 4, 8}, 0},
-    {{4, 3, 6, 2, 40, 20 * 4, 6, 4}, 0},
-    {{2, 4, 8, 2, 64, 30 * 16, 5, 16}, 7},
-    {{1, 1, 2, 1, 16, 1 * 4, 1, 4}, 0},
-    {{2, 37, 6, 3, 64, 16 * 16, 6, 16}, 0},   // three query blocks, the last one short
-    {{1, 20, 4, 2, 36, 12 * 8, 5, 8}, 9},     // a head size with no vector accumulation
+    {9, 3, 64, 40 * 16, 8, 16, {1, 1, 1}},
+    {4, 4, 128, 12 * 8, 4, 8, {5, 5}},
+    {6, 2, 40, 20 * 4, 6, 4, {3, 3, 3, 3}},
+    {8, 2, 64, 30 * 16, 5, 16, {4, 4}, 0, 7},
+    {2, 1, 16, 1 * 4, 1, 4, {1}},
+    {6, 3, 64, 16 * 16, 6, 16, {37, 37}},
+    {4, 2, 36, 12 * 8, 5, 8, {20}, 0, 9},
+    {6, 3, 64, 32 * 16, 6, 16, {1, 0, 23, 6, 1}, 5},
+    {6, 3, 64, 32 * 16, 6, 16, {9, 2, 0}, 3, 20},
 };
 
 TEST(PagedAttentionKernel, MatchesADirectReading) {
   uint32_t seed = 0;
   for (const Case& c : kCases) {
-    SCOPED_TRACE("S=" + std::to_string(c.shape.seqs) + " Q=" + std::to_string(c.shape.queries) +
-                 " D=" + std::to_string(c.shape.head_dim) + " window=" + std::to_string(c.window));
-    ASSERT_EQ(check_shape(c.shape), "");
-    Inputs in = make_inputs(c.shape, ++seed);
+    const PagedAttentionShape sh = c.shape();
+    SCOPED_TRACE("T=" + std::to_string(sh.tokens) + " S=" + std::to_string(sh.seqs) +
+                 " D=" + std::to_string(sh.head_dim) + " window=" + std::to_string(c.window));
+    ASSERT_EQ(check_shape(sh), "");
+    Inputs in = make_inputs(c, ++seed);
     std::vector<float> out(in.q.size(), -1.0f);
-    float scale = 1.0f / std::sqrt(static_cast<float>(c.shape.head_dim));
-    ASSERT_EQ(paged_attention(c.shape, in.q.data(), in.k.data(), in.v.data(), in.pages.data(),
-                              in.positions.data(), scale, c.window, out.data()), "");
-    expect_close(out, reference(c.shape, in, scale, c.window));
+    float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
+    ASSERT_EQ(run(c, in, scale, out), "");
+    expect_close(out, reference(c, in, scale));  // padding rows: zeros
+  }
+}
+
+// A sequence's rows do not depend on what else is in the batch, and a few queries take the
+// same path as one: a speculative verification's rows equal the decodes' bit for bit.
+TEST(PagedAttentionKernel, ASequencesRowsDoNotDependOnTheBatch) {
+  Case alone{9, 3, 64, 40 * 16, 8, 16, {kFewQueries}};
+  Inputs in = make_inputs(alone, 5);
+  in.positions.back() = 100;
+  std::vector<float> together(in.q.size());
+  ASSERT_EQ(run(alone, in, 0.125f, together), "");
+  const int64_t row = alone.heads * alone.head_dim;
+  for (int64_t t = 0; t < kFewQueries; ++t) {
+    Case one{9, 3, 64, 40 * 16, 8, 16, {1}, 2};
+    Inputs single = in;
+    single.q.assign(in.q.begin() + t * row, in.q.begin() + (t + 1) * row);
+    single.q.resize(3 * row, 1.0f);  // padding rows hold anything
+    single.positions = {in.positions[t], 0, 0};
+    single.query_start = {0, 1};
+    std::vector<float> out(single.q.size());
+    ASSERT_EQ(run(one, single, 0.125f, out), "");
+    EXPECT_TRUE(std::equal(out.begin(), out.begin() + row, together.begin() + t * row))
+        << "query " << t;
   }
 }
 
@@ -126,26 +175,28 @@ TEST(PagedAttentionKernel, ThreadsGiveTheSameBits) {
     for (int64_t i = 0; i < n; i += 2) body(i);
     other.join();
   };
-  for (const Case& c : {kCases[0], kCases[3]}) {  // one query (by sequence), several (by block)
-    Inputs in = make_inputs(c.shape, 7);
+  for (const Case& c : {kCases[0], kCases[5], kCases[7]}) {
+    Inputs in = make_inputs(c, 7);
     std::vector<float> serial(in.q.size()), threaded(in.q.size());
-    ASSERT_EQ(paged_attention(c.shape, in.q.data(), in.k.data(), in.v.data(), in.pages.data(),
-                              in.positions.data(), 0.125f, c.window, serial.data()), "");
-    ASSERT_EQ(paged_attention(c.shape, in.q.data(), in.k.data(), in.v.data(), in.pages.data(),
-                              in.positions.data(), 0.125f, c.window, threaded.data(),
-                              two_threads), "");
+    ASSERT_EQ(run(c, in, 0.125f, serial), "");
+    ASSERT_EQ(run(c, in, 0.125f, threaded, two_threads), "");
     EXPECT_EQ(serial, threaded);
   }
 }
 
-TEST(PagedAttentionKernel, RejectsAPageOutsideThePool) {
+TEST(PagedAttentionKernel, RejectsAPageOutsideThePoolAndQueryStartsOutOfOrder) {
   const Case& c = kCases[0];
-  Inputs in = make_inputs(c.shape, 3);
-  in.pages[c.shape.pages_per_seq + 2] = 40;  // the pool has pages 0..39
+  Inputs in = make_inputs(c, 3);
+  in.pages[c.pages_per_seq + 2] = 40;  // the pool has pages 0..39
   std::vector<float> out(in.q.size());
-  std::string why = paged_attention(c.shape, in.q.data(), in.k.data(), in.v.data(),
-                                    in.pages.data(), in.positions.data(), 0.125f, 0, out.data());
-  EXPECT_EQ(why, "page id 40 (sequence 1) is outside the pool of 40 pages");
+  EXPECT_EQ(run(c, in, 0.125f, out), "page id 40 (sequence 1) is outside the pool of 40 pages");
+  in = make_inputs(c, 3);
+  in.query_start = {0, 2, 1, 3};
+  EXPECT_EQ(run(c, in, 0.125f, out),
+            "query_start[2] = 1 is out of order (expected non-decreasing from 0, at most 3 "
+            "queries)");
+  in.query_start = {0, 1, 2, 4};
+  EXPECT_NE(run(c, in, 0.125f, out), "");
 }
 
 TEST(PagedAttentionKernel, ChecksTheShape) {
@@ -153,6 +204,38 @@ TEST(PagedAttentionKernel, ChecksTheShape) {
   EXPECT_EQ(check_shape({1, 1, 4, 2, 64, 60, 1, 16}),
             "the pool's 60 slots are not whole pages of 16");
   EXPECT_NE(check_shape({1, 1, 4, 2, 64, 64, 1, 0}), "");
+}
+
+// The int8 kernel against a double-precision reading, for row counts around its register
+// blocks and a reduction length that is not a multiple of the vector width.
+TEST(Int8MatmulKernel, MatchesADirectReading) {
+  std::mt19937 gen(1);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> byte(-127, 127);
+  // Row counts around the register tiles (1, 2, 4 rows per pass), channel counts with and
+  // without a partial block of 64.
+  for (auto [m, k, n] : {std::array<int64_t, 3>{1, 64, 64}, {3, 70, 37}, {16, 576, 100},
+                         {5, 13, 3}, {7, 40, 192}, {2, 8, 129}}) {
+    std::vector<float> x(m * k), scale(n), out(m * n, -1.0f);
+    std::vector<int8_t> w(n * k);
+    for (float& v : x) v = normal(gen);
+    for (float& v : scale) v = std::abs(normal(gen)) * 0.01f;
+    for (int8_t& v : w) v = static_cast<int8_t>(byte(gen));
+    for (Int8Isa isa : {Int8Isa::kAvx512, Int8Isa::kAvx2, Int8Isa::kPortable}) {
+      if (!int8_isa_supported(isa)) continue;  // this CPU cannot run that code
+      std::fill(out.begin(), out.end(), -1.0f);
+      int8_matmul(m, k, n, x.data(), w.data(), scale.data(), out.data(), {}, isa);
+      double worst = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0;
+          for (int64_t c = 0; c < k; ++c) want += double(x[i * k + c]) * w[c * n + j];
+          worst = std::max(worst, std::abs(out[i * n + j] - want * scale[j]));
+        }
+      }
+      EXPECT_LT(worst, 1e-4) << m << "x" << k << "x" << n << " isa " << static_cast<int>(isa);
+    }
+  }
 }
 
 // The lowering's custom call, compiled and run by the plugin with the kernel registered.
@@ -164,9 +247,9 @@ TEST(HostKernelCall, PagedAttentionRunsOnThePlugin) {
                                                             reinterpret_cast<void*>(k.handler));
     ASSERT_TRUE(st.ok()) << st.to_string();
   }
-  const Case& c = kCases[3];  // several queries, a window
-  const PagedAttentionShape& sh = c.shape;
-  Inputs in = make_inputs(sh, 11);
+  const Case& c = kCases[7];  // ragged, padding
+  const PagedAttentionShape sh = c.shape();
+  Inputs in = make_inputs(c, 11);
   using base::DType;
   auto host = [](DType t, lowering::Dims dims, auto values) {
     testing::HostTensor h{{t, std::move(dims)}, {}};
@@ -174,11 +257,12 @@ TEST(HostKernelCall, PagedAttentionRunsOnThePlugin) {
     return h;
   };
   std::vector<testing::HostTensor> inputs = {
-      host(DType::kF32, {sh.seqs, sh.queries, sh.heads, sh.head_dim}, in.q),
+      host(DType::kF32, {sh.tokens, sh.heads, sh.head_dim}, in.q),
       host(DType::kF32, {sh.num_slots, sh.kv_heads, sh.head_dim}, in.k),
       host(DType::kF32, {sh.num_slots, sh.kv_heads, sh.head_dim}, in.v),
       host(DType::kI64, {sh.seqs, sh.pages_per_seq}, in.pages),
-      host(DType::kI64, {sh.seqs, sh.queries}, in.positions)};
+      host(DType::kI64, {sh.tokens}, in.positions),
+      host(DType::kI64, {sh.seqs + 1}, in.query_start)};
   std::vector<lowering::OpArg> args;
   for (const auto& t : inputs) args.push_back(testing::tensor_arg(t));
   args.push_back(testing::int_arg(sh.page_size));
@@ -190,24 +274,58 @@ TEST(HostKernelCall, PagedAttentionRunsOnThePlugin) {
   auto outs = testing::run_module(lowered->text, inputs);
   ASSERT_EQ(outs.size(), 1u);
   std::vector<float> got(outs[0].values.begin(), outs[0].values.end());
-  expect_close(got, reference(sh, in, 0.125, c.window));
+  expect_close(got, reference(c, in, 0.125));
+}
+
+TEST(HostKernelCall, Int8MatmulRunsOnThePlugin) {
+  auto client = testing::test_client();
+  for (const HostKernel& k : host_kernels()) {
+    base::Status st = client->plugin().register_ffi_handler(k.target, "Host",
+                                                            reinterpret_cast<void*>(k.handler));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  using base::DType;
+  testing::HostTensor x{{DType::kF32, {2, 3}}, {1, 2, 3, -1, 0, 0.5}};
+  testing::HostTensor w{{DType::kI8, {3, 2}}, {1, 127, -2, 0, 3, -127}};  // [K, N]
+  testing::HostTensor scale{{DType::kF32, {2}}, {0.5, 0.25}};
+  auto lowered = lowering::lower_op(
+      "torchtpu::int8_matmul",
+      {testing::tensor_arg(x), testing::tensor_arg(w), testing::tensor_arg(scale)},
+      {{DType::kF32, {2, 2}}});
+  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  auto outs = testing::run_module(lowered->text, {x, w, scale});
+  ASSERT_EQ(outs.size(), 1u);
+  // [1-4+9, 127-381] * [0.5, 0.25]; [-1+1.5, -127-63.5] * [0.5, 0.25]
+  std::vector<double> want = {3.0, -63.5, 0.25, -47.625};
+  std::vector<double> got(outs[0].values.begin(), outs[0].values.end());
+  EXPECT_EQ(got, want);
 }
 
 TEST(HostKernelCall, LoweringRejectsWrongOperands) {
-  lowering::OpArg q = testing::tensor_arg({{base::DType::kF32, {1, 1, 4, 8}}, {}});
+  lowering::OpArg q = testing::tensor_arg({{base::DType::kF32, {1, 4, 8}}, {}});
   lowering::OpArg pool = testing::tensor_arg({{base::DType::kF32, {32, 3, 8}}, {}});
   lowering::OpArg pages = testing::tensor_arg({{base::DType::kI32, {1, 2}}, {}});  // not i64
-  lowering::OpArg pos = testing::tensor_arg({{base::DType::kI64, {1, 1}}, {}});
+  lowering::OpArg pos = testing::tensor_arg({{base::DType::kI64, {1}}, {}});
+  lowering::OpArg starts = testing::tensor_arg({{base::DType::kI64, {2}}, {}});
   auto lowered = lowering::lower_op(
       "torchtpu::paged_attention",
-      {q, pool, pool, pages, pos, testing::int_arg(16), testing::double_arg(0.5),
+      {q, pool, pool, pages, pos, starts, testing::int_arg(16), testing::double_arg(0.5),
        testing::int_arg(0)},
-      {{base::DType::kF32, {1, 1, 4, 8}}});
+      {{base::DType::kF32, {1, 4, 8}}});
   ASSERT_FALSE(lowered.ok());
-  EXPECT_NE(lowered.status().message().find("torchtpu::paged_attention: expected q f32[S,Q,H,D]"),
+  EXPECT_NE(lowered.status().message().find("torchtpu::paged_attention: expected q f32[T,H,D]"),
             std::string::npos);
   EXPECT_NE(lowered.status().message().find("pages tensor<1x2xi32>"), std::string::npos)
       << lowered.status().message();
+
+  lowering::OpArg x = testing::tensor_arg({{base::DType::kF32, {2, 3}}, {}});
+  lowering::OpArg w = testing::tensor_arg({{base::DType::kF32, {3, 4}}, {}});  // not int8
+  lowering::OpArg scale = testing::tensor_arg({{base::DType::kF32, {4}}, {}});
+  auto int8 = lowering::lower_op("torchtpu::int8_matmul", {x, w, scale},
+                                 {{base::DType::kF32, {2, 4}}});
+  ASSERT_FALSE(int8.ok());
+  EXPECT_NE(int8.status().message().find("torchtpu::int8_matmul: expected x f32[M,K], w i8[K,N]"),
+            std::string::npos) << int8.status().message();
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Runs one lowering on the real XLA CPU plugin with host data: lower_op -> compile ->
-// transfer inputs per ParamBinding -> execute -> read back. Values travel as doubles and
+// transfer inputs per GraphParam -> execute -> read back. Values travel as doubles and
 // are converted to/from the element type; every base::DType is supported (bf16 and f16
 // round to nearest even from f32, as the device would store a float).
 #pragma once
@@ -232,22 +232,20 @@ inline LoweringRun run_lowering(const std::string& op, const std::vector<OpArg>&
   if (!lowered.ok()) return run;
   run.text = lowered->text;
   std::vector<HostTensor> inputs;
-  for (const lowering::ParamBinding& p : lowered->bindings) {
+  const std::vector<std::pair<int, int>> graph_inputs = lowering::op_inputs(args);
+  for (const lowering::GraphParam& p : lowered->params) {
     switch (p.source) {
-      case lowering::ParamBinding::Source::kTensor:
-        inputs.push_back(tensors.at(p.arg_index));
+      case lowering::GraphParam::Source::kInput: {
+        const auto& [arg, item] = graph_inputs.at(p.input_index);
+        inputs.push_back(item < 0 ? tensors.at(arg) : lists.at(arg).at(item));
         break;
-      case lowering::ParamBinding::Source::kTensorListItem:
-        inputs.push_back(lists.at(p.arg_index).at(p.list_index));
-        break;
-      case lowering::ParamBinding::Source::kScalar:
-        inputs.push_back(HostTensor{TensorType{p.dtype, {}}, {scalars.at(p.arg_index)}});
-        break;
-      case lowering::ParamBinding::Source::kScalarListItem:
+      }
+      case lowering::GraphParam::Source::kScalar:
         inputs.push_back(HostTensor{TensorType{p.dtype, {}},
-                                    {scalar_lists.at(p.arg_index).at(p.list_index)}});
+                                    {p.item < 0 ? scalars.at(p.arg)
+                                                : scalar_lists.at(p.arg).at(p.item)}});
         break;
-      case lowering::ParamBinding::Source::kRngState:
+      case lowering::GraphParam::Source::kRngState:
         inputs.push_back(HostTensor{TensorType{base::DType::kU64, {2}},
                                     {static_cast<double>(rng.seed),
                                      static_cast<double>(rng.offset)}});

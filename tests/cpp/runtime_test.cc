@@ -1,6 +1,9 @@
 // The runtime on the real XLA CPU plugin: load, transfer, compile, execute, errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "base/metrics.h"
@@ -79,6 +82,36 @@ TEST(Runtime, DeviceMemoryStatsAreAStatus) {
   ASSERT_TRUE(host.has_value());
   EXPECT_GT(host->total_bytes, 0);
   EXPECT_LE(host->available_bytes, host->total_bytes);
+}
+
+// A zero-copy buffer over host memory: the CPU plugin aliases it (nothing is released
+// while the buffer lives), a program reads it, and it is released once, after the buffer
+// and the program's read are gone.
+TEST(Runtime, ZeroCopyBufferReleasesItsHostMemoryOnce) {
+  auto client = testing::test_client();
+  alignas(64) static float data[6] = {1, 2, 3, 4, 5, 6};
+  std::atomic<int> released{0};
+  {
+    auto x = client->buffer_from_host_zero_copy(data, DType::kF32, {2, 3}, 0,
+                                                [&released] { released++; });
+    ASSERT_TRUE(x.ok()) << x.status().to_string();
+    auto exe = client->compile(add_module(), 0);
+    ASSERT_TRUE(exe.ok()) << exe.status().to_string();
+    auto out = (*exe)->execute({x->get(), x->get()});
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    std::vector<float> sum(6);
+    ASSERT_TRUE((*out)[0]->to_host(sum.data(), 24).ok());
+    EXPECT_EQ(sum, (std::vector<float>{2, 4, 6, 8, 10, 12}));
+    EXPECT_EQ(released.load(), 0) << "the plugin copied the host data instead of aliasing it";
+  }
+  for (int i = 0; i < 500 && released.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(released.load(), 1);
+  auto bad = client->buffer_from_host_zero_copy(data, DType::kF32, {2, 3}, 9,
+                                                [&released] { released++; });
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(released.load(), 2) << "released once also when it fails";
 }
 
 TEST(Runtime, RunsOnSecondDevice) {

@@ -187,6 +187,67 @@ TEST(ServeRoutingPolicy, LoadDecidesWithoutAPrefixAndTiesRotate) {
   EXPECT_EQ(firsts, (std::vector<ReplicaId>{0, 1, 2}));
 }
 
+TEST(ServeRoutingPolicy, AnOverloadedPrefixHolderSpillsToTheLeastLoaded) {
+  RoutingPolicy policy(RoutingMode::kCacheAware, {}, {/*spill_threshold=*/4});
+  // Replica 0 holds the whole prompt but has 6 more requests than replica 2: past the bound.
+  std::vector<ReplicaLoad> loads = {{0, 8, 0, 0, 0.5}, {1, 5, 0, 0, 0}, {2, 2, 0, 0, 0}};
+  auto ranked = policy.rank(loads, {10, 0, 0}, 10);
+  ASSERT_EQ(ranked.size(), 3u);
+  EXPECT_EQ(ranked[0].replica, 2);
+  EXPECT_FALSE(ranked[0].over_load_bound);
+  EXPECT_EQ(ranked[1].replica, 1);  // 3 more than the least: within the bound
+  EXPECT_EQ(ranked[2].replica, 0);  // the holder stays a fallback for retries
+  EXPECT_TRUE(ranked[2].over_load_bound);
+  EXPECT_EQ(ranked[2].matched_blocks, 10);
+  EXPECT_EQ(policy.num_spills(), 1);
+
+  // At exactly the threshold the prefix still wins, and that is no spill.
+  loads[0].num_in_flight = 6;
+  EXPECT_EQ(policy.rank(loads, {10, 0, 0}, 10)[0].replica, 0);
+  EXPECT_EQ(policy.num_spills(), 1);
+
+  // The scraped queue (waiting + running) counts when it is the larger.
+  loads[0] = {0, 1, 4, 3, 0};
+  EXPECT_EQ(policy.rank(loads, {10, 0, 0}, 10)[0].replica, 2);
+  EXPECT_EQ(policy.num_spills(), 2);
+}
+
+TEST(ServeRoutingPolicy, ASpilledGroupSpreadsOverItsHoldersByLoad) {
+  RoutingPolicy policy(RoutingMode::kCacheAware, {}, {/*spill_threshold=*/4});
+  // After a spill both replicas hold the prompt: the prefix ties, the queue decides, and a
+  // third replica without it is not picked while a holder is within the bound.
+  std::vector<ReplicaLoad> loads = {{0, 5, 0, 0, 0}, {1, 3, 0, 0, 0}, {2, 1, 0, 0, 0}};
+  auto ranked = policy.rank(loads, {10, 10, 0}, 10);
+  EXPECT_EQ(ranked[0].replica, 1);
+  EXPECT_EQ(ranked[1].replica, 0);
+  EXPECT_EQ(ranked[2].replica, 2);
+  EXPECT_EQ(policy.num_spills(), 0);
+  // A partial prefix on a lightly loaded replica beats none on an idle one within the bound.
+  loads = {{0, 4, 0, 0, 0}, {1, 0, 0, 0, 0}};
+  EXPECT_EQ(policy.rank(loads, {6, 0}, 10)[0].replica, 0);
+}
+
+TEST(ServeRoutingPolicy, ANegativeThresholdKeepsPrefixAffinityRegardlessOfLoad) {
+  RoutingPolicy policy(RoutingMode::kCacheAware, {}, {/*spill_threshold=*/-1});
+  std::vector<ReplicaLoad> loads = {{0, 40, 0, 0, 0}, {1, 0, 0, 0, 0}};
+  auto ranked = policy.rank(loads, {10, 0}, 10);
+  EXPECT_EQ(ranked[0].replica, 0);
+  EXPECT_FALSE(ranked[0].over_load_bound);
+  EXPECT_EQ(policy.num_spills(), 0);
+  // And that is the default.
+  RoutingPolicy by_default(RoutingMode::kCacheAware, {});
+  EXPECT_LT(by_default.filter().spill_threshold, 0);
+  EXPECT_EQ(by_default.rank(loads, {10, 0}, 10)[0].replica, 0);
+}
+
+TEST(ServeRoutingPolicy, RoundRobinIgnoresTheLoadFilter) {
+  RoutingPolicy policy(RoutingMode::kRoundRobin, {}, {/*spill_threshold=*/0});
+  std::vector<ReplicaLoad> loads = {{0, 9, 0, 0, 0}, {1, 0, 0, 0, 0}};
+  EXPECT_EQ(policy.rank(loads, {0, 0}, 0)[0].replica, 0);
+  EXPECT_EQ(policy.rank(loads, {0, 0}, 0)[0].replica, 1);
+  EXPECT_EQ(policy.num_spills(), 0);
+}
+
 TEST(ServeRoutingPolicy, RoundRobinRotatesAndIgnoresTheIndex) {
   RoutingPolicy policy(RoutingMode::kRoundRobin, {});
   std::vector<ReplicaLoad> loads = {{4, 9, 0, 0, 0.9}, {5, 0, 0, 0, 0}};

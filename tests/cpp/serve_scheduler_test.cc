@@ -262,6 +262,33 @@ TEST(ServeScheduler, RequestsSharingAPrefixInFlightComputeItOnce) {
   run_to_completion(*s);
 }
 
+TEST(ServeScheduler, AFollowerWhosePrefixGotCachedGoesAheadOfColdPrompts) {
+  auto s = make(small_config());  // budget 8, pages of 4
+  const auto shared = iota_tokens(8);
+  auto leader = shared, follower = shared;
+  const auto q1 = iota_tokens(4, 700), q2 = iota_tokens(4, 800);
+  leader.insert(leader.end(), q1.begin(), q1.end());
+  follower.insert(follower.end(), q2.begin(), q2.end());
+  ASSERT_TRUE(s->add_request("leader", leader, 2, {}, false).ok());
+  ASSERT_TRUE(s->add_request("cold", iota_tokens(12, 300), 2, {}, false).ok());
+  ASSERT_TRUE(s->add_request("follower", follower, 2, {}, false).ok());
+  // All three are due at 12; the leader computes the shared 8 tokens, the follower waits.
+  SchedulerOutput first = step(*s);
+  ASSERT_EQ(first.items.size(), 1u);
+  EXPECT_EQ(first.items[0].request_id, "leader");
+  apply(*s, first);
+  // The shared pages are cached: the follower has 4 tokens left, due at 4, ahead of the cold
+  // prompt that arrived before it (and of the leader's own 4).
+  SchedulerOutput second = step(*s);
+  ASSERT_EQ(second.items.size(), 2u);
+  EXPECT_EQ(second.items[0].request_id, "follower");
+  EXPECT_EQ(second.items[0].start_pos, 8);
+  EXPECT_EQ(s->find("follower")->deadline, 4);
+  EXPECT_EQ(second.items[1].request_id, "leader");
+  apply(*s, second);
+  run_to_completion(*s);
+}
+
 TEST(ServeScheduler, ShortestPrefillGoesFirst) {
   auto s = make(small_config());  // budget 8
   ASSERT_TRUE(s->add_request("long", iota_tokens(20), 2, {}, false).ok());

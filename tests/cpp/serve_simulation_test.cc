@@ -199,11 +199,10 @@ TEST(ServeSimulation, EveryRequestCompletesAndEveryPageReturnsWithoutPrefixCache
 // order, as the benchmark sends them: cold requests of groups not yet seen arrive while
 // warm ones of other groups run.
 struct SharedPrefixRun {
-  std::vector<int64_t> ttft_steps;   // per request: steps from queued to first token
+  // Per request: steps from queued to first token (the runner computes a step, its prefill
+  // chunks and decodes together, in one forward pass, so these are forward passes too).
+  std::vector<int64_t> ttft_steps;
   std::vector<int64_t> ttft_tokens;  // tokens scheduled (all requests) meanwhile
-  // Forward calls meanwhile, as the runner makes them: one per prefill chunk, one for all
-  // the decodes of a step (a step's time grows with its calls, not only its tokens).
-  std::vector<int64_t> ttft_calls;
   std::vector<int64_t> own_tokens;   // tokens the request would compute itself at arrival
   int64_t total_tokens = 0;          // tokens computed in all
   int64_t max_present = 0;           // requests in the scheduler at once, at most
@@ -243,7 +242,6 @@ SharedPrefixRun run_shared_prefix(bool enable_prefix_cache) {
   const int n = static_cast<int>(prompts.size());
   run.ttft_steps.assign(n, -1);
   run.ttft_tokens.assign(n, -1);
-  run.ttft_calls.assign(n, 0);
   run.own_tokens.assign(n, 0);
   std::vector<int64_t> queued_step(n), queued_clock(n);
   int next = 0, in_flight = 0;
@@ -262,17 +260,6 @@ SharedPrefixRun run_shared_prefix(bool enable_prefix_cache) {
     EXPECT_TRUE(out.ok());
     if (!out.ok()) return run;
     std::unordered_map<std::string, TokenId> sampled;
-    int64_t calls = 0;
-    bool decodes = false;
-    for (const ScheduledItem& item : out->items) {
-      const bool decode = item.token_ids.size() == 1 && item.num_output_tokens > 0;
-      calls += decode ? 0 : 1;
-      decodes |= decode;
-    }
-    calls += decodes ? 1 : 0;
-    for (int r = 0; r < next; ++r) {
-      if (run.ttft_steps[r] < 0) run.ttft_calls[r] += calls;
-    }
     for (const ScheduledItem& item : out->items) {
       if (!item.sample) continue;
       sampled[item.request_id] = 1;
@@ -328,14 +315,12 @@ TEST(ServeSimulation, SharedPrefixWithColdGroupsHasNoTailWorseThanWithoutTheCach
   ASSERT_EQ(on.ttft_steps.size(), off.ttft_steps.size());
   for (const SharedPrefixRun* r : {&on, &off}) {
     std::printf("prefix cache %s: TTFT steps mean %.1f median %lld p99 %lld max %lld; "
-                "TTFT tokens mean %.0f max %lld; TTFT forward calls mean %.1f p99 %lld; "
-                "tokens computed %lld\n",
+                "TTFT tokens mean %.0f max %lld; tokens computed %lld\n",
                 r == &on ? "on " : "off", mean(r->ttft_steps),
                 static_cast<long long>(percentile(r->ttft_steps, 0.5)),
                 static_cast<long long>(percentile(r->ttft_steps, 0.99)),
                 static_cast<long long>(percentile(r->ttft_steps, 1.0)), mean(r->ttft_tokens),
-                static_cast<long long>(percentile(r->ttft_tokens, 1.0)), mean(r->ttft_calls),
-                static_cast<long long>(percentile(r->ttft_calls, 0.99)),
+                static_cast<long long>(percentile(r->ttft_tokens, 1.0)),
                 static_cast<long long>(r->total_tokens));
   }
   const SchedulerConfig c = shared_prefix_config(true);

@@ -25,6 +25,7 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from torchtpu import _C
+from torchtpu.dynamo import collectives as graph_collectives
 from torchtpu.dynamo.buckets import bucket_policy, bucket_size  # noqa: F401 (re-exported)
 from torchtpu.dynamo.compile_options import check_compile_kwargs
 from torchtpu.dynamo.runner import GraphRunner, Session
@@ -192,4 +193,5 @@ def compile_stats() -> dict[str, Any]:
         "recompile_reasons": list(_recompile_reasons),
         "num_graph_breaks": sum(breaks.values()),
         "graph_breaks": breaks,
+        **graph_collectives.compile_stats(),
     }

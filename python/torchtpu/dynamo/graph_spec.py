@@ -210,6 +210,10 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
             input_placeholders.append(position)
         elif isinstance(val, (torch.SymInt, int)):
             ids[node] = ("size", size_expr(val))
+        elif _is_opaque(val):
+            # An opaque object (the DeviceMesh a DTensor graph carries): no data; it may only
+            # be handed back (saved for the backward), which returns the caller's object.
+            ids[node] = _OPAQUE
         else:
             raise UnsupportedGraph(
                 f"tpu compile: graph input {node.name} is {type(val).__name__}, not a tensor"
@@ -275,6 +279,15 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
         input_bounds=bounds,
         constants=constants,
     )
+
+
+_OPAQUE = object()  # the id of an opaque graph input
+
+
+def _is_opaque(val: Any) -> bool:
+    from torch._library.fake_class_registry import FakeScriptObject
+
+    return isinstance(val, (torch.ScriptObject, FakeScriptObject))
 
 
 def _attr(gm: torch.fx.GraphModule, target: str) -> Any:

@@ -5,6 +5,11 @@ A padded graph's inputs are brought to their bucket shapes (`_to_bucket`: free f
 tensor already laid out so, one program keyed by the bucket otherwise, see
 compile/bucket_io.h) and its outputs are views of the program's results at the true sizes,
 so a new size inside a known bucket compiles nothing.
+
+A graph holding functional collectives (dynamo/collectives.py) runs at exact sizes:
+collectives see whole tensors. Its program spans the devices of its group's ranks where
+every group is in-plugin; anywhere else it runs cut at its collectives, each piece between
+them a runner of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import torch
 import torch.fx
 
 from torchtpu import _C
+from torchtpu.dynamo import collectives as graph_collectives
 from torchtpu.dynamo.buckets import BucketPlan, Hazard, bucket_policy, bucket_size, plan
 from torchtpu.dynamo.buckets import layout as L
 from torchtpu.dynamo.graph_spec import (GraphPlan, UnsupportedGraph, build_plan, evaluate,
@@ -65,26 +71,64 @@ def _is_laid_out(t: torch.Tensor, bound: list[int]) -> bool:
     return all(n <= 1 or s == f for n, s, f in zip(t.shape, t.stride(), full))
 
 
+def bind_sizes(placeholders: list[torch.fx.Node], args: tuple[Any, ...]
+               ) -> dict[sympy.Symbol, int]:
+    """The value of every size symbol a placeholder holds alone (a SymInt input, or a
+    tensor dim), read from the call's arguments."""
+    values: dict[sympy.Symbol, int] = {}
+
+    def bind(s: Any, n: int) -> None:
+        # A symbol Dynamo later found equal to another reads as that one from then on;
+        # expressions made before then (this graph's) may hold either.
+        if isinstance(s, torch.SymInt):
+            for e in (getattr(s.node, "_expr", None), s.node.expr):
+                if isinstance(e, sympy.Symbol):
+                    values[e] = int(n)
+
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            bind(val, arg)
+        elif isinstance(val, torch.Tensor):
+            for s, n in zip(val.shape, arg.shape):
+                bind(s, n)
+    return values
+
+
+def _device_of(example_inputs: list[Any]) -> int:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+            return x.device.index or 0
+    return 0
+
+
 class GraphRunner:
     """Runs one AOT graph. `role`: "inference", "forward" (outputs from `first_saved` on
-    are saved for the backward) or "backward"."""
+    are saved for the backward) or "backward". `known_sizes`: for a piece of a graph cut
+    at its collectives, the sizes of the whole graph's call (a piece's inputs may have
+    sizes such as s0 + s1 that name no symbol alone)."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], *,
                  role: str = "inference", session: Session | None = None,
                  first_saved: int | None = None,
-                 mutated: list[tuple[int, int]] | None = None) -> None:
+                 mutated: list[tuple[int, int]] | None = None,
+                 device: int | None = None,
+                 known_sizes: dict[sympy.Symbol, int] | None = None) -> None:
         self.gm = gm
         self.role = role
         self.session = session or Session()
         self.first_saved = first_saved
+        self.known_sizes = known_sizes
         # (placeholder, graph output) pairs: the output is the placeholder's new value,
         # which AOTAutograd's epilogue copies back into the caller's tensor.
         self.mutated = mutated or []
-        self.device = 0
-        for x in example_inputs:
-            if isinstance(x, torch.Tensor) and x.device.type == "tpu":
-                self.device = x.device.index or 0
-                break
+        self.device = _device_of(example_inputs) if device is None else device
+        # Functional collectives: compiled into the program (InPluginCollectives, built on
+        # the first run) or the graph runs cut at them (`fallback`, a SplitGraph).
+        found = graph_collectives.plan(gm)
+        self.collectives = found if isinstance(found, graph_collectives.InPluginCollectives) \
+            else None
+        self.fallback: Any = None
         self.symbols = free_symbols(gm)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         # 0-dim CPU tensors mix with device tensors in PyTorch (an optimizer's step count
@@ -97,7 +141,8 @@ class GraphRunner:
         self.hazard: str | None = None
         self.padded_gm: torch.fx.GraphModule | None = None
         self.bucket_plan: BucketPlan | None = None
-        policy = bucket_policy()
+        # Collectives see whole tensors: no padded dims in graphs that hold them.
+        policy = "off" if found is not None else bucket_policy()
         if self.symbols and policy != "off":
             padded = _copy(gm)
             try:
@@ -120,7 +165,9 @@ class GraphRunner:
         self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
         self.forms: dict[tuple[int, ...], list[Any]] = {}
         self.ran = False
-        if not self.symbols:
+        if isinstance(found, str):
+            self.fallback = self._split(found)
+        elif not self.symbols and found is None:
             self._get(())
 
     @property
@@ -144,9 +191,13 @@ class GraphRunner:
         if key not in self.compiled:
             gm = self.padded_gm if self.bucketed else self.gm
             built = build_plan(gm, dict(zip(self.symbols, key)), bucketed=self.bucketed)
-            if not self.symbols:
-                built.spec.donations = _donations(built, self.mutated)
-            graph = _C.CompiledGraph(built.spec, self.device)
+            if self.collectives is not None:
+                graph = _C._distributed.replicated_graph(built.spec, self.device,
+                                                         self.collectives.span)
+            else:
+                if not self.symbols:
+                    built.spec.donations = _donations(built, self.mutated)
+                graph = _C.CompiledGraph(built.spec, self.device)
             self.compiled[key] = (graph, built)
             if self.symbols:
                 log.info("torchtpu: compiled graph for sizes %s", dict(zip(self.symbols, key)))
@@ -170,35 +221,45 @@ class GraphRunner:
         return built.constants
 
     def _bind(self, args: tuple[Any, ...]) -> dict[sympy.Symbol, int]:
-        values: dict[sympy.Symbol, int] = {}
-
-        def bind(s: Any, n: int) -> None:
-            # A symbol Dynamo later found equal to another reads as that one from then on;
-            # expressions made before then (this graph's) may hold either.
-            if isinstance(s, torch.SymInt):
-                for e in (getattr(s.node, "_expr", None), s.node.expr):
-                    if isinstance(e, sympy.Symbol):
-                        values[e] = int(n)
-
-        for node, arg in zip(self.placeholders, args):
-            val = node.meta.get("val")
-            if isinstance(val, torch.SymInt):
-                bind(val, arg)
-            elif isinstance(val, torch.Tensor):
-                for s, n in zip(val.shape, arg.shape):
-                    bind(s, n)
+        values = dict(self.known_sizes) if self.known_sizes is not None else {}
+        values.update(bind_sizes(self.placeholders, args))
         missing = [s for s in self.symbols if s not in values]
         if missing:
             raise UnsupportedGraph(f"tpu compile: cannot read sizes {missing} from the inputs")
         return values
 
+    def _split(self, reason: str) -> graph_collectives.SplitGraph:
+        """This graph cut at its collectives, each piece between them a runner."""
+        return graph_collectives.SplitGraph(
+            self.gm, reason,
+            lambda sub, sizes: GraphRunner(sub, [], device=self.device, known_sizes=sizes),
+            bind_sizes)
+
+    def _resolve_collectives(self) -> None:
+        """First run of a graph with collectives: resolve its groups with the other ranks;
+        where they cannot be lowered after all, run it cut at its collectives."""
+        assert self.collectives is not None
+        reason = self.collectives.resolve()
+        if reason is None:
+            graph_collectives.note_lowered(len(graph_collectives.collective_nodes(self.gm)))
+            return
+        self.fallback = self._split(reason)
+
     def __call__(self, *args: Any) -> Any:
+        if self.collectives is not None and not self.collectives.resolved:
+            self._resolve_collectives()
+        if self.fallback is not None:
+            if self.carried and self.symbols:
+                # Saved activations the forward returned in bucket layout, as true tensors.
+                actual = self._bind(args)
+                args = tuple(self._uncarried(i, a, actual) for i, a in enumerate(args))
+            return self.fallback(*args)
         original = args  # inputs handed back as outputs are the caller's own tensors
         if self.cpu_scalars:
             device = f"tpu:{self.device}"
             args = tuple(a.to(device) if i in self.cpu_scalars else a for i, a in enumerate(args))
         if not self.symbols:
-            graph, built = self.compiled[()]
+            graph, built = self._get(())
             tensors = graph.run([args[i] for i in built.input_placeholders] +
                                 self._constants(built))
             return tuple(tensors[v[1]] if v[0] == "tensor" else original[v[1]] if v[0] == "arg"

@@ -88,13 +88,24 @@ class LLMEngine:
                  served_model_name: str | None = None,
                  attention_kernel: bool | None = None,
                  log_request_timelines: bool = False,
+                 speculative: object = None, quantization: str | None = None,
+                 layers_per_call: int | None = None,
                  kv_events: KvEventsConfig | None = None) -> None:
+        """`speculative`: n-gram speculative decoding (SpeculativeConfig.parse: None off,
+        True defaults, an int of draft tokens, or vLLM's speculative_config dict);
+        `quantization`: None (f32 weights) or "int8" (weight-only, per output channel);
+        `layers_per_call`: decoder layers per compiled call (None: runner.layer_groups);
+        `kv_events`: publish the prefix cache's KV events (kv_events.py)."""
         import torchtpu  # noqa: F401  (registers the device)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from torchtpu import _serve
         from torchtpu.serve.model import PagedDecoder
         from torchtpu.serve.runner import ModelRunner
+        from torchtpu.serve.speculative import SpeculativeConfig
+
+        self.speculative = SpeculativeConfig.parse(speculative)
+        spec_tokens = self.speculative.num_speculative_tokens if self.speculative else 0
 
         path = resolve_model(model)
         self.model_path = path
@@ -107,16 +118,20 @@ class LLMEngine:
         pages_per_seq = -(-self.max_model_len // page_size)
         self.num_pages = num_pages or max_num_seqs * pages_per_seq
         self.eos_ids = self._eos_ids(hf)
-        self.decoder = PagedDecoder(hf, device)
+        self.decoder = PagedDecoder(hf, device, quantization=quantization)
         del hf
+        self.weight_bytes = self.decoder.weight_bytes()
         self.scheduler = _serve.Scheduler(_serve.SchedulerConfig(
             num_pages=self.num_pages, page_size=page_size, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, max_model_len=self.max_model_len,
-            enable_prefix_cache=enable_prefix_cache))
+            enable_prefix_cache=enable_prefix_cache, num_speculative_tokens=spec_tokens,
+            prompt_lookup_min=self.speculative.prompt_lookup_min if self.speculative else 2,
+            prompt_lookup_max=self.speculative.prompt_lookup_max if self.speculative else 4))
         self.runner = ModelRunner(
             self.decoder, num_pages=self.num_pages, page_size=page_size,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=self.max_model_len, attention_kernel=attention_kernel)
+            max_model_len=self.max_model_len, attention_kernel=attention_kernel,
+            layers_per_call=layers_per_call, max_logits_per_seq=1 + spec_tokens)
         self.metrics = ServeMetrics(self.model_name)
         self.metrics.set_cache_config(page_size, self.num_pages, enable_prefix_cache)
         # KV events (kv_events.py): the prefix cache's stores and evictions, published after
@@ -212,7 +227,8 @@ class LLMEngine:
             stop_ids, time.perf_counter())
         self.scheduler.add_request(request_id, prompt_token_ids=ids,
                                    max_new_tokens=params.max_tokens,
-                                   stop_token_ids=sorted(stop_ids), ignore_eos=False)
+                                   stop_token_ids=sorted(stop_ids), ignore_eos=False,
+                                   speculative=params.speculative)
         try:
             self.requests[request_id] = req
             self.metrics.on_arrival(len(ids))
@@ -268,21 +284,34 @@ class LLMEngine:
             self._publish_kv_events()
             return []
         items = [StepItem(it.request_id, list(it.token_ids), it.start_pos, list(it.page_ids),
-                          it.sample) for it in sched.items]
+                          1 + it.num_draft_tokens if it.sample else 0) for it in sched.items]
+        drafts = {it.request_id: list(it.token_ids[len(it.token_ids) - it.num_draft_tokens:])
+                  for it in sched.items if it.num_draft_tokens}
         logits = self.runner.execute(items)
         now = time.perf_counter()
-        samples, outputs = {}, []
-        for rid, row in logits.items():
+        samples: dict[str, list[Sample]] = {}
+        outputs = []
+        for rid, rows in logits.items():
+            sampler = self.requests[rid].sampler
             try:
-                samples[rid] = self.requests[rid].sampler.sample(row)
+                samples[rid] = (sampler.verify(rows, drafts[rid]) if rid in drafts
+                                else [sampler.sample(rows[0])])
             except Exception as e:  # noqa: BLE001 - this request's failure, not the engine's
                 outputs.append(self._fail(rid, e, "sampling"))
-        finished = dict(self.scheduler.update({rid: s.token for rid, s in samples.items()}))
-        for rid, s in samples.items():
+        for rid, proposed in drafts.items():
+            if rid in samples:
+                self.metrics.on_drafts(len(proposed), len(samples[rid]) - 1)
+        finished = dict(self.scheduler.update({rid: [x.token for x in ss]
+                                               for rid, ss in samples.items()}))
+        for rid, ss in samples.items():
             req = self.requests[rid]
-            req.output_token_ids.append(s.token)
-            req.cumulative_logprob += s.logprob
-            self.metrics.on_token(req, now)
+            if len(ss) > 1:  # the scheduler drops what follows a stop token
+                ss = ss[:self.scheduler.request_num_output_tokens(rid) -
+                        len(req.output_token_ids)]
+            for x in ss:
+                req.output_token_ids.append(x.token)
+                req.cumulative_logprob += x.logprob
+                self.metrics.on_token(req, now)
             reason = finished.get(rid)
             ids = req.output_token_ids
             if reason == "stop" and ids[-1] in req.stop_ids:
@@ -299,8 +328,8 @@ class LLMEngine:
                 self.scheduler.finish(rid, "stop")
                 reason = "stop"
             outputs.append(RequestOutput(
-                rid, req.prompt_token_ids, [s.token], text,
-                [s] if req.params.logprobs is not None else [], list(req.output_token_ids),
+                rid, req.prompt_token_ids, [x.token for x in ss], text,
+                list(ss) if req.params.logprobs is not None else [], list(req.output_token_ids),
                 reason is not None, reason, req.cumulative_logprob))
             if reason is not None:
                 del self.requests[rid]
@@ -348,4 +377,8 @@ class LLMEngine:
                     kv_cache_usage=s.kv_cache_usage, prefix_cache_queries=s.prefix_cache_queries,
                     prefix_cache_hits=s.prefix_cache_hits, num_preemptions=s.num_preemptions,
                     num_recompiles_after_warmup=self.runner.num_recompiles_after_warmup,
-                    warmup_seconds=self.warmup_seconds)
+                    warmup_seconds=self.warmup_seconds, weight_bytes=self.weight_bytes,
+                    quantization=self.decoder.quantization,
+                    spec_decode_num_drafts=self.metrics.spec_totals[0],
+                    spec_decode_num_draft_tokens=self.metrics.spec_totals[1],
+                    spec_decode_num_accepted_tokens=self.metrics.spec_totals[2])

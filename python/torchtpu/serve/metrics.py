@@ -53,6 +53,18 @@ class ServeMetrics:
             buckets=_LATENCY_BUCKETS, registry=self.registry).labels(model_name)
         self._seen_queries = 0
         self._seen_hits = 0
+        # Speculative decoding (vLLM's names): verification steps with drafts, drafted
+        # tokens, accepted ones, and accepted ones per draft position.
+        self.spec_drafts = counter("vllm:spec_decode_num_drafts",
+                                   "Decode steps that verified drafted tokens.")
+        self.spec_draft_tokens = counter("vllm:spec_decode_num_draft_tokens",
+                                         "Drafted tokens verified.")
+        self.spec_accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens",
+                                            "Drafted tokens accepted.")
+        self._spec_per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                     "Drafted tokens accepted, by position in the draft.",
+                                     ["model_name", "position"], registry=self.registry)
+        self.spec_totals = [0, 0, 0]  # drafts, draft tokens, accepted tokens
 
     def set_cache_config(self, block_size: int, num_gpu_blocks: int,
                          enable_prefix_caching: bool) -> None:
@@ -65,6 +77,16 @@ class ServeMetrics:
 
     def on_arrival(self, num_prompt_tokens: int) -> None:
         self.prompt_tokens.inc(num_prompt_tokens)
+
+    def on_drafts(self, num_draft_tokens: int, num_accepted: int) -> None:
+        self.spec_drafts.inc()
+        self.spec_draft_tokens.inc(num_draft_tokens)
+        self.spec_accepted_tokens.inc(num_accepted)
+        for pos in range(num_accepted):
+            self._spec_per_pos.labels(self._model_name, str(pos)).inc()
+        totals = self.spec_totals
+        totals[0], totals[1], totals[2] = (totals[0] + 1, totals[1] + num_draft_tokens,
+                                           totals[2] + num_accepted)
 
     def on_token(self, req, now: float) -> None:
         self.generation_tokens.inc()

@@ -1,19 +1,29 @@
 """Llama-architecture decoders (Llama, Mistral, Qwen2, Qwen3, SmolLM2) over a paged KV pool.
 
 The weights come from a Hugging Face checkpoint loaded with ``transformers`` on the CPU and
-are repacked per layer (q/k/v fused, gate/up fused) onto ``tpu``, stored [in, out]: XLA's
-CPU backend runs a matmul whose right operand is transposed several times slower for more
-than one row (it transposes the weight on every call), so projections are ``x @ w``. One decoder layer is a
-pure function of tensors, so every layer shares one compiled executable per shape bucket.
+are repacked per layer (q/k/v fused, gate/up fused) onto ``tpu``. Projections are stored
+[in, out]: XLA's CPU backend runs a matmul whose right operand is transposed several times
+slower for more than one row (it transposes the weight on every call), so they are
+``x @ w``. With ``quantization="int8"`` every linear layer, the head and the embedding are
+stored int8 [in, out] with one f32 scale per output channel (symmetric, round to nearest;
+the embedding as [hidden, vocab], so a tied head shares it). Projections run the host kernel
+``torchtpu::int8_matmul`` where the plugin has it: it reads the int8 weight once, converting
+in registers (a decode step is bound by reading weights, and int8 reads a quarter of the
+bytes), and for many rows it measured no slower than XLA's f32 matmul, while converting the
+weight in the program costs a full f32 copy per call. Other platforms convert in the
+program.
 
-Shapes of one forward call (see ``runner.py`` for how a schedule becomes a batch):
-  tokens    [S*Q]     the new tokens of S sequences, Q per sequence (padded)
-  positions [S, Q]    their positions; padding positions are 0
-  slots     [S*Q]     KV slot each new token is written to (padding -> the scratch page)
-  pages     [S, P]    each sequence's page table (padding -> the scratch page); C = P*page
+Layer functions are pure functions of tensors, so every layer (or group of layers) shares
+one compiled executable per shape bucket. One forward call computes a ragged batch: the new
+tokens of every scheduled sequence concatenated (decodes, speculative verifications and
+prefill chunks together), T tokens in all (padded):
+  tokens       [T]      the new tokens (padding: 0)
+  positions    [T]      their positions (padding: 0)
+  slots        [T]      KV slot each new token is written to (padding -> the scratch page)
+  pages        [S, P]   each sequence's page table (padding -> the scratch page)
+  query_start  [S + 1]  sequence s owns tokens [query_start[s], query_start[s + 1])
 The KV pool of one layer is [num_slots, kv_heads, head_dim]; attention reads a sequence's
-context by gathering its pages in position order (whole pages: a gather of page-sized
-rows is much cheaper than one of single slots), so pages never need to be contiguous.
+context through its page table, so pages never need to be contiguous.
 """
 
 from __future__ import annotations
@@ -52,28 +62,46 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rotated * sin
 
 
+def linear(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None,
+           bias: torch.Tensor | None = None, int8_kernel: bool = False) -> torch.Tensor:
+    """x @ W (+ bias), W stored [in, out]: f32, or int8 with a per-output-channel `scale`
+    (W = w * scale)."""
+    if scale is None:
+        return x @ w if bias is None else torch.addmm(bias, x, w)
+    if int8_kernel:
+        y = torch.ops.torchtpu.int8_matmul(x, w, scale)
+    else:
+        y = (x @ w.to(x.dtype)) * scale
+    return y if bias is None else y + bias
+
+
 def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-                  pages: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  inv_freq: torch.Tensor, rope_scale: torch.Tensor,
+                  pages: torch.Tensor, query_start: torch.Tensor, k_cache: torch.Tensor,
+                  v_cache: torch.Tensor, inv_freq: torch.Tensor, rope_scale: torch.Tensor,
                   w_in_norm: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor | None,
                   w_q_norm: torch.Tensor | None, w_k_norm: torch.Tensor | None,
                   w_o: torch.Tensor, w_post_norm: torch.Tensor, w_gate_up: torch.Tensor,
-                  w_down: torch.Tensor, num_heads: int, num_kv_heads: int, page_size: int,
-                  eps: float, window: int, attention_kernel: bool = False) -> torch.Tensor:
-    """One pre-norm decoder layer; writes this step's keys and values into the caches at
-    `slots` (in place: compiled, the caches' buffers are donated, so a step costs the rows
-    it writes). `window` > 0 limits attention to the last `window` keys.
-    `attention_kernel` computes attention with the host kernel ``torchtpu::paged_attention``
-    (see ``attention_kernel_available``) instead of gathering pages in StableHLO."""
-    s, q_len = positions.shape
+                  w_down: torch.Tensor, s_qkv: torch.Tensor | None = None,
+                  s_o: torch.Tensor | None = None, s_gate_up: torch.Tensor | None = None,
+                  s_down: torch.Tensor | None = None, *, num_heads: int, num_kv_heads: int,
+                  page_size: int, eps: float, window: int, attention_kernel: bool = False,
+                  int8_kernel: bool = False) -> torch.Tensor:
+    """One pre-norm decoder layer over a ragged batch of T tokens (h [T, hidden]); writes
+    their keys and values into the caches at `slots` (in place: compiled, the caches'
+    buffers are donated, so a step costs the rows it writes). `window` > 0 limits attention
+    to the last `window` keys. `attention_kernel` computes attention with the host kernel
+    ``torchtpu::paged_attention`` (see ``attention_kernel_available``) instead of gathering
+    pages in StableHLO; `int8_kernel` runs int8 projections with ``torchtpu::int8_matmul``.
+    The s_* are the int8 weights' scales (None: f32 weights)."""
+    tokens = positions.shape[0]
     head_dim = k_cache.shape[-1]
     x = _rms_norm(h, w_in_norm, eps)
-    qkv = x @ w_qkv if b_qkv is None else torch.addmm(b_qkv, x, w_qkv)
+    qkv = linear(x, w_qkv, s_qkv, b_qkv, int8_kernel)
     q, k, v = qkv.split([num_heads * head_dim, num_kv_heads * head_dim,
                          num_kv_heads * head_dim], dim=-1)
-    q = q.view(s * q_len, num_heads, head_dim)
-    k = k.view(s * q_len, num_kv_heads, head_dim)
-    v = v.view(s * q_len, num_kv_heads, head_dim)
+    q = q.view(tokens, num_heads, head_dim)
+    k = k.view(tokens, num_kv_heads, head_dim)
+    v = v.view(tokens, num_kv_heads, head_dim)
     if w_q_norm is not None:  # Qwen3 normalizes each head before the rotation
         q = _rms_norm(q, w_q_norm, eps)
         k = _rms_norm(k, w_k_norm, eps)
@@ -89,52 +117,67 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
     v_cache.index_copy_(0, slots, v)
     if attention_kernel:
         attn = torch.ops.torchtpu.paged_attention(
-            q.view(s, q_len, num_heads, head_dim), k_cache, v_cache, pages, positions,
-            page_size, 1.0 / math.sqrt(head_dim), window).view(s * q_len, num_heads * head_dim)
+            q, k_cache, v_cache, pages, positions, query_start, page_size,
+            1.0 / math.sqrt(head_dim), window).view(tokens, num_heads * head_dim)
     else:
-        attn = _gathered_attention(q, k_cache, v_cache, pages, positions, page_size, window)
-    h = h + attn @ w_o
+        attn = _gathered_attention(q, k_cache, v_cache, pages, positions, query_start,
+                                   page_size, window)
+    h = h + linear(attn, w_o, s_o, int8_kernel=int8_kernel)
 
     x = _rms_norm(h, w_post_norm, eps)
-    gate, up = (x @ w_gate_up).chunk(2, dim=-1)
-    return h + (F.silu(gate) * up) @ w_down
+    gate, up = linear(x, w_gate_up, s_gate_up, int8_kernel=int8_kernel).chunk(2, dim=-1)
+    return h + linear(F.silu(gate) * up, w_down, s_down, int8_kernel=int8_kernel)
+
+
+def decoder_layers(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                   pages: torch.Tensor, query_start: torch.Tensor, k_caches: list[torch.Tensor],
+                   v_caches: list[torch.Tensor], inv_freq: torch.Tensor,
+                   rope_scale: torch.Tensor, layers: list[dict], **static) -> torch.Tensor:
+    """Consecutive decoder layers in one function: compiled, one call runs them all, so a
+    step pays the fixed cost of a compiled call once per group instead of once per layer."""
+    for k_cache, v_cache, w in zip(k_caches, v_caches, layers):
+        h = decoder_layer(h, positions, slots, pages, query_start, k_cache, v_cache, inv_freq,
+                          rope_scale, **w, **static)
+    return h
 
 
 def _gathered_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                        pages: torch.Tensor, positions: torch.Tensor, page_size: int,
-                        window: int) -> torch.Tensor:
-    """Attention in plain ops: gathers each sequence's pages, then two batched matmuls.
-    q [S*Q, H, D] -> [S*Q, H*D]."""
-    s, q_len = positions.shape
-    num_heads, head_dim = q.shape[1], q.shape[2]
+                        pages: torch.Tensor, positions: torch.Tensor, query_start: torch.Tensor,
+                        page_size: int, window: int) -> torch.Tensor:
+    """Attention in plain ops (platforms without the host kernel): every token gathers its
+    sequence's pages, then two batched matmuls; memory and work grow with T * C, so the
+    runner keeps C in buckets on this path. q [T, H, D] -> [T, H*D]; padding tokens (past
+    query_start[S]) and tokens that see no key get zeros, as from the kernel."""
+    tokens, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
-    ctx = pages.shape[1] * page_size
+    seqs, ctx = pages.shape[0], pages.shape[1] * page_size
+    token = torch.arange(tokens, device=q.device)
+    seq = (token.unsqueeze(1) >= query_start[1:].unsqueeze(0)).sum(dim=1)  # S for padding
+    valid = seq < seqs
     by_page = (-1, page_size, num_kv_heads, head_dim)
-    keys = k_cache.view(by_page).index_select(0, pages.reshape(-1)).view(
-        s, ctx, num_kv_heads, head_dim)
-    values = v_cache.view(by_page).index_select(0, pages.reshape(-1)).view(
-        s, ctx, num_kv_heads, head_dim)
-
+    flat = pages.index_select(0, seq.clamp(max=seqs - 1)).reshape(-1)
+    keys = k_cache.view(by_page).index_select(0, flat).view(tokens, ctx, num_kv_heads, head_dim)
+    values = v_cache.view(by_page).index_select(0, flat).view(tokens, ctx, num_kv_heads,
+                                                              head_dim)
     group = num_heads // num_kv_heads
-    q = q.view(s, q_len, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
-    keys = keys.permute(0, 2, 3, 1)            # [s, kv, d, ctx]
-    values = values.permute(0, 2, 1, 3)        # [s, kv, ctx, d]
-    scores = torch.matmul(q.reshape(s, num_kv_heads, group * q_len, head_dim), keys)
-    scores = scores.view(s, num_kv_heads, group, q_len, ctx) * (1.0 / math.sqrt(head_dim))
+    q = q.view(tokens, num_kv_heads, group, head_dim)
+    scores = torch.matmul(q, keys.permute(0, 2, 3, 1)) * (1.0 / math.sqrt(head_dim))
     key_pos = torch.arange(ctx, device=q.device)
-    query_pos = positions.view(s, 1, 1, q_len, 1)
-    visible = key_pos <= query_pos
+    query_pos = positions.view(tokens, 1)
+    visible = (key_pos <= query_pos) & valid.view(tokens, 1)
     if window > 0:
         visible = visible & (key_pos > query_pos - window)
-    scores = scores.masked_fill(~visible, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).view(s, num_kv_heads, group * q_len, ctx)
-    # Slots past a sequence's last position hold whatever the page's previous owner (or the
+    visible = visible.view(tokens, 1, 1, ctx)
+    seen = visible.any(dim=-1, keepdim=True)
+    scores = scores.masked_fill(~visible, float("-inf")).masked_fill(~seen, 0.0)
+    probs = torch.softmax(scores, dim=-1) * visible
+    # Slots past a token's position hold whatever the page's previous owner (or the
     # scratch page's padding) wrote; a zero weight times a NaN there is NaN, so one request
     # whose values overflowed would poison every later one that reuses its pages.
-    stale = (key_pos > positions.amax(dim=1).view(s, 1, 1, 1)).view(s, 1, ctx, 1)
-    values = values.masked_fill(stale, 0.0)
-    attn = torch.matmul(probs, values).view(s, num_kv_heads, group, q_len, head_dim)
-    return attn.permute(0, 3, 1, 2, 4).reshape(s * q_len, num_heads * head_dim)
+    stale = (key_pos > query_pos).view(tokens, 1, ctx, 1)
+    values = values.permute(0, 2, 1, 3).masked_fill(stale, 0.0)  # [T, KV, C, D]
+    attn = torch.matmul(probs, values)                           # [T, KV, group, D]
+    return attn.reshape(tokens, num_heads * head_dim)
 
 
 def attention_kernel_available(device: torch.device, dtype: torch.dtype) -> bool:
@@ -147,21 +190,58 @@ def attention_kernel_available(device: torch.device, dtype: torch.dtype) -> bool
     return ops.has_host_kernel("torchtpu_paged_attention")
 
 
-def embed(tokens: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return F.embedding(tokens, weight)
+def int8_kernel_available(device: torch.device) -> bool:
+    """Whether int8 projections can run the host kernel ``torchtpu::int8_matmul`` (the XLA
+    CPU plugin registers it)."""
+    if torch.device(device).type != "tpu":
+        return False
+    from torchtpu import ops
+
+    return ops.has_host_kernel("torchtpu_int8_matmul")
+
+
+def embed(tokens: torch.Tensor, weight: torch.Tensor,
+          scale: torch.Tensor | None = None) -> torch.Tensor:
+    """The tokens' embeddings: rows of an f32 [vocab, hidden] table, or with `scale`,
+    columns of an int8 [hidden, vocab] one times their scales."""
+    if scale is None:
+        return F.embedding(tokens, weight)
+    cols = weight.index_select(1, tokens).t().to(torch.float32)
+    return cols * scale.index_select(0, tokens).unsqueeze(1)
 
 
 def lm_head(h: torch.Tensor, rows: torch.Tensor, w_norm: torch.Tensor, w_head: torch.Tensor,
-            eps: float) -> torch.Tensor:
-    """Logits (f32) of the rows of `h` that a token is sampled from."""
+            s_head: torch.Tensor | None, eps: float, int8_kernel: bool = False) -> torch.Tensor:
+    """Logits (f32) of the rows of `h` that tokens are sampled from."""
     x = _rms_norm(h.index_select(0, rows), w_norm, eps)
-    return (x @ w_head).to(torch.float32)
+    return linear(x, w_head, s_head, int8_kernel=int8_kernel).to(torch.float32)
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8 of a weight given as [out, in] (nn.Linear's layout,
+    or an embedding's [vocab, hidden]): (int8 [in, out], f32 scale [out]) with
+    w.T ~ q * scale; a channel of zeros gets scale 1."""
+    w = w.detach().to(torch.float32)
+    top = w.abs().amax(dim=1)
+    scale = torch.where(top > 0, top / 127.0, torch.ones_like(top))
+    q = torch.round(w / scale.unsqueeze(1)).clamp(-127, 127).to(torch.int8)
+    return q.t().contiguous(), scale.contiguous()
+
+
+QUANTIZATIONS = (None, "int8")
 
 
 class PagedDecoder:
-    """The weights of one decoder model on a device, repacked for `decoder_layer`."""
+    """The weights of one decoder model on a device, repacked for `decoder_layer`;
+    `quantization` None keeps f32 weights, "int8" stores the linear layers, the embedding
+    and the head int8 per output channel (a tied head shares the embedding's int8 rows)."""
 
-    def __init__(self, hf_model: torch.nn.Module, device: torch.device | str) -> None:
+    def __init__(self, hf_model: torch.nn.Module, device: torch.device | str,
+                 quantization: str | None = None) -> None:
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"serve: quantization {quantization!r} is not supported; "
+                             f"supported: None (f32 weights), 'int8' (weight-only, per output "
+                             "channel)")
         config = hf_model.config
         arch = (getattr(config, "architectures", None) or [type(hf_model).__name__])[0]
         if arch not in SUPPORTED_ARCHITECTURES:
@@ -178,37 +258,67 @@ class PagedDecoder:
             head_dim=head_dim, vocab_size=config.vocab_size, rms_eps=config.rms_norm_eps,
             max_position=config.max_position_embeddings, sliding_window=window)
         self.device = torch.device(device)
-        self.dtype = torch.float32
+        self.dtype = torch.float32  # activations and the KV cache
+        self.quantization = quantization
         base = hf_model.model
 
         def put(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.detach().to(self.dtype).contiguous().to(self.device)
 
-        def put_t(w: torch.Tensor) -> torch.Tensor:  # [out, in] -> [in, out]
-            return put(w.detach().t())
+        def linear_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            """A linear layer's [out, in] weight as stored: [in, out], f32 or int8 with its
+            scales."""
+            if quantization is None:
+                return put(w.detach().t()), None
+            q, scale = quantize_int8(w)
+            return q.to(self.device), scale.to(self.device)
 
         rotary = base.rotary_emb
         self.inv_freq = put(rotary.inv_freq.to(torch.float32))
         self.rope_scale = put(torch.tensor(float(getattr(rotary, "attention_scaling", 1.0))))
-        self.embed_weight = put(base.embed_tokens.weight)
         self.norm_weight = put(base.norm.weight)
-        self.head_weight = put_t(hf_model.lm_head.weight)
+        tied = hf_model.lm_head.weight is base.embed_tokens.weight or (
+            torch.equal(hf_model.lm_head.weight, base.embed_tokens.weight))
+        if quantization is None:
+            self.embed_weight, self.embed_scale = put(base.embed_tokens.weight), None
+        else:
+            # Stored as a head would be ([hidden, vocab], a scale per vocabulary entry): a
+            # tied head is the same tensor.
+            self.embed_weight, self.embed_scale = linear_weight(base.embed_tokens.weight)
+        if tied and quantization is not None:
+            self.head_weight, self.head_scale = self.embed_weight, self.embed_scale
+        else:
+            self.head_weight, self.head_scale = linear_weight(hf_model.lm_head.weight)
         self.layers = []
         for layer in base.layers:
             attn, mlp = layer.self_attn, layer.mlp
             biases = [p.bias for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
+            w_qkv, s_qkv = linear_weight(torch.cat([attn.q_proj.weight, attn.k_proj.weight,
+                                                    attn.v_proj.weight]))
+            w_o, s_o = linear_weight(attn.o_proj.weight)
+            w_gate_up, s_gate_up = linear_weight(torch.cat([mlp.gate_proj.weight,
+                                                            mlp.up_proj.weight]))
+            w_down, s_down = linear_weight(mlp.down_proj.weight)
             self.layers.append(dict(
-                w_in_norm=put(layer.input_layernorm.weight),
-                w_qkv=put_t(torch.cat([attn.q_proj.weight, attn.k_proj.weight,
-                                       attn.v_proj.weight])),
+                w_in_norm=put(layer.input_layernorm.weight), w_qkv=w_qkv,
                 b_qkv=put(torch.cat(biases)) if biases[0] is not None else None,
                 w_q_norm=put(attn.q_norm.weight) if hasattr(attn, "q_norm") else None,
                 w_k_norm=put(attn.k_norm.weight) if hasattr(attn, "k_norm") else None,
-                w_o=put_t(attn.o_proj.weight),
-                w_post_norm=put(layer.post_attention_layernorm.weight),
-                w_gate_up=put_t(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
-                w_down=put_t(mlp.down_proj.weight),
+                w_o=w_o, w_post_norm=put(layer.post_attention_layernorm.weight),
+                w_gate_up=w_gate_up, w_down=w_down,
+                s_qkv=s_qkv, s_o=s_o, s_gate_up=s_gate_up, s_down=s_down,
             ))
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights on the device (a tensor shared by two roles counts once)."""
+        seen: dict[int, int] = {}
+        tensors = [self.inv_freq, self.rope_scale, self.norm_weight, self.embed_weight,
+                   self.embed_scale, self.head_weight, self.head_scale]
+        tensors += [t for layer in self.layers for t in layer.values()]
+        for t in tensors:
+            if t is not None:
+                seen[id(t)] = t.numel() * t.element_size()
+        return sum(seen.values())
 
     def kv_bytes_per_slot(self) -> int:
         s = self.shape

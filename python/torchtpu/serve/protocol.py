@@ -136,6 +136,11 @@ class _Sampling(_Model):
     add_special_tokens: bool | None = Field(
         None, description="Add the tokenizer's special tokens (BOS) to a text prompt.")
     request_id: str | None = Field(None, description="Used in the response's id.")
+    # torchtpu's extra
+    speculative: bool = Field(
+        True, description="Speculative decoding for this request when the server has it "
+        "(--speculative-config); it changes speed only, never greedy tokens or the sampled "
+        "distribution.")
     use_beam_search: Unsupported = None
     length_penalty: Unsupported = None
     spaces_between_special_tokens: Unsupported = None
@@ -406,7 +411,7 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest, *,
         top_k=-1 if req.top_k is None else req.top_k,
         min_p=0.0 if req.min_p is None else req.min_p,
         seed=req.seed, stop=stop, stop_token_ids=list(req.stop_token_ids or []),
-        ignore_eos=req.ignore_eos, min_tokens=req.min_tokens,
+        ignore_eos=req.ignore_eos, min_tokens=req.min_tokens, speculative=req.speculative,
         presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
         repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
         logit_bias=_logit_bias(req.logit_bias), allowed_token_ids=req.allowed_token_ids,

@@ -67,7 +67,8 @@ class PromptTokenizer:
 
 def run_router(replicas: list[dict], *, model_path: str | None, host: str = "127.0.0.1",
                port: int = 8000, mode: str = "cache-aware",
-               weights: tuple[float, float, float] = (3.0, 1.0, 1.0), block_size: int = 0,
+               weights: tuple[float, float, float] = (3.0, 1.0, 1.0),
+               spill_threshold: int | None = None, block_size: int = 0,
                routed_ttl_s: float = 30.0, health_interval_s: float = 0.5,
                on_listening=None) -> int:
     """Serves until SIGINT/SIGTERM. `replicas`: dicts with "url" and optionally "events"
@@ -78,6 +79,7 @@ def run_router(replicas: list[dict], *, model_path: str | None, host: str = "127
     events = any(r.get("events") for r in replicas)
     router = _router.Router(
         host=host, port=port, replicas=replicas, mode=mode, weights=list(weights),
+        **({} if spill_threshold is None else {"spill_threshold": spill_threshold}),
         block_size=block_size, routed_ttl_s=routed_ttl_s if events else 1e9,
         health_interval_s=health_interval_s, tokenizer=tokenizer)
     bound = router.bind()

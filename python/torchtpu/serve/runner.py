@@ -1,11 +1,25 @@
-"""Turns one schedule into padded, bucketed forward calls of a ``PagedDecoder``.
+"""Turns one schedule into one forward pass of a ``PagedDecoder``: a ragged batch.
 
-Each scheduled item is either a decode-shaped one (one new token) or a prefill chunk.
-All one-token items run together as one batch of S sequences (S padded to a bucket);
-each prefill chunk runs alone with its Q tokens padded to a bucket. The context length C
-that attention reads is padded to a bucket too. So every forward call has one of a small,
-fixed set of shapes, all compiled by ``warmup()``; a compile after that is a bug and is
-counted and logged as one.
+Every scheduled item (a decode's one token, a speculative verification's few, a prefill
+chunk's many) puts its tokens one after another into one batch of T tokens, padded to a
+bucket; each sequence's page table is a row of a [S, P] table (S = max_num_seqs) and
+``query_start`` says which tokens are whose. So a step with many prefill chunks costs what
+its tokens cost, not a forward call per chunk, and every call has one of a small, fixed set
+of shapes, all compiled by ``warmup()``; a compile after that is a bug and is counted and
+logged as one.
+
+A forward pass is a few compiled calls: the embedding, the decoder layers in groups of
+``layers_per_call`` (each call has a fixed cost, about a millisecond on the CPU plugin,
+that a decode step pays in full: a call that donates its KV caches returns only once its
+inputs are ready, so calls do not overlap; fewer, larger calls cost less per step but take
+longer to trace at warm-up), and the head over the rows that are sampled. The step's
+integer inputs go to the device as one tensor, sliced inside each call.
+
+Buckets: T is a power of two up to max_num_batched_tokens; sampled rows R a power of two
+up to T; with the attention kernel, the page table always has the longest context's pages
+(the kernel reads only what each query sees, so padding the context costs nothing), while
+the gathered formulation's cost grows with the context, so there C (= P pages) has
+buckets too.
 """
 
 from __future__ import annotations
@@ -19,10 +33,17 @@ from typing import Sequence
 
 import torch
 
-from torchtpu.serve.model import (PagedDecoder, attention_kernel_available, decoder_layer, embed,
-                                  lm_head)
+from torchtpu.serve.model import (PagedDecoder, attention_kernel_available, decoder_layers,
+                                  embed, int8_kernel_available, lm_head)
 
 log = logging.getLogger("torchtpu.serve")
+
+# The most decoder layers one compiled call runs, by default. Measured on SmolLM2-135M (30
+# layers) at one sequence: a decode step took 44 ms of CPU time with one layer per call,
+# 28 with 10 and 26 with 30, while tracing a call at warm-up grows with its layers (0.6 s
+# per layer per shape); 10 keeps warm-up about what one layer per call with separate
+# decode and prefill shapes took.
+DEFAULT_MAX_LAYERS_PER_CALL = 10
 
 
 def _powers_of_two(lo: int, hi: int) -> list[int]:
@@ -50,6 +71,22 @@ def _bucket(n: int, sizes: Sequence[int]) -> int:
     raise ValueError(f"serve: size {n} exceeds the largest bucket {sizes[-1]}")
 
 
+def layer_groups(num_layers: int, layers_per_call: int | None) -> list[range]:
+    """Consecutive layer ranges, one per compiled call. None: at most
+    DEFAULT_MAX_LAYERS_PER_CALL layers per call, as even as divisors allow (every group of
+    one size shares one compiled program per shape)."""
+    if layers_per_call is None:
+        cap = min(num_layers, DEFAULT_MAX_LAYERS_PER_CALL)
+        fewest = -(-num_layers // cap)
+        even = max(g for g in range(1, cap + 1) if num_layers % g == 0)
+        layers_per_call = even if num_layers // even <= 2 * fewest else -(-num_layers // fewest)
+    if not isinstance(layers_per_call, int) or layers_per_call < 1:
+        raise ValueError(f"serve: layers_per_call must be a positive integer, got "
+                         f"{layers_per_call!r}")
+    g = min(layers_per_call, num_layers)
+    return [range(i, min(i + g, num_layers)) for i in range(0, num_layers, g)]
+
+
 def _own_copy(fn):
     """`fn` with its own code object. Dynamo keeps compiled graphs per code object, so each
     runner gets its own cache (and recompile limit) instead of sharing one with every other
@@ -65,14 +102,58 @@ class StepItem:
     token_ids: list[int]
     start_pos: int
     page_ids: list[int]
-    sample: bool
+    num_logits: int = 0  # logits rows wanted: those of the last num_logits tokens
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where each integer input sits in the step's one int64 tensor. The row list always
+    has room for the most rows, so the tensor's shape (which every call of the step is
+    compiled for) does not depend on r."""
+    t: int  # tokens (padded)
+    s: int  # sequences (page table rows)
+    p: int  # pages per sequence
+    r: int  # sampled rows (padded)
+    max_r: int  # room for rows
+
+    @property
+    def size(self) -> int:
+        return 3 * self.t + self.s + 1 + self.s * self.p + self.max_r
+
+
+def _inputs(meta: torch.Tensor, t: int, s: int, p: int):
+    """(tokens, positions, slots, query_start, pages) sliced from the step's tensor."""
+    o = 3 * t
+    return (meta[:t], meta[t:2 * t], meta[2 * t:o], meta[o:o + s + 1],
+            meta[o + s + 1:o + s + 1 + s * p].view(s, p))
+
+
+def _embed_step(meta: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None,
+                t: int) -> torch.Tensor:
+    return embed(meta[:t], weight, scale)
+
+
+def _layers_step(h: torch.Tensor, meta: torch.Tensor, k_caches: list[torch.Tensor],
+                 v_caches: list[torch.Tensor], inv_freq: torch.Tensor,
+                 rope_scale: torch.Tensor, layers: list[dict], t: int, s: int, p: int,
+                 **static) -> torch.Tensor:
+    _, positions, slots, query_start, pages = _inputs(meta, t, s, p)
+    return decoder_layers(h, positions, slots, pages, query_start, k_caches, v_caches,
+                          inv_freq, rope_scale, layers, **static)
+
+
+def _head_step(h: torch.Tensor, meta: torch.Tensor, w_norm: torch.Tensor, w_head: torch.Tensor,
+               s_head: torch.Tensor | None, t: int, s: int, p: int, r: int, eps: float,
+               int8_kernel: bool) -> torch.Tensor:
+    o = 3 * t + s + 1 + s * p
+    return lm_head(h, meta[o:o + r], w_norm, w_head, s_head, eps, int8_kernel)
 
 
 class ModelRunner:
     def __init__(self, decoder: PagedDecoder, *, num_pages: int, page_size: int,
                  max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int,
-                 min_prefill_bucket: int = 16, min_context_bucket: int = 256,
-                 attention_kernel: bool | None = None) -> None:
+                 min_context_bucket: int = 256, attention_kernel: bool | None = None,
+                 layers_per_call: int | None = None, max_logits_per_seq: int = 1) -> None:
         self.decoder = decoder
         # Attention runs as the host kernel where the plugin has it (None: decide here):
         # for a decode step, gathering pages in StableHLO costs several times what reading
@@ -84,8 +165,11 @@ class ModelRunner:
                              "host kernel is not registered for this device and dtype (it "
                              "is f32-only, on the XLA CPU plugin); pass None or False")
         self.attention_kernel = available if attention_kernel is None else attention_kernel
+        self.int8_kernel = (decoder.quantization == "int8"
+                            and int8_kernel_available(decoder.device))
         self.page_size = page_size
         self.num_pages = num_pages
+        self.max_num_seqs = max_num_seqs
         # One extra page past the pool: padding tokens write there and padded context
         # reads it; the scheduler never hands it out.
         self.scratch_slot = num_pages * page_size
@@ -97,36 +181,39 @@ class ModelRunner:
         self.v_caches = [torch.zeros(kv, dtype=decoder.dtype, device=decoder.device)
                          for _ in range(shape.num_layers)]
         max_ctx = -(-max_model_len // page_size) * page_size
-        self.decode_buckets = _powers_of_two(1, max_num_seqs)
-        self.prefill_buckets = _powers_of_two(min(min_prefill_bucket, max_num_batched_tokens),
-                                              max_num_batched_tokens)
-        # Whole pages: attention gathers a sequence's context page by page. Attention cost
-        # grows with C, and decode steps are dominated by it, so C gets finer steps.
-        self.context_buckets = sorted({-(-c // page_size) * page_size for c in
-                                       _powers_of_two_and_halves(min(min_context_bucket, max_ctx),
-                                                                 max_ctx)})
+        self.token_buckets = _powers_of_two(1, max_num_batched_tokens)
+        if self.attention_kernel:
+            self.context_buckets = [max_ctx]
+        else:
+            self.context_buckets = sorted({-(-c // page_size) * page_size for c in
+                                           _powers_of_two_and_halves(
+                                               min(min_context_bucket, max_ctx), max_ctx)})
+        max_rows = min(max_num_batched_tokens, max_num_seqs * max(1, max_logits_per_seq))
+        self.row_buckets = _powers_of_two(1, max_rows)
+        self.groups = layer_groups(shape.num_layers, layers_per_call)
         self.window = shape.sliding_window or 0
         if self.window >= max_ctx:
             self.window = 0
-        n_shapes = (len(self.decode_buckets) + len(self.prefill_buckets)) * len(self.context_buckets)
+        group_sizes = {len(g) for g in self.groups}
+        n_shapes = len(self.token_buckets) * len(self.context_buckets) * len(group_sizes)
+        n_shapes = max(n_shapes, len(self.token_buckets) * len(self.row_buckets))
         cfg = torch._dynamo.config
         if hasattr(cfg, "recompile_limit"):
             cfg.recompile_limit = max(cfg.recompile_limit, n_shapes + 8)
         else:
             cfg.cache_size_limit = max(cfg.cache_size_limit, n_shapes + 8)
         opts = dict(backend="tpu", dynamic=False, fullgraph=True)
-        self._layer = torch.compile(_own_copy(decoder_layer), **opts)
-        self._embed = torch.compile(_own_copy(embed), **opts)
-        self._head = torch.compile(_own_copy(lm_head), **opts)
+        self._layers = torch.compile(_own_copy(_layers_step), **opts)
+        self._embed = torch.compile(_own_copy(_embed_step), **opts)
+        self._head = torch.compile(_own_copy(_head_step), **opts)
         self._warm_graphs: int | None = None
         self.num_recompiles_after_warmup = 0
 
     # --- shapes -------------------------------------------------------------------------
     def bucket_shapes(self) -> list[tuple[int, int, int]]:
-        """Every (S, Q, C) a forward call can take."""
-        shapes = [(s, 1, c) for s in self.decode_buckets for c in self.context_buckets]
-        shapes += [(1, q, c) for q in self.prefill_buckets for c in self.context_buckets]
-        return shapes
+        """Every (T, C, R) a forward pass can take."""
+        return [(t, c, r) for t in self.token_buckets for c in self.context_buckets
+                for r in self.row_buckets if r <= t]
 
     def warmup(self, progress: bool = True) -> float:
         """Compiles (or loads from the disk cache) every bucket. Returns seconds taken."""
@@ -135,18 +222,29 @@ class ModelRunner:
         t0 = time.perf_counter()
         shapes = self.bucket_shapes()
         with backend.expected_recompiles():
-            for i, (s, q, c) in enumerate(shapes):
-                self._forward(s, q, c, [], [])
+            done_tc = set()
+            for i, (t, c, r) in enumerate(shapes):
+                if (t, c) not in done_tc:  # the layers once per (T, C), the head per R
+                    done_tc.add((t, c))
+                    self._forward(t, c, r, [])
+                else:
+                    lay = _Layout(t, self.max_num_seqs, c // self.page_size, r,
+                                  self.row_buckets[-1])
+                    self._run_head(self._hidden(t), self._meta(lay), lay)
                 if progress:
                     done = int(30 * (i + 1) / len(shapes))
                     print(f"\rserve: warm-up [{'#' * done}{'.' * (30 - done)}] {i + 1}/"
-                          f"{len(shapes)} shapes (S={s}, Q={q}, C={c})", end="",
+                          f"{len(shapes)} shapes (T={t}, C={c}, R={r})", end="",
                           file=sys.stderr, flush=True)
         if progress:
             print(file=sys.stderr)
         torch.tpu.synchronize()
         self._warm_graphs = backend.compile_stats()["num_dynamo_compiles"]
         return time.perf_counter() - t0
+
+    def _hidden(self, t: int) -> torch.Tensor:
+        return torch.zeros(t, self.decoder.shape.hidden, dtype=self.decoder.dtype,
+                           device=self.decoder.device)
 
     def _check_no_compile(self) -> None:
         if self._warm_graphs is None:
@@ -162,62 +260,82 @@ class ModelRunner:
 
     # --- execution ----------------------------------------------------------------------
     def execute(self, items: Sequence[StepItem]) -> dict[str, torch.Tensor]:
-        """Runs the forward pass of one schedule. Returns, for each item with ``sample``,
-        the f32 logits (on the CPU) of its last token."""
-        decodes = [it for it in items if len(it.token_ids) == 1]
-        prefills = [it for it in items if len(it.token_ids) > 1]
-        logits: dict[str, torch.Tensor] = {}
-        for group in self._split(decodes, self.decode_buckets[-1]):
-            s = _bucket(len(group), self.decode_buckets)
-            c = _bucket(max(it.start_pos + 1 for it in group), self.context_buckets)
-            logits.update(self._forward(s, 1, c, group, [it.sample for it in group]))
-        for it in prefills:
-            q = _bucket(len(it.token_ids), self.prefill_buckets)
-            c = _bucket(it.start_pos + len(it.token_ids), self.context_buckets)
-            logits.update(self._forward(1, q, c, [it], [it.sample]))
+        """Runs the forward pass of one schedule. Returns, for each item with num_logits,
+        the f32 logits (on the CPU) of its last num_logits tokens, [num_logits, vocab]."""
+        if not items:
+            return {}
+        n_tokens = sum(len(it.token_ids) for it in items)
+        n_rows = sum(it.num_logits for it in items)
+        if (len(items) > self.max_num_seqs or n_tokens > self.token_buckets[-1]
+                or n_rows > self.row_buckets[-1]):
+            raise ValueError(f"serve: a step of {len(items)} sequences, {n_tokens} tokens and "
+                             f"{n_rows} sampled rows exceeds the runner's limits "
+                             f"({self.max_num_seqs}, {self.token_buckets[-1]}, "
+                             f"{self.row_buckets[-1]})")
+        t = _bucket(n_tokens, self.token_buckets)
+        c = _bucket(max(it.start_pos + len(it.token_ids) for it in items), self.context_buckets)
+        r = _bucket(max(1, n_rows), self.row_buckets)
+        if self._warm_graphs is None:  # not warmed up: shapes compile on first use, as planned
+            from torchtpu.dynamo import backend
+
+            with backend.expected_recompiles():
+                return self._forward(t, c, r, items)
+        logits = self._forward(t, c, r, items)
         self._check_no_compile()
         return logits
 
-    @staticmethod
-    def _split(items: list[StepItem], size: int) -> list[list[StepItem]]:
-        return [items[i:i + size] for i in range(0, len(items), size)]
-
-    def _page_table(self, page_ids: list[int], c: int) -> list[int]:
-        n = c // self.page_size
-        return page_ids[:n] + [self.num_pages] * (n - min(n, len(page_ids)))
-
-    def _forward(self, s: int, q: int, c: int, group: Sequence[StepItem],
-                 sample: Sequence[bool]) -> dict[str, torch.Tensor]:
-        ps, scratch = self.page_size, self.scratch_slot
-        tokens = [0] * (s * q)
-        positions = [0] * (s * q)
-        slots = [scratch] * (s * q)
-        pages = [[self.num_pages] * (c // ps) for _ in range(s)]
-        rows = [0] * s
-        for i, it in enumerate(group):
-            n = len(it.token_ids)
+    def _forward(self, t: int, c: int, r: int,
+                 items: Sequence[StepItem]) -> dict[str, torch.Tensor]:
+        ps, s, p = self.page_size, self.max_num_seqs, c // self.page_size
+        tokens, positions, slots = [0] * t, [0] * t, [self.scratch_slot] * t
+        query_start = [0] * (s + 1)
+        pages = [self.num_pages] * (s * p)
+        rows = [0] * self.row_buckets[-1]
+        n = k = 0
+        for i, it in enumerate(items):
             for j, tok in enumerate(it.token_ids):
                 pos = it.start_pos + j
-                tokens[i * q + j] = tok
-                positions[i * q + j] = pos
-                slots[i * q + j] = it.page_ids[pos // ps] * ps + pos % ps
-            pages[i] = self._page_table(it.page_ids, c)
-            rows[i] = i * q + n - 1
-        dev = self.decoder.device
-        as_dev = lambda v: torch.tensor(v, dtype=torch.int64).to(dev)  # noqa: E731
-        t_tokens, t_slots, t_rows = as_dev(tokens), as_dev(slots), as_dev(rows)
-        t_pos = as_dev(positions).view(s, q)
-        t_pages = as_dev(pages)
+                tokens[n + j] = tok
+                positions[n + j] = pos
+                slots[n + j] = it.page_ids[pos // ps] * ps + pos % ps
+            used = it.page_ids[:p]
+            pages[i * p:i * p + len(used)] = used
+            n += len(it.token_ids)
+            for j in range(it.num_logits):
+                rows[k + j] = n - it.num_logits + j
+            k += it.num_logits
+            query_start[i + 1] = n
+        for i in range(len(items) + 1, s + 1):
+            query_start[i] = n
+        lay = _Layout(t, s, p, r, self.row_buckets[-1])
+        meta = self._meta(lay, tokens + positions + slots + query_start + pages + rows)
         d, shape = self.decoder, self.decoder.shape
-        h = self._embed(t_tokens, d.embed_weight)
-        for i, w in enumerate(d.layers):
-            h = self._layer(
-                h, t_pos, t_slots, t_pages, self.k_caches[i], self.v_caches[i], d.inv_freq,
-                d.rope_scale, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
-                page_size=ps, eps=shape.rms_eps, window=self.window,
-                attention_kernel=self.attention_kernel, **w)
-        out = self._head(h, t_rows, d.norm_weight, d.head_weight, shape.rms_eps)
-        if not any(sample):
+        static = dict(num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
+                      page_size=ps, eps=shape.rms_eps, window=self.window,
+                      attention_kernel=self.attention_kernel, int8_kernel=self.int8_kernel)
+        h = self._embed(meta, d.embed_weight, d.embed_scale, t)
+        for g in self.groups:
+            h = self._layers(h, meta, self.k_caches[g.start:g.stop],
+                             self.v_caches[g.start:g.stop], d.inv_freq, d.rope_scale,
+                             d.layers[g.start:g.stop], t, s, p, **static)
+        out = self._run_head(h, meta, lay)
+        if k == 0:
             return {}
         out = out.cpu()
-        return {it.request_id: out[i] for i, it in enumerate(group) if sample[i]}
+        result, k = {}, 0
+        for it in items:
+            if it.num_logits:
+                result[it.request_id] = out[k:k + it.num_logits]
+                k += it.num_logits
+        return result
+
+    def _meta(self, lay: _Layout, values: list[int] | None = None) -> torch.Tensor:
+        """The step's integer inputs as one device tensor (one host transfer per step)."""
+        if values is None:  # warm-up: everything padding
+            values = [0] * lay.size
+        return torch.tensor(values, dtype=torch.int64).to(self.decoder.device)
+
+    def _run_head(self, h: torch.Tensor, meta: torch.Tensor, lay: _Layout) -> torch.Tensor:
+        d = self.decoder
+        return self._head(h, meta, d.norm_weight, d.head_weight, d.head_scale, lay.t, lay.s,
+                          lay.p, lay.r, d.shape.rms_eps, self.int8_kernel)

@@ -57,6 +57,9 @@ class SamplingParams:
     n: int = 1  # sequences returned (callers fork them with `fork`)
     best_of: int | None = None  # sequences generated, the best n returned (None: n)
     guided: GuidedDecoding | None = None  # structured output: what the text must match
+    # Speculative decoding for this request when the engine has it (speculative.py); it
+    # changes speed only, never greedy tokens or the sampled distribution.
+    speculative: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -108,6 +111,8 @@ class SamplingParams:
         if self.guided is not None and (not isinstance(self.guided, GuidedDecoding)
                                         or self.guided.kind not in KINDS):
             bad("guided", self.guided, f"a GuidedDecoding of kind {', '.join(KINDS)}")
+        if not isinstance(self.speculative, bool):
+            bad("speculative", self.speculative, "a bool")
         if any(not isinstance(s, str) or not s for s in self.stop):
             bad("stop", self.stop, "a list of non-empty strings")
         hi = vocab_size if vocab_size is not None else 2**31
@@ -211,7 +216,10 @@ class RequestSampler:
         return torch.nan_to_num(x, nan=float("-inf"), posinf=_F32_MAX,
                                neginf=float("-inf"))
 
-    def sample(self, logits: torch.Tensor) -> Sample:
+    def _target(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                      torch.Tensor]:
+        """(raw row made safe, the distribution to draw from or None when greedy, the
+        processed row) for this position, given the tokens committed so far."""
         p = self.params
         raw = torch.nan_to_num(logits.to(torch.float32), nan=float("-inf"), posinf=_F32_MAX,
                                neginf=float("-inf"))
@@ -222,25 +230,27 @@ class RequestSampler:
                 "the grammar masked every token"
             raise SamplingError(f"serve: sampling: no token can be drawn: {what}")
         if p.temperature < GREEDY_BELOW:
-            token = int(torch.argmax(x))
-        else:
-            # Subtracting the max first keeps x / temperature <= 0: no overflow to +inf.
-            x = (x - x.max()) / p.temperature
-            if 0 < p.top_k < x.numel():
-                kth = torch.topk(x, p.top_k).values[-1]
-                x = x.masked_fill(x < kth, float("-inf"))
-            if p.top_p < 1.0:
-                sorted_x, order = torch.sort(x, descending=True)
-                probs = torch.softmax(sorted_x, dim=-1)
-                # Keep the smallest prefix whose mass reaches top_p, and always the top
-                # token: a top_p below f32's smallest float compares as 0.
-                drop = (probs.cumsum(-1) - probs) >= p.top_p
-                drop[0] = False
-                x = x.scatter(0, order, sorted_x.masked_fill(drop, float("-inf")))
-            probs = torch.softmax(x, dim=-1)
-            if p.min_p > 0.0:
-                probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
-            token = int(torch.multinomial(probs, 1, generator=self.generator))
+            return raw, None, x
+        # Subtracting the max first keeps x / temperature <= 0: no overflow to +inf.
+        x = (x - x.max()) / p.temperature
+        if 0 < p.top_k < x.numel():
+            kth = torch.topk(x, p.top_k).values[-1]
+            x = x.masked_fill(x < kth, float("-inf"))
+        if p.top_p < 1.0:
+            sorted_x, order = torch.sort(x, descending=True)
+            probs = torch.softmax(sorted_x, dim=-1)
+            # Keep the smallest prefix whose mass reaches top_p, and always the top
+            # token: a top_p below f32's smallest float compares as 0.
+            drop = (probs.cumsum(-1) - probs) >= p.top_p
+            drop[0] = False
+            x = x.scatter(0, order, sorted_x.masked_fill(drop, float("-inf")))
+        probs = torch.softmax(x, dim=-1)
+        if p.min_p > 0.0:
+            probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
+        return raw, probs / probs.sum(), x
+
+    def _commit(self, token: int, raw: torch.Tensor) -> Sample:
+        """Records `token` as this request's next token (penalty counts, the grammar)."""
         if self.grammar is not None and not self.grammar.accept(token):
             raise SamplingError(f"serve: sampling: the grammar refused token {token}, which "
                                 "its own mask allowed")
@@ -248,12 +258,47 @@ class RequestSampler:
         self.num_sampled += 1
         logp = torch.log_softmax(raw, dim=-1)
         top = None
-        if p.logprobs:
-            values, ids = torch.topk(logp, p.logprobs)
+        if self.params.logprobs:
+            values, ids = torch.topk(logp, self.params.logprobs)
             top = [(int(i), float(v)) for i, v in zip(ids, values)]
-        elif p.logprobs == 0:
+        elif self.params.logprobs == 0:
             top = []
         return Sample(token, float(logp[token]), top)
+
+    def sample(self, logits: torch.Tensor) -> Sample:
+        raw, probs, x = self._target(logits)
+        if probs is None:
+            token = int(torch.argmax(x))
+        else:
+            token = int(torch.multinomial(probs, 1, generator=self.generator))
+        return self._commit(token, raw)
+
+    def verify(self, logits: torch.Tensor, drafts: list[int]) -> list[Sample]:
+        """Speculative decoding: `logits` [len(drafts) + 1, vocab] are the model's rows at
+        the last known token and at each draft. Returns the accepted drafts and one more
+        token (at the first rejection, or after every draft), each as sample() would have
+        made it: greedy accepts a draft exactly when it is the argmax, so the tokens are
+        those of decoding one at a time; sampling accepts draft x with probability p(x) and
+        on rejection draws from p with x removed (the drafts are a point mass, so that is
+        the standard accept / resample rule), so every token has the target distribution.
+        Each position's p comes after the tokens accepted before it (penalties, min_tokens,
+        the grammar). Stops early when a grammar has ended."""
+        samples = []
+        for i, draft in enumerate(drafts):
+            raw, probs, x = self._target(logits[i])
+            if probs is None:
+                token = int(torch.argmax(x))
+            elif float(torch.rand((), generator=self.generator)) < float(probs[draft]):
+                token = draft
+            else:
+                residual = probs.clone()
+                residual[draft] = 0.0
+                token = int(torch.multinomial(residual, 1, generator=self.generator))
+            samples.append(self._commit(token, raw))
+            if token != draft or self.done:
+                return samples
+        samples.append(self.sample(logits[len(drafts)]))
+        return samples
 
 
 def best_of(cumulative_logprobs: list[float], lengths: list[int], n: int) -> list[int]:

@@ -1,6 +1,7 @@
 """Errors, not hangs: collectives whose ranks disagree raise on every rank, naming the
 collective, the ranks and the shapes; a rank that died or does not arrive makes the live
-ranks raise within the group's timeout."""
+ranks raise within the group's timeout (a timeout set later with set_timeout included),
+naming the rank that did not reach the collective."""
 
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ def _dead_peer(rank: int, world: int) -> None:
         dist.all_reduce(torch.ones(4, device="tpu"))
     elapsed = time.monotonic() - start
     msg = str(e.value)
-    assert "tpu: all_reduce on global ranks [0, 1]" in msg and "host-staged" in msg, msg
+    assert "tpu: all_reduce (collective #1 of the group) on global ranks [0, 1]" in msg, msg
+    assert "host-staged" in msg and "global ranks [1] did not reach it" in msg, msg
     assert elapsed < 20, elapsed
 
 
@@ -94,17 +96,45 @@ def _late_peer(rank: int, world: int) -> None:
     import torch
     import torch.distributed as dist
 
+    # The tensors exist before the clock starts (their first creation compiles programs,
+    # which takes seconds on a loaded machine).
+    out, inp = torch.empty(8, device="tpu"), torch.ones(4, device="tpu")
+    torch.tpu.synchronize()
     dist.barrier()
     if rank == 1:
         time.sleep(6)  # past rank 0's timeout; then leaves without a collective
         return
     start = time.monotonic()
     with _pytest.raises(dist.DistBackendError) as e:
-        dist.all_gather_into_tensor(torch.empty(8, device="tpu"), torch.ones(4, device="tpu"))
+        dist.all_gather_into_tensor(out, inp)
     elapsed = time.monotonic() - start
     msg = str(e.value)
     assert "all_gather" in msg and "timeout (3 s)" in msg, msg
+    assert "global ranks [1] did not reach it" in msg, msg
     assert elapsed < 6, elapsed
+
+
+def _timeout_set_later(rank: int, world: int) -> None:
+    import time
+    from datetime import timedelta
+
+    import pytest as _pytest
+    import torch
+    import torch.distributed as dist
+
+    # Created with 60 s; set_timeout brings every later collective down to 2 s.
+    dist.group.WORLD._get_backend(torch.device("tpu")).set_timeout(timedelta(seconds=2))
+    dist.barrier()
+    if rank == 1:
+        time.sleep(5)
+        return
+    start = time.monotonic()
+    with _pytest.raises(dist.DistBackendError) as e:
+        dist.all_reduce(torch.ones(4, device="tpu"))
+    elapsed = time.monotonic() - start
+    msg = str(e.value)
+    assert "timeout (2 s)" in msg and "global ranks [1] did not reach it" in msg, msg
+    assert elapsed < 4.5, elapsed
 
 
 def test_mismatches_raise_on_every_rank():
@@ -117,3 +147,7 @@ def test_dead_peer_raises():
 
 def test_late_peer_raises_within_timeout():
     run_ranks(_late_peer, 2, timeout=120, pg_timeout_s=3)
+
+
+def test_set_timeout_reaches_the_transport():
+    run_ranks(_timeout_set_later, 2, timeout=120, pg_timeout_s=60)

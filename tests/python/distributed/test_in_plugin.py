@@ -163,6 +163,28 @@ def body(rank, world):
     after = torchtpu.debug.metrics().get("num_in_plugin_collectives", 0)
     assert after > before, (before, after)
 
+    # In place all_reduce donates every rank's buffer to its program when each is held by
+    # its tensor alone. A buffer another tensor shares (copy_ shares it) is not donated,
+    # and that tensor keeps its value. (Counters are process-wide: read between barriers.)
+    def donations():
+        dist.barrier()
+        n = torchtpu.debug.metrics().get("num_in_plugin_donations", 0)
+        dist.barrier()
+        return n
+    d0 = donations()
+    t = torch.full((64,), float(rank + 1), device="tpu")
+    dist.all_reduce(t)
+    same(t, torch.full((64,), 10.0), "all_reduce with its buffer donated")
+    d1 = donations()
+    assert d1 == d0 + W, (d0, d1)
+    t = torch.full((8,), float(rank), device="tpu")
+    keep = torch.empty_like(t)
+    keep.copy_(t)
+    dist.all_reduce(t)
+    same(t, torch.full((8,), 6.0), "all_reduce of a shared buffer")
+    same(keep, torch.full((8,), float(rank)), "the tensor sharing the buffer")
+    assert donations() == d1
+
     # A rank whose shape differs: every rank raises, naming the ranks and shapes.
     t = torch.ones(5 if rank == 3 else 4, device="tpu")
     try:

@@ -8,6 +8,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 import tiny_models  # noqa: E402
 
 # Small shapes keep warm-up to a handful of compiles: S in {1,2,4}, Q in {16,32,64}, C=256.
+# n-gram speculative decoding as the tests configure it: any earlier match counts.
+SPEC = {"num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
 ENGINE_ARGS = dict(page_size=16, max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256,
                    progress=False)
 

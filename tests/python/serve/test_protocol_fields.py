@@ -191,6 +191,13 @@ def c_skip_special_tokens(e):
         "<|im_start|>" * 2
 
 
+def c_speculative(e):
+    # The shared server does not speculate, so the flag changes nothing here; what it does
+    # where the server speculates is checked in test_speculative.py.
+    assert e.text(speculative=False) == e.text(speculative=True) == e.text()
+    e.refused("speculative", speculative="yes")
+
+
 def c_allowed_token_ids(e):
     assert e.text(allowed_token_ids=[FORCED]) == e.tok.decode([FORCED]) * 8
     e.refused("allowed_token_ids", allowed_token_ids=[10**7])
@@ -381,6 +388,7 @@ SHARED = {
     "min_tokens": c_min_tokens, "skip_special_tokens": c_skip_special_tokens,
     "allowed_token_ids": c_allowed_token_ids, "truncate_prompt_tokens": c_truncate_prompt_tokens,
     "request_id": c_request_id, "response_format": c_response_format,
+    "speculative": c_speculative,
     "guided_json": c_guided("guided_json", {"enum": ["x", 2]},
                             lambda t: json.loads(t) in ("x", 2)),
     "guided_regex": c_guided("guided_regex", "[0-9]{4}", lambda t: re.fullmatch("[0-9]{4}", t)),

@@ -1,0 +1,283 @@
+#include "aten/call_signature.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "aten/op_special_cases.h"
+#include "aten/tpu_storage.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using lowering::ArgKind;
+using lowering::OpArg;
+using lowering::ScalarCategory;
+
+bool is_tpu(const at::Tensor& t) { return t.defined() && t.device().is_privateuseone(); }
+
+ScalarCategory category_of(c10::ScalarType t) {
+  if (t == c10::ScalarType::Bool) return ScalarCategory::kBool;
+  if (c10::isIntegralType(t, /*includeBool=*/false)) return ScalarCategory::kInt;
+  if (c10::isComplexType(t)) return ScalarCategory::kComplex;
+  return ScalarCategory::kFloat;
+}
+
+ScalarCategory category_of(const c10::IValue& v) {
+  return v.isBool()                  ? ScalarCategory::kBool
+         : v.isInt() || v.isSymInt() ? ScalarCategory::kInt
+         : v.isComplexDouble()       ? ScalarCategory::kComplex
+                                     : ScalarCategory::kFloat;
+}
+
+int64_t tag(ArgKind kind, int64_t extra = 0) {
+  return (static_cast<int64_t>(kind) << 56) | extra;
+}
+
+// Writes one call's classification: the words always, the OpArg when asked.
+class Classifier {
+ public:
+  Classifier(const OpInfo& info, CallSignature* sig, std::vector<OpArg>* op_args)
+      : info_(info), sig_(sig), op_args_(op_args) {}
+
+  void device_of(const at::Tensor& t) {
+    int d = t.device().index();
+    if (device_ < 0) device_ = d;
+    TORCH_CHECK(device_ == d, "Expected all tensors to be on the same device, but found at "
+                "least two devices, tpu:", device_, " and tpu:", d, "! (in ", info_.name, ")");
+  }
+
+  void tensor_type(const at::Tensor& t, lowering::TensorType* out) {
+    c10::IntArrayRef sizes = t.sizes();
+    base::DType dtype = to_dtype(t.scalar_type());
+    put(static_cast<int64_t>(dtype) | (static_cast<int64_t>(sizes.size()) << 8));
+    for (int64_t s : sizes) put(s);
+    if (out != nullptr) *out = lowering::TensorType{dtype, std::vector<int64_t>(sizes.begin(), sizes.end())};
+  }
+
+  void tensor(const at::Tensor& t, OpArg* a) {
+    if (!t.defined()) {
+      put(tag(ArgKind::kNone));
+      return;
+    }
+    if (!is_tpu(t)) {
+      // PyTorch lets 0-dim CPU tensors mix with device tensors: they are scalars.
+      TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
+                  "Expected all tensors to be on the same device, but found at least two "
+                  "devices, tpu:", std::max(device_, 0), " and ", t.device(), "! (in ",
+                  info_.name, "; move the tensor with .to('tpu'))");
+      ScalarCategory c = category_of(t.scalar_type());
+      put(tag(ArgKind::kScalar, static_cast<int64_t>(c)));
+      if (a != nullptr) {
+        a->kind = ArgKind::kScalar;
+        a->scalar_category = c;
+      }
+      return;
+    }
+    device_of(t);
+    put(tag(ArgKind::kTensor));
+    if (a != nullptr) a->kind = ArgKind::kTensor;
+    tensor_type(t, a != nullptr ? &a->type : nullptr);
+  }
+
+  void list_item(const at::Tensor& t, const char* what, OpArg* a) {
+    TORCH_CHECK(is_tpu(t), "Expected all tensors to be on the same device, but found a ",
+                t.device(), " ", what, " of ", info_.name, " (move it with .to('tpu'))");
+    device_of(t);
+    lowering::TensorType type;
+    tensor_type(t, a != nullptr ? &type : nullptr);
+    if (a != nullptr) a->list_types.push_back(std::move(type));
+  }
+
+  void arg(size_t i, const c10::IValue& v) {
+    OpArg* a = op_args_ != nullptr ? &op_args_->emplace_back() : nullptr;
+    FormalKind formal = info_.formals[i];
+    if (v.isNone()) {
+      put(tag(ArgKind::kNone));
+    } else if (v.isTensor()) {
+      tensor(v.toTensor(), a);
+      if (info_.shape_from_scalars && v.toTensor().defined() && !is_tpu(v.toTensor())) {
+        scalar_value(v.toTensor().item());  // arange(0, n): the length follows the value
+      }
+    } else if (v.isTensorList()) {
+      const c10::List<at::Tensor> list = v.toTensorList();
+      put(tag(ArgKind::kTensorList, static_cast<int64_t>(list.size())));
+      if (a != nullptr) a->kind = ArgKind::kTensorList;
+      for (size_t k = 0; k < list.size(); ++k) list_item(list.get(k), "tensor in a list", a);
+    } else if (info_.optional_tensor_lists && is_optional_tensor_list(v)) {
+      // Tensor?[] (advanced indexing): the present items, with their positions.
+      const c10::List<std::optional<at::Tensor>> list = v.toOptionalTensorList();
+      put(tag(ArgKind::kTensorList, static_cast<int64_t>(list.size()) | (int64_t{1} << 32)));
+      if (a != nullptr) a->kind = ArgKind::kTensorList;
+      for (size_t k = 0; k < list.size(); ++k) {
+        std::optional<at::Tensor> t = list.get(k);
+        if (!t || !t->defined()) continue;
+        put(static_cast<int64_t>(k));
+        list_item(*t, "index tensor", a);
+        if (a != nullptr) a->ints.push_back(static_cast<int64_t>(k));
+      }
+    } else if (formal == FormalKind::kScalarList) {
+      // Scalar[] (foreach ops): every item is a runtime scalar, like a Scalar argument.
+      c10::ArrayRef<c10::IValue> items = v.toListRef();
+      put(tag(ArgKind::kScalarList, static_cast<int64_t>(items.size())));
+      if (a != nullptr) a->kind = ArgKind::kScalarList;
+      for (const c10::IValue& item : items) {
+        if (item.isComplexDouble()) throw NeedsFallback{"complex scalars are not lowered"};
+        ScalarCategory c = item.isBool()  ? ScalarCategory::kBool
+                           : item.isInt() ? ScalarCategory::kInt
+                                          : ScalarCategory::kFloat;
+        put(static_cast<int64_t>(c));
+        if (a != nullptr) a->scalar_categories.push_back(c);
+      }
+    } else if (v.isGenerator()) {
+      put(tag(ArgKind::kNone, 1));
+      sig_->generator = v.toGenerator();
+    } else if (formal == FormalKind::kRuntimeFloat && v.isDouble()) {
+      put(tag(ArgKind::kScalar, static_cast<int64_t>(ScalarCategory::kFloat)));
+      if (a != nullptr) {
+        a->kind = ArgKind::kScalar;
+        a->scalar_category = ScalarCategory::kFloat;
+      }
+    } else if (formal == FormalKind::kNumber) {
+      ScalarCategory c = category_of(v);
+      put(tag(ArgKind::kScalar, static_cast<int64_t>(c)));
+      if (a != nullptr) {
+        a->kind = ArgKind::kScalar;
+        a->scalar_category = c;
+      }
+      if (info_.shape_from_scalars) scalar_value(v.toScalar());
+    } else if (formal == FormalKind::kDType) {
+      base::DType d = to_dtype(static_cast<c10::ScalarType>(v.toInt()));
+      put(tag(ArgKind::kDType, static_cast<int64_t>(d)));
+      if (a != nullptr) {
+        a->kind = ArgKind::kDType;
+        a->dtype = d;
+      }
+    } else if (formal == FormalKind::kIgnored) {
+      // Irrelevant to the computation: the result is always a dense tpu tensor.
+      put(tag(ArgKind::kNone, 2));
+    } else if (v.isBool()) {
+      put(tag(ArgKind::kBool, v.toBool()));
+      if (a != nullptr) {
+        a->kind = ArgKind::kBool;
+        a->int_value = v.toBool();
+      }
+    } else if (v.isInt() || v.isSymInt()) {
+      int64_t n = v.isInt() ? v.toInt() : v.toSymInt().expect_int();
+      put(tag(ArgKind::kInt));
+      put(n);
+      if (a != nullptr) {
+        a->kind = ArgKind::kInt;
+        a->int_value = n;
+      }
+    } else if (v.isDouble()) {
+      double d = v.toDouble();
+      int64_t bits = 0;
+      std::memcpy(&bits, &d, sizeof bits);
+      put(tag(ArgKind::kDouble));
+      put(bits);
+      if (a != nullptr) {
+        a->kind = ArgKind::kDouble;
+        a->double_value = d;
+      }
+    } else if (v.isIntList()) {
+      const c10::List<int64_t> list = v.toIntList();
+      put(tag(ArgKind::kIntList, static_cast<int64_t>(list.size())));
+      if (a != nullptr) a->kind = ArgKind::kIntList;
+      for (int64_t n : list) {
+        put(n);
+        if (a != nullptr) a->ints.push_back(n);
+      }
+    } else if (v.isSymIntList()) {
+      put(tag(ArgKind::kIntList));
+      if (a != nullptr) a->kind = ArgKind::kIntList;
+      size_t count = 0;
+      for (const c10::SymInt& s : v.toSymIntVector()) {
+        put(s.expect_int());
+        if (a != nullptr) a->ints.push_back(s.expect_int());
+        ++count;
+      }
+      put(static_cast<int64_t>(count));
+    } else if (v.isBoolList()) {
+      const c10::List<bool> list = v.toBoolList();
+      put(tag(ArgKind::kIntList, static_cast<int64_t>(list.size())));
+      if (a != nullptr) a->kind = ArgKind::kIntList;
+      for (bool b : list) {
+        put(b);
+        if (a != nullptr) a->ints.push_back(b);
+      }
+    } else if (v.isString()) {
+      const std::string& s = v.toStringRef();
+      put(tag(ArgKind::kString, static_cast<int64_t>(s.size())));
+      for (size_t k = 0; k < s.size(); k += 8) {
+        int64_t w = 0;
+        std::memcpy(&w, s.data() + k, std::min<size_t>(8, s.size() - k));
+        put(w);
+      }
+      if (a != nullptr) {
+        a->kind = ArgKind::kString;
+        a->string_value = s;
+      }
+    } else {
+      throw NeedsFallback{"argument '" + std::to_string(i) + "' of " + info_.name +
+                          " has a type that is not lowered (" + v.tagKind() + ")"};
+    }
+  }
+
+  void finish() {
+    sig_->device = device_ < 0 ? 0 : device_;
+    put(sig_->device);
+    // FNV-1a over whole words, then a final mix so nearby words spread over the table.
+    uint64_t h = base_hash_;
+    for (int64_t w : sig_->words) {
+      h ^= static_cast<uint64_t>(w);
+      h *= 1099511628211ull;
+    }
+    h ^= h >> 29;
+    sig_->hash = h;
+  }
+
+  void start() {
+    sig_->words.clear();
+    sig_->generator.reset();
+    put(info_.id);
+  }
+
+ private:
+  void put(int64_t w) { sig_->words.push_back(w); }
+
+  void scalar_value(const c10::Scalar& s) {
+    double d = s.toDouble();
+    int64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof bits);
+    put(bits);
+  }
+
+  const OpInfo& info_;
+  CallSignature* sig_;
+  std::vector<OpArg>* op_args_;
+  int device_ = -1;
+  uint64_t base_hash_ = 1469598103934665603ull;
+};
+
+}  // namespace
+
+void classify_call(const OpInfo& info, c10::ArrayRef<c10::IValue> args, CallSignature* sig,
+                   std::vector<lowering::OpArg>* op_args) {
+  Classifier c(info, sig, op_args);
+  if (op_args != nullptr) op_args->clear();
+  c.start();
+  for (size_t i = 0; i < args.size(); ++i) c.arg(i, args[i]);
+  c.finish();
+}
+
+std::string describe_signature(const OpInfo& info, const std::vector<lowering::OpArg>& args,
+                               int device) {
+  std::string out = info.name + "(";
+  for (const OpArg& a : args) a.append_key(&out);
+  return out + ")@" + std::to_string(device);
+}
+
+}  // namespace torchtpu::aten

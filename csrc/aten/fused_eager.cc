@@ -1,0 +1,396 @@
+#include "aten/fused_eager.h"
+
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "aten/compiled_op.h"
+#include "aten/pending_graph.h"
+#include "aten/tpu_generator.h"
+#include "base/metrics.h"
+
+namespace torchtpu::aten {
+namespace {
+
+std::atomic<int> g_mode{-1};  // -1: not read from the environment yet
+
+int64_t max_ops() {
+  static const int64_t n = [] {
+    const char* v = std::getenv("TORCHTPU_FUSED_MAX_OPS");
+    if (v == nullptr || *v == '\0') return int64_t{512};
+    char* end = nullptr;
+    long long x = std::strtoll(v, &end, 10);
+    TORCH_CHECK(end != v && *end == '\0' && x >= 1 && x <= 1000000, "tpu: TORCHTPU_FUSED_MAX_OPS='",
+                v, "' is not an op count (expected 1..1000000; default 512)");
+    return static_cast<int64_t>(x);
+  }();
+  return n;
+}
+
+// One graph per device, made on first use and never destroyed (storages may outlive
+// static destruction).
+struct Graphs {
+  std::mutex mu;
+  std::vector<std::unique_ptr<PendingGraph>> by_device;
+};
+Graphs& graphs() {
+  static auto* g = new Graphs();
+  return *g;
+}
+
+PendingGraph& graph(int device) {
+  Graphs& all = graphs();
+  std::lock_guard<std::mutex> lock(all.mu);
+  if (static_cast<size_t>(device) >= all.by_device.size()) all.by_device.resize(device + 1);
+  auto& g = all.by_device[device];
+  if (!g) g = std::make_unique<PendingGraph>(device);
+  return *g;
+}
+
+std::vector<PendingGraph*> all_graphs() {
+  Graphs& all = graphs();
+  std::lock_guard<std::mutex> lock(all.mu);
+  std::vector<PendingGraph*> out;
+  for (const auto& g : all.by_device) {
+    if (g) out.push_back(g.get());
+  }
+  return out;
+}
+
+// Whether `t` is its whole storage, row-major from offset 0.
+bool whole_storage(const at::Tensor& t, const StorageState& s) {
+  if (t.storage_offset() != 0 || t.numel() * static_cast<int64_t>(t.element_size()) != s.nbytes) {
+    return false;
+  }
+  int64_t expected = 1;
+  for (int64_t i = t.dim() - 1; i >= 0; --i) {
+    if (t.size(i) == 1) continue;
+    if (t.stride(i) != expected) return false;
+    expected *= t.size(i);
+  }
+  return true;
+}
+
+// The type of the storage's value as the recorder sees it (pending or its buffer), or
+// null when it has neither.
+const lowering::TensorType* storage_type(const StorageState& s, lowering::TensorType* scratch) {
+  if (s.pending) return &s.pending->type;
+  if (!s.buffer) return nullptr;
+  *scratch = lowering::TensorType{s.buffer->dtype(), s.buffer->dims()};
+  return scratch;
+}
+
+// Whether the recorder can read (or write) `t` in graph `g`: a storage whose value is
+// pending in `g`, or any storage it can read a buffer of, in t's dtype and size.
+bool recordable(const at::Tensor& t, const PendingGraph& g) {
+  const StorageState& s = recorded_storage_state(t);
+  if (s.device_index != g.device) return false;
+  lowering::TensorType scratch;
+  const lowering::TensorType* type = storage_type(s, &scratch);
+  if (type == nullptr) return !s.pending;  // bufferless: read_tensor fills zeros
+  if (s.pending && s.pending->generation != g.generation) return true;  // computed: a buffer
+  return type->dtype == to_dtype(t.scalar_type()) &&
+         type->num_elements() * static_cast<int64_t>(t.element_size()) == s.nbytes;
+}
+
+class Recorder {
+ public:
+  explicit Recorder(PendingGraph& g) : g_(g) {}
+
+  // The value id of `t`'s current value in the graph.
+  int read(const at::Tensor& t) {
+    StorageState& s = recorded_storage_state(t);
+    if (s.pending && s.pending->generation == g_.generation) {
+      int base = s.pending->id;
+      if (whole_storage(t, s) && c10::IntArrayRef(s.pending->type.dims) == t.sizes()) return base;
+      return view_read(base, t);
+    }
+    return input(read_tensor(t));
+  }
+
+  // Makes value `id` (t's shape) the value of `t`, through its view if it is one.
+  void write(const at::Tensor& t, int id, const std::shared_ptr<PendingValue>& value) {
+    StorageState& s = recorded_storage_state(t);
+    if (whole_storage(t, s)) {
+      s.pending = value;
+      s.buffer.reset();
+      return;
+    }
+    int base = whole_value(s, t.scalar_type());
+    RecordedNode n;
+    n.kind = RecordedNode::Kind::kViewWrite;
+    n.refs = {base, id};
+    n.sizes.assign(t.sizes().begin(), t.sizes().end());
+    n.strides.assign(t.strides().begin(), t.strides().end());
+    n.offset = t.storage_offset();
+    lowering::TensorType type = g_.type_of(base);
+    structure_view(n, type);
+    int out = add_node(std::move(n), {type});
+    s.pending = pending(out);
+    s.buffer.reset();
+  }
+
+  int input(const runtime::BufferPtr& b) {
+    auto it = g_.input_ids.find(b.get());
+    if (it != g_.input_ids.end()) return it->second;
+    int id = PendingGraph::input_id(static_cast<int>(g_.inputs.size()));
+    g_.inputs.push_back(b);
+    g_.input_ids.emplace(b.get(), id);
+    g_.structure.push_back(-1);
+    g_.structure.push_back(static_cast<int64_t>(b->dtype()));
+    g_.structure.push_back(static_cast<int64_t>(b->dims().size()));
+    g_.structure.insert(g_.structure.end(), b->dims().begin(), b->dims().end());
+    return id;
+  }
+
+  int add_node(RecordedNode n, const std::vector<lowering::TensorType>& out_types) {
+    n.first_out = static_cast<int>(g_.types.size());
+    n.num_out = static_cast<int>(out_types.size());
+    for (const lowering::TensorType& t : out_types) {
+      g_.types.push_back(t);
+      g_.values.emplace_back();
+    }
+    g_.nodes.push_back(std::move(n));
+    return g_.nodes.back().first_out;
+  }
+
+  // The PendingValue of value `id` (made on first request; the graph keeps a weak link).
+  std::shared_ptr<PendingValue> pending(int id) {
+    if (auto v = g_.values[id].lock()) return v;
+    auto v = std::make_shared<PendingValue>();
+    v->device = g_.device;
+    v->generation = g_.generation;
+    v->id = id;
+    v->type = g_.types[id];
+    g_.values[id] = v;
+    return v;
+  }
+
+ private:
+  int view_read(int base, const at::Tensor& t) {
+    RecordedNode n;
+    n.kind = RecordedNode::Kind::kViewRead;
+    n.refs = {base};
+    n.sizes.assign(t.sizes().begin(), t.sizes().end());
+    n.strides.assign(t.strides().begin(), t.strides().end());
+    n.offset = t.storage_offset();
+    structure_view(n, g_.type_of(base));
+    return add_node(std::move(n), {lowering::TensorType{to_dtype(t.scalar_type()), n.sizes}});
+  }
+
+  // The whole value of storage `s` (read as `dtype`).
+  int whole_value(StorageState& s, c10::ScalarType dtype) {
+    if (s.pending && s.pending->generation == g_.generation) return s.pending->id;
+    if (s.pending) materialize(s);  // computed by an earlier graph
+    return input(storage_buffer(s, dtype));
+  }
+
+  void structure_view(const RecordedNode& n, const lowering::TensorType& base) {
+    std::vector<int64_t>& w = g_.structure;
+    w.push_back(n.kind == RecordedNode::Kind::kViewRead ? -2 : -3);
+    w.insert(w.end(), n.refs.begin(), n.refs.end());
+    w.push_back(static_cast<int64_t>(base.dtype));
+    w.push_back(static_cast<int64_t>(n.sizes.size()));
+    w.insert(w.end(), n.sizes.begin(), n.sizes.end());
+    w.insert(w.end(), n.strides.begin(), n.strides.end());
+    w.push_back(n.offset);
+  }
+
+  PendingGraph& g_;
+};
+
+const base::Counter g_recorded("num_fused_ops_recorded");
+
+}  // namespace
+
+const lowering::TensorType& PendingGraph::type_of(int id) const {
+  if (id < 0) {
+    static thread_local lowering::TensorType t;
+    const runtime::BufferPtr& b = inputs.at(input_index(id));
+    t = lowering::TensorType{b->dtype(), b->dims()};
+    return t;
+  }
+  return types.at(id);
+}
+
+void PendingGraph::reset() {
+  ++generation;
+  inputs.clear();
+  input_ids.clear();
+  nodes.clear();
+  types.clear();
+  values.clear();
+  structure.clear();
+}
+
+EagerMode eager_mode() {
+  int m = g_mode.load(std::memory_order_relaxed);
+  if (m >= 0) return static_cast<EagerMode>(m);
+  const char* v = std::getenv("TORCHTPU_EAGER");
+  EagerMode mode = EagerMode::kOpByOp;
+  if (v != nullptr && *v != '\0') {
+    TORCH_CHECK(std::strcmp(v, "fused") == 0 || std::strcmp(v, "op") == 0,
+                "tpu: TORCHTPU_EAGER='", v, "' is not an eager mode (expected 'op', the "
+                "default: each op runs at its call, or 'fused': ops are recorded and run as "
+                "fused graphs)");
+    if (std::strcmp(v, "fused") == 0) mode = EagerMode::kFused;
+  }
+  int expected = -1;
+  g_mode.compare_exchange_strong(expected, static_cast<int>(mode));
+  return static_cast<EagerMode>(g_mode.load());
+}
+
+void set_eager_mode(EagerMode mode) {
+  if (mode == EagerMode::kOpByOp) flush_all_pending();
+  g_mode.store(static_cast<int>(mode));
+}
+
+void materialize(StorageState& s) {
+  std::shared_ptr<PendingValue> v = s.pending;
+  if (!v) return;
+  if (!v->buffer && v->error.empty()) {
+    PendingGraph& g = graph(v->device);
+    std::lock_guard<std::recursive_mutex> lock(g.mu);
+    if (!v->buffer && v->error.empty() && v->generation == g.generation) run_pending_graph(g);
+  }
+  TORCH_CHECK(v->buffer, "tpu: this tensor's value was to be computed by a fused eager graph "
+              "that failed: ", v->error.empty() ? "it was not run" : v->error);
+  if (s.pending == v) {
+    s.buffer = v->buffer;
+    s.pending.reset();
+  }
+}
+
+bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::FunctionSchema& schema,
+                 torch::jit::Stack* stack, const std::optional<at::Generator>& generator) {
+  // Ops with data checks run alone at the call: their error is PyTorch's, raised there.
+  if (c->has_checks()) return false;
+  size_t num_args = schema.arguments().size();
+  auto ivalues = torch::jit::last(*stack, num_args);
+  PendingGraph& g = graph(c->device);
+  std::lock_guard<std::recursive_mutex> lock(g.mu);
+  // Every tensor the call reads or writes must be one the graph can take.
+  for (const auto& [arg, item] : c->inputs) {
+    const at::Tensor t =
+        item < 0 ? ivalues[arg].toTensor() : present_tensor(ivalues[arg], item);
+    if (!recordable(t, g)) return false;
+  }
+  size_t next_out = 0;
+  auto target_ok = [&](const at::Tensor& t, size_t k) {
+    return recordable(t, g) && k < c->out_types.size() &&
+           c10::IntArrayRef(c->out_types[k].dims) == t.sizes();
+  };
+  for (int arg : c->list_write_args) {
+    const c10::List<at::Tensor> targets = ivalues[arg].toTensorList();
+    for (size_t k = 0; k < targets.size(); ++k) {
+      if (!target_ok(targets.get(k), next_out++)) return false;
+    }
+  }
+  for (size_t j = 0; j < c->return_defined.size(); ++j) {
+    if (c->return_list_size[j] >= 0) {
+      next_out += c->return_list_size[j];
+    } else if (c->return_defined[j]) {
+      int arg = c->return_to_arg[j];
+      if (arg >= 0 && !target_ok(ivalues[arg].toTensor(), next_out)) return false;
+      ++next_out;
+    }
+  }
+  for (int arg : c->extra_write_args) {
+    if (!target_ok(ivalues[arg].toTensor(), next_out++)) return false;
+  }
+  if (c->out_types.empty()) return false;  // nothing to compute (a list op on empty lists)
+
+  Recorder rec(g);
+  RecordedNode n;
+  n.kind = RecordedNode::Kind::kOp;
+  n.op = c;
+  for (const auto& [arg, item] : c->inputs) {
+    n.refs.push_back(
+        rec.read(item < 0 ? ivalues[arg].toTensor() : present_tensor(ivalues[arg], item)));
+  }
+  for (const lowering::GraphParam& p : c->lowered.params) {
+    if (p.source == lowering::GraphParam::Source::kScalar) {
+      const c10::IValue& v = ivalues[p.arg];
+      n.params.push_back(scalar_buffer(p.item < 0 ? v : v.toListRef()[p.item], p.dtype,
+                                       c->device));
+    } else if (p.source == lowering::GraphParam::Source::kRngState) {
+      bool given = generator && generator->defined();
+      n.params.push_back(next_rng_state_buffer(
+          given ? *generator : default_generator(static_cast<c10::DeviceIndex>(c->device)),
+          c->device));
+    }
+  }
+  std::vector<int64_t>& w = g.structure;
+  w.push_back(c->uid);
+  w.push_back(static_cast<int64_t>(n.refs.size()));
+  w.insert(w.end(), n.refs.begin(), n.refs.end());
+  int first = rec.add_node(std::move(n), c->out_types);
+  g_recorded.add();
+
+  // Results: as run_compiled writes them, with pending values.
+  c10::SmallVector<c10::IValue, 4> results;
+  int next = first;
+  auto tensor_of = [&](int id, size_t k) {
+    return wrap_pending(rec.pending(id), c->out_scalar_types[k], c->out_types[k].dims, c->device);
+  };
+  for (int arg : c->list_write_args) {
+    const c10::List<at::Tensor> targets = ivalues[arg].toTensorList();
+    for (size_t k = 0; k < targets.size(); ++k, ++next) {
+      rec.write(targets.get(k), next, rec.pending(next));
+    }
+  }
+  for (size_t j = 0; j < c->return_defined.size(); ++j) {
+    if (c->return_list_size[j] >= 0) {
+      c10::List<at::Tensor> items;
+      for (int k = 0; k < c->return_list_size[j]; ++k, ++next) {
+        items.push_back(tensor_of(next, next - first));
+      }
+      results.emplace_back(std::move(items));
+      continue;
+    }
+    if (!c->return_defined[j]) {
+      results.emplace_back(at::Tensor());
+      continue;
+    }
+    int arg = c->return_to_arg[j];
+    if (arg >= 0) {
+      const at::Tensor& target = ivalues[arg].toTensor();
+      rec.write(target, next, rec.pending(next));
+      results.emplace_back(target);
+    } else {
+      results.emplace_back(tensor_of(next, next - first));
+    }
+    ++next;
+  }
+  for (int arg : c->extra_write_args) {
+    rec.write(ivalues[arg].toTensor(), next, rec.pending(next));
+    ++next;
+  }
+  torch::jit::drop(*stack, num_args);
+  for (auto& r : results) stack->push_back(std::move(r));
+  if (static_cast<int64_t>(g.nodes.size()) >= max_ops()) run_pending_graph(g);
+  return true;
+}
+
+void flush_pending(int device) {
+  PendingGraph& g = graph(device);
+  std::lock_guard<std::recursive_mutex> lock(g.mu);
+  if (!g.nodes.empty()) run_pending_graph(g);
+}
+
+void flush_all_pending() {
+  for (PendingGraph* g : all_graphs()) {
+    std::lock_guard<std::recursive_mutex> lock(g->mu);
+    if (!g->nodes.empty()) run_pending_graph(*g);
+  }
+}
+
+int64_t num_pending_ops(int device) {
+  PendingGraph& g = graph(device);
+  std::lock_guard<std::recursive_mutex> lock(g.mu);
+  return static_cast<int64_t>(g.nodes.size());
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,74 @@
+// Fused eager mode (TORCHTPU_EAGER=fused, or torchtpu.set_eager_mode("fused")): eager ops
+// are recorded into a pending graph per device instead of running one by one. A graph runs
+// when something needs a value it computes (any read of a storage whose value is pending:
+// a host read, an op that cannot be deferred, a copy), at synchronize, at an event or
+// stream query, and when it reaches TORCHTPU_FUSED_MAX_OPS ops (default 512). It is lowered
+// through the lowering table into one module (the same lowerings as op by op and
+// torch.compile) and cached by its structure: the ops' signatures, which value each reads,
+// the inputs' types and which values are still alive at the run. Scalars and generator
+// states are runtime parameters, so a training loop finds its graphs in the cache step
+// after step. Values no live tensor holds are not outputs: XLA fuses them away.
+//
+// Semantics are eager's: a result is a tensor at once (its storage's value pending),
+// views and in-place ops work on storages as op by op (a read or write through a view of a
+// pending value is an as_strided / as_strided_scatter node), and errors PyTorch raises at
+// the call (shapes, dtypes) come from the meta kernels at the call, since a signature is
+// validated when it is first seen. An op with data checks (index bounds) is not deferred:
+// it runs alone at the call, after the graph computing its inputs, so its error is raised
+// there and a failed call changes nothing. If a fused graph's module cannot be lowered or
+// compiled (a torchtpu bug), its ops run one by one instead, each error naming its op.
+//
+// Thread safety: every function may be called from any thread; a device's graph is
+// recorded and run under its own lock.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "aten/tpu_storage.h"
+#include "lowering/lowering.h"
+#include "runtime/buffer.h"
+
+namespace torchtpu::aten {
+
+struct CompiledOp;
+
+enum class EagerMode { kOpByOp, kFused };
+// TORCHTPU_EAGER at first use ("fused", or "op" / unset: op by op) unless set since.
+EagerMode eager_mode();
+// Switches mode; leaving fused mode runs every pending graph first.
+void set_eager_mode(EagerMode mode);
+
+// A value a recorded graph computes, shared by the storages whose value it is.
+struct PendingValue {
+  int device = 0;
+  uint64_t generation = 0;  // which recorded graph of its device computes it
+  int id = 0;               // its value id in that graph
+  lowering::TensorType type;
+  runtime::BufferPtr buffer;  // set once the graph has run
+  std::string error;          // set when the graph failed
+};
+
+// Gives `s` its buffer: runs the graph computing its pending value if it has not run.
+void materialize(StorageState& s);
+
+// Records the call on `stack` (its arguments on top, classified and compiled as `c`) into
+// its device's pending graph, pushing its results. Returns false without touching the
+// stack when the call cannot be deferred; the caller then runs it op by op.
+bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::FunctionSchema& schema,
+                 torch::jit::Stack* stack, const std::optional<at::Generator>& generator);
+
+// Runs the pending graph of `device`, or of every device.
+void flush_pending(int device);
+void flush_all_pending();
+// Ops recorded on `device` and not run yet.
+int64_t num_pending_ops(int device);
+
+}  // namespace torchtpu::aten

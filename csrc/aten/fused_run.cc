@@ -1,0 +1,265 @@
+// Running a pending graph (pending_graph.h): its structure finds a compiled fused program
+// (or one is lowered through the lowering table and compiled), its captured inputs and
+// recorded parameters feed it, and its outputs become the buffers of the values storages
+// still hold.
+#include <c10/util/Exception.h>
+
+#include <mutex>
+
+#include "aten/compiled_op.h"
+#include "aten/device_runtime.h"
+#include "aten/pending_graph.h"
+#include "aten/program_executor.h"
+#include "aten/view_programs.h"
+#include "base/lru_map.h"
+#include "base/metrics.h"
+#include "lowering/graph.h"
+#include "runtime/execution_trace.h"
+
+namespace torchtpu::aten {
+namespace {
+
+using lowering::ArgKind;
+using lowering::GraphParam;
+using lowering::OpArg;
+using lowering::TensorType;
+
+struct FusedProgram {
+  std::vector<int64_t> structure;  // verified on a hash hit
+  std::shared_ptr<const CompiledProgram> program;
+  // Per program parameter that is not an input: (node, index into that node's params).
+  std::vector<std::pair<int, int>> node_params;
+  std::string failure;  // non-empty: the fused program could not be built (ops run alone)
+};
+
+std::mutex g_mu;  // guards g_cache
+base::LruMap<uint64_t, std::shared_ptr<const FusedProgram>>* g_cache = nullptr;
+
+const base::Counter g_graphs_run("num_fused_graphs_run");
+const base::Counter g_graphs_compiled("num_fused_graphs_compiled");
+const base::Counter g_ops_run("num_fused_ops_run");
+const base::Counter g_fallback_graphs("num_fused_graphs_run_op_by_op");
+
+uint64_t hash_words(const std::vector<int64_t>& words) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t w : words) {
+    h ^= static_cast<uint64_t>(w);
+    h *= 1099511628211ull;
+  }
+  return h ^ (h >> 29);
+}
+
+OpArg tensor_arg(const TensorType& t) {
+  OpArg a;
+  a.kind = ArgKind::kTensor;
+  a.type = t;
+  return a;
+}
+
+OpArg ints_arg(const std::vector<int64_t>& v) {
+  OpArg a;
+  a.kind = ArgKind::kIntList;
+  a.ints = v;
+  return a;
+}
+
+OpArg int_arg(int64_t v) {
+  OpArg a;
+  a.kind = ArgKind::kInt;
+  a.int_value = v;
+  return a;
+}
+
+// The graph (value ids renumbered: inputs 0.., then node values) and its lowering.
+std::shared_ptr<FusedProgram> build(const PendingGraph& g, const std::vector<int>& outputs,
+                                    std::vector<int64_t> structure) {
+  auto fused = std::make_shared<FusedProgram>();
+  fused->structure = std::move(structure);
+  const int num_inputs = static_cast<int>(g.inputs.size());
+  auto id_of = [num_inputs](int v) { return v < 0 ? PendingGraph::input_index(v) : num_inputs + v; };
+  lowering::GraphSpec spec;
+  for (const runtime::BufferPtr& b : g.inputs) spec.inputs.push_back(TensorType{b->dtype(), b->dims()});
+  for (const RecordedNode& n : g.nodes) {
+    lowering::GraphNode node;
+    if (n.kind == RecordedNode::Kind::kOp) {
+      node.op = n.op->name;
+      node.args = n.op->args;
+      node.tensor_refs.assign(node.args.size(), -1);
+      node.list_refs.resize(node.args.size());
+      for (size_t k = 0; k < n.op->inputs.size(); ++k) {
+        const auto& [arg, item] = n.op->inputs[k];
+        if (item < 0) {
+          node.tensor_refs[arg] = id_of(n.refs[k]);
+        } else {
+          node.list_refs[arg].push_back(id_of(n.refs[k]));
+        }
+      }
+      node.out_types = n.op->out_types;
+    } else {
+      bool read = n.kind == RecordedNode::Kind::kViewRead;
+      node.op = read ? "aten::as_strided" : "aten::as_strided_scatter";
+      node.args.push_back(tensor_arg(g.type_of(n.refs[0])));
+      if (!read) node.args.push_back(tensor_arg(g.type_of(n.refs[1])));
+      node.args.push_back(ints_arg(n.sizes));
+      node.args.push_back(ints_arg(n.strides));
+      node.args.push_back(int_arg(n.offset));
+      node.tensor_refs.assign(node.args.size(), -1);
+      node.list_refs.resize(node.args.size());
+      node.tensor_refs[0] = id_of(n.refs[0]);
+      if (!read) node.tensor_refs[1] = id_of(n.refs[1]);
+      node.out_types.push_back(g.types[n.first_out]);
+    }
+    for (int k = 0; k < n.num_out; ++k) node.out_ids.push_back(id_of(n.first_out + k));
+    spec.nodes.push_back(std::move(node));
+  }
+  for (int v : outputs) spec.outputs.push_back(id_of(v));
+  auto lowered = lowering::lower_graph(spec, "torchtpu_fused");
+  if (!lowered.ok()) {
+    fused->failure = lowered.status().message();
+    return fused;
+  }
+  // Node k's parameters in the fused program come in the order its own program takes them.
+  std::vector<int> seen(g.nodes.size(), 0);
+  for (const GraphParam& p : lowered->params) {
+    if (p.source == GraphParam::Source::kScalar || p.source == GraphParam::Source::kRngState) {
+      fused->node_params.emplace_back(p.node, seen.at(p.node)++);
+    } else {
+      fused->node_params.emplace_back(-1, -1);
+    }
+  }
+  auto program = compile_program(std::move(lowered).value(), g.device);
+  if (!program.ok()) {
+    fused->failure = "the plugin rejected the fused program: " + program.status().message();
+    return fused;
+  }
+  fused->program = *program;
+  g_graphs_compiled.add();
+  return fused;
+}
+
+class FusedArgs : public ProgramArgs {
+ public:
+  FusedArgs(const PendingGraph& g, const FusedProgram& f) : g_(g), f_(f) {}
+  runtime::BufferPtr input(size_t, int index) override { return g_.inputs.at(index); }
+  runtime::BufferPtr scalar(size_t param, const GraphParam&) override { return node_param(param); }
+  runtime::BufferPtr rng_state(size_t param, const GraphParam&) override {
+    return node_param(param);
+  }
+
+ private:
+  runtime::BufferPtr node_param(size_t param) {
+    const auto& [node, k] = f_.node_params.at(param);
+    return g_.nodes.at(node).params.at(k);
+  }
+  const PendingGraph& g_;
+  const FusedProgram& f_;
+};
+
+// One node's parameters for its own program: its inputs' buffers, its recorded params.
+class NodeArgs : public ProgramArgs {
+ public:
+  NodeArgs(const RecordedNode& n, const std::vector<runtime::BufferPtr>& inputs)
+      : n_(n), inputs_(inputs) {}
+  runtime::BufferPtr input(size_t, int index) override { return inputs_.at(index); }
+  runtime::BufferPtr scalar(size_t, const GraphParam&) override { return n_.params.at(next_++); }
+  runtime::BufferPtr rng_state(size_t, const GraphParam&) override {
+    return n_.params.at(next_++);
+  }
+
+ private:
+  const RecordedNode& n_;
+  const std::vector<runtime::BufferPtr>& inputs_;
+  size_t next_ = 0;
+};
+
+// Runs the nodes one by one (each op its own program, as op by op): the values of `wanted`.
+std::vector<runtime::BufferPtr> run_op_by_op(const PendingGraph& g, const std::vector<int>& wanted) {
+  g_fallback_graphs.add();
+  std::vector<runtime::BufferPtr> values(g.types.size());
+  auto value = [&](int id) -> const runtime::BufferPtr& {
+    return id < 0 ? g.inputs.at(PendingGraph::input_index(id)) : values.at(id);
+  };
+  for (const RecordedNode& n : g.nodes) {
+    if (n.kind == RecordedNode::Kind::kViewRead) {
+      values[n.first_out] = view_read(*value(n.refs[0]), n.sizes, n.strides, n.offset);
+      continue;
+    }
+    if (n.kind == RecordedNode::Kind::kViewWrite) {
+      values[n.first_out] =
+          view_write(*value(n.refs[0]), *value(n.refs[1]), n.sizes, n.strides, n.offset);
+      continue;
+    }
+    runtime::trace::Label label(n.op->name.c_str());
+    std::vector<runtime::BufferPtr> inputs;
+    for (int ref : n.refs) inputs.push_back(value(ref));
+    NodeArgs args(n, inputs);
+    std::vector<runtime::BufferPtr> out = run_program(n.op->program(), args, CheckMode::kNow);
+    for (int k = 0; k < n.num_out; ++k) values[n.first_out + k] = out.at(k);
+  }
+  std::vector<runtime::BufferPtr> result;
+  for (int id : wanted) result.push_back(values.at(id));
+  return result;
+}
+
+}  // namespace
+
+void run_pending_graph(PendingGraph& g) {
+  // Outputs: the values some storage still holds.
+  std::vector<int> outputs;
+  std::vector<std::shared_ptr<PendingValue>> held;
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    if (auto v = g.values[id].lock()) {
+      outputs.push_back(static_cast<int>(id));
+      held.push_back(std::move(v));
+    }
+  }
+  if (outputs.empty() || g.nodes.empty()) {
+    g.reset();
+    return;
+  }
+  std::vector<int64_t> structure = g.structure;
+  structure.push_back(-4);
+  structure.insert(structure.end(), outputs.begin(), outputs.end());
+  uint64_t h = hash_words(structure);
+  std::shared_ptr<const FusedProgram> fused;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_cache == nullptr) {
+      g_cache = new base::LruMap<uint64_t, std::shared_ptr<const FusedProgram>>(
+          compile_cache().capacity());
+    }
+    if (auto* hit = g_cache->find(h); hit != nullptr && (*hit)->structure == structure) {
+      fused = *hit;
+    }
+  }
+  if (!fused) {
+    std::shared_ptr<const FusedProgram> built = build(g, outputs, structure);
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (auto* present = g_cache->find(h)) {
+      *present = built;
+    } else {
+      g_cache->insert(h, built);
+    }
+    fused = built;
+  }
+  std::vector<runtime::BufferPtr> buffers;
+  try {
+    if (fused->program) {
+      runtime::trace::Label label("tpu fused eager graph");
+      FusedArgs args(g, *fused);
+      buffers = run_program(*fused->program, args, CheckMode::kNow);
+    } else {
+      buffers = run_op_by_op(g, outputs);
+    }
+  } catch (const std::exception& e) {
+    for (auto& v : held) v->error = e.what();
+    g.reset();
+    throw;
+  }
+  g_graphs_run.add();
+  g_ops_run.add(static_cast<int64_t>(g.nodes.size()));
+  for (size_t k = 0; k < held.size(); ++k) held[k]->buffer = std::move(buffers.at(k));
+  g.reset();
+}
+
+}  // namespace torchtpu::aten

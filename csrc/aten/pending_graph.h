@@ -1,0 +1,67 @@
+// The pending graph of one device in fused eager mode (fused_eager.h): what was recorded
+// since it last ran, and running it.
+//
+// Value ids: graph inputs (buffers captured when an op read them) are -1, -2, ...;
+// values the recorded nodes compute are 0, 1, ... The structure words (the cache key of
+// the fused program) name every node's op signature and the ids it reads, every input's
+// type, and at run time which values are outputs.
+#pragma once
+
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "aten/fused_eager.h"
+#include "lowering/lowering.h"
+#include "runtime/buffer.h"
+
+namespace torchtpu::aten {
+
+struct RecordedNode {
+  enum class Kind { kOp, kViewRead, kViewWrite } kind = Kind::kOp;
+  std::shared_ptr<const CompiledOp> op;  // kOp
+  // kOp: the value each graph input of the op reads (CompiledOp::inputs order).
+  // kViewRead: {base}; kViewWrite: {base, value}.
+  c10::SmallVector<int, 4> refs;
+  // kOp: the values of its scalar and generator parameters, in the order its own program
+  // takes them (the fused program's parameters of this node come in the same order).
+  c10::SmallVector<runtime::BufferPtr, 2> params;
+  // Views: as_strided(base, sizes, strides, offset) / as_strided_scatter(base, value, ...).
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+  int first_out = 0;  // its results are values first_out, first_out + 1, ...
+  int num_out = 0;
+};
+
+class PendingGraph {
+ public:
+  explicit PendingGraph(int device) : device(device) {}
+
+  // Recursive: running the graph can read storages whose values an older run computed.
+  std::recursive_mutex mu;
+  const int device;
+  uint64_t generation = 1;  // bumped at every run: older PendingValues are computed
+  std::vector<runtime::BufferPtr> inputs;
+  std::unordered_map<const runtime::Buffer*, int> input_ids;
+  std::vector<RecordedNode> nodes;
+  std::vector<lowering::TensorType> types;          // per value id >= 0
+  std::vector<std::weak_ptr<PendingValue>> values;  // per value id >= 0 (expired: dead)
+  std::vector<int64_t> structure;
+
+  static int input_id(int k) { return -(k + 1); }
+  static int input_index(int id) { return -id - 1; }
+  const lowering::TensorType& type_of(int id) const;
+  // Starts a new graph (the recorded one has run or was dropped).
+  void reset();
+};
+
+// Runs `g` (its lock held): its outputs are the values some storage still holds, which
+// take their buffers; `g` is reset. Nothing runs when no value is held. A fused program
+// that cannot be built runs the nodes one by one instead.
+void run_pending_graph(PendingGraph& g);
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,108 @@
+#include "aten/program_executor.h"
+
+#include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
+
+#include "aten/deferred_checks.h"
+#include "aten/device_runtime.h"
+#include "base/metrics.h"
+
+namespace torchtpu::aten {
+
+base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
+    lowering::LoweredGraph lowered, int device) {
+  TORCHTPU_ASSIGN_OR_RETURN(runtime::ExecutablePtr exe,
+                            compile_cache().get_or_compile(lowered.text, device));
+  auto p = std::make_shared<CompiledProgram>();
+  p->lowered = std::move(lowered);
+  p->exe = std::move(exe);
+  p->device = device;
+  return std::shared_ptr<const CompiledProgram>(std::move(p));
+}
+
+std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, ProgramArgs& args,
+                                            CheckMode checks,
+                                            const std::vector<std::pair<int, int>>& donations,
+                                            const std::string& origin) {
+  const std::vector<lowering::GraphParam>& params = program.lowered.params;
+  c10::SmallVector<runtime::BufferPtr, 8> buffers;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const lowering::GraphParam& p = params[i];
+    switch (p.source) {
+      case lowering::GraphParam::Source::kInput:
+        buffers.push_back(args.input(i, p.input_index));
+        break;
+      case lowering::GraphParam::Source::kScalar:
+        buffers.push_back(args.scalar(i, p));
+        break;
+      case lowering::GraphParam::Source::kRngState:
+        buffers.push_back(args.rng_state(i, p));
+        break;
+    }
+  }
+  base::StatusOr<std::vector<runtime::BufferPtr>> outputs = base::internal_error("unset");
+  if (program.replicated) {
+    outputs = program.replicated(program.lowered.text,
+                                 std::vector<runtime::BufferPtr>(buffers.begin(), buffers.end()));
+    if (!outputs.ok()) {
+      const base::Status& st = outputs.status();
+      if (st.code() == base::StatusCode::kInvalidArgument) {
+        C10_THROW_ERROR(ValueError, st.message());
+      }
+      if (st.code() == base::StatusCode::kUnavailable) {
+        C10_THROW_ERROR(DistBackendError, st.message());
+      }
+    }
+    TORCH_CHECK(outputs.ok(), outputs.status().message());
+  } else {
+    // Donation: an input aliased to an output is given up when the caller's storage and
+    // this run are its only holders; that storage then takes the output (any other holder
+    // still reads the old value, so XLA copies instead: never wrong).
+    c10::SmallVector<bool, 8> donate;
+    c10::SmallVector<std::pair<int, int>, 4> donated;  // (input, output)
+    for (const auto& [input, output] : donations) {
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (params[i].source != lowering::GraphParam::Source::kInput ||
+            params[i].input_index != input || !args.donatable(input, buffers[i])) {
+          continue;
+        }
+        if (donate.empty()) donate.assign(params.size(), false);
+        donate[i] = true;
+        donated.emplace_back(input, output);
+      }
+    }
+    c10::SmallVector<const runtime::Buffer*, 8> raw;
+    for (const auto& b : buffers) raw.push_back(b.get());
+    outputs = program.exe->execute(raw.data(), raw.size(),
+                                   donate.empty() ? nullptr : donate.data());
+    TORCH_CHECK(outputs.ok(), outputs.status().message());
+    for (const auto& [input, output] : donated) args.donated(input, (*outputs)[output]);
+  }
+  size_t n = program.lowered.output_types.size();
+  if (checks == CheckMode::kNow) {
+    run_data_checks(*outputs, n, program.lowered.check_kinds, program.lowered.check_messages);
+  } else {
+    defer_data_checks(*outputs, n, program.lowered.check_kinds, program.lowered.check_messages,
+                      origin.empty() ? std::string("a program run earlier") : origin);
+  }
+  outputs->resize(n);
+  return std::move(outputs).value();
+}
+
+void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
+                     const std::vector<lowering::CheckKind>& kinds,
+                     const std::vector<std::string>& messages) {
+  static const base::Counter data_checks("num_data_checks");
+  for (size_t k = 0; k < messages.size(); ++k) {
+    bool ok = false;
+    auto status = outputs.at(first + k)->to_host(&ok, 1);
+    TORCH_CHECK(status.ok(), status.message());
+    data_checks.add();
+    if (ok) continue;
+    if (kinds[k] == lowering::CheckKind::kIndexError) TORCH_CHECK_INDEX(false, messages[k]);
+    if (kinds[k] == lowering::CheckKind::kLinalgError) TORCH_CHECK_LINALG(false, messages[k]);
+    TORCH_CHECK(false, messages[k]);
+  }
+}
+
+}  // namespace torchtpu::aten

@@ -1,0 +1,70 @@
+// One lowered module compiled for one device, and the one way such a program runs: an
+// eager op (a graph of one node), a compiled FX graph and a fused eager graph alike.
+//
+// The caller says where each @main parameter's value comes from (ProgramArgs, asked per
+// parameter in order), and how data checks report: at once (an eager op: read before
+// anything is written, so a failed call changes nothing) or queued for the next host read
+// (a graph: the call never waits for its program). Donation: an input the program aliases
+// to an output is given up when the caller says its buffer has no other holder.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lowering/lowering.h"
+#include "runtime/buffer.h"
+#include "runtime/executable.h"
+
+namespace torchtpu::aten {
+
+// Runs one replica of a program that spans several ranks' devices (the distributed
+// layer's in-plugin transport): given the module text and this rank's arguments, it meets
+// the other ranks, runs the program over their devices and returns this rank's outputs.
+// Its error codes: kInvalidArgument when the ranks disagree, kUnavailable when a peer is
+// gone.
+using ReplicatedRunner = std::function<base::StatusOr<std::vector<runtime::BufferPtr>>(
+    const std::string& module, std::vector<runtime::BufferPtr> args)>;
+
+struct CompiledProgram {
+  lowering::LoweredGraph lowered;
+  runtime::ExecutablePtr exe;  // null when `replicated` runs it
+  int device = 0;
+  ReplicatedRunner replicated;  // set for a program run by several ranks (never donates)
+};
+
+// Compiles `lowered` for `device` through the executable cache (memory, then disk).
+base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
+    lowering::LoweredGraph lowered, int device);
+
+// One run's parameter values. `param` is the @main parameter's index.
+class ProgramArgs {
+ public:
+  virtual ~ProgramArgs() = default;
+  virtual runtime::BufferPtr input(size_t param, int index) = 0;
+  virtual runtime::BufferPtr scalar(size_t param, const lowering::GraphParam& p) = 0;
+  virtual runtime::BufferPtr rng_state(size_t param, const lowering::GraphParam& p) = 0;
+  // Whether input `index` (its buffer `b`, held by the run) may be donated this run: its
+  // only other holder is the caller's storage, which takes the output instead (donated()).
+  virtual bool donatable(int index, const runtime::BufferPtr& b) { return false; }
+  virtual void donated(int index, const runtime::BufferPtr& output) {}
+};
+
+enum class CheckMode { kNow, kDeferred };
+
+// Runs `program` with `args`; returns its outputs (data check results excluded).
+// `donations`: (input, output) pairs the program aliases (GraphSpec::donations).
+// `origin` names what ran in the error of a deferred check ("a compiled graph run earlier").
+std::vector<runtime::BufferPtr> run_program(
+    const CompiledProgram& program, ProgramArgs& args, CheckMode checks,
+    const std::vector<std::pair<int, int>>& donations = {}, const std::string& origin = {});
+
+// Reads the i1 check results outputs[first..] (one per message) and raises the error a
+// failed check stands for (IndexError, LinAlgError or RuntimeError). Blocks on them.
+void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
+                     const std::vector<lowering::CheckKind>& kinds,
+                     const std::vector<std::string>& messages);
+
+}  // namespace torchtpu::aten

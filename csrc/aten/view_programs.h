@@ -1,0 +1,23 @@
+// The programs that read a view out of a storage's buffer and write a value back through
+// one (lowering/storage_programs.h), run with their executables cached by the view's
+// shape: (kind, buffer type, sizes, strides) as integer words, so a cache hit builds no
+// module text and allocates no key. The storage offset is a runtime operand.
+// Thread safety: every function may be called from any thread.
+#pragma once
+
+#include <c10/util/ArrayRef.h>
+
+#include "runtime/buffer.h"
+
+namespace torchtpu::aten {
+
+// The view (sizes, strides, offset) of `base`'s elements (row-major), as a new buffer.
+runtime::BufferPtr view_read(const runtime::Buffer& base, c10::IntArrayRef sizes,
+                             c10::IntArrayRef strides, int64_t offset);
+// `base` reshaped to `sizes` (same element count).
+runtime::BufferPtr view_reshape(const runtime::Buffer& base, c10::IntArrayRef sizes);
+// `base` with the view's elements replaced by `value` (shaped `sizes`), as a new buffer.
+runtime::BufferPtr view_write(const runtime::Buffer& base, const runtime::Buffer& value,
+                              c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset);
+
+}  // namespace torchtpu::aten

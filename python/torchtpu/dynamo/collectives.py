@@ -1,0 +1,300 @@
+"""Functional collectives in compiled graphs (``_c10d_functional::*``: what
+``torch.distributed._functional_collectives``, DTensor, tensor parallelism and FSDP2 put in
+the graphs ``torch.compile(backend="tpu")`` compiles).
+
+Two ways to run such a graph, chosen per graph when it is compiled (the same choice on
+every rank: it depends only on the graph and on its groups' transport):
+
+- **In the program** (``InPluginCollectives``): every group of the graph is in-plugin (its
+  ranks are threads of this process, each on its own device). The graph becomes one
+  program replicated over the devices of the ranks that run it, its collectives lowered
+  with the rest (``lowering/functional_collectives.cc``): each rank's call meets the other
+  ranks' in the group's rendezvous, the last one runs the program on every device at once.
+  A graph with one group spans that group; a graph with several (a 2-D DeviceMesh) spans
+  the default group, whose ranks all run it, and learns once, on its first run, which
+  ranks share each group (every rank's groups, exchanged through the default group).
+- **Between compiled pieces** (``SplitGraph``): anywhere else (ranks in other processes,
+  host-staged; an op, reduce op or split the lowering does not take). The graph is cut at
+  its collectives; the pieces between them compile as usual and the collectives run
+  eagerly through the process group. Never silent: a warning per distinct reason, and
+  ``torchtpu.debug.metrics()`` counts ``num_graph_collective_splits`` (graphs cut, by
+  reason in ``graph_collective_splits``) and ``num_out_of_graph_collectives`` (collectives
+  run that way); ``num_graph_collectives_lowered`` counts those compiled into programs.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+log = logging.getLogger("torchtpu.compile")
+
+_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd")
+# Ops lowered into programs (lowering/functional_collectives.cc), by name.
+_LOWERED = {
+    "all_reduce", "all_reduce_coalesced", "all_gather_into_tensor",
+    "all_gather_into_tensor_coalesced", "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced", "all_to_all_single", "broadcast", "wait_tensor",
+}
+_REDUCE_OPS = {"sum", "avg", "product", "min", "max"}
+
+stats: Counter = Counter()
+split_reasons: Counter = Counter()
+_warned: set[str] = set()
+
+
+def is_collective(node: torch.fx.Node) -> bool:
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and node.target.namespace in _NAMESPACES)
+
+
+def collective_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if is_collective(n)]
+
+
+def _arg(node: torch.fx.Node, name: str) -> Any:
+    schema = node.target._schema
+    for i, a in enumerate(schema.arguments):
+        if a.name == name:
+            return node.args[i] if i < len(node.args) else node.kwargs.get(name, a.default_value)
+    return None
+
+
+def _set_arg(node: torch.fx.Node, name: str, value: Any) -> None:
+    schema = node.target._schema
+    for i, a in enumerate(schema.arguments):
+        if a.name == name:
+            if i < len(node.args):
+                args = list(node.args)
+                args[i] = value
+                node.args = tuple(args)
+            else:
+                node.kwargs = {**node.kwargs, name: value}
+            return
+
+
+def _group(group_name: Any) -> Any:
+    """The process group a graph names: by name (in the calling rank's registry), or the
+    group itself (``torch.distributed.config.compile_on_one_rank``)."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return group_name if isinstance(group_name, dist.ProcessGroup) else \
+        _resolve_process_group(group_name)
+
+
+def _tpu_backend(group_name: Any) -> Any:
+    """The tpu backend of the group a graph names, or a string saying why there is none."""
+    import torch.distributed as dist
+
+    try:
+        pg = _group(group_name)
+        backend = pg._get_backend(torch.device("tpu"))
+    except (RuntimeError, ValueError, KeyError) as e:  # no tpu backend, an unknown name
+        return f"group {group_name} has no tpu backend ({str(e).splitlines()[0]})"
+    if getattr(backend, "transport", None) != "in_plugin":
+        return (f"group {pg.group_name} ({dist.get_world_size(pg)} ranks) stages through the "
+                "host (ranks in other processes)")
+    return backend
+
+
+def _unlowered_reason(node: torch.fx.Node) -> str | None:
+    name = node.target._schema.name.split("::")[-1]
+    if node.target.namespace != "_c10d_functional" or name not in _LOWERED:
+        return f"{node.target} has no lowering"
+    reduce_op = _arg(node, "reduce_op")
+    if reduce_op is not None and reduce_op not in _REDUCE_OPS:
+        return f"{node.target} with reduce op {reduce_op!r} has no lowering"
+    if name == "all_to_all_single":
+        val = node.args[0].meta["val"]
+        rows = val.shape[0] if val.dim() else None
+        for key in ("output_split_sizes", "input_split_sizes"):
+            splits = _arg(node, key) or []
+            if splits and (not all(isinstance(s, int) for s in splits)
+                           or len(set(splits)) != 1 or rows is None
+                           or splits[0] * len(splits) != rows):
+                return f"{node.target} with uneven or symbolic split sizes {splits}"
+    return None
+
+
+class InPluginCollectives:
+    """Lowers a graph's collectives into its program (see the module docstring)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, nodes: list[torch.fx.Node],
+                 backends: dict[str, Any]) -> None:
+        self.gm = gm
+        self.nodes = [n for n in nodes if _arg(n, "group_name") is not None]
+        self.names = [_arg(n, "group_name") for n in self.nodes]
+        self.backends = backends
+        self.span: Any = None  # the TpuBackend whose ranks run the program
+        self.resolved = False
+
+    def resolve(self) -> str | None:
+        """On the first run (in the rank's thread): rewrites every group name into the
+        replica groups of the program; None, or why the collectives cannot be lowered
+        (the same answer on every rank: it comes from data every rank exchanged)."""
+        import torch.distributed as dist
+
+        from torchtpu import _C
+
+        self.resolved = True
+        distinct = list(dict.fromkeys(self.names))
+        if len(distinct) == 1:
+            self.span = self.backends[distinct[0]]
+            n = dist.get_world_size(_group(distinct[0]))
+            encoded = {distinct[0]: _C.encode_replica_groups([list(range(n))])}
+        else:
+            world = dist.group.WORLD
+            self.span = _tpu_backend(world.group_name)
+            if isinstance(self.span, str):
+                return f"a graph over several groups spans the default group, but {self.span}"
+            meta: list[int] = []
+            mine = {}
+            for name in distinct:
+                ranks = dist.get_process_group_ranks(_group(name))
+                mine[name] = ranks
+                meta += [len(ranks), *ranks]
+            everyone = self.span.exchange_meta("graph collective groups", meta)
+            world_size = dist.get_world_size(world)
+            encoded = {}
+            for k, name in enumerate(distinct):
+                partition = set()
+                for m in everyone:
+                    pos = 0
+                    for _ in range(k):
+                        pos += 1 + m[pos]
+                    partition.add(tuple(m[pos + 1:pos + 1 + m[pos]]))
+                members = sorted(r for g in partition for r in g)
+                if members != list(range(world_size)) or len({len(g) for g in partition}) != 1:
+                    return (f"the ranks' groups of collective group {name} "
+                            f"({sorted(partition)}) do not partition the default group's "
+                            f"{world_size} ranks into equal groups")
+                encoded[name] = _C.encode_replica_groups([list(g) for g in sorted(partition)])
+        for node, name in zip(self.nodes, self.names):
+            _set_arg(node, "group_name", encoded[name])
+        self.gm.recompile()
+        return None
+
+
+def plan(gm: torch.fx.GraphModule) -> InPluginCollectives | str | None:
+    """None for a graph without collectives; an InPluginCollectives for one whose
+    collectives compile into its program; else the reason they run between pieces."""
+    nodes = collective_nodes(gm)
+    if not nodes:
+        return None
+    backends: dict[str, Any] = {}
+    for node in nodes:
+        reason = _unlowered_reason(node)
+        if reason:
+            return reason
+        name = _arg(node, "group_name")
+        if name is None or any(name is k or name == k for k in backends):
+            continue
+        backend = _tpu_backend(name)
+        if isinstance(backend, str):
+            return backend
+        backends[name] = backend
+    return InPluginCollectives(gm, nodes, backends)
+
+
+def note_lowered(num: int) -> None:
+    stats["num_graph_collectives_lowered"] += num
+
+
+def _counted(op: Any) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        stats["num_out_of_graph_collectives"] += 1
+        return op(*args, **kwargs)
+
+    run.__name__ = f"out_of_graph_{op._schema.name.split('::')[-1]}"
+    return run
+
+
+class SplitGraph:
+    """Runs a graph cut at its collectives: compiled pieces between eager collectives."""
+
+    def __init__(self, gm: torch.fx.GraphModule, reason: str,
+                 compile_piece: Callable[[torch.fx.GraphModule, dict], Callable[..., Any]],
+                 bind_sizes: Callable[[list, tuple], dict]) -> None:
+        """`compile_piece(sub, sizes)` compiles a piece; `sizes` is filled, before each
+        call, with the size symbols of the whole graph (`bind_sizes` reads them)."""
+        from torch.fx.passes.split_module import split_module
+
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.bind_sizes = bind_sizes
+        self.sizes: dict = {}
+        counter = [0]
+        kind: list[bool | None] = [None]
+
+        def part_of(node: torch.fx.Node) -> int:
+            if node.target is operator.getitem:  # an item of the result it reads
+                return parts[node.args[0]]
+            collective = is_collective(node)
+            if kind[0] is not None and collective != kind[0]:
+                counter[0] += 1
+            kind[0] = collective
+            return counter[0]
+
+        parts: dict[torch.fx.Node, int] = {}
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                parts[node] = part_of(node)
+        split = split_module(gm, gm, lambda node: parts[node], keep_original_order=True)
+        num_collectives = 0
+        for node in split.graph.nodes:
+            if node.op != "call_module":
+                continue
+            sub = getattr(split, node.target)
+            ops = [n for n in sub.graph.nodes if n.op == "call_function"]
+            if ops and all(is_collective(n) for n in ops):
+                for n in ops:
+                    n.target = _counted(n.target)
+                    num_collectives += 1
+                sub.recompile()
+            else:
+                setattr(split, node.target, _Piece(sub, compile_piece(sub, self.sizes)))
+        self.split = split
+        stats["num_graph_collective_splits"] += 1
+        split_reasons[reason] += 1
+        message = (f"torchtpu: a compiled graph runs its {num_collectives} collectives through "
+                   f"the tpu process group between compiled pieces: {reason}")
+        log.info(message)
+        if reason not in _warned:
+            _warned.add(reason)
+            warnings.warn(message, stacklevel=2)
+
+    def __call__(self, *args: Any) -> Any:
+        self.sizes.clear()
+        self.sizes.update(self.bind_sizes(self.placeholders, args))
+        out = self.split(*args)
+        return out if isinstance(out, tuple) else (out,)
+
+
+class _Piece(torch.nn.Module):
+    """A compiled piece called as the FX submodule it replaces (one value or a tuple)."""
+
+    def __init__(self, sub: torch.fx.GraphModule, runner: Callable[..., Any]) -> None:
+        super().__init__()
+        out = next(n for n in sub.graph.nodes if n.op == "output")
+        self.single = not isinstance(out.args[0], (tuple, list))
+        self.runner = runner
+
+    def forward(self, *args: Any) -> Any:
+        out = self.runner(*args)
+        return out[0] if self.single else tuple(out)
+
+
+def compile_stats() -> dict[str, Any]:
+    return {
+        "num_graph_collectives_lowered": stats["num_graph_collectives_lowered"],
+        "num_graph_collective_splits": stats["num_graph_collective_splits"],
+        "num_out_of_graph_collectives": stats["num_out_of_graph_collectives"],
+        "graph_collective_splits": dict(split_reasons),
+    }

@@ -1,0 +1,176 @@
+"""Fused eager mode: ops are recorded and run as fused graphs, with eager's semantics.
+
+Each test runs the same code op by op and fused, and compares values (and the CPU where it
+matters); counters show that the fused run deferred its ops, ran them as graphs, and that a
+loop finds its graph in the cache from the second iteration on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+
+TPU = "tpu"
+
+
+@contextlib.contextmanager
+def fused() -> Iterator[None]:
+    previous = torchtpu.eager_mode()
+    torchtpu.set_eager_mode("fused")
+    try:
+        yield
+    finally:
+        torchtpu.set_eager_mode(previous)
+
+
+def counter(name: str) -> int:
+    return torchtpu._C.counters().get(name, 0)
+
+
+def test_ops_are_deferred_until_a_host_read() -> None:
+    a = torch.randn(8, 8)
+    b = torch.randn(8, 8)
+    with fused():
+        x, y = a.to(TPU), b.to(TPU)
+        before = torchtpu._C.num_pending_ops(0)
+        z = torch.relu(x @ y + 1.5) * 2
+        assert torchtpu._C.num_pending_ops(0) - before == 4
+        graphs = counter("num_fused_graphs_run")
+        result = z.cpu()  # the host read runs the graph
+        assert counter("num_fused_graphs_run") == graphs + 1
+        assert torchtpu._C.num_pending_ops(0) == 0
+    torch.testing.assert_close(result, torch.relu(a @ b + 1.5) * 2)
+
+
+def test_a_loop_hits_the_fused_graph_cache() -> None:
+    w = torch.randn(16, 16)
+    x0 = torch.randn(4, 16)
+    with fused():
+        wt, x = w.to(TPU), x0.to(TPU)
+        values = []
+        for step in range(4):
+            x = torch.tanh(x @ wt) * (0.5 + step)  # a new scalar each step: runtime data
+            values.append(x.sum().item())
+            if step == 0:
+                compiled = counter("num_fused_graphs_compiled")
+        assert counter("num_fused_graphs_compiled") == compiled
+    ref, expected = x0, []
+    for step in range(4):
+        ref = torch.tanh(ref @ w) * (0.5 + step)
+        expected.append(float(ref.sum()))
+    assert values == pytest.approx(expected, rel=1e-4, abs=1e-4)
+
+
+def test_in_place_and_views_keep_eager_semantics() -> None:
+    base = torch.arange(24.0).reshape(4, 6)
+
+    def program(t: torch.Tensor) -> list[torch.Tensor]:
+        v = t[1:3, ::2]          # a strided view
+        v.mul_(10)               # written through the view: the base changes
+        t[:, 0] += 1             # an in-place update of a column
+        row = t[2]               # a view of the pending base
+        s = row * 2              # read through the view
+        t.add_(s)                # broadcast in-place add into the base
+        return [t.clone(), v.clone(), s]
+
+    expected = program(base.clone())
+    op_by_op = [r.cpu() for r in program(base.clone().to(TPU))]
+    with fused():
+        got = [r.cpu() for r in program(base.clone().to(TPU))]
+    for e, o, g in zip(expected, op_by_op, got):
+        torch.testing.assert_close(o, e)
+        torch.testing.assert_close(g, e)
+
+
+def test_dead_intermediates_are_not_outputs_and_held_ones_are() -> None:
+    a = torch.randn(32)
+    with fused():
+        x = a.to(TPU)
+        keep = x * 3
+        for _ in range(5):
+            x = torch.sin(x) + 1  # each old x dies
+        total = (x + keep).sum()
+        torch.testing.assert_close(keep.cpu(), a * 3)
+        value = total.item()
+    ref = a.clone()
+    for _ in range(5):
+        ref = torch.sin(ref) + 1
+    assert value == pytest.approx(float((ref + a * 3).sum()), rel=1e-5)
+
+
+def test_index_errors_are_raised_at_the_call_and_change_nothing() -> None:
+    with fused():
+        x = torch.arange(6.0, device=TPU) * 2  # pending when the bad op comes
+        with pytest.raises(IndexError):
+            x.index_select(0, torch.tensor([7], device=TPU))
+        assert x.cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+def test_shape_errors_are_raised_at_the_call() -> None:
+    with fused():
+        a = torch.ones(3, 4, device=TPU) + 1
+        with pytest.raises(RuntimeError):
+            torch.mm(a, torch.ones(5, 2, device=TPU))
+        assert (a * 2).sum().item() == 48.0
+
+
+def test_training_steps_match_op_by_op() -> None:
+    def train(mode: str) -> list[float]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16),
+                                    torch.nn.GELU(), torch.nn.Linear(16, 4)).to(TPU)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(16, 8, generator=g).to(TPU)
+        y = torch.randint(0, 4, (16,), generator=g).to(TPU)
+        losses = []
+        previous = torchtpu.eager_mode()
+        torchtpu.set_eager_mode(mode)
+        try:
+            for _ in range(4):
+                loss = F.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        finally:
+            torchtpu.set_eager_mode(previous)
+        return losses
+
+    torch.testing.assert_close(train("fused"), train("op"), rtol=1e-5, atol=1e-6)
+
+
+def test_synchronize_and_mode_switch_run_pending_graphs() -> None:
+    with fused():
+        x = torch.ones(4, device=TPU) * 7
+        assert torchtpu._C.num_pending_ops(0) > 0
+        torch.tpu.synchronize()
+        assert torchtpu._C.num_pending_ops(0) == 0
+        y = x + 1
+    assert torchtpu._C.num_pending_ops(0) == 0  # leaving fused mode ran it
+    assert y.cpu().tolist() == [8.0] * 4
+
+
+def test_random_ops_draw_in_call_order() -> None:
+    torchtpu.manual_seed(3)
+    a = torch.rand(5, device=TPU)
+    b = torch.randn(5, device=TPU)
+    expected = [a.cpu(), b.cpu()]
+    torchtpu.manual_seed(3)
+    with fused():
+        c = torch.rand(5, device=TPU)
+        d = torch.randn(5, device=TPU)
+        got = [c.cpu(), d.cpu()]
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e)
+
+
+def test_bad_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="eager mode"):
+        torchtpu.set_eager_mode("lazy")

@@ -1,0 +1,257 @@
+"""What the router's clients can send it, against one real replica (``torchtpu serve`` on the
+tiny random Llama): a client that hangs up mid-request makes the replica abort it (it stops
+generating), ``Expect: 100-continue`` is answered, and a fixed list of malformed requests
+(bad HTTP, huge or bogus Content-Length, non-JSON bodies, extreme numbers) each get an
+OpenAI-style error while the router stays up. Bounded: one small replica, short requests."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+SERVE_ARGS = ["--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "64",
+              "--page-size", "16"]
+LONG = 230  # tokens: seconds of generation on the tiny model, so a hang-up lands mid-way
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited with {proc.returncode} while starting")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy after {timeout} s")
+
+
+class Stack:
+    def __init__(self, model_dir: str, tmp: str) -> None:
+        self.tmp = tmp
+        rport, port = _free_port(), _free_port()
+        self.replica_url = f"http://127.0.0.1:{rport}"
+        self.url = f"http://127.0.0.1:{port}"
+        self.port = port
+        self.procs = []
+        for name, args in (
+                ("replica", ["serve", "--model", model_dir, "--port", str(rport), *SERVE_ARGS]),
+                ("router", ["router", "--model", model_dir, "--port", str(port),
+                            "--replica", self.replica_url, "--health-interval", "0.2"])):
+            log = open(os.path.join(tmp, f"{name}.log"), "ab")
+            self.procs.append(subprocess.Popen([sys.executable, "-m", "torchtpu.cli", *args],
+                                               stdout=log, stderr=subprocess.STDOUT))
+        _wait_healthy(self.replica_url, self.procs[0], 240)
+        _wait_healthy(self.url, self.procs[1], 60)
+
+    def replica_metric(self, prefix: str, contains: str = "") -> float:
+        total = 0.0
+        for line in httpx.get(self.replica_url + "/metrics", timeout=10).text.splitlines():
+            if line.startswith(prefix) and contains in line:
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def aborted(self) -> float:
+        return self.replica_metric("vllm:request_success_total", 'finished_reason="abort"')
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture(scope="module")
+def stack(tiny_llama_dir, tmp_path_factory):
+    s = Stack(tiny_llama_dir, str(tmp_path_factory.mktemp("router-robustness")))
+    try:
+        yield s
+    finally:
+        s.stop()
+        router_alive = s.procs[1].returncode in (0, -signal.SIGTERM)
+        for name in ("replica.log", "router.log"):
+            with open(os.path.join(s.tmp, name), errors="replace") as f:
+                print(f"--- {name} ---\n{f.read()[-3000:]}")
+        assert router_alive, f"the router ended with {s.procs[1].returncode}"
+
+
+def _raw(port: int, data: bytes, read_until_close: bool = True, timeout: float = 30) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        while read_until_close:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            out += chunk
+            if b"\r\n\r\n" in out and b"Connection: close" not in out.split(b"\r\n\r\n")[0]:
+                head, _, body = out.partition(b"\r\n\r\n")
+                length = [int(h.split(b":")[1]) for h in head.split(b"\r\n")
+                          if h.lower().startswith(b"content-length:")]
+                if length and len(body) >= length[0]:
+                    break
+        return out
+
+
+def _status_and_error(raw: bytes) -> tuple[int, dict]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1])
+    return status, json.loads(body)
+
+
+def _until(cond, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return cond()
+
+
+def test_a_client_that_hangs_up_mid_stream_aborts_the_replicas_request(stack):
+    before = stack.aborted()
+    with httpx.stream("POST", stack.url + "/v1/completions", timeout=60, json={
+            "prompt": "To be, or not to be", "max_tokens": LONG, "ignore_eos": True,
+            "stream": True}) as r:
+        assert r.status_code == 200
+        assert r.headers["x-torchtpu-replica"] == stack.replica_url.removeprefix("http://")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                break  # one event, then hang up
+    assert _until(lambda: stack.aborted() == before + 1), "the replica did not abort"
+
+
+def test_a_client_that_hangs_up_before_a_plain_response_aborts_it(stack):
+    before = stack.aborted()
+    body = json.dumps({"prompt": "Something is rotten", "max_tokens": LONG,
+                       "ignore_eos": True}).encode()
+    with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert _until(lambda: stack.replica_metric("vllm:num_requests_running") == 1, 30)
+    # Nothing was written back yet: the router notices the hang-up while it waits.
+    assert _until(lambda: stack.aborted() == before + 1), "the replica did not abort"
+    m = httpx.get(stack.url + "/metrics").text
+    assert "torchtpu_router:client_disconnects_total" in m
+
+
+def test_expect_100_continue(stack):
+    body = json.dumps({"prompt": "Hello", "max_tokens": 2}).encode()
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    with socket.create_connection(("127.0.0.1", stack.port), timeout=30) as s:
+        s.sendall(head)
+        interim = s.recv(4096)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n", interim
+        s.sendall(body)
+        out = b""
+        while b"\r\n\r\n" not in out or not out.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    assert out.startswith(b"HTTP/1.1 200"), out[:200]
+    assert json.loads(out.partition(b"\r\n\r\n")[2])["choices"][0]["text"] is not None
+    # Over the size limit: refused at once, without the body.
+    status, err = _status_and_error(_raw(stack.port, (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+        b"Content-Length: 1000000000000\r\n\r\n")))
+    assert status == 413 and err["error"]["code"] == 413
+    status, err = _status_and_error(_raw(stack.port, (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n"
+        b"Content-Length: 2\r\n\r\n")))
+    assert status == 417 and "Expect" in err["error"]["message"]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs the curl command line client")
+def test_curl_with_expect_100_continue_does_not_wait(stack, tmp_path):
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps({"prompt": "Alas, poor Yorick! " * 8, "max_tokens": 1}))
+    start = time.monotonic()
+    out = subprocess.run(
+        ["curl", "-sS", "-H", "Expect: 100-continue", "--expect100-timeout", "20",
+         "-H", "Content-Type: application/json", "--data-binary", f"@{body}",
+         stack.url + "/v1/completions"], capture_output=True, timeout=60, check=True)
+    assert time.monotonic() - start < 15
+    assert json.loads(out.stdout).get("choices"), out.stdout
+
+
+RAW_CASES = {
+    "garbage": b"GARBAGE\r\n\r\n",
+    "bad method line": b"POST\r\nHost: x\r\n\r\n",
+    "content-length overflow": (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                b"Content-Length: 99999999999999999999999\r\n\r\n"),
+    "negative content-length": (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                b"Content-Length: -1\r\n\r\n"),
+    "huge content-length": (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                            b"Content-Length: 18446744073709551615\r\n\r\n"),
+    "two content-lengths": (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2"
+                            b"\r\nContent-Length: 3\r\n\r\n{}"),
+    "bad chunk size": (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                       b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"),
+    "huge header": b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("name", list(RAW_CASES))
+def test_malformed_http_gets_an_error_not_a_crash(stack, name):
+    status, err = _status_and_error(_raw(stack.port, RAW_CASES[name]))
+    assert status in (400, 413), (name, status, err)
+    assert err["error"]["code"] == status and err["error"]["message"]
+    assert httpx.get(stack.url + "/health", timeout=10).status_code == 200
+
+
+BIG = 2**64
+BODY_CASES = [
+    b"", b"not json", b"{", b"[]", b"null", b"\xff\xfe\x00", b'{"prompt": 1e999}',
+    b'{"prompt": "\xff\xfe"}', b'{"prompt": "x", "max_tokens": -1}',
+    b'{"prompt": "x", "max_tokens": %d}' % BIG, b'{"prompt": "x", "max_tokens": NaN}',
+    b'{"prompt": "x", "max_tokens": 1.5}', b'{"prompt": "x", "temperature": NaN}',
+    b'{"prompt": "x", "temperature": Infinity}', b'{"prompt": "x", "temperature": -1}',
+    b'{"prompt": "x", "top_p": 0}', b'{"prompt": "x", "n": 0}',
+    b'{"prompt": "x", "n": %d}' % BIG, b'{"prompt": "x", "seed": %d}' % BIG,
+    b'{"prompt": "x", "top_k": -2}', b'{"prompt": "x", "logprobs": %d}' % BIG,
+    b'{"prompt": [%d]}' % BIG, b'{"prompt": [-1]}', b'{"prompt": []}',
+    b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+]
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_bad_bodies_get_openai_errors(stack, route):
+    with httpx.Client(timeout=60) as client:
+        for body in BODY_CASES:
+            if route.endswith("chat/completions"):
+                body = body.replace(b'"prompt": "x"',
+                                    b'"messages": [{"role": "user", "content": "x"}]')
+                body = body.replace(b'"prompt": ', b'"messages": ')
+            r = client.post(stack.url + route, content=body,
+                            headers={"Content-Type": "application/json"})
+            assert 400 <= r.status_code < 500, (body[:80], r.status_code, r.text[:300])
+            err = r.json()["error"]
+            assert err["message"] and err["code"] == r.status_code, (body[:80], err)
+        # And the router still routes.
+        r = client.post(stack.url + "/v1/completions", json={"prompt": "Fine", "max_tokens": 1})
+        assert r.status_code == 200, r.text
