@@ -285,9 +285,6 @@ class EagerArgs : public ProgramArgs {
     const c10::IValue& v = ivalues_[p.arg];
     return scalar_buffer(p.item < 0 ? v : v.toListRef()[p.item], p.dtype, device_);
   }
-  runtime::BufferPtr symbol(size_t, int) override {
-    TORCH_CHECK(false, "tpu: internal error: an eager op has no size symbols");
-  }
   runtime::BufferPtr rng_state(size_t, const lowering::GraphParam&) override {
     bool given = generator_ && generator_->defined();
     return next_rng_state_buffer(

@@ -3,6 +3,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "aten/host_transfer.h"
 #include "aten/storage_bytes.h"
 #include "aten/tpu_storage.h"
@@ -21,6 +24,27 @@ runtime::BufferPtr conform(const runtime::BufferPtr& value, const at::Tensor& ds
   lowering::TensorType src{value->dtype(), value->dims()};
   return run_program(lowering::convert_module(src, want, dims_of(dst)), {value.get()},
                      value->device_index())[0];
+}
+
+// A view (or a reshape) read to the host through its storage's whole buffer, sliced on the
+// host, when that buffer is small or not much larger than the view; else nullopt (the view
+// is read by a program). No program per view shape: a compiled graph padded to shape
+// buckets returns views at the true size of bucket-shaped buffers, and reading each new
+// size through a program would compile one per size.
+std::optional<at::Tensor> read_view_through_host(const at::Tensor& self) {
+  runtime::BufferPtr held = storage_buffer(self);
+  std::vector<int64_t> sizes = dims_of(self);
+  std::vector<int64_t> strides(self.strides().begin(), self.strides().end());
+  if (held->dims() == sizes && lowering::is_whole_buffer_view(held->num_elements(), sizes,
+                                                               strides, self.storage_offset())) {
+    return std::nullopt;  // read as it is
+  }
+  int64_t view_bytes = self.numel() * static_cast<int64_t>(self.element_size());
+  if (held->size_bytes() > std::max<int64_t>(4 * view_bytes, int64_t{1} << 20)) {
+    return std::nullopt;
+  }
+  return buffer_to_cpu(*held).reshape(-1).as_strided(self.sizes(), self.strides(),
+                                                      self.storage_offset());
 }
 
 }  // namespace
@@ -61,6 +85,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     return dst;
   }
   TORCH_CHECK(dst.device().is_cpu(), "tpu: cannot copy from tpu to ", dst.device());
+  if (std::optional<at::Tensor> host = read_view_through_host(self)) {
+    dst.copy_(*host);
+    return dst;
+  }
   if (dst.is_contiguous() && dst.scalar_type() == self.scalar_type() &&
       dst.sizes() == self.sizes()) {
     buffer_into_cpu(*read_tensor(self), dst);  // one copy, into the destination itself

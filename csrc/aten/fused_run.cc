@@ -142,9 +142,6 @@ class FusedArgs : public ProgramArgs {
   FusedArgs(const PendingGraph& g, const FusedProgram& f) : g_(g), f_(f) {}
   runtime::BufferPtr input(size_t, int index) override { return g_.inputs.at(index); }
   runtime::BufferPtr scalar(size_t param, const GraphParam&) override { return node_param(param); }
-  runtime::BufferPtr symbol(size_t, int) override {
-    TORCH_CHECK(false, "tpu: internal error: a fused eager graph has no size symbols");
-  }
   runtime::BufferPtr rng_state(size_t param, const GraphParam&) override {
     return node_param(param);
   }
@@ -165,9 +162,6 @@ class NodeArgs : public ProgramArgs {
       : n_(n), inputs_(inputs) {}
   runtime::BufferPtr input(size_t, int index) override { return inputs_.at(index); }
   runtime::BufferPtr scalar(size_t, const GraphParam&) override { return n_.params.at(next_++); }
-  runtime::BufferPtr symbol(size_t, int) override {
-    TORCH_CHECK(false, "tpu: internal error: an eager op has no size symbols");
-  }
   runtime::BufferPtr rng_state(size_t, const GraphParam&) override {
     return n_.params.at(next_++);
   }

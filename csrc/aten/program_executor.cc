@@ -32,9 +32,6 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
       case lowering::GraphParam::Source::kInput:
         buffers.push_back(args.input(i, p.input_index));
         break;
-      case lowering::GraphParam::Source::kSymbol:
-        buffers.push_back(args.symbol(i, p.input_index));
-        break;
       case lowering::GraphParam::Source::kScalar:
         buffers.push_back(args.scalar(i, p));
         break;

@@ -45,7 +45,6 @@ class ProgramArgs {
   virtual ~ProgramArgs() = default;
   virtual runtime::BufferPtr input(size_t param, int index) = 0;
   virtual runtime::BufferPtr scalar(size_t param, const lowering::GraphParam& p) = 0;
-  virtual runtime::BufferPtr symbol(size_t param, int index) = 0;
   virtual runtime::BufferPtr rng_state(size_t param, const lowering::GraphParam& p) = 0;
   // Whether input `index` (its buffer `b`, held by the run) may be donated this run: its
   // only other holder is the caller's storage, which takes the output instead (donated()).

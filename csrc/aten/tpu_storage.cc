@@ -174,6 +174,25 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
   return std::move(out).value();
 }
 
+runtime::BufferPtr storage_buffer(const at::Tensor& t) {
+  StorageState& s = storage_state(t);
+  ensure_buffer(s, t.scalar_type());
+  // A storage last written as another dtype (bytes from torch.load) is read bitcast, and
+  // keeps the bitcast value: the same bytes, so later reads in this dtype (every forward
+  // of a loaded model) cost nothing.
+  if (s.buffer->dtype() != to_dtype(t.scalar_type())) {
+    c10::IntArrayRef sizes = t.sizes();
+    c10::IntArrayRef strides = t.strides();
+    // Shaped like the reader when it reads the whole storage, so its reads need nothing.
+    int64_t numel = s.nbytes / static_cast<int64_t>(t.element_size());
+    bool whole = t.storage_offset() == 0 && t.numel() == numel && row_major(sizes, strides) &&
+                 numel * static_cast<int64_t>(t.element_size()) == s.buffer->size_bytes();
+    std::vector<int64_t> dims(sizes.begin(), sizes.end());
+    s.buffer = storage_bytes_as(s, t.scalar_type(), whole ? &dims : nullptr);
+  }
+  return s.buffer;
+}
+
 runtime::BufferPtr read_tensor(const at::Tensor& t) {
   StorageState& s = storage_state(t);
   c10::IntArrayRef sizes = t.sizes();
@@ -183,19 +202,7 @@ runtime::BufferPtr read_tensor(const at::Tensor& t) {
       c10::IntArrayRef(s.buffer->dims()) == sizes && row_major(sizes, strides)) {
     return s.buffer;
   }
-  ensure_buffer(s, t.scalar_type());
-  // A storage last written as another dtype (bytes from torch.load) is read bitcast, and
-  // keeps the bitcast value: the same bytes, so later reads in this dtype (every forward
-  // of a loaded model) cost nothing.
-  if (s.buffer->dtype() != to_dtype(t.scalar_type())) {
-    // Shaped like the reader when it reads the whole storage, so its reads need nothing.
-    int64_t numel = s.nbytes / static_cast<int64_t>(t.element_size());
-    bool whole = t.storage_offset() == 0 && t.numel() == numel && row_major(sizes, strides) &&
-                 numel * static_cast<int64_t>(t.element_size()) == s.buffer->size_bytes();
-    std::vector<int64_t> dims(sizes.begin(), sizes.end());
-    s.buffer = storage_bytes_as(s, t.scalar_type(), whole ? &dims : nullptr);
-  }
-  runtime::BufferPtr held = s.buffer;
+  runtime::BufferPtr held = storage_buffer(t);
   const runtime::Buffer& buf = *held;
   if (t.storage_offset() == 0 && t.numel() == buf.num_elements() && row_major(sizes, strides)) {
     if (c10::IntArrayRef(buf.dims()) == sizes) return held;

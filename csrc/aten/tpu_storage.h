@@ -41,6 +41,9 @@ StorageState& storage_state(const at::Tensor& t);
 // The same without computing a pending value: for the fused eager recorder only.
 StorageState& recorded_storage_state(const at::Tensor& t);
 
+// The storage's current buffer in t's dtype (zeros once if never written; bitcast, and
+// kept so, if last written as another dtype): what every view of t reads from.
+runtime::BufferPtr storage_buffer(const at::Tensor& t);
 // The tensor's current value as a buffer of exactly its shape and dtype (materializes a
 // view through a small cached program when the tensor is not the whole buffer).
 runtime::BufferPtr read_tensor(const at::Tensor& t);

@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "compile/bucket_io.h"
 #include "compile/compiled_graph.h"
 #include "lowering/collectives.h"
 #include "lowering/graph.h"
@@ -71,33 +72,12 @@ void bind_compile(py::module& m) {
       .def_readwrite("list_refs", &lowering::GraphNode::list_refs)
       .def_readwrite("scalars", &lowering::GraphNode::scalars)
       .def_readwrite("out_types", &lowering::GraphNode::out_types)
-      .def_readwrite("out_ids", &lowering::GraphNode::out_ids)
-      .def_readwrite("result_sizes", &lowering::GraphNode::result_sizes)
-      .def_readwrite("static_arg_dims", &lowering::GraphNode::static_arg_dims);
-  py::class_<lowering::ResultSize>(m, "ResultSize")
-      .def(py::init([](int result, int64_t dim, int symbol) {
-        return lowering::ResultSize{result, dim, symbol};
-      }));
-  py::class_<lowering::StaticArgDim>(m, "StaticArgDim")
-      .def(py::init([](int arg, int64_t dim, int symbol) {
-        return lowering::StaticArgDim{arg, dim, symbol};
-      }));
-  py::class_<lowering::DynamicDim>(m, "DynamicDim")
-      .def(py::init([](int input, int64_t dim, int symbol) {
-        return lowering::DynamicDim{input, dim, symbol};
-      }));
-  py::class_<lowering::DynamicOutputDim>(m, "DynamicOutputDim")
-      .def(py::init([](int output, int64_t dim, int symbol) {
-        return lowering::DynamicOutputDim{output, dim, symbol};
-      }));
+      .def_readwrite("out_ids", &lowering::GraphNode::out_ids);
   py::class_<lowering::GraphSpec>(m, "GraphSpec")
       .def(py::init<>())
       .def_readwrite("inputs", &lowering::GraphSpec::inputs)
       .def_readwrite("nodes", &lowering::GraphSpec::nodes)
       .def_readwrite("outputs", &lowering::GraphSpec::outputs)
-      .def_readwrite("dynamic_dims", &lowering::GraphSpec::dynamic_dims)
-      .def_readwrite("output_dynamic_dims", &lowering::GraphSpec::output_dynamic_dims)
-      .def_readwrite("numel_symbols", &lowering::GraphSpec::numel_symbols)
       .def_readwrite("num_symbols", &lowering::GraphSpec::num_symbols)
       .def_readwrite("donations", &lowering::GraphSpec::donations);
   m.def("encode_replica_groups", &lowering::encode_replica_groups, py::arg("groups"),
@@ -108,4 +88,6 @@ void bind_compile(py::module& m) {
       .def("run", &compile::CompiledGraph::run, py::arg("inputs"),
            py::arg("sizes") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("module_text", &compile::CompiledGraph::module_text);
+  m.def("pad_to_bucket", &compile::pad_to_bucket, py::arg("tensor"), py::arg("padded"),
+        py::arg("out"), "A graph input padded to its bucket shape (compile/bucket_io.h).");
 }

@@ -34,7 +34,7 @@ c10::Scalar to_scalar(const lowering::GraphScalar& s) {
 }  // namespace
 
 // A graph call's parameter values: the caller's tensors, the graph's fixed scalars (0-d
-// buffers made on the first run and kept), the true sizes of its size symbols.
+// buffers made on the first run and kept), the runtime size values its scalars read.
 class CompiledGraph::Args : public aten::ProgramArgs {
  public:
   Args(const CompiledGraph& g, const std::vector<at::Tensor>& inputs,
@@ -54,9 +54,6 @@ class CompiledGraph::Args : public aten::ProgramArgs {
                                     g_.device_);
     }
     return g_.constant_params_.at(param);
-  }
-  runtime::BufferPtr symbol(size_t, int index) override {
-    return aten::scalar_to_buffer(c10::Scalar(sizes_.at(index)), base::DType::kI32, g_.device_);
   }
   runtime::BufferPtr rng_state(size_t, const lowering::GraphParam&) override {
     return aten::next_rng_state_buffer(
@@ -147,17 +144,8 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   std::vector<at::Tensor> result;
   result.reserve(outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
-    runtime::BufferPtr buf = outputs[k];
-    if (num_symbols_ > 0 && buf->is_dynamic()) {
-      // Outputs with dynamic dims leave the program compact and static
-      // (lowering::DynamicOutputDim); a result XLA still returns dynamic carries its sizes
-      // beside the data, which programs reject as input: restage it through the host as a
-      // plain buffer of the bound's shape (compact layout kept). Counted: none expected.
-      at::Tensor host = aten::buffer_to_cpu(*buf);
-      buf = aten::cpu_to_buffer(host, device_);
-      base::counter_add("num_dynamic_results_restaged");
-    }
-    result.push_back(aten::wrap_buffer(buf, aten::to_scalar_type(lowered.output_types[k].dtype)));
+    result.push_back(
+        aten::wrap_buffer(outputs[k], aten::to_scalar_type(lowered.output_types[k].dtype)));
   }
   return result;
 }

@@ -37,8 +37,8 @@ class CompiledGraph {
   static std::shared_ptr<CompiledGraph> create_replicated(const lowering::GraphSpec& spec,
                                                           int device, ReplicatedRunner runner);
 
-  // `inputs` have the graph's static (bucket) shapes; `sizes` holds the true value of each
-  // size symbol (empty for a static graph).
+  // `inputs` have the graph's static (bucket) shapes; `sizes` holds each runtime size
+  // value the graph reads (GraphSpec::num_symbols of them).
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs,
                               const std::vector<int64_t>& sizes = {}) const;
   const std::string& module_text() const { return program_->lowered.text; }

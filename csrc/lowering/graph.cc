@@ -1,59 +1,16 @@
 #include "lowering/graph.h"
 
 #include <map>
-#include <optional>
 
 namespace torchtpu::lowering {
 namespace {
 
-std::string out_of_range(const std::string& what) {
-  return "lowering: " + what + " is out of range";
-}
-
 // The values of one graph being lowered: inputs become @main parameters where they are
-// first read (a compact input is rebuilt to its bounded dynamic shape there), node results
-// are recorded as they are made.
+// first read, node results are recorded as they are made.
 class GraphValues {
  public:
   GraphValues(const GraphSpec& graph, Builder& builder, LoweredGraph& out)
-      : graph_(graph), builder_(builder), out_(out), compact_(graph.inputs.size(), false) {}
-
-  base::Status init() {
-    for (const DynamicDim& d : graph_.dynamic_dims) {
-      if (d.input < 0 || d.input >= static_cast<int>(graph_.inputs.size()) || d.symbol < 0 ||
-          d.symbol >= graph_.num_symbols || d.dim < 0 ||
-          d.dim >= graph_.inputs[d.input].rank()) {
-        return base::invalid_argument(out_of_range(
-            "dynamic dim (input " + std::to_string(d.input) + ", dim " + std::to_string(d.dim) +
-            ", symbol " + std::to_string(d.symbol) + ")"));
-      }
-      compact_[d.input] = true;
-    }
-    for (size_t i = 0; i < graph_.inputs.size(); ++i) {
-      if (!compact_[i]) continue;
-      int numel = i < graph_.numel_symbols.size() ? graph_.numel_symbols[i] : -1;
-      if (numel < 0 || numel >= graph_.num_symbols) {
-        return base::invalid_argument("lowering: dynamic input " + std::to_string(i) +
-                                      " has no element-count symbol");
-      }
-    }
-    // Size symbols first: compact inputs are rebuilt from them wherever they are read.
-    for (int s = 0; s < graph_.num_symbols; ++s) {
-      symbols_.push_back(builder_.param(TensorType{DType::kI32, {}}));
-      GraphParam p;
-      p.source = GraphParam::Source::kSymbol;
-      p.input_index = s;
-      p.dtype = DType::kI32;
-      out_.params.push_back(p);
-    }
-    // From here on XLA tracks true sizes through every op; lowerings ask element_count()
-    // for counts.
-    builder_.set_dynamic_sizes(graph_.num_symbols > 0);
-    return base::Status();
-  }
-
-  bool compact(int input) const { return compact_.at(input); }
-  const std::vector<Value>& symbols() const { return symbols_; }
+      : graph_(graph), builder_(builder), out_(out) {}
 
   // Value `id`, declaring an input's parameter on its first read. Unknown ids are the
   // lowering's bug (an internal error), reported through the builder.
@@ -72,30 +29,22 @@ class GraphValues {
     auto it = input_params_.find(input);
     return it == input_params_.end() ? -1 : it->second;
   }
-  bool defined(int id) const { return values_.count(id) > 0 || id < static_cast<int>(graph_.inputs.size()); }
+  bool defined(int id) const {
+    return values_.count(id) > 0 || (id >= 0 && id < static_cast<int>(graph_.inputs.size()));
+  }
   void set(int id, Value v) { values_[id] = std::move(v); }
-  Value& at(int id) { return values_.at(id); }
   const base::Status& status() const { return status_; }
 
  private:
   Value declare_input(int i) {
     const TensorType& t = graph_.inputs[i];
-    TensorType param_type = compact_[i] ? TensorType{t.dtype, {t.num_elements()}} : t;
     input_params_[i] = static_cast<int>(out_.params.size());
-    Value v = builder_.param(param_type);
+    Value v = builder_.param(t);
     GraphParam p;
     p.source = GraphParam::Source::kInput;
     p.input_index = i;
     p.dtype = t.dtype;
     out_.params.push_back(p);
-    if (compact_[i]) {
-      // The element count is implied by the dims' sizes; its symbol stays a parameter.
-      std::vector<std::optional<Value>> sizes(t.rank());
-      for (const DynamicDim& d : graph_.dynamic_dims) {
-        if (d.input == i) sizes[d.dim] = symbols_[d.symbol];
-      }
-      v = builder_.expand_compact(v, t, sizes);
-    }
     values_[i] = v;
     return v;
   }
@@ -103,16 +52,13 @@ class GraphValues {
   const GraphSpec& graph_;
   Builder& builder_;
   LoweredGraph& out_;
-  std::vector<bool> compact_;
-  std::vector<Value> symbols_;
   std::map<int, Value> values_;
   std::map<int, int> input_params_;
   base::Status status_;
 };
 
-// What node `index` of the graph reads: its tensor arguments are graph values (arguments
-// made static along a dim first, see StaticArgDim); its scalars and generator state are
-// new parameters attributed to the node.
+// What node `index` of the graph reads: its tensor arguments are graph values; its scalars
+// and generator state are new parameters attributed to the node.
 class NodeSource : public ValueSource {
  public:
   NodeSource(const GraphNode& node, int index, GraphValues& values, Builder& builder,
@@ -132,22 +78,7 @@ class NodeSource : public ValueSource {
       return builder_.zeros(item < 0 ? node_.args.at(arg).type
                                      : node_.args.at(arg).list_types.at(item));
     }
-    Value v = values_.get(id, node_.op);
-    if (item >= 0) return v;
-    for (const StaticArgDim& s : node_.static_arg_dims) {
-      if (s.arg != static_cast<int>(arg)) continue;
-      if (s.dim < 0 || s.dim >= v.rank() || s.symbol < 0 ||
-          s.symbol >= static_cast<int>(values_.symbols().size())) {
-        fail(base::invalid_argument(out_of_range(
-            node_.op + " static argument dim (arg " + std::to_string(s.arg) + ", dim " +
-            std::to_string(s.dim) + ", symbol " + std::to_string(s.symbol) + ")")));
-        continue;
-      }
-      v = builder_.static_along(v, s.dim,
-                                builder_.convert(values_.symbols()[s.symbol], DType::kI64),
-                                builder_.zeros(TensorType{v.dtype(), {}}));
-    }
-    return v;
+    return values_.get(id, node_.op);
   }
 
   Value scalar(size_t arg, int item, DType t) override {
@@ -194,7 +125,6 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
   Builder builder(module_name);
   LoweredGraph out;
   GraphValues values(graph, builder, out);
-  TORCHTPU_RETURN_IF_ERROR(values.init());
   std::vector<Check> checks;
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const GraphNode& node = graph.nodes[n];
@@ -203,6 +133,13 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
       return base::unimplemented("lowering: " + node.op + " has no lowering");
     }
     TORCHTPU_RETURN_IF_ERROR(check_complex_support(node.op, node.args, node.out_types));
+    for (const GraphScalar& s : node.scalars) {
+      if (s.symbol >= graph.num_symbols) {
+        return base::invalid_argument("lowering: " + node.op + " reads size value " +
+                                      std::to_string(s.symbol) + " of " +
+                                      std::to_string(graph.num_symbols));
+      }
+    }
     NodeSource source(node, static_cast<int>(n), values, builder, out);
     LoweringContext ctx(builder, node.op, node.args, node.out_types, source);
     TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(ctx));
@@ -229,25 +166,14 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
       }
       values.set(node.out_ids[k], results[k]);
     }
-    for (const ResultSize& r : node.result_sizes) {
-      if (r.result < 0 || r.result >= static_cast<int>(results.size()) || r.symbol < 0 ||
-          r.symbol >= graph.num_symbols || r.dim < 0 || r.dim >= results[r.result].rank()) {
-        return base::invalid_argument(out_of_range(
-            node.op + " result size (result " + std::to_string(r.result) + ", dim " +
-            std::to_string(r.dim) + ", symbol " + std::to_string(r.symbol) + ")"));
-      }
-      Value& v = values.at(node.out_ids[r.result]);
-      v = builder.set_dimension_size(v, values.symbols()[r.symbol], r.dim);
-    }
     for (const auto& c : ctx.checks()) checks.push_back(c);
   }
   std::vector<Value> results;
   for (const auto& [input, output] : graph.donations) {
     if (input < 0 || input >= static_cast<int>(graph.inputs.size()) || output < 0 ||
-        output >= static_cast<int>(graph.outputs.size()) || values.compact(input)) {
+        output >= static_cast<int>(graph.outputs.size())) {
       return base::invalid_argument("lowering: donation of input " + std::to_string(input) +
-                                    " to output " + std::to_string(output) + " is out of range "
-                                    "or names a dynamic input");
+                                    " to output " + std::to_string(output) + " is out of range");
     }
     if (!(graph.inputs[input] == values.get(graph.outputs[output], "output").type)) {
       return base::invalid_argument(
@@ -259,32 +185,12 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
     int param = values.param_of(input);
     if (param >= 0) builder.alias_param(static_cast<size_t>(param), static_cast<size_t>(output));
   }
-  for (const DynamicOutputDim& d : graph.output_dynamic_dims) {
-    if (d.output < 0 || d.output >= static_cast<int>(graph.outputs.size()) || d.symbol < 0 ||
-        d.symbol >= graph.num_symbols) {
-      return base::invalid_argument(out_of_range(
-          "dynamic output dim (output " + std::to_string(d.output) + ", dim " +
-          std::to_string(d.dim) + ", symbol " + std::to_string(d.symbol) + ")"));
-    }
-  }
   for (size_t k = 0; k < graph.outputs.size(); ++k) {
     if (!values.defined(graph.outputs[k])) {
       return base::internal_error("lowering: graph output " + std::to_string(k) + " reads value " +
                                   std::to_string(graph.outputs[k]) + ", which no node defines");
     }
     Value v = values.get(graph.outputs[k], "output");
-    std::vector<std::optional<Value>> sizes(v.rank());
-    bool dynamic = false;
-    for (const DynamicOutputDim& d : graph.output_dynamic_dims) {
-      if (d.output != static_cast<int>(k)) continue;
-      if (d.dim < 0 || d.dim >= v.rank()) {
-        return base::invalid_argument("lowering: output " + std::to_string(k) + " (" +
-                                      v.type.str() + ") has no dim " + std::to_string(d.dim));
-      }
-      sizes[d.dim] = values.symbols()[d.symbol];
-      dynamic = true;
-    }
-    if (dynamic) v = builder.compact(v, sizes);
     results.push_back(v);
     out.output_types.push_back(v.type);
   }

@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -137,31 +136,6 @@ class Builder {
   // `v` with the listed (already reduced) dims re-inserted as size 1.
   Value keep_dims(Value v, const Dims& input_dims, const Dims& reduced_dims);
 
-  // Bounded dynamic sizes (graph mode with shape buckets): values may be padded to a
-  // bucket size while XLA tracks their true size (set_dimension_size on the inputs; XLA's
-  // dynamic padder keeps reductions and contractions exact). Sizes that act as data
-  // (mean's divisor, norms' element counts) must then come from element_count(), which
-  // counts the true elements at run time; with dynamic sizes off it is a constant.
-  void set_dynamic_sizes(bool on) { dynamic_sizes_ = on; }
-  bool dynamic_sizes() const { return dynamic_sizes_; }
-  // Number of elements of `v` along `dims` (product of their sizes), as a 0-d `t`.
-  Value element_count(Value v, const Dims& dims, DType t);
-  // Marks dimension `dim` of `v` as having the runtime size `size` (an i32 scalar).
-  Value set_dimension_size(Value v, Value size, int64_t dim);
-  // `x` with dim `dim` no longer dynamic and its padding (beyond the true size `n`, a 0-d
-  // i64) set to the 0-d `fill`. Needed where XLA's dynamic padder gets an op wrong (it
-  // sizes a reduce_window's dynamic result as if it had no padding; a pad or a scatter
-  // of a dynamic operand carries its garbage rows along).
-  Value static_along(Value x, int64_t dim, Value n, Value fill);
-  // A flat value holding a tensor in compact layout (true elements first, row-major),
-  // laid out as `bound` (zeros past the true sizes) with its dims that have a size value
-  // (i32 0-d) marked dynamic, so XLA tracks the true sizes from there on.
-  Value expand_compact(Value flat, const TensorType& bound,
-                       const std::vector<std::optional<Value>>& sizes);
-  // The inverse: `v` (laid out as its static type, true sizes in `sizes` for its dynamic
-  // dims) as a flat static value in compact layout; past the true elements, unspecified.
-  Value compact(Value v, const std::vector<std::optional<Value>>& sizes);
-
   // dot_general with explicit dimension numbers; result dtype `out`.
   Value dot_general(Value lhs, Value rhs, const Dims& lhs_batch, const Dims& rhs_batch,
                     const Dims& lhs_contract, const Dims& rhs_contract, DType out);
@@ -212,7 +186,6 @@ class Builder {
   std::vector<std::string> function_keys_;
   std::string functions_;  // add_functions: top-level ops after @main
   int next_id_ = 0;
-  bool dynamic_sizes_ = false;
   std::string error_;
   std::string unsupported_;
   int indent_ = 4;

@@ -48,9 +48,7 @@ Value all_true(Builder& b, Value pred) {
 }
 
 // `idx` as i64, negative entries wrapped when `wrap`; records the bounds check [0, size),
-// where size is the number of elements of `self` along `size_dims`. In a graph with shape
-// buckets `self` may be padded: the true size (element_count) both wraps and bounds the
-// index, so an index into the padding raises as it would on the unpadded tensor.
+// where size is the number of elements of `self` along `size_dims`.
 Value checked_index(LoweringContext& c, Value idx, Value self, const Dims& size_dims, bool wrap,
                     const std::string& message, CheckKind kind = CheckKind::kIndexError) {
   Builder& b = c.b();
@@ -59,9 +57,7 @@ Value checked_index(LoweringContext& c, Value idx, Value self, const Dims& size_
   int64_t size = 1;
   for (int64_t d : size_dims) size *= self.dims()[d];
   Value zero = fill_i64(b, 0, i.dims());
-  Value n = b.dynamic_sizes()
-                ? b.broadcast_to(b.element_count(self, size_dims, DType::kI64), i.dims())
-                : fill_i64(b, size, i.dims());
+  Value n = fill_i64(b, size, i.dims());
   if (wrap) i = b.select(b.compare(i, zero, "LT"), b.add(i, n), i);
   c.require(all_true(b, b.binary("and", b.compare(i, zero, "GE"), b.compare(i, n, "LT"))),
             message, kind);
@@ -264,9 +260,8 @@ Result lower_index_select(LoweringContext& c) {
 }
 
 // embedding(weight, indices, ...) -> weight rows at indices [..., D]: one gather that keeps
-// the indices' shape (flattening them would merge a shape-bucketed dim, which XLA's
-// dynamic padder gets wrong). The padding_idx/scale_grad_by_freq/sparse arguments only
-// change the backward.
+// the indices' shape. The padding_idx/scale_grad_by_freq/sparse arguments only change the
+// backward.
 Result lower_embedding(LoweringContext& c) {
   Builder& b = c.b();
   const TensorType& w = c.tensor_type(0);

@@ -179,12 +179,13 @@ struct GraphScalar {
 // Where the runtime value of one @main parameter comes from: the one binding vocabulary
 // of eager ops and compiled graphs.
 struct GraphParam {
-  enum class Source { kInput, kSymbol, kScalar, kRngState } source = Source::kInput;
-  int input_index = -1;  // kInput: the graph input; kSymbol: the size symbol
+  enum class Source { kInput, kScalar, kRngState } source = Source::kInput;
+  int input_index = -1;  // kInput: the graph input
   int node = -1;         // kScalar, kRngState: the node (an eager op: 0) that asked
   int arg = -1;          // kScalar: that node's argument
   int item = -1;         // kScalar: the item of a Scalar[] argument, else -1
-  GraphScalar scalar;    // kScalar of a compiled graph: the value its node fixed
+  GraphScalar scalar;    // kScalar of a compiled graph: the value its node fixed, or
+                         // (scalar.symbol >= 0) the runtime size value it reads
   DType dtype = DType::kF32;
 };
 

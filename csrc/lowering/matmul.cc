@@ -1,5 +1,5 @@
 // Matrix-product lowerings: mm, bmm, dot/vdot, the scaled-accumulate forms addmm,
-// baddbmm, addbmm, addmv and _addmm_activation, and torchtpu::matmul_nd.
+// baddbmm, addbmm, addmv and _addmm_activation.
 //
 // Every product is one stablehlo.dot_general. 16-bit floats produce an f32 result that is
 // rounded once at the end (PyTorch's CPU kernels accumulate them in f32), and floats ask
@@ -114,34 +114,9 @@ Lowered lower_addmm_activation(LoweringContext& c) {
   return std::vector<Value>{to_out(c, r)};
 }
 
-// torchtpu::matmul_nd(x, y): torch.matmul for y of rank 2 (x's last dim contracts with
-// y's first: every row of x on its own) or of x's rank (leading dims batch). Compiled
-// graphs with shape buckets use it in place of view -> mm -> view, so a dynamic dim is
-// never merged into another (dynamo/merged_dims.py).
-Lowered lower_matmul_nd(LoweringContext& c) {
-  int64_t x_rank = c.tensor_type(0).rank(), y_rank = c.tensor_type(1).rank();
-  DotSpec spec;
-  if (y_rank == 2 && x_rank >= 1) {
-    spec = {{}, {}, {x_rank - 1}, {0}};
-  } else if (y_rank == x_rank && x_rank >= 3) {
-    for (int64_t d = 0; d < x_rank - 2; ++d) {
-      spec.lhs_batch.push_back(d);
-      spec.rhs_batch.push_back(d);
-    }
-    spec.lhs_contract = {x_rank - 1};
-    spec.rhs_contract = {x_rank - 2};
-  } else {
-    return base::invalid_argument("torchtpu::matmul_nd: operands of rank " +
-                                  std::to_string(x_rank) + " and " + std::to_string(y_rank) +
-                                  " (expected y of rank 2, or both of the same rank >= 3)");
-  }
-  return std::vector<Value>{to_out(c, product_of_args(c, 0, 1, spec))};
-}
-
 }  // namespace
 
 void register_matmul_lowerings() {
-  register_lowering({"torchtpu::matmul_nd"}, lower_matmul_nd);
   const DotSpec mat_mat{{}, {}, {1}, {0}};
   const DotSpec batched{{0}, {0}, {2}, {1}};
   const DotSpec vec_vec{{}, {}, {0}, {0}};

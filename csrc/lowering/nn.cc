@@ -37,16 +37,11 @@ Value int_splat(Builder& b, int64_t v, Value like) {
   return b.broadcast_to(b.constant_i64(v, like.dtype()), like.dims());
 }
 
-// The number of elements of `v` along `which` as a tensor of type `like`. In a graph with
-// shape buckets `v` may be padded, and only element_count() sees its true size; eager
-// mode keeps the constant splat.
+// The number of elements of `v` along `which` as a tensor of type `like`.
 Value count_splat(Builder& b, Value v, const Dims& which, const TensorType& like) {
-  if (!b.dynamic_sizes()) {
-    double n = 1;
-    for (int64_t d : which) n *= static_cast<double>(v.dims()[d]);
-    return b.splat(n, like);
-  }
-  return b.broadcast_to(b.element_count(v, which, like.dtype), like.dims);
+  double n = 1;
+  for (int64_t d : which) n *= static_cast<double>(v.dims()[d]);
+  return b.splat(n, like);
 }
 
 // `v` (same rank as `dims`, size-1 where broadcast) expanded to `dims`.
@@ -414,11 +409,7 @@ NllParts nll_parts(LoweringContext& c, size_t self_i, size_t target_i, size_t we
   Dims target_map = all_but(static_cast<int64_t>(dims.size()), class_dim);
   auto splat_int = [&](int64_t v) { return int_splat(b, v, t); };
   Value kept = b.compare(t, splat_int(ignore_index), "NE");
-  // The class count is the true one when the input is padded to a shape bucket.
-  Value classes_n = b.dynamic_sizes() ? b.broadcast_to(b.element_count(c.tensor(self_i),
-                                                                       {class_dim}, t.dtype()),
-                                                       t.dims())
-                                      : splat_int(num_classes);
+  Value classes_n = splat_int(num_classes);
   Value in_range = b.binary("and", b.compare(t, b.zeros(t.type), "GE"),
                             b.compare(t, classes_n, "LT"));
   Value ok = b.binary("or", b.unary("not", kept), in_range);

@@ -41,15 +41,16 @@ Dims reduction_dims(const LoweringContext& c, size_t i, int64_t rank) {
   return dims;
 }
 
-// The number of elements of `v` along `dims` as a tensor of type `like`: the true count
-// when `v` is padded to a shape bucket (a constant splat otherwise, as eager mode emits).
+// The number of elements of `v` along `dims`.
+int64_t count_along(Value v, const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= v.dims()[d];
+  return n;
+}
+
+// That count as a tensor of type `like`.
 Value count_splat(Builder& b, Value v, const Dims& dims, const TensorType& like) {
-  if (!b.dynamic_sizes()) {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= v.dims()[d];
-    return b.splat(static_cast<double>(n), like);
-  }
-  return b.broadcast_to(b.element_count(v, dims, like.dtype), like.dims);
+  return b.splat(static_cast<double>(count_along(v, dims)), like);
 }
 
 // Reshapes to output k's dims (keepdim or not) and converts to its dtype.
@@ -115,8 +116,7 @@ Lowered lower_mean(LoweringContext& c) {
   Value x = b.convert(c.tensor(0), t);
   Dims dims = reduction_dims(c, 1, x.rank());
   Value s = b.reduce_sum(x, dims);
-  // 0/0 = NaN for an empty reduction, as in PyTorch. The count is the true one when x
-  // is padded to a shape bucket.
+  // 0/0 = NaN for an empty reduction, as in PyTorch.
   Value n = count_splat(b, x, dims, s.type);
   return std::vector<Value>{finish(c, b.div(s, n))};
 }
@@ -221,7 +221,7 @@ LoweringFn variance(bool take_sqrt, bool with_mean) {
     DType t = acc_type(c.out_type().dtype);
     Value x = b.convert(c.tensor(0), t);
     Dims dims = reduction_dims(c, 1, x.rank());
-    Value n = b.element_count(x, dims, t);
+    Value n = b.constant(static_cast<double>(count_along(x, dims)), t);
     Value sum = b.reduce_sum(x, dims);
     Value mean = b.div(sum, b.broadcast_to(n, sum.dims()));
     Value d = b.sub(x, expand_back(b, mean, x, dims));
@@ -310,13 +310,6 @@ LoweringFn cumulative(const char* kind) {
     int64_t dim = wrap_dim(c.int_arg(1), x.rank());
     bool is_sum = k == "sum";
     Value identity = b.constant(k == "logsumexp" ? -INFINITY : is_sum ? 0 : 1, t);
-    // In a graph with shape buckets the scan runs on a static copy, and the result gets
-    // x's true size back.
-    Value n;
-    if (b.dynamic_sizes()) {
-      n = b.element_count(x, {dim}, DType::kI64);
-      x = b.static_along(x, dim, n, identity);
-    }
     Value r;
     if (k == "logsumexp") {
       r = scan(b, x, dim, identity, [](Builder& s, Value p, Value q) {
@@ -332,7 +325,6 @@ LoweringFn cumulative(const char* kind) {
       r = scan(b, x, dim, identity,
                [op](Builder& s, Value p, Value q) { return s.binary(op, p, q); });
     }
-    if (b.dynamic_sizes()) r = b.set_dimension_size(r, b.convert(n, DType::kI32), dim);
     return std::vector<Value>{finish(c, r)};
   };
 }

@@ -105,15 +105,6 @@ Result lower_constant_pad_nd(LoweringContext& c) {
   }
   DType t = x.dtype();
   Value value = c.is_none(2) ? b.constant(0, t) : c.scalar(2, t);
-  if (b.dynamic_sizes()) {
-    // Padded to a shape bucket, x's padding rows sit where the high padding goes (right
-    // after the true size): they become `value` first. (The graph marks the result's
-    // true size; a negative high pad on a dynamic dim would crop the bucket, not the
-    // true end, and keeps its graph exact-size.)
-    for (int64_t d = 0; d < x.rank(); ++d) {
-      if (high[d] > 0) x = b.static_along(x, d, b.element_count(x, {d}, DType::kI64), value);
-    }
-  }
   Value r = b.op("stablehlo.pad", {x, value}, c.out_type(),
                  "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
                      i64_array(high) + ", interior_padding = " + i64_array(interior));
@@ -285,19 +276,12 @@ Result lower_diag_embed(LoweringContext& c) {
 }
 
 // `src` laid into a tensor of self's shape along `dim`: element k of src lands at
-// first + k * step; returns (placed, mask of the positions it covers). In a graph with
-// shape buckets src may be padded along `dim`: only its true elements are covered.
+// first + k * step; returns (placed, mask of the positions it covers).
 std::pair<Value, Value> place_along(Builder& b, Value self, Value src, int64_t dim, int64_t first,
                                     int64_t step) {
   int64_t len = src.dims()[dim], size = self.dims()[dim];
   TensorType it{DType::kI64, self.dims()};
   Value last = filled(b, (len - 1) * step, it);
-  if (b.dynamic_sizes()) {
-    Value n = b.element_count(src, {dim}, DType::kI64);
-    src = b.static_along(src, dim, n, b.constant(0, src.dtype()));
-    Value step_n = b.constant_i64(step, DType::kI64);
-    last = b.broadcast_to(b.mul(b.sub(n, b.constant_i64(1, DType::kI64)), step_n), self.dims());
-  }
   Dims low(self.rank(), 0), high(self.rank(), 0), interior(self.rank(), 0);
   low[dim] = first;
   high[dim] = size - (first + (len - 1) * step + 1);

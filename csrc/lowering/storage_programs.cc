@@ -74,6 +74,38 @@ std::string strided_read_module(const TensorType& base, const Dims& sizes, const
   return b.finish({r});
 }
 
+std::string padded_read_module(const TensorType& base, const Dims& padded, const Dims& out) {
+  Builder b("torchtpu_padded_read");
+  Value src = b.param(base);
+  Value offset = b.param(TensorType{DType::kI64, {}});
+  int64_t rank = static_cast<int64_t>(padded.size());
+  Value sizes = b.param(TensorType{DType::kI64, {rank}});
+  Value strides = b.param(TensorType{DType::kI64, {rank}});
+  TensorType result{base.dtype, out};
+  int64_t n = base.num_elements();
+  if (n == 0 || numel_of(padded) == 0) return b.finish({b.zeros(result)});
+  TensorType it{DType::kI64, padded};
+  auto item = [&](Value v, int64_t k) {
+    return b.broadcast_to(b.reshape(b.slice(v, {k}, {k + 1}, {1}), {}), padded);
+  };
+  Value idx = b.broadcast_to(offset, padded);
+  Value valid = b.splat(1, TensorType{DType::kBool, padded});
+  for (int64_t k = 0; k < rank; ++k) {
+    Value pos = b.iota(it, k);
+    idx = b.add(idx, b.mul(pos, item(strides, k)));
+    valid = b.binary("and", valid, b.compare(pos, item(sizes, k), "LT"));
+  }
+  // Padding reads element 0 (in range whatever the view), then becomes zeros.
+  idx = b.select(valid, idx, b.zeros(it));
+  Dims with_vec = padded;
+  with_vec.push_back(1);
+  Value flat = b.reshape(src, {n});
+  Value r = b.op("stablehlo.gather", {flat, b.reshape(idx, with_vec)},
+                 TensorType{base.dtype, padded}, gather_attrs(rank));
+  r = b.select(valid, r, b.zeros(r.type));
+  return b.finish({b.reshape(r, out)});
+}
+
 std::string strided_write_module(const TensorType& base, const Dims& sizes, const Dims& strides) {
   Builder b("torchtpu_view_write");
   Value dst = b.param(base);

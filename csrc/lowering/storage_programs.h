@@ -18,6 +18,12 @@ namespace torchtpu::lowering {
 std::string strided_read_module(const TensorType& base, const Dims& sizes, const Dims& strides);
 // (base, value[sizes], offset) -> base with the view's elements replaced by value.
 std::string strided_write_module(const TensorType& base, const Dims& sizes, const Dims& strides);
+// (base, offset, sizes, strides) -> the view (sizes, strides, offset) of base padded with
+// zeros to `padded` (each size <= its padded size), as a tensor of shape `out` (the same
+// element count). Offset is a 0-d i64, sizes and strides i64 vectors of padded's rank, all
+// runtime operands: one program per (base type, padded, out) reads a view of any size
+// that fits, which is how a compiled graph padded to shape buckets takes its inputs.
+std::string padded_read_module(const TensorType& base, const Dims& padded, const Dims& out);
 // (src) -> src converted to `dtype` and broadcast (NumPy rules) to `dims`.
 std::string convert_module(const TensorType& src, DType dtype, const Dims& dims);
 // (src) -> src conjugated (when `conj`; complex types only) and negated (when `neg`): how a

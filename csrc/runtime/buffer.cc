@@ -55,15 +55,6 @@ base::Status Buffer::to_host(void* dst, int64_t dst_bytes) const {
   return base::Status();
 }
 
-bool Buffer::is_dynamic() const {
-  PJRT_Buffer_DynamicDimensionIndices_Args args{};
-  args.struct_size = PJRT_Buffer_DynamicDimensionIndices_Args_STRUCT_SIZE;
-  args.buffer = raw_;
-  base::Status s = consume_error(plugin_->api(), plugin_->api()->PJRT_Buffer_DynamicDimensionIndices(&args),
-                                 "PJRT_Buffer_DynamicDimensionIndices");
-  return s.ok() && args.num_dynamic_dims > 0;
-}
-
 base::StatusOr<std::unique_ptr<Event>> Buffer::ready_event() const {
   PJRT_Buffer_ReadyEvent_Args args{};
   args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;

@@ -44,10 +44,6 @@ class Buffer {
   base::Status await_ready() const;
   // An event that becomes ready when the buffer's contents are computed.
   base::StatusOr<std::unique_ptr<Event>> ready_event() const;
-  // True for a result of a program with bounded dynamic sizes: XLA stores the true sizes
-  // beside the data and returns the elements compact (true tensor first, row-major).
-  // Such a buffer cannot be passed to a program that takes a static parameter.
-  bool is_dynamic() const;
 
   // Runtime-internal: the raw handle, for Executable. Never stored outside runtime/.
   PJRT_Buffer* raw() const { return raw_; }

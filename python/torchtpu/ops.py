@@ -1,5 +1,4 @@
-"""torchtpu's own ops, as ``torch.library`` custom ops: host kernels (csrc/kernels), and
-``matmul_nd``, which compiled graphs use in place of reshape -> mm -> reshape.
+"""torchtpu's own ops, as ``torch.library`` custom ops over host kernels (csrc/kernels).
 
 A host kernel is a typed XLA FFI handler that the XLA CPU plugin runs as a custom call
 inside a compiled program. On ``tpu`` the op lowers to that custom call (eager: its own
@@ -87,20 +86,3 @@ def int8_matmul(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.
 @int8_matmul.register_fake
 def _(x, w, scale):
     return x.new_empty([x.shape[0], w.shape[1]])
-
-
-@torch.library.custom_op("torchtpu::matmul_nd", mutates_args=())
-def matmul_nd(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """torch.matmul for y of rank 2 (every row of x on its own), or of x's rank >= 3
-    (leading dims batch). Compiled graphs with shape buckets compute a batched linear with
-    it, so no reshape merges a dynamic dim (dynamo/merged_dims.py); on ``tpu`` it lowers
-    to one dot_general."""
-    if not (y.dim() == 2 or (y.dim() == x.dim() >= 3)):
-        raise ValueError(f"torchtpu::matmul_nd: operands of rank {x.dim()} and {y.dim()} "
-                         "(expected y of rank 2, or both of the same rank >= 3)")
-    return torch.matmul(x, y)
-
-
-@matmul_nd.register_fake
-def _(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return x.new_empty([*x.shape[:-1], y.shape[-1]])

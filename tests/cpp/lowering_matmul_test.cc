@@ -61,25 +61,6 @@ TEST(MatmulLowering, BmmMultipliesEachBatch) {
   expect_values(run, {1 * 5 + 2 * 6, 3 * 7 + 4 * 8});
 }
 
-TEST(MatmulLowering, MatmulNdKeepsRowDimsApart) {
-  // [2, 1, 2] rows times a [2, 1] matrix, then two batches of [1, 2] @ [2, 1].
-  HostTensor x{{DType::kF32, {2, 1, 2}}, {1, 2, 3, 4}};
-  HostTensor w{{DType::kF32, {2, 1}}, {5, 6}};
-  auto rows = run_lowering("torchtpu::matmul_nd", {tensor_arg(x), tensor_arg(w)},
-                           {TensorType{DType::kF32, {2, 1, 1}}}, {{0, x}, {1, w}});
-  expect_values(rows, {1 * 5 + 2 * 6, 3 * 5 + 4 * 6});
-  HostTensor y{{DType::kF32, {2, 2, 1}}, {5, 6, 7, 8}};
-  auto batched = run_lowering("torchtpu::matmul_nd", {tensor_arg(x), tensor_arg(y)},
-                              {TensorType{DType::kF32, {2, 1, 1}}}, {{0, x}, {1, y}});
-  expect_values(batched, {1 * 5 + 2 * 6, 3 * 7 + 4 * 8});
-  HostTensor v{{DType::kF32, {2}}, {5, 6}};
-  auto bad = lowering::lower_op("torchtpu::matmul_nd", {tensor_arg(x), tensor_arg(v)},
-                                {TensorType{DType::kF32, {2, 1}}});
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().to_string().find("operands of rank 3 and 1"), std::string::npos)
-      << bad.status().to_string();
-}
-
 TEST(MatmulLowering, DotAndVdot) {
   HostTensor x{{DType::kF64, {3}}, {1, 2, 3}};
   HostTensor y{{DType::kF64, {3}}, {4, -5, 6}};

@@ -227,7 +227,6 @@ class SplitGraph:
         call, with the size symbols of the whole graph (`bind_sizes` reads them)."""
         from torch.fx.passes.split_module import split_module
 
-        self.merged_outputs: dict[str, tuple] = {}
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.bind_sizes = bind_sizes
         self.sizes: dict = {}

@@ -6,10 +6,10 @@ type, ``Scalar`` values as runtime scalars, ints/lists/bools/strings as structur
 types come from the node's ``meta["val"]`` (fake tensors recorded while tracing).
 
 Graphs with symbolic sizes (``dynamic=True``, ``mark_dynamic``, or Dynamo's automatic
-dynamic shapes) are described for one assignment of bucket sizes to their size symbols:
-shapes are evaluated at the bucket sizes, graph inputs are padded to them, and every
-distinct size expression of an input dimension (or a size used as a scalar) becomes a
-runtime size slot, so XLA tracks the true sizes (see lowering/graph.h).
+dynamic shapes) are described for one assignment of sizes to their size symbols: their
+exact sizes, or their buckets for a graph padded by the buckets pass (buckets/). Padded,
+every shape is static at the bucket sizes and a size used as data (a mask's bound, a
+mean's divisor) is a runtime size value, so one program serves every size in the bucket.
 """
 
 from __future__ import annotations
@@ -106,18 +106,17 @@ class GraphPlan:
     spec: Any
     # Index into the FX placeholders of each C++ input (tensor placeholders only).
     input_placeholders: list[int]
-    # Size expression of each runtime size slot (its value is evaluated per call).
+    # Size expression of each runtime size value (evaluated per call).
     slots: list[sympy.Expr] = field(default_factory=list)
     # Per FX output: ("tensor", k, shape exprs), ("size", expr), ("arg", placeholder
-    # position, shape exprs to view it as or None) or ("const", value).
+    # position, None) or ("const", value).
     output_layout: list[tuple] = field(default_factory=list)
-    # Static (bucket) shape of each C++ input, and the FX placeholders fed compact.
+    # Static shape of each C++ input (its bucket shape when padded).
     input_bounds: list[list[int]] = field(default_factory=list)
-    compact_inputs: set[int] = field(default_factory=set)
     # Tensor constants of the graph (get_attr nodes: tensors an op built from Python
     # values while tracing), fed after the placeholders as extra C++ inputs.
     constants: list[torch.Tensor] = field(default_factory=list)
-    # Per tuple of true sizes seen: (slot values, per output_layout entry its evaluated
+    # Per tuple of true sizes seen: (size values, per output_layout entry its evaluated
     # shape or size, None for constants). Sympy evaluation costs ~20 us a size, and a
     # training graph has a hundred of them; the sizes repeat from call to call.
     resolved: dict[tuple[int, ...], tuple[list[int], list[Any]]] = field(default_factory=dict)
@@ -131,7 +130,7 @@ class GraphPlan:
             for entry in self.output_layout:
                 if entry[0] == "size":
                     layout.append(evaluate(entry[1], actual))
-                elif entry[0] in ("tensor", "arg") and entry[2] is not None:
+                elif entry[0] == "tensor":
                     layout.append([evaluate(e, actual) for e in entry[2]])
                 else:
                     layout.append(None)
@@ -192,12 +191,13 @@ def _normalized_args(node: torch.fx.Node) -> list[Any]:
 
 def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None = None,
                bucketed: bool = False) -> GraphPlan:
-    """Describes `gm` with its size symbols bound to `values`: exact sizes (a static
-    graph), or bucket sizes when `bucketed` (inputs then carry their true sizes)."""
+    """Describes `gm` with its size symbols bound to `values`: exact sizes, or bucket sizes
+    when `bucketed` (the graph was rewritten by the buckets pass; sizes used as data are
+    then runtime values)."""
     b = _Builder(values or {}, bucketed)
     spec = _C.GraphSpec()
     ids: dict[torch.fx.Node, Any] = {}
-    inputs, input_placeholders, dynamic_dims, numel_symbols = [], [], [], []
+    inputs, input_placeholders, bounds = [], [], []
     position = 0
     for node in gm.graph.nodes:
         if node.op != "placeholder":
@@ -205,15 +205,8 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
             ids[node] = len(inputs)
-            numel: sympy.Expr = sympy.Integer(1)
-            for d, s in enumerate(val.shape):
-                expr = size_expr(s)
-                numel = numel * expr
-                if expr.free_symbols and b.bucketed:
-                    dynamic_dims.append(_C.DynamicDim(len(inputs), d, b.slot(expr)))
-            numel_symbols.append(
-                b.slot(sympy.expand(numel)) if numel.free_symbols and b.bucketed else -1)
             inputs.append(b.tensor_type(val, node.name))
+            bounds.append([b.concrete(s) for s in val.shape])
             input_placeholders.append(position)
         elif isinstance(val, (torch.SymInt, int)):
             ids[node] = ("size", size_expr(val))
@@ -240,9 +233,7 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
     spec.inputs = inputs
     next_id = len(inputs)
 
-    nodes, outputs, output_dims, layout = [], [], [], []
-    keys = _computation_keys(gm) if b.bucketed else {}  # exact-size graphs need none
-    returned: dict[Any, int] = {}
+    nodes, outputs, layout = [], [], []
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
             continue
@@ -252,31 +243,12 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
             for r in results if isinstance(results, (tuple, list)) else [results]:
                 if isinstance(r, torch.fx.Node) and r.op == "placeholder":
                     # An input handed back (AOTAutograd saves inputs for the backward):
-                    # return the caller's tensor itself, not a program result (viewed
-                    # as the merged rows the caller expects, if it stands for them).
-                    layout.append(("arg", placeholders.index(r),
-                                   gm.meta.get("output_shapes", {}).get(len(layout))))
+                    # the caller's tensor itself, not a program result.
+                    layout.append(("arg", placeholders.index(r), None))
                 elif isinstance(r, torch.fx.Node) and isinstance(ids.get(r), int):
-                    # A result returned unmerged keeps the shape the caller expects
-                    # (merged_dims.py): the same compact bytes.
-                    shape = gm.meta.get("output_shapes", {}).get(len(layout)) or [
-                        size_expr(s) for s in r.meta["val"].shape]
-                    # With shape buckets, a value returned twice (or computed twice the
-                    # same way, which XLA merges) is one program result: XLA gives the
-                    # copy it makes of a repeated dynamic result no size metadata
-                    # (garbage sizes, or an abort reading it back). The runner hands out
-                    # a copy instead.
-                    key = keys[r] if b.bucketed else ("output", len(layout))
-                    if key not in returned:
-                        returned[key] = len(outputs)
-                        for d, s in enumerate(r.meta["val"].shape):
-                            expr = size_expr(s)
-                            if expr.free_symbols and b.bucketed:
-                                # Returned compact (graph.h): a flat static buffer.
-                                output_dims.append(
-                                    _C.DynamicOutputDim(len(outputs), d, b.slot(expr)))
-                        outputs.append(ids[r])
-                    layout.append(("tensor", returned[key], shape))
+                    layout.append(("tensor", len(outputs),
+                                   [size_expr(s) for s in r.meta["val"].shape]))
+                    outputs.append(ids[r])
                 elif isinstance(r, torch.fx.Node) and isinstance(ids.get(r), tuple):
                     layout.append(("size", ids[r][1]))
                 elif isinstance(r, torch.fx.Node):
@@ -301,54 +273,12 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
         nodes.append(g)
     spec.nodes = nodes
     spec.outputs = outputs
-    spec.dynamic_dims = dynamic_dims
-    spec.output_dynamic_dims = output_dims
-    spec.numel_symbols = numel_symbols
     spec.num_symbols = len(b.slots)
     return GraphPlan(
         spec=spec, input_placeholders=input_placeholders, slots=b.slots, output_layout=layout,
-        input_bounds=[_bound_dims(gm, p, b) for p in input_placeholders],
-        compact_inputs={input_placeholders[i] for i, n in enumerate(numel_symbols) if n >= 0},
+        input_bounds=bounds,
         constants=constants,
     )
-
-
-def _computation_keys(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, Any]:
-    """Per node, a key equal for nodes that compute the same value: the same op on the
-    same operands, seen through ops that change nothing (an alias, a copy, a view to the
-    same shape: XLA sees no op there). Random ops and inputs are their own keys."""
-    keys: dict[torch.fx.Node, Any] = {}
-    unchanged = {"alias", "clone", "detach", "view", "_unsafe_view", "reshape", "expand",
-                 "_to_copy", "contiguous", "slice", "squeeze"}  # (a whole slice, say)
-
-    def key(a: Any) -> Any:
-        if isinstance(a, torch.fx.Node):
-            return keys[a]
-        if isinstance(a, (list, tuple)):
-            return (type(a).__name__, *(key(x) for x in a))
-        if isinstance(a, dict):
-            return tuple(sorted((k, key(v)) for k, v in a.items()))
-        return (type(a).__name__, repr(a))
-
-    for node in gm.graph.nodes:
-        random = (isinstance(node.target, torch._ops.OpOverload)
-                  and torch.Tag.nondeterministic_seeded in node.target.tags)
-        src = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
-        if node.op != "call_function" or random:
-            keys[node] = ("node", node.name)
-        elif (src is not None and isinstance(node.target, torch._ops.OpOverload)
-              and node.target._schema.name.split("::")[-1] in unchanged
-              and _same_type(node.meta.get("val"), src.meta.get("val"))):
-            keys[node] = keys[src]
-        else:
-            keys[node] = (str(node.target), key(node.args), key(dict(node.kwargs)))
-    return keys
-
-
-def _same_type(a: Any, b: Any) -> bool:
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
-            and len(a.shape) == len(b.shape)
-            and all(size_expr(x) == size_expr(y) for x, y in zip(a.shape, b.shape)))
 
 
 _OPAQUE = object()  # the id of an opaque graph input
@@ -367,11 +297,6 @@ def _attr(gm: torch.fx.GraphModule, target: str) -> Any:
     return value
 
 
-def _bound_dims(gm: torch.fx.GraphModule, position: int, b: _Builder) -> list[int]:
-    node = [n for n in gm.graph.nodes if n.op == "placeholder"][position]
-    return [b.concrete(s) for s in node.meta["val"].shape]
-
-
 def _is_scalar_slot(formal: Any) -> bool:
     """True for `Scalar` (printed "number") and `Tensor` formals, optional or not: a Python
     number there is runtime data (a wrapped number in a Tensor slot)."""
@@ -383,34 +308,6 @@ def _is_scalar_slot(formal: Any) -> bool:
 
 def _is_size(ids: dict, v: Any) -> bool:
     return isinstance(v, torch.fx.Node) and isinstance(ids.get(v), tuple)
-
-
-def _makes_new_values(node: torch.fx.Node) -> bool:
-    """full_like, zeros_like, new_zeros, ...: the tensor operand gives a shape, not data."""
-    name = node.target._schema.name.split("::")[-1]
-    return name.endswith("_like") or name.startswith("new_")
-
-
-def _static_product_rows(node: torch.fx.Node) -> list[int]:
-    """The dynamic row dims of `x` in ``matmul_nd(x, w)`` with w of rank 2 and several row
-    dims: XLA's dot merges the rows, and merging a dynamic dim that is not the outermost
-    costs a sort and a prefix sum over the rows (two dynamic dims merged gave garbage).
-    The lowering makes them static first (the padded rows are zeros, one product each)
-    and marks the result's again (graph.h)."""
-    if node.target is not torch.ops.torchtpu.matmul_nd.default:
-        return []
-    x, w = (a.meta["val"] for a in node.args[:2])
-    if w.dim() != 2 or x.dim() < 3:
-        return []
-    rows = sorted(d for d in symbolic_dims(x) if d < x.dim() - 1)
-    return rows if rows and rows != [0] else []
-
-
-def _same_dim(v: torch.Tensor, d: int, operand: torch.Tensor) -> bool:
-    """Whether `operand` has v's dim `d` at the same place (dims aligned from the right,
-    as in broadcasting) with the same size."""
-    k = operand.dim() - v.dim() + d
-    return 0 <= k < operand.dim() and size_expr(operand.shape[k]) == size_expr(v.shape[d])
 
 
 def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tuple[Any, int]:
@@ -507,26 +404,9 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
 
     val = node.meta.get("val")
     vals = list(val) if isinstance(val, (tuple, list)) else [val]
-    # A dynamic dim of a result that no operand has at the same place (a slice of a
-    # constant up to s, a factory of size s, full_like) gets its true size here
-    # (set_dimension_size): the lowering sizes it from static types, so XLA would take
-    # the whole bucket, padding included, as data. Dims an operand has at the same place
-    # are left to XLA's own tracking, which also rejects what it cannot pad (marking
-    # those makes it accept, and get wrong, a product over two dynamic dims).
-    operands = [] if not b.bucketed or _makes_new_values(node) else [
-        a.meta["val"] for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
-    static_rows = _static_product_rows(node) if b.bucketed else []
-    g.static_arg_dims = [_C.StaticArgDim(0, d, b.slot(size_expr(vals[0].shape[d])))
-                         for d in static_rows]
-    out_types, out_ids, node_ids, result_sizes = [], [], [], []
+    out_types, out_ids, node_ids = [], [], []
     for v in vals:
         if isinstance(v, torch.Tensor):
-            if b.bucketed:
-                for d in sorted(symbolic_dims(v)):
-                    if any(_same_dim(v, d, t) for t in operands) and d not in static_rows:
-                        continue
-                    result_sizes.append(_C.ResultSize(len(out_types), d,
-                                                      b.slot(size_expr(v.shape[d]))))
             out_types.append(b.tensor_type(v, node.name))
             out_ids.append(next_id)
             node_ids.append(next_id)
@@ -535,6 +415,5 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
             node_ids.append(-1)
     g.out_types = out_types
     g.out_ids = out_ids
-    g.result_sizes = result_sizes
     ids[node] = node_ids if isinstance(val, (tuple, list)) else node_ids[0]
     return g, next_id

@@ -1,10 +1,10 @@
 """Varying shapes under torch.compile(backend="tpu").
 
-By default an inference graph with symbolic sizes whose ops are all checked under shape
-buckets (dynamo/checked_ops.py) is padded to buckets: XLA tracks the true sizes, the number
-of executables stays bounded, and results equal the unpadded computation. Other graphs
-compile once per exact size (exact results, every recompilation counted).
-TORCHTPU_SHAPE_BUCKETS=auto pads every graph without a known hazard; =off pads none."""
+By default a graph with symbolic sizes whose ops all have a rule for padded dims
+(dynamo/buckets/rules.py) runs padded to shape buckets: one static program per bucket,
+true sizes as runtime values, results equal to the unpadded computation. Other graphs
+compile once per exact size (exact results, every recompilation counted), with the reason
+logged. TORCHTPU_SHAPE_BUCKETS=off pads none."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class TinyDecoder(torch.nn.Module):
     """Embedding, causal self-attention over sequences of variable length, MLP, LM head.
 
     Tokens are [n] (one sequence) or [b, n]: a batched linear merges the batch and sequence
-    dims in a reshape, which the backend rewrites away under buckets (merged_dims.py)."""
+    dims in a reshape, whose rows stay padded per sequence under buckets."""
 
     def __init__(self, vocab: int = 32, dim: int = 16) -> None:
         super().__init__()
@@ -73,49 +73,52 @@ def _twin_linears() -> tuple[torch.nn.Linear, torch.nn.Linear]:
     return lin, lin_tpu
 
 
-def test_reshape_that_merges_a_dynamic_dim_compiles_per_size() -> None:
+def test_reshape_that_merges_a_dynamic_dim_runs_padded() -> None:
     torch._dynamo.reset()
     lin, lin_tpu = _twin_linears()
     compiled = torch.compile(lambda x: lin_tpu(x).transpose(-2, -1), backend="tpu", dynamic=True)
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
     for n in (3, 5, 7):
         x = torch.randn(2, n, 16)
         out = compiled(x.to("tpu"))
         torch.testing.assert_close(out.cpu(), lin(x).transpose(-2, -1), rtol=1e-5, atol=1e-5)
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 1
 
 
 def test_bucket_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
     assert [bucket_size(n) for n in (1, 16, 17, 33, 100, 129)] == [16, 16, 32, 64, 128, 256]
+    assert bucket_policy() == "pad"
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "8,24")
     assert [bucket_size(n) for n in (3, 8, 9, 24, 25)] == [8, 8, 24, 24, 32]
-    assert bucket_policy() == "all"
+    assert bucket_policy() == "pad"
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "off")
     assert bucket_policy() == "off"
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS")
-    assert bucket_policy() == "checked"
+    assert bucket_policy() == "pad"
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "16,x")
     with pytest.raises(ValueError, match="comma-separated list of positive sizes"):
         bucket_policy()
 
 
-def test_default_policy_keeps_unchecked_ops_exact_and_auto_pads_them(
+def test_op_without_a_rule_keeps_its_graph_exact(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # atan is not on the checked list: exact sizes by default (logged, with the op), one
-    # executable per bucket with TORCHTPU_SHAPE_BUCKETS=auto. Both exact.
-    for policy, graphs in (("", 3), ("auto", 1)):
-        monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", policy)
+    # flip depends on where the dim ends: no rule, so exact sizes (logged with the op);
+    # a pointwise op needs no entry of its own (atan: one graph for the bucket).
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    for fn, graphs in ((lambda x: x.flip(-1) * 2, 3), (lambda x: x.atan() * 2, 1)):
         torch._dynamo.reset()
-        f = torch.compile(lambda x: x.atan() * 2, backend="tpu")
+        f = torch.compile(fn, backend="tpu")
         before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
         with caplog.at_level("INFO", logger="torchtpu.compile"):
             for n in (5, 9, 13):
                 x = torch.randn(2, n)
                 xt = x.to("tpu")
                 torch._dynamo.mark_dynamic(xt, 1)
-                torch.testing.assert_close(f(xt).cpu(), x.atan() * 2)
-        assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == graphs, policy
-    assert "aten.atan.default" in caplog.text
-    assert "not among the ops checked under shape buckets" in caplog.text
+                torch.testing.assert_close(f(xt).cpu(), fn(x))
+        assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == graphs
+    assert "aten.flip.default" in caplog.text
+    assert "has no rule for padded dims" in caplog.text
 
 
 def test_hundred_lengths_use_few_executables_and_exact_results(
@@ -139,8 +142,7 @@ def test_hundred_lengths_use_few_executables_and_exact_results(
 def test_batched_sweep_rewrites_merged_rows_and_stays_exact(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # [2, n] tokens, lengths varying naturally (no mark_dynamic), default policy: every
-    # linear reshapes [2, n, k] -> [2n, k]; the backend runs those products on the
-    # unmerged tensors.
+    # linear reshapes [2, n, k] -> [2n, k], two runs of padded rows.
     cpu, model, compiled, before = _compiled_twins(monkeypatch, dynamic=None)
     worst = 0.0
     with caplog.at_level("INFO", logger="torchtpu.compile"), torch.no_grad():
@@ -153,7 +155,6 @@ def test_batched_sweep_rewrites_merged_rows_and_stays_exact(
     # One static graph for the first length, then buckets 16, 32, 64.
     assert graphs <= 4, graphs
     assert worst < 1e-4, worst
-    assert "merged dynamic rows rewritten" in caplog.text
     assert "compiles per exact size" not in caplog.text
 
 
@@ -180,25 +181,44 @@ def test_sums_over_merged_rows_run_padded(monkeypatch: pytest.MonkeyPatch) -> No
     assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 2
 
 
-def test_merged_rows_read_across_compile_per_exact_size(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # A running sum over the merged [b*n] rows cannot run on padded rows: exact-size, with why.
-    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
+def test_running_sum_over_merged_rows_masks_their_padding(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A running sum over the merged [b*n] rows reads across the runs of padded rows: their
+    # padding is zeroed first, so it runs padded and exact.
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     torch._dynamo.reset()
     lin, lin_tpu = _twin_linears()
-    compiled = torch.compile(lambda x: lin_tpu(x).reshape(-1, 8).cumsum(0), backend="tpu")
-    with caplog.at_level("WARNING", logger="torchtpu.compile"), torch.no_grad():
+    compiled = torch.compile(lambda x: lin_tpu(x).reshape(-1, 8).cumsum(0), backend="tpu",
+                             dynamic=True)
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    with torch.no_grad():
         for n in (3, 5, 7):
             x = torch.randn(2, n, 16)
             torch.testing.assert_close(compiled(x.to("tpu")).cpu(),
                                        lin(x).reshape(-1, 8).cumsum(0), rtol=1e-5, atol=1e-5)
-    assert "reads across merged dynamic rows" in caplog.text
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 1
 
 
-def test_fixed_length_slices_of_a_dynamic_dim_run_padded_as_gathers(
+def test_positions_in_merged_rows_keep_the_graph_exact(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # Padded, XLA returned b[1:5] with corrupt size metadata and the process aborted; the
-    # backend rewrites such slices as index_select with constant indices (fixed_slices.py).
+    # argmax over merged rows returns positions of the true layout, which the padded rows
+    # do not have: exact sizes, with why.
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    torch._dynamo.reset()
+    lin, lin_tpu = _twin_linears()
+    compiled = torch.compile(lambda x: lin_tpu(x).reshape(-1, 8).argmax(0), backend="tpu",
+                             dynamic=True)
+    with caplog.at_level("INFO", logger="torchtpu.compile"), torch.no_grad():
+        for n in (3, 5, 7):
+            x = torch.randn(2, n, 16)
+            torch.testing.assert_close(compiled(x.to("tpu")).cpu(),
+                                       lin(x).reshape(-1, 8).argmax(0))
+    assert "positions in merged padded rows" in caplog.text
+
+
+def test_fixed_length_slices_of_a_dynamic_dim_run_padded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fixed window of a padded dim is a static slice of its true elements.
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     torch._dynamo.reset()
 
@@ -207,51 +227,48 @@ def test_fixed_length_slices_of_a_dynamic_dim_run_padded_as_gathers(
 
     compiled = torch.compile(f, backend="tpu")
     before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
-    with caplog.at_level("INFO", logger="torchtpu.compile"):
-        for n in (6, 9, 16):
-            x, b, p = torch.randn(3, 4), torch.randn(n), torch.arange(n).repeat(2, 1)
-            bt, pt = b.to("tpu"), p.to("tpu")
-            torch._dynamo.mark_dynamic(bt, 0)
-            torch._dynamo.mark_dynamic(pt, 1)
-            got = [t.cpu() for t in compiled(x.to("tpu"), bt, pt)]
-            for g, e in zip(got, f(x, b, p)):
-                torch.testing.assert_close(g, e)
+    for n in (6, 9, 16):
+        x, b, p = torch.randn(3, 4), torch.randn(n), torch.arange(n).repeat(2, 1)
+        bt, pt = b.to("tpu"), p.to("tpu")
+        torch._dynamo.mark_dynamic(bt, 0)
+        torch._dynamo.mark_dynamic(pt, 1)
+        got = [t.cpu() for t in compiled(x.to("tpu"), bt, pt)]
+        for g, e in zip(got, f(x, b, p)):
+            torch.testing.assert_close(g, e)
     assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 1
-    assert "fixed-length slices of a dynamic dim rewritten as gathers" in caplog.text
 
 
 def test_graph_xla_will_not_compile_padded_falls_back_to_exact_sizes(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # A graph the hazard checks let through but XLA's padder rejects (a RET_CHECK on the
-    # bias add after a product over two dynamic dims) compiles per exact size instead of
-    # failing. The hazard checks do catch this one, and the lowering now makes such a
-    # product's rows static (graph_spec._static_product_rows), which XLA accepts; both
-    # are switched off here to reach the fallback.
-    from torchtpu.dynamo import graph_spec
-    from torchtpu.ops import matmul_nd
+    # No padded program is known to be refused; a refusal (injected here) must not fail
+    # the call: the graph compiles per exact size from then on, with the reason.
+    from torchtpu.dynamo import runner
 
-    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "auto")
-    monkeypatch.setattr(backend, "bucketing_hazard", lambda gm, saved=None: None)
-    monkeypatch.setattr(graph_spec, "_static_product_rows", lambda node: [])
+    real = runner.build_plan
+
+    def refusing(gm: torch.fx.GraphModule, values: dict, bucketed: bool = False) -> object:
+        if bucketed:
+            raise RuntimeError("XLA: injected refusal")
+        return real(gm, values, bucketed)
+
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setattr(runner, "build_plan", refusing)
     torch._dynamo.reset()
     w, bias = torch.randn(16, 8), torch.randn(8)
     w_tpu, bias_tpu = w.to("tpu"), bias.to("tpu")
-    compiled = torch.compile(lambda x: matmul_nd(x, w_tpu) + bias_tpu, backend="tpu",
-                             dynamic=True)
+    compiled = torch.compile(lambda x: x @ w_tpu + bias_tpu, backend="tpu", dynamic=True)
     with caplog.at_level("WARNING", logger="torchtpu.compile"):
         for b, n in ((2, 3), (3, 5)):
             x = torch.randn(b, n, 16)
             torch.testing.assert_close(compiled(x.to("tpu")).cpu(), x @ w + bias, rtol=1e-5,
                                        atol=1e-5)
-    assert "XLA did not compile it padded" in caplog.text
+    assert "XLA did not compile it padded: XLA: injected refusal" in caplog.text
 
 
 @pytest.mark.parametrize("policy", ["", "auto"])
 def test_product_over_two_dynamic_dims_runs_padded(
         policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # dynamic=True makes batch and length dynamic. XLA's dot merges the two (padded, it
-    # returned garbage, no error); the lowering makes both static before the product and
-    # marks the result's again (graph_spec._static_product_rows): one executable, exact.
+    # dynamic=True makes batch and length dynamic: both padded, one executable, exact.
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", policy)
     torch._dynamo.reset()
     lin, lin_tpu = _twin_linears()
@@ -285,18 +302,6 @@ def test_training_step_with_dynamic_batch_and_length_matches_cpu(
                                        msg=lambda m, name=name: f"{name} (b={b} n={n}): {m}")
     # Buckets (16, 16) and (16, 32): a forward and a backward graph each.
     assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 4
-
-
-def test_matmul_nd_matches_torch_matmul_and_checks_ranks() -> None:
-    from torchtpu.ops import matmul_nd
-
-    x, w, y = torch.randn(2, 3, 4), torch.randn(4, 5), torch.randn(2, 4, 6)
-    torch.testing.assert_close(matmul_nd(x, w), x @ w)
-    torch.testing.assert_close(matmul_nd(x, y), x @ y)
-    f = torch.compile(matmul_nd, backend="tpu")
-    torch.testing.assert_close(f(x.to("tpu"), w.to("tpu")).cpu(), x @ w, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="operands of rank 3 and 1"):
-        matmul_nd(x, torch.randn(4))
 
 
 def test_exact_size_policy_counts_one_graph_per_size(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -335,14 +340,12 @@ def test_dynamic_training_step_gradients_match_cpu(buckets: str, graphs: int,
 
 def test_batched_training_loop_over_varying_lengths_uses_buckets(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # Batched, the linears merge batch and length: the forward returns those activations
-    # unmerged and the backward computes weight and bias gradients per row of the
-    # unmerged tensors (merged_dims.py). Padded under the default policy; an SGD loop
-    # against the CPU's.
+    # Batched, the linears merge batch and length: the forward saves those activations in
+    # their padded layout and the backward takes them as they are. Padded under the default
+    # policy; an SGD loop against the CPU's.
     cpu, model, compiled, before = _compiled_twins(monkeypatch, dynamic=None)
     opt_cpu = torch.optim.SGD(cpu.parameters(), lr=0.1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    restaged = torchtpu.debug.metrics().get("num_dynamic_results_restaged", 0)
     for n in (3, 5, 9, 16, 17, 30):
         tokens = torch.randint(0, 32, (2, n + 1))
         x, y = tokens[:, :-1], tokens[:, 1:]
@@ -362,9 +365,6 @@ def test_batched_training_loop_over_varying_lengths_uses_buckets(
     # a backward graph each.
     metrics = torchtpu.debug.metrics()
     assert metrics["num_graphs_compiled"] - before == 6
-    # Padded results leave their programs compact and static: the backward reads the
-    # forward's saved activations where they are, with no trip through the host.
-    assert metrics.get("num_dynamic_results_restaged", 0) == restaged
 
 
 @pytest.mark.parametrize("policy", ["off", ""])
@@ -388,9 +388,8 @@ def test_output_that_is_a_view_of_an_input_with_symbolic_sizes(
 
 def test_a_value_computed_twice_is_returned_twice_with_true_sizes(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # Two layers' masks: the same computation twice, which XLA merges into one result. A
-    # repeated dynamic result came back without size metadata (garbage sizes, an abort),
-    # so the graph returns it once and the runner hands out a copy for the second.
+    # Two layers' masks: the same computation twice, which XLA may merge into one result;
+    # each output is a tensor of its own.
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     torch._dynamo.reset()
     mask = torch.ones(32, 32, dtype=torch.bool).tril()

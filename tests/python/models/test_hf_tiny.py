@@ -105,8 +105,8 @@ def _compiled_under_buckets(arch: str, monkeypatch: pytest.MonkeyPatch) -> tuple
 @pytest.mark.parametrize("arch", sorted(DECODER_CONFIGS))
 def test_compiled_decoder_buckets_varying_lengths_by_default(
         arch: str, monkeypatch: pytest.MonkeyPatch, no_fallbacks) -> None:
-    # Every op of these models on the length dim is checked under buckets
-    # (dynamo/checked_ops.py): one static graph for the first length, then one per bucket.
+    # Every op of these models on the length dim has a rule for padded dims
+    # (dynamo/buckets/rules.py): one static graph for the first length, then one per bucket.
     cpu, model, compiled, before = _compiled_under_buckets(arch, monkeypatch)
     with torch.no_grad():
         for n in (3, 11, 17, 30, 33):

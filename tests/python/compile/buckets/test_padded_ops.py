@@ -1,9 +1,11 @@
-"""The ops checked under shape buckets (torchtpu/dynamo/checked_ops.py), one case each.
+"""Ops run padded to a shape bucket against the CPU, one case per op (their rules:
+torchtpu/dynamo/buckets/rules.py).
 
-Each case runs its op on a dynamic dimension at lengths 5, 11 and 16 (one bucket, 16) under
-the default bucket policy and compares with the CPU. Every case also reduces over the
-padded dimension, so padding that leaks into a result shows. It must compile exactly one
-graph, i.e. actually run padded, and the graph must hold the case's op on a dynamic dim.
+Each case runs its op on a dynamic dimension at lengths 5, 11 and 16 (one bucket, 16) and
+compares with the CPU. Every case also reduces over the padded dimension, so padding that
+leaks into a result shows. It must compile exactly one program in all (the graph; padding
+its inputs and reading its results back compile nothing), i.e. actually run padded, and
+the graph must hold the case's op on a dynamic dim.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from torchtpu.dynamo import backend
-from torchtpu.dynamo.checked_ops import CHECKED_UNDER_BUCKETS, touched_ops
+from torchtpu.dynamo import runner
+from torchtpu.dynamo.buckets.rules import RULES
 
 LENGTHS = (5, 11, 16)
 
@@ -217,8 +219,31 @@ CASES: dict[str, Case] = {
 }
 
 
-def test_every_checked_op_has_a_case() -> None:
-    assert set(CASES) == set(CHECKED_UNDER_BUCKETS)
+def _op(name: str) -> torch._ops.OpOverload:
+    _, op, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, op), overload)
+
+
+def test_every_case_is_an_op_with_a_rule() -> None:
+    missing = [name for name in CASES if RULES.get(_op(name)) is None]
+    assert not missing
+
+
+def programs_obtained() -> int:
+    """Executables this process compiled or loaded from the disk cache so far: every program
+    it needed that it did not hold already (eager ops, graphs, storage programs)."""
+    m = torchtpu.debug.metrics()
+    return m.get("num_compiles", 0) + m.get("num_compile_cache_hits_disk", 0)
+
+
+def _touched_ops(gm: torch.fx.GraphModule) -> list[str]:
+    """Ops of `gm` that read or make a tensor with a symbolic dim."""
+    def symbolic(v: Any) -> bool:
+        return isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in v.shape)
+
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"
+            and any(symbolic(v) for v in [n.meta.get("val")] +
+                    [a.meta.get("val") for a in n.all_input_nodes])]
 
 
 def _cpu(v: Any) -> Any:
@@ -226,21 +251,22 @@ def _cpu(v: Any) -> Any:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_checked_op_runs_padded_and_exact(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_op_runs_padded_and_exact(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     case = CASES[name]
     seen: list[str] = []
-    real = backend.unchecked_op
+    real = runner.plan
 
-    def recording(gm: torch.fx.GraphModule) -> str | None:
-        seen.extend(op for op, _ in touched_ops(gm))
-        return real(gm)
+    def recording(gm: torch.fx.GraphModule, *args: Any) -> Any:
+        seen.extend(_touched_ops(gm))
+        return real(gm, *args)
 
-    monkeypatch.setattr(backend, "unchecked_op", recording)
+    monkeypatch.setattr(runner, "plan", recording)
     torch._dynamo.reset()
     torch.manual_seed(0)
     compiled = torch.compile(case.fn, backend="tpu")
-    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    metrics = torchtpu.debug.metrics()
+    before = metrics.get("num_graphs_compiled", 0), programs_obtained()
     for n in LENGTHS:
         args = case.inputs(n)
         on_tpu = [a.to("tpu") for a in args]
@@ -251,4 +277,7 @@ def test_checked_op_runs_padded_and_exact(name: str, monkeypatch: pytest.MonkeyP
         torch.testing.assert_close(got, case.fn(*args), rtol=1e-5, atol=1e-5,
                                    msg=lambda m, n=n: f"{name} at length {n}: {m}")
     assert name in seen, f"{name} is not in the compiled graph on a dynamic dim: {seen}"
-    assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 1
+    metrics = torchtpu.debug.metrics()
+    assert metrics["num_graphs_compiled"] - before[0] == 1
+    # The graph (unless an earlier test compiled the very same one), nothing else.
+    assert programs_obtained() - before[1] <= 1, "a program besides the graph was needed"

@@ -1,0 +1,119 @@
+"""Eager generation on ``tpu`` against PyTorch on the CPU: a loop growing its context by one
+token compiles how many programs, and how long does it take?
+
+A GPT written in plain PyTorch (the decoder of ``compiled_vs_jax.py``: 4 layers, d_model
+128, context window 64, a 65-character vocabulary) samples ``--tokens`` tokens from an
+empty context (a single start token) in eager mode, with no KV cache: every step runs the
+model on the whole context so far (the last 64 tokens), so the context length takes every
+value 1..64. Each device runs in its own process:
+
+- cold: an empty compile cache (memory and disk), the first sampling loop;
+- warm: the same loop again in that process (every program already compiled).
+
+It prints programs compiled (and op signatures seen) on ``tpu``, the wall time of each loop
+on ``tpu`` and on the CPU, and their ratios (goal: <= 5x the CPU's time cold, <= 1.5x warm).
+Both devices pick tokens greedily (argmax); it prints how many of the tokens agree before
+the first difference (rounding can flip a near tie).
+
+    python bench/eager_generation.py [--tokens N] [--layers L] [--d-model D]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+
+def sample(model: torch.nn.Module, device: str, tokens: int,
+           window: int) -> tuple[list[int], float]:
+    """Greedy tokens from a start token, and the loop's wall time in seconds."""
+    context = [0]
+    start = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(tokens):
+            idx = torch.tensor([context[-window:]], device=device)
+            logits = model(idx)[0, -1]
+            context.append(int(logits.argmax()))
+    return context[1:], time.perf_counter() - start
+
+
+def child(args: argparse.Namespace) -> dict:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from compiled_vs_jax import GPT, Config
+
+    cfg = Config(vocab_size=65, d_model=args.d_model, num_layers=args.layers, num_heads=4,
+                 seq_len=args.window, batch_size=1)
+    torch.manual_seed(0)
+    model = GPT(cfg).eval()
+    if args.child == "cpu":
+        cold_tokens, cold = sample(model, "cpu", args.tokens, args.window)
+        _, warm = sample(model, "cpu", args.tokens, args.window)
+        return {"tokens": cold_tokens, "cold_s": cold, "warm_s": warm}
+    import torchtpu
+
+    model = model.to("tpu")
+    m0 = torchtpu.debug.metrics()
+    cold_tokens, cold = sample(model, "tpu", args.tokens, args.window)
+    m1 = torchtpu.debug.metrics()
+    _, warm = sample(model, "tpu", args.tokens, args.window)
+    m2 = torchtpu.debug.metrics()
+
+    def delta(a: dict, b: dict, key: str) -> int:
+        return b.get(key, 0) - a.get(key, 0)
+
+    return {"tokens": cold_tokens, "cold_s": cold, "warm_s": warm,
+            "programs_cold": delta(m0, m1, "num_compiles")
+            + delta(m0, m1, "num_compile_cache_hits_disk"),
+            "programs_warm": delta(m1, m2, "num_compiles")
+            + delta(m1, m2, "num_compile_cache_hits_disk")}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--window", type=int, default=64)
+    parser.add_argument("--child", choices=("cpu", "tpu"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.tokens < 1 or args.window < 1:
+        parser.error("--tokens and --window must be at least 1")
+    if args.child:
+        print(json.dumps(child(args)))
+        return 0
+    rows = {}
+    for device in ("cpu", "tpu"):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, TORCHTPU_CACHE_DIR=cache)
+            proc = subprocess.run([sys.executable, *sys.argv, "--child", device], env=env,
+                                  capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"{device}: failed\n{proc.stderr[-2000:]}")
+            return 1
+        rows[device] = json.loads(proc.stdout.strip().splitlines()[-1])
+    cpu, tpu = rows["cpu"], rows["tpu"]
+    load = os.getloadavg()
+    print(f"GPT {args.layers} layers, d_model {args.d_model}, {args.tokens} tokens from an empty "
+          f"context (window {args.window}), eager, no KV cache; load average {load[0]:.1f} "
+          f"{load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
+    print(f"{'device':<8}{'cold s':>10}{'warm s':>10}{'programs cold':>16}{'programs warm':>16}")
+    print(f"{'cpu':<8}{cpu['cold_s']:>10.2f}{cpu['warm_s']:>10.2f}{'-':>16}{'-':>16}")
+    print(f"{'tpu':<8}{tpu['cold_s']:>10.2f}{tpu['warm_s']:>10.2f}{tpu['programs_cold']:>16}"
+          f"{tpu['programs_warm']:>16}")
+    agree = next((i for i, (a, b) in enumerate(zip(cpu["tokens"], tpu["tokens"])) if a != b),
+                 len(cpu["tokens"]))
+    print(f"tpu/cpu: cold {tpu['cold_s'] / cpu['cold_s']:.1f}x (goal <= 5x), warm "
+          f"{tpu['warm_s'] / cpu['warm_s']:.2f}x (goal <= 1.5x); tokens equal to the CPU's "
+          f"before the first difference: {agree} of {len(cpu['tokens'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

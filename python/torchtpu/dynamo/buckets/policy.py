@@ -1,0 +1,48 @@
+"""Which graphs are padded to shape buckets, and the bucket of a size
+(``TORCHTPU_SHAPE_BUCKETS``, ``TORCHTPU_MIN_BUCKET``)."""
+
+from __future__ import annotations
+
+import os
+
+
+def bucket_policy() -> str:
+    """``"pad"`` (the default, ``auto``, or a bucket list such as ``16,32,64``): graphs with
+    symbolic sizes run padded to buckets unless an op without a rule (rules.py) or a
+    hazard keeps them at exact sizes; ``"off"``: every graph compiles once per exact
+    size. A malformed list raises ValueError."""
+    value = os.environ.get("TORCHTPU_SHAPE_BUCKETS", "").strip()
+    if value == "off":
+        return "off"
+    if value and value != "auto":
+        listed_buckets(value)
+    return "pad"
+
+
+def listed_buckets(value: str) -> list[int]:
+    try:
+        sizes = sorted(int(x) for x in value.split(",") if x.strip())
+    except ValueError:
+        sizes = []
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"TORCHTPU_SHAPE_BUCKETS={value!r}: expected 'auto', 'off' or a "
+                         "comma-separated list of positive sizes such as '16,32,64'")
+    return sizes
+
+
+def bucket_size(n: int) -> int:
+    """The padded size for a true size `n` of a dynamic dimension.
+
+    ``TORCHTPU_SHAPE_BUCKETS="16,32,64,128"`` lists the buckets explicitly (sizes above
+    the largest round up to a power of two); otherwise powers of two from
+    ``TORCHTPU_MIN_BUCKET`` (default 16). Lengths 1..100 thus need 4 executables.
+    """
+    listed = os.environ.get("TORCHTPU_SHAPE_BUCKETS", "").strip()
+    if listed and listed not in ("auto", "off"):
+        for b in listed_buckets(listed):
+            if n <= b:
+                return b
+    b = max(1, int(os.environ.get("TORCHTPU_MIN_BUCKET", "16")))
+    while b < n:
+        b *= 2
+    return b

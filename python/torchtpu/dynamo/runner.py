@@ -1,0 +1,426 @@
+"""Runs one AOTAutograd graph on tpu: one executable for a static graph; for a graph with
+symbolic sizes, one per bucket assignment (padded, buckets/) or per exact size.
+
+A padded graph's inputs are brought to their bucket shapes (`_to_bucket`: free for a
+tensor already laid out so, one program keyed by the bucket otherwise, see
+compile/bucket_io.h) and its outputs are views of the program's results at the true sizes,
+so a new size inside a known bucket compiles nothing.
+
+A graph holding functional collectives (dynamo/collectives.py) runs at exact sizes:
+collectives see whole tensors. Its program spans the devices of its group's ranks where
+every group is in-plugin; anywhere else it runs cut at its collectives, each piece between
+them a runner of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from torchtpu import _C
+from torchtpu.dynamo import collectives as graph_collectives
+from torchtpu.dynamo.buckets import BucketPlan, Hazard, bucket_policy, bucket_size, plan
+from torchtpu.dynamo.buckets import layout as L
+from torchtpu.dynamo.graph_spec import (GraphPlan, UnsupportedGraph, build_plan, evaluate,
+                                        free_symbols)
+
+log = logging.getLogger("torchtpu.compile")
+
+
+@dataclass
+class Session:
+    """One AOTAutograd compile: what its forward tells its backward. `saved`: the layouts
+    of the outputs the forward saves in bucket layout, by name (the backward's
+    placeholders of those names); empty while the forward runs at exact sizes."""
+
+    saved: dict[str, tuple] = field(default_factory=dict)
+    forward: "GraphRunner | None" = None
+
+
+def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in gm.graph.nodes:
+        env[node] = graph.node_copy(node, lambda a: env[a])
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _contiguous_strides(shape: list[int]) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return strides[::-1]
+
+
+def _is_laid_out(t: torch.Tensor, bound: list[int]) -> bool:
+    """Whether `t` views a storage that holds exactly a contiguous tensor of `bound` (from
+    offset 0, strides of `bound`): a padded value at its true sizes."""
+    numel = 1
+    for n in bound:
+        numel *= n
+    if t.storage_offset() != 0 or t.untyped_storage().nbytes() != numel * t.element_size():
+        return False
+    full = _contiguous_strides(bound)
+    return all(n <= 1 or s == f for n, s, f in zip(t.shape, t.stride(), full))
+
+
+def bind_sizes(placeholders: list[torch.fx.Node], args: tuple[Any, ...]
+               ) -> dict[sympy.Symbol, int]:
+    """The value of every size symbol a placeholder holds alone (a SymInt input, or a
+    tensor dim), read from the call's arguments."""
+    values: dict[sympy.Symbol, int] = {}
+
+    def bind(s: Any, n: int) -> None:
+        # A symbol Dynamo later found equal to another reads as that one from then on;
+        # expressions made before then (this graph's) may hold either.
+        if isinstance(s, torch.SymInt):
+            for e in (getattr(s.node, "_expr", None), s.node.expr):
+                if isinstance(e, sympy.Symbol):
+                    values[e] = int(n)
+
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            bind(val, arg)
+        elif isinstance(val, torch.Tensor):
+            for s, n in zip(val.shape, arg.shape):
+                bind(s, n)
+    return values
+
+
+def _device_of(example_inputs: list[Any]) -> int:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.device.type == "tpu":
+            return x.device.index or 0
+    return 0
+
+
+class GraphRunner:
+    """Runs one AOT graph. `role`: "inference", "forward" (outputs from `first_saved` on
+    are saved for the backward) or "backward". `known_sizes`: for a piece of a graph cut
+    at its collectives, the sizes of the whole graph's call (a piece's inputs may have
+    sizes such as s0 + s1 that name no symbol alone)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], *,
+                 role: str = "inference", session: Session | None = None,
+                 first_saved: int | None = None,
+                 mutated: list[tuple[int, int]] | None = None,
+                 device: int | None = None,
+                 known_sizes: dict[sympy.Symbol, int] | None = None) -> None:
+        self.gm = gm
+        self.role = role
+        self.session = session or Session()
+        self.first_saved = first_saved
+        self.known_sizes = known_sizes
+        # (placeholder, graph output) pairs: the output is the placeholder's new value,
+        # which AOTAutograd's epilogue copies back into the caller's tensor.
+        self.mutated = mutated or []
+        self.device = _device_of(example_inputs) if device is None else device
+        # Functional collectives: compiled into the program (InPluginCollectives, built on
+        # the first run) or the graph runs cut at them (`fallback`, a SplitGraph).
+        found = graph_collectives.plan(gm)
+        self.collectives = found if isinstance(found, graph_collectives.InPluginCollectives) \
+            else None
+        self.fallback: Any = None
+        self.symbols = free_symbols(gm)
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        # 0-dim CPU tensors mix with device tensors in PyTorch (an optimizer's step count
+        # lives on the CPU): such inputs are copied to the device on each call.
+        self.cpu_scalars = {i for i, n in enumerate(self.placeholders)
+                            if isinstance(n.meta.get("val"), torch.Tensor)
+                            and n.meta["val"].device.type == "cpu" and n.meta["val"].dim() == 0}
+        # Backward: the forward's saved outputs it takes, with their layouts.
+        self.carried = dict(self.session.saved) if role == "backward" else {}
+        self.hazard: str | None = None
+        self.padded_gm: torch.fx.GraphModule | None = None
+        self.bucket_plan: BucketPlan | None = None
+        # Collectives see whole tensors: no padded dims in graphs that hold them.
+        policy = "off" if found is not None else bucket_policy()
+        if self.symbols and policy != "off":
+            padded = _copy(gm)
+            try:
+                self.bucket_plan = plan(padded, self.carried, first_saved)
+                self.padded_gm = padded
+            except Hazard as e:
+                self.hazard = str(e)
+                log.info("torchtpu: graph compiles per exact size: %s", self.hazard)
+        if role == "forward":
+            self.session.forward = self
+            self.session.saved = dict(self.bucket_plan.saved) if self.bucket_plan else {}
+        forward = self.session.forward
+        if role == "backward" and self.hazard and forward is not None and forward.bucketed \
+                and not forward.ran:
+            # Padding the forward alone would only add copies at its boundary.
+            forward.use_exact_sizes(f"its backward compiles per exact size: {self.hazard}")
+            self.carried = {}
+        self.input_views = _input_views(gm, first_saved if self.padded_gm else None) \
+            if self.symbols else None
+        self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
+        self.forms: dict[tuple[int, ...], list[Any]] = {}
+        self.ran = False
+        if isinstance(found, str):
+            self.fallback = self._split(found)
+        elif not self.symbols and found is None:
+            self._get(())
+
+    @property
+    def bucketed(self) -> bool:
+        return self.padded_gm is not None
+
+    def use_exact_sizes(self, reason: str) -> None:
+        """Runs this graph at exact sizes from now on (a forward whose backward cannot pad
+        has not run yet; a program XLA refused)."""
+        if not self.bucketed:
+            return
+        self.hazard = reason
+        log.warning("torchtpu: graph compiles per exact size: %s", reason)
+        self.padded_gm = None
+        self.bucket_plan = None
+        self.compiled.clear()
+        if self.role == "forward":
+            self.session.saved = {}
+
+    def _get(self, key: tuple[int, ...]) -> tuple[Any, GraphPlan]:
+        if key not in self.compiled:
+            gm = self.padded_gm if self.bucketed else self.gm
+            built = build_plan(gm, dict(zip(self.symbols, key)), bucketed=self.bucketed)
+            if self.collectives is not None:
+                graph = _C._distributed.replicated_graph(built.spec, self.device,
+                                                         self.collectives.span)
+            else:
+                if not self.symbols:
+                    built.spec.donations = _donations(built, self.mutated)
+                graph = _C.CompiledGraph(built.spec, self.device)
+            self.compiled[key] = (graph, built)
+            if self.symbols:
+                log.info("torchtpu: compiled graph for sizes %s", dict(zip(self.symbols, key)))
+            dump_dir = os.environ.get("TORCHTPU_DUMP_DIR")
+            if dump_dir:
+                os.makedirs(dump_dir, exist_ok=True)
+                path = os.path.join(dump_dir, f"graph_{id(graph):x}.fx.txt")
+                with open(path, "w") as f:
+                    f.write(gm.print_readable(print_output=False))
+        return self.compiled[key]
+
+    def _key(self, actual: dict[sympy.Symbol, int]) -> tuple[int, ...]:
+        return tuple(bucket_size(actual[s]) if self.bucketed else actual[s] for s in self.symbols)
+
+    def _constants(self, built: GraphPlan) -> list[Any]:
+        """The graph's tensor constants on the device. They live on the CPU in the graph
+        module and move on the first run (compiling happens under fake-tensor tracing,
+        where a copy would be fake), then stay."""
+        if built.constants and built.constants[0].device.type != "tpu":
+            built.constants = [c.to(f"tpu:{self.device}") for c in built.constants]
+        return built.constants
+
+    def _bind(self, args: tuple[Any, ...]) -> dict[sympy.Symbol, int]:
+        values = dict(self.known_sizes) if self.known_sizes is not None else {}
+        values.update(bind_sizes(self.placeholders, args))
+        missing = [s for s in self.symbols if s not in values]
+        if missing:
+            raise UnsupportedGraph(f"tpu compile: cannot read sizes {missing} from the inputs")
+        return values
+
+    def _split(self, reason: str) -> graph_collectives.SplitGraph:
+        """This graph cut at its collectives, each piece between them a runner."""
+        return graph_collectives.SplitGraph(
+            self.gm, reason,
+            lambda sub, sizes: GraphRunner(sub, [], device=self.device, known_sizes=sizes),
+            bind_sizes)
+
+    def _resolve_collectives(self) -> None:
+        """First run of a graph with collectives: resolve its groups with the other ranks;
+        where they cannot be lowered after all, run it cut at its collectives."""
+        assert self.collectives is not None
+        reason = self.collectives.resolve()
+        if reason is None:
+            graph_collectives.note_lowered(len(graph_collectives.collective_nodes(self.gm)))
+            return
+        self.fallback = self._split(reason)
+
+    def __call__(self, *args: Any) -> Any:
+        if self.collectives is not None and not self.collectives.resolved:
+            self._resolve_collectives()
+        if self.fallback is not None:
+            if self.carried and self.symbols:
+                # Saved activations the forward returned in bucket layout, as true tensors.
+                actual = self._bind(args)
+                args = tuple(self._uncarried(i, a, actual) for i, a in enumerate(args))
+            return self.fallback(*args)
+        original = args  # inputs handed back as outputs are the caller's own tensors
+        if self.cpu_scalars:
+            device = f"tpu:{self.device}"
+            args = tuple(a.to(device) if i in self.cpu_scalars else a for i, a in enumerate(args))
+        if not self.symbols:
+            graph, built = self._get(())
+            tensors = graph.run([args[i] for i in built.input_placeholders] +
+                                self._constants(built))
+            return tuple(tensors[v[1]] if v[0] == "tensor" else original[v[1]] if v[0] == "arg"
+                         else v[1] for v in built.output_layout)
+        self.ran = True
+        actual = self._bind(args)
+        try:
+            graph, built = self._get(self._key(actual))
+        except RuntimeError as e:
+            if not self.bucketed:
+                raise
+            # A program XLA refuses padded (none known): exact sizes, with the reason.
+            self.use_exact_sizes("XLA did not compile it padded: " + str(e).splitlines()[0])
+            graph, built = self._get(self._key(actual))
+        if self.bucketed:
+            return self._run_padded(graph, built, args, original, actual)
+        inputs = [self._uncarried(i, args[i], actual) for i in built.input_placeholders]
+        tensors = graph.run(inputs + self._constants(built), built.resolve(self.symbols,
+                                                                           actual)[0])
+        out = [tensors[e[1]] if e[0] == "tensor" else original[e[1]] if e[0] == "arg"
+               else v if e[0] == "size" else e[1]
+               for e, v in zip(built.output_layout, built.resolve(self.symbols, actual)[1])]
+        return self._with_input_views(out, original)
+
+    def _run_padded(self, graph: Any, built: GraphPlan, args: tuple, original: tuple,
+                    actual: dict[sympy.Symbol, int]) -> tuple:
+        buckets = dict(zip(self.symbols, self._key(actual)))
+        assert self.bucket_plan is not None
+        fed = {i: self._to_bucket(i, args[i], bound, actual, buckets)
+               for i, bound in zip(built.input_placeholders, built.input_bounds)}
+        sizes, resolved = built.resolve(self.symbols, actual)
+        tensors = graph.run([fed[i] for i in built.input_placeholders] + self._constants(built),
+                            sizes)
+        forms = self._forms(actual)
+        out: list[Any] = []
+        for k, (entry, value) in enumerate(zip(built.output_layout, resolved)):
+            form = self.bucket_plan.outputs[k] if k < len(self.bucket_plan.outputs) else None
+            if entry[0] == "tensor":
+                out.append(_as_output(tensors[entry[1]], form, forms[k]))
+            elif entry[0] == "arg":
+                j = entry[1]
+                padded = form is not None and form.kind == "padded" and j in fed
+                out.append(_as_output(fed[j], form, forms[k]) if padded else original[j])
+            elif entry[0] == "size":
+                out.append(value)
+            else:
+                out.append(entry[1])
+        return self._with_input_views(out, original)
+
+    def _forms(self, actual: dict[sympy.Symbol, int]) -> list[Any]:
+        """Each output's true shape at `actual` (cached per tuple of sizes)."""
+        key = tuple(actual[s] for s in self.symbols)
+        if key not in self.forms:
+            assert self.bucket_plan is not None
+            self.forms[key] = [None if f is None else [evaluate(e, actual) for e in f.shape]
+                               for f in self.bucket_plan.outputs]
+        return self.forms[key]
+
+    def _to_bucket(self, i: int, arg: torch.Tensor, bound: list[int],
+                   actual: dict[sympy.Symbol, int], buckets: dict[sympy.Symbol, int]) -> Any:
+        """Input `i` in its bucket layout (`bound` its static shape)."""
+        if list(arg.shape) == bound:
+            return arg
+        if _is_laid_out(arg, bound):
+            return arg.as_strided(bound, _contiguous_strides(bound), 0)
+        assert self.bucket_plan is not None
+        lays = self.bucket_plan.inputs[i]
+        sizes = [L.expr(s) for s in self.placeholders[i].meta["val"].shape]
+        true_parts, padded_parts = [], []
+        for lay, size in zip(lays, sizes):
+            for c in L.components(lay, size):
+                true_parts.append(evaluate(c, actual))
+                padded_parts.append(evaluate(c, buckets))
+        if true_parts != list(arg.shape):
+            arg = arg.reshape(true_parts)
+        return _C.pad_to_bucket(arg, padded_parts, bound)
+
+    def _uncarried(self, i: int, arg: Any, actual: dict[sympy.Symbol, int]) -> Any:
+        """At exact sizes: a saved activation that the forward returned in bucket layout,
+        as its true tensor (merged rows are not a view of the padded storage)."""
+        name = self.placeholders[i].name
+        if name not in self.carried or not isinstance(arg, torch.Tensor):
+            return arg
+        lays = self.carried[name]
+        sizes = [L.expr(s) for s in self.placeholders[i].meta["val"].shape]
+        buckets = {s: bucket_size(n) for s, n in actual.items()}
+        bound = [evaluate(s, buckets) for s in sizes]
+        if not _is_laid_out(arg, bound):
+            return arg
+        parts = [(evaluate(c, actual), evaluate(c, buckets))
+                 for lay, size in zip(lays, sizes) for c in L.components(lay, size)]
+        view = arg.as_strided([t for t, _ in parts], _contiguous_strides([p for _, p in parts]), 0)
+        return view.reshape([evaluate(s, actual) for s in sizes])
+
+    def _with_input_views(self, out: list[Any], original: tuple) -> tuple:
+        if self.input_views is not None:
+            for k, view in zip(self.input_views[0], self.input_views[1](*original)):
+                out[k] = view
+        return tuple(out)
+
+
+def _as_output(t: torch.Tensor, form: Any, shape: list[int] | None) -> torch.Tensor:
+    """A program result at its true size: the compact prefix, viewed; a padded one as a
+    view of its storage with the padded strides (what the backward takes back as is)."""
+    if form is None or shape is None:
+        return t
+    if form.kind == "padded":
+        return t.as_strided(shape, _contiguous_strides(list(t.shape)), 0)
+    numel = 1
+    for n in shape:
+        numel *= n
+    return t.reshape(-1)[:numel].view(shape)
+
+
+def _input_views(gm: torch.fx.GraphModule, first_saved: int | None
+                 ) -> tuple[list[int], torch.fx.GraphModule] | None:
+    """The outputs of `gm` that are views of its inputs (view ops and size arithmetic
+    only), and a graph module computing just them from the same arguments; None if none.
+    (Outputs from `first_saved` on are left alone: only the backward reads them.)
+
+    AOTAutograd rebuilds such an output from the caller's tensor. With symbolic sizes it
+    cannot replay the view ops themselves and replays the view the returned tensor has
+    instead, so the runner returns real views of the inputs (free: metadata only), not
+    program results (fresh buffers, whose view of their own storage would be replayed on
+    the input's storage)."""
+    pure: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            pure.add(node)
+        elif node.op == "call_function" and all(a in pure for a in node.all_input_nodes):
+            val = node.meta.get("val")
+            is_view = isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+            if is_view or isinstance(val, (torch.SymInt, int)):
+                pure.add(node)
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    results = list(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else [
+        out_node.args[0]]
+    picked = [k for k, r in enumerate(results) if isinstance(r, torch.fx.Node) and r in pure
+              and r.op != "placeholder" and isinstance(r.meta.get("val"), torch.Tensor)
+              and (first_saved is None or k < first_saved)]
+    if not picked:
+        return None
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in gm.graph.nodes:
+        if node in pure:
+            env[node] = graph.node_copy(node, lambda a: env[a])
+    graph.output(tuple(env[results[k]] for k in picked))
+    graph.eliminate_dead_code()
+    return picked, torch.fx.GraphModule(gm, graph)
+
+
+def _donations(built: GraphPlan, mutated: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Spec (input, output) pairs whose input buffer the output may take over: a mutated
+    input is dead once its new value is written back, so XLA can update it in place (an
+    index_copy_ into a large KV cache then costs the rows written, not the whole cache)."""
+    pairs = []
+    for placeholder, out in mutated:
+        if placeholder not in built.input_placeholders or out >= len(built.output_layout):
+            continue
+        entry = built.output_layout[out]
+        if entry[0] == "tensor":
+            pairs.append((built.input_placeholders.index(placeholder), entry[1]))
+    return pairs
