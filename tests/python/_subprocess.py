@@ -2,12 +2,14 @@
 
 For tests that need their own environment (a cache size, a device count) or must survive
 an abort: the child's exit status and output come back as a CompletedProcess. Also the two
-helpers of tests that start servers: a free loopback port, and waiting for /health.
+helpers of tests that start servers: a free loopback port, waiting for /health, and
+stopping them.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -46,3 +48,17 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
             pass
         time.sleep(0.5)
     raise TimeoutError(f"{url} not healthy after {timeout} s")
+
+
+def stop_processes(procs: list[subprocess.Popen | None]) -> None:
+    """SIGTERM to every live process, then waits for each (20 s) and kills what is left."""
+    live = [p for p in procs if p is not None]
+    for p in live:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in live:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

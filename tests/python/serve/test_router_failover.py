@@ -14,7 +14,7 @@ import time
 
 import httpx
 import pytest
-from _subprocess import free_port, wait_healthy
+from _subprocess import free_port, stop_processes, wait_healthy
 
 SERVE_ARGS = ["--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "64",
               "--page-size", "16"]
@@ -64,16 +64,7 @@ class Cluster:
         return httpx.get((url or self.router_url) + "/metrics", timeout=10).text
 
     def stop(self) -> None:
-        for p in [self.router, self.approx, *self.replicas]:
-            if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in [self.router, self.approx, *self.replicas]:
-            if p is not None:
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        stop_processes([self.router, self.approx, *self.replicas])
 
 
 @pytest.fixture(scope="module")

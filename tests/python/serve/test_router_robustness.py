@@ -15,7 +15,7 @@ import time
 
 import httpx
 import pytest
-from _subprocess import free_port, wait_healthy
+from _subprocess import free_port, stop_processes, wait_healthy
 
 SERVE_ARGS = ["--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "64",
               "--page-size", "16"]
@@ -51,15 +51,7 @@ class Stack:
         return self.replica_metric("vllm:request_success_total", 'finished_reason="abort"')
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs)
 
 
 @pytest.fixture(scope="module")
