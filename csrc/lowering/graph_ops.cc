@@ -133,6 +133,46 @@ Result lower_split(LoweringContext& c) {
   return pieces;
 }
 
+// The elements as_strided(sizes, strides, offset) addresses in a dense row-major value of
+// n elements: all inside it, or an error naming the op.
+base::Status check_strided_window(const std::string& op, const Dims& sizes, const Dims& strides,
+                                  int64_t offset, int64_t n) {
+  int64_t last = offset;
+  for (size_t k = 0; k < sizes.size(); ++k) last += (sizes[k] - 1) * strides[k];
+  if (offset < 0 || last >= n) {
+    return base::invalid_argument("lowering: " + op + ": view reaches element " +
+                                  std::to_string(last) + " of a value of " + std::to_string(n) +
+                                  " elements");
+  }
+  return base::Status::ok_status();
+}
+
+// Whether those elements are one contiguous run in row-major order (size-1 dims aside).
+bool is_dense_window(const Dims& sizes, const Dims& strides) {
+  int64_t expected = 1;
+  for (int64_t k = static_cast<int64_t>(sizes.size()) - 1; k >= 0; --k) {
+    if (sizes[k] == 1) continue;
+    if (strides[k] != expected) return false;
+    expected *= sizes[k];
+  }
+  return true;
+}
+
+// Their flat indices as an i64 [sizes..., 1] value (index_vector_dim last, for a gather or
+// scatter over the flattened value).
+Value strided_indices(Builder& b, const Dims& sizes, const Dims& strides, int64_t offset) {
+  Value idx = b.broadcast_to(b.constant_i64(offset, DType::kI64), sizes);
+  TensorType it{DType::kI64, sizes};
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k] == 1 || strides[k] == 0) continue;
+    idx = b.add(idx, b.mul(b.iota(it, static_cast<int64_t>(k)),
+                           b.broadcast_to(b.constant_i64(strides[k], DType::kI64), sizes)));
+  }
+  Dims with_vec = sizes;
+  with_vec.push_back(1);
+  return b.reshape(idx, with_vec);
+}
+
 // as_strided(self, size, stride, storage_offset?): element i of the result is
 // flat(self)[offset + sum(i_k * stride_k)], like the eager strided read
 // (storage_programs.cc). A contiguous window is one slice; anything else one gather.
@@ -145,39 +185,18 @@ Result lower_as_strided(LoweringContext& c) {
   int64_t offset = c.is_none(3) ? 0 : c.int_arg(3);
   if (out.num_elements() == 0) return one(filled(b, 0, out));
   int64_t n = x.type.num_elements();
-  int64_t last = offset;
-  for (size_t k = 0; k < sizes.size(); ++k) last += (sizes[k] - 1) * strides[k];
-  if (offset < 0 || last >= n) {
-    return base::invalid_argument("lowering: " + c.op_name() + ": view reaches element " +
-                                  std::to_string(last) + " of a value of " + std::to_string(n) +
-                                  " elements");
-  }
+  TORCHTPU_RETURN_IF_ERROR(check_strided_window(c.op_name(), sizes, strides, offset, n));
   Value flat = b.reshape(x, {n});
-  bool contiguous = true;
-  int64_t expected = 1;
-  for (int64_t k = static_cast<int64_t>(sizes.size()) - 1; k >= 0; --k) {
-    if (sizes[k] == 1) continue;
-    contiguous &= strides[k] == expected;
-    expected *= sizes[k];
-  }
-  if (contiguous) {
+  if (is_dense_window(sizes, strides)) {
     return one(b.reshape(b.slice(flat, {offset}, {offset + out.num_elements()}, {1}), out.dims));
   }
-  Value idx = b.broadcast_to(b.constant_i64(offset, DType::kI64), sizes);
-  TensorType it{DType::kI64, sizes};
-  for (size_t k = 0; k < sizes.size(); ++k) {
-    if (sizes[k] == 1 || strides[k] == 0) continue;
-    idx = b.add(idx, b.mul(b.iota(it, static_cast<int64_t>(k)),
-                           b.broadcast_to(b.constant_i64(strides[k], DType::kI64), sizes)));
-  }
-  Dims with_vec = sizes;
-  with_vec.push_back(1);
   std::string attrs =
       "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
       "index_vector_dim = " +
       std::to_string(sizes.size()) +
       ">, indices_are_sorted = false, slice_sizes = array<i64: 1>";
-  return one(b.op("stablehlo.gather", {flat, b.reshape(idx, with_vec)}, out, attrs));
+  return one(b.op("stablehlo.gather", {flat, strided_indices(b, sizes, strides, offset)}, out,
+                  attrs));
 }
 
 // as_strided_scatter(self, src, size, stride, storage_offset?): self with the elements
@@ -196,44 +215,22 @@ Result lower_as_strided_scatter(LoweringContext& c) {
   for (int64_t d : sizes) count *= d;
   if (count == 0) return one(x);
   int64_t n = x.type.num_elements();
-  int64_t last = offset;
-  for (size_t k = 0; k < sizes.size(); ++k) last += (sizes[k] - 1) * strides[k];
-  if (offset < 0 || last >= n) {
-    return base::invalid_argument("lowering: " + c.op_name() + ": view reaches element " +
-                                  std::to_string(last) + " of a value of " + std::to_string(n) +
-                                  " elements");
-  }
+  TORCHTPU_RETURN_IF_ERROR(check_strided_window(c.op_name(), sizes, strides, offset, n));
   Value src = b.convert(c.tensor(1), x.dtype());
   Value flat = b.reshape(x, {n});
-  bool contiguous = true;
-  int64_t expected = 1;
-  for (int64_t k = static_cast<int64_t>(sizes.size()) - 1; k >= 0; --k) {
-    if (sizes[k] == 1) continue;
-    contiguous &= strides[k] == expected;
-    expected *= sizes[k];
-  }
   Value result;
-  if (contiguous) {
+  if (is_dense_window(sizes, strides)) {
     result = b.op("stablehlo.dynamic_update_slice",
                   {flat, b.reshape(src, {count}), b.constant_i64(offset, DType::kI64)},
                   flat.type);
   } else {
-    Value idx = b.broadcast_to(b.constant_i64(offset, DType::kI64), sizes);
-    TensorType it{DType::kI64, sizes};
-    for (size_t k = 0; k < sizes.size(); ++k) {
-      if (sizes[k] == 1 || strides[k] == 0) continue;
-      idx = b.add(idx, b.mul(b.iota(it, static_cast<int64_t>(k)),
-                             b.broadcast_to(b.constant_i64(strides[k], DType::kI64), sizes)));
-    }
-    Dims with_vec = sizes;
-    with_vec.push_back(1);
     TensorType scalar{x.dtype(), {}};
     std::string attrs =
         "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<"
         "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = " +
         std::to_string(sizes.size()) + ">, unique_indices = false";
     result = b.op_with_region(
-        "stablehlo.scatter", {flat, b.reshape(idx, with_vec), src}, {flat.type}, {scalar, scalar},
+        "stablehlo.scatter", {flat, strided_indices(b, sizes, strides, offset), src}, {flat.type}, {scalar, scalar},
         [](Builder&, const std::vector<Value>& args) { return std::vector<Value>{args[1]}; },
         attrs)[0];
   }
