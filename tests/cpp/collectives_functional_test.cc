@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collectives_util.h"
+#include "lowering_harness.h"
 #include "lowering/collectives.h"
 #include "lowering/lowering.h"
 
@@ -25,26 +26,9 @@ OpArg tensor_arg(const TensorType& t) {
   return a;
 }
 
-OpArg string_arg(const std::string& s) {
-  OpArg a;
-  a.kind = ArgKind::kString;
-  a.string_value = s;
-  return a;
-}
-
-OpArg int_arg(int64_t v) {
-  OpArg a;
-  a.kind = ArgKind::kInt;
-  a.int_value = v;
-  return a;
-}
-
-OpArg ints_arg(const Dims& v) {
-  OpArg a;
-  a.kind = ArgKind::kIntList;
-  a.ints = v;
-  return a;
-}
+using testing::int_arg;
+using testing::ints_arg;
+using testing::string_arg;
 
 // Lowers one functional collective and runs it on every device, replica r with
 // input_of(r): each replica's result.
