@@ -10,12 +10,16 @@ value 1..64. Each device runs in its own process:
 - cold: an empty compile cache (memory and disk), the first sampling loop;
 - warm: the same loop again in that process (every program already compiled).
 
-It prints programs compiled (and op signatures seen) on ``tpu``, the wall time of each loop
-on ``tpu`` and on the CPU, and their ratios (goal: <= 5x the CPU's time cold, <= 1.5x warm).
+On ``tpu`` it runs once per eager mode (``--modes``, default both): ``op`` (each op runs at
+its call) and ``fused`` (ops recorded and run as one graph at each host read,
+``TORCHTPU_EAGER=fused``), each in its own process with its own empty cache. It prints
+programs compiled (compiled or loaded from the disk cache) per loop, the wall time of each
+loop on ``tpu`` and on the CPU, and their ratios (goal: <= 5x the CPU's time cold, <= 1.5x
+warm).
 Both devices pick tokens greedily (argmax); it prints how many of the tokens agree before
 the first difference (rounding can flip a near tie).
 
-    python bench/eager_generation.py [--tokens N] [--layers L] [--d-model D]
+    python bench/eager_generation.py [--tokens N] [--layers L] [--d-model D] [--modes op,fused]
 """
 
 from __future__ import annotations
@@ -81,37 +85,53 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--window", type=int, default=64)
+    parser.add_argument("--modes", default="op,fused",
+                        help="eager modes to run on tpu, comma-separated: op, fused")
     parser.add_argument("--child", choices=("cpu", "tpu"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tokens < 1 or args.window < 1:
         parser.error("--tokens and --window must be at least 1")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in ("op", "fused") for m in modes):
+        parser.error(f"--modes {args.modes!r}: expected a comma-separated list of op, fused")
     if args.child:
         print(json.dumps(child(args)))
         return 0
     rows = {}
-    for device in ("cpu", "tpu"):
+    for device, mode in [("cpu", "op")] + [("tpu", m) for m in modes]:
         with tempfile.TemporaryDirectory() as cache:
-            env = dict(os.environ, TORCHTPU_CACHE_DIR=cache)
-            proc = subprocess.run([sys.executable, *sys.argv, "--child", device], env=env,
-                                  capture_output=True, text=True)
+            env = dict(os.environ, TORCHTPU_CACHE_DIR=cache, TORCHTPU_EAGER=mode)
+            child_argv = [os.path.abspath(__file__), "--tokens", str(args.tokens), "--layers",
+                          str(args.layers), "--d-model", str(args.d_model), "--window",
+                          str(args.window), "--child", device]
+            proc = subprocess.run([sys.executable, *child_argv], env=env, capture_output=True,
+                                  text=True)
+        name = "cpu" if device == "cpu" else f"tpu {mode}"
         if proc.returncode != 0:
-            print(f"{device}: failed\n{proc.stderr[-2000:]}")
+            print(f"{name}: failed\n{proc.stderr[-2000:]}")
             return 1
-        rows[device] = json.loads(proc.stdout.strip().splitlines()[-1])
-    cpu, tpu = rows["cpu"], rows["tpu"]
+        rows[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+    cpu = rows["cpu"]
     load = os.getloadavg()
     print(f"GPT {args.layers} layers, d_model {args.d_model}, {args.tokens} tokens from an empty "
           f"context (window {args.window}), eager, no KV cache; load average {load[0]:.1f} "
           f"{load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'device':<8}{'cold s':>10}{'warm s':>10}{'programs cold':>16}{'programs warm':>16}")
-    print(f"{'cpu':<8}{cpu['cold_s']:>10.2f}{cpu['warm_s']:>10.2f}{'-':>16}{'-':>16}")
-    print(f"{'tpu':<8}{tpu['cold_s']:>10.2f}{tpu['warm_s']:>10.2f}{tpu['programs_cold']:>16}"
-          f"{tpu['programs_warm']:>16}")
-    agree = next((i for i, (a, b) in enumerate(zip(cpu["tokens"], tpu["tokens"])) if a != b),
-                 len(cpu["tokens"]))
-    print(f"tpu/cpu: cold {tpu['cold_s'] / cpu['cold_s']:.1f}x (goal <= 5x), warm "
-          f"{tpu['warm_s'] / cpu['warm_s']:.2f}x (goal <= 1.5x); tokens equal to the CPU's "
-          f"before the first difference: {agree} of {len(cpu['tokens'])}")
+    print(f"{'device':<10}{'cold s':>10}{'warm s':>10}{'programs cold':>16}{'programs warm':>16}"
+          f"{'cold/cpu':>10}{'warm/cpu':>10}{'tokens equal':>14}")
+    print(f"{'cpu':<10}{cpu['cold_s']:>10.2f}{cpu['warm_s']:>10.2f}{'-':>16}{'-':>16}"
+          f"{'-':>10}{'-':>10}{'-':>14}")
+    for name, row in rows.items():
+        if name == "cpu":
+            continue
+        agree = next((i for i, (a, b) in enumerate(zip(cpu["tokens"], row["tokens"]))
+                      if a != b), len(cpu["tokens"]))
+        equal = f"{agree}/{len(cpu['tokens'])}"
+        print(f"{name:<10}{row['cold_s']:>10.2f}{row['warm_s']:>10.2f}"
+              f"{row['programs_cold']:>16}{row['programs_warm']:>16}"
+              f"{row['cold_s'] / cpu['cold_s']:>9.1f}x{row['warm_s'] / cpu['warm_s']:>9.2f}x"
+              f"{equal:>14}")
+    print("goal: cold <= 5x the CPU's time, warm <= 1.5x; tokens equal: those equal to the "
+          "CPU's before the first difference (rounding can flip a near tie)")
     return 0
 
 
