@@ -12,7 +12,9 @@ value 1..64. Each device runs in its own process:
 
 On ``tpu`` it runs once per eager mode (``--modes``, default both): ``op`` (each op runs at
 its call) and ``fused`` (ops recorded and run as one graph at each host read,
-``TORCHTPU_EAGER=fused``), each in its own process with its own empty cache. It prints
+``TORCHTPU_EAGER=fused``), each in its own process with its own empty cache; ``compiled``
+runs the same loop through ``torch.compile(backend="tpu", dynamic=True)``, whose graphs are
+padded to shape buckets: the reference for what eager mode should compile. It prints
 programs compiled (compiled or loaded from the disk cache) per loop, the wall time of each
 loop on ``tpu`` and on the CPU, and their ratios (goal: <= 5x the CPU's time cold, <= 1.5x
 warm).
@@ -63,6 +65,8 @@ def child(args: argparse.Namespace) -> dict:
     import torchtpu
 
     model = model.to("tpu")
+    if args.compiled:
+        model = torch.compile(model, backend="tpu", dynamic=True)
     m0 = torchtpu.debug.metrics()
     cold_tokens, cold = sample(model, "tpu", args.tokens, args.window)
     m1 = torchtpu.debug.metrics()
@@ -85,25 +89,31 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--window", type=int, default=64)
-    parser.add_argument("--modes", default="op,fused",
-                        help="eager modes to run on tpu, comma-separated: op, fused")
+    parser.add_argument("--modes", default="op,fused,compiled",
+                        help="modes to run on tpu, comma-separated: op, fused (eager), "
+                        "compiled (torch.compile, shape buckets)")
+    parser.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=("cpu", "tpu"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tokens < 1 or args.window < 1:
         parser.error("--tokens and --window must be at least 1")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not modes or any(m not in ("op", "fused") for m in modes):
-        parser.error(f"--modes {args.modes!r}: expected a comma-separated list of op, fused")
+    if not modes or any(m not in ("op", "fused", "compiled") for m in modes):
+        parser.error(f"--modes {args.modes!r}: expected a comma-separated list of op, fused, "
+                     "compiled")
     if args.child:
         print(json.dumps(child(args)))
         return 0
     rows = {}
     for device, mode in [("cpu", "op")] + [("tpu", m) for m in modes]:
         with tempfile.TemporaryDirectory() as cache:
-            env = dict(os.environ, TORCHTPU_CACHE_DIR=cache, TORCHTPU_EAGER=mode)
+            env = dict(os.environ, TORCHTPU_CACHE_DIR=cache,
+                       TORCHTPU_EAGER="fused" if mode == "fused" else "op")
             child_argv = [os.path.abspath(__file__), "--tokens", str(args.tokens), "--layers",
                           str(args.layers), "--d-model", str(args.d_model), "--window",
                           str(args.window), "--child", device]
+            if mode == "compiled":
+                child_argv.append("--compiled")
             proc = subprocess.run([sys.executable, *child_argv], env=env, capture_output=True,
                                   text=True)
         name = "cpu" if device == "cpu" else f"tpu {mode}"
@@ -114,11 +124,11 @@ def main() -> int:
     cpu = rows["cpu"]
     load = os.getloadavg()
     print(f"GPT {args.layers} layers, d_model {args.d_model}, {args.tokens} tokens from an empty "
-          f"context (window {args.window}), eager, no KV cache; load average {load[0]:.1f} "
+          f"context (window {args.window}), no KV cache; load average {load[0]:.1f} "
           f"{load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
-    print(f"{'device':<10}{'cold s':>10}{'warm s':>10}{'programs cold':>16}{'programs warm':>16}"
+    print(f"{'device':<14}{'cold s':>10}{'warm s':>10}{'programs cold':>16}{'programs warm':>16}"
           f"{'cold/cpu':>10}{'warm/cpu':>10}{'tokens equal':>14}")
-    print(f"{'cpu':<10}{cpu['cold_s']:>10.2f}{cpu['warm_s']:>10.2f}{'-':>16}{'-':>16}"
+    print(f"{'cpu':<14}{cpu['cold_s']:>10.2f}{cpu['warm_s']:>10.2f}{'-':>16}{'-':>16}"
           f"{'-':>10}{'-':>10}{'-':>14}")
     for name, row in rows.items():
         if name == "cpu":
@@ -126,7 +136,7 @@ def main() -> int:
         agree = next((i for i, (a, b) in enumerate(zip(cpu["tokens"], row["tokens"]))
                       if a != b), len(cpu["tokens"]))
         equal = f"{agree}/{len(cpu['tokens'])}"
-        print(f"{name:<10}{row['cold_s']:>10.2f}{row['warm_s']:>10.2f}"
+        print(f"{name:<14}{row['cold_s']:>10.2f}{row['warm_s']:>10.2f}"
               f"{row['programs_cold']:>16}{row['programs_warm']:>16}"
               f"{row['cold_s'] / cpu['cold_s']:>9.1f}x{row['warm_s'] / cpu['warm_s']:>9.2f}x"
               f"{equal:>14}")
