@@ -10,7 +10,7 @@ value 1..64. Each device runs in its own process:
 - cold: an empty compile cache (memory and disk), the first sampling loop;
 - warm: the same loop again in that process (every program already compiled).
 
-On ``tpu`` it runs once per eager mode (``--modes``, default both): ``op`` (each op runs at
+On ``tpu`` it runs once per mode (``--modes``, default all three): eager ``op`` (each op runs at
 its call) and ``fused`` (ops recorded and run as one graph at each host read,
 ``TORCHTPU_EAGER=fused``), each in its own process with its own empty cache; ``compiled``
 runs the same loop through ``torch.compile(backend="tpu", dynamic=True)``, whose graphs are
@@ -21,7 +21,8 @@ warm).
 Both devices pick tokens greedily (argmax); it prints how many of the tokens agree before
 the first difference (rounding can flip a near tie).
 
-    python bench/eager_generation.py [--tokens N] [--layers L] [--d-model D] [--modes op,fused]
+    python bench/eager_generation.py [--tokens N] [--layers L] [--d-model D] 
+        [--modes op,fused,compiled]
 """
 
 from __future__ import annotations
