@@ -107,6 +107,11 @@ class Recorder {
       if (whole_storage(t, s) && c10::IntArrayRef(s.pending->type.dims) == t.sizes()) return base;
       return view_read(base, t);
     }
+    // A view of a storage with a value: the graph reads the view out of the whole storage,
+    // so no program is keyed by the view's shape (a slice `[:t]` of a new length t).
+    if ((s.buffer || s.pending) && !whole_storage(t, s)) {
+      return view_read(whole_value(s, t.scalar_type()), t);
+    }
     return input(read_tensor(t));
   }
 

@@ -33,6 +33,11 @@ def counter(name: str) -> int:
     return torchtpu._C.counters().get(name, 0)
 
 
+def programs_obtained() -> int:
+    """Executables this process compiled or loaded from the disk cache so far."""
+    return counter("num_compiles") + counter("num_compile_cache_hits_disk")
+
+
 def test_ops_are_deferred_until_a_host_read() -> None:
     a = torch.randn(8, 8)
     b = torch.randn(8, 8)
@@ -102,6 +107,35 @@ def test_dead_intermediates_are_not_outputs_and_held_ones_are() -> None:
     for _ in range(5):
         ref = torch.sin(ref) + 1
     assert value == pytest.approx(float((ref + a * 3).sum()), rel=1e-5)
+
+
+def test_views_of_computed_storages_are_read_in_the_graph() -> None:
+    # Slices of a new length, a transpose and a bitcast view of storages whose values an
+    # earlier graph (or the host) computed: the graph reads each view out of its whole
+    # storage, so a new length compiles the graph only, never a program keyed by the view.
+    w = torch.randn(8, 6)
+    mask = torch.tril(torch.ones(8, 8, dtype=torch.bool))
+    bits = torch.arange(8, dtype=torch.int32)
+    with fused():
+        wt, mt = w.to(TPU), mask.to(TPU)
+        bt = bits.to(TPU).view(torch.float32)  # the same bytes, read as another dtype
+        grown = (wt * 2)
+        grown.cpu()  # computed by its own graph: a storage with a buffer
+        got = []
+        for t in range(1, 7):
+            before = programs_obtained()
+            y = (grown[:t] @ wt.t()[:, :t]).masked_fill(~mt[:t, :t], 0.0) + wt[:t, ::2].sum()
+            b = bt[1:t].view(torch.int32) * 1
+            c = bt.view(torch.int32)[t:] + 1
+            torchtpu.synchronize()  # one graph computes all three
+            if t > 1:  # a length seen for the first time: its graph, nothing more
+                assert programs_obtained() - before == 1, f"length {t}"
+            got.append((y.cpu(), b.cpu(), c.cpu()))
+    for t, (y, b, c) in enumerate(got, start=1):
+        want = ((w * 2)[:t] @ w.t()[:, :t]).masked_fill(~mask[:t, :t], 0.0) + w[:t, ::2].sum()
+        torch.testing.assert_close(y, want)
+        assert b.tolist() == bits[1:t].tolist()
+        assert c.tolist() == (bits[t:] + 1).tolist()
 
 
 def test_index_errors_are_raised_at_the_call_and_change_nothing() -> None:
