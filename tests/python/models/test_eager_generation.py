@@ -10,9 +10,9 @@ the CPU's.
 
 Eager mode has no shape buckets yet (issue 21, item 4): every new context length compiles
 its own programs (op by op: each op signature and its view and reshape helpers; fused: one
-graph plus the views it reads and the data-checked ops that run alone). The test states the
-goal and is expected to fail until eager ops on a length inside a known bucket run programs
-keyed by the bucket; it fails at the second length, so it costs a few seconds until then.
+graph plus the data-checked ops that run alone). The test states the goal and is expected
+to fail until eager ops on a length inside a known bucket run programs keyed by the bucket;
+it fails at the second length, so it costs a few seconds until then.
 """
 
 from __future__ import annotations
