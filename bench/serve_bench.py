@@ -6,7 +6,9 @@ Workloads, each against a freshly started server (so every run begins cold, afte
   shared-prefix --groups groups x --prompts-per-group prompts; each group shares a
                 --prefix-len-token system prompt followed by a --question-len question;
                 run with the prefix cache on and off; each run also reports the
-                timelines of its three slowest first tokens (queue, prompt chunks)
+                timelines of its three slowest first tokens (queue, prompt chunks) and
+                the mean TTFT of its first --prompts-per-group requests (sent together
+                before any prefix is cached) against the rest
   structured    --structured-requests requests at --structured-concurrency, each with its
                 own JSON schema (an object holding an array of output-len/2 digits), then as
                 many fresh prompts without a grammar for as many tokens: TPOT with grammars
@@ -322,6 +324,13 @@ def main() -> None:
                 res, dur = asyncio.run(run_load(server, prompts, args.prefix_output_len, c))
                 r = summarize(f"shared-prefix-cache-{'on' if on else 'off'}", res, dur, c)
                 r["prefix_cache_hit_rate"] = _hit_rate(server)
+                # Where the mean goes: the first c requests, sent together before any prefix
+                # is cached (each group's prefix is computed once, one group after another),
+                # against the rest.
+                first, rest = [x["ttft"] for x in res[:c]], [x["ttft"] for x in res[c:]]
+                r["mean_ttft_first_wave_ms"] = 1000 * statistics.fmean(first)
+                r["mean_ttft_rest_ms"] = 1000 * statistics.fmean(rest) if rest else 0.0
+                r["first_wave_ttft_share"] = sum(first) / sum(first + rest)
                 # Where the tail's time went: queue, each prompt chunk (step, tokens,
                 # seconds since arrival), first token, for the slowest requests.
                 slowest = sorted(server.timelines(), key=lambda t: t["ttft_s"])[-3:]
@@ -366,6 +375,9 @@ def main() -> None:
     off = next((r for r in results if r["workload"] == "shared-prefix-cache-off"), None)
     if on and off:
         summary["prefix_cache_mean_ttft_speedup"] = off["mean_ttft_ms"] / on["mean_ttft_ms"]
+        if on["mean_ttft_rest_ms"]:
+            summary["prefix_cache_mean_ttft_speedup_after_first_wave"] = (
+                off["mean_ttft_rest_ms"] / on["mean_ttft_rest_ms"])
     rnd = [r for r in results if r["workload"].startswith("random-")]
     # Hugging Face at its best thread count.
     hf = max((r for r in results if r["workload"].startswith("hf-")),
