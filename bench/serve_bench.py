@@ -20,7 +20,9 @@ Workloads, each against a freshly started server (so every run begins cold, afte
                 on (a per-request flag; the prefix cache is off so both compute the same):
                 output tok/s on over off, and the drafts' acceptance rate
   int8          the random prompts of the lowest and highest concurrency again, on a server
-                with --quantization int8: output tok/s int8 over f32 (the random workload's)
+                with --quantization int8: output tok/s int8 over f32 (the random workload's),
+                and output tokens per server CPU second int8 over f32 (on a loaded machine
+                the runs' wall times differ with the load, their CPU times much less)
 Baseline: Hugging Face generate() on PyTorch CPU, batch 1, for the random prompts, with one
 thread and with all cores (the faster counts: on a busy machine one thread can win).
 
@@ -90,6 +92,17 @@ class Server:
         self.startup_s = time.perf_counter() - t0
         self.model = httpx.get(self.url + "/v1/models").json()["data"][0]["id"]
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time the server process has used, all its threads (None off Linux): on a
+        loaded machine the work a run took, where its wall time also holds the waits for a
+        core."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def log_tail(self, n: int = 3000) -> str:
         with open(self.log.name) as f:
             return f.read()[-n:]
@@ -149,6 +162,20 @@ async def run_load(server: Server, prompts: list[list[int]] | list[str], output_
         t0 = time.perf_counter()
         results = await asyncio.gather(*(limited(p, e) for p, e in zip(prompts, extras)))
         return results, time.perf_counter() - t0
+
+
+def cpu_load(server: Server, prompts: list[list[int]], output_len: int,
+             concurrency: int, name: str) -> dict:
+    """run_load, summarized, with the server's CPU seconds for the run and output tokens per
+    CPU second (what compares two servers' work on a loaded machine)."""
+    cpu0 = server.cpu_seconds()
+    res, dur = asyncio.run(run_load(server, prompts, output_len, concurrency))
+    cpu1 = server.cpu_seconds()
+    r = summarize(name, res, dur, concurrency)
+    if cpu0 is not None and cpu1 is not None and cpu1 > cpu0:
+        r["server_cpu_s"] = cpu1 - cpu0
+        r["output_tokens_per_server_cpu_s"] = r["total_output_tokens"] / (cpu1 - cpu0)
+    return r
 
 
 def pct(values: list[float], q: float) -> float:
@@ -272,9 +299,8 @@ def main() -> None:
                 prompts = [[rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
                            for _ in range(n)]
                 random_prompts[c] = prompts
-                res, dur = asyncio.run(run_load(server, prompts, args.output_len, c))
-                emit(summarize(f"random-{args.input_len}in-{args.output_len}out", res, dur, c),
-                     server)
+                emit(cpu_load(server, prompts, args.output_len, c,
+                              f"random-{args.input_len}in-{args.output_len}out"), server)
         finally:
             server.close()
     if "int8" in workloads:
@@ -286,9 +312,8 @@ def main() -> None:
                     [rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
                     for _ in range(args.prompts_per_level or max(4, 2 * c))]
                 random_prompts.setdefault(c, prompts)
-                res, dur = asyncio.run(run_load(server, prompts, args.output_len, c))
-                emit(summarize(f"int8-random-{args.input_len}in-{args.output_len}out", res,
-                               dur, c), server)
+                emit(cpu_load(server, prompts, args.output_len, c,
+                              f"int8-random-{args.input_len}in-{args.output_len}out"), server)
         finally:
             server.close()
     if "speculative" in workloads:
@@ -394,6 +419,9 @@ def main() -> None:
         if int8:
             summary[f"int8_over_f32_output_throughput_c{c}"] = (
                 int8["output_throughput"] / r["output_throughput"])
+            if "output_tokens_per_server_cpu_s" in int8 and "output_tokens_per_server_cpu_s" in r:
+                summary[f"int8_over_f32_output_tokens_per_cpu_s_c{c}"] = (
+                    int8["output_tokens_per_server_cpu_s"] / r["output_tokens_per_server_cpu_s"])
     for name, rows in (("", rnd), ("int8_", [r for r in results
                                             if r["workload"].startswith("int8-random-")])):
         lo = min(rows, key=lambda r: r["max_concurrency"], default=None)
