@@ -6,7 +6,9 @@ Workloads, each against a freshly started server (so every run begins cold, afte
   shared-prefix --groups groups x --prompts-per-group prompts; each group shares a
                 --prefix-len-token system prompt followed by a --question-len question;
                 run with the prefix cache on and off; each run also reports the
-                timelines of its three slowest first tokens (queue, prompt chunks)
+                timelines of its three slowest first tokens (queue, prompt chunks) and
+                the mean TTFT of its first --prompts-per-group requests (sent together
+                before any prefix is cached) against the rest
   structured    --structured-requests requests at --structured-concurrency, each with its
                 own JSON schema (an object holding an array of output-len/2 digits), then as
                 many fresh prompts without a grammar for as many tokens: TPOT with grammars
@@ -18,7 +20,9 @@ Workloads, each against a freshly started server (so every run begins cold, afte
                 on (a per-request flag; the prefix cache is off so both compute the same):
                 output tok/s on over off, and the drafts' acceptance rate
   int8          the random prompts of the lowest and highest concurrency again, on a server
-                with --quantization int8: output tok/s int8 over f32 (the random workload's)
+                with --quantization int8: output tok/s int8 over f32 (the random workload's),
+                and output tokens per server CPU second int8 over f32 (on a loaded machine
+                the runs' wall times differ with the load, their CPU times much less)
 Baseline: Hugging Face generate() on PyTorch CPU, batch 1, for the random prompts, with one
 thread and with all cores (the faster counts: on a busy machine one thread can win).
 
@@ -88,6 +92,17 @@ class Server:
         self.startup_s = time.perf_counter() - t0
         self.model = httpx.get(self.url + "/v1/models").json()["data"][0]["id"]
 
+    def cpu_seconds(self) -> float | None:
+        """CPU time the server process has used, all its threads (None off Linux): on a
+        loaded machine the work a run took, where its wall time also holds the waits for a
+        core."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def log_tail(self, n: int = 3000) -> str:
         with open(self.log.name) as f:
             return f.read()[-n:]
@@ -147,6 +162,20 @@ async def run_load(server: Server, prompts: list[list[int]] | list[str], output_
         t0 = time.perf_counter()
         results = await asyncio.gather(*(limited(p, e) for p, e in zip(prompts, extras)))
         return results, time.perf_counter() - t0
+
+
+def cpu_load(server: Server, prompts: list[list[int]], output_len: int,
+             concurrency: int, name: str) -> dict:
+    """run_load, summarized, with the server's CPU seconds for the run and output tokens per
+    CPU second (what compares two servers' work on a loaded machine)."""
+    cpu0 = server.cpu_seconds()
+    res, dur = asyncio.run(run_load(server, prompts, output_len, concurrency))
+    cpu1 = server.cpu_seconds()
+    r = summarize(name, res, dur, concurrency)
+    if cpu0 is not None and cpu1 is not None and cpu1 > cpu0:
+        r["server_cpu_s"] = cpu1 - cpu0
+        r["output_tokens_per_server_cpu_s"] = r["total_output_tokens"] / (cpu1 - cpu0)
+    return r
 
 
 def pct(values: list[float], q: float) -> float:
@@ -270,9 +299,8 @@ def main() -> None:
                 prompts = [[rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
                            for _ in range(n)]
                 random_prompts[c] = prompts
-                res, dur = asyncio.run(run_load(server, prompts, args.output_len, c))
-                emit(summarize(f"random-{args.input_len}in-{args.output_len}out", res, dur, c),
-                     server)
+                emit(cpu_load(server, prompts, args.output_len, c,
+                              f"random-{args.input_len}in-{args.output_len}out"), server)
         finally:
             server.close()
     if "int8" in workloads:
@@ -284,9 +312,8 @@ def main() -> None:
                     [rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
                     for _ in range(args.prompts_per_level or max(4, 2 * c))]
                 random_prompts.setdefault(c, prompts)
-                res, dur = asyncio.run(run_load(server, prompts, args.output_len, c))
-                emit(summarize(f"int8-random-{args.input_len}in-{args.output_len}out", res,
-                               dur, c), server)
+                emit(cpu_load(server, prompts, args.output_len, c,
+                              f"int8-random-{args.input_len}in-{args.output_len}out"), server)
         finally:
             server.close()
     if "speculative" in workloads:
@@ -322,6 +349,13 @@ def main() -> None:
                 res, dur = asyncio.run(run_load(server, prompts, args.prefix_output_len, c))
                 r = summarize(f"shared-prefix-cache-{'on' if on else 'off'}", res, dur, c)
                 r["prefix_cache_hit_rate"] = _hit_rate(server)
+                # Where the mean goes: the first c requests, sent together before any prefix
+                # is cached (each group's prefix is computed once, one group after another),
+                # against the rest.
+                first, rest = [x["ttft"] for x in res[:c]], [x["ttft"] for x in res[c:]]
+                r["mean_ttft_first_wave_ms"] = 1000 * statistics.fmean(first)
+                r["mean_ttft_rest_ms"] = 1000 * statistics.fmean(rest) if rest else 0.0
+                r["first_wave_ttft_share"] = sum(first) / sum(first + rest)
                 # Where the tail's time went: queue, each prompt chunk (step, tokens,
                 # seconds since arrival), first token, for the slowest requests.
                 slowest = sorted(server.timelines(), key=lambda t: t["ttft_s"])[-3:]
@@ -366,6 +400,9 @@ def main() -> None:
     off = next((r for r in results if r["workload"] == "shared-prefix-cache-off"), None)
     if on and off:
         summary["prefix_cache_mean_ttft_speedup"] = off["mean_ttft_ms"] / on["mean_ttft_ms"]
+        if on["mean_ttft_rest_ms"]:
+            summary["prefix_cache_mean_ttft_speedup_after_first_wave"] = (
+                off["mean_ttft_rest_ms"] / on["mean_ttft_rest_ms"])
     rnd = [r for r in results if r["workload"].startswith("random-")]
     # Hugging Face at its best thread count.
     hf = max((r for r in results if r["workload"].startswith("hf-")),
@@ -382,6 +419,9 @@ def main() -> None:
         if int8:
             summary[f"int8_over_f32_output_throughput_c{c}"] = (
                 int8["output_throughput"] / r["output_throughput"])
+            if "output_tokens_per_server_cpu_s" in int8 and "output_tokens_per_server_cpu_s" in r:
+                summary[f"int8_over_f32_output_tokens_per_cpu_s_c{c}"] = (
+                    int8["output_tokens_per_server_cpu_s"] / r["output_tokens_per_server_cpu_s"])
     for name, rows in (("", rnd), ("int8_", [r for r in results
                                             if r["workload"].startswith("int8-random-")])):
         lo = min(rows, key=lambda r: r["max_concurrency"], default=None)
