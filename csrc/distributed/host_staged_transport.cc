@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -9,6 +10,7 @@
 
 #include "aten/device_runtime.h"
 #include "aten/tpu_storage.h"
+#include "base/check.h"
 #include "base/metrics.h"
 
 namespace torchtpu::distributed {
@@ -19,6 +21,36 @@ bool signature_checks_enabled() {
   const char* v = std::getenv("TORCHTPU_DIST_CHECK");
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
+
+// Where a host-staged collective's time goes, in nanoseconds summed over calls (read by
+// bench/collectives.py's breakdown): the copy to the host, the wait for the signature
+// exchange after it, the data exchange, and the hand-off of the result to the device.
+const base::Counter kD2hNs("host_staged_d2h_ns");
+const base::Counter kCheckWaitNs("host_staged_check_wait_ns");
+const base::Counter kExchangeNs("host_staged_exchange_ns");
+const base::Counter kToDeviceNs("host_staged_to_device_ns");
+// Collectives whose data travelled with their signature exchange (one Gloo exchange).
+const base::Counter kCarried("num_host_staged_carried");
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Adds the time from its construction (or the last lap) to a counter.
+class Lap {
+ public:
+  Lap() : t_(now_ns()) {}
+  void to(const base::Counter& c) {
+    int64_t t = now_ns();
+    c.add(t - t_);
+    t_ = t;
+  }
+
+ private:
+  int64_t t_;
+};
 
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
@@ -49,6 +81,40 @@ void average(at::Tensor& host, const c10d::ReduceOp& op, int size) {
     host.div_(size);
   }
 }
+
+// out = a (op) b, elementwise, for the reduce ops Gloo computes (gloo_op's result); `out`
+// may be `a`.
+void combine(at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+             const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: at::add_out(out, a, b); break;
+    case c10d::ReduceOp::PRODUCT: at::mul_out(out, a, b); break;
+    case c10d::ReduceOp::MIN: at::minimum_out(out, a, b); break;
+    case c10d::ReduceOp::MAX: at::maximum_out(out, a, b); break;
+    case c10d::ReduceOp::BAND: at::bitwise_and_out(out, a, b); break;
+    case c10d::ReduceOp::BOR: at::bitwise_or_out(out, a, b); break;
+    case c10d::ReduceOp::BXOR: at::bitwise_xor_out(out, a, b); break;
+    default: TORCHTPU_CHECK(false, "combine: a reduce op check_reduce_op does not accept");
+  }
+}
+
+// out = parts(0) (op) parts(1) (op) ..., in rank order (every rank gets the same bits).
+template <typename Part>
+void reduce_parts(at::Tensor& out, int n, const Part& parts, const c10d::ReduceOp& op) {
+  if (n == 1) {
+    out.copy_(parts(0));
+    return;
+  }
+  combine(out, parts(0), parts(1), op);
+  for (int r = 2; r < n; ++r) combine(out, out, parts(r), op);
+}
+
+// A header: the signature, then kHeaderExtra words: the payload bytes this rank's
+// collective moves, and whether the payload travels in this exchange.
+constexpr int64_t kHeaderExtra = 8;
+constexpr int64_t kHeaderBytes = (kSignatureLength + kHeaderExtra) * 8;
+constexpr int kWantedWord = kSignatureLength, kCarriedWord = kSignatureLength + 1;
+static_assert(kHeaderBytes % 64 == 0, "payloads start 64-byte aligned");
 
 }  // namespace
 
@@ -142,32 +208,75 @@ std::string HostStagedTransport::missing_ranks() {
   }
 }
 
-base::StatusOr<HostStagedTransport::PendingCheck> HostStagedTransport::start_check(
-    const CollectiveSignature& s) {
-  PendingCheck p;
-  if (!check_signatures_ || size() == 1) return p;
-  p.what = collective_name(s.collective);
-  std::vector<int64_t> mine = encode(s, size());
-  at::Tensor in = at::from_blob(mine.data(), {kSignatureLength}, at::kLong).clone();
-  p.all = at::empty({size() * kSignatureLength}, at::kLong);
-  c10d::AllgatherOptions opts;
-  opts.timeout = timeout_;
-  TORCHTPU_ASSIGN_OR_RETURN(p.work,
-                            start(p.what, [&] { return gloo_->_allgather_base(p.all, in, opts); }));
-  return p;
+bool HostStagedTransport::fits(int64_t payload_bytes) const {
+  return check_signatures_ && size() > 1 && payload_bytes <= inline_capacity_;
 }
 
-base::Status HostStagedTransport::finish_check(const PendingCheck& p) {
-  if (!p.work) return base::Status::ok_status();
-  TORCHTPU_RETURN_IF_ERROR(finish(p.what, p.work));
-  std::vector<int64_t> rows(p.all.data_ptr<int64_t>(),
-                            p.all.data_ptr<int64_t>() + p.all.numel());
+at::Tensor HostStagedTransport::header_slot() {
+  int64_t block = kHeaderBytes + inline_capacity_;
+  if (!header_slot_.defined() || header_slot_.numel() < block) {
+    header_slot_ = at::zeros({block}, at::TensorOptions().dtype(at::kByte));
+  }
+  return header_slot_.narrow(0, 0, block);
+}
+
+at::Tensor HostStagedTransport::outgoing_payload(const at::Tensor& like) {
+  base::counter_add("host_staged_bytes", nbytes(like));
+  return header_slot().narrow(0, kHeaderBytes, nbytes(like)).view(like.scalar_type())
+      .view(like.sizes());
+}
+
+at::Tensor HostStagedTransport::Exchange::payload(int r, const at::Tensor& like) const {
+  return all.narrow(0, r * block + kHeaderBytes, nbytes(like)).view(like.scalar_type())
+      .view(like.sizes());
+}
+
+base::StatusOr<HostStagedTransport::Exchange> HostStagedTransport::start_exchange(
+    const CollectiveSignature& s, int64_t payload_bytes, bool carried) {
+  Exchange x;
+  if (!check_signatures_ || size() == 1) return x;
+  x.what = collective_name(s.collective);
+  x.carried = carried;
+  at::Tensor in = header_slot();
+  x.block = in.numel();
+  std::vector<int64_t> sig = encode(s, size());
+  auto* h = reinterpret_cast<int64_t*>(in.data_ptr());
+  std::memcpy(h, sig.data(), kSignatureLength * sizeof(int64_t));
+  h[kWantedWord] = payload_bytes;
+  h[kCarriedWord] = carried ? 1 : 0;
+  int64_t total = size() * x.block;
+  if (!gathered_slot_.defined() || gathered_slot_.numel() < total) {
+    gathered_slot_ = at::empty({total}, at::TensorOptions().dtype(at::kByte));
+  }
+  x.all = gathered_slot_.narrow(0, 0, total);
+  c10d::AllgatherOptions opts;
+  opts.timeout = timeout_;
+  TORCHTPU_ASSIGN_OR_RETURN(x.work,
+                            start(x.what, [&] { return gloo_->_allgather_base(x.all, in, opts); }));
+  return x;
+}
+
+base::Status HostStagedTransport::finish_exchange(const Exchange& x) {
+  if (!x.work) return base::Status::ok_status();
+  TORCHTPU_RETURN_IF_ERROR(finish(x.what, x.work));
+  if (x.carried) kCarried.add();
+  std::vector<int64_t> rows(size() * kSignatureLength);
+  int64_t wanted = 0;
+  for (int r = 0; r < size(); ++r) {
+    const auto* h = reinterpret_cast<const int64_t*>(x.all.data_ptr<uint8_t>() + r * x.block);
+    std::memcpy(rows.data() + r * kSignatureLength, h, kSignatureLength * sizeof(int64_t));
+    wanted = std::max(wanted, h[kWantedWord]);
+  }
+  // Every rank computes the next capacity from the same headers, before any comparison
+  // can fail, so the ranks agree on it whatever this collective's outcome.
+  int64_t limit = kInlineLimitBytes / (size() - 1);
+  inline_capacity_ = wanted <= limit ? (wanted + 63) / 64 * 64 : 0;
   return compare_signatures(rows, size(), global_ranks_);
 }
 
 base::Status HostStagedTransport::check(const CollectiveSignature& s) {
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck p, start_check(s));
-  return finish_check(p);
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(s, 0, false));
+  return finish_exchange(x);
 }
 
 at::Tensor HostStagedTransport::receiving(const at::Tensor& like) {
@@ -205,11 +314,33 @@ base::Status HostStagedTransport::to_device(at::Tensor& dst, const at::Tensor& h
 base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::ReduceOp& op) {
   ++seq_;
   CollectiveSignature sig{Collective::kAllReduce, tensor, static_cast<int64_t>(op.op_)};
+  Lap lap;
+  if (fits(nbytes(tensor))) {
+    // The data travels with the signatures; every rank reduces the gathered payloads in
+    // rank order, so all get the same bits.
+    at::Tensor mine = outgoing_payload(tensor);
+    mine.copy_(tensor);
+    premultiply(mine, op);
+    lap.to(kD2hNs);
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(tensor), true));
+    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
+    base::counter_add("num_host_staged_collectives");
+    at::Tensor host = receiving(tensor);
+    reduce_parts(host, size(), [&](int r) { return x.payload(r, tensor); }, gloo_op(op));
+    average(host, op, size());
+    lap.to(kExchangeNs);
+    base::Status s = to_device(tensor, host);
+    lap.to(kToDeviceNs);
+    return s;
+  }
   // The signature exchange runs while the data comes to the host; the result is reduced
   // in place in a pool chunk that becomes the tensor's new buffer.
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(tensor), false));
+  lap.to(kCheckWaitNs);
   at::Tensor host = to_host(tensor, /*as_result=*/true);
-  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  lap.to(kD2hNs);
+  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
+  lap.to(kCheckWaitNs);
   base::counter_add("num_host_staged_collectives");
   premultiply(host, op);
   std::vector<at::Tensor> v{host};
@@ -218,14 +349,29 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
   opts.timeout = timeout_;
   TORCHTPU_RETURN_IF_ERROR(run("all_reduce", [&] { return gloo_->allreduce(v, opts); }));
   average(host, op, size());
-  return to_device(tensor, host);
+  lap.to(kExchangeNs);
+  base::Status s = to_device(tensor, host);
+  lap.to(kToDeviceNs);
+  return s;
 }
 
 base::Status HostStagedTransport::all_gather(at::Tensor& output, const at::Tensor& input) {
   ++seq_;
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check({Collective::kAllGather, input}));
+  CollectiveSignature sig{Collective::kAllGather, input};
+  if (fits(nbytes(input))) {
+    outgoing_payload(input).copy_(input);
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(input), true));
+    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
+    base::counter_add("num_host_staged_collectives");
+    at::Tensor out = receiving(output).view({-1});
+    for (int r = 0; r < size(); ++r) {
+      out.narrow(0, r * input.numel(), input.numel()).copy_(x.payload(r, input).view({-1}));
+    }
+    return to_device(output, out.view(output.sizes()));
+  }
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(input), false));
   at::Tensor in = to_host(input).reshape({-1});
-  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
   at::Tensor out = receiving(output).view({-1});
   c10d::AllgatherOptions opts;
@@ -239,9 +385,24 @@ base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::T
                                                  const c10d::ReduceOp& op) {
   ++seq_;
   CollectiveSignature sig{Collective::kReduceScatter, input, static_cast<int64_t>(op.op_)};
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
+  if (fits(nbytes(input))) {
+    // Every rank sends its whole input and reduces its own part of the gathered ones.
+    at::Tensor mine = outgoing_payload(input);
+    mine.copy_(input);
+    premultiply(mine, op);
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(input), true));
+    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
+    base::counter_add("num_host_staged_collectives");
+    at::Tensor out = receiving(output).view({-1});
+    int64_t m = output.numel();
+    auto part = [&](int r) { return x.payload(r, input).view({-1}).narrow(0, rank() * m, m); };
+    reduce_parts(out, size(), part, gloo_op(op));
+    average(out, op, size());
+    return to_device(output, out.view(output.sizes()));
+  }
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(input), false));
   at::Tensor in = to_host(input).reshape({-1});
-  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
   premultiply(in, op);
   at::Tensor out = receiving(output).view({-1});
@@ -264,9 +425,9 @@ base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tenso
   };
   sig.input_splits = input_split_sizes.empty() ? equal(input) : input_split_sizes;
   sig.output_splits = output_split_sizes.empty() ? equal(output) : output_split_sizes;
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, 0, false));
   at::Tensor in = to_host(input);
-  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
   at::Tensor out = receiving(output);
   std::vector<int64_t> out_splits = output_split_sizes, in_splits = input_split_sizes;
@@ -281,10 +442,20 @@ base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tenso
 base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
   ++seq_;
   CollectiveSignature sig{Collective::kBroadcast, tensor, -1, root};
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
+  if (fits(nbytes(tensor))) {
+    if (rank() == root) outgoing_payload(tensor).copy_(tensor);
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(tensor), true));
+    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
+    base::counter_add("num_host_staged_collectives");
+    if (rank() == root) return base::Status::ok_status();
+    at::Tensor host = receiving(tensor);
+    host.copy_(x.payload(root, tensor));
+    return to_device(tensor, host);
+  }
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(tensor), false));
   // Only the root's data travels; the others receive into a pool chunk.
   at::Tensor host = rank() == root ? to_host(tensor) : receiving(tensor);
-  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
   std::vector<at::Tensor> v{host};
   c10d::BroadcastOptions opts;

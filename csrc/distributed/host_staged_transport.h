@@ -71,14 +71,27 @@ class HostStagedTransport : public Transport {
   // After a failure of collective number seq_: the global ranks that did not report
   // reaching it, as a clause of the error message (empty when the store cannot tell).
   std::string missing_ranks();
-  // The signature exchange in two halves (the data is copied to the host in between).
-  struct PendingCheck {
+  // The signature exchange, in two halves (the data is copied to the host in between when
+  // it does not travel with it). Each rank all_gathers a fixed-size block: its header
+  // (signature, payload bytes) and room for inline_capacity_ bytes of payload. A
+  // collective whose payload fits (fits()) writes it there first (outgoing_payload()) and
+  // needs no second exchange: the signature check then costs no round trip of its own.
+  struct Exchange {
     const char* what = "";
     c10::intrusive_ptr<c10d::Work> work;  // null when checks are off
-    at::Tensor all;
+    bool carried = false;                 // the payloads travelled with the headers
+    at::Tensor all;                       // uint8 [size * block], rank r's block at r * block
+    int64_t block = 0;
+    // Rank r's payload, as a tensor shaped like `like`.
+    at::Tensor payload(int r, const at::Tensor& like) const;
   };
-  base::StatusOr<PendingCheck> start_check(const CollectiveSignature& s);
-  base::Status finish_check(const PendingCheck& p);
+  bool fits(int64_t payload_bytes) const;
+  at::Tensor header_slot();
+  // Where this rank's payload goes before start_exchange(..., carried=true).
+  at::Tensor outgoing_payload(const at::Tensor& like);
+  base::StatusOr<Exchange> start_exchange(const CollectiveSignature& s, int64_t payload_bytes,
+                                          bool carried);
+  base::Status finish_exchange(const Exchange& x);
   base::Status check(const CollectiveSignature& s);
   // A host tensor shaped like `like` in a pool chunk, to receive a result into.
   at::Tensor receiving(const at::Tensor& like);
@@ -96,6 +109,16 @@ class HostStagedTransport : public Transport {
   std::chrono::milliseconds timeout_;
   bool check_signatures_;
   at::Tensor send_slot_;  // uint8, grown on demand
+  // The payload room of every rank's exchange block. All ranks compute it alike from the
+  // last exchange's headers: the largest payload it announced, rounded up to 64 bytes, or
+  // 0 when that exceeds kInlineLimitBytes / (size - 1) (beyond, a second exchange of the
+  // data alone costs less than gathering every rank's payload). A group repeating
+  // collectives of one size (a training step, a benchmark) thus checks and moves each in
+  // one exchange.
+  int64_t inline_capacity_ = 0;
+  static constexpr int64_t kInlineLimitBytes = int64_t{4} << 20;
+  at::Tensor header_slot_;    // uint8: this rank's header and payload
+  at::Tensor gathered_slot_;  // uint8: every rank's
   std::shared_ptr<HostPool> pool_;
 };
 
