@@ -10,8 +10,8 @@
 
 #include "aten/device_runtime.h"
 #include "aten/tpu_storage.h"
-#include "base/check.h"
 #include "base/metrics.h"
+#include "distributed/host_reduce.h"
 
 namespace torchtpu::distributed {
 
@@ -54,66 +54,13 @@ class Lap {
 
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// What Gloo computes for `op` (AVG and PREMUL_SUM become SUM; the rest is done here).
-c10d::ReduceOp gloo_op(const c10d::ReduceOp& op) {
-  if (op.op_ == c10d::ReduceOp::AVG || op.op_ == c10d::ReduceOp::PREMUL_SUM) {
-    return c10d::ReduceOp(c10d::ReduceOp::SUM);
-  }
-  return op;
-}
-
-void premultiply(at::Tensor& host, const c10d::ReduceOp& op) {
-  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
-  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-  if (s == nullptr) return;  // the backend checks that PREMUL_SUM carries a factor
-  if (s->tensor_factor.defined()) {
-    host.mul_(s->tensor_factor.to(at::kCPU));
-  } else {
-    host.mul_(s->double_factor);
-  }
-}
-
-void average(at::Tensor& host, const c10d::ReduceOp& op, int size) {
-  if (op.op_ != c10d::ReduceOp::AVG) return;
-  if (at::isIntegralType(host.scalar_type(), /*includeBool=*/false)) {
-    host.div_(size, "trunc");
-  } else {
-    host.div_(size);
-  }
-}
-
-// out = a (op) b, elementwise, for the reduce ops Gloo computes (gloo_op's result); `out`
-// may be `a`.
-void combine(at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-             const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM: at::add_out(out, a, b); break;
-    case c10d::ReduceOp::PRODUCT: at::mul_out(out, a, b); break;
-    case c10d::ReduceOp::MIN: at::minimum_out(out, a, b); break;
-    case c10d::ReduceOp::MAX: at::maximum_out(out, a, b); break;
-    case c10d::ReduceOp::BAND: at::bitwise_and_out(out, a, b); break;
-    case c10d::ReduceOp::BOR: at::bitwise_or_out(out, a, b); break;
-    case c10d::ReduceOp::BXOR: at::bitwise_xor_out(out, a, b); break;
-    default: TORCHTPU_CHECK(false, "combine: a reduce op check_reduce_op does not accept");
-  }
-}
-
-// out = parts(0) (op) parts(1) (op) ..., in rank order (every rank gets the same bits).
-template <typename Part>
-void reduce_parts(at::Tensor& out, int n, const Part& parts, const c10d::ReduceOp& op) {
-  if (n == 1) {
-    out.copy_(parts(0));
-    return;
-  }
-  combine(out, parts(0), parts(1), op);
-  for (int r = 2; r < n; ++r) combine(out, out, parts(r), op);
-}
-
 // A header: the signature, then kHeaderExtra words: the payload bytes this rank's
 // collective moves, and whether the payload travels in this exchange.
 constexpr int64_t kHeaderExtra = 8;
 constexpr int64_t kHeaderBytes = (kSignatureLength + kHeaderExtra) * 8;
 constexpr int kWantedWord = kSignatureLength, kCarriedWord = kSignatureLength + 1;
+// The payload bytes a collective that never carries its data announces.
+constexpr int64_t kNoPayload = -1;
 static_assert(kHeaderBytes % 64 == 0, "payloads start 64-byte aligned");
 
 }  // namespace
@@ -261,7 +208,7 @@ base::Status HostStagedTransport::finish_exchange(const Exchange& x) {
   TORCHTPU_RETURN_IF_ERROR(finish(x.what, x.work));
   if (x.carried) kCarried.add();
   std::vector<int64_t> rows(size() * kSignatureLength);
-  int64_t wanted = 0;
+  int64_t wanted = -1;
   for (int r = 0; r < size(); ++r) {
     const auto* h = reinterpret_cast<const int64_t*>(x.all.data_ptr<uint8_t>() + r * x.block);
     std::memcpy(rows.data() + r * kSignatureLength, h, kSignatureLength * sizeof(int64_t));
@@ -269,13 +216,14 @@ base::Status HostStagedTransport::finish_exchange(const Exchange& x) {
   }
   // Every rank computes the next capacity from the same headers, before any comparison
   // can fail, so the ranks agree on it whatever this collective's outcome.
+  // A collective without a payload of its own (a barrier, an all_to_all) keeps it.
   int64_t limit = kInlineLimitBytes / (size() - 1);
-  inline_capacity_ = wanted <= limit ? (wanted + 63) / 64 * 64 : 0;
+  if (wanted >= 0) inline_capacity_ = wanted <= limit ? (wanted + 63) / 64 * 64 : 0;
   return compare_signatures(rows, size(), global_ranks_);
 }
 
 base::Status HostStagedTransport::check(const CollectiveSignature& s) {
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(s, 0, false));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(s, kNoPayload, false));
   return finish_exchange(x);
 }
 
@@ -425,7 +373,7 @@ base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tenso
   };
   sig.input_splits = input_split_sizes.empty() ? equal(input) : input_split_sizes;
   sig.output_splits = output_split_sizes.empty() ? equal(output) : output_split_sizes;
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, 0, false));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, kNoPayload, false));
   at::Tensor in = to_host(input);
   TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");

@@ -8,8 +8,10 @@
 // and the bytes it moves between device and host in `host_staged_bytes`.
 //
 // Before moving data, every collective exchanges the ranks' signatures (signature.h) in a
-// small Gloo all_gather, so mismatched shapes, dtypes or ops raise on every rank instead
-// of hanging; the exchange runs while the data is copied to the host.
+// Gloo all_gather, so mismatched shapes, dtypes or ops raise on every rank instead of
+// hanging. Where the data fits the exchange's agreed payload room (see inline_capacity_)
+// it travels in the same all_gather and is reduced or gathered on the host; otherwise the
+// exchange runs while the data is copied to the host, and Gloo's collective follows.
 // TORCHTPU_DIST_CHECK=0 turns it off. A Gloo error (a peer that
 // exited, a timeout) returns kUnavailable naming the collective and the group's ranks,
 // and the ranks that did not reach it where the store can tell: a rank whose collective
@@ -112,11 +114,13 @@ class HostStagedTransport : public Transport {
   // The payload room of every rank's exchange block. All ranks compute it alike from the
   // last exchange's headers: the largest payload it announced, rounded up to 64 bytes, or
   // 0 when that exceeds kInlineLimitBytes / (size - 1) (beyond, a second exchange of the
-  // data alone costs less than gathering every rank's payload). A group repeating
+  // data alone costs less than gathering every rank's payload and reducing or copying it
+  // on the host: a round trip is a few hundred microseconds, about what 1 MB of extra
+  // host traffic costs); a barrier or all_to_all leaves it as it is. A group repeating
   // collectives of one size (a training step, a benchmark) thus checks and moves each in
   // one exchange.
   int64_t inline_capacity_ = 0;
-  static constexpr int64_t kInlineLimitBytes = int64_t{4} << 20;
+  static constexpr int64_t kInlineLimitBytes = int64_t{1} << 20;
   at::Tensor header_slot_;    // uint8: this rank's header and payload
   at::Tensor gathered_slot_;  // uint8: every rank's
   std::shared_ptr<HostPool> pool_;
