@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "aten/device_runtime.h"
+#include "aten/deferred_checks.h"
 #include "aten/tpu_storage.h"
 #include "base/metrics.h"
 #include "distributed/host_reduce.h"
@@ -74,6 +75,7 @@ HostStagedTransport::HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
       global_ranks_(std::move(global_ranks)),
       timeout_(timeout),
       check_signatures_(signature_checks_enabled()),
+      host_memory_(aten::client().platform_name() == "cpu"),
       pool_(std::make_shared<HostPool>()) {}
 
 std::string HostStagedTransport::ranks_text() const {
@@ -231,6 +233,26 @@ at::Tensor HostStagedTransport::receiving(const at::Tensor& like) {
   return pool_->take(nbytes(like)).view(like.scalar_type()).view(like.sizes());
 }
 
+void HostStagedTransport::copy_to_host(const at::Tensor& t, at::Tensor& host) {
+  // Where the plugin's device memory is host memory, a whole-buffer tensor is read in
+  // place: the plugin's own copy would wake its worker threads, which on a small machine
+  // take the cores the peers' exchange needs.
+  if (host_memory_ && t.storage_offset() == 0 && t.is_contiguous() && host.is_contiguous()) {
+    runtime::BufferPtr b = aten::storage_buffer(t);
+    if (nbytes(t) > 0 && t.sizes().equals(b->dims()) &&
+        b->dtype() == aten::to_dtype(t.scalar_type()) &&
+        b->await_ready().ok()) {
+      auto addr = b->host_address();
+      if (addr.ok()) {
+        aten::flush_data_checks();  // as every host read does
+        std::memcpy(host.data_ptr(), *addr, nbytes(t));
+        return;
+      }
+    }
+  }
+  host.copy_(t);
+}
+
 at::Tensor HostStagedTransport::to_host(const at::Tensor& t, bool as_result) {
   base::counter_add("host_staged_bytes", nbytes(t));
   at::Tensor host;
@@ -243,7 +265,7 @@ at::Tensor HostStagedTransport::to_host(const at::Tensor& t, bool as_result) {
     }
     host = send_slot_.narrow(0, 0, bytes).view(t.scalar_type()).view(t.sizes());
   }
-  host.copy_(t);
+  copy_to_host(t, host);
   return host;
 }
 
@@ -267,10 +289,11 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
     // The data travels with the signatures; every rank reduces the gathered payloads in
     // rank order, so all get the same bits.
     at::Tensor mine = outgoing_payload(tensor);
-    mine.copy_(tensor);
+    copy_to_host(tensor, mine);
     premultiply(mine, op);
     lap.to(kD2hNs);
     TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(tensor), true));
+    lap.to(kCheckWaitNs);
     TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
     base::counter_add("num_host_staged_collectives");
     at::Tensor host = receiving(tensor);
@@ -307,7 +330,10 @@ base::Status HostStagedTransport::all_gather(at::Tensor& output, const at::Tenso
   ++seq_;
   CollectiveSignature sig{Collective::kAllGather, input};
   if (fits(nbytes(input))) {
-    outgoing_payload(input).copy_(input);
+    {
+      at::Tensor mine = outgoing_payload(input);
+      copy_to_host(input, mine);
+    }
     TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(input), true));
     TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
     base::counter_add("num_host_staged_collectives");
@@ -336,7 +362,7 @@ base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::T
   if (fits(nbytes(input))) {
     // Every rank sends its whole input and reduces its own part of the gathered ones.
     at::Tensor mine = outgoing_payload(input);
-    mine.copy_(input);
+    copy_to_host(input, mine);
     premultiply(mine, op);
     TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(input), true));
     TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
@@ -391,7 +417,10 @@ base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
   ++seq_;
   CollectiveSignature sig{Collective::kBroadcast, tensor, -1, root};
   if (fits(nbytes(tensor))) {
-    if (rank() == root) outgoing_payload(tensor).copy_(tensor);
+    if (rank() == root) {
+      at::Tensor mine = outgoing_payload(tensor);
+      copy_to_host(tensor, mine);
+    }
     TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(tensor), true));
     TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
     base::counter_add("num_host_staged_collectives");

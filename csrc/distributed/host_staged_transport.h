@@ -100,6 +100,8 @@ class HostStagedTransport : public Transport {
   // `t` copied to the host: into the reused send slot (Gloo only reads it), or into a pool
   // chunk when it will also hold the result (`as_result`).
   at::Tensor to_host(const at::Tensor& t, bool as_result = false);
+  // Copies tpu tensor `t` into `host` (a contiguous CPU tensor of its shape and dtype).
+  void copy_to_host(const at::Tensor& t, at::Tensor& host);
   // `host` (a pool chunk shaped like dst) becomes dst's value, without a copy.
   base::Status to_device(at::Tensor& dst, const at::Tensor& host);
   std::string ranks_text() const;
@@ -110,6 +112,7 @@ class HostStagedTransport : public Transport {
   uint64_t seq_ = 0;  // collectives of this group so far (each rank counts the same)
   std::chrono::milliseconds timeout_;
   bool check_signatures_;
+  bool host_memory_;  // the plugin's device memory is host memory (the CPU plugin)
   at::Tensor send_slot_;  // uint8, grown on demand
   // The payload room of every rank's exchange block. All ranks compute it alike from the
   // last exchange's headers: the largest payload it announced, rounded up to 64 bytes, or
