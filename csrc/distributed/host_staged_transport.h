@@ -118,12 +118,12 @@ class HostStagedTransport : public Transport {
   // last exchange's headers: the largest payload it announced, rounded up to 64 bytes, or
   // 0 when that exceeds kInlineLimitBytes / (size - 1) (beyond, a second exchange of the
   // data alone costs less than gathering every rank's payload and reducing or copying it
-  // on the host: a round trip is a few hundred microseconds, about what 1 MB of extra
+  // on the host: a round trip is a few hundred microseconds, about what 512 KB of extra
   // host traffic costs); a barrier or all_to_all leaves it as it is. A group repeating
   // collectives of one size (a training step, a benchmark) thus checks and moves each in
   // one exchange.
   int64_t inline_capacity_ = 0;
-  static constexpr int64_t kInlineLimitBytes = int64_t{1} << 20;
+  static constexpr int64_t kInlineLimitBytes = int64_t{512} << 10;
   at::Tensor header_slot_;    // uint8: this rank's header and payload
   at::Tensor gathered_slot_;  // uint8: every rank's
   std::shared_ptr<HostPool> pool_;

@@ -227,7 +227,7 @@ def _collectives(rank: int, world: int) -> None:
         same(out, torch.ones(2), "all_gather in a group of one")
 
     # Sizes that cross the group's inline capacity: once a size repeats, its data travels
-    # with the signature exchange (counted in num_host_staged_carried); beyond 1 MB it never
+    # with the signature exchange (counted in num_host_staged_carried); beyond 512 KB it never
     # does. Either way the values are Gloo's.
     carried = torchtpu.debug.metrics().get("num_host_staged_carried", 0)
     for n in (16, 16, 300, 16, (1 << 18) + 8, (1 << 18) + 8, 16, 16):
