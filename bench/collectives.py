@@ -9,6 +9,9 @@
 
     python bench/collectives.py [--max-mb 64] [--repeats 5]
 
+After the table: where a host-staged 1 KB all_reduce spends its microseconds, each call
+waited for (the transport's host_staged_<phase>_ns counters), beside Gloo's time per call.
+
 Each rank runs with one intra-op thread (OMP_NUM_THREADS, default 1), as under torchrun.
 Bus bandwidth follows nccl-tests: all_reduce moves 2(n-1)/n of its size per rank,
 all_gather and reduce_scatter (n-1)/n of their larger side.

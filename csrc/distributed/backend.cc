@@ -4,6 +4,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <numeric>
 #include <optional>
 
@@ -76,17 +77,16 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
   int64_t issued = now_ns();
   auto work = c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), false);
   std::optional<c10::Device> device;
-  for (const at::Tensor& t : work->result()) {
-    if (t.defined()) device = t.device();
-  }
-  std::vector<int64_t> ranks = global_ranks_;
   int64_t bytes = 0;
   for (const at::Tensor& t : work->result()) {
-    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    if (!t.defined()) continue;
+    device = t.device();
+    bytes += t.numel() * static_cast<int64_t>(t.element_size());
   }
+  std::vector<int64_t> ranks = global_ranks_;
   int64_t enqueued = now_ns();
-  CollectiveQueue::Task task([work, body = std::move(body), transport = transport_, title, device,
-                   ranks, enqueued](bool cancelled) mutable {
+  CollectiveQueue::Task task([work, body = std::move(body), transport = transport_, title,
+                              device, ranks, enqueued](bool cancelled) mutable {
     kQueueWaitNs.add(now_ns() - enqueued);
     std::exception_ptr error;
     try {
