@@ -9,6 +9,9 @@
 
     python bench/collectives.py [--max-mb 64] [--repeats 5]
 
+After the table: where a host-staged 1 KB all_reduce spends its microseconds, each call
+waited for (the transport's host_staged_<phase>_ns counters), beside Gloo's time per call.
+
 Each rank runs with one intra-op thread (OMP_NUM_THREADS, default 1), as under torchrun.
 Bus bandwidth follows nccl-tests: all_reduce moves 2(n-1)/n of its size per rank,
 all_gather and reduce_scatter (n-1)/n of their larger side.
@@ -100,9 +103,46 @@ def _rank_main(rank: int, world: int, port: int, max_kb: int, repeats: int, queu
                         make_call(op, nbytes, "tpu", unchecked)]
             t_gloo, t_hs, t_nc = time_variants(variants, nbytes, repeats, torchtpu.synchronize)
             rows.append((op, nbytes, t_gloo, t_hs, t_nc))
+    parts, per_call = breakdown(checked, 1024, repeats)
+    gloo_call = breakdown(None, 1024, repeats, device="cpu")[1]
     if rank == 0:
-        queue.put(rows)
+        queue.put((rows, parts, per_call, gloo_call))
     dist.destroy_process_group()
+
+
+PHASES = ("issue", "queue_wait", "d2h", "check_wait", "exchange", "to_device", "complete")
+
+
+def breakdown(group, nbytes: int, repeats: int, device: str = "tpu",
+              calls: int = 200) -> tuple[dict[str, float], float]:
+    """Microseconds per all_reduce of `nbytes` in `group`, each call waited for (the best of
+    `repeats` blocks), and where a host-staged call spends them: the transport's phase
+    counters (host_staged_<phase>_ns) over the best block."""
+    import torch.distributed as dist
+
+    import torchtpu
+
+    t = torch.ones(nbytes // 4, device=device)
+
+    def one():
+        dist.all_reduce(t, group=group)
+        torchtpu.synchronize()
+
+    for _ in range(10):
+        one()
+    best, parts = float("inf"), {}
+    for _ in range(repeats):
+        before = torchtpu.debug.metrics()
+        start = time.perf_counter()
+        for _ in range(calls):
+            one()
+        total = (time.perf_counter() - start) / calls * 1e6
+        after = torchtpu.debug.metrics()
+        if total < best:
+            best = total
+            parts = {p: (after.get(f"host_staged_{p}_ns", 0) - before.get(f"host_staged_{p}_ns", 0))
+                     / calls / 1e3 for p in PHASES}
+    return parts, best
 
 
 IN_PLUGIN_RANKS = 4
@@ -201,7 +241,7 @@ def main() -> None:
     queue = ctx.Queue()
     procs = mp.start_processes(_rank_main, nprocs=2, join=False, start_method="spawn",
                                args=(2, port, int(args.max_mb * 1024), args.repeats, queue))
-    rows = queue.get(timeout=1800)
+    rows, parts, per_call, gloo_call = queue.get(timeout=1800)
     procs.join()
     in_plugin, reason = in_plugin_column(int(args.max_mb * 1024), args.repeats)
     print(f"bus bandwidth, GB/s (gloo and host-staged: 2 processes; in-plugin: {reason})")
@@ -216,6 +256,12 @@ def main() -> None:
             ip = f"{bus_factor(op, IN_PLUGIN_RANKS) * nbytes / 1e9 / in_plugin[(op, nbytes)]:.3f}"
         print(f"{op:<15}{fmt_size(nbytes):>8}{g:>11.3f}{h:>13.3f}{h / g:>7.2f}"
               f"{c:>10.3f}{c / g:>7.2f}{ip:>11}")
+    print(f"\nall_reduce of 1 KB, each call waited for, rank 0, microseconds per call: gloo cpu "
+          f"{gloo_call:.0f}, host-staged {per_call:.0f} =")
+    for p in PHASES:
+        print(f"  {p:<12}{parts[p]:>8.1f}")
+    print(f"  {'other':<12}{per_call - sum(parts.values()):>8.1f}  (Python, the wake-up of the "
+          "waiting thread, synchronize)")
     sys.stdout.flush()
 
 

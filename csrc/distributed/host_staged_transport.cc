@@ -2,14 +2,17 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <thread>
 
 #include "aten/device_runtime.h"
+#include "aten/deferred_checks.h"
 #include "aten/tpu_storage.h"
 #include "base/metrics.h"
+#include "distributed/host_reduce.h"
 
 namespace torchtpu::distributed {
 
@@ -20,35 +23,46 @@ bool signature_checks_enabled() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
+// Where a host-staged collective's time goes, in nanoseconds summed over calls (read by
+// bench/collectives.py's breakdown): the copy to the host, the wait for the signature
+// exchange after it, the data exchange, and the hand-off of the result to the device.
+const base::Counter kD2hNs("host_staged_d2h_ns");
+const base::Counter kCheckWaitNs("host_staged_check_wait_ns");
+const base::Counter kExchangeNs("host_staged_exchange_ns");
+const base::Counter kToDeviceNs("host_staged_to_device_ns");
+// Collectives whose data travelled with their signature exchange (one Gloo exchange).
+const base::Counter kCarried("num_host_staged_carried");
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Adds the time from its construction (or the last lap) to a counter.
+class Lap {
+ public:
+  Lap() : t_(now_ns()) {}
+  void to(const base::Counter& c) {
+    int64_t t = now_ns();
+    c.add(t - t_);
+    t_ = t;
+  }
+
+ private:
+  int64_t t_;
+};
+
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// What Gloo computes for `op` (AVG and PREMUL_SUM become SUM; the rest is done here).
-c10d::ReduceOp gloo_op(const c10d::ReduceOp& op) {
-  if (op.op_ == c10d::ReduceOp::AVG || op.op_ == c10d::ReduceOp::PREMUL_SUM) {
-    return c10d::ReduceOp(c10d::ReduceOp::SUM);
-  }
-  return op;
-}
-
-void premultiply(at::Tensor& host, const c10d::ReduceOp& op) {
-  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
-  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-  if (s == nullptr) return;  // the backend checks that PREMUL_SUM carries a factor
-  if (s->tensor_factor.defined()) {
-    host.mul_(s->tensor_factor.to(at::kCPU));
-  } else {
-    host.mul_(s->double_factor);
-  }
-}
-
-void average(at::Tensor& host, const c10d::ReduceOp& op, int size) {
-  if (op.op_ != c10d::ReduceOp::AVG) return;
-  if (at::isIntegralType(host.scalar_type(), /*includeBool=*/false)) {
-    host.div_(size, "trunc");
-  } else {
-    host.div_(size);
-  }
-}
+// A header: the signature, then kHeaderExtra words: the payload bytes this rank's
+// collective moves, and whether the payload travels in this exchange.
+constexpr int64_t kHeaderExtra = 8;
+constexpr int64_t kHeaderBytes = (kSignatureLength + kHeaderExtra) * 8;
+constexpr int kWantedWord = kSignatureLength, kCarriedWord = kSignatureLength + 1;
+// The payload bytes a collective that never carries its data announces.
+constexpr int64_t kNoPayload = -1;
+static_assert(kHeaderBytes % 64 == 0, "payloads start 64-byte aligned");
 
 }  // namespace
 
@@ -61,6 +75,7 @@ HostStagedTransport::HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
       global_ranks_(std::move(global_ranks)),
       timeout_(timeout),
       check_signatures_(signature_checks_enabled()),
+      host_memory_(aten::client().platform_name() == "cpu"),
       pool_(std::make_shared<HostPool>()) {}
 
 std::string HostStagedTransport::ranks_text() const {
@@ -142,36 +157,100 @@ std::string HostStagedTransport::missing_ranks() {
   }
 }
 
-base::StatusOr<HostStagedTransport::PendingCheck> HostStagedTransport::start_check(
-    const CollectiveSignature& s) {
-  PendingCheck p;
-  if (!check_signatures_ || size() == 1) return p;
-  p.what = collective_name(s.collective);
-  std::vector<int64_t> mine = encode(s, size());
-  at::Tensor in = at::from_blob(mine.data(), {kSignatureLength}, at::kLong).clone();
-  p.all = at::empty({size() * kSignatureLength}, at::kLong);
-  c10d::AllgatherOptions opts;
-  opts.timeout = timeout_;
-  TORCHTPU_ASSIGN_OR_RETURN(p.work,
-                            start(p.what, [&] { return gloo_->_allgather_base(p.all, in, opts); }));
-  return p;
+bool HostStagedTransport::fits(int64_t payload_bytes) const {
+  return check_signatures_ && size() > 1 && payload_bytes <= inline_capacity_;
 }
 
-base::Status HostStagedTransport::finish_check(const PendingCheck& p) {
-  if (!p.work) return base::Status::ok_status();
-  TORCHTPU_RETURN_IF_ERROR(finish(p.what, p.work));
-  std::vector<int64_t> rows(p.all.data_ptr<int64_t>(),
-                            p.all.data_ptr<int64_t>() + p.all.numel());
+at::Tensor HostStagedTransport::header_slot() {
+  int64_t block = kHeaderBytes + inline_capacity_;
+  if (!header_slot_.defined() || header_slot_.numel() < block) {
+    header_slot_ = at::zeros({block}, at::TensorOptions().dtype(at::kByte));
+  }
+  return header_slot_.narrow(0, 0, block);
+}
+
+at::Tensor HostStagedTransport::outgoing_payload(const at::Tensor& like) {
+  base::counter_add("host_staged_bytes", nbytes(like));
+  return header_slot().narrow(0, kHeaderBytes, nbytes(like)).view(like.scalar_type())
+      .view(like.sizes());
+}
+
+at::Tensor HostStagedTransport::Exchange::payload(int r, const at::Tensor& like) const {
+  return all.narrow(0, r * block + kHeaderBytes, nbytes(like)).view(like.scalar_type())
+      .view(like.sizes());
+}
+
+base::StatusOr<HostStagedTransport::Exchange> HostStagedTransport::start_exchange(
+    const CollectiveSignature& s, int64_t payload_bytes, bool carried) {
+  Exchange x;
+  if (!check_signatures_ || size() == 1) return x;
+  x.what = collective_name(s.collective);
+  x.carried = carried;
+  at::Tensor in = header_slot();
+  x.block = in.numel();
+  std::vector<int64_t> sig = encode(s, size());
+  auto* h = reinterpret_cast<int64_t*>(in.data_ptr());
+  std::memcpy(h, sig.data(), kSignatureLength * sizeof(int64_t));
+  h[kWantedWord] = payload_bytes;
+  h[kCarriedWord] = carried ? 1 : 0;
+  int64_t total = size() * x.block;
+  if (!gathered_slot_.defined() || gathered_slot_.numel() < total) {
+    gathered_slot_ = at::empty({total}, at::TensorOptions().dtype(at::kByte));
+  }
+  x.all = gathered_slot_.narrow(0, 0, total);
+  c10d::AllgatherOptions opts;
+  opts.timeout = timeout_;
+  TORCHTPU_ASSIGN_OR_RETURN(x.work,
+                            start(x.what, [&] { return gloo_->_allgather_base(x.all, in, opts); }));
+  return x;
+}
+
+base::Status HostStagedTransport::finish_exchange(const Exchange& x) {
+  if (!x.work) return base::Status::ok_status();
+  TORCHTPU_RETURN_IF_ERROR(finish(x.what, x.work));
+  if (x.carried) kCarried.add();
+  std::vector<int64_t> rows(size() * kSignatureLength);
+  int64_t wanted = -1;
+  for (int r = 0; r < size(); ++r) {
+    const auto* h = reinterpret_cast<const int64_t*>(x.all.data_ptr<uint8_t>() + r * x.block);
+    std::memcpy(rows.data() + r * kSignatureLength, h, kSignatureLength * sizeof(int64_t));
+    wanted = std::max(wanted, h[kWantedWord]);
+  }
+  // Every rank computes the next capacity from the same headers, before any comparison
+  // can fail, so the ranks agree on it whatever this collective's outcome.
+  // A collective without a payload of its own (a barrier, an all_to_all) keeps it.
+  int64_t limit = kInlineLimitBytes / (size() - 1);
+  if (wanted >= 0) inline_capacity_ = wanted <= limit ? (wanted + 63) / 64 * 64 : 0;
   return compare_signatures(rows, size(), global_ranks_);
 }
 
 base::Status HostStagedTransport::check(const CollectiveSignature& s) {
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck p, start_check(s));
-  return finish_check(p);
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(s, kNoPayload, false));
+  return finish_exchange(x);
 }
 
 at::Tensor HostStagedTransport::receiving(const at::Tensor& like) {
   return pool_->take(nbytes(like)).view(like.scalar_type()).view(like.sizes());
+}
+
+void HostStagedTransport::copy_to_host(const at::Tensor& t, at::Tensor& host) {
+  // Where the plugin's device memory is host memory, a whole-buffer tensor is read in
+  // place: the plugin's own copy would wake its worker threads, which on a small machine
+  // take the cores the peers' exchange needs.
+  if (host_memory_ && t.storage_offset() == 0 && t.is_contiguous() && host.is_contiguous()) {
+    runtime::BufferPtr b = aten::storage_buffer(t);
+    if (nbytes(t) > 0 && t.sizes().equals(b->dims()) &&
+        b->dtype() == aten::to_dtype(t.scalar_type()) &&
+        b->await_ready().ok()) {
+      auto addr = b->host_address();
+      if (addr.ok()) {
+        aten::flush_data_checks();  // as every host read does
+        std::memcpy(host.data_ptr(), *addr, nbytes(t));
+        return;
+      }
+    }
+  }
+  host.copy_(t);
 }
 
 at::Tensor HostStagedTransport::to_host(const at::Tensor& t, bool as_result) {
@@ -186,7 +265,7 @@ at::Tensor HostStagedTransport::to_host(const at::Tensor& t, bool as_result) {
     }
     host = send_slot_.narrow(0, 0, bytes).view(t.scalar_type()).view(t.sizes());
   }
-  host.copy_(t);
+  copy_to_host(t, host);
   return host;
 }
 
@@ -205,11 +284,34 @@ base::Status HostStagedTransport::to_device(at::Tensor& dst, const at::Tensor& h
 base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::ReduceOp& op) {
   ++seq_;
   CollectiveSignature sig{Collective::kAllReduce, tensor, static_cast<int64_t>(op.op_)};
+  Lap lap;
+  if (fits(nbytes(tensor))) {
+    // The data travels with the signatures; every rank reduces the gathered payloads in
+    // rank order, so all get the same bits.
+    at::Tensor mine = outgoing_payload(tensor);
+    copy_to_host(tensor, mine);
+    premultiply(mine, op);
+    lap.to(kD2hNs);
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(tensor), true));
+    lap.to(kCheckWaitNs);
+    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
+    base::counter_add("num_host_staged_collectives");
+    at::Tensor host = receiving(tensor);
+    reduce_parts(host, size(), [&](int r) { return x.payload(r, tensor); }, gloo_op(op));
+    average(host, op, size());
+    lap.to(kExchangeNs);
+    base::Status s = to_device(tensor, host);
+    lap.to(kToDeviceNs);
+    return s;
+  }
   // The signature exchange runs while the data comes to the host; the result is reduced
   // in place in a pool chunk that becomes the tensor's new buffer.
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(tensor), false));
+  lap.to(kCheckWaitNs);
   at::Tensor host = to_host(tensor, /*as_result=*/true);
-  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  lap.to(kD2hNs);
+  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
+  lap.to(kCheckWaitNs);
   base::counter_add("num_host_staged_collectives");
   premultiply(host, op);
   std::vector<at::Tensor> v{host};
@@ -218,14 +320,32 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
   opts.timeout = timeout_;
   TORCHTPU_RETURN_IF_ERROR(run("all_reduce", [&] { return gloo_->allreduce(v, opts); }));
   average(host, op, size());
-  return to_device(tensor, host);
+  lap.to(kExchangeNs);
+  base::Status s = to_device(tensor, host);
+  lap.to(kToDeviceNs);
+  return s;
 }
 
 base::Status HostStagedTransport::all_gather(at::Tensor& output, const at::Tensor& input) {
   ++seq_;
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check({Collective::kAllGather, input}));
+  CollectiveSignature sig{Collective::kAllGather, input};
+  if (fits(nbytes(input))) {
+    {
+      at::Tensor mine = outgoing_payload(input);
+      copy_to_host(input, mine);
+    }
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(input), true));
+    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
+    base::counter_add("num_host_staged_collectives");
+    at::Tensor out = receiving(output).view({-1});
+    for (int r = 0; r < size(); ++r) {
+      out.narrow(0, r * input.numel(), input.numel()).copy_(x.payload(r, input).view({-1}));
+    }
+    return to_device(output, out.view(output.sizes()));
+  }
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(input), false));
   at::Tensor in = to_host(input).reshape({-1});
-  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
   at::Tensor out = receiving(output).view({-1});
   c10d::AllgatherOptions opts;
@@ -239,9 +359,24 @@ base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::T
                                                  const c10d::ReduceOp& op) {
   ++seq_;
   CollectiveSignature sig{Collective::kReduceScatter, input, static_cast<int64_t>(op.op_)};
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
+  if (fits(nbytes(input))) {
+    // Every rank sends its whole input and reduces its own part of the gathered ones.
+    at::Tensor mine = outgoing_payload(input);
+    copy_to_host(input, mine);
+    premultiply(mine, op);
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(input), true));
+    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
+    base::counter_add("num_host_staged_collectives");
+    at::Tensor out = receiving(output).view({-1});
+    int64_t m = output.numel();
+    auto part = [&](int r) { return x.payload(r, input).view({-1}).narrow(0, rank() * m, m); };
+    reduce_parts(out, size(), part, gloo_op(op));
+    average(out, op, size());
+    return to_device(output, out.view(output.sizes()));
+  }
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(input), false));
   at::Tensor in = to_host(input).reshape({-1});
-  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
   premultiply(in, op);
   at::Tensor out = receiving(output).view({-1});
@@ -264,9 +399,9 @@ base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tenso
   };
   sig.input_splits = input_split_sizes.empty() ? equal(input) : input_split_sizes;
   sig.output_splits = output_split_sizes.empty() ? equal(output) : output_split_sizes;
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, kNoPayload, false));
   at::Tensor in = to_host(input);
-  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
   at::Tensor out = receiving(output);
   std::vector<int64_t> out_splits = output_split_sizes, in_splits = input_split_sizes;
@@ -281,10 +416,23 @@ base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tenso
 base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
   ++seq_;
   CollectiveSignature sig{Collective::kBroadcast, tensor, -1, root};
-  TORCHTPU_ASSIGN_OR_RETURN(PendingCheck pending, start_check(sig));
+  if (fits(nbytes(tensor))) {
+    if (rank() == root) {
+      at::Tensor mine = outgoing_payload(tensor);
+      copy_to_host(tensor, mine);
+    }
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(tensor), true));
+    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
+    base::counter_add("num_host_staged_collectives");
+    if (rank() == root) return base::Status::ok_status();
+    at::Tensor host = receiving(tensor);
+    host.copy_(x.payload(root, tensor));
+    return to_device(tensor, host);
+  }
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(tensor), false));
   // Only the root's data travels; the others receive into a pool chunk.
   at::Tensor host = rank() == root ? to_host(tensor) : receiving(tensor);
-  TORCHTPU_RETURN_IF_ERROR(finish_check(pending));
+  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
   std::vector<at::Tensor> v{host};
   c10d::BroadcastOptions opts;

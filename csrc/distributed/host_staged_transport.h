@@ -8,8 +8,10 @@
 // and the bytes it moves between device and host in `host_staged_bytes`.
 //
 // Before moving data, every collective exchanges the ranks' signatures (signature.h) in a
-// small Gloo all_gather, so mismatched shapes, dtypes or ops raise on every rank instead
-// of hanging; the exchange runs while the data is copied to the host.
+// Gloo all_gather, so mismatched shapes, dtypes or ops raise on every rank instead of
+// hanging. Where the data fits the exchange's agreed payload room (see inline_capacity_)
+// it travels in the same all_gather and is reduced or gathered on the host; otherwise the
+// exchange runs while the data is copied to the host, and Gloo's collective follows.
 // TORCHTPU_DIST_CHECK=0 turns it off. A Gloo error (a peer that
 // exited, a timeout) returns kUnavailable naming the collective and the group's ranks,
 // and the ranks that did not reach it where the store can tell: a rank whose collective
@@ -71,20 +73,35 @@ class HostStagedTransport : public Transport {
   // After a failure of collective number seq_: the global ranks that did not report
   // reaching it, as a clause of the error message (empty when the store cannot tell).
   std::string missing_ranks();
-  // The signature exchange in two halves (the data is copied to the host in between).
-  struct PendingCheck {
+  // The signature exchange, in two halves (the data is copied to the host in between when
+  // it does not travel with it). Each rank all_gathers a fixed-size block: its header
+  // (signature, payload bytes) and room for inline_capacity_ bytes of payload. A
+  // collective whose payload fits (fits()) writes it there first (outgoing_payload()) and
+  // needs no second exchange: the signature check then costs no round trip of its own.
+  struct Exchange {
     const char* what = "";
     c10::intrusive_ptr<c10d::Work> work;  // null when checks are off
-    at::Tensor all;
+    bool carried = false;                 // the payloads travelled with the headers
+    at::Tensor all;                       // uint8 [size * block], rank r's block at r * block
+    int64_t block = 0;
+    // Rank r's payload, as a tensor shaped like `like`.
+    at::Tensor payload(int r, const at::Tensor& like) const;
   };
-  base::StatusOr<PendingCheck> start_check(const CollectiveSignature& s);
-  base::Status finish_check(const PendingCheck& p);
+  bool fits(int64_t payload_bytes) const;
+  at::Tensor header_slot();
+  // Where this rank's payload goes before start_exchange(..., carried=true).
+  at::Tensor outgoing_payload(const at::Tensor& like);
+  base::StatusOr<Exchange> start_exchange(const CollectiveSignature& s, int64_t payload_bytes,
+                                          bool carried);
+  base::Status finish_exchange(const Exchange& x);
   base::Status check(const CollectiveSignature& s);
   // A host tensor shaped like `like` in a pool chunk, to receive a result into.
   at::Tensor receiving(const at::Tensor& like);
   // `t` copied to the host: into the reused send slot (Gloo only reads it), or into a pool
   // chunk when it will also hold the result (`as_result`).
   at::Tensor to_host(const at::Tensor& t, bool as_result = false);
+  // Copies tpu tensor `t` into `host` (a contiguous CPU tensor of its shape and dtype).
+  void copy_to_host(const at::Tensor& t, at::Tensor& host);
   // `host` (a pool chunk shaped like dst) becomes dst's value, without a copy.
   base::Status to_device(at::Tensor& dst, const at::Tensor& host);
   std::string ranks_text() const;
@@ -95,7 +112,20 @@ class HostStagedTransport : public Transport {
   uint64_t seq_ = 0;  // collectives of this group so far (each rank counts the same)
   std::chrono::milliseconds timeout_;
   bool check_signatures_;
+  bool host_memory_;  // the plugin's device memory is host memory (the CPU plugin)
   at::Tensor send_slot_;  // uint8, grown on demand
+  // The payload room of every rank's exchange block. All ranks compute it alike from the
+  // last exchange's headers: the largest payload it announced, rounded up to 64 bytes, or
+  // 0 when that exceeds kInlineLimitBytes / (size - 1) (beyond, a second exchange of the
+  // data alone costs less than gathering every rank's payload and reducing or copying it
+  // on the host: a round trip is a few hundred microseconds, about what 512 KB of extra
+  // host traffic costs); a barrier or all_to_all leaves it as it is. A group repeating
+  // collectives of one size (a training step, a benchmark) thus checks and moves each in
+  // one exchange.
+  int64_t inline_capacity_ = 0;
+  static constexpr int64_t kInlineLimitBytes = int64_t{512} << 10;
+  at::Tensor header_slot_;    // uint8: this rank's header and payload
+  at::Tensor gathered_slot_;  // uint8: every rank's
   std::shared_ptr<HostPool> pool_;
 };
 

@@ -64,6 +64,16 @@ base::StatusOr<std::unique_ptr<Event>> Buffer::ready_event() const {
   return std::make_unique<Event>(plugin_, args.event);
 }
 
+base::StatusOr<const void*> Buffer::host_address() const {
+  PJRT_Buffer_UnsafePointer_Args args{};
+  args.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
+  args.buffer = raw_;
+  TORCHTPU_RETURN_IF_ERROR(consume_error(
+      plugin_->api(), plugin_->api()->PJRT_Buffer_UnsafePointer(&args),
+      "PJRT_Buffer_UnsafePointer"));
+  return reinterpret_cast<const void*>(args.buffer_pointer);
+}
+
 base::Status Buffer::await_ready() const {
   PJRT_Buffer_ReadyEvent_Args args{};
   args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;

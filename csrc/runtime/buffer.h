@@ -42,6 +42,11 @@ class Buffer {
   base::Status to_host(void* dst, int64_t dst_bytes) const;
   // Blocks until the buffer's contents are computed.
   base::Status await_ready() const;
+  // The address of the buffer's contents (PJRT_Buffer_UnsafePointer). Only where device
+  // memory is host memory (the CPU plugin: dense, row-major) may it be read, and only
+  // after await_ready(), while the buffer lives. Spares a read the plugin's copy, which
+  // wakes its worker threads.
+  base::StatusOr<const void*> host_address() const;
   // An event that becomes ready when the buffer's contents are computed.
   base::StatusOr<std::unique_ptr<Event>> ready_event() const;
 

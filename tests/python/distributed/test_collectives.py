@@ -226,6 +226,37 @@ def _collectives(rank: int, world: int) -> None:
         dist.all_gather_into_tensor(out, torch.ones(2, device="tpu"), group=alone)
         same(out, torch.ones(2), "all_gather in a group of one")
 
+    # Sizes that cross the group's inline capacity: once a size repeats, its data travels
+    # with the signature exchange (counted in num_host_staged_carried); beyond 512 KB it never
+    # does. Either way the values are Gloo's.
+    carried = torchtpu.debug.metrics().get("num_host_staged_carried", 0)
+    for n in (16, 16, 300, 16, (1 << 18) + 8, (1 << 18) + 8, 16, 16):
+        x = data((n,))
+        ref = x.clone()
+        dist.all_reduce(ref)
+        t = x.to("tpu")
+        dist.all_reduce(t)
+        same(t, ref, f"all_reduce of {n}")
+        if n > 1000:
+            continue
+        ref = torch.empty(world * n)
+        dist.all_gather_into_tensor(ref, x)
+        out = torch.empty(world * n, device="tpu")
+        dist.all_gather_into_tensor(out, x.to("tpu"))
+        same(out, ref, f"all_gather of {n}")
+        big = data((world * n,))
+        ref = torch.empty(n)
+        dist.reduce_scatter_tensor(ref, big)
+        out = torch.empty(n, device="tpu")
+        dist.reduce_scatter_tensor(out, big.to("tpu"))
+        same(out, ref, f"reduce_scatter of {n}")
+        b = data((n,)).to("tpu")
+        dist.broadcast(b, src=1)
+        ref = b.cpu()
+        dist.all_reduce(ref, op=R.MAX)  # every rank now holds rank 1's values
+        same(b, ref, f"broadcast of {n}")
+    assert torchtpu.debug.metrics()["num_host_staged_carried"] - carried >= 10
+
     # The host-staged path is counted, never silent.
     m = torchtpu.debug.metrics()
     assert m["num_host_staged_collectives"] - before >= 40, m["num_host_staged_collectives"]

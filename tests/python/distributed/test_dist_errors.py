@@ -47,6 +47,14 @@ def _mismatches(rank: int, world: int) -> None:
         dist.all_to_all_single(torch.empty(sum(outs), device="tpu"),
                                torch.ones(sum(ins), device="tpu"), outs, ins)
 
+    # Sizes on both sides of the inline capacity (the last collective's size: rank 0's data
+    # would travel with the signatures, rank 1's not): still refused on both ranks.
+    for _ in range(2):
+        dist.all_reduce(torch.ones(4, device="tpu"))
+    with _pytest.raises(ValueError, match="different shapes") as e:
+        dist.all_reduce(torch.ones(4 if rank == 0 else (1 << 18) + 8, device="tpu"))
+    assert "Float[4]" in str(e.value) and "Float[262152]" in str(e.value), str(e.value)
+
     # In a subgroup too (new_group orders its ranks, so group ranks are global ones here).
     g = dist.new_group([1, 0])
     with _pytest.raises(ValueError, match=r"rank 0: broadcast Float\[2\] root 0; rank 1: "
