@@ -24,10 +24,6 @@ const base::Counter kIssueNs("host_staged_issue_ns");
 const base::Counter kQueueWaitNs("host_staged_queue_wait_ns");
 const base::Counter kCompleteNs("host_staged_complete_ns");
 
-// Collectives whose outputs hold at most this many bytes run on the issuing thread when
-// their group's queue is idle.
-constexpr int64_t kRunInlineBytes = int64_t{1} << 20;
-
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -77,11 +73,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
   int64_t issued = now_ns();
   auto work = c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), false);
   std::optional<c10::Device> device;
-  int64_t bytes = 0;
   for (const at::Tensor& t : work->result()) {
-    if (!t.defined()) continue;
-    device = t.device();
-    bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    if (t.defined()) device = t.device();
   }
   std::vector<int64_t> ranks = global_ranks_;
   int64_t enqueued = now_ns();
@@ -116,9 +109,10 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
     kCompleteNs.add(now_ns() - completing);
   });
   kIssueNs.add(now_ns() - issued);
-  // A small collective issued to an idle queue runs here: its thread hand-offs would cost
-  // more than the overlap they buy.
-  if (bytes > kRunInlineBytes || !queue_->run_if_idle(task)) queue_->enqueue(std::move(task));
+  // Always on the queue's thread, whatever the size: c10d hands the backend no async_op, and a
+  // collective run here would block an `async_op=True` caller until every peer joined, which
+  // deadlocks programs that signal a peer (a store key, another group) before waiting.
+  queue_->enqueue(std::move(task));
   return work;
 }
 

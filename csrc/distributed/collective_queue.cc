@@ -61,34 +61,10 @@ void CollectiveQueue::enqueue(Task task) {
   state_->cv.notify_one();
 }
 
-bool CollectiveQueue::run_if_idle(Task& task) {
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    if (state_->running || state_->stopping || !state_->tasks.empty()) return false;
-    state_->running = true;
-  }
-  // Clears `running` also when the task throws (a forced unwind).
-  struct Done {
-    State& s;
-    ~Done() {
-      {
-        std::lock_guard<std::mutex> lock(s.mu);
-        s.running = false;
-      }
-      s.cv.notify_all();
-    }
-  } done{*state_};
-  task(false);
-  return true;
-}
-
 void CollectiveQueue::loop(const std::shared_ptr<State>& state) {
   std::unique_lock<std::mutex> lock(state->mu);
   for (;;) {
-    // Not while a task runs inline on its issuer's thread.
-    state->cv.wait(lock, [&] {
-      return !state->running && (state->stopping || !state->tasks.empty());
-    });
+    state->cv.wait(lock, [&] { return state->stopping || !state->tasks.empty(); });
     if (state->tasks.empty()) return;  // stopping, nothing left
     Task task = std::move(state->tasks.front());
     state->tasks.pop_front();

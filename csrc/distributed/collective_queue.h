@@ -40,10 +40,6 @@ class CollectiveQueue {
 
   // Runs `task` on the queue's thread after every task enqueued before it.
   void enqueue(Task task);
-  // Runs `task` on the calling thread, now, when no task is queued or running (then none
-  // starts until it ends, so the order of issue is kept); returns false, leaving `task`
-  // untouched, otherwise. Spares a small collective the two thread hand-offs.
-  bool run_if_idle(Task& task);
 
   // Detached queue threads (of destroyed queues) that have not ended: Python waits for
   // them at exit, before its finalization cancels threads that take its lock.
@@ -55,7 +51,7 @@ class CollectiveQueue {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Task> tasks;
-    bool running = false;  // a task is running (on the queue's thread or inline)
+    bool running = false;  // a task is running
     bool stopping = false;
     bool detached = false;  // counted in detached_threads() until the thread ends
   };

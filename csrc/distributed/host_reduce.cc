@@ -39,8 +39,10 @@ void combine(at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
   switch (op.op_) {
     case c10d::ReduceOp::SUM: at::add_out(out, a, b); break;
     case c10d::ReduceOp::PRODUCT: at::mul_out(out, a, b); break;
-    case c10d::ReduceOp::MIN: at::minimum_out(out, a, b); break;
-    case c10d::ReduceOp::MAX: at::maximum_out(out, a, b); break;
+    // Gloo's std::min / std::max keep `a` unless the comparison picks `b`, so a NaN wins only
+    // from `a`: the carried path must give the same answer as Gloo's exchange.
+    case c10d::ReduceOp::MIN: out.copy_(at::where(at::lt(b, a), b, a)); break;
+    case c10d::ReduceOp::MAX: out.copy_(at::where(at::lt(a, b), b, a)); break;
     case c10d::ReduceOp::BAND: at::bitwise_and_out(out, a, b); break;
     case c10d::ReduceOp::BOR: at::bitwise_or_out(out, a, b); break;
     case c10d::ReduceOp::BXOR: at::bitwise_xor_out(out, a, b); break;

@@ -55,13 +55,10 @@ class Lap {
 
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// A header: the signature, then kHeaderExtra words: the payload bytes this rank's
-// collective moves, and whether the payload travels in this exchange.
-constexpr int64_t kHeaderExtra = 8;
-constexpr int64_t kHeaderBytes = (kSignatureLength + kHeaderExtra) * 8;
-constexpr int kWantedWord = kSignatureLength, kCarriedWord = kSignatureLength + 1;
-// The payload bytes a collective that never carries its data announces.
-constexpr int64_t kNoPayload = -1;
+// A header: the signature, padded so that the payload after it starts 64-byte aligned.
+// Whether a payload follows needs no word of its own: it follows when the payload's size,
+// which the signature holds, fits the room.
+constexpr int64_t kHeaderBytes = (kSignatureLength * 8 + 63) / 64 * 64;
 static_assert(kHeaderBytes % 64 == 0, "payloads start 64-byte aligned");
 
 }  // namespace
@@ -76,6 +73,10 @@ HostStagedTransport::HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
       timeout_(timeout),
       check_signatures_(signature_checks_enabled()),
       host_memory_(aten::client().platform_name() == "cpu"),
+      inline_capacity_(global_ranks_.size() > 1
+                           ? kInlineGatherBytes / static_cast<int64_t>(global_ranks_.size()) /
+                                 64 * 64
+                           : 0),
       pool_(std::make_shared<HostPool>()) {}
 
 std::string HostStagedTransport::ranks_text() const {
@@ -181,7 +182,7 @@ at::Tensor HostStagedTransport::Exchange::payload(int r, const at::Tensor& like)
 }
 
 base::StatusOr<HostStagedTransport::Exchange> HostStagedTransport::start_exchange(
-    const CollectiveSignature& s, int64_t payload_bytes, bool carried) {
+    const CollectiveSignature& s, bool carried) {
   Exchange x;
   if (!check_signatures_ || size() == 1) return x;
   x.what = collective_name(s.collective);
@@ -191,8 +192,6 @@ base::StatusOr<HostStagedTransport::Exchange> HostStagedTransport::start_exchang
   std::vector<int64_t> sig = encode(s, size());
   auto* h = reinterpret_cast<int64_t*>(in.data_ptr());
   std::memcpy(h, sig.data(), kSignatureLength * sizeof(int64_t));
-  h[kWantedWord] = payload_bytes;
-  h[kCarriedWord] = carried ? 1 : 0;
   int64_t total = size() * x.block;
   if (!gathered_slot_.defined() || gathered_slot_.numel() < total) {
     gathered_slot_ = at::empty({total}, at::TensorOptions().dtype(at::kByte));
@@ -210,22 +209,15 @@ base::Status HostStagedTransport::finish_exchange(const Exchange& x) {
   TORCHTPU_RETURN_IF_ERROR(finish(x.what, x.work));
   if (x.carried) kCarried.add();
   std::vector<int64_t> rows(size() * kSignatureLength);
-  int64_t wanted = -1;
   for (int r = 0; r < size(); ++r) {
     const auto* h = reinterpret_cast<const int64_t*>(x.all.data_ptr<uint8_t>() + r * x.block);
     std::memcpy(rows.data() + r * kSignatureLength, h, kSignatureLength * sizeof(int64_t));
-    wanted = std::max(wanted, h[kWantedWord]);
   }
-  // Every rank computes the next capacity from the same headers, before any comparison
-  // can fail, so the ranks agree on it whatever this collective's outcome.
-  // A collective without a payload of its own (a barrier, an all_to_all) keeps it.
-  int64_t limit = kInlineLimitBytes / (size() - 1);
-  if (wanted >= 0) inline_capacity_ = wanted <= limit ? (wanted + 63) / 64 * 64 : 0;
   return compare_signatures(rows, size(), global_ranks_);
 }
 
 base::Status HostStagedTransport::check(const CollectiveSignature& s) {
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(s, kNoPayload, false));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(s, false));
   return finish_exchange(x);
 }
 
@@ -292,7 +284,7 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
     copy_to_host(tensor, mine);
     premultiply(mine, op);
     lap.to(kD2hNs);
-    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(tensor), true));
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, true));
     lap.to(kCheckWaitNs);
     TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
     base::counter_add("num_host_staged_collectives");
@@ -306,7 +298,7 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
   }
   // The signature exchange runs while the data comes to the host; the result is reduced
   // in place in a pool chunk that becomes the tensor's new buffer.
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(tensor), false));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, false));
   lap.to(kCheckWaitNs);
   at::Tensor host = to_host(tensor, /*as_result=*/true);
   lap.to(kD2hNs);
@@ -334,7 +326,7 @@ base::Status HostStagedTransport::all_gather(at::Tensor& output, const at::Tenso
       at::Tensor mine = outgoing_payload(input);
       copy_to_host(input, mine);
     }
-    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(input), true));
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, true));
     TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
     base::counter_add("num_host_staged_collectives");
     at::Tensor out = receiving(output).view({-1});
@@ -343,7 +335,7 @@ base::Status HostStagedTransport::all_gather(at::Tensor& output, const at::Tenso
     }
     return to_device(output, out.view(output.sizes()));
   }
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(input), false));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, false));
   at::Tensor in = to_host(input).reshape({-1});
   TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
@@ -364,7 +356,7 @@ base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::T
     at::Tensor mine = outgoing_payload(input);
     copy_to_host(input, mine);
     premultiply(mine, op);
-    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(input), true));
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, true));
     TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
     base::counter_add("num_host_staged_collectives");
     at::Tensor out = receiving(output).view({-1});
@@ -374,7 +366,7 @@ base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::T
     average(out, op, size());
     return to_device(output, out.view(output.sizes()));
   }
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(input), false));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, false));
   at::Tensor in = to_host(input).reshape({-1});
   TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
@@ -399,7 +391,7 @@ base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tenso
   };
   sig.input_splits = input_split_sizes.empty() ? equal(input) : input_split_sizes;
   sig.output_splits = output_split_sizes.empty() ? equal(output) : output_split_sizes;
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, kNoPayload, false));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, false));
   at::Tensor in = to_host(input);
   TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
   base::counter_add("num_host_staged_collectives");
@@ -421,7 +413,7 @@ base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
       at::Tensor mine = outgoing_payload(tensor);
       copy_to_host(tensor, mine);
     }
-    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, nbytes(tensor), true));
+    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, true));
     TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
     base::counter_add("num_host_staged_collectives");
     if (rank() == root) return base::Status::ok_status();
@@ -429,7 +421,7 @@ base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
     host.copy_(x.payload(root, tensor));
     return to_device(tensor, host);
   }
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, nbytes(tensor), false));
+  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, false));
   // Only the root's data travels; the others receive into a pool chunk.
   at::Tensor host = rank() == root ? to_host(tensor) : receiving(tensor);
   TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));

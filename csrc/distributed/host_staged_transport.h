@@ -75,7 +75,7 @@ class HostStagedTransport : public Transport {
   std::string missing_ranks();
   // The signature exchange, in two halves (the data is copied to the host in between when
   // it does not travel with it). Each rank all_gathers a fixed-size block: its header
-  // (signature, payload bytes) and room for inline_capacity_ bytes of payload. A
+  // (the signature) and room for inline_capacity_ bytes of payload. A
   // collective whose payload fits (fits()) writes it there first (outgoing_payload()) and
   // needs no second exchange: the signature check then costs no round trip of its own.
   struct Exchange {
@@ -91,8 +91,7 @@ class HostStagedTransport : public Transport {
   at::Tensor header_slot();
   // Where this rank's payload goes before start_exchange(..., carried=true).
   at::Tensor outgoing_payload(const at::Tensor& like);
-  base::StatusOr<Exchange> start_exchange(const CollectiveSignature& s, int64_t payload_bytes,
-                                          bool carried);
+  base::StatusOr<Exchange> start_exchange(const CollectiveSignature& s, bool carried);
   base::Status finish_exchange(const Exchange& x);
   base::Status check(const CollectiveSignature& s);
   // A host tensor shaped like `like` in a pool chunk, to receive a result into.
@@ -114,16 +113,14 @@ class HostStagedTransport : public Transport {
   bool check_signatures_;
   bool host_memory_;  // the plugin's device memory is host memory (the CPU plugin)
   at::Tensor send_slot_;  // uint8, grown on demand
-  // The payload room of every rank's exchange block. All ranks compute it alike from the
-  // last exchange's headers: the largest payload it announced, rounded up to 64 bytes, or
-  // 0 when that exceeds kInlineLimitBytes / (size - 1) (beyond, a second exchange of the
-  // data alone costs less than gathering every rank's payload and reducing or copying it
-  // on the host: a round trip is a few hundred microseconds, about what 512 KB of extra
-  // host traffic costs); a barrier or all_to_all leaves it as it is. A group repeating
-  // collectives of one size (a training step, a benchmark) thus checks and moves each in
-  // one exchange.
-  int64_t inline_capacity_ = 0;
-  static constexpr int64_t kInlineLimitBytes = int64_t{512} << 10;
+  // The payload room of every rank's exchange block: fixed for the group's life (every
+  // rank derives it from the group's size alone, so no failure or sequence of sizes can
+  // make ranks disagree on the block they all_gather), sized so that the whole gathered
+  // block stays near kInlineGatherBytes: a barrier or a large collective pays for the room
+  // it does not use, and for 64 KB that is a few tens of microseconds, while a small
+  // collective saves a whole Gloo round trip (a few hundred).
+  const int64_t inline_capacity_;
+  static constexpr int64_t kInlineGatherBytes = int64_t{64} << 10;
   at::Tensor header_slot_;    // uint8: this rank's header and payload
   at::Tensor gathered_slot_;  // uint8: every rank's
   std::shared_ptr<HostPool> pool_;

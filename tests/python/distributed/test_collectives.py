@@ -226,9 +226,9 @@ def _collectives(rank: int, world: int) -> None:
         dist.all_gather_into_tensor(out, torch.ones(2, device="tpu"), group=alone)
         same(out, torch.ones(2), "all_gather in a group of one")
 
-    # Sizes that cross the group's inline capacity: once a size repeats, its data travels
-    # with the signature exchange (counted in num_host_staged_carried); beyond 512 KB it never
-    # does. Either way the values are Gloo's.
+    # Sizes on both sides of the group's payload room: small data travels with the
+    # signature exchange (counted in num_host_staged_carried), 1 MB never does. Either way
+    # the values are Gloo's.
     carried = torchtpu.debug.metrics().get("num_host_staged_carried", 0)
     for n in (16, 16, 300, 16, (1 << 18) + 8, (1 << 18) + 8, 16, 16):
         x = data((n,))
@@ -256,6 +256,32 @@ def _collectives(rank: int, world: int) -> None:
         dist.all_reduce(ref, op=R.MAX)  # every rank now holds rank 1's values
         same(b, ref, f"broadcast of {n}")
     assert torchtpu.debug.metrics()["num_host_staged_carried"] - carried >= 10
+
+    # async_op=True returns before the peers join, whatever the size: a rank may signal a
+    # peer (here through the store) between issuing a collective and waiting for it.
+    import datetime
+
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.ones(4, device="tpu")
+    if rank == 0:
+        w = dist.all_reduce(t, async_op=True)
+        store.set("async_all_reduce_issued", "1")
+        w.wait()
+    else:
+        store.wait(["async_all_reduce_issued"], datetime.timedelta(seconds=60))
+        dist.all_reduce(t)
+    same(t, torch.full((4,), float(world)), "an async all_reduce waited for after a signal")
+
+    # MIN and MAX meeting a NaN: Gloo keeps the first operand unless the comparison picks
+    # the second, so a NaN wins only from the lower rank; the carried path must agree.
+    nan = float("nan")
+    for op in (R.MIN, R.MAX):
+        x = torch.tensor([nan, 1.0, 2.0]) if rank == 0 else torch.tensor([1.0, nan, 3.0])
+        ref = x.clone()
+        dist.all_reduce(ref, op=op)
+        t = x.to("tpu")
+        dist.all_reduce(t, op=op)
+        torch.testing.assert_close(t.cpu(), ref, equal_nan=True, msg=lambda m: f"{op}: {m}")
 
     # The host-staged path is counted, never silent.
     m = torchtpu.debug.metrics()
