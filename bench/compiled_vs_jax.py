@@ -435,6 +435,16 @@ def per_step_counts(cfg: Config) -> dict[str, int]:
     return counts
 
 
+def _process_xla_flags() -> str:
+    """XLA_FLAGS as the plugin and jaxlib read it: the process environment, which the tpu
+    device's start may have changed after Python copied it into os.environ."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    return (libc.getenv(b"XLA_FLAGS") or b"").decode()
+
+
 def _fmt(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -474,7 +484,7 @@ def main() -> int:
           f"api={info['api_version']} kind={info['device_kind']} "
           f"xla_version={attrs.get('xla_version', '?')} "
           f"stablehlo={attrs.get('stablehlo_current_version', '?')}")
-    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} (one process-wide value, read by "
+    print(f"XLA_FLAGS={_process_xla_flags()!r} (one process-wide value, read by "
           "jaxlib and by the plugin alike)")
     n_params = sum(p.numel() for p in _make_model(cfg).parameters())
     print(f"model: {json.dumps(asdict(cfg))} params={n_params:,} float32, optimizer=SGD; "

@@ -147,11 +147,11 @@ TEST(PluginRegistry, EnvironmentPathIsUsedAsGiven) {
   EXPECT_EQ(same->how, "TORCHTPU_PJRT_PLUGIN path");
 }
 
-// The installed plugin the tests run (TORCHTPU_TEST_PLUGIN) is found where pip put it, and
-// reports what the version-dependent code reads: API version, StableHLO version, FFI.
+// The installed plugin the tests run is found where pip put it, and reports what the
+// version-dependent code reads: API version, StableHLO version, FFI.
 TEST(PluginRegistry, RealPluginIsFoundAndReportsItsFacts) {
-  const char* path = std::getenv("TORCHTPU_TEST_PLUGIN");
-  ASSERT_NE(path, nullptr);
+  std::string path = testing::test_plugin_path();
+  ASSERT_FALSE(path.empty());
   bool matched = false;
   for (const runtime::KnownPlugin& k : runtime::known_plugins()) {
     std::string p(path);
