@@ -94,8 +94,8 @@ base::StatusOr<std::shared_ptr<const Plugin>> Plugin::load(const std::string& pa
     const char* why = dlerror();
     return base::not_found("runtime: cannot load PJRT plugin '" + path + "': " +
                            (why ? why : "unknown dlopen error") +
-                           "; set TORCHTPU_PJRT_PLUGIN to a PJRT plugin .so "
-                           "(pip install xla-cpu-pjrt for the XLA CPU plugin)");
+                           "; set TORCHTPU_PJRT_PLUGIN to a PJRT plugin .so or a known "
+                           "plugin's name (torchtpu.debug.plugins() lists them)");
   }
   using GetApiFn = const PJRT_Api* (*)();
   auto get_api = reinterpret_cast<GetApiFn>(dlsym(handle, "GetPjrtApi"));
