@@ -65,8 +65,8 @@ run_tests() {  # run_tests <step> <limit s> <pytest args...>
   fi
   local log="$LOG_DIR/${step%% *}.log"
   say "$step: pytest $* (limit ${limit}s)"
-  timeout --kill-after=10 "$limit" "$PY" -m pytest -q -p no:cacheprovider --timeout=120 \
-    -o addopts="" "$@" >"$log" 2>&1
+  timeout --kill-after=10 "$limit" "$PY" -m pytest -q -rfE -p no:cacheprovider --timeout=120 \
+    "$@" >"$log" 2>&1
   local rc=$?
   local summary
   summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)|(passed|failed|error).* in [0-9.]+s' \
@@ -105,7 +105,7 @@ else
   say "pip install ${CUDA_PKGS[*]} ${src[*]}"
   # The torch and jax pins ride along so that nothing can move them (a resolved torch
   # would be a multi-GB CUDA build).
-  if ! timeout "$(limit 240)" "$PY" -m pip install -q --disable-pip-version-check "${src[@]}" \
+  if ! timeout "$(limit 300)" "$PY" -m pip install -q --disable-pip-version-check "${src[@]}" \
       "torch==2.13.0" "jax==$JAX_PIN" "jaxlib==$JAX_PIN" "${CUDA_PKGS[@]}" \
       >"$LOG_DIR/install.log" 2>&1; then
     record "install" "FAILED" "pip install ${CUDA_PKGS[*]} failed; no network? set \
