@@ -156,8 +156,8 @@ run_tests "serving engine" 120 tests/python/serve/test_engine.py
 say "bench/compiled_vs_jax.py (limit $(limit 150)s)"
 if timeout --kill-after=10 "$(limit 150)" "$PY" bench/compiled_vs_jax.py --steps 10 --rounds 2 \
     --skip-inductor --skip-cold-start >"$LOG_DIR/bench.log" 2>&1; then
-  record "bench compiled_vs_jax" "ok" "$(grep -m1 'same plugin' "$LOG_DIR/bench.log" \
-    | grep 'train step' || echo 'see log')"
+  record "bench compiled_vs_jax" "ok" "$(grep -m1 'train step on the same plugin' \
+    "$LOG_DIR/bench.log" || echo 'see the rows below')"
 else
   record "bench compiled_vs_jax" "FAILED" "exit $? ($LOG_DIR/bench.log)"
 fi
