@@ -26,8 +26,9 @@ the updated weights), so the figures are dispatch + execute. The rows are:
 Besides wall time each row shows the process CPU time per step (all threads): on a shared
 machine whose other load steals cores, wall medians swing by tens of percent between runs
 while CPU time stays close to the work done. Both sides run with the same XLA_FLAGS:
-``import torchtpu`` turns XNNPACK off in XLA_FLAGS before jaxlib or the plugin start, and
-both read that one process-wide variable (printed in the header).
+the tpu device's start turns XNNPACK off in XLA_FLAGS on a CPU plugin, and this benchmark
+starts it before jaxlib's backends, so both read that one process-wide variable (printed in
+the header).
 
 It also measures the first (cold) training step of ours in a fresh process with an empty
 ``TORCHTPU_CACHE_DIR`` and again in a second process that reuses that directory (the disk
@@ -434,6 +435,16 @@ def per_step_counts(cfg: Config) -> dict[str, int]:
     return counts
 
 
+def _process_xla_flags() -> str:
+    """XLA_FLAGS as the plugin and jaxlib read it: the process environment, which the tpu
+    device's start may have changed after Python copied it into os.environ."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    return (libc.getenv(b"XLA_FLAGS") or b"").decode()
+
+
 def _fmt(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -468,11 +479,12 @@ def main() -> int:
     print(f"machine: {platform.machine()} cores={os.cpu_count()} torch={torch.__version__} "
           f"threads={torch.get_num_threads()} load1={os.getloadavg()[0]:.1f} jax={jax.__version__} "
           f"jaxlib={jaxlib.__version__} jax_devices={jax.devices('cpu')}")
-    print(f"tpu plugin: {os.path.basename(info['path'])} platform={info['platform']} "
+    print(f"tpu plugin: {info['name'] or os.path.basename(info['path'])} "
+          f"platform={info['platform']} "
           f"api={info['api_version']} kind={info['device_kind']} "
           f"xla_version={attrs.get('xla_version', '?')} "
           f"stablehlo={attrs.get('stablehlo_current_version', '?')}")
-    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r} (one process-wide value, read by "
+    print(f"XLA_FLAGS={_process_xla_flags()!r} (one process-wide value, read by "
           "jaxlib and by the plugin alike)")
     n_params = sum(p.numel() for p in _make_model(cfg).parameters())
     print(f"model: {json.dumps(asdict(cfg))} params={n_params:,} float32, optimizer=SGD; "

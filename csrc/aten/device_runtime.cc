@@ -8,13 +8,15 @@
 #include <mutex>
 
 #include "kernels/host_kernels.h"
+#include "runtime/plugin_registry.h"
 
 namespace torchtpu::aten {
 namespace {
 
 struct State {
   std::mutex mu;
-  std::string default_plugin;
+  std::vector<std::string> search_dirs;  // where installed plugins are looked for
+  runtime::PluginChoice choice;
   std::shared_ptr<runtime::Client> client;
   std::unique_ptr<runtime::CompileCache> cache;
   base::Status init_error;
@@ -41,19 +43,44 @@ void register_host_kernels(const runtime::Plugin& plugin, std::vector<std::strin
   }
 }
 
+// The XLA CPU plugins' XNNPACK dot path caches packed weights by buffer address. Eager mode
+// frees temporaries (e.g. the transposed weight that F.linear reads) and the allocator hands
+// the same address to the next layer's weights, so a later dot can run with a previous
+// layer's packed weights: wrong results at random (a 30-layer Llama's logits were off by
+// tens). XLA's own dot emitter has no such cache. An XLA plugin reads XLA_FLAGS once, when
+// its client starts, before it can say which platform it runs; so the flag is added for a
+// registered plugin whose platform is `cpu`, and a plugin given by path that turns out to
+// be a CPU plugin gets a warning. A flag the user set in XLA_FLAGS stands. Compiled
+// executables are keyed by XLA_FLAGS too, so none built with XNNPACK is reused.
+constexpr char kXnnpackFlag[] = "xla_cpu_use_xnnpack";
+
+bool xla_flags_name_xnnpack() {
+  const char* flags = std::getenv("XLA_FLAGS");
+  return flags != nullptr && std::string(flags).find(kXnnpackFlag) != std::string::npos;
+}
+
+void disable_xnnpack_dots() {
+  if (xla_flags_name_xnnpack()) return;
+  const char* flags = std::getenv("XLA_FLAGS");
+  std::string value = flags ? flags : "";
+  value += std::string(value.empty() ? "" : " ") + "--" + kXnnpackFlag + "=false";
+  ::setenv("XLA_FLAGS", value.c_str(), 1);
+}
+
 void ensure_initialized(State& s) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.tried) return;
   s.tried = true;
   const char* env = std::getenv("TORCHTPU_PJRT_PLUGIN");
-  std::string path = env && *env ? env : s.default_plugin;
-  if (path.empty()) {
-    s.init_error = base::failed_precondition(
-        "tpu: no PJRT plugin configured; import torchtpu (it finds the xla-cpu-pjrt plugin) "
-        "or set TORCHTPU_PJRT_PLUGIN=<path to a PJRT plugin .so>");
+  auto choice = runtime::choose_plugin(env ? env : "", runtime::find_plugins(s.search_dirs));
+  if (!choice.ok()) {
+    s.init_error = choice.status();
     return;
   }
-  auto plugin = runtime::Plugin::load(path);
+  s.choice = *choice;
+  const runtime::KnownPlugin* known = runtime::find_known_plugin(s.choice.name);
+  if (known != nullptr && known->platform == "cpu") disable_xnnpack_dots();
+  auto plugin = runtime::Plugin::load(s.choice.path);
   if (!plugin.ok()) {
     s.init_error = plugin.status();
     return;
@@ -88,15 +115,34 @@ void ensure_initialized(State& s) {
     return;
   }
   s.client = *c;
+  if (s.client->platform_name() == "cpu" && !xla_flags_name_xnnpack()) {
+    LOG(WARNING) << "tpu: the PJRT plugin " << s.choice.path << " is a CPU plugin not in the "
+                 << "registry, so XNNPACK dots stay on (they can reuse stale packed weights: "
+                 << "wrong results); start with XLA_FLAGS=--" << kXnnpackFlag << "=false";
+  }
   if (s.client->platform_name() == "cpu") register_host_kernels(**plugin, s.host_kernels);
   s.cache = std::make_unique<runtime::CompileCache>(s.client, capacity);
 }
 
 }  // namespace
 
-void set_default_plugin_path(const std::string& path) {
+void set_plugin_search_path(const std::vector<std::string>& dirs) {
   std::lock_guard<std::mutex> lock(state().mu);
-  state().default_plugin = path;
+  state().search_dirs = dirs;
+}
+
+runtime::PluginChoice plugin_choice() {
+  client();
+  return state().choice;
+}
+
+std::vector<runtime::FoundPlugin> installed_plugins() {
+  std::vector<std::string> dirs;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    dirs = state().search_dirs;
+  }
+  return runtime::find_plugins(dirs);
 }
 
 runtime::Client& client() {

@@ -1,8 +1,9 @@
 // The process-wide PJRT client behind the `tpu` device, created on first use.
 //
-// Plugin: TORCHTPU_PJRT_PLUGIN if set, else the default path the Python package passes in
-// (the XLA CPU plugin from the xla-cpu-pjrt wheel). Device count on the CPU plugin:
-// TORCHTPU_NUM_DEVICES (default 1).
+// Plugin: chosen by the plugin registry (runtime/plugin_registry.h) among the plugins
+// installed under the search path the Python package passes in (its import path):
+// TORCHTPU_PJRT_PLUGIN (a known plugin's name or a path) if set, else the default XLA CPU
+// plugin. Device count on the CPU plugin: TORCHTPU_NUM_DEVICES (default 1).
 // Thread safety: client() and compile_cache() may be called from any thread.
 #pragma once
 
@@ -11,11 +12,16 @@
 
 #include "runtime/client.h"
 #include "runtime/compile_cache.h"
+#include "runtime/plugin_registry.h"
 
 namespace torchtpu::aten {
 
-// Sets the plugin used when TORCHTPU_PJRT_PLUGIN is unset. Must precede first use.
-void set_default_plugin_path(const std::string& path);
+// Sets the directories installed plugins are looked for in. Must precede first use.
+void set_plugin_search_path(const std::vector<std::string>& dirs);
+// Which plugin runs and how it was chosen; raises like client() when none could be loaded.
+runtime::PluginChoice plugin_choice();
+// The known plugins installed under the search path; loads none.
+std::vector<runtime::FoundPlugin> installed_plugins();
 
 // The client; raises a c10::Error with the runtime's message if it cannot be created.
 runtime::Client& client();

@@ -37,23 +37,48 @@ aten::TpuGeneratorImpl* generator_impl(int device) {
 
 py::dict plugin_info() {
   runtime::Client& c = aten::client();
+  runtime::PluginChoice choice = aten::plugin_choice();
   py::dict d;
+  d["name"] = choice.name;
+  d["chosen_by"] = choice.how;
   d["path"] = c.plugin().path();
   d["platform"] = c.platform_name();
+  d["platform_version"] = c.platform_version();
   d["api_version"] = std::to_string(c.plugin().api_major()) + "." + std::to_string(c.plugin().api_minor());
   d["device_kind"] = c.device_kind(0);
+  d["ffi_extension"] = c.plugin().has_ffi_extension();
   py::dict attrs;
   for (const auto& [k, v] : c.plugin().attributes()) attrs[py::str(k)] = v;
   d["attributes"] = attrs;
   return d;
 }
 
+// Every known plugin, with where it is installed ("" when it is not); loads none.
+py::list known_plugins() {
+  std::vector<runtime::FoundPlugin> found = aten::installed_plugins();
+  py::list out;
+  for (const runtime::KnownPlugin& k : runtime::known_plugins()) {
+    py::dict d;
+    d["name"] = k.name;
+    d["platform"] = k.platform;
+    d["default_candidate"] = k.is_default;
+    d["provenance"] = k.provenance;
+    std::string path;
+    for (const runtime::FoundPlugin& f : found) {
+      if (f.known == &k) path = f.path;
+    }
+    d["path"] = path;
+    out.append(d);
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torchtpu native module";
-  m.def("_init", [](const std::string& default_plugin) {
-    aten::set_default_plugin_path(default_plugin);
+  m.def("_init", [](const std::vector<std::string>& plugin_search_path) {
+    aten::set_plugin_search_path(plugin_search_path);
     aten::register_hooks();
     aten::register_direct_lowerings();
     aten::register_profiler();
@@ -75,6 +100,7 @@ PYBIND11_MODULE(_C, m) {
     aten::exchange_stream(c10::Stream(c10::Stream::UNSAFE, tpu(d), id));
   });
   m.def("plugin_info", &plugin_info);
+  m.def("known_plugins", &known_plugins);
   m.def("manual_seed", [](int device, uint64_t seed) { generator_impl(device)->set_current_seed(seed); });
   m.def("initial_seed", [](int device) { return generator_impl(device)->current_seed(); });
   m.def("seed", [](int device) { return generator_impl(device)->seed(); });

@@ -66,26 +66,30 @@ std::string compile_options(int device_index) {
 base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plugin> plugin,
                                                        const ClientOptions& options) {
   const PJRT_Api* api = plugin->api();
-  std::vector<PJRT_NamedValue> create_options;
-  // Only the XLA CPU plugin knows `cpu_device_count`; other plugins reject unknown options.
-  bool is_cpu_plugin = plugin->path().find("cpu") != std::string::npos;
+  // `cpu_device_count` is an option of the XLA CPU plugins only; the others reject options
+  // they do not know, by name. Which kind a plugin is shows in its answer, not in its file
+  // name: a rejection of this option means "not a CPU plugin", and the client is created
+  // without it (and gets the devices the plugin has).
   static const char kCpuDeviceCount[] = "cpu_device_count";
-  if (is_cpu_plugin) {
-    PJRT_NamedValue v{};
-    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
-    v.name = kCpuDeviceCount;
-    v.name_size = sizeof(kCpuDeviceCount) - 1;
-    v.type = PJRT_NamedValue_kInt64;
-    v.int64_value = options.cpu_device_count;
-    v.value_size = 1;
-    create_options.push_back(v);
-  }
+  PJRT_NamedValue device_count{};
+  device_count.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+  device_count.name = kCpuDeviceCount;
+  device_count.name_size = sizeof(kCpuDeviceCount) - 1;
+  device_count.type = PJRT_NamedValue_kInt64;
+  device_count.int64_value = options.cpu_device_count;
+  device_count.value_size = 1;
   PJRT_Client_Create_Args args{};
   args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
-  args.create_options = create_options.data();
-  args.num_options = create_options.size();
-  TORCHTPU_RETURN_IF_ERROR(
-      consume_error(api, api->PJRT_Client_Create(&args), "PJRT_Client_Create"));
+  args.create_options = &device_count;
+  args.num_options = 1;
+  base::Status created =
+      consume_error(api, api->PJRT_Client_Create(&args), "PJRT_Client_Create");
+  if (!created.ok() && created.message().find(kCpuDeviceCount) != std::string::npos) {
+    args = PJRT_Client_Create_Args{};
+    args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+    created = consume_error(api, api->PJRT_Client_Create(&args), "PJRT_Client_Create");
+  }
+  TORCHTPU_RETURN_IF_ERROR(created);
 
   auto client = std::shared_ptr<Client>(new Client());
   client->plugin_ = std::move(plugin);
@@ -109,6 +113,13 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
   TORCHTPU_RETURN_IF_ERROR(
       consume_error(api, api->PJRT_Client_PlatformName(&pn), "PJRT_Client_PlatformName"));
   client->platform_name_.assign(pn.platform_name, pn.platform_name_size);
+
+  PJRT_Client_PlatformVersion_Args pv{};
+  pv.struct_size = PJRT_Client_PlatformVersion_Args_STRUCT_SIZE;
+  pv.client = client->raw_;
+  TORCHTPU_RETURN_IF_ERROR(consume_error(api, api->PJRT_Client_PlatformVersion(&pv),
+                                         "PJRT_Client_PlatformVersion"));
+  client->platform_version_.assign(pv.platform_version, pv.platform_version_size);
   return client;
 }
 

@@ -40,6 +40,8 @@ class Client {
   int num_devices() const { return static_cast<int>(devices_.size()); }
   // "cpu", "cuda", "tpu", ...: the plugin's platform name.
   const std::string& platform_name() const { return platform_name_; }
+  // The plugin's own version string for its platform (PJRT_Client_PlatformVersion).
+  const std::string& platform_version() const { return platform_version_; }
   // Kind of device `index` as the plugin describes it (e.g. "cpu", "NVIDIA H200").
   std::string device_kind(int index) const;
   // The plugin's memory statistics for device `index` (PJRT_Device_MemoryStats); an
@@ -88,6 +90,7 @@ class Client {
   PJRT_Client* raw_ = nullptr;
   std::vector<PJRT_Device*> devices_;
   std::string platform_name_;
+  std::string platform_version_;
 };
 
 // The serialized CompileOptionsProto we compile with: one replica, one partition, on

@@ -94,8 +94,8 @@ base::StatusOr<std::shared_ptr<const Plugin>> Plugin::load(const std::string& pa
     const char* why = dlerror();
     return base::not_found("runtime: cannot load PJRT plugin '" + path + "': " +
                            (why ? why : "unknown dlopen error") +
-                           "; set TORCHTPU_PJRT_PLUGIN to a PJRT plugin .so "
-                           "(pip install xla-cpu-pjrt for the XLA CPU plugin)");
+                           "; set TORCHTPU_PJRT_PLUGIN to a PJRT plugin .so or a known "
+                           "plugin's name (torchtpu.debug.plugins() lists them)");
   }
   using GetApiFn = const PJRT_Api* (*)();
   auto get_api = reinterpret_cast<GetApiFn>(dlsym(handle, "GetPjrtApi"));
@@ -149,25 +149,39 @@ std::string Plugin::identity() const {
   return id;
 }
 
+namespace {
+
+// The plugin's FFI extension with a register_handler slot, or nullptr.
+const FfiExtension* ffi_extension(const PJRT_Api* api) {
+  for (const PJRT_Extension_Base* e = api->extension_start; e != nullptr; e = e->next) {
+    if (e->type != PJRT_Extension_Type_FFI) continue;
+    if (e->struct_size < sizeof(FfiExtension)) return nullptr;  // one without handlers
+    return reinterpret_cast<const FfiExtension*>(e);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool Plugin::has_ffi_extension() const { return ffi_extension(api_) != nullptr; }
+
 base::Status Plugin::register_ffi_handler(const std::string& target,
                                           const std::string& platform, void* handler) const {
-  for (const PJRT_Extension_Base* e = api_->extension_start; e != nullptr; e = e->next) {
-    if (e->type != PJRT_Extension_Type_FFI) continue;
-    if (e->struct_size < sizeof(FfiExtension)) break;  // an FFI extension without handlers
-    auto* ffi = reinterpret_cast<const FfiExtension*>(e);
-    FfiRegisterHandlerArgs args{};
-    args.struct_size = sizeof(args);
-    args.target_name = target.data();
-    args.target_name_size = target.size();
-    args.handler = handler;
-    args.platform_name = platform.data();
-    args.platform_name_size = platform.size();
-    return consume_error(api_, ffi->register_handler(&args),
-                         ("PJRT_FFI_Register_Handler(" + target + ")").c_str());
+  const FfiExtension* ffi = ffi_extension(api_);
+  if (ffi == nullptr) {
+    return base::unimplemented("runtime: PJRT plugin " + path_ +
+                               " cannot register custom-call handlers (it has no PJRT FFI "
+                               "extension with register_handler)");
   }
-  return base::unimplemented("runtime: PJRT plugin " + path_ +
-                             " cannot register custom-call handlers (it has no PJRT FFI "
-                             "extension with register_handler)");
+  FfiRegisterHandlerArgs args{};
+  args.struct_size = sizeof(args);
+  args.target_name = target.data();
+  args.target_name_size = target.size();
+  args.handler = handler;
+  args.platform_name = platform.data();
+  args.platform_name_size = platform.size();
+  return consume_error(api_, ffi->register_handler(&args),
+                       ("PJRT_FFI_Register_Handler(" + target + ")").c_str());
 }
 
 }  // namespace torchtpu::runtime

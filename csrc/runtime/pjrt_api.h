@@ -30,6 +30,9 @@ class Plugin {
   const std::map<std::string, std::string>& attributes() const { return attributes_; }
   // A string that identifies this plugin build, part of every executable cache key.
   std::string identity() const;
+  // Whether the plugin has the PJRT FFI extension with handler registration (what host
+  // kernels need); read from the plugin's extension chain, not assumed from its build.
+  bool has_ffi_extension() const;
   // Registers a typed XLA FFI handler (an `XLA_FFI_Handler*`) as the custom-call target
   // `target` for `platform` (XLA's name: "Host" for CPU) through the plugin's FFI
   // extension. Unimplemented when the plugin has no such extension.

@@ -2,8 +2,8 @@
 
 Importing this package registers the device: tensors created with ``device="tpu"`` live in
 PJRT buffers, every op is lowered to StableHLO and run by a PJRT plugin (the XLA CPU plugin
-by default; ``TORCHTPU_PJRT_PLUGIN=<path.so>`` selects another, e.g. the CUDA plugin or
-libtpu).
+by default; ``TORCHTPU_PJRT_PLUGIN`` selects another by name, e.g. ``jax-cuda12-pjrt`` or
+``libtpu``, or by the path of its ``.so``; ``torchtpu.debug.plugins()`` lists them).
 """
 
 from __future__ import annotations
@@ -13,26 +13,6 @@ import os
 # The XLA plugins log INFO lines to stderr when a client starts; keep warnings and errors.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-
-def _disable_xnnpack_dots() -> None:
-    """XNNPACK off in the XLA CPU plugin unless the user chose (XLA_FLAGS names it).
-
-    The plugin's XNNPACK dot path caches packed weights by buffer address. Eager mode frees
-    temporaries (e.g. the transposed weight that ``F.linear`` reads) and the allocator hands
-    the same address to the next layer's weights, so a later dot can run with a previous
-    layer's packed weights: wrong results at random (a 30-layer Llama's logits were off by
-    tens). XLA's own dot emitter has no such cache. Compiled executables are keyed by
-    XLA_FLAGS too, so none built with XNNPACK is reused.
-    """
-    if os.environ.get("TORCHTPU_PJRT_PLUGIN"):
-        return  # another plugin (GPU, TPU): its flags are its own
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_use_xnnpack" not in flags:
-        os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_use_xnnpack=false").strip()
-
-
-_disable_xnnpack_dots()
-
 import torch  # noqa: E402
 
 from torchtpu import _plugin
@@ -40,7 +20,7 @@ from torchtpu import _plugin
 # Torch's own libraries must be loaded before our extension resolves against them.
 from torchtpu import _C  # noqa: E402
 
-_C._init(_plugin.default_plugin_path())
+_C._init(_plugin.search_path())
 
 torch.utils.rename_privateuse1_backend("tpu")
 

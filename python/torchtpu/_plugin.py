@@ -1,18 +1,16 @@
-"""Locating the default PJRT plugin (the XLA CPU plugin from the ``xla-cpu-pjrt`` wheel)."""
+"""Where the PJRT plugins torchtpu knows are looked for (the runtime's plugin registry).
+
+The registry itself (which plugins exist, which file each ships, the selection rule) is in
+C++ (``csrc/runtime/plugin_registry.h``); Python only passes it the import path, whose
+directories are where pip installs the plugin packages.
+"""
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import sys
 
 
-def default_plugin_path() -> str:
-    """Path of the XLA CPU plugin, or "" when the wheel is not installed.
-
-    ``TORCHTPU_PJRT_PLUGIN`` overrides it at device initialization (in C++).
-    """
-    spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
-    if spec is None or not spec.submodule_search_locations:
-        return ""
-    path = os.path.join(list(spec.submodule_search_locations)[0], "xla_cpu_pjrt.so")
-    return path if os.path.exists(path) else ""
+def search_path() -> list[str]:
+    """The directories installed plugin packages are looked for in (``sys.path`` order)."""
+    return [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]

@@ -1,7 +1,8 @@
 """Nothing silent: metrics of the ``tpu`` device and a readable report.
 
 ``metrics()`` returns counters (compiles, cache hits, executions, transfers and bytes,
-compile time) and CPU fallbacks per op. ``report()`` renders them as a table.
+compile time) and CPU fallbacks per op. ``plugin()`` describes the running PJRT plugin and
+``plugins()`` every plugin torchtpu knows. ``report()`` renders all of it as text.
 """
 
 from __future__ import annotations
@@ -25,6 +26,41 @@ def metrics() -> dict[str, Any]:
     if backend is not None:
         counters.update(backend.compile_stats())
     return counters
+
+
+def plugin() -> dict[str, Any]:
+    """The running PJRT plugin: its registry name ("" for a path the user gave), how it was
+    chosen, its library path, and what it reports at load: PJRT C API version, platform name
+    and version, device kind, whether it has the FFI extension (host kernels), and its plugin
+    attributes (``xla_version``, ``stablehlo_current_version``, ...)."""
+    return dict(_C.plugin_info())
+
+
+def plugins() -> list[dict[str, Any]]:
+    """Every PJRT plugin torchtpu knows, in the registry's order (the default candidates
+    first): name (the PyPI distribution, also a ``TORCHTPU_PJRT_PLUGIN`` value), platform,
+    whether it is a default candidate, provenance, and its installed path ("" if absent)."""
+    return [dict(p) for p in _C.known_plugins()]
+
+
+def _plugin_lines() -> list[str]:
+    try:
+        info = plugin()
+    except RuntimeError as e:  # no plugin could be loaded: say why instead of the facts
+        return [f"PJRT plugin: not loaded: {e}"]
+    attrs = info["attributes"]
+    lines = [
+        f"PJRT plugin: {info['name'] or '(unregistered)'} ({info['chosen_by']})",
+        f"  path: {info['path']}",
+        f"  PJRT C API {info['api_version']}, platform {info['platform']} "
+        f"{info['platform_version']}, device kind {info['device_kind']}, "
+        f"FFI extension: {'yes' if info['ffi_extension'] else 'no'}",
+    ]
+    for key in sorted(attrs):
+        lines.append(f"  {key}: {attrs[key]}")
+    installed = [p["name"] for p in plugins() if p["path"]]
+    lines.append(f"  installed plugins: {', '.join(installed) or 'none'}")
+    return lines
 
 
 def reset_metrics() -> None:
@@ -56,10 +92,11 @@ _ROWS = [
 
 
 def report() -> str:
-    """A readable table of the metrics, with every CPU fallback listed by op."""
+    """The running plugin and a readable table of the metrics, with every CPU fallback
+    listed by op."""
     m = metrics()
     width = max(len(label) for _, label in _ROWS)
-    lines = ["torchtpu report", "-" * (width + 16)]
+    lines = ["torchtpu report", *_plugin_lines(), "-" * (width + 16)]
     for key, label in _ROWS:
         value = m.get(key, 0)
         shown = f"{value:.3f}" if isinstance(value, float) else f"{value:,}"

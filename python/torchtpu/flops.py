@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from torchtpu import _C
+
 log = logging.getLogger("torchtpu.flops")
 
 # Dense bf16 peak per device, by substrings of the plugin's device kind (first match wins,
@@ -107,8 +109,12 @@ def _cpu_model() -> str:
 
 def _cache_key(dtype: torch.dtype, props) -> str:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    # The plugin as it reported itself at load (two builds may share an xla_version).
+    info = _C.plugin_info()
+    plugin = [info["path"], info["api_version"],
+              str(info["attributes"].get("stablehlo_current_version", ""))]
     facts = [props.platform, props.name, str(props.plugin_attributes.get("xla_version", "")),
-             os.environ.get("TORCHTPU_PJRT_PLUGIN", "default"), _cpu_model(), str(cores),
+             *plugin, _cpu_model(), str(cores),
              os.environ.get("XLA_FLAGS", ""), str(dtype), str(_MATMUL_SIZE)]
     return hashlib.sha256("\n".join(facts).encode()).hexdigest()[:16]
 
