@@ -76,7 +76,9 @@ base::StatusOr<PluginChoice> choose_plugin(const std::string& env,
       return base::not_found("runtime: TORCHTPU_PJRT_PLUGIN=" + env + " names a plugin that " +
                              "is not installed (looked for " + k->relative_path +
                              " on the Python path; installed: " + installed_names(found) +
-                             "); pip install " + k->name);
+                             "); " +
+                             (k->is_default ? std::string("scripts/setup.sh installs it")
+                                            : "pip install " + k->name));
     }
     // Not a known name: a path. A known plugin's file keeps its name in reports.
     for (const FoundPlugin& f : found) {

@@ -57,7 +57,8 @@ def test_environment_selects_a_plugin_by_name_and_refuses_one_not_installed() ->
     installed = [p for p in torchtpu.debug.plugins() if p["path"] and p["platform"] == "cpu"]
     if not installed:
         pytest.skip("no CPU plugin is installed to select by name (this run uses another)")
-    absent = [p["name"] for p in torchtpu.debug.plugins() if not p["path"]]
+    absent = [p["name"] for p in torchtpu.debug.plugins()
+              if not p["path"] and not p["default_candidate"]]
     code = """
         import json, torch, torchtpu
         try:
