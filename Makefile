@@ -3,8 +3,9 @@
 #
 #   make setup   system packages, .venv, Python deps, first build (skipped when done)
 #   make build   setup + incremental rebuild/reinstall of the C++ extension
-#   make test    build, then the C++ (ctest) and Python (pytest) suites, then a bounded
-#                second pass of eager tests in fused eager mode (test-fused)
+#   make test    build, then lint (ruff), the C++ (ctest) and Python (pytest) suites, then a
+#                bounded second pass of eager tests in fused eager mode (test-fused)
+#   make lint    ruff check over python, tests, bench, examples and scripts
 #   make demo    build, then examples/train_demo.py
 #   make bench   build, then bench/eager_overhead.py
 #   make op-coverage  build, then scripts/op_coverage.py: every PyTorch OpInfo checked on tpu
@@ -54,7 +55,7 @@ export CCACHE_NOHASHDIR := 1
 BUILD_DIR_CMD = ls -d build/$$($(PY) -c 'import sys; print("cp%d%d" % sys.version_info[:2])')-* \
 	2>/dev/null | head -1
 
-.PHONY: setup build test test-cpp test-python test-fused demo bench bench-compile bench-jax-op serve \
+.PHONY: setup build test lint test-cpp test-python test-fused demo bench bench-compile bench-jax-op serve \
 	bench-serve bench-router op-coverage test-upstream train test-titan bench-train clean distclean
 
 setup:
@@ -66,11 +67,16 @@ build:
 # Every suite always runs, so every summary is printed; the target fails if any fails.
 test: build
 	@rc=0; \
+	$(MAKE) --no-print-directory lint || rc=1; \
 	$(MAKE) --no-print-directory test-cpp || rc=1; \
 	$(MAKE) --no-print-directory test-python || rc=1; \
 	$(MAKE) --no-print-directory test-fused || rc=1; \
 	if [[ $$rc -ne 0 ]]; then echo "make test: FAILED (see the summaries above)"; fi; \
 	exit $$rc
+
+lint:
+	@echo "== Python lint (ruff check; rules in pyproject.toml)"
+	$(PY) -m ruff check python tests bench examples scripts
 
 test-cpp:
 	@dir=$$($(BUILD_DIR_CMD)); \

@@ -51,8 +51,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -144,7 +145,6 @@ def torch_loss(model: torch.nn.Module, tokens: torch.Tensor, targets: torch.Tens
 
 def _jax_model(cfg: Config) -> tuple[Callable, Callable, Callable]:
     import jax
-    import jaxlib
     import jax.numpy as jnp
 
     def layer_norm(x, w, b):

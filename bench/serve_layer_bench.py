@@ -36,8 +36,14 @@ import time
 import torch
 
 import torchtpu  # noqa: F401  (registers the tpu device)
-from torchtpu.serve.model import (attention_kernel_available, decoder_layer, decoder_layers,
-                                  int8_kernel_available, linear, quantize_int8)
+from torchtpu.serve.model import (
+    attention_kernel_available,
+    decoder_layer,
+    decoder_layers,
+    int8_kernel_available,
+    linear,
+    quantize_int8,
+)
 
 PAGE = 16
 
@@ -183,9 +189,8 @@ def main() -> None:
     args = ap.parse_args()
     from transformers import AutoConfig
 
-    from torchtpu.serve.engine import resolve_model
-
     from torchtpu.dynamo import backend
+    from torchtpu.serve.engine import resolve_model
 
     config = AutoConfig.from_pretrained(resolve_model(args.model))
     layer = Layer(config, num_pages=1024)

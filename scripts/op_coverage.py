@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def worker(keys: list[str]) -> None:
 
 # ---- parent ------------------------------------------------------------------------------
 
-def _reader(stream, q: "queue.Queue") -> None:
+def _reader(stream, q: queue.Queue) -> None:
     for line in stream:
         q.put(line)
     q.put(None)

@@ -2,7 +2,7 @@
 ``torchtpu.serve.router`` for the command-line side and docs/architecture.md for what it
 does. Errors: ``ValueError`` for a bad configuration, ``RuntimeError`` otherwise."""
 
-from typing import Callable
+from collections.abc import Callable
 
 class Router:
     def __init__(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -109,7 +109,7 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
-from torchtpu.memory import (  # noqa: F401  (torch.tpu.memory_allocated, ...)
+from torchtpu.memory import (  # noqa: E402, F401  (torch.tpu.memory_allocated, ...)
     TpuDeviceProperties,
     empty_cache,
     get_device_name,
@@ -123,7 +123,7 @@ from torchtpu.memory import (  # noqa: F401  (torch.tpu.memory_allocated, ...)
     reset_accumulated_memory_stats,
     reset_peak_memory_stats,
 )
-from torchtpu.streams import (  # noqa: F401  (torch.tpu.Stream, torch.tpu.Event, ...)
+from torchtpu.streams import (  # noqa: E402, F401  (torch.tpu.Stream, torch.tpu.Event, ...)
     Event,
     Stream,
     current_stream,

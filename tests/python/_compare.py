@@ -8,7 +8,8 @@ no CPU fallback: a test of a lowered op must exercise the lowering, not PyTorch'
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 

@@ -16,12 +16,13 @@ import os
 import sys
 import warnings
 from collections import defaultdict
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.fx
-from torch._decomp import core_aten_decompositions
 from functorch.compile import make_boxed_func
+from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from torchtpu import _C

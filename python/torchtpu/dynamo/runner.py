@@ -27,8 +27,13 @@ from torchtpu import _C
 from torchtpu.dynamo import collectives as graph_collectives
 from torchtpu.dynamo.buckets import BucketPlan, Hazard, bucket_policy, bucket_size, plan
 from torchtpu.dynamo.buckets import layout as L
-from torchtpu.dynamo.graph_spec import (GraphPlan, UnsupportedGraph, build_plan, evaluate,
-                                        free_symbols)
+from torchtpu.dynamo.graph_spec import (
+    GraphPlan,
+    UnsupportedGraph,
+    build_plan,
+    evaluate,
+    free_symbols,
+)
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -40,7 +45,7 @@ class Session:
     placeholders of those names); empty while the forward runs at exact sizes."""
 
     saved: dict[str, tuple] = field(default_factory=dict)
-    forward: "GraphRunner | None" = None
+    forward: GraphRunner | None = None
 
 
 def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

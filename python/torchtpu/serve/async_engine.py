@@ -18,7 +18,7 @@ import itertools
 import logging
 import queue
 import threading
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 from torchtpu.serve.engine import LLMEngine, RequestOutput
 from torchtpu.serve.sampling import SamplingParams

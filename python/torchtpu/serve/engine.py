@@ -96,9 +96,9 @@ class LLMEngine:
         `quantization`: None (f32 weights) or "int8" (weight-only, per output channel);
         `layers_per_call`: decoder layers per compiled call (None: runner.layer_groups);
         `kv_events`: publish the prefix cache's KV events (kv_events.py)."""
-        import torchtpu  # noqa: F401  (registers the device)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        import torchtpu  # noqa: F401  (registers the device)
         from torchtpu import _serve
         from torchtpu.serve.model import PagedDecoder
         from torchtpu.serve.runner import ModelRunner

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING
 
 from torchtpu.serve import protocol, responses, tools
-from torchtpu.serve.structured import GuidedDecoding
 from torchtpu.serve.async_engine import EngineDeadError, RequestError
 from torchtpu.serve.errors import ApiError
 from torchtpu.serve.sampling import SamplingParams, best_of
+from torchtpu.serve.structured import GuidedDecoding
 
 if TYPE_CHECKING:
     from torchtpu.serve.server import OpenAIServer

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 from torchtpu.serve.engine import LLMEngine
 from torchtpu.serve.sampling import Sample, SamplingParams, best_of

@@ -13,14 +13,14 @@ booleans for numbers), finite, and bounded, so nothing out of range reaches the 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Callable, Literal, Union
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from torchtpu.serve.errors import ApiError
 from torchtpu.serve.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_N, SamplingParams
 from torchtpu.serve.structured import GuidedDecoding
-
 
 
 def _integral(value: object) -> object:
@@ -99,7 +99,7 @@ class ToolCall(_Model):
 
 class Message(_Model):
     role: str
-    content: Union[str, list[TextPart], None] = None
+    content: str | list[TextPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -113,7 +113,7 @@ class _Sampling(_Model):
     n: Annotated[Int, Field(ge=1, le=MAX_N)] = 1
     best_of: Annotated[Int, Field(ge=1, le=MAX_N)] | None = None
     seed: Int64 | None = None
-    stop: Union[str, list[str], None] = None
+    stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
@@ -147,7 +147,7 @@ class _Sampling(_Model):
     prompt_logprobs: Unsupported = None
     bad_words: Unsupported = None
     response_format: ResponseFormat | None = None
-    guided_json: Union[dict[str, Any], str, None] = Field(
+    guided_json: dict[str, Any] | str | None = Field(
         None, description="A JSON schema (object or JSON text) the output must match.")
     guided_regex: str | None = None
     guided_choice: Annotated[list[str], Field(min_length=1)] | None = None
@@ -164,7 +164,7 @@ class _Sampling(_Model):
 
 
 class CompletionRequest(_Sampling):
-    prompt: Union[str, list[str], list[Int], list[list[Int]]]
+    prompt: str | list[str] | list[Int] | list[list[Int]]
     max_tokens: Annotated[Int, Field(ge=0, le=INT64_MAX)] | None = Field(
         None, description="Default 16 (capped by the context); 0 only with echo.")
     echo: bool = False
@@ -190,7 +190,7 @@ class ChatCompletionRequest(_Sampling):
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[Tool] | None = None
-    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = Field(
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
         None, description="Default: auto when tools are given.")
     parallel_tool_calls: bool | None = None
     functions: Unsupported = None

@@ -28,13 +28,19 @@ import logging
 import sys
 import time
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
-from torchtpu.serve.model import (PagedDecoder, attention_kernel_available, decoder_layers,
-                                  embed, int8_kernel_available, lm_head)
+from torchtpu.serve.model import (
+    PagedDecoder,
+    attention_kernel_available,
+    decoder_layers,
+    embed,
+    int8_kernel_available,
+    lm_head,
+)
 
 log = logging.getLogger("torchtpu.serve")
 

@@ -16,8 +16,8 @@ import asyncio
 import concurrent.futures
 import logging
 import socket
+from collections.abc import Callable
 from importlib import metadata
-from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,8 +31,12 @@ from torchtpu.serve.async_engine import AsyncEngine, EngineDeadError, RequestErr
 from torchtpu.serve.engine import LLMEngine
 from torchtpu.serve.errors import ApiError, documented, validation_error
 from torchtpu.serve.generation import Generation, collect, stream_events
-from torchtpu.serve.protocol import (ChatCompletionRequest, CompletionRequest,
-                                     DetokenizeRequest, TokenizeRequest)
+from torchtpu.serve.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
 
 log = logging.getLogger("torchtpu.serve")
 

@@ -30,7 +30,8 @@ import itertools
 import logging
 import warnings
 import zlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
@@ -155,7 +156,7 @@ def tolerance(dtype: torch.dtype) -> tuple[float, float]:
 class _Watch:
     """Fallbacks and host round-trips (op name -> count) that happened inside the block."""
 
-    def __enter__(self) -> "_Watch":
+    def __enter__(self) -> _Watch:
         self._before = {k: dict(v) for k, v in _C.keyed_counters().items()}
         self.fallbacks: set[str] = set()
         self.roundtrips: set[str] = set()

@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from torchtpu.dynamo import backend
 from torchtpu.dynamo.backend import bucket_policy, bucket_size
 
 

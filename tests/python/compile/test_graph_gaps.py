@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import torchtpu
 from _compare import fallbacks, new_fallbacks
 
 TPU = "tpu"

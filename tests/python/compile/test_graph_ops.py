@@ -10,7 +10,8 @@ and 1e-4 / 1e-4 (gradients, which sum over the batch).
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

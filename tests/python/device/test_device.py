@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _subprocess import run_python
 
 import torchtpu
-from _subprocess import run_python
 
 
 def test_is_available_and_count() -> None:

@@ -9,8 +9,9 @@ import re
 
 import pytest
 import torch
-import torchtpu
 from _subprocess import run_python
+
+import torchtpu
 
 KNOWN = {"xla-cpu-pjrt", "lammps-jax-pjrt-cpu", "jax-cuda12-pjrt", "jax-cuda13-pjrt", "libtpu"}
 

@@ -10,9 +10,9 @@ both are what a cold process pays.
 from __future__ import annotations
 
 import torch
+from _subprocess import run_python
 
 import torchtpu
-from _subprocess import run_python
 
 
 def programs_loaded() -> int:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import torch.multiprocessing as mp
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable
 
 
 def run_rank_threads(fn: Callable[[int, int], None], world_size: int = 4, *,

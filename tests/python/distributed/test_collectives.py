@@ -5,7 +5,6 @@ Gloo). All checks run in one spawned job to pay the start-up once."""
 from __future__ import annotations
 
 import pytest
-
 from _launch import run_ranks
 
 pytestmark = pytest.mark.timeout(300)

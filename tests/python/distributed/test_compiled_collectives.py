@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from _launch import run_ranks
 from _subprocess import run_python
 

@@ -4,7 +4,6 @@ tensors, loaded by 1 rank into an unsharded model (resharding)."""
 from __future__ import annotations
 
 import pytest
-
 from _launch import run_ranks
 
 pytestmark = pytest.mark.timeout(300)
@@ -14,10 +13,9 @@ def _save(rank: int, world: int, ckpt: str, expect_path: str) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
     import torch.nn.functional as F
+    from _models import TinyTransformer
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-
-    from _models import TinyTransformer
 
     torch.manual_seed(0)
     model = TinyTransformer().to("tpu")
@@ -40,7 +38,6 @@ def _save(rank: int, world: int, ckpt: str, expect_path: str) -> None:
 def _load(rank: int, world: int, ckpt: str, expect_path: str) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
-
     from _models import TinyTransformer
 
     torch.manual_seed(1)  # other initial weights than the saved ones

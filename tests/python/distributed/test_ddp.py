@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from _launch import run_ranks
 
 pytestmark = pytest.mark.timeout(300)

@@ -6,7 +6,6 @@ naming the rank that did not reach the collective."""
 from __future__ import annotations
 
 import pytest
-
 from _launch import run_ranks
 
 pytestmark = pytest.mark.timeout(300)

@@ -5,7 +5,6 @@ MLP against the unsharded module. One spawned job."""
 from __future__ import annotations
 
 import pytest
-
 from _launch import run_ranks
 
 pytestmark = pytest.mark.timeout(300)

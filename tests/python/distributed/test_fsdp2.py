@@ -4,7 +4,6 @@ single-process training step for step."""
 from __future__ import annotations
 
 import pytest
-
 from _launch import run_ranks
 
 pytestmark = pytest.mark.timeout(300)
@@ -15,11 +14,11 @@ def _fsdp2(rank: int, world: int, compiled: bool) -> None:
 
     import torch
     import torch.nn.functional as F
+    from _models import TinyTransformer
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     import torchtpu
-    from _models import TinyTransformer
 
     torch.manual_seed(0)
     ref = TinyTransformer()

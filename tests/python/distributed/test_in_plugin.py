@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from _subprocess import run_python
 
 pytestmark = pytest.mark.timeout(300)

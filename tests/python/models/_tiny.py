@@ -7,7 +7,7 @@ types and pooler in BERT) at a size that compiles and runs in seconds on the CPU
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import transformers

@@ -16,10 +16,10 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-
-import torchtpu
 from _compare import assert_close
 from _tiny import DECODER_CONFIGS, VOCAB, bert, decoder, prompt
+
+import torchtpu
 
 F32_TOLS = {torch.float32: (1e-5, 1e-5)}
 NEW_TOKENS = 32

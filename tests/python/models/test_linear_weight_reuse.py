@@ -10,9 +10,9 @@ import ctypes
 import os
 
 import torch
-import torchtpu
-
 from _compare import assert_close
+
+import torchtpu
 
 
 def test_xnnpack_is_off_for_the_cpu_plugin() -> None:

@@ -13,9 +13,9 @@ import os
 
 import pytest
 import torch
+from _compare import assert_close
 
 import torchtpu
-from _compare import assert_close
 
 transformers = pytest.importorskip("transformers")
 

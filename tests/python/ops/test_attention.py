@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from _compare import assert_same, make
 
 TOLS = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2)}

@@ -4,7 +4,8 @@ stablehlo.fft; forward and backward against PyTorch on the CPU, with CPU fallbac
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

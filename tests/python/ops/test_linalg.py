@@ -10,7 +10,8 @@ check backward error (residuals) and relative accuracy against known answers ins
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -213,11 +214,11 @@ def test_lu_factor_singular_info_matches_cpu() -> None:
 def test_lu_without_pivoting_reconstructs() -> None:
     # The CPU kernel supports pivot=False only on CUDA; check the factorization itself.
     a = general(2, 4, 4, dtype=torch.float64)
-    p, l, u = run_no_fallback(lambda x: torch.linalg.lu(x, pivot=False), a.to("tpu"))
-    l, u = l.cpu(), u.cpu()
-    torch.testing.assert_close(l @ u, a, rtol=1e-12, atol=1e-12)
-    assert torch.equal(l, l.tril()) and torch.equal(u, u.triu())
-    assert torch.equal(torch.diagonal(l, 0, -2, -1), torch.ones(2, 4, dtype=torch.float64))
+    p, lower, upper = run_no_fallback(lambda x: torch.linalg.lu(x, pivot=False), a.to("tpu"))
+    lower, upper = lower.cpu(), upper.cpu()
+    torch.testing.assert_close(lower @ upper, a, rtol=1e-12, atol=1e-12)
+    assert torch.equal(lower, lower.tril()) and torch.equal(upper, upper.triu())
+    assert torch.equal(torch.diagonal(lower, 0, -2, -1), torch.ones(2, 4, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("left", [True, False])

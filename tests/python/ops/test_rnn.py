@@ -8,12 +8,13 @@ lowered; the CPU reference runs PyTorch's own CPU path. Every test forbids CPU f
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 import torch.nn as nn
-from _compare import assert_close, new_fallbacks, fallbacks, make, to_device
+from _compare import assert_close, fallbacks, make, new_fallbacks, to_device
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import torchtpu

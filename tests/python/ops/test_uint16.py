@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import torchtpu
-
 
 @pytest.fixture(autouse=True)
 def _no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:

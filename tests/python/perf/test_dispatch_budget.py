@@ -20,7 +20,6 @@ import subprocess
 import sys
 
 import pytest
-
 from _subprocess import REPO_PYTHON
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _compare import fallbacks, new_fallbacks
 
 import torchtpu
-from _compare import fallbacks, new_fallbacks
 
 TPU = "tpu"
 

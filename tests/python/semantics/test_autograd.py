@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
-from _compare import assert_close, make, new_fallbacks, fallbacks, to_device
+from _compare import assert_close, fallbacks, make, new_fallbacks, to_device
 
 GRAD_TOLS = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (3e-2, 5e-2)}
 

@@ -24,7 +24,7 @@ def hf_reference():
     """Greedy generate() of a model folder on the CPU, the reference the engine must match."""
     from transformers import AutoModelForCausalLM
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def model(path):
         return AutoModelForCausalLM.from_pretrained(path).eval()
 

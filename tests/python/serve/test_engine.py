@@ -5,8 +5,8 @@ preemption."""
 import random
 
 import pytest
-
 from conftest import ENGINE_ARGS
+
 from torchtpu.serve import LLM, SamplingParams
 
 

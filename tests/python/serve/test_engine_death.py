@@ -9,8 +9,8 @@ import threading
 import time
 
 import httpx
-
 from conftest import ENGINE_ARGS, RunningServer
+
 from torchtpu.serve import LLMEngine
 
 LONG = {"prompt": "O Romeo", "max_tokens": 250, "temperature": 0, "ignore_eos": True, "n": 16}

@@ -10,8 +10,8 @@ import time
 import msgpack
 import pytest
 import zmq
-
 from conftest import ENGINE_ARGS
+
 from torchtpu.serve import LLMEngine, SamplingParams
 from torchtpu.serve.kv_events import KvEventsConfig
 

@@ -10,8 +10,13 @@ import re
 import httpx
 import pytest
 
-from torchtpu.serve.protocol import (INFORMATIONAL, ChatCompletionRequest, CompletionRequest,
-                                     Message, unsupported_fields)
+from torchtpu.serve.protocol import (
+    INFORMATIONAL,
+    ChatCompletionRequest,
+    CompletionRequest,
+    Message,
+    unsupported_fields,
+)
 
 FORCED = 40  # a token id logit_bias can force
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 import torch
-
 from conftest import ENGINE_ARGS
+
 from torchtpu import ops
 from torchtpu.serve import LLM, SamplingParams
 from torchtpu.serve.evaluate import perplexity

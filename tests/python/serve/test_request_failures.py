@@ -9,8 +9,8 @@ sampler must never pick it), and a prompt that contains it makes every logit NaN
 import httpx
 import pytest
 import torch
-
 from conftest import ENGINE_ARGS, RunningServer
+
 from torchtpu.serve import LLM, LLMEngine, SamplingParams
 
 POISON = 7

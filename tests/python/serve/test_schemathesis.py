@@ -9,9 +9,11 @@ schemathesis = pytest.importorskip(
     "schemathesis", reason="schemathesis is not installed (scripts/setup.sh installs it)")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
-from schemathesis.specs.openapi.checks import (content_type_conformance,  # noqa: E402
-                                               response_schema_conformance,
-                                               status_code_conformance)
+from schemathesis.specs.openapi.checks import (  # noqa: E402
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]

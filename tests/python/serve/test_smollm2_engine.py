@@ -7,6 +7,7 @@ starts from the prefix cache."""
 from dataclasses import replace
 
 from conftest import ENGINE_ARGS, SPEC
+
 from torchtpu.serve import LLM, SamplingParams
 
 

@@ -10,11 +10,10 @@ import random
 from dataclasses import replace
 
 import httpx
-
 import pytest
 import torch
-
 from conftest import ENGINE_ARGS, SPEC, RunningServer
+
 from torchtpu.serve import LLM, LLMEngine, SamplingParams
 from torchtpu.serve.speculative import SpeculativeConfig
 

@@ -9,10 +9,9 @@ import json
 import httpx
 import openai
 import pytest
-
 from conftest import ENGINE_ARGS, RunningServer
-from torchtpu.serve import LLMEngine
-from torchtpu.serve import tools
+
+from torchtpu.serve import LLMEngine, tools
 
 pytest.importorskip("xgrammar", reason="xgrammar is not installed (scripts/setup.sh does)")
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed")

@@ -60,9 +60,16 @@ def build_model_dir(path: str, arch: str = "llama", seed: int = 0,
                     chat_template: str = CHATML) -> str:
     """Saves a 2-layer random model of `arch` (llama | qwen2 | qwen3 | mistral) and the
     tokenizer (with `chat_template`) to `path`; returns it."""
-    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig,
-                              MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                              Qwen3ForCausalLM)
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     tok = build_tokenizer(chat_template=chat_template)
     classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),

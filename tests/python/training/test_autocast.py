@@ -10,9 +10,8 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from _compare import fallbacks, new_fallbacks
+from torch import nn
 
 TPU = "tpu"
 TOLS = {torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (2e-3, 2e-3)}

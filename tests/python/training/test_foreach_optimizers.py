@@ -4,15 +4,15 @@
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
+from _compare import fallbacks, new_fallbacks
 from torch import nn
 
 import torchtpu
-from _compare import fallbacks, new_fallbacks
 
 TPU = "tpu"
 NUM_STEPS = 4

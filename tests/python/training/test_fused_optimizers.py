@@ -10,10 +10,10 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from _compare import fallbacks, new_fallbacks
 from torch import nn
 
 import torchtpu
-from _compare import fallbacks, new_fallbacks
 
 TPU = "tpu"
 # Per-element arithmetic as PyTorch's CPU kernel orders it; the two may differ by a fused

@@ -4,7 +4,7 @@ loss curve within stated tolerances (SGD with momentum and AdamW, 30 steps)."""
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch

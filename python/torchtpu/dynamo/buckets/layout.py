@@ -20,7 +20,7 @@ stays a component of its own (``(4, n)``).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import sympy
 import torch

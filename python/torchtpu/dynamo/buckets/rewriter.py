@@ -12,7 +12,8 @@ values when run unpadded, and each node it adds goes through its own rule.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import sympy
 import torch

@@ -27,8 +27,9 @@ Each rule kind has FX-in/FX-out tests and padded-against-CPU cases
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import sympy
 import torch

@@ -10,8 +10,9 @@ the graph must hold the case's op on a dynamic dim.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

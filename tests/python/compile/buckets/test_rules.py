@@ -9,7 +9,8 @@ test_padded_ops.py's and test_varying_lengths.py's.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sympy
