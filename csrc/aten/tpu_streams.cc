@@ -13,6 +13,7 @@
 #include "aten/fused_eager.h"
 #include "aten/tpu_guard.h"
 #include "aten/tpu_storage.h"
+#include "base/metrics.h"
 #include "lowering/storage_programs.h"
 #include "runtime/device_queue.h"
 #include "runtime/event.h"
@@ -34,12 +35,6 @@ struct TpuEvent {
 
 thread_local std::map<c10::DeviceIndex, c10::StreamId> t_current;
 std::atomic<c10::StreamId> g_next_stream_id{1};  // 0 is the default stream
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 c10::DeviceIndex index_of(c10::Device d) {
   return d.has_index() ? d.index() : static_cast<c10::DeviceIndex>(current_device_index());
@@ -125,7 +120,7 @@ void record_event(void** event, const c10::Stream& stream, c10::DeviceIndex devi
   std::shared_ptr<std::atomic<int64_t>> done;
   if (e->timing) {
     done = std::make_shared<std::atomic<int64_t>>(-1);
-    base::Status s = (*ready)->on_ready([done](const base::Status&) { done->store(now_ns()); });
+    base::Status s = (*ready)->on_ready([done](const base::Status&) { done->store(base::monotonic_ns()); });
     TORCH_CHECK(s.ok(), "tpu: recording a timing event: ", s.message());
   }
   e->marker = std::move(marker);

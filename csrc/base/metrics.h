@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -37,5 +38,12 @@ int64_t counter_value(std::string_view name);
 std::map<std::string, int64_t> counters_snapshot();
 std::map<std::string, std::map<std::string, int64_t>> keyed_counters_snapshot();
 void reset_metrics();
+
+// Nanoseconds on the steady clock, for durations that timing counters accumulate.
+inline int64_t monotonic_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace torchtpu::base

@@ -24,12 +24,6 @@ const base::Counter kIssueNs("host_staged_issue_ns");
 const base::Counter kQueueWaitNs("host_staged_queue_wait_ns");
 const base::Counter kCompleteNs("host_staged_complete_ns");
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 TpuBackend::TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t> global_ranks,
@@ -70,17 +64,17 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
     ok_or_raise(body(*transport_));
     return c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), true);
   }
-  int64_t issued = now_ns();
+  int64_t issued = base::monotonic_ns();
   auto work = c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), false);
   std::optional<c10::Device> device;
   for (const at::Tensor& t : work->result()) {
     if (t.defined()) device = t.device();
   }
   std::vector<int64_t> ranks = global_ranks_;
-  int64_t enqueued = now_ns();
+  int64_t enqueued = base::monotonic_ns();
   CollectiveQueue::Task task([work, body = std::move(body), transport = transport_, title,
                               device, ranks, enqueued](bool cancelled) mutable {
-    kQueueWaitNs.add(now_ns() - enqueued);
+    kQueueWaitNs.add(base::monotonic_ns() - enqueued);
     std::exception_ptr error;
     try {
       if (cancelled) {
@@ -104,11 +98,11 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
     // cancelled by it cannot unwind through.
     body = nullptr;
     transport.reset();
-    int64_t completing = now_ns();
+    int64_t completing = base::monotonic_ns();
     work->complete(error);
-    kCompleteNs.add(now_ns() - completing);
+    kCompleteNs.add(base::monotonic_ns() - completing);
   });
-  kIssueNs.add(now_ns() - issued);
+  kIssueNs.add(base::monotonic_ns() - issued);
   // Always on the queue's thread, whatever the size: c10d hands the backend no async_op, and a
   // collective run here would block an `async_op=True` caller until every peer joined, which
   // deadlocks programs that signal a peer (a store key, another group) before waiting.

@@ -33,18 +33,12 @@ const base::Counter kToDeviceNs("host_staged_to_device_ns");
 // Collectives whose data travelled with their signature exchange (one Gloo exchange).
 const base::Counter kCarried("num_host_staged_carried");
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // Adds the time from its construction (or the last lap) to a counter.
 class Lap {
  public:
-  Lap() : t_(now_ns()) {}
+  Lap() : t_(base::monotonic_ns()) {}
   void to(const base::Counter& c) {
-    int64_t t = now_ns();
+    int64_t t = base::monotonic_ns();
     c.add(t - t_);
     t_ = t;
   }
