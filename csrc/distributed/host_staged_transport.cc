@@ -67,10 +67,7 @@ HostStagedTransport::HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
       timeout_(timeout),
       check_signatures_(signature_checks_enabled()),
       host_memory_(aten::client().platform_name() == "cpu"),
-      inline_capacity_(global_ranks_.size() > 1
-                           ? kInlineGatherBytes / static_cast<int64_t>(global_ranks_.size()) /
-                                 64 * 64
-                           : 0),
+      inline_capacity_(global_ranks_.size() > 1 ? kPayloadRoomBytes : 0),
       pool_(std::make_shared<HostPool>()) {}
 
 std::string HostStagedTransport::ranks_text() const {

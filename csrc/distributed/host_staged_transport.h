@@ -113,14 +113,12 @@ class HostStagedTransport : public Transport {
   bool check_signatures_;
   bool host_memory_;  // the plugin's device memory is host memory (the CPU plugin)
   at::Tensor send_slot_;  // uint8, grown on demand
-  // The payload room of every rank's exchange block: fixed for the group's life (every
-  // rank derives it from the group's size alone, so no failure or sequence of sizes can
-  // make ranks disagree on the block they all_gather), sized so that the whole gathered
-  // block stays near kInlineGatherBytes: a barrier or a large collective pays for the room
-  // it does not use, and for 64 KB that is a few tens of microseconds, while a small
-  // collective saves a whole Gloo round trip (a few hundred).
+  // The payload room of every rank's exchange block: fixed (no failure or sequence of sizes
+  // can make ranks disagree on the block they all_gather), and small, because every check
+  // gathers it: a Gloo all_gather costs several times more at tens of KB per rank than at a
+  // few KB, which cost about what the header alone does (bench/collectives.py).
   const int64_t inline_capacity_;
-  static constexpr int64_t kInlineGatherBytes = int64_t{64} << 10;
+  static constexpr int64_t kPayloadRoomBytes = int64_t{4} << 10;
   at::Tensor header_slot_;    // uint8: this rank's header and payload
   at::Tensor gathered_slot_;  // uint8: every rank's
   std::shared_ptr<HostPool> pool_;
