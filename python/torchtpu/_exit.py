@@ -21,7 +21,7 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -40,7 +40,7 @@ def _wait_for_threads() -> None:
     for wait in _waits:
         try:
             wait()
-        except Exception as e:  # at exit there is no caller left to raise to
+        except Exception as e:  # noqa: BLE001  (at exit there is no caller left to raise to)
             print(f"torchtpu: at exit, {getattr(wait, '__name__', wait)}: {e}", file=sys.stderr)
 
 
