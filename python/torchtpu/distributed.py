@@ -23,7 +23,6 @@ created:
 
 from __future__ import annotations
 
-import atexit
 import os
 import socket
 import time
@@ -33,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from torchtpu import _C
+from torchtpu import _C, _exit
 
 _native = _C._distributed
 
@@ -48,7 +47,7 @@ def _wait_for_detached_collective_threads(limit_s: float = 10.0) -> None:
         time.sleep(0.005)
 
 
-atexit.register(_wait_for_detached_collective_threads)
+_exit.register(_wait_for_detached_collective_threads)
 
 BACKEND_NAME = "tpu"
 
