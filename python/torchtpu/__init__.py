@@ -31,7 +31,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=False
 )
 
-from torchtpu import _exit  # noqa: F401  (brings our threads to rest before finalization)
+from torchtpu import _exit  # noqa: E402,F401  (brings our threads to rest before finalization)
 from torchtpu import debug  # noqa: E402
 from torchtpu import models  # noqa: E402  (stdlib-only until a model is converted)
 from torchtpu import ops  # noqa: E402,F401  (defines the torchtpu:: ops)
