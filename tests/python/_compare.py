@@ -8,7 +8,8 @@ no CPU fallback: a test of a lowered op must exercise the lowering, not PyTorch'
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -102,6 +103,25 @@ def assert_close(actual: Any, expected: Any, *,
             f"{what}: expected {expected}, got {actual}")
     else:
         assert actual == expected, f"{what}: expected {expected!r}, got {actual!r}"
+
+
+@contextlib.contextmanager
+def eager_mode(mode: str) -> Iterator[None]:
+    """Runs the block in eager mode `mode` ("op" or "fused"), then restores the previous
+    mode (which runs the graphs still pending when leaving fused mode)."""
+    previous = torchtpu.eager_mode()
+    torchtpu.set_eager_mode(mode)
+    try:
+        yield
+    finally:
+        torchtpu.set_eager_mode(previous)
+
+
+def programs_obtained() -> int:
+    """Executables this process compiled or loaded from the disk cache so far: every program
+    it needed that it did not hold already (eager ops, graphs, storage programs)."""
+    m = torchtpu.debug.metrics()
+    return m.get("num_compiles", 0) + m.get("num_compile_cache_hits_disk", 0)
 
 
 def fallbacks() -> dict[str, int]:

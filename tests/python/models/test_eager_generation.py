@@ -17,28 +17,20 @@ it fails at the second length, so it costs a few seconds until then.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _compare import eager_mode, programs_obtained
 
-import torchtpu
 from torchtpu.dynamo.buckets import bucket_size
 
 WINDOW = 8
 VOCAB = 11
 D_MODEL = 16
 HEADS = 2
-
-
-def programs_obtained() -> int:
-    """Executables this process compiled or loaded from the disk cache so far."""
-    m = torchtpu.debug.metrics()
-    return m.get("num_compiles", 0) + m.get("num_compile_cache_hits_disk", 0)
 
 
 class TinyGPT(nn.Module):
@@ -69,16 +61,6 @@ class TinyGPT(nn.Module):
         x = x + self.proj(y)
         x = x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
         return self.head(x)
-
-
-@contextlib.contextmanager
-def eager_mode(mode: str) -> Iterator[None]:
-    previous = torchtpu.eager_mode()
-    torchtpu.set_eager_mode(mode)
-    try:
-        yield
-    finally:
-        torchtpu.set_eager_mode(previous)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 21 item 4: eager ops compile one set of "

@@ -7,41 +7,24 @@ loop finds its graph in the cache from the second iteration on.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import pytest
 import torch
 import torch.nn.functional as F
+from _compare import eager_mode, programs_obtained
 
 import torchtpu
 
 TPU = "tpu"
 
 
-@contextlib.contextmanager
-def fused() -> Iterator[None]:
-    previous = torchtpu.eager_mode()
-    torchtpu.set_eager_mode("fused")
-    try:
-        yield
-    finally:
-        torchtpu.set_eager_mode(previous)
-
-
 def counter(name: str) -> int:
     return torchtpu._C.counters().get(name, 0)
-
-
-def programs_obtained() -> int:
-    """Executables this process compiled or loaded from the disk cache so far."""
-    return counter("num_compiles") + counter("num_compile_cache_hits_disk")
 
 
 def test_ops_are_deferred_until_a_host_read() -> None:
     a = torch.randn(8, 8)
     b = torch.randn(8, 8)
-    with fused():
+    with eager_mode("fused"):
         x, y = a.to(TPU), b.to(TPU)
         before = torchtpu._C.num_pending_ops(0)
         z = torch.relu(x @ y + 1.5) * 2
@@ -56,7 +39,7 @@ def test_ops_are_deferred_until_a_host_read() -> None:
 def test_a_loop_hits_the_fused_graph_cache() -> None:
     w = torch.randn(16, 16)
     x0 = torch.randn(4, 16)
-    with fused():
+    with eager_mode("fused"):
         wt, x = w.to(TPU), x0.to(TPU)
         values = []
         for step in range(4):
@@ -86,7 +69,7 @@ def test_in_place_and_views_keep_eager_semantics() -> None:
 
     expected = program(base.clone())
     op_by_op = [r.cpu() for r in program(base.clone().to(TPU))]
-    with fused():
+    with eager_mode("fused"):
         got = [r.cpu() for r in program(base.clone().to(TPU))]
     for e, o, g in zip(expected, op_by_op, got):
         torch.testing.assert_close(o, e)
@@ -95,7 +78,7 @@ def test_in_place_and_views_keep_eager_semantics() -> None:
 
 def test_dead_intermediates_are_not_outputs_and_held_ones_are() -> None:
     a = torch.randn(32)
-    with fused():
+    with eager_mode("fused"):
         x = a.to(TPU)
         keep = x * 3
         for _ in range(5):
@@ -116,7 +99,7 @@ def test_views_of_computed_storages_are_read_in_the_graph() -> None:
     w = torch.randn(8, 6)
     mask = torch.tril(torch.ones(8, 8, dtype=torch.bool))
     bits = torch.arange(8, dtype=torch.int32)
-    with fused():
+    with eager_mode("fused"):
         wt, mt = w.to(TPU), mask.to(TPU)
         bt = bits.to(TPU).view(torch.float32)  # the same bytes, read as another dtype
         grown = (wt * 2)
@@ -139,7 +122,7 @@ def test_views_of_computed_storages_are_read_in_the_graph() -> None:
 
 
 def test_index_errors_are_raised_at_the_call_and_change_nothing() -> None:
-    with fused():
+    with eager_mode("fused"):
         x = torch.arange(6.0, device=TPU) * 2  # pending when the bad op comes
         with pytest.raises(IndexError):
             x.index_select(0, torch.tensor([7], device=TPU))
@@ -147,7 +130,7 @@ def test_index_errors_are_raised_at_the_call_and_change_nothing() -> None:
 
 
 def test_shape_errors_are_raised_at_the_call() -> None:
-    with fused():
+    with eager_mode("fused"):
         a = torch.ones(3, 4, device=TPU) + 1
         with pytest.raises(RuntimeError):
             torch.mm(a, torch.ones(5, 2, device=TPU))
@@ -164,24 +147,20 @@ def test_training_steps_match_op_by_op() -> None:
         x = torch.randn(16, 8, generator=g).to(TPU)
         y = torch.randint(0, 4, (16,), generator=g).to(TPU)
         losses = []
-        previous = torchtpu.eager_mode()
-        torchtpu.set_eager_mode(mode)
-        try:
+        with eager_mode(mode):
             for _ in range(4):
                 loss = F.cross_entropy(model(x), y)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
                 losses.append(loss.item())
-        finally:
-            torchtpu.set_eager_mode(previous)
         return losses
 
     torch.testing.assert_close(train("fused"), train("op"), rtol=1e-5, atol=1e-6)
 
 
 def test_synchronize_and_mode_switch_run_pending_graphs() -> None:
-    with fused():
+    with eager_mode("fused"):
         x = torch.ones(4, device=TPU) * 7
         assert torchtpu._C.num_pending_ops(0) > 0
         torch.tpu.synchronize()
@@ -197,7 +176,7 @@ def test_random_ops_draw_in_call_order() -> None:
     b = torch.randn(5, device=TPU)
     expected = [a.cpu(), b.cpu()]
     torchtpu.manual_seed(3)
-    with fused():
+    with eager_mode("fused"):
         c = torch.rand(5, device=TPU)
         d = torch.randn(5, device=TPU)
         got = [c.cpu(), d.cpu()]

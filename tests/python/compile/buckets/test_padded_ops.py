@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from _compare import programs_obtained
 
 import torchtpu
 from torchtpu.dynamo import runner
@@ -228,13 +229,6 @@ def _op(name: str) -> torch._ops.OpOverload:
 def test_every_case_is_an_op_with_a_rule() -> None:
     missing = [name for name in CASES if RULES.get(_op(name)) is None]
     assert not missing
-
-
-def programs_obtained() -> int:
-    """Executables this process compiled or loaded from the disk cache so far: every program
-    it needed that it did not hold already (eager ops, graphs, storage programs)."""
-    m = torchtpu.debug.metrics()
-    return m.get("num_compiles", 0) + m.get("num_compile_cache_hits_disk", 0)
 
 
 def _touched_ops(gm: torch.fx.GraphModule) -> list[str]:

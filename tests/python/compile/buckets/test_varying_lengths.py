@@ -14,17 +14,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+from _compare import programs_obtained
 
-import torchtpu
 from torchtpu.dynamo.buckets import bucket_size
 
 D_MODEL = 16
-
-
-def programs_obtained() -> int:
-    """Executables this process compiled or loaded from the disk cache so far."""
-    m = torchtpu.debug.metrics()
-    return m.get("num_compiles", 0) + m.get("num_compile_cache_hits_disk", 0)
 
 
 class Block(nn.Module):
