@@ -110,11 +110,10 @@ def _cpu_model() -> str:
 def _cache_key(dtype: torch.dtype, props) -> str:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     # The plugin as it reported itself at load (two builds may share an xla_version).
-    info = _C.plugin_info()
-    plugin = [info["path"], info["api_version"],
-              str(info["attributes"].get("stablehlo_current_version", ""))]
-    facts = [props.platform, props.name, str(props.plugin_attributes.get("xla_version", "")),
-             *plugin, _cpu_model(), str(cores),
+    attrs = props.plugin_attributes
+    facts = [props.platform, props.name, _C.plugin_info()["path"], props.pjrt_api_version,
+             str(attrs.get("xla_version", "")), str(attrs.get("stablehlo_current_version", "")),
+             _cpu_model(), str(cores),
              os.environ.get("XLA_FLAGS", ""), str(dtype), str(_MATMUL_SIZE)]
     return hashlib.sha256("\n".join(facts).encode()).hexdigest()[:16]
 
