@@ -87,7 +87,7 @@ test-cpp:
 
 test-python:
 	@echo "== Python tests (pytest tests/python, timeout $(PYTEST_TIMEOUT)s per test)"
-	$(PY) -m pytest tests/python -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
+	$(PY) -m pytest tests/python -q --timeout=$(PYTEST_TIMEOUT) --durations=25 $(PYTEST_ARGS)
 
 # Fused eager mode (TORCHTPU_EAGER=fused) must keep op-by-op semantics: a second pass over a
 # bounded subset of the semantics, training and models tests (FUSED_TESTS), about 2 minutes.

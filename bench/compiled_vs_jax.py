@@ -35,7 +35,12 @@ It also measures the first (cold) training step of ours in a fresh process with 
 cache should make the second compile nothing), and checks once that our compiled loss
 equals JAX's for the same weights and inputs over a few SGD steps; it exits 1 if not.
 
-    python bench/compiled_vs_jax.py [--steps N]      (make bench-compile)
+The MFU column counts TorchTitan's FLOPs per token (6N + 12LdT) against the plugin's
+measured float32 matmul peak, the same for every row. ``--model 135m`` runs the model at
+the dimensions of TorchTitan's 135M-class config, where jaxlib's row says what XLA on this
+CPU reaches on that model size.
+
+    python bench/compiled_vs_jax.py [--steps N] [--model small|135m]   (make bench-compile)
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
+from torchtpu.flops import peak_flops
 
 # The goal for ours/JAX (forward and training step) and the numerics tolerance.
 GOAL_RATIO = 1.10
@@ -82,6 +88,26 @@ class Config:
     batch_size: int = 8
     lr: float = 0.1
     seed: int = 0
+
+
+# --model: the default is small enough to time many steps; "135m" has the dimensions of
+# TorchTitan's 135M-class config (SmolLM2-135M's width, depth, heads and vocabulary) at the
+# titan benchmark's batch, so its MFU column says what a compiler reaches on this model size.
+MODELS = {
+    "small": Config(),
+    "135m": Config(vocab_size=49152, d_model=576, num_layers=30, num_heads=9, seq_len=256,
+                   batch_size=2, lr=1e-3),
+}
+
+
+def train_flops_per_step(cfg: Config, model: torch.nn.Module) -> float:
+    """TorchTitan's count: 6 FLOPs per non-embedding parameter per token, plus 12·L·d·T for
+    attention, times the tokens of a step."""
+    embedding = sum(p.numel() for n, p in model.named_parameters()
+                    if n in ("tok_emb.weight", "pos_emb"))
+    n = sum(p.numel() for p in model.parameters()) - embedding
+    per_token = 6 * n + 12 * cfg.num_layers * cfg.d_model * cfg.seq_len
+    return float(per_token * cfg.batch_size * cfg.seq_len)
 
 
 # ----------------------------------------------------------------------------- PyTorch model
@@ -382,11 +408,11 @@ def cold_start_probe(cfg: Config) -> None:
     }))
 
 
-def _run_probe(cache_dir: str) -> dict[str, Any]:
+def _run_probe(cache_dir: str, model: str) -> dict[str, Any]:
     env = dict(os.environ, TORCHTPU_CACHE_DIR=cache_dir)
     start = time.perf_counter()
-    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--cold-start-probe"],
-                       env=env, capture_output=True, text=True, timeout=600)
+    argv = [sys.executable, os.path.abspath(__file__), "--cold-start-probe", "--model", model]
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     wall_s = time.perf_counter() - start
     if r.returncode != 0:
         tail = [ln for ln in r.stderr.strip().splitlines() if ln.strip()][-3:]
@@ -458,9 +484,11 @@ def main() -> int:
     parser.add_argument("--skip-inductor", action="store_true")
     parser.add_argument("--skip-cold-start", action="store_true")
     parser.add_argument("--skip-jax-on-plugin", action="store_true")
+    parser.add_argument("--model", choices=sorted(MODELS), default="small",
+                        help="model size (135m: TorchTitan's 135M-class dimensions)")
     parser.add_argument("--cold-start-probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    cfg = Config()
+    cfg = MODELS[args.model]
     if args.cold_start_probe:
         cold_start_probe(cfg)
         return 0
@@ -486,7 +514,16 @@ def main() -> int:
           f"stablehlo={attrs.get('stablehlo_current_version', '?')}")
     print(f"XLA_FLAGS={_process_xla_flags()!r} (one process-wide value, read by "
           "jaxlib and by the plugin alike)")
-    n_params = sum(p.numel() for p in _make_model(cfg).parameters())
+    model = _make_model(cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    step_flops = train_flops_per_step(cfg, model)
+    del model
+    peak = peak_flops(torch.float32)
+    cores = len(os.sched_getaffinity(0))
+    print(f"MFU: {step_flops / 1e9:.1f} GFLOP per training step (6N + 12LdT per token), "
+          f"against the plugin's measured float32 matmul peak {peak / 1e9:.1f} GFLOP/s "
+          f"(torchtpu.flops) for every row; by cpu: against {peak / cores / 1e9:.1f} GFLOP/s "
+          f"per core ({cores} cores) and the step's process CPU time")
     print(f"model: {json.dumps(asdict(cfg))} params={n_params:,} float32, optimizer=SGD; "
           f"median of {args.steps} steps after {args.warmup} warm-up, in {args.rounds} "
           "interleaved rounds")
@@ -526,7 +563,8 @@ def main() -> int:
     assert jax_row["name"] == JAX
     print()
     print(f"{'':<28} {'forward ms':>11} {'/jax':>6} {'cpu ms':>7} {'/jax':>6} "
-          f"{'train step ms':>14} {'/jax':>6} {'cpu ms':>7} {'/jax':>6}")
+          f"{'train step ms':>14} {'/jax':>6} {'cpu ms':>7} {'/jax':>6} {'MFU':>6} "
+          f"{'by cpu':>6}")
     for r in rows:
         cells = []
         for key in ("forward_ms", "forward_cpu_ms", "train_ms", "train_cpu_ms"):
@@ -534,6 +572,12 @@ def main() -> int:
             ratio = r[key] / jax_row[key] if ok_vals else None
             width = 14 if key == "train_ms" else 11 if key == "forward_ms" else 7
             cells.append(f"{_fmt(r[key], '.3f'):>{width}} {_fmt(ratio):>6}")
+        mfu = 100 * step_flops / (r["train_ms"] / 1e3) / peak if r["train_ms"] else None
+        # By CPU time: the FLOPs per second of CPU the step used, against one core's share
+        # of the peak; another process's load on the cores skews it far less than wall time.
+        mfu_cpu = (100 * step_flops / (r["train_cpu_ms"] / 1e3) / (peak / cores)
+                   if r["train_cpu_ms"] else None)
+        cells.append(f"{_fmt(mfu, '.1f'):>5}% {_fmt(mfu_cpu, '.1f'):>5}%")
         print(f"{r['name']:<28} " + " ".join(cells)
               + (f"   error: {r['error']}" if r["error"] else ""))
     ours = rows[0]
@@ -565,8 +609,8 @@ def main() -> int:
     if not args.skip_cold_start:
         print()
         with tempfile.TemporaryDirectory(prefix="torchtpu-bench-cache-") as cache_dir:
-            cold = _run_probe(cache_dir)
-            warm = _run_probe(cache_dir)
+            cold = _run_probe(cache_dir, args.model)
+            warm = _run_probe(cache_dir, args.model)
         print(f"{'first training step (ours)':<28} {'first s':>8} {'2nd s':>8} {'process s':>10} "
               f"{'compiles':>9} {'disk hits':>10}")
         for name, p in (("cold (empty cache dir)", cold), ("warm (same cache dir)", warm)):

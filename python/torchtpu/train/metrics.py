@@ -6,7 +6,9 @@ TensorBoard/W&B metrics) with three additions:
 - the MFU denominator is set by the trainer from ``torchtpu.flops.peak_flops`` (TorchTitan's
   own table knows NVIDIA/AMD/TPU names only and assumes an A100 otherwise);
 - every logged step is appended as one JSON object to ``<dump_folder>/<metrics_file>``
-  (rank 0): loss, grad norm, tokens/s, MFU, peak memory, learning rate, validation loss;
+  (rank 0): loss, grad norm, tokens/s, MFU, peak memory, learning rate, validation loss,
+  and ``process_cpu_s_per_step`` (the process's CPU time per step since the previous
+  record: on a CPU plugin, what the step cost whatever else the machine runs);
 - a progress bar (rank 0, stderr) advanced every step, showing the last logged loss.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,8 +107,14 @@ class _Recorder(BaseLogger):
     def __init__(self, owner: TpuMetricsProcessor, sink: JsonlLogger) -> None:
         self._owner = owner
         self._sink = sink
+        self._last_cpu: tuple[int, float] | None = None
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
+        cpu = time.process_time()
+        if self._last_cpu is not None and step > self._last_cpu[0]:
+            metrics = dict(metrics, process_cpu_s_per_step=(cpu - self._last_cpu[1])
+                           / (step - self._last_cpu[0]))
+        self._last_cpu = (step, cpu)
         self._sink.log(metrics, step)
         shown = {"loss": "loss_metrics/global_avg_loss", "tps": "throughput(tps)",
                  "mfu%": "mfu(%)"}

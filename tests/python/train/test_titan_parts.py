@@ -124,12 +124,13 @@ def test_peak_flops_is_measured_once_and_cached(monkeypatch, tmp_path) -> None:
     calls = []
     real = flops.measure_matmul_flops
 
-    def counted(dtype, device=0, size=256, runs=2):
-        calls.append(dtype)
-        return real(dtype, device, size=256, runs=2)
+    def counted(dtype, device=0, size=256, runs=2, by_cpu_time=False):
+        calls.append((dtype, by_cpu_time))
+        return real(dtype, device, size=256, runs=2, by_cpu_time=by_cpu_time)
 
     monkeypatch.setattr(flops, "measure_matmul_flops", counted)
     first = flops.peak_flops(torch.float32)
-    assert first > 0 and calls == [torch.float32]
-    assert flops.peak_flops(torch.float32) == first and calls == [torch.float32]
+    # The CPU plugin's device is this process's cores: timed by CPU time, not wall time.
+    assert first > 0 and calls == [(torch.float32, True)]
+    assert flops.peak_flops(torch.float32) == first and calls == [(torch.float32, True)]
     assert (tmp_path / "peak_flops.json").exists()

@@ -74,6 +74,9 @@ def test_tpu_run_trains_and_logs(tpu_f32: launch.RunResult) -> None:
     assert all(x > 0 for x in tpu_f32.metric("throughput(tps)"))
     assert all(0 < x < 100 for x in tpu_f32.metric("mfu(%)")), tpu_f32.metric("mfu(%)")
     assert all(x > 0 for x in tpu_f32.metric("memory/max_reserved(GiB)"))
+    # The CPU time of each step after the first, for the benchmark's MFU by CPU time.
+    cpu_s = tpu_f32.metric("process_cpu_s_per_step")
+    assert len(cpu_s) == STEPS - 1 and all(x > 0 for x in cpu_s), cpu_s
     with open(tpu_f32.log_path) as f:
         log = f.read()
     assert "Compiling each TransformerBlock with torch.compile" in log
