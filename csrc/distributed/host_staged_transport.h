@@ -12,9 +12,9 @@
 // hanging. Where the data fits the exchange's agreed payload room (see inline_capacity_)
 // it travels in the same all_gather and is reduced or gathered on the host; otherwise the
 // exchange runs while the data is copied to the host, and Gloo's collective follows.
-// TORCHTPU_DIST_CHECK=0 turns it off. A Gloo error (a peer that
-// exited, a timeout) returns kUnavailable naming the collective and the group's ranks,
-// and the ranks that did not reach it where the store can tell: a rank whose collective
+// TORCHTPU_DIST_CHECK=0 turns it off. Waits for Gloo poll before they sleep (poll_wait.h).
+// A Gloo error (a peer that exited, a timeout) returns kUnavailable naming the collective
+// and the group's ranks, and the ranks that did not reach it where the store can tell: a rank whose collective
 // fails marks that in the group's store (key "torchtpu_failed/<collective number>/<rank>")
 // and waits a little (half the timeout, at most 5 s) for the others' marks; a peer that
 // exited or is busy elsewhere leaves none. Only failures touch the store.
