@@ -1,5 +1,6 @@
 #include "distributed/poll_wait.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -9,7 +10,7 @@
 namespace torchtpu::distributed {
 namespace {
 
-// Waits that ended while polling, and those that went on to sleep.
+// Waits that ended without sleeping (while polling), and those that went on to sleep.
 const base::Counter kPolled("host_staged_waits_polled");
 const base::Counter kSlept("host_staged_waits_slept");
 
@@ -20,7 +21,7 @@ int64_t budget_from_env() {
   long long us = std::strtoll(v, &end, 10);
   // An unreadable value keeps the default rather than failing a collective.
   if (end == v || *end != '\0' || us < 0) return kDefaultPollMicros;
-  return us;
+  return std::min<long long>(us, kMaxPollMicros);
 }
 
 }  // namespace
@@ -30,10 +31,13 @@ std::chrono::microseconds poll_budget() {
   return budget;
 }
 
-bool poll_until(const std::function<bool()>& done) {
-  const auto budget = poll_budget();
-  if (budget.count() == 0) {
-    if (done()) return true;
+bool poll_until(const std::function<bool()>& done, std::chrono::microseconds limit) {
+  const auto budget = std::min(poll_budget(), limit);
+  if (budget.count() <= 0) {
+    if (done()) {
+      kPolled.add();
+      return true;
+    }
     kSlept.add();
     return false;
   }

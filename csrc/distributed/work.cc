@@ -29,7 +29,10 @@ void TpuWork::complete(std::exception_ptr error) {
 }
 
 bool TpuWork::wait(std::chrono::milliseconds timeout) {
-  if (!isCompleted()) poll_until([this] { return isCompleted(); });
+  // Polling never outlasts a caller's timeout (kNoTimeout: none).
+  auto limit = timeout == kNoTimeout ? std::chrono::microseconds::max()
+                                     : std::chrono::microseconds(timeout);
+  if (!isCompleted()) poll_until([this] { return isCompleted(); }, limit);
   return c10d::Work::wait(timeout);
 }
 
