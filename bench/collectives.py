@@ -10,7 +10,8 @@
     python bench/collectives.py [--max-mb 64] [--repeats 5]
 
 After the table: where a host-staged 1 KB all_reduce spends its microseconds, each call
-waited for (the transport's host_staged_<phase>_ns counters), beside Gloo's time per call.
+waited for (the transport's host_staged_<phase>_ns counters), beside Gloo's time per call,
+and how many of its waits ended while polling rather than sleeping.
 
 Each rank runs with one intra-op thread (OMP_NUM_THREADS, default 1), as under torchrun.
 Bus bandwidth follows nccl-tests: all_reduce moves 2(n-1)/n of its size per rank,
@@ -111,6 +112,8 @@ def _rank_main(rank: int, world: int, port: int, max_kb: int, repeats: int, queu
 
 
 PHASES = ("issue", "queue_wait", "d2h", "check_wait", "exchange", "to_device", "complete")
+# Waits of the caller and the queue thread that ended while polling, or went on to sleep.
+WAITS = ("polled", "slept")
 
 
 def breakdown(group, nbytes: int, repeats: int, device: str = "tpu",
@@ -142,6 +145,9 @@ def breakdown(group, nbytes: int, repeats: int, device: str = "tpu",
             best = total
             parts = {p: (after.get(f"host_staged_{p}_ns", 0) - before.get(f"host_staged_{p}_ns", 0))
                      / calls / 1e3 for p in PHASES}
+            for w in WAITS:
+                key = f"host_staged_waits_{w}"
+                parts[w] = (after.get(key, 0) - before.get(key, 0)) / calls
     return parts, best
 
 
@@ -260,8 +266,11 @@ def main() -> None:
           f"{gloo_call:.0f}, host-staged {per_call:.0f} =")
     for p in PHASES:
         print(f"  {p:<12}{parts[p]:>8.1f}")
-    print(f"  {'other':<12}{per_call - sum(parts.values()):>8.1f}  (Python, the wake-up of the "
-          "waiting thread, synchronize)")
+    other = per_call - sum(parts[p] for p in PHASES)
+    print(f"  {'other':<12}{other:>8.1f}  (Python, the wake-up of the waiting thread, "
+          "synchronize)")
+    print(f"waits per call: {parts['polled']:.2f} ended while polling, {parts['slept']:.2f} slept "
+          "(TORCHTPU_DIST_POLL_US)")
     sys.stdout.flush()
 
 

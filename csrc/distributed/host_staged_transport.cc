@@ -13,6 +13,7 @@
 #include "aten/tpu_storage.h"
 #include "base/metrics.h"
 #include "distributed/host_reduce.h"
+#include "distributed/poll_wait.h"
 
 namespace torchtpu::distributed {
 
@@ -55,6 +56,16 @@ int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.
 constexpr int64_t kHeaderBytes = (kSignatureLength * 8 + 63) / 64 * 64;
 static_assert(kHeaderBytes % 64 == 0, "payloads start 64-byte aligned");
 
+// The payload room of each rank's block in a group of `n`: kGatheredPayloadBytes shared
+// by the n - 1 peers a rank receives from, at least kMinPayloadRoomBytes, 64-byte aligned.
+// A function of the group's size alone, so every rank computes the same.
+int64_t payload_room(int64_t n) {
+  if (n <= 1) return 0;
+  constexpr int64_t kGatheredPayloadBytes = int64_t{64} << 10;
+  constexpr int64_t kMinPayloadRoomBytes = int64_t{4} << 10;
+  return std::max(kMinPayloadRoomBytes, kGatheredPayloadBytes / (n - 1) / 64 * 64);
+}
+
 }  // namespace
 
 HostStagedTransport::HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
@@ -67,7 +78,7 @@ HostStagedTransport::HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
       timeout_(timeout),
       check_signatures_(signature_checks_enabled()),
       host_memory_(aten::client().platform_name() == "cpu"),
-      inline_capacity_(global_ranks_.size() > 1 ? kPayloadRoomBytes : 0),
+      inline_capacity_(payload_room(static_cast<int64_t>(global_ranks_.size()))),
       pool_(std::make_shared<HostPool>()) {}
 
 std::string HostStagedTransport::ranks_text() const {
@@ -106,6 +117,9 @@ base::Status HostStagedTransport::finish(const char* what,
                                          const c10::intrusive_ptr<c10d::Work>& work,
                                          bool collective) {
   try {
+    // Gloo's worker finishes a small exchange in less time than a sleeping thread takes
+    // to be scheduled again on a busy machine (poll_wait.h).
+    poll_until([&] { return work->isCompleted(); });
     work->wait();
   } catch (const std::exception& e) {
     return base::unavailable(failure(what, e, collective));

@@ -12,9 +12,9 @@
 // hanging. Where the data fits the exchange's agreed payload room (see inline_capacity_)
 // it travels in the same all_gather and is reduced or gathered on the host; otherwise the
 // exchange runs while the data is copied to the host, and Gloo's collective follows.
-// TORCHTPU_DIST_CHECK=0 turns it off. A Gloo error (a peer that
-// exited, a timeout) returns kUnavailable naming the collective and the group's ranks,
-// and the ranks that did not reach it where the store can tell: a rank whose collective
+// TORCHTPU_DIST_CHECK=0 turns it off. Waits for Gloo poll before they sleep (poll_wait.h).
+// A Gloo error (a peer that exited, a timeout) returns kUnavailable naming the collective
+// and the group's ranks, and the ranks that did not reach it where the store can tell: a rank whose collective
 // fails marks that in the group's store (key "torchtpu_failed/<collective number>/<rank>")
 // and waits a little (half the timeout, at most 5 s) for the others' marks; a peer that
 // exited or is busy elsewhere leaves none. Only failures touch the store.
@@ -113,12 +113,12 @@ class HostStagedTransport : public Transport {
   bool check_signatures_;
   bool host_memory_;  // the plugin's device memory is host memory (the CPU plugin)
   at::Tensor send_slot_;  // uint8, grown on demand
-  // The payload room of every rank's exchange block: fixed (no failure or sequence of sizes
-  // can make ranks disagree on the block they all_gather), and small, because every check
-  // gathers it: a Gloo all_gather costs several times more at tens of KB per rank than at a
-  // few KB, which cost about what the header alone does (bench/collectives.py).
+  // The payload room of every rank's exchange block: fixed for the group (no failure or
+  // sequence of sizes can make ranks disagree on the block they all_gather), 64 KB for two
+  // ranks and less in larger groups (payload_room() in the .cc): a rank receives at most
+  // 64 KB of payload per check, which costs Gloo's all_gather about what a bare header
+  // does, while every collective that fits saves a second Gloo round trip.
   const int64_t inline_capacity_;
-  static constexpr int64_t kPayloadRoomBytes = int64_t{4} << 10;
   at::Tensor header_slot_;    // uint8: this rank's header and payload
   at::Tensor gathered_slot_;  // uint8: every rank's
   std::shared_ptr<HostPool> pool_;

@@ -2,6 +2,8 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "distributed/poll_wait.h"
+
 namespace torchtpu::distributed {
 
 TpuWork::TpuWork(int rank, c10d::OpType op_type, const char* profiling_title,
@@ -24,6 +26,14 @@ void TpuWork::complete(std::exception_ptr error) {
     result_future_->markCompleted(c10::IValue(static_cast<int64_t>(c10d::WorkResult::SUCCESS)));
     future_->markCompleted(c10::IValue(outputs_));
   }
+}
+
+bool TpuWork::wait(std::chrono::milliseconds timeout) {
+  // Polling never outlasts a caller's timeout (kNoTimeout: none).
+  auto limit = timeout == kNoTimeout ? std::chrono::microseconds::max()
+                                     : std::chrono::microseconds(timeout);
+  if (!isCompleted()) poll_until([this] { return isCompleted(); }, limit);
+  return c10d::Work::wait(timeout);
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> TpuWork::getFutureResult() { return result_future_; }

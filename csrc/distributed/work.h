@@ -31,6 +31,9 @@ class TpuWork : public c10d::Work {
   // Ends a pending work: `error` null for success.
   void complete(std::exception_ptr error);
 
+  // Polls briefly before sleeping (poll_wait.h), then waits as every Work does.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;

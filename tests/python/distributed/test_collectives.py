@@ -225,18 +225,19 @@ def _collectives(rank: int, world: int) -> None:
         dist.all_gather_into_tensor(out, torch.ones(2, device="tpu"), group=alone)
         same(out, torch.ones(2), "all_gather in a group of one")
 
-    # Sizes on both sides of the group's payload room: small data travels with the
-    # signature exchange (counted in num_host_staged_carried), 1 MB never does. Either way
-    # the values are Gloo's.
+    # Sizes on both sides of the group's payload room (64 KB for two ranks): small data
+    # travels with the signature exchange (counted in num_host_staged_carried), 1 MB never
+    # does; 64 KB fills the room exactly (a reduce_scatter's 128 KB input does not fit).
+    # Either way the values are Gloo's.
     carried = torchtpu.debug.metrics().get("num_host_staged_carried", 0)
-    for n in (16, 16, 300, 16, (1 << 18) + 8, (1 << 18) + 8, 16, 16):
+    for n in (16, 16, 300, 16, 1 << 14, (1 << 18) + 8, (1 << 18) + 8, 16, 16):
         x = data((n,))
         ref = x.clone()
         dist.all_reduce(ref)
         t = x.to("tpu")
         dist.all_reduce(t)
         same(t, ref, f"all_reduce of {n}")
-        if n > 1000:
+        if n > 1 << 14:
             continue
         ref = torch.empty(world * n)
         dist.all_gather_into_tensor(ref, x)
@@ -254,7 +255,7 @@ def _collectives(rank: int, world: int) -> None:
         ref = b.cpu()
         dist.all_reduce(ref, op=R.MAX)  # every rank now holds rank 1's values
         same(b, ref, f"broadcast of {n}")
-    assert torchtpu.debug.metrics()["num_host_staged_carried"] - carried >= 10
+    assert torchtpu.debug.metrics()["num_host_staged_carried"] - carried >= 13
 
     # async_op=True returns before the peers join, whatever the size: a rank may signal a
     # peer (here through the store) between issuing a collective and waiting for it.
@@ -286,6 +287,8 @@ def _collectives(rank: int, world: int) -> None:
     m = torchtpu.debug.metrics()
     assert m["num_host_staged_collectives"] - before >= 40, m["num_host_staged_collectives"]
     assert m["host_staged_bytes"] > 0
+    # Every wait of a caller or queue thread either ended while polling or went on to sleep.
+    assert m["host_staged_waits_polled"] + m["host_staged_waits_slept"] >= 40, m
 
     # Arguments the backend refuses, with the facts in the message (no collective runs, so
     # both ranks raise locally and stay in step).
