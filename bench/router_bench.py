@@ -227,8 +227,14 @@ def added_latency(router_url: str, replica_url: str, n: int) -> dict:
             else:
                 routed.append(timed(client, router_url))
                 direct.append(timed(client, replica_url))
+    diffs = sorted(r - d for r, d in zip(routed, direct))
+    # The median's 95% confidence interval from order statistics: on a loaded host a
+    # request's own time varies by far more than the router adds, so say how well it shows.
+    half = int(1.96 * len(diffs) ** 0.5 / 2 + 0.5)
+    mid = len(diffs) // 2
     return {"direct_p50": statistics.median(direct), "routed_p50": statistics.median(routed),
-            "added_p50": statistics.median(r - d for r, d in zip(routed, direct))}
+            "added_p50": statistics.median(diffs),
+            "added_ci": (diffs[max(0, mid - half)], diffs[min(len(diffs) - 1, mid + half)])}
 
 
 def router_quantiles(url: str, name: str) -> dict:
@@ -386,7 +392,8 @@ def main() -> int:
               f"direct p50 "
               f"{1e3 * lat['direct_p50']:.2f} ms, through the router "
               f"{1e3 * lat['routed_p50']:.2f} ms; paired difference p50 "
-              f"{1e3 * lat['added_p50']:+.2f} ms ({args.latency_requests} pairs); load "
+              f"{1e3 * lat['added_p50']:+.2f} ms (95% CI {1e3 * lat['added_ci'][0]:+.2f} to "
+              f"{1e3 * lat['added_ci'][1]:+.2f} ms, {args.latency_requests} pairs); load "
               f"average {os.getloadavg()[0]:.1f}")
     finally:
         for _, _, proc in routers:

@@ -67,6 +67,10 @@ std::string RouterMetrics::render(const ReplicaSet& replicas) const {
           "Requests sent past the replica with the best score because its queue exceeded the "
           "least-loaded replica's by more than the spill threshold.",
           replicas.num_spills());
+  counter("torchtpu_router:load_spills_withheld_total",
+          "Requests whose best-scored replica was over the load bound but kept them because no "
+          "replica within the bound had KV room for the prompt.",
+          replicas.num_spills_withheld());
   counter("torchtpu_router:client_disconnects_total",
           "Clients that hung up while a replica worked on their request (its upstream "
           "connection was dropped, so the replica aborted it).",
