@@ -357,6 +357,12 @@ def main() -> int:
                   f"hit rate {100 * res['hit_rate']:5.1f}%  ({len(prompts)} requests, "
                   f"{res['wall_s']:.1f} s)", flush=True)
             print(describe_tail(res), flush=True)
+            if mode != "round-robin":
+                c = scrape([url], ("torchtpu_router:load_spills_total",
+                                   "torchtpu_router:load_spills_withheld_total"))
+                print(f"    load filter: {c['torchtpu_router:load_spills_total']:.0f} spills, "
+                      f"{c['torchtpu_router:load_spills_withheld_total']:.0f} withheld for "
+                      f"lack of KV room (warm-up included)", flush=True)
             if args.trace:
                 with open(f"{args.trace}.{mode}.json", "w") as f:
                     json.dump({k: res[k] for k in ("trace", "depth")}, f)

@@ -260,3 +260,7 @@ def test_an_upstream_connection_the_replica_closed_is_not_used(stack):
     assert d["retries_total"] == 0, d
     assert d["added_latency_seconds_count"] == 1, d
     assert 0 < d["added_latency_seconds_sum"] < took, (d, took)
+    metrics = httpx.get(stack.url + "/metrics").text
+    for name in ("routing_latency_seconds", "tokenize_latency_seconds", "added_latency_seconds"):
+        assert f'torchtpu_router:{name}{{quantile="0.5"}}' in metrics, name
+    assert "torchtpu_router:load_spills_withheld_total 0" in metrics
