@@ -362,7 +362,7 @@ def main() -> int:
                                    "torchtpu_router:load_spills_withheld_total"))
                 print(f"    load filter: {c['torchtpu_router:load_spills_total']:.0f} spills, "
                       f"{c['torchtpu_router:load_spills_withheld_total']:.0f} withheld for "
-                      f"lack of KV room (warm-up included)", flush=True)
+                      f"lack of KV room (the unmeasured first users too)", flush=True)
             if args.trace:
                 with open(f"{args.trace}.{mode}.json", "w") as f:
                     json.dump({k: res[k] for k in ("trace", "depth")}, f)
