@@ -51,7 +51,10 @@ class RouterMetrics {
   // Seconds a served request spent in the router beyond its replica's own time: from the
   // request read to the response's last byte written to the client, less the time from the
   // serving attempt's upstream request written to its response's last byte read. What the
-  // router costs a client end to end (routing, failed attempts, relaying).
+  // router costs a client end to end (routing, failed attempts, relaying). Not in it: how
+  // long the kernel held a request before the router's thread was scheduled to read it (on
+  // a saturated host, milliseconds), and likewise for the replica's response, which lands
+  // in the replica's share; the router sees only when its reads return.
   LatencySummary added_latency;
 
   std::string render(const ReplicaSet& replicas) const;
