@@ -12,9 +12,10 @@ serves both; two routers (``torchtpu router``, one per mode) sit in front of the
 mode gets its own system prompts (same sizes, different text), so neither starts warm.
 Reported per mode: output tokens/s, TTFT p50/p90, the replicas' own prefix-cache hit rate
 (vllm:prefix_cache_hits / queries over the run); then the ratios, and the router's own
-added latency: its routing_latency_seconds (request read -> upstream request written) and,
-end to end, one-token requests through the router against the same requests sent straight
-to a replica. Per mode it also says where the slowest tenth of the requests went (their
+added latency: its routing_latency_seconds (request read -> upstream request written), its
+added_latency_seconds (request read -> response written, less the replica's own time) and,
+from the client, one-token requests through a router in front of one replica, each paired
+with the same request sent straight to that replica. Per mode it also says where the slowest tenth of the requests went (their
 group, whether they were its first request, their replica) and how many requests each
 replica had in flight over the run (the router's gauge, sampled every 100 ms); --trace
 writes all of it. --compare-spill N adds cache-aware routing with the router's load filter
@@ -202,25 +203,45 @@ def describe_tail(res: dict) -> str:
 
 
 def added_latency(router_url: str, replica_url: str, n: int) -> dict:
-    """One-token requests, alternately straight to a replica and through the router."""
+    """One-token requests in pairs, one through the router and one straight to the replica
+    behind it, alternating which goes first. The probe router fronts that one replica: on a
+    host whose replicas share its cores, a request is much slower right after another
+    replica ran (measured here: about 2x) than right after the same one, so comparing
+    requests that went to different replicas measures the cores, not the router."""
     body = {"prompt": "Good night, sweet prince", "max_tokens": 1, "temperature": 0}
+
+    def timed(client: httpx.Client, url: str) -> float:
+        start = time.perf_counter()
+        client.post(url + "/v1/completions", json=body).raise_for_status()
+        return time.perf_counter() - start
+
     direct, routed = [], []
     with httpx.Client(timeout=60) as client:
         for _ in range(3):
-            client.post(router_url + "/v1/completions", json=body)
-            client.post(replica_url + "/v1/completions", json=body)
-        for _ in range(n):
-            for url, into in ((replica_url, direct), (router_url, routed)):
-                start = time.perf_counter()
-                client.post(url + "/v1/completions", json=body).raise_for_status()
-                into.append(time.perf_counter() - start)
-    return {"direct_p50": statistics.median(direct), "routed_p50": statistics.median(routed)}
+            timed(client, router_url)
+            timed(client, replica_url)
+        for i in range(n):
+            if i % 2:
+                direct.append(timed(client, replica_url))
+                routed.append(timed(client, router_url))
+            else:
+                routed.append(timed(client, router_url))
+                direct.append(timed(client, replica_url))
+    diffs = sorted(r - d for r, d in zip(routed, direct))
+    # The median's 95% confidence interval from order statistics: on a loaded host a
+    # request's own time varies by far more than the router adds, so say how well it shows.
+    half = int(1.96 * len(diffs) ** 0.5 / 2 + 0.5)
+    mid = len(diffs) // 2
+    return {"direct_p50": statistics.median(direct), "routed_p50": statistics.median(routed),
+            "added_p50": statistics.median(diffs),
+            "added_ci": (diffs[max(0, mid - half)], diffs[min(len(diffs) - 1, mid + half)])}
 
 
-def router_quantiles(url: str) -> dict:
+def router_quantiles(url: str, name: str) -> dict:
+    """torchtpu_router:<name>'s quantiles from a router's /metrics."""
     out = {}
     for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith("torchtpu_router:routing_latency_seconds{quantile="):
+        if line.startswith(f"torchtpu_router:{name}{{quantile="):
             out[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
     return out
 
@@ -285,9 +306,8 @@ def main() -> int:
         launcher.start()
         for r in launcher.replicas:
             wait_healthy(r["url"], 900)
-        # The third router only measures its own latency on idle replicas.
         # (label, --mode, --spill-threshold); the last router only measures its own latency
-        # on idle replicas.
+        # on an idle replica.
         variants = [("round-robin", "round-robin", None),
                     ("cache-aware", "cache-aware", args.spill_threshold)]
         if args.compare_spill is not None:
@@ -299,14 +319,15 @@ def main() -> int:
                    "--port", str(port), "--mode", mode]
             if spill is not None:
                 cmd += ["--spill-threshold", str(spill)]
-            for r in launcher.replicas:
+            # The probe fronts the first replica only (see added_latency).
+            for r in launcher.replicas[:1] if label == "probe" else launcher.replicas:
                 cmd += ["--replica", r["url"], "--kv-events", r["events"],
                         "--kv-events-replay", r["replay"]]
             routers.append((label, f"http://127.0.0.1:{port}",
                             subprocess.Popen(cmd, stderr=subprocess.DEVNULL)))
         for _, url, _ in routers:
             wait_healthy(url, 120)
-        time.sleep(1.0)  # every replica admitted by both
+        time.sleep(1.0)  # every replica admitted by every router
 
         print(f"router_bench: {args.replicas} replicas of {os.path.basename(model)}, cores "
               f"{[sorted(c) if c else 'all' for c in launcher.cores]}, {num_pages} KV pages "
@@ -336,6 +357,12 @@ def main() -> int:
                   f"hit rate {100 * res['hit_rate']:5.1f}%  ({len(prompts)} requests, "
                   f"{res['wall_s']:.1f} s)", flush=True)
             print(describe_tail(res), flush=True)
+            if mode != "round-robin":
+                c = scrape([url], ("torchtpu_router:load_spills_total",
+                                   "torchtpu_router:load_spills_withheld_total"))
+                print(f"    load filter: {c['torchtpu_router:load_spills_total']:.0f} spills, "
+                      f"{c['torchtpu_router:load_spills_withheld_total']:.0f} withheld for "
+                      f"lack of KV room (the unmeasured first users too)", flush=True)
             if args.trace:
                 with open(f"{args.trace}.{mode}.json", "w") as f:
                     json.dump({k: res[k] for k in ("trace", "depth")}, f)
@@ -349,18 +376,31 @@ def main() -> int:
                       f"{args.compare_spill}): output throughput "
                       f"x{res['throughput'] / rr['throughput']:.2f}, p90 TTFT "
                       f"{rr['ttft_p90'] / res['ttft_p90']:.2f}x lower")
-        q_run = router_quantiles(routers[-2][1])
-        probe_url = routers[-1][1]
+        run_url, probe_url = routers[-2][1], routers[-1][1]
+        run_q = {n: router_quantiles(run_url, n) for n in ("routing_latency_seconds",
+                                                           "added_latency_seconds")}
         lat = added_latency(probe_url, replica_urls[0], args.latency_requests)
-        q = router_quantiles(probe_url)
-        print(f"  router's own latency (request read -> upstream written): idle replicas p50 "
-              f"{1e3 * q.get('0.5', 0):.2f} ms  p90 {1e3 * q.get('0.9', 0):.2f} ms (goal p50 "
-              f"<= 1 ms); during the cache-aware run, with the replicas busy on every core: "
-              f"p50 {1e3 * q_run.get('0.5', 0):.2f} ms  p90 {1e3 * q_run.get('0.9', 0):.2f} ms")
-        print(f"  one-token request end to end: direct p50 {1e3 * lat['direct_p50']:.2f} ms, "
-              f"through the router {1e3 * lat['routed_p50']:.2f} ms (+"
-              f"{1e3 * (lat['routed_p50'] - lat['direct_p50']):.2f} ms); load average "
-              f"{os.getloadavg()[0]:.1f}")
+        q = {n: router_quantiles(probe_url, n) for n in ("routing_latency_seconds",
+                                                         "added_latency_seconds")}
+
+        def ms(quantiles: dict, name: str) -> str:
+            return (f"p50 {1e3 * quantiles[name].get('0.5', 0):.2f} ms  p90 "
+                    f"{1e3 * quantiles[name].get('0.9', 0):.2f} ms")
+
+        print(f"  router's own latency, its /metrics: request read -> upstream written, idle "
+              f"replica {ms(q, 'routing_latency_seconds')} (goal p50 <= 1 ms); end to end "
+              f"(request read -> response written, less the replica's time) "
+              f"{ms(q, 'added_latency_seconds')}")
+        print(f"    during the cache-aware run, with the replicas busy on every core: "
+              f"routing {ms(run_q, 'routing_latency_seconds')}; end to end "
+              f"{ms(run_q, 'added_latency_seconds')}")
+        print(f"  one-token request end to end, through the router vs straight to its replica: "
+              f"direct p50 "
+              f"{1e3 * lat['direct_p50']:.2f} ms, through the router "
+              f"{1e3 * lat['routed_p50']:.2f} ms; paired difference p50 "
+              f"{1e3 * lat['added_p50']:+.2f} ms (95% CI {1e3 * lat['added_ci'][0]:+.2f} to "
+              f"{1e3 * lat['added_ci'][1]:+.2f} ms, {args.latency_requests} pairs); load "
+              f"average {os.getloadavg()[0]:.1f}")
     finally:
         for _, _, proc in routers:
             proc.send_signal(signal.SIGTERM)

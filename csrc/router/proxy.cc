@@ -85,6 +85,16 @@ bool connect_with_timeout(tcp::socket& socket, const tcp::endpoint& ep, int time
   return !ec;
 }
 
+// Whether a kept-alive connection with no request on it is still usable. A replica closes
+// idle connections after its keep-alive timeout (uvicorn's default: 5 s); the close shows as
+// end of stream here, and any byte at all is out of place on an idle HTTP/1.1 connection.
+// Finding it now costs one poll; finding it after writing the request would cost a round
+// trip and a reconnect on the request's time.
+bool idle_connection_open(tcp::socket& socket) {
+  pollfd pfd{socket.native_handle(), POLLIN | POLLRDHUP, 0};
+  return ::poll(&pfd, 1, 0) == 0;
+}
+
 enum class Wait { kReady, kClientGone, kTimeout };
 
 // Blocks until the replica has bytes to read, the client hangs up (then the caller drops the
@@ -164,17 +174,23 @@ Proxy::Proxy(ReplicaSet* replicas, RouterMetrics* metrics, Tokenizer tokenizer, 
 Proxy::~Proxy() = default;
 
 std::unique_ptr<Proxy::Socket> Proxy::acquire(ReplicaId id, bool* pooled, std::string* error) {
-  {
-    std::lock_guard<std::mutex> lock(pool_mu_);
-    auto& idle = idle_[id];
-    if (!idle.empty()) {
-      auto s = std::move(idle.back());
+  while (true) {
+    std::unique_ptr<Socket> s;
+    {
+      std::lock_guard<std::mutex> lock(pool_mu_);
+      auto& idle = idle_[id];
+      if (idle.empty()) break;
+      s = std::move(idle.back());
       idle.pop_back();
+    }
+    if (idle_connection_open(*s)) {
       *pooled = true;
       return s;
     }
+    metrics_->num_stale_upstreams++;  // closed by the replica meanwhile: dropped here
   }
   *pooled = false;
+  metrics_->num_upstream_connects++;
   const Endpoint& e = replicas_->config(id).http;
   boost::system::error_code ec;
   tcp::resolver resolver(io_);
@@ -207,6 +223,10 @@ struct Proxy::Exchange {
   const Request& req;
   bool keep_alive;
   Clock::time_point read_at;  // the client's request fully read
+  // The last attempt's upstream request written and its response's latest bytes read: the
+  // replica's own share of the request's time (RouterMetrics::added_latency is the rest).
+  Clock::time_point written_at;
+  Clock::time_point upstream_read_at;
   std::string failure;        // why the last attempt failed (for the final error)
   int failure_status = 502;
   std::string failure_body;   // a replica's own error body to pass on, when it had one
@@ -260,13 +280,15 @@ struct Proxy::Exchange {
       buffer.clear();
       http::write(*upstream, out, ec);
       if (!ec) {
+        written_at = Clock::now();
         if (!routing_observed) {
           routing_observed = true;
-          proxy->metrics_->observe_routing_seconds(
-              std::chrono::duration<double>(Clock::now() - read_at).count());
+          proxy->metrics_->routing_latency.observe(
+              std::chrono::duration<double>(written_at - read_at).count());
         }
         if (upstream_readable(*upstream, buffer, ec)) {
           http::read_header(*upstream, buffer, *parser, ec);
+          upstream_read_at = Clock::now();
         }
       }
       if (client_gone) return Outcome::kClientGone;  // drops the upstream: the replica aborts
@@ -291,6 +313,7 @@ struct Proxy::Exchange {
       parser->get().body().size = sizeof chunk;
       if (!upstream_readable(*upstream, buffer, ec)) return false;
       http::read_some(*upstream, buffer, *parser, ec);
+      upstream_read_at = Clock::now();
       if (ec == http::error::need_buffer) ec = {};
       *n = sizeof chunk - parser->get().body().size;
       return !ec;
@@ -436,6 +459,8 @@ void Proxy::serve_connection(tcp::socket client) {
     const bool routed = is_routed(req);
     if (routed && tokenizer_) {
       tokens = tokenizer_(std::string(req.target()), req.body());
+      metrics_->tokenize_latency.observe(
+          std::chrono::duration<double>(Clock::now() - read_at).count());
       if (!tokens) metrics_->num_tokenize_failed++;
     }
     const RouteDecision decision = replicas_->route(tokens ? &*tokens : nullptr, now_ms());
@@ -450,6 +475,12 @@ void Proxy::serve_connection(tcp::socket client) {
       outcome = ex.attempt(r.replica);
       replicas_->on_done(r.replica);
       if (outcome != Exchange::Outcome::kRetry) break;
+    }
+    if (outcome == Exchange::Outcome::kDone) {
+      metrics_->added_latency.observe(
+          std::chrono::duration<double>((Clock::now() - read_at) -
+                                        (ex.upstream_read_at - ex.written_at))
+              .count());
     }
     if (outcome == Exchange::Outcome::kClientGone) break;
     if (outcome == Exchange::Outcome::kRetry) {

@@ -1,5 +1,6 @@
 #include "router/replica_set.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace torchtpu::router {
@@ -40,6 +41,13 @@ RouteDecision ReplicaSet::route(const std::vector<serve::TokenId>* tokens, int64
     load.num_waiting = s.metrics.num_waiting > 0 ? static_cast<int32_t>(s.metrics.num_waiting) : 0;
     load.num_running = s.metrics.num_running > 0 ? static_cast<int32_t>(s.metrics.num_running) : 0;
     load.kv_cache_usage = s.metrics.kv_cache_usage > 0 ? s.metrics.kv_cache_usage : 0;
+    if (s.metrics.num_gpu_blocks > 0) {
+      // Routed entries mostly repeat confirmed ones (they outlive the confirmation by the
+      // TTL), so the larger of the two stands for what the replica holds.
+      const int64_t held = std::max(index_.num_confirmed_blocks(load.replica),
+                                    index_.num_routed_blocks(load.replica));
+      load.free_blocks = std::max<int64_t>(0, s.metrics.num_gpu_blocks - held);
+    }
     loads.push_back(load);
     ids.push_back(load.replica);
   }
@@ -176,6 +184,11 @@ int64_t ReplicaSet::num_hit_blocks() const {
 int64_t ReplicaSet::num_spills() const {
   std::lock_guard<std::mutex> lock(mu_);
   return policy_.num_spills();
+}
+
+int64_t ReplicaSet::num_spills_withheld() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_.num_spills_withheld();
 }
 
 int32_t ReplicaSet::block_size() const {

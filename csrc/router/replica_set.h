@@ -95,6 +95,7 @@ class ReplicaSet {
   int64_t num_hit_blocks() const;
   int32_t block_size() const;
   int64_t num_spills() const;
+  int64_t num_spills_withheld() const;
 
  private:
   struct State {

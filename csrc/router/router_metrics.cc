@@ -9,7 +9,7 @@ namespace {
 constexpr size_t kMaxSamples = 8192;
 }
 
-void RouterMetrics::observe_routing_seconds(double seconds) {
+void LatencySummary::observe(double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   if (samples_.size() < kMaxSamples) {
     samples_.push_back(seconds);
@@ -21,7 +21,7 @@ void RouterMetrics::observe_routing_seconds(double seconds) {
   sum_ += seconds;
 }
 
-double RouterMetrics::routing_quantile(double q) const {
+double LatencySummary::quantile(double q) const {
   std::vector<double> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -31,6 +31,17 @@ double RouterMetrics::routing_quantile(double q) const {
   const size_t k = std::min(s.size() - 1, static_cast<size_t>(q * (s.size() - 1) + 0.5));
   std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k), s.end());
   return s[k];
+}
+
+void LatencySummary::render(std::string& out, const char* name, const char* help) const {
+  std::ostringstream o;
+  o << "# HELP " << name << " " << help << "\n# TYPE " << name << " summary\n";
+  for (double q : {0.5, 0.9, 0.99}) {
+    o << name << "{quantile=\"" << q << "\"} " << quantile(q) << "\n";
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  o << name << "_sum " << sum_ << "\n" << name << "_count " << count_ << "\n";
+  out += o.str();
 }
 
 std::string RouterMetrics::render(const ReplicaSet& replicas) const {
@@ -56,6 +67,10 @@ std::string RouterMetrics::render(const ReplicaSet& replicas) const {
           "Requests sent past the replica with the best score because its queue exceeded the "
           "least-loaded replica's by more than the spill threshold.",
           replicas.num_spills());
+  counter("torchtpu_router:load_spills_withheld_total",
+          "Requests whose best-scored replica was over the load bound but kept them because no "
+          "replica within the bound had KV room for the prompt.",
+          replicas.num_spills_withheld());
   counter("torchtpu_router:client_disconnects_total",
           "Clients that hung up while a replica worked on their request (its upstream "
           "connection was dropped, so the replica aborted it).",
@@ -69,21 +84,24 @@ std::string RouterMetrics::render(const ReplicaSet& replicas) const {
   o << "# HELP torchtpu_router:prefix_hit_ratio prefix_hit_blocks / prefix_query_blocks.\n"
     << "# TYPE torchtpu_router:prefix_hit_ratio gauge\ntorchtpu_router:prefix_hit_ratio "
     << (query > 0 ? static_cast<double>(hit) / query : 0.0) << "\n";
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    o << "# HELP torchtpu_router:routing_latency_seconds From a request read to its upstream "
-         "request written (recent samples).\n# TYPE torchtpu_router:routing_latency_seconds "
-         "summary\n";
-  }
-  for (double q : {0.5, 0.9, 0.99}) {
-    o << "torchtpu_router:routing_latency_seconds{quantile=\"" << q << "\"} "
-      << routing_quantile(q) << "\n";
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    o << "torchtpu_router:routing_latency_seconds_sum " << sum_ << "\n"
-      << "torchtpu_router:routing_latency_seconds_count " << count_ << "\n";
-  }
+  counter("torchtpu_router:upstream_connects_total",
+          "Connections opened to replicas (the others were kept alive and reused).",
+          num_upstream_connects.load());
+  counter("torchtpu_router:stale_upstreams_total",
+          "Kept-alive replica connections found closed by the replica when taken for a request "
+          "(dropped, a fresh one used).",
+          num_stale_upstreams.load());
+  std::string latencies;
+  routing_latency.render(latencies, "torchtpu_router:routing_latency_seconds",
+                         "From a proxied request read to its upstream request written "
+                         "(recent samples).");
+  tokenize_latency.render(latencies, "torchtpu_router:tokenize_latency_seconds",
+                          "The prompt tokenizer callback, GIL wait included (recent samples).");
+  added_latency.render(latencies, "torchtpu_router:added_latency_seconds",
+                       "What the router adds to a served request end to end: request read to "
+                       "response written, less its replica's time from upstream request "
+                       "written to response read (recent samples).");
+  o << latencies;
   struct PerReplica {
     const char* name;
     const char* type;

@@ -37,8 +37,28 @@ std::vector<RankedReplica> RoutingPolicy::rank(const std::vector<ReplicaLoad>& c
     score[i] = weights_.prefix * prefix + weights_.queue * q + weights_.kv_usage * kv;
   }
   std::vector<bool> over(n, false);
+  const size_t best = std::max_element(score.begin(), score.end()) - score.begin();
   if (filter_.spill_threshold >= 0) {
     for (size_t i = 0; i < n; ++i) over[i] = queue[i] - *lo > filter_.spill_threshold;
+  }
+  if (over[best]) {
+    // KV room: a spill computes the prompt's uncached blocks on its new replica, which
+    // without that many free blocks evicts cached prefixes (other groups'), whose requests
+    // then miss and queue in turn. So the best-scored replica is passed over only for one
+    // within the bound that has room, and those without room rank behind it.
+    std::vector<bool> room(n);
+    bool any_room = false;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t free = candidates[i].free_blocks;
+      room[i] = !over[i] && (free < 0 || free >= num_blocks - matched_blocks[i]);
+      any_room = any_room || room[i];
+    }
+    if (any_room) {
+      for (size_t i = 0; i < n; ++i) over[i] = !room[i];
+    } else {
+      over.assign(n, false);
+      ++num_spills_withheld_;
+    }
   }
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     if (over[a] != over[b]) return !over[a];
@@ -52,7 +72,6 @@ std::vector<RankedReplica> RoutingPolicy::rank(const std::vector<ReplicaLoad>& c
     const size_t i = order[k];
     out[k] = {candidates[i].replica, matched_blocks[i], score[i], over[i]};
   }
-  const size_t best = std::max_element(score.begin(), score.end()) - score.begin();
   if (over[best] && score[best] > score[order[0]]) ++num_spills_;
   return out;
 }

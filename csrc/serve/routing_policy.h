@@ -12,15 +12,17 @@
 //
 // Before scoring, an optional load filter (llm-d's filter -> score -> pick): a candidate
 // whose queue exceeds the least-loaded candidate's by more than `spill_threshold` requests
-// is only a fallback. Without it the prefix score (worth up to `prefix` where the queue
+// is only a fallback, provided a candidate within the bound has KV room for the prompt (free
+// blocks for the blocks it does not hold); when none has, nothing spills, and those
+// without room rank behind the best-scored replica. Without it the prefix score (worth up to `prefix` where the queue
 // scorer is worth at most `queue`) sends every request of a group to the one replica
 // holding its prompt however long its queue grows. With it, a group whose replica is
 // overloaded spills to the least-loaded replicas, which then hold its prompt too (their
 // routed entries), so a hot prefix spreads over several replicas. Off by default: a spill
 // recomputes the prompt, and once two replicas hold a group the queue scorer splits it
-// between them, so when the replicas' caches are already full (each group's prompt fits on
-// one replica, not on all) every spill evicts another group's prompt and the misses feed
-// more spills; router_bench measures that. It pays when one prefix is hotter than one
+// between them. When the caches are full (each group's prompt fits on one replica, not on
+// all) a spill would evict another group's prompt and its misses would feed more spills;
+// the KV room condition withholds those. It pays when one prefix is hotter than one
 // replica can serve.
 //
 // rank() returns the candidates best first: those within the load bound by score, then the
@@ -44,6 +46,9 @@ struct ReplicaLoad {
   int32_t num_waiting = 0;    // scraped vllm:num_requests_waiting
   int32_t num_running = 0;    // scraped vllm:num_requests_running
   double kv_cache_usage = 0;  // scraped vllm:kv_cache_usage_perc, in [0, 1]
+  // KV blocks it can fill without evicting cached ones (its vllm:cache_config_info
+  // num_gpu_blocks less the blocks the index says it holds); negative: unknown.
+  int64_t free_blocks = -1;
 };
 
 struct ScoreWeights {
@@ -82,6 +87,9 @@ class RoutingPolicy {
   const LoadFilter& filter() const { return filter_; }
   // Requests whose best-scored replica the load filter put behind another.
   int64_t num_spills() const { return num_spills_; }
+  // Requests whose best-scored replica was over the load bound but stayed first because no
+  // replica within the bound had KV room for the prompt.
+  int64_t num_spills_withheld() const { return num_spills_withheld_; }
 
  private:
   RoutingMode mode_;
@@ -89,6 +97,7 @@ class RoutingPolicy {
   LoadFilter filter_;
   uint64_t rotation_ = 0;
   int64_t num_spills_ = 0;
+  int64_t num_spills_withheld_ = 0;
 };
 
 // "cache-aware" | "round-robin"; false for anything else.

@@ -97,10 +97,10 @@ def _router_parser(sub) -> None:
                    help="scorer weights: prefix affinity, queue depth, KV usage")
     p.add_argument("--spill-threshold", type=int, default=None, metavar="REQUESTS",
                    help="a replica whose queue exceeds the least-loaded replica's by more than "
-                        "this is passed over whatever prefix it holds, so a hot prefix spreads "
-                        "(default -1: off; e.g. a replica's --max-num-seqs when one prefix is "
-                        "hotter than one replica can serve; it costs cache hits when the "
-                        "replicas' caches are full)")
+                        "this is passed over whatever prefix it holds, for one within the bound "
+                        "with free KV blocks for the prompt, so a hot prefix spreads without "
+                        "evicting other prefixes (default -1: off; e.g. a replica's "
+                        "--max-num-seqs when one prefix is hotter than one replica can serve)")
     p.add_argument("--block-size", type=int, default=0,
                    help="the replicas' KV page size (default: read from their "
                         "vllm:cache_config_info)")

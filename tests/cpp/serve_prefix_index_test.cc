@@ -212,6 +212,42 @@ TEST(ServeRoutingPolicy, AnOverloadedPrefixHolderSpillsToTheLeastLoaded) {
   EXPECT_EQ(policy.num_spills(), 2);
 }
 
+TEST(ServeRoutingPolicy, ASpillNeedsKvRoomForThePromptOnItsNewReplica) {
+  RoutingPolicy policy(RoutingMode::kCacheAware, {}, {/*spill_threshold=*/2});
+  // Replica 0 holds the prompt's 10 blocks and is over the bound; 1 and 2 are within it.
+  std::vector<ReplicaLoad> loads = {{0, 6, 0, 0, 0.5, 0}, {1, 0, 0, 0, 0, 9}, {2, 1, 0, 0, 0, 30}};
+  // Replica 1 (least loaded) would have to evict to compute 10 blocks; replica 2 has room.
+  auto ranked = policy.rank(loads, {10, 0, 0}, 10);
+  ASSERT_EQ(ranked.size(), 3u);
+  EXPECT_EQ(ranked[0].replica, 2);
+  EXPECT_FALSE(ranked[0].over_load_bound);
+  EXPECT_EQ(ranked[1].replica, 0);  // then the holder, before evicting on replica 1
+  EXPECT_EQ(ranked[2].replica, 1);
+  EXPECT_TRUE(ranked[2].over_load_bound);
+  EXPECT_EQ(policy.num_spills(), 1);
+  EXPECT_EQ(policy.num_spills_withheld(), 0);
+
+  // A replica holding part of the prompt needs room only for the rest.
+  loads[1].free_blocks = 8;
+  EXPECT_EQ(policy.rank(loads, {10, 2, 0}, 10)[0].replica, 1);
+  EXPECT_EQ(policy.num_spills(), 2);
+
+  // No replica within the bound has room (full caches): nothing spills, the holder keeps it.
+  loads[1].free_blocks = 0;
+  loads[2].free_blocks = 3;
+  ranked = policy.rank(loads, {10, 0, 0}, 10);
+  EXPECT_EQ(ranked[0].replica, 0);
+  EXPECT_FALSE(ranked[0].over_load_bound);
+  EXPECT_EQ(policy.num_spills(), 2);
+  EXPECT_EQ(policy.num_spills_withheld(), 1);
+
+  // Unknown capacity (no num_gpu_blocks scraped) counts as room.
+  loads[1].free_blocks = -1;
+  EXPECT_EQ(policy.rank(loads, {10, 0, 0}, 10)[0].replica, 1);
+  EXPECT_EQ(policy.num_spills(), 3);
+  EXPECT_EQ(policy.num_spills_withheld(), 1);
+}
+
 TEST(ServeRoutingPolicy, ASpilledGroupSpreadsOverItsHoldersByLoad) {
   RoutingPolicy policy(RoutingMode::kCacheAware, {}, {/*spill_threshold=*/4});
   // After a spill both replicas hold the prompt: the prefix ties, the queue decides, and a

@@ -228,3 +228,39 @@ def test_bad_bodies_get_openai_errors(stack, route):
         # And the router still routes.
         r = client.post(stack.url + "/v1/completions", json={"prompt": "Fine", "max_tokens": 1})
         assert r.status_code == 200, r.text
+
+
+def _router_metric(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in the router's /metrics")
+
+
+def test_an_upstream_connection_the_replica_closed_is_not_used(stack):
+    """The replica (uvicorn) closes a kept-alive connection after 5 s idle. The router finds
+    that out before it writes a request there, so the request costs no failed round trip,
+    and its time in the router beyond the replica's (added_latency) is measured."""
+    names = ("torchtpu_router:stale_upstreams_total", "torchtpu_router:upstream_connects_total",
+             "torchtpu_router:retries_total", "torchtpu_router:added_latency_seconds_count",
+             "torchtpu_router:added_latency_seconds_sum")
+    body = {"prompt": "Good night, sweet prince", "max_tokens": 1}
+    with httpx.Client(timeout=60) as client:
+        assert client.post(stack.url + "/v1/completions", json=body).status_code == 200
+        before = {n: _router_metric(stack.url, n) for n in names}
+        time.sleep(5.5)  # past uvicorn's keep-alive timeout
+        start = time.perf_counter()
+        r = client.post(stack.url + "/v1/completions", json=body)
+        took = time.perf_counter() - start
+        assert r.status_code == 200, r.text
+    after = {n: _router_metric(stack.url, n) for n in names}
+    d = {n.split(":")[1]: after[n] - before[n] for n in names}
+    assert d["stale_upstreams_total"] >= 1, d
+    assert d["upstream_connects_total"] == 1, d
+    assert d["retries_total"] == 0, d
+    assert d["added_latency_seconds_count"] == 1, d
+    assert 0 < d["added_latency_seconds_sum"] < took, (d, took)
+    metrics = httpx.get(stack.url + "/metrics").text
+    for name in ("routing_latency_seconds", "tokenize_latency_seconds", "added_latency_seconds"):
+        assert f'torchtpu_router:{name}{{quantile="0.5"}}' in metrics, name
+    assert "torchtpu_router:load_spills_withheld_total 0" in metrics
