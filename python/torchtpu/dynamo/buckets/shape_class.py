@@ -28,6 +28,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
@@ -164,10 +165,10 @@ class ShapeClass:
             return f"retracing it with symbolic sizes failed: {type(e).__name__}: {e}"
         from torchtpu.dynamo.runner import GraphRunner  # the runner imports buckets
 
-        self.runner = GraphRunner(gm, [], device=self.device)
-        hazard = getattr(self.runner, "hazard", None)
-        if hazard:
-            self.reason = hazard
+        runner = GraphRunner(gm, [], device=self.device)
+        if runner.hazard:  # no padding rule: exact sizes, the recorder's own programs
+            return runner.hazard
+        self.runner = runner
         return None
 
 
@@ -246,38 +247,41 @@ def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symb
         raise AssertionError("graph without output")
 
     with fake_mode:
-        traced = make_fx(replay, tracing_mode="fake")(*inputs)
+        traced = make_fx(replay, decomposition_table=core_aten_decompositions(),
+                         tracing_mode="fake")(*inputs)
     return traced
 
 
 class ShapeClasses:
     """The shape classes of recorded graphs on one device: `runner(gm)` says how a recorded
-    graph runs."""
+    graph runs. A key holds a few classes (`MAX_PER_KEY`): a graph that fails every
+    symbolic class's guard (an int that was constant changed) starts another."""
+
+    MAX_PER_KEY = 8
 
     def __init__(self, device: int = 0) -> None:
         self.device = device
-        self.classes: dict[tuple, ShapeClass] = {}
+        self.classes: dict[tuple, list[ShapeClass]] = {}
 
     def runner(self, gm: torch.fx.GraphModule) -> tuple[Callable | None, str]:
-        """The symbolic runner that takes `gm`'s inputs (its class is symbolic and `gm`
-        passes the guard), else None and why `gm` runs at its exact sizes."""
+        """The symbolic runner that takes `gm`'s inputs (a class of its key is symbolic
+        and `gm` passes its guard), else None and why `gm` runs at its exact sizes."""
         key, ints = key_and_ints(gm)
-        cls = self.classes.get(key)
-        if cls is None:
-            self.classes[key] = ShapeClass(gm, ints, self.device)
-            return None, "first graph of its class"
-        if cls.exprs is None and cls.reason is None:
-            if ints == cls.first_ints:
-                return None, "its class has one size so far"
-            why = cls.generalize(ints)
-            if why is not None:
+        classes = self.classes.setdefault(key, [])
+        for cls in classes:
+            if cls.runner is not None and cls.matches(ints):
+                return cls.runner, "padded to buckets"
+        for cls in classes:
+            if cls.exprs is None and cls.reason is None and ints != cls.first_ints:
+                why = cls.generalize(ints)
+                if why is None:
+                    return cls.runner, "padded to buckets"
                 cls.reason = why
                 log.info("torchtpu: fused graph compiles per exact size: %s", why)
-        if cls.exprs is None or cls.runner is None:
-            return None, cls.reason or "its class is not symbolic"
-        if not cls.matches(ints):
-            return None, "its sizes fail its class's guard"
-        return cls.runner, cls.reason or "padded to buckets"
+                return None, why
+        if len(classes) < self.MAX_PER_KEY and all(c.first_ints != ints for c in classes):
+            classes.append(ShapeClass(gm, ints, self.device))
+        return None, "first graph of its class"
 
 
 __all__ = ["ShapeClass", "ShapeClasses", "key_and_ints", "retrace"]

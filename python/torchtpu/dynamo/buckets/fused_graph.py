@@ -1,0 +1,194 @@
+"""Fused eager graphs through shape classes: a pending graph that fused eager mode has not
+compiled for its exact sizes comes here (``torchtpu._C.set_fused_graph_hook``) before it is
+compiled; when its shape class (shape_class.py) is symbolic it runs padded to buckets, so a
+new length inside a known bucket compiles nothing.
+
+The graph arrives as the recorder holds it: inputs (tensors over the captured buffers), ops
+with their arguments, and view reads, ``as_strided(base, sizes, strides, offset)`` of a
+whole value. A view read becomes the view ops it is (a reshape of the base into a box, a
+slice or select per dim, a permute, unsqueezes and an expand), which the rule table knows;
+a view that is none of these keeps the graph at its exact sizes. The padded graph's
+outputs come back as row-major prefixes of bucket-sized buffers, which the recorder's
+storages take as they are (no copy, no program per length).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from torchtpu.dynamo.buckets.policy import bucket_policy
+from torchtpu.dynamo.buckets.shape_class import ShapeClasses
+
+log = logging.getLogger("torchtpu")
+
+_classes: dict[int, ShapeClasses] = {}
+_fake_mode: FakeTensorMode | None = None
+
+
+class NotAView(Exception):
+    """A view read that no chain of view ops expresses."""
+
+
+def _target(name: str) -> Any:
+    op, _, overload = name.partition(".")
+    namespace, _, base = op.partition("::")
+    return getattr(getattr(getattr(torch.ops, namespace), base), overload or "default")
+
+
+def _call(g: torch.fx.Graph, target: Any, args: tuple, kwargs: dict | None = None
+          ) -> torch.fx.Node:
+    node = g.call_function(target, args, kwargs or {})
+    fake = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args]
+    fake = [[x.meta["val"] if isinstance(x, torch.fx.Node) else x for x in a]
+            if isinstance(a, list) else a for a in fake]
+    fkw = {k: v.meta["val"] if isinstance(v, torch.fx.Node) else v
+           for k, v in (kwargs or {}).items()}
+    assert _fake_mode is not None
+    with _fake_mode:
+        node.meta["val"] = target(*fake, **fkw)
+    return node
+
+
+def view_read(g: torch.fx.Graph, base: torch.fx.Node, sizes: list[int], strides: list[int],
+              offset: int) -> torch.fx.Node:
+    """``as_strided(base, sizes, strides, offset)`` of the whole row-major value `base` as
+    view ops: the base reshaped into a box whose dims have the view's strides, a slice (or
+    select) per box dim, a permute into the view's order, unsqueezes for its size-1 dims
+    and an expand for its stride-0 ones. Raises NotAView when the view is not such a box
+    (overlapping or wrapping strides)."""
+    numel = base.meta["val"].numel()
+    dims = sorted((d for d, n in enumerate(sizes) if n != 1 and strides[d] != 0),
+                  key=lambda d: -strides[d])
+    if any(strides[a] <= strides[b] for a, b in zip(dims, dims[1:])):
+        raise NotAView(f"strides {strides} repeat")
+    box: list[int] = []
+    inner = strides[dims[-1]] if dims else 1
+    outer = numel
+    for d in dims:
+        if outer % strides[d]:
+            raise NotAView(f"stride {strides[d]} does not divide {outer}")
+        box.append(outer // strides[d])
+        outer = strides[d]
+    if inner > 1:
+        box.append(inner)  # the elements below the innermost stride (one is kept)
+    if not dims:
+        box = [numel]
+    x = _call(g, torch.ops.aten.view.default, (base, box))
+    starts = []
+    rest = offset
+    for k in range(len(box) - 1, -1, -1):
+        starts.append(rest % box[k])
+        rest //= box[k]
+    starts.reverse()
+    if rest:
+        raise NotAView(f"offset {offset} is past the base")
+    kept = len(dims) if dims else 0
+    for k, d in enumerate(dims):
+        if starts[k] + sizes[d] > box[k]:
+            raise NotAView(f"dim {d} wraps")
+        if (starts[k], sizes[d]) != (0, box[k]):
+            x = _call(g, torch.ops.aten.slice.Tensor, (x, k, starts[k], starts[k] + sizes[d]))
+    # The inner box dim (and the whole box when every view dim has size 1): one element.
+    for k in range(len(box) - 1, kept - 1, -1):
+        x = _call(g, torch.ops.aten.select.int, (x, k, starts[k]))
+    order = sorted(range(len(dims)), key=lambda k: dims[k])
+    if order != list(range(len(dims))):
+        x = _call(g, torch.ops.aten.permute.default, (x, order))
+    placed = sorted(dims)
+    for d in range(len(sizes)):
+        if d not in placed:
+            x = _call(g, torch.ops.aten.unsqueeze.default, (x, d))
+    if list(x.meta["val"].shape) != list(sizes):
+        x = _call(g, torch.ops.aten.expand.default, (x, list(sizes)))
+    return x
+
+
+def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
+                ) -> torch.fx.GraphModule:
+    """The exported pending graph as an FX graph of aten ops at its recorded sizes."""
+    global _fake_mode
+    if _fake_mode is None:
+        _fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    g = torch.fx.Graph()
+    env: dict[int, torch.fx.Node] = {}
+    for k, t in enumerate(inputs):
+        p = g.placeholder(f"in{k}")
+        with _fake_mode:
+            p.meta["val"] = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        env[-(k + 1)] = p
+    for n in nodes:
+        if n[0] == "":
+            _, base, sizes, strides, offset, first, _num = n
+            env[first] = view_read(g, env[base], list(sizes), list(strides), offset)
+            continue
+        name, args, reads, first, num = n
+        target = _target(name)
+        args = list(args)
+        lists: dict[int, list[torch.fx.Node]] = {}
+        for arg, item, vid in reads:
+            if item < 0:
+                args[arg] = env[vid]
+            else:
+                lists.setdefault(arg, []).append(env[vid])
+        # A host scalar tensor (a Python number PyTorch wrapped) is the number it holds.
+        args = [a.item() if isinstance(a, torch.Tensor) and a.device.type == "cpu"
+                and a.dim() == 0 else a for a in args]
+        for arg, present in lists.items():
+            it = iter(present)
+            args[arg] = [next(it) if m else None for m in args[arg]]
+        schema = target._schema.arguments
+        pos = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
+        kw = {s.name: a for a, s in zip(args, schema) if s.kwarg_only}
+        call = _call(g, target, pos, kw)
+        val = call.meta["val"]
+        if isinstance(val, torch.Tensor):
+            env[first] = call
+            continue
+        k = first
+        for i, item in enumerate(val):
+            if isinstance(item, torch.Tensor):
+                env[k] = _item(g, call, i, item)
+                k += 1
+            elif isinstance(item, (list, tuple)):
+                part = _item(g, call, i, item)
+                for j, sub in enumerate(item):
+                    env[k] = _item(g, part, j, sub)
+                    k += 1
+        if k != first + num:
+            raise NotAView(f"{name}: {k - first} results, the recorder counted {num}")
+    g.output(tuple(env[v] for v in outputs))
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def _item(g: torch.fx.Graph, of: torch.fx.Node, i: int, val: Any) -> torch.fx.Node:
+    node = g.call_function(operator.getitem, (of, i))
+    node.meta["val"] = val
+    return node
+
+
+def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
+        ) -> list[torch.Tensor] | None:
+    """The hook: the outputs' values when the graph's shape class runs it padded, else None
+    (the recorder compiles it at its exact sizes)."""
+    if bucket_policy() == "off" or not inputs:
+        return None
+    device = inputs[0].device.index or 0
+    try:
+        gm = build_graph(inputs, nodes, outputs)
+    except NotAView as e:
+        log.info("torchtpu: fused graph compiles per exact size: %s", e)
+        return None
+    classes = _classes.setdefault(device, ShapeClasses(device))
+    runner, why = classes.runner(gm)
+    if runner is None:
+        return None
+    return list(runner(*inputs))
+
+
+__all__ = ["NotAView", "build_graph", "run", "view_read"]
