@@ -276,12 +276,15 @@ void materialize(StorageState& s) {
 
 bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::FunctionSchema& schema,
                  torch::jit::Stack* stack, const std::optional<at::Generator>& generator) {
-  // Ops with data checks run alone at the call: their error is PyTorch's, raised there.
-  if (c->has_checks() || !recording_enabled()) return false;
+  if (!recording_enabled()) return false;
   size_t num_args = schema.arguments().size();
   auto ivalues = torch::jit::last(*stack, num_args);
   PendingGraph& g = graph(c->device);
   std::lock_guard<std::recursive_mutex> lock(g.mu);
+  // An op with data checks runs at its call as a graph of its own, its checks read there:
+  // its error is PyTorch's, raised at the call, and leaves every other value computed.
+  const bool alone = c->has_checks();
+  if (alone && !g.nodes.empty()) run_pending_graph(g);
   // Every tensor the call reads or writes must be one the graph can take.
   for (const auto& [arg, item] : c->inputs) {
     const at::Tensor t =
@@ -394,7 +397,7 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->push_back(std::move(r));
-  if (static_cast<int64_t>(g.nodes.size()) >= max_ops()) run_pending_graph(g);
+  if (alone || static_cast<int64_t>(g.nodes.size()) >= max_ops()) run_pending_graph(g);
   return true;
 }
 

@@ -14,8 +14,11 @@
 // pending value is an as_strided / as_strided_scatter node), and errors PyTorch raises at
 // the call (shapes, dtypes) come from the meta kernels at the call, since a signature is
 // validated when it is first seen. An op with data checks (index bounds) is not deferred:
-// it runs alone at the call, after the graph computing its inputs, so its error is raised
-// there and a failed call changes nothing. If a fused graph's module cannot be lowered or
+// it runs at the call as a graph of its own, after the graph recorded before it, its
+// checks read there, so its error is raised there and a failed call changes nothing.
+// A graph not compiled for its exact sizes goes to the fused graph hook first (below):
+// its shape class may run it padded to shape buckets, so that a loop whose lengths vary
+// compiles one program per bucket. If a fused graph's module cannot be lowered or
 // compiled (a torchtpu bug), its ops run one by one instead, each error naming its op.
 //
 // Thread safety: every function may be called from any thread; a device's graph is

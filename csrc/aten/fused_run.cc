@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "aten/compiled_op.h"
+#include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/pending_graph.h"
 #include "aten/program_executor.h"
@@ -120,6 +121,13 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
   std::vector<runtime::BufferPtr> buffers;
   for (size_t k = 0; k < outputs.size(); ++k) {
     buffers.push_back(output_buffer((*tensors)[k], g.types.at(outputs[k])));
+  }
+  // Data checks (an op that runs alone) are read at once, as the fused program reads them.
+  for (const RecordedNode& n : g.nodes) {
+    if (n.kind == RecordedNode::Kind::kOp && n.op->has_checks()) {
+      flush_data_checks();
+      break;
+    }
   }
   g_hook_graphs.add();
   return buffers;

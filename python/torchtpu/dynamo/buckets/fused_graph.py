@@ -15,6 +15,7 @@ storages take as they are (no copy, no program per length).
 from __future__ import annotations
 
 import logging
+import math
 import operator
 from typing import Any
 
@@ -109,22 +110,52 @@ def view_read(g: torch.fx.Graph, base: torch.fx.Node, sizes: list[int], strides:
     return x
 
 
+def _prefix_view(n: tuple) -> bool:
+    """Whether view read `n` is a row-major prefix of an input: offset 0, contiguous."""
+    if n[0] != "" or n[1] >= 0 or n[4] != 0:
+        return False
+    expected = 1
+    for size, stride in zip(reversed(n[2]), reversed(n[3])):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
-                ) -> torch.fx.GraphModule:
-    """The exported pending graph as an FX graph of aten ops at its recorded sizes."""
+                ) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+    """The exported pending graph as an FX graph of aten ops at its recorded sizes, and the
+    tensors its placeholders take. A row-major prefix of an input (a padded graph's output
+    read at its true size, a parameter's first rows) is a placeholder of its own, the view
+    of the input: its true size is what varies, not the storage's."""
     global _fake_mode
     if _fake_mode is None:
         _fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     g = torch.fx.Graph()
     env: dict[int, torch.fx.Node] = {}
-    for k, t in enumerate(inputs):
-        p = g.placeholder(f"in{k}")
+    fed: list[torch.Tensor] = []
+    prefixes = {n[5]: n for n in nodes if _prefix_view(n)}
+    used = {r[2] for n in nodes if n[0] != "" for r in n[2]} | set(outputs) | {
+        n[1] for n in nodes if n[0] == "" and n[5] not in prefixes}
+
+    def placeholder(t: torch.Tensor) -> torch.fx.Node:
+        p = g.placeholder(f"in{len(fed)}")
         with _fake_mode:
             p.meta["val"] = torch.empty(t.shape, dtype=t.dtype, device=t.device)
-        env[-(k + 1)] = p
+        fed.append(t)
+        return p
+
+    for k, t in enumerate(inputs):
+        if -(k + 1) in used:
+            env[-(k + 1)] = placeholder(t)
+    for vid, n in prefixes.items():
+        numel = math.prod(n[2])
+        env[vid] = placeholder(inputs[-n[1] - 1].view(-1)[:numel].view(n[2]))
     for n in nodes:
         if n[0] == "":
             _, base, sizes, strides, offset, first, _num = n
+            if first in prefixes:
+                continue
             env[first] = view_read(g, env[base], list(sizes), list(strides), offset)
             continue
         name, args, reads, first, num = n
@@ -163,7 +194,7 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
         if k != first + num:
             raise NotAView(f"{name}: {k - first} results, the recorder counted {num}")
     g.output(tuple(env[v] for v in outputs))
-    return torch.fx.GraphModule(torch.nn.Module(), g)
+    return torch.fx.GraphModule(torch.nn.Module(), g), fed
 
 
 def _item(g: torch.fx.Graph, of: torch.fx.Node, i: int, val: Any) -> torch.fx.Node:
@@ -180,7 +211,7 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
         return None
     device = inputs[0].device.index or 0
     try:
-        gm = build_graph(inputs, nodes, outputs)
+        gm, fed = build_graph(inputs, nodes, outputs)
     except NotAView as e:
         log.info("torchtpu: fused graph compiles per exact size: %s", e)
         return None
@@ -188,7 +219,7 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
     runner, why = classes.runner(gm)
     if runner is None:
         return None
-    return list(runner(*inputs))
+    return list(runner(*fed))
 
 
 __all__ = ["NotAView", "build_graph", "run", "view_read"]

@@ -10,7 +10,7 @@ The first graph of a class runs at its exact sizes (the caller's own path). The 
 other sizes, makes the class symbolic, as Dynamo's automatic dynamic shapes do after a size
 change: every input dim whose sizes differ becomes a symbol (dims with equal pairs of
 sizes share one), every int argument that differs becomes an expression in those symbols
-fitted to both graphs (``s``, ``c*s``, ``s + d``, ``c*s*r``), and the graph is retraced on
+fitted to both graphs (``s``, ``c*s``, ``c*s + d``, ``c*s*r``), and the graph is retraced on
 fake tensors with those symbols into one symbolic graph. That graph runs through the
 compiled mode's `GraphRunner`: the rule table (rules.py) pads it to buckets, or an op
 without a rule keeps it at exact sizes with the reason, one program per size. A later graph
@@ -88,9 +88,10 @@ def _fit(x: int, y: int, pairs: dict[tuple[int, int], sympy.Symbol]) -> sympy.Ex
     for (a, b), s in pairs.items():
         if a and b and x % a == 0 and y % b == 0 and x // a == y // b:
             return (x // a) * s
-    for (a, b), s in pairs.items():
-        if x - a == y - b:
-            return s + (x - a)
+    for (a, b), s in pairs.items():  # c*s + d (a view's offset: c*(s - 1))
+        if a != b and (y - x) % (b - a) == 0:
+            c = (y - x) // (b - a)
+            return c * s + (x - c * a)
     items = list(pairs.items())
     for i, ((a1, b1), s1) in enumerate(items):
         for (a2, b2), s2 in items[i:]:
@@ -113,6 +114,8 @@ class ShapeClass:
     # The placeholder dim that binds each symbol: (placeholder index, dim).
     binders: dict[sympy.Symbol, tuple[int, int]] = field(default_factory=dict)
     runner: Callable | None = None
+    # What tracing the symbolic graph assumed of the sizes (ShapeEnv guards, in symbols).
+    guards: list[sympy.Expr] = field(default_factory=list)
     reason: str | None = None  # why the class cannot be symbolic (its graphs run exact)
 
     def matches(self, ints: list[int]) -> bool:
@@ -121,7 +124,8 @@ class ShapeClass:
         assert self.exprs is not None
         values = {s: ints[self._place(s)] for s in self.symbols}
         return all(int(e.subs(values)) == v if isinstance(e, sympy.Expr) else e == v
-                   for e, v in zip(self.exprs, ints))
+                   for e, v in zip(self.exprs, ints)) and all(
+                       bool(g.xreplace(values)) for g in self.guards)
 
     def _place(self, s: sympy.Symbol) -> int:
         """The int place (key order) of the placeholder dim that binds `s`."""
@@ -153,17 +157,22 @@ class ShapeClass:
                 continue
             e = _fit(x, y, pairs)
             if e is None:
-                return (f"int {k} of its structure ({x}, then {y}) is no product or offset of "
-                        "its inputs' sizes")
+                return (f"int {k} of its structure ({x}, then {y}) is no affine function or "
+                        "product of its inputs' sizes")
             exprs.append(e)
         self.exprs = exprs
         self.symbols = list(pairs.values())
         try:
-            gm = retrace(self.first, exprs, self.symbols, self.first_ints)
+            hints = [max(x, y) for x, y in zip(self.first_ints, ints)]
+            gm, self.guards = retrace(self.first, exprs, self.symbols, hints)
         except Exception as e:  # a graph the fake tensors refuse symbolic: exact sizes
             self.exprs = None
             return f"retracing it with symbolic sizes failed: {type(e).__name__}: {e}"
+        from torchtpu.dynamo.graph_spec import free_symbols
         from torchtpu.dynamo.runner import GraphRunner  # the runner imports buckets
+
+        if len(free_symbols(gm)) != len(self.symbols):
+            return "tracing specialized a size (a size of 1 on one of the two graphs)"
 
         runner = GraphRunner(gm, [], device=self.device)
         if runner.hazard:  # no padding rule: exact sizes, the recorder's own programs
@@ -173,9 +182,10 @@ class ShapeClass:
 
 
 def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symbol],
-            hints: list[int]) -> torch.fx.GraphModule:
+            hints: list[int]) -> tuple[torch.fx.GraphModule, list[sympy.Expr]]:
     """`gm` traced again on fake tensors whose dims and int arguments are `exprs` (in key
-    order): a graph with symbolic sizes, as Dynamo hands the compiled mode."""
+    order): a graph with symbolic sizes, as Dynamo hands the compiled mode, and what the
+    tracing assumed of the sizes (in `symbols`)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     env = ShapeEnv(duck_shape=False)
@@ -249,7 +259,11 @@ def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symb
     with fake_mode:
         traced = make_fx(replay, decomposition_table=core_aten_decompositions(),
                          tracing_mode="fake")(*inputs)
-    return traced
+    # The shape environment's symbols are its own: name them back as `symbols`.
+    back = {env_sym: s for s, si in sym_ints.items()
+            for env_sym in [si.node.expr] if isinstance(env_sym, sympy.Symbol)}
+    guards = [g.expr.xreplace(back) for g in env.guards]
+    return traced, guards
 
 
 class ShapeClasses:
