@@ -111,8 +111,10 @@ class ShapeClass:
     device: int
     exprs: list[sympy.Expr] | None = None  # per int place: its expression (or constant)
     symbols: list[sympy.Symbol] = field(default_factory=list)
-    # The placeholder dim that binds each symbol: (placeholder index, dim).
-    binders: dict[sympy.Symbol, tuple[int, int]] = field(default_factory=dict)
+    # The int place (key order) that binds each symbol: a placeholder's dim, or an int
+    # argument (a size no input has: a slice's length; the graph takes it as a SymInt).
+    binders: dict[sympy.Symbol, int] = field(default_factory=dict)
+    extra: list[sympy.Symbol] = field(default_factory=list)  # symbols no input dim binds
     runner: Callable | None = None
     # What tracing the symbolic graph assumed of the sizes (ShapeEnv guards, in symbols).
     guards: list[sympy.Expr] = field(default_factory=list)
@@ -120,17 +122,25 @@ class ShapeClass:
 
     def matches(self, ints: list[int]) -> bool:
         """The guard: every int of a graph of this key equals its expression at the sizes
-        the graph's inputs bind."""
+        the graph binds, and those sizes satisfy what tracing assumed."""
         assert self.exprs is not None
-        values = {s: ints[self._place(s)] for s in self.symbols}
+        values = {s: ints[k] for s, k in self.binders.items()}
         return all(int(e.subs(values)) == v if isinstance(e, sympy.Expr) else e == v
                    for e, v in zip(self.exprs, ints)) and all(
                        bool(g.xreplace(values)) for g in self.guards)
 
-    def _place(self, s: sympy.Symbol) -> int:
-        """The int place (key order) of the placeholder dim that binds `s`."""
-        p, d = self.binders[s]
-        return sum(n.meta["val"].dim() for n in self._placeholders()[:p]) + d
+    def call(self, ints: list[int]) -> Callable:
+        """The symbolic runner bound to a matching graph's int arguments."""
+        assert self.runner is not None
+        runner, extra = self.runner, [ints[self.binders[s]] for s in self.extra]
+
+        def run(*tensors: Any) -> Any:
+            out = runner(*tensors, *extra)
+            if not runner.bucketed:  # XLA refused it padded: the recorder's exact programs
+                self.reason, self.runner = runner.hazard or "not padded", None
+            return out
+
+        return run
 
     def _placeholders(self) -> list[torch.fx.Node]:
         return [n for n in self.first.graph.nodes if n.op == "placeholder"]
@@ -139,17 +149,18 @@ class ShapeClass:
         """Makes the class symbolic from its first graph and one at the sizes `ints`;
         returns why it cannot (the class then stays exact)."""
         pairs: dict[tuple[int, int], sympy.Symbol] = {}
-        place = 0
-        for p, n in enumerate(self._placeholders()):
-            for d in range(n.meta["val"].dim()):
-                x, y = self.first_ints[place], ints[place]
-                if x != y and (x, y) not in pairs:
-                    s = sympy.Symbol(f"s{len(pairs)}", positive=True, integer=True)
-                    pairs[(x, y)] = s
-                    self.binders[s] = (p, d)
-                place += 1
-        if not pairs:
-            return "its inputs' sizes are the same: an int argument alone changed"
+
+        def symbol(x: int, y: int, place: int) -> sympy.Symbol:
+            s = sympy.Symbol(f"s{len(pairs)}", positive=True, integer=True)
+            pairs[(x, y)] = s
+            self.binders[s] = place
+            return s
+
+        num_dims = sum(n.meta["val"].dim() for n in self._placeholders())
+        for k in range(num_dims):
+            x, y = self.first_ints[k], ints[k]
+            if x != y and (x, y) not in pairs:
+                symbol(x, y, k)
         exprs: list[sympy.Expr] = []
         for k, (x, y) in enumerate(zip(self.first_ints, ints)):
             if x == y:
@@ -157,14 +168,17 @@ class ShapeClass:
                 continue
             e = _fit(x, y, pairs)
             if e is None:
-                return (f"int {k} of its structure ({x}, then {y}) is no affine function or "
-                        "product of its inputs' sizes")
+                if x <= 0 or y <= 0:
+                    return (f"int {k} of its structure ({x}, then {y}) is no affine function "
+                            "or product of its inputs' sizes")
+                e = symbol(x, y, k)
+                self.extra.append(e)
             exprs.append(e)
         self.exprs = exprs
         self.symbols = list(pairs.values())
         try:
             hints = [max(x, y) for x, y in zip(self.first_ints, ints)]
-            gm, self.guards = retrace(self.first, exprs, self.symbols, hints)
+            gm, self.guards = retrace(self.first, exprs, self.symbols, hints, self.extra)
         except Exception as e:  # a graph the fake tensors refuse symbolic: exact sizes
             self.exprs = None
             return f"retracing it with symbolic sizes failed: {type(e).__name__}: {e}"
@@ -182,10 +196,11 @@ class ShapeClass:
 
 
 def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symbol],
-            hints: list[int]) -> tuple[torch.fx.GraphModule, list[sympy.Expr]]:
+            hints: list[int], extra: list[sympy.Symbol]) -> tuple[torch.fx.GraphModule, list[sympy.Expr]]:
     """`gm` traced again on fake tensors whose dims and int arguments are `exprs` (in key
     order): a graph with symbolic sizes, as Dynamo hands the compiled mode, and what the
-    tracing assumed of the sizes (in `symbols`)."""
+    tracing assumed of the sizes (in `symbols`). The symbols `extra` are SymInt inputs
+    after the tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     env = ShapeEnv(duck_shape=False)
@@ -193,18 +208,13 @@ def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symb
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     # Each symbol's SymInt, backed by the first graph's size (its hint).
     sym_ints: dict[sympy.Symbol, Any] = {}
-    place = 0
-    for n in placeholders:
-        for _ in range(n.meta["val"].dim()):
-            e = exprs[place]
-            if isinstance(e, sympy.Symbol) and e not in sym_ints:
-                from torch._dynamo.source import ConstantSource
+    from torch._dynamo.source import ConstantSource
 
-                source = ConstantSource(f"{e}")
-                raw = env.create_symbol(hints[place], source=source,
-                                        dynamic_dim=DimDynamic.DYNAMIC)
-                sym_ints[e] = env.create_symintnode(raw, hint=hints[place], source=source)
-            place += 1
+    for place, e in enumerate(exprs):
+        if isinstance(e, sympy.Symbol) and e not in sym_ints:
+            source = ConstantSource(f"{e}")
+            raw = env.create_symbol(hints[place], source=source, dynamic_dim=DimDynamic.DYNAMIC)
+            sym_ints[e] = env.create_symintnode(raw, hint=hints[place], source=source)
 
     def value(e: Any) -> Any:
         if not isinstance(e, sympy.Expr):
@@ -258,7 +268,7 @@ def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symb
 
     with fake_mode:
         traced = make_fx(replay, decomposition_table=core_aten_decompositions(),
-                         tracing_mode="fake")(*inputs)
+                         tracing_mode="fake")(*inputs, *[sym_ints[e] for e in extra])
     # The shape environment's symbols are its own: name them back as `symbols`.
     back = {env_sym: s for s, si in sym_ints.items()
             for env_sym in [si.node.expr] if isinstance(env_sym, sympy.Symbol)}
@@ -284,12 +294,12 @@ class ShapeClasses:
         classes = self.classes.setdefault(key, [])
         for cls in classes:
             if cls.runner is not None and cls.matches(ints):
-                return cls.runner, "padded to buckets"
+                return cls.call(ints), "padded to buckets"
         for cls in classes:
             if cls.exprs is None and cls.reason is None and ints != cls.first_ints:
                 why = cls.generalize(ints)
                 if why is None:
-                    return cls.runner, "padded to buckets"
+                    return cls.call(ints), "padded to buckets"
                 cls.reason = why
                 log.info("torchtpu: fused graph compiles per exact size: %s", why)
                 return None, why
