@@ -338,7 +338,8 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   }
   n.call_args.reserve(num_args);
   for (const c10::IValue& v : ivalues) {
-    if (v.isTensor() && v.toTensor().device().type() == c10::DeviceType::PrivateUse1) {
+    if (v.isTensor() && (!v.toTensor().defined() ||
+                         v.toTensor().device().type() == c10::DeviceType::PrivateUse1)) {
       n.call_args.emplace_back();  // a graph value (a host scalar stays: a parameter)
     } else if (v.isTensorList() ||
                (v.isList() && v.toList().elementType()->isSubtypeOf(*c10::OptionalType::ofTensor()))) {

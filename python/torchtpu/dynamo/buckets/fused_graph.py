@@ -222,14 +222,17 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
         ) -> list[torch.Tensor] | None:
     """The hook: the outputs' values when the graph's shape class runs it padded, else None
     (the recorder compiles it at its exact sizes)."""
-    if bucket_policy() == "off" or not inputs:
+    # Inside a backward pass (the autograd engine's thread) graphs stay exact: tracing
+    # there would run inside the engine's own graph task.
+    if bucket_policy() == "off" or not inputs or torch._C._current_graph_task_id() != -1:
         return None
     device = inputs[0].device.index or 0
     # A structure seen before at these exact sizes skips building its FX graph.
     seen = repr((nodes, outputs, [(t.shape, t.dtype) for t in inputs]))
     hit = _symbolic.get(seen)
     if hit is not None:
-        return list(hit[0](*feed(inputs, hit[1])))
+        with torch.no_grad():
+            return list(hit[0](*feed(inputs, hit[1])))
     try:
         gm, fed = build_graph(inputs, nodes, outputs)
     except NotAView as e:
@@ -242,7 +245,8 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
     if len(_symbolic) >= 4096:
         _symbolic.clear()
     _symbolic[seen] = (runner, fed)
-    return list(runner(*feed(inputs, fed)))
+    with torch.no_grad():
+        return list(runner(*feed(inputs, fed)))
 
 
 __all__ = ["NotAView", "build_graph", "run", "view_read"]
