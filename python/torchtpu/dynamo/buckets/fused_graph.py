@@ -35,6 +35,14 @@ _fake_mode: FakeTensorMode | None = None
 _symbolic: dict[str, tuple[Any, list]] = {}
 
 
+def fake_mode() -> FakeTensorMode:
+    """The fake-tensor mode in which recorded graphs carry their values' metadata."""
+    global _fake_mode
+    if _fake_mode is None:
+        _fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    return _fake_mode
+
+
 class NotAView(Exception):
     """A view read that no chain of view ops expresses."""
 
@@ -53,8 +61,7 @@ def _call(g: torch.fx.Graph, target: Any, args: tuple, kwargs: dict | None = Non
             if isinstance(a, list) else a for a in fake]
     fkw = {k: v.meta["val"] if isinstance(v, torch.fx.Node) else v
            for k, v in (kwargs or {}).items()}
-    assert _fake_mode is not None
-    with _fake_mode:
+    with fake_mode():
         node.meta["val"] = target(*fake, **fkw)
     return node
 
@@ -138,9 +145,6 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
     tensors its placeholders take. A row-major prefix of an input (a padded graph's output
     read at its true size, a parameter's first rows) is a placeholder of its own, the view
     of the input: its true size is what varies, not the storage's."""
-    global _fake_mode
-    if _fake_mode is None:
-        _fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     g = torch.fx.Graph()
     env: dict[int, torch.fx.Node] = {}
     fed: list[tuple[int, list[int] | None]] = []
@@ -154,7 +158,7 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
         p = g.placeholder(f"in{len(fed)}")
         fed.append((k, sizes))
         t = feed(inputs, [fed[-1]])[0]
-        with _fake_mode:
+        with fake_mode():
             p.meta["val"] = torch.empty(t.shape, dtype=t.dtype, device=t.device)
         return p
 
@@ -249,4 +253,4 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
         return list(runner(*feed(inputs, fed)))
 
 
-__all__ = ["NotAView", "build_graph", "run", "view_read"]
+__all__ = ["NotAView", "build_graph", "fake_mode", "feed", "run", "view_read"]
