@@ -90,6 +90,7 @@ struct ExportedGraph {
   std::vector<at::Tensor> inputs;
   std::vector<ExportedNode> nodes;
   std::vector<int> outputs;  // the value ids whose values the run must return
+  std::vector<std::vector<int64_t>> dims;  // per value id >= 0: its sizes
 };
 // Runs an exported graph another way (shape buckets, dynamo/buckets/shape_class.py): returns
 // one tensor per output, or nullopt to run it as a fused program of its exact sizes. It is

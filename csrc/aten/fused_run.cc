@@ -106,6 +106,7 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
     e.nodes.push_back(std::move(x));
   }
   e.outputs = outputs;
+  for (const TensorType& t : g.types) e.dims.push_back(t.dims);
   std::optional<std::vector<at::Tensor>> tensors;
   t_in_hook = true;
   try {

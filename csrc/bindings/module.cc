@@ -191,7 +191,7 @@ PYBIND11_MODULE(_C, m) {
             for (const auto& r : n.reads) reads.append(py::make_tuple(r[0], r[1], r[2]));
             nodes.append(py::make_tuple(n.op, args, reads, n.first_out, n.num_out));
           }
-          py::object out = (*owned)(e.inputs, nodes, e.outputs);
+          py::object out = (*owned)(e.inputs, nodes, e.outputs, e.dims);
           if (out.is_none()) return std::nullopt;
           return out.cast<std::vector<at::Tensor>>();
         });

@@ -55,25 +55,16 @@ def _target(name: str) -> Any:
 
 def _call(g: torch.fx.Graph, target: Any, args: tuple, kwargs: dict | None = None
           ) -> torch.fx.Node:
-    node = g.call_function(target, args, kwargs or {})
-    fake = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args]
-    fake = [[x.meta["val"] if isinstance(x, torch.fx.Node) else x for x in a]
-            if isinstance(a, list) else a for a in fake]
-    fkw = {k: v.meta["val"] if isinstance(v, torch.fx.Node) else v
-           for k, v in (kwargs or {}).items()}
-    with fake_mode():
-        node.meta["val"] = target(*fake, **fkw)
-    return node
+    return g.call_function(target, args, kwargs or {})
 
 
-def view_read(g: torch.fx.Graph, base: torch.fx.Node, sizes: list[int], strides: list[int],
-              offset: int) -> torch.fx.Node:
+def view_read(g: torch.fx.Graph, base: torch.fx.Node, numel: int, sizes: list[int],
+              strides: list[int], offset: int) -> torch.fx.Node:
     """``as_strided(base, sizes, strides, offset)`` of the whole row-major value `base` as
     view ops: the base reshaped into a box whose dims have the view's strides, a slice (or
     select) per box dim, a permute into the view's order, unsqueezes for its size-1 dims
     and an expand for its stride-0 ones. Raises NotAView when the view is not such a box
-    (overlapping or wrapping strides)."""
-    numel = base.meta["val"].numel()
+    (overlapping or wrapping strides). `numel`: the base's element count."""
     dims = sorted((d for d, n in enumerate(sizes) if n != 1 and strides[d] != 0),
                   key=lambda d: -strides[d])
     if any(strides[a] <= strides[b] for a, b in zip(dims, dims[1:])):
@@ -115,7 +106,7 @@ def view_read(g: torch.fx.Graph, base: torch.fx.Node, sizes: list[int], strides:
     for d in range(len(sizes)):
         if d not in placed:
             x = _call(g, torch.ops.aten.unsqueeze.default, (x, d))
-    if list(x.meta["val"].shape) != list(sizes):
+    if any(sizes[d] != 1 and strides[d] == 0 for d in range(len(sizes))):
         x = _call(g, torch.ops.aten.expand.default, (x, list(sizes)))
     return x
 
@@ -139,8 +130,8 @@ def feed(inputs: list[torch.Tensor], fed: list[tuple[int, list[int] | None]]
             for k, sizes in fed]
 
 
-def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
-                ) -> tuple[torch.fx.GraphModule, list[tuple[int, list[int] | None]]]:
+def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
+                dims: list[list[int]]) -> tuple[torch.fx.GraphModule, list[tuple[int, list[int] | None]]]:
     """The exported pending graph as an FX graph of aten ops at its recorded sizes, and the
     tensors its placeholders take. A row-major prefix of an input (a padded graph's output
     read at its true size, a parameter's first rows) is a placeholder of its own, the view
@@ -175,7 +166,8 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
             _, base, sizes, strides, offset, first, _num = n
             if first in prefixes:
                 continue
-            env[first] = view_read(g, env[base], list(sizes), list(strides), offset)
+            numel = math.prod(dims[base] if base >= 0 else inputs[-base - 1].shape)
+            env[first] = view_read(g, env[base], numel, list(sizes), list(strides), offset)
             continue
         name, args, reads, first, num = n
         target = _target(name)
@@ -196,34 +188,20 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
         pos = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         kw = {s.name: a for a, s in zip(args, schema) if s.kwarg_only}
         call = _call(g, target, pos, kw)
-        val = call.meta["val"]
-        if isinstance(val, torch.Tensor):
+        returns = target._schema.returns
+        if num == 1 and len(returns) == 1:
             env[first] = call
             continue
-        k = first
-        for i, item in enumerate(val):
-            if isinstance(item, torch.Tensor):
-                env[k] = _item(g, call, i, item)
-                k += 1
-            elif isinstance(item, (list, tuple)):
-                part = _item(g, call, i, item)
-                for j, sub in enumerate(item):
-                    env[k] = _item(g, part, j, sub)
-                    k += 1
-        if k != first + num:
-            raise NotAView(f"{name}: {k - first} results, the recorder counted {num}")
+        if num != len(returns) or any(str(r.type) != "Tensor" for r in returns):
+            raise NotAView(f"{name}: its {num} results are not its {len(returns)} returns")
+        for i in range(num):
+            env[first + i] = g.call_function(operator.getitem, (call, i))
     g.output(tuple(env[v] for v in outputs))
     return torch.fx.GraphModule(torch.nn.Module(), g), fed
 
 
-def _item(g: torch.fx.Graph, of: torch.fx.Node, i: int, val: Any) -> torch.fx.Node:
-    node = g.call_function(operator.getitem, (of, i))
-    node.meta["val"] = val
-    return node
-
-
-def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
-        ) -> list[torch.Tensor] | None:
+def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
+        dims: list[list[int]]) -> list[torch.Tensor] | None:
     """The hook: the outputs' values when the graph's shape class runs it padded, else None
     (the recorder compiles it at its exact sizes)."""
     # Inside a backward pass (the autograd engine's thread) graphs stay exact: tracing
@@ -238,7 +216,7 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int]
         with torch.no_grad():
             return list(hit[0](*feed(inputs, hit[1])))
     try:
-        gm, fed = build_graph(inputs, nodes, outputs)
+        gm, fed = build_graph(inputs, nodes, outputs, dims)
     except NotAView as e:
         log.info("torchtpu: fused graph compiles per exact size: %s", e)
         return None

@@ -96,11 +96,11 @@ def test_view_read_is_view_ops(make_view: Callable[[torch.Tensor], torch.Tensor]
     base = torch.arange(24.0).view(6, 4)
     v = make_view(base)
     g, p = _base_graph()
-    g.output(view_read(g, p, list(v.shape), list(v.stride()), v.storage_offset()))
+    g.output(view_read(g, p, 24, list(v.shape), list(v.stride()), v.storage_offset()))
     torch.testing.assert_close(torch.fx.GraphModule(torch.nn.Module(), g)(base), v)
 
 
 def test_overlapping_view_is_refused() -> None:
     g, p = _base_graph()
     with pytest.raises(NotAView, match="repeat"):
-        view_read(g, p, [3, 4], [2, 2], 0)  # rows overlapping
+        view_read(g, p, 24, [3, 4], [2, 2], 0)  # rows overlapping
