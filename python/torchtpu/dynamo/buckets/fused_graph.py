@@ -220,8 +220,17 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
     except NotAView as e:
         log.info("torchtpu: fused graph compiles per exact size: %s", e)
         return None
+    except Exception as e:  # a torchtpu bug in reading the graph: the exact program runs
+        log.warning("torchtpu: fused graph compiles per exact size: reading it failed: %s: %s",
+                    type(e).__name__, e)
+        return None
     classes = _classes.setdefault(device, ShapeClasses(device))
-    runner, why = classes.runner(gm)
+    try:
+        runner, why = classes.runner(gm)
+    except Exception as e:  # a torchtpu bug in making it symbolic: the exact program runs
+        log.warning("torchtpu: fused graph compiles per exact size: its shape class failed: "
+                    "%s: %s", type(e).__name__, e)
+        return None
     if runner is None:
         return None
     if len(_symbolic) >= 4096:
