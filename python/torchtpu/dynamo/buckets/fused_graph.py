@@ -14,6 +14,7 @@ storages take as they are (no copy, no program per length).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import operator
@@ -32,7 +33,7 @@ _classes: dict[int, ShapeClasses] = {}
 _fake_mode: FakeTensorMode | None = None
 # Exported graphs (by their exact structure) that a symbolic class runs: its runner and
 # what its placeholders take.
-_symbolic: dict[str, tuple[Any, list]] = {}
+_symbolic: dict[bytes, tuple[Any, list]] = {}
 
 
 def fake_mode() -> FakeTensorMode:
@@ -210,7 +211,8 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
         return None
     device = inputs[0].device.index or 0
     # A structure seen before at these exact sizes skips building its FX graph.
-    seen = repr((nodes, outputs, [(t.shape, t.dtype) for t in inputs]))
+    seen = hashlib.sha256(repr((nodes, outputs, [(t.shape, t.dtype) for t in inputs]))
+                          .encode()).digest()
     hit = _symbolic.get(seen)
     if hit is not None:
         with torch.no_grad():
