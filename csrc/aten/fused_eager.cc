@@ -102,6 +102,9 @@ class Recorder {
   // The value id of `t`'s current value in the graph.
   int read(const at::Tensor& t) {
     StorageState& s = recorded_storage_state(t);
+    // Computed by an earlier graph: its buffer first (a padded graph's output grows its
+    // storage, which t then views).
+    if (s.pending && s.pending->generation != g_.generation) materialize(s);
     if (s.pending && s.pending->generation == g_.generation) {
       int base = s.pending->id;
       if (whole_storage(t, s) && c10::IntArrayRef(s.pending->type.dims) == t.sizes()) return base;
@@ -263,6 +266,9 @@ void materialize(StorageState& s) {
   TORCH_CHECK(v->buffer, "tpu: this tensor's value was to be computed by a fused eager graph "
               "that failed: ", v->error.empty() ? "it was not run" : v->error);
   if (s.pending == v) {
+    // A padded graph's output is the row-major prefix of a bucket-sized buffer: the
+    // storage grows to hold it (its tensors view the prefix).
+    if (v->buffer->size_bytes() > s.nbytes) set_storage_nbytes(s, v->buffer->size_bytes());
     s.buffer = v->buffer;
     s.pending.reset();
   }
@@ -270,12 +276,15 @@ void materialize(StorageState& s) {
 
 bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::FunctionSchema& schema,
                  torch::jit::Stack* stack, const std::optional<at::Generator>& generator) {
-  // Ops with data checks run alone at the call: their error is PyTorch's, raised there.
-  if (c->has_checks()) return false;
+  if (!recording_enabled()) return false;
   size_t num_args = schema.arguments().size();
   auto ivalues = torch::jit::last(*stack, num_args);
   PendingGraph& g = graph(c->device);
   std::lock_guard<std::recursive_mutex> lock(g.mu);
+  // An op with data checks runs at its call as a graph of its own, its checks read there:
+  // its error is PyTorch's, raised at the call, and leaves every other value computed.
+  const bool alone = c->has_checks();
+  if (alone && !g.nodes.empty()) run_pending_graph(g);
   // Every tensor the call reads or writes must be one the graph can take.
   for (const auto& [arg, item] : c->inputs) {
     const at::Tensor t =
@@ -327,6 +336,20 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
           c->device));
     }
   }
+  n.call_args.reserve(num_args);
+  for (const c10::IValue& v : ivalues) {
+    if (v.isTensor() && (!v.toTensor().defined() ||
+                         v.toTensor().device().type() == c10::DeviceType::PrivateUse1)) {
+      n.call_args.emplace_back();  // a graph value (a host scalar stays: a parameter)
+    } else if (v.isTensorList() ||
+               (v.isList() && v.toList().elementType()->isSubtypeOf(*c10::OptionalType::ofTensor()))) {
+      std::vector<int64_t> present;
+      for (const c10::IValue& item : v.toListRef()) present.push_back(item.isTensor() ? 1 : 0);
+      n.call_args.emplace_back(std::move(present));
+    } else {
+      n.call_args.push_back(v);
+    }
+  }
   std::vector<int64_t>& w = g.structure;
   w.push_back(c->uid);
   w.push_back(static_cast<int64_t>(n.refs.size()));
@@ -375,7 +398,7 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->push_back(std::move(r));
-  if (static_cast<int64_t>(g.nodes.size()) >= max_ops()) run_pending_graph(g);
+  if (alone || static_cast<int64_t>(g.nodes.size()) >= max_ops()) run_pending_graph(g);
   return true;
 }
 

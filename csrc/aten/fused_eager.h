@@ -14,8 +14,11 @@
 // pending value is an as_strided / as_strided_scatter node), and errors PyTorch raises at
 // the call (shapes, dtypes) come from the meta kernels at the call, since a signature is
 // validated when it is first seen. An op with data checks (index bounds) is not deferred:
-// it runs alone at the call, after the graph computing its inputs, so its error is raised
-// there and a failed call changes nothing. If a fused graph's module cannot be lowered or
+// it runs at the call as a graph of its own, after the graph recorded before it, its
+// checks read there, so its error is raised there and a failed call changes nothing.
+// A graph not compiled for its exact sizes goes to the fused graph hook first (below):
+// its shape class may run it padded to shape buckets, so that a loop whose lengths vary
+// compiles one program per bucket. If a fused graph's module cannot be lowered or
 // compiled (a torchtpu bug), its ops run one by one instead, each error naming its op.
 //
 // Thread safety: every function may be called from any thread; a device's graph is
@@ -26,11 +29,14 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "aten/tpu_storage.h"
 #include "lowering/lowering.h"
@@ -64,6 +70,34 @@ void materialize(StorageState& s);
 // stack when the call cannot be deferred; the caller then runs it op by op.
 bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::FunctionSchema& schema,
                  torch::jit::Stack* stack, const std::optional<at::Generator>& generator);
+
+// A pending graph as the shape-class hook sees it (value ids as in pending_graph.h: inputs
+// -1, -2, ..., node values 0, 1, ...).
+struct ExportedNode {
+  // "aten::add.Tensor", or "" for a view read: as_strided(base, sizes, strides, offset).
+  std::string op;
+  // The schema arguments, each tensor None and each tensor list a list of 0/1 (present).
+  std::vector<c10::IValue> args;
+  // Per tensor the op reads: (argument, item among the present ones or -1, value id).
+  std::vector<std::array<int, 3>> reads;
+  int base = 0;  // view read
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+  int first_out = 0;
+  int num_out = 0;
+};
+struct ExportedGraph {
+  std::vector<at::Tensor> inputs;
+  std::vector<ExportedNode> nodes;
+  std::vector<int> outputs;  // the value ids whose values the run must return
+  std::vector<std::vector<int64_t>> dims;  // per value id >= 0: its sizes
+};
+// Runs an exported graph another way (shape buckets, dynamo/buckets/shape_class.py): returns
+// one tensor per output, or nullopt to run it as a fused program of its exact sizes. It is
+// called without fused recording on its thread (its own eager ops run op by op), for graphs
+// of pure ops and view reads only (no in-place writes, no random ops).
+using FusedGraphHook = std::function<std::optional<std::vector<at::Tensor>>(const ExportedGraph&)>;
+void set_fused_graph_hook(FusedGraphHook hook);
 
 // Runs the pending graph of `device`, or of every device.
 void flush_pending(int device);

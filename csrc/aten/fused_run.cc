@@ -7,9 +7,11 @@
 #include <mutex>
 
 #include "aten/compiled_op.h"
+#include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/pending_graph.h"
 #include "aten/program_executor.h"
+#include "aten/tpu_storage.h"
 #include "aten/view_programs.h"
 #include "base/lru_map.h"
 #include "base/metrics.h"
@@ -39,6 +41,98 @@ const base::Counter g_graphs_run("num_fused_graphs_run");
 const base::Counter g_graphs_compiled("num_fused_graphs_compiled");
 const base::Counter g_ops_run("num_fused_ops_run");
 const base::Counter g_fallback_graphs("num_fused_graphs_run_op_by_op");
+
+std::mutex g_hook_mu;  // guards g_hook
+std::shared_ptr<const FusedGraphHook> g_hook;
+thread_local bool t_in_hook = false;
+const base::Counter g_hook_graphs("num_fused_graphs_run_by_shape_class");
+
+// Whether the hook may take `g`: pure ops and view reads only.
+bool exportable(const PendingGraph& g) {
+  for (const RecordedNode& n : g.nodes) {
+    if (n.kind == RecordedNode::Kind::kViewWrite) return false;
+    if (n.kind != RecordedNode::Kind::kOp) continue;
+    const CompiledOp& c = *n.op;
+    if (!c.list_write_args.empty() || !c.extra_write_args.empty()) return false;
+    for (int arg : c.return_to_arg) {
+      if (arg >= 0) return false;
+    }
+    for (const GraphParam& p : c.lowered.params) {
+      if (p.source == GraphParam::Source::kRngState) return false;
+    }
+  }
+  return true;
+}
+
+// The buffer holding the value `t` returned for an output of type `type`: its storage's
+// buffer when `t` is a row-major prefix of it (a padded graph's compact output: no
+// program), else `t` read at its size.
+runtime::BufferPtr output_buffer(const at::Tensor& t, const TensorType& type) {
+  TORCH_CHECK(t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 &&
+                  to_dtype(t.scalar_type()) == type.dtype &&
+                  c10::IntArrayRef(type.dims) == t.sizes(),
+              "tpu: internal: the fused graph hook returned a tensor of another type");
+  if (t.storage_offset() == 0 && t.is_contiguous()) return storage_buffer(t);
+  return read_tensor(t);
+}
+
+// The values of `outputs` computed by the hook, or nullopt when it declines.
+std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g,
+                                                           const std::vector<int>& outputs) {
+  std::shared_ptr<const FusedGraphHook> hook;
+  {
+    std::lock_guard<std::mutex> lock(g_hook_mu);
+    hook = g_hook;
+  }
+  if (!hook || t_in_hook || !exportable(g)) return std::nullopt;
+  ExportedGraph e;
+  for (const runtime::BufferPtr& b : g.inputs) e.inputs.push_back(wrap_buffer(b, to_scalar_type(b->dtype())));
+  for (const RecordedNode& n : g.nodes) {
+    ExportedNode x;
+    x.first_out = n.first_out;
+    x.num_out = n.num_out;
+    if (n.kind == RecordedNode::Kind::kViewRead) {
+      x.base = n.refs[0];
+      x.sizes = n.sizes;
+      x.strides = n.strides;
+      x.offset = n.offset;
+    } else {
+      x.op = n.op->name;
+      x.args = n.call_args;
+      for (size_t k = 0; k < n.op->inputs.size(); ++k) {
+        x.reads.push_back({n.op->inputs[k].first, n.op->inputs[k].second, n.refs[k]});
+      }
+    }
+    e.nodes.push_back(std::move(x));
+  }
+  e.outputs = outputs;
+  for (const TensorType& t : g.types) e.dims.push_back(t.dims);
+  std::optional<std::vector<at::Tensor>> tensors;
+  t_in_hook = true;
+  try {
+    tensors = (*hook)(e);
+  } catch (...) {
+    t_in_hook = false;
+    throw;
+  }
+  t_in_hook = false;
+  if (!tensors) return std::nullopt;
+  TORCH_CHECK(tensors->size() == outputs.size(), "tpu: internal: the fused graph hook returned ",
+              tensors->size(), " tensors for ", outputs.size(), " outputs");
+  std::vector<runtime::BufferPtr> buffers;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    buffers.push_back(output_buffer((*tensors)[k], g.types.at(outputs[k])));
+  }
+  // Data checks (an op that runs alone) are read at once, as the fused program reads them.
+  for (const RecordedNode& n : g.nodes) {
+    if (n.kind == RecordedNode::Kind::kOp && n.op->has_checks()) {
+      flush_data_checks();
+      break;
+    }
+  }
+  g_hook_graphs.add();
+  return buffers;
+}
 
 uint64_t hash_words(const std::vector<int64_t>& words) {
   uint64_t h = 1469598103934665603ull;
@@ -203,6 +297,13 @@ std::vector<runtime::BufferPtr> run_op_by_op(const PendingGraph& g, const std::v
 
 }  // namespace
 
+bool recording_enabled() { return !t_in_hook; }
+
+void set_fused_graph_hook(FusedGraphHook hook) {
+  std::lock_guard<std::mutex> lock(g_hook_mu);
+  g_hook = hook ? std::make_shared<const FusedGraphHook>(std::move(hook)) : nullptr;
+}
+
 void run_pending_graph(PendingGraph& g) {
   // Outputs: the values some storage still holds.
   std::vector<int> outputs;
@@ -233,6 +334,22 @@ void run_pending_graph(PendingGraph& g) {
     }
   }
   if (!fused) {
+    // Not compiled for these exact sizes: its shape class may run it padded to buckets.
+    std::optional<std::vector<runtime::BufferPtr>> by_hook;
+    try {
+      by_hook = run_by_hook(g, outputs);
+    } catch (const std::exception& e) {
+      for (auto& v : held) v->error = e.what();
+      g.reset();
+      throw;
+    }
+    if (by_hook) {
+      g_graphs_run.add();
+      g_ops_run.add(static_cast<int64_t>(g.nodes.size()));
+      for (size_t k = 0; k < held.size(); ++k) held[k]->buffer = std::move(by_hook->at(k));
+      g.reset();
+      return;
+    }
     std::shared_ptr<const FusedProgram> built = build(g, outputs, structure);
     std::lock_guard<std::mutex> lock(g_mu);
     if (auto* present = g_cache->find(h)) {

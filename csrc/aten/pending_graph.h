@@ -30,6 +30,8 @@ struct RecordedNode {
   // kOp: the values of its scalar and generator parameters, in the order its own program
   // takes them (the fused program's parameters of this node come in the same order).
   c10::SmallVector<runtime::BufferPtr, 2> params;
+  // kOp: the call's arguments as ExportedNode::args holds them (fused_eager.h).
+  std::vector<c10::IValue> call_args;
   // Views: as_strided(base, sizes, strides, offset) / as_strided_scatter(base, value, ...).
   std::vector<int64_t> sizes, strides;
   int64_t offset = 0;
@@ -63,5 +65,8 @@ class PendingGraph {
 // take their buffers; `g` is reset. Nothing runs when no value is held. A fused program
 // that cannot be built runs the nodes one by one instead.
 void run_pending_graph(PendingGraph& g);
+
+// Whether this thread records eager ops (false while the fused graph hook runs).
+bool recording_enabled();
 
 }  // namespace torchtpu::aten

@@ -1,5 +1,8 @@
 // torchtpu._C: Python glue over the aten and runtime layers. No logic lives here.
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
 
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
@@ -26,6 +29,30 @@ void bind_distributed(pybind11::module& m);
 void bind_module_calls(pybind11::module& m);
 
 namespace {
+
+// An op argument as Python would pass it: dtypes, layouts and memory formats (ints on the
+// stack) as their torch objects.
+py::object schema_arg_to_py(const c10::IValue& v, const c10::TypePtr& type) {
+  c10::TypePtr t = type;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  if (v.isInt()) {
+    switch (t->kind()) {
+      case c10::TypeKind::ScalarTypeType:
+        return py::reinterpret_borrow<py::object>(
+            reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<at::ScalarType>(v.toInt()))));
+      case c10::TypeKind::LayoutType:
+        return py::reinterpret_borrow<py::object>(
+            reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<at::Layout>(v.toInt()))));
+      case c10::TypeKind::MemoryFormatType:
+        return py::reinterpret_borrow<py::object>(torch::utils::getTHPMemoryFormat(
+            static_cast<at::MemoryFormat>(v.toInt())));
+      default:
+        break;
+    }
+  }
+  return torch::jit::toPyObject(v);
+}
+
 
 namespace py = pybind11;
 using namespace torchtpu;
@@ -128,6 +155,47 @@ PYBIND11_MODULE(_C, m) {
     }
   }, py::arg("device") = -1);
   m.def("num_pending_ops", &aten::num_pending_ops);
+  // fn(inputs, nodes, outputs) -> list of tensors or None (aten/fused_eager.h).
+  m.def("set_fused_graph_hook", [](py::object fn) {
+    if (fn.is_none()) {
+      aten::set_fused_graph_hook(nullptr);
+      return;
+    }
+    // Dropped with the GIL held; leaked when the interpreter is already finalizing.
+    std::shared_ptr<py::object> owned(new py::object(std::move(fn)), [](py::object* o) {
+      if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+      py::gil_scoped_acquire gil;
+      delete o;
+    });
+    aten::set_fused_graph_hook(
+        [owned](const aten::ExportedGraph& e) -> std::optional<std::vector<at::Tensor>> {
+          py::gil_scoped_acquire gil;
+          py::list nodes;
+          for (const aten::ExportedNode& n : e.nodes) {
+            if (n.op.empty()) {
+              nodes.append(py::make_tuple("", n.base, n.sizes, n.strides, n.offset, n.first_out,
+                                          n.num_out));
+              continue;
+            }
+            size_t dot = n.op.find('.');
+            std::string name = n.op.substr(0, dot);
+            std::string overload = dot == std::string::npos ? "" : n.op.substr(dot + 1);
+            const auto& schema =
+                c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str())
+                    .schema();
+            py::list args;
+            for (size_t i = 0; i < n.args.size(); ++i) {
+              args.append(schema_arg_to_py(n.args[i], schema.arguments().at(i).type()));
+            }
+            py::list reads;
+            for (const auto& r : n.reads) reads.append(py::make_tuple(r[0], r[1], r[2]));
+            nodes.append(py::make_tuple(n.op, args, reads, n.first_out, n.num_out));
+          }
+          py::object out = (*owned)(e.inputs, nodes, e.outputs, e.dims);
+          if (out.is_none()) return std::nullopt;
+          return out.cast<std::vector<at::Tensor>>();
+        });
+  });
   m.def("block_until_ready", [](const at::Tensor& t) {
     auto status = aten::read_tensor(t)->await_ready();
     TORCH_CHECK(status.ok(), status.message());

@@ -8,6 +8,7 @@ by default; ``TORCHTPU_PJRT_PLUGIN`` selects another by name, e.g. ``jax-cuda12-
 
 from __future__ import annotations
 
+import atexit
 import os
 
 # The XLA plugins log INFO lines to stderr when a client starts; keep warnings and errors.
@@ -65,6 +66,18 @@ def set_eager_mode(mode: str) -> None:
             "'fused' (ops are recorded and run as fused graphs)"
         )
     _C.set_eager_mode(mode)
+
+
+def _fused_graph_hook(inputs: list, nodes: list, outputs: list, dims: list) -> list | None:
+    """Fused eager graphs not compiled for their exact sizes try their shape class first
+    (dynamo/buckets/fused_graph.py; imported on first use)."""
+    from torchtpu.dynamo.buckets import fused_graph
+
+    return fused_graph.run(inputs, nodes, outputs, dims)
+
+
+_C.set_fused_graph_hook(_fused_graph_hook)
+atexit.register(_C.set_fused_graph_hook, None)
 
 
 from torchtpu.device import (  # noqa: E402

@@ -1,0 +1,245 @@
+"""Fused eager graphs through shape classes: a pending graph that fused eager mode has not
+compiled for its exact sizes comes here (``torchtpu._C.set_fused_graph_hook``) before it is
+compiled; when its shape class (shape_class.py) is symbolic it runs padded to buckets, so a
+new length inside a known bucket compiles nothing.
+
+The graph arrives as the recorder holds it: inputs (tensors over the captured buffers), ops
+with their arguments, and view reads, ``as_strided(base, sizes, strides, offset)`` of a
+whole value. A view read becomes the view ops it is (a reshape of the base into a box, a
+slice or select per dim, a permute, unsqueezes and an expand), which the rule table knows;
+a view that is none of these keeps the graph at its exact sizes. The padded graph's
+outputs come back as row-major prefixes of bucket-sized buffers, which the recorder's
+storages take as they are (no copy, no program per length).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from torchtpu.dynamo.buckets.policy import bucket_policy
+from torchtpu.dynamo.buckets.shape_class import ShapeClasses
+
+log = logging.getLogger("torchtpu")
+
+_classes: dict[int, ShapeClasses] = {}
+_fake_mode: FakeTensorMode | None = None
+# Exported graphs (by their exact structure) that a symbolic class runs: its runner and
+# what its placeholders take.
+_symbolic: dict[bytes, tuple[Any, list]] = {}
+
+
+def fake_mode() -> FakeTensorMode:
+    """The fake-tensor mode in which recorded graphs carry their values' metadata."""
+    global _fake_mode
+    if _fake_mode is None:
+        _fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    return _fake_mode
+
+
+class NotAView(Exception):
+    """A view read that no chain of view ops expresses."""
+
+
+def _target(name: str) -> Any:
+    op, _, overload = name.partition(".")
+    namespace, _, base = op.partition("::")
+    return getattr(getattr(getattr(torch.ops, namespace), base), overload or "default")
+
+
+def _call(g: torch.fx.Graph, target: Any, args: tuple, kwargs: dict | None = None
+          ) -> torch.fx.Node:
+    return g.call_function(target, args, kwargs or {})
+
+
+def view_read(g: torch.fx.Graph, base: torch.fx.Node, numel: int, sizes: list[int],
+              strides: list[int], offset: int) -> torch.fx.Node:
+    """``as_strided(base, sizes, strides, offset)`` of the whole row-major value `base` as
+    view ops: the base reshaped into a box whose dims have the view's strides, a slice (or
+    select) per box dim, a permute into the view's order, unsqueezes for its size-1 dims
+    and an expand for its stride-0 ones. Raises NotAView when the view is not such a box
+    (overlapping or wrapping strides). `numel`: the base's element count."""
+    dims = sorted((d for d, n in enumerate(sizes) if n != 1 and strides[d] != 0),
+                  key=lambda d: -strides[d])
+    if any(strides[a] <= strides[b] for a, b in zip(dims, dims[1:])):
+        raise NotAView(f"strides {strides} repeat")
+    box: list[int] = []
+    inner = strides[dims[-1]] if dims else 1
+    outer = numel
+    for d in dims:
+        if outer % strides[d]:
+            raise NotAView(f"stride {strides[d]} does not divide {outer}")
+        box.append(outer // strides[d])
+        outer = strides[d]
+    if inner > 1:
+        box.append(inner)  # the elements below the innermost stride (one is kept)
+    if not dims:
+        box = [numel]
+    x = _call(g, torch.ops.aten.view.default, (base, box))
+    starts = []
+    rest = offset
+    for k in range(len(box) - 1, -1, -1):
+        starts.append(rest % box[k])
+        rest //= box[k]
+    starts.reverse()
+    if rest:
+        raise NotAView(f"offset {offset} is past the base")
+    kept = len(dims) if dims else 0
+    for k, d in enumerate(dims):
+        if starts[k] + sizes[d] > box[k]:
+            raise NotAView(f"dim {d} wraps")
+        if (starts[k], sizes[d]) != (0, box[k]):
+            x = _call(g, torch.ops.aten.slice.Tensor, (x, k, starts[k], starts[k] + sizes[d]))
+    # The inner box dim (and the whole box when every view dim has size 1): one element.
+    for k in range(len(box) - 1, kept - 1, -1):
+        x = _call(g, torch.ops.aten.select.int, (x, k, starts[k]))
+    order = sorted(range(len(dims)), key=lambda k: dims[k])
+    if order != list(range(len(dims))):
+        x = _call(g, torch.ops.aten.permute.default, (x, order))
+    placed = sorted(dims)
+    for d in range(len(sizes)):
+        if d not in placed:
+            x = _call(g, torch.ops.aten.unsqueeze.default, (x, d))
+    if any(sizes[d] != 1 and strides[d] == 0 for d in range(len(sizes))):
+        x = _call(g, torch.ops.aten.expand.default, (x, list(sizes)))
+    return x
+
+
+def _prefix_view(n: tuple) -> bool:
+    """Whether view read `n` is a row-major prefix of an input: offset 0, contiguous."""
+    if n[0] != "" or n[1] >= 0 or n[4] != 0:
+        return False
+    expected = 1
+    for size, stride in zip(reversed(n[2]), reversed(n[3])):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def feed(inputs: list[torch.Tensor], fed: list[tuple[int, list[int] | None]]
+         ) -> list[torch.Tensor]:
+    """The tensors a graph's placeholders take: input k, or its row-major prefix of `sizes`."""
+    return [inputs[k] if sizes is None else inputs[k].view(-1)[:math.prod(sizes)].view(sizes)
+            for k, sizes in fed]
+
+
+def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
+                dims: list[list[int]]) -> tuple[torch.fx.GraphModule, list[tuple[int, list[int] | None]]]:
+    """The exported pending graph as an FX graph of aten ops at its recorded sizes, and the
+    tensors its placeholders take. A row-major prefix of an input (a padded graph's output
+    read at its true size, a parameter's first rows) is a placeholder of its own, the view
+    of the input: its true size is what varies, not the storage's."""
+    g = torch.fx.Graph()
+    env: dict[int, torch.fx.Node] = {}
+    fed: list[tuple[int, list[int] | None]] = []
+    # Only of a flat input: a padded graph's output (a parameter's rows are sliced in the
+    # graph, whose rule reads them out of the whole parameter).
+    prefixes = {n[5]: n for n in nodes if _prefix_view(n) and inputs[-n[1] - 1].dim() == 1}
+    used = {r[2] for n in nodes if n[0] != "" for r in n[2]} | set(outputs) | {
+        n[1] for n in nodes if n[0] == "" and n[5] not in prefixes}
+
+    def placeholder(k: int, sizes: list[int] | None) -> torch.fx.Node:
+        p = g.placeholder(f"in{len(fed)}")
+        fed.append((k, sizes))
+        t = feed(inputs, [fed[-1]])[0]
+        with fake_mode():
+            p.meta["val"] = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        return p
+
+    # A prefix in its input's place: a graph reading a whole padded output (a length equal
+    # to its bucket) and one reading a prefix of it have the same placeholders.
+    for k in range(len(inputs)):
+        if -(k + 1) in used:
+            env[-(k + 1)] = placeholder(k, None)
+        for vid, n in prefixes.items():
+            if n[1] == -(k + 1):
+                env[vid] = placeholder(k, list(n[2]))
+    for n in nodes:
+        if n[0] == "":
+            _, base, sizes, strides, offset, first, _num = n
+            if first in prefixes:
+                continue
+            numel = math.prod(dims[base] if base >= 0 else inputs[-base - 1].shape)
+            env[first] = view_read(g, env[base], numel, list(sizes), list(strides), offset)
+            continue
+        name, args, reads, first, num = n
+        target = _target(name)
+        args = list(args)
+        lists: dict[int, list[torch.fx.Node]] = {}
+        for arg, item, vid in reads:
+            if item < 0:
+                args[arg] = env[vid]
+            else:
+                lists.setdefault(arg, []).append(env[vid])
+        # A host scalar tensor (a Python number PyTorch wrapped) is the number it holds.
+        args = [a.item() if isinstance(a, torch.Tensor) and a.device.type == "cpu"
+                and a.dim() == 0 else a for a in args]
+        for arg, present in lists.items():
+            it = iter(present)
+            args[arg] = [next(it) if m else None for m in args[arg]]
+        schema = target._schema.arguments
+        pos = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
+        kw = {s.name: a for a, s in zip(args, schema) if s.kwarg_only}
+        call = _call(g, target, pos, kw)
+        returns = target._schema.returns
+        if num == 1 and len(returns) == 1:
+            env[first] = call
+            continue
+        if num != len(returns) or any(str(r.type) != "Tensor" for r in returns):
+            raise NotAView(f"{name}: its {num} results are not its {len(returns)} returns")
+        for i in range(num):
+            env[first + i] = g.call_function(operator.getitem, (call, i))
+    g.output(tuple(env[v] for v in outputs))
+    return torch.fx.GraphModule(torch.nn.Module(), g), fed
+
+
+def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
+        dims: list[list[int]]) -> list[torch.Tensor] | None:
+    """The hook: the outputs' values when the graph's shape class runs it padded, else None
+    (the recorder compiles it at its exact sizes)."""
+    # Inside a backward pass (the autograd engine's thread) graphs stay exact: tracing
+    # there would run inside the engine's own graph task.
+    if bucket_policy() == "off" or not inputs or torch._C._current_graph_task_id() != -1:
+        return None
+    device = inputs[0].device.index or 0
+    # A structure seen before at these exact sizes skips building its FX graph.
+    seen = hashlib.sha256(repr((nodes, outputs, [(t.shape, t.dtype) for t in inputs]))
+                          .encode()).digest()
+    hit = _symbolic.get(seen)
+    if hit is not None:
+        with torch.no_grad():
+            return list(hit[0](*feed(inputs, hit[1])))
+    try:
+        gm, fed = build_graph(inputs, nodes, outputs, dims)
+    except NotAView as e:
+        log.info("torchtpu: fused graph compiles per exact size: %s", e)
+        return None
+    except Exception as e:  # a torchtpu bug in reading the graph: the exact program runs
+        log.warning("torchtpu: fused graph compiles per exact size: reading it failed: %s: %s",
+                    type(e).__name__, e)
+        return None
+    classes = _classes.setdefault(device, ShapeClasses(device))
+    try:
+        runner, why = classes.runner(gm)
+    except Exception as e:  # a torchtpu bug in making it symbolic: the exact program runs
+        log.warning("torchtpu: fused graph compiles per exact size: its shape class failed: "
+                    "%s: %s", type(e).__name__, e)
+        return None
+    if runner is None:
+        return None
+    if len(_symbolic) >= 4096:
+        _symbolic.clear()
+    _symbolic[seen] = (runner, fed)
+    with torch.no_grad():
+        return list(runner(*feed(inputs, fed)))
+
+
+__all__ = ["NotAView", "build_graph", "fake_mode", "feed", "run", "view_read"]

@@ -1,0 +1,311 @@
+"""Shape classes: graphs recorded at concrete sizes that differ only in their sizes share one
+symbolic graph, which runs padded to buckets exactly as a ``torch.compile`` graph does.
+
+A recorded graph is an FX graph of aten ops (what fused eager mode records between two host
+reads) whose placeholders carry their values' metadata (``meta["val"]``) and whose size
+arguments are plain ints. Its class key is its structure with every int erased: the ops,
+which values each reads, the inputs' dtypes, ranks and devices.
+
+The first graph of a class runs at its exact sizes (the caller's own path). The second, at
+other sizes, makes the class symbolic, as Dynamo's automatic dynamic shapes do after a size
+change: every input dim whose sizes differ becomes a symbol (dims with equal pairs of
+sizes share one), every int argument that differs becomes an expression in those symbols
+fitted to both graphs (``s``, ``c*s``, ``c*s + d``, ``c*s*r``), and the graph is retraced on
+fake tensors with those symbols into one symbolic graph. That graph runs through the
+compiled mode's `GraphRunner`: the rule table (rules.py) pads it to buckets, or an op
+without a rule keeps it at exact sizes with the reason, one program per size. A later graph
+joins the class when every one of its ints equals its expression at the sizes its inputs
+bind (the guard); one that does not runs at its exact sizes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+from torch._decomp import core_aten_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+log = logging.getLogger("torchtpu")
+
+_INT = "#"  # an int's place in a class key
+
+
+def _is_int(a: Any) -> bool:
+    return isinstance(a, int) and not isinstance(a, bool)
+
+
+def _flat(a: Any, ints: list[int], nodes: dict[torch.fx.Node, int]) -> Any:
+    """`a` with ints replaced by their place (collected into `ints`) and nodes by index."""
+    if _is_int(a):
+        ints.append(a)
+        return _INT
+    if isinstance(a, torch.fx.Node):
+        return ("%", nodes[a])
+    if isinstance(a, (list, tuple)):
+        return (type(a).__name__, tuple(_flat(x, ints, nodes) for x in a))
+    if isinstance(a, dict):
+        return tuple((k, _flat(v, ints, nodes)) for k, v in sorted(a.items()))
+    if isinstance(a, torch.fx.immutable_collections.immutable_list):
+        return tuple(_flat(x, ints, nodes) for x in a)
+    return (type(a).__name__, repr(a))
+
+
+def key_and_ints(gm: torch.fx.GraphModule) -> tuple[tuple, list[int]]:
+    """The class key of `gm` (its structure, ints erased) and its ints in key order: the
+    placeholders' dims, then each node's int arguments."""
+    ints: list[int] = []
+    nodes: dict[torch.fx.Node, int] = {}
+    key: list[Any] = []
+    for k, n in enumerate(gm.graph.nodes):
+        nodes[n] = k
+        if n.op == "placeholder":
+            val = n.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                raise TypeError(f"shape class: placeholder {n.name} has no tensor value")
+            ints.extend(int(s) for s in val.shape)
+            key.append(("in", str(val.dtype), val.dim(), str(val.device)))
+        elif n.op in ("call_function", "output", "get_attr"):
+            key.append((n.op, str(n.target), _flat(n.args, ints, nodes),
+                        _flat(n.kwargs, ints, nodes)))
+        else:
+            raise TypeError(f"shape class: node {n.name} ({n.op}) is not an aten op")
+    return tuple(key), ints
+
+
+def _fit(x: int, y: int, pairs: dict[tuple[int, int], sympy.Symbol]) -> sympy.Expr | None:
+    """An expression in the symbols (each with its pair of sizes) that is `x` at the first
+    graph's sizes and `y` at the second's."""
+    for (a, b), s in pairs.items():
+        if (x, y) == (a, b):
+            return s
+    for (a, b), s in pairs.items():
+        if a and b and x % a == 0 and y % b == 0 and x // a == y // b:
+            return (x // a) * s
+    for (a, b), s in pairs.items():  # c*s + d (a view's offset: c*(s - 1))
+        if a != b and (y - x) % (b - a) == 0:
+            c = (y - x) // (b - a)
+            return c * s + (x - c * a)
+    items = list(pairs.items())
+    for i, ((a1, b1), s1) in enumerate(items):
+        for (a2, b2), s2 in items[i:]:
+            pa, pb = a1 * a2, b1 * b2
+            if pa and pb and x % pa == 0 and y % pb == 0 and x // pa == y // pb:
+                return (x // pa) * s1 * s2
+    return None
+
+
+@dataclass
+class ShapeClass:
+    """The graphs of one class key: the first at its sizes, then (once another size was
+    seen) the symbolic graph and its runner."""
+
+    first: torch.fx.GraphModule
+    first_ints: list[int]
+    device: int
+    exprs: list[sympy.Expr] | None = None  # per int place: its expression (or constant)
+    symbols: list[sympy.Symbol] = field(default_factory=list)
+    # The int place (key order) that binds each symbol: a placeholder's dim, or an int
+    # argument (a size no input has: a slice's length; the graph takes it as a SymInt).
+    binders: dict[sympy.Symbol, int] = field(default_factory=dict)
+    extra: list[sympy.Symbol] = field(default_factory=list)  # symbols no input dim binds
+    runner: Callable | None = None
+    # What tracing the symbolic graph assumed of the sizes (ShapeEnv guards, in symbols).
+    guards: list[sympy.Expr] = field(default_factory=list)
+    reason: str | None = None  # why the class cannot be symbolic (its graphs run exact)
+
+    def matches(self, ints: list[int]) -> bool:
+        """The guard: every int of a graph of this key equals its expression at the sizes
+        the graph binds, and those sizes satisfy what tracing assumed."""
+        assert self.exprs is not None
+        values = {s: ints[k] for s, k in self.binders.items()}
+        return all(int(e.subs(values)) == v if isinstance(e, sympy.Expr) else e == v
+                   for e, v in zip(self.exprs, ints)) and all(
+                       bool(g.xreplace(values)) for g in self.guards)
+
+    def call(self, ints: list[int]) -> Callable:
+        """The symbolic runner bound to a matching graph's int arguments."""
+        assert self.runner is not None
+        runner, extra = self.runner, [ints[self.binders[s]] for s in self.extra]
+
+        def run(*tensors: Any) -> Any:
+            out = runner(*tensors, *extra)
+            if not runner.bucketed:  # XLA refused it padded: the recorder's exact programs
+                self.reason, self.runner = runner.hazard or "not padded", None
+            return out
+
+        return run
+
+    def _placeholders(self) -> list[torch.fx.Node]:
+        return [n for n in self.first.graph.nodes if n.op == "placeholder"]
+
+    def generalize(self, ints: list[int]) -> str | None:
+        """Makes the class symbolic from its first graph and one at the sizes `ints`;
+        returns why it cannot (the class then stays exact)."""
+        pairs: dict[tuple[int, int], sympy.Symbol] = {}
+
+        def symbol(x: int, y: int, place: int) -> sympy.Symbol:
+            s = sympy.Symbol(f"s{len(pairs)}", positive=True, integer=True)
+            pairs[(x, y)] = s
+            self.binders[s] = place
+            return s
+
+        num_dims = sum(n.meta["val"].dim() for n in self._placeholders())
+        for k in range(num_dims):
+            x, y = self.first_ints[k], ints[k]
+            if x != y and (x, y) not in pairs:
+                symbol(x, y, k)
+        exprs: list[sympy.Expr] = []
+        for k, (x, y) in enumerate(zip(self.first_ints, ints)):
+            if x == y:
+                exprs.append(x)
+                continue
+            e = _fit(x, y, pairs)
+            if e is None:
+                if x <= 0 or y <= 0:
+                    return (f"int {k} of its structure ({x}, then {y}) is no affine function "
+                            "or product of its inputs' sizes")
+                e = symbol(x, y, k)
+                self.extra.append(e)
+            exprs.append(e)
+        self.exprs = exprs
+        self.symbols = list(pairs.values())
+        try:
+            hints = [max(x, y) for x, y in zip(self.first_ints, ints)]
+            gm, self.guards = retrace(self.first, exprs, self.symbols, hints, self.extra)
+        except Exception as e:  # a graph the fake tensors refuse symbolic: exact sizes
+            self.exprs = None
+            return f"retracing it with symbolic sizes failed: {type(e).__name__}: {e}"
+        from torchtpu.dynamo.graph_spec import free_symbols
+        from torchtpu.dynamo.runner import GraphRunner  # the runner imports buckets
+
+        if len(free_symbols(gm)) != len(self.symbols):
+            return "tracing specialized a size (a size of 1 on one of the two graphs)"
+
+        runner = GraphRunner(gm, [], device=self.device)
+        if runner.hazard:  # no padding rule: exact sizes, the recorder's own programs
+            return runner.hazard
+        self.runner = runner
+        return None
+
+
+def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symbol],
+            hints: list[int], extra: list[sympy.Symbol]) -> tuple[torch.fx.GraphModule, list[sympy.Expr]]:
+    """`gm` traced again on fake tensors whose dims and int arguments are `exprs` (in key
+    order): a graph with symbolic sizes, as Dynamo hands the compiled mode, and what the
+    tracing assumed of the sizes (in `symbols`). The symbols `extra` are SymInt inputs
+    after the tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    env = ShapeEnv(duck_shape=False)
+    fake_mode = FakeTensorMode(shape_env=env)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    # Each symbol's SymInt, backed by the first graph's size (its hint).
+    sym_ints: dict[sympy.Symbol, Any] = {}
+    from torch._dynamo.source import ConstantSource
+
+    for place, e in enumerate(exprs):
+        if isinstance(e, sympy.Symbol) and e not in sym_ints:
+            source = ConstantSource(f"{e}")
+            raw = env.create_symbol(hints[place], source=source, dynamic_dim=DimDynamic.DYNAMIC)
+            sym_ints[e] = env.create_symintnode(raw, hint=hints[place], source=source)
+
+    def value(e: Any) -> Any:
+        if not isinstance(e, sympy.Expr):
+            return e
+        if e.is_Integer:
+            return int(e)
+        if e.is_Symbol:
+            return sym_ints[e]
+        parts = [value(a) for a in e.args]
+        out = parts[0]
+        for a in parts[1:]:
+            out = out + a if e.is_Add else out * a
+        return out
+
+    with fake_mode:
+        inputs = []
+        place = 0
+        for n in placeholders:
+            val = n.meta["val"]
+            sizes = [value(exprs[place + d]) for d in range(val.dim())]
+            place += val.dim()
+            inputs.append(torch.empty(sizes, dtype=val.dtype, device=val.device))
+    start = place
+    bodies = [n for n in gm.graph.nodes if n.op not in ("placeholder",)]
+
+    def replay(*args: Any) -> Any:
+        ints = iter([value(e) for e in exprs[start:]])
+        env_: dict[torch.fx.Node, Any] = dict(zip(placeholders, args))
+
+        def sub(a: Any) -> Any:
+            if _is_int(a):
+                return next(ints)
+            if isinstance(a, torch.fx.Node):
+                return env_[a]
+            if isinstance(a, (list, tuple)):
+                return [sub(x) for x in a] if isinstance(a, list) else tuple(sub(x) for x in a)
+            if isinstance(a, dict):
+                return {k: sub(v) for k, v in sorted(a.items())}
+            return a
+
+        for n in bodies:
+            if n.op == "get_attr":
+                env_[n] = getattr(gm, n.target)
+            elif n.op == "call_function":
+                args_, kwargs = sub(n.args), sub(n.kwargs)
+                env_[n] = n.target(*args_, **kwargs)
+            else:
+                out = sub(n.args[0])
+                return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+        raise AssertionError("graph without output")
+
+    with fake_mode:
+        traced = make_fx(replay, decomposition_table=core_aten_decompositions(),
+                         tracing_mode="fake")(*inputs, *[sym_ints[e] for e in extra])
+    # The shape environment's symbols are its own: name them back as `symbols`.
+    back = {env_sym: s for s, si in sym_ints.items()
+            for env_sym in [si.node.expr] if isinstance(env_sym, sympy.Symbol)}
+    guards = [g.expr.xreplace(back) for g in env.guards]
+    return traced, guards
+
+
+class ShapeClasses:
+    """The shape classes of recorded graphs on one device: `runner(gm)` says how a recorded
+    graph runs. A key holds a few classes (`MAX_PER_KEY`): a graph that fails every
+    symbolic class's guard (an int that was constant changed) starts another."""
+
+    MAX_PER_KEY = 8
+
+    def __init__(self, device: int = 0) -> None:
+        self.device = device
+        self.classes: dict[tuple, list[ShapeClass]] = {}
+
+    def runner(self, gm: torch.fx.GraphModule) -> tuple[Callable | None, str]:
+        """The symbolic runner that takes `gm`'s inputs (a class of its key is symbolic
+        and `gm` passes its guard), else None and why `gm` runs at its exact sizes."""
+        key, ints = key_and_ints(gm)
+        classes = self.classes.setdefault(key, [])
+        for cls in classes:
+            if cls.runner is not None and cls.matches(ints):
+                return cls.call(ints), "padded to buckets"
+        for cls in classes:
+            if cls.exprs is None and cls.reason is None and ints != cls.first_ints:
+                why = cls.generalize(ints)
+                if why is None:
+                    return cls.call(ints), "padded to buckets"
+                cls.reason = why
+                log.info("torchtpu: fused graph compiles per exact size: %s", why)
+                return None, why
+        if len(classes) < self.MAX_PER_KEY and all(c.first_ints != ints for c in classes):
+            classes.append(ShapeClass(gm, ints, self.device))
+        return None, "first graph of its class"
+
+
+__all__ = ["ShapeClass", "ShapeClasses", "key_and_ints", "retrace"]

@@ -1,0 +1,106 @@
+"""Fused eager graphs through shape classes (dynamo/buckets/shape_class.py, fused_graph.py):
+a graph recorded at a new length inside a known bucket runs a program compiled for the
+bucket; an op without a padding rule keeps its graph at exact sizes, with the reason.
+
+Every program the process obtains is counted (`programs_obtained`), host transfers and
+eager helpers included. Results are compared with the CPU's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+from _compare import eager_mode, programs_obtained
+
+from torchtpu.dynamo.buckets import bucket_size
+from torchtpu.dynamo.buckets.fused_graph import NotAView, fake_mode, view_read
+
+
+def attention(x: torch.Tensor, w: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor
+              ) -> torch.Tensor:
+    """Causal attention over a length that varies: views, a slice of a parameter, a
+    masked softmax and a contraction over the padded dim."""
+    t = x.shape[0]
+    q, k = (x + pos[:t]) @ w, x @ w.t()
+    q, k = (z.view(t, 2, 4).transpose(0, 1) for z in (q, k))
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(4)
+    att = att.masked_fill(~mask[:t, :t], float("-inf")).softmax(-1)
+    return (att @ k).transpose(0, 1).reshape(t, 8).sum(0) + x.sum()
+
+
+def test_fused_graph_compiles_per_bucket_not_per_length(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+    torch.manual_seed(0)
+    w, pos = torch.randn(8, 8), torch.randn(32, 8)
+    mask = torch.tril(torch.ones(32, 32, dtype=torch.bool))
+    w_t, pos_t, mask_t = w.to("tpu"), pos.to("tpu"), mask.to("tpu")
+    seen: set[int] = set()
+    needed_at: dict[int, int] = {}
+    with eager_mode("fused"):
+        for t in range(5, 21):
+            x = torch.randn(t, 8)
+            before = programs_obtained()
+            got = attention(x.to("tpu"), w_t, pos_t, mask_t).cpu()
+            needed_at[t] = programs_obtained() - before
+            torch.testing.assert_close(got, attention(x, w, pos, mask), rtol=1e-5, atol=1e-5)
+            # The first length compiles at its size; the second makes the class symbolic.
+            if t > 6 and bucket_size(t) in seen:
+                assert needed_at[t] == 0, f"length {t}: {needed_at} programs"
+            if t > 5:
+                seen.add(bucket_size(t))
+    assert sum(needed_at[t] for t in range(7, 21)) <= 2 * len(seen), needed_at
+
+
+def test_op_without_padding_rule_stays_exact(monkeypatch: pytest.MonkeyPatch,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.flip(x * 2, dims=[0]).cumsum(0) + 1
+
+    with eager_mode("fused"), caplog.at_level(logging.INFO, logger="torchtpu"):
+        for t in (9, 10, 11):
+            x = torch.randn(t, 3)
+            torch.testing.assert_close(f(x.to("tpu")).cpu(), f(x))
+    reasons = [r.getMessage() for r in caplog.records if "per exact size" in r.getMessage()]
+    assert reasons and any("flip" in r for r in reasons), reasons
+
+
+def _base_graph() -> tuple[torch.fx.Graph, torch.fx.Node]:
+    g = torch.fx.Graph()
+    p = g.placeholder("base")
+    with fake_mode():
+        p.meta["val"] = torch.empty(6, 4)
+    return g, p
+
+
+@pytest.mark.parametrize("make_view", [
+    lambda b: b[:, 1:3],
+    lambda b: b[2:5],
+    lambda b: b.t(),
+    lambda b: b.view(4, 2, 3).transpose(0, 1)[:, 1:],
+    lambda b: b[1, 2:4],
+    lambda b: b[3, 2],
+    lambda b: b[:, 1:2].expand(6, 5),
+    lambda b: b.view(4, 6)[:, None, 2:],
+], ids=["cols", "rows", "t", "split_heads", "row_slice", "element", "expand", "unsqueeze"])
+def test_view_read_is_view_ops(make_view: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """`as_strided` of a whole value as view ops, checked on the CPU."""
+    base = torch.arange(24.0).view(6, 4)
+    v = make_view(base)
+    g, p = _base_graph()
+    g.output(view_read(g, p, 24, list(v.shape), list(v.stride()), v.storage_offset()))
+    torch.testing.assert_close(torch.fx.GraphModule(torch.nn.Module(), g)(base), v)
+
+
+def test_overlapping_view_is_refused() -> None:
+    g, p = _base_graph()
+    with pytest.raises(NotAView, match="repeat"):
+        view_read(g, p, 24, [3, 4], [2, 2], 0)  # rows overlapping
