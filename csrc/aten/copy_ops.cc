@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "aten/fused_eager.h"
 #include "aten/host_transfer.h"
 #include "aten/storage_bytes.h"
 #include "aten/tpu_storage.h"
@@ -73,6 +74,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     int device = dst.device().index();
     // Neither side has a math bit here (copy_from_with_math_bits resolves them).
     if (self.device().is_privateuseone()) {
+      if (record_copy(self, dst)) return dst;  // fused eager: deferred like any op
       value = read_tensor(self);
       if (value->device_index() != device) {
         value = cpu_to_buffer(buffer_to_cpu(*value), device);  // staged through the host

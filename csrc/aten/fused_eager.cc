@@ -99,23 +99,19 @@ class Recorder {
  public:
   explicit Recorder(PendingGraph& g) : g_(g) {}
 
-  // The value id of `t`'s current value in the graph.
+  // The value id of `t`'s current value in the graph: its storage's whole value (pending
+  // here, or a buffer the graph takes as an input), or a view read out of it when t is a
+  // view or reads the storage in another shape (a saved activation read flattened by mm's
+  // backward). So no program runs at the call, and none is keyed by a view's shape (a
+  // slice `[:t]` of a new length t). A value an earlier graph computed is materialized
+  // first: a padded graph's output grows its storage, and t reads a prefix of it.
   int read(const at::Tensor& t) {
     StorageState& s = recorded_storage_state(t);
-    // Computed by an earlier graph: its buffer first (a padded graph's output grows its
-    // storage, which t then views).
-    if (s.pending && s.pending->generation != g_.generation) materialize(s);
-    if (s.pending && s.pending->generation == g_.generation) {
-      int base = s.pending->id;
-      if (whole_storage(t, s) && c10::IntArrayRef(s.pending->type.dims) == t.sizes()) return base;
-      return view_read(base, t);
+    int base = whole_value(s, t.scalar_type());
+    if (whole_storage(t, s) && c10::IntArrayRef(g_.type_of(base).dims) == t.sizes()) {
+      return base;
     }
-    // A view of a storage with a value: the graph reads the view out of the whole storage,
-    // so no program is keyed by the view's shape (a slice `[:t]` of a new length t).
-    if ((s.buffer || s.pending) && !whole_storage(t, s)) {
-      return view_read(whole_value(s, t.scalar_type()), t);
-    }
-    return input(read_tensor(t));
+    return view_read(base, t);
   }
 
   // Makes value `id` (t's shape) the value of `t`, through its view if it is one.
@@ -399,6 +395,30 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->push_back(std::move(r));
   if (alone || static_cast<int64_t>(g.nodes.size()) >= max_ops()) run_pending_graph(g);
+  return true;
+}
+
+bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
+  if (eager_mode() != EagerMode::kFused || src.scalar_type() != dst.scalar_type() ||
+      src.sizes() != dst.sizes() || src.device() != dst.device() || src.is_conj() ||
+      src.is_neg() || dst.is_conj() || dst.is_neg()) {
+    return false;
+  }
+  PendingGraph& g = graph(dst.device().index());
+  std::lock_guard<std::recursive_mutex> lock(g.mu);
+  if (!recordable(src, g) || !recordable(dst, g)) return false;
+  Recorder rec(g);
+  int id = rec.read(src);
+  StorageState& d = recorded_storage_state(dst);
+  if (id < 0 && whole_storage(dst, d)) {
+    // A buffer the graph would only pass through: dst takes it, as op by op does.
+    d.buffer = g.inputs.at(PendingGraph::input_index(id));
+    d.pending.reset();
+    return true;
+  }
+  rec.write(dst, id, id >= 0 ? rec.pending(id) : nullptr);
+  g_recorded.add();
+  if (static_cast<int64_t>(g.nodes.size()) >= max_ops()) run_pending_graph(g);
   return true;
 }
 

@@ -99,6 +99,12 @@ struct ExportedGraph {
 using FusedGraphHook = std::function<std::optional<std::vector<at::Tensor>>(const ExportedGraph&)>;
 void set_fused_graph_hook(FusedGraphHook hook);
 
+// Records dst.copy_(src) between tensors of one device, of one dtype and one shape, into
+// their device's pending graph: dst's value becomes src's (through dst's view if it is
+// one). Returns false, recording nothing, when not in fused mode or the copy cannot be
+// deferred; the caller then copies at once.
+bool record_copy(const at::Tensor& src, const at::Tensor& dst);
+
 // Runs the pending graph of `device`, or of every device.
 void flush_pending(int device);
 void flush_all_pending();

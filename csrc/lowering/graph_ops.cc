@@ -18,6 +18,7 @@
 
 #include "lowering/families.h"
 #include "lowering/lowering.h"
+#include "lowering/storage_programs.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -147,17 +148,6 @@ base::Status check_strided_window(const std::string& op, const Dims& sizes, cons
   return base::Status::ok_status();
 }
 
-// Whether those elements are one contiguous run in row-major order (size-1 dims aside).
-bool is_dense_window(const Dims& sizes, const Dims& strides) {
-  int64_t expected = 1;
-  for (int64_t k = static_cast<int64_t>(sizes.size()) - 1; k >= 0; --k) {
-    if (sizes[k] == 1) continue;
-    if (strides[k] != expected) return false;
-    expected *= sizes[k];
-  }
-  return true;
-}
-
 // Their flat indices as an i64 [sizes..., 1] value (index_vector_dim last, for a gather or
 // scatter over the flattened value).
 Value strided_indices(Builder& b, const Dims& sizes, const Dims& strides, int64_t offset) {
@@ -187,8 +177,8 @@ Result lower_as_strided(LoweringContext& c) {
   int64_t n = x.type.num_elements();
   TORCHTPU_RETURN_IF_ERROR(check_strided_window(c.op_name(), sizes, strides, offset, n));
   Value flat = b.reshape(x, {n});
-  if (is_dense_window(sizes, strides)) {
-    return one(b.reshape(b.slice(flat, {offset}, {offset + out.num_elements()}, {1}), out.dims));
+  if (std::optional<DenseBlock> d = dense_block(sizes, strides)) {
+    return one(read_dense_block(b, b.slice(flat, {offset}, {offset + d->numel}, {1}), *d, sizes));
   }
   std::string attrs =
       "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
@@ -219,9 +209,10 @@ Result lower_as_strided_scatter(LoweringContext& c) {
   Value src = b.convert(c.tensor(1), x.dtype());
   Value flat = b.reshape(x, {n});
   Value result;
-  if (is_dense_window(sizes, strides)) {
+  std::optional<DenseBlock> d = dense_block(sizes, strides);
+  if (d && !d->broadcast) {
     result = b.op("stablehlo.dynamic_update_slice",
-                  {flat, b.reshape(src, {count}), b.constant_i64(offset, DType::kI64)},
+                  {flat, write_dense_block(b, src, *d), b.constant_i64(offset, DType::kI64)},
                   flat.type);
   } else {
     TensorType scalar{x.dtype(), {}};

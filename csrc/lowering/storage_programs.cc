@@ -1,5 +1,8 @@
 #include "lowering/storage_programs.h"
 
+#include <algorithm>
+#include <numeric>
+
 namespace torchtpu::lowering {
 namespace {
 
@@ -49,6 +52,73 @@ std::string scatter_attrs(int64_t rank) {
 
 }  // namespace
 
+std::optional<DenseBlock> dense_block(const Dims& sizes, const Dims& strides) {
+  DenseBlock d;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k] == 1) continue;
+    if (strides[k] == 0) {
+      d.broadcast = true;
+      continue;
+    }
+    if (strides[k] < 0) return std::nullopt;
+    d.order.push_back(static_cast<int64_t>(k));
+  }
+  // Memory order: outermost (largest stride) first; equal strides of sizes > 1 overlap.
+  std::stable_sort(d.order.begin(), d.order.end(),
+                   [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  int64_t expected = 1;
+  for (auto it = d.order.rbegin(); it != d.order.rend(); ++it) {
+    if (strides[*it] != expected) return std::nullopt;
+    expected *= sizes[*it];
+  }
+  d.numel = expected;
+  for (int64_t k : d.order) d.block.push_back(sizes[k]);
+  return d;
+}
+
+namespace {
+
+// The block's dims sorted by view dim, and the transpose from memory order to it.
+void view_order(const DenseBlock& d, Dims* sorted, Dims* perm) {
+  *sorted = d.order;
+  std::sort(sorted->begin(), sorted->end());
+  perm->clear();
+  for (int64_t k : *sorted) {
+    perm->push_back(std::find(d.order.begin(), d.order.end(), k) - d.order.begin());
+  }
+}
+
+bool is_identity(const Dims& perm) {
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Value read_dense_block(Builder& b, Value window, const DenseBlock& d, const Dims& sizes) {
+  Dims sorted, perm;
+  view_order(d, &sorted, &perm);
+  Value v = b.reshape(window, d.block);
+  if (!is_identity(perm)) v = b.transpose(v, perm);
+  if (!d.broadcast) return b.reshape(v, sizes);  // only size-1 dims to add
+  return b.broadcast_in_dim(v, sizes, sorted);
+}
+
+Value write_dense_block(Builder& b, Value value, const DenseBlock& d) {
+  Dims sorted, perm;
+  view_order(d, &sorted, &perm);
+  Dims in_view_order;
+  for (int64_t k : sorted) in_view_order.push_back(value.dims()[k]);
+  Value v = b.reshape(value, in_view_order);  // drops size-1 dims only
+  // The inverse transpose: from view order back to memory order.
+  Dims inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  if (!is_identity(inverse)) v = b.transpose(v, inverse);
+  return b.reshape(v, {d.numel});
+}
+
 bool is_whole_buffer_view(int64_t buffer_numel, const Dims& sizes, const Dims& strides,
                           int64_t offset) {
   return offset == 0 && numel_of(sizes) == buffer_numel && is_contiguous(sizes, strides);
@@ -68,6 +138,11 @@ std::string strided_read_module(const TensorType& base, const Dims& sizes, const
     Value window = b.op("stablehlo.dynamic_slice", {flat, offset},
                         TensorType{base.dtype, {count}}, "slice_sizes = " + i64_array({count}));
     return b.finish({b.reshape(window, sizes)});
+  }
+  if (std::optional<DenseBlock> d = dense_block(sizes, strides)) {
+    Value window = b.op("stablehlo.dynamic_slice", {flat, offset},
+                        TensorType{base.dtype, {d->numel}}, "slice_sizes = " + i64_array({d->numel}));
+    return b.finish({read_dense_block(b, window, *d, sizes)});
   }
   Value idx = flat_indices(b, sizes, strides, offset);
   Value r = b.op("stablehlo.gather", {flat, idx}, out, gather_attrs(static_cast<int64_t>(sizes.size())));
@@ -116,9 +191,10 @@ std::string strided_write_module(const TensorType& base, const Dims& sizes, cons
   if (count == 0) return b.finish({dst});
   Value flat = b.reshape(dst, {n});
   Value result;
-  if (is_contiguous(sizes, strides)) {
-    // Contiguous window: one update at the runtime offset.
-    result = b.op("stablehlo.dynamic_update_slice", {flat, b.reshape(value, {count}), offset},
+  std::optional<DenseBlock> d = dense_block(sizes, strides);
+  if (d && !d->broadcast) {
+    // One block (contiguous, or permuted): one update at the runtime offset.
+    result = b.op("stablehlo.dynamic_update_slice", {flat, write_dense_block(b, value, *d), offset},
                   flat.type);
   } else {
     Value idx = flat_indices(b, sizes, strides, offset);

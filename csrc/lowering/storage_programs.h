@@ -6,6 +6,7 @@
 // by PyTorch's (sizes, strides, offset) over the flattened buffer, row-major.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "lowering/hlo_builder.h"
@@ -31,6 +32,25 @@ std::string convert_module(const TensorType& src, DType dtype, const Dims& dims)
 std::string math_bits_module(const TensorType& src, bool conj, bool neg);
 // () -> zeros of type `t`.
 std::string zeros_module(const TensorType& t);
+
+// A view whose elements are one contiguous block of `numel` elements read in another dim
+// order: a transpose or permute of a contiguous window (w.t(), q.transpose(1, 2)), with
+// stride-0 dims broadcast (expand) and size-1 dims free. `block` holds the block's sizes in
+// memory order (outermost first), `order` the view dim each comes from. Such a view reads
+// and writes as slice + reshape + transpose (+ broadcast), never as an element gather or
+// scatter, which XLA runs far slower. Nullopt for any other view (overlapping or gapped).
+struct DenseBlock {
+  Dims block;
+  Dims order;
+  int64_t numel = 1;
+  bool broadcast = false;  // some dim of size > 1 has stride 0
+};
+std::optional<DenseBlock> dense_block(const Dims& sizes, const Dims& strides);
+// The view (shape `sizes`) of `window`, the block's elements as a 1-D value.
+Value read_dense_block(Builder& b, Value window, const DenseBlock& d, const Dims& sizes);
+// The block's elements (1-D, memory order) holding `value` (shape `sizes`); d has no
+// broadcast dim.
+Value write_dense_block(Builder& b, Value value, const DenseBlock& d);
 
 // True when the view (sizes, strides, offset) covers the buffer exactly in row-major
 // order, so the buffer can be used as the view's value after a reshape.
