@@ -8,7 +8,10 @@ TensorBoard/W&B metrics) with three additions:
 - every logged step is appended as one JSON object to ``<dump_folder>/<metrics_file>``
   (rank 0): loss, grad norm, tokens/s, MFU, peak memory, learning rate, validation loss,
   and ``process_cpu_s_per_step`` (the process's CPU time per step since the previous
-  record: on a CPU plugin, what the step cost whatever else the machine runs);
+  record: on a CPU plugin, what the step cost whatever else the machine runs), with its
+  system-time part ``process_sys_s_per_step`` and ``process_minor_faults_per_step`` (host
+  pages first touched: fresh buffers of a CPU plugin), and with ``--metrics.device_counters``
+  torchtpu's counters per step (``tpu/num_executions``, ``tpu/num_eager_ops``, ...);
 - a progress bar (rank 0, stderr) advanced every step, showing the last logged loss.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 from dataclasses import dataclass
@@ -65,6 +69,11 @@ class TpuMetricsProcessor(MetricsProcessor):
 
         progress_bar: bool = True
 
+        device_counters: bool = False
+        """Adds torchtpu's device counters per step to each record (``tpu/<counter>``: programs
+        executed, eager ops, graph executions, compiles, transfers, fallbacks; deltas since
+        the previous record divided by the steps between), to see where a step's time goes."""
+
     def __init__(self, config: Config, **kwargs) -> None:
         super().__init__(config, **kwargs)
         self.metrics_path: str | None = None
@@ -76,7 +85,8 @@ class TpuMetricsProcessor(MetricsProcessor):
                                              config.metrics_file)
             if os.path.exists(self.metrics_path):
                 os.remove(self.metrics_path)  # one run per file; a resumed run appends anew
-            self.logger = _Tee(self.logger, _Recorder(self, JsonlLogger(self.metrics_path)))
+            self.logger = _Tee(self.logger, _Recorder(self, JsonlLogger(self.metrics_path),
+                                                      config.device_counters))
         self._show_bar = rank0 and config.progress_bar
 
     def start_progress(self, total_steps: int, step: int) -> None:
@@ -104,16 +114,36 @@ class TpuMetricsProcessor(MetricsProcessor):
 class _Recorder(BaseLogger):
     """Writes the records and keeps the last loss/throughput for the progress bar."""
 
-    def __init__(self, owner: TpuMetricsProcessor, sink: JsonlLogger) -> None:
+    def __init__(self, owner: TpuMetricsProcessor, sink: JsonlLogger,
+                 device_counters: bool = False) -> None:
         self._owner = owner
         self._sink = sink
-        self._last_cpu: tuple[int, float] | None = None
+        self._last_cpu: tuple[int, tuple[float, float, float]] | None = None
+        self._device_counters = device_counters
+        self._last_counters: dict[str, float] | None = None
+
+    def _counter_deltas(self, steps: int) -> dict[str, float]:
+        """Per-step deltas of torchtpu's numeric counters since the previous record."""
+        from torchtpu import debug
+
+        now = {k: float(v) for k, v in debug.metrics().items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        last, self._last_counters = self._last_counters, now
+        if last is None or steps <= 0:
+            return {}
+        return {f"tpu/{k}": (v - last.get(k, 0.0)) / steps for k, v in now.items()}
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        cpu = time.process_time()
-        if self._last_cpu is not None and step > self._last_cpu[0]:
-            metrics = dict(metrics, process_cpu_s_per_step=(cpu - self._last_cpu[1])
-                           / (step - self._last_cpu[0]))
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = (time.process_time(), usage.ru_stime, float(usage.ru_minflt))
+        steps = step - self._last_cpu[0] if self._last_cpu is not None else 0
+        if steps > 0:
+            last = self._last_cpu[1]
+            metrics = dict(metrics, process_cpu_s_per_step=(cpu[0] - last[0]) / steps,
+                           process_sys_s_per_step=(cpu[1] - last[1]) / steps,
+                           process_minor_faults_per_step=(cpu[2] - last[2]) / steps)
+        if self._device_counters:
+            metrics = dict(metrics, **self._counter_deltas(steps))
         self._last_cpu = (step, cpu)
         self._sink.log(metrics, step)
         shown = {"loss": "loss_metrics/global_avg_loss", "tps": "throughput(tps)",

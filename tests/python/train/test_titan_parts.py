@@ -134,3 +134,30 @@ def test_peak_flops_is_measured_once_and_cached(monkeypatch, tmp_path) -> None:
     assert first > 0 and calls == [(torch.float32, True)]
     assert flops.peak_flops(torch.float32) == first and calls == [(torch.float32, True)]
     assert (tmp_path / "peak_flops.json").exists()
+
+
+def test_step_records_carry_process_and_device_counters(tmp_path) -> None:
+    import json
+    from types import SimpleNamespace
+
+    from torchtpu.train.metrics import JsonlLogger, _Recorder
+
+    path = tmp_path / "metrics.jsonl"
+    recorder = _Recorder(SimpleNamespace(_last={}), JsonlLogger(str(path)), device_counters=True)
+    recorder.log({"loss_metrics/global_avg_loss": 2.0}, step=1)
+    x = torch.ones(256, 1024, device="tpu")
+    for _ in range(3):  # fresh 1 MiB outputs: programs run, host pages touched
+        x = x * 1.5 + 1
+    assert x.cpu()[0, 0].item() == pytest.approx(((1 * 1.5 + 1) * 1.5 + 1) * 1.5 + 1)
+    recorder.log({"loss_metrics/global_avg_loss": 1.0}, step=3)
+    recorder.close()
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    # The first record is the baseline: no deltas yet.
+    assert not any(k.startswith(("process_", "tpu/")) for k in first)
+    # Deltas are per step: 2 steps between the records.
+    assert second["process_cpu_s_per_step"] > 0
+    assert 0 <= second["process_sys_s_per_step"] <= second["process_cpu_s_per_step"] + 0.02
+    assert second["process_minor_faults_per_step"] >= 0
+    assert second["tpu/num_executions"] >= 6 / 2
+    assert second["tpu/num_transfers_to_host"] >= 1 / 2
+    assert second["tpu/num_compiles"] >= 0
