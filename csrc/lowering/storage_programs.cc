@@ -100,6 +100,7 @@ bool is_identity(const Dims& perm) {
 Value read_dense_block(Builder& b, Value window, const DenseBlock& d, const Dims& sizes) {
   Dims sorted, perm;
   view_order(d, &sorted, &perm);
+  if (is_identity(perm) && !d.broadcast) return b.reshape(window, sizes);  // contiguous
   Value v = b.reshape(window, d.block);
   if (!is_identity(perm)) v = b.transpose(v, perm);
   if (!d.broadcast) return b.reshape(v, sizes);  // only size-1 dims to add
@@ -133,12 +134,8 @@ std::string strided_read_module(const TensorType& base, const Dims& sizes, const
   TensorType out{base.dtype, sizes};
   if (count == 0) return b.finish({b.zeros(out)});
   Value flat = b.reshape(src, {n});
-  if (is_contiguous(sizes, strides)) {
-    // A contiguous window: one slice at the runtime offset, no index arithmetic.
-    Value window = b.op("stablehlo.dynamic_slice", {flat, offset},
-                        TensorType{base.dtype, {count}}, "slice_sizes = " + i64_array({count}));
-    return b.finish({b.reshape(window, sizes)});
-  }
+  // A dense block (a contiguous window, or a permuted or broadcast one): one slice at the
+  // runtime offset, no index arithmetic.
   if (std::optional<DenseBlock> d = dense_block(sizes, strides)) {
     Value window = b.op("stablehlo.dynamic_slice", {flat, offset},
                         TensorType{base.dtype, {d->numel}}, "slice_sizes = " + i64_array({d->numel}));
