@@ -48,12 +48,10 @@ def _flat(a: Any, ints: list[int], nodes: dict[torch.fx.Node, int]) -> Any:
         return _INT
     if isinstance(a, torch.fx.Node):
         return ("%", nodes[a])
-    if isinstance(a, (list, tuple)):
+    if isinstance(a, (list, tuple)):  # FX's immutable_list is a list
         return (type(a).__name__, tuple(_flat(x, ints, nodes) for x in a))
     if isinstance(a, dict):
         return tuple((k, _flat(v, ints, nodes)) for k, v in sorted(a.items()))
-    if isinstance(a, torch.fx.immutable_collections.immutable_list):
-        return tuple(_flat(x, ints, nodes) for x in a)
     return (type(a).__name__, repr(a))
 
 
