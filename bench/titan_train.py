@@ -108,6 +108,19 @@ def main() -> int:
     print()
     cores = len(os.sched_getaffinity(0))
     tokens_per_step = args.batch * args.seq_len
+
+    def mfu_by_cpu(r: tuple, peak: float) -> float | None:
+        """By CPU time: the step's FLOPs per second of the process's CPU time against one
+        core's share of the peak (both peaks are timed that way too), so other load on the
+        machine does not read as a slow step."""
+        tps, tflops, _, cpu_s = r
+        if not cpu_s:
+            return None
+        return 100 * tflops * 1e12 * tokens_per_step / tps / cpu_s / (peak / cores)
+
+    def cell(mfu: float | None) -> str:
+        return f"{mfu:6.1f}%" if mfu is not None else f"{'-':>7}"
+
     print(f"{'run':30} {'tokens/s':>10} {'GFLOP/s':>9} {'MFU plugin':>11} {'by cpu':>7} "
           f"{'MFU torch':>10} {'by cpu':>7} {'final loss':>11}")
     for name, _, _ in rows:
@@ -115,18 +128,13 @@ def main() -> int:
         if not isinstance(r, tuple):
             print(f"{name:30} {'failed: ' + str(r)[:80]}")
             continue
-        tps, tflops, losses, cpu_s = r
-        # By CPU time: the step's FLOPs per second of the process's CPU time against one
-        # core's share of the peak (both peaks are timed that way too), so other load on
-        # the machine does not read as a slow step.
-        step_flops = tflops * 1e12 * tokens_per_step / tps
-        def by_cpu(peak: float) -> str:
-            return f"{100 * step_flops / cpu_s / (peak / cores):6.1f}%" if cpu_s else f"{'-':>7}"
+        tps, tflops, losses, _ = r
         mfu_plugin = 100 * tflops * 1e12 / plugin_peak
         host = "CPU" in name
         mfu_host = f"{100 * tflops * 1e12 / host_peak:9.1f}%" if host else f"{'':>10}"
         print(f"{name:30} {tps:10.1f} {tflops * 1e3:9.2f} {mfu_plugin:10.1f}% "
-              f"{by_cpu(plugin_peak)} {mfu_host} {by_cpu(host_peak) if host else '':>7} "
+              f"{cell(mfu_by_cpu(r, plugin_peak))} {mfu_host} "
+              f"{cell(mfu_by_cpu(r, host_peak)) if host else '':>7} "
               f"{losses[-1]:11.4f}")
     tpu = results.get(rows[0][0])
     eager = results.get("CPU eager")
@@ -135,9 +143,8 @@ def main() -> int:
         mfu = 100 * tpu[1] * 1e12 / plugin_peak
         print(f"goal MFU >= 50% of the plugin's measured peak: {mfu:.1f}% by wall time "
               f"({'met' if mfu >= 50 else 'NOT met'})")
-        if tpu[3]:
-            mfu_cpu = (100 * tpu[1] * 1e12 * tokens_per_step / tpu[0] / tpu[3]
-                       / (plugin_peak / cores))
+        mfu_cpu = mfu_by_cpu(tpu, plugin_peak)
+        if mfu_cpu is not None:
             print(f"    by CPU time: {mfu_cpu:.1f}% ({'met' if mfu_cpu >= 50 else 'NOT met'})")
     if isinstance(tpu, tuple) and isinstance(eager, tuple):
         ratio = tpu[0] / eager[0]
