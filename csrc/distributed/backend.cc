@@ -13,6 +13,7 @@
 #include "base/metrics.h"
 #include "distributed/arguments.h"
 #include "distributed/in_plugin_transport.h"
+#include "distributed/poll_wait.h"
 #include "distributed/work.h"
 
 namespace torchtpu::distributed {
@@ -33,6 +34,7 @@ TpuBackend::TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t
       global_ranks_(std::move(global_ranks)),
       timeout_(timeout) {
   if (transport_->kind() == TransportKind::kHostStaged) {
+    ok_or_raise(check_poll_budget());
     queue_ = std::make_unique<CollectiveQueue>("pt_tpu_staging");
   }
 }

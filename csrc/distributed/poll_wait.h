@@ -8,7 +8,7 @@
 // A waiter therefore first polls (yielding the core to any runnable thread between polls)
 // for a bounded time, and only then sleeps. The budget is TORCHTPU_DIST_POLL_US
 // microseconds (default kDefaultPollMicros, at most kMaxPollMicros; 0 turns polling off),
-// read once per process. Counted: host_staged_waits_polled (ended without sleeping) and
+// read once per process; a group is refused at creation while it is invalid. Counted: host_staged_waits_polled (ended without sleeping) and
 // host_staged_waits_slept.
 //
 // Thread safety: pure functions; `done` is called from the waiting thread only.
@@ -18,10 +18,15 @@
 #include <cstdint>
 #include <functional>
 
+#include "base/status.h"
+
 namespace torchtpu::distributed {
 
 inline constexpr int64_t kDefaultPollMicros = 1000;
 inline constexpr int64_t kMaxPollMicros = 1000000;
+
+// OK, or the error naming an invalid TORCHTPU_DIST_POLL_US (checked when a group is made).
+base::Status check_poll_budget();
 
 // The polling budget of this process.
 std::chrono::microseconds poll_budget();

@@ -6,7 +6,7 @@ naming the rank that did not reach the collective."""
 from __future__ import annotations
 
 import pytest
-from _launch import run_ranks
+from _launch import run_ranks, run_ranks_expect_failure
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -158,3 +158,17 @@ def test_late_peer_raises_within_timeout():
 
 def test_set_timeout_reaches_the_transport():
     run_ranks(_timeout_set_later, 2, timeout=120, pg_timeout_s=60)
+
+
+
+def _unreached(rank: int, world: int) -> None:
+    raise AssertionError("the group was made under an unreadable TORCHTPU_DIST_POLL_US")
+
+
+def test_unreadable_poll_budget_is_refused_with_its_value():
+    # The group's tpu backend is refused when it is made, naming the setting, its value and
+    # what it accepts.
+    text = run_ranks_expect_failure(_unreached, 2, timeout=120,
+                                    env={"TORCHTPU_DIST_POLL_US": "soon"})
+    assert ("TORCHTPU_DIST_POLL_US='soon' is not a polling budget in microseconds "
+            "(expected 0..1000000; 0 turns polling off; default 1000)") in text, text
