@@ -22,7 +22,9 @@ Applied& applied() {
   return *a;
 }
 
-const char* name_of(HostMallocPolicy p) { return p == HostMallocPolicy::kRetain ? "retain" : "system"; }
+const char* name_of(HostMallocPolicy p) {
+  return p == HostMallocPolicy::kRetain ? "retain" : "system";
+}
 
 base::Status set(int param, const char* param_name, int value) {
   // mallopt returns 1 on success, 0 for a parameter or value glibc does not take.

@@ -9,7 +9,9 @@
 //   M_TRIM_THRESHOLD -1   freed memory at the heap top is kept, not trimmed
 //   M_TOP_PAD 256 MiB     the heap grows in large steps (address space; pages fault on use)
 //   M_ARENA_MAX 1         threads share arenas from now on (one arena's free blocks serve
-//                         the plugin's threads and the caller's alike)
+//                         the plugin's threads and the caller's alike); threads keep the
+//                         arenas they have, and glibc ignores it once it has fixed its
+//                         limit (more than 8 arenas made): GLIBC_TUNABLES sets it earlier
 //
 // The cost is resident memory: it stays at the process's peak of host allocations rather
 // than shrinking after it. TORCHTPU_HOST_MALLOC chooses: unset or `retain` (the policy, on
