@@ -140,6 +140,9 @@ class Classifier {
         a->kind = ArgKind::kScalar;
         a->scalar_category = ScalarCategory::kFloat;
       }
+    } else if (formal == FormalKind::kStructuralNumber) {
+      if (v.isComplexDouble()) throw NeedsFallback{"complex scalars are not lowered"};
+      double_arg(v.toScalar().toDouble(), a);  // an int order (p=2) keys as 2.0
     } else if (formal == FormalKind::kNumber) {
       ScalarCategory c = category_of(v);
       put(tag(ArgKind::kScalar, static_cast<int64_t>(c)));
@@ -173,15 +176,7 @@ class Classifier {
         a->int_value = n;
       }
     } else if (v.isDouble()) {
-      double d = v.toDouble();
-      int64_t bits = 0;
-      std::memcpy(&bits, &d, sizeof bits);
-      put(tag(ArgKind::kDouble));
-      put(bits);
-      if (a != nullptr) {
-        a->kind = ArgKind::kDouble;
-        a->double_value = d;
-      }
+      double_arg(v.toDouble(), a);
     } else if (v.isIntList()) {
       const c10::List<int64_t> list = v.toIntList();
       put(tag(ArgKind::kIntList, static_cast<int64_t>(list.size())));
@@ -247,6 +242,18 @@ class Classifier {
 
  private:
   void put(int64_t w) { sig_->words.push_back(w); }
+
+  // A float structural argument: its bits join the key.
+  void double_arg(double d, OpArg* a) {
+    int64_t bits = 0;
+    std::memcpy(&bits, &d, sizeof bits);
+    put(tag(ArgKind::kDouble));
+    put(bits);
+    if (a != nullptr) {
+      a->kind = ArgKind::kDouble;
+      a->double_value = d;
+    }
+  }
 
   void scalar_value(const c10::Scalar& s) {
     double d = s.toDouble();

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "kernels/host_kernels.h"
+#include "runtime/host_malloc.h"
 #include "runtime/plugin_registry.h"
 
 namespace torchtpu::aten {
@@ -109,10 +110,23 @@ void ensure_initialized(State& s) {
     }
     capacity = static_cast<size_t>(v);
   }
+  auto malloc_policy = runtime::host_malloc_policy_from_env();
+  if (!malloc_policy.ok()) {
+    s.init_error = malloc_policy.status();
+    return;
+  }
   auto c = runtime::Client::create(*plugin, options);
   if (!c.ok()) {
     s.init_error = c.status();
     return;
+  }
+  // The device's buffers are host memory only on a CPU plugin (runtime/host_malloc.h).
+  if ((*c)->platform_name() == "cpu") {
+    auto applied = runtime::apply_host_malloc_policy(*malloc_policy);
+    if (!applied.ok()) {
+      s.init_error = applied.status();
+      return;
+    }
   }
   s.client = *c;
   if (s.client->platform_name() == "cpu" && !xla_flags_name_xnnpack()) {

@@ -22,7 +22,10 @@ FormalKind formal_kind(const std::string& op_name, const c10::Argument& formal) 
   // ScalarType, Layout and MemoryFormat arguments are ints in type(); real_type() names
   // them (a dtype read as an int was a reduction dim: prod(dtype=torch.int64) reduced 4).
   c10::TypeKind real = unwrap_optional(formal.real_type())->kind();
-  if (type->kind() == c10::TypeKind::NumberType) return FormalKind::kNumber;
+  if (type->kind() == c10::TypeKind::NumberType) {
+    return is_structural_scalar_arg(op_name, formal.name()) ? FormalKind::kStructuralNumber
+                                                            : FormalKind::kNumber;
+  }
   if (auto list = type->cast<c10::ListType>()) {
     if (list->getElementType()->kind() == c10::TypeKind::NumberType) {
       return FormalKind::kScalarList;

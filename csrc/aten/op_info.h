@@ -19,6 +19,7 @@ enum class FormalKind {
   kScalarList,   // Scalar[]: runtime scalars
   kDType,        // ScalarType (an int in type(), named by real_type())
   kRuntimeFloat, // float that is data, not structure (is_runtime_float_arg): a runtime scalar
+  kStructuralNumber,  // Scalar that is structure (is_structural_scalar_arg): a float key
   kIgnored,      // Layout, Device, MemoryFormat: never part of the computation
 };
 

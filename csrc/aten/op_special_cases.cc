@@ -158,6 +158,13 @@ bool is_runtime_float_arg(const std::string& name, const std::string& arg_name) 
          name.rfind("aten::_fused_", 0) == 0;
 }
 
+bool is_structural_scalar_arg(const std::string& name, const std::string& arg_name) {
+  if (arg_name == "p") return name.rfind("aten::norm.", 0) == 0;
+  if (arg_name != "ord") return false;
+  return name.rfind("aten::linalg_vector_norm", 0) == 0 ||
+         name.rfind("aten::_foreach_norm", 0) == 0;
+}
+
 bool leaves_list_arg_unchanged(const std::string& name, const std::string& arg_name,
                                const c10::FunctionSchema& schema,
                                c10::ArrayRef<c10::IValue> args) {

@@ -53,6 +53,13 @@ bool writes_unreturned_args(const std::string& name);
 // recompiles) instead of joining the op-cache key.
 bool is_runtime_float_arg(const std::string& name, const std::string& arg_name);
 
+// Scalar arguments that are structure, not data: the order of the vector norms (`p` of
+// aten::norm.*, `ord` of aten::linalg_vector_norm and aten::_foreach_norm), which picks
+// the reduction itself (p = 2 is sqrt(sum(x*x)), p = inf a max). They are described as
+// float structural arguments (their value joins the op-cache key), so a lowering emits
+// only the chosen norm; a program per order costs nothing, since models use one or two.
+bool is_structural_scalar_arg(const std::string& name, const std::string& arg_name);
+
 // Ops returning `()` write every item of each of their Tensor(a!)[] arguments, in argument
 // order, except the lists this names as left unchanged: the fused Adam steps write `grads`
 // only with a grad_scale (unscaled) and `max_exp_avg_sqs` only with amsgrad, as PyTorch's

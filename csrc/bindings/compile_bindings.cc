@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "aten/op_special_cases.h"
 #include "compile/bucket_io.h"
 #include "compile/compiled_graph.h"
 #include "lowering/collectives.h"
@@ -83,6 +84,10 @@ void bind_compile(py::module& m) {
   m.def("encode_replica_groups", &lowering::encode_replica_groups, py::arg("groups"),
         "The text a compiled graph's functional collective carries in place of its group "
         "name: the replica groups of the graph's program.");
+  m.def("is_structural_scalar_arg", &aten::is_structural_scalar_arg, py::arg("op"),
+        py::arg("arg_name"),
+        "Whether Scalar argument `arg_name` of `op` (\"aten::norm.out\") is structure, a "
+        "float argument, rather than runtime data (aten/op_special_cases.h).");
   py::class_<compile::CompiledGraph, std::shared_ptr<compile::CompiledGraph>>(m, "CompiledGraph")
       .def(py::init(&compile::CompiledGraph::create), py::arg("spec"), py::arg("device"))
       .def("run", &compile::CompiledGraph::run, py::arg("inputs"),

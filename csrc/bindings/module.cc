@@ -16,6 +16,7 @@
 #include "aten/tpu_streams.h"
 #include "base/metrics.h"
 #include "lowering/lowering.h"
+#include "runtime/host_malloc.h"
 #include "runtime/pjrt_api.h"
 
 namespace torchtpu::aten {
@@ -74,6 +75,7 @@ py::dict plugin_info() {
   d["api_version"] = std::to_string(c.plugin().api_major()) + "." + std::to_string(c.plugin().api_minor());
   d["device_kind"] = c.device_kind(0);
   d["ffi_extension"] = c.plugin().has_ffi_extension();
+  d["host_malloc"] = runtime::host_malloc_policy_name();
   py::dict attrs;
   for (const auto& [k, v] : c.plugin().attributes()) attrs[py::str(k)] = v;
   d["attributes"] = attrs;

@@ -10,6 +10,7 @@
 //   kernel has already promoted (e.g. sum of bool/int8 is int64).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
@@ -250,30 +251,45 @@ Lowered lower_logsumexp(LoweringContext& c) {
   return std::vector<Value>{finish(c, b.add(b.unary("log", s), m))};
 }
 
-// norm.* / linalg_vector_norm(self, p, dim, keepdim, ...). p is a runtime scalar, so every
-// special case (inf, -inf, 0, 1, 2) is computed and the right one selected at run time.
+// sum(|x|^p)^(1/p) along `dims` for `a` = |x| and a 0-d p of a's dtype.
+Value general_norm(Builder& b, Value a, const Dims& dims, Value p) {
+  Value sum_pow = b.reduce_sum(b.binary("power", a, b.broadcast_to(p, a.dims())), dims);
+  Value inv_p = b.div(b.splat(1, sum_pow.type), b.broadcast_to(p, sum_pow.dims()));
+  return b.binary("power", sum_pow, inv_p);
+}
+
+// The norms whose order has a reduction of its own, by order; for any other order, none.
+std::optional<Value> special_norm(Builder& b, Value a, const Dims& dims, double p) {
+  if (p == 0) return b.reduce_sum(b.convert(b.convert(a, DType::kBool), a.dtype()), dims);
+  if (p == 1) return b.reduce_sum(a, dims);
+  if (p == 2) return b.unary("sqrt", b.reduce_sum(b.mul(a, a), dims));
+  if (p == INFINITY) return reduce_extreme(b, a, dims, true);
+  if (p == -INFINITY) return reduce_extreme(b, a, dims, false);
+  return std::nullopt;
+}
+
+// norm.* / linalg_vector_norm(self, p, dim, keepdim, ...). Eager calls and compiled graphs
+// pass p as structure (is_structural_scalar_arg), so only that order's reduction is
+// emitted: p = 2 is one sum of squares, not five reductions and a power per element. A
+// runtime p (a Scalar from a caller that describes it as data) computes every special
+// case and selects the right one at run time, with the same arithmetic per case.
 Lowered lower_vector_norm(LoweringContext& c) {
   Builder& b = c.b();
   DType t = acc_type(c.out_type().dtype);
   Value a = b.unary("abs", b.convert(c.tensor(0), t));
   Dims dims = reduction_dims(c, 2, a.rank());
-  Value p = c.is_none(1) ? b.constant(2, t) : c.scalar(1, t);
-  Value sum_abs = b.reduce_sum(a, dims);
-  Value l2 = b.unary("sqrt", b.reduce_sum(b.mul(a, a), dims));
-  Value pb = b.broadcast_to(p, a.dims());
-  Value sum_pow = b.reduce_sum(b.binary("power", a, pb), dims);
-  Value inv_p = b.div(b.splat(1, sum_pow.type), b.broadcast_to(p, sum_pow.dims()));
-  Value general = b.binary("power", sum_pow, inv_p);
-  Value nonzero = b.reduce_sum(b.convert(b.convert(a, DType::kBool), t), dims);
-  Value r = general;
-  auto pick = [&](double special, Value v) {
+  if (c.is_none(1) || c.arg(1).kind == ArgKind::kDouble) {
+    double p = c.is_none(1) ? 2 : c.double_arg(1);
+    std::optional<Value> r = special_norm(b, a, dims, p);
+    if (!r) r = general_norm(b, a, dims, b.constant(p, t));
+    return std::vector<Value>{finish(c, *r)};
+  }
+  Value p = c.scalar(1, t);
+  Value r = general_norm(b, a, dims, p);
+  for (double special : {1.0, 2.0, 0.0, double{INFINITY}, -double{INFINITY}}) {
+    Value v = *special_norm(b, a, dims, special);
     r = b.select(b.compare(p, b.constant(special, t), "EQ"), v, r);
-  };
-  pick(1, sum_abs);
-  pick(2, l2);
-  pick(0, nonzero);
-  pick(INFINITY, reduce_extreme(b, a, dims, true));
-  pick(-INFINITY, reduce_extreme(b, a, dims, false));
+  }
   return std::vector<Value>{finish(c, r)};
 }
 

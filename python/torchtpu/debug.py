@@ -32,7 +32,9 @@ def plugin() -> dict[str, Any]:
     """The running PJRT plugin: its registry name ("" for a path the user gave), how it was
     chosen, its library path, and what it reports at load: PJRT C API version, platform name
     and version, device kind, whether it has the FFI extension (host kernels), and its plugin
-    attributes (``xla_version``, ``stablehlo_current_version``, ...)."""
+    attributes (``xla_version``, ``stablehlo_current_version``, ...); ``host_malloc``: the
+    host allocator policy in force ("retain" on a CPU plugin unless
+    ``TORCHTPU_HOST_MALLOC=system``, else "system"; docs/architecture.md)."""
     return dict(_C.plugin_info())
 
 
@@ -54,7 +56,8 @@ def _plugin_lines() -> list[str]:
         f"  path: {info['path']}",
         f"  PJRT C API {info['api_version']}, platform {info['platform']} "
         f"{info['platform_version']}, device kind {info['device_kind']}, "
-        f"FFI extension: {'yes' if info['ffi_extension'] else 'no'}",
+        f"FFI extension: {'yes' if info['ffi_extension'] else 'no'}, "
+        f"host malloc: {info['host_malloc']}",
     ]
     for key in sorted(attrs):
         lines.append(f"  {key}: {attrs[key]}")

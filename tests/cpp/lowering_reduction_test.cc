@@ -290,6 +290,32 @@ TEST(ReductionLowering, VectorNormSelectsOrderAtRunTime) {
   expect_values(norm, 0, {std::sqrt(29.0)});
 }
 
+// The order as structure (eager calls and compiled graphs): the same values, and only
+// that order's reduction in the module (one reduce; a power only for other orders).
+TEST(ReductionLowering, VectorNormEmitsOnlyAStructuralOrdersReduction) {
+  HostTensor x{{DType::kF32, {2, 2}}, {3, -4, 0, 2}};
+  struct Case {
+    double p;
+    std::vector<double> expected;
+  };
+  for (const Case& k : {Case{2, {5, 2}}, Case{1, {7, 2}}, Case{kInf, {4, 2}}, Case{-kInf, {3, 0}},
+                        Case{0, {2, 1}}, Case{3, {std::cbrt(91.0), 2}}}) {
+    auto run = run_lowering("aten::linalg_vector_norm",
+                            {tensor_arg(x), double_arg(k.p), ints_arg({1}), bool_arg(false),
+                             none_arg()},
+                            {TensorType{DType::kF32, {2}}}, {{0, x}});
+    SCOPED_TRACE("p = " + std::to_string(k.p));
+    expect_values(run, 0, k.expected);
+    size_t reduces = 0;
+    for (size_t at = run.text.find("stablehlo.reduce"); at != std::string::npos;
+         at = run.text.find("stablehlo.reduce", at + 1)) {
+      ++reduces;
+    }
+    EXPECT_EQ(reduces, 1u) << run.text;
+    EXPECT_EQ(run.text.find("stablehlo.power") != std::string::npos, k.p == 3) << run.text;
+  }
+}
+
 TEST(ReductionLowering, NaNPropagatesThroughInfNormAndLogcumsumexp) {
   HostTensor x{{DType::kF32, {3}}, {1, kNaN, 2}};
   for (double p : {kInf, -kInf}) {

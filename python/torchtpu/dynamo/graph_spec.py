@@ -361,6 +361,11 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
         elif isinstance(value, torch.dtype):
             a.kind = _C.ArgKind.dtype
             a.dtype = _dtype(value, g.op)
+        elif (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and _C.is_structural_scalar_arg(g.op, formal.name)):
+            # A Scalar that is structure (a norm's order), as eager calls describe it.
+            a.kind = _C.ArgKind.double
+            a.double_value = float(value)
         elif _is_scalar_slot(formal) and isinstance(value, (int, float, bool, complex)):
             # A Scalar, or a Python number in a Tensor slot (a wrapped number): runtime data.
             a.kind = _C.ArgKind.scalar

@@ -222,6 +222,24 @@ def test_factories_and_conversions() -> None:
     assert torchtpu.debug.metrics()["fallback_ops"] == {}
 
 
+def test_vector_norm_orders() -> None:
+    # A norm's order is structure in a graph as in eager calls: each order its own reduction.
+    def norms(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (torch.linalg.vector_norm(x), torch.linalg.vector_norm(x, 1, dim=1),
+                torch.linalg.vector_norm(x, float("inf"), dim=0, keepdim=True),
+                torch.linalg.vector_norm(x, -float("inf")), torch.linalg.vector_norm(x, 0),
+                x.norm(p=3.5, dim=1), *torch._foreach_norm([x, x[0]], 2))
+
+    x = torch.randn(3, 4)
+    x[1, 1] = 0
+    expected = norms(x)
+    torchtpu.debug.reset_metrics()
+    actual = _compiled(norms)(x.to("tpu"))
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.cpu(), e, **FWD_TOLS)
+    assert torchtpu.debug.metrics()["fallback_ops"] == {}
+
+
 def test_dropout_masks_and_scales() -> None:
     # Random masks cannot match the CPU; check the invariants instead: kept elements are
     # scaled by 1 / (1 - p), and the gradient is the same mask and scale.

@@ -113,6 +113,59 @@ def test_norms() -> None:
     assert_same(lambda t: t.norm(p=2, dim=1), x, dtype_tols=SUM_TOLS)
 
 
+# The orders with a reduction of their own (one program each: the order is structure), and
+# one order that takes the general sum(|x|^p)^(1/p).
+NORM_ORDERS = [2, 1, 0, float("inf"), -float("inf"), 3.5]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", NORM_ORDERS)
+def test_vector_norm_orders(p: float, dtype: torch.dtype) -> None:
+    x = make((4, 6), dtype)
+    x[1, 2] = 0  # the 0-norm counts nonzeros; -inf has a zero to find
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=p), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=p, dim=1), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=p, dim=(0, 1), keepdim=True), x,
+                dtype_tols=SUM_TOLS)
+    assert_same(lambda t: t.norm(p=p, dim=0, keepdim=True), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=p, dtype=torch.float32), x,
+                dtype_tols=SUM_TOLS)
+
+
+@pytest.mark.parametrize("p", NORM_ORDERS)
+def test_vector_norm_non_finite_elements(p: float) -> None:
+    x = make((3, 4), torch.float32)
+    x[0, 1] = float("nan")
+    x[1, 3] = float("inf")
+    x[2, 0] = -float("inf")
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=p, dim=1), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=p), x, dtype_tols=SUM_TOLS)
+
+
+@pytest.mark.parametrize("p", [2, 1, 0, 3.5])
+def test_vector_norm_empty(p: float) -> None:
+    # The infinity norms of an empty tensor raise (no identity); these are 0.
+    x = torch.empty(0, 3)
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=p), x)
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=p, dim=0), x)
+    assert_same(lambda t: torch.linalg.vector_norm(t, ord=p, dim=1, keepdim=True), x)
+
+
+@pytest.mark.parametrize("p", NORM_ORDERS)
+def test_foreach_norm_and_clip_grad_norm(p: float) -> None:
+    grads = [make((5, 3), torch.float32), make((7,), torch.float32), make((2, 2, 2), torch.float32)]
+    assert_same(lambda *g: tuple(torch._foreach_norm(list(g), p)), *grads, dtype_tols=SUM_TOLS)
+
+    def clip(*g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        params = [torch.zeros_like(t, requires_grad=True) for t in g]
+        for param, grad in zip(params, g):
+            param.grad = grad.clone()
+        total = torch.nn.utils.clip_grad_norm_(params, max_norm=1.0, norm_type=p)
+        return (total, *(param.grad for param in params))
+
+    assert_same(clip, *grads, dtype_tols=SUM_TOLS)
+
+
 def test_logsumexp() -> None:
     x = make((3, 7), torch.float32) * 10
     assert_same(lambda t: torch.logsumexp(t, dim=1), x, dtype_tols=SUM_TOLS)
