@@ -11,7 +11,7 @@ namespace torchtpu::aten {
 struct RecordSite;
 
 // The calling thread's Python stack (empty on a thread that runs no Python). Captured and
-// symbolized at once (tens of microseconds: only data-checked ops pay it), so holding or
+// symbolized at once (a few microseconds: only data-checked ops pay it), so holding or
 // dropping it later never needs the interpreter.
 std::shared_ptr<const RecordSite> capture_record_site();
 // Its innermost frames as a Python traceback prints them, outermost first, one
