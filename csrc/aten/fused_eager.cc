@@ -8,6 +8,7 @@
 
 #include "aten/compiled_op.h"
 #include "aten/pending_graph.h"
+#include "aten/record_site.h"
 #include "aten/tpu_generator.h"
 #include "base/metrics.h"
 
@@ -117,6 +118,7 @@ class Recorder {
   // Makes value `id` (t's shape) the value of `t`, through its view if it is one.
   void write(const at::Tensor& t, int id, const std::shared_ptr<PendingValue>& value) {
     StorageState& s = recorded_storage_state(t);
+    log_write(t, s);
     if (whole_storage(t, s)) {
       s.pending = value;
       s.buffer.reset();
@@ -134,6 +136,16 @@ class Recorder {
     int out = add_node(std::move(n), {type});
     s.pending = pending(out);
     s.buffer.reset();
+  }
+
+  // Keeps s's value before a write (t's storage) while the graph holds a data check, for
+  // a failed check to restore.
+  void log_write(const at::Tensor& t, const StorageState& s) {
+    if (!g_.checked) return;
+    const bool here = s.pending && s.pending->generation == g_.generation;
+    g_.undo.push_back(UndoWrite{t.storage().getWeakStorageImpl(), g_.nodes.size(),
+                                s.pending ? nullptr : s.buffer, here ? nullptr : s.pending,
+                                here ? s.pending->id : -1});
   }
 
   int input(const runtime::BufferPtr& b) {
@@ -227,6 +239,35 @@ void PendingGraph::reset() {
   types.clear();
   values.clear();
   structure.clear();
+  checked = false;
+  undo.clear();
+}
+
+void PendingGraph::truncate(const Mark& m) {
+  nodes.erase(nodes.begin() + static_cast<std::ptrdiff_t>(m.nodes), nodes.end());
+  types.resize(m.types);
+  values.resize(m.types);
+  for (size_t k = m.inputs; k < inputs.size(); ++k) input_ids.erase(inputs[k].get());
+  inputs.resize(m.inputs);
+  structure.resize(m.structure);
+  while (!undo.empty() && undo.back().nodes > m.nodes) undo.pop_back();
+}
+
+void undo_since(PendingGraph& g, const Mark& m, const std::string& error) {
+  Recorder rec(g);
+  // Newest first: a storage written several times ends with its value before the first.
+  for (auto it = g.undo.rbegin(); it != g.undo.rend() && it->nodes > m.nodes; ++it) {
+    c10::intrusive_ptr<c10::StorageImpl> impl = it->storage.lock();
+    StorageState* s = impl ? find_storage_state(impl->data_ptr()) : nullptr;
+    if (s == nullptr) continue;  // freed since: nothing can read it
+    s->buffer = it->buffer;
+    s->pending = it->id >= 0 ? rec.pending(it->id) : it->earlier;
+  }
+  // What the undone calls computed: tensors they returned read as failed.
+  for (size_t id = m.types; id < g.values.size(); ++id) {
+    if (auto v = g.values[id].lock()) v->error = error;
+  }
+  g.truncate(m);
 }
 
 EagerMode eager_mode() {
@@ -275,12 +316,13 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   if (!recording_enabled()) return false;
   size_t num_args = schema.arguments().size();
   auto ivalues = torch::jit::last(*stack, num_args);
+  // An op with data checks is recorded with where it was called from (before the lock:
+  // capturing takes the interpreter's lock); its checks are read when the graph runs.
+  std::shared_ptr<const RecordSite> site;
+  if (c->has_checks()) site = capture_record_site();
   PendingGraph& g = graph(c->device);
   std::lock_guard<std::recursive_mutex> lock(g.mu);
-  // An op with data checks runs at its call as a graph of its own, its checks read there:
-  // its error is PyTorch's, raised at the call, and leaves every other value computed.
-  const bool alone = c->has_checks();
-  if (alone && !g.nodes.empty()) run_pending_graph(g);
+  const Mark mark{g.nodes.size(), g.types.size(), g.inputs.size(), g.structure.size()};
   // Every tensor the call reads or writes must be one the graph can take.
   for (const auto& [arg, item] : c->inputs) {
     const at::Tensor t =
@@ -316,6 +358,11 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   RecordedNode n;
   n.kind = RecordedNode::Kind::kOp;
   n.op = c;
+  if (site) {
+    n.mark = mark;
+    n.site = std::move(site);
+    g.checked = true;  // from here on, writes are logged for a failed check to undo
+  }
   for (const auto& [arg, item] : c->inputs) {
     n.refs.push_back(
         rec.read(item < 0 ? ivalues[arg].toTensor() : present_tensor(ivalues[arg], item)));
@@ -394,7 +441,7 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->push_back(std::move(r));
-  if (alone || static_cast<int64_t>(g.nodes.size()) >= max_ops()) run_pending_graph(g);
+  if (static_cast<int64_t>(g.nodes.size()) >= max_ops()) run_pending_graph(g);
   return true;
 }
 
@@ -412,6 +459,7 @@ bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
   StorageState& d = recorded_storage_state(dst);
   if (id < 0 && whole_storage(dst, d)) {
     // A buffer the graph would only pass through: dst takes it, as op by op does.
+    rec.log_write(dst, d);
     d.buffer = g.inputs.at(PendingGraph::input_index(id));
     d.pending.reset();
     return true;
@@ -433,6 +481,13 @@ void flush_all_pending() {
     std::lock_guard<std::recursive_mutex> lock(g->mu);
     if (!g->nodes.empty()) run_pending_graph(*g);
   }
+}
+
+void run_checked_pending(int device) {
+  if (eager_mode() != EagerMode::kFused || !recording_enabled()) return;
+  PendingGraph& g = graph(device);
+  std::lock_guard<std::recursive_mutex> lock(g.mu);
+  if (g.checked && !g.nodes.empty()) run_pending_graph(g);
 }
 
 int64_t num_pending_ops(int device) {

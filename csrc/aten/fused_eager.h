@@ -13,9 +13,12 @@
 // views and in-place ops work on storages as op by op (a read or write through a view of a
 // pending value is an as_strided / as_strided_scatter node), and errors PyTorch raises at
 // the call (shapes, dtypes) come from the meta kernels at the call, since a signature is
-// validated when it is first seen. An op with data checks (index bounds) is not deferred:
-// it runs at the call as a graph of its own, after the graph recorded before it, its
-// checks read there, so its error is raised there and a failed call changes nothing.
+// validated when it is first seen. An op with data checks (index bounds) is recorded too,
+// with the Python stack of its call; its checks are results of the graph, read when it
+// runs. A failed check raises the op's error there (at the latest at the next host read),
+// naming the op and where it was called, after undoing it and every call recorded after
+// it: their writes are undone, the graph before it runs, and the tensors they returned
+// read as failed. So the state is eager's at the failed call; only the error comes later.
 // A graph not compiled for its exact sizes goes to the fused graph hook first (below):
 // its shape class may run it padded to shape buckets, so that a loop whose lengths vary
 // compiles one program per bucket. If a fused graph's module cannot be lowered or
@@ -108,6 +111,10 @@ bool record_copy(const at::Tensor& src, const at::Tensor& dst);
 // Runs the pending graph of `device`, or of every device.
 void flush_pending(int device);
 void flush_all_pending();
+// Runs the pending graph of `device` if it holds a data check not read yet (fused mode):
+// called before a write that is not recorded (an op that runs at its call), so that a
+// failed check has only recorded writes to undo.
+void run_checked_pending(int device);
 // Ops recorded on `device` and not run yet.
 int64_t num_pending_ops(int device);
 

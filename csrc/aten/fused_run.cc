@@ -5,12 +5,15 @@
 #include <c10/util/Exception.h>
 
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "aten/compiled_op.h"
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/pending_graph.h"
 #include "aten/program_executor.h"
+#include "aten/record_site.h"
 #include "aten/tpu_storage.h"
 #include "aten/view_programs.h"
 #include "base/lru_map.h"
@@ -41,6 +44,7 @@ const base::Counter g_graphs_run("num_fused_graphs_run");
 const base::Counter g_graphs_compiled("num_fused_graphs_compiled");
 const base::Counter g_ops_run("num_fused_ops_run");
 const base::Counter g_fallback_graphs("num_fused_graphs_run_op_by_op");
+const base::Counter g_checks_failed("num_fused_checks_failed");
 
 std::mutex g_hook_mu;  // guards g_hook
 std::shared_ptr<const FusedGraphHook> g_hook;
@@ -84,7 +88,7 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
     std::lock_guard<std::mutex> lock(g_hook_mu);
     hook = g_hook;
   }
-  if (!hook || t_in_hook || !exportable(g)) return std::nullopt;
+  if (!hook || t_in_hook || outputs.empty() || !exportable(g)) return std::nullopt;
   ExportedGraph e;
   for (const runtime::BufferPtr& b : g.inputs) e.inputs.push_back(wrap_buffer(b, to_scalar_type(b->dtype())));
   for (const RecordedNode& n : g.nodes) {
@@ -123,11 +127,13 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
   for (size_t k = 0; k < outputs.size(); ++k) {
     buffers.push_back(output_buffer((*tensors)[k], g.types.at(outputs[k])));
   }
-  // Data checks (an op that runs alone) are read at once, as the fused program reads them.
-  for (const RecordedNode& n : g.nodes) {
-    if (n.kind == RecordedNode::Kind::kOp && n.op->has_checks()) {
+  // Data checks: the hook's program queued them (run_pending_graph read what was queued
+  // before). A failed one declines: the exact program runs and names the op that failed.
+  if (g.checked) {
+    try {
       flush_data_checks();
-      break;
+    } catch (const c10::Error&) {
+      return std::nullopt;
     }
   }
   g_hook_graphs.add();
@@ -266,8 +272,29 @@ class NodeArgs : public ProgramArgs {
   size_t next_ = 0;
 };
 
-// Runs the nodes one by one (each op its own program, as op by op): the values of `wanted`.
-std::vector<runtime::BufferPtr> run_op_by_op(const PendingGraph& g, const std::vector<int>& wanted) {
+// A data check that failed in a graph run: the node whose op required it.
+struct CheckFailure {
+  int node = -1;
+  lowering::CheckKind kind = lowering::CheckKind::kIndexError;
+  std::string message;
+};
+
+// The first failed check among a program's results (its outputs first), or nullopt; the
+// check results are dropped from `results`.
+std::optional<CheckFailure> read_checks(const lowering::LoweredGraph& lowered,
+                                        std::vector<runtime::BufferPtr>* results) {
+  size_t n = lowered.output_types.size();
+  int k = first_failed_check(*results, n, lowered.check_messages.size());
+  results->resize(n);
+  if (k < 0) return std::nullopt;
+  return CheckFailure{lowered.check_nodes.at(k), lowered.check_kinds.at(k),
+                      lowered.check_messages.at(k)};
+}
+
+// Runs the nodes one by one (each op its own program, as op by op): the values of `wanted`,
+// or the first failed check (`failure` set, nothing returned).
+std::vector<runtime::BufferPtr> run_op_by_op(const PendingGraph& g, const std::vector<int>& wanted,
+                                             std::optional<CheckFailure>* failure) {
   g_fallback_graphs.add();
   std::vector<runtime::BufferPtr> values(g.types.size());
   auto value = [&](int id) -> const runtime::BufferPtr& {
@@ -287,12 +314,34 @@ std::vector<runtime::BufferPtr> run_op_by_op(const PendingGraph& g, const std::v
     std::vector<runtime::BufferPtr> inputs;
     for (int ref : n.refs) inputs.push_back(value(ref));
     NodeArgs args(n, inputs);
-    std::vector<runtime::BufferPtr> out = run_program(n.op->program(), args, CheckMode::kNow);
+    std::vector<runtime::BufferPtr> out =
+        run_program(n.op->program(), args, CheckMode::kReturned);
+    if ((*failure = read_checks(n.op->program().lowered, &out))) {
+      (*failure)->node = static_cast<int>(&n - g.nodes.data());
+      return {};
+    }
     for (int k = 0; k < n.num_out; ++k) values[n.first_out + k] = out.at(k);
   }
   std::vector<runtime::BufferPtr> result;
   for (int id : wanted) result.push_back(values.at(id));
   return result;
+}
+
+// A failed check of node `f.node`: its op and the calls recorded after it are undone, the
+// graph recorded before it runs, and the op's error is raised, naming where it was called.
+[[noreturn]] void fail_at(PendingGraph& g, const CheckFailure& f) {
+  g_checks_failed.add();
+  const RecordedNode& n = g.nodes.at(f.node);
+  std::string op = n.op->name;
+  std::string where = n.site ? format_record_site(*n.site) : "";
+  Mark mark = n.mark;
+  undo_since(g, mark, op + " failed a data check: " + f.message);
+  run_pending_graph(g);
+  raise_check_failure(
+      f.kind, f.message + "\n(fused eager: " + op + " was recorded " +
+                  (where.empty() ? std::string("off the Python thread") : "at\n" + where) +
+                  "\nand its check read when its graph ran; it and the ops recorded after it "
+                  "were undone: the tensors they wrote hold their values from before it)");
 }
 
 }  // namespace
@@ -314,10 +363,13 @@ void run_pending_graph(PendingGraph& g) {
       held.push_back(std::move(v));
     }
   }
-  if (outputs.empty() || g.nodes.empty()) {
+  // A graph whose values nobody holds still runs for its data checks.
+  if (g.nodes.empty() || (outputs.empty() && !g.checked)) {
     g.reset();
     return;
   }
+  // Checks compiled graphs queued earlier report first, this graph still pending.
+  if (g.checked) flush_data_checks();
   std::vector<int64_t> structure = g.structure;
   structure.push_back(-4);
   structure.insert(structure.end(), outputs.begin(), outputs.end());
@@ -360,18 +412,24 @@ void run_pending_graph(PendingGraph& g) {
     fused = built;
   }
   std::vector<runtime::BufferPtr> buffers;
+  std::optional<CheckFailure> failure;
   try {
     if (fused->program) {
       runtime::trace::Label label("tpu fused eager graph");
       FusedArgs args(g, *fused);
-      buffers = run_program(*fused->program, args, CheckMode::kNow);
+      buffers = run_program(*fused->program, args, CheckMode::kReturned);
+      failure = read_checks(fused->program->lowered, &buffers);
     } else {
-      buffers = run_op_by_op(g, outputs);
+      buffers = run_op_by_op(g, outputs, &failure);
     }
   } catch (const std::exception& e) {
     for (auto& v : held) v->error = e.what();
     g.reset();
     throw;
+  }
+  if (failure) {
+    held.clear();
+    fail_at(g, *failure);
   }
   g_graphs_run.add();
   g_ops_run.add(static_cast<int64_t>(g.nodes.size()));

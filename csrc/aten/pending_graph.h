@@ -1,6 +1,12 @@
 // The pending graph of one device in fused eager mode (fused_eager.h): what was recorded
 // since it last ran, and running it.
 //
+// Data checks: an op with data checks (index bounds) is recorded like any other; its
+// checks are results of the graph, read when it runs. A failed check undoes the failing
+// op and everything recorded after it (`Mark`, `undo`): the storages they wrote get back
+// the values they had before it, the graph before it runs, and the error is the op's,
+// naming the Python line that called it (record_site.h).
+//
 // Value ids: graph inputs (buffers captured when an op read them) are -1, -2, ...;
 // values the recorded nodes compute are 0, 1, ... The structure words (the cache key of
 // the fused program) name every node's op signature and the ids it reads, every input's
@@ -12,14 +18,25 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include <c10/core/StorageImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
 #include "aten/fused_eager.h"
+#include "aten/record_site.h"
 #include "lowering/lowering.h"
 #include "runtime/buffer.h"
 
 namespace torchtpu::aten {
+
+// The graph's size before a call was recorded: truncated to it, the graph is what it was
+// before the call.
+struct Mark {
+  size_t nodes = 0, types = 0, inputs = 0, structure = 0;
+};
 
 struct RecordedNode {
   enum class Kind { kOp, kViewRead, kViewWrite } kind = Kind::kOp;
@@ -37,6 +54,19 @@ struct RecordedNode {
   int64_t offset = 0;
   int first_out = 0;  // its results are values first_out, first_out + 1, ...
   int num_out = 0;
+  // kOp with data checks: the graph before its call, and where it was called from.
+  Mark mark;
+  std::shared_ptr<const RecordSite> site;
+};
+
+// A storage's value before the graph wrote it, once the graph holds a data check: what a
+// failed check restores.
+struct UndoWrite {
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  size_t nodes = 0;  // the graph's node count when the write was recorded
+  runtime::BufferPtr buffer;
+  std::shared_ptr<PendingValue> earlier;  // a value an earlier graph computed
+  int id = -1;                            // >= 0: a value of this graph
 };
 
 class PendingGraph {
@@ -53,17 +83,28 @@ class PendingGraph {
   std::vector<lowering::TensorType> types;          // per value id >= 0
   std::vector<std::weak_ptr<PendingValue>> values;  // per value id >= 0 (expired: dead)
   std::vector<int64_t> structure;
+  bool checked = false;          // a recorded op has data checks
+  std::vector<UndoWrite> undo;   // writes recorded since the first data-checked op
 
   static int input_id(int k) { return -(k + 1); }
   static int input_index(int id) { return -id - 1; }
   const lowering::TensorType& type_of(int id) const;
   // Starts a new graph (the recorded one has run or was dropped).
   void reset();
+  // Drops what was recorded since `m` (same generation: values before it stay pending).
+  void truncate(const Mark& m);
 };
 
+// Undoes what was recorded since `m` (a failed data check's op and every call after it):
+// storages written since get back their values before it, tensors those calls returned
+// read as failed (`error`), and `g` is truncated to `m`.
+void undo_since(PendingGraph& g, const Mark& m, const std::string& error);
+
 // Runs `g` (its lock held): its outputs are the values some storage still holds, which
-// take their buffers; `g` is reset. Nothing runs when no value is held. A fused program
-// that cannot be built runs the nodes one by one instead.
+// take their buffers; `g` is reset. Nothing runs when no value is held and no data check
+// is recorded. A fused program that cannot be built runs the nodes one by one instead. A
+// failed data check raises its op's error after running the graph recorded before that
+// op (see above).
 void run_pending_graph(PendingGraph& g);
 
 // Whether this thread records eager ops (false while the fused graph hook runs).

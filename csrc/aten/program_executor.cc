@@ -79,6 +79,7 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
     for (const auto& [input, output] : donated) args.donated(input, (*outputs)[output]);
   }
   size_t n = program.lowered.output_types.size();
+  if (checks == CheckMode::kReturned) return std::move(outputs).value();
   if (checks == CheckMode::kNow) {
     run_data_checks(*outputs, n, program.lowered.check_kinds, program.lowered.check_messages);
   } else {
@@ -92,17 +93,26 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
 void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
                      const std::vector<lowering::CheckKind>& kinds,
                      const std::vector<std::string>& messages) {
+  int k = first_failed_check(outputs, first, messages.size());
+  if (k >= 0) raise_check_failure(kinds.at(k), messages.at(k));
+}
+
+int first_failed_check(const std::vector<runtime::BufferPtr>& outputs, size_t first, size_t n) {
   static const base::Counter data_checks("num_data_checks");
-  for (size_t k = 0; k < messages.size(); ++k) {
+  for (size_t k = 0; k < n; ++k) {
     bool ok = false;
     auto status = outputs.at(first + k)->to_host(&ok, 1);
     TORCH_CHECK(status.ok(), status.message());
     data_checks.add();
-    if (ok) continue;
-    if (kinds[k] == lowering::CheckKind::kIndexError) TORCH_CHECK_INDEX(false, messages[k]);
-    if (kinds[k] == lowering::CheckKind::kLinalgError) TORCH_CHECK_LINALG(false, messages[k]);
-    TORCH_CHECK(false, messages[k]);
+    if (!ok) return static_cast<int>(k);
   }
+  return -1;
+}
+
+void raise_check_failure(lowering::CheckKind kind, const std::string& message) {
+  if (kind == lowering::CheckKind::kIndexError) C10_THROW_ERROR(IndexError, message);
+  if (kind == lowering::CheckKind::kLinalgError) C10_THROW_ERROR(LinAlgError, message);
+  C10_THROW_ERROR(Error, message);
 }
 
 }  // namespace torchtpu::aten

@@ -3,8 +3,9 @@
 //
 // The caller says where each @main parameter's value comes from (ProgramArgs, asked per
 // parameter in order), and how data checks report: at once (an eager op: read before
-// anything is written, so a failed call changes nothing) or queued for the next host read
-// (a graph: the call never waits for its program). Donation: an input the program aliases
+// anything is written, so a failed call changes nothing), queued for the next host read
+// (a graph: the call never waits for its program), or returned to the caller (a fused eager
+// graph, which maps a failed check to the op that recorded it). Donation: an input the program aliases
 // to an output is given up when the caller says its buffer has no other holder.
 #pragma once
 
@@ -52,9 +53,10 @@ class ProgramArgs {
   virtual void donated(int index, const runtime::BufferPtr& output) {}
 };
 
-enum class CheckMode { kNow, kDeferred };
+enum class CheckMode { kNow, kDeferred, kReturned };
 
-// Runs `program` with `args`; returns its outputs (data check results excluded).
+// Runs `program` with `args`; returns its outputs (data check results excluded, but for
+// kReturned: then they follow the outputs, one i1 buffer per check).
 // `donations`: (input, output) pairs the program aliases (GraphSpec::donations).
 // `origin` names what ran in the error of a deferred check ("a compiled graph run earlier").
 std::vector<runtime::BufferPtr> run_program(
@@ -66,5 +68,10 @@ std::vector<runtime::BufferPtr> run_program(
 void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
                      const std::vector<lowering::CheckKind>& kinds,
                      const std::vector<std::string>& messages);
+// The index of the first failed check among the i1 results outputs[first..first+n), or -1.
+// Blocks on them.
+int first_failed_check(const std::vector<runtime::BufferPtr>& outputs, size_t first, size_t n);
+// Raises `message` as the Python exception of a failed check of kind `kind`.
+[[noreturn]] void raise_check_failure(lowering::CheckKind kind, const std::string& message);
 
 }  // namespace torchtpu::aten

@@ -218,6 +218,7 @@ runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype) {
 }
 
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
+  run_checked_pending(t.device().index());  // fused eager: a failed check undoes no such write
   StorageState& s = storage_state(t);
   TORCH_CHECK(value->dtype() == to_dtype(t.scalar_type()),
               "tpu: internal: writing a ", base::dtype_name(value->dtype()), " value into a ",

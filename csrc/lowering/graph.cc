@@ -1,6 +1,7 @@
 #include "lowering/graph.h"
 
 #include <map>
+#include <utility>
 
 namespace torchtpu::lowering {
 namespace {
@@ -125,7 +126,7 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
   Builder builder(module_name);
   LoweredGraph out;
   GraphValues values(graph, builder, out);
-  std::vector<Check> checks;
+  std::vector<std::pair<Check, int>> checks;  // with the node that required it
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     const GraphNode& node = graph.nodes[n];
     const LoweringFn* fn = find_lowering(node.op);
@@ -166,7 +167,7 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
       }
       values.set(node.out_ids[k], results[k]);
     }
-    for (const auto& c : ctx.checks()) checks.push_back(c);
+    for (const auto& c : ctx.checks()) checks.emplace_back(c, static_cast<int>(n));
   }
   std::vector<Value> results;
   for (const auto& [input, output] : graph.donations) {
@@ -194,10 +195,11 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
     results.push_back(v);
     out.output_types.push_back(v.type);
   }
-  for (const Check& check : checks) {
+  for (const auto& [check, node] : checks) {
     results.push_back(check.ok);
     out.check_messages.push_back(check.message);
     out.check_kinds.push_back(check.kind);
+    out.check_nodes.push_back(node);
   }
   if (!builder.misuse_error().empty()) {
     return base::internal_error("lowering: a graph built an invalid program: " +

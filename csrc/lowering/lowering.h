@@ -197,6 +197,7 @@ struct LoweredGraph {
   std::vector<TensorType> output_types;
   std::vector<std::string> check_messages;  // results after the outputs, one i1 each
   std::vector<CheckKind> check_kinds;
+  std::vector<int> check_nodes;  // per check: the graph node whose lowering required it
 };
 
 // The graph inputs of an eager op: its tensor arguments and the items of its Tensor[]

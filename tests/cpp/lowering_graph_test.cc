@@ -2,6 +2,7 @@
 // hand-computed values.
 #include <gtest/gtest.h>
 
+#include "lowering/graph.h"
 #include "lowering_harness.h"
 
 namespace torchtpu::testing {
@@ -350,6 +351,43 @@ TEST_F(GraphLoweringFactories, ToCopyConvertsAndCloneKeepsValues) {
   args[1] = dtype_arg(DType::kBool);
   EXPECT_EQ(to_copy(DType::kBool), (V{1, 1, 0}));
   EXPECT_EQ(run1("aten::clone", x, {none_arg()}, x.type).values, x.values);
+}
+
+TEST(GraphLowering, EachCheckNamesTheNodeThatRequiredIt) {
+  // v2 = neg(x); v3 = index_select(v2, 0, i); v4 = index_select(x, 0, i): checks of nodes
+  // 1 and 2, results after the outputs, failing where the index is out of range.
+  lowering::GraphSpec spec;
+  HostTensor x = arange(DType::kF32, {4});
+  HostTensor i{type(DType::kI64, {2}), {1, 7}};
+  spec.inputs = {x.type, i.type};
+  auto node = [&](const std::string& op, std::vector<OpArg> args, std::vector<int> refs,
+                  int out) {
+    lowering::GraphNode n;
+    n.op = op;
+    n.args = std::move(args);
+    n.tensor_refs = std::move(refs);
+    n.list_refs.resize(n.args.size());
+    n.scalars.resize(n.args.size());
+    n.out_types = {op == "aten::neg" ? x.type : type(DType::kF32, {2})};
+    n.out_ids = {out};
+    spec.nodes.push_back(n);
+  };
+  node("aten::neg", {tensor_arg(x)}, {0}, 2);
+  node("aten::index_select", {tensor_arg(x), int_arg(0), tensor_arg(i)}, {2, -1, 1}, 3);
+  node("aten::index_select", {tensor_arg(x), int_arg(0), tensor_arg(i)}, {0, -1, 1}, 4);
+  spec.outputs = {3, 4};
+  auto lowered = lowering::lower_graph(spec, "checks");
+  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  EXPECT_EQ(lowered->check_nodes, (std::vector<int>{1, 2}));
+  ASSERT_EQ(lowered->check_messages.size(), 2u);
+  std::vector<HostTensor> out = run_module(lowered->text, {x, i});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[2].values, (V{0}));  // node 1's check failed
+  EXPECT_EQ(out[3].values, (V{0}));
+  i.values = {1, 3};
+  out = run_module(lowered->text, {x, i});
+  EXPECT_EQ(out[2].values, (V{1}));
+  EXPECT_EQ(out[3].values, (V{1}));
 }
 
 }  // namespace

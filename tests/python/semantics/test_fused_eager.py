@@ -7,6 +7,8 @@ loop finds its graph in the cache from the second iteration on.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -121,12 +123,105 @@ def test_views_of_computed_storages_are_read_in_the_graph() -> None:
         assert c.tolist() == (bits[t:] + 1).tolist()
 
 
-def test_index_errors_are_raised_at_the_call_and_change_nothing() -> None:
-    with eager_mode("fused"):
-        x = torch.arange(6.0, device=TPU) * 2  # pending when the bad op comes
+def test_index_errors_op_by_op_are_raised_at_the_call_and_change_nothing() -> None:
+    with eager_mode("op"):
+        x = torch.arange(6.0, device=TPU) * 2
         with pytest.raises(IndexError):
             x.index_select(0, torch.tensor([7], device=TPU))
         assert x.cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+def test_a_failed_check_is_raised_at_the_next_flush_and_undoes_its_op_and_later_ones() -> None:
+    with eager_mode("fused"):
+        x = torch.arange(6.0, device=TPU) * 2  # pending when the bad op comes
+        before = torch.zeros(3, device=TPU)
+        before.add_(1)  # recorded before the bad op: kept, as op by op
+        bad = x.index_select(0, torch.tensor([7], device=TPU))  # recorded: no error yet
+        recorded_line = sys._getframe().f_lineno - 1
+        assert torchtpu._C.num_pending_ops(0) > 0
+        after = x + 1  # recorded after the bad op
+        x.mul_(100)  # an in-place write after the bad op: undone
+        before[0] = 5  # a write through a view after the bad op: undone
+        failed = counter("num_fused_checks_failed")
+        with pytest.raises(IndexError) as e:
+            x.cpu()  # the host read runs the graph, which finds the failed check
+        assert counter("num_fused_checks_failed") == failed + 1
+        message = str(e.value)
+        assert "aten::index_select" in message
+        assert f'test_fused_eager.py", line {recorded_line}, in ' in message
+        # The state is eager's at the failed call: what came before it ran, nothing after.
+        assert x.cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+        assert before.cpu().tolist() == [1.0, 1.0, 1.0]
+        for t in (bad, after):
+            with pytest.raises(RuntimeError, match="failed a data check"):
+                t.cpu()
+        assert torchtpu._C.num_pending_ops(0) == 0
+        assert (x + 1).cpu().tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]  # recording goes on
+
+
+def test_a_bad_target_is_raised_at_the_next_host_read_naming_the_call() -> None:
+    logits = torch.randn(4, 3)
+    with eager_mode("fused"):
+        x = logits.to(TPU).requires_grad_()
+        loss = F.cross_entropy(x, torch.tensor([0, 2, 5, 1], device=TPU))
+        recorded_line = sys._getframe().f_lineno - 1
+        with pytest.raises(IndexError, match="out of bounds") as e:
+            loss.item()
+        assert "aten::nll_loss_forward" in str(e.value)
+        assert f'test_fused_eager.py", line {recorded_line}, in ' in str(e.value)
+        with pytest.raises(RuntimeError, match="failed a data check"):
+            loss.backward()  # the loss was never computed: as op by op, there is none
+
+
+def test_a_failed_check_in_an_unheld_result_is_still_raised() -> None:
+    with eager_mode("fused"):
+        x = torch.arange(6.0, device=TPU)
+        x.index_select(0, torch.tensor([-9], device=TPU))  # its result dropped at once
+        with pytest.raises(IndexError):
+            torchtpu.synchronize()
+
+
+def test_good_indices_and_targets_match_the_cpu() -> None:
+    torch.manual_seed(0)
+    weight, targets = torch.randn(10, 6), torch.randint(0, 5, (3, 4))
+    tokens, head = torch.randint(0, 10, (3, 4)), torch.randn(6, 5)
+
+    def step(device: str) -> list[torch.Tensor]:
+        w = weight.detach().to(device, copy=True).requires_grad_()
+        h = head.detach().to(device, copy=True).requires_grad_()
+        logits = F.embedding(tokens.to(device), w) @ h
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten())
+        loss.backward()
+        return [t.detach().cpu() for t in (loss, w.grad, h.grad)]
+
+    expected = step("cpu")
+    with eager_mode("fused"):
+        got = step(TPU)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+
+
+def test_a_training_step_with_data_checks_is_one_graph() -> None:
+    torch.manual_seed(0)
+    emb, head = torch.nn.Embedding(32, 16).to(TPU), torch.nn.Linear(16, 32).to(TPU)
+    opt = torch.optim.SGD([*emb.parameters(), *head.parameters()], lr=0.1)
+    tokens = torch.randint(0, 32, (4, 8)).to(TPU)
+    targets = torch.randint(0, 32, (4, 8)).to(TPU)
+    with eager_mode("fused"):
+        def step() -> float:
+            loss = F.cross_entropy(head(emb(tokens)).flatten(0, 1), targets.flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+        step()
+        step()
+        graphs, checks = counter("num_fused_graphs_run"), counter("num_data_checks")
+        for _ in range(3):
+            step()
+        assert counter("num_fused_graphs_run") - graphs == 3  # one graph per step
+        assert counter("num_data_checks") > checks  # its checks were read, in that graph
 
 
 def test_shape_errors_are_raised_at_the_call() -> None:
