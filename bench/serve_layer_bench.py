@@ -1,5 +1,5 @@
-"""Where a serving step's time goes: decoder layers per shape, int8 projections, and the
-fixed cost of a compiled call.
+"""Where a serving step's time goes: decoder layers per shape, int8 projections, the fixed
+cost of a compiled call, and a whole engine decode step.
 
 The serving runner computes one ragged batch per step (decodes and prefill chunks
 together, T tokens) with the decoder layers in groups, one compiled call per group. With
@@ -17,11 +17,19 @@ the model's dimensions and random weights this script times, side by side:
    which is not hidden behind the computation because a call that donates its KV cache
    blocks until its inputs are ready. Wall and process CPU time (the CPU time moves less
    with other load), and the first call of each (its trace and compile: warm-up cost).
+   Every layer here shares one layer's weights, which fit in the last-level cache: this
+   isolates the calls' cost, not the weights' reads;
+4. whole engine decode steps at concurrency 1 with the model's own weights (an
+   ``LLMEngine``, one request of a 256-token prompt, f32 and int8): where a step's time
+   goes (the runner's compiled calls, the logits' transfer, sampling, detokenizing, the
+   rest of the engine), and the weight bytes a step reads over its time against a plain
+   streaming read of as many bytes on the host (one thread): how near a step is to the
+   memory bandwidth that bounds it (--layers-per-call to compare groupings).
 
 Figures are medians of --rounds rounds; a shared machine's other load moves them by tens
 of percent, so compare rows of one run, not runs.
 
-    python bench/serve_layer_bench.py [--model DIR] [--rounds N]
+    python bench/serve_layer_bench.py [--model DIR] [--rounds N] [--sections 1,2,3,4]
 """
 
 from __future__ import annotations
@@ -180,12 +188,124 @@ def calls_section(layer: Layer, config, rounds: int) -> None:
               f"first call {first:5.1f} s", flush=True)
 
 
+class _Timer:
+    """Adds the wall time of calls of `owner.name` (an attribute or a method) to
+    `totals[key]`, and their number to `counts[key]`."""
+
+    def __init__(self, owner, name: str, totals: dict, counts: dict, key: str) -> None:
+        self.owner, self.name, self.fn = owner, name, getattr(owner, name)
+        fn = self.fn
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                totals[key] = totals.get(key, 0.0) + time.perf_counter() - t0
+                counts[key] = counts.get(key, 0) + 1
+
+        setattr(owner, name, timed)
+
+    def close(self) -> None:
+        if isinstance(self.owner, type):
+            setattr(self.owner, self.name, self.fn)
+        else:
+            delattr(self.owner, self.name)
+
+
+def streaming_read_ms(nbytes: int, rounds: int) -> float:
+    """The best ms of `rounds` sums of `nbytes` of f32 on the host with one thread: the
+    memory bandwidth floor of a step that reads that many bytes of weights (the best, as
+    for the steps: other load only ever adds)."""
+    x = torch.ones(nbytes // 4)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        best = float("inf")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            x.sum()
+            best = min(best, time.perf_counter() - t0)
+        return 1000 * best
+    finally:
+        torch.set_num_threads(threads)
+
+
+def engine_section(model: str | None, rounds: int, layers_per_call: int | None,
+                   steps: int = 64) -> None:
+    from torchtpu.serve.detokenizer import IncrementalDetokenizer
+    from torchtpu.serve.engine import LLMEngine
+    from torchtpu.serve.sampling import RequestSampler, SamplingParams
+
+    print(f"\n4. engine decode steps at concurrency 1 (256-token prompt, {steps} steps), "
+          "ms per step")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as `torchtpu serve` runs the host's PyTorch ops
+    try:
+        for quantization in (None, "int8"):
+            eng = LLMEngine(model, max_num_seqs=1, max_model_len=1280, enable_prefix_cache=False,
+                            warmup=False, progress=False, quantization=quantization,
+                            layers_per_call=layers_per_call)
+            prompt = [100 + (7919 * i) % 19000 for i in range(256)]
+            eng.add_request("r", prompt, SamplingParams(max_tokens=steps + 3, temperature=0.0,
+                                                        ignore_eos=True))
+            for _ in range(3):  # the prompt, then the first decodes compile their shapes
+                eng.step()
+            totals: dict = {}
+            counts: dict = {}
+            r = eng.runner
+            timers = [_Timer(r, "_embed", totals, counts, "embedding call"),
+                      _Timer(r, "_layers", totals, counts, "layer calls"),
+                      _Timer(r, "_head", totals, counts, "head call"),
+                      _Timer(r, "execute", totals, counts, "runner"),
+                      _Timer(RequestSampler, "sample", totals, counts, "sampling"),
+                      _Timer(IncrementalDetokenizer, "update", totals, counts, "detokenizing")]
+            walls, t0, c0 = [], time.perf_counter(), cpu_seconds()
+            try:
+                for _ in range(steps):
+                    t = time.perf_counter()
+                    eng.step()
+                    walls.append(time.perf_counter() - t)
+            finally:
+                for timer in reversed(timers):
+                    timer.close()
+            wall_ms = 1000 * (time.perf_counter() - t0) / steps
+            cpu_ms = 1000 * (cpu_seconds() - c0) / steps
+            per = {k: 1000 * v / steps for k, v in totals.items()}
+            calls = sum(counts[k] for k in ("embedding call", "layer calls", "head call")) / steps
+            parts = {k: per[k] for k in ("embedding call", "layer calls", "head call")}
+            parts["host prep, logits to host"] = per["runner"] - sum(parts.values())
+            parts["sampling"] = per["sampling"]
+            parts["detokenizing"] = per["detokenizing"]
+            parts["scheduler, rest of engine"] = wall_ms - per["runner"] - per["sampling"] - \
+                per["detokenizing"]
+            # A step reads every weight once, but of an embedding table stored apart from
+            # the head only its tokens' rows.
+            d = eng.decoder
+            nbytes = eng.weight_bytes - (0 if d.embed_weight is d.head_weight else
+                                         d.embed_weight.numel() * d.embed_weight.element_size())
+            floor = streaming_read_ms(nbytes, 3 * rounds)
+            best = 1000 * min(walls)
+            print(f"  {quantization or 'f32'}: {wall_ms:.1f} wall (best {best:.1f}), "
+                  f"{cpu_ms:.1f} CPU; {calls:.0f} compiled calls per step; "
+                  f"{nbytes / 1e6:.0f} MB of weights read per step: "
+                  f"{nbytes / 1e6 / best:.1f} GB/s at the best step; a streaming read of "
+                  f"as many bytes takes {floor:.1f} ms ({nbytes / 1e6 / floor:.1f} GB/s)")
+            for k, v in parts.items():
+                print(f"    {k:28s} {v:6.2f}  ({100 * v / wall_ms:4.1f}%)")
+            del eng
+    finally:
+        torch.set_num_threads(threads)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None, help="a Hugging Face model folder (default: "
                     "SmolLM2-135M-Instruct's configuration)")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--sections", default="1,2,3")
+    ap.add_argument("--sections", default="1,2,3,4")
+    ap.add_argument("--layers-per-call", type=int, default=None,
+                    help="section 4's decoder layers per compiled call (default: the runner's)")
     args = ap.parse_args()
     from transformers import AutoConfig
 
@@ -208,6 +328,8 @@ def main() -> None:
         int8_section(layer, args.rounds)
     if "3" in sections:
         calls_section(layer, config, args.rounds)
+    if "4" in sections:
+        engine_section(args.model, args.rounds, args.layers_per_call)
 
 
 if __name__ == "__main__":
