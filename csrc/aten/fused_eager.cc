@@ -104,12 +104,16 @@ class Recorder {
   // here, or a buffer the graph takes as an input), or a view read out of it when t is a
   // view or reads the storage in another shape (a saved activation read flattened by mm's
   // backward). So no program runs at the call, and none is keyed by a view's shape (a
-  // slice `[:t]` of a new length t). A value an earlier graph computed is materialized
-  // first: a padded graph's output grows its storage, and t reads a prefix of it.
+  // slice `[:t]` of a new length t). A view that covers its whole storage (the slice
+  // `[:n]` of an n-row window) is a view read all the same, so a graph reading a window
+  // whole has the structure of one reading a part of it. A value an earlier graph
+  // computed is materialized first: a padded graph's output grows its storage, and t
+  // reads a prefix of it.
   int read(const at::Tensor& t) {
     StorageState& s = recorded_storage_state(t);
     int base = whole_value(s, t.scalar_type());
-    if (whole_storage(t, s) && c10::IntArrayRef(g_.type_of(base).dims) == t.sizes()) {
+    if (!t.is_view() && whole_storage(t, s) &&
+        c10::IntArrayRef(g_.type_of(base).dims) == t.sizes()) {
       return base;
     }
     return view_read(base, t);

@@ -11,9 +11,9 @@ the CPU's.
 Op-by-op eager mode has no shape buckets (issue 21, item 4): every new context length
 compiles its own programs (each op signature and its view and reshape helpers). Fused eager
 runs its graphs through shape classes (dynamo/buckets/shape_class.py): padded to buckets
-once a class has seen two lengths, but length 1 and the full window record other graph
-structures, so a few lengths inside a known bucket still compile. The test states the goal
-and is expected to fail in both modes until then; it fails early, so it costs seconds.
+once a class has seen two lengths (the full window included), but length 1 records other
+graph structures, so lengths 2 and 3 inside bucket 4 still compile. The test states the
+goal and is expected to fail in both modes until then; it fails early, so it costs seconds.
 """
 
 from __future__ import annotations
@@ -70,9 +70,10 @@ class TinyGPT(nn.Module):
         "length; it has no shape buckets")),
     pytest.param("fused", marks=pytest.mark.xfail(
         strict=True, reason="issue 21 item 4: fused eager runs graphs padded to buckets "
-        "through shape classes, but length 1 (size-1 views) and the full window (a slice "
-        "equal to its buffer is no view) record other structures, and a class turns "
-        "symbolic at its second length, so lengths 2, 3 and 8 still compile")),
+        "through shape classes, but length 1 (size-1 views) records other structures, and a "
+        "class turns symbolic at its second length (one recorded graph does not say which "
+        "of its ints are sizes: at length 2 the head count 2 is one too), so lengths 2 and "
+        "3 still compile")),
 ])
 def test_generation_loop_compiles_per_bucket_not_per_length(
         mode: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -95,8 +95,9 @@ def view_read(g: torch.fx.Graph, base: torch.fx.Node, numel: int, sizes: list[in
     for k, d in enumerate(dims):
         if starts[k] + sizes[d] > box[k]:
             raise NotAView(f"dim {d} wraps")
-        if (starts[k], sizes[d]) != (0, box[k]):
-            x = _call(g, torch.ops.aten.slice.Tensor, (x, k, starts[k], starts[k] + sizes[d]))
+        # Also a slice covering its box dim: a window read whole is then the same
+        # structure as a window read in part (one shape class for all its lengths).
+        x = _call(g, torch.ops.aten.slice.Tensor, (x, k, starts[k], starts[k] + sizes[d]))
     # The inner box dim (and the whole box when every view dim has size 1): one element.
     for k in range(len(box) - 1, kept - 1, -1):
         x = _call(g, torch.ops.aten.select.int, (x, k, starts[k]))

@@ -270,8 +270,17 @@ def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symb
     # The shape environment's symbols are its own: name them back as `symbols`.
     back = {env_sym: s for s, si in sym_ints.items()
             for env_sym in [si.node.expr] if isinstance(env_sym, sympy.Symbol)}
-    guards = [g.expr.xreplace(back) for g in env.guards]
+    # A size unequal to a constant (Ne) is a branch on layout: a slice that is no alias, a
+    # view that is not contiguous (`mask[:t, :t]` of an 8x8 mask for t != 8). The graph's
+    # values are the same on both sides, and a program has no strides: a window read
+    # whole (t == 8) belongs to the class of its shorter reads.
+    guards = [e for g in env.guards for e in [g.expr.xreplace(back)] if not _layout_branch(e)]
     return traced, guards
+
+
+def _layout_branch(e: sympy.Expr) -> bool:
+    """Whether guard `e` says a size differs from a constant above 1 (see `retrace`)."""
+    return isinstance(e, sympy.Ne) and any(a.is_Integer and a > 1 for a in e.args)
 
 
 class ShapeClasses:

@@ -57,6 +57,33 @@ def test_fused_graph_compiles_per_bucket_not_per_length(monkeypatch: pytest.Monk
     assert sum(needed_at[t] for t in range(7, 21)) <= 2 * len(seen), needed_at
 
 
+def test_window_read_whole_joins_its_class(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slice covering its whole buffer (`pos[:8]`, `mask[:8, :8]` of an 8-row window) is
+    read as the view it is, so the full length runs the program of its bucket."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+    torch.manual_seed(0)
+    pos = torch.randn(8, 4)
+    mask = torch.tril(torch.ones(8, 8, dtype=torch.bool))
+    pos_t, mask_t = pos.to("tpu"), mask.to("tpu")
+
+    def f(x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        t = x.shape[0]
+        y = x + pos[:t]
+        return (y @ y.t()).masked_fill(~mask[:t, :t], 0.0).sum(-1)
+
+    needed_at: dict[int, int] = {}
+    with eager_mode("fused"):
+        for t in range(5, 9):
+            x = torch.randn(t, 4)
+            before = programs_obtained()
+            got = f(x.to("tpu"), pos_t, mask_t).cpu()
+            needed_at[t] = programs_obtained() - before
+            torch.testing.assert_close(got, f(x, pos, mask), rtol=1e-5, atol=1e-5)
+    # 5: exact; 6: the class turns symbolic (bucket 8); 7 and 8 (the whole window): none.
+    assert needed_at[7] == 0 and needed_at[8] == 0, needed_at
+
+
 def test_op_without_padding_rule_stays_exact(monkeypatch: pytest.MonkeyPatch,
                                              caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
