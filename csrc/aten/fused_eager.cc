@@ -20,11 +20,11 @@ std::atomic<int> g_mode{-1};  // -1: not read from the environment yet
 int64_t max_ops() {
   static const int64_t n = [] {
     const char* v = std::getenv("TORCHTPU_FUSED_MAX_OPS");
-    if (v == nullptr || *v == '\0') return int64_t{512};
+    if (v == nullptr || *v == '\0') return int64_t{1024};
     char* end = nullptr;
     long long x = std::strtoll(v, &end, 10);
     TORCH_CHECK(end != v && *end == '\0' && x >= 1 && x <= 1000000, "tpu: TORCHTPU_FUSED_MAX_OPS='",
-                v, "' is not an op count (expected 1..1000000; default 512)");
+                v, "' is not an op count (expected 1..1000000; default 1024)");
     return static_cast<int64_t>(x);
   }();
   return n;

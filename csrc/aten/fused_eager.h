@@ -2,7 +2,7 @@
 // are recorded into a pending graph per device instead of running one by one. A graph runs
 // when something needs a value it computes (any read of a storage whose value is pending:
 // a host read, an op that cannot be deferred, a copy), at synchronize, at an event or
-// stream query, and when it reaches TORCHTPU_FUSED_MAX_OPS ops (default 512). It is lowered
+// stream query, and when it reaches TORCHTPU_FUSED_MAX_OPS ops (default 1024). It is lowered
 // through the lowering table into one module (the same lowerings as op by op and
 // torch.compile) and cached by its structure: the ops' signatures, which value each reads,
 // the inputs' types and which values are still alive at the run. Scalars and generator
