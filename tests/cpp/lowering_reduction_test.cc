@@ -268,14 +268,20 @@ TEST(ReductionLowering, LogsumexpIsStableAndKeepsNegativeInfinity) {
   expect_values(run, 0, {1000 + std::log(2.0), std::log(4.0), -kInf});
 }
 
+// Each order's norm over dim 1 of {{3, -4}, {0, 2}}.
+struct NormCase {
+  double p;
+  std::vector<double> expected;
+};
+
+std::vector<NormCase> norm_cases() {
+  return {{2, {5, 2}}, {1, {7, 2}}, {kInf, {4, 2}}, {-kInf, {3, 0}}, {0, {2, 1}},
+          {3, {std::cbrt(91.0), 2}}};
+}
+
 TEST(ReductionLowering, VectorNormSelectsOrderAtRunTime) {
   HostTensor x{{DType::kF32, {2, 2}}, {3, -4, 0, 2}};
-  struct Case {
-    double p;
-    std::vector<double> expected;
-  };
-  for (const Case& k : {Case{2, {5, 2}}, Case{1, {7, 2}}, Case{kInf, {4, 2}}, Case{-kInf, {3, 0}},
-                        Case{0, {2, 1}}, Case{3, {std::cbrt(91.0), 2}}}) {
+  for (const NormCase& k : norm_cases()) {
     auto run = run_lowering("aten::linalg_vector_norm",
                             {tensor_arg(x), scalar_arg(ScalarCategory::kFloat), ints_arg({1}),
                              bool_arg(false), none_arg()},
@@ -294,12 +300,7 @@ TEST(ReductionLowering, VectorNormSelectsOrderAtRunTime) {
 // that order's reduction in the module (one reduce; a power only for other orders).
 TEST(ReductionLowering, VectorNormEmitsOnlyAStructuralOrdersReduction) {
   HostTensor x{{DType::kF32, {2, 2}}, {3, -4, 0, 2}};
-  struct Case {
-    double p;
-    std::vector<double> expected;
-  };
-  for (const Case& k : {Case{2, {5, 2}}, Case{1, {7, 2}}, Case{kInf, {4, 2}}, Case{-kInf, {3, 0}},
-                        Case{0, {2, 1}}, Case{3, {std::cbrt(91.0), 2}}}) {
+  for (const NormCase& k : norm_cases()) {
     auto run = run_lowering("aten::linalg_vector_norm",
                             {tensor_arg(x), double_arg(k.p), ints_arg({1}), bool_arg(false),
                              none_arg()},
