@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <system_error>
 #include <thread>
 
 namespace torchtpu::router {
@@ -70,22 +71,43 @@ void Router::accept_next() {
 }
 
 void Router::serve(tcp::socket socket) {
-  {
-    std::lock_guard<std::mutex> lock(conn_mu_);
-    if (static_cast<int>(conn_fds_.size()) >= config_.max_connections) {
-      boost::system::error_code ec;
-      socket.close(ec);  // over the limit: the client sees the connection refused
-      return;
-    }
-    conn_fds_.insert(socket.native_handle());
+  std::lock_guard<std::mutex> lock(conn_mu_);
+  join_ended_connections();
+  if (static_cast<int>(conn_fds_.size()) >= config_.max_connections) {
+    boost::system::error_code ec;
+    socket.close(ec);  // over the limit: the client sees the connection refused
+    return;
   }
-  std::thread([this, s = std::move(socket)]() mutable {
-    const int fd = s.native_handle();
-    proxy_.serve_connection(std::move(s));
-    std::lock_guard<std::mutex> lock(conn_mu_);
-    conn_fds_.erase(fd);
-    conn_done_.notify_all();
-  }).detach();
+  const int fd = socket.native_handle();
+  const uint64_t id = next_conn_++;
+  std::thread t;
+  try {
+    t = std::thread([this, id, fd, s = std::move(socket)]() mutable {
+      proxy_.serve_connection(std::move(s));
+      std::lock_guard<std::mutex> lock(conn_mu_);
+      conn_fds_.erase(fd);
+      conn_ended_.push_back(id);
+      conn_done_.notify_all();
+    });
+  } catch (const std::system_error& e) {
+    // No thread to serve it (the system's thread limit): refused (the socket, moved into
+    // the thread's function, closed with it), the router stays up.
+    std::fprintf(stderr, "torchtpu router: cannot start a connection thread: %s\n", e.what());
+    return;
+  }
+  conn_fds_.insert(fd);
+  conn_threads_.emplace(id, std::move(t));
+}
+
+void Router::join_ended_connections() {
+  // An ended thread only releases conn_mu_ and returns: joining it does not wait on us.
+  for (uint64_t id : conn_ended_) {
+    auto it = conn_threads_.find(id);
+    if (it == conn_threads_.end()) continue;
+    it->second.join();
+    conn_threads_.erase(it);
+  }
+  conn_ended_.clear();
 }
 
 void Router::run(bool handle_signals) {
@@ -106,6 +128,15 @@ void Router::run(bool handle_signals) {
   std::unique_lock<std::mutex> lock(conn_mu_);
   for (int fd : conn_fds_) ::shutdown(fd, SHUT_RDWR);
   conn_done_.wait_for(lock, std::chrono::seconds(10), [this] { return conn_fds_.empty(); });
+  join_ended_connections();
+  if (!conn_threads_.empty()) {
+    // Still writing to a replica that does not read after 10 s: left running rather than
+    // waited for without bound (the process is exiting).
+    std::fprintf(stderr, "torchtpu router: %zu connections did not end within 10 s of stop\n",
+                 conn_threads_.size());
+    for (auto& [id, t] : conn_threads_) t.detach();
+    conn_threads_.clear();
+  }
   lock.unlock();
   health_.stop();
   events_.stop();

@@ -3,16 +3,19 @@
 // a health checker thread and a KV event subscriber thread feeding the ReplicaSet.
 //
 // Lifecycle: create() -> bind() -> run() (blocks until stop(), or SIGINT/SIGTERM when asked
-// to handle them) -> returns once every connection thread has ended (their sockets are shut
-// down first, so a stream in progress ends at once). stop() is thread-safe and idempotent.
+// to handle them) -> returns once every connection thread has ended and been joined (their
+// sockets are shut down first, so a stream in progress ends at once; one still blocked
+// writing to a replica 10 s later is detached). stop() is thread-safe and idempotent.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -55,6 +58,7 @@ class Router {
   Router(RouterConfig config, Tokenizer tokenizer);
   void accept_next();
   void serve(boost::asio::ip::tcp::socket socket);
+  void join_ended_connections();  // conn_mu_ held
 
   RouterConfig config_;
   ReplicaSet replicas_;
@@ -69,6 +73,12 @@ class Router {
   std::mutex conn_mu_;
   std::condition_variable conn_done_;
   std::set<int> conn_fds_;
+  // Each connection's thread, by connection number, and the numbers of those whose work
+  // has ended (joined at the next connection and at the end of run(), so no thread
+  // outlives the router and none piles up).
+  std::map<uint64_t, std::thread> conn_threads_;
+  std::vector<uint64_t> conn_ended_;
+  uint64_t next_conn_ = 0;
 };
 
 }  // namespace torchtpu::router
