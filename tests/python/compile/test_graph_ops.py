@@ -108,6 +108,17 @@ def _as_tuple(out: Any) -> tuple:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
+def _check_function(fn: Callable, *inputs: torch.Tensor) -> None:
+    """Every output of `fn` compiled on tpu against `fn` on the CPU, with no CPU fallback."""
+    expected = _as_tuple(fn(*inputs))
+    torchtpu.debug.reset_metrics()
+    actual = _as_tuple(_compiled(fn)(*(x.to("tpu") for x in inputs)))
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.cpu(), e, **FWD_TOLS)
+    assert torchtpu.debug.metrics()["fallback_ops"] == {}
+
+
 def _check_module(make: Callable[[], nn.Module], *inputs: torch.Tensor, train: bool = True,
                   eval_mode: bool = False) -> None:
     """Forward (and backward of the summed last output) of a compiled tpu copy of the model
@@ -179,12 +190,7 @@ def test_view_ops_on_values() -> None:
         return a, b, c, d0 + 1, d1 + 1, e[0][..., :2] + e[1], f[1] - f[0], g, h
 
     x = torch.randn(2, 4, 5)
-    expected = views(x)
-    torchtpu.debug.reset_metrics()
-    actual = _compiled(views)(x.to("tpu"))
-    for a, e in zip(actual, expected):
-        torch.testing.assert_close(a.cpu(), e, **FWD_TOLS)
-    assert torchtpu.debug.metrics()["fallback_ops"] == {}
+    _check_function(views, x)
 
 
 def test_index_assignment_copies_into_a_value() -> None:
@@ -196,11 +202,7 @@ def test_index_assignment_copies_into_a_value() -> None:
         return y
 
     x, src = torch.randn(3, 4), torch.randn(4)
-    expected = assign(x, src)
-    torchtpu.debug.reset_metrics()
-    actual = _compiled(assign)(x.to("tpu"), src.to("tpu"))
-    torch.testing.assert_close(actual.cpu(), expected, **FWD_TOLS)
-    assert torchtpu.debug.metrics()["fallback_ops"] == {}
+    _check_function(assign, x, src)
 
 
 def test_factories_and_conversions() -> None:
@@ -214,12 +216,7 @@ def test_factories_and_conversions() -> None:
         return a, b, c, d, e, x.t().contiguous()
 
     x = torch.randn(3, 4)
-    expected = factories(x)
-    torchtpu.debug.reset_metrics()
-    actual = _compiled(factories)(x.to("tpu"))
-    for a, e in zip(actual, expected):
-        torch.testing.assert_close(a.cpu(), e, **FWD_TOLS)
-    assert torchtpu.debug.metrics()["fallback_ops"] == {}
+    _check_function(factories, x)
 
 
 def test_vector_norm_orders() -> None:
@@ -232,12 +229,7 @@ def test_vector_norm_orders() -> None:
 
     x = torch.randn(3, 4)
     x[1, 1] = 0
-    expected = norms(x)
-    torchtpu.debug.reset_metrics()
-    actual = _compiled(norms)(x.to("tpu"))
-    for a, e in zip(actual, expected):
-        torch.testing.assert_close(a.cpu(), e, **FWD_TOLS)
-    assert torchtpu.debug.metrics()["fallback_ops"] == {}
+    _check_function(norms, x)
 
 
 def test_dropout_masks_and_scales() -> None:
