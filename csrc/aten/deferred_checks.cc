@@ -42,12 +42,16 @@ void read_checks(std::deque<PendingCheck>& checks) {
   std::string message = failed->origin + " failed a data check: " + failed->message;
   lowering::CheckKind kind = failed->kind;
   checks.clear();
-  if (kind == lowering::CheckKind::kIndexError) TORCH_CHECK_INDEX(false, message);
-  if (kind == lowering::CheckKind::kLinalgError) TORCH_CHECK_LINALG(false, message);
-  TORCH_CHECK(false, message);
+  raise_check_failure(kind, message);
 }
 
 }  // namespace
+
+void raise_check_failure(lowering::CheckKind kind, const std::string& message) {
+  if (kind == lowering::CheckKind::kIndexError) C10_THROW_ERROR(IndexError, message);
+  if (kind == lowering::CheckKind::kLinalgError) C10_THROW_ERROR(LinAlgError, message);
+  C10_THROW_ERROR(Error, message);
+}
 
 void defer_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
                        const std::vector<lowering::CheckKind>& kinds,

@@ -31,5 +31,8 @@ void defer_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t fi
 void flush_data_checks();
 // Number of checks queued and not read yet.
 size_t num_pending_data_checks();
+// Raises `message` as the Python exception of a failed check of kind `kind` (IndexError,
+// LinAlgError or RuntimeError): how every data check reports, read at once or later.
+[[noreturn]] void raise_check_failure(lowering::CheckKind kind, const std::string& message);
 
 }  // namespace torchtpu::aten

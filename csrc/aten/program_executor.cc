@@ -109,10 +109,4 @@ int first_failed_check(const std::vector<runtime::BufferPtr>& outputs, size_t fi
   return -1;
 }
 
-void raise_check_failure(lowering::CheckKind kind, const std::string& message) {
-  if (kind == lowering::CheckKind::kIndexError) C10_THROW_ERROR(IndexError, message);
-  if (kind == lowering::CheckKind::kLinalgError) C10_THROW_ERROR(LinAlgError, message);
-  C10_THROW_ERROR(Error, message);
-}
-
 }  // namespace torchtpu::aten

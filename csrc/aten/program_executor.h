@@ -71,7 +71,5 @@ void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t firs
 // The index of the first failed check among the i1 results outputs[first..first+n), or -1.
 // Blocks on them.
 int first_failed_check(const std::vector<runtime::BufferPtr>& outputs, size_t first, size_t n);
-// Raises `message` as the Python exception of a failed check of kind `kind`.
-[[noreturn]] void raise_check_failure(lowering::CheckKind kind, const std::string& message);
 
 }  // namespace torchtpu::aten
