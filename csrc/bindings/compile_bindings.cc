@@ -80,7 +80,8 @@ void bind_compile(py::module& m) {
       .def_readwrite("nodes", &lowering::GraphSpec::nodes)
       .def_readwrite("outputs", &lowering::GraphSpec::outputs)
       .def_readwrite("num_symbols", &lowering::GraphSpec::num_symbols)
-      .def_readwrite("donations", &lowering::GraphSpec::donations);
+      .def_readwrite("donations", &lowering::GraphSpec::donations)
+      .def_readwrite("padded", &lowering::GraphSpec::padded);
   m.def("encode_replica_groups", &lowering::encode_replica_groups, py::arg("groups"),
         "The text a compiled graph's functional collective carries in place of its group "
         "name: the replica groups of the graph's program.");

@@ -88,6 +88,9 @@ std::shared_ptr<CompiledGraph> CompiledGraph::make(const lowering::GraphSpec& sp
   g->num_inputs_ = spec.inputs.size();
   g->num_symbols_ = spec.num_symbols;
   g->donations_ = spec.donations;
+  g->check_origin_ = spec.padded ? "a compiled graph run earlier, padded to shape buckets (a "
+                                   "size named here is a bucket's, not the tensor's),"
+                                 : "a compiled graph run earlier";
   char name[48];
   std::snprintf(name, sizeof(name), "tpu graph %016llx",
                 static_cast<unsigned long long>(base::fnv1a(g->program_->lowered.text)));
@@ -138,8 +141,7 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
   Args args(*this, inputs, sizes);
   // Read at the next host read, not now: a graph call does not wait for its program.
   std::vector<runtime::BufferPtr> outputs =
-      aten::run_program(*program_, args, aten::CheckMode::kDeferred, donations_,
-                        "a compiled graph run earlier");
+      aten::run_program(*program_, args, aten::CheckMode::kDeferred, donations_, check_origin_);
   base::counter_add("num_graph_executions");
   std::vector<at::Tensor> result;
   result.reserve(outputs.size());

@@ -55,6 +55,7 @@ class CompiledGraph {
   int num_symbols_ = 0;
   std::vector<std::pair<int, int>> donations_;  // (input, output): see GraphSpec
   std::string trace_name_;  // "tpu graph <hash of the module>", in profiler traces
+  std::string check_origin_;  // what a failed data check says ran (GraphSpec::padded)
   // Per @main parameter: the buffer of a scalar the graph fixes, else null (set once).
   mutable std::once_flag constants_once_;
   mutable std::vector<runtime::BufferPtr> constant_params_;

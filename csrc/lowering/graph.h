@@ -37,6 +37,9 @@ struct GraphSpec {
   // Graph inputs whose buffer output `donations[k].second` may reuse: the output is the
   // input's new value (an input mutation), so the old value is dead once it is written back.
   std::vector<std::pair<int, int>> donations;  // (input index, output index)
+  // Whether the buckets pass padded the graph: its static sizes are shape buckets, so a
+  // size a data check's message names is a bucket's, not the tensor's.
+  bool padded = false;
 };
 
 // `module_name` names the module (eager ops keep the table's own, "torchtpu").

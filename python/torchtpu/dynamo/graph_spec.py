@@ -274,6 +274,7 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
     spec.nodes = nodes
     spec.outputs = outputs
     spec.num_symbols = len(b.slots)
+    spec.padded = bucketed
     return GraphPlan(
         spec=spec, input_placeholders=input_placeholders, slots=b.slots, output_layout=layout,
         input_bounds=bounds,

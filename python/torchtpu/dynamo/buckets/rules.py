@@ -14,8 +14,10 @@ computation left there. `RULES` maps an aten overload to a `Rule`:
   cumulative sum over merged rows): the padding of that dim is set to the op's identity
   first (``where(valid, x, fill)``, `Rewriter.mask`), so it adds nothing.
 - ``indexed``: reads or writes at positions held in an index tensor: padded index
-  entries are set to a safe position (0) and what they would
-  write is masked, so padding neither fails a bounds check nor writes a true element.
+  entries are set to a safe position (0) and what they would write is masked, so padding
+  neither fails a bounds check nor writes a true element; true entries outside a padded
+  dim's true size are moved past every bucket, so the op's bounds check (which compares
+  with the bucket's size) fails as at exact sizes.
 - ``rewritten``: depends on where a dim ends (cat and pad after a padded dim, a slice
   from its end, mean's divisor): replaced by ops that have rules, with the true sizes as
   runtime values.

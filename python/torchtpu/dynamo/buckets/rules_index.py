@@ -26,11 +26,35 @@ def _check_positions(rw: Rewriter, node: torch.fx.Node, x: torch.fx.Node, dims: 
             raise Hazard(f"{node.target} ({node.name}) indexes merged padded rows")
 
 
-def _safe_index(rw: Rewriter, node: torch.fx.Node, at: int) -> torch.fx.Node:
-    """Index tensor args[at] with its padding set to position 0 (in range: no bounds check
-    fails on padding)."""
+def _true_index(rw: Rewriter, index: torch.fx.Node, x: torch.fx.Node, dim: int,
+                wrap: bool) -> torch.fx.Node:
+    """`index`, positions along dim `dim` of `x`, as the op's bounds check must see them
+    when that dim is padded: the check compares with the bucket's size, so entries outside
+    the true size (negative ones counted from the true end first, for ops that `wrap`
+    them) are moved past every bucket (the dtype's largest value), which fails the check
+    and names the op as at exact sizes."""
+    lays, val = rw.of(x), index.meta["val"]
+    if not lays or not lays[dim] or val.dtype not in (torch.int32, torch.int64):
+        return index
+    n = rw.size(rw.sizes(x)[dim])
+    if wrap:
+        from_end = rw.call(aten.add.Tensor, (index, n))
+        index = rw.call(aten.where.self, (rw.call(aten.lt.Scalar, (index, 0)), from_end, index))
+    inside = rw.call(aten.logical_and.default, (rw.call(aten.ge.Scalar, (index, 0)),
+                                                rw.call(aten.lt.Scalar, (index, n))))
+    past = rw.call(aten.scalar_tensor.default, (torch.iinfo(val.dtype).max,),
+                   {"dtype": val.dtype, "device": val.device})
+    return rw.call(aten.where.self, (inside, index, past))
+
+
+def _safe_index(rw: Rewriter, node: torch.fx.Node, at: int, x: torch.fx.Node, dim: int
+                ) -> torch.fx.Node:
+    """Index tensor args[at] (positions along `x`'s dim `dim`) checked against the dim's
+    true size, with its padding set to position 0 (in range: no bounds check fails on
+    padding)."""
     index = node.args[at]
-    masked = rw.mask(index, list(range(index.meta["val"].dim())), "zero")
+    masked = _true_index(rw, index, x, dim, wrap=False)
+    masked = rw.mask(masked, list(range(index.meta["val"].dim())), "zero")
     if masked is not index:
         node.update_arg(at, masked)
     return masked
@@ -40,7 +64,7 @@ def _safe_index(rw: Rewriter, node: torch.fx.Node, at: int) -> torch.fx.Node:
 def _embedding(rw: Rewriter, node: torch.fx.Node) -> None:
     weight, index = node.args[0], node.args[1]
     _check_positions(rw, node, weight, [0])
-    _safe_index(rw, node, 1)
+    _safe_index(rw, node, 1, weight, 0)
     rw.set(node, tuple(rw.of(index)) + (rw.of(weight)[1],))
 
 
@@ -50,7 +74,7 @@ def _index_select(rw: Rewriter, node: torch.fx.Node) -> None:
     lays = list(rw.of(x))
     dim = _dim(dim, len(lays))
     _check_positions(rw, node, x, [dim])
-    _safe_index(rw, node, 2)
+    _safe_index(rw, node, 2, x, dim)
     if lays:
         lays[dim] = rw.of(index)[0] if rw.of(index) else L.STATIC
     rw.set(node, tuple(lays))
@@ -80,7 +104,7 @@ def _gather(rw: Rewriter, node: torch.fx.Node) -> None:
     dim = _dim(dim, len(rw.of(x)))
     _check_positions(rw, node, x, [dim])
     _rows(rw, node, x, index, dim)  # padded index rows read rows of x: padding out
-    _safe_index(rw, node, 2)
+    _safe_index(rw, node, 2, x, dim)
     rw.set(node, rw.of(index))
 
 
@@ -101,7 +125,7 @@ def _scatter(rw: Rewriter, node: torch.fx.Node) -> Any:
         loose = []
     elif rw.of(index) and rw.of(index)[dim]:
         raise Hazard(f"{node.target} ({node.name}) overwrites at padded index positions")
-    _safe_index(rw, node, 2)
+    _safe_index(rw, node, 2, x, dim)
     rw.set(node, rw.of(x))
     if not loose:
         return None
@@ -136,8 +160,8 @@ def _index(rw: Rewriter, node: torch.fx.Node) -> None:
         raise Hazard(f"{node.target} ({node.name}) with indices apart")
     _check_positions(rw, node, x, at)
     for k in at:
-        masked = rw.mask(indices[k], list(range(indices[k].meta["val"].dim())), "zero")
-        indices[k] = masked
+        checked = _true_index(rw, indices[k], x, k, wrap=True)
+        indices[k] = rw.mask(checked, list(range(indices[k].meta["val"].dim())), "zero")
     node.update_arg(1, indices)
     lays, out = rw.of(x), rw.sizes(node)
     rank = len(out) - (len(lays) - len(at))
@@ -152,6 +176,9 @@ def _index_put(rw: Rewriter, node: torch.fx.Node) -> Any:
         node.kwargs.get("accumulate", False))
     at = _index_positions(node)
     _check_positions(rw, node, x, at)
+    for k in at:
+        indices[k] = _true_index(rw, indices[k], x, k, wrap=True)
+    node.update_arg(1, indices)
     padded = [k for k in at if rw.padded_dims(indices[k])]
     if not padded:
         rw.set(node, rw.of(x))

@@ -172,6 +172,22 @@ def test_padded_indices_point_at_row_zero() -> None:
     assert fill_of(calls(gm, aten.embedding.default)[0].args[1]) == 0
 
 
+def test_indices_into_a_padded_dim_are_checked_against_its_true_size() -> None:
+    # The op's bounds check compares with the bucket's size: entries outside the true size
+    # move past every bucket. Along a static dim the check's size is the true one already.
+    past = torch.iinfo(torch.int64).max
+    gm = rewritten(lambda x, i: x.index_select(1, i), [rows(5), torch.tensor([0, 4])], [(0, 1)])
+    assert fill_of(calls(gm, aten.index_select.default)[0].args[2]) == past
+    gm = rewritten(lambda x, i: x.index_select(0, i), [rows(5), torch.tensor([0, 2])], [(0, 1)])
+    assert fill_of(calls(gm, aten.index_select.default)[0].args[2]) is None
+    # Negative positions count from the true end (the rewritten graph reads x[:, 4] at -1).
+    gm = rewritten(lambda x, i: x[:, i], [rows(5), torch.tensor([0, -1])], [(0, 1)])
+    checked = calls(gm, aten.index.Tensor)[0].args[1][1]
+    assert fill_of(checked) == past
+    assert checked.args[1].target is aten.where.self  # negatives wrapped at the true size
+    assert calls(gm, aten.add.Tensor)
+
+
 def test_loss_over_padded_rows_counts_and_sums_true_rows_only() -> None:
     # cross_entropy decomposes into a gather of each row's target and two sums over the
     # rows (the losses and the count of targets not ignored).
