@@ -18,6 +18,7 @@ from _compare import eager_mode, programs_obtained
 
 from torchtpu.dynamo.buckets import bucket_size
 from torchtpu.dynamo.buckets.fused_graph import NotAView, fake_mode, view_read
+from torchtpu.dynamo.buckets.shape_class import key_and_ints
 
 
 def attention(x: torch.Tensor, w: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor
@@ -117,17 +118,45 @@ def _base_graph() -> tuple[torch.fx.Graph, torch.fx.Node]:
     lambda b: b[3, 2],
     lambda b: b[:, 1:2].expand(6, 5),
     lambda b: b.view(4, 6)[:, None, 2:],
-], ids=["cols", "rows", "t", "split_heads", "row_slice", "element", "expand", "unsqueeze"])
+    lambda b: b[2:3],
+    lambda b: b[:, 1:2],
+    lambda b: b.view(1, 6, 4)[:, 4:5].transpose(0, 1),
+    lambda b: b.as_strided((2, 1, 4), (4, 5, 1), 8),
+], ids=["cols", "rows", "t", "split_heads", "row_slice", "element", "expand", "unsqueeze",
+        "one_row", "one_col", "one_row_transposed", "size1_any_stride"])
 def test_view_read_is_view_ops(make_view: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """`as_strided` of a whole value as view ops, checked on the CPU."""
     base = torch.arange(24.0).view(6, 4)
     v = make_view(base)
     g, p = _base_graph()
-    g.output(view_read(g, p, 24, list(v.shape), list(v.stride()), v.storage_offset()))
+    g.output(view_read(g, p, [6, 4], list(v.shape), list(v.stride()), v.storage_offset()))
     torch.testing.assert_close(torch.fx.GraphModule(torch.nn.Module(), g)(base), v)
+
+
+def _view_key(base_shape: list[int], v: torch.Tensor) -> tuple:
+    g = torch.fx.Graph()
+    p = g.placeholder("base")
+    with fake_mode():
+        p.meta["val"] = torch.empty(base_shape)
+    g.output(view_read(g, p, base_shape, list(v.shape), list(v.stride()), v.storage_offset()))
+    return key_and_ints(torch.fx.GraphModule(torch.nn.Module(), g))[0]
+
+
+@pytest.mark.parametrize("make_view", [
+    lambda pos, t: pos[:t],
+    lambda pos, t: pos[:t, :t],
+    lambda pos, t: pos[:t].view(1, t, 2, 4).transpose(1, 2),
+    lambda pos, t: pos[:t].unsqueeze(0),
+], ids=["rows", "window", "split_heads", "batch_of_one"])
+def test_length_one_view_reads_as_longer_lengths(
+        make_view: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+    """A view whose length is 1 reads through the view ops of its longer lengths: a context
+    of one token is in the shape class of the longer ones."""
+    pos = torch.arange(64.0).view(8, 8)
+    assert _view_key([8, 8], make_view(pos, 1)) == _view_key([8, 8], make_view(pos, 3))
 
 
 def test_overlapping_view_is_refused() -> None:
     g, p = _base_graph()
     with pytest.raises(NotAView, match="repeat"):
-        view_read(g, p, 24, [3, 4], [2, 2], 0)  # rows overlapping
+        view_read(g, p, [6, 4], [3, 4], [2, 2], 0)  # rows overlapping
