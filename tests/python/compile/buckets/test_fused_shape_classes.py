@@ -85,6 +85,55 @@ def test_window_read_whole_joins_its_class(monkeypatch: pytest.MonkeyPatch) -> N
     assert needed_at[7] == 0 and needed_at[8] == 0, needed_at
 
 
+def _other_structure_first(f: Callable[..., torch.Tensor], lengths: range,
+                           ) -> dict[int, int]:
+    """Programs per length of `f(x, w, first)` in fused mode, its first length recording
+    another structure over the same inputs; results compared with the CPU's."""
+    torch.manual_seed(0)
+    w = torch.randn(8, 8)
+    w_t = w.to("tpu")
+    needed_at: dict[int, int] = {}
+    with eager_mode("fused"):
+        for t in lengths:
+            x = torch.randn(t, 8)
+            before = programs_obtained()
+            got = f(x.to("tpu"), w_t, t == lengths[0]).cpu()
+            needed_at[t] = programs_obtained() - before
+            torch.testing.assert_close(got, f(x, w, t == lengths[0]), rtol=1e-5, atol=1e-5)
+    return needed_at
+
+
+def test_first_graph_takes_its_sizes_from_another_structure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop whose first length records another structure (a context of one token): the
+    next structure's first graph is made symbolic from the two, so its second length,
+    inside the bucket of the first, compiles nothing."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+
+    def f(x: torch.Tensor, w: torch.Tensor, first: bool) -> torch.Tensor:
+        y = torch.relu(x @ w)
+        return (y * 2 if first else y).sum(0) + x[-1]
+
+    needed_at = _other_structure_first(f, range(5, 8))
+    assert needed_at[7] == 0, needed_at
+
+
+def test_int_equal_to_a_length_is_guarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A constant equal to the length when the class is guessed (the slice's 6 at length
+    6) is taken for the length; the next length fails the guard and the class is made
+    symbolic from its own two graphs, its results right at every length."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+
+    def f(x: torch.Tensor, w: torch.Tensor, first: bool) -> torch.Tensor:
+        y = x @ w
+        return y.sum(0) if first else y[:, :6].sum(0) + x.sum()
+
+    needed_at = _other_structure_first(f, range(5, 9))
+    assert needed_at[8] == 0, needed_at
+
+
 def test_op_without_padding_rule_stays_exact(monkeypatch: pytest.MonkeyPatch,
                                              caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
