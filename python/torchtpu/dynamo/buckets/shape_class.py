@@ -438,24 +438,30 @@ class ShapeClasses:
         # graph over such inputs, whatever its structure.
         self.last: dict[tuple, tuple[tuple, list[int]]] = {}
 
-    def _sibling(self, key: tuple, ints: list[int], sizes: list[bool]) -> list[int] | None:
-        """The ints of the last graph over the same inputs placed as `key`'s (`sibling`),
-        when its input dims differ from `ints`'; records `key` and `ints` for the next."""
+    def _last(self, key: tuple, ints: list[int]) -> tuple[tuple, list[int]] | None:
+        """The key and ints of the last graph over the inputs of `key`; records `key` and
+        `ints` for the next."""
         inputs = tuple(k for k in key if k[0] == "in")
         last = self.last.get(inputs)
         if len(self.last) >= 1024:
             self.last.clear()
         self.last[inputs] = (key, ints)
-        num_dims = sum(k[2] for k in inputs)
+        return last
+
+    @staticmethod
+    def _sibling(key: tuple, ints: list[int], sizes: list[bool],
+                 last: tuple[tuple, list[int]] | None) -> list[int] | None:
+        """The ints of `last` placed as `key`'s (`sibling`), when its input dims differ."""
+        inputs = tuple(k for k in key if k[0] == "in")
         if last is None or _shapes(inputs, last[1]) == _shapes(inputs, ints):
             return None  # the same sizes (in another order: inputs, not a length, moved)
-        return sibling(key, ints, sizes, *last, num_dims)
+        return sibling(key, ints, sizes, *last, sum(k[2] for k in inputs))
 
     def runner(self, gm: torch.fx.GraphModule) -> tuple[Callable | None, str]:
         """The symbolic runner that takes `gm`'s inputs (a class of its key is symbolic
         and `gm` passes its guard), else None and why `gm` runs at its exact sizes."""
         key, ints, sizes = key_ints_sizes(gm)
-        other = self._sibling(key, ints, sizes)
+        last = self._last(key, ints)
         classes = self.classes.setdefault(key, [])
         for cls in classes:
             if cls.runner is not None and cls.matches(ints):
@@ -477,6 +483,7 @@ class ShapeClasses:
         if len(classes) < self.MAX_PER_KEY and all(c.first_ints != ints for c in classes):
             cls = ShapeClass(gm, ints, self.device)
             classes.append(cls)
+            other = self._sibling(key, ints, sizes, last)
             if other is not None:
                 why = cls.speculate(other)
                 if why is None:
