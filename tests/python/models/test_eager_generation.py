@@ -11,8 +11,10 @@ the CPU's.
 Op-by-op eager mode has no shape buckets (issue 21, item 4): every new context length
 compiles its own programs (each op signature and its view and reshape helpers). Fused eager
 runs its graphs through shape classes (dynamo/buckets/shape_class.py): padded to buckets
-once a class has seen two lengths (the full window included), but length 1 records other
-graph structures, so lengths 2 and 3 inside bucket 4 still compile. The test states the
+once a class has seen two lengths (the full window included), or from its first length
+when the previous graph (another structure) gives the second point; but length 1 records
+another structure, so length 2 inside bucket 4 still compiles (and length 3 here, where the
+head count equals the length 2). The test states the
 goal and is expected to fail in both modes until then; it fails early, so it costs seconds.
 """
 
@@ -70,10 +72,11 @@ class TinyGPT(nn.Module):
         "length; it has no shape buckets")),
     pytest.param("fused", marks=pytest.mark.xfail(
         strict=True, reason="issue 21 item 4: fused eager runs graphs padded to buckets "
-        "through shape classes, but length 1 (size-1 views) records other structures, and a "
-        "class turns symbolic at its second length (one recorded graph does not say which "
-        "of its ints are sizes: at length 2 the head count 2 is one too), so lengths 2 and "
-        "3 still compile")),
+        "through shape classes, but length 1 records another structure (the attention "
+        "output's reshape is a view at length 1 and a copy at longer lengths), so length 2 "
+        "starts a class; its sizes, guessed from length 1's graph, take the head count 2 "
+        "for the length in the ops length 1 lacks, tracing specializes, and length 2 runs "
+        "exact, length 3 compiles the bucket")),
 ])
 def test_generation_loop_compiles_per_bucket_not_per_length(
         mode: str, monkeypatch: pytest.MonkeyPatch) -> None:

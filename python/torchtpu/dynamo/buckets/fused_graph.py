@@ -59,30 +59,23 @@ def _call(g: torch.fx.Graph, target: Any, args: tuple, kwargs: dict | None = Non
     return g.call_function(target, args, kwargs or {})
 
 
-def view_read(g: torch.fx.Graph, base: torch.fx.Node, numel: int, sizes: list[int],
-              strides: list[int], offset: int) -> torch.fx.Node:
-    """``as_strided(base, sizes, strides, offset)`` of the whole row-major value `base` as
-    view ops: the base reshaped into a box whose dims have the view's strides, a slice (or
-    select) per box dim, a permute into the view's order, unsqueezes for its size-1 dims
-    and an expand for its stride-0 ones. Raises NotAView when the view is not such a box
-    (overlapping or wrapping strides). `numel`: the base's element count."""
-    dims = sorted((d for d, n in enumerate(sizes) if n != 1 and strides[d] != 0),
-                  key=lambda d: -strides[d])
-    if any(strides[a] <= strides[b] for a, b in zip(dims, dims[1:])):
-        raise NotAView(f"strides {strides} repeat")
+def _box(chain: list[int], unit: set[int], sizes: list[int], strides: list[int], numel: int,
+         offset: int) -> tuple[list[int], list[int]] | str:
+    """The box of view dims `chain` (outermost first): each dim's extent (1 for the dims in
+    `unit`, whatever their stride), the elements below the innermost stride, and the view's
+    start in each; or why the view is no such box."""
     box: list[int] = []
-    inner = strides[dims[-1]] if dims else 1
     outer = numel
-    for d in dims:
+    for d in chain:
+        if d in unit:
+            box.append(1)
+            continue
         if outer % strides[d]:
-            raise NotAView(f"stride {strides[d]} does not divide {outer}")
+            return f"stride {strides[d]} does not divide {outer}"
         box.append(outer // strides[d])
         outer = strides[d]
-    if inner > 1:
-        box.append(inner)  # the elements below the innermost stride (one is kept)
-    if not dims:
-        box = [numel]
-    x = _call(g, torch.ops.aten.view.default, (base, box))
+    if outer > 1 or not chain:
+        box.append(outer)  # the elements below the innermost stride (one is kept)
     starts = []
     rest = offset
     for k in range(len(box) - 1, -1, -1):
@@ -90,15 +83,63 @@ def view_read(g: torch.fx.Graph, base: torch.fx.Node, numel: int, sizes: list[in
         rest //= box[k]
     starts.reverse()
     if rest:
-        raise NotAView(f"offset {offset} is past the base")
-    kept = len(dims) if dims else 0
-    for k, d in enumerate(dims):
+        return f"offset {offset} is past the base"
+    for k, d in enumerate(chain):
         if starts[k] + sizes[d] > box[k]:
-            raise NotAView(f"dim {d} wraps")
+            return f"dim {d} wraps"
+    return box, starts
+
+
+def view_read(g: torch.fx.Graph, base: torch.fx.Node, shape: list[int], sizes: list[int],
+              strides: list[int], offset: int) -> torch.fx.Node:
+    """``as_strided(base, sizes, strides, offset)`` of the whole row-major value `base` as
+    view ops: the base reshaped into a box whose dims have the view's strides, a slice (or
+    select) per box dim, a permute into the view's order, unsqueezes for its stride-0
+    size-1 dims and an expand for its stride-0 ones. Raises NotAView when the view is not
+    such a box (overlapping or wrapping strides). `shape`: the base's.
+
+    A size-1 dim is a box dim too, placed by its stride: sliced to one element of the
+    extent its stride gives when that stride is one of the base's (a one-row window of a
+    longer parameter; among the dims of its stride in their order), else of an extent-1 dim
+    (PyTorch gives size-1 dims any stride; before the dims of its stride). A dim that is 1
+    at one length and longer at another (a context of one token) then mostly reads through
+    the same view ops at both, so both lengths share a structure. A guess: the
+    size-1 dim's place only decides the structure, never the values read.""" 
+    numel = math.prod(shape)
+    base_strides = {math.prod(shape[k + 1:]) for k in range(len(shape))}
+    dims = sorted((d for d, n in enumerate(sizes) if n != 1 and strides[d] != 0),
+                  key=lambda d: -strides[d])
+    if any(strides[a] <= strides[b] for a, b in zip(dims, dims[1:])):
+        raise NotAView(f"strides {strides} repeat")
+    unit: set[int] = set()
+    fit = _box(dims, unit, sizes, strides, numel, offset)
+    if isinstance(fit, str):
+        raise NotAView(fit)
+    for d, n in enumerate(sizes):  # size-1 dims
+        if n != 1 or strides[d] == 0:
+            continue
+        fits: tuple[list[int], list[int]] | str = "not a stride of the base"
+        if strides[d] in base_strides:  # among the dims of its stride in order
+            at = sum(1 for e in dims if strides[e] > strides[d]
+                     or (strides[e] == strides[d] and e < d))
+            chain = dims[:at] + [d] + dims[at:]
+            fits = _box(chain, unit, sizes, strides, numel, offset)
+        if isinstance(fits, str):  # extent 1, before the dims of its stride
+            at = sum(1 for e in dims if strides[e] > strides[d]
+                     or (strides[e] == strides[d] and sizes[e] == 1))
+            chain = dims[:at] + [d] + dims[at:]
+            unit.add(d)
+            fits = _box(chain, unit, sizes, strides, numel, offset)
+        assert not isinstance(fits, str), fits  # an extent-1 dim fits anywhere
+        dims, fit = chain, fits
+    box, starts = fit
+    x = _call(g, torch.ops.aten.view.default, (base, box))
+    kept = len(dims)
+    for k, d in enumerate(dims):
         # Also a slice covering its box dim: a window read whole is then the same
         # structure as a window read in part (one shape class for all its lengths).
         x = _call(g, torch.ops.aten.slice.Tensor, (x, k, starts[k], starts[k] + sizes[d]))
-    # The inner box dim (and the whole box when every view dim has size 1): one element.
+    # The inner box dim (and the whole box when the view has no dim of a stride): one element.
     for k in range(len(box) - 1, kept - 1, -1):
         x = _call(g, torch.ops.aten.select.int, (x, k, starts[k]))
     order = sorted(range(len(dims)), key=lambda k: dims[k])
@@ -168,8 +209,8 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
             _, base, sizes, strides, offset, first, _num = n
             if first in prefixes:
                 continue
-            numel = math.prod(dims[base] if base >= 0 else inputs[-base - 1].shape)
-            env[first] = view_read(g, env[base], numel, list(sizes), list(strides), offset)
+            shape = list(dims[base] if base >= 0 else inputs[-base - 1].shape)
+            env[first] = view_read(g, env[base], shape, list(sizes), list(strides), offset)
             continue
         name, args, reads, first, num = n
         target = _target(name)

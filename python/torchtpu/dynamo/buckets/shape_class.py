@@ -16,10 +16,20 @@ compiled mode's `GraphRunner`: the rule table (rules.py) pads it to buckets, or 
 without a rule keeps it at exact sizes with the reason, one program per size. A later graph
 joins the class when every one of its ints equals its expression at the sizes its inputs
 bind (the guard); one that does not runs at its exact sizes.
+
+A class's first graph is made symbolic at once when the last graph over the same inputs
+(their dtypes, ranks, devices) had other sizes and shares most of its structure (a loop
+whose first length records a few other ops): that graph's ints, aligned op by op
+(`sibling`), are the second point. Ints of ops it lacks are taken for a length when they
+sit in a SymInt slot of the schema and equal a size that changed, else for constants. It is
+a guess: an int that equals a length only by chance gets the length's expression, so the
+next graph of the class fails the guard and the class is made symbolic again from its own
+two graphs; a graph never runs padded unless every int equals its expression.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,24 +51,49 @@ def _is_int(a: Any) -> bool:
     return isinstance(a, int) and not isinstance(a, bool)
 
 
-def _flat(a: Any, ints: list[int], nodes: dict[torch.fx.Node, int]) -> Any:
-    """`a` with ints replaced by their place (collected into `ints`) and nodes by index."""
+def _flat(a: Any, ints: list[int], nodes: dict[torch.fx.Node, int],
+          sizes: list[bool] | None = None, size: bool = False) -> Any:
+    """`a` with ints replaced by their place (collected into `ints`, and into `sizes`
+    whether the place is a size slot, `size`) and nodes by index."""
     if _is_int(a):
         ints.append(a)
+        if sizes is not None:
+            sizes.append(size)
         return _INT
     if isinstance(a, torch.fx.Node):
         return ("%", nodes[a])
     if isinstance(a, (list, tuple)):  # FX's immutable_list is a list
-        return (type(a).__name__, tuple(_flat(x, ints, nodes) for x in a))
+        return (type(a).__name__, tuple(_flat(x, ints, nodes, sizes, size) for x in a))
     if isinstance(a, dict):
-        return tuple((k, _flat(v, ints, nodes)) for k, v in sorted(a.items()))
+        return tuple((k, _flat(v, ints, nodes, sizes, size)) for k, v in sorted(a.items()))
     return (type(a).__name__, repr(a))
 
 
-def key_and_ints(gm: torch.fx.GraphModule) -> tuple[tuple, list[int]]:
-    """The class key of `gm` (its structure, ints erased) and its ints in key order: the
-    placeholders' dims, then each node's int arguments."""
+_size_args: dict[Any, frozenset[str]] = {}
+
+
+def _size_arguments(target: Any) -> frozenset[str]:
+    """The names of `target`'s arguments that its schema types SymInt (a size, a length,
+    an index or offset along a dim: what may vary with the inputs' sizes), not int (a dim,
+    a flag)."""
+    names = _size_args.get(target)
+    if names is None:
+        names = frozenset()
+        schema = getattr(target, "_schema", None)
+        if schema is not None:
+            from torchgen.model import FunctionSchema
+
+            names = frozenset(a.name for a in FunctionSchema.parse(str(schema)).arguments.flat_all
+                              if str(a.type).startswith("SymInt"))
+        _size_args[target] = names
+    return names
+
+
+def key_ints_sizes(gm: torch.fx.GraphModule) -> tuple[tuple, list[int], list[bool]]:
+    """`key_and_ints`, and per int place whether it is an input's dim or an argument its
+    op's schema types SymInt."""
     ints: list[int] = []
+    sizes: list[bool] = []
     nodes: dict[torch.fx.Node, int] = {}
     key: list[Any] = []
     for k, n in enumerate(gm.graph.nodes):
@@ -68,13 +103,27 @@ def key_and_ints(gm: torch.fx.GraphModule) -> tuple[tuple, list[int]]:
             if not isinstance(val, torch.Tensor):
                 raise TypeError(f"shape class: placeholder {n.name} has no tensor value")
             ints.extend(int(s) for s in val.shape)
+            sizes.extend(True for _ in val.shape)
             key.append(("in", str(val.dtype), val.dim(), str(val.device)))
         elif n.op in ("call_function", "output", "get_attr"):
-            key.append((n.op, str(n.target), _flat(n.args, ints, nodes),
-                        _flat(n.kwargs, ints, nodes)))
+            names = _size_arguments(n.target)
+            schema = getattr(n.target, "_schema", None)
+            positional = [a.name for a in schema.arguments] if schema is not None else []
+            args = tuple(_flat(a, ints, nodes, sizes, i < len(positional)
+                               and positional[i] in names) for i, a in enumerate(n.args))
+            kwargs = tuple((k, _flat(v, ints, nodes, sizes, k in names))
+                           for k, v in sorted(n.kwargs.items()))
+            key.append((n.op, str(n.target), ("tuple", args), kwargs))
         else:
             raise TypeError(f"shape class: node {n.name} ({n.op}) is not an aten op")
-    return tuple(key), ints
+    return tuple(key), ints, sizes
+
+
+def key_and_ints(gm: torch.fx.GraphModule) -> tuple[tuple, list[int]]:
+    """The class key of `gm` (its structure, ints erased) and its ints in key order: the
+    placeholders' dims, then each node's int arguments."""
+    key, ints, _ = key_ints_sizes(gm)
+    return key, ints
 
 
 def _fit(x: int, y: int, pairs: dict[tuple[int, int], sympy.Symbol]) -> sympy.Expr | None:
@@ -117,6 +166,9 @@ class ShapeClass:
     # What tracing the symbolic graph assumed of the sizes (ShapeEnv guards, in symbols).
     guards: list[sympy.Expr] = field(default_factory=list)
     reason: str | None = None  # why the class cannot be symbolic (its graphs run exact)
+    # Symbolic from its first graph alone (`speculate`), no other graph has passed its guard
+    # yet: the next graph that fails the guard makes it symbolic from the two (`generalize`).
+    speculative: bool = False
 
     def matches(self, ints: list[int]) -> bool:
         """The guard: every int of a graph of this key equals its expression at the sizes
@@ -142,6 +194,26 @@ class ShapeClass:
 
     def _placeholders(self) -> list[torch.fx.Node]:
         return [n for n in self.first.graph.nodes if n.op == "placeholder"]
+
+    def speculate(self, sibling_ints: list[int]) -> str | None:
+        """Makes the class symbolic from its first graph and `sibling_ints` (`sibling`: the
+        ints of a graph of another structure over the same inputs, at other sizes, placed
+        as this class's ints) as `generalize` does from two graphs. A guess, which the
+        guard checks on every later graph (the next that fails it makes the class symbolic
+        from itself and the first graph); returns why it cannot."""
+        why = self.generalize(sibling_ints)
+        if why is None and not self.matches(self.first_ints):
+            why = "the first graph fails the guard of the guessed sizes"
+        if why is None:
+            self.speculative = True
+        else:
+            self.reset()
+        return why
+
+    def reset(self) -> None:
+        """Back to a class of one graph at its exact sizes."""
+        self.exprs, self.symbols, self.binders, self.extra = None, [], {}, []
+        self.runner, self.guards, self.speculative = None, [], False
 
     def generalize(self, ints: list[int]) -> str | None:
         """Makes the class symbolic from its first graph and one at the sizes `ints`;
@@ -174,9 +246,13 @@ class ShapeClass:
             exprs.append(e)
         self.exprs = exprs
         self.symbols = list(pairs.values())
+        return self._trace([max(x, y) for x, y in zip(self.first_ints, ints)])
+
+    def _trace(self, hints: list[int]) -> str | None:
+        """Retraces the first graph with `exprs` and makes its runner; returns why not."""
+        assert self.exprs is not None
         try:
-            hints = [max(x, y) for x, y in zip(self.first_ints, ints)]
-            gm, self.guards = retrace(self.first, exprs, self.symbols, hints, self.extra)
+            gm, self.guards = retrace(self.first, self.exprs, self.symbols, hints, self.extra)
         except Exception as e:  # a graph the fake tensors refuse symbolic: exact sizes
             self.exprs = None
             return f"retracing it with symbolic sizes failed: {type(e).__name__}: {e}"
@@ -283,6 +359,71 @@ def _layout_branch(e: sympy.Expr) -> bool:
     return isinstance(e, sympy.Ne) and any(a.is_Integer and a > 1 for a in e.args)
 
 
+def _num_ints(entry: Any) -> int:
+    """How many int places a class key entry holds."""
+    if entry == _INT:
+        return 1
+    if isinstance(entry, tuple):
+        return sum(_num_ints(e) for e in entry)
+    return 0
+
+
+# How much of its structure a graph shares with another (difflib's ratio of their class
+# keys) for the other's sizes to be taken as a second point: a loop's first length differs
+# by a few ops (a reshape that is a view at length 1 and a copy at others).
+SIBLING_RATIO = 0.9
+
+
+def _shapes(inputs: tuple, ints: list[int]) -> list[tuple[int, ...]]:
+    """The sorted shapes of `inputs` (class key entries) whose dims lead `ints`."""
+    shapes, at = [], 0
+    for k in inputs:
+        shapes.append(tuple(ints[at:at + k[2]]))
+        at += k[2]
+    return sorted(shapes)
+
+
+def _unlinked(entry: Any) -> Any:
+    """A class key entry without the indices of the nodes it reads (which shift with every
+    node before them), to align the entries of two structures."""
+    if isinstance(entry, tuple):
+        return ("%",) if entry[:1] == ("%",) else tuple(_unlinked(e) for e in entry)
+    return entry
+
+
+def sibling(key: tuple, ints: list[int], sizes: list[bool], other_key: tuple,
+            other_ints: list[int], num_dims: int) -> list[int] | None:
+    """The ints of another graph over the same inputs (`other_key`, `other_ints`: another
+    structure) placed as `key`'s, a second point from which to make `key`'s class symbolic:
+    the inputs' dims, then the ints of the ops both graphs share (their longest common run
+    of entries); an int of an op the other graph lacks is, in a size slot (`sizes`), the
+    other graph's size of an input dim it equals in `ints` (a length), else itself (a
+    constant). None when the structures share less than `SIBLING_RATIO` of their entries
+    (two unrelated graphs over inputs of the same types)."""
+    def places(k: tuple) -> list[int]:
+        out, at = [], 0
+        for e in k:
+            out.append(at)
+            at += e[2] if e[0] == "in" else _num_ints(e)
+        return out
+
+    matcher = difflib.SequenceMatcher(None, [_unlinked(e) for e in key],
+                                      [_unlinked(e) for e in other_key], autojunk=False)
+    if matcher.ratio() < SIBLING_RATIO:
+        return None
+    mine, theirs = places(key), places(other_key)
+    lengths = {ints[k]: other_ints[k] for k in range(num_dims) if ints[k] != other_ints[k]}
+    out = [lengths.get(v, v) if size else v for v, size in zip(ints, sizes)]
+    out[:num_dims] = other_ints[:num_dims]
+    for a, b, size in matcher.get_matching_blocks():
+        for i in range(size):
+            if key[a + i][0] == "in":
+                continue
+            n = _num_ints(key[a + i])
+            out[mine[a + i]:mine[a + i] + n] = other_ints[theirs[b + i]:theirs[b + i] + n]
+    return out
+
+
 class ShapeClasses:
     """The shape classes of recorded graphs on one device: `runner(gm)` says how a recorded
     graph runs. A key holds a few classes (`MAX_PER_KEY`): a graph that fails every
@@ -293,16 +434,45 @@ class ShapeClasses:
     def __init__(self, device: int = 0) -> None:
         self.device = device
         self.classes: dict[tuple, list[ShapeClass]] = {}
+        # Per list of inputs (their dtypes, ranks, devices): the key and ints of the last
+        # graph over such inputs, whatever its structure.
+        self.last: dict[tuple, tuple[tuple, list[int]]] = {}
+
+    def _last(self, key: tuple, ints: list[int]) -> tuple[tuple, list[int]] | None:
+        """The key and ints of the last graph over the inputs of `key`; records `key` and
+        `ints` for the next."""
+        inputs = tuple(k for k in key if k[0] == "in")
+        last = self.last.get(inputs)
+        if len(self.last) >= 1024:
+            self.last.clear()
+        self.last[inputs] = (key, ints)
+        return last
+
+    @staticmethod
+    def _sibling(key: tuple, ints: list[int], sizes: list[bool],
+                 last: tuple[tuple, list[int]] | None) -> list[int] | None:
+        """The ints of `last` placed as `key`'s (`sibling`), when its input dims differ."""
+        inputs = tuple(k for k in key if k[0] == "in")
+        if last is None or _shapes(inputs, last[1]) == _shapes(inputs, ints):
+            return None  # the same sizes (in another order: inputs, not a length, moved)
+        return sibling(key, ints, sizes, *last, sum(k[2] for k in inputs))
 
     def runner(self, gm: torch.fx.GraphModule) -> tuple[Callable | None, str]:
         """The symbolic runner that takes `gm`'s inputs (a class of its key is symbolic
         and `gm` passes its guard), else None and why `gm` runs at its exact sizes."""
-        key, ints = key_and_ints(gm)
+        key, ints, sizes = key_ints_sizes(gm)
+        last = self._last(key, ints)
         classes = self.classes.setdefault(key, [])
         for cls in classes:
             if cls.runner is not None and cls.matches(ints):
+                if ints != cls.first_ints:
+                    cls.speculative = False
                 return cls.call(ints), "padded to buckets"
         for cls in classes:
+            if cls.speculative and ints != cls.first_ints:  # the guess failed its guard
+                log.info("torchtpu: fused graph's sizes guessed from another structure failed "
+                         "the guard; made symbolic from two graphs of its own")
+                cls.reset()
             if cls.exprs is None and cls.reason is None and ints != cls.first_ints:
                 why = cls.generalize(ints)
                 if why is None:
@@ -311,8 +481,15 @@ class ShapeClasses:
                 log.info("torchtpu: fused graph compiles per exact size: %s", why)
                 return None, why
         if len(classes) < self.MAX_PER_KEY and all(c.first_ints != ints for c in classes):
-            classes.append(ShapeClass(gm, ints, self.device))
+            cls = ShapeClass(gm, ints, self.device)
+            classes.append(cls)
+            other = self._sibling(key, ints, sizes, last)
+            if other is not None:
+                why = cls.speculate(other)
+                if why is None:
+                    return cls.call(ints), "padded to buckets (sizes from another structure)"
+                log.info("torchtpu: fused graph's sizes guessed from another structure: %s", why)
         return None, "first graph of its class"
 
 
-__all__ = ["ShapeClass", "ShapeClasses", "key_and_ints", "retrace"]
+__all__ = ["ShapeClass", "ShapeClasses", "key_and_ints", "key_ints_sizes", "retrace", "sibling"]

@@ -18,6 +18,7 @@ from _compare import eager_mode, programs_obtained
 
 from torchtpu.dynamo.buckets import bucket_size
 from torchtpu.dynamo.buckets.fused_graph import NotAView, fake_mode, view_read
+from torchtpu.dynamo.buckets.shape_class import key_and_ints
 
 
 def attention(x: torch.Tensor, w: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor
@@ -84,6 +85,55 @@ def test_window_read_whole_joins_its_class(monkeypatch: pytest.MonkeyPatch) -> N
     assert needed_at[7] == 0 and needed_at[8] == 0, needed_at
 
 
+def _other_structure_first(f: Callable[..., torch.Tensor], lengths: range,
+                           ) -> dict[int, int]:
+    """Programs per length of `f(x, w, first)` in fused mode, its first length recording
+    another structure over the same inputs; results compared with the CPU's."""
+    torch.manual_seed(0)
+    w = torch.randn(8, 8)
+    w_t = w.to("tpu")
+    needed_at: dict[int, int] = {}
+    with eager_mode("fused"):
+        for t in lengths:
+            x = torch.randn(t, 8)
+            before = programs_obtained()
+            got = f(x.to("tpu"), w_t, t == lengths[0]).cpu()
+            needed_at[t] = programs_obtained() - before
+            torch.testing.assert_close(got, f(x, w, t == lengths[0]), rtol=1e-5, atol=1e-5)
+    return needed_at
+
+
+def test_first_graph_takes_its_sizes_from_another_structure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop whose first length records another structure (a context of one token): the
+    next structure's first graph is made symbolic from the two, so its second length,
+    inside the bucket of the first, compiles nothing."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+
+    def f(x: torch.Tensor, w: torch.Tensor, first: bool) -> torch.Tensor:
+        y = torch.relu(x @ w)
+        return (y * 2 if first else y).sum(0) + x[-1]
+
+    needed_at = _other_structure_first(f, range(5, 8))
+    assert needed_at[7] == 0, needed_at
+
+
+def test_int_equal_to_a_length_is_guarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A constant equal to the length when the class is guessed (the slice's 6 at length
+    6) is taken for the length; the next length fails the guard and the class is made
+    symbolic from its own two graphs, its results right at every length."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+
+    def f(x: torch.Tensor, w: torch.Tensor, first: bool) -> torch.Tensor:
+        y = x @ w
+        return y.sum(0) if first else y[:, :6].sum(0) + x.sum()
+
+    needed_at = _other_structure_first(f, range(5, 9))
+    assert needed_at[8] == 0, needed_at
+
+
 def test_op_without_padding_rule_stays_exact(monkeypatch: pytest.MonkeyPatch,
                                              caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
@@ -117,17 +167,45 @@ def _base_graph() -> tuple[torch.fx.Graph, torch.fx.Node]:
     lambda b: b[3, 2],
     lambda b: b[:, 1:2].expand(6, 5),
     lambda b: b.view(4, 6)[:, None, 2:],
-], ids=["cols", "rows", "t", "split_heads", "row_slice", "element", "expand", "unsqueeze"])
+    lambda b: b[2:3],
+    lambda b: b[:, 1:2],
+    lambda b: b.view(1, 6, 4)[:, 4:5].transpose(0, 1),
+    lambda b: b.as_strided((2, 1, 4), (4, 5, 1), 8),
+], ids=["cols", "rows", "t", "split_heads", "row_slice", "element", "expand", "unsqueeze",
+        "one_row", "one_col", "one_row_transposed", "size1_any_stride"])
 def test_view_read_is_view_ops(make_view: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """`as_strided` of a whole value as view ops, checked on the CPU."""
     base = torch.arange(24.0).view(6, 4)
     v = make_view(base)
     g, p = _base_graph()
-    g.output(view_read(g, p, 24, list(v.shape), list(v.stride()), v.storage_offset()))
+    g.output(view_read(g, p, [6, 4], list(v.shape), list(v.stride()), v.storage_offset()))
     torch.testing.assert_close(torch.fx.GraphModule(torch.nn.Module(), g)(base), v)
+
+
+def _view_key(base_shape: list[int], v: torch.Tensor) -> tuple:
+    g = torch.fx.Graph()
+    p = g.placeholder("base")
+    with fake_mode():
+        p.meta["val"] = torch.empty(base_shape)
+    g.output(view_read(g, p, base_shape, list(v.shape), list(v.stride()), v.storage_offset()))
+    return key_and_ints(torch.fx.GraphModule(torch.nn.Module(), g))[0]
+
+
+@pytest.mark.parametrize("make_view", [
+    lambda pos, t: pos[:t],
+    lambda pos, t: pos[:t, :t],
+    lambda pos, t: pos[:t].view(1, t, 2, 4).transpose(1, 2),
+    lambda pos, t: pos[:t].unsqueeze(0),
+], ids=["rows", "window", "split_heads", "batch_of_one"])
+def test_length_one_view_reads_as_longer_lengths(
+        make_view: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+    """A view whose length is 1 reads through the view ops of its longer lengths: a context
+    of one token is in the shape class of the longer ones."""
+    pos = torch.arange(64.0).view(8, 8)
+    assert _view_key([8, 8], make_view(pos, 1)) == _view_key([8, 8], make_view(pos, 3))
 
 
 def test_overlapping_view_is_refused() -> None:
     g, p = _base_graph()
     with pytest.raises(NotAView, match="repeat"):
-        view_read(g, p, 24, [3, 4], [2, 2], 0)  # rows overlapping
+        view_read(g, p, [6, 4], [3, 4], [2, 2], 0)  # rows overlapping
