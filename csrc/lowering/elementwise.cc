@@ -291,6 +291,8 @@ void register_elementwise_lowerings() {
   register_with_variants("mul", {"Tensor", "Scalar"}, promoted_binary("multiply"));
   register_with_variants("div", {"Tensor", "Scalar", "Tensor_mode", "Scalar_mode"}, lower_div);
   register_lowering({"aten::div.out_mode"}, lower_div);
+  // true_divide is div without a mode (decompositions of sizes used as data emit it).
+  register_with_variants("true_divide", {"Tensor", "Scalar"}, lower_div);
   register_with_variants("remainder", {"Tensor", "Scalar"}, lower_remainder);
   register_with_variants("fmod", {"Tensor", "Scalar"}, promoted_binary("remainder"));
   register_with_variants("maximum", {""}, lower_max_min(/*is_max=*/true));

@@ -402,7 +402,8 @@ LoweringFn fill_from(size_t arg) {
   };
 }
 
-// _to_copy(self, dtype?, ...) and clone(self, memory_format?): same values in the out dtype.
+// _to_copy(self, dtype?, ...), clone(self, memory_format?) and prims' convert_element_type(a,
+// dtype) (decompositions of sizes used as data emit it): same values in the out dtype.
 Result lower_convert(LoweringContext& c) {
   return one(c.b().convert(c.tensor(0), c.out_type().dtype));
 }
@@ -441,7 +442,8 @@ void register_graph_lowerings() {
 // Factories, _to_copy and clone: their Device/MemoryFormat arguments keep register.cc from
 // claiming them for eager PrivateUse1 (see the file comment), so these serve graphs only.
 void register_graph_factory_lowerings() {
-  register_lowering({"aten::_to_copy", "aten::clone"}, lower_convert);
+  register_lowering({"aten::_to_copy", "aten::clone", "prims::convert_element_type"},
+                    lower_convert);
   register_lowering({"aten::full", "aten::full_like", "aten::scalar_tensor", "aten::new_full"},
                     [](LoweringContext& c) -> Result {
                       const std::string& op = c.op_name();

@@ -320,7 +320,22 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
         a = _C.OpArg()
         ref, items, scalar = -1, [], _C.GraphScalar()
         type_str = str(formal.type)
-        if _is_size(ids, value):
+        if _is_size(ids, value) and isinstance(value.meta.get("val"), torch.SymFloat):
+            # A float computed from sizes (an interpolation's in/out size ratio): runtime
+            # slots carry ints, so it is a constant of a program at exact sizes.
+            if b.bucketed:
+                raise UnsupportedGraph(
+                    f"tpu compile: {g.op} argument {formal.name} is a float computed from "
+                    f"sizes ({value.name} = {ids[value][1]}), which a padded program cannot "
+                    "take as runtime data")
+            number = float(sympy.sympify(sympy.sympify(ids[value][1]).xreplace(b.values)))
+            a.kind = _C.ArgKind.scalar if _is_scalar_slot(formal) else _C.ArgKind.double
+            if _is_scalar_slot(formal):
+                scalar = _scalar(number)
+                a.scalar_category = scalar.category
+            else:
+                a.double_value = number
+        elif _is_size(ids, value):
             expr = ids[value][1]
             if _is_scalar_slot(formal):
                 # A size used as data (x / x.shape[1]): its true value at run time.

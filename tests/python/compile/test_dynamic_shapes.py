@@ -408,3 +408,25 @@ def test_a_value_computed_twice_is_returned_twice_with_true_sizes(
             torch.testing.assert_close(g.cpu(), want)
         assert got[0].data_ptr() != got[2].data_ptr()
     assert torchtpu.debug.metrics()["num_graphs_compiled"] - before == 2  # static, bucket 16
+
+
+@pytest.mark.parametrize("policy", ["auto", "off"])
+def test_interpolation_whose_scale_is_a_ratio_of_sizes_matches_the_cpu(
+        monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+    # Nearest interpolation to a fixed size scales indices by in/out: a float computed from
+    # a symbolic size, which must not be truncated to an int; a scale factor decomposes
+    # through prims.convert_element_type and true_divide.
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", policy)
+    torch._dynamo.reset()
+
+    def to_size(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x.unsqueeze(0), size=(5, 7), mode="nearest")
+
+    def by_factor(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x.unsqueeze(0), scale_factor=2.0, mode="nearest")
+
+    for f in (to_size, by_factor):
+        compiled = torch.compile(f, backend="tpu", dynamic=True)
+        for shape in [(3, 4, 5), (2, 6, 6), (3, 7, 3)]:
+            x = torch.randn(shape)
+            torch.testing.assert_close(compiled(x.to("tpu")).cpu(), f(x))

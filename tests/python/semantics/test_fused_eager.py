@@ -159,6 +159,17 @@ def test_a_failed_check_is_raised_at_the_next_flush_and_undoes_its_op_and_later_
         assert (x + 1).cpu().tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]  # recording goes on
 
 
+def test_interpolation_over_a_shape_class_matches_the_cpu() -> None:
+    # Inputs of the same structure at other sizes join a shape class; nearest interpolation
+    # to a fixed size scales its indices by a ratio of sizes, a float of each size.
+    with eager_mode("fused"):
+        for shape in [(3, 4, 5), (2, 6, 6), (2, 5, 6), (3, 7, 3)]:
+            x = torch.randn(shape)
+            got = F.interpolate(x.to(TPU).unsqueeze(0), size=(5, 7), mode="nearest")
+            want = F.interpolate(x.unsqueeze(0), size=(5, 7), mode="nearest")
+            torch.testing.assert_close(got.cpu(), want)
+
+
 def test_a_bad_target_is_raised_at_the_next_host_read_naming_the_call() -> None:
     logits = torch.randn(4, 3)
     with eager_mode("fused"):
