@@ -1,16 +1,18 @@
 """A sweep of every lowering family over dtypes and mismatched ranks, compared with the CPU.
 
 Run as a script (``python _sweep.py``) it prints one line per disagreement and exits 0;
-``test_no_abort_sweep.py`` runs it in a subprocess, so an abort shows as a failed test
-rather than a dead test run. Each case runs on the CPU first: where the CPU raises, tpu
-must raise too (any exception); where the CPU succeeds, tpu must give the same dtype, shape
-and values (within the dtype's tolerance). A tpu result where the CPU raises (an op the
-CPU does not implement for a dtype, such as gelu of integers) is counted as lenient, not as
-a disagreement: CUDA too implements dtypes the CPU does not.
+``test_no_abort_sweep.py`` runs it in subprocesses (two shards at once, ``SWEEP_SHARD``), so
+an abort shows as a failed test rather than a dead test run. Each case runs on the CPU
+first: where the CPU raises, tpu must raise too (any exception); where the CPU succeeds, tpu
+must give the same dtype, shape and values (within the dtype's tolerance). A tpu result
+where the CPU raises (an op the CPU does not implement for a dtype, such as gelu of
+integers) is counted as lenient, not as a disagreement: CUDA too implements dtypes the CPU
+does not.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -190,8 +192,12 @@ def cases():
 
 def main() -> int:
     warnings.simplefilter("ignore")
+    # SWEEP_SHARD=k/n runs every n-th case from the k-th: the test runs the shards at once.
+    shard, shards = (int(x) for x in os.environ.get("SWEEP_SHARD", "0/1").split("/"))
     n = lenient = 0
-    for name, fn, args in cases():
+    for i, (name, fn, args) in enumerate(cases()):
+        if i % shards != shard:
+            continue
         n += 1
         problem = run_case(name, fn, args)
         if problem == LENIENT:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -37,7 +38,8 @@ SHAPE = ["--training.seq_len", "64", "--training.local_batch_size", "2",
          "--metrics.no-progress-bar", "--loss_curve", ""]
 F32 = ["--training.mixed_precision_param", "float32"]
 TIMEOUT = 900 if not LONG else 3600  # one run
-# A test's own timeout covers the module fixtures it triggers (two runs for the first test).
+# A test's own timeout covers the module fixtures it triggers (the seed, then two runs at once,
+# for the first test).
 pytestmark = pytest.mark.timeout(3 * TIMEOUT)
 
 
@@ -61,9 +63,23 @@ def start_from(seed: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tpu_f32(seed, tmp_path_factory) -> launch.RunResult:
-    folder = str(tmp_path_factory.mktemp("titan_tpu"))
-    return launch.run("llama3_debug", folder, *SHAPE, *F32, *start_from(seed), timeout=TIMEOUT)
+def f32_runs(seed, tmp_path_factory) -> dict[str, launch.RunResult]:
+    """The f32 run on tpu and the same run on the CPU, both from the seed, run at once: each
+    is one process, so together they use both cores of a 2-core machine."""
+    tpu_folder = str(tmp_path_factory.mktemp("titan_tpu"))
+    cpu_folder = str(tmp_path_factory.mktemp("titan_cpu"))
+    with ThreadPoolExecutor(2) as pool:
+        tpu = pool.submit(launch.run, "llama3_debug", tpu_folder, *SHAPE, *F32,
+                          *start_from(seed), timeout=TIMEOUT)
+        cpu = pool.submit(launch.run, "llama3_debug", cpu_folder, *SHAPE, *F32,
+                          *start_from(seed), "--compile.no-enable", device="cpu",
+                          timeout=TIMEOUT)
+        return {"tpu": tpu.result(), "cpu": cpu.result()}
+
+
+@pytest.fixture(scope="module")
+def tpu_f32(f32_runs) -> launch.RunResult:
+    return f32_runs["tpu"]
 
 
 def test_tpu_run_trains_and_logs(tpu_f32: launch.RunResult) -> None:
@@ -86,9 +102,8 @@ def test_tpu_run_trains_and_logs(tpu_f32: launch.RunResult) -> None:
     assert os.path.isdir(os.path.join(tpu_f32.dump_folder, "checkpoint", f"step-{RESUME_AT}"))
 
 
-def test_tpu_matches_cpu_f32(seed, tpu_f32, tmp_path) -> None:
-    cpu = launch.run("llama3_debug", str(tmp_path), *SHAPE, *F32, *start_from(seed),
-                     "--compile.no-enable", device="cpu", timeout=TIMEOUT)
+def test_tpu_matches_cpu_f32(tpu_f32, f32_runs) -> None:
+    cpu = f32_runs["cpu"]
     assert rel_close(tpu_f32.losses, cpu.losses, 1e-4), (tpu_f32.losses, cpu.losses)
     assert rel_close(tpu_f32.metric("grad_norm"), cpu.metric("grad_norm"), 1e-3)
 
