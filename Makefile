@@ -135,7 +135,10 @@ bench-router: build
 RANKS ?= 1
 TRAIN_CONFIG ?= llama3_debug
 TRAIN_ARGS ?=
+# Ranks start with launch.rank_env's GLIBC_TUNABLES (glibc's arena limit from process start).
 train: build
+	GLIBC_TUNABLES="$$($(PY) -c 'import os; from torchtpu.train.launch import rank_env; \
+	print(rank_env(dict(os.environ)).get("GLIBC_TUNABLES", ""))')" \
 	.venv/bin/torchrun --nproc-per-node $(RANKS) -m torchtpu.train \
 		--module torchtpu.train.configs --config $(TRAIN_CONFIG) $(TRAIN_ARGS)
 

@@ -142,7 +142,10 @@ class Classifier {
       }
     } else if (formal == FormalKind::kStructuralNumber) {
       if (v.isComplexDouble()) throw NeedsFallback{"complex scalars are not lowered"};
-      double_arg(v.toScalar().toDouble(), a);  // an int order (p=2) keys as 2.0
+      // The value keys as a double (p=2 as 2.0) and its category with it: x ** 2 and
+      // x ** 2.0 of an int x differ in result type.
+      put(static_cast<int64_t>(category_of(v)));
+      double_arg(v.toScalar().toDouble(), a);
     } else if (formal == FormalKind::kNumber) {
       ScalarCategory c = category_of(v);
       put(tag(ArgKind::kScalar, static_cast<int64_t>(c)));

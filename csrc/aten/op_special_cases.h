@@ -58,6 +58,8 @@ bool is_runtime_float_arg(const std::string& name, const std::string& arg_name);
 // the reduction itself (p = 2 is sqrt(sum(x*x)), p = inf a max). They are described as
 // float structural arguments (their value joins the op-cache key), so a lowering emits
 // only the chosen norm; a program per order costs nothing, since models use one or two.
+// Likewise the `exponent` of aten::pow.Tensor_Scalar(_out): a constant exponent is what XLA
+// simplifies (x^2 as x*x instead of powf per element); models use a handful.
 bool is_structural_scalar_arg(const std::string& name, const std::string& arg_name);
 
 // Ops returning `()` write every item of each of their Tensor(a!)[] arguments, in argument

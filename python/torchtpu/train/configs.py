@@ -12,7 +12,8 @@ and components, with these choices made for the device and the data at hand:
   components: model and loss), FSDP2 over the data-parallel ranks with bf16 parameters and
   f32 gradient reduction (TorchTitan's default mixed precision), selective activation
   checkpointing, gradient accumulation (global batch 8 sequences: 2 microbatches of 4 on one rank), clipping at
-  norm 1, linear warmup then cosine decay, DCP checkpoints in the dump folder.
+  norm 1, TorchTitan's AdamW (its default ``fused`` implementation: ``aten::_fused_adamw_``,
+  one program per step on tpu), linear warmup then cosine decay, DCP checkpoints in the dump folder.
 
 Everything is overridable from the command line as usual (``--training.steps 20``,
 ``--compile.enable False``, ``--training.mixed_precision_param float32``, ...).
@@ -63,14 +64,6 @@ def for_tpu(spec: ModelSpec, vocab_size: int) -> ModelSpec:
     return spec
 
 
-def adamw(lr: float):
-    """TorchTitan's AdamW with its foreach implementation: the fused one (TorchTitan's default)
-    is ``aten::_fused_adamw_``, which has no tpu lowering yet and would run on the CPU."""
-    optimizer = default_adamw(lr=lr)
-    optimizer.implementation = "foreach"
-    return optimizer
-
-
 def trainer_config(spec: ModelSpec, *, hf_path: str, seq_len: int = 256,
                    local_batch_size: int = 4, global_batch_size: int = 8, steps: int = 30,
                    lr: float = 1e-3, warmup_steps: int = 5,
@@ -81,7 +74,7 @@ def trainer_config(spec: ModelSpec, *, hf_path: str, seq_len: int = 256,
         dump_folder="./outputs/titan",  # checkpoints, metrics.jsonl, loss_curve.png
         loss=ChunkedLossWrapper.Config(
             loss_fn=CrossEntropyLoss.Config(global_vocab_size=spec.model.vocab_size)),
-        optimizer=adamw(lr),
+        optimizer=default_adamw(lr=lr),
         lr_scheduler=LRSchedulersContainer.Config(warmup_steps=warmup_steps, decay_type="cosine",
                                                   min_lr_factor=0.1),
         training=TrainingConfig(local_batch_size=local_batch_size,
@@ -164,7 +157,7 @@ def smollm2_135m_finetune() -> TpuTrainer.Config:
     config.checkpoint.initial_load_in_hf = True
     config.checkpoint.initial_load_model_only = True
     config.lr_scheduler.warmup_steps = 2
-    config.optimizer = adamw(1e-4)
+    config.optimizer = default_adamw(lr=1e-4)
     config.validator.enable = True
     config.validator.freq = 10
     config.validator.steps = 8

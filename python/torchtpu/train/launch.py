@@ -5,6 +5,11 @@ Used by the tests, the benchmark and ``make train``: ``run(...)`` starts ``torch
 CPU) with a config of ``torchtpu.train.configs`` and command-line overrides, waits with a
 timeout (killing the whole process group past it), and reads the metrics file rank 0 wrote.
 A failed run raises with the tail of its log.
+
+tpu ranks start with glibc's arena limit at 1 (``rank_env``): the host allocator policy
+torchtpu sets when the device starts (docs/architecture.md, "Host memory on CPU plugins")
+can no longer bind threads that already have arenas of their own, and only the environment
+of a process before it starts can.
 """
 
 from __future__ import annotations
@@ -41,6 +46,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+ARENA_MAX_1 = "glibc.malloc.arena_max=1"
+
+
+def rank_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a tpu rank process: ``GLIBC_TUNABLES`` with the arena limit of the host
+    allocator policy appended to what it holds (a setting of the user's comes first, and an
+    ``arena_max`` they set is theirs), unless ``TORCHTPU_HOST_MALLOC=system`` asks for glibc's
+    own settings."""
+    tunables = env.get("GLIBC_TUNABLES", "")
+    if env.get("TORCHTPU_HOST_MALLOC") == "system" or "glibc.malloc.arena_max=" in tunables:
+        return env
+    return dict(env, GLIBC_TUNABLES=f"{tunables}:{ARENA_MAX_1}" if tunables else ARENA_MAX_1)
+
+
 def run(config: str, dump_folder: str, *overrides: str, ranks: int = 1, device: str = "tpu",
         metrics_file: str = "metrics.jsonl", timeout: float = 1200,
         env: dict[str, str] | None = None) -> RunResult:
@@ -56,6 +75,8 @@ def run(config: str, dump_folder: str, *overrides: str, ranks: int = 1, device: 
            "--dump_folder", dump_folder, "--metrics.metrics_file", metrics_file, *overrides]
     full_env = dict(os.environ)
     full_env.update(env or {})
+    if device == "tpu":
+        full_env = rank_env(full_env)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
                                 start_new_session=True)

@@ -232,6 +232,15 @@ def test_vector_norm_orders() -> None:
     _check_function(norms, x)
 
 
+def test_pow_scalar_exponents() -> None:
+    # The exponent of pow(Tensor, Scalar) is structure in a graph as in eager calls.
+    def powers(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x.abs() + 0.5
+        return x.pow(2), x ** 3, y.pow(0.5), x.pow(-1), y.pow(2.5), x.pow(0), y.pow(-0.5)
+
+    _check_function(powers, torch.randn(3, 4))
+
+
 def test_dropout_masks_and_scales() -> None:
     # Random masks cannot match the CPU; check the invariants instead: kept elements are
     # scaled by 1 / (1 - p), and the gradient is the same mask and scale.

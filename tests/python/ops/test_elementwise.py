@@ -144,6 +144,23 @@ def test_pow(dtype: torch.dtype) -> None:
 def test_pow_int64() -> None:
     a = make((3, 4), torch.int64, low=-4, high=4)
     assert_same(lambda x: x ** 3, a)
+    assert_same(lambda x: x ** 2, a)
+    assert_same(lambda x: x ** 2.0, a)  # a float exponent makes the result float32
+    assert_same(lambda x: x ** 0.5, a.abs())
+
+
+# Exponents of pow(Tensor, Scalar): each is structure (its own program with a constant
+# exponent); 2 is x*x, the others XLA simplifies or computes by power.
+POW_EXPONENTS = [2, 3, 0.5, -0.5, 1, -1, 0, 2.5, -2]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", POW_EXPONENTS)
+def test_pow_scalar_exponents(p: float, dtype: torch.dtype) -> None:
+    a = make((3, 4), dtype, low=0.5, high=2.0)
+    assert_same(lambda x: x.pow(p), a, dtype_tols=F32_TRANS)
+    if float(p).is_integer():
+        assert_same(lambda x: torch.pow(x, p), -a, dtype_tols=F32_TRANS)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])

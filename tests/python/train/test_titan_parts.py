@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from _compare import assert_close, fallbacks, new_fallbacks
 
 from torchtpu import flops
+from torchtpu.train import launch
 from torchtpu.train.attention import DenseAttention, document_causal_mask
 from torchtpu.train.data import TextFileDataset, read_split
 
@@ -161,3 +162,16 @@ def test_step_records_carry_process_and_device_counters(tmp_path) -> None:
     assert second["tpu/num_executions"] >= 6 / 2
     assert second["tpu/num_transfers_to_host"] >= 1 / 2
     assert second["tpu/num_compiles"] >= 0
+
+
+def test_rank_env_sets_the_arena_limit_without_clobbering() -> None:
+    assert launch.rank_env({})["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=1"
+    # A user's tunables stay, first; the limit is appended.
+    env = launch.rank_env({"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0", "A": "1"})
+    assert env == {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=1",
+                   "A": "1"}
+    # An arena limit of the user's, or glibc's own settings asked for, are left alone.
+    mine = {"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}
+    assert launch.rank_env(mine) == mine
+    system = {"TORCHTPU_HOST_MALLOC": "system"}
+    assert launch.rank_env(system) == system
