@@ -203,12 +203,10 @@ class ModelRunner:
         group_sizes = {len(g) for g in self.groups}
         n_shapes = len(self.token_buckets) * len(self.context_buckets) * len(group_sizes)
         n_shapes = max(n_shapes, len(self.token_buckets) * len(self.row_buckets))
-        cfg = torch._dynamo.config
-        if hasattr(cfg, "recompile_limit"):
-            cfg.recompile_limit = max(cfg.recompile_limit, n_shapes + 8)
-        else:
-            cfg.cache_size_limit = max(cfg.cache_size_limit, n_shapes + 8)
-        opts = dict(backend="tpu", dynamic=False, fullgraph=True)
+        # Each step function compiles once per bucket shape: its own recompile limit, so
+        # no other code's setting of Dynamo's process-wide limit can stop the engine.
+        opts = dict(backend="tpu", dynamic=False, fullgraph=True,
+                    recompile_limit=n_shapes + 8)
         self._layers = torch.compile(_own_copy(_layers_step), **opts)
         self._embed = torch.compile(_own_copy(_embed_step), **opts)
         self._head = torch.compile(_own_copy(_head_step), **opts)
