@@ -91,6 +91,37 @@ def test_list_op_is_one_program_call_whatever_the_list_length() -> None:
     assert calls(20) == 1
 
 
+@pytest.mark.parametrize("n", [3, 60])
+def test_clip_grad_norm_runs_a_fixed_number_of_programs_whatever_the_parameter_count(
+        n: int) -> None:
+    """clip_grad_norm_ over n whole gradients: _foreach_norm, a stack of the n 0-dim norms,
+    the total norm and clip coefficient, _foreach_mul_. Each list op and the stack is one
+    program; the stack once cost one per parameter (PyTorch's composite stack cats n
+    unsqueezed views, each materialized alone)."""
+    shapes = [(7, 5), (5,), (3, 2, 4)]
+    grads = [torch.randn(shapes[i % 3], generator=torch.Generator().manual_seed(i))
+             for i in range(n)]
+    params = [nn.Parameter(torch.zeros(g.shape)) for g in grads]
+    tpu_params = [nn.Parameter(torch.zeros(g.shape, device=TPU)) for g in grads]
+
+    def clip(ps: list[nn.Parameter], device: str) -> tuple[torch.Tensor, int]:
+        for p, g in zip(ps, grads):
+            p.grad = g.to(device)
+        torchtpu.synchronize()
+        before = torchtpu.debug.metrics()["num_executions"]
+        total = torch.nn.utils.clip_grad_norm_(ps, 1.0)
+        torchtpu.synchronize()
+        return total, torchtpu.debug.metrics()["num_executions"] - before
+
+    clip(tpu_params, TPU)  # warm the op cache for these signatures
+    total, executions = clip(tpu_params, TPU)
+    expected, _ = clip(params, "cpu")
+    assert executions <= 12, f"{executions} programs for {n} parameters"
+    torch.testing.assert_close(total.cpu(), expected, rtol=1e-5, atol=1e-5)
+    for p, e in zip(tpu_params, params):
+        torch.testing.assert_close(p.grad.cpu(), e.grad, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("case", ["add_list_alpha", "mul_scalar", "div_scalarlist", "sqrt",
                                   "lerp_scalar", "addcdiv_scalarlist", "maximum_list",
                                   "norm", "pow_scalar_and_tensor", "zero", "copy", "sub_tensor0d",
