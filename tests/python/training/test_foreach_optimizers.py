@@ -174,6 +174,55 @@ def test_in_place_list_op_writes_through_views_and_mixed_dtypes() -> None:
         torch.testing.assert_close(x.cpu(), e)
 
 
+def _flat_views(flat: torch.Tensor) -> list[torch.Tensor]:
+    """Items over one storage as FSDP2 lays out its gradients (as_strided windows of a flat
+    buffer), plus a transposed view and a strided view."""
+    items, offset = [], 0
+    for shape in [(3, 4), (5,), (2, 3, 2)]:
+        n = torch.Size(shape).numel()
+        items.append(flat[offset:offset + n].view(shape))
+        offset += n
+    items.append(flat[offset:offset + 12].view(3, 4).t())
+    items.append(flat[offset + 12:offset + 24:2])
+    return items
+
+
+def test_list_op_over_views_of_one_storage_matches_cpu_in_few_programs() -> None:
+    flat = torch.randn(80, generator=torch.Generator().manual_seed(3))
+    other = [torch.randn(t.shape) for t in _flat_views(flat)]
+    tpu_flat = flat.to(TPU)
+    items, tpu_items = _flat_views(flat), _flat_views(tpu_flat)
+    tpu_other = [t.to(TPU) for t in other]
+    torch._foreach_add_(tpu_items, tpu_other, alpha=0.5)  # warm the op cache
+    tpu_flat.copy_(flat.to(TPU))
+    torchtpu.synchronize()
+    before = torchtpu.debug.metrics()["num_executions"]
+    torch._foreach_add_(tpu_items, tpu_other, alpha=0.5)
+    norms = torch._foreach_norm(tpu_items)
+    torchtpu.synchronize()
+    executions = torchtpu.debug.metrics()["num_executions"] - before
+    torch._foreach_add_(items, other, alpha=0.5)
+    torch.testing.assert_close(tpu_flat.cpu(), flat)  # every write, in list order
+    for n, e in zip(norms, torch._foreach_norm(items)):
+        torch.testing.assert_close(n.cpu(), e)
+    # add_: read the views, run, write them back; norm: read, run (one program each).
+    assert executions <= 6, f"{executions} programs for {len(items)} views of one storage"
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "views_and_whole"])
+def test_list_op_writes_overlapping_items_in_list_order(whole: bool) -> None:
+    base = torch.arange(8.0)
+    tpu_base = base.to(TPU)
+
+    def items(b: torch.Tensor) -> list[torch.Tensor]:
+        return [b[2:5], b, b[4:7]] if whole else [b[2:5], b[4:7], b[1:8:3]]
+
+    values = [torch.full(t.shape, float(i + 1)) for i, t in enumerate(items(base))]
+    torch._foreach_copy_(items(base), values)
+    torch._foreach_copy_(items(tpu_base), [v.to(TPU) for v in values])
+    torch.testing.assert_close(tpu_base.cpu(), base)
+
+
 def test_foreach_errors_match_cpu() -> None:
     a = [torch.ones(2, device=TPU), torch.ones(3, device=TPU)]
     with pytest.raises(RuntimeError, match="same length|same number"):
