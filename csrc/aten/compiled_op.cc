@@ -277,7 +277,24 @@ class EagerArgs : public ProgramArgs {
             const std::optional<at::Generator>& generator)
       : c_(c), ivalues_(ivalues), device_(device), generator_(generator) {}
 
+  // List items are read together: views of one storage by one program (read_tensors).
+  void read_lists() {
+    std::vector<at::Tensor> items;
+    std::vector<int> index;
+    for (size_t k = 0; k < c_.inputs.size(); ++k) {
+      const auto& [arg, item] = c_.inputs[k];
+      if (item < 0) continue;
+      items.push_back(present_tensor(ivalues_[arg], item));
+      index.push_back(static_cast<int>(k));
+    }
+    if (items.size() < 2) return;
+    std::vector<runtime::BufferPtr> values = read_tensors(items);
+    read_.assign(c_.inputs.size(), nullptr);
+    for (size_t j = 0; j < index.size(); ++j) read_[index[j]] = std::move(values[j]);
+  }
+
   runtime::BufferPtr input(size_t, int index) override {
+    if (!read_.empty() && read_[index]) return std::move(read_[index]);
     const auto& [arg, item] = c_.inputs[index];
     return read_tensor(item < 0 ? ivalues_[arg].toTensor() : present_tensor(ivalues_[arg], item));
   }
@@ -296,6 +313,7 @@ class EagerArgs : public ProgramArgs {
   c10::ArrayRef<c10::IValue> ivalues_;
   int device_;
   const std::optional<at::Generator>& generator_;
+  std::vector<runtime::BufferPtr> read_;  // list items read ahead, by input index
 };
 
 }  // namespace
@@ -311,6 +329,7 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema,
     return;
   }
   EagerArgs args(c, ivalues, device, generator);
+  args.read_lists();
   timer.mark(dispatch_profile::kBind);
   // Data checks are read before anything is written, so a failing call changes nothing. A
   // call that writes nothing (_assert_async) queues them for the next host read instead, as
@@ -325,8 +344,11 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema,
   c10::SmallVector<c10::IValue, 4> results;
   size_t next = 0;
   for (int arg : c.list_write_args) {
-    const c10::List<at::Tensor> targets = ivalues[arg].toTensorList();
-    for (size_t k = 0; k < targets.size(); ++k) write_tensor(targets.get(k), outputs[next++]);
+    std::vector<at::Tensor> targets = ivalues[arg].toTensorVector();
+    std::vector<runtime::BufferPtr> values(outputs.begin() + next,
+                                          outputs.begin() + next + targets.size());
+    next += targets.size();
+    write_tensors(targets, values);
   }
   for (size_t j = 0; j < c.return_defined.size(); ++j) {
     if (c.return_list_size[j] >= 0) {

@@ -4,6 +4,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/TensorImpl.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_set>
 
@@ -209,6 +210,90 @@ runtime::BufferPtr read_tensor(const at::Tensor& t) {
     return view_reshape(buf, sizes);
   }
   return view_read(buf, sizes, strides, t.storage_offset());
+}
+
+namespace {
+
+// Items of a list grouped by storage (and dtype), first appearance first; a group's items
+// keep their list order.
+std::vector<std::vector<size_t>> by_storage(c10::ArrayRef<at::Tensor> ts,
+                                            const std::vector<bool>& eligible) {
+  std::vector<std::vector<size_t>> groups;
+  std::vector<std::pair<StorageState*, c10::ScalarType>> keys;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (!eligible[i]) continue;
+    std::pair<StorageState*, c10::ScalarType> key{&storage_state(ts[i]), ts[i].scalar_type()};
+    size_t g = std::find(keys.begin(), keys.end(), key) - keys.begin();
+    if (g == keys.size()) {
+      keys.push_back(key);
+      groups.emplace_back();
+    }
+    groups[g].push_back(i);
+  }
+  return groups;
+}
+
+bool is_whole_storage(const at::Tensor& t, const StorageState& s) {
+  int64_t storage_numel = s.nbytes / static_cast<int64_t>(t.element_size());
+  return t.storage_offset() == 0 && t.numel() == storage_numel && row_major(t.sizes(), t.strides());
+}
+
+std::vector<at::Tensor> pick(c10::ArrayRef<at::Tensor> ts, const std::vector<size_t>& idx) {
+  std::vector<at::Tensor> out;
+  for (size_t i : idx) out.push_back(ts[i]);
+  return out;
+}
+
+}  // namespace
+
+std::vector<runtime::BufferPtr> read_tensors(c10::ArrayRef<at::Tensor> ts) {
+  std::vector<runtime::BufferPtr> out(ts.size());
+  std::vector<bool> partial(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) partial[i] = !is_whole_storage(ts[i], storage_state(ts[i]));
+  for (const std::vector<size_t>& g : by_storage(ts, partial)) {
+    if (g.size() < 2) continue;
+    std::vector<runtime::BufferPtr> values = views_read(*storage_buffer(ts[g[0]]), pick(ts, g));
+    for (size_t k = 0; k < g.size(); ++k) out[g[k]] = std::move(values[k]);
+  }
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (!out[i]) out[i] = read_tensor(ts[i]);
+  }
+  return out;
+}
+
+void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::BufferPtr>& values) {
+  if (ts.empty()) return;
+  run_checked_pending(ts[0].device().index());
+  std::vector<bool> partial(ts.size());
+  std::vector<StorageState*> states(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    states[i] = &storage_state(ts[i]);
+    TORCH_CHECK(values[i]->dtype() == to_dtype(ts[i].scalar_type()),
+                "tpu: internal: writing a ", base::dtype_name(values[i]->dtype()), " value into a ",
+                ts[i].scalar_type(), " tensor");
+    partial[i] = !is_whole_storage(ts[i], *states[i]);
+  }
+  // A storage that an item covers whole is written item by item, in list order, like any
+  // storage of one item; the others take their items' writes in one program, in order.
+  std::vector<bool> batched(ts.size());
+  for (const std::vector<size_t>& g : by_storage(ts, partial)) {
+    StorageState& s = *states[g[0]];
+    bool whole_too = false;
+    for (size_t i = 0; i < ts.size(); ++i) whole_too |= !partial[i] && states[i] == &s;
+    if (g.size() < 2 || whole_too) continue;
+    std::vector<runtime::BufferPtr> vs;
+    for (size_t i : g) {
+      vs.push_back(values[i]);
+      batched[i] = true;
+    }
+    c10::ScalarType dtype = ts[g[0]].scalar_type();
+    ensure_buffer(s, dtype);
+    s.buffer = storage_bytes_as(s, dtype);
+    s.buffer = views_write(*s.buffer, vs, pick(ts, g));
+  }
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (!batched[i]) write_tensor(ts[i], values[i]);
+  }
 }
 
 runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype) {

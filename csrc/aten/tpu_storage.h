@@ -53,6 +53,11 @@ runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype);
 // Writes `value` (shape and dtype of `t`) into `t`, through its view if it is one.
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value);
 
+// The same for a list (a list op's items): items that are views of one storage (not the
+// whole of it) are read, or written in list order, by one program per storage.
+std::vector<runtime::BufferPtr> read_tensors(c10::ArrayRef<at::Tensor> ts);
+void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::BufferPtr>& values);
+
 // Records a new byte count for the storage (resize_storage_bytes keeps the StorageImpl and
 // the buffer in step).
 void set_storage_nbytes(StorageState& s, int64_t nbytes);

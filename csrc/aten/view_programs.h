@@ -5,7 +5,10 @@
 // Thread safety: every function may be called from any thread.
 #pragma once
 
+#include <ATen/Tensor.h>
 #include <c10/util/ArrayRef.h>
+
+#include <vector>
 
 #include "runtime/buffer.h"
 
@@ -19,5 +22,14 @@ runtime::BufferPtr view_reshape(const runtime::Buffer& base, c10::IntArrayRef si
 // `base` with the view's elements replaced by `value` (shaped `sizes`), as a new buffer.
 runtime::BufferPtr view_write(const runtime::Buffer& base, const runtime::Buffer& value,
                               c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset);
+
+// Many views (tensors over `base`'s storage) in one program: their values, in order; and
+// `base` with `values[i]` written through views[i], in order (a list op's in-place results
+// into gradients that are views of one flat buffer cost one program, not one per item).
+std::vector<runtime::BufferPtr> views_read(const runtime::Buffer& base,
+                                           c10::ArrayRef<at::Tensor> views);
+runtime::BufferPtr views_write(const runtime::Buffer& base,
+                               const std::vector<runtime::BufferPtr>& values,
+                               c10::ArrayRef<at::Tensor> views);
 
 }  // namespace torchtpu::aten

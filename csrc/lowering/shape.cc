@@ -42,6 +42,22 @@ Result lower_cat(LoweringContext& c) {
   return std::vector<Value>{b.concatenate(parts, dim)};
 }
 
+// stack(Tensor[] tensors, int dim=0): each item with a unit dimension at `dim`, joined
+// there in one program. PyTorch's composite kernel unsqueezes every item (a view) and cats
+// the views, so on tpu each view is materialized by its own program: clip_grad_norm_
+// stacks one 0-dim norm per parameter.
+Result lower_stack(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  if (out.num_elements() == 0) return std::vector<Value>{filled(b, 0, out)};
+  int64_t dim = wrap_dim(c.int_arg(1), out.rank());
+  Dims item = out.dims;
+  item[dim] = 1;
+  std::vector<Value> parts;
+  for (const Value& v : c.tensor_list(0)) parts.push_back(b.reshape(b.convert(v, out.dtype), item));
+  return std::vector<Value>{b.concatenate(parts, dim)};
+}
+
 // flip(self, int[] dims)
 Result lower_flip(LoweringContext& c) {
   Builder& b = c.b();
@@ -376,6 +392,7 @@ Result lower_unfold_backward(LoweringContext& c) {
 void register_shape_lowerings() {
   register_lowering({"aten::unfold_backward", "aten::unfold_backward.out"}, lower_unfold_backward);
   register_lowering({"aten::cat", "aten::cat.out"}, lower_cat);
+  register_lowering({"aten::stack", "aten::stack.out"}, lower_stack);
   register_lowering({"aten::flip", "aten::flip.out"}, lower_flip);
   register_lowering({"aten::roll", "aten::roll.out"}, lower_roll);
   // constant_pad_nd and repeat have composite kernels today; registered so that compiled

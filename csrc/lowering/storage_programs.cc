@@ -125,25 +125,68 @@ bool is_whole_buffer_view(int64_t buffer_numel, const Dims& sizes, const Dims& s
   return offset == 0 && numel_of(sizes) == buffer_numel && is_contiguous(sizes, strides);
 }
 
-std::string strided_read_module(const TensorType& base, const Dims& sizes, const Dims& strides) {
-  Builder b("torchtpu_view_read");
-  Value src = b.param(base);
-  Value offset = b.param(TensorType{DType::kI64, {}});
-  int64_t n = base.num_elements();
-  int64_t count = numel_of(sizes);
-  TensorType out{base.dtype, sizes};
-  if (count == 0) return b.finish({b.zeros(out)});
-  Value flat = b.reshape(src, {n});
+namespace {
+
+// The view (sizes, strides) at `offset` (a 0-d i64) of `flat`, the storage as 1-D.
+Value read_view(Builder& b, Value flat, const Dims& sizes, const Dims& strides, Value offset) {
+  TensorType out{flat.type.dtype, sizes};
+  if (numel_of(sizes) == 0) return b.zeros(out);
   // A dense block (a contiguous window, or a permuted or broadcast one): one slice at the
   // runtime offset, no index arithmetic.
   if (std::optional<DenseBlock> d = dense_block(sizes, strides)) {
     Value window = b.op("stablehlo.dynamic_slice", {flat, offset},
-                        TensorType{base.dtype, {d->numel}}, "slice_sizes = " + i64_array({d->numel}));
-    return b.finish({read_dense_block(b, window, *d, sizes)});
+                        TensorType{flat.type.dtype, {d->numel}},
+                        "slice_sizes = " + i64_array({d->numel}));
+    return read_dense_block(b, window, *d, sizes);
   }
   Value idx = flat_indices(b, sizes, strides, offset);
-  Value r = b.op("stablehlo.gather", {flat, idx}, out, gather_attrs(static_cast<int64_t>(sizes.size())));
-  return b.finish({r});
+  return b.op("stablehlo.gather", {flat, idx}, out, gather_attrs(static_cast<int64_t>(sizes.size())));
+}
+
+// `flat` with the view (sizes, strides) at `offset` replaced by `value`.
+Value write_view(Builder& b, Value flat, Value value, const Dims& sizes, const Dims& strides,
+                 Value offset) {
+  if (numel_of(sizes) == 0) return flat;
+  std::optional<DenseBlock> d = dense_block(sizes, strides);
+  if (d && !d->broadcast) {
+    // One block (contiguous, or permuted): one update at the runtime offset.
+    return b.op("stablehlo.dynamic_update_slice", {flat, write_dense_block(b, value, *d), offset},
+                flat.type);
+  }
+  Value idx = flat_indices(b, sizes, strides, offset);
+  TensorType scalar{flat.type.dtype, {}};
+  return b.op_with_region(
+      "stablehlo.scatter", {flat, idx, value}, {flat.type}, {scalar, scalar},
+      [](Builder&, const std::vector<Value>& args) { return std::vector<Value>{args[1]}; },
+      scatter_attrs(static_cast<int64_t>(sizes.size())))[0];
+}
+
+// Item i of a 1-D i64 vector of offsets, as a 0-d value.
+Value offset_item(Builder& b, Value offsets, int64_t i) {
+  return b.reshape(b.slice(offsets, {i}, {i + 1}, {1}), {});
+}
+
+}  // namespace
+
+std::string strided_read_module(const TensorType& base, const Dims& sizes, const Dims& strides) {
+  Builder b("torchtpu_view_read");
+  Value src = b.param(base);
+  Value offset = b.param(TensorType{DType::kI64, {}});
+  if (numel_of(sizes) == 0) return b.finish({b.zeros(TensorType{base.dtype, sizes})});
+  return b.finish({read_view(b, b.reshape(src, {base.num_elements()}), sizes, strides, offset)});
+}
+
+std::string strided_multi_read_module(const TensorType& base, const std::vector<ViewShape>& views) {
+  Builder b("torchtpu_views_read");
+  Value src = b.param(base);
+  Value offsets = b.param(TensorType{DType::kI64, {static_cast<int64_t>(views.size())}});
+  Value flat = b.reshape(src, {base.num_elements()});
+  std::vector<Value> out;
+  for (size_t i = 0; i < views.size(); ++i) {
+    out.push_back(read_view(b, flat, views[i].sizes, views[i].strides,
+                            offset_item(b, offsets, static_cast<int64_t>(i))));
+  }
+  return b.finish(out);
 }
 
 std::string padded_read_module(const TensorType& base, const Dims& padded, const Dims& out) {
@@ -183,25 +226,24 @@ std::string strided_write_module(const TensorType& base, const Dims& sizes, cons
   Value dst = b.param(base);
   Value value = b.param(TensorType{base.dtype, sizes});
   Value offset = b.param(TensorType{DType::kI64, {}});
-  int64_t n = base.num_elements();
-  int64_t count = numel_of(sizes);
-  if (count == 0) return b.finish({dst});
-  Value flat = b.reshape(dst, {n});
-  Value result;
-  std::optional<DenseBlock> d = dense_block(sizes, strides);
-  if (d && !d->broadcast) {
-    // One block (contiguous, or permuted): one update at the runtime offset.
-    result = b.op("stablehlo.dynamic_update_slice", {flat, write_dense_block(b, value, *d), offset},
-                  flat.type);
-  } else {
-    Value idx = flat_indices(b, sizes, strides, offset);
-    TensorType scalar{base.dtype, {}};
-    result = b.op_with_region(
-        "stablehlo.scatter", {flat, idx, value}, {flat.type}, {scalar, scalar},
-        [](Builder&, const std::vector<Value>& args) { return std::vector<Value>{args[1]}; },
-        scatter_attrs(static_cast<int64_t>(sizes.size())))[0];
+  if (numel_of(sizes) == 0) return b.finish({dst});
+  Value flat = write_view(b, b.reshape(dst, {base.num_elements()}), value, sizes, strides, offset);
+  return b.finish({b.reshape(flat, base.dims)});
+}
+
+std::string strided_multi_write_module(const TensorType& base,
+                                       const std::vector<ViewShape>& views) {
+  Builder b("torchtpu_views_write");
+  Value dst = b.param(base);
+  std::vector<Value> values;
+  for (const ViewShape& v : views) values.push_back(b.param(TensorType{base.dtype, v.sizes}));
+  Value offsets = b.param(TensorType{DType::kI64, {static_cast<int64_t>(views.size())}});
+  Value flat = b.reshape(dst, {base.num_elements()});
+  for (size_t i = 0; i < views.size(); ++i) {
+    flat = write_view(b, flat, values[i], views[i].sizes, views[i].strides,
+                      offset_item(b, offsets, static_cast<int64_t>(i)));
   }
-  return b.finish({b.reshape(result, base.dims)});
+  return b.finish({b.reshape(flat, base.dims)});
 }
 
 std::string convert_module(const TensorType& src, DType dtype, const Dims& dims) {

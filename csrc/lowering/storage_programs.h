@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "lowering/hlo_builder.h"
 
@@ -19,6 +20,16 @@ namespace torchtpu::lowering {
 std::string strided_read_module(const TensorType& base, const Dims& sizes, const Dims& strides);
 // (base, value[sizes], offset) -> base with the view's elements replaced by value.
 std::string strided_write_module(const TensorType& base, const Dims& sizes, const Dims& strides);
+// Many views of one storage in one program, offsets as one runtime i64 vector: (base,
+// offsets[n]) -> each view's values; (base, value_1..value_n, offsets[n]) -> base with the
+// views written in order (a later view wins where views overlap, as n single writes would).
+struct ViewShape {
+  Dims sizes;
+  Dims strides;
+};
+std::string strided_multi_read_module(const TensorType& base, const std::vector<ViewShape>& views);
+std::string strided_multi_write_module(const TensorType& base,
+                                       const std::vector<ViewShape>& views);
 // (base, offset, sizes, strides) -> the view (sizes, strides, offset) of base padded with
 // zeros to `padded` (each size <= its padded size), as a tensor of shape `out` (the same
 // element count). Offset is a 0-d i64, sizes and strides i64 vectors of padded's rank, all

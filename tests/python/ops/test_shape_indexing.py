@@ -31,6 +31,24 @@ def test_stack_split_chunk() -> None:
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_stack_dims_promotion_views_and_out(dtype: torch.dtype) -> None:
+    a, b = make((2, 3), dtype), make((2, 3), dtype)
+    for dim in (0, 1, 2, -1, -3):
+        assert_same(lambda x, y, d=dim: torch.stack([x, y, x], dim=d), a, b)
+    assert_same(lambda x, y: torch.stack([x.t(), y.t()]), a, b)  # transposed views
+    assert_same(lambda x, y: torch.stack([x[0], y[1, :]]), a, b)  # views at an offset
+    assert_same(lambda x: torch.stack([x.sum(), x.sum() * 2]), make((4,), torch.float32))
+    assert_same(lambda x, y: torch.stack([x, y]), make((2,), dtype), make((2,), torch.float32))
+    assert_same(lambda x, y: torch.stack([x, y], dim=1), torch.empty(0, 3), torch.empty(0, 3))
+
+    def into_out(x, y):
+        out = torch.empty(0, dtype=x.dtype, device=x.device)
+        torch.stack([x, y], dim=1, out=out)
+        return out
+    assert_same(into_out, a, b)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_index_select(dtype: torch.dtype) -> None:
     x = make((5, 4), dtype)
     idx = torch.tensor([4, 0, 0, 2])

@@ -91,6 +91,37 @@ def test_list_op_is_one_program_call_whatever_the_list_length() -> None:
     assert calls(20) == 1
 
 
+@pytest.mark.parametrize("n", [3, 60])
+def test_clip_grad_norm_runs_a_fixed_number_of_programs_whatever_the_parameter_count(
+        n: int) -> None:
+    """clip_grad_norm_ over n whole gradients: _foreach_norm, a stack of the n 0-dim norms,
+    the total norm and clip coefficient, _foreach_mul_. Each list op and the stack is one
+    program; the stack once cost one per parameter (PyTorch's composite stack cats n
+    unsqueezed views, each materialized alone)."""
+    shapes = [(7, 5), (5,), (3, 2, 4)]
+    grads = [torch.randn(shapes[i % 3], generator=torch.Generator().manual_seed(i))
+             for i in range(n)]
+    params = [nn.Parameter(torch.zeros(g.shape)) for g in grads]
+    tpu_params = [nn.Parameter(torch.zeros(g.shape, device=TPU)) for g in grads]
+
+    def clip(ps: list[nn.Parameter], device: str) -> tuple[torch.Tensor, int]:
+        for p, g in zip(ps, grads):
+            p.grad = g.to(device)
+        torchtpu.synchronize()
+        before = torchtpu.debug.metrics()["num_executions"]
+        total = torch.nn.utils.clip_grad_norm_(ps, 1.0)
+        torchtpu.synchronize()
+        return total, torchtpu.debug.metrics()["num_executions"] - before
+
+    clip(tpu_params, TPU)  # warm the op cache for these signatures
+    total, executions = clip(tpu_params, TPU)
+    expected, _ = clip(params, "cpu")
+    assert executions <= 12, f"{executions} programs for {n} parameters"
+    torch.testing.assert_close(total.cpu(), expected, rtol=1e-5, atol=1e-5)
+    for p, e in zip(tpu_params, params):
+        torch.testing.assert_close(p.grad.cpu(), e.grad, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("case", ["add_list_alpha", "mul_scalar", "div_scalarlist", "sqrt",
                                   "lerp_scalar", "addcdiv_scalarlist", "maximum_list",
                                   "norm", "pow_scalar_and_tensor", "zero", "copy", "sub_tensor0d",
@@ -141,6 +172,55 @@ def test_in_place_list_op_writes_through_views_and_mixed_dtypes() -> None:
     for x, e in zip(tpu_items, items):
         assert x.dtype == e.dtype
         torch.testing.assert_close(x.cpu(), e)
+
+
+def _flat_views(flat: torch.Tensor) -> list[torch.Tensor]:
+    """Items over one storage as FSDP2 lays out its gradients (as_strided windows of a flat
+    buffer), plus a transposed view and a strided view."""
+    items, offset = [], 0
+    for shape in [(3, 4), (5,), (2, 3, 2)]:
+        n = torch.Size(shape).numel()
+        items.append(flat[offset:offset + n].view(shape))
+        offset += n
+    items.append(flat[offset:offset + 12].view(3, 4).t())
+    items.append(flat[offset + 12:offset + 24:2])
+    return items
+
+
+def test_list_op_over_views_of_one_storage_matches_cpu_in_few_programs() -> None:
+    flat = torch.randn(80, generator=torch.Generator().manual_seed(3))
+    other = [torch.randn(t.shape) for t in _flat_views(flat)]
+    tpu_flat = flat.to(TPU)
+    items, tpu_items = _flat_views(flat), _flat_views(tpu_flat)
+    tpu_other = [t.to(TPU) for t in other]
+    torch._foreach_add_(tpu_items, tpu_other, alpha=0.5)  # warm the op cache
+    tpu_flat.copy_(flat.to(TPU))
+    torchtpu.synchronize()
+    before = torchtpu.debug.metrics()["num_executions"]
+    torch._foreach_add_(tpu_items, tpu_other, alpha=0.5)
+    norms = torch._foreach_norm(tpu_items)
+    torchtpu.synchronize()
+    executions = torchtpu.debug.metrics()["num_executions"] - before
+    torch._foreach_add_(items, other, alpha=0.5)
+    torch.testing.assert_close(tpu_flat.cpu(), flat)  # every write, in list order
+    for n, e in zip(norms, torch._foreach_norm(items)):
+        torch.testing.assert_close(n.cpu(), e)
+    # add_: read the views, run, write them back; norm: read, run (one program each).
+    assert executions <= 6, f"{executions} programs for {len(items)} views of one storage"
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["views", "views_and_whole"])
+def test_list_op_writes_overlapping_items_in_list_order(whole: bool) -> None:
+    base = torch.arange(8.0)
+    tpu_base = base.to(TPU)
+
+    def items(b: torch.Tensor) -> list[torch.Tensor]:
+        return [b[2:5], b, b[4:7]] if whole else [b[2:5], b[4:7], b[1:8:3]]
+
+    values = [torch.full(t.shape, float(i + 1)) for i, t in enumerate(items(base))]
+    torch._foreach_copy_(items(base), values)
+    torch._foreach_copy_(items(tpu_base), [v.to(TPU) for v in values])
+    torch.testing.assert_close(tpu_base.cpu(), base)
 
 
 def test_foreach_errors_match_cpu() -> None:
