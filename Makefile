@@ -34,7 +34,8 @@
 #                any other tree under build/); `make distclean` removes build/ and .venv
 #
 # Variables: VERBOSE=1 (pip -v), JOBS (compile jobs, default: cores), CTEST_JOBS (default 2),
-# PYTEST_TIMEOUT (seconds per Python test), PYTEST_ARGS, CTEST_ARGS.
+# PYTEST_TIMEOUT (seconds per Python test), PYTEST_WORKERS (Python test processes, each
+# taking whole files, default 2; 0 runs them in this process), PYTEST_ARGS, CTEST_ARGS.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
@@ -44,6 +45,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST_JOBS ?= 2
 PYTEST_TIMEOUT ?= 300
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
 CTEST_ARGS ?=
 export VERBOSE
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
@@ -86,8 +88,9 @@ test-cpp:
 	ctest --test-dir "$$dir" --output-on-failure -j$(CTEST_JOBS) $(CTEST_ARGS)
 
 test-python:
-	@echo "== Python tests (pytest tests/python, timeout $(PYTEST_TIMEOUT)s per test)"
-	$(PY) -m pytest tests/python -q --timeout=$(PYTEST_TIMEOUT) --durations=25 $(PYTEST_ARGS)
+	@echo "== Python tests (pytest tests/python, $(PYTEST_WORKERS) processes, timeout $(PYTEST_TIMEOUT)s per test)"
+	$(PY) -m pytest tests/python -q -n $(PYTEST_WORKERS) --dist loadfile \
+		--timeout=$(PYTEST_TIMEOUT) --durations=25 $(PYTEST_ARGS)
 
 # Fused eager mode (TORCHTPU_EAGER=fused) must keep op-by-op semantics: a second pass over a
 # bounded subset of the semantics, training and models tests (FUSED_TESTS), about 2 minutes.

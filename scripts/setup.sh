@@ -27,6 +27,9 @@ TORCH_PIN="torch==2.13.0"
 # harness and tests/python/opinfo read).
 DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja pybind11
       expecttest
+      # make test-python runs the suite on PYTEST_WORKERS processes (pytest -n, whole files
+      # per process)
+      "pytest-xdist==3.8.0"
       # make lint (pyproject.toml's [tool.ruff]); pinned: a new ruff may add rules
       "ruff==0.17.6"
       # serving: the HTTP server, its metrics, model loading, and the real OpenAI client

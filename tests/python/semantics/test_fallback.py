@@ -38,11 +38,12 @@ def test_lowered_op_names_are_real_overloads() -> None:
     # A lowering registered under a name that is not an op overload is never found by the
     # dispatcher: the op it meant to lower silently falls back to the CPU. Our own ops
     # (torchtpu::, defined in torchtpu.ops) and the functional collectives compiled graphs
-    # carry (_c10d_functional::) are held to the same rule.
+    # carry (_c10d_functional::), and prims:: ops decompositions emit, are held to the same
+    # rule.
     bad = []
     for name in torchtpu._C.lowered_ops():
         namespace, _, op = name.partition("::")
-        assert namespace in ("aten", "torchtpu", "_c10d_functional"), name
+        assert namespace in ("aten", "prims", "torchtpu", "_c10d_functional"), name
         base, _, overload = op.partition(".")
         packet = getattr(getattr(torch.ops, namespace), base, None)
         if packet is None or overload and not hasattr(packet, overload):
