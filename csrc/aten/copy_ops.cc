@@ -64,7 +64,14 @@ at::Tensor resolved_clone(const at::Tensor& self) {
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   (void)non_blocking;  // transfers are synchronous at the host boundary
   runtime::trace::Label label("aten::_copy_from");
-  if (self.numel() == 0 && dst.numel() == 0) return dst;
+  if (self.numel() == 0 && dst.numel() == 0) {
+    // Nothing to move, but a host read all the same: a fused eager graph computing `self`
+    // runs now, so a failed check of the op that made it is raised here, as op by op.
+    if (self.device().is_privateuseone() && !dst.device().is_privateuseone()) {
+      materialize(storage_state(self));
+    }
+    return dst;
+  }
   if (self.is_complex() && !dst.is_complex()) {
     // PyTorch's copy_ warns here too, but only on its own (CPU/CUDA) path.
     TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");

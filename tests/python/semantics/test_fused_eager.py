@@ -170,6 +170,20 @@ def test_interpolation_over_a_shape_class_matches_the_cpu() -> None:
             torch.testing.assert_close(got.cpu(), want)
 
 
+def test_reading_an_empty_result_raises_its_failed_check() -> None:
+    # Copying an empty tensor to the host moves no data, but it is a host read: the failed
+    # check of the op that made it is raised there, as op by op, not at a later read.
+    a = torch.randn(0, 4)
+    index, values = torch.tensor([0]), torch.randn(1, 4)
+    with pytest.raises(IndexError):
+        a.index_put((index,), values)
+    with eager_mode("fused"):
+        r = a.to(TPU).index_put((index.to(TPU),), values.to(TPU))
+        with pytest.raises(IndexError):
+            r.cpu()
+        torch.ones(2, device=TPU).cpu()  # nothing left to report
+
+
 def test_a_bad_target_is_raised_at_the_next_host_read_naming_the_call() -> None:
     logits = torch.randn(4, 3)
     with eager_mode("fused"):
