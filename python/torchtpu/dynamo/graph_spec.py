@@ -76,13 +76,18 @@ def insert_call(graph: torch.fx.Graph, fake_mode: Any, target: Any, args: tuple,
     return node
 
 
-def evaluate(expr: Any, values: dict[sympy.Symbol, int]) -> int:
-    if isinstance(expr, (int, bool)):
-        return int(expr)
+def _number(expr: Any, values: dict[sympy.Symbol, int]) -> Any:
+    """`expr` at the sizes `values`, a sympy number."""
     result = sympy.sympify(sympy.sympify(expr).xreplace(values))
     if not result.is_number:
         raise UnsupportedGraph(f"tpu compile: size {expr} depends on unbound symbols")
-    return int(result)
+    return result
+
+
+def evaluate(expr: Any, values: dict[sympy.Symbol, int]) -> int:
+    if isinstance(expr, (int, bool)):
+        return int(expr)
+    return int(_number(expr, values))
 
 
 def free_symbols(gm: torch.fx.GraphModule) -> list[sympy.Symbol]:
@@ -328,12 +333,13 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
                     f"tpu compile: {g.op} argument {formal.name} is a float computed from "
                     f"sizes ({value.name} = {ids[value][1]}), which a padded program cannot "
                     "take as runtime data")
-            number = float(sympy.sympify(sympy.sympify(ids[value][1]).xreplace(b.values)))
-            a.kind = _C.ArgKind.scalar if _is_scalar_slot(formal) else _C.ArgKind.double
+            number = float(_number(ids[value][1], b.values))
             if _is_scalar_slot(formal):
+                a.kind = _C.ArgKind.scalar
                 scalar = _scalar(number)
                 a.scalar_category = scalar.category
             else:
+                a.kind = _C.ArgKind.double
                 a.double_value = number
         elif _is_size(ids, value):
             expr = ids[value][1]
