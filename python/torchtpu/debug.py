@@ -14,8 +14,12 @@ from torchtpu import _C
 
 
 def metrics() -> dict[str, Any]:
-    """A snapshot of every counter; ``fallback_ops`` maps op name -> number of CPU runs."""
-    counters: dict[str, Any] = dict(_C.counters())
+    """A snapshot of every counter; ``fallback_ops`` maps op name -> number of CPU runs.
+    Every counter ``report()`` shows is present, 0 until it first counts, so a process that
+    has compiled nothing (every program from the disk cache) has the same keys as one that
+    has."""
+    counters: dict[str, Any] = {key: 0 for key, _ in _ROWS}
+    counters.update(_C.counters())
     keyed = _C.keyed_counters()
     counters["fallback_ops"] = dict(keyed.get("fallback_ops", {}))
     counters["host_roundtrip_ops"] = dict(keyed.get("host_roundtrip_ops", {}))
