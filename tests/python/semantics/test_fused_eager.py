@@ -280,13 +280,14 @@ def test_training_steps_match_op_by_op() -> None:
 
 
 def test_synchronize_and_mode_switch_run_pending_graphs() -> None:
-    with eager_mode("fused"):
-        x = torch.ones(4, device=TPU) * 7
-        assert torchtpu._C.num_pending_ops(0) > 0
-        torch.tpu.synchronize()
-        assert torchtpu._C.num_pending_ops(0) == 0
-        y = x + 1
-    assert torchtpu._C.num_pending_ops(0) == 0  # leaving fused mode ran it
+    with eager_mode("op"):  # also when the suite runs with TORCHTPU_EAGER=fused
+        with eager_mode("fused"):
+            x = torch.ones(4, device=TPU) * 7
+            assert torchtpu._C.num_pending_ops(0) > 0
+            torch.tpu.synchronize()
+            assert torchtpu._C.num_pending_ops(0) == 0
+            y = x + 1
+        assert torchtpu._C.num_pending_ops(0) == 0  # leaving fused mode ran it
     assert y.cpu().tolist() == [8.0] * 4
 
 
