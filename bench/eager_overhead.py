@@ -19,7 +19,16 @@ For the small op it then explains where the microseconds go:
     complete   data checks, results wrapped as tensors or written into their targets
     wait       waiting for the result (the plugin's worker threads run the program)
 
-and counts the work per op: PJRT calls, program executions, device buffers created.
+and counts the work per op: PJRT calls, program executions, device buffers created, and the
+process's thread switches (voluntary context switches) per synced op.
+
+On a CPU plugin most of the wait is a hand-off between threads, not the program: XLA's CPU
+client runs a program its cost analysis puts under 1000 flops on the calling thread, and
+hands any larger one to its worker pool, which wakes a worker (inside execute) and then the
+waiting thread (two thread switches per synced op; their latency depends on the machine's
+load and idle states, so this figure swings most). A 64x64 add (a multiply by `alpha` and
+an add: 8192 flops) is handed off; a 16x16 add (512) is not. The `inline` line times that
+16x16 add synced, the same path without the hand-off. PJRT's C API has no option to choose.
 
     python bench/eager_overhead.py [--iters N] [--quick] [--json PATH]
 
@@ -42,6 +51,11 @@ from typing import Any
 import torch
 
 import torchtpu
+
+try:
+    import resource  # POSIX only
+except ImportError:  # pragma: no cover
+    resource = None
 
 
 def _timed_batches(fn: Callable[[], None], batches: int, per_batch: int) -> list[float]:
@@ -109,10 +123,28 @@ def _breakdown(batches: int, per_batch: int) -> dict[str, float]:
               for p in ("key", "bind", "execute", "complete")}
     synced = min(_timed_batches(lambda: torchtpu.block_until_ready(torch.add(a, b)), batches,
                                 per_batch))
+    small_a = torch.randn(16, 16, device="tpu")
+    small_b = torch.randn(16, 16, device="tpu")
+    for _ in range(5):
+        torchtpu.block_until_ready(torch.add(small_a, small_b))
+    inline = min(_timed_batches(
+        lambda: torchtpu.block_until_ready(torch.add(small_a, small_b)), batches, per_batch))
     kernel = sum(phases.values())
     return {"dispatch": max(best_enqueue - kernel, 0.0), **phases,
             "wait": max(synced - best_enqueue, 0.0), "enqueue_total": best_enqueue,
-            "synced_total": synced}
+            "synced_total": synced, "inline_synced_total": inline}
+
+
+def _thread_switches(shape: tuple[int, ...], n: int = 200) -> float:
+    """Voluntary context switches of the whole process per synced add of `shape`."""
+    a = torch.randn(*shape, device="tpu")
+    b = torch.randn(*shape, device="tpu")
+    for _ in range(5):
+        torchtpu.block_until_ready(torch.add(a, b))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+    for _ in range(n):
+        torchtpu.block_until_ready(torch.add(a, b))
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before) / n
 
 
 def _counts(n: int = 100) -> dict[str, float]:
@@ -184,7 +216,12 @@ def main() -> None:
         print(f"  {key:<9} {parts[key]:>7.2f}")
     print(f"  {'enqueued':<9} {parts['enqueue_total']:>7.2f}   (no wait per op)")
     print(f"  {'synced':<9} {parts['synced_total']:>7.2f}   (a wait per op)")
+    print(f"  {'inline':<9} {parts['inline_synced_total']:>7.2f}   (a wait per op, 16x16: "
+          "run on the calling thread by a CPU plugin)")
     counts = _counts()
+    if info["platform"] == "cpu" and resource is not None:
+        counts["thread_switches_synced"] = _thread_switches((64, 64))
+        counts["thread_switches_synced_16x16"] = _thread_switches((16, 16))
     print("add 64x64 on tpu, work per op: " +
           ", ".join(f"{k} {v:g}" for k, v in counts.items()))
 
