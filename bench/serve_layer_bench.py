@@ -44,6 +44,7 @@ import time
 import torch
 
 import torchtpu  # noqa: F401  (registers the tpu device)
+from torchtpu.ops import pack_int8
 from torchtpu.serve.model import (
     attention_kernel_available,
     decoder_layer,
@@ -142,7 +143,7 @@ def int8_section(layer: Layer, rounds: int) -> None:
     kernel = int8_kernel_available("tpu")
     w_f32 = layer.weights["w_gate_up"]                     # [in, out]
     w_q, scale = quantize_int8(w_f32.cpu().t())            # [out, in]
-    w_q, scale = w_q.to("tpu"), scale.to("tpu")
+    w_q, scale = pack_int8(w_q).to("tpu"), scale.to("tpu")
     fn = torch.compile(lambda x, w, s, k: linear(x, w, s, int8_kernel=k), backend="tpu",
                        dynamic=False, fullgraph=True)
     f32 = torch.compile(lambda x, w: linear(x, w), backend="tpu", dynamic=False,

@@ -46,16 +46,17 @@ Lowered lower_paged_attention(LoweringContext& c) {
   return std::vector<Value>{out};
 }
 
-// torchtpu::int8_matmul(Tensor x, Tensor w, Tensor scale)
+// torchtpu::int8_matmul(Tensor x, Tensor w, Tensor scale); w packed (kernels/int8_matmul.h)
 Lowered lower_int8_matmul(LoweringContext& c) {
   const TensorType &x = c.tensor_type(0), &w = c.tensor_type(1), &scale = c.tensor_type(2);
-  bool ok = x.dtype == DType::kF32 && x.rank() == 2 && w.dtype == DType::kI8 && w.rank() == 2 &&
-            scale.dtype == DType::kF32 && scale.rank() == 1 && w.dims[0] == x.dims[1] &&
-            scale.dims[0] == w.dims[1];
+  bool ok = x.dtype == DType::kF32 && x.rank() == 2 && w.dtype == DType::kI8 && w.rank() == 3 &&
+            scale.dtype == DType::kF32 && scale.rank() == 1 &&
+            w.dims[0] == (scale.dims[0] + 63) / 64 && w.dims[1] == x.dims[1] && w.dims[2] == 64;
   if (!ok) {
     return base::invalid_argument(
-        "torchtpu::int8_matmul: expected x f32[M,K], w i8[K,N] and scale f32[N]; got x " +
-        x.str() + ", w " + w.str() + ", scale " + scale.str());
+        "torchtpu::int8_matmul: expected x f32[M,K], w i8[ceil(N/64),K,64] (packed by "
+        "torchtpu.ops.pack_int8) and scale f32[N]; got x " + x.str() + ", w " + w.str() +
+        ", scale " + scale.str());
   }
   std::string attrs = "call_target_name = \"torchtpu_int8_matmul\", api_version = 4 : i32, "
                       "backend_config = {}";

@@ -70,19 +70,55 @@ def _(q, k_cache, v_cache, pages, positions, query_start, page_size, scale, wind
     return torch.empty_like(q)
 
 
+INT8_BLOCK = 64  # output channels per block of packed int8 weights (csrc/kernels/int8_matmul.h)
+
+
+def pack_int8(w: torch.Tensor) -> torch.Tensor:
+    """int8 weights [K, N] (a column per output channel) in the layout ``torchtpu::int8_matmul``
+    takes: [ceil(N / 64), K, 64], block b holding channels [64 b, 64 b + 64) as K rows of 64
+    bytes, channels past N zero. The kernel then reads each block front to back (sequential
+    lines), where the [K, N] layout has it read one line every N bytes. Done once, when a
+    model is quantized."""
+    if w.dim() != 2 or w.dtype != torch.int8:
+        raise ValueError(f"torchtpu.ops.pack_int8: expected int8 weights [K, N]; got {w.dtype} "
+                         f"{tuple(w.shape)}")
+    k, n = w.shape
+    blocks = -(-n // INT8_BLOCK)
+    padded = torch.nn.functional.pad(w, (0, blocks * INT8_BLOCK - n))
+    return padded.view(k, blocks, INT8_BLOCK).permute(1, 0, 2).contiguous()
+
+
+def unpack_int8(w: torch.Tensor, n: int) -> torch.Tensor:
+    """The [K, N] weights that `pack_int8` packed (traceable: the in-program path of platforms
+    without the kernel unpacks with it)."""
+    blocks, k, block = w.shape
+    return w.permute(1, 0, 2).reshape(k, blocks * block)[:, :n]
+
+
+def int8_columns(w: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Columns `cols` (int64 [T]) of packed weights as rows [T, K] (an int8 embedding table
+    stored as a head: a token's embedding is its column), gathered without unpacking."""
+    _, k, block = w.shape
+    offsets = torch.arange(k, device=cols.device, dtype=cols.dtype) * block
+    index = ((cols // block) * (k * block) + cols % block).unsqueeze(1) + offsets
+    return w.reshape(-1).index_select(0, index.reshape(-1)).view(cols.shape[0], k)
+
+
 @torch.library.custom_op("torchtpu::int8_matmul", mutates_args=(), device_types="cpu")
 def int8_matmul(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x f32[M, K] times int8 weights w [K, N] (a column per output channel) with
-    per-channel scales f32[N]: out[m, n] = scale[n] * sum_k x[m, k] * w[k, n]. The ``tpu``
-    kernel is ``torchtpu_int8_matmul``, which reads each weight byte once (for few rows)."""
-    if x.dim() != 2 or w.dim() != 2 or scale.dim() != 1 or w.dtype != torch.int8 \
-            or w.shape[0] != x.shape[1] or scale.shape[0] != w.shape[1]:
-        raise ValueError(f"torchtpu::int8_matmul: expected x [M, K], w int8 [K, N] and scale "
-                         f"[N]; got {tuple(x.shape)}, {w.dtype} {tuple(w.shape)}, "
-                         f"{tuple(scale.shape)}")
-    return (x @ w.to(x.dtype)) * scale
+    """x f32[M, K] times int8 weights packed by `pack_int8` (w [ceil(N/64), K, 64], from
+    [K, N], a column per output channel) with per-channel scales f32[N]:
+    out[m, n] = scale[n] * sum_k x[m, k] * unpack_int8(w, N)[k, n]. The ``tpu`` kernel is
+    ``torchtpu_int8_matmul``, which reads each weight byte once."""
+    if x.dim() != 2 or w.dim() != 3 or scale.dim() != 1 or w.dtype != torch.int8 \
+            or w.shape[2] != INT8_BLOCK or w.shape[1] != x.shape[1] \
+            or w.shape[0] != -(-scale.shape[0] // INT8_BLOCK):
+        raise ValueError(f"torchtpu::int8_matmul: expected x [M, K], w int8 [ceil(N/64), K, 64] "
+                         f"(packed by torchtpu.ops.pack_int8) and scale [N]; got "
+                         f"{tuple(x.shape)}, {w.dtype} {tuple(w.shape)}, {tuple(scale.shape)}")
+    return (x @ unpack_int8(w, scale.shape[0]).to(x.dtype)) * scale
 
 
 @int8_matmul.register_fake
 def _(x, w, scale):
-    return x.new_empty([x.shape[0], w.shape[1]])
+    return x.new_empty([x.shape[0], scale.shape[0]])

@@ -206,21 +206,35 @@ TEST(PagedAttentionKernel, ChecksTheShape) {
   EXPECT_NE(check_shape({1, 1, 4, 2, 64, 64, 1, 0}), "");
 }
 
-// The int8 kernel against a double-precision reading, for row counts around its register
-// blocks and a reduction length that is not a multiple of the vector width.
+// The packed layout the kernel takes (int8_matmul.h), written out from its definition:
+// w[b, k, i] = wk[k, 64 b + i], zero past N.
+std::vector<int8_t> pack(int64_t k, int64_t n, const std::vector<int8_t>& wk) {
+  std::vector<int8_t> w(int8_packed_blocks(n) * k * kInt8PackedBlock, 0);
+  for (int64_t j = 0; j < k; ++j) {
+    for (int64_t c = 0; c < n; ++c) {
+      w[((c / kInt8PackedBlock) * k + j) * kInt8PackedBlock + c % kInt8PackedBlock] =
+          wk[j * n + c];
+    }
+  }
+  return w;
+}
+
+// The int8 kernel against a double-precision reading of the unpacked weights, for row
+// counts around its register blocks (1, 2, 4 rows per pass, and 17 = 4 * 4 + 1), odd
+// reduction lengths, and channel counts with and without a partial block of 64.
 TEST(Int8MatmulKernel, MatchesADirectReading) {
   std::mt19937 gen(1);
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<int> byte(-127, 127);
-  // Row counts around the register tiles (1, 2, 4 rows per pass), channel counts with and
-  // without a partial block of 64.
   for (auto [m, k, n] : {std::array<int64_t, 3>{1, 64, 64}, {3, 70, 37}, {16, 576, 100},
-                         {5, 13, 3}, {7, 40, 192}, {2, 8, 129}}) {
+                         {5, 13, 3}, {7, 40, 192}, {2, 8, 129}, {1, 77, 101}, {3, 77, 101},
+                         {17, 77, 101}, {17, 131, 192}, {1, 1, 1}}) {
     std::vector<float> x(m * k), scale(n), out(m * n, -1.0f);
-    std::vector<int8_t> w(n * k);
+    std::vector<int8_t> wk(n * k);
     for (float& v : x) v = normal(gen);
     for (float& v : scale) v = std::abs(normal(gen)) * 0.01f;
-    for (int8_t& v : w) v = static_cast<int8_t>(byte(gen));
+    for (int8_t& v : wk) v = static_cast<int8_t>(byte(gen));
+    const std::vector<int8_t> w = pack(k, n, wk);
     for (Int8Isa isa : {Int8Isa::kAvx512, Int8Isa::kAvx2, Int8Isa::kPortable}) {
       if (!int8_isa_supported(isa)) continue;  // this CPU cannot run that code
       std::fill(out.begin(), out.end(), -1.0f);
@@ -229,12 +243,39 @@ TEST(Int8MatmulKernel, MatchesADirectReading) {
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
           double want = 0;
-          for (int64_t c = 0; c < k; ++c) want += double(x[i * k + c]) * w[c * n + j];
+          for (int64_t c = 0; c < k; ++c) want += double(x[i * k + c]) * wk[c * n + j];
           worst = std::max(worst, std::abs(out[i * n + j] - want * scale[j]));
         }
       }
       EXPECT_LT(worst, 1e-4) << m << "x" << k << "x" << n << " isa " << static_cast<int>(isa);
     }
+  }
+}
+
+// Work items split the blocks; whatever the split, every channel is written once and the
+// result is the one-thread result (items run here on threads of our own).
+TEST(Int8MatmulKernel, SplitOverThreadsEqualsOneThread) {
+  std::mt19937 gen(2);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> byte(-127, 127);
+  for (auto [m, k, n] : {std::array<int64_t, 3>{1, 576, 1536}, {1, 576, 49152 / 16},
+                         {3, 1536, 576 + 13}}) {
+    std::vector<float> x(m * k), scale(n, 0.01f), one(m * n), many(m * n, -1.0f);
+    std::vector<int8_t> wk(n * k);
+    for (float& v : x) v = normal(gen);
+    for (int8_t& v : wk) v = static_cast<int8_t>(byte(gen));
+    const std::vector<int8_t> w = pack(k, n, wk);
+    int8_matmul(m, k, n, x.data(), w.data(), scale.data(), one.data());
+    int64_t items_run = 0;
+    ParallelFor threads = [&](int64_t count, const std::function<void(int64_t)>& body) {
+      items_run = count;
+      std::vector<std::thread> pool;
+      for (int64_t i = 0; i < count; ++i) pool.emplace_back(body, i);
+      for (std::thread& t : pool) t.join();
+    };
+    int8_matmul(m, k, n, x.data(), w.data(), scale.data(), many.data(), threads);
+    EXPECT_GT(items_run, 1) << m << "x" << k << "x" << n;
+    EXPECT_EQ(one, many) << m << "x" << k << "x" << n;
   }
 }
 
@@ -286,7 +327,11 @@ TEST(HostKernelCall, Int8MatmulRunsOnThePlugin) {
   }
   using base::DType;
   testing::HostTensor x{{DType::kF32, {2, 3}}, {1, 2, 3, -1, 0, 0.5}};
-  testing::HostTensor w{{DType::kI8, {3, 2}}, {1, 127, -2, 0, 3, -127}};  // [K, N]
+  // [K, N] = [[1, 127], [-2, 0], [3, -127]], packed: one block of 3 rows of 64 channels.
+  const std::vector<int8_t> wk = {1, 127, -2, 0, 3, -127};
+  const std::vector<int8_t> packed = pack(3, 2, wk);
+  testing::HostTensor w{{DType::kI8, {1, 3, 64}}, {}};
+  w.values.assign(packed.begin(), packed.end());
   testing::HostTensor scale{{DType::kF32, {2}}, {0.5, 0.25}};
   auto lowered = lowering::lower_op(
       "torchtpu::int8_matmul",
@@ -324,8 +369,16 @@ TEST(HostKernelCall, LoweringRejectsWrongOperands) {
   auto int8 = lowering::lower_op("torchtpu::int8_matmul", {x, w, scale},
                                  {{base::DType::kF32, {2, 4}}});
   ASSERT_FALSE(int8.ok());
-  EXPECT_NE(int8.status().message().find("torchtpu::int8_matmul: expected x f32[M,K], w i8[K,N]"),
+  EXPECT_NE(int8.status().message().find("torchtpu::int8_matmul: expected x f32[M,K], w "
+                                        "i8[ceil(N/64),K,64] (packed"),
             std::string::npos) << int8.status().message();
+  // int8, but unpacked [K, N]
+  lowering::OpArg unpacked = testing::tensor_arg({{base::DType::kI8, {3, 4}}, {}});
+  auto flat = lowering::lower_op("torchtpu::int8_matmul", {x, unpacked, scale},
+                                 {{base::DType::kF32, {2, 4}}});
+  ASSERT_FALSE(flat.ok());
+  EXPECT_NE(flat.status().message().find("w tensor<3x4xi8>"), std::string::npos)
+      << flat.status().message();
 }
 
 }  // namespace

@@ -5,13 +5,15 @@ are repacked per layer (q/k/v fused, gate/up fused) onto ``tpu``. Projections ar
 [in, out]: XLA's CPU backend runs a matmul whose right operand is transposed several times
 slower for more than one row (it transposes the weight on every call), so they are
 ``x @ w``. With ``quantization="int8"`` every linear layer, the head and the embedding are
-stored int8 [in, out] with one f32 scale per output channel (symmetric, round to nearest;
-the embedding as [hidden, vocab], so a tied head shares it). Projections run the host kernel
-``torchtpu::int8_matmul`` where the plugin has it: it reads the int8 weight once, converting
-in registers (a decode step is bound by reading weights, and int8 reads a quarter of the
-bytes), and for many rows it measured no slower than XLA's f32 matmul, while converting the
-weight in the program costs a full f32 copy per call. Other platforms convert in the
-program.
+stored int8 with one f32 scale per output channel (symmetric, round to nearest; the
+embedding as a head, [hidden, vocab], so a tied head shares it), in the packed layout of
+``torchtpu.ops.pack_int8``: the output channels in blocks of 64, each block's rows
+contiguous, so that reading a block is one sequential stream. Projections run the host
+kernel ``torchtpu::int8_matmul`` on that layout where the plugin has it: it reads the int8
+weight once, converting in registers (a decode step is bound by reading weights, and int8
+reads a quarter of the bytes), and for many rows it measured no slower than XLA's f32
+matmul, while converting the weight in the program costs a full f32 copy per call. Other
+platforms unpack and convert in the program.
 
 Layer functions are pure functions of tensors, so every layer (or group of layers) shares
 one compiled executable per shape bucket. One forward call computes a ragged batch: the new
@@ -33,6 +35,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from torchtpu.ops import int8_columns, pack_int8, unpack_int8
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                            "Qwen3ForCausalLM")
@@ -64,14 +68,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 def linear(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor | None = None,
            bias: torch.Tensor | None = None, int8_kernel: bool = False) -> torch.Tensor:
-    """x @ W (+ bias), W stored [in, out]: f32, or int8 with a per-output-channel `scale`
-    (W = w * scale)."""
+    """x @ W (+ bias), W stored [in, out]: f32, or int8 packed by ``pack_int8`` with a
+    per-output-channel `scale` (W = unpack_int8(w) * scale): with `int8_kernel` the host
+    kernel, else converted in the program."""
     if scale is None:
         return x @ w if bias is None else torch.addmm(bias, x, w)
     if int8_kernel:
         y = torch.ops.torchtpu.int8_matmul(x, w, scale)
     else:
-        y = (x @ w.to(x.dtype)) * scale
+        y = (x @ unpack_int8(w, scale.shape[0]).to(x.dtype)) * scale
     return y if bias is None else y + bias
 
 
@@ -203,10 +208,10 @@ def int8_kernel_available(device: torch.device) -> bool:
 def embed(tokens: torch.Tensor, weight: torch.Tensor,
           scale: torch.Tensor | None = None) -> torch.Tensor:
     """The tokens' embeddings: rows of an f32 [vocab, hidden] table, or with `scale`,
-    columns of an int8 [hidden, vocab] one times their scales."""
+    columns of an int8 [hidden, vocab] one (packed by ``pack_int8``) times their scales."""
     if scale is None:
         return F.embedding(tokens, weight)
-    cols = weight.index_select(1, tokens).t().to(torch.float32)
+    cols = int8_columns(weight, tokens).to(torch.float32)
     return cols * scale.index_select(0, tokens).unsqueeze(1)
 
 
@@ -266,12 +271,12 @@ class PagedDecoder:
             return None if t is None else t.detach().to(self.dtype).contiguous().to(self.device)
 
         def linear_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-            """A linear layer's [out, in] weight as stored: [in, out], f32 or int8 with its
-            scales."""
+            """A linear layer's [out, in] weight as stored: [in, out], f32, or int8 with its
+            scales, packed."""
             if quantization is None:
                 return put(w.detach().t()), None
             q, scale = quantize_int8(w)
-            return q.to(self.device), scale.to(self.device)
+            return pack_int8(q).to(self.device), scale.to(self.device)
 
         rotary = base.rotary_emb
         self.inv_freq = put(rotary.inv_freq.to(torch.float32))

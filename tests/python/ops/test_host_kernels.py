@@ -96,11 +96,12 @@ def test_int8_matmul_matches_the_cpu_reference(rows):
     x = torch.randn(rows, 70, generator=g)
     w = torch.randint(-127, 128, (70, 130), generator=g, dtype=torch.int8)
     scale = torch.rand(130, generator=g) * 0.01
-    want = ops.int8_matmul(x, w, scale)
+    packed = ops.pack_int8(w)
+    want = ops.int8_matmul(x, packed, scale)
     torch.testing.assert_close(want, (x.double() @ w.double() * scale.double()).float())
-    torch.testing.assert_close(ops.int8_matmul(*on_tpu(x, w, scale)).cpu(), want)
+    torch.testing.assert_close(ops.int8_matmul(*on_tpu(x, packed, scale)).cpu(), want)
     compiled = torch.compile(lambda *a: ops.int8_matmul(*a) * 2, backend="tpu", fullgraph=True)
-    torch.testing.assert_close(compiled(*on_tpu(x, w, scale)).cpu(), want * 2)
+    torch.testing.assert_close(compiled(*on_tpu(x, packed, scale)).cpu(), want * 2)
 
 
 def test_decoder_layer_with_the_kernel_equals_the_gathered_layer():

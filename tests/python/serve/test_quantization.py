@@ -12,7 +12,7 @@ from conftest import ENGINE_ARGS
 from torchtpu import ops
 from torchtpu.serve import LLM, SamplingParams
 from torchtpu.serve.evaluate import perplexity
-from torchtpu.serve.model import linear, quantize_int8
+from torchtpu.serve.model import embed, linear, quantize_int8
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "data",
                       "tinyshakespeare.txt")
@@ -21,7 +21,7 @@ CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "
 @pytest.mark.parametrize("rows", [1, 3, 65])
 def test_int8_linear_paths_agree_with_the_cpu(rows):
     """The host kernel (where registered) and the in-program conversion (other platforms)
-    both equal x @ (q * scale) on the CPU."""
+    both equal x @ (q * scale) on the CPU, from the same packed weights."""
     g = torch.Generator().manual_seed(rows)
     w = torch.randn(96, 80, generator=g)  # [out, in]
     q, scale = quantize_int8(w)
@@ -31,17 +31,75 @@ def test_int8_linear_paths_agree_with_the_cpu(rows):
     bias = torch.randn(96, generator=g)
     want = x.double() @ (q.double() * scale.double()) + bias.double()
     fn = torch.compile(linear, backend="tpu", dynamic=False, fullgraph=True)
-    dev = [t.to("tpu") for t in (x, q, scale, bias)]
+    dev = [t.to("tpu") for t in (x, ops.pack_int8(q), scale, bias)]
     kernel = ops.has_host_kernel("torchtpu_int8_matmul")
     for use_kernel in {False, kernel}:
         got = fn(dev[0], dev[1], dev[2], dev[3], int8_kernel=use_kernel).cpu()
         torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4)
 
 
-def test_int8_engine_computes_the_dequantized_model(tiny_llama_dir):
+def test_packed_layout_is_blocks_of_64_channels_with_zero_padding():
+    """pack_int8's layout, element by element: w[b, k, i] = q[k, 64 b + i], zero past N;
+    unpack_int8 inverts it."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(-127, 128, (7, 130), generator=g, dtype=torch.int8)  # K 7, N 130
+    packed = ops.pack_int8(q)
+    assert packed.shape == (3, 7, 64) and packed.dtype == torch.int8
+    for b in range(3):
+        for i in range(64):
+            c = 64 * b + i
+            want = q[:, c] if c < 130 else torch.zeros(7, dtype=torch.int8)
+            assert torch.equal(packed[b, :, i], want), (b, i)
+    assert torch.equal(ops.unpack_int8(packed, 130), q)
+    with pytest.raises(ValueError, match="expected int8 weights"):
+        ops.pack_int8(q.float())
+
+
+@pytest.mark.parametrize("rows", [1, 3, 17])
+def test_int8_linear_on_packed_weights_against_f32(rows):
+    """Odd K, N not a multiple of 64: both paths equal the f32 matmul of the dequantized
+    weights (the kernel's partial last block, its 4-row tiles and a row left over)."""
+    g = torch.Generator().manual_seed(100 + rows)
+    k, n = 77, 101
+    w = torch.randn(n, k, generator=g)  # [out, in]
+    q, scale = quantize_int8(w)
+    x = torch.randn(rows, k, generator=g)
+    want = x @ (q.float() * scale)
+    # its own function: Dynamo's recompile limit counts the shapes compiled per function
+    fn = torch.compile(lambda *a, **kw: linear(*a, **kw), backend="tpu", dynamic=False,
+                       fullgraph=True)
+    dev = [t.to("tpu") for t in (x, ops.pack_int8(q), scale)]
+    for use_kernel in {False, ops.has_host_kernel("torchtpu_int8_matmul")}:
+        got = fn(*dev, int8_kernel=use_kernel).cpu()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_int8_embedding_gathers_columns_of_the_packed_table():
+    g = torch.Generator().manual_seed(3)
+    table = torch.randn(150, 24, generator=g)  # [vocab, hidden]; vocab not whole blocks
+    q, scale = quantize_int8(table)
+    tokens = torch.tensor([0, 63, 64, 149, 5, 64, 128])
+    want = q.t().float()[tokens] * scale[tokens].unsqueeze(1)
+    fn = torch.compile(embed, backend="tpu", dynamic=False, fullgraph=True)
+    got = fn(tokens.to("tpu"), ops.pack_int8(q).to("tpu"), scale.to("tpu")).cpu()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["host-kernel", "in-program"])
+def test_int8_engine_computes_the_dequantized_model(tiny_llama_dir, kernel, monkeypatch):
+    """Both int8 paths through the whole engine: the host kernel (where the plugin has it),
+    and the conversion in the program that platforms without it run (chosen here by
+    reporting the kernel absent), on the same packed weights."""
     from transformers import AutoModelForCausalLM
 
+    from torchtpu.serve import runner
+
+    if kernel and not ops.has_host_kernel("torchtpu_int8_matmul"):
+        pytest.skip("the plugin registered no int8 kernel (not the CPU plugin)")
+    if not kernel:
+        monkeypatch.setattr(runner, "int8_kernel_available", lambda device: False)
     llm = LLM(tiny_llama_dir, quantization="int8", **ENGINE_ARGS)
+    assert llm.engine.runner.int8_kernel == kernel
     f32_bytes = LLM(tiny_llama_dir, warmup=False, **ENGINE_ARGS).engine.weight_bytes
     assert llm.engine.stats()["quantization"] == "int8"
     assert llm.engine.weight_bytes < 0.3 * f32_bytes
