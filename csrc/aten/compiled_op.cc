@@ -277,14 +277,16 @@ class EagerArgs : public ProgramArgs {
             const std::optional<at::Generator>& generator)
       : c_(c), ivalues_(ivalues), device_(device), generator_(generator) {}
 
-  // List items are read together: views of one storage by one program (read_tensors).
-  void read_lists() {
+  // The tensor arguments and list items are read together: those that are views (windows,
+  // reshapes of a whole storage) by one program for all of them (read_tensors).
+  void read_inputs() {
+    int views = 0;  // most calls have none: then nothing is allocated here
+    for (size_t k = 0; k < c_.inputs.size() && views < 2; ++k) views += !reads_as_is(tensor(k));
+    if (views < 2) return;
     std::vector<at::Tensor> items;
     std::vector<int> index;
     for (size_t k = 0; k < c_.inputs.size(); ++k) {
-      const auto& [arg, item] = c_.inputs[k];
-      if (item < 0) continue;
-      items.push_back(present_tensor(ivalues_[arg], item));
+      items.push_back(tensor(k));
       index.push_back(static_cast<int>(k));
     }
     if (items.size() < 2) return;
@@ -295,8 +297,7 @@ class EagerArgs : public ProgramArgs {
 
   runtime::BufferPtr input(size_t, int index) override {
     if (!read_.empty() && read_[index]) return std::move(read_[index]);
-    const auto& [arg, item] = c_.inputs[index];
-    return read_tensor(item < 0 ? ivalues_[arg].toTensor() : present_tensor(ivalues_[arg], item));
+    return read_tensor(tensor(index));
   }
   runtime::BufferPtr scalar(size_t, const lowering::GraphParam& p) override {
     const c10::IValue& v = ivalues_[p.arg];
@@ -313,7 +314,12 @@ class EagerArgs : public ProgramArgs {
   c10::ArrayRef<c10::IValue> ivalues_;
   int device_;
   const std::optional<at::Generator>& generator_;
-  std::vector<runtime::BufferPtr> read_;  // list items read ahead, by input index
+  std::vector<runtime::BufferPtr> read_;  // inputs read ahead, by input index
+
+  at::Tensor tensor(size_t k) const {
+    const auto& [arg, item] = c_.inputs[k];
+    return item < 0 ? ivalues_[arg].toTensor() : present_tensor(ivalues_[arg], item);
+  }
 };
 
 }  // namespace
@@ -329,7 +335,7 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema,
     return;
   }
   EagerArgs args(c, ivalues, device, generator);
-  args.read_lists();
+  args.read_inputs();
   timer.mark(dispatch_profile::kBind);
   // Data checks are read before anything is written, so a failing call changes nothing. A
   // call that writes nothing (_assert_async) queues them for the next host read instead, as

@@ -2,6 +2,7 @@
 #include "aten/copy_ops.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 
 #include <algorithm>
 #include <optional>
@@ -82,6 +83,16 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     // Neither side has a math bit here (copy_from_with_math_bits resolves them).
     if (self.device().is_privateuseone()) {
       if (record_copy(self, dst)) return dst;  // fused eager: deferred like any op
+      if (self.device() == dst.device() && self.scalar_type() == dst.scalar_type() &&
+          self.numel() == dst.numel() && covers_storage(self) && covers_storage(dst) &&
+          at::is_expandable_to(self.sizes(), dst.sizes())) {
+        // Whole storage into whole storage, the same elements in the same order: dst's
+        // storage takes self's buffer in whatever shape it holds, as a reshape would give
+        // it (FSDP2 copies each sharded parameter into its unsharded storage so, twice a
+        // step, and the graph then reads the parameter in the shape the optimizer wrote).
+        write_tensor(dst, storage_buffer(self));
+        return dst;
+      }
       value = read_tensor(self);
       if (value->device_index() != device) {
         value = cpu_to_buffer(buffer_to_cpu(*value), device);  // staged through the host

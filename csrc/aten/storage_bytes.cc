@@ -90,7 +90,11 @@ void resize_storage_bytes(c10::StorageImpl* impl, int64_t nbytes) {
   TORCH_INTERNAL_ASSERT(s != nullptr, "tpu: storage without a StorageState");
   if (nbytes == s->nbytes) return;
   if (s->pending) materialize(*s);
-  if (s->buffer) {
+  if (s->buffer && (nbytes == 0 || s->buffer->size_bytes() == 0)) {
+    // Nothing is kept: the new storage is all zeros, which a storage without a buffer reads
+    // as. FSDP2 frees and reallocates every unsharded parameter so, twice a step each.
+    s->buffer = nullptr;
+  } else if (s->buffer) {
     // Keep the buffer's dtype when the new size allows it, else work in bytes.
     base::DType dtype = s->buffer->dtype();
     int64_t item = base::dtype_size_bytes(dtype);

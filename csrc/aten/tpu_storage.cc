@@ -194,15 +194,18 @@ runtime::BufferPtr storage_buffer(const at::Tensor& t) {
   return s.buffer;
 }
 
+bool reads_as_is(const at::Tensor& t) {
+  StorageState& s = storage_state(t);
+  return s.buffer && t.storage_offset() == 0 && s.buffer->dtype() == to_dtype(t.scalar_type()) &&
+         c10::IntArrayRef(s.buffer->dims()) == t.sizes() && row_major(t.sizes(), t.strides());
+}
+
 runtime::BufferPtr read_tensor(const at::Tensor& t) {
   StorageState& s = storage_state(t);
   c10::IntArrayRef sizes = t.sizes();
   c10::IntArrayRef strides = t.strides();
   // The common case: the tensor is its storage's buffer, as it is.
-  if (s.buffer && t.storage_offset() == 0 && s.buffer->dtype() == to_dtype(t.scalar_type()) &&
-      c10::IntArrayRef(s.buffer->dims()) == sizes && row_major(sizes, strides)) {
-    return s.buffer;
-  }
+  if (reads_as_is(t)) return s.buffer;
   runtime::BufferPtr held = storage_buffer(t);
   const runtime::Buffer& buf = *held;
   if (t.storage_offset() == 0 && t.numel() == buf.num_elements() && row_major(sizes, strides)) {
@@ -246,14 +249,41 @@ std::vector<at::Tensor> pick(c10::ArrayRef<at::Tensor> ts, const std::vector<siz
 
 }  // namespace
 
+bool covers_storage(const at::Tensor& t) { return is_whole_storage(t, storage_state(t)); }
+
 std::vector<runtime::BufferPtr> read_tensors(c10::ArrayRef<at::Tensor> ts) {
   std::vector<runtime::BufferPtr> out(ts.size());
-  std::vector<bool> partial(ts.size());
-  for (size_t i = 0; i < ts.size(); ++i) partial[i] = !is_whole_storage(ts[i], storage_state(ts[i]));
-  for (const std::vector<size_t>& g : by_storage(ts, partial)) {
-    if (g.size() < 2) continue;
-    std::vector<runtime::BufferPtr> values = views_read(*storage_buffer(ts[g[0]]), pick(ts, g));
-    for (size_t k = 0; k < g.size(); ++k) out[g[k]] = std::move(values[k]);
+  // Items that are their storage's buffer as it is need no program; the others (windows,
+  // strided views, whole storages read in another shape) on the first such item's device are
+  // read together by one program over their storages, each storage one parameter.
+  std::vector<size_t> need;
+  std::vector<runtime::BufferPtr> bases;
+  std::vector<std::pair<StorageState*, c10::ScalarType>> keys;
+  std::vector<size_t> base_of;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const at::Tensor& t = ts[i];
+    if (t.numel() == 0 || (!need.empty() && t.device() != ts[need[0]].device())) continue;
+    StorageState& s = storage_state(t);
+    runtime::BufferPtr held = storage_buffer(t);
+    if (t.storage_offset() == 0 && t.numel() == held->num_elements() &&
+        c10::IntArrayRef(held->dims()) == t.sizes() && row_major(t.sizes(), t.strides())) {
+      out[i] = std::move(held);
+      continue;
+    }
+    std::pair<StorageState*, c10::ScalarType> key{&s, t.scalar_type()};
+    size_t b = std::find(keys.begin(), keys.end(), key) - keys.begin();
+    if (b == keys.size()) {
+      keys.push_back(key);
+      bases.push_back(std::move(held));
+    }
+    need.push_back(i);
+    base_of.push_back(b);
+  }
+  if (need.size() >= 2) {
+    std::vector<const runtime::Buffer*> raw;
+    for (const runtime::BufferPtr& b : bases) raw.push_back(b.get());
+    std::vector<runtime::BufferPtr> values = views_read(raw, pick(ts, need), base_of);
+    for (size_t k = 0; k < need.size(); ++k) out[need[k]] = std::move(values[k]);
   }
   for (size_t i = 0; i < ts.size(); ++i) {
     if (!out[i]) out[i] = read_tensor(ts[i]);

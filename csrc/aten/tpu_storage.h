@@ -50,6 +50,11 @@ runtime::BufferPtr read_tensor(const at::Tensor& t);
 // The storage's whole buffer in `dtype` (zeros if it was never written, bitcast if it was
 // written as another dtype); its value must not be pending.
 runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype);
+// Whether read_tensor(t) is its storage's buffer as it is (runs no program).
+bool reads_as_is(const at::Tensor& t);
+// Whether t addresses its whole storage in row-major order (its buffer, in any shape of
+// t's element count, is t's value reshaped).
+bool covers_storage(const at::Tensor& t);
 // Writes `value` (shape and dtype of `t`) into `t`, through its view if it is one.
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value);
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -78,22 +79,38 @@ runtime::ExecutablePtr compile_and_keep(const std::string& text, int device, uin
   return *exe;
 }
 
-// One program over many views of `base` (kReadMany, kWriteMany).
-runtime::ExecutablePtr many_program(Kind kind, const runtime::Buffer& base,
-                                    c10::ArrayRef<at::Tensor> views) {
+// One program over many views: of `bases[base_of[i]]` for view i (kReadMany), of the one
+// base (kWriteMany).
+runtime::ExecutablePtr many_program(Kind kind, const std::vector<const runtime::Buffer*>& bases,
+                                    c10::ArrayRef<at::Tensor> views,
+                                    const std::vector<size_t>& base_of) {
   std::vector<int64_t>& w = t_words;
-  key_base(kind, base, w);
-  for (const at::Tensor& v : views) key_view(v.sizes(), v.strides(), w);
+  key_base(kind, *bases[0], w);
+  w.push_back(static_cast<int64_t>(bases.size()));
+  for (size_t k = 1; k < bases.size(); ++k) {
+    w.push_back(static_cast<int64_t>(bases[k]->dtype()));
+    w.push_back(static_cast<int64_t>(bases[k]->dims().size()));
+    w.insert(w.end(), bases[k]->dims().begin(), bases[k]->dims().end());
+  }
+  for (size_t i = 0; i < views.size(); ++i) {
+    w.push_back(static_cast<int64_t>(base_of[i]));
+    key_view(views[i].sizes(), views[i].strides(), w);
+  }
   uint64_t h = hash_words(w);
   if (runtime::ExecutablePtr exe = cached(h)) return exe;
   std::vector<lowering::ViewShape> shapes;
-  for (const at::Tensor& v : views) {
-    shapes.push_back({{v.sizes().begin(), v.sizes().end()}, {v.strides().begin(), v.strides().end()}});
+  for (size_t i = 0; i < views.size(); ++i) {
+    const at::Tensor& v = views[i];
+    shapes.push_back({{v.sizes().begin(), v.sizes().end()},
+                      {v.strides().begin(), v.strides().end()},
+                      base_of[i]});
   }
+  std::vector<lowering::TensorType> types;
+  for (const runtime::Buffer* b : bases) types.push_back(type_of(*b));
   std::string text = kind == Kind::kReadMany
-                         ? lowering::strided_multi_read_module(type_of(base), shapes)
-                         : lowering::strided_multi_write_module(type_of(base), shapes);
-  return compile_and_keep(text, base.device_index(), h);
+                         ? lowering::strided_multi_read_module(types, shapes)
+                         : lowering::strided_multi_write_module(types[0], shapes);
+  return compile_and_keep(text, bases[0]->device_index(), h);
 }
 
 runtime::ExecutablePtr program(Kind kind, const runtime::Buffer& base, c10::IntArrayRef sizes,
@@ -132,12 +149,42 @@ runtime::BufferPtr run(const runtime::Executable& exe, const runtime::Buffer* co
   return run_all(exe, args, n)[0];
 }
 
+// Offset vectors on the device, cached by value like scalars (a call site reads its views
+// at the same offsets every step): (device, offsets) verified on a hash hit. Guarded by
+// g_offsets_mu.
+struct OffsetsEntry {
+  std::vector<int64_t> words;  // device, then the offsets
+  runtime::BufferPtr buffer;
+};
+std::mutex g_offsets_mu;
+base::LruMap<uint64_t, OffsetsEntry>* g_offsets = nullptr;
+thread_local std::vector<int64_t> t_offsets;
+
 // The views' storage offsets as one i64 vector on base's device.
 runtime::BufferPtr offsets_buffer(c10::ArrayRef<at::Tensor> views, int device) {
+  std::vector<int64_t>& w = t_offsets;
+  w.clear();
+  w.push_back(device);
+  for (const at::Tensor& v : views) w.push_back(v.storage_offset());
+  uint64_t h = hash_words(w);
+  {
+    std::lock_guard<std::mutex> lock(g_offsets_mu);
+    if (g_offsets == nullptr) {
+      g_offsets = new base::LruMap<uint64_t, OffsetsEntry>(compile_cache().capacity());
+    }
+    if (OffsetsEntry* e = g_offsets->find(h); e != nullptr && e->words == w) return e->buffer;
+  }
   at::Tensor host = at::empty({static_cast<int64_t>(views.size())}, at::kLong);
-  int64_t* p = host.data_ptr<int64_t>();
-  for (size_t i = 0; i < views.size(); ++i) p[i] = views[i].storage_offset();
-  return cpu_to_buffer(host, device);
+  std::copy(w.begin() + 1, w.end(), host.data_ptr<int64_t>());
+  runtime::BufferPtr buffer = cpu_to_buffer(host, device);
+  std::lock_guard<std::mutex> lock(g_offsets_mu);
+  OffsetsEntry entry{w, buffer};
+  if (OffsetsEntry* e = g_offsets->find(h)) {
+    *e = std::move(entry);
+  } else {
+    g_offsets->insert(h, std::move(entry));
+  }
+  return buffer;
 }
 
 }  // namespace
@@ -168,16 +215,26 @@ runtime::BufferPtr view_write(const runtime::Buffer& base, const runtime::Buffer
 
 std::vector<runtime::BufferPtr> views_read(const runtime::Buffer& base,
                                            c10::ArrayRef<at::Tensor> views) {
-  runtime::ExecutablePtr exe = many_program(Kind::kReadMany, base, views);
-  runtime::BufferPtr off = offsets_buffer(views, base.device_index());
-  const runtime::Buffer* args[] = {&base, off.get()};
-  return run_all(*exe, args, 2);
+  return views_read({&base}, views, std::vector<size_t>(views.size(), 0));
+}
+
+std::vector<runtime::BufferPtr> views_read(const std::vector<const runtime::Buffer*>& bases,
+                                           c10::ArrayRef<at::Tensor> views,
+                                           const std::vector<size_t>& base_of) {
+  TORCH_INTERNAL_ASSERT(!bases.empty() && base_of.size() == views.size(),
+                        "tpu: views_read needs a base and one base index per view");
+  runtime::ExecutablePtr exe = many_program(Kind::kReadMany, bases, views, base_of);
+  runtime::BufferPtr off = offsets_buffer(views, bases[0]->device_index());
+  std::vector<const runtime::Buffer*> args(bases.begin(), bases.end());
+  args.push_back(off.get());
+  return run_all(*exe, args.data(), args.size());
 }
 
 runtime::BufferPtr views_write(const runtime::Buffer& base,
                                const std::vector<runtime::BufferPtr>& values,
                                c10::ArrayRef<at::Tensor> views) {
-  runtime::ExecutablePtr exe = many_program(Kind::kWriteMany, base, views);
+  runtime::ExecutablePtr exe =
+      many_program(Kind::kWriteMany, {&base}, views, std::vector<size_t>(views.size(), 0));
   runtime::BufferPtr off = offsets_buffer(views, base.device_index());
   std::vector<const runtime::Buffer*> args{&base};
   for (const runtime::BufferPtr& v : values) args.push_back(v.get());

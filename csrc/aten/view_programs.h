@@ -28,6 +28,11 @@ runtime::BufferPtr view_write(const runtime::Buffer& base, const runtime::Buffer
 // into gradients that are views of one flat buffer cost one program, not one per item).
 std::vector<runtime::BufferPtr> views_read(const runtime::Buffer& base,
                                            c10::ArrayRef<at::Tensor> views);
+// Views of several storages in one program: views[i] of bases[base_of[i]] (a compiled
+// graph's inputs, a list's items: each a window or a reshape of its own storage).
+std::vector<runtime::BufferPtr> views_read(const std::vector<const runtime::Buffer*>& bases,
+                                           c10::ArrayRef<at::Tensor> views,
+                                           const std::vector<size_t>& base_of);
 runtime::BufferPtr views_write(const runtime::Buffer& base,
                                const std::vector<runtime::BufferPtr>& values,
                                c10::ArrayRef<at::Tensor> views);

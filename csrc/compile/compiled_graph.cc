@@ -41,12 +41,33 @@ class CompiledGraph::Args : public aten::ProgramArgs {
        const std::vector<int64_t>& sizes)
       : g_(g), inputs_(inputs), sizes_(sizes) {}
 
+  // Reads every input the program takes before it runs, together: inputs that are views
+  // (FSDP2's parameters are reshapes of their all-gathered storages) cost one program for
+  // all of them, not one each (aten::read_tensors).
+  void read_inputs(const std::vector<lowering::GraphParam>& params) {
+    uses_.assign(inputs_.size(), 0);
+    std::vector<int> used;
+    for (const lowering::GraphParam& p : params) {
+      if (p.source != lowering::GraphParam::Source::kInput) continue;
+      if (uses_.at(p.input_index)++ > 0) continue;
+      const at::Tensor& t = inputs_[p.input_index];
+      TORCH_CHECK(t.device().is_privateuseone() && t.device().index() == g_.device_,
+                  "tpu compile: graph input ", p.input_index, " is on ", t.device(),
+                  " but the graph runs on tpu:", g_.device_, "; move inputs with .to('tpu')");
+      used.push_back(p.input_index);
+    }
+    std::vector<at::Tensor> ts;
+    for (int i : used) ts.push_back(inputs_[i]);
+    std::vector<runtime::BufferPtr> values = aten::read_tensors(ts);
+    read_.assign(inputs_.size(), nullptr);
+    for (size_t k = 0; k < used.size(); ++k) read_[used[k]] = std::move(values[k]);
+  }
+
+  // The last use takes the buffer, so a donatable input is held by its storage and the run
+  // only.
   runtime::BufferPtr input(size_t, int index) override {
-    const at::Tensor& t = inputs_[index];
-    TORCH_CHECK(t.device().is_privateuseone() && t.device().index() == g_.device_,
-                "tpu compile: graph input ", index, " is on ", t.device(),
-                " but the graph runs on tpu:", g_.device_, "; move inputs with .to('tpu')");
-    return aten::read_tensor(t);
+    TORCH_INTERNAL_ASSERT(read_.at(index) != nullptr, "tpu compile: input ", index, " not read");
+    return --uses_[index] == 0 ? std::move(read_[index]) : read_[index];
   }
   runtime::BufferPtr scalar(size_t param, const lowering::GraphParam& p) override {
     if (p.scalar.symbol >= 0) {
@@ -78,6 +99,8 @@ class CompiledGraph::Args : public aten::ProgramArgs {
   const CompiledGraph& g_;
   const std::vector<at::Tensor>& inputs_;
   const std::vector<int64_t>& sizes_;
+  std::vector<runtime::BufferPtr> read_;
+  std::vector<int> uses_;
 };
 
 std::shared_ptr<CompiledGraph> CompiledGraph::make(const lowering::GraphSpec& spec, int device,
@@ -139,6 +162,7 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
     }
   });
   Args args(*this, inputs, sizes);
+  args.read_inputs(lowered.params);
   // Read at the next host read, not now: a graph call does not wait for its program.
   std::vector<runtime::BufferPtr> outputs =
       aten::run_program(*program_, args, aten::CheckMode::kDeferred, donations_, check_origin_);

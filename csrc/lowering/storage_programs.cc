@@ -176,17 +176,22 @@ std::string strided_read_module(const TensorType& base, const Dims& sizes, const
   return b.finish({read_view(b, b.reshape(src, {base.num_elements()}), sizes, strides, offset)});
 }
 
-std::string strided_multi_read_module(const TensorType& base, const std::vector<ViewShape>& views) {
+std::string strided_multi_read_module(const std::vector<TensorType>& bases,
+                                      const std::vector<ViewShape>& views) {
   Builder b("torchtpu_views_read");
-  Value src = b.param(base);
+  std::vector<Value> flats;
+  for (const TensorType& t : bases) flats.push_back(b.reshape(b.param(t), {t.num_elements()}));
   Value offsets = b.param(TensorType{DType::kI64, {static_cast<int64_t>(views.size())}});
-  Value flat = b.reshape(src, {base.num_elements()});
   std::vector<Value> out;
   for (size_t i = 0; i < views.size(); ++i) {
-    out.push_back(read_view(b, flat, views[i].sizes, views[i].strides,
+    out.push_back(read_view(b, flats.at(views[i].base), views[i].sizes, views[i].strides,
                             offset_item(b, offsets, static_cast<int64_t>(i))));
   }
   return b.finish(out);
+}
+
+std::string strided_multi_read_module(const TensorType& base, const std::vector<ViewShape>& views) {
+  return strided_multi_read_module(std::vector<TensorType>{base}, views);
 }
 
 std::string padded_read_module(const TensorType& base, const Dims& padded, const Dims& out) {

@@ -23,11 +23,17 @@ std::string strided_write_module(const TensorType& base, const Dims& sizes, cons
 // Many views of one storage in one program, offsets as one runtime i64 vector: (base,
 // offsets[n]) -> each view's values; (base, value_1..value_n, offsets[n]) -> base with the
 // views written in order (a later view wins where views overlap, as n single writes would).
+// Reading views of several storages (a compiled graph's inputs, a list op's items) is one
+// program too: (base_0..base_k-1, offsets[n]) -> each view's values, view i reading
+// base `views[i].base`.
 struct ViewShape {
   Dims sizes;
   Dims strides;
+  size_t base = 0;  // which base a view reads (multi-read over several bases)
 };
 std::string strided_multi_read_module(const TensorType& base, const std::vector<ViewShape>& views);
+std::string strided_multi_read_module(const std::vector<TensorType>& bases,
+                                      const std::vector<ViewShape>& views);
 std::string strided_multi_write_module(const TensorType& base,
                                        const std::vector<ViewShape>& views);
 // (base, offset, sizes, strides) -> the view (sizes, strides, offset) of base padded with

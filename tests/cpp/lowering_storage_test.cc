@@ -77,6 +77,22 @@ TEST(StorageProgram, ManyViewsReadAndWrittenInOneProgramInOrder) {
                 DType::kF32, {3, 4}, {0, -1, -2, -3, -4, -5, -60, -7, -80, 9, -100, 11});
 }
 
+TEST(StorageProgram, ViewsOfSeveralStoragesReadInOneProgram) {
+  HostTensor a = arange(DType::kF32, {2, 3});
+  HostTensor b = arange(DType::kF32, {4});
+  // a reshaped to [3, 2] (whole), b[1:3], a transposed, b reshaped to [2, 2] (whole).
+  std::vector<lowering::ViewShape> views{
+      {{3, 2}, {2, 1}, 0}, {{2}, {1}, 1}, {{3, 2}, {1, 3}, 0}, {{2, 2}, {2, 1}, 1}};
+  HostTensor offsets{TensorType{DType::kI64, {4}}, {0, 1, 0, 0}};
+  std::vector<HostTensor> read =
+      run_module(lowering::strided_multi_read_module({a.type, b.type}, views), {a, b, offsets});
+  ASSERT_EQ(read.size(), 4u);
+  expect_tensor(read[0], DType::kF32, {3, 2}, {0, 1, 2, 3, 4, 5});
+  expect_tensor(read[1], DType::kF32, {2}, {1, 2});
+  expect_tensor(read[2], DType::kF32, {3, 2}, {0, 3, 1, 4, 2, 5});
+  expect_tensor(read[3], DType::kF32, {2, 2}, {0, 1, 2, 3});
+}
+
 TEST(StorageProgram, TransposedView) {
   HostTensor base = arange(DType::kI64, {2, 3});
   // x.t(): sizes [3, 2], strides [1, 3]; element (i, j) is flat i + 3j.
