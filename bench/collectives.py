@@ -111,7 +111,7 @@ def _rank_main(rank: int, world: int, port: int, max_kb: int, repeats: int, queu
     dist.destroy_process_group()
 
 
-PHASES = ("issue", "queue_wait", "d2h", "check_wait", "exchange", "to_device", "complete")
+PHASES = ("issue", "queue_wait", "d2h", "exchange", "to_device", "complete")
 # Waits of the caller and the queue thread that ended while polling, or went on to sleep.
 WAITS = ("polled", "slept")
 
