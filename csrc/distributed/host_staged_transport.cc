@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -138,11 +140,12 @@ std::string HostStagedTransport::missing_ranks() {
 
 base::Status HostStagedTransport::step(const CollectiveSignature& s,
                                        const std::vector<TcpExchange::Send>& sends,
-                                       const std::vector<TcpExchange::Recv>& recvs, bool first) {
+                                       const std::vector<TcpExchange::Recv>& recvs, bool first,
+                                       const std::function<void(int64_t)>& landed) {
   const char* what = collective_name(s.collective);
   std::vector<int64_t> mine = encode(s, size());
   std::vector<TcpExchange::Received> got;
-  base::Status done = exchange_.step(seq_, mine, sends, recvs, timeout_, &got);
+  base::Status done = exchange_.step(seq_, mine, sends, recvs, timeout_, &got, landed);
   if (!done.ok()) return base::unavailable(failure(what, done.message(), true));
   if (!first) return base::Status::ok_status();
   if (check_signatures_) {
@@ -177,6 +180,36 @@ base::Status HostStagedTransport::step(const CollectiveSignature& s,
   return base::Status::ok_status();
 }
 
+base::Status HostStagedTransport::reduce_step(const CollectiveSignature& s,
+                                              const std::vector<TcpExchange::Send>& sends,
+                                              at::Tensor& out, const at::Tensor& own,
+                                              const c10d::ReduceOp& op) {
+  const int n = size(), me = rank();
+  std::vector<TcpExchange::Recv> recvs(n);
+  for (int p = 0; p < n; ++p) {
+    if (p != me) recvs[p] = recv_of(part_slot(p, out));
+  }
+  // Reduces elements [done, upto) of every contribution (the parts are flat).
+  int64_t done = 0;
+  auto reduce_to = [&](int64_t upto) {
+    if (upto <= done) return;
+    at::Tensor o = out.narrow(0, done, upto - done);
+    auto part = [&](int r) {
+      return (r == me ? own : part_slot(r, out)).narrow(0, done, upto - done);
+    };
+    reduce_parts(o, n, part, gloo_op(op));
+    average(o, op, n);
+    done = upto;
+  };
+  const int64_t es = out.element_size();
+  // A reduction of data that then turns out not to be the collective's is thrown away
+  // with it (the step returns the mismatch).
+  TORCHTPU_RETURN_IF_ERROR(step(s, sends, recvs, /*first=*/true,
+                                [&](int64_t bytes) { reduce_to(bytes / es); }));
+  reduce_to(out.numel());
+  return base::Status::ok_status();
+}
+
 at::Tensor HostStagedTransport::part_slot(int r, const at::Tensor& out) {
   if (size() == 2) return out;
   int64_t bytes = nbytes(out);
@@ -190,24 +223,45 @@ at::Tensor HostStagedTransport::receiving(const at::Tensor& like) {
   return pool_->take(nbytes(like)).view(like.scalar_type()).view(like.sizes());
 }
 
+std::optional<std::pair<const void*, runtime::BufferPtr>> HostStagedTransport::host_memory_of(
+    const at::Tensor& t) {
+  if (!host_memory_ || t.storage_offset() != 0 || !t.is_contiguous() || nbytes(t) == 0) {
+    return std::nullopt;
+  }
+  runtime::BufferPtr b = aten::storage_buffer(t);
+  if (!t.sizes().equals(b->dims()) || b->dtype() != aten::to_dtype(t.scalar_type()) ||
+      !b->await_ready().ok()) {
+    return std::nullopt;
+  }
+  auto addr = b->host_address();
+  if (!addr.ok()) return std::nullopt;
+  aten::flush_data_checks();  // as every host read does
+  return std::make_pair(*addr, std::move(b));
+}
+
 void HostStagedTransport::copy_to_host(const at::Tensor& t, at::Tensor& host) {
   // Where the plugin's device memory is host memory, a whole-buffer tensor is read in
   // place: the plugin's own copy would wake its worker threads, which on a small machine
   // take the cores the peers' exchange needs.
-  if (host_memory_ && t.storage_offset() == 0 && t.is_contiguous() && host.is_contiguous()) {
-    runtime::BufferPtr b = aten::storage_buffer(t);
-    if (nbytes(t) > 0 && t.sizes().equals(b->dims()) &&
-        b->dtype() == aten::to_dtype(t.scalar_type()) &&
-        b->await_ready().ok()) {
-      auto addr = b->host_address();
-      if (addr.ok()) {
-        aten::flush_data_checks();  // as every host read does
-        std::memcpy(host.data_ptr(), *addr, nbytes(t));
-        return;
-      }
+  if (host.is_contiguous()) {
+    if (auto mem = host_memory_of(t)) {
+      std::memcpy(host.data_ptr(), mem->first, nbytes(t));
+      return;
     }
   }
   host.copy_(t);
+}
+
+at::Tensor HostStagedTransport::host_view(const at::Tensor& t) {
+  if (auto mem = host_memory_of(t)) {
+    base::counter_add("host_staged_bytes", nbytes(t));
+    // The view holds the buffer, so no program takes it by donation while the exchange
+    // reads it.
+    return at::from_blob(const_cast<void*>(mem->first), t.sizes(),
+                         [b = std::move(mem->second)](void*) mutable { b.reset(); },
+                         at::TensorOptions().dtype(t.scalar_type()));
+  }
+  return to_host(t);
 }
 
 at::Tensor HostStagedTransport::to_host(const at::Tensor& t) {
@@ -238,12 +292,15 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
   CollectiveSignature sig{Collective::kAllReduce, tensor, static_cast<int64_t>(op.op_)};
   const int n = size(), me = rank();
   Lap lap;
-  at::Tensor in = to_host(tensor).view({-1});
+  // PREMUL_SUM scales a copy; the other ops send the tensor's memory as it is.
+  const bool scaled = op.op_ == c10d::ReduceOp::PREMUL_SUM;
+  at::Tensor in = (scaled ? to_host(tensor) : host_view(tensor)).view({-1});
   premultiply(in, op);
   lap.to(kD2hNs);
   at::Tensor result = receiving(tensor).view({-1});
   const int64_t numel = in.numel();
-  const bool direct = nbytes(in) * (n - 1) <= kDirectBytes;
+  static const int64_t kDirectX = std::getenv("XDIRECT") ? std::atoll(std::getenv("XDIRECT")) : kDirectBytes;
+  const bool direct = nbytes(in) * (n - 1) <= kDirectX;
   // Rank r reduces part r of the elements (all of them when direct).
   auto part = [&](const at::Tensor& t, int r) {
     if (direct) return t;
@@ -254,15 +311,10 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
   std::vector<TcpExchange::Send> sends(n);
   std::vector<TcpExchange::Recv> recvs(n);
   for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    sends[p] = send_of(part(in, p));
-    recvs[p] = recv_of(part_slot(p, mine));
+    if (p != me) sends[p] = send_of(part(in, p));
   }
-  TORCHTPU_RETURN_IF_ERROR(step(sig, sends, recvs, /*first=*/true));
+  TORCHTPU_RETURN_IF_ERROR(reduce_step(sig, sends, mine, part(in, me), op));
   base::counter_add("num_host_staged_collectives");
-  reduce_parts(mine, n, [&](int r) { return r == me ? part(in, me) : part_slot(r, mine); },
-               gloo_op(op));
-  average(mine, op, n);
   if (!direct && n > 1) {
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
@@ -303,22 +355,17 @@ base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::T
   ++seq_;
   CollectiveSignature sig{Collective::kReduceScatter, input, static_cast<int64_t>(op.op_)};
   const int n = size(), me = rank();
-  at::Tensor in = to_host(input).view({-1});
+  const bool scaled = op.op_ == c10d::ReduceOp::PREMUL_SUM;
+  at::Tensor in = (scaled ? to_host(input) : host_view(input)).view({-1});
   premultiply(in, op);
   at::Tensor out = receiving(output).view({-1});
   const int64_t m = out.numel();
   std::vector<TcpExchange::Send> sends(n);
-  std::vector<TcpExchange::Recv> recvs(n);
   for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    sends[p] = send_of(in.narrow(0, p * m, m));
-    recvs[p] = recv_of(part_slot(p, out));
+    if (p != me) sends[p] = send_of(in.narrow(0, p * m, m));
   }
-  TORCHTPU_RETURN_IF_ERROR(step(sig, sends, recvs, /*first=*/true));
+  TORCHTPU_RETURN_IF_ERROR(reduce_step(sig, sends, out, in.narrow(0, me * m, m), op));
   base::counter_add("num_host_staged_collectives");
-  reduce_parts(out, n, [&](int r) { return r == me ? in.narrow(0, me * m, m) : part_slot(r, out); },
-               gloo_op(op));
-  average(out, op, n);
   return to_device(output, out.view(output.sizes()));
 }
 
@@ -337,7 +384,7 @@ base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tenso
   auto row_bytes = [](const at::Tensor& t) {
     return t.dim() > 0 && t.size(0) > 0 ? nbytes(t) / t.size(0) : 0;
   };
-  at::Tensor in = to_host(input).view({-1}).view(at::kByte);
+  at::Tensor in = host_view(input).view({-1}).view(at::kByte);
   at::Tensor out = receiving(output);
   at::Tensor out_bytes = out.view({-1}).view(at::kByte);
   std::vector<int64_t> in_at(n + 1, 0), out_at(n + 1, 0);
@@ -374,7 +421,7 @@ base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
   std::vector<TcpExchange::Send> sends(n);
   std::vector<TcpExchange::Recv> recvs(n);
   // Only the root's data travels; the others receive into a pool chunk.
-  at::Tensor host = me == root ? to_host(tensor) : receiving(tensor);
+  at::Tensor host = me == root ? host_view(tensor) : receiving(tensor);
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     if (me == root) sends[p] = send_of(host);

@@ -37,9 +37,12 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
+#include <utility>
 #include <string>
 
 #include "distributed/host_pool.h"
+#include "runtime/buffer.h"
 #include "distributed/signature.h"
 #include "distributed/tcp_exchange.h"
 #include "distributed/transport.h"
@@ -83,8 +86,15 @@ class HostStagedTransport : public Transport {
   // One exchange step of collective seq_ (sends/recvs by group rank). The first step
   // (`first`) is checked: signatures (unless TORCHTPU_DIST_CHECK=0), collective numbers,
   // payload lengths; later steps' sizes follow from signatures the first found equal.
+  // `landed`: as TcpExchange::step's.
   base::Status step(const CollectiveSignature& s, const std::vector<TcpExchange::Send>& sends,
-                    const std::vector<TcpExchange::Recv>& recvs, bool first);
+                    const std::vector<TcpExchange::Recv>& recvs, bool first,
+                    const std::function<void(int64_t)>& landed = nullptr);
+  // One step in which every peer sends its contribution to `out` (this rank's part of a
+  // reduction; `own` is this rank's contribution), reduced into `out` in rank order as it
+  // lands.
+  base::Status reduce_step(const CollectiveSignature& s, const std::vector<TcpExchange::Send>& sends,
+                           at::Tensor& out, const at::Tensor& own, const c10d::ReduceOp& op);
   // Where peer r's part of a reduction lands: for two ranks `out` itself (reduce_parts
   // reads it as the peer's part), else row r of a scratch buffer.
   at::Tensor part_slot(int r, const at::Tensor& out);
@@ -94,6 +104,12 @@ class HostStagedTransport : public Transport {
   at::Tensor to_host(const at::Tensor& t);
   // Copies tpu tensor `t` into `host` (a contiguous CPU tensor of its shape and dtype).
   void copy_to_host(const at::Tensor& t, at::Tensor& host);
+  // `t`'s data on the host, read-only: where device memory is host memory and `t` is its
+  // whole buffer, that memory itself (the view holds the buffer); else a copy (to_host).
+  at::Tensor host_view(const at::Tensor& t);
+  // The host address of `t`'s buffer, once ready, and the buffer, where device memory is
+  // host memory and `t` is its whole buffer.
+  std::optional<std::pair<const void*, runtime::BufferPtr>> host_memory_of(const at::Tensor& t);
   // `host` (a pool chunk shaped like dst) becomes dst's value, without a copy.
   base::Status to_device(at::Tensor& dst, const at::Tensor& host);
   std::string ranks_text() const;

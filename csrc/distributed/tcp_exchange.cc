@@ -210,7 +210,8 @@ base::Status TcpExchange::connect(Clock::time_point deadline) {
 base::Status TcpExchange::step(uint64_t seq, const std::vector<int64_t>& signature,
                                const std::vector<Send>& sends, const std::vector<Recv>& recvs,
                                std::chrono::milliseconds timeout,
-                               std::vector<Received>* received) {
+                               std::vector<Received>* received,
+                               const std::function<void(int64_t)>& landed) {
   const int n = size();
   received->assign(n, Received{});
   if (n == 1) return base::Status::ok_status();
@@ -313,12 +314,31 @@ base::Status TcpExchange::step(uint64_t seq, const std::vector<int64_t>& signatu
     return base::Status::ok_status();
   };
 
+  // The bytes landed from every peer so far, and the count `landed` last saw.
+  int64_t reported = 0;
+  auto report = [&] {
+    if (!landed) return;
+    int64_t least = -1, expected = -1;
+    for (int p = 0; p < n; ++p) {
+      if (p == rank_) continue;
+      const bool header = ins[p].hoff == kHeaderBytes;
+      if (!header || !(*received)[p].landed) return;
+      least = least < 0 ? ins[p].got : std::min(least, ins[p].got);
+      expected = expected < 0 ? recvs[p].bytes : std::min(expected, recvs[p].bytes);
+    }
+    if (least > reported && (least - reported >= kLandedStepBytes || least == expected)) {
+      reported = least;
+      landed(least);
+    }
+  };
+
   std::vector<pollfd> pfds;
   std::vector<int> who;
   while (true) {
     for (int p = 0; p < n; ++p) {
       if (p != rank_ && (!outs[p].done || !ins[p].done)) TORCHTPU_RETURN_IF_ERROR(progress(p));
     }
+    report();
     if (pending == 0) return base::Status::ok_status();
     pfds.clear();
     who.clear();

@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,10 +70,16 @@ class TcpExchange {
 
   // One step of collective `seq`: OK with every peer's message in `received` (indexed by
   // group rank), or kUnavailable whose message says what failed (no more than the facts
-  // about the peers: the caller names the collective).
+  // about the peers: the caller names the collective). `landed`, when given, is called
+  // during the step with a growing byte count: every peer's payload has landed (has the
+  // expected length and is written) up to at least that many bytes, so the caller can
+  // work on them while the rest arrives (it is called at least kLandedStepBytes apart, and
+  // once more when every payload has landed).
+  static constexpr int64_t kLandedStepBytes = int64_t{256} << 10;
   base::Status step(uint64_t seq, const std::vector<int64_t>& signature,
                     const std::vector<Send>& sends, const std::vector<Recv>& recvs,
-                    std::chrono::milliseconds timeout, std::vector<Received>* received);
+                    std::chrono::milliseconds timeout, std::vector<Received>* received,
+                    const std::function<void(int64_t)>& landed = nullptr);
 
  private:
   int size() const { return static_cast<int>(global_ranks_.size()); }
