@@ -299,8 +299,7 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
   lap.to(kD2hNs);
   at::Tensor result = receiving(tensor).view({-1});
   const int64_t numel = in.numel();
-  static const int64_t kDirectX = std::getenv("XDIRECT") ? std::atoll(std::getenv("XDIRECT")) : kDirectBytes;
-  const bool direct = nbytes(in) * (n - 1) <= kDirectX;
+  const bool direct = nbytes(in) * (n - 1) <= kDirectBytes;
   // Rank r reduces part r of the elements (all of them when direct).
   auto part = [&](const at::Tensor& t, int r) {
     if (direct) return t;

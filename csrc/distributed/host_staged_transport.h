@@ -1,9 +1,11 @@
 // HostStagedTransport: collectives between ranks the plugin cannot connect (processes on
-// the XLA CPU plugin). Each call copies this rank's tpu data to host memory, exchanges it
-// over the group's own TCP connections (tcp_exchange.h), reduces on the host where the
-// collective reduces (host_reduce.h, in rank order, so every rank gets the same bits), and
-// hands the result to the device without a copy: it is received or reduced into a
-// HostPool chunk that the new device buffer aliases. Every call counts
+// the XLA CPU plugin). Each call brings this rank's tpu data to host memory (where device
+// memory is host memory, a tensor that is its whole buffer is sent from that memory
+// itself), exchanges it over the group's own TCP connections (tcp_exchange.h), reduces on
+// the host where the collective reduces (host_reduce.h, in rank order, so every rank gets
+// the same bits; each peer's contribution as it lands), and hands the result to the
+// device without a copy: it is received or reduced into a HostPool chunk that the new
+// device buffer aliases. Every call counts
 // `num_host_staged_collectives` and the bytes it moves between device and host in
 // `host_staged_bytes`.
 //

@@ -145,7 +145,7 @@ base::Status TcpExchange::connect(Clock::time_point deadline) {
       store_->wait({key(r)}, std::chrono::milliseconds(std::max(1, remaining_ms(deadline))));
       std::vector<uint8_t> v = store_->get(key(r));
       where.assign(v.begin(), v.end());
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       return fail(peer(r) + " did not publish its address within the timeout");
     }
     size_t colon = where.rfind(':');

@@ -248,8 +248,11 @@ def _collectives(rank: int, world: int) -> None:
         ref = torch.empty(n)
         dist.reduce_scatter_tensor(ref, big)
         out = torch.empty(n, device="tpu")
-        dist.reduce_scatter_tensor(out, big.to("tpu"))
+        src = big.to("tpu")
+        dist.reduce_scatter_tensor(out, src)
         same(out, ref, f"reduce_scatter of {n}")
+        # The exchange reads the input's own memory and leaves it as it was.
+        same(src, big, f"reduce_scatter's input of {n}")
         b = data((n,)).to("tpu")
         dist.broadcast(b, src=1)
         ref = b.cpu()
