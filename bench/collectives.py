@@ -1,9 +1,9 @@
 """Bus bandwidth of all_reduce, all_gather and reduce_scatter, 1 KB to 64 MB, side by side:
 
 - gloo: CPU tensors through PyTorch's Gloo, 2 processes (the reference);
-- host-staged: tpu tensors through the tpu backend across 2 processes (copy to host, Gloo,
-  copy back), with the cross-rank signature check (the default) and without it
-  (TORCHTPU_DIST_CHECK=0);
+- host-staged: tpu tensors through the tpu backend across 2 processes (copy to host, the
+  ranks' own TCP exchange, copy back), with the cross-rank signature check (the default)
+  and without it (TORCHTPU_DIST_CHECK=0);
 - in-plugin: 4 ranks as threads on 4 devices of one process, when this build has the
   in-plugin transport ("n/a" and the reason otherwise).
 
@@ -111,7 +111,7 @@ def _rank_main(rank: int, world: int, port: int, max_kb: int, repeats: int, queu
     dist.destroy_process_group()
 
 
-PHASES = ("issue", "queue_wait", "d2h", "check_wait", "exchange", "to_device", "complete")
+PHASES = ("issue", "queue_wait", "d2h", "exchange", "to_device", "complete")
 # Waits of the caller and the queue thread that ended while polling, or went on to sleep.
 WAITS = ("polled", "slept")
 

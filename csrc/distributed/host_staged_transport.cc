@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -25,14 +27,11 @@ bool signature_checks_enabled() {
 }
 
 // Where a host-staged collective's time goes, in nanoseconds summed over calls (read by
-// bench/collectives.py's breakdown): the copy to the host, the wait for the signature
-// exchange after it, the data exchange, and the hand-off of the result to the device.
+// bench/collectives.py's breakdown): the copy to the host, the exchange (with the
+// reduction on the host), and the hand-off of the result to the device.
 const base::Counter kD2hNs("host_staged_d2h_ns");
-const base::Counter kCheckWaitNs("host_staged_check_wait_ns");
 const base::Counter kExchangeNs("host_staged_exchange_ns");
 const base::Counter kToDeviceNs("host_staged_to_device_ns");
-// Collectives whose data travelled with their signature exchange (one Gloo exchange).
-const base::Counter kCarried("num_host_staged_carried");
 
 // Adds the time from its construction (or the last lap) to a counter.
 class Lap {
@@ -50,21 +49,13 @@ class Lap {
 
 int64_t nbytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// A header: the signature, padded so that the payload after it starts 64-byte aligned.
-// Whether a payload follows needs no word of its own: it follows when the payload's size,
-// which the signature holds, fits the room.
-constexpr int64_t kHeaderBytes = (kSignatureLength * 8 + 63) / 64 * 64;
-static_assert(kHeaderBytes % 64 == 0, "payloads start 64-byte aligned");
+// An all_reduce whose payload, times the peers it comes from, is at most this many bytes
+// goes whole to every peer (one step: the latency of a small exchange) rather than being
+// reduce-scattered and all-gathered (two steps, less data per rank).
+constexpr int64_t kDirectBytes = int64_t{64} << 10;
 
-// The payload room of each rank's block in a group of `n`: kGatheredPayloadBytes shared
-// by the n - 1 peers a rank receives from, at least kMinPayloadRoomBytes, 64-byte aligned.
-// A function of the group's size alone, so every rank computes the same.
-int64_t payload_room(int64_t n) {
-  if (n <= 1) return 0;
-  constexpr int64_t kGatheredPayloadBytes = int64_t{64} << 10;
-  constexpr int64_t kMinPayloadRoomBytes = int64_t{4} << 10;
-  return std::max(kMinPayloadRoomBytes, kGatheredPayloadBytes / (n - 1) / 64 * 64);
-}
+TcpExchange::Send send_of(const at::Tensor& t) { return {t.data_ptr(), nbytes(t)}; }
+TcpExchange::Recv recv_of(const at::Tensor& t) { return {t.data_ptr(), nbytes(t)}; }
 
 }  // namespace
 
@@ -78,7 +69,7 @@ HostStagedTransport::HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo,
       timeout_(timeout),
       check_signatures_(signature_checks_enabled()),
       host_memory_(aten::client().platform_name() == "cpu"),
-      inline_capacity_(payload_room(static_cast<int64_t>(global_ranks_.size()))),
+      exchange_(store_, gloo_->getRank(), global_ranks_),
       pool_(std::make_shared<HostPool>()) {}
 
 std::string HostStagedTransport::ranks_text() const {
@@ -89,49 +80,33 @@ std::string HostStagedTransport::ranks_text() const {
   return o.str();
 }
 
-std::string HostStagedTransport::failure(const char* what, const std::exception& e,
+std::string HostStagedTransport::failure(const char* what, const std::string& why,
                                          bool collective) {
-  std::string msg = c10::GetExceptionString(e);
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) msg = ce->what_without_backtrace();
   std::ostringstream out;
   out << "tpu: " << what;
   if (collective) out << " (collective #" << seq_ << " of the group)";
   out << " on global ranks " << ranks_text() << " (this is rank " << global_ranks_[rank()]
-      << ", host-staged through Gloo) failed: " << msg << (collective ? missing_ranks() : "")
+      << (collective ? ", host-staged" : ", host-staged through Gloo") << ") failed: " << why
+      << (collective ? missing_ranks() : "")
       << "; a peer rank exited or did not reach this collective within the group's timeout ("
       << timeout_.count() / 1000.0 << " s)";
   return out.str();
 }
 
-base::StatusOr<c10::intrusive_ptr<c10d::Work>> HostStagedTransport::start(
-    const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
-    bool collective) {
+base::Status HostStagedTransport::run(const char* what,
+                                      const std::function<c10::intrusive_ptr<c10d::Work>()>& op) {
   try {
-    return op();
-  } catch (const std::exception& e) {
-    return base::unavailable(failure(what, e, collective));
-  }
-}
-
-base::Status HostStagedTransport::finish(const char* what,
-                                         const c10::intrusive_ptr<c10d::Work>& work,
-                                         bool collective) {
-  try {
+    c10::intrusive_ptr<c10d::Work> work = op();
     // Gloo's worker finishes a small exchange in less time than a sleeping thread takes
     // to be scheduled again on a busy machine (poll_wait.h).
     poll_until([&] { return work->isCompleted(); });
     work->wait();
   } catch (const std::exception& e) {
-    return base::unavailable(failure(what, e, collective));
+    std::string msg = c10::GetExceptionString(e);
+    if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) msg = ce->what_without_backtrace();
+    return base::unavailable(failure(what, msg, false));
   }
   return base::Status::ok_status();
-}
-
-base::Status HostStagedTransport::run(const char* what,
-                                      const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
-                                      bool collective) {
-  TORCHTPU_ASSIGN_OR_RETURN(auto work, start(what, op, collective));
-  return finish(what, work, collective);
 }
 
 std::string HostStagedTransport::missing_ranks() {
@@ -163,105 +138,139 @@ std::string HostStagedTransport::missing_ranks() {
   }
 }
 
-bool HostStagedTransport::fits(int64_t payload_bytes) const {
-  return check_signatures_ && size() > 1 && payload_bytes <= inline_capacity_;
-}
-
-at::Tensor HostStagedTransport::header_slot() {
-  int64_t block = kHeaderBytes + inline_capacity_;
-  if (!header_slot_.defined() || header_slot_.numel() < block) {
-    header_slot_ = at::zeros({block}, at::TensorOptions().dtype(at::kByte));
+base::Status HostStagedTransport::step(const CollectiveSignature& s,
+                                       const std::vector<TcpExchange::Send>& sends,
+                                       const std::vector<TcpExchange::Recv>& recvs, bool first,
+                                       const std::function<void(int64_t)>& landed) {
+  const char* what = collective_name(s.collective);
+  std::vector<int64_t> mine = encode(s, size());
+  std::vector<TcpExchange::Received> got;
+  base::Status done = exchange_.step(seq_, mine, sends, recvs, timeout_, &got, landed);
+  if (!done.ok()) return base::unavailable(failure(what, done.message(), true));
+  if (!first) return base::Status::ok_status();
+  if (check_signatures_) {
+    std::vector<int64_t> rows(size() * kSignatureLength);
+    for (int r = 0; r < size(); ++r) {
+      const int64_t* row = r == rank() ? mine.data() : got[r].header.signature;
+      std::copy_n(row, kSignatureLength, rows.begin() + r * kSignatureLength);
+    }
+    TORCHTPU_RETURN_IF_ERROR(compare_signatures(rows, size(), global_ranks_));
   }
-  return header_slot_.narrow(0, 0, block);
-}
-
-at::Tensor HostStagedTransport::outgoing_payload(const at::Tensor& like) {
-  base::counter_add("host_staged_bytes", nbytes(like));
-  return header_slot().narrow(0, kHeaderBytes, nbytes(like)).view(like.scalar_type())
-      .view(like.sizes());
-}
-
-at::Tensor HostStagedTransport::Exchange::payload(int r, const at::Tensor& like) const {
-  return all.narrow(0, r * block + kHeaderBytes, nbytes(like)).view(like.scalar_type())
-      .view(like.sizes());
-}
-
-base::StatusOr<HostStagedTransport::Exchange> HostStagedTransport::start_exchange(
-    const CollectiveSignature& s, bool carried) {
-  Exchange x;
-  if (!check_signatures_ || size() == 1) return x;
-  x.what = collective_name(s.collective);
-  x.carried = carried;
-  at::Tensor in = header_slot();
-  x.block = in.numel();
-  std::vector<int64_t> sig = encode(s, size());
-  auto* h = reinterpret_cast<int64_t*>(in.data_ptr());
-  std::memcpy(h, sig.data(), kSignatureLength * sizeof(int64_t));
-  int64_t total = size() * x.block;
-  if (!gathered_slot_.defined() || gathered_slot_.numel() < total) {
-    gathered_slot_ = at::empty({total}, at::TensorOptions().dtype(at::kByte));
-  }
-  x.all = gathered_slot_.narrow(0, 0, total);
-  c10d::AllgatherOptions opts;
-  opts.timeout = timeout_;
-  TORCHTPU_ASSIGN_OR_RETURN(x.work,
-                            start(x.what, [&] { return gloo_->_allgather_base(x.all, in, opts); }));
-  return x;
-}
-
-base::Status HostStagedTransport::finish_exchange(const Exchange& x) {
-  if (!x.work) return base::Status::ok_status();
-  TORCHTPU_RETURN_IF_ERROR(finish(x.what, x.work));
-  if (x.carried) kCarried.add();
-  std::vector<int64_t> rows(size() * kSignatureLength);
   for (int r = 0; r < size(); ++r) {
-    const auto* h = reinterpret_cast<const int64_t*>(x.all.data_ptr<uint8_t>() + r * x.block);
-    std::memcpy(rows.data() + r * kSignatureLength, h, kSignatureLength * sizeof(int64_t));
+    if (r == rank()) continue;
+    std::ostringstream o;
+    if (got[r].header.seq != seq_) {
+      o << "tpu: " << what << ": global rank " << global_ranks_[r] << " sent collective #"
+        << got[r].header.seq << " of the group where this rank (global "
+        << global_ranks_[rank()] << ") runs #" << seq_
+        << "; every rank of the group must make the same collectives in the same order";
+      return base::invalid_argument(o.str());
+    }
+    if (!got[r].landed) {
+      o << "tpu: " << what << ": global rank " << global_ranks_[r] << " sent "
+        << got[r].header.bytes << " bytes where this rank (global " << global_ranks_[rank()]
+        << ") expects " << recvs[r].bytes
+        << "; every rank of the group must make the same collectives with the same dtypes "
+           "and shapes"
+        << (check_signatures_ ? "" : " (TORCHTPU_DIST_CHECK=0: the ranks' signatures were not "
+                                     "compared)");
+      return base::invalid_argument(o.str());
+    }
   }
-  return compare_signatures(rows, size(), global_ranks_);
+  return base::Status::ok_status();
 }
 
-base::Status HostStagedTransport::check(const CollectiveSignature& s) {
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(s, false));
-  return finish_exchange(x);
+base::Status HostStagedTransport::reduce_step(const CollectiveSignature& s,
+                                              const std::vector<TcpExchange::Send>& sends,
+                                              at::Tensor& out, const at::Tensor& own,
+                                              const c10d::ReduceOp& op) {
+  const int n = size(), me = rank();
+  std::vector<TcpExchange::Recv> recvs(n);
+  for (int p = 0; p < n; ++p) {
+    if (p != me) recvs[p] = recv_of(part_slot(p, out));
+  }
+  // Reduces elements [done, upto) of every contribution (the parts are flat).
+  int64_t done = 0;
+  auto reduce_to = [&](int64_t upto) {
+    if (upto <= done) return;
+    at::Tensor o = out.narrow(0, done, upto - done);
+    auto part = [&](int r) {
+      return (r == me ? own : part_slot(r, out)).narrow(0, done, upto - done);
+    };
+    reduce_parts(o, n, part, gloo_op(op));
+    average(o, op, n);
+    done = upto;
+  };
+  const int64_t es = out.element_size();
+  // A reduction of data that then turns out not to be the collective's is thrown away
+  // with it (the step returns the mismatch).
+  TORCHTPU_RETURN_IF_ERROR(step(s, sends, recvs, /*first=*/true,
+                                [&](int64_t bytes) { reduce_to(bytes / es); }));
+  reduce_to(out.numel());
+  return base::Status::ok_status();
+}
+
+at::Tensor HostStagedTransport::part_slot(int r, const at::Tensor& out) {
+  if (size() == 2) return out;
+  int64_t bytes = nbytes(out);
+  if (!scratch_slot_.defined() || scratch_slot_.numel() < size() * bytes) {
+    scratch_slot_ = at::empty({size() * bytes}, at::TensorOptions().dtype(at::kByte));
+  }
+  return scratch_slot_.narrow(0, r * bytes, bytes).view(out.scalar_type()).view(out.sizes());
 }
 
 at::Tensor HostStagedTransport::receiving(const at::Tensor& like) {
   return pool_->take(nbytes(like)).view(like.scalar_type()).view(like.sizes());
 }
 
+std::optional<std::pair<const void*, runtime::BufferPtr>> HostStagedTransport::host_memory_of(
+    const at::Tensor& t) {
+  if (!host_memory_ || t.storage_offset() != 0 || !t.is_contiguous() || nbytes(t) == 0) {
+    return std::nullopt;
+  }
+  runtime::BufferPtr b = aten::storage_buffer(t);
+  if (!t.sizes().equals(b->dims()) || b->dtype() != aten::to_dtype(t.scalar_type()) ||
+      !b->await_ready().ok()) {
+    return std::nullopt;
+  }
+  auto addr = b->host_address();
+  if (!addr.ok()) return std::nullopt;
+  aten::flush_data_checks();  // as every host read does
+  return std::make_pair(*addr, std::move(b));
+}
+
 void HostStagedTransport::copy_to_host(const at::Tensor& t, at::Tensor& host) {
   // Where the plugin's device memory is host memory, a whole-buffer tensor is read in
   // place: the plugin's own copy would wake its worker threads, which on a small machine
   // take the cores the peers' exchange needs.
-  if (host_memory_ && t.storage_offset() == 0 && t.is_contiguous() && host.is_contiguous()) {
-    runtime::BufferPtr b = aten::storage_buffer(t);
-    if (nbytes(t) > 0 && t.sizes().equals(b->dims()) &&
-        b->dtype() == aten::to_dtype(t.scalar_type()) &&
-        b->await_ready().ok()) {
-      auto addr = b->host_address();
-      if (addr.ok()) {
-        aten::flush_data_checks();  // as every host read does
-        std::memcpy(host.data_ptr(), *addr, nbytes(t));
-        return;
-      }
+  if (host.is_contiguous()) {
+    if (auto mem = host_memory_of(t)) {
+      std::memcpy(host.data_ptr(), mem->first, nbytes(t));
+      return;
     }
   }
   host.copy_(t);
 }
 
-at::Tensor HostStagedTransport::to_host(const at::Tensor& t, bool as_result) {
-  base::counter_add("host_staged_bytes", nbytes(t));
-  at::Tensor host;
-  if (as_result) {
-    host = receiving(t);
-  } else {
-    int64_t bytes = nbytes(t);
-    if (!send_slot_.defined() || send_slot_.numel() < bytes) {
-      send_slot_ = at::empty({std::max<int64_t>(bytes, 4096)}, at::TensorOptions().dtype(at::kByte));
-    }
-    host = send_slot_.narrow(0, 0, bytes).view(t.scalar_type()).view(t.sizes());
+at::Tensor HostStagedTransport::host_view(const at::Tensor& t) {
+  if (auto mem = host_memory_of(t)) {
+    base::counter_add("host_staged_bytes", nbytes(t));
+    // The view holds the buffer, so no program takes it by donation while the exchange
+    // reads it.
+    return at::from_blob(const_cast<void*>(mem->first), t.sizes(),
+                         [b = std::move(mem->second)](void*) mutable { b.reset(); },
+                         at::TensorOptions().dtype(t.scalar_type()));
   }
+  return to_host(t);
+}
+
+at::Tensor HostStagedTransport::to_host(const at::Tensor& t) {
+  base::counter_add("host_staged_bytes", nbytes(t));
+  int64_t bytes = nbytes(t);
+  if (!send_slot_.defined() || send_slot_.numel() < bytes) {
+    send_slot_ = at::empty({std::max<int64_t>(bytes, 4096)}, at::TensorOptions().dtype(at::kByte));
+  }
+  at::Tensor host = send_slot_.narrow(0, 0, bytes).view(t.scalar_type()).view(t.sizes());
   copy_to_host(t, host);
   return host;
 }
@@ -281,44 +290,40 @@ base::Status HostStagedTransport::to_device(at::Tensor& dst, const at::Tensor& h
 base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::ReduceOp& op) {
   ++seq_;
   CollectiveSignature sig{Collective::kAllReduce, tensor, static_cast<int64_t>(op.op_)};
+  const int n = size(), me = rank();
   Lap lap;
-  if (fits(nbytes(tensor))) {
-    // The data travels with the signatures; every rank reduces the gathered payloads in
-    // rank order, so all get the same bits.
-    at::Tensor mine = outgoing_payload(tensor);
-    copy_to_host(tensor, mine);
-    premultiply(mine, op);
-    lap.to(kD2hNs);
-    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, true));
-    lap.to(kCheckWaitNs);
-    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
-    base::counter_add("num_host_staged_collectives");
-    at::Tensor host = receiving(tensor);
-    reduce_parts(host, size(), [&](int r) { return x.payload(r, tensor); }, gloo_op(op));
-    average(host, op, size());
-    lap.to(kExchangeNs);
-    base::Status s = to_device(tensor, host);
-    lap.to(kToDeviceNs);
-    return s;
-  }
-  // The signature exchange runs while the data comes to the host; the result is reduced
-  // in place in a pool chunk that becomes the tensor's new buffer.
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, false));
-  lap.to(kCheckWaitNs);
-  at::Tensor host = to_host(tensor, /*as_result=*/true);
+  // PREMUL_SUM scales a copy; the other ops send the tensor's memory as it is.
+  const bool scaled = op.op_ == c10d::ReduceOp::PREMUL_SUM;
+  at::Tensor in = (scaled ? to_host(tensor) : host_view(tensor)).view({-1});
+  premultiply(in, op);
   lap.to(kD2hNs);
-  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
-  lap.to(kCheckWaitNs);
+  at::Tensor result = receiving(tensor).view({-1});
+  const int64_t numel = in.numel();
+  const bool direct = nbytes(in) * (n - 1) <= kDirectBytes;
+  // Rank r reduces part r of the elements (all of them when direct).
+  auto part = [&](const at::Tensor& t, int r) {
+    if (direct) return t;
+    int64_t begin = numel * r / n, end = numel * (r + 1) / n;
+    return t.narrow(0, begin, end - begin);
+  };
+  at::Tensor mine = part(result, me);
+  std::vector<TcpExchange::Send> sends(n);
+  std::vector<TcpExchange::Recv> recvs(n);
+  for (int p = 0; p < n; ++p) {
+    if (p != me) sends[p] = send_of(part(in, p));
+  }
+  TORCHTPU_RETURN_IF_ERROR(reduce_step(sig, sends, mine, part(in, me), op));
   base::counter_add("num_host_staged_collectives");
-  premultiply(host, op);
-  std::vector<at::Tensor> v{host};
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = gloo_op(op);
-  opts.timeout = timeout_;
-  TORCHTPU_RETURN_IF_ERROR(run("all_reduce", [&] { return gloo_->allreduce(v, opts); }));
-  average(host, op, size());
+  if (!direct && n > 1) {
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      sends[p] = send_of(mine);
+      recvs[p] = recv_of(part(result, p));
+    }
+    TORCHTPU_RETURN_IF_ERROR(step(sig, sends, recvs, /*first=*/false));
+  }
   lap.to(kExchangeNs);
-  base::Status s = to_device(tensor, host);
+  base::Status s = to_device(tensor, result.view(tensor.sizes()));
   lap.to(kToDeviceNs);
   return s;
 }
@@ -326,63 +331,40 @@ base::Status HostStagedTransport::all_reduce(at::Tensor& tensor, const c10d::Red
 base::Status HostStagedTransport::all_gather(at::Tensor& output, const at::Tensor& input) {
   ++seq_;
   CollectiveSignature sig{Collective::kAllGather, input};
-  if (fits(nbytes(input))) {
-    {
-      at::Tensor mine = outgoing_payload(input);
-      copy_to_host(input, mine);
-    }
-    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, true));
-    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
-    base::counter_add("num_host_staged_collectives");
-    at::Tensor out = receiving(output).view({-1});
-    for (int r = 0; r < size(); ++r) {
-      out.narrow(0, r * input.numel(), input.numel()).copy_(x.payload(r, input).view({-1}));
-    }
-    return to_device(output, out.view(output.sizes()));
+  const int n = size(), me = rank();
+  const int64_t m = input.numel();
+  at::Tensor result = receiving(output).view({-1});
+  at::Tensor mine = result.narrow(0, me * m, m).view(input.sizes());
+  base::counter_add("host_staged_bytes", nbytes(input));
+  copy_to_host(input, mine);
+  std::vector<TcpExchange::Send> sends(n);
+  std::vector<TcpExchange::Recv> recvs(n);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    sends[p] = send_of(mine);
+    recvs[p] = recv_of(result.narrow(0, p * m, m));
   }
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, false));
-  at::Tensor in = to_host(input).reshape({-1});
-  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
+  TORCHTPU_RETURN_IF_ERROR(step(sig, sends, recvs, /*first=*/true));
   base::counter_add("num_host_staged_collectives");
-  at::Tensor out = receiving(output).view({-1});
-  c10d::AllgatherOptions opts;
-  opts.timeout = timeout_;
-  TORCHTPU_RETURN_IF_ERROR(
-      run("all_gather", [&] { return gloo_->_allgather_base(out, in, opts); }));
-  return to_device(output, out.view(output.sizes()));
+  return to_device(output, result.view(output.sizes()));
 }
 
 base::Status HostStagedTransport::reduce_scatter(at::Tensor& output, const at::Tensor& input,
                                                  const c10d::ReduceOp& op) {
   ++seq_;
   CollectiveSignature sig{Collective::kReduceScatter, input, static_cast<int64_t>(op.op_)};
-  if (fits(nbytes(input))) {
-    // Every rank sends its whole input and reduces its own part of the gathered ones.
-    at::Tensor mine = outgoing_payload(input);
-    copy_to_host(input, mine);
-    premultiply(mine, op);
-    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, true));
-    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
-    base::counter_add("num_host_staged_collectives");
-    at::Tensor out = receiving(output).view({-1});
-    int64_t m = output.numel();
-    auto part = [&](int r) { return x.payload(r, input).view({-1}).narrow(0, rank() * m, m); };
-    reduce_parts(out, size(), part, gloo_op(op));
-    average(out, op, size());
-    return to_device(output, out.view(output.sizes()));
-  }
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, false));
-  at::Tensor in = to_host(input).reshape({-1});
-  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
-  base::counter_add("num_host_staged_collectives");
+  const int n = size(), me = rank();
+  const bool scaled = op.op_ == c10d::ReduceOp::PREMUL_SUM;
+  at::Tensor in = (scaled ? to_host(input) : host_view(input)).view({-1});
   premultiply(in, op);
   at::Tensor out = receiving(output).view({-1});
-  c10d::ReduceScatterOptions opts;
-  opts.reduceOp = gloo_op(op);
-  opts.timeout = timeout_;
-  TORCHTPU_RETURN_IF_ERROR(
-      run("reduce_scatter", [&] { return gloo_->_reduce_scatter_base(out, in, opts); }));
-  average(out, op, size());
+  const int64_t m = out.numel();
+  std::vector<TcpExchange::Send> sends(n);
+  for (int p = 0; p < n; ++p) {
+    if (p != me) sends[p] = send_of(in.narrow(0, p * m, m));
+  }
+  TORCHTPU_RETURN_IF_ERROR(reduce_step(sig, sends, out, in.narrow(0, me * m, m), op));
+  base::counter_add("num_host_staged_collectives");
   return to_device(output, out.view(output.sizes()));
 }
 
@@ -391,52 +373,62 @@ base::Status HostStagedTransport::all_to_all(at::Tensor& output, const at::Tenso
                                              const std::vector<int64_t>& input_split_sizes) {
   ++seq_;
   CollectiveSignature sig{Collective::kAllToAll, input};
+  const int n = size(), me = rank();
   auto equal = [&](const at::Tensor& t) {
-    return std::vector<int64_t>(size(), t.dim() > 0 ? t.size(0) / size() : 0);
+    return std::vector<int64_t>(n, t.dim() > 0 ? t.size(0) / n : 0);
   };
   sig.input_splits = input_split_sizes.empty() ? equal(input) : input_split_sizes;
   sig.output_splits = output_split_sizes.empty() ? equal(output) : output_split_sizes;
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, false));
-  at::Tensor in = to_host(input);
-  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
-  base::counter_add("num_host_staged_collectives");
+  // Rows of dim 0, as flat ranges of bytes.
+  auto row_bytes = [](const at::Tensor& t) {
+    return t.dim() > 0 && t.size(0) > 0 ? nbytes(t) / t.size(0) : 0;
+  };
+  at::Tensor in = host_view(input).view({-1}).view(at::kByte);
   at::Tensor out = receiving(output);
-  std::vector<int64_t> out_splits = output_split_sizes, in_splits = input_split_sizes;
-  c10d::AllToAllOptions opts;
-  opts.timeout = timeout_;
-  TORCHTPU_RETURN_IF_ERROR(run("all_to_all", [&] {
-    return gloo_->alltoall_base(out, in, out_splits, in_splits, opts);
-  }));
+  at::Tensor out_bytes = out.view({-1}).view(at::kByte);
+  std::vector<int64_t> in_at(n + 1, 0), out_at(n + 1, 0);
+  for (int p = 0; p < n; ++p) {
+    in_at[p + 1] = in_at[p] + sig.input_splits[p] * row_bytes(input);
+    out_at[p + 1] = out_at[p] + sig.output_splits[p] * row_bytes(output);
+  }
+  auto range = [](const at::Tensor& bytes, const std::vector<int64_t>& at, int p) {
+    return bytes.narrow(0, at[p], at[p + 1] - at[p]);
+  };
+  std::vector<TcpExchange::Send> sends(n);
+  std::vector<TcpExchange::Recv> recvs(n);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    sends[p] = send_of(range(in, in_at, p));
+    recvs[p] = recv_of(range(out_bytes, out_at, p));
+  }
+  TORCHTPU_RETURN_IF_ERROR(step(sig, sends, recvs, /*first=*/true));
+  at::Tensor own = range(out_bytes, out_at, me);
+  if (own.numel() != in_at[me + 1] - in_at[me]) {
+    return base::invalid_argument(
+        "tpu: all_to_all: this rank sends itself " + std::to_string(in_at[me + 1] - in_at[me]) +
+        " bytes but expects " + std::to_string(own.numel()) + " from itself");
+  }
+  own.copy_(range(in, in_at, me));
+  base::counter_add("num_host_staged_collectives");
   return to_device(output, out);
 }
 
 base::Status HostStagedTransport::broadcast(at::Tensor& tensor, int root) {
   ++seq_;
   CollectiveSignature sig{Collective::kBroadcast, tensor, -1, root};
-  if (fits(nbytes(tensor))) {
-    if (rank() == root) {
-      at::Tensor mine = outgoing_payload(tensor);
-      copy_to_host(tensor, mine);
-    }
-    TORCHTPU_ASSIGN_OR_RETURN(Exchange x, start_exchange(sig, true));
-    TORCHTPU_RETURN_IF_ERROR(finish_exchange(x));
-    base::counter_add("num_host_staged_collectives");
-    if (rank() == root) return base::Status::ok_status();
-    at::Tensor host = receiving(tensor);
-    host.copy_(x.payload(root, tensor));
-    return to_device(tensor, host);
-  }
-  TORCHTPU_ASSIGN_OR_RETURN(Exchange pending, start_exchange(sig, false));
+  const int n = size(), me = rank();
+  std::vector<TcpExchange::Send> sends(n);
+  std::vector<TcpExchange::Recv> recvs(n);
   // Only the root's data travels; the others receive into a pool chunk.
-  at::Tensor host = rank() == root ? to_host(tensor) : receiving(tensor);
-  TORCHTPU_RETURN_IF_ERROR(finish_exchange(pending));
+  at::Tensor host = me == root ? host_view(tensor) : receiving(tensor);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    if (me == root) sends[p] = send_of(host);
+    if (p == root) recvs[p] = recv_of(host);
+  }
+  TORCHTPU_RETURN_IF_ERROR(step(sig, sends, recvs, /*first=*/true));
   base::counter_add("num_host_staged_collectives");
-  std::vector<at::Tensor> v{host};
-  c10d::BroadcastOptions opts;
-  opts.rootRank = root;
-  opts.timeout = timeout_;
-  TORCHTPU_RETURN_IF_ERROR(run("broadcast", [&] { return gloo_->broadcast(v, opts); }));
-  return rank() == root ? base::Status::ok_status() : to_device(tensor, host);
+  return me == root ? base::Status::ok_status() : to_device(tensor, host);
 }
 
 // A send carries its signature ahead of the data (same tag, so Gloo keeps them in order):
@@ -447,15 +439,15 @@ base::Status HostStagedTransport::send(const at::Tensor& tensor, int dst, int ta
   std::vector<int64_t> sig = encode({Collective::kSendRecv, tensor}, 1);
   std::vector<at::Tensor> header{
       at::from_blob(sig.data(), {kSignatureLength}, at::kLong).clone()};
-  TORCHTPU_RETURN_IF_ERROR(run("send", [&] { return gloo_->send(header, dst, tag); }, false));
+  TORCHTPU_RETURN_IF_ERROR(run("send", [&] { return gloo_->send(header, dst, tag); }));
   std::vector<at::Tensor> v{to_host(tensor)};
-  return run("send", [&] { return gloo_->send(v, dst, tag); }, false);
+  return run("send", [&] { return gloo_->send(v, dst, tag); });
 }
 
 base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
   base::counter_add("num_host_staged_collectives");
   std::vector<at::Tensor> header{at::empty({kSignatureLength}, at::kLong)};
-  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(header, src, tag); }, false));
+  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(header, src, tag); }));
   const int64_t* h = header[0].data_ptr<int64_t>();
   std::vector<int64_t> sent(h, h + kSignatureLength);
   base::Status match = compare_point_to_point(sent, tensor, global_ranks_[src],
@@ -463,20 +455,19 @@ base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
   if (!match.ok()) {
     if (sent_numel(sent) < 0) return match;
     std::vector<at::Tensor> drain{at::empty({sent_numel(sent)}, sent_dtype(sent))};
-    TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(drain, src, tag); }, false));
+    TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(drain, src, tag); }));
     return match;
   }
   std::vector<at::Tensor> v{receiving(tensor)};
-  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(v, src, tag); }, false));
+  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(v, src, tag); }));
   return to_device(tensor, v[0]);
 }
 
 base::Status HostStagedTransport::barrier() {
   ++seq_;
-  TORCHTPU_RETURN_IF_ERROR(check({Collective::kBarrier}));
-  c10d::BarrierOptions opts;
-  opts.timeout = timeout_;
-  return run("barrier", [&] { return gloo_->barrier(opts); });
+  std::vector<TcpExchange::Send> sends(size());
+  std::vector<TcpExchange::Recv> recvs(size());
+  return step({Collective::kBarrier}, sends, recvs, /*first=*/true);
 }
 
 }  // namespace torchtpu::distributed

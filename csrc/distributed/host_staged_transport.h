@@ -1,23 +1,35 @@
 // HostStagedTransport: collectives between ranks the plugin cannot connect (processes on
-// the XLA CPU plugin). Each call copies this rank's tpu data to host memory, runs the
-// same collective through PyTorch's Gloo backend (created by Python from the group's
-// store and handed in as a c10d::Backend: the torch wheel ships no Gloo headers), and
-// hands the result to the device without a copy: it is received into a HostPool chunk
-// that the new device buffer aliases (an all_reduce reduces in place in the chunk its data
-// was copied into, so it costs one copy). Every call counts `num_host_staged_collectives`
-// and the bytes it moves between device and host in `host_staged_bytes`.
+// the XLA CPU plugin). Each call brings this rank's tpu data to host memory (where device
+// memory is host memory, a tensor that is its whole buffer is sent from that memory
+// itself), exchanges it over the group's own TCP connections (tcp_exchange.h), reduces on
+// the host where the collective reduces (host_reduce.h, in rank order, so every rank gets
+// the same bits; each peer's contribution as it lands), and hands the result to the
+// device without a copy: it is received or reduced into a HostPool chunk that the new
+// device buffer aliases. Every call counts
+// `num_host_staged_collectives` and the bytes it moves between device and host in
+// `host_staged_bytes`.
 //
-// Before moving data, every collective exchanges the ranks' signatures (signature.h) in a
-// Gloo all_gather, so mismatched shapes, dtypes or ops raise on every rank instead of
-// hanging. Where the data fits the exchange's agreed payload room (see inline_capacity_)
-// it travels in the same all_gather and is reduced or gathered on the host; otherwise the
-// exchange runs while the data is copied to the host, and Gloo's collective follows.
-// TORCHTPU_DIST_CHECK=0 turns it off. Waits for Gloo poll before they sleep (poll_wait.h).
-// A Gloo error (a peer that exited, a timeout) returns kUnavailable naming the collective
-// and the group's ranks, and the ranks that did not reach it where the store can tell: a rank whose collective
-// fails marks that in the group's store (key "torchtpu_failed/<collective number>/<rank>")
-// and waits a little (half the timeout, at most 5 s) for the others' marks; a peer that
-// exited or is busy elsewhere leaves none. Only failures touch the store.
+// Every collective is one or two exchange steps; the first carries each rank's signature
+// (signature.h) in the header of the message that carries its data, so mismatched shapes,
+// dtypes, ops or collectives raise on every rank (each rank receives every rank's
+// signature) without a round trip of their own; a payload of an unexpected length is
+// dropped by its header's length, so the group stays in step. all_reduce: a payload of at
+// most kDirectBytes received per rank goes whole to every peer and each rank reduces it
+// all (one step); a larger one is reduce-scattered (rank r reduces part r of every rank's
+// data) and the reduced parts all-gathered (two steps, each rank sending 2(n-1)/n of its
+// data). TORCHTPU_DIST_CHECK=0 skips the comparison of signatures (a payload of an
+// unexpected length still raises, on the ranks that receive one).
+//
+// send/recv run through PyTorch's Gloo backend (created by Python from the group's store
+// and handed in as a c10d::Backend: the torch wheel ships no Gloo headers); a send carries
+// its signature ahead of its data.
+//
+// A failure (a peer that exited, a timeout) returns kUnavailable naming the collective and
+// the group's ranks, and the ranks that did not reach it where the store can tell: a rank
+// whose collective fails marks that in the group's store (key
+// "torchtpu_failed/<collective number>/<rank>") and waits a little (half the timeout, at
+// most 5 s) for the others' marks; a peer that exited or is busy elsewhere leaves none.
+// Only failures touch the store (besides the connections' addresses, once).
 //
 // Thread safety: one thread at a time (the group's CollectiveQueue).
 #pragma once
@@ -27,17 +39,22 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
+#include <utility>
 #include <string>
 
 #include "distributed/host_pool.h"
+#include "runtime/buffer.h"
 #include "distributed/signature.h"
+#include "distributed/tcp_exchange.h"
 #include "distributed/transport.h"
 
 namespace torchtpu::distributed {
 
 class HostStagedTransport : public Transport {
  public:
-  // `store`: the group's store (may be null: missing ranks are then not named).
+  // `store`: the group's store (the TCP connections' addresses travel through it; it
+  // names the ranks missing from a failed collective).
   HostStagedTransport(c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Store> store,
                       std::vector<int64_t> global_ranks, std::chrono::milliseconds timeout);
 
@@ -59,48 +76,42 @@ class HostStagedTransport : public Transport {
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
  private:
-  // Runs one Gloo operation and waits for it; a Gloo exception becomes kUnavailable (which
-  // names the missing ranks of a `collective`, not of a send or recv). start() and
-  // finish() are its two halves.
-  base::Status run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
-                   bool collective = true);
-  base::StatusOr<c10::intrusive_ptr<c10d::Work>> start(
-      const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op,
-      bool collective = true);
-  base::Status finish(const char* what, const c10::intrusive_ptr<c10d::Work>& work,
-                      bool collective = true);
-  std::string failure(const char* what, const std::exception& e, bool collective);
+  // Runs one Gloo operation (send or recv) and waits for it; a Gloo exception becomes
+  // kUnavailable.
+  base::Status run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op);
+  // The kUnavailable message of a failed collective (collective: named with its number
+  // and the ranks that did not reach it) or send/recv.
+  std::string failure(const char* what, const std::string& why, bool collective);
   // After a failure of collective number seq_: the global ranks that did not report
   // reaching it, as a clause of the error message (empty when the store cannot tell).
   std::string missing_ranks();
-  // The signature exchange, in two halves (the data is copied to the host in between when
-  // it does not travel with it). Each rank all_gathers a fixed-size block: its header
-  // (the signature) and room for inline_capacity_ bytes of payload. A
-  // collective whose payload fits (fits()) writes it there first (outgoing_payload()) and
-  // needs no second exchange: the signature check then costs no round trip of its own.
-  struct Exchange {
-    const char* what = "";
-    c10::intrusive_ptr<c10d::Work> work;  // null when checks are off
-    bool carried = false;                 // the payloads travelled with the headers
-    at::Tensor all;                       // uint8 [size * block], rank r's block at r * block
-    int64_t block = 0;
-    // Rank r's payload, as a tensor shaped like `like`.
-    at::Tensor payload(int r, const at::Tensor& like) const;
-  };
-  bool fits(int64_t payload_bytes) const;
-  at::Tensor header_slot();
-  // Where this rank's payload goes before start_exchange(..., carried=true).
-  at::Tensor outgoing_payload(const at::Tensor& like);
-  base::StatusOr<Exchange> start_exchange(const CollectiveSignature& s, bool carried);
-  base::Status finish_exchange(const Exchange& x);
-  base::Status check(const CollectiveSignature& s);
+  // One exchange step of collective seq_ (sends/recvs by group rank). The first step
+  // (`first`) is checked: signatures (unless TORCHTPU_DIST_CHECK=0), collective numbers,
+  // payload lengths; later steps' sizes follow from signatures the first found equal.
+  // `landed`: as TcpExchange::step's.
+  base::Status step(const CollectiveSignature& s, const std::vector<TcpExchange::Send>& sends,
+                    const std::vector<TcpExchange::Recv>& recvs, bool first,
+                    const std::function<void(int64_t)>& landed = nullptr);
+  // One step in which every peer sends its contribution to `out` (this rank's part of a
+  // reduction; `own` is this rank's contribution), reduced into `out` in rank order as it
+  // lands.
+  base::Status reduce_step(const CollectiveSignature& s, const std::vector<TcpExchange::Send>& sends,
+                           at::Tensor& out, const at::Tensor& own, const c10d::ReduceOp& op);
+  // Where peer r's part of a reduction lands: for two ranks `out` itself (reduce_parts
+  // reads it as the peer's part), else row r of a scratch buffer.
+  at::Tensor part_slot(int r, const at::Tensor& out);
   // A host tensor shaped like `like` in a pool chunk, to receive a result into.
   at::Tensor receiving(const at::Tensor& like);
-  // `t` copied to the host: into the reused send slot (Gloo only reads it), or into a pool
-  // chunk when it will also hold the result (`as_result`).
-  at::Tensor to_host(const at::Tensor& t, bool as_result = false);
+  // `t` copied to the host, into the reused send slot.
+  at::Tensor to_host(const at::Tensor& t);
   // Copies tpu tensor `t` into `host` (a contiguous CPU tensor of its shape and dtype).
   void copy_to_host(const at::Tensor& t, at::Tensor& host);
+  // `t`'s data on the host, read-only: where device memory is host memory and `t` is its
+  // whole buffer, that memory itself (the view holds the buffer); else a copy (to_host).
+  at::Tensor host_view(const at::Tensor& t);
+  // The host address of `t`'s buffer, once ready, and the buffer, where device memory is
+  // host memory and `t` is its whole buffer.
+  std::optional<std::pair<const void*, runtime::BufferPtr>> host_memory_of(const at::Tensor& t);
   // `host` (a pool chunk shaped like dst) becomes dst's value, without a copy.
   base::Status to_device(at::Tensor& dst, const at::Tensor& host);
   std::string ranks_text() const;
@@ -112,15 +123,9 @@ class HostStagedTransport : public Transport {
   std::chrono::milliseconds timeout_;
   bool check_signatures_;
   bool host_memory_;  // the plugin's device memory is host memory (the CPU plugin)
-  at::Tensor send_slot_;  // uint8, grown on demand
-  // The payload room of every rank's exchange block: fixed for the group (no failure or
-  // sequence of sizes can make ranks disagree on the block they all_gather), 64 KB for two
-  // ranks and less in larger groups (payload_room() in the .cc): a rank receives at most
-  // 64 KB of payload per check, which costs Gloo's all_gather about what a bare header
-  // does, while every collective that fits saves a second Gloo round trip.
-  const int64_t inline_capacity_;
-  at::Tensor header_slot_;    // uint8: this rank's header and payload
-  at::Tensor gathered_slot_;  // uint8: every rank's
+  at::Tensor send_slot_;     // uint8, grown on demand
+  at::Tensor scratch_slot_;  // uint8: peers' parts of a reduction (groups of 3 or more)
+  TcpExchange exchange_;
   std::shared_ptr<HostPool> pool_;
 };
 

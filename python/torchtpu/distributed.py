@@ -12,8 +12,9 @@ created:
   extension has the in-plugin transport: a collective is one StableHLO program over those
   devices;
 - host-staged otherwise (ranks in other processes on a plugin without a cross-process
-  transport, as the XLA CPU plugin): data is copied to host memory and goes through
-  PyTorch's Gloo, on a Gloo backend created here from the group's store. Collectives run
+  transport, as the XLA CPU plugin): data is copied to host memory and exchanged over the
+  group's own TCP connections (their addresses travel through the group's store); send and
+  recv go through PyTorch's Gloo, on a Gloo backend created here. Collectives run
   on the group's own thread in issue order and return pending works (``async_op=True``
   overlaps them with the caller's work). Counted in ``torchtpu.debug.metrics()`` as
   ``num_host_staged_collectives`` / ``host_staged_bytes``.

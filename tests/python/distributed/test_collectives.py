@@ -36,26 +36,30 @@ def _collectives(rank: int, world: int) -> None:
     cases = [(op, torch.float32) for op in (R.SUM, R.MIN, R.MAX, R.PRODUCT)]
     cases += [(op, torch.int64) for op in (R.SUM, R.MIN, R.MAX, R.PRODUCT, R.BAND, R.BOR)]
     cases += [(R.SUM, torch.float64), (R.MAX, torch.int32), (R.SUM, torch.bfloat16)]
-    for op, dtype in cases:
-        x = data((3, 5), dtype)
-        ref = x.clone()
-        dist.all_reduce(ref, op=op)
-        t = x.to("tpu")
-        dist.all_reduce(t, op=op)
-        same(t, ref, f"all_reduce {op} {dtype}")
+    # Small shapes go whole to the peer; 40001 elements (over 64 KB) are reduce-scattered
+    # and all-gathered, in parts of unequal length.
+    for shape in ((3, 5), (40001,)):
+        for op, dtype in cases:
+            x = data(shape, dtype)
+            ref = x.clone()
+            dist.all_reduce(ref, op=op)
+            t = x.to("tpu")
+            dist.all_reduce(t, op=op)
+            same(t, ref, f"all_reduce {op} {dtype} {shape}")
     # AVG and PREMUL_SUM are computed by the backend (Gloo has no PREMUL_SUM).
-    x = data((7,))
-    total = x.clone()
-    dist.all_reduce(total)
-    t = x.to("tpu")
-    dist.all_reduce(t, op=R.AVG)
-    same(t, total / world, "all_reduce AVG")
-    for factor in (0.5, torch.tensor(3.0, device="tpu")):
-        scaled = x * (factor.item() if isinstance(factor, torch.Tensor) else factor)
-        dist.all_reduce(scaled)
+    for n in (7, 40001):
+        x = data((n,))
+        total = x.clone()
+        dist.all_reduce(total)
         t = x.to("tpu")
-        dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
-        same(t, scaled, f"all_reduce PREMUL_SUM {factor}")
+        dist.all_reduce(t, op=R.AVG)
+        same(t, total / world, f"all_reduce AVG of {n}")
+        for factor in (0.5, torch.tensor(3.0, device="tpu")):
+            scaled = x * (factor.item() if isinstance(factor, torch.Tensor) else factor)
+            dist.all_reduce(scaled)
+            t = x.to("tpu")
+            dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
+            same(t, scaled, f"all_reduce PREMUL_SUM {factor} of {n}")
 
     # Async work: wait() and a future that completes with the outputs (DDP needs both).
     t = x.to("tpu")
@@ -225,20 +229,16 @@ def _collectives(rank: int, world: int) -> None:
         dist.all_gather_into_tensor(out, torch.ones(2, device="tpu"), group=alone)
         same(out, torch.ones(2), "all_gather in a group of one")
 
-    # Sizes on both sides of the group's payload room (64 KB for two ranks): small data
-    # travels with the signature exchange (counted in num_host_staged_carried), 1 MB never
-    # does; 64 KB fills the room exactly (a reduce_scatter's 128 KB input does not fit).
-    # Either way the values are Gloo's.
-    carried = torchtpu.debug.metrics().get("num_host_staged_carried", 0)
-    for n in (16, 16, 300, 16, 1 << 14, (1 << 18) + 8, (1 << 18) + 8, 16, 16):
+    # Sizes on both sides of the all_reduce's direct bound (64 KB from each peer): small
+    # data goes whole to the peer, 1 MB is reduce-scattered and all-gathered; odd element
+    # counts split unevenly between the ranks. Either way the values are Gloo's.
+    for n in (16, 16, 300, 16, 1 << 14, (1 << 18) + 8, (1 << 18) + 7, 16, 16):
         x = data((n,))
         ref = x.clone()
         dist.all_reduce(ref)
         t = x.to("tpu")
         dist.all_reduce(t)
         same(t, ref, f"all_reduce of {n}")
-        if n > 1 << 14:
-            continue
         ref = torch.empty(world * n)
         dist.all_gather_into_tensor(ref, x)
         out = torch.empty(world * n, device="tpu")
@@ -248,14 +248,16 @@ def _collectives(rank: int, world: int) -> None:
         ref = torch.empty(n)
         dist.reduce_scatter_tensor(ref, big)
         out = torch.empty(n, device="tpu")
-        dist.reduce_scatter_tensor(out, big.to("tpu"))
+        src = big.to("tpu")
+        dist.reduce_scatter_tensor(out, src)
         same(out, ref, f"reduce_scatter of {n}")
+        # The exchange reads the input's own memory and leaves it as it was.
+        same(src, big, f"reduce_scatter's input of {n}")
         b = data((n,)).to("tpu")
         dist.broadcast(b, src=1)
         ref = b.cpu()
         dist.all_reduce(ref, op=R.MAX)  # every rank now holds rank 1's values
         same(b, ref, f"broadcast of {n}")
-    assert torchtpu.debug.metrics()["num_host_staged_carried"] - carried >= 13
 
     # async_op=True returns before the peers join, whatever the size: a rank may signal a
     # peer (here through the store) between issuing a collective and waiting for it.
@@ -273,7 +275,7 @@ def _collectives(rank: int, world: int) -> None:
     same(t, torch.full((4,), float(world)), "an async all_reduce waited for after a signal")
 
     # MIN and MAX meeting a NaN: Gloo keeps the first operand unless the comparison picks
-    # the second, so a NaN wins only from the lower rank; the carried path must agree.
+    # the second, so a NaN wins only from the lower rank; the host's reduction must agree.
     nan = float("nan")
     for op in (R.MIN, R.MAX):
         x = torch.tensor([nan, 1.0, 2.0]) if rank == 0 else torch.tensor([1.0, nan, 3.0])
@@ -313,3 +315,57 @@ def _collectives(rank: int, world: int) -> None:
 
 def test_collectives_match_gloo_on_cpu():
     run_ranks(_collectives, 2, timeout=240)
+
+
+def _three_ranks(rank: int, world: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    R = dist.ReduceOp
+    gen = torch.Generator().manual_seed(99 + rank)
+
+    def same(tpu_t, cpu_t, what):
+        torch.testing.assert_close(tpu_t.cpu(), cpu_t, msg=lambda m: f"{what}: {m}")
+
+    # Below and above the direct bound (64 KB from the peers together); 3 ranks split
+    # 40001 elements unevenly and reduce their peers' parts from a scratch buffer.
+    for n in (5, 40001):
+        for op in (R.SUM, R.MAX, R.PRODUCT):
+            x = torch.randint(-3, 4, (n,), generator=gen).float()
+            ref = x.clone()
+            dist.all_reduce(ref, op=op)
+            t = x.to("tpu")
+            dist.all_reduce(t, op=op)
+            same(t, ref, f"all_reduce {op} of {n}")
+        x = torch.randint(-3, 4, (n,), generator=gen).to(torch.int64)
+        ref = torch.empty(world * n, dtype=torch.int64)
+        dist.all_gather_into_tensor(ref, x)
+        out = torch.empty(world * n, dtype=torch.int64, device="tpu")
+        dist.all_gather_into_tensor(out, x.to("tpu"))
+        same(out, ref, f"all_gather of {n}")
+        big = torch.randint(-3, 4, (world * n,), generator=gen).float()
+        ref = torch.empty(n)
+        dist.reduce_scatter_tensor(ref, big, op=R.MIN)
+        out = torch.empty(n, device="tpu")
+        dist.reduce_scatter_tensor(out, big.to("tpu"), op=R.MIN)
+        same(out, ref, f"reduce_scatter MIN of {n}")
+        b = torch.randint(-3, 4, (n,), generator=gen).float()
+        ref = b.clone()
+        dist.broadcast(ref, src=2)
+        t = b.to("tpu")
+        dist.broadcast(t, src=2)
+        same(t, ref, f"broadcast of {n}")
+    # Rank r sends rank p (r + 1) * (p + 1) rows of 3.
+    ins = [(rank + 1) * (p + 1) for p in range(world)]
+    outs = [(p + 1) * (rank + 1) for p in range(world)]
+    x = torch.randint(-3, 4, (sum(ins), 3), generator=gen).float()
+    ref = torch.empty(sum(outs), 3)
+    dist.all_to_all_single(ref, x, outs, ins)
+    out = torch.empty(sum(outs), 3, device="tpu")
+    dist.all_to_all_single(out, x.to("tpu"), outs, ins)
+    same(out, ref, "all_to_all")
+    dist.barrier()
+
+
+def test_three_ranks_match_gloo_on_cpu():
+    run_ranks(_three_ranks, 3, timeout=240)

@@ -75,6 +75,60 @@ def _mismatches(rank: int, world: int) -> None:
     torch.testing.assert_close(t.cpu(), torch.full((3,), float(world)))
 
 
+def _large_mismatches(rank: int, world: int) -> None:
+    """Mismatches of collectives whose data (1 MB and more) travels in the same messages as
+    the signatures: refused on every rank, the payloads dropped, the group still in step."""
+    import os
+
+    import pytest as _pytest
+    import torch
+    import torch.distributed as dist
+
+    big = 1 << 18  # floats: 1 MB
+
+    with _pytest.raises(ValueError, match="different shapes") as e:
+        dist.all_reduce(torch.ones(big if rank == 0 else big + 8, device="tpu"))
+    assert "Float[262144]" in str(e.value) and "Float[262152]" in str(e.value), str(e.value)
+
+    # The same number of bytes (a payload of the expected length lands): the signatures
+    # still tell the dtypes apart.
+    dtype = torch.float32 if rank == 0 else torch.int32
+    with _pytest.raises(ValueError, match="different dtypes"):
+        dist.all_gather_into_tensor(torch.empty(world * big, device="tpu", dtype=dtype),
+                                    torch.ones(big, device="tpu", dtype=dtype))
+
+    with _pytest.raises(ValueError, match="different reduce ops"):
+        dist.reduce_scatter_tensor(torch.empty(big, device="tpu"),
+                                   torch.ones(world * big, device="tpu"),
+                                   op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MIN)
+
+    with _pytest.raises(ValueError, match="different collectives"):
+        t = torch.ones(world * big, device="tpu")
+        if rank == 0:
+            dist.all_reduce(t)
+        else:
+            dist.all_gather_into_tensor(torch.empty(world * world * big, device="tpu"), t)
+
+    # A large rank against a small one.
+    with _pytest.raises(ValueError, match="different shapes"):
+        dist.reduce_scatter_tensor(torch.empty(big if rank else 2, device="tpu"),
+                                   torch.ones(world * (big if rank else 2), device="tpu"))
+
+    t = torch.full((big + 3,), float(rank + 1), device="tpu")
+    dist.all_reduce(t)
+    torch.testing.assert_close(t.cpu(), torch.full((big + 3,), float(sum(range(1, world + 1)))))
+
+    # Without the signature check, a payload of an unexpected length still raises (here on
+    # both ranks: each receives one) and the group stays in step.
+    os.environ["TORCHTPU_DIST_CHECK"] = "0"
+    unchecked = dist.new_group(backend="tpu")
+    with _pytest.raises(ValueError, match=r"sent \d+ bytes where this rank .* expects \d+"):
+        dist.all_reduce(torch.ones(big if rank == 0 else big + 8, device="tpu"), group=unchecked)
+    t = torch.ones(big, device="tpu")
+    dist.all_reduce(t, group=unchecked)
+    torch.testing.assert_close(t.cpu(), torch.full((big,), float(world)))
+
+
 def _dead_peer(rank: int, world: int) -> None:
     import os
     import time
@@ -146,6 +200,10 @@ def _timeout_set_later(rank: int, world: int) -> None:
 
 def test_mismatches_raise_on_every_rank():
     run_ranks(_mismatches, 2, timeout=200)
+
+
+def test_large_mismatches_raise_on_every_rank():
+    run_ranks(_large_mismatches, 2, timeout=200)
 
 
 def test_dead_peer_raises():
