@@ -259,6 +259,20 @@ Lowered lower_trace(LoweringContext& c) {
   return std::vector<Value>{b.convert(b.reduce_sum(diag, {0, 1}), out)};
 }
 
+// atan of a real number as atan2(2x, 2), the value of the atan2(x, 1) chlo.atan expands to:
+// 2x / 2 is x exactly, and 2x overflows only where atan(x) rounds to +-pi/2, as
+// atan2(+-inf, 2) does. Subnormal x (whose atan is x; XLA's atan2 flushes them to 0) is
+// returned as is. Not atan2(x, 1): XLA's CPU compiler rewrites that to its own atan
+// function, whose vector form is called with the wrong argument passing once LLVM vectorizes
+// the loop around it (a gather reading atan(x) gave 0 or x for some elements).
+Value atan_real(Builder& b, Value x) {
+  Value two = b.splat(2, x.type);
+  double min_normal = x.dtype() == DType::kF64 ? std::numeric_limits<double>::min()
+                                                : std::numeric_limits<float>::min();
+  Value tiny = b.compare(b.unary("abs", x), b.splat(min_normal, x.type), "LT");
+  return b.select(tiny, x, b.binary("atan2", b.mul(x, two), two));
+}
+
 }  // namespace
 
 // PyTorch's div_floor for floats: (a - fmod(a, b)) / b, corrected toward -inf, then rounded;
@@ -280,12 +294,13 @@ Value floor_divide_float(Builder& b, Value x, Value y) {
 
 void register_elementwise_math_lowerings() {
   for (auto [name, op] : {std::pair{"acos", "chlo.acos"}, {"asin", "chlo.asin"},
-                          {"atan", "chlo.atan"}, {"sinh", "chlo.sinh"}, {"cosh", "chlo.cosh"},
+                          {"sinh", "chlo.sinh"}, {"cosh", "chlo.cosh"},
                           {"asinh", "chlo.asinh"}, {"acosh", "chlo.acosh"},
                           {"atanh", "chlo.atanh"}, {"erfc", "chlo.erfc"},
                           {"erfinv", "chlo.erf_inv"}, {"lgamma", "chlo.lgamma"}}) {
     register_with_variants(name, {""}, hlo_unary(op));
   }
+  register_with_variants("atan", {""}, float_fn(atan_real));
   register_with_variants("digamma", {""}, float_fn(digamma));
   register_with_variants("sinc", {""}, float_fn(sinc));
   register_with_variants("angle", {""}, float_fn(angle));

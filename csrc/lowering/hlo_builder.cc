@@ -223,6 +223,14 @@ Value Builder::convert(Value v, DType t) {
     return compare(v, zeros(v.type), "NE");
   }
   if (base::is_floating(v.dtype()) && base::is_integral(t)) return float_to_integer(v, t);
+  if (v.dtype() == DType::kBool && base::is_floating(t)) {
+    // Through uint8: XLA's simplifier rewrites a product with convert(i1) as a select
+    // (x * convert(p) -> select(p, x, 0), and x / broadcast(y) becomes x * (1 / y)), which
+    // is wrong for floats: inf * 0 and 0 / 0 are NaN, -1 * 0 is -0. A convert from u8
+    // is not one it matches, and 0/1 are exact in every float type.
+    Value bits = op("stablehlo.convert", {v}, TensorType{DType::kU8, v.dims()});
+    return op("stablehlo.convert", {bits}, TensorType{t, v.dims()});
+  }
   return op("stablehlo.convert", {v}, TensorType{t, v.dims()});
 }
 

@@ -373,3 +373,46 @@ def test_atan2_of_integers_promotes_to_float(dtype: torch.dtype) -> None:
     assert got.dtype == torch.float32
     assert torch.allclose(got.cpu(), torch.atan2(a, b))
     assert "aten::atan2.out" not in torchtpu.debug.metrics()["fallback_ops"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_bool_operands_keep_float_special_values(dtype: torch.dtype) -> None:
+    # A bool promoted to a float is 0 or 1 and nothing else: inf * False and 0 / 0 are NaN,
+    # -1 * False is -0, also when the bool operand is broadcast.
+    x = torch.tensor([[float("inf"), float("nan"), -1.0, 2.0],
+                      [-float("inf"), 0.0, 3.0, -0.0]], dtype=dtype)
+    p = torch.tensor([False, False, False, True])
+    q = torch.tensor([[True, False, False, True], [False, True, False, False]])
+    cases = {
+        "mul": lambda x, p, q: x * p,
+        "mul_expanded": lambda x, p, q: x[0] * p.view(1, 4).expand(2, 4),
+        "bool_div_bool": lambda x, p, q: q / p,
+        "bool_div_bool_row": lambda x, p, q: p / q[:, :1],
+        "bool_div_float": lambda x, p, q: p / x,
+        "float_div_bool": lambda x, p, q: x / p,
+    }
+    for name, fn in cases.items():
+        expected = fn(x, p, q)
+        got = fn(x.to(TPU), p.to(TPU), q.to(TPU)).cpu()
+        assert got.dtype == expected.dtype, name
+        torch.testing.assert_close(got, expected, equal_nan=True, msg=name)
+        number = ~expected.isnan()  # a NaN's sign bit is not specified
+        assert torch.equal(torch.signbit(got[number]), torch.signbit(expected[number])), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_atan_values_and_through_a_gather(dtype: torch.dtype) -> None:
+    # Edge values (subnormals, infinities, the largest floats) and atan read by a gather in
+    # one compiled program, where XLA's CPU code generator vectorizes the loop around it.
+    info = torch.finfo(dtype)
+    special = torch.tensor([0.0, -0.0, info.tiny / 4, -info.tiny / 8, info.max, -info.max,
+                            float("inf"), -float("inf"), float("nan"), 1.0, -1.0], dtype=dtype)
+    x = torch.cat([special, torch.randn(53, dtype=dtype) * 10])
+    got = x.to(TPU).atan().cpu()
+    torch.testing.assert_close(got, x.atan(), equal_nan=True)
+    number = ~x.isnan()
+    assert torch.equal(torch.signbit(got[number]), torch.signbit(x.atan()[number]))
+    idx = torch.randperm(x.numel())[:40]
+    fn = torch.compile(lambda v, i: v.atan()[i] * 2, backend="tpu")
+    torch.testing.assert_close(fn(x.to(TPU), idx.to(TPU)).cpu(), x.atan()[idx] * 2,
+                               equal_nan=True)
