@@ -22,30 +22,31 @@ module @torchtpu {
     %v20 = "stablehlo.broadcast_in_dim"(%v1) {broadcast_dimensions = array<i64: 0>} : (tensor<3xi64>) -> tensor<3x4xi64>
     %v21 = "stablehlo.compare"(%v18, %v20) {comparison_direction = #stablehlo<comparison_direction EQ>, compare_type = #stablehlo<comparison_type SIGNED>} : (tensor<3x4xi64>, tensor<3x4xi64>) -> tensor<3x4xi1>
     %v22 = "stablehlo.and"(%v21, %v19) : (tensor<3x4xi1>, tensor<3x4xi1>) -> tensor<3x4xi1>
-    %v23 = "stablehlo.convert"(%v4) : (tensor<3xi1>) -> tensor<3xf32>
-    %v24 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<3x4xf32>} : () -> tensor<3x4xf32>
-    %v25 = "stablehlo.select"(%v22, %v0, %v24) : (tensor<3x4xi1>, tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
-    %v26 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
-    %v27 = "stablehlo.reduce"(%v25, %v26) ({
-    ^bb0(%v28: tensor<f32>, %v29: tensor<f32>):
-      %v30 = "stablehlo.add"(%v28, %v29) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-      "stablehlo.return"(%v30) : (tensor<f32>) -> ()
+    %v23 = "stablehlo.convert"(%v4) : (tensor<3xi1>) -> tensor<3xui8>
+    %v24 = "stablehlo.convert"(%v23) : (tensor<3xui8>) -> tensor<3xf32>
+    %v25 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<3x4xf32>} : () -> tensor<3x4xf32>
+    %v26 = "stablehlo.select"(%v22, %v0, %v25) : (tensor<3x4xi1>, tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+    %v27 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
+    %v28 = "stablehlo.reduce"(%v26, %v27) ({
+    ^bb0(%v29: tensor<f32>, %v30: tensor<f32>):
+      %v31 = "stablehlo.add"(%v29, %v30) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%v31) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 1>} : (tensor<3x4xf32>, tensor<f32>) -> tensor<3xf32>
-    %v31 = "stablehlo.multiply"(%v27, %v23) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
-    %v32 = "stablehlo.negate"(%v31) : (tensor<3xf32>) -> tensor<3xf32>
-    %v33 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
-    %v34 = "stablehlo.reduce"(%v32, %v33) ({
-    ^bb0(%v35: tensor<f32>, %v36: tensor<f32>):
-      %v37 = "stablehlo.add"(%v35, %v36) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-      "stablehlo.return"(%v37) : (tensor<f32>) -> ()
+    %v32 = "stablehlo.multiply"(%v28, %v24) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    %v33 = "stablehlo.negate"(%v32) : (tensor<3xf32>) -> tensor<3xf32>
+    %v34 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
+    %v35 = "stablehlo.reduce"(%v33, %v34) ({
+    ^bb0(%v36: tensor<f32>, %v37: tensor<f32>):
+      %v38 = "stablehlo.add"(%v36, %v37) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%v38) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 0>} : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
-    %v38 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
-    %v39 = "stablehlo.reduce"(%v23, %v38) ({
-    ^bb0(%v40: tensor<f32>, %v41: tensor<f32>):
-      %v42 = "stablehlo.add"(%v40, %v41) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-      "stablehlo.return"(%v42) : (tensor<f32>) -> ()
+    %v39 = "stablehlo.constant"() {value = dense<0x00000000> : tensor<f32>} : () -> tensor<f32>
+    %v40 = "stablehlo.reduce"(%v24, %v39) ({
+    ^bb0(%v41: tensor<f32>, %v42: tensor<f32>):
+      %v43 = "stablehlo.add"(%v41, %v42) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+      "stablehlo.return"(%v43) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 0>} : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
-    %v43 = "stablehlo.divide"(%v34, %v39) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-    "func.return"(%v43, %v39, %v14) : (tensor<f32>, tensor<f32>, tensor<i1>) -> ()
+    %v44 = "stablehlo.divide"(%v35, %v40) : (tensor<f32>, tensor<f32>) -> tensor<f32>
+    "func.return"(%v44, %v40, %v14) : (tensor<f32>, tensor<f32>, tensor<i1>) -> ()
   }
 }
