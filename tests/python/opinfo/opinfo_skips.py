@@ -35,7 +35,6 @@ SKIPS: dict[str, str] = {
     'mode': 'fallback: aten::mode',
     'narrow_copy': 'error input raised IndexError instead of RuntimeError (IndexError: Dimension out of range (expected to be in range of [-3, 2], but got 3))',
     'native_batch_norm': 'mismatch: output 1 is torch.float32[2], CPU gives torch.float32[0]',
-    'native_dropout_backward': 'mismatch: output 0 (torch.float32): Mismatched elements: 2 / 625 (0.3%); Greatest absolute difference: nan at index (0, 0, 0, 0) (up to 0.001 allowed)',
     'nn.functional.adaptive_avg_pool1d': 'mismatch: output 0 (torch.float32): Mismatched elements: 3 / 40 (7.5%); Greatest absolute difference: nan at index (0, 2) (up to 0.001 allowed)',
     'nn.functional.adaptive_avg_pool2d': 'mismatch: output 0 (torch.float32): Mismatched elements: 33 / 280 (11.8%); Greatest absolute difference: nan at index (0, 0, 0, 2) (up to 0.001 allowed)',
     'nn.functional.adaptive_avg_pool3d': 'fallback: aten::_adaptive_avg_pool3d',
