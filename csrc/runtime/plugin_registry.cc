@@ -29,12 +29,12 @@ const std::vector<KnownPlugin>& known_plugins() {
   // The order of the defaults is the measured preference (docs/architecture.md, "PJRT
   // plugins"); the accelerators are chosen only by name.
   static const std::vector<KnownPlugin>* plugins = new std::vector<KnownPlugin>{
-      {"xla-cpu-pjrt", "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so", "cpu", true,
-       "OpenXLA's CPU plugin as published by The OpenXLA Authors (release 0.0.1; "
-       "PJRT C API 0.81, StableHLO 1.13.3)"},
       {"lammps-jax-pjrt-cpu", "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so", "cpu", true,
        "OpenXLA's CPU plugin built by the lammps-jax project from XLA commit 91888df6 "
        "(jaxlib 0.11.2's XLA), Apache-2.0"},
+      {"xla-cpu-pjrt", "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so", "cpu", true,
+       "OpenXLA's CPU plugin as published by The OpenXLA Authors (release 0.0.1; "
+       "PJRT C API 0.81, StableHLO 1.13.3)"},
       {"jax-cuda12-pjrt", "jax_plugins/xla_cuda12/xla_cuda_plugin.so", "cuda", false,
        "JAX's CUDA 12 plugin, published by the JAX team with each jaxlib"},
       {"jax-cuda13-pjrt", "jax_plugins/xla_cuda13/xla_cuda_plugin.so", "cuda", false,
