@@ -15,6 +15,11 @@
 #   4. bench/compiled_vs_jax.py: ours against `jax.jit` on the same GPU plugin
 #   5. bench/titan_train.py (TorchTitan, bf16): tokens/s and MFU on the GPU
 #
+# Not run here: a multi-process client (torchtpu.distributed.initialize_multiprocess_client,
+# the CUDA plugin given a key-value store and node_id/num_nodes) needs >= 2 GPUs, one per
+# process; on one GPU only its CPU-side pieces run (tests/cpp/kv_store_test.cc,
+# tests/python/distributed/test_multiprocess_client.py).
+#
 # Environment: GPU_CHECK_WHEELS=<dir> installs from a folder of wheels instead of PyPI (a
 # machine without network); GPU_CHECK_OPINFO_EVERY=N runs one OpInfo test in N (default 12);
 # GPU_CHECK_SKIP_INSTALL=1 uses the plugins already installed.

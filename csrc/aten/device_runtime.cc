@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "kernels/host_kernels.h"
 #include "runtime/host_malloc.h"
@@ -23,6 +24,8 @@ struct State {
   base::Status init_error;
   bool tried = false;
   std::vector<std::string> host_kernels;  // custom-call targets the plugin accepted
+  // Set by set_multi_process_config before the client starts.
+  std::optional<runtime::MultiProcessConfig> multi_process;
 };
 
 State& state() {
@@ -115,6 +118,10 @@ void ensure_initialized(State& s) {
     s.init_error = malloc_policy.status();
     return;
   }
+  // A plugin that takes no store (the CPU plugins, a plugin given by path) never sees it:
+  // Client::create passes it only as far as the registry's support says.
+  options.multi_process = s.multi_process;
+  options.multi_process_support = runtime::multi_process_support(known);
   auto c = runtime::Client::create(*plugin, options);
   if (!c.ok()) {
     s.init_error = c.status();
@@ -143,6 +150,40 @@ void ensure_initialized(State& s) {
 void set_plugin_search_path(const std::vector<std::string>& dirs) {
   std::lock_guard<std::mutex> lock(state().mu);
   state().search_dirs = dirs;
+}
+
+base::Status set_multi_process_config(runtime::MultiProcessConfig config) {
+  TORCHTPU_RETURN_IF_ERROR(runtime::validate(config));
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.tried) {
+    return base::failed_precondition(
+        "tpu: the device has already started (its PJRT client exists), so it can no longer "
+        "become a multi-process client; configure it before the first use of a tpu device "
+        "(before any tpu tensor, torch.tpu call or init_process_group)");
+  }
+  s.multi_process = std::move(config);
+  return base::Status::ok_status();
+}
+
+bool device_started() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.tried;
+}
+
+runtime::MultiProcessSupport chosen_plugin_multi_process_support() {
+  State& s = state();
+  std::vector<std::string> dirs;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.tried) return runtime::multi_process_support(runtime::find_known_plugin(s.choice.name));
+    dirs = s.search_dirs;
+  }
+  const char* env = std::getenv("TORCHTPU_PJRT_PLUGIN");
+  auto choice = runtime::choose_plugin(env ? env : "", runtime::find_plugins(dirs));
+  if (!choice.ok()) return runtime::MultiProcessSupport::kNone;
+  return runtime::multi_process_support(runtime::find_known_plugin(choice->name));
 }
 
 runtime::PluginChoice plugin_choice() {

@@ -12,6 +12,7 @@
 
 #include "runtime/client.h"
 #include "runtime/compile_cache.h"
+#include "runtime/kv_store.h"
 #include "runtime/plugin_registry.h"
 
 namespace torchtpu::aten {
@@ -31,5 +32,14 @@ runtime::CompileCache& compile_cache();
 std::vector<std::string> registered_host_kernels();
 // Device count without raising: 0 when the plugin cannot be loaded.
 int device_count_or_zero();
+
+// Makes the client, when it starts, one over the devices of several processes
+// (runtime/kv_store.h) if its plugin takes a key-value store; a plugin that does not (the
+// CPU plugins) starts as usual. FailedPrecondition once the device has started.
+base::Status set_multi_process_config(runtime::MultiProcessConfig config);
+// Whether the client has been started (or its start attempted).
+bool device_started();
+// What the plugin that would run (or runs) takes to form a multi-process client; loads none.
+runtime::MultiProcessSupport chosen_plugin_multi_process_support();
 
 }  // namespace torchtpu::aten

@@ -12,6 +12,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kOutOfRange: return "OUT_OF_RANGE";
     case StatusCode::kInternal: return "INTERNAL";
     case StatusCode::kUnavailable: return "UNAVAILABLE";
+    case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
   }
   return "UNKNOWN";
 }
@@ -30,5 +31,8 @@ Status failed_precondition(std::string m) {
 Status out_of_range(std::string m) { return Status(StatusCode::kOutOfRange, std::move(m)); }
 Status internal_error(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 Status unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
+Status deadline_exceeded(std::string m) {
+  return Status(StatusCode::kDeadlineExceeded, std::move(m));
+}
 
 }  // namespace torchtpu::base

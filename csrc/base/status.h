@@ -21,6 +21,7 @@ enum class StatusCode {
   kOutOfRange,
   kInternal,
   kUnavailable,
+  kDeadlineExceeded,
 };
 
 const char* status_code_name(StatusCode code);
@@ -48,6 +49,7 @@ Status failed_precondition(std::string message);
 Status out_of_range(std::string message);
 Status internal_error(std::string message);
 Status unavailable(std::string message);
+Status deadline_exceeded(std::string message);
 
 template <typename T>
 class [[nodiscard]] StatusOr {

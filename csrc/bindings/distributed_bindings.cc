@@ -10,12 +10,14 @@
 #include <atomic>
 #include <unistd.h>
 
+#include "aten/device_runtime.h"
 #include "aten/tpu_guard.h"
 #include "compile/compiled_graph.h"
 #include "distributed/backend.h"
 #include "distributed/collective_queue.h"
 #include "distributed/host_staged_transport.h"
 #include "distributed/in_plugin_transport.h"
+#include "distributed/store_kv.h"
 
 namespace py = pybind11;
 using namespace torchtpu;
@@ -55,6 +57,16 @@ void raise_if_error(const base::Status& s) {
   if (s.code() == base::StatusCode::kInvalidArgument) C10_THROW_ERROR(ValueError, s.message());
   if (s.code() == base::StatusCode::kUnavailable) C10_THROW_ERROR(DistBackendError, s.message());
   throw std::runtime_error(s.message());
+}
+
+// Key-value store errors: a timeout is Python's TimeoutError.
+void raise_kv_error(const base::Status& s) {
+  if (s.ok()) return;
+  if (s.code() == base::StatusCode::kDeadlineExceeded) {
+    PyErr_SetString(PyExc_TimeoutError, s.message().c_str());
+    throw py::error_already_set();
+  }
+  raise_if_error(s);
 }
 
 }  // namespace
@@ -115,6 +127,82 @@ void bind_distributed(py::module& m) {
           py::arg("what"), py::arg("meta"),
           "Every rank's list of ints, in rank order (in-plugin groups; every rank calls it as "
           "its next collective).");
+  py::class_<distributed::StoreKeyValueStore, std::shared_ptr<distributed::StoreKeyValueStore>>(
+      d, "StoreKeyValueStore",
+      "The key-value store a multi-process PJRT client is given, over a torch.distributed "
+      "Store (keys under `prefix/`).")
+      .def(py::init<c10::intrusive_ptr<c10d::Store>, std::string>(), py::arg("store"),
+           py::arg("prefix"))
+      .def_property_readonly("prefix", &distributed::StoreKeyValueStore::prefix)
+      .def(
+          "put",
+          [](distributed::StoreKeyValueStore& kv, const std::string& key, py::bytes value) {
+            std::string v = value;
+            base::Status st;
+            {
+              py::gil_scoped_release release;
+              st = kv.put(key, v);
+            }
+            raise_kv_error(st);
+          },
+          py::arg("key"), py::arg("value"))
+      .def(
+          "get",
+          [](distributed::StoreKeyValueStore& kv, const std::string& key, double timeout_s) {
+            base::StatusOr<std::string> got = base::internal_error("unset");
+            {
+              py::gil_scoped_release release;
+              got = kv.get(key, to_ms(timeout_s));
+            }
+            raise_kv_error(got.status());
+            return py::bytes(got.value());
+          },
+          py::arg("key"), py::arg("timeout_s"),
+          "The value, waiting up to timeout_s; TimeoutError when no process set it in time.")
+      .def(
+          "try_get",
+          [](distributed::StoreKeyValueStore& kv, const std::string& key) -> py::object {
+            base::StatusOr<std::optional<std::string>> got = base::internal_error("unset");
+            {
+              py::gil_scoped_release release;
+              got = kv.try_get(key);
+            }
+            raise_kv_error(got.status());
+            if (!got->has_value()) return py::none();
+            return py::bytes(**got);
+          },
+          py::arg("key"));
+  d.def(
+      "set_multi_process_config",
+      [](std::shared_ptr<distributed::StoreKeyValueStore> kv, int node_id, int num_nodes,
+         std::vector<int64_t> local_device_ids) {
+        runtime::MultiProcessConfig config;
+        config.node_id = node_id;
+        config.num_nodes = num_nodes;
+        config.store = std::move(kv);
+        config.local_device_ids = std::move(local_device_ids);
+        raise_if_error(aten::set_multi_process_config(std::move(config)));
+      },
+      py::arg("store"), py::arg("node_id"), py::arg("num_nodes"), py::arg("local_device_ids"),
+      "Makes the PJRT client, when the device starts, a multi-process one if its plugin "
+      "takes a key-value store (runtime/kv_store.h). Raises once the device has started.");
+  d.def(
+      "multi_process_support",
+      []() {
+        return std::string(
+            runtime::multi_process_support_name(aten::chosen_plugin_multi_process_support()));
+      },
+      "What the chosen plugin takes to form a multi-process client: 'none', 'store' or "
+      "'store_and_node_options'. Starts no device.");
+  d.def("device_started", &aten::device_started,
+        "Whether the tpu device's PJRT client has been started.");
+  d.def(
+      "client_devices",
+      []() {
+        runtime::Client& c = aten::client();
+        return py::make_tuple(c.multi_process(), c.num_devices(), c.num_global_devices());
+      },
+      "(multi_process, addressable devices, all devices) of the started client.");
   d.def("detached_queue_threads", &distributed::CollectiveQueue::detached_threads,
         "Collective threads of destroyed host-staged groups still finishing their work.");
   d.def(

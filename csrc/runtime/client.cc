@@ -34,24 +34,26 @@ void put_bytes_field(std::string& out, int field, const std::string& bytes) {
 
 }  // namespace
 
-std::string compile_options(const std::vector<int>& device_indices) {
-  // CompileOptionsProto{executable_build_options (3): ExecutableBuildOptionsProto{
-  //   device_ordinal (1): first device, num_replicas (4): N, num_partitions (5): 1,
-  //   device_assignment (9): DeviceAssignmentProto{replica_count (1): N,
-  //     computation_count (2): 1, computation_devices (3): {replica_device_ids (1): [...]}}}}.
-  // An empty options string makes XLA abort (num_replicas=0). Replica r runs on
-  // device_indices[r]; the CPU plugin's device ids are its device indices.
+namespace {
+
+// CompileOptionsProto{executable_build_options (3): ExecutableBuildOptionsProto{
+//   device_ordinal (1), num_replicas (4): N, num_partitions (5): 1,
+//   device_assignment (9): DeviceAssignmentProto{replica_count (1): N,
+//     computation_count (2): 1, computation_devices (3): {replica_device_ids (1): [...]}}}}.
+// An empty options string makes XLA abort (num_replicas=0). Replica r runs on device id
+// device_ids[r]; device_ordinal -1 lets the plugin take the local device from them.
+std::string build_compile_options(const std::vector<int>& device_ids, int64_t device_ordinal) {
   std::string replica_ids;  // packed repeated int64
-  for (int d : device_indices) put_varint(replica_ids, static_cast<uint64_t>(d));
+  for (int d : device_ids) put_varint(replica_ids, static_cast<uint64_t>(d));
   std::string computation_device;
   put_bytes_field(computation_device, 1, replica_ids);
   std::string assignment;
-  put_int_field(assignment, 1, device_indices.size());
+  put_int_field(assignment, 1, device_ids.size());
   put_int_field(assignment, 2, 1);
   put_bytes_field(assignment, 3, computation_device);
   std::string build;
-  put_int_field(build, 1, static_cast<uint64_t>(device_indices.empty() ? 0 : device_indices[0]));
-  put_int_field(build, 4, device_indices.size());
+  put_int_field(build, 1, static_cast<uint64_t>(device_ordinal));
+  put_int_field(build, 4, device_ids.size());
   put_int_field(build, 5, 1);
   put_bytes_field(build, 9, assignment);
   std::string options;
@@ -59,18 +61,58 @@ std::string compile_options(const std::vector<int>& device_indices) {
   return options;
 }
 
+}  // namespace
+
+std::string compile_options(const std::vector<int>& device_indices) {
+  // The CPU plugin's (and any single-process client's) device ids are its device indices.
+  return build_compile_options(device_indices, device_indices.empty() ? 0 : device_indices[0]);
+}
+
 std::string compile_options(int device_index) {
   return compile_options(std::vector<int>{device_index});
+}
+
+std::string compile_options_by_id(const std::vector<int>& device_ids) {
+  return build_compile_options(device_ids, -1);
+}
+
+std::string Client::compile_options_for(const std::vector<int>& device_indices) const {
+  if (!multi_process_) return compile_options(device_indices);
+  std::vector<int> ids;
+  ids.reserve(device_indices.size());
+  for (int d : device_indices) ids.push_back(device_ids_.at(d));
+  return compile_options_by_id(ids);
+}
+
+base::StatusOr<MultiProcessPlan> plan_multi_process(const ClientOptions& options) {
+  MultiProcessPlan plan;
+  if (!options.multi_process.has_value() ||
+      options.multi_process_support == MultiProcessSupport::kNone) {
+    return plan;
+  }
+  const MultiProcessConfig& config = *options.multi_process;
+  TORCHTPU_RETURN_IF_ERROR(validate(config));
+  plan.store_callbacks = true;
+  if (options.multi_process_support == MultiProcessSupport::kStoreAndNodeOptions) {
+    plan.options.push_back({"node_id", {config.node_id}, false});
+    plan.options.push_back({"num_nodes", {config.num_nodes}, false});
+    if (!config.local_device_ids.empty()) {
+      plan.options.push_back({"visible_devices", config.local_device_ids, true});
+    }
+  }
+  return plan;
 }
 
 base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plugin> plugin,
                                                        const ClientOptions& options) {
   const PJRT_Api* api = plugin->api();
+  TORCHTPU_ASSIGN_OR_RETURN(MultiProcessPlan plan, plan_multi_process(options));
   // `cpu_device_count` is an option of the XLA CPU plugins only; the others reject options
   // they do not know, by name. Which kind a plugin is shows in its answer, not in its file
   // name: a rejection of this option means "not a CPU plugin", and the client is created
-  // without it (and gets the devices the plugin has).
+  // without it (and gets the devices the plugin has). The multi-process options follow it.
   static const char kCpuDeviceCount[] = "cpu_device_count";
+  std::vector<PJRT_NamedValue> named;
   PJRT_NamedValue device_count{};
   device_count.struct_size = PJRT_NamedValue_STRUCT_SIZE;
   device_count.name = kCpuDeviceCount;
@@ -78,22 +120,65 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
   device_count.type = PJRT_NamedValue_kInt64;
   device_count.int64_value = options.cpu_device_count;
   device_count.value_size = 1;
-  PJRT_Client_Create_Args args{};
-  args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
-  args.create_options = &device_count;
-  args.num_options = 1;
+  named.push_back(device_count);
+  for (const MultiProcessPlan::Option& o : plan.options) {
+    PJRT_NamedValue v{};
+    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    v.name = o.name.data();
+    v.name_size = o.name.size();
+    if (o.is_list) {
+      v.type = PJRT_NamedValue_kInt64List;
+      v.int64_array_value = o.values.data();
+      v.value_size = o.values.size();
+    } else {
+      v.type = PJRT_NamedValue_kInt64;
+      v.int64_value = o.values.front();
+      v.value_size = 1;
+    }
+    named.push_back(v);
+  }
+  std::shared_ptr<KeyValueStore> store =
+      plan.store_callbacks ? options.multi_process->store : nullptr;
+  auto fill = [&](PJRT_Client_Create_Args& a, size_t first_option) {
+    a = PJRT_Client_Create_Args{};
+    a.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+    a.create_options = named.size() > first_option ? named.data() + first_option : nullptr;
+    a.num_options = named.size() - first_option;
+    if (store != nullptr) {
+      // A plugin built against an older header reads only the fields it knows (its
+      // struct_size): one without kv_try_get_callback ignores it.
+      a.kv_get_callback = &kv_get_callback;
+      a.kv_get_user_arg = store.get();
+      a.kv_put_callback = &kv_put_callback;
+      a.kv_put_user_arg = store.get();
+      a.kv_try_get_callback = &kv_try_get_callback;
+      a.kv_try_get_user_arg = store.get();
+    }
+  };
+  PJRT_Client_Create_Args args;
+  fill(args, 0);
   base::Status created =
       consume_error(api, api->PJRT_Client_Create(&args), "PJRT_Client_Create");
   if (!created.ok() && created.message().find(kCpuDeviceCount) != std::string::npos) {
-    args = PJRT_Client_Create_Args{};
-    args.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+    fill(args, 1);
     created = consume_error(api, api->PJRT_Client_Create(&args), "PJRT_Client_Create");
+  }
+  if (!created.ok() && store != nullptr) {
+    const MultiProcessConfig& config = *options.multi_process;
+    return base::Status(created.code(),
+                        created.message() + " (creating a client over " +
+                            std::to_string(config.num_nodes) + " processes as process " +
+                            std::to_string(config.node_id) +
+                            ": every process must create its client with the same store "
+                            "and process count)");
   }
   TORCHTPU_RETURN_IF_ERROR(created);
 
   auto client = std::shared_ptr<Client>(new Client());
   client->plugin_ = std::move(plugin);
   client->raw_ = args.client;
+  client->multi_process_ = store != nullptr;
+  client->kv_store_ = std::move(store);
 
   PJRT_Client_AddressableDevices_Args devs{};
   devs.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
@@ -106,6 +191,25 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
     return base::unavailable("runtime: PJRT plugin " + client->plugin_->path() +
                              " reports no addressable devices");
   }
+  for (PJRT_Device* device : client->devices_) {
+    PJRT_Device_GetDescription_Args d{};
+    d.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+    d.device = device;
+    TORCHTPU_RETURN_IF_ERROR(consume_error(api, api->PJRT_Device_GetDescription(&d),
+                                           "PJRT_Device_GetDescription"));
+    PJRT_DeviceDescription_Id_Args id{};
+    id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
+    id.device_description = d.device_description;
+    TORCHTPU_RETURN_IF_ERROR(
+        consume_error(api, api->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id"));
+    client->device_ids_.push_back(id.id);
+  }
+  PJRT_Client_Devices_Args all{};
+  all.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE;
+  all.client = client->raw_;
+  TORCHTPU_RETURN_IF_ERROR(
+      consume_error(api, api->PJRT_Client_Devices(&all), "PJRT_Client_Devices"));
+  client->num_global_devices_ = static_cast<int>(all.num_devices);
 
   PJRT_Client_PlatformName_Args pn{};
   pn.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;
@@ -291,7 +395,7 @@ base::StatusOr<ExecutablePtr> Client::compile(const std::string& module_text,
   program.code_size = module_text.size();
   program.format = kFormat;
   program.format_size = sizeof(kFormat) - 1;
-  std::string options = compile_options(device_indices);
+  std::string options = compile_options_for(device_indices);
   PJRT_Client_Compile_Args args{};
   args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
   args.client = raw_;

@@ -7,15 +7,19 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/dtype.h"
 #include "base/status.h"
 #include "runtime/buffer.h"
 #include "runtime/executable.h"
+#include "runtime/kv_store.h"
 #include "runtime/memory_stats.h"
 #include "runtime/pjrt_api.h"
+#include "runtime/plugin_registry.h"
 
 struct PJRT_Client;
 struct PJRT_Device;
@@ -26,7 +30,27 @@ namespace torchtpu::runtime {
 struct ClientOptions {
   // Devices to create on the CPU plugin (option `cpu_device_count`); ignored elsewhere.
   int cpu_device_count = 1;
+  // A client over the devices of several processes (runtime/kv_store.h). Used only as far
+  // as `multi_process_support` (what the plugin's registry entry says it takes) allows:
+  // with kNone (the CPU plugins, a plugin given by path) the plugin gets neither the store
+  // callbacks nor the node options, and the client is the usual single-process one.
+  std::optional<MultiProcessConfig> multi_process;
+  MultiProcessSupport multi_process_support = MultiProcessSupport::kNone;
 };
+
+// What PJRT_Client_Create receives for `options` besides `cpu_device_count`: whether the
+// key-value store callbacks go along, and the int64 (list) create options, in order. The one
+// place that applies the rule above; create() builds its arguments from it.
+struct MultiProcessPlan {
+  struct Option {
+    std::string name;
+    std::vector<int64_t> values;  // one value unless is_list
+    bool is_list = false;         // PJRT_NamedValue_kInt64List, else kInt64
+  };
+  bool store_callbacks = false;
+  std::vector<Option> options;
+};
+base::StatusOr<MultiProcessPlan> plan_multi_process(const ClientOptions& options);
 
 class Client {
  public:
@@ -38,6 +62,17 @@ class Client {
 
   const Plugin& plugin() const { return *plugin_; }
   int num_devices() const { return static_cast<int>(devices_.size()); }
+  // Whether the plugin was given a key-value store to form a client with other processes.
+  bool multi_process() const { return multi_process_; }
+  // Devices of the whole client (every process's, for a multi-process client); addressable
+  // ones are num_devices() of them.
+  int num_global_devices() const { return num_global_devices_; }
+  // The plugin's id of addressable device `index` (its id in the global device list, what
+  // a device assignment names; equal to the index on a single-process client).
+  int device_id(int index) const { return device_ids_.at(index); }
+  // The serialized CompileOptionsProto for a program on `device_indices` (see
+  // compile_options below), in the plugin's device ids.
+  std::string compile_options_for(const std::vector<int>& device_indices) const;
   // "cpu", "cuda", "tpu", ...: the plugin's platform name.
   const std::string& platform_name() const { return platform_name_; }
   // The plugin's own version string for its platform (PJRT_Client_PlatformVersion).
@@ -89,6 +124,11 @@ class Client {
   std::shared_ptr<const Plugin> plugin_;
   PJRT_Client* raw_ = nullptr;
   std::vector<PJRT_Device*> devices_;
+  std::vector<int> device_ids_;
+  int num_global_devices_ = 0;
+  bool multi_process_ = false;
+  // The store the plugin's callbacks call (their user_arg); held for the client's life.
+  std::shared_ptr<KeyValueStore> kv_store_;
   std::string platform_name_;
   std::string platform_version_;
 };
@@ -98,5 +138,8 @@ class Client {
 std::string compile_options(int device_index);
 // One replica per device (replica r on device_indices[r]), one partition.
 std::string compile_options(const std::vector<int>& device_indices);
+// The same over the plugin's device ids, with no device ordinal: the plugin takes its local
+// device from the assignment (what a multi-process client needs, whose ids are global).
+std::string compile_options_by_id(const std::vector<int>& device_ids);
 
 }  // namespace torchtpu::runtime

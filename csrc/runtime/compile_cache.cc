@@ -55,7 +55,8 @@ uint64_t CompileCache::key_of(const std::string& module_text, int device_index) 
 
 uint64_t CompileCache::key_of(const std::string& module_text,
                               const std::vector<int>& device_indices) const {
-  return base::fnv1a(module_text, base::fnv1a(compile_options(device_indices), identity_hash_));
+  return base::fnv1a(module_text,
+                     base::fnv1a(client_->compile_options_for(device_indices), identity_hash_));
 }
 
 size_t CompileCache::size() const {

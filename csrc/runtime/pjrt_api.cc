@@ -37,6 +37,9 @@ base::Status consume_error(const PJRT_Api* api, PJRT_Error* error, const char* w
         break;
       case PJRT_Error_Code_OUT_OF_RANGE: code = base::StatusCode::kOutOfRange; break;
       case PJRT_Error_Code_UNAVAILABLE: code = base::StatusCode::kUnavailable; break;
+      case PJRT_Error_Code_DEADLINE_EXCEEDED:
+        code = base::StatusCode::kDeadlineExceeded;
+        break;
       default: break;
     }
   }

@@ -66,6 +66,24 @@ std::vector<FoundPlugin> find_plugins(const std::vector<std::string>& search_dir
   return found;
 }
 
+MultiProcessSupport multi_process_support(const KnownPlugin* plugin) {
+  if (plugin == nullptr) return MultiProcessSupport::kNone;
+  if (plugin->platform == "cuda" || plugin->platform == "rocm") {
+    return MultiProcessSupport::kStoreAndNodeOptions;
+  }
+  if (plugin->platform == "tpu") return MultiProcessSupport::kStore;
+  return MultiProcessSupport::kNone;
+}
+
+const char* multi_process_support_name(MultiProcessSupport support) {
+  switch (support) {
+    case MultiProcessSupport::kNone: return "none";
+    case MultiProcessSupport::kStore: return "store";
+    case MultiProcessSupport::kStoreAndNodeOptions: return "store_and_node_options";
+  }
+  return "none";
+}
+
 base::StatusOr<PluginChoice> choose_plugin(const std::string& env,
                                            const std::vector<FoundPlugin>& found) {
   if (!env.empty()) {

@@ -52,6 +52,24 @@ struct PluginChoice {
   std::string how;   // how it was chosen, for reports
 };
 
+// What a plugin needs to form one client over the devices of several processes (the
+// key-value store of runtime/kv_store.h, passed to PJRT_Client_Create as callbacks).
+enum class MultiProcessSupport {
+  // Single-process only: the XLA CPU plugins, and any plugin given by path (what it takes
+  // is unknown, and an unknown option fails its client creation).
+  kNone,
+  // The store callbacks alone: libtpu, which learns its place in the job from the TPU
+  // host's environment, not from create options.
+  kStore,
+  // The store callbacks and the create options `node_id`, `num_nodes` (int64) and, where
+  // the process takes a subset of its local devices, `visible_devices` (int64 list):
+  // XLA's GPU plugins (CUDA, ROCm).
+  kStoreAndNodeOptions,
+};
+// The support of a registered plugin, by its platform; kNone for nullptr (a path).
+MultiProcessSupport multi_process_support(const KnownPlugin* plugin);
+const char* multi_process_support_name(MultiProcessSupport support);
+
 // Applies the selection rule above. `env` is TORCHTPU_PJRT_PLUGIN ("" when unset).
 // Errors name what was asked for, what is installed and how to install a plugin.
 base::StatusOr<PluginChoice> choose_plugin(const std::string& env,

@@ -20,6 +20,11 @@ created:
   ``num_host_staged_collectives`` / ``host_staged_bytes``.
 
 ``torchtpu.distributed.transport(group)`` says which one a group uses.
+
+Accelerator plugins (XLA's CUDA/ROCm plugin, libtpu) can form one PJRT client over the
+devices of several processes, given a key-value store the processes share.
+``initialize_multiprocess_client`` gives them one over a torch.distributed Store; it must
+run before the device starts. The XLA CPU plugins take none and start as usual.
 """
 
 from __future__ import annotations
@@ -85,6 +90,72 @@ def _create_backend(opts: Any, backend_options: Any) -> dist.Backend:
     gloo = dist.ProcessGroupGloo(dist.PrefixStore("torchtpu_gloo/", store), rank, size, timeout)
     return _native.TpuBackend.host_staged(gloo, dist.PrefixStore("torchtpu_staged/", store),
                                           global_ranks, timeout.total_seconds())
+
+
+PJRT_STORE_PREFIX = "torchtpu_pjrt"
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"tpu: {name}={value!r} is not an integer") from None
+
+
+def initialize_multiprocess_client(
+    store: Any = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+    local_device_ids: list[int] | None = None,
+) -> str:
+    """Makes the tpu device's PJRT client, when it starts, one client over the devices of
+    ``world_size`` processes (this one is ``rank``), exchanging what they need through
+    ``store`` (a torch.distributed Store; keys under ``torchtpu_pjrt/``).
+
+    Call it in every process before the device starts (before any tpu tensor,
+    ``torch.tpu`` call or ``init_process_group``); after that it raises ``RuntimeError``.
+    Only a plugin that takes a key-value store uses it: XLA's CUDA/ROCm plugin (with
+    ``node_id``/``num_nodes`` and, if given, ``local_device_ids`` as its
+    ``visible_devices``) and libtpu (the store alone). The XLA CPU plugins ignore it: their
+    processes exchange data through the host-staged transport.
+
+    Defaults come from torchrun's environment: ``RANK``, ``WORLD_SIZE``, and a client of
+    the launcher's store at ``MASTER_ADDR:MASTER_PORT`` when torchrun hosts it
+    (``TORCHELASTIC_USE_AGENT_STORE=True``); elsewhere pass ``store`` (creating a
+    ``TCPStore`` server on ``MASTER_PORT`` here would take the port
+    ``init_process_group`` needs). Keys of a restarted torchrun attempt are kept apart by
+    ``TORCHELASTIC_RESTART_COUNT``.
+
+    Returns what the chosen plugin takes: ``"none"`` (nothing changes),
+    ``"store"`` or ``"store_and_node_options"``.
+    """
+    rank = _env_int("RANK") if rank is None else rank
+    world_size = _env_int("WORLD_SIZE") if world_size is None else world_size
+    if rank is None or world_size is None:
+        raise ValueError("tpu: initialize_multiprocess_client needs rank and world_size "
+                         "(or RANK and WORLD_SIZE in the environment, as torchrun sets)")
+    if store is None:
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            raise ValueError(
+                "tpu: initialize_multiprocess_client needs a store outside torchrun (pass a "
+                "torch.distributed Store every process reaches, e.g. a TCPStore)")
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              world_size, is_master=False)
+    prefix = PJRT_STORE_PREFIX
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if restart is not None:
+        prefix += f"/{restart}"
+    kv = _native.StoreKeyValueStore(store, prefix)
+    _native.set_multi_process_config(kv, rank, world_size, list(local_device_ids or []))
+    return _native.multi_process_support()
+
+
+def multiprocess_client() -> bool:
+    """Whether the started client spans several processes (starts the device)."""
+    return _native.client_devices()[0]
 
 
 def transport(group: dist.ProcessGroup | None = None) -> str:
