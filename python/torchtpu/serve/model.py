@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from torchtpu.memory import use_huge_pages
 from torchtpu.ops import int8_columns, pack_int8, unpack_int8
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
@@ -313,17 +314,21 @@ class PagedDecoder:
                 w_gate_up=w_gate_up, w_down=w_down,
                 s_qkv=s_qkv, s_o=s_o, s_gate_up=s_gate_up, s_down=s_down,
             ))
+        # Every decode step streams all the weights; where they are host memory (a CPU
+        # plugin) they read faster from huge pages, which the kernel does not give the heap
+        # unasked. What it refuses is counted (self.huge_pages), never an error.
+        self.huge_pages = use_huge_pages(self.weight_tensors())
 
-    def weight_bytes(self) -> int:
-        """Bytes of the weights on the device (a tensor shared by two roles counts once)."""
-        seen: dict[int, int] = {}
+    def weight_tensors(self) -> list[torch.Tensor]:
+        """The weights on the device, each once (a tensor shared by two roles, too)."""
         tensors = [self.inv_freq, self.rope_scale, self.norm_weight, self.embed_weight,
                    self.embed_scale, self.head_weight, self.head_scale]
         tensors += [t for layer in self.layers for t in layer.values()]
-        for t in tensors:
-            if t is not None:
-                seen[id(t)] = t.numel() * t.element_size()
-        return sum(seen.values())
+        return list({id(t): t for t in tensors if t is not None}.values())
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights on the device (a tensor shared by two roles counts once)."""
+        return sum(t.numel() * t.element_size() for t in self.weight_tensors())
 
     def kv_bytes_per_slot(self) -> int:
         s = self.shape
