@@ -336,7 +336,7 @@ def engine_section(model: str | None, rounds: int, layers_per_call: int | None,
                   f"({nbytes / 1e6 / floor:.1f} GB/s)")
             print(f"    load {load_s:.1f} s; AnonHugePages {huge_before} -> {huge_after} KiB; "
                   f"weights: {hp.buffer_bytes / 2**20:.0f} MiB in {hp.buffers} buffers, "
-                  f"{hp.huge_bytes / 2**20:.0f} MiB of huge pages, "
+                  f"{hp.huge_bytes / 2**20:.0f} MiB of huge pages in {hp.seconds:.2f} s, "
                   f"{hp.refused_bytes / 2**20:.0f} MiB refused {hp.first_refusal}")
             for k, v in parts.items():
                 print(f"    {k:28s} {v:6.2f}  ({100 * v / wall_ms:4.1f}%)")

@@ -9,6 +9,7 @@
 #include "aten/device_runtime.h"
 #include "aten/tpu_allocator.h"
 #include "aten/tpu_storage.h"
+#include "base/metrics.h"
 #include "runtime/huge_pages.h"
 
 namespace py = pybind11;
@@ -94,10 +95,12 @@ py::dict collapse_huge_pages(const std::vector<at::Tensor>& tensors) {
     ranges.push_back({*addr, b->size_bytes()});
   }
   runtime::HugePageCollapse r;
+  const int64_t t0 = base::monotonic_ns();
   {
     py::gil_scoped_release no_gil;
     r = runtime::collapse_to_huge_pages(ranges);
   }
+  const double seconds = static_cast<double>(base::monotonic_ns() - t0) * 1e-9;
   py::dict out;
   out["buffers"] = ranges.size();
   out["buffer_bytes"] = buffer_bytes;
@@ -105,6 +108,7 @@ py::dict collapse_huge_pages(const std::vector<at::Tensor>& tensors) {
   out["refused_bytes"] = r.refused_bytes;
   out["skipped_bytes"] = skipped;
   out["first_refusal"] = r.first_refusal;
+  out["seconds"] = seconds;
   return out;
 }
 

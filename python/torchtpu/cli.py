@@ -205,7 +205,7 @@ def _huge_pages_fact(h) -> str:
         return "huge pages off (TORCHTPU_HUGE_PAGES=0)"
     if h.buffers == 0:
         return "not host memory"
-    fact = f"{h.huge_bytes / 2**20:.0f} MiB on huge pages"
+    fact = f"{h.huge_bytes / 2**20:.0f} MiB on huge pages in {h.seconds:.1f} s"
     if h.refused_bytes:
         fact += f", {h.refused_bytes / 2**20:.0f} MiB refused ({h.first_refusal})"
     return fact

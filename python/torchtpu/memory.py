@@ -101,6 +101,7 @@ class HugePages:
     refused_bytes: int  # bytes of huge pages the kernel refused (they stay 4 KiB pages)
     skipped_bytes: int  # bytes not asked for: not host memory, or TORCHTPU_HUGE_PAGES=0
     first_refusal: str  # why the first refusal ("EINVAL": a kernel older than 6.1, ...)
+    seconds: float  # how long the kernel took (it copies every huge page it makes)
 
 
 def huge_pages_enabled() -> bool:
@@ -126,11 +127,12 @@ def use_huge_pages(tensors: Iterable[torch.Tensor]) -> HugePages:
     tensors = [t for t in tensors if t is not None]
     if not huge_pages_enabled():
         nbytes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-        return HugePages(0, 0, 0, 0, sum(nbytes.values()), "")
+        return HugePages(0, 0, 0, 0, sum(nbytes.values()), "", 0.0)
     r = _C.collapse_huge_pages(tensors)
     return HugePages(buffers=r["buffers"], buffer_bytes=r["buffer_bytes"],
                      huge_bytes=r["huge_bytes"], refused_bytes=r["refused_bytes"],
-                     skipped_bytes=r["skipped_bytes"], first_refusal=r["first_refusal"])
+                     skipped_bytes=r["skipped_bytes"], first_refusal=r["first_refusal"],
+                     seconds=r["seconds"])
 
 
 __all__ = [
