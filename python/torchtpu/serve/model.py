@@ -245,8 +245,8 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def quantize_int8_packed(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``quantize_int8`` and ``torchtpu.ops.pack_int8`` at once: (int8 [ceil(out / 64), in,
     64], f32 scale [out]) equal to (pack_int8(q), scale) for (q, scale) = quantize_int8(w),
-    written in one converting, transposing pass (what loading a model spends its time
-    on)."""
+    written by one converting, transposing copy (quantize_int8 then pack_int8 take two
+    copies more: the int8 transpose and the packing)."""
     q, scale = _quantized_rows(w)
     n, k = q.shape
     full = n // INT8_BLOCK
@@ -341,8 +341,8 @@ class PagedDecoder:
                 s_qkv=s_qkv, s_o=s_o, s_gate_up=s_gate_up, s_down=s_down,
             ))
         # Every decode step streams all the weights; where they are host memory (a CPU
-        # plugin) they read faster from huge pages, which the kernel does not give the heap
-        # unasked. What it refuses is counted (self.huge_pages), never an error.
+        # plugin) they stream faster from huge pages, which the kernel does not give the
+        # heap unasked. What it refuses is counted (self.huge_pages), never an error.
         self.huge_pages = use_huge_pages(self.weight_tensors())
 
     def weight_tensors(self) -> list[torch.Tensor]:
