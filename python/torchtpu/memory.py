@@ -123,16 +123,20 @@ def use_huge_pages(tensors: Iterable[torch.Tensor]) -> HugePages:
     about as long as writing it). The kernel may refuse (a kernel older than Linux 6.1, no
     free huge page): the memory then stays as it was, and the refusal is counted here and
     in ``torchtpu.debug.metrics()`` (``huge_page_refused_bytes``), never raised.
-    ``TORCHTPU_HUGE_PAGES=0`` turns it off."""
+    Tensors not on ``tpu`` are skipped. ``TORCHTPU_HUGE_PAGES=0`` turns it off."""
     tensors = [t for t in tensors if t is not None]
-    if not huge_pages_enabled():
-        nbytes = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-        return HugePages(0, 0, 0, 0, sum(nbytes.values()), "", 0.0)
-    r = _C.collapse_huge_pages(tensors)
+    enabled = huge_pages_enabled()
+    asked = [t for t in tensors if enabled and t.device.type == "tpu"]
+    # Tensors not asked for (off, or not on tpu), each storage once.
+    others = {(t.device, t.untyped_storage().data_ptr()): t.untyped_storage().nbytes()
+              for t in tensors if not (enabled and t.device.type == "tpu")}
+    r = _C.collapse_huge_pages(asked) if asked else dict(
+        buffers=0, buffer_bytes=0, huge_bytes=0, refused_bytes=0, skipped_bytes=0,
+        first_refusal="", seconds=0.0)
     return HugePages(buffers=r["buffers"], buffer_bytes=r["buffer_bytes"],
                      huge_bytes=r["huge_bytes"], refused_bytes=r["refused_bytes"],
-                     skipped_bytes=r["skipped_bytes"], first_refusal=r["first_refusal"],
-                     seconds=r["seconds"])
+                     skipped_bytes=r["skipped_bytes"] + sum(others.values()),
+                     first_refusal=r["first_refusal"], seconds=r["seconds"])
 
 
 __all__ = [

@@ -83,6 +83,9 @@ def test_use_huge_pages_counts_and_switch(monkeypatch):
     touched = (-(-(addr + 3 * size) // size) - addr // size) * size
     assert r.huge_bytes + r.refused_bytes == touched
     torch.testing.assert_close(x.cpu(), torch.arange(3 * size // 4, dtype=torch.float32))
+    cpu = torch.ones(1000)  # not on tpu: skipped
+    r = use_huge_pages([cpu, cpu])
+    assert (r.buffers, r.huge_bytes, r.skipped_bytes) == (0, 0, 4000)
     monkeypatch.setenv("TORCHTPU_HUGE_PAGES", "yes")
     with pytest.raises(ValueError, match="TORCHTPU_HUGE_PAGES='yes'"):
         use_huge_pages([x])
