@@ -23,6 +23,9 @@ Workloads, each against a freshly started server (so every run begins cold, afte
                 with --quantization int8: output tok/s int8 over f32 (the random workload's),
                 and output tokens per server CPU second int8 over f32 (on a loaded machine
                 the runs' wall times differ with the load, their CPU times much less)
+With --compare-huge-pages the random and int8 workloads also run on servers started with
+TORCHTPU_HUGE_PAGES=0 (weights on 4 KiB pages; rows named "...-4k-pages"), right after
+the default ones: output tok/s and tokens per server CPU second huge over 4 KiB pages.
 Baseline: Hugging Face generate() on PyTorch CPU, batch 1, for the random prompts, with one
 thread and with all cores (the faster counts: on a busy machine one thread can win).
 
@@ -60,7 +63,8 @@ def free_port() -> int:
 
 class Server:
     def __init__(self, args, prefix_cache: bool, max_num_seqs: int,
-                 timelines: bool = False, extra_args: list[str] | None = None) -> None:
+                 timelines: bool = False, extra_args: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         cmd = [sys.executable, "-m", "torchtpu.cli", "serve", "--port", str(self.port),
                "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(max_num_seqs),
@@ -76,7 +80,8 @@ class Server:
         # The server's log goes to a file: an unread pipe would fill and stall the server.
         self.log = tempfile.NamedTemporaryFile("w+", prefix="torchtpu-serve-", suffix=".log",
                                                delete=False)
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
         self.url = f"http://127.0.0.1:{self.port}"
         t0 = time.perf_counter()
         while True:
@@ -102,6 +107,17 @@ class Server:
         except OSError:
             return None
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def anon_huge_pages_kib(self) -> int | None:
+        """The server's anonymous memory on transparent huge pages (None off Linux)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("AnonHugePages:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return None
 
     def log_tail(self, n: int = 3000) -> str:
         with open(self.log.name) as f:
@@ -271,6 +287,8 @@ def main() -> None:
                     '"prompt_lookup_min": 2, "prompt_lookup_max": 4}')
     ap.add_argument("--workloads",
                     default="random,int8,speculative,shared-prefix,structured,hf")
+    ap.add_argument("--compare-huge-pages", action="store_true",
+                    help="also run the random and int8 workloads with TORCHTPU_HUGE_PAGES=0")
     ap.add_argument("--out", default=None, help="also write all results to this JSON file")
     args = ap.parse_args()
     if args.quick:
@@ -288,36 +306,45 @@ def main() -> None:
     def emit(r: dict, server: Server | None = None) -> None:
         if server is not None:
             r["server_startup_s"] = server.startup_s
+            r["server_anon_huge_pages_kib"] = server.anon_huge_pages_kib()
         results.append(r)
         print(json.dumps(r), flush=True)
 
     random_prompts = {}
+    # (suffix, server environment): the default, then 4 KiB pages when compared.
+    page_modes = [("", None)] + ([("-4k-pages", {"TORCHTPU_HUGE_PAGES": "0"})]
+                                 if args.compare_huge_pages else [])
     if "random" in workloads:
-        server = Server(args, prefix_cache=False, max_num_seqs=max(levels))
-        print(f"# server up in {server.startup_s:.1f} s (load + warm-up)", file=sys.stderr)
-        try:
-            for c in levels:
-                n = args.prompts_per_level or max(4, 2 * c)
-                prompts = [[rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
-                           for _ in range(n)]
-                random_prompts[c] = prompts
-                emit(cpu_load(server, prompts, args.output_len, c,
-                              f"random-{args.input_len}in-{args.output_len}out"), server)
-        finally:
-            server.close()
+        for suffix, env in page_modes:
+            server = Server(args, prefix_cache=False, max_num_seqs=max(levels), env=env)
+            print(f"# server up in {server.startup_s:.1f} s (load + warm-up)", file=sys.stderr)
+            try:
+                for c in levels:
+                    n = args.prompts_per_level or max(4, 2 * c)
+                    prompts = random_prompts.get(c) or [
+                        [rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
+                        for _ in range(n)]
+                    random_prompts[c] = prompts
+                    emit(cpu_load(server, prompts, args.output_len, c,
+                                  f"random-{args.input_len}in-{args.output_len}out{suffix}"),
+                         server)
+            finally:
+                server.close()
     if "int8" in workloads:
-        server = Server(args, prefix_cache=False, max_num_seqs=max(levels),
-                        extra_args=["--quantization", "int8"])
-        try:
-            for c in sorted({min(levels), max(levels)}):
-                prompts = random_prompts.get(c) or [
-                    [rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
-                    for _ in range(args.prompts_per_level or max(4, 2 * c))]
-                random_prompts.setdefault(c, prompts)
-                emit(cpu_load(server, prompts, args.output_len, c,
-                              f"int8-random-{args.input_len}in-{args.output_len}out"), server)
-        finally:
-            server.close()
+        for suffix, env in page_modes:
+            server = Server(args, prefix_cache=False, max_num_seqs=max(levels),
+                            extra_args=["--quantization", "int8"], env=env)
+            try:
+                for c in sorted({min(levels), max(levels)}):
+                    prompts = random_prompts.get(c) or [
+                        [rng.randrange(100, vocab_hi) for _ in range(args.input_len)]
+                        for _ in range(args.prompts_per_level or max(4, 2 * c))]
+                    random_prompts.setdefault(c, prompts)
+                    emit(cpu_load(server, prompts, args.output_len, c,
+                                  f"int8-random-{args.input_len}in-{args.output_len}out"
+                                  f"{suffix}"), server)
+            finally:
+                server.close()
     if "speculative" in workloads:
         from serve_prompts import repetitive_prompts
 
@@ -405,7 +432,22 @@ def main() -> None:
         if on["mean_ttft_rest_ms"]:
             summary["prefix_cache_mean_ttft_speedup_after_first_wave"] = (
                 off["mean_ttft_rest_ms"] / on["mean_ttft_rest_ms"])
-    rnd = [r for r in results if r["workload"].startswith("random-")]
+    rnd = [r for r in results if r["workload"].startswith("random-")
+           and not r["workload"].endswith("-4k-pages")]
+    for r in results:  # huge pages (the default) over 4 KiB pages, same workload
+        if r["workload"].endswith("-4k-pages"):
+            huge = next((x for x in results
+                         if x["workload"] == r["workload"][:-len("-4k-pages")]
+                         and x["max_concurrency"] == r["max_concurrency"]), None)
+            if huge:
+                name = f"{huge['workload'].split('-')[0]}_c{r['max_concurrency']}"
+                summary[f"huge_over_4k_pages_output_throughput_{name}"] = (
+                    huge["output_throughput"] / r["output_throughput"])
+                if "output_tokens_per_server_cpu_s" in huge and \
+                        "output_tokens_per_server_cpu_s" in r:
+                    summary[f"huge_over_4k_pages_output_tokens_per_cpu_s_{name}"] = (
+                        huge["output_tokens_per_server_cpu_s"] /
+                        r["output_tokens_per_server_cpu_s"])
     # Hugging Face at its best thread count.
     hf = max((r for r in results if r["workload"].startswith("hf-")),
              key=lambda r: r["output_throughput"], default=None)
@@ -417,6 +459,7 @@ def main() -> None:
     for r in rnd:
         c = r["max_concurrency"]
         int8 = next((x for x in results if x["workload"].startswith("int8-random-")
+                     and not x["workload"].endswith("-4k-pages")
                      and x["max_concurrency"] == c), None)
         if int8:
             summary[f"int8_over_f32_output_throughput_c{c}"] = (
@@ -425,7 +468,8 @@ def main() -> None:
                 summary[f"int8_over_f32_output_tokens_per_cpu_s_c{c}"] = (
                     int8["output_tokens_per_server_cpu_s"] / r["output_tokens_per_server_cpu_s"])
     for name, rows in (("", rnd), ("int8_", [r for r in results
-                                            if r["workload"].startswith("int8-random-")])):
+                                            if r["workload"].startswith("int8-random-")
+                                            and not r["workload"].endswith("-4k-pages")])):
         lo = min(rows, key=lambda r: r["max_concurrency"], default=None)
         if hf and lo and lo["max_concurrency"] == 1:
             summary[f"{name}c1_output_throughput_over_hf_cpu"] = (

@@ -24,7 +24,11 @@ the model's dimensions and random weights this script times, side by side:
    goes (the runner's compiled calls, the logits' transfer, sampling, detokenizing, the
    rest of the engine), and the weight bytes a step reads over its time against a plain
    streaming read of as many bytes on the host (one thread): how near a step is to the
-   memory bandwidth that bounds it (--layers-per-call to compare groupings).
+   memory bandwidth that bounds it (--layers-per-call to compare groupings). Each
+   quantization runs with the weights on 4 KiB pages (TORCHTPU_HUGE_PAGES=0), then on
+   huge pages (the engine's default on CPU plugins), with the process's AnonHugePages
+   (/proc/self/smaps_rollup) before and after the load, and the streaming read is timed
+   on either kind of page too.
 
 Figures are medians of --rounds rounds; a shared machine's other load moves them by tens
 of percent, so compare rows of one run, not runs.
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import resource
 import statistics
@@ -44,6 +49,7 @@ import time
 import torch
 
 import torchtpu  # noqa: F401  (registers the tpu device)
+from torchtpu import _C
 from torchtpu.ops import pack_int8
 from torchtpu.serve.model import (
     attention_kernel_available,
@@ -214,11 +220,36 @@ class _Timer:
             delattr(self.owner, self.name)
 
 
-def streaming_read_ms(nbytes: int, rounds: int) -> float:
+def anon_huge_pages_kib() -> int | None:
+    """The process's anonymous memory on transparent huge pages (None off Linux)."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _collapse_host(x: torch.Tensor) -> None:
+    """A host tensor's memory onto huge pages (madvise MADV_COLLAPSE over its interior)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    huge = _C.huge_page_size()
+    lo = -(-x.data_ptr() // huge) * huge
+    hi = (x.data_ptr() + x.numel() * x.element_size()) // huge * huge
+    if hi > lo:
+        libc.madvise(lo, hi - lo, 25)  # MADV_COLLAPSE; a refusal leaves 4 KiB pages
+
+
+def streaming_read_ms(nbytes: int, rounds: int, huge: bool = False) -> float:
     """The best ms of `rounds` sums of `nbytes` of f32 on the host with one thread: the
     memory bandwidth floor of a step that reads that many bytes of weights (the best, as
-    for the steps: other load only ever adds)."""
+    for the steps: other load only ever adds); `huge`: from huge pages."""
     x = torch.ones(nbytes // 4)
+    if huge:
+        _collapse_host(x)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -242,11 +273,21 @@ def engine_section(model: str | None, rounds: int, layers_per_call: int | None,
           "ms per step")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as `torchtpu serve` runs the host's PyTorch ops
+    env = os.environ.get("TORCHTPU_HUGE_PAGES")
+    # 4 KiB pages first: memory that an engine on huge pages freed stays huge for reuse.
+    runs = [(q, pages) for pages in ("4k", "huge") for q in (None, "int8")]
+    summary = []
     try:
-        for quantization in (None, "int8"):
+        for quantization, pages in runs:
+            os.environ["TORCHTPU_HUGE_PAGES"] = "0" if pages == "4k" else "1"
+            huge_before = anon_huge_pages_kib()
+            t_load = time.perf_counter()
             eng = LLMEngine(model, max_num_seqs=1, max_model_len=1280, enable_prefix_cache=False,
                             warmup=False, progress=False, quantization=quantization,
                             layers_per_call=layers_per_call)
+            load_s = time.perf_counter() - t_load
+            huge_after = anon_huge_pages_kib()
+            hp = eng.decoder.huge_pages
             prompt = [100 + (7919 * i) % 19000 for i in range(256)]
             eng.add_request("r", prompt, SamplingParams(max_tokens=steps + 3, temperature=0.0,
                                                         ignore_eos=True))
@@ -285,18 +326,37 @@ def engine_section(model: str | None, rounds: int, layers_per_call: int | None,
             d = eng.decoder
             nbytes = eng.weight_bytes - (0 if d.embed_weight is d.head_weight else
                                          d.embed_weight.numel() * d.embed_weight.element_size())
-            floor = streaming_read_ms(nbytes, 3 * rounds)
+            floor = streaming_read_ms(nbytes, 3 * rounds, huge=pages == "huge")
             best = 1000 * min(walls)
-            print(f"  {quantization or 'f32'}: {wall_ms:.1f} wall (best {best:.1f}), "
-                  f"{cpu_ms:.1f} CPU; {calls:.0f} compiled calls per step; "
+            print(f"  {quantization or 'f32'}, {pages} pages: {wall_ms:.1f} wall (best "
+                  f"{best:.1f}), {cpu_ms:.1f} CPU; {calls:.0f} compiled calls per step; "
                   f"{nbytes / 1e6:.0f} MB of weights read per step: "
                   f"{nbytes / 1e6 / best:.1f} GB/s at the best step; a streaming read of "
-                  f"as many bytes takes {floor:.1f} ms ({nbytes / 1e6 / floor:.1f} GB/s)")
+                  f"as many bytes ({pages} pages) takes {floor:.1f} ms "
+                  f"({nbytes / 1e6 / floor:.1f} GB/s)")
+            print(f"    load {load_s:.1f} s; AnonHugePages {huge_before} -> {huge_after} KiB; "
+                  f"weights: {hp.buffer_bytes / 2**20:.0f} MiB in {hp.buffers} buffers, "
+                  f"{hp.huge_bytes / 2**20:.0f} MiB of huge pages in {hp.seconds:.2f} s, "
+                  f"{hp.refused_bytes / 2**20:.0f} MiB refused {hp.first_refusal}")
             for k, v in parts.items():
                 print(f"    {k:28s} {v:6.2f}  ({100 * v / wall_ms:4.1f}%)")
+            summary.append((quantization or "f32", pages, wall_ms, cpu_ms, best,
+                            nbytes / 1e6 / best))
             del eng
     finally:
         torch.set_num_threads(threads)
+        if env is None:
+            os.environ.pop("TORCHTPU_HUGE_PAGES", None)
+        else:
+            os.environ["TORCHTPU_HUGE_PAGES"] = env
+    print("  side by side (ms per step: wall, CPU, best wall; GB/s of weights at the best):")
+    for q in ("f32", "int8"):
+        rows = {pages: (w, c, b, g) for name, pages, w, c, b, g in summary if name == q}
+        if len(rows) == 2:
+            (w4, c4, b4, g4), (wh, ch, bh, gh) = rows["4k"], rows["huge"]
+            print(f"    {q:4s} 4k {w4:6.1f} {c4:6.1f} {b4:6.1f} {g4:5.1f}   huge {wh:6.1f} "
+                  f"{ch:6.1f} {bh:6.1f} {gh:5.1f}   4k/huge CPU {c4 / ch:.2f}x, best wall "
+                  f"{b4 / bh:.2f}x")
 
 
 def main() -> None:

@@ -2,8 +2,15 @@
 // "<stat>.<pool>.<metric>" form torch.cuda.memory_stats() returns, and device properties.
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
 #include "aten/device_runtime.h"
 #include "aten/tpu_allocator.h"
+#include "aten/tpu_storage.h"
+#include "base/metrics.h"
+#include "runtime/huge_pages.h"
 
 namespace py = pybind11;
 using namespace torchtpu;
@@ -58,6 +65,53 @@ py::dict device_properties(int device) {
   return d;
 }
 
+// Moves the host memory of the tensors' buffers onto huge pages (runtime/huge_pages.h).
+// Only where the device's memory is host memory (a CPU plugin); elsewhere every byte
+// counts as skipped. Buffers shared by several tensors count once.
+py::dict collapse_huge_pages(const std::vector<at::Tensor>& tensors) {
+  int64_t skipped = 0, buffer_bytes = 0;
+  const bool host_memory = aten::client().platform_name() == "cpu";
+  std::vector<runtime::BufferPtr> buffers;  // held until the kernel is done with them
+  std::vector<runtime::HostRange> ranges;
+  for (const at::Tensor& t : tensors) {
+    TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
+                "torchtpu.memory.use_huge_pages: expected tpu tensors; got one on ", t.device());
+    runtime::BufferPtr b = aten::storage_state(t).buffer;
+    if (b == nullptr) continue;  // never written: no memory yet
+    if (std::find(buffers.begin(), buffers.end(), b) != buffers.end()) continue;
+    buffers.push_back(b);
+    if (!host_memory) {
+      skipped += b->size_bytes();
+      continue;
+    }
+    auto ready = b->await_ready();
+    TORCH_CHECK(ready.ok(), ready.message());
+    auto addr = b->host_address();
+    if (!addr.ok()) {
+      skipped += b->size_bytes();
+      continue;
+    }
+    buffer_bytes += b->size_bytes();
+    ranges.push_back({*addr, b->size_bytes()});
+  }
+  runtime::HugePageCollapse r;
+  const int64_t t0 = base::monotonic_ns();
+  {
+    py::gil_scoped_release no_gil;
+    r = runtime::collapse_to_huge_pages(ranges);
+  }
+  const double seconds = static_cast<double>(base::monotonic_ns() - t0) * 1e-9;
+  py::dict out;
+  out["buffers"] = ranges.size();
+  out["buffer_bytes"] = buffer_bytes;
+  out["huge_bytes"] = r.huge_bytes;
+  out["refused_bytes"] = r.refused_bytes;
+  out["skipped_bytes"] = skipped;
+  out["first_refusal"] = r.first_refusal;
+  out["seconds"] = seconds;
+  return out;
+}
+
 }  // namespace
 
 void bind_memory(py::module& m) {
@@ -73,4 +127,19 @@ void bind_memory(py::module& m) {
     aten::tpu_device_allocator()->resetAccumulatedStats(static_cast<c10::DeviceIndex>(device));
   });
   m.def("device_properties", &device_properties);
+  m.def("collapse_huge_pages", &collapse_huge_pages);
+  m.def("huge_page_size", &runtime::huge_page_size);
+  // The host address of a tpu tensor's buffer where device memory is host memory (a CPU
+  // plugin), else None: for tests and diagnostics that inspect the process's mappings.
+  m.def("buffer_host_address", [](const at::Tensor& t) -> std::optional<uintptr_t> {
+    if (t.device().type() != c10::DeviceType::PrivateUse1 ||
+        aten::client().platform_name() != "cpu") {
+      return std::nullopt;
+    }
+    runtime::BufferPtr b = aten::storage_state(t).buffer;
+    if (b == nullptr || !b->await_ready().ok()) return std::nullopt;
+    auto addr = b->host_address();
+    if (!addr.ok()) return std::nullopt;
+    return reinterpret_cast<uintptr_t>(*addr);
+  });
 }

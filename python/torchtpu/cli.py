@@ -197,6 +197,20 @@ def _serve_replicas(args, argv: list[str]) -> int:
         launcher.stop()
 
 
+def _huge_pages_fact(h) -> str:
+    """Where the weights' host memory stands with huge pages, for the start-up line."""
+    from torchtpu.memory import huge_pages_enabled
+
+    if not huge_pages_enabled():
+        return "huge pages off (TORCHTPU_HUGE_PAGES=0)"
+    if h.buffers == 0:
+        return "not host memory"
+    fact = f"{h.huge_bytes / 2**20:.0f} MiB on huge pages in {h.seconds:.1f} s"
+    if h.refused_bytes:
+        fact += f", {h.refused_bytes / 2**20:.0f} MiB refused ({h.first_refusal})"
+    return fact
+
+
 def _kv_events_config(args):
     """The KV events config from --kv-events-* (or vLLM's --kv-events-config), or None."""
     from torchtpu.serve.engine import DEFAULT_MODEL
@@ -260,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"torchtpu serve: {e}", file=sys.stderr)
             return 2
         print(f"torchtpu serve: {engine.model_name} ({engine.weight_bytes / 2**20:.1f} MiB of "
-              f"{engine.decoder.quantization or 'f32'} weights) warmed up in "
+              f"{engine.decoder.quantization or 'f32'} weights, "
+              f"{_huge_pages_fact(engine.decoder.huge_pages)}) warmed up in "
               f"{engine.warmup_seconds:.1f} s; listening on http://{args.host}:{args.port}",
               file=sys.stderr, flush=True)
         if kv_events is not None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -89,11 +91,61 @@ def get_device_name(device: Device = None) -> str:
     return _C.device_properties(_index(device))["name"]
 
 
+@dataclasses.dataclass(frozen=True)
+class HugePages:
+    """What ``use_huge_pages`` did. `huge_bytes` counts whole huge pages (the buffers'
+    pages rounded out to huge page boundaries, so it can exceed `buffer_bytes`)."""
+    buffers: int  # buffers in host memory that were asked for
+    buffer_bytes: int  # their bytes
+    huge_bytes: int  # bytes of huge pages now backing them
+    refused_bytes: int  # bytes of huge pages the kernel refused (they stay 4 KiB pages)
+    skipped_bytes: int  # bytes not asked for: not host memory, or TORCHTPU_HUGE_PAGES=0
+    first_refusal: str  # why the first refusal ("EINVAL": a kernel older than 6.1, ...)
+    seconds: float  # how long the kernel took (it copies every huge page it makes)
+
+
+def huge_pages_enabled() -> bool:
+    """TORCHTPU_HUGE_PAGES: unset or ``1`` (``use_huge_pages`` asks the kernel), ``0``
+    (it asks for nothing)."""
+    v = os.environ.get("TORCHTPU_HUGE_PAGES", "")
+    if v not in ("", "0", "1"):
+        raise ValueError(f"tpu: TORCHTPU_HUGE_PAGES={v!r} is not a switch (expected 1, the "
+                         "default: large long-lived weights on CPU plugins are moved onto huge "
+                         "pages, or 0: they keep the pages they were allocated on)")
+    return v != "0"
+
+
+def use_huge_pages(tensors: Iterable[torch.Tensor]) -> HugePages:
+    """Moves the host memory behind these tpu tensors onto transparent huge pages (2 MiB),
+    once: for buffers that live as long as the process and are streamed every step (a
+    serving engine's weights), which read faster from huge pages. Only where the device's
+    memory is host memory (a CPU plugin); synchronous (the kernel copies each 2 MiB page,
+    about as long as writing it). The kernel may refuse (a kernel older than Linux 6.1, no
+    free huge page): the memory then stays as it was, and the refusal is counted here and
+    in ``torchtpu.debug.metrics()`` (``huge_page_refused_bytes``), never raised.
+    Tensors not on ``tpu`` are skipped. ``TORCHTPU_HUGE_PAGES=0`` turns it off."""
+    tensors = [t for t in tensors if t is not None]
+    enabled = huge_pages_enabled()
+    asked = [t for t in tensors if enabled and t.device.type == "tpu"]
+    # Tensors not asked for (off, or not on tpu), each storage once.
+    others = {(t.device, t.untyped_storage().data_ptr()): t.untyped_storage().nbytes()
+              for t in tensors if not (enabled and t.device.type == "tpu")}
+    r = _C.collapse_huge_pages(asked) if asked else dict(
+        buffers=0, buffer_bytes=0, huge_bytes=0, refused_bytes=0, skipped_bytes=0,
+        first_refusal="", seconds=0.0)
+    return HugePages(buffers=r["buffers"], buffer_bytes=r["buffer_bytes"],
+                     huge_bytes=r["huge_bytes"], refused_bytes=r["refused_bytes"],
+                     skipped_bytes=r["skipped_bytes"] + sum(others.values()),
+                     first_refusal=r["first_refusal"], seconds=r["seconds"])
+
+
 __all__ = [
+    "HugePages",
     "TpuDeviceProperties",
     "empty_cache",
     "get_device_name",
     "get_device_properties",
+    "huge_pages_enabled",
     "max_memory_allocated",
     "max_memory_reserved",
     "mem_get_info",
@@ -102,4 +154,5 @@ __all__ = [
     "memory_stats",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
+    "use_huge_pages",
 ]

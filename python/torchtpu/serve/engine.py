@@ -378,6 +378,8 @@ class LLMEngine:
                     prefix_cache_hits=s.prefix_cache_hits, num_preemptions=s.num_preemptions,
                     num_recompiles_after_warmup=self.runner.num_recompiles_after_warmup,
                     warmup_seconds=self.warmup_seconds, weight_bytes=self.weight_bytes,
+                    weight_huge_page_bytes=self.decoder.huge_pages.huge_bytes,
+                    weight_huge_page_refused_bytes=self.decoder.huge_pages.refused_bytes,
                     quantization=self.decoder.quantization,
                     spec_decode_num_drafts=self.metrics.spec_totals[0],
                     spec_decode_num_draft_tokens=self.metrics.spec_totals[1],

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from torchtpu.ops import int8_columns, pack_int8, unpack_int8
+from torchtpu.memory import use_huge_pages
+from torchtpu.ops import INT8_BLOCK, int8_columns, unpack_int8
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                            "Qwen3ForCausalLM")
@@ -222,15 +223,41 @@ def lm_head(h: torch.Tensor, rows: torch.Tensor, w_norm: torch.Tensor, w_head: t
     return linear(x, w_head, s_head, int8_kernel=int8_kernel).to(torch.float32)
 
 
+def _quantized_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [out, in] -> (round(w / scale) clamped to [-127, 127], as f32 [out, in]; the f32
+    scale per output channel [out]), a channel of zeros getting scale 1. Whole-tensor
+    passes, the rounding and clamping in place."""
+    w = w.detach()
+    top = w.abs().amax(dim=1).to(torch.float32)  # exact in any float dtype
+    scale = torch.where(top > 0, top / 127.0, torch.ones_like(top))
+    q = torch.div(w.to(torch.float32), scale.unsqueeze(1))  # new memory: w stays untouched
+    return q.round_().clamp_(-127, 127), scale
+
+
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-output-channel int8 of a weight given as [out, in] (nn.Linear's layout,
     or an embedding's [vocab, hidden]): (int8 [in, out], f32 scale [out]) with
     w.T ~ q * scale; a channel of zeros gets scale 1."""
-    w = w.detach().to(torch.float32)
-    top = w.abs().amax(dim=1)
-    scale = torch.where(top > 0, top / 127.0, torch.ones_like(top))
-    q = torch.round(w / scale.unsqueeze(1)).clamp(-127, 127).to(torch.int8)
-    return q.t().contiguous(), scale.contiguous()
+    q, scale = _quantized_rows(w)
+    return q.to(torch.int8).t().contiguous(), scale
+
+
+def quantize_int8_packed(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``quantize_int8`` and ``torchtpu.ops.pack_int8`` at once: (int8 [ceil(out / 64), in,
+    64], f32 scale [out]) equal to (pack_int8(q), scale) for (q, scale) = quantize_int8(w),
+    written by one converting, transposing copy (quantize_int8 then pack_int8 take two
+    copies more: the int8 transpose and the packing)."""
+    q, scale = _quantized_rows(w)
+    n, k = q.shape
+    full = n // INT8_BLOCK
+    blocks = -(-n // INT8_BLOCK)
+    packed = (torch.empty if blocks == full else torch.zeros)(blocks, k, INT8_BLOCK,
+                                                               dtype=torch.int8)
+    # packed[b, k, i] = q[64 b + i, k]: each block is a [64, in] slab of rows, transposed.
+    packed[:full].copy_(q[:full * INT8_BLOCK].view(full, INT8_BLOCK, k).transpose(1, 2))
+    if blocks > full:
+        packed[full, :, :n - full * INT8_BLOCK].copy_(q[full * INT8_BLOCK:].t())
+    return packed, scale
 
 
 QUANTIZATIONS = (None, "int8")
@@ -275,8 +302,8 @@ class PagedDecoder:
             scales, packed."""
             if quantization is None:
                 return put(w.detach().t()), None
-            q, scale = quantize_int8(w)
-            return pack_int8(q).to(self.device), scale.to(self.device)
+            packed, scale = quantize_int8_packed(w)
+            return packed.to(self.device), scale.to(self.device)
 
         rotary = base.rotary_emb
         self.inv_freq = put(rotary.inv_freq.to(torch.float32))
@@ -313,17 +340,21 @@ class PagedDecoder:
                 w_gate_up=w_gate_up, w_down=w_down,
                 s_qkv=s_qkv, s_o=s_o, s_gate_up=s_gate_up, s_down=s_down,
             ))
+        # Every decode step streams all the weights; where they are host memory (a CPU
+        # plugin) they stream faster from huge pages, which the kernel does not give the
+        # heap unasked. What it refuses is counted (self.huge_pages), never an error.
+        self.huge_pages = use_huge_pages(self.weight_tensors())
 
-    def weight_bytes(self) -> int:
-        """Bytes of the weights on the device (a tensor shared by two roles counts once)."""
-        seen: dict[int, int] = {}
+    def weight_tensors(self) -> list[torch.Tensor]:
+        """The weights on the device, each once (a tensor shared by two roles, too)."""
         tensors = [self.inv_freq, self.rope_scale, self.norm_weight, self.embed_weight,
                    self.embed_scale, self.head_weight, self.head_scale]
         tensors += [t for layer in self.layers for t in layer.values()]
-        for t in tensors:
-            if t is not None:
-                seen[id(t)] = t.numel() * t.element_size()
-        return sum(seen.values())
+        return list({id(t): t for t in tensors if t is not None}.values())
+
+    def weight_bytes(self) -> int:
+        """Bytes of the weights on the device (a tensor shared by two roles counts once)."""
+        return sum(t.numel() * t.element_size() for t in self.weight_tensors())
 
     def kv_bytes_per_slot(self) -> int:
         s = self.shape
