@@ -174,8 +174,9 @@ def feed(inputs: list[torch.Tensor], fed: list[tuple[int, list[int] | None]]
 
 
 def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
-                dims: list[list[int]]) -> tuple[torch.fx.GraphModule, list[tuple[int, list[int] | None]]]:
-    """The exported pending graph as an FX graph of aten ops at its recorded sizes, and the
+                dims: list[list[int]]) -> tuple[torch.fx.Graph, list[tuple[int, list[int] | None]]]:
+    """The exported pending graph as an FX graph of aten ops at its recorded sizes (a bare
+    graph: its shape class reads it and retraces it, nothing runs its Python code), and the
     tensors its placeholders take. A row-major prefix of an input (a padded graph's output
     read at its true size, a parameter's first rows) is a placeholder of its own, the view
     of the input: its true size is what varies, not the storage's."""
@@ -240,7 +241,7 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
         for i in range(num):
             env[first + i] = g.call_function(operator.getitem, (call, i))
     g.output(tuple(env[v] for v in outputs))
-    return torch.fx.GraphModule(torch.nn.Module(), g), fed
+    return g, fed
 
 
 def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
@@ -260,7 +261,7 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
         with torch.no_grad():
             return list(hit[0](*feed(inputs, hit[1])))
     try:
-        gm, fed = build_graph(inputs, nodes, outputs, dims)
+        graph, fed = build_graph(inputs, nodes, outputs, dims)
     except NotAView as e:
         log.info("torchtpu: fused graph compiles per exact size: %s", e)
         return None
@@ -270,7 +271,7 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
         return None
     classes = _classes.setdefault(device, ShapeClasses(device))
     try:
-        runner, why = classes.runner(gm)
+        runner, why = classes.runner(graph)
     except Exception as e:  # a torchtpu bug in making it symbolic: the exact program runs
         log.warning("torchtpu: fused graph compiles per exact size: its shape class failed: "
                     "%s: %s", type(e).__name__, e)

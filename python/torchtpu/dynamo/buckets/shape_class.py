@@ -89,14 +89,14 @@ def _size_arguments(target: Any) -> frozenset[str]:
     return names
 
 
-def key_ints_sizes(gm: torch.fx.GraphModule) -> tuple[tuple, list[int], list[bool]]:
+def key_ints_sizes(graph: torch.fx.Graph) -> tuple[tuple, list[int], list[bool]]:
     """`key_and_ints`, and per int place whether it is an input's dim or an argument its
     op's schema types SymInt."""
     ints: list[int] = []
     sizes: list[bool] = []
     nodes: dict[torch.fx.Node, int] = {}
     key: list[Any] = []
-    for k, n in enumerate(gm.graph.nodes):
+    for k, n in enumerate(graph.nodes):
         nodes[n] = k
         if n.op == "placeholder":
             val = n.meta.get("val")
@@ -105,7 +105,7 @@ def key_ints_sizes(gm: torch.fx.GraphModule) -> tuple[tuple, list[int], list[boo
             ints.extend(int(s) for s in val.shape)
             sizes.extend(True for _ in val.shape)
             key.append(("in", str(val.dtype), val.dim(), str(val.device)))
-        elif n.op in ("call_function", "output", "get_attr"):
+        elif n.op in ("call_function", "output"):
             names = _size_arguments(n.target)
             schema = getattr(n.target, "_schema", None)
             positional = [a.name for a in schema.arguments] if schema is not None else []
@@ -119,10 +119,10 @@ def key_ints_sizes(gm: torch.fx.GraphModule) -> tuple[tuple, list[int], list[boo
     return tuple(key), ints, sizes
 
 
-def key_and_ints(gm: torch.fx.GraphModule) -> tuple[tuple, list[int]]:
-    """The class key of `gm` (its structure, ints erased) and its ints in key order: the
+def key_and_ints(graph: torch.fx.Graph) -> tuple[tuple, list[int]]:
+    """The class key of `graph` (its structure, ints erased) and its ints in key order: the
     placeholders' dims, then each node's int arguments."""
-    key, ints, _ = key_ints_sizes(gm)
+    key, ints, _ = key_ints_sizes(graph)
     return key, ints
 
 
@@ -153,7 +153,7 @@ class ShapeClass:
     """The graphs of one class key: the first at its sizes, then (once another size was
     seen) the symbolic graph and its runner."""
 
-    first: torch.fx.GraphModule
+    first: torch.fx.Graph  # aten calls only (no module attributes)
     first_ints: list[int]
     device: int
     exprs: list[sympy.Expr] | None = None  # per int place: its expression (or constant)
@@ -193,7 +193,7 @@ class ShapeClass:
         return run
 
     def _placeholders(self) -> list[torch.fx.Node]:
-        return [n for n in self.first.graph.nodes if n.op == "placeholder"]
+        return [n for n in self.first.nodes if n.op == "placeholder"]
 
     def speculate(self, sibling_ints: list[int]) -> str | None:
         """Makes the class symbolic from its first graph and `sibling_ints` (`sibling`: the
@@ -269,9 +269,9 @@ class ShapeClass:
         return None
 
 
-def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symbol],
+def retrace(graph: torch.fx.Graph, exprs: list[Any], symbols: list[sympy.Symbol],
             hints: list[int], extra: list[sympy.Symbol]) -> tuple[torch.fx.GraphModule, list[sympy.Expr]]:
-    """`gm` traced again on fake tensors whose dims and int arguments are `exprs` (in key
+    """`graph` traced again on fake tensors whose dims and int arguments are `exprs` (in key
     order): a graph with symbolic sizes, as Dynamo hands the compiled mode, and what the
     tracing assumed of the sizes (in `symbols`). The symbols `extra` are SymInt inputs
     after the tensors."""
@@ -279,7 +279,7 @@ def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symb
 
     env = ShapeEnv(duck_shape=False)
     fake_mode = FakeTensorMode(shape_env=env)
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     # Each symbol's SymInt, backed by the first graph's size (its hint).
     sym_ints: dict[sympy.Symbol, Any] = {}
     from torch._dynamo.source import ConstantSource
@@ -312,7 +312,7 @@ def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symb
             place += val.dim()
             inputs.append(torch.empty(sizes, dtype=val.dtype, device=val.device))
     start = place
-    bodies = [n for n in gm.graph.nodes if n.op not in ("placeholder",)]
+    bodies = [n for n in graph.nodes if n.op not in ("placeholder",)]
 
     def replay(*args: Any) -> Any:
         ints = iter([value(e) for e in exprs[start:]])
@@ -330,9 +330,7 @@ def retrace(gm: torch.fx.GraphModule, exprs: list[Any], symbols: list[sympy.Symb
             return a
 
         for n in bodies:
-            if n.op == "get_attr":
-                env_[n] = getattr(gm, n.target)
-            elif n.op == "call_function":
+            if n.op == "call_function":
                 args_, kwargs = sub(n.args), sub(n.kwargs)
                 env_[n] = n.target(*args_, **kwargs)
             else:
@@ -425,7 +423,7 @@ def sibling(key: tuple, ints: list[int], sizes: list[bool], other_key: tuple,
 
 
 class ShapeClasses:
-    """The shape classes of recorded graphs on one device: `runner(gm)` says how a recorded
+    """The shape classes of recorded graphs on one device: `runner(graph)` says how a recorded
     graph runs. A key holds a few classes (`MAX_PER_KEY`): a graph that fails every
     symbolic class's guard (an int that was constant changed) starts another."""
 
@@ -457,10 +455,10 @@ class ShapeClasses:
             return None  # the same sizes (in another order: inputs, not a length, moved)
         return sibling(key, ints, sizes, *last, sum(k[2] for k in inputs))
 
-    def runner(self, gm: torch.fx.GraphModule) -> tuple[Callable | None, str]:
-        """The symbolic runner that takes `gm`'s inputs (a class of its key is symbolic
-        and `gm` passes its guard), else None and why `gm` runs at its exact sizes."""
-        key, ints, sizes = key_ints_sizes(gm)
+    def runner(self, graph: torch.fx.Graph) -> tuple[Callable | None, str]:
+        """The symbolic runner that takes `graph`'s inputs (a class of its key is symbolic
+        and `graph` passes its guard), else None and why `graph` runs at its exact sizes."""
+        key, ints, sizes = key_ints_sizes(graph)
         last = self._last(key, ints)
         classes = self.classes.setdefault(key, [])
         for cls in classes:
@@ -481,7 +479,7 @@ class ShapeClasses:
                 log.info("torchtpu: fused graph compiles per exact size: %s", why)
                 return None, why
         if len(classes) < self.MAX_PER_KEY and all(c.first_ints != ints for c in classes):
-            cls = ShapeClass(gm, ints, self.device)
+            cls = ShapeClass(graph, ints, self.device)
             classes.append(cls)
             other = self._sibling(key, ints, sizes, last)
             if other is not None:
