@@ -230,6 +230,27 @@ def test_gather_and_indexing(mode: str, dtype: torch.dtype) -> None:
     assert_close(actual, rows(cache, pos), dtype_tols={dtype: (0, 0)})
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_stack_and_diagonals(mode: str, dtype: torch.dtype) -> None:
+    # Data movement with lowerings of their own (not decomposed into lowered ops), so each
+    # must be on the complex list: a complex operand is otherwise refused and falls back.
+    def moves(x: torch.Tensor, d: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.stack([x, x.conj().resolve_conj()], 1), torch.diag_embed(d, 1),
+                torch.diagonal(x, -1).clone(), torch.diagonal_copy(x, 1),
+                torch.diagonal_scatter(x, d, 0), torch.diag(d), torch.cartesian_prod(d, d)]
+
+    x, d = make((4, 4), dtype), make((4,), dtype)
+    fn = moves
+    if mode == "compiled":
+        torch._dynamo.reset()
+        fn = torch.compile(moves, backend="tpu", fullgraph=True)
+    before = fallbacks()
+    actual = fn(x.to("tpu"), d.to("tpu"))
+    assert not new_fallbacks(before), new_fallbacks(before)
+    assert_close(actual, moves(x, d), dtype_tols={dtype: (0, 0)})
+
+
 # ---- TorchTitan's rotary embedding ---------------------------------------------------------
 # The computation of torchtitan/models/common/rope.py (precompute the complex frequencies
 # with torch.polar, rotate query and key as complex numbers), written here.
