@@ -30,7 +30,7 @@ const std::set<std::string, std::less<>>& complex_ops() {
       "where",
       "angle", "polar", "complex", "conj_physical", "_conj_physical",
       // reductions and products
-      "sum", "mean", "prod", "mm", "bmm", "addmm", "baddbmm", "dot", "vdot", "tanh_backward",
+      "sum", "mean", "prod", "logsumexp", "mm", "bmm", "addmm", "baddbmm", "dot", "vdot", "tanh_backward",
       "sigmoid_backward",
       // factories and fills
       "fill", "zero", "full", "full_like", "scalar_tensor", "new_full", "zeros", "zeros_like",

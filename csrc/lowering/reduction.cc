@@ -238,15 +238,17 @@ LoweringFn variance(bool take_sqrt, bool with_mean) {
 }
 
 // logsumexp.out(self, dim, keepdim): shifted by the max so large inputs do not overflow;
-// an infinite max shifts by 0, as PyTorch does, so -inf rows stay -inf.
+// an infinite max shifts by 0, as PyTorch does, so -inf rows stay -inf. A complex input is
+// shifted by the max of its real parts (PyTorch's rule too).
 Lowered lower_logsumexp(LoweringContext& c) {
   Builder& b = c.b();
   DType t = acc_type(float_compute_type(c));
   Value x = b.convert(c.tensor(0), t);
   Dims dims = reduction_dims(c, 1, x.rank());
-  Value m = reduce_extreme(b, x, dims, true);
+  DType real = base::is_complex(t) ? base::complex_component(t) : t;
+  Value m = reduce_extreme(b, b.convert(x, real), dims, true);
   Value m_inf = b.compare(b.unary("abs", m), b.splat(INFINITY, m.type), "EQ");
-  m = b.select(m_inf, b.zeros(m.type), m);
+  m = b.convert(b.select(m_inf, b.zeros(m.type), m), t);
   Value s = b.reduce_sum(b.unary("exponential", b.sub(x, expand_back(b, m, x, dims))), dims);
   return std::vector<Value>{finish(c, b.add(b.unary("log", s), m))};
 }

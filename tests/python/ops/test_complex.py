@@ -177,6 +177,12 @@ def test_products_and_reductions(dtype: torch.dtype) -> None:
         assert_same(fn, a, dtype_tols=tols)
         assert_same(lambda x, f=fn: f(x, dim=1), a, dtype_tols=tols)
     assert_same(lambda x: x.sum(0, keepdim=True), a, dtype_tols=tols)
+    # Shifted by the max real part; large real parts would overflow exp unshifted, and a
+    # row whose max is -inf is shifted by 0.
+    big = a * 50
+    big[1] = torch.tensor(float("-inf"), dtype=dtype)
+    for dim, keepdim in ((1, False), (0, True), ((0, 1), False)):
+        assert_same(lambda x, d=dim, k=keepdim: torch.logsumexp(x, d, k), big, dtype_tols=tols)
 
 
 @pytest.mark.parametrize("dtype", COMPLEX)
