@@ -86,6 +86,21 @@ base::Status validate(const MultiProcessConfig& config) {
 
 void kv_value_deleter(char* value) { delete[] value; }
 
+namespace {
+
+// The answer of a get or try_get callback: the plugin's error, or `value` handed over as a
+// copy the plugin frees with kv_value_deleter.
+template <typename Args>
+PJRT_Error* answer_get(Args* args, const base::Status& status, const std::string& value) {
+  if (!status.ok()) return to_error(args->callback_error, status);
+  args->value = copy_out(value);
+  args->value_size = value.size();
+  args->value_deleter_callback = &kv_value_deleter;
+  return nullptr;
+}
+
+}  // namespace
+
 PJRT_Error* kv_get_callback(PJRT_KeyValueGetCallback_Args* args) {
   std::string key(args->key, args->key_size);
   std::string value;
@@ -102,11 +117,7 @@ PJRT_Error* kv_get_callback(PJRT_KeyValueGetCallback_Args* args) {
     value = std::move(got).value();
     return base::Status::ok_status();
   });
-  if (!status.ok()) return to_error(args->callback_error, status);
-  args->value = copy_out(value);
-  args->value_size = value.size();
-  args->value_deleter_callback = &kv_value_deleter;
-  return nullptr;
+  return answer_get(args, status, value);
 }
 
 PJRT_Error* kv_try_get_callback(PJRT_KeyValueTryGetCallback_Args* args) {
@@ -123,11 +134,7 @@ PJRT_Error* kv_try_get_callback(PJRT_KeyValueTryGetCallback_Args* args) {
     value = std::move(**got);
     return base::Status::ok_status();
   });
-  if (!status.ok()) return to_error(args->callback_error, status);
-  args->value = copy_out(value);
-  args->value_size = value.size();
-  args->value_deleter_callback = &kv_value_deleter;
-  return nullptr;
+  return answer_get(args, status, value);
 }
 
 PJRT_Error* kv_put_callback(PJRT_KeyValuePutCallback_Args* args) {
