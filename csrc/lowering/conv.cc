@@ -443,7 +443,34 @@ Value adaptive_matrix(Builder& b, int64_t in, int64_t out, DType t) {
   return dense_constant(b, m, {out, in}, t);
 }
 
-// _adaptive_avg_pool2d(self, output_size) = Ph @ x @ Pw^T over the last two dims.
+// Adaptive average pooling of `x` along `dim` to `out` outputs (the windows of
+// adaptive_matrix). Each window is summed on its own, through a select, then divided by its
+// length as PyTorch's kernel does: a product with the averaging matrix would carry an inf or
+// NaN of one window into every other window of its row as 0 * inf.
+Value adaptive_average(Builder& b, Value x, int64_t dim, int64_t out) {
+  const Dims& xd = x.dims();
+  const int64_t in = xd[dim];
+  const DType t = x.dtype();
+  std::vector<double> member(out * in, 0.0), length(out, 0.0);
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t start = o * in / out, end = ((o + 1) * in + out - 1) / out;
+    length[o] = static_cast<double>(end - start);
+    for (int64_t i = start; i < end; ++i) member[o * in + i] = 1.0;
+  }
+  Dims wide = xd;  // [..., out, in, ...]
+  wide.insert(wide.begin() + dim, out);
+  Dims map;
+  for (int64_t i = 0; i < x.rank(); ++i) map.push_back(i < dim ? i : i + 1);
+  Value in_window = b.compare(dense_constant(b, member, {out, in}, t),
+                              b.zeros(TensorType{t, {out, in}}), "NE");
+  Value picked = b.select(b.broadcast_in_dim(in_window, wide, {dim, dim + 1}),
+                          b.broadcast_in_dim(x, wide, map), b.zeros(TensorType{t, wide}));
+  Value sums = b.reduce_sum(picked, {dim + 1});
+  return b.div(sums, b.broadcast_in_dim(dense_constant(b, length, {out}, t), sums.dims(), {dim}));
+}
+
+// _adaptive_avg_pool2d(self, output_size): the average along the last dim, then the one
+// before it.
 Result lower_adaptive_avg_pool2d(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
@@ -453,13 +480,9 @@ Result lower_adaptive_avg_pool2d(LoweringContext& c) {
   }
   int64_t r = x.rank();
   const Dims& out_dims = c.out_type().dims;
-  Value ph = adaptive_matrix(b, x.dims()[r - 2], out_dims[r - 2], a);
-  Value pw = adaptive_matrix(b, x.dims()[r - 1], out_dims[r - 1], a);
-  Value y = b.dot_general(b.convert(x, a), pw, {}, {}, {r - 1}, {1}, a);  // [..., H, OW]
-  y = b.dot_general(y, ph, {}, {}, {r - 2}, {1}, a);                      // [..., OW, OH]
-  Dims perm = range(0, r);
-  std::swap(perm[r - 2], perm[r - 1]);
-  return std::vector<Value>{b.convert(b.transpose(y, perm), c.out_type().dtype)};
+  Value y = adaptive_average(b, b.convert(x, a), r - 1, out_dims[r - 1]);
+  y = adaptive_average(b, y, r - 2, out_dims[r - 2]);
+  return std::vector<Value>{b.convert(y, c.out_type().dtype)};
 }
 
 // _adaptive_avg_pool2d_backward(grad_output, self) = Ph^T @ g @ Pw.

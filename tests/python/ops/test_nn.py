@@ -198,6 +198,30 @@ def test_pooling() -> None:
     assert_same(lambda t: tuple(F.max_pool2d(t, 2, return_indices=True)), x)
 
 
+@pytest.mark.parametrize("size,out", [((2, 3, 14, 14), (7, 7)), ((1, 2, 10, 7), (3, 4)),
+                                      ((4, 6, 11, 13), (5, 1)), ((1, 1, 3, 3), (6, 5))])
+def test_adaptive_avg_pool_windows(size: tuple, out: tuple) -> None:
+    # Uneven and overlapping windows, and more outputs than inputs; forward and backward.
+    x = make(size, torch.float32)
+    assert_same(lambda t: F.adaptive_avg_pool2d(t, out), x, dtype_tols=NN_TOLS)
+    assert_same(lambda t: F.adaptive_avg_pool1d(t.flatten(1, 2), out[1]), x, dtype_tols=NN_TOLS)
+    assert_same(lambda t: F.interpolate(t, size=out, mode="area"), x, dtype_tols=NN_TOLS)
+    t, ref = x.to("tpu").requires_grad_(), x.clone().requires_grad_()
+    F.adaptive_avg_pool2d(t, out).square().sum().backward()
+    F.adaptive_avg_pool2d(ref, out).square().sum().backward()
+    torch.testing.assert_close(t.grad.cpu(), ref.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_adaptive_avg_pool_keeps_inf_and_nan_in_their_windows() -> None:
+    # Windows [0, 2), [1, 4), [3, 5) of 5 inputs: an inf or NaN reaches only the windows that
+    # hold it (a product with the averaging matrix gave every window of the row NaN).
+    inf, nan = float("inf"), float("nan")
+    rows = torch.tensor([[1.0, inf, 2.0, 3.0, 5.0], [1.0, inf, 2.0, -inf, 5.0],
+                         [nan, 1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0, -inf]])
+    assert_same(lambda t: F.adaptive_avg_pool1d(t[None], 3), rows)
+    assert_same(lambda t: F.adaptive_avg_pool2d(t[None], (2, 3)), rows)
+
+
 def test_pad() -> None:
     x = make((2, 3, 4), torch.float32)
     assert_same(lambda t: F.pad(t, (1, 2)), x)
