@@ -120,6 +120,17 @@ PJRT_KeyValueGetCallback_Args get_args(runtime::KeyValueStore* store, const std:
   return args;
 }
 
+PJRT_KeyValueTryGetCallback_Args try_get_args(runtime::KeyValueStore* store,
+                                              const std::string& key) {
+  PJRT_KeyValueTryGetCallback_Args args{};
+  args.struct_size = PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE;
+  args.key = key.data();
+  args.key_size = key.size();
+  args.callback_error = &callback_error;
+  args.user_arg = store;
+  return args;
+}
+
 TEST(KvStoreCallbacks, PutThenGetRoundTripsBinaryValues) {
   MemoryStore store;
   const std::string key = "gpu:local_topology/cuda/0";
@@ -133,12 +144,7 @@ TEST(KvStoreCallbacks, PutThenGetRoundTripsBinaryValues) {
   ASSERT_EQ(args.value_deleter_callback, &runtime::kv_value_deleter);
   args.value_deleter_callback(args.value);
 
-  PJRT_KeyValueTryGetCallback_Args t{};
-  t.struct_size = PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE;
-  t.key = key.data();
-  t.key_size = key.size();
-  t.callback_error = &callback_error;
-  t.user_arg = &store;
+  auto t = try_get_args(&store, key);
   EXPECT_EQ(take(runtime::kv_try_get_callback(&t)), nullptr);
   EXPECT_EQ(std::string(t.value, t.value_size), value);
   t.value_deleter_callback(t.value);
@@ -171,12 +177,7 @@ TEST(KvStoreCallbacks, GetTimeoutIsDeadlineExceeded) {
 TEST(KvStoreCallbacks, TryGetOfAMissingKeyIsNotFound) {
   MemoryStore store;
   const std::string key = "missing";
-  PJRT_KeyValueTryGetCallback_Args t{};
-  t.struct_size = PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE;
-  t.key = key.data();
-  t.key_size = key.size();
-  t.callback_error = &callback_error;
-  t.user_arg = &store;
+  auto t = try_get_args(&store, key);
   auto error = take(runtime::kv_try_get_callback(&t));
   ASSERT_NE(error, nullptr);
   EXPECT_EQ(error->code, PJRT_Error_Code_NOT_FOUND);
