@@ -61,6 +61,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def anon_huge_pages_kib(pid: int | str = "self") -> int | None:
+    """A process's anonymous memory on transparent huge pages, in KiB (None off Linux)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 class Server:
     def __init__(self, args, prefix_cache: bool, max_num_seqs: int,
                  timelines: bool = False, extra_args: list[str] | None = None,
@@ -107,17 +119,6 @@ class Server:
         except OSError:
             return None
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def anon_huge_pages_kib(self) -> int | None:
-        """The server's anonymous memory on transparent huge pages (None off Linux)."""
-        try:
-            with open(f"/proc/{self.proc.pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("AnonHugePages:"):
-                        return int(line.split()[1])
-        except OSError:
-            pass
-        return None
 
     def log_tail(self, n: int = 3000) -> str:
         with open(self.log.name) as f:
@@ -306,7 +307,7 @@ def main() -> None:
     def emit(r: dict, server: Server | None = None) -> None:
         if server is not None:
             r["server_startup_s"] = server.startup_s
-            r["server_anon_huge_pages_kib"] = server.anon_huge_pages_kib()
+            r["server_anon_huge_pages_kib"] = anon_huge_pages_kib(server.proc.pid)
         results.append(r)
         print(json.dumps(r), flush=True)
 

@@ -47,6 +47,7 @@ import statistics
 import time
 
 import torch
+from serve_bench import anon_huge_pages_kib  # beside this script (its directory is on the path)
 
 import torchtpu  # noqa: F401  (registers the tpu device)
 from torchtpu import _C
@@ -218,18 +219,6 @@ class _Timer:
             setattr(self.owner, self.name, self.fn)
         else:
             delattr(self.owner, self.name)
-
-
-def anon_huge_pages_kib() -> int | None:
-    """The process's anonymous memory on transparent huge pages (None off Linux)."""
-    try:
-        with open("/proc/self/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("AnonHugePages:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 def _collapse_host(x: torch.Tensor) -> None:
