@@ -12,7 +12,7 @@ from conftest import ENGINE_ARGS
 from torchtpu import ops
 from torchtpu.serve import LLM, SamplingParams
 from torchtpu.serve.evaluate import perplexity
-from torchtpu.serve.model import embed, linear, quantize_int8
+from torchtpu.serve.model import embed, linear, quantize_int8, quantize_int8_packed
 
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "data",
                       "tinyshakespeare.txt")
@@ -53,6 +53,19 @@ def test_packed_layout_is_blocks_of_64_channels_with_zero_padding():
     assert torch.equal(ops.unpack_int8(packed, 130), q)
     with pytest.raises(ValueError, match="expected int8 weights"):
         ops.pack_int8(q.float())
+
+
+@pytest.mark.parametrize("shape", [(130, 7), (64, 5), (3, 9), (128, 1)])
+def test_quantize_into_the_packed_layout_equals_quantize_then_pack(shape):
+    """The one-copy quantize_int8_packed (what the engine loads with) gives exactly
+    pack_int8 of quantize_int8, in full and partial blocks, with a row of zeros."""
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(shape, generator=g) * 3
+    w[shape[0] // 2] = 0
+    q, scale = quantize_int8(w)
+    packed, packed_scale = quantize_int8_packed(w)
+    assert packed.dtype == torch.int8 and torch.equal(packed, ops.pack_int8(q))
+    assert torch.equal(packed_scale, scale)
 
 
 @pytest.mark.parametrize("rows", [1, 3, 17])
