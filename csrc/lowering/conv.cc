@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <utility>
 
 #include "lowering/lowering.h"
 
@@ -432,28 +433,33 @@ Result lower_avg_pool2d_backward(LoweringContext& c) {
   return std::vector<Value>{b.convert(grad, c.out_type().dtype)};
 }
 
-// The [out, in] averaging matrix of adaptive pooling along one dim: output o averages
+// The window of output o of adaptive pooling along a dim of `in` to `out`:
 // inputs [floor(o * in / out), ceil((o + 1) * in / out)).
+std::pair<int64_t, int64_t> adaptive_window(int64_t o, int64_t in, int64_t out) {
+  return {o * in / out, ((o + 1) * in + out - 1) / out};
+}
+
+// The [out, in] averaging matrix of adaptive pooling along one dim (adaptive_window).
 Value adaptive_matrix(Builder& b, int64_t in, int64_t out, DType t) {
   std::vector<double> m(out * in, 0.0);
   for (int64_t o = 0; o < out; ++o) {
-    int64_t start = o * in / out, end = ((o + 1) * in + out - 1) / out;
+    auto [start, end] = adaptive_window(o, in, out);
     for (int64_t i = start; i < end; ++i) m[o * in + i] = 1.0 / static_cast<double>(end - start);
   }
   return dense_constant(b, m, {out, in}, t);
 }
 
-// Adaptive average pooling of `x` along `dim` to `out` outputs (the windows of
-// adaptive_matrix). Each window is summed on its own, through a select, then divided by its
-// length as PyTorch's kernel does: a product with the averaging matrix would carry an inf or
-// NaN of one window into every other window of its row as 0 * inf.
+// Adaptive average pooling of `x` along `dim` to `out` outputs (adaptive_window). Each
+// window is summed on its own, through a select, then divided by its length as PyTorch's
+// kernel does: a product with the averaging matrix would carry an inf or NaN of one window
+// into every other window of its row as 0 * inf.
 Value adaptive_average(Builder& b, Value x, int64_t dim, int64_t out) {
   const Dims& xd = x.dims();
   const int64_t in = xd[dim];
   const DType t = x.dtype();
   std::vector<double> member(out * in, 0.0), length(out, 0.0);
   for (int64_t o = 0; o < out; ++o) {
-    int64_t start = o * in / out, end = ((o + 1) * in + out - 1) / out;
+    auto [start, end] = adaptive_window(o, in, out);
     length[o] = static_cast<double>(end - start);
     for (int64_t i = start; i < end; ++i) member[o * in + i] = 1.0;
   }
