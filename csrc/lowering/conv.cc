@@ -439,40 +439,63 @@ std::pair<int64_t, int64_t> adaptive_window(int64_t o, int64_t in, int64_t out) 
   return {o * in / out, ((o + 1) * in + out - 1) / out};
 }
 
-// The [out, in] averaging matrix of adaptive pooling along one dim (adaptive_window).
-Value adaptive_matrix(Builder& b, int64_t in, int64_t out, DType t) {
-  std::vector<double> m(out * in, 0.0);
-  for (int64_t o = 0; o < out; ++o) {
-    auto [start, end] = adaptive_window(o, in, out);
-    for (int64_t i = start; i < end; ++i) m[o * in + i] = 1.0 / static_cast<double>(end - start);
-  }
-  return dense_constant(b, m, {out, in}, t);
-}
+// Which inputs each window of adaptive pooling along a dim of `in` to `out` covers
+// (adaptive_window): `member` is the [out, in] predicate "input i lies in window o",
+// `length` the [out] window lengths.
+struct AdaptiveWindows {
+  Value member;
+  Value length;
+};
 
-// Adaptive average pooling of `x` along `dim` to `out` outputs (adaptive_window). Each
-// window is summed on its own, through a select, then divided by its length as PyTorch's
-// kernel does: a product with the averaging matrix would carry an inf or NaN of one window
-// into every other window of its row as 0 * inf.
-Value adaptive_average(Builder& b, Value x, int64_t dim, int64_t out) {
-  const Dims& xd = x.dims();
-  const int64_t in = xd[dim];
-  const DType t = x.dtype();
+AdaptiveWindows adaptive_windows(Builder& b, int64_t in, int64_t out, DType t) {
   std::vector<double> member(out * in, 0.0), length(out, 0.0);
   for (int64_t o = 0; o < out; ++o) {
     auto [start, end] = adaptive_window(o, in, out);
     length[o] = static_cast<double>(end - start);
     for (int64_t i = start; i < end; ++i) member[o * in + i] = 1.0;
   }
-  Dims wide = xd;  // [..., out, in, ...]
-  wide.insert(wide.begin() + dim, out);
+  return {b.compare(dense_constant(b, member, {out, in}, t), b.zeros(TensorType{t, {out, in}}),
+                    "NE"),
+          dense_constant(b, length, {out}, t)};
+}
+
+// The dims of a rank-`rank` tensor in a space of rank + 1 that has an extra dim at `skip`
+// (for broadcast_in_dim into adaptive pooling's [..., out, in, ...] space).
+Dims skip_dim(int64_t rank, int64_t skip) {
   Dims map;
-  for (int64_t i = 0; i < x.rank(); ++i) map.push_back(i < dim ? i : i + 1);
-  Value in_window = b.compare(dense_constant(b, member, {out, in}, t),
-                              b.zeros(TensorType{t, {out, in}}), "NE");
-  Value picked = b.select(b.broadcast_in_dim(in_window, wide, {dim, dim + 1}),
-                          b.broadcast_in_dim(x, wide, map), b.zeros(TensorType{t, wide}));
+  for (int64_t i = 0; i < rank; ++i) map.push_back(i < skip ? i : i + 1);
+  return map;
+}
+
+// Adaptive average pooling of `x` along `dim` to `out` outputs. Each window is summed on
+// its own, through a select, then divided by its length as PyTorch's kernel does: a product
+// with an averaging matrix would carry an inf or NaN of one window into every other window
+// of its row as 0 * inf.
+Value adaptive_average(Builder& b, Value x, int64_t dim, int64_t out) {
+  const int64_t in = x.dims()[dim];
+  AdaptiveWindows w = adaptive_windows(b, in, out, x.dtype());
+  Dims wide = x.dims();  // [..., out, in, ...]
+  wide.insert(wide.begin() + dim, out);
+  Value picked = b.select(b.broadcast_in_dim(w.member, wide, {dim, dim + 1}),
+                          b.broadcast_in_dim(x, wide, skip_dim(x.rank(), dim)),
+                          b.zeros(TensorType{x.dtype(), wide}));
   Value sums = b.reduce_sum(picked, {dim + 1});
-  return b.div(sums, b.broadcast_in_dim(dense_constant(b, length, {out}, t), sums.dims(), {dim}));
+  return b.div(sums, b.broadcast_in_dim(w.length, sums.dims(), {dim}));
+}
+
+// The gradient of adaptive_average: input i along `dim` (of `in`) gets the sum, over the
+// windows that cover it, of the window's gradient divided by its length; selected the same
+// way, so an inf gradient of one window stays in the inputs it covers.
+Value adaptive_spread(Builder& b, Value g, int64_t dim, int64_t in) {
+  const int64_t out = g.dims()[dim];
+  AdaptiveWindows w = adaptive_windows(b, in, out, g.dtype());
+  Value share = b.div(g, b.broadcast_in_dim(w.length, g.dims(), {dim}));
+  Dims wide = g.dims();  // [..., out, in, ...]
+  wide.insert(wide.begin() + dim + 1, in);
+  Value picked = b.select(b.broadcast_in_dim(w.member, wide, {dim, dim + 1}),
+                          b.broadcast_in_dim(share, wide, skip_dim(g.rank(), dim + 1)),
+                          b.zeros(TensorType{g.dtype(), wide}));
+  return b.reduce_sum(picked, {dim});
 }
 
 // _adaptive_avg_pool2d(self, output_size): the average along the last dim, then the one
@@ -491,20 +514,17 @@ Result lower_adaptive_avg_pool2d(LoweringContext& c) {
   return std::vector<Value>{b.convert(y, c.out_type().dtype)};
 }
 
-// _adaptive_avg_pool2d_backward(grad_output, self) = Ph^T @ g @ Pw.
+// _adaptive_avg_pool2d_backward(grad_output, self): spread along the last dim, then the
+// one before it.
 Result lower_adaptive_avg_pool2d_backward(LoweringContext& c) {
   Builder& b = c.b();
   Value g = c.tensor(0);
   DType a = acc_type(g.dtype());
   int64_t r = g.rank();
   const Dims& dims = c.out_type().dims;
-  Value ph = adaptive_matrix(b, dims[r - 2], g.dims()[r - 2], a);
-  Value pw = adaptive_matrix(b, dims[r - 1], g.dims()[r - 1], a);
-  Value y = b.dot_general(b.convert(g, a), pw, {}, {}, {r - 1}, {0}, a);  // [..., OH, W]
-  y = b.dot_general(y, ph, {}, {}, {r - 2}, {0}, a);                      // [..., W, H]
-  Dims perm = range(0, r);
-  std::swap(perm[r - 2], perm[r - 1]);
-  return std::vector<Value>{b.convert(b.transpose(y, perm), c.out_type().dtype)};
+  Value y = adaptive_spread(b, b.convert(g, a), r - 1, dims[r - 1]);
+  y = adaptive_spread(b, y, r - 2, dims[r - 2]);
+  return std::vector<Value>{b.convert(y, c.out_type().dtype)};
 }
 
 }  // namespace

@@ -222,6 +222,23 @@ def test_adaptive_avg_pool_keeps_inf_and_nan_in_their_windows() -> None:
     assert_same(lambda t: F.adaptive_avg_pool2d(t[None], (2, 3)), rows)
 
 
+@pytest.mark.parametrize("size,out", [((1, 1, 5), 3), ((2, 3, 7, 9), (4, 5)),
+                                      ((1, 2, 4, 4), (6, 7))])
+def test_adaptive_avg_pool_backward_keeps_inf_and_nan_in_their_windows(size: tuple,
+                                                                        out: tuple) -> None:
+    # An inf and a NaN gradient reach only the inputs of their window (the backward was a
+    # product with the averaging matrix: 0 * inf gave NaN to every input of the row).
+    pool = F.adaptive_avg_pool1d if len(size) == 3 else F.adaptive_avg_pool2d
+    x = make(size, torch.float32)
+    g = torch.randn(pool(x, out).shape)
+    g.view(-1)[0], g.view(-1)[-1] = float("inf"), float("nan")
+    t, ref = x.to("tpu").requires_grad_(), x.clone().requires_grad_()
+    pool(t, out).backward(g.to("tpu"))
+    pool(ref, out).backward(g)
+    assert 0 < int(ref.grad.isnan().sum()) < ref.numel()
+    torch.testing.assert_close(t.grad.cpu(), ref.grad, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 def test_pad() -> None:
     x = make((2, 3, 4), torch.float32)
     assert_same(lambda t: F.pad(t, (1, 2)), x)
