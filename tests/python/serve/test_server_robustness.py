@@ -175,6 +175,33 @@ def test_client_disconnect_aborts_a_non_streaming_request(served, url):
     assert _aborted(url) - before >= 16
 
 
+def _gauges(url: str) -> dict[str, float]:
+    names = ("vllm:num_requests_running", "vllm:num_requests_waiting",
+             "vllm:kv_cache_usage_perc")
+    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+            for line in httpx.get(url + "/metrics").text.splitlines()
+            if line.startswith(names)}
+
+
+def test_metrics_return_to_idle_after_the_last_request_is_aborted(served, url):
+    """Aborts change the scheduler between steps: when they empty the engine no step
+    follows, so the gauges must be refreshed by the abort itself."""
+    engine = served.app.engine
+    body = dict(GREEDY, max_tokens=250, ignore_eos=True, prompt="O", n=16)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url + "/v1/completions", json=body, timeout=0.3)
+    t0 = time.time()
+    gauges = _gauges(url)
+    while (engine.has_unfinished() or gauges["vllm:num_requests_waiting"]
+           or gauges["vllm:num_requests_running"]) and time.time() - t0 < 30:
+        time.sleep(0.05)
+        gauges = _gauges(url)
+    assert not engine.has_unfinished()
+    assert gauges["vllm:num_requests_running"] == 0, gauges
+    assert gauges["vllm:num_requests_waiting"] == 0, gauges
+    assert gauges["vllm:kv_cache_usage_perc"] == engine.scheduler.kv_cache_usage
+
+
 def _aborted(url: str) -> float:
     for line in httpx.get(url + "/metrics").text.splitlines():
         if line.startswith("vllm:request_success_total{") and 'finished_reason="abort"' in line:
