@@ -296,6 +296,9 @@ def check_supported(req: BaseModel) -> None:
         if req.modalities not in (None, ["text"]):
             raise ApiError(400, f"'modalities' must be [\"text\"] (got {req.modalities!r}): "
                                 "this model outputs text only", param="modalities")
+    if req.stream_options is not None and not req.stream:
+        raise ApiError(400, "'stream_options' is only allowed with 'stream': true; remove it "
+                            "or set 'stream': true", param="stream_options")
     if req.truncate_prompt_tokens == 0:
         raise ApiError(400, "'truncate_prompt_tokens' must be -1 or >= 1 (got 0)",
                        param="truncate_prompt_tokens")
