@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from torchtpu.serve import errors
 from torchtpu.serve.errors import ApiError
 from torchtpu.serve.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_N, SamplingParams
 from torchtpu.serve.structured import GuidedDecoding
@@ -42,6 +43,10 @@ Unsupported = Annotated[Any, Field(description=UNSUPPORTED_DESCRIPTION,
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        errors.MODEL_NAMES.add(cls.__name__)  # so a 400 names a union's members
 
 
 class StreamOptions(_Model):

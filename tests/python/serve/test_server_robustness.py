@@ -206,6 +206,23 @@ def test_metrics_return_to_idle_after_the_last_request_is_aborted(served, url):
     assert gauges["vllm:kv_cache_usage_perc"] == engine.scheduler.kv_cache_usage
 
 
+@pytest.mark.parametrize("route,body,param,forms", [
+    ("/v1/completions", dict(GREEDY, prompt=[1.5]), "prompt",
+     "str; list[str]; list[int]; list[list[int]]"),
+    ("/v1/completions", dict(GREEDY, prompt=[[1, "a"]]), "prompt", "list[list[int]] at 0.1"),
+    ("/v1/completions", dict(GREEDY, stop=5), "stop", "str; list[str]"),
+    ("/v1/chat/completions", dict(CHAT, messages=[{"role": "user", "content": 5}]),
+     "messages", "'messages.0.content' must be one of: str; list[TextPart]"),
+    ("/v1/chat/completions", dict(CHAT, tool_choice="sometimes"), "tool_choice",
+     "NamedToolChoice"),
+])
+def test_a_value_no_form_of_a_union_field_accepts_names_the_forms(url, route, body, param,
+                                                                  forms):
+    err = _is_openai_error(_post(url, body, route=route), 400)
+    assert err["param"] == param and "must be one of" in err["message"], err
+    assert forms in err["message"], err
+
+
 def _aborted(url: str) -> float:
     for line in httpx.get(url + "/metrics").text.splitlines():
         if line.startswith("vllm:request_success_total{") and 'finished_reason="abort"' in line:
