@@ -377,14 +377,18 @@ def guided_decoding(req: CompletionRequest | ChatCompletionRequest
 def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
     out = {}
     for key, bias in (raw or {}).items():
-        try:
-            token = int(key)
-        except ValueError:
-            token = -1
-        if not key.strip().lstrip("-").isdigit() or not 0 <= token <= INT64_MAX:
-            raise ApiError(400, f"'logit_bias' keys must be token ids (got {key[:40]!r})",
+        # ASCII digits only: int() also reads " 5", "5_0" and other scripts' digits.
+        if not (key.isascii() and key.isdigit()):
+            raise ApiError(400, f"'logit_bias' keys must be token ids written as decimal "
+                                f"digits, such as \"50256\" (got {key[:40]!r})",
                            param="logit_bias")
-        out[token] = bias
+        # Ids are checked against the vocabulary with the other fields; past 2**31 (and
+        # before int() refuses thousands of digits) none is a token id.
+        digits = key.lstrip("0") or "0"
+        if len(digits) > 10 or int(digits) >= 2**31:
+            raise ApiError(400, f"'logit_bias' key {key[:40]!r} is larger than any token id",
+                           param="logit_bias")
+        out[int(digits)] = bias
     return out
 
 
