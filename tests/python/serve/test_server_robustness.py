@@ -155,7 +155,10 @@ def test_long_prompt_tokenizes_off_the_event_loop(served, url):
     if encode_s < 0.4:
         pytest.skip(f"tokenizing took {encode_s:.2f} s: too fast to tell a stall from none")
     result = {}
-    t = threading.Thread(target=lambda: result.update(r=_post(url, dict(GREEDY, prompt=prompt))))
+    # Truncated, the prompt is tokenized whole (a prompt too long to fit whole is refused
+    # from its size before the tokenizer sees it).
+    body = dict(GREEDY, prompt=prompt, truncate_prompt_tokens=8)
+    t = threading.Thread(target=lambda: result.update(r=_post(url, body)))
     t.start()
     latencies = []
     while t.is_alive():
@@ -164,8 +167,36 @@ def test_long_prompt_tokenizes_off_the_event_loop(served, url):
         latencies.append(time.perf_counter() - t0)
         time.sleep(0.02)
     t.join()
-    assert "maximum context length" in _is_openai_error(result["r"], 400)["message"]
+    assert result["r"].status_code == 200, result["r"].text
+    assert result["r"].json()["usage"]["prompt_tokens"] == 8
     assert len(latencies) >= 2 and max(latencies) < encode_s / 2, (latencies, encode_s)
+
+
+@pytest.mark.parametrize("route,make", [
+    ("/v1/completions", lambda text: dict(GREEDY, prompt=text)),
+    ("/v1/completions", lambda text: dict(GREEDY, prompt=["To be", text])),
+    ("/v1/chat/completions", lambda text: dict(CHAT, messages=[
+        {"role": "system", "content": "Be brief"}, {"role": "user", "content": text}])),
+])
+def test_a_prompt_too_long_by_its_size_is_refused_untokenized(served, url, greedy_text,
+                                                              route, make):
+    from torchtpu.serve import prompts
+
+    token_bytes = prompts.max_token_bytes(served.app.tokenizer)
+    assert token_bytes == served.app.max_token_bytes and token_bytes >= 1
+    max_len = served.app.engine.max_model_len
+    text = "x" * (token_bytes * max_len + 1)  # at least max_len + 1 tokens, however split
+    err = _is_openai_error(_post(url, make(text), route=route), 400)
+    assert "maximum context length" in err["message"] and "at least" in err["message"], err
+    assert err["param"] == ("prompt" if route == "/v1/completions" else "messages")
+    # Truncated, or only echoed, the same prompt is served.
+    if route == "/v1/completions":
+        r = _post(url, dict(make(text), truncate_prompt_tokens=4, max_tokens=2))
+        n = len(make(text)["prompt"]) if isinstance(make(text)["prompt"], list) else 1
+        assert r.status_code == 200 and len(r.json()["choices"]) == n, r.text
+        r = _post(url, dict(make(text), prompt=text, echo=True, max_tokens=0))
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == text
+    _still_serves(url, greedy_text)
 
 
 def test_client_disconnect_aborts_a_non_streaming_request(served, url):
