@@ -246,6 +246,9 @@ class LLMEngine:
         self.scheduler.abort(request_id)
         self.scheduler.release_request(request_id)
         self.metrics.on_finish(req, "abort")
+        # The gauges follow the scheduler now: when the last request is aborted no step
+        # comes to refresh them, and /metrics would show its pages as used.
+        self.metrics.observe_scheduler(self.scheduler)
         self._publish_kv_events()
         return True
 

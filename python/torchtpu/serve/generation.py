@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from torchtpu.serve import protocol, responses, tools
 from torchtpu.serve.async_engine import EngineDeadError, RequestError
 from torchtpu.serve.errors import ApiError
+from torchtpu.serve.prompts import check_text_fits
 from torchtpu.serve.sampling import SamplingParams, best_of
 from torchtpu.serve.structured import GuidedDecoding
 
@@ -64,14 +65,23 @@ class Generation:
     def prepare(cls, server: OpenAIServer, req) -> Generation:
         engine, chat = server.engine, isinstance(req, protocol.ChatCompletionRequest)
         tool_dicts = [t.model_dump(exclude_none=True) for t in (req.tools or [])] if chat else []
+        # A prompt that must fit the context whole (not truncated, not only echoed) and
+        # cannot is refused from its size, before the tokenizer spends seconds on it.
+        must_fit = req.truncate_prompt_tokens is None and (chat or not (
+            req.echo and req.max_tokens == 0))
         if chat:
             prompts = [server.chat_prompt_ids(
                 protocol.chat_messages(req), req.add_generation_prompt,
                 req.continue_final_message, req.chat_template_kwargs, req.add_special_tokens,
-                tool_dicts)]
+                tool_dicts, check_fits=must_fit)]
             sources: list = [None]
         else:
             sources = protocol.completion_prompts(req)
+            if must_fit:
+                for p in sources:
+                    if isinstance(p, str):
+                        check_text_fits(p, server.max_token_bytes, engine.max_model_len,
+                                        "prompt")
             try:
                 prompts = [engine.encode_prompt(p, req.add_special_tokens, server.tokenizer)
                            for p in sources]

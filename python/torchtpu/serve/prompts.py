@@ -23,13 +23,42 @@ def text_prompt_ids(tokenizer, prompt: str, add_special_tokens: bool | None = No
     return tokenizer.encode(prompt, add_special_tokens=False) or tokenizer.encode(prompt)
 
 
+def max_token_bytes(tokenizer) -> int | None:
+    """The most UTF-8 bytes of text one token of `tokenizer` stands for, or None when the
+    tokenizer normalizes text before splitting it (then a text's length bounds nothing)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or backend.normalizer is not None:
+        return None
+    return max((len(tokenizer.convert_tokens_to_string([t]).encode("utf-8", "surrogatepass"))
+                for t in tokenizer.get_vocab()), default=None)
+
+
+def check_text_fits(text: str, token_bytes: int | None, max_model_len: int,
+                    param: str) -> None:
+    """400 for a text that cannot fit the context, known from its size alone: it has at
+    least len(bytes) / `token_bytes` tokens. Tokenizing megabytes takes seconds of the
+    one tokenizer thread every request waits on; this check takes microseconds."""
+    if token_bytes is None:
+        return
+    size = len(text.encode("utf-8", "surrogatepass"))
+    at_least = -(-size // token_bytes)
+    if at_least > max_model_len:
+        raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens, "
+                            f"and this prompt has at least {at_least} ({size} bytes of text, "
+                            f"at most {token_bytes} per token). Please shorten the prompt, or "
+                            "set 'truncate_prompt_tokens' to keep its end.", param=param)
+
+
 def chat_prompt_ids(tokenizer, messages: list[dict], add_generation_prompt: bool,
                     continue_final_message: bool, kwargs: dict | None,
                     add_special_tokens: bool | None = None,
-                    tools: list[dict] | None = None) -> list[int]:
+                    tools: list[dict] | None = None,
+                    fits: tuple[int | None, int] | None = None) -> list[int]:
     """Token ids of a conversation through the model's chat template. Tools, and tool calls
     in the messages, must change what the template renders: a template that drops them
-    would hide them from the model, so that is a 400."""
+    would hide them from the model, so that is a 400. With `fits` (max_token_bytes,
+    max_model_len), a rendered text too long for the context is refused before it is
+    tokenized (``check_text_fits``)."""
     tok = tokenizer
     if tok.chat_template is None:
         raise ApiError(400, "this model's tokenizer has no chat template; use "
@@ -61,5 +90,7 @@ def chat_prompt_ids(tokenizer, messages: list[dict], add_generation_prompt: bool
             raise ApiError(400, "'messages': this model's chat template does not render "
                                 "assistant tool_calls, so the model would not see them",
                            param="messages")
+    if fits is not None:
+        check_text_fits(text, fits[0], fits[1], "messages")
     # The template writes the special tokens itself (vLLM's default for chat).
     return tok.encode(text, add_special_tokens=bool(add_special_tokens))

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from torchtpu.serve import errors
 from torchtpu.serve.errors import ApiError
 from torchtpu.serve.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_N, SamplingParams
 from torchtpu.serve.structured import GuidedDecoding
@@ -42,6 +43,10 @@ Unsupported = Annotated[Any, Field(description=UNSUPPORTED_DESCRIPTION,
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        errors.MODEL_NAMES.add(cls.__name__)  # so a 400 names a union's members
 
 
 class StreamOptions(_Model):
@@ -296,6 +301,9 @@ def check_supported(req: BaseModel) -> None:
         if req.modalities not in (None, ["text"]):
             raise ApiError(400, f"'modalities' must be [\"text\"] (got {req.modalities!r}): "
                                 "this model outputs text only", param="modalities")
+    if req.stream_options is not None and not req.stream:
+        raise ApiError(400, "'stream_options' is only allowed with 'stream': true; remove it "
+                            "or set 'stream': true", param="stream_options")
     if req.truncate_prompt_tokens == 0:
         raise ApiError(400, "'truncate_prompt_tokens' must be -1 or >= 1 (got 0)",
                        param="truncate_prompt_tokens")
@@ -369,14 +377,18 @@ def guided_decoding(req: CompletionRequest | ChatCompletionRequest
 def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
     out = {}
     for key, bias in (raw or {}).items():
-        try:
-            token = int(key)
-        except ValueError:
-            token = -1
-        if not key.strip().lstrip("-").isdigit() or not 0 <= token <= INT64_MAX:
-            raise ApiError(400, f"'logit_bias' keys must be token ids (got {key[:40]!r})",
+        # ASCII digits only: int() also reads " 5", "5_0" and other scripts' digits.
+        if not (key.isascii() and key.isdigit()):
+            raise ApiError(400, f"'logit_bias' keys must be token ids written as decimal "
+                                f"digits, such as \"50256\" (got {key[:40]!r})",
                            param="logit_bias")
-        out[token] = bias
+        # Ids are checked against the vocabulary with the other fields; past 2**31 (and
+        # before int() refuses thousands of digits) none is a token id.
+        digits = key.lstrip("0") or "0"
+        if len(digits) > 10 or int(digits) >= 2**31:
+            raise ApiError(400, f"'logit_bias' key {key[:40]!r} is larger than any token id",
+                           param="logit_bias")
+        out[int(digits)] = bias
     return out
 
 

@@ -74,6 +74,7 @@ class OpenAIServer:
         # The request side has its own tokenizer on its own thread: the engine thread's
         # detokenizers never share a Rust tokenizer with it.
         self.tokenizer = AutoTokenizer.from_pretrained(engine.model_path)
+        self.max_token_bytes = prompts.max_token_bytes(self.tokenizer)
         self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="torchtpu-tokenize")
         self.async_engine = AsyncEngine(engine, on_death=self._engine_died)
@@ -293,11 +294,15 @@ class OpenAIServer:
     def chat_prompt_ids(self, messages: list[dict], add_generation_prompt: bool,
                         continue_final_message: bool, kwargs: dict | None,
                         add_special_tokens: bool | None = None,
-                        tools: list[dict] | None = None) -> list[int]:
+                        tools: list[dict] | None = None,
+                        check_fits: bool = False) -> list[int]:
         """Token ids of a conversation with the server's tokenizer (worker thread); see
-        ``prompts.chat_prompt_ids``."""
+        ``prompts.chat_prompt_ids``. With `check_fits`, a conversation too long for the
+        context is refused before it is tokenized."""
+        fits = (self.max_token_bytes, self.engine.max_model_len) if check_fits else None
         return prompts.chat_prompt_ids(self.tokenizer, messages, add_generation_prompt,
-                                       continue_final_message, kwargs, add_special_tokens, tools)
+                                       continue_final_message, kwargs, add_special_tokens, tools,
+                                       fits)
 
 
 def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000, *,

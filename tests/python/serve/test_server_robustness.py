@@ -55,7 +55,14 @@ CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "Speak"}], "ma
     ("/v1/completions", dict(GREEDY, prompt=[2**70]), "prompt"),
     ("/v1/completions", dict(GREEDY, logit_bias={"99999999": 5}), "logit_bias"),
     ("/v1/completions", dict(GREEDY, logit_bias={"x": 5}), "logit_bias"),
+    ("/v1/completions", dict(GREEDY, logit_bias={" 5": 5}), "logit_bias"),
+    ("/v1/completions", dict(GREEDY, logit_bias={"\u0665": 5}), "logit_bias"),
+    ("/v1/completions", dict(GREEDY, logit_bias={"5_0": 5}), "logit_bias"),
     ("/v1/completions", dict(GREEDY, max_tokens=0), "max_tokens"),
+    ("/v1/completions", dict(GREEDY, stream_options={"include_usage": True}),
+     "stream_options"),
+    ("/v1/chat/completions", dict(CHAT, stream_options={"include_usage": False}),
+     "stream_options"),
     ("/v1/completions", dict(GREEDY, suffix="!"), "suffix"),
     ("/v1/completions", dict(GREEDY, echo=True, logprobs=1), "echo"),
     ("/v1/completions", dict(GREEDY, n=2, best_of=1), "best_of"),
@@ -148,7 +155,10 @@ def test_long_prompt_tokenizes_off_the_event_loop(served, url):
     if encode_s < 0.4:
         pytest.skip(f"tokenizing took {encode_s:.2f} s: too fast to tell a stall from none")
     result = {}
-    t = threading.Thread(target=lambda: result.update(r=_post(url, dict(GREEDY, prompt=prompt))))
+    # Truncated, the prompt is tokenized whole (a prompt too long to fit whole is refused
+    # from its size before the tokenizer sees it).
+    body = dict(GREEDY, prompt=prompt, truncate_prompt_tokens=8)
+    t = threading.Thread(target=lambda: result.update(r=_post(url, body)))
     t.start()
     latencies = []
     while t.is_alive():
@@ -157,8 +167,36 @@ def test_long_prompt_tokenizes_off_the_event_loop(served, url):
         latencies.append(time.perf_counter() - t0)
         time.sleep(0.02)
     t.join()
-    assert "maximum context length" in _is_openai_error(result["r"], 400)["message"]
+    assert result["r"].status_code == 200, result["r"].text
+    assert result["r"].json()["usage"]["prompt_tokens"] == 8
     assert len(latencies) >= 2 and max(latencies) < encode_s / 2, (latencies, encode_s)
+
+
+@pytest.mark.parametrize("route,make", [
+    ("/v1/completions", lambda text: dict(GREEDY, prompt=text)),
+    ("/v1/completions", lambda text: dict(GREEDY, prompt=["To be", text])),
+    ("/v1/chat/completions", lambda text: dict(CHAT, messages=[
+        {"role": "system", "content": "Be brief"}, {"role": "user", "content": text}])),
+])
+def test_a_prompt_too_long_by_its_size_is_refused_untokenized(served, url, greedy_text,
+                                                              route, make):
+    from torchtpu.serve import prompts
+
+    token_bytes = prompts.max_token_bytes(served.app.tokenizer)
+    assert token_bytes == served.app.max_token_bytes and token_bytes >= 1
+    max_len = served.app.engine.max_model_len
+    text = "x" * (token_bytes * max_len + 1)  # at least max_len + 1 tokens, however split
+    err = _is_openai_error(_post(url, make(text), route=route), 400)
+    assert "maximum context length" in err["message"] and "at least" in err["message"], err
+    assert err["param"] == ("prompt" if route == "/v1/completions" else "messages")
+    # Truncated, or only echoed, the same prompt is served.
+    if route == "/v1/completions":
+        r = _post(url, dict(make(text), truncate_prompt_tokens=4, max_tokens=2))
+        n = len(make(text)["prompt"]) if isinstance(make(text)["prompt"], list) else 1
+        assert r.status_code == 200 and len(r.json()["choices"]) == n, r.text
+        r = _post(url, dict(make(text), prompt=text, echo=True, max_tokens=0))
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == text
+    _still_serves(url, greedy_text)
 
 
 def test_client_disconnect_aborts_a_non_streaming_request(served, url):
@@ -173,6 +211,50 @@ def test_client_disconnect_aborts_a_non_streaming_request(served, url):
         time.sleep(0.02)
     assert not engine.has_unfinished()
     assert _aborted(url) - before >= 16
+
+
+def _gauges(url: str) -> dict[str, float]:
+    names = ("vllm:num_requests_running", "vllm:num_requests_waiting",
+             "vllm:kv_cache_usage_perc")
+    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+            for line in httpx.get(url + "/metrics").text.splitlines()
+            if line.startswith(names)}
+
+
+def test_metrics_return_to_idle_after_the_last_request_is_aborted(served, url):
+    """Aborts change the scheduler between steps: when they empty the engine no step
+    follows, so the gauges must be refreshed by the abort itself."""
+    engine = served.app.engine
+    body = dict(GREEDY, max_tokens=250, ignore_eos=True, prompt="O", n=16)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url + "/v1/completions", json=body, timeout=0.3)
+    t0 = time.time()
+    gauges = _gauges(url)
+    while (engine.has_unfinished() or gauges["vllm:num_requests_waiting"]
+           or gauges["vllm:num_requests_running"]) and time.time() - t0 < 30:
+        time.sleep(0.05)
+        gauges = _gauges(url)
+    assert not engine.has_unfinished()
+    assert gauges["vllm:num_requests_running"] == 0, gauges
+    assert gauges["vllm:num_requests_waiting"] == 0, gauges
+    assert gauges["vllm:kv_cache_usage_perc"] == engine.scheduler.kv_cache_usage
+
+
+@pytest.mark.parametrize("route,body,param,forms", [
+    ("/v1/completions", dict(GREEDY, prompt=[1.5]), "prompt",
+     "str; list[str]; list[int]; list[list[int]]"),
+    ("/v1/completions", dict(GREEDY, prompt=[[1, "a"]]), "prompt", "list[list[int]] at 0.1"),
+    ("/v1/completions", dict(GREEDY, stop=5), "stop", "str; list[str]"),
+    ("/v1/chat/completions", dict(CHAT, messages=[{"role": "user", "content": 5}]),
+     "messages", "'messages.0.content' must be one of: str; list[TextPart]"),
+    ("/v1/chat/completions", dict(CHAT, tool_choice="sometimes"), "tool_choice",
+     "NamedToolChoice"),
+])
+def test_a_value_no_form_of_a_union_field_accepts_names_the_forms(url, route, body, param,
+                                                                  forms):
+    err = _is_openai_error(_post(url, body, route=route), 400)
+    assert err["param"] == param and "must be one of" in err["message"], err
+    assert forms in err["message"], err
 
 
 def _aborted(url: str) -> float:
