@@ -11,8 +11,11 @@ namespace {
 std::atomic<bool> g_host_gemm{false};
 
 // Below this many multiply-adds per batch XLA's own dot, fused into its neighbours, costs
-// less than a call out of the program.
+// less than a call out of the program; and a product of fewer than kMinRows rows or
+// columns (a decode step's few tokens) is a matrix-vector product bound by reading the
+// weights, which XLA's emitter streams as fast.
 constexpr int64_t kMinMacs = 32 * 32 * 32;
+constexpr int64_t kMinRows = 16;
 
 bool leading(const Dims& dims) {
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -66,7 +69,8 @@ std::optional<Value> host_gemm_product(Builder& b, Value lhs, Value rhs, const D
   bool trans_a = lhs_contract[0] == nb, trans_b = rhs_contract[0] == nb + 1;
   const int64_t m = lhs.dims()[trans_a ? nb + 1 : nb], k = lhs.dims()[lhs_contract[0]];
   const int64_t n = rhs.dims()[trans_b ? nb : nb + 1];
-  if (batch < 1 || m < 1 || n < 1 || k < 1 || m > INT_MAX || n > INT_MAX || k > INT_MAX ||
+  if (batch < 1 || m < kMinRows || n < kMinRows || k < 1 || m > INT_MAX || n > INT_MAX ||
+      k > INT_MAX ||
       static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < kMinMacs) {
     return std::nullopt;
   }
