@@ -118,7 +118,8 @@ extern "C" XLA_FFI_Error* torchtpu_gemm_ffi(XLA_FFI_CallFrame* frame) {
   const XLA_FFI_Buffer *a = ffi::arg(frame, 0), *b = ffi::arg(frame, 1);
   const XLA_FFI_Buffer* c = ffi::ret(frame, 0);
   if (!a || !b || !c) {
-    return ffi::error(frame, std::string(what) + ": expected 2 buffer operands and 1 result");
+    return ffi::error(frame, std::string(what) + ": expected 2 buffer operands (and an "
+                      "ignored third) and 1 result");
   }
   GemmShape s;
   s.trans_a = ffi::int_attr(frame, "trans_a").value_or(0) != 0;

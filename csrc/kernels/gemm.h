@@ -59,7 +59,9 @@ void gemm(const GemmShape& shape, const float* a, const float* b, float* c, cons
           const ParallelFor& parallel_for = {}, int64_t threads = 1);
 
 // The custom-call target name and its typed-FFI handler. Operands: a, b (rank 3, as
-// above); result: c. Attributes: trans_a, trans_b (i64, 0 or 1).
+// above), and optionally a third operand the kernel ignores (the lowering passes one so
+// that XLA's cost analysis sees work: lowering/host_gemm.cc); result: c. Attributes:
+// trans_a, trans_b (i64, 0 or 1).
 inline constexpr char kGemmTarget[] = "torchtpu_gemm";
 extern "C" XLA_FFI_Error* torchtpu_gemm_ffi(XLA_FFI_CallFrame* frame);
 

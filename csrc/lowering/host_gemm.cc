@@ -11,9 +11,9 @@ namespace {
 std::atomic<bool> g_host_gemm{false};
 
 // Below this many multiply-adds per batch XLA's own dot, fused into its neighbours, costs
-// less than a call out of the program; and a product of fewer than kMinRows rows or
-// columns (a decode step's few tokens) is a matrix-vector product bound by reading the
-// weights, which XLA's emitter streams as fast.
+// less than a call out of the program; and a product of fewer than kMinRows rows, columns
+// or contracted elements (a decode step's few tokens, an outer product) is bound by
+// reading memory, which XLA's emitter streams as fast.
 constexpr int64_t kMinMacs = 32 * 32 * 32;
 constexpr int64_t kMinRows = 16;
 
@@ -39,6 +39,19 @@ Value operand(Builder& b, Value v, int64_t batch, bool& trans) {
     }
   }
   return b.reshape(v, {batch, v.dims()[r - 2], v.dims()[r - 1]});
+}
+
+// XLA's CPU client runs a program whose cost analysis counts under 1000 flops on the
+// calling thread, synchronously, and the analysis counts a custom call as 0 flops: a program
+// of products alone would block the host for its whole run (an eager mm could not overlap
+// the next op's dispatch). So the call also takes the sum of up to 1024 leading elements of
+// each operand, which it ignores: a read of at most 8 KiB that the analysis counts as the
+// 1000-plus flops it is owed (K (M + N) >= 1440 for the products this lowering covers).
+Value cost_operand(Builder& b, Value v) {
+  const int64_t n = v.type.num_elements();
+  Value flat = b.reshape(v, {n});
+  Value head = n > 1024 ? b.slice(flat, {0}, {1024}, {1}) : flat;
+  return b.reduce_sum(head, {0});
 }
 
 }  // namespace
@@ -69,7 +82,7 @@ std::optional<Value> host_gemm_product(Builder& b, Value lhs, Value rhs, const D
   bool trans_a = lhs_contract[0] == nb, trans_b = rhs_contract[0] == nb + 1;
   const int64_t m = lhs.dims()[trans_a ? nb + 1 : nb], k = lhs.dims()[lhs_contract[0]];
   const int64_t n = rhs.dims()[trans_b ? nb : nb + 1];
-  if (batch < 1 || m < kMinRows || n < kMinRows || k < 1 || m > INT_MAX || n > INT_MAX ||
+  if (batch < 1 || m < kMinRows || n < kMinRows || k < kMinRows || m > INT_MAX || n > INT_MAX ||
       k > INT_MAX ||
       static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < kMinMacs) {
     return std::nullopt;
@@ -78,7 +91,9 @@ std::optional<Value> host_gemm_product(Builder& b, Value lhs, Value rhs, const D
   std::string attrs = "call_target_name = \"torchtpu_gemm\", api_version = 4 : i32, "
                       "backend_config = {trans_a = " + std::to_string(trans_a ? 1 : 0) +
                       " : i64, trans_b = " + std::to_string(trans_b ? 1 : 0) + " : i64}";
-  Value c = b.op("stablehlo.custom_call", {a, bm}, TensorType{DType::kF32, {batch, m, n}}, attrs);
+  Value cost = b.add(cost_operand(b, a), cost_operand(b, bm));
+  Value c = b.op("stablehlo.custom_call", {a, bm, cost}, TensorType{DType::kF32, {batch, m, n}},
+                 attrs);
   out_dims.push_back(m);
   out_dims.push_back(n);
   return b.reshape(c, out_dims);

@@ -5,7 +5,7 @@
 // with a BLAS behind it); other platforms, and every product it does not cover, keep
 // dot_general. Covered: f32 operands whose batch dims lead both operands in the same order,
 // with one contracting and one free dim each (mm, bmm, matmul, linear, addmm and baddbmm's
-// products), at least 16 rows and columns (fewer: a matrix-vector product XLA streams as
+// products), M, N and K at least 16 (fewer: a product bound by memory that XLA streams as
 // fast), enough work to pay for the call, and M, N, K within a BLAS int. An operand that is a transpose of
 // its last two dims is read in place (the kernel's trans flags) instead of copied.
 #pragma once
