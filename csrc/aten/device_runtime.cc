@@ -7,8 +7,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 
+#include "kernels/gemm.h"
 #include "kernels/host_kernels.h"
+#include "lowering/host_gemm.h"
 #include "runtime/host_malloc.h"
 #include "runtime/plugin_registry.h"
 
@@ -33,14 +36,40 @@ State& state() {
   return *s;
 }
 
+// The BLAS the running PyTorch exports (its CPU wheels link MKL and export the Fortran
+// sgemm and MKL's per-thread thread count). Weak: a PyTorch without them leaves the host
+// GEMM kernel unregistered and f32 products on XLA's dot.
+extern "C" {
+void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*,
+            const float*, const int*, const float*, const int*, const float*, float*,
+            const int*) __attribute__((weak));
+int MKL_Set_Num_Threads_Local(int) __attribute__((weak));  // mkl.h's C name
+}
+
+// Whether f32 products may run on the host GEMM kernel: a BLAS is there and
+// TORCHTPU_HOST_GEMM is not 0 (1 or unset).
+bool want_host_gemm() {
+  const char* env = std::getenv("TORCHTPU_HOST_GEMM");
+  if (env != nullptr && std::string(env) == "0") return false;
+  if (env != nullptr && std::string(env) != "1") {
+    LOG(WARNING) << "tpu: TORCHTPU_HOST_GEMM='" << env << "' is not 0 or 1; using 1";
+  }
+  return sgemm_ != nullptr;
+}
+
 // A plugin that cannot take a kernel still runs everything: the models that use one fall
-// back to the StableHLO formulation (torchtpu.ops.has_host_kernel).
+// back to the StableHLO formulation (torchtpu.ops.has_host_kernel), and f32 products stay
+// on XLA's dot unless the GEMM kernel is registered.
 void register_host_kernels(const runtime::Plugin& plugin, std::vector<std::string>& out) {
+  const bool gemm = want_host_gemm();
+  if (gemm) kernels::set_blas({&sgemm_, MKL_Set_Num_Threads_Local});
   for (const kernels::HostKernel& k : kernels::host_kernels()) {
+    if (!gemm && std::string(k.target) == kernels::kGemmTarget) continue;
     base::Status st =
         plugin.register_ffi_handler(k.target, "Host", reinterpret_cast<void*>(k.handler));
     if (st.ok()) {
       out.push_back(k.target);
+      if (std::string(k.target) == kernels::kGemmTarget) lowering::set_host_gemm(true);
     } else {
       LOG(WARNING) << "tpu: host kernel " << k.target << " not registered: " << st.message();
     }

@@ -51,7 +51,8 @@ void destroy(const XLA_FFI_CallFrame* frame, XLA_FFI_Error* e) {
   frame->api->error_destroy(&args);
 }
 
-// Threads in XLA's pool, or 0 when the running XLA has none to offer.
+}  // namespace
+
 int64_t pool_threads(const XLA_FFI_CallFrame* frame) {
   const XLA_FFI_Api* api = frame->api;
   if (api->struct_size < offsetof(XLA_FFI_Api, thread_pool_num_threads) + sizeof(void*)) return 0;
@@ -66,8 +67,6 @@ int64_t pool_threads(const XLA_FFI_CallFrame* frame) {
   }
   return threads;
 }
-
-}  // namespace
 
 void parallel_for(const XLA_FFI_CallFrame* frame, int64_t n,
                   const std::function<void(int64_t)>& body) {

@@ -32,6 +32,9 @@ const XLA_FFI_Buffer* ret(const XLA_FFI_CallFrame* frame, int64_t i);
 std::optional<int64_t> int_attr(const XLA_FFI_CallFrame* frame, std::string_view name);
 std::optional<float> float_attr(const XLA_FFI_CallFrame* frame, std::string_view name);
 
+// Threads in XLA's CPU pool, or 0 when the running XLA has none to offer.
+int64_t pool_threads(const XLA_FFI_CallFrame* frame);
+
 // Calls body(i) for every i in [0, n), spread over XLA's CPU thread pool and the calling
 // thread (which always takes part, so a busy or single-thread pool only slows it down);
 // all on the calling thread when the running XLA offers no pool. Returns when every call

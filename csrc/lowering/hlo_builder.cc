@@ -288,8 +288,16 @@ Value Builder::transpose(Value v, const Dims& permutation) {
   if (identity) return v;
   Dims out;
   for (int64_t p : permutation) out.push_back(v.dims()[p]);
-  return op("stablehlo.transpose", {v}, TensorType{v.dtype(), out},
-            "permutation = " + i64_array(permutation));
+  Value t = op("stablehlo.transpose", {v}, TensorType{v.dtype(), out},
+               "permutation = " + i64_array(permutation));
+  if (t.result_index < 0) transposes_[t.id] = Transposed{v, permutation};
+  return t;
+}
+
+const Builder::Transposed* Builder::transposed_from(const Value& v) const {
+  if (v.result_index >= 0) return nullptr;
+  auto it = transposes_.find(v.id);
+  return it == transposes_.end() ? nullptr : &it->second;
 }
 
 Value Builder::slice(Value v, const Dims& start, const Dims& limit, const Dims& strides) {

@@ -98,6 +98,14 @@ class Builder {
   // NumPy-style broadcast: right-aligns v's dims against out_dims.
   Value broadcast_to(Value v, const Dims& out_dims);
   Value transpose(Value v, const Dims& permutation);
+  // When `v` is the result of transpose(source, permutation) on this builder: that source
+  // and permutation (a consumer that can read its operand transposed, such as a host
+  // GEMM, takes the source instead of materializing the transpose). nullptr otherwise.
+  struct Transposed {
+    Value source;
+    Dims permutation;
+  };
+  const Transposed* transposed_from(const Value& v) const;
   Value slice(Value v, const Dims& start, const Dims& limit, const Dims& strides);
   Value concatenate(const std::vector<Value>& vs, int64_t dim);
   Value iota(const TensorType& t, int64_t dim);
@@ -182,6 +190,7 @@ class Builder {
   std::string module_name_;
   std::vector<Value> params_;
   std::map<size_t, size_t> param_aliases_;
+  std::map<int, Transposed> transposes_;  // result id -> transpose(source, permutation)
   std::string body_;
   std::vector<std::string> function_keys_;
   std::string functions_;  // add_functions: top-level ops after @main

@@ -1,7 +1,8 @@
 // Matrix-product lowerings: mm, bmm, dot/vdot, the scaled-accumulate forms addmm,
 // baddbmm, addbmm, addmv and _addmm_activation.
 //
-// Every product is one stablehlo.dot_general. 16-bit floats produce an f32 result that is
+// Every product is one stablehlo.dot_general, or a call of the host GEMM kernel where the
+// plugin runs one (host_gemm.h). 16-bit floats produce an f32 result that is
 // rounded once at the end (PyTorch's CPU kernels accumulate them in f32), and floats ask
 // for HIGHEST precision so that a TPU does not split f32 products into bf16 passes.
 // beta and alpha are runtime scalars; beta == 0 drops `self` entirely (NaN and inf in it
@@ -10,6 +11,7 @@
 
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
+#include "lowering/host_gemm.h"
 
 namespace torchtpu::lowering {
 
@@ -30,6 +32,10 @@ bool contains(const Dims& d, int64_t x) {
 // then lhs free dims, then rhs free dims (StableHLO's order).
 Value product(Builder& b, Value lhs, Value rhs, const Dims& lhs_batch, const Dims& rhs_batch,
               const Dims& lhs_contract, const Dims& rhs_contract) {
+  if (auto gemm = host_gemm_product(b, lhs, rhs, lhs_batch, rhs_batch, lhs_contract,
+                                    rhs_contract)) {
+    return *gemm;
+  }
   DType out = acc_type(lhs.dtype());
   Dims out_dims;
   for (int64_t d : lhs_batch) out_dims.push_back(lhs.dims()[d]);

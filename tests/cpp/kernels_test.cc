@@ -1,18 +1,22 @@
-// Host kernels: the paged-attention and int8 matmul kernels against direct double-precision
-// readings of their definitions, and the same kernels run by the XLA CPU plugin as the custom
-// calls that the `torchtpu::paged_attention` and `torchtpu::int8_matmul` lowerings emit.
+// Host kernels: the paged-attention, int8 matmul and GEMM kernels against direct
+// double-precision readings of their definitions, and the same kernels run by the XLA CPU
+// plugin as the custom calls that the `torchtpu::paged_attention` and `torchtpu::int8_matmul`
+// lowerings, and aten::mm on float32, emit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "kernels/gemm.h"
 #include "kernels/host_kernels.h"
 #include "kernels/int8_matmul.h"
 #include "kernels/paged_attention.h"
+#include "lowering/host_gemm.h"
 #include "lowering_harness.h"
 
 namespace torchtpu::kernels {
@@ -277,6 +281,150 @@ TEST(Int8MatmulKernel, SplitOverThreadsEqualsOneThread) {
     EXPECT_GT(items_run, 1) << m << "x" << k << "x" << n;
     EXPECT_EQ(one, many) << m << "x" << k << "x" << n;
   }
+}
+
+// A column-major Fortran sgemm read straight from its definition (C = alpha op(A) op(B) +
+// beta C, beta 0 never reading C), standing in for the BLAS the device runtime hands the
+// GEMM kernel (these tests link no torch). It counts the thread settings asked of it.
+std::atomic<int> g_local_threads_calls{0};
+
+void reference_sgemm(const char* ta, const char* tb, const int* m, const int* n, const int* k,
+                     const float* alpha, const float* a, const int* lda, const float* b,
+                     const int* ldb, const float* beta, float* c, const int* ldc) {
+  for (int j = 0; j < *n; ++j) {
+    for (int i = 0; i < *m; ++i) {
+      float sum = 0.0f;
+      for (int l = 0; l < *k; ++l) {
+        const float av = *ta == 'N' ? a[i + l * *lda] : a[l + i * *lda];
+        const float bv = *tb == 'N' ? b[l + j * *ldb] : b[j + l * *ldb];
+        sum += av * bv;
+      }
+      c[i + j * *ldc] = *alpha * sum + (*beta == 0.0f ? 0.0f : *beta * c[i + j * *ldc]);
+    }
+  }
+}
+
+int reference_local_threads(int) {
+  ++g_local_threads_calls;
+  return 0;
+}
+
+// c[bi, i, j] in double from row-major a and b as GemmShape lays them out.
+std::vector<double> gemm_reference(const GemmShape& s, const std::vector<float>& a,
+                                   const std::vector<float>& b) {
+  std::vector<double> c(s.batch * s.m * s.n);
+  for (int64_t bi = 0; bi < s.batch; ++bi) {
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double sum = 0;
+        for (int64_t l = 0; l < s.k; ++l) {
+          double av = s.trans_a ? a[bi * s.m * s.k + l * s.m + i] : a[bi * s.m * s.k + i * s.k + l];
+          double bv = s.trans_b ? b[bi * s.k * s.n + j * s.k + l] : b[bi * s.k * s.n + l * s.n + j];
+          sum += av * bv;
+        }
+        c[(bi * s.m + i) * s.n + j] = sum;
+      }
+    }
+  }
+  return c;
+}
+
+ParallelFor thread_per_item() {
+  return [](int64_t count, const std::function<void(int64_t)>& body) {
+    std::vector<std::thread> pool;
+    for (int64_t i = 0; i < count; ++i) pool.emplace_back(body, i);
+    for (std::thread& t : pool) t.join();
+  };
+}
+
+// Every transpose combination, one and several batches, more rows than columns and the
+// reverse: the product matches the definition, and splitting it over 2 or 3 threads gives
+// exactly the one-call bits.
+TEST(GemmKernel, MatchesTheDefinitionWhicheverWayItIsSplit) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  const Blas with{&reference_sgemm, &reference_local_threads};
+  // Each at least 3 parts' worth of work: split by rows, by columns, by batch, and by rows
+  // within batches (2 batches, 3 parts).
+  for (auto [batch, m, n, k] : {std::array<int64_t, 4>{1, 260, 140, 50}, {1, 40, 400, 100},
+                                {3, 64, 96, 90}, {2, 70, 60, 200}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        GemmShape s{batch, m, n, k, ta, tb};
+        ASSERT_EQ(check_shape(s), "");
+        std::vector<float> a(batch * m * k), b(batch * k * n);
+        for (float& v : a) v = normal(gen);
+        for (float& v : b) v = normal(gen);
+        std::vector<float> one(batch * m * n, -1.0f);
+        gemm(s, a.data(), b.data(), one.data(), with);
+        std::vector<double> want = gemm_reference(s, a, b);
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(one[i], want[i], 1e-4 * (1 + std::abs(want[i])))
+              << batch << "x" << m << "x" << n << "x" << k << " ta " << ta << " tb " << tb;
+        }
+        for (int64_t threads : {2, 3}) {
+          g_local_threads_calls = 0;
+          std::vector<float> split(batch * m * n, -1.0f);
+          gemm(s, a.data(), b.data(), split.data(), with, thread_per_item(), threads);
+          EXPECT_EQ(split, one) << batch << "x" << m << "x" << n << "x" << k << " ta " << ta
+                                << " tb " << tb << " threads " << threads;
+          // Each part sets one BLAS thread and restores the setting.
+          EXPECT_GE(g_local_threads_calls.load(), 4);
+        }
+      }
+    }
+  }
+  GemmShape empty{1, 0, 4, 4};
+  EXPECT_NE(check_shape(empty).find("every dim must be at least 1"), std::string::npos);
+  GemmShape huge{1, int64_t{1} << 31, 4, 4};
+  EXPECT_NE(check_shape(huge).find("32-bit BLAS int"), std::string::npos);
+}
+
+// aten::mm on float32 with the host GEMM on: the module calls the kernel, which the plugin
+// runs; small products and other dtypes keep dot_general.
+TEST(HostKernelCall, Float32MmRunsOnTheGemmKernel) {
+  auto client = testing::test_client();
+  for (const HostKernel& k : host_kernels()) {
+    base::Status st = client->plugin().register_ffi_handler(k.target, "Host",
+                                                            reinterpret_cast<void*>(k.handler));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  set_blas({&reference_sgemm, &reference_local_threads});
+  lowering::set_host_gemm(true);
+  using base::DType;
+  testing::HostTensor a = testing::arange(DType::kF32, {40, 50}, -900);
+  testing::HostTensor b = testing::arange(DType::kF32, {50, 60}, -1400);
+  for (double& v : a.values) v /= 64;
+  for (double& v : b.values) v /= 128;
+  auto lowered = lowering::lower_op("aten::mm", {testing::tensor_arg(a), testing::tensor_arg(b)},
+                                    {{DType::kF32, {40, 60}}});
+  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  EXPECT_NE(lowered->text.find("torchtpu_gemm"), std::string::npos);
+  EXPECT_EQ(lowered->text.find("dot_general"), std::string::npos);
+  auto run = testing::run_lowering("aten::mm", {testing::tensor_arg(a), testing::tensor_arg(b)},
+                                   {{DType::kF32, {40, 60}}}, {{0, a}, {1, b}});
+  ASSERT_EQ(run.outputs.size(), 1u);
+  std::vector<float> af(a.values.begin(), a.values.end()), bf(b.values.begin(), b.values.end());
+  std::vector<double> want = gemm_reference({1, 40, 60, 50}, af, bf);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(run.outputs[0].values[i], want[i], 1e-5 * (1 + std::abs(want[i])));
+  }
+
+  testing::HostTensor small = testing::arange(DType::kF32, {8, 8});
+  auto tiny = lowering::lower_op("aten::mm", {testing::tensor_arg(small), testing::tensor_arg(small)},
+                                 {{DType::kF32, {8, 8}}});
+  ASSERT_TRUE(tiny.ok());
+  EXPECT_EQ(tiny->text.find("torchtpu_gemm"), std::string::npos);
+  testing::HostTensor wide = testing::arange(DType::kF64, {40, 50});
+  auto f64 = lowering::lower_op("aten::mm", {testing::tensor_arg(wide), testing::tensor_arg(b)},
+                                {{DType::kF64, {40, 60}}});
+  ASSERT_TRUE(f64.ok());
+  EXPECT_EQ(f64->text.find("torchtpu_gemm"), std::string::npos);
+  lowering::set_host_gemm(false);
+  auto off = lowering::lower_op("aten::mm", {testing::tensor_arg(a), testing::tensor_arg(b)},
+                                {{DType::kF32, {40, 60}}});
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->text.find("torchtpu_gemm"), std::string::npos);
 }
 
 // The lowering's custom call, compiled and run by the plugin with the kernel registered.
