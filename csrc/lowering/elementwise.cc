@@ -208,12 +208,18 @@ base::StatusOr<std::vector<Value>> lower_clamp(LoweringContext& c) {
   return std::vector<Value>{to_out(c, x)};
 }
 
-// lerp(self, end, weight) = self + weight * (end - self).
+// lerp(self, end, weight): self + weight * (end - self) for |weight| < 0.5, else
+// end - (end - self) * (1 - weight), as PyTorch computes it: weight 1 gives end exactly
+// (lerp(1e8, 0.1, 1) is 0.1, not 0), and the infinities come out as on the CPU.
 base::StatusOr<std::vector<Value>> lower_lerp(LoweringContext& c) {
   Builder& b = c.b();
   DType t = opmath(c.out_type().dtype);
   Value s = out_operand(c, 0, t), e = out_operand(c, 1, t), w = out_operand(c, 2, t);
-  return std::vector<Value>{to_out(c, b.add(s, b.mul(w, b.sub(e, s))))};
+  Value diff = b.sub(e, s);
+  Value small = b.compare(b.unary("abs", w), b.splat(0.5, w.type), "LT");
+  Value from_self = b.add(s, b.mul(w, diff));
+  Value from_end = b.sub(e, b.mul(diff, b.sub(b.splat(1, w.type), w)));
+  return std::vector<Value>{to_out(c, b.select(small, from_self, from_end))};
 }
 
 // addcmul/addcdiv(self, t1, t2, value) = self + value * (t1 op t2).

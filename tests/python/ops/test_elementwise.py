@@ -490,3 +490,15 @@ def test_complex_scaled_log_special_values(fn, dtype: torch.dtype) -> None:
     want = torch.view_as_real(fn(z))
     tol = 1e-5 if dtype == torch.complex64 else 1e-12
     torch.testing.assert_close(got, want, rtol=tol, atol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_lerp_weight_at_or_above_half(dtype: torch.dtype) -> None:
+    # Weight 1 gives end exactly (1e8 -> 0.1), and inf ends as the CPU's two-sided formula.
+    inf = float("inf")
+    s = torch.tensor([1e8, 1.0, 1.0, 2.0, -3.0, 0.5], dtype=dtype)
+    e = torch.tensor([0.1, inf, inf, 4.0, 7.0, -inf], dtype=dtype)
+    w = torch.tensor([1.0, 0.5, 0.2, 0.7, -0.6, 0.9], dtype=dtype)
+    assert_same(torch.lerp, s, e, w)
+    assert_same(lambda a, b: torch.lerp(a, b, 0.75), s, e)
+    assert_same(lambda a, b: torch.lerp(a, b, 0.25), make((4, 5), dtype), make((5,), dtype))
