@@ -232,3 +232,14 @@ def test_reduction_without_identity_nonempty_extent() -> None:
     assert_same(lambda t: torch.nanmedian(t, 1), x)
     assert_same(lambda t: torch.max(t, 1), x)
     assert_same(torch.median, x)  # over everything: NaN, as on the CPU
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["sum", "nansum", "mean", "cumsum", "cumprod"])
+def test_reduction_dtype_argument_rounds_input_first(name: str, dtype: torch.dtype) -> None:
+    # dtype= casts the input before reducing: float32 values are rounded to the 16-bit
+    # dtype, then accumulated in float32 and rounded once (tolerances a few 16-bit ulps).
+    torch.manual_seed(1)
+    x = torch.randn(16, 8 if name == "cumprod" else 40) * 3
+    tols = {torch.bfloat16: (4e-3, 4e-3), torch.float16: (5e-4, 5e-4)}
+    assert_same(lambda t: getattr(t, name)(1, dtype=dtype), x, dtype_tols=tols)
