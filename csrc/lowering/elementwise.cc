@@ -111,8 +111,13 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
   DType rt = c.result_type({0, 1});
   DType t = opmath(rt);
   if (mode.empty()) {
-    // True division of integers.
-    if (!base::is_floating(t) && !base::is_complex(t)) t = DType::kF32;
+    // True division of integers: in the result's float type (the default dtype, float64
+    // under torch.set_default_dtype(torch.float64)), 16-bit ones through float32.
+    if (!base::is_floating(t) && !base::is_complex(t)) {
+      DType out = c.out_type().dtype;
+      t = base::is_floating(out) ? opmath(out) : DType::kF32;
+      rt = base::is_floating(out) ? out : DType::kF32;
+    }
     return std::vector<Value>{to_out_via(c, rt, b.div(out_operand(c, 0, t), out_operand(c, 1, t)))};
   }
   Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);

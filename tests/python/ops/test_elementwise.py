@@ -502,3 +502,18 @@ def test_lerp_weight_at_or_above_half(dtype: torch.dtype) -> None:
     assert_same(torch.lerp, s, e, w)
     assert_same(lambda a, b: torch.lerp(a, b, 0.75), s, e)
     assert_same(lambda a, b: torch.lerp(a, b, 0.25), make((4, 5), dtype), make((5,), dtype))
+
+
+def test_integer_true_division_follows_default_dtype() -> None:
+    # The same call under another default dtype is another program (result float64, not a
+    # float32 program's result reused), and computes in float64.
+    a, b = torch.tensor([1, 2, 7]), torch.tensor([3, 4, 9])
+    assert_same(torch.div, a, b)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert_same(torch.div, a, b, dtype_tols={torch.float64: (0.0, 0.0)})
+        assert_same(lambda x: x * 2.5, a)
+    finally:
+        torch.set_default_dtype(old)
+    assert_same(torch.div, a, b)
