@@ -241,6 +241,10 @@ class Classifier {
     sig_->words.clear();
     sig_->generator.reset();
     put(info_.id);
+    // The default dtype decides result types the arguments do not (int / int, an integer
+    // tensor times a Python float): a program built under float32 must not serve a call
+    // made under float64.
+    put(static_cast<int64_t>(c10::get_default_dtype_as_scalartype()));
   }
 
  private:

@@ -26,6 +26,16 @@ Value floor_divide_int(Builder& b, Value a, Value d) {
   return b.select(adjust, b.sub(q, b.splat(1, q.type)), q);
 }
 
+void require_nonzero_divisor(LoweringContext& c, Value d) {
+  if (!base::is_integral(d.dtype()) || d.type.num_elements() == 0) return;
+  Builder& b = c.b();
+  Value nonzero = b.compare(d, b.zeros(d.type), "NE");
+  Dims all;
+  for (int64_t i = 0; i < nonzero.rank(); ++i) all.push_back(i);
+  if (!all.empty()) nonzero = b.reduce(nonzero, b.constant(1, DType::kBool), all, "and");
+  c.require(nonzero, "ZeroDivisionError", CheckKind::kRuntimeError);
+}
+
 namespace {
 
 // a (op) b with PyTorch promotion over args 0 and 1.
@@ -101,11 +111,17 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
   DType rt = c.result_type({0, 1});
   DType t = opmath(rt);
   if (mode.empty()) {
-    // True division of integers.
-    if (!base::is_floating(t) && !base::is_complex(t)) t = DType::kF32;
+    // True division of integers: in the result's float type (the default dtype, float64
+    // under torch.set_default_dtype(torch.float64)), 16-bit ones through float32.
+    if (!base::is_floating(t) && !base::is_complex(t)) {
+      DType out = c.out_type().dtype;
+      t = base::is_floating(out) ? opmath(out) : DType::kF32;
+      rt = base::is_floating(out) ? out : DType::kF32;
+    }
     return std::vector<Value>{to_out_via(c, rt, b.div(out_operand(c, 0, t), out_operand(c, 1, t)))};
   }
   Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
+  require_nonzero_divisor(c, y);
   Value r;
   if (mode == "trunc") {
     r = b.div(x, y);
@@ -124,6 +140,7 @@ base::StatusOr<std::vector<Value>> lower_remainder(LoweringContext& c) {
   DType rt = c.result_type({0, 1});
   DType t = opmath(rt);
   Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
+  require_nonzero_divisor(c, y);
   Value r = b.binary("remainder", x, y);  // C fmod semantics: sign of the dividend
   Value zero = b.zeros(r.type);
   Value fix = b.binary("and", b.compare(r, zero, "NE"),
@@ -196,12 +213,18 @@ base::StatusOr<std::vector<Value>> lower_clamp(LoweringContext& c) {
   return std::vector<Value>{to_out(c, x)};
 }
 
-// lerp(self, end, weight) = self + weight * (end - self).
+// lerp(self, end, weight): self + weight * (end - self) for |weight| < 0.5, else
+// end - (end - self) * (1 - weight), as PyTorch computes it: weight 1 gives end exactly
+// (lerp(1e8, 0.1, 1) is 0.1, not 0), and the infinities come out as on the CPU.
 base::StatusOr<std::vector<Value>> lower_lerp(LoweringContext& c) {
   Builder& b = c.b();
   DType t = opmath(c.out_type().dtype);
   Value s = out_operand(c, 0, t), e = out_operand(c, 1, t), w = out_operand(c, 2, t);
-  return std::vector<Value>{to_out(c, b.add(s, b.mul(w, b.sub(e, s))))};
+  Value diff = b.sub(e, s);
+  Value small = b.compare(b.unary("abs", w), b.splat(0.5, w.type), "LT");
+  Value from_self = b.add(s, b.mul(w, diff));
+  Value from_end = b.sub(e, b.mul(diff, b.sub(b.splat(1, w.type), w)));
+  return std::vector<Value>{to_out(c, b.select(small, from_self, from_end))};
 }
 
 // addcmul/addcdiv(self, t1, t2, value) = self + value * (t1 op t2).
@@ -277,7 +300,17 @@ LoweringFn scaled_log(double inv_ln_base) {
     Builder& b = c.b();
     DType t = float_compute_type(c);
     Value x = out_operand(c, 0, t);
-    return std::vector<Value>{to_out(c, b.mul(b.unary("log", x), b.splat(inv_ln_base, x.type)))};
+    Value l = b.unary("log", x);
+    if (base::is_complex(t)) {
+      // Scale both parts by the real factor: a complex product with (k + 0i) would turn
+      // log(0) = -inf + 0i into -inf + NaN i (-inf * 0).
+      TensorType part{base::complex_component(t), l.dims()};
+      Value k = b.splat(inv_ln_base, part);
+      Value re = b.mul(b.op("stablehlo.real", {l}, part), k);
+      Value im = b.mul(b.op("stablehlo.imag", {l}, part), k);
+      return std::vector<Value>{to_out(c, b.op("stablehlo.complex", {re, im}, l.type))};
+    }
+    return std::vector<Value>{to_out(c, b.mul(l, b.splat(inv_ln_base, x.type)))};
   };
 }
 
@@ -306,7 +339,13 @@ void register_elementwise_lowerings() {
   // true_divide is div without a mode (decompositions of sizes used as data emit it).
   register_with_variants("true_divide", {"Tensor", "Scalar"}, lower_div);
   register_with_variants("remainder", {"Tensor", "Scalar"}, lower_remainder);
-  register_with_variants("fmod", {"Tensor", "Scalar"}, promoted_binary("remainder"));
+  register_with_variants("fmod", {"Tensor", "Scalar"}, [](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+    DType rt = c.result_type({0, 1});
+    DType t = opmath(rt);
+    Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
+    require_nonzero_divisor(c, y);
+    return std::vector<Value>{to_out_via(c, rt, c.b().binary("remainder", x, y))};
+  });
   register_with_variants("maximum", {""}, lower_max_min(/*is_max=*/true));
   register_with_variants("minimum", {""}, lower_max_min(/*is_max=*/false));
   register_with_variants("pow", {"Tensor_Tensor", "Tensor_Scalar"}, lower_pow);

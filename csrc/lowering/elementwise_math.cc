@@ -147,8 +147,19 @@ Value heaviside(Builder& b, Value x, Value v) {
   return b.select(b.compare(x, b.zeros(x.type), "EQ"), v, pos);
 }
 
+// hypot as C's: sqrt(x^2 + y^2) without the squares' overflow or underflow (hypot(1e30,
+// 1e30) is finite in float32, hypot(1e-30, 0) is not 0), through the larger magnitude m
+// and the smaller n: m * sqrt(1 + (n / m)^2). Infinite when either is, even with a NaN
+// other; 0 when both are 0.
 Value hypot(Builder& b, Value x, Value y) {
-  return b.unary("sqrt", b.add(b.mul(x, x), b.mul(y, y)));
+  Value ax = b.unary("abs", x), ay = b.unary("abs", y);
+  Value m = b.max(ax, ay), n = b.min(ax, ay);
+  Value q = b.div(n, m);
+  Value r = b.mul(m, b.unary("sqrt", b.add(b.splat(1, m.type), b.mul(q, q))));
+  Value zero = b.zeros(m.type), inf = b.splat(INFINITY, m.type);
+  r = b.select(b.compare(m, zero, "EQ"), zero, r);
+  Value any_inf = b.binary("or", b.compare(ax, inf, "EQ"), b.compare(ay, inf, "EQ"));
+  return b.select(any_inf, inf, r);
 }
 
 Lowered lower_rsub(LoweringContext& c) {
@@ -325,9 +336,13 @@ void register_elementwise_math_lowerings() {
   register_with_variants("copysign", {"Tensor", "Scalar"}, binary_fn(copysign, true));
   register_with_variants("hypot", {""}, binary_fn(hypot));
   register_with_variants("heaviside", {""}, binary_fn(heaviside));
-  register_with_variants("nextafter", {""}, binary_fn([](Builder& b, Value x, Value y) {
-    return b.binary("chlo.next_after", x, y);
-  }));
+  // nextafter steps to the neighbouring value of the result dtype itself: computed in a
+  // wider opmath type (float32 for float16 / bfloat16), the step would round away.
+  register_with_variants("nextafter", {""}, [](LoweringContext& c) -> Lowered {
+    DType rt = c.result_type({0, 1});
+    Value r = c.b().binary("chlo.next_after", out_operand(c, 0, rt), out_operand(c, 1, rt));
+    return std::vector<Value>{to_out_via(c, rt, r)};
+  });
   register_with_variants("logaddexp", {""}, binary_fn([](Builder& b, Value x, Value y) {
     return logaddexp(b, x, y, false);
   }, true));
@@ -344,10 +359,12 @@ void register_elementwise_math_lowerings() {
     DType rt = c.result_type({0, 1});
     DType t = opmath(rt);
     Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
+    require_nonzero_divisor(c, y);
     Value r = base::is_floating(t) ? floor_divide_float(b, x, y) : floor_divide_int(b, x, y);
     return std::vector<Value>{to_out_via(c, rt, r)};
   };
   register_with_variants("floor_divide", {"", "Scalar"}, floor_div);
+  register_lowering({"aten::floor_divide_.Tensor"}, floor_div);  // in-place of the "" form
   register_lowering({"aten::rsub.Tensor", "aten::rsub.Scalar", "aten::rsub.Tensor_out",
                      "aten::rsub.Scalar_out"},
                     lower_rsub);

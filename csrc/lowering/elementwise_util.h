@@ -46,6 +46,11 @@ inline DType float_compute_type(LoweringContext& c) {
 // Division rounding toward -inf with PyTorch's CPU semantics (elementwise.cc /
 // elementwise_math.cc): integers, and floats (via fmod, so an infinite dividend gives NaN).
 Value floor_divide_int(Builder& b, Value a, Value d);
+// Records the data check PyTorch's CPU integer division kernels make (div with a rounding
+// mode, floor_divide, remainder, fmod): a zero divisor raises RuntimeError
+// "ZeroDivisionError" rather than giving whatever the hardware's division returns.
+// `d`, the divisor in the computation's dtype, is checked only when that is an integer.
+void require_nonzero_divisor(LoweringContext& c, Value d);
 Value floor_divide_float(Builder& b, Value x, Value y);
 
 void register_with_variants(const std::string& base_name, const std::vector<std::string>& overloads,

@@ -23,6 +23,15 @@ using Lowered = base::StatusOr<std::vector<Value>>;
 
 DType acc_type(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
 
+// The input of sum / nansum / mean / cumsum / cumprod in the accumulation type of a result
+// of dtype `out`: first cast to `out` itself, as PyTorch casts the input to the `dtype`
+// argument before reducing (sum(float32, dtype=bfloat16) adds bfloat16-rounded values in
+// float32; converting straight to float32 would skip that rounding).
+Value input_as_result(LoweringContext& c, DType out) {
+  Builder& b = c.b();
+  return b.convert(b.convert(c.tensor(0), out), acc_type(out));
+}
+
 // Sorted, wrapped, de-duplicated dims named by argument `i` (int or int list); all dims when
 // the argument is None, an empty list or not a dim at all (e.g. prod's dtype).
 Dims reduction_dims(const LoweringContext& c, size_t i, int64_t rank) {
@@ -101,7 +110,10 @@ LoweringFn accumulate(const char* body_op, double identity, bool ignore_nan) {
   return [=](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
     DType t = acc_type(c.out_type().dtype);
-    Value x = b.convert(c.tensor(0), t);
+    // prod keeps the unrounded input: PyTorch's prod with a 16-bit dtype does not round
+    // its input first.
+    Value x = std::string(body_op) == "multiply" ? b.convert(c.tensor(0), t)
+                                                 : input_as_result(c, c.out_type().dtype);
     if (ignore_nan && base::is_floating(t)) x = b.select(is_nan(b, x), b.zeros(x.type), x);
     Dims dims = reduction_dims(c, 1, x.rank());
     // Logical or/and are the bool forms of add/multiply (sum/prod with dtype=bool).
@@ -114,7 +126,7 @@ LoweringFn accumulate(const char* body_op, double identity, bool ignore_nan) {
 Lowered lower_mean(LoweringContext& c) {
   Builder& b = c.b();
   DType t = acc_type(c.out_type().dtype);
-  Value x = b.convert(c.tensor(0), t);
+  Value x = input_as_result(c, c.out_type().dtype);
   Dims dims = reduction_dims(c, 1, x.rank());
   Value s = b.reduce_sum(x, dims);
   // 0/0 = NaN for an empty reduction, as in PyTorch.
@@ -323,7 +335,7 @@ LoweringFn cumulative(const char* kind) {
   return [k](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
     DType t = acc_type(c.out_type().dtype);
-    Value x = b.convert(c.tensor(0), t);
+    Value x = input_as_result(c, c.out_type().dtype);
     if (x.rank() == 0 || x.type.num_elements() == 0) return std::vector<Value>{finish(c, x)};
     int64_t dim = wrap_dim(c.int_arg(1), x.rank());
     bool is_sum = k == "sum";

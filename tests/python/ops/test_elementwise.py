@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _compare import FLOAT_DTYPES, assert_same, make
+from _compare import FLOAT_DTYPES, assert_raises_like_cpu, assert_same, make
 
 import torchtpu
 
@@ -416,3 +416,104 @@ def test_atan_values_and_through_a_gather(dtype: torch.dtype) -> None:
     fn = torch.compile(lambda v, i: v.atan()[i] * 2, backend="tpu")
     torch.testing.assert_close(fn(x.to(TPU), idx.to(TPU)).cpu(), x.atan()[idx] * 2,
                                equal_nan=True)
+
+
+INT_DIVISIONS = {
+    "floor_divide": torch.floor_divide,
+    "remainder": torch.remainder,
+    "fmod": torch.fmod,
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "floordiv_op": lambda a, b: a // b,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64])
+@pytest.mark.parametrize("name", list(INT_DIVISIONS))
+def test_integer_division_by_zero_raises(name: str, dtype: torch.dtype) -> None:
+    # PyTorch's CPU kernels raise "ZeroDivisionError" for an integer zero divisor; the
+    # hardware's division would return an arbitrary value.
+    fn = INT_DIVISIONS[name]
+    a = torch.tensor([7, 3, 1, 100], dtype=dtype)
+    b = torch.tensor([2, 0, 3, 5], dtype=dtype)
+    e = assert_raises_like_cpu(fn, a, b)
+    assert "ZeroDivisionError" in str(e)
+    assert "ZeroDivisionError" in str(assert_raises_like_cpu(lambda x: fn(x, 0), a))
+    # Nonzero divisors (negative ones included) still give the CPU's values.
+    nz = torch.tensor([2, 5, 3, 7], dtype=dtype) if dtype == torch.uint8 else \
+        torch.tensor([2, -5, 3, -7], dtype=dtype)
+    assert_same(fn, a, nz)
+
+
+def test_integer_division_by_zero_in_place_leaves_input() -> None:
+    a = torch.tensor([7, 3, 1], device=TPU)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        a.floor_divide_(torch.tensor([1, 0, 2], device=TPU))
+    assert a.cpu().tolist() == [7, 3, 1]
+
+
+def test_float_division_by_zero_does_not_raise() -> None:
+    a, b = torch.tensor([1.0, -1.0, 0.0]), torch.tensor([0.0, 0.0, 0.0])
+    for fn in INT_DIVISIONS.values():
+        assert_same(fn, a, b)
+    assert_same(lambda x: x // 0, torch.tensor([3, 4]).float())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_hypot_extremes(dtype: torch.dtype) -> None:
+    # Squares that overflow / underflow in the dtype, and inf beside NaN (inf, as in C).
+    inf, nan = float("inf"), float("nan")
+    big = 1e30 if dtype in (torch.float32, torch.float64, torch.bfloat16) else 4e4
+    tiny = 1e-30 if dtype in (torch.float32, torch.float64, torch.bfloat16) else 1e-4
+    x = torch.tensor([big, -big, tiny, 0.0, -0.0, inf, nan, -inf, 3.0, nan], dtype=dtype)
+    y = torch.tensor([big, big, 0.0, 0.0, 0.0, nan, inf, 2.0, -4.0, 1.0], dtype=dtype)
+    assert_same(torch.hypot, x, y)
+    assert_same(torch.hypot, make((7, 5), dtype), make((5,), dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_nextafter_steps_in_own_dtype(dtype: torch.dtype) -> None:
+    inf = float("inf")
+    x = torch.tensor([1.5, -2.5, 0.0, 3.0, 0.5, -0.5, inf, 1.0], dtype=dtype)
+    y = torch.tensor([0.0, 0.0, 1.0, 10.0, -1.0, 1.0, 0.0, 1.0], dtype=dtype)
+    got = assert_same(torch.nextafter, x, y, dtype_tols={dtype: (0.0, 0.0)})
+    assert (got.cpu() != x).sum().item() == 7  # every step moved except x == y
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("fn", [torch.log2, torch.log10], ids=["log2", "log10"])
+def test_complex_scaled_log_special_values(fn, dtype: torch.dtype) -> None:
+    # log(0) = -inf + 0i and log(inf) = inf + 0i: the real scale must not turn 0i into NaN.
+    inf = float("inf")
+    z = torch.tensor([0j, complex(inf, 0), complex(-inf, 0), 1 + 1j, -2 - 0.5j], dtype=dtype)
+    got = torch.view_as_real(fn(z.to(TPU)).cpu())
+    want = torch.view_as_real(fn(z))
+    tol = 1e-5 if dtype == torch.complex64 else 1e-12
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_lerp_weight_at_or_above_half(dtype: torch.dtype) -> None:
+    # Weight 1 gives end exactly (1e8 -> 0.1), and inf ends as the CPU's two-sided formula.
+    inf = float("inf")
+    s = torch.tensor([1e8, 1.0, 1.0, 2.0, -3.0, 0.5], dtype=dtype)
+    e = torch.tensor([0.1, inf, inf, 4.0, 7.0, -inf], dtype=dtype)
+    w = torch.tensor([1.0, 0.5, 0.2, 0.7, -0.6, 0.9], dtype=dtype)
+    assert_same(torch.lerp, s, e, w)
+    assert_same(lambda a, b: torch.lerp(a, b, 0.75), s, e)
+    assert_same(lambda a, b: torch.lerp(a, b, 0.25), make((4, 5), dtype), make((5,), dtype))
+
+
+def test_integer_true_division_follows_default_dtype() -> None:
+    # The same call under another default dtype is another program (result float64, not a
+    # float32 program's result reused), and computes in float64.
+    a, b = torch.tensor([1, 2, 7]), torch.tensor([3, 4, 9])
+    assert_same(torch.div, a, b)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert_same(torch.div, a, b, dtype_tols={torch.float64: (0.0, 0.0)})
+        assert_same(lambda x: x * 2.5, a)
+    finally:
+        torch.set_default_dtype(old)
+    assert_same(torch.div, a, b)

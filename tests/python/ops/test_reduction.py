@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _compare import assert_same, make
+from _compare import assert_raises_like_cpu, assert_same, make
 
 # Sums of ~30 values in [-3, 3]: the order of accumulation differs from ATen's.
 SUM_TOLS = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (2e-2, 5e-2)}
@@ -207,3 +207,39 @@ def test_reduction_with_a_dtype_argument(op, dtype: torch.dtype) -> None:
     x = torch.arange(1, 7, dtype=src).reshape(2, 3)
     assert torch.equal(op(x.to("tpu"), dtype=dtype).cpu(), op(x, dtype=dtype))
     assert torch.equal(op(x.to("tpu"), 1, dtype=dtype).cpu(), op(x, 1, dtype=dtype))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.max(x),
+    lambda x: torch.min(x),
+    lambda x: x.flatten().max(),
+    lambda x: torch.median(x, 0),
+    lambda x: torch.median(x, -2),
+    lambda x: torch.nanmedian(x, 0),
+    lambda x: torch.median(x, 0, out=(torch.empty(0, device=x.device),
+                                      torch.empty(0, dtype=torch.long, device=x.device))),
+], ids=["max", "min", "max_flat", "median_dim", "median_neg_dim", "nanmedian_dim", "median_out"])
+def test_reduction_without_identity_over_nothing_raises(fn) -> None:
+    # No value to return: the CPU raises (RuntimeError / IndexError) where the lowering's
+    # fill value (-inf, inf, NaN) would otherwise come back as the result.
+    assert_raises_like_cpu(fn, torch.empty(0, 3))
+
+
+def test_reduction_without_identity_nonempty_extent() -> None:
+    # Along a non-empty dim of a tensor with no elements the result is empty, no error.
+    x = torch.empty(0, 3)
+    assert_same(lambda t: torch.median(t, 1), x)
+    assert_same(lambda t: torch.nanmedian(t, 1), x)
+    assert_same(lambda t: torch.max(t, 1), x)
+    assert_same(torch.median, x)  # over everything: NaN, as on the CPU
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["sum", "nansum", "mean", "cumsum", "cumprod"])
+def test_reduction_dtype_argument_rounds_input_first(name: str, dtype: torch.dtype) -> None:
+    # dtype= casts the input before reducing: float32 values are rounded to the 16-bit
+    # dtype, then accumulated in float32 and rounded once (tolerances a few 16-bit ulps).
+    torch.manual_seed(1)
+    x = torch.randn(16, 8 if name == "cumprod" else 40) * 3
+    tols = {torch.bfloat16: (4e-3, 4e-3), torch.float16: (5e-4, 5e-4)}
+    assert_same(lambda t: getattr(t, name)(1, dtype=dtype), x, dtype_tols=tols)
