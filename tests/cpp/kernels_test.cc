@@ -283,6 +283,18 @@ TEST(Int8MatmulKernel, SplitOverThreadsEqualsOneThread) {
   }
 }
 
+// Every host kernel registered with the test client's plugin (as the device runtime does
+// on a CPU platform).
+void register_host_kernels() {
+  auto client = testing::test_client();
+  ASSERT_EQ(client->platform_name(), "cpu");
+  for (const HostKernel& k : host_kernels()) {
+    base::Status st = client->plugin().register_ffi_handler(k.target, "Host",
+                                                            reinterpret_cast<void*>(k.handler));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+}
+
 // A column-major Fortran sgemm read straight from its definition (C = alpha op(A) op(B) +
 // beta C, beta 0 never reading C), standing in for the BLAS the device runtime hands the
 // GEMM kernel (these tests link no torch). It counts the thread settings asked of it.
@@ -383,12 +395,7 @@ TEST(GemmKernel, MatchesTheDefinitionWhicheverWayItIsSplit) {
 // aten::mm on float32 with the host GEMM on: the module calls the kernel, which the plugin
 // runs; small products and other dtypes keep dot_general.
 TEST(HostKernelCall, Float32MmRunsOnTheGemmKernel) {
-  auto client = testing::test_client();
-  for (const HostKernel& k : host_kernels()) {
-    base::Status st = client->plugin().register_ffi_handler(k.target, "Host",
-                                                            reinterpret_cast<void*>(k.handler));
-    ASSERT_TRUE(st.ok()) << st.to_string();
-  }
+  ASSERT_NO_FATAL_FAILURE(register_host_kernels());
   set_blas({&reference_sgemm, &reference_local_threads});
   lowering::set_host_gemm(true);
   using base::DType;
@@ -429,13 +436,7 @@ TEST(HostKernelCall, Float32MmRunsOnTheGemmKernel) {
 
 // The lowering's custom call, compiled and run by the plugin with the kernel registered.
 TEST(HostKernelCall, PagedAttentionRunsOnThePlugin) {
-  auto client = testing::test_client();
-  ASSERT_EQ(client->platform_name(), "cpu");
-  for (const HostKernel& k : host_kernels()) {
-    base::Status st = client->plugin().register_ffi_handler(k.target, "Host",
-                                                            reinterpret_cast<void*>(k.handler));
-    ASSERT_TRUE(st.ok()) << st.to_string();
-  }
+  ASSERT_NO_FATAL_FAILURE(register_host_kernels());
   const Case& c = kCases[7];  // ragged, padding
   const PagedAttentionShape sh = c.shape();
   Inputs in = make_inputs(c, 11);
@@ -467,12 +468,7 @@ TEST(HostKernelCall, PagedAttentionRunsOnThePlugin) {
 }
 
 TEST(HostKernelCall, Int8MatmulRunsOnThePlugin) {
-  auto client = testing::test_client();
-  for (const HostKernel& k : host_kernels()) {
-    base::Status st = client->plugin().register_ffi_handler(k.target, "Host",
-                                                            reinterpret_cast<void*>(k.handler));
-    ASSERT_TRUE(st.ok()) << st.to_string();
-  }
+  ASSERT_NO_FATAL_FAILURE(register_host_kernels());
   using base::DType;
   testing::HostTensor x{{DType::kF32, {2, 3}}, {1, 2, 3, -1, 0, 0.5}};
   // [K, N] = [[1, 127], [-2, 0], [3, -127]], packed: one block of 3 rows of 64 channels.
