@@ -10,11 +10,13 @@ namespace {
 
 std::atomic<bool> g_host_gemm{false};
 
-// Below this many multiply-adds per batch XLA's own dot, fused into its neighbours, costs
-// less than a call out of the program; and a product of fewer than kMinRows rows, columns
-// or contracted elements (a decode step's few tokens, an outer product) is bound by
-// reading memory, which XLA's emitter streams as fast.
-constexpr int64_t kMinMacs = 32 * 32 * 32;
+// Below this many multiply-adds per batch (128x128x64) a product is too small to pay for
+// the call: the plugin sets up each custom call's execution (a dozen host allocations on
+// the enqueuing thread) and XLA's own dot, fused into its neighbours, runs as fast. A
+// product of fewer than kMinRows rows, columns or contracted elements (a decode step's few
+// tokens, an outer product) is bound by reading memory, which XLA's emitter streams as
+// fast.
+constexpr int64_t kMinMacs = int64_t{1} << 20;
 constexpr int64_t kMinRows = 16;
 
 bool leading(const Dims& dims) {

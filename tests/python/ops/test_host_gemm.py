@@ -1,7 +1,7 @@
-"""float32 matrix products on the CPU plugin's host GEMM kernel (kernels/gemm.h): the products
-large enough to use it, eager and compiled, with transposed operands (read in place in
-compiled graphs), batches, NaN and inf, against PyTorch on the CPU; and
-TORCHTPU_HOST_GEMM=0, which keeps XLA's dot."""
+"""float32 matrix products on the CPU plugin's host GEMM kernel (kernels/gemm.h): products
+large enough to use it (M, N, K >= 16 and >= 2^20 multiply-adds), eager and compiled, with
+transposed operands (read in place in compiled graphs), batches, NaN and inf, against
+PyTorch on the CPU; and TORCHTPU_HOST_GEMM=0, which keeps XLA's dot."""
 
 from __future__ import annotations
 
@@ -33,12 +33,12 @@ def products(x, w, y, bias, batched_a, batched_b, acc):
 
 
 def inputs():
-    x = make((96, 64), torch.float32)
-    w = make((80, 64), torch.float32)
-    y = make((64, 80), torch.float32)
-    bias = make((80,), torch.float32)
-    acc = torch.full((3, 96, 80), float("nan"))  # beta=0: never read
-    return (x, w, y, bias, make((3, 96, 64), torch.float32), make((3, 64, 80), torch.float32),
+    x = make((160, 96), torch.float32)
+    w = make((120, 96), torch.float32)
+    y = make((96, 120), torch.float32)
+    bias = make((120,), torch.float32)
+    acc = torch.full((3, 160, 120), float("nan"))  # beta=0: never read
+    return (x, w, y, bias, make((3, 160, 96), torch.float32), make((3, 96, 120), torch.float32),
             acc)
 
 
@@ -53,8 +53,8 @@ def test_products_match_the_cpu(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_nan_and_inf_stay_in_their_rows_and_columns(mode: str) -> None:
-    a = make((64, 48), torch.float32)
-    b = make((48, 72), torch.float32)
+    a = make((128, 96), torch.float32)
+    b = make((96, 112), torch.float32)
     a[3, 5] = float("nan")
     a[10, 0] = float("inf")
     b[7, 9] = float("-inf")
@@ -69,13 +69,13 @@ def test_training_step_gradients_match_the_cpu() -> None:
     # Forward and backward products of a two-layer MLP (transposes of weights and
     # activations in the backward), compiled.
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32))
-    x = make((100, 64), torch.float32)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
+    x = make((256, 64), torch.float32)
     ref = [p.detach().clone() for p in model.parameters()]
     model(x).square().mean().backward()
     want = [p.grad.clone() for p in model.parameters()]
     tpu_model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
-                                    torch.nn.Linear(128, 32)).to("tpu")
+                                    torch.nn.Linear(128, 64)).to("tpu")
     with torch.no_grad():
         for p, r in zip(tpu_model.parameters(), ref, strict=True):
             p.copy_(r)
