@@ -10,7 +10,7 @@ namespace {
 
 std::atomic<bool> g_host_gemm{false};
 
-// Below this many multiply-adds per batch (128x128x64) a product is too small to pay for
+// Below this many multiply-adds in all (128x128x64) a product is too small to pay for
 // the call: the plugin sets up each custom call's execution (a dozen host allocations on
 // the enqueuing thread) and XLA's own dot, fused into its neighbours, runs as fast. A
 // product of fewer than kMinRows rows, columns or contracted elements (a decode step's few
@@ -86,7 +86,8 @@ std::optional<Value> host_gemm_product(Builder& b, Value lhs, Value rhs, const D
   const int64_t n = rhs.dims()[trans_b ? nb : nb + 1];
   if (batch < 1 || m < kMinRows || n < kMinRows || k < kMinRows || m > INT_MAX || n > INT_MAX ||
       k > INT_MAX ||
-      static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < kMinMacs) {
+      static_cast<double>(batch) * static_cast<double>(m) * static_cast<double>(n) *
+              static_cast<double>(k) < kMinMacs) {
     return std::nullopt;
   }
   Value a = operand(b, lhs, batch, trans_a), bm = operand(b, rhs, batch, trans_b);

@@ -6,7 +6,7 @@
 // dot_general. Covered: f32 operands whose batch dims lead both operands in the same order,
 // with one contracting and one free dim each (mm, bmm, matmul, linear, addmm and baddbmm's
 // products), M, N and K at least 16 (fewer: a product bound by memory that XLA streams as
-// fast), at least 2^20 multiply-adds per batch (less does not pay for the call), and M, N,
+// fast), at least 2^20 multiply-adds in all (less does not pay for the call), and M, N,
 // K within a BLAS int. An operand that is a transpose of
 // its last two dims is read in place (the kernel's trans flags) instead of copied.
 #pragma once
