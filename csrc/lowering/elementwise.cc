@@ -39,12 +39,17 @@ void require_nonzero_divisor(LoweringContext& c, Value d) {
 namespace {
 
 // a (op) b with PyTorch promotion over args 0 and 1.
-LoweringFn promoted_binary(const char* hlo_op) {
-  return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+// `divides`: the second operand is a divisor (fmod), which PyTorch's integer kernels check
+// for zero (require_nonzero_divisor).
+LoweringFn promoted_binary(const char* hlo_op, bool divides = false) {
+  return [hlo_op, divides](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
     DType rt = c.result_type({0, 1});
     DType t = opmath(rt);
-    Value r = c.b().binary(hlo_op, out_operand(c, 0, t), out_operand(c, 1, t));
-    return std::vector<Value>{to_out_via(c, rt, r)};
+    // The second operand's parameter first, the order their modules (and golden files) have.
+    Value y = out_operand(c, 1, t);
+    Value x = out_operand(c, 0, t);
+    if (divides) require_nonzero_divisor(c, y);
+    return std::vector<Value>{to_out_via(c, rt, c.b().binary(hlo_op, x, y))};
   };
 }
 
@@ -339,13 +344,8 @@ void register_elementwise_lowerings() {
   // true_divide is div without a mode (decompositions of sizes used as data emit it).
   register_with_variants("true_divide", {"Tensor", "Scalar"}, lower_div);
   register_with_variants("remainder", {"Tensor", "Scalar"}, lower_remainder);
-  register_with_variants("fmod", {"Tensor", "Scalar"}, [](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
-    DType rt = c.result_type({0, 1});
-    DType t = opmath(rt);
-    Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
-    require_nonzero_divisor(c, y);
-    return std::vector<Value>{to_out_via(c, rt, c.b().binary("remainder", x, y))};
-  });
+  register_with_variants("fmod", {"Tensor", "Scalar"},
+                         promoted_binary("remainder", /*divides=*/true));
   register_with_variants("maximum", {""}, lower_max_min(/*is_max=*/true));
   register_with_variants("minimum", {""}, lower_max_min(/*is_max=*/false));
   register_with_variants("pow", {"Tensor_Tensor", "Tensor_Scalar"}, lower_pow);
