@@ -38,6 +38,9 @@ def _serve_parser(sub) -> None:
     p.add_argument("--device", default="tpu")
     p.add_argument("--max-request-bytes", type=int, default=4 << 20,
                    help="largest request body accepted (a larger one is a 413)")
+    p.add_argument("--max-request-sequences", type=int, default=1024,
+                   help="most sequences one request may ask for: prompts times "
+                        "max(n, best_of) (more is a 400)")
     p.add_argument("--log-request-timelines", action="store_true",
                    help="log one 'serve: timeline {json}' line per finished request: "
                         "queue time, each prompt chunk's step and time, first token")
@@ -283,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{kv_events.topic!r})", file=sys.stderr, flush=True)
         # 1 when the engine loop died: a supervisor restarts the server.
         try:
-            return serve(engine, args.host, args.port, max_request_bytes=args.max_request_bytes)
+            return serve(engine, args.host, args.port, max_request_bytes=args.max_request_bytes,
+                         max_request_sequences=args.max_request_sequences)
         finally:
             engine.close()
     return 0

@@ -69,14 +69,20 @@ class Generation:
         # cannot is refused from its size, before the tokenizer spends seconds on it.
         must_fit = req.truncate_prompt_tokens is None and (chat or not (
             req.echo and req.max_tokens == 0))
+        sources: list = [None] if chat else protocol.completion_prompts(req)
+        each = max(req.n, req.best_of or 0)
+        if len(sources) * each > server.max_request_sequences:
+            raise ApiError(400, f"the request asks for {len(sources) * each} sequences "
+                                f"({len(sources)} prompts x {each}); the limit is "
+                                f"{server.max_request_sequences} (--max-request-sequences): "
+                                "split it into several requests",
+                           param="prompt" if len(sources) > 1 else "n")
         if chat:
             prompts = [server.chat_prompt_ids(
                 protocol.chat_messages(req), req.add_generation_prompt,
                 req.continue_final_message, req.chat_template_kwargs, req.add_special_tokens,
                 tool_dicts, check_fits=must_fit)]
-            sources: list = [None]
         else:
-            sources = protocol.completion_prompts(req)
             if must_fit:
                 for p in sources:
                     if isinstance(p, str):

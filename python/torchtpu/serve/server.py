@@ -41,6 +41,7 @@ from torchtpu.serve.protocol import (
 log = logging.getLogger("torchtpu.serve")
 
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+DEFAULT_MAX_REQUEST_SEQUENCES = 1024  # prompts x max(n, best_of) in one request
 _REQUEST_MODELS = (CompletionRequest, ChatCompletionRequest, TokenizeRequest,
                    DetokenizeRequest)
 
@@ -65,11 +66,13 @@ _GENERATE_ERRORS = documented(400, 404, 413, 500, 503)
 
 class OpenAIServer:
     def __init__(self, engine: LLMEngine, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 max_request_sequences: int = DEFAULT_MAX_REQUEST_SEQUENCES,
                  on_engine_death: Callable[[], None] | None = None) -> None:
         from transformers import AutoTokenizer
 
         self.engine = engine
         self.max_request_bytes = max_request_bytes
+        self.max_request_sequences = max_request_sequences
         self.on_engine_death = on_engine_death
         # The request side has its own tokenizer on its own thread: the engine thread's
         # detokenizers never share a Rust tokenizer with it.
@@ -118,7 +121,9 @@ class OpenAIServer:
             return _error(ApiError(500, "serve: internal error while handling the request "
                                         f"({type(exc).__name__}); the server log has details"))
 
-        @app.get("/health", response_class=Response, responses=documented(503))
+        # HEAD too: load balancers and uptime probes often check with it.
+        @app.api_route("/health", methods=["GET", "HEAD"], response_class=Response,
+                       responses=documented(503))
         async def health() -> Response:
             if self.async_engine.dead:
                 return _error(ApiError(503, "the engine stopped after an internal error; the "
@@ -307,6 +312,7 @@ class OpenAIServer:
 
 def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000, *,
           max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+          max_request_sequences: int = DEFAULT_MAX_REQUEST_SEQUENCES,
           sock: socket.socket | None = None) -> int:
     """Serves until interrupted (returns 0) or until the engine dies (returns 1, after the
     in-flight requests got their 503s), so a supervisor restarts the process."""
@@ -318,7 +324,8 @@ def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000, *,
     def died() -> None:
         server.should_exit = True
 
-    app = OpenAIServer(engine, max_request_bytes=max_request_bytes, on_engine_death=died)
+    app = OpenAIServer(engine, max_request_bytes=max_request_bytes,
+                       max_request_sequences=max_request_sequences, on_engine_death=died)
     config.app = app.app
     log.info("serve: %s on http://%s:%d", engine.model_name, host, port)
     try:

@@ -93,6 +93,20 @@ def test_bad_request_is_a_400_naming_the_field(url, greedy_text, route, body, pa
     _still_serves(url, greedy_text)
 
 
+def test_too_many_sequences_in_one_request_is_a_400_before_any_work(url, greedy_text):
+    # 300,000 one-token prompts fit the body limit; times n they would be ~10^7 sequences.
+    t0 = time.perf_counter()
+    err = _is_openai_error(_post(url, dict(GREEDY, prompt=[[5]] * 300_000, n=32)), 400)
+    assert err["param"] == "prompt" and "9600000 sequences" in err["message"]
+    assert "--max-request-sequences" in err["message"]
+    assert time.perf_counter() - t0 < 10
+    err = _is_openai_error(_post(url, dict(GREEDY, prompt=["a"] * 9, best_of=128)), 400)
+    assert "1152 sequences" in err["message"]
+    r = _post(url, dict(GREEDY, prompt=["a"] * 8, n=2, max_tokens=1))  # 16: served
+    assert r.status_code == 200 and len(r.json()["choices"]) == 16
+    _still_serves(url, greedy_text)
+
+
 def test_tiny_temperature_is_greedy(url, greedy_text):
     for t in (1e-40, 5e-324, 1e-6):
         r = _post(url, dict(GREEDY, temperature=t))
@@ -140,6 +154,8 @@ def test_routes_and_methods_errors_have_openai_shape(url):
 
 def test_health_body_is_empty_and_tokens_stay_private(url):
     r = httpx.get(url + "/health")
+    assert r.status_code == 200 and r.content == b""
+    r = httpx.head(url + "/health")  # probes that check with HEAD
     assert r.status_code == 200 and r.content == b""
 
 
