@@ -4,11 +4,14 @@
 #include <ATen/native/CPUFallback.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/strides.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 #include "aten/call_signature.h"
 #include "aten/compiled_op.h"
@@ -93,19 +96,61 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
 namespace {
 
 
-// Ops the Conjugate and Negative keys pass through (mm, bmm, dot, clone, ...) arrive with
-// tensors whose math bits are set, and lowerings read stored elements. clone materializes
-// the logical value (resolve_conj is a clone; copy_ cannot serve, since the fallbacks
-// resolve its source through clone). Other inputs are resolved (a conjugated / negated
-// copy, as PyTorch's own fallback makes) before anything runs. conj_physical_ and neg_ act
-// on the stored elements whatever the bits (both commute with conjugation and negation);
-// any other op writing into a tensor with a bit set raises rather than compute on the
-// wrong elements.
-bool clone_with_math_bits(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+// The strides PyTorch's clone gives its result: the input's under Preserve (the default)
+// when it is non-overlapping and dense, else those of the asked (or suggested) format; or
+// nothing when they are contiguous, the dense row-major value a lowering returns.
+std::optional<std::vector<int64_t>> clone_strides(const at::Tensor& self,
+                                                  const c10::IValue& format_arg) {
+  auto format = format_arg.isNone() ? c10::MemoryFormat::Preserve
+                                    : static_cast<c10::MemoryFormat>(format_arg.toInt());
+  if (format == c10::MemoryFormat::Contiguous ||
+      (format == c10::MemoryFormat::Preserve && self.is_contiguous())) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> strides;
+  if (format == c10::MemoryFormat::Preserve) {
+    if (self.is_non_overlapping_and_dense()) {
+      strides = self.strides().vec();
+    } else {
+      format = self.suggest_memory_format();
+    }
+  }
+  if (format == c10::MemoryFormat::ChannelsLast) {
+    TORCH_CHECK(self.dim() == 4, "required rank 4 tensor to use channels_last format");
+    strides = c10::get_channels_last_strides_2d(self.sizes());
+  } else if (format == c10::MemoryFormat::ChannelsLast3d) {
+    TORCH_CHECK(self.dim() == 5, "required rank 5 tensor to use channels_last_3d format");
+    strides = c10::get_channels_last_strides_3d(self.sizes());
+  } else if (strides.empty()) {
+    return std::nullopt;  // Preserve of a tensor that suggests contiguous
+  }
+  c10::DimVector dense = c10::contiguous_strides(self.sizes());
+  if (std::equal(strides.begin(), strides.end(), dense.begin(), dense.end())) return std::nullopt;
+  return strides;
+}
+
+// clone's two cases a lowering (a dense row-major value of the logical elements) does not
+// cover. Ops the Conjugate and Negative keys pass through (mm, bmm, dot, clone, ...)
+// arrive with tensors whose math bits are set, and lowerings read stored elements. clone
+// materializes the logical value (resolve_conj is a clone; copy_ cannot serve, since the
+// fallbacks resolve its source through clone). Other inputs are resolved (a conjugated /
+// negated copy, as PyTorch's own fallback makes) before anything runs. conj_physical_ and
+// neg_ act on the stored elements whatever the bits (both commute with conjugation and
+// negation); any other op writing into a tensor with a bit set raises rather than compute
+// on the wrong elements. And a result laid out other than contiguously (channels_last, or
+// a transposed input's strides under Preserve) is written into a tensor of those strides.
+bool clone_outside_lowering(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
   auto args = torch::jit::last(*stack, schema.arguments().size());
   const at::Tensor self = args[0].toTensor();
-  if (!self.is_conj() && !self.is_neg()) return false;
-  at::Tensor out = resolved_clone(self);
+  std::optional<std::vector<int64_t>> strides = clone_strides(self, args[1]);
+  bool math_bits = self.is_conj() || self.is_neg();
+  if (!math_bits && !strides) return false;
+  at::Tensor out = math_bits ? resolved_clone(self) : self;
+  if (strides) {
+    at::Tensor laid_out = at::empty_strided(self.sizes(), *strides, self.options());
+    laid_out.copy_(out);
+    out = std::move(laid_out);
+  }
   torch::jit::drop(*stack, schema.arguments().size());
   stack->push_back(std::move(out));
   return true;
@@ -167,7 +212,7 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpInfo& info = op_info(op);
   const c10::FunctionSchema& schema = op.schema();
   runtime::trace::Label label(info.name.c_str());
-  if (info.is_clone && clone_with_math_bits(schema, stack)) return;
+  if (info.is_clone && clone_outside_lowering(schema, stack)) return;
   resolve_math_bits(info, stack);
   if (info.writes) {
     check_written_overlap(schema, info.name, torch::jit::last(*stack, schema.arguments().size()));

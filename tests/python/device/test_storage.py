@@ -159,3 +159,38 @@ def test_resize_to_a_memory_format_like_cpu(shape, fmt) -> None:
     assert flat.is_contiguous(memory_format=fmt)
     with pytest.raises(RuntimeError, match="Unsupported memory format"):
         dev.resize_(shape, memory_format=torch.preserve_format)
+
+
+_CL, _CL3 = torch.channels_last, torch.channels_last_3d
+
+
+@pytest.mark.parametrize("name,make", [
+    ("clone to channels_last", lambda t: t.clone(memory_format=_CL)),
+    ("contiguous(channels_last)", lambda t: t.contiguous(memory_format=_CL)),
+    ("clone of channels_last keeps it", lambda t: t.contiguous(memory_format=_CL).clone()),
+    ("clone of a transpose keeps its strides", lambda t: t.transpose(1, 3).clone()),
+    ("clone of a permute", lambda t: t.permute(0, 2, 3, 1).clone()),
+    ("clone of a strided slice is contiguous", lambda t: t[:, ::2].clone()),
+    ("clone of an expand is contiguous", lambda t: t[:1].expand(3, 3, 4, 5).clone()),
+    ("contiguous_format", lambda t: t.transpose(1, 3).clone(memory_format=torch.contiguous_format)),
+    ("conjugate to channels_last", lambda t: t.to(torch.complex64).conj().clone(memory_format=_CL)),
+    ("5-d to channels_last_3d", lambda t: t.unsqueeze(2).clone(memory_format=_CL3)),
+])
+def test_clone_lays_out_its_result_like_cpu(name, make) -> None:
+    cpu = torch.randn(3, 3, 4, 5)
+    ours, want = make(cpu.to("tpu")), make(cpu)
+    assert ours.stride() == want.stride(), name
+    assert torch.equal(ours.cpu(), want) and ours.is_conj() == want.is_conj()
+
+
+def test_resize_as_preserves_the_templates_channels_last() -> None:
+    # PyTorch's test_view_ops test_memory_format_resize_as.
+    template = torch.randn(10, 3, 32, 32, device="tpu").contiguous(memory_format=_CL)
+    flat = torch.randn(template.numel(), device="tpu")
+    flat.resize_as_(template, memory_format=torch.preserve_format)
+    assert flat.is_contiguous(memory_format=_CL)
+
+
+def test_channels_last_of_the_wrong_rank_is_an_error_like_cpu() -> None:
+    with pytest.raises(RuntimeError, match="rank 4 tensor"):
+        torch.randn(3, 4, device="tpu").clone(memory_format=_CL)
