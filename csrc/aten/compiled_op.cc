@@ -246,7 +246,9 @@ const CompiledProgram& CompiledOp::program() const {
   return *program_;
 }
 
-runtime::BufferPtr scalar_buffer(const c10::IValue& v, base::DType dtype, int device) {
+runtime::BufferPtr scalar_buffer(const c10::IValue& v, const lowering::GraphParam& p,
+                                 int device) {
+  base::DType dtype = p.dtype;
   if (v.isTensor()) {
     // A 0-dim CPU tensor (also a Python number the arithmetic operators wrap) is cast the
     // way TensorIterator casts it, without an overflow check: uint8 + 1000 wraps on the
@@ -255,7 +257,8 @@ runtime::BufferPtr scalar_buffer(const c10::IValue& v, base::DType dtype, int de
     c10::ScalarType want = to_scalar_type(dtype);
     return host_scalar_to_buffer(t.scalar_type() == want ? t : t.to(want), device);
   }
-  return scalar_to_buffer(v.toScalar(), dtype, device);
+  return scalar_to_buffer(v.toScalar(), dtype, device,
+                          p.cast == lowering::ScalarCast::kChecked);
 }
 
 at::Tensor present_tensor(const c10::IValue& v, int j) {
@@ -301,7 +304,7 @@ class EagerArgs : public ProgramArgs {
   }
   runtime::BufferPtr scalar(size_t, const lowering::GraphParam& p) override {
     const c10::IValue& v = ivalues_[p.arg];
-    return scalar_buffer(p.item < 0 ? v : v.toListRef()[p.item], p.dtype, device_);
+    return scalar_buffer(p.item < 0 ? v : v.toListRef()[p.item], p, device_);
   }
   runtime::BufferPtr rng_state(size_t, const lowering::GraphParam&) override {
     bool given = generator_ && generator_->defined();

@@ -67,9 +67,10 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema,
                   torch::jit::Stack* stack, const std::optional<at::Generator>& generator,
                   dispatch_profile::Timer& timer);
 
-// The 0-d buffer of dtype `dtype` for a scalar argument (a Scalar, or a 0-dim CPU tensor
-// cast the way TensorIterator casts it).
-runtime::BufferPtr scalar_buffer(const c10::IValue& v, base::DType dtype, int device);
+// The 0-d buffer of dtype `dtype` for scalar parameter `p`'s argument `v` (a Scalar,
+// converted as `p.cast` says, or a 0-dim CPU tensor cast the way TensorIterator casts it).
+runtime::BufferPtr scalar_buffer(const c10::IValue& v, const lowering::GraphParam& p,
+                                 int device);
 // Item `j` of the present tensors of a Tensor[] or Tensor?[] argument.
 at::Tensor present_tensor(const c10::IValue& v, int j);
 

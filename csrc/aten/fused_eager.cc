@@ -374,8 +374,7 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   for (const lowering::GraphParam& p : c->lowered.params) {
     if (p.source == lowering::GraphParam::Source::kScalar) {
       const c10::IValue& v = ivalues[p.arg];
-      n.params.push_back(scalar_buffer(p.item < 0 ? v : v.toListRef()[p.item], p.dtype,
-                                       c->device));
+      n.params.push_back(scalar_buffer(p.item < 0 ? v : v.toListRef()[p.item], p, c->device));
     } else if (p.source == lowering::GraphParam::Source::kRngState) {
       bool given = generator && generator->defined();
       n.params.push_back(next_rng_state_buffer(

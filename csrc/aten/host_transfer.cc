@@ -1,6 +1,7 @@
 #include "aten/host_transfer.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/TypeCast.h>
 
 #include <cstring>
 #include <unordered_map>
@@ -50,11 +51,25 @@ runtime::BufferPtr cached_scalar(const ScalarKey& key, const void* data, base::D
   return *b;
 }
 
-// `s` in dtype `T` as the CPU's fill_ converts it (checked: an out-of-range value raises
-// PyTorch's overflow error), written into `out`.
+// `s` in dtype `T`, written into `out`: `checked` as the CPU's fill_ converts it (an
+// out-of-range value raises PyTorch's overflow error), else as TensorIterator casts a
+// wrapped number (static_cast: 1000 as uint8 is 232, 1e300 as float inf).
 template <typename T>
-void convert_scalar(const c10::Scalar& s, uint64_t* out) {
-  T v = s.to<T>();
+void convert_scalar(const c10::Scalar& s, bool checked, uint64_t* out) {
+  T v;
+  if (checked) {
+    v = s.to<T>();
+  } else if (s.isComplex()) {
+    v = c10::convert<T>(s.toComplexDouble());
+  } else if (s.isFloatingPoint()) {
+    v = c10::convert<T>(s.toDouble());
+  } else if (s.isBoolean()) {
+    v = c10::convert<T>(s.toBool());
+  } else if (s.type() == c10::ScalarType::UInt64) {
+    v = c10::convert<T>(s.toUInt64());
+  } else {
+    v = c10::convert<T>(s.toLong());
+  }
   std::memcpy(out, &v, sizeof v);
 }
 
@@ -65,23 +80,24 @@ void clear_scalar_cache() {
   g_scalar_cache->clear();
 }
 
-runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int device) {
+runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int device,
+                                    bool checked) {
   TORCH_CHECK(!s.isComplex() || base::is_complex(dtype), "tpu: internal error: a complex "
               "scalar was asked for as ", base::dtype_name(dtype));
   ScalarKey key{static_cast<int>(dtype), device, {0, 0}};
   switch (dtype) {
-    case base::DType::kBool: convert_scalar<bool>(s, key.bits); break;
-    case base::DType::kI8: convert_scalar<int8_t>(s, key.bits); break;
-    case base::DType::kU8: convert_scalar<uint8_t>(s, key.bits); break;
-    case base::DType::kI16: convert_scalar<int16_t>(s, key.bits); break;
-    case base::DType::kI32: convert_scalar<int32_t>(s, key.bits); break;
-    case base::DType::kI64: convert_scalar<int64_t>(s, key.bits); break;
-    case base::DType::kF16: convert_scalar<c10::Half>(s, key.bits); break;
-    case base::DType::kBF16: convert_scalar<c10::BFloat16>(s, key.bits); break;
-    case base::DType::kF32: convert_scalar<float>(s, key.bits); break;
-    case base::DType::kF64: convert_scalar<double>(s, key.bits); break;
-    case base::DType::kC64: convert_scalar<c10::complex<float>>(s, key.bits); break;
-    case base::DType::kC128: convert_scalar<c10::complex<double>>(s, key.bits); break;
+    case base::DType::kBool: convert_scalar<bool>(s, checked, key.bits); break;
+    case base::DType::kI8: convert_scalar<int8_t>(s, checked, key.bits); break;
+    case base::DType::kU8: convert_scalar<uint8_t>(s, checked, key.bits); break;
+    case base::DType::kI16: convert_scalar<int16_t>(s, checked, key.bits); break;
+    case base::DType::kI32: convert_scalar<int32_t>(s, checked, key.bits); break;
+    case base::DType::kI64: convert_scalar<int64_t>(s, checked, key.bits); break;
+    case base::DType::kF16: convert_scalar<c10::Half>(s, checked, key.bits); break;
+    case base::DType::kBF16: convert_scalar<c10::BFloat16>(s, checked, key.bits); break;
+    case base::DType::kF32: convert_scalar<float>(s, checked, key.bits); break;
+    case base::DType::kF64: convert_scalar<double>(s, checked, key.bits); break;
+    case base::DType::kC64: convert_scalar<c10::complex<float>>(s, checked, key.bits); break;
+    case base::DType::kC128: convert_scalar<c10::complex<double>>(s, checked, key.bits); break;
     default:
       // Other dtypes through a CPU 0-d tensor, so the rounding is exactly PyTorch's.
       return host_scalar_to_buffer(

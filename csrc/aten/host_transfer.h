@@ -8,9 +8,12 @@
 
 namespace torchtpu::aten {
 
-// A 0-d buffer holding `s` converted to `dtype`. Small buffers are cached by value so
-// optimizer hyper-parameters do not cost a transfer on every step.
-runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int device);
+// A 0-d buffer holding `s` converted to `dtype`: `checked` raises on a value the dtype
+// cannot hold (fill_), else it is cast as TensorIterator casts a wrapped number. Small
+// buffers are cached by value so optimizer hyper-parameters do not cost a transfer on
+// every step.
+runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int device,
+                                    bool checked = true);
 // The same for a 0-d CPU tensor, in its own dtype (cached alike).
 runtime::BufferPtr host_scalar_to_buffer(const at::Tensor& host, int device);
 // Drops the cached scalar buffers (torch.tpu.empty_cache()).

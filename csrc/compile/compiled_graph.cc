@@ -157,7 +157,8 @@ std::vector<at::Tensor> CompiledGraph::run(const std::vector<at::Tensor>& inputs
     for (size_t i = 0; i < lowered.params.size(); ++i) {
       const lowering::GraphParam& p = lowered.params[i];
       if (p.source == lowering::GraphParam::Source::kScalar && p.scalar.symbol < 0) {
-        constant_params_[i] = aten::scalar_to_buffer(to_scalar(p.scalar), p.dtype, device_);
+        constant_params_[i] = aten::scalar_to_buffer(
+            to_scalar(p.scalar), p.dtype, device_, p.cast == lowering::ScalarCast::kChecked);
       }
     }
   });

@@ -46,8 +46,8 @@ LoweringFn promoted_binary(const char* hlo_op, bool divides = false) {
     DType rt = c.result_type({0, 1});
     DType t = opmath(rt);
     // The second operand's parameter first, the order their modules (and golden files) have.
-    Value y = out_operand(c, 1, t);
-    Value x = out_operand(c, 0, t);
+    Value y = binary_operand(c, 1, t);
+    Value x = binary_operand(c, 0, t);
     if (divides) require_nonzero_divisor(c, y);
     return std::vector<Value>{to_out_via(c, rt, c.b().binary(hlo_op, x, y))};
   };
@@ -98,7 +98,8 @@ LoweringFn add_like(const char* hlo_op) {
     // PyTorch's CPU add/sub read a scalar `other` after casting it to the result dtype
     // (unlike mul/div, which use the original value), then compute in opmath.
     Value other = c.arg(1).kind == ArgKind::kScalar
-                      ? b.broadcast_to(b.convert(c.scalar(1, rt), t), c.out_type().dims)
+                      ? b.broadcast_to(b.convert(c.scalar(1, rt, ScalarCast::kWrapped), t),
+                                       c.out_type().dims)
                       : out_operand(c, 1, t);
     if (c.num_args() > 2 && c.arg(2).kind == ArgKind::kScalar) {
       other = b.mul(other, b.broadcast_to(c.scalar(2, t), c.out_type().dims));
@@ -123,9 +124,10 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
       t = base::is_floating(out) ? opmath(out) : DType::kF32;
       rt = base::is_floating(out) ? out : DType::kF32;
     }
-    return std::vector<Value>{to_out_via(c, rt, b.div(out_operand(c, 0, t), out_operand(c, 1, t)))};
+    return std::vector<Value>{
+        to_out_via(c, rt, b.div(binary_operand(c, 0, t), binary_operand(c, 1, t)))};
   }
-  Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
+  Value x = binary_operand(c, 0, t), y = binary_operand(c, 1, t);
   require_nonzero_divisor(c, y);
   Value r;
   if (mode == "trunc") {
@@ -144,7 +146,7 @@ base::StatusOr<std::vector<Value>> lower_remainder(LoweringContext& c) {
   Builder& b = c.b();
   DType rt = c.result_type({0, 1});
   DType t = opmath(rt);
-  Value x = out_operand(c, 0, t), y = out_operand(c, 1, t);
+  Value x = binary_operand(c, 0, t), y = binary_operand(c, 1, t);
   require_nonzero_divisor(c, y);
   Value r = b.binary("remainder", x, y);  // C fmod semantics: sign of the dividend
   Value zero = b.zeros(r.type);
@@ -157,7 +159,7 @@ LoweringFn comparison(const char* direction) {
   return [direction](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
     DType rt = c.result_type({0, 1});
     DType t = opmath(rt);
-    Value r = c.b().compare(out_operand(c, 0, t), out_operand(c, 1, t), direction);
+    Value r = c.b().compare(binary_operand(c, 0, t), binary_operand(c, 1, t), direction);
     return std::vector<Value>{to_out_via(c, rt, r)};
   };
 }

@@ -10,6 +10,12 @@ inline Value out_operand(LoweringContext& c, size_t i, DType t) {
   return c.operand(i, t, c.out_type().dims);
 }
 
+// The same for an operand of a binary op whose Scalar overload PyTorch runs as its Tensor
+// overload on a wrapped number: a scalar is cast without an overflow check.
+inline Value binary_operand(LoweringContext& c, size_t i, DType t) {
+  return c.operand(i, t, c.out_type().dims, ScalarCast::kWrapped);
+}
+
 // Converts `v` to the dtype of output `k` (the caller's out= or in-place target may have
 // a different dtype than the computation).
 inline Value to_out(LoweringContext& c, Value v, size_t k = 0) {

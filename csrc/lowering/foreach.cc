@@ -68,15 +68,17 @@ class ItemValues : public ValueSource {
                                         " is not a tensor of the list op",
                                     TensorType{DType::kF32, {}});
   }
-  Value scalar(size_t arg, int, DType t) override {
+  Value scalar(size_t arg, int, DType t, ScalarCast cast) override {
     int k = map_.at(arg).arg;
     if (k < 0) {
       return outer_.b().report_misuse(outer_.op_name() + ": item argument " +
                                           std::to_string(arg) + " is a constant, not a scalar",
                                       TensorType{t, {}});
     }
-    if (outer_.arg(k).kind == ArgKind::kScalarList) return outer_.scalar_list_item(k, item_, t);
-    return outer_.scalar(k, t);
+    if (outer_.arg(k).kind == ArgKind::kScalarList) {
+      return outer_.scalar_list_item(k, item_, t, cast);
+    }
+    return outer_.scalar(k, t, cast);
   }
   Value rng_state() override { return outer_.rng_state(); }
 

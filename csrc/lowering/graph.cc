@@ -82,7 +82,7 @@ class NodeSource : public ValueSource {
     return values_.get(id, node_.op);
   }
 
-  Value scalar(size_t arg, int item, DType t) override {
+  Value scalar(size_t arg, int item, DType t, ScalarCast cast) override {
     Value v = builder_.param(TensorType{t, {}});
     GraphParam p;
     p.source = GraphParam::Source::kScalar;
@@ -90,6 +90,7 @@ class NodeSource : public ValueSource {
     p.arg = static_cast<int>(arg);
     p.item = item;
     p.dtype = t;
+    p.cast = cast;
     if (arg < node_.scalars.size()) p.scalar = node_.scalars[arg];
     out_.params.push_back(p);
     return v;

@@ -255,9 +255,11 @@ class DelegatedValues : public ValueSource {
                                         std::to_string(arg) + " has no source",
                                     TensorType{DType::kF32, {}});
   }
-  Value scalar(size_t arg, int item, DType t) override {
+  Value scalar(size_t arg, int item, DType t, ScalarCast cast) override {
     int k = arg < source_.size() ? source_[arg] : -1;
-    if (k >= 0) return item < 0 ? outer_.scalar(k, t) : outer_.scalar_list_item(k, item, t);
+    if (k >= 0) {
+      return item < 0 ? outer_.scalar(k, t, cast) : outer_.scalar_list_item(k, item, t, cast);
+    }
     return outer_.b().report_misuse(outer_.op_name() + ": delegated scalar argument " +
                                         std::to_string(arg) + " has no source",
                                     TensorType{t, {}});

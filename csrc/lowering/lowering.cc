@@ -172,14 +172,17 @@ std::vector<Value> LoweringContext::tensor_list(size_t i) {
   return out;
 }
 
-Value LoweringContext::scalar(size_t i, DType t) { return source_.scalar(i, -1, t); }
-
-Value LoweringContext::scalar_list_item(size_t i, size_t j, DType t) {
-  return source_.scalar(i, static_cast<int>(j), t);
+Value LoweringContext::scalar(size_t i, DType t, ScalarCast cast) {
+  return source_.scalar(i, -1, t, cast);
 }
 
-Value LoweringContext::operand(size_t i, DType t, const Dims& dims) {
-  Value v = arg(i).kind == ArgKind::kScalar ? scalar(i, t) : builder_.convert(tensor(i), t);
+Value LoweringContext::scalar_list_item(size_t i, size_t j, DType t, ScalarCast cast) {
+  return source_.scalar(i, static_cast<int>(j), t, cast);
+}
+
+Value LoweringContext::operand(size_t i, DType t, const Dims& dims, ScalarCast cast) {
+  Value v = arg(i).kind == ArgKind::kScalar ? scalar(i, t, cast)
+                                            : builder_.convert(tensor(i), t);
   return builder_.broadcast_to(v, dims);
 }
 

@@ -67,14 +67,20 @@ struct Check {
 // runtime parameters. The graph lowering answers for each node (a graph value, or a @main
 // parameter declared on first use); a list op's per-item contexts and lowerings that
 // delegate to another forward to their outer context.
+// How a scalar argument becomes a runtime parameter of a narrower dtype. kChecked raises
+// on a value the dtype cannot hold, as the CPU kernels that read a Scalar do (fill_,
+// clamp); kWrapped casts as TensorIterator casts a wrapped Python number, as the binary
+// ops' Scalar overloads do (uint8 < 1000 compares with 232, float32 < 1e300 with inf).
+enum class ScalarCast { kChecked, kWrapped };
+
 class ValueSource {
  public:
   virtual ~ValueSource() = default;
   // Tensor argument `arg`; `item` >= 0: that item of a Tensor[] argument.
   virtual Value tensor(size_t arg, int item) = 0;
   // A new 0-d runtime parameter of dtype `t` holding scalar argument `arg` (`item` >= 0:
-  // that item of a Scalar[] argument).
-  virtual Value scalar(size_t arg, int item, DType t) = 0;
+  // that item of a Scalar[] argument), converted by `cast`.
+  virtual Value scalar(size_t arg, int item, DType t, ScalarCast cast) = 0;
   // The u64[2] generator state (seed, offset) of the op; one per op.
   virtual Value rng_state() = 0;
 };
@@ -97,11 +103,11 @@ class LoweringContext {
   std::vector<Value> tensor_list(size_t i);
   // A scalar argument as a 0-d runtime parameter of dtype `t` (each request its own: the
   // same scalar may be wanted in two dtypes).
-  Value scalar(size_t i, DType t);
+  Value scalar(size_t i, DType t, ScalarCast cast = ScalarCast::kChecked);
   // Item `j` of a Scalar[] argument as a 0-d runtime parameter of dtype `t`.
-  Value scalar_list_item(size_t i, size_t j, DType t);
+  Value scalar_list_item(size_t i, size_t j, DType t, ScalarCast cast = ScalarCast::kChecked);
   // Tensor or scalar argument `i` as a value of dtype `t` broadcast to `dims`.
-  Value operand(size_t i, DType t, const Dims& dims);
+  Value operand(size_t i, DType t, const Dims& dims, ScalarCast cast = ScalarCast::kChecked);
 
   // Structural arguments.
   int64_t int_arg(size_t i) const { return args_.at(i).int_value; }
@@ -187,6 +193,7 @@ struct GraphParam {
   GraphScalar scalar;    // kScalar of a compiled graph: the value its node fixed, or
                          // (scalar.symbol >= 0) the runtime size value it reads
   DType dtype = DType::kF32;
+  ScalarCast cast = ScalarCast::kChecked;  // kScalar: how the value becomes `dtype`
 };
 
 // A lowered module: @main takes `params` and returns output_types.size() results followed

@@ -517,3 +517,41 @@ def test_integer_true_division_follows_default_dtype() -> None:
     finally:
         torch.set_default_dtype(old)
     assert_same(torch.div, a, b)
+
+
+# A binary op's Scalar overload is its Tensor overload on a wrapped number, which
+# TensorIterator casts without an overflow check; kernels that read a Scalar themselves
+# (fill_, clamp, masked_fill, add's alpha) raise on a value the dtype cannot hold.
+_WRAPPED_SCALAR_CASES = {
+    "uint8 < 1000": lambda u, i, x: u < 1000,
+    "uint8 == 256": lambda u, i, x: u == 256,
+    "int8 >= 300": lambda u, i, x: i >= 300,
+    "float32 < 1e300": lambda u, i, x: x < 1e300,
+    "float32 ne 1e300": lambda u, i, x: x.ne(1e300),
+    "add.Scalar 1e300": lambda u, i, x: torch.ops.aten.add.Scalar(x, 1e300),
+    "sub.Scalar uint8 1000": lambda u, i, x: torch.ops.aten.sub.Scalar(u, 1000),
+    "mul.Scalar int8 300": lambda u, i, x: torch.ops.aten.mul.Scalar(i, 300),
+    "bitwise_and.Scalar": lambda u, i, x: torch.ops.aten.bitwise_and.Scalar(i, 300),
+    "remainder.Scalar": lambda u, i, x: torch.ops.aten.remainder.Scalar(i, 300),
+    "fmod": lambda u, i, x: torch.fmod(i, 300),
+    "div floor": lambda u, i, x: torch.div(i, 300, rounding_mode="floor"),
+    "foreach_add": lambda u, i, x: torch._foreach_add([u], 1000)[0],
+}
+
+
+@pytest.mark.parametrize("name", list(_WRAPPED_SCALAR_CASES))
+def test_binary_scalar_overloads_cast_like_a_wrapped_number(name: str) -> None:
+    assert_same(_WRAPPED_SCALAR_CASES[name],
+                torch.tensor([0, 2, 232, 255], dtype=torch.uint8),
+                torch.tensor([-128, 0, 44, 127], dtype=torch.int8),
+                torch.tensor([-3.0e38, 0.0, 1.0, 3.0e38]))
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("fill_", lambda u: u.clone().fill_(300)),
+    ("clamp", lambda u: u.clamp(max=300)),
+    ("masked_fill", lambda u: u.masked_fill(u > 0, 300)),
+    ("add alpha", lambda u: torch.add(u, 1, alpha=300)),
+])
+def test_scalar_reading_kernels_still_raise_on_overflow(name: str, fn) -> None:
+    assert_raises_like_cpu(fn, torch.tensor([0, 2, 255], dtype=torch.uint8))
