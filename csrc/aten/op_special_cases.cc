@@ -105,6 +105,30 @@ void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> 
   }
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& values = args[2].toTensor();
+  // Integer indices that do not broadcast together: the CPU's IndexError (the meta index
+  // kernel below raises a RuntimeError of its own wording).
+  std::vector<at::IntArrayRef> shapes;
+  bool integer = true;
+  for (const std::optional<at::Tensor>& index : args[1].toOptionalTensorList()) {
+    if (!index || !index->defined()) continue;
+    integer &= at::isIntegralType(index->scalar_type(), /*includeBool=*/false);
+    shapes.push_back(index->sizes());
+  }
+  if (integer && shapes.size() > 1) {
+    std::vector<int64_t> common;
+    bool ok = true;
+    try {
+      for (at::IntArrayRef shape : shapes) common = at::infer_size(common, shape);
+    } catch (const c10::Error&) {
+      ok = false;
+    }
+    if (!ok) {
+      std::string listed;
+      for (at::IntArrayRef shape : shapes) listed += (listed.empty() ? "" : ", ") + c10::str(shape);
+      TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast "
+                        "together with shapes ", listed);
+    }
+  }
   at::Tensor result = at::index(self, args[1].toOptionalTensorList());
   TORCH_CHECK(at::is_expandable_to(values.sizes(), result.sizes()),
               "shape mismatch: value tensor of shape ", values.sizes(),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _compare import ALL_DTYPES, assert_same, make
+from _compare import ALL_DTYPES, assert_raises_like_cpu, assert_same, make
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
@@ -213,3 +213,11 @@ def test_cpu_index_tensors_and_0d_cpu_values_like_cuda() -> None:
     assert torch.equal(d.index_fill(1, idx.to("tpu"), torch.tensor(7.0)).cpu(),
                        x.index_fill(1, idx, torch.tensor(7.0)))
     assert d[rows].device.type == "tpu"
+
+
+def test_index_put_with_indices_that_do_not_broadcast_is_an_index_error() -> None:
+    # PyTorch's test_indexing NumpyTests.test_broaderrors_indexing.
+    def put(a):
+        a[[0, 1], [0, 1, 2]] = 0
+    err = assert_raises_like_cpu(put, torch.zeros(3, 3))
+    assert "shape mismatch" in str(err)
