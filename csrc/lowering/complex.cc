@@ -7,6 +7,7 @@
 // for real dtypes (they compare, take maxima, pick float32 for non-float inputs): a call
 // with a complex dtype never reaches them (check_complex_support), so eager mode runs
 // PyTorch's CPU kernel instead and compiled graphs report the op.
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -164,6 +165,35 @@ bool accepts_complex(std::string_view op_name) {
     return complex_ops().count(name.substr(0, name.size() - 1)) > 0;
   }
   return false;
+}
+
+// cabs: the hypot of the parts. XLA's complex abs lets a NaN part through as if it were
+// the other part's size (abs(1 + NaN i) came out sqrt(2)) and gives NaN for NaN + inf i.
+Value complex_abs(Builder& b, Value z) { return hypot(b, real_part(b, z), imag_part(b, z)); }
+
+// log z = log|z| + i arg z, with |z| as complex_abs: NaN + NaN i for a NaN part, except
+// inf + NaN i when the other part is infinite (C's clog, PyTorch's CPU).
+Value complex_log(Builder& b, Value z) {
+  Value x = real_part(b, z), y = imag_part(b, z);
+  return make_complex(b, b.unary("log", hypot(b, x, y)), b.binary("atan2", y, x));
+}
+
+// XLA's sqrt with C's csqrt special values, which PyTorch's CPU returns: the imaginary part
+// has the sign of y (sqrt(-1 - 0i) = -i); y = +-inf gives inf + y i whatever x; otherwise a
+// NaN part gives NaN + NaN i, except x = +inf (inf + NaN i) and x = -inf (NaN + inf i).
+Value complex_sqrt(Builder& b, Value z) {
+  Value x = real_part(b, z), y = imag_part(b, z);
+  Value r = b.unary("sqrt", z);
+  Value re = real_part(b, r), im = copysign(b, imag_part(b, r), y);
+  Value inf = b.splat(INFINITY, x.type), nan = b.splat(NAN, x.type);
+  Value x_nan = b.compare(x, x, "NE"), y_nan = b.compare(y, y, "NE");
+  Value any_nan = b.binary("or", x_nan, y_nan);
+  re = b.select(b.binary("and", y_nan, b.compare(x, inf, "EQ")), inf,
+                b.select(any_nan, nan, re));
+  im = b.select(b.binary("and", y_nan, b.compare(x, b.unary("negate", inf), "EQ")), inf,
+                b.select(any_nan, nan, im));
+  Value y_inf = b.compare(b.unary("abs", y), inf, "EQ");
+  return make_complex(b, b.select(y_inf, inf, re), b.select(y_inf, y, im));
 }
 
 void register_complex_lowerings() {

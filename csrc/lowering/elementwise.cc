@@ -68,11 +68,7 @@ LoweringFn float_binary(const char* hlo_op) {
 // abs: the identity on unsigned integers (stablehlo.abs takes signed types only).
 base::StatusOr<std::vector<Value>> lower_abs(LoweringContext& c) {
   if (base::is_complex(c.tensor_type(0).dtype)) {
-    // |z| is real: stablehlo.abs of complex<f32> is f32.
-    Value z = c.tensor(0);
-    TensorType magnitude{base::complex_component(z.dtype()), z.dims()};
-    Value r = c.b().op("stablehlo.abs", {z}, magnitude);
-    return std::vector<Value>{to_out(c, r)};
+    return std::vector<Value>{to_out(c, complex_abs(c.b(), c.tensor(0)))};
   }
   Value x = out_operand(c, 0, c.out_type().dtype);
   bool is_unsigned = base::is_integral(x.dtype()) && !base::is_signed_integral(x.dtype());
@@ -172,10 +168,13 @@ LoweringFn logical(const char* hlo_op) {
 }
 
 // A float math function; integer inputs compute in float (PyTorch promotes them).
-LoweringFn float_unary(const char* hlo_op) {
-  return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
+// `complex_fn`, when given, computes it for complex inputs instead of `hlo_op`.
+LoweringFn float_unary(const char* hlo_op, Value (*complex_fn)(Builder&, Value) = nullptr) {
+  return [hlo_op, complex_fn](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
     DType t = float_compute_type(c);
-    return std::vector<Value>{to_out(c, c.b().unary(hlo_op, out_operand(c, 0, t)))};
+    Value x = out_operand(c, 0, t);
+    bool own = complex_fn != nullptr && base::is_complex(t);
+    return std::vector<Value>{to_out(c, own ? complex_fn(c.b(), x) : c.b().unary(hlo_op, x))};
   };
 }
 
@@ -283,11 +282,15 @@ base::StatusOr<std::vector<Value>> lower_sign(LoweringContext& c) {
   Value x = out_operand(c, 0, t);
   if (t == DType::kBool) return std::vector<Value>{x};
   if (base::is_complex(t)) {
-    // sgn(z) = z / |z|, and 0 at 0.
+    // sgn(z) = z / |z|, each part divided by the real |z| (a complex division by |z| + 0i
+    // would make sgn(inf i) NaN + NaN i, not 0 + NaN i), and 0 at 0.
     TensorType part{base::complex_component(t), x.dims()};
-    Value mag = b.op("stablehlo.abs", {x}, part);
+    Value mag = complex_abs(b, x);
     Value zero = b.compare(mag, b.zeros(part), "EQ");
-    Value q = b.div(x, b.convert(b.select(zero, b.splat(1, part), mag), t));
+    Value d = b.select(zero, b.splat(1, part), mag);
+    Value re = b.div(b.op("stablehlo.real", {x}, part), d);
+    Value im = b.div(b.op("stablehlo.imag", {x}, part), d);
+    Value q = b.op("stablehlo.complex", {re, im}, x.type);
     return std::vector<Value>{b.select(zero, b.zeros(x.type), q)};
   }
   if (base::is_floating(t)) {
@@ -307,7 +310,7 @@ LoweringFn scaled_log(double inv_ln_base) {
     Builder& b = c.b();
     DType t = float_compute_type(c);
     Value x = out_operand(c, 0, t);
-    Value l = b.unary("log", x);
+    Value l = base::is_complex(t) ? complex_log(b, x) : b.unary("log", x);
     if (base::is_complex(t)) {
       // Scale both parts by the real factor: a complex product with (k + 0i) would turn
       // log(0) = -inf + 0i into -inf + NaN i (-inf * 0).
@@ -382,8 +385,9 @@ void register_elementwise_lowerings() {
   register_with_variants("addcmul", {""}, addc("multiply"));
   register_with_variants("addcdiv", {""}, addc("divide"));
 
-  for (auto [name, op] : {std::pair{"exp", "exponential"}, {"log", "log"}, {"sqrt", "sqrt"},
-                          {"rsqrt", "rsqrt"}, {"sin", "sine"}, {"cos", "cosine"}, {"tan", "chlo.tan"},
+  register_with_variants("log", {""}, float_unary("log", complex_log));
+  register_with_variants("sqrt", {""}, float_unary("sqrt", complex_sqrt));
+  for (auto [name, op] : {std::pair{"exp", "exponential"}, {"rsqrt", "rsqrt"}, {"sin", "sine"}, {"cos", "cosine"}, {"tan", "chlo.tan"},
                           {"log1p", "log_plus_one"}, {"expm1", "exponential_minus_one"},
                           {"erf", "chlo.erf"}}) {
     register_with_variants(name, {""}, float_unary(op));

@@ -12,6 +12,36 @@
 #include "lowering/families.h"
 
 namespace torchtpu::lowering {
+
+// The sign bit of a float (true for -0.0 and negative NaNs), through its bit pattern.
+Value sign_bit(Builder& b, Value x) {
+  if (!base::is_floating(x.dtype())) return b.compare(x, b.zeros(x.type), "LT");
+  DType bits = x.dtype() == DType::kF64 ? DType::kI64
+               : x.dtype() == DType::kF32 ? DType::kI32 : DType::kI16;
+  Value raw = b.op("stablehlo.bitcast_convert", {x}, TensorType{bits, x.dims()});
+  return b.compare(raw, b.zeros(raw.type), "LT");
+}
+
+Value copysign(Builder& b, Value x, Value y) {
+  Value mag = b.unary("abs", x);
+  return b.select(sign_bit(b, y), b.unary("negate", mag), mag);
+}
+
+// hypot as C's: sqrt(x^2 + y^2) without the squares' overflow or underflow (hypot(1e30,
+// 1e30) is finite in float32, hypot(1e-30, 0) is not 0), through the larger magnitude m
+// and the smaller n: m * sqrt(1 + (n / m)^2). Infinite when either is, even with a NaN
+// other; 0 when both are 0.
+Value hypot(Builder& b, Value x, Value y) {
+  Value ax = b.unary("abs", x), ay = b.unary("abs", y);
+  Value m = b.max(ax, ay), n = b.min(ax, ay);
+  Value q = b.div(n, m);
+  Value r = b.mul(m, b.unary("sqrt", b.add(b.splat(1, m.type), b.mul(q, q))));
+  Value zero = b.zeros(m.type), inf = b.splat(INFINITY, m.type);
+  r = b.select(b.compare(m, zero, "EQ"), zero, r);
+  Value any_inf = b.binary("or", b.compare(ax, inf, "EQ"), b.compare(ay, inf, "EQ"));
+  return b.select(any_inf, inf, r);
+}
+
 namespace {
 
 using Lowered = base::StatusOr<std::vector<Value>>;
@@ -40,15 +70,6 @@ LoweringFn binary_fn(std::function<Value(Builder&, Value, Value)> f, bool to_flo
     Value r = f(c.b(), out_operand(c, 0, t), out_operand(c, 1, t));
     return std::vector<Value>{to_out_via(c, rt, r)};
   };
-}
-
-// The sign bit of a float (true for -0.0 and negative NaNs), through its bit pattern.
-Value sign_bit(Builder& b, Value x) {
-  if (!base::is_floating(x.dtype())) return b.compare(x, b.zeros(x.type), "LT");
-  DType bits = x.dtype() == DType::kF64 ? DType::kI64
-               : x.dtype() == DType::kF32 ? DType::kI32 : DType::kI16;
-  Value raw = b.op("stablehlo.bitcast_convert", {x}, TensorType{bits, x.dims()});
-  return b.compare(raw, b.zeros(raw.type), "LT");
 }
 
 // digamma with PyTorch's value at zero: -inf at +0, +inf at -0 (XLA gives NaN there).
@@ -115,11 +136,6 @@ LoweringFn nan_ignoring(bool is_max) {
   });
 }
 
-Value copysign(Builder& b, Value x, Value y) {
-  Value mag = b.unary("abs", x);
-  return b.select(sign_bit(b, y), b.unary("negate", mag), mag);
-}
-
 // PyTorch's logaddexp: equal infinities return themselves (inf - inf would be NaN).
 Value logaddexp(Builder& b, Value x, Value y, bool base2) {
   Value m = b.max(x, y);
@@ -145,21 +161,6 @@ Value xlogy(Builder& b, Value x, Value y) {
 Value heaviside(Builder& b, Value x, Value v) {
   Value pos = b.convert(b.compare(x, b.zeros(x.type), "GT"), x.dtype());
   return b.select(b.compare(x, b.zeros(x.type), "EQ"), v, pos);
-}
-
-// hypot as C's: sqrt(x^2 + y^2) without the squares' overflow or underflow (hypot(1e30,
-// 1e30) is finite in float32, hypot(1e-30, 0) is not 0), through the larger magnitude m
-// and the smaller n: m * sqrt(1 + (n / m)^2). Infinite when either is, even with a NaN
-// other; 0 when both are 0.
-Value hypot(Builder& b, Value x, Value y) {
-  Value ax = b.unary("abs", x), ay = b.unary("abs", y);
-  Value m = b.max(ax, ay), n = b.min(ax, ay);
-  Value q = b.div(n, m);
-  Value r = b.mul(m, b.unary("sqrt", b.add(b.splat(1, m.type), b.mul(q, q))));
-  Value zero = b.zeros(m.type), inf = b.splat(INFINITY, m.type);
-  r = b.select(b.compare(m, zero, "EQ"), zero, r);
-  Value any_inf = b.binary("or", b.compare(ax, inf, "EQ"), b.compare(ay, inf, "EQ"));
-  return b.select(any_inf, inf, r);
 }
 
 Lowered lower_rsub(LoweringContext& c) {

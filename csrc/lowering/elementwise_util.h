@@ -59,6 +59,17 @@ Value floor_divide_int(Builder& b, Value a, Value d);
 void require_nonzero_divisor(LoweringContext& c, Value d);
 Value floor_divide_float(Builder& b, Value x, Value y);
 
+// Real helpers (elementwise_math.cc): the sign bit of a float (true for -0.0 and negative
+// NaNs); |x| with y's sign bit; C's hypot (no overflow of the squares; infinite when either
+// is, even with a NaN other).
+Value sign_bit(Builder& b, Value x);
+Value copysign(Builder& b, Value x, Value y);
+Value hypot(Builder& b, Value x, Value y);
+// Complex abs, log and sqrt with C's (and PyTorch's CPU) special values (complex.cc).
+Value complex_abs(Builder& b, Value z);
+Value complex_log(Builder& b, Value z);
+Value complex_sqrt(Builder& b, Value z);
+
 void register_with_variants(const std::string& base_name, const std::vector<std::string>& overloads,
                             LoweringFn fn);
 
