@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "kernels/parallel_for.h"
 #include "kernels/xla_ffi.h"
 
 namespace torchtpu::kernels::ffi {
@@ -41,6 +42,12 @@ int64_t pool_threads(const XLA_FFI_CallFrame* frame);
 // has returned.
 void parallel_for(const XLA_FFI_CallFrame* frame, int64_t n,
                   const std::function<void(int64_t)>& body);
+// parallel_for over `frame`'s pool as a kernel's ParallelFor.
+inline ParallelFor pool_parallel_for(const XLA_FFI_CallFrame* frame) {
+  return [frame](int64_t n, const std::function<void(int64_t)>& body) {
+    parallel_for(frame, n, body);
+  };
+}
 
 // "f32[2,3]" for messages.
 std::string describe(const XLA_FFI_Buffer* buffer);

@@ -99,11 +99,7 @@ void gemm(const GemmShape& s, const float* a, const float* b, float* c, const Bl
     }
     with.set_local_threads(previous);
   };
-  if (items > 1 && parallel_for) {
-    parallel_for(items, body);
-  } else {
-    for (int64_t i = 0; i < items; ++i) body(i);
-  }
+  for_each_item(parallel_for, items, body);
 }
 
 extern "C" XLA_FFI_Error* torchtpu_gemm_ffi(XLA_FFI_CallFrame* frame) {
@@ -147,10 +143,7 @@ extern "C" XLA_FFI_Error* torchtpu_gemm_ffi(XLA_FFI_CallFrame* frame) {
   }
   gemm(s, static_cast<const float*>(a->data), static_cast<const float*>(b->data),
        static_cast<float*>(c->data), with,
-       [frame](int64_t count, const std::function<void(int64_t)>& body) {
-         ffi::parallel_for(frame, count, body);
-       },
-       ffi::pool_threads(frame));
+       ffi::pool_parallel_for(frame), ffi::pool_threads(frame));
   return nullptr;
 }
 

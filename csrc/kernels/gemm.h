@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/paged_attention.h"  // ParallelFor
+#include "kernels/parallel_for.h"
 #include "kernels/xla_ffi.h"
 
 namespace torchtpu::kernels {

@@ -169,11 +169,7 @@ void int8_matmul(int64_t m, int64_t k, int64_t n, const float* x, const int8_t* 
       block(m, k, b * kBlock, std::min(n, (b + 1) * kBlock), x, w, scale, out, n);
     }
   };
-  if (parallel_for && items > 1) {
-    parallel_for(items, body);
-  } else {
-    for (int64_t i = 0; i < items; ++i) body(i);
-  }
+  for_each_item(parallel_for, items, body);
 }
 
 extern "C" XLA_FFI_Error* torchtpu_int8_matmul_ffi(XLA_FFI_CallFrame* frame) {
@@ -200,10 +196,7 @@ extern "C" XLA_FFI_Error* torchtpu_int8_matmul_ffi(XLA_FFI_CallFrame* frame) {
   }
   int8_matmul(x->dims[0], x->dims[1], scale->dims[0], static_cast<const float*>(x->data),
               static_cast<const int8_t*>(w->data), static_cast<const float*>(scale->data),
-              static_cast<float*>(out->data),
-              [frame](int64_t count, const std::function<void(int64_t)>& body) {
-                ffi::parallel_for(frame, count, body);
-              });
+              static_cast<float*>(out->data), ffi::pool_parallel_for(frame));
   return nullptr;
 }
 

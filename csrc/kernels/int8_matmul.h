@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "kernels/paged_attention.h"  // ParallelFor
+#include "kernels/parallel_for.h"
 #include "kernels/xla_ffi.h"
 
 namespace torchtpu::kernels {

@@ -375,12 +375,7 @@ std::string paged_attention(const PagedAttentionShape& sh, const float* q, const
   auto body = [&](int64_t i) {
     attend_item(sh, q, k, v, pages, positions, scale, window, items[i], out);
   };
-  const auto count = static_cast<int64_t>(items.size());
-  if (parallel_for) {
-    parallel_for(count, body);
-  } else {
-    for (int64_t i = 0; i < count; ++i) body(i);
-  }
+  for_each_item(parallel_for, static_cast<int64_t>(items.size()), body);
   return "";
 }
 
@@ -430,10 +425,7 @@ extern "C" XLA_FFI_Error* torchtpu_paged_attention_ffi(XLA_FFI_CallFrame* frame)
       sh, static_cast<const float*>(q->data), static_cast<const float*>(k->data),
       static_cast<const float*>(v->data), static_cast<const int64_t*>(pages->data),
       static_cast<const int64_t*>(pos->data), static_cast<const int64_t*>(starts->data), *scale,
-      *window, static_cast<float*>(out->data),
-      [frame](int64_t n, const std::function<void(int64_t)>& body) {
-        ffi::parallel_for(frame, n, body);
-      });
+      *window, static_cast<float*>(out->data), ffi::pool_parallel_for(frame));
   if (!failed.empty()) return ffi::error(frame, std::string(what) + ": " + failed);
   return nullptr;
 }

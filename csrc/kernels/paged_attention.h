@@ -30,6 +30,7 @@
 #include <functional>
 #include <string>
 
+#include "kernels/parallel_for.h"
 #include "kernels/xla_ffi.h"
 
 namespace torchtpu::kernels {
@@ -47,9 +48,6 @@ struct PagedAttentionShape {
 
 // Empty when the shape is consistent, else what is wrong.
 std::string check_shape(const PagedAttentionShape& shape);
-
-// Runs body(i) for every i in [0, n), possibly in parallel, returning when all are done.
-using ParallelFor = std::function<void(int64_t n, const std::function<void(int64_t)>& body)>;
 
 // Sequences of at most this many queries are computed by the one-query path.
 inline constexpr int64_t kFewQueries = 8;
