@@ -149,7 +149,9 @@ Value softplus_backward(LoweringContext& c, Value grad, Value self) {
 
 // ---- sigmoid family ----------------------------------------------------------------
 
-Value sigmoid_fwd(LoweringContext& c, Value x) { return c.b().unary("logistic", x); }
+Value sigmoid_fwd(LoweringContext& c, Value x) {
+  return base::is_complex(x.dtype()) ? complex_sigmoid(c.b(), x) : c.b().unary("logistic", x);
+}
 
 // sigmoid_backward(grad, y) = grad * conj((1 - y) * y) (conj: complex y, as PyTorch's).
 Value sigmoid_backward(LoweringContext& c, Value grad, Value y) {
@@ -157,7 +159,9 @@ Value sigmoid_backward(LoweringContext& c, Value grad, Value y) {
   return b.mul(grad, b.conj(b.mul(b.sub(splat_as(b, 1, y), y), y)));
 }
 
-Value tanh_fwd(LoweringContext& c, Value x) { return c.b().unary("tanh", x); }
+Value tanh_fwd(LoweringContext& c, Value x) {
+  return base::is_complex(x.dtype()) ? complex_tanh(c.b(), x) : c.b().unary("tanh", x);
+}
 
 // tanh_backward(grad, y) = grad * conj(1 - y * y)
 Value tanh_backward(LoweringContext& c, Value grad, Value y) {

@@ -196,6 +196,92 @@ Value complex_sqrt(Builder& b, Value z) {
   return make_complex(b, b.select(y_inf, inf, re), b.select(y_inf, y, im));
 }
 
+namespace {
+
+Value is_inf(Builder& b, Value v) {
+  return b.compare(b.unary("abs", v), b.splat(INFINITY, v.type), "EQ");
+}
+Value non_finite(Builder& b, Value v) {
+  return b.unary("not", b.op("stablehlo.is_finite", {v}, TensorType{DType::kBool, v.dims()}));
+}
+
+// (re, im) as a complex value.
+struct Parts {
+  Value re, im;
+};
+Parts parts(Builder& b, Value z) { return {real_part(b, z), imag_part(b, z)}; }
+
+}  // namespace
+
+// The special values below are C's (Annex G), which PyTorch's CPU kernels return. XLA's
+// complex functions multiply through by factors such as cosh(inf), so an exact zero
+// factor (sin(0) in sin(0 + 100i)) became 0 * inf = NaN; each guard keeps what C gives.
+
+// exp: with x = +inf and y infinite or NaN, inf + NaN i; with x = -inf, 0 + 0i.
+Value complex_exp(Builder& b, Value z) {
+  auto [x, y] = parts(b, z);
+  auto [re, im] = parts(b, b.unary("exponential", z));
+  Value inf = b.splat(INFINITY, x.type), zero = b.zeros(x.type);
+  Value y_bad = non_finite(b, y);
+  Value up = b.binary("and", b.compare(x, inf, "EQ"), y_bad);
+  Value down = b.binary("and", b.compare(x, b.unary("negate", inf), "EQ"), y_bad);
+  re = b.select(up, inf, b.select(down, zero, re));
+  im = b.select(up, b.splat(NAN, x.type), b.select(down, copysign(b, zero, y), im));
+  return make_complex(b, re, im);
+}
+
+// sin = (sin x cosh y, cos x sinh y): a zero x or y is its part's exact value; with y
+// infinite and x not finite, NaN + inf i.
+Value complex_sin(Builder& b, Value z) {
+  auto [x, y] = parts(b, z);
+  auto [re, im] = parts(b, b.unary("sine", z));
+  Value zero = b.zeros(x.type);
+  re = b.select(b.compare(x, zero, "EQ"), x, re);
+  im = b.select(b.compare(y, zero, "EQ"), y, im);
+  im = b.select(b.binary("and", is_inf(b, y), non_finite(b, x)), b.splat(INFINITY, x.type), im);
+  return make_complex(b, re, im);
+}
+
+// cos = (cos x cosh y, -sin x sinh y): a zero x or y makes the imaginary part a zero; with
+// y infinite and x not finite, inf + NaN i.
+Value complex_cos(Builder& b, Value z) {
+  auto [x, y] = parts(b, z);
+  auto [re, im] = parts(b, b.unary("cosine", z));
+  Value zero = b.zeros(x.type);
+  Value exact = b.binary("or", b.compare(x, zero, "EQ"), b.compare(y, zero, "EQ"));
+  Value flip = b.compare(sign_bit(b, x), sign_bit(b, y), "EQ");  // -(x * y) is -0 then
+  im = b.select(exact, b.select(flip, b.unary("negate", zero), zero), im);
+  Value both = b.binary("and", is_inf(b, y), non_finite(b, x));
+  re = b.select(both, b.splat(INFINITY, x.type), re);
+  im = b.select(both, b.splat(NAN, x.type), im);
+  return make_complex(b, re, im);
+}
+
+// tanh: a zero x is the real part (tanh(0 + inf i) = 0 + NaN i).
+Value complex_tanh(Builder& b, Value z) {
+  auto [x, y] = parts(b, z);
+  auto [re, im] = parts(b, b.unary("tanh", z));
+  return make_complex(b, b.select(b.compare(x, b.zeros(x.type), "EQ"), x, re), im);
+}
+
+// sigmoid = 1 / (1 + exp(-z)) with C's exp, as PyTorch's CPU computes it (XLA's logistic
+// gave NaN for sigmoid(inf + inf i), which is 1). 1 / (c + di) as c10::complex divides
+// (numpy's way, scaled by the larger part): so 1 / (inf - inf i) is NaN + NaN i, as there.
+Value complex_sigmoid(Builder& b, Value z) {
+  Value one = b.splat(1, z.type);
+  auto [c, d] = parts(b, b.add(one, complex_exp(b, b.unary("negate", z))));
+  Value unit = b.splat(1, c.type);
+  Value c_larger = b.compare(b.unary("abs", c), b.unary("abs", d), "GE");
+  // |c| >= |d|: r = d / c, s = 1 / (c + d r), 1 / w = s - r s i; else r = c / d,
+  // s = 1 / (d + c r), 1 / w = r s - s i.
+  Value big = b.select(c_larger, c, d), small = b.select(c_larger, d, c);
+  Value r = b.div(small, big);
+  Value s = b.div(unit, b.add(big, b.mul(small, r)));
+  Value re = b.select(c_larger, s, b.mul(r, s));
+  Value im = b.unary("negate", b.select(c_larger, b.mul(r, s), s));
+  return make_complex(b, re, im);
+}
+
 void register_complex_lowerings() {
   register_lowering({"aten::polar", "aten::polar.out"}, lower_polar);
   register_lowering({"aten::complex", "aten::complex.out"}, lower_complex);

@@ -387,7 +387,10 @@ void register_elementwise_lowerings() {
 
   register_with_variants("log", {""}, float_unary("log", complex_log));
   register_with_variants("sqrt", {""}, float_unary("sqrt", complex_sqrt));
-  for (auto [name, op] : {std::pair{"exp", "exponential"}, {"rsqrt", "rsqrt"}, {"sin", "sine"}, {"cos", "cosine"}, {"tan", "chlo.tan"},
+  register_with_variants("exp", {""}, float_unary("exponential", complex_exp));
+  register_with_variants("sin", {""}, float_unary("sine", complex_sin));
+  register_with_variants("cos", {""}, float_unary("cosine", complex_cos));
+  for (auto [name, op] : {std::pair{"rsqrt", "rsqrt"}, {"tan", "chlo.tan"},
                           {"log1p", "log_plus_one"}, {"expm1", "exponential_minus_one"},
                           {"erf", "chlo.erf"}}) {
     register_with_variants(name, {""}, float_unary(op));
