@@ -224,7 +224,7 @@ def main() -> int:
         print(f"upstream tests: no test folder {where}; set UPSTREAM_TESTS=<folder of "
               "PyTorch device-generic test files> (e.g. a pytorch checkout's test/) to run them")
         return 0
-    args.dir = Path(args.dir)
+    args.dir = Path(args.dir).resolve()  # each file runs from a temporary folder
     names = args.files or sorted(p.name for p in args.dir.glob("test_*.py"))
     only = "privateuse1" if args.tpu_only else "cpu,privateuse1"
     runs = []
@@ -238,7 +238,8 @@ def main() -> int:
         runs.append(run)
         n = collections.Counter(r.outcome for k, r in run.results.items() if is_tpu(k))
         print(f"upstream tests: {name}: {dict(n)} in {run.seconds:.0f} s"
-              + (f" ({run.restarts} restarts)" if run.restarts else ""), flush=True)
+              + (f" ({run.restarts} restarts)" if run.restarts else "")
+              + (f"; the file did not run: {run.error}" if run.error else ""), flush=True)
     text, stats = summarize(runs)
     if args.out:
         args.out.write_text(text)
@@ -249,7 +250,7 @@ def main() -> int:
           f"{stats['crashed']} crashed, {stats['timeout']} timed out, {stats['skipped']} "
           f"skipped, {stats['baseline']} CPU-baseline failures excluded; "
           f"pass rate {stats['rate']:.1f}%")
-    return 0
+    return 1 if any(r.error for r in runs) else 0
 
 
 if __name__ == "__main__":

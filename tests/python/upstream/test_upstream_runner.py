@@ -50,17 +50,20 @@ if __name__ == "__main__":
 '''
 
 
-def _run(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+def _run(*args: str, timeout: float = 900, cwd: Path | None = None
+         ) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, str(RUNNER), *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, cwd=cwd)
 
 
 def test_runner_survives_a_crash_and_uses_the_cpu_baseline(tmp_path: Path) -> None:
     (tmp_path / "test_probe.py").write_text(textwrap.dedent(DEVICE_GENERIC))
     out, js = tmp_path / "summary.md", tmp_path / "results.json"
-    r = _run("--dir", str(tmp_path), "--out", str(out), "--json", str(js), timeout=300)
+    # --dir relative to where the runner starts (each file runs from a temporary folder).
+    r = _run("--dir", tmp_path.name, "--out", str(out), "--json", str(js), timeout=300,
+             cwd=tmp_path.parent)
     assert r.returncode == 0, r.stdout + r.stderr
     results = json.loads(js.read_text())["test_probe.py"]
     outcome = {k.split("::", 1)[1]: v["outcome"] for k, v in results.items()}
