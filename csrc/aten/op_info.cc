@@ -7,6 +7,13 @@
 #include "aten/op_special_cases.h"
 
 namespace torchtpu::aten {
+bool is_optional_tensor_list_type(const c10::Argument& formal) {
+  auto list = formal.type()->cast<c10::ListType>();
+  return list && list->getElementType()->kind() == c10::TypeKind::OptionalType &&
+         list->getElementType()->expectRef<c10::OptionalType>().getElementType()->kind() ==
+             c10::TypeKind::TensorType;
+}
+
 namespace {
 
 c10::TypePtr unwrap_optional(c10::TypePtr t) {
@@ -37,13 +44,6 @@ FormalKind formal_kind(const std::string& op_name, const c10::Argument& formal) 
     return FormalKind::kIgnored;
   }
   return FormalKind::kGeneric;
-}
-
-bool is_optional_tensor_list_type(const c10::Argument& formal) {
-  auto list = formal.type()->cast<c10::ListType>();
-  return list && list->getElementType()->kind() == c10::TypeKind::OptionalType &&
-         list->getElementType()->expectRef<c10::OptionalType>().getElementType()->kind() ==
-             c10::TypeKind::TensorType;
 }
 
 std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& op, int id) {

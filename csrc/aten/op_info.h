@@ -47,4 +47,7 @@ struct OpInfo {
 // The entry for `op` (made on first use; entries live for the process).
 const OpInfo& op_info(const c10::OperatorHandle& op);
 
+// Whether a schema argument is a Tensor?[] (index_put_'s indices).
+bool is_optional_tensor_list_type(const c10::Argument& formal);
+
 }  // namespace torchtpu::aten

@@ -213,6 +213,7 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   runtime::trace::Label label(info.name.c_str());
   if (info.is_clone && clone_outside_lowering(schema, stack)) return;
+  if (info.optional_tensor_lists) type_optional_tensor_lists(schema, stack);
   resolve_math_bits(info, stack);
   if (info.writes) {
     check_written_overlap(schema, info.name, torch::jit::last(*stack, schema.arguments().size()));

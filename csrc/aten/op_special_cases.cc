@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
+#include "aten/op_info.h"
 #include "base/metrics.h"
 
 namespace torchtpu::aten {
@@ -35,6 +36,22 @@ bool is_data_dependent(const std::string& name) {
                                "aten::unique_consecutive", "aten::_unique"};
   for (const char* op : kOps) if (name == op) return true;
   return false;
+}
+
+void type_optional_tensor_lists(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  size_t n = schema.arguments().size();
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& v = (*stack)[stack->size() - n + i];
+    if (!v.isList() || v.isOptionalTensorList() ||
+        !is_optional_tensor_list_type(schema.arguments()[i])) {
+      continue;
+    }
+    c10::List<std::optional<at::Tensor>> typed;
+    for (const c10::IValue& item : v.toListRef()) {
+      typed.push_back(item.isNone() ? std::nullopt : std::optional<at::Tensor>(item.toTensor()));
+    }
+    v = std::move(typed);
+  }
 }
 
 // CPU index tensors move to the indexed tensor's device. Bool/uint8 masks become the

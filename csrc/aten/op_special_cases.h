@@ -22,6 +22,10 @@ std::vector<at::Tensor> present_tensors(const c10::IValue& v);
 // on the host by design (one round-trip, counted, allowed in strict mode).
 bool is_data_dependent(const std::string& name);
 
+// Gives each Tensor?[] argument on `stack` its own list type: TorchScript's interpreter
+// passes one as a Tensor[] or generic list, which every reader here would refuse.
+void type_optional_tensor_lists(const c10::FunctionSchema& schema, torch::jit::Stack* stack);
+
 // Moves CPU index tensors in the Tensor?[] argument of an indexing op on `stack` to the
 // indexed tensor's device (PyTorch accepts them on CUDA), then replaces bool/uint8 masks
 // by the integer index tensors they select, as PyTorch's own indexing does (one host

@@ -221,3 +221,22 @@ def test_index_put_with_indices_that_do_not_broadcast_is_an_index_error() -> Non
         a[[0, 1], [0, 1, 2]] = 0
     err = assert_raises_like_cpu(put, torch.zeros(3, 3))
     assert "shape mismatch" in str(err)
+
+
+def _mask_put(x: torch.Tensor) -> torch.Tensor:
+    x[x < 50] = 1.0
+    return x
+
+
+def _slice_put(x: torch.Tensor) -> torch.Tensor:
+    x[0:50] = 1.0
+    return x
+
+
+@pytest.mark.parametrize("fn", [_mask_put, _slice_put], ids=["mask", "slice"])
+def test_torchscript_index_put(fn) -> None:
+    # PyTorch's test_indexing test_jit_indexing: TorchScript's interpreter passes
+    # index_put_'s Tensor?[] indices as a plain list.
+    scripted = torch.jit.script(fn)
+    data = torch.arange(100, dtype=torch.float32)
+    assert torch.equal(scripted(data.to("tpu")).cpu(), fn(data.clone()))
