@@ -375,16 +375,17 @@ bool has_cpu_argument_checks(const std::string& name) {
       "aten::polar.out",    "aten::_amp_update_scale_", "aten::multinomial",
       "aten::multinomial.out", "aten::max", "aten::max.unary_out", "aten::min",
       "aten::min.unary_out", "aten::median.dim", "aten::median.dim_values",
-      "aten::nanmedian.dim", "aten::nanmedian.dim_values"};
+      "aten::nanmedian.dim", "aten::nanmedian.dim_values", "aten::kthvalue",
+      "aten::kthvalue.values"};
   return kChecked.count(name) > 0;
 }
 
 // Argument checks the CPU kernels make and the meta kernels do not: multinomial's (its
 // meta kernel checks only the rank), uniform's range, _amp_update_scale_'s dtypes and
 // sizes, _assert_async's element count, and the reductions without an identity over
-// nothing (max() / min() of an empty tensor, median / nanmedian along an empty dim),
-// whose lowerings would otherwise return the fill value (+-inf, NaN). Same messages as
-// the CPU.
+// nothing (max() / min() of an empty tensor, median / nanmedian / kthvalue along an
+// empty dim), whose lowerings would otherwise return the fill value (+-inf, NaN) or
+// another error. Same messages as the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
   if (name == "aten::max" || name == "aten::max.unary_out" || name == "aten::min" ||
       name == "aten::min.unary_out") {
@@ -400,6 +401,14 @@ void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue
     if (self.dim() == 0) return;  // the meta kernel checks a 0-d tensor's dim
     int64_t dim = c10::maybe_wrap_dim(args[1].toInt(), self.dim());
     TORCH_CHECK_INDEX(self.size(dim) != 0, "median(): Expected reduction dim ", dim,
+                      " to have non-zero size.");
+    return;
+  }
+  if (name == "aten::kthvalue" || name == "aten::kthvalue.values") {
+    const at::Tensor& self = args[0].toTensor();
+    if (self.dim() == 0) return;
+    int64_t dim = c10::maybe_wrap_dim(args[2].toInt(), self.dim());
+    TORCH_CHECK_INDEX(self.size(dim) != 0, "kthvalue(): Expected reduction dim ", dim,
                       " to have non-zero size.");
     return;
   }

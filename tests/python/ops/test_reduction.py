@@ -218,7 +218,9 @@ def test_reduction_with_a_dtype_argument(op, dtype: torch.dtype) -> None:
     lambda x: torch.nanmedian(x, 0),
     lambda x: torch.median(x, 0, out=(torch.empty(0, device=x.device),
                                       torch.empty(0, dtype=torch.long, device=x.device))),
-], ids=["max", "min", "max_flat", "median_dim", "median_neg_dim", "nanmedian_dim", "median_out"])
+    lambda x: torch.kthvalue(x, 1, 0),
+], ids=["max", "min", "max_flat", "median_dim", "median_neg_dim", "nanmedian_dim", "median_out",
+        "kthvalue_dim"])
 def test_reduction_without_identity_over_nothing_raises(fn) -> None:
     # No value to return: the CPU raises (RuntimeError / IndexError) where the lowering's
     # fill value (-inf, inf, NaN) would otherwise come back as the result.
