@@ -22,7 +22,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 # Every route the server documents; test_every_route_is_covered keeps the list whole.
 # (schemathesis' own pytest loader reads a private attribute pytest 9 no longer has, so the
 # operations are driven here with hypothesis directly.)
-ROUTES = [("GET", "/health"), ("GET", "/version"), ("GET", "/v1/models"),
+ROUTES = [("GET", "/health"), ("HEAD", "/health"), ("GET", "/version"), ("GET", "/v1/models"),
           ("GET", "/v1/models/{model_id}"), ("GET", "/metrics"), ("POST", "/v1/completions"),
           ("POST", "/v1/chat/completions"), ("POST", "/tokenize"), ("POST", "/detokenize")]
 
