@@ -2,9 +2,10 @@
 //
 // Tensors count by dtype and shape, `Scalar`s and 0-dim CPU tensors as runtime scalars (by
 // category only: a new value never means a new program), ints/lists/bools/strings/dtypes
-// as structure, plus the device and the default dtype (torch.set_default_dtype). The classification is written as signature words (plain
-// integers, hashed) on every call, into a per-thread buffer that keeps its capacity, so a
-// cache hit allocates nothing; only a miss also builds the OpArgs the lowering reads.
+// as structure, plus the device and the default dtype (torch.set_default_dtype). The
+// classification is written as signature words (plain integers, hashed) on every call,
+// into a per-thread buffer that keeps its capacity, so a cache hit allocates nothing;
+// only a miss also builds the OpArgs the lowering reads.
 #pragma once
 
 #include <ATen/core/Generator.h>

@@ -395,21 +395,14 @@ void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue
                 "reduction dim with the 'dim' argument.");
     return;
   }
-  if (name == "aten::median.dim" || name == "aten::median.dim_values" ||
-      name == "aten::nanmedian.dim" || name == "aten::nanmedian.dim_values") {
+  bool median = name == "aten::median.dim" || name == "aten::median.dim_values" ||
+                name == "aten::nanmedian.dim" || name == "aten::nanmedian.dim_values";
+  if (median || name == "aten::kthvalue" || name == "aten::kthvalue.values") {
     const at::Tensor& self = args[0].toTensor();
     if (self.dim() == 0) return;  // the meta kernel checks a 0-d tensor's dim
-    int64_t dim = c10::maybe_wrap_dim(args[1].toInt(), self.dim());
-    TORCH_CHECK_INDEX(self.size(dim) != 0, "median(): Expected reduction dim ", dim,
-                      " to have non-zero size.");
-    return;
-  }
-  if (name == "aten::kthvalue" || name == "aten::kthvalue.values") {
-    const at::Tensor& self = args[0].toTensor();
-    if (self.dim() == 0) return;
-    int64_t dim = c10::maybe_wrap_dim(args[2].toInt(), self.dim());
-    TORCH_CHECK_INDEX(self.size(dim) != 0, "kthvalue(): Expected reduction dim ", dim,
-                      " to have non-zero size.");
+    int64_t dim = c10::maybe_wrap_dim(args[median ? 1 : 2].toInt(), self.dim());
+    TORCH_CHECK_INDEX(self.size(dim) != 0, median ? "median()" : "kthvalue()",
+                      ": Expected reduction dim ", dim, " to have non-zero size.");
     return;
   }
   if (name == "aten::uniform_" || name == "aten::uniform" || name == "aten::uniform.out") {

@@ -82,8 +82,8 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 
 // Checks that PyTorch's CPU kernels make and their meta kernels do not (multinomial's
 // sample count and dtype, uniform's range, _amp_update_scale_'s dtypes and sizes,
-// _assert_async's element count, max() / min() of an empty tensor, median / nanmedian
-// along an empty dim),
+// _assert_async's element count, max() / min() of an empty tensor, median / nanmedian /
+// kthvalue along an empty dim),
 // raising the CPU's message; a no-op otherwise.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args);
 // Whether check_arguments_like_cpu checks anything for `name` (decided once per op).
