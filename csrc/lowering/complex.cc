@@ -167,35 +167,6 @@ bool accepts_complex(std::string_view op_name) {
   return false;
 }
 
-// cabs: the hypot of the parts. XLA's complex abs lets a NaN part through as if it were
-// the other part's size (abs(1 + NaN i) came out sqrt(2)) and gives NaN for NaN + inf i.
-Value complex_abs(Builder& b, Value z) { return hypot(b, real_part(b, z), imag_part(b, z)); }
-
-// log z = log|z| + i arg z, with |z| as complex_abs: NaN + NaN i for a NaN part, except
-// inf + NaN i when the other part is infinite (C's clog, PyTorch's CPU).
-Value complex_log(Builder& b, Value z) {
-  Value x = real_part(b, z), y = imag_part(b, z);
-  return make_complex(b, b.unary("log", hypot(b, x, y)), b.binary("atan2", y, x));
-}
-
-// XLA's sqrt with C's csqrt special values, which PyTorch's CPU returns: the imaginary part
-// has the sign of y (sqrt(-1 - 0i) = -i); y = +-inf gives inf + y i whatever x; otherwise a
-// NaN part gives NaN + NaN i, except x = +inf (inf + NaN i) and x = -inf (NaN + inf i).
-Value complex_sqrt(Builder& b, Value z) {
-  Value x = real_part(b, z), y = imag_part(b, z);
-  Value r = b.unary("sqrt", z);
-  Value re = real_part(b, r), im = copysign(b, imag_part(b, r), y);
-  Value inf = b.splat(INFINITY, x.type), nan = b.splat(NAN, x.type);
-  Value x_nan = b.compare(x, x, "NE"), y_nan = b.compare(y, y, "NE");
-  Value any_nan = b.binary("or", x_nan, y_nan);
-  re = b.select(b.binary("and", y_nan, b.compare(x, inf, "EQ")), inf,
-                b.select(any_nan, nan, re));
-  im = b.select(b.binary("and", y_nan, b.compare(x, b.unary("negate", inf), "EQ")), inf,
-                b.select(any_nan, nan, im));
-  Value y_inf = b.compare(b.unary("abs", y), inf, "EQ");
-  return make_complex(b, b.select(y_inf, inf, re), b.select(y_inf, y, im));
-}
-
 namespace {
 
 Value is_inf(Builder& b, Value v) {
@@ -205,13 +176,52 @@ Value non_finite(Builder& b, Value v) {
   return b.unary("not", b.op("stablehlo.is_finite", {v}, TensorType{DType::kBool, v.dims()}));
 }
 
-// (re, im) as a complex value.
+// The real and imaginary parts of a complex value.
 struct Parts {
   Value re, im;
 };
 Parts parts(Builder& b, Value z) { return {real_part(b, z), imag_part(b, z)}; }
 
 }  // namespace
+
+// cabs: the hypot of the parts. XLA's complex abs lets a NaN part through as if it were
+// the other part's size (abs(1 + NaN i) came out sqrt(2)) and gives NaN for NaN + inf i.
+Value complex_abs(Builder& b, Value z) { return hypot(b, real_part(b, z), imag_part(b, z)); }
+
+// log z = log|z| + i arg z, with |z| as complex_abs: NaN + NaN i for a NaN part, except
+// inf + NaN i when the other part is infinite (C's clog, PyTorch's CPU).
+Value complex_log(Builder& b, Value z) {
+  auto [x, y] = parts(b, z);
+  return make_complex(b, b.unary("log", hypot(b, x, y)), b.binary("atan2", y, x));
+}
+
+// sgn z = z / |z|, each part divided by the real |z| (a complex division by |z| + 0i
+// would make sgn(inf i) NaN + NaN i, not 0 + NaN i), and 0 at 0.
+Value complex_sgn(Builder& b, Value z) {
+  auto [x, y] = parts(b, z);
+  Value mag = complex_abs(b, z);
+  Value zero = b.compare(mag, b.zeros(mag.type), "EQ");
+  Value d = b.select(zero, b.splat(1, mag.type), mag);
+  return b.select(zero, b.zeros(z.type), make_complex(b, b.div(x, d), b.div(y, d)));
+}
+
+// XLA's sqrt with C's csqrt special values, which PyTorch's CPU returns: the imaginary part
+// has the sign of y (sqrt(-1 - 0i) = -i); y = +-inf gives inf + y i whatever x; otherwise a
+// NaN part gives NaN + NaN i, except x = +inf (inf + NaN i) and x = -inf (NaN + inf i).
+Value complex_sqrt(Builder& b, Value z) {
+  auto [x, y] = parts(b, z);
+  auto [re, im] = parts(b, b.unary("sqrt", z));
+  im = copysign(b, im, y);
+  Value inf = b.splat(INFINITY, x.type), nan = b.splat(NAN, x.type);
+  Value x_nan = b.compare(x, x, "NE"), y_nan = b.compare(y, y, "NE");
+  Value any_nan = b.binary("or", x_nan, y_nan);
+  re = b.select(b.binary("and", y_nan, b.compare(x, inf, "EQ")), inf,
+                b.select(any_nan, nan, re));
+  im = b.select(b.binary("and", y_nan, b.compare(x, b.unary("negate", inf), "EQ")), inf,
+                b.select(any_nan, nan, im));
+  Value y_inf = is_inf(b, y);
+  return make_complex(b, b.select(y_inf, inf, re), b.select(y_inf, y, im));
+}
 
 // The special values below are C's (Annex G), which PyTorch's CPU kernels return. XLA's
 // complex functions multiply through by factors such as cosh(inf), so an exact zero

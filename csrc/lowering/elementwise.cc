@@ -281,18 +281,7 @@ base::StatusOr<std::vector<Value>> lower_sign(LoweringContext& c) {
   DType t = c.out_type().dtype;
   Value x = out_operand(c, 0, t);
   if (t == DType::kBool) return std::vector<Value>{x};
-  if (base::is_complex(t)) {
-    // sgn(z) = z / |z|, each part divided by the real |z| (a complex division by |z| + 0i
-    // would make sgn(inf i) NaN + NaN i, not 0 + NaN i), and 0 at 0.
-    TensorType part{base::complex_component(t), x.dims()};
-    Value mag = complex_abs(b, x);
-    Value zero = b.compare(mag, b.zeros(part), "EQ");
-    Value d = b.select(zero, b.splat(1, part), mag);
-    Value re = b.div(b.op("stablehlo.real", {x}, part), d);
-    Value im = b.div(b.op("stablehlo.imag", {x}, part), d);
-    Value q = b.op("stablehlo.complex", {re, im}, x.type);
-    return std::vector<Value>{b.select(zero, b.zeros(x.type), q)};
-  }
+  if (base::is_complex(t)) return std::vector<Value>{complex_sgn(b, x)};
   if (base::is_floating(t)) {
     // PyTorch's sign(NaN) is 0 (XLA's is NaN).
     Value nan = b.compare(x, x, "NE");
