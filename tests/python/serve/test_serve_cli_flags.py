@@ -1,5 +1,6 @@
-"""`torchtpu serve`'s speed flags: a bad --speculative-config or --quantization is a clear
-error and exit status 2, before any model is loaded."""
+"""`torchtpu serve` and `torchtpu router` flags: a bad --speculative-config or
+--quantization, or a number out of its range, is a clear error and exit status 2, before
+any model is loaded."""
 
 import pytest
 import torch
@@ -33,3 +34,26 @@ def test_quantization_choices(capsys):
         main(["serve", "--quantization", "fp4"])
     assert e.value.code == 2
     assert "invalid choice: 'fp4'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["serve", "--max-request-sequences", "0"],
+     "--max-request-sequences: 0 is out of range: expected at least 1"),
+    (["serve", "--max-num-seqs", "-1"], "--max-num-seqs: -1 is out of range"),
+    (["serve", "--max-request-bytes", "0"], "--max-request-bytes: 0 is out of range"),
+    (["serve", "--port", "65536"], "--port: 65536 is out of range: expected from 0 to 65535"),
+    (["serve", "--page-size", "1e3"], "--page-size: '1e3' is not an integer"),
+    (["router", "--replica", "http://127.0.0.1:1", "--routed-ttl", "nan"],
+     "--routed-ttl: nan: expected a finite number of seconds above 0"),
+    (["router", "--replica", "http://127.0.0.1:1", "--health-interval", "inf"],
+     "--health-interval: inf: expected a finite number"),
+    (["router", "--replica", "http://127.0.0.1:1", "--spill-threshold", "-2"],
+     "--spill-threshold: -2 is out of range: expected at least -1"),
+])
+def test_numeric_flags_out_of_range_are_usage_errors(argv, message, capsys):
+    """A count, port or interval out of its range stops at the command line (exit 2, the
+    flag and the range named), before a model loads or a server listens."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
