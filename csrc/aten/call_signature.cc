@@ -25,11 +25,15 @@ ScalarCategory category_of(c10::ScalarType t) {
   return ScalarCategory::kFloat;
 }
 
+// A Python int past int64's range (2**63 .. 2**64-1) arrives as an unsigned IValue: an
+// int too, cast like any other (uint8 + 2**63 wraps to uint8 on the CPU).
+bool is_int(const c10::IValue& v) { return v.isInt() || v.isSymInt() || v.isUnsigned(); }
+
 ScalarCategory category_of(const c10::IValue& v) {
-  return v.isBool()                  ? ScalarCategory::kBool
-         : v.isInt() || v.isSymInt() ? ScalarCategory::kInt
-         : v.isComplexDouble()       ? ScalarCategory::kComplex
-                                     : ScalarCategory::kFloat;
+  return v.isBool()              ? ScalarCategory::kBool
+         : is_int(v)             ? ScalarCategory::kInt
+         : v.isComplexDouble()   ? ScalarCategory::kComplex
+                                 : ScalarCategory::kFloat;
 }
 
 int64_t tag(ArgKind kind, int64_t extra = 0) {
@@ -125,9 +129,7 @@ class Classifier {
       if (a != nullptr) a->kind = ArgKind::kScalarList;
       for (const c10::IValue& item : items) {
         if (item.isComplexDouble()) throw NeedsFallback{"complex scalars are not lowered"};
-        ScalarCategory c = item.isBool()  ? ScalarCategory::kBool
-                           : item.isInt() ? ScalarCategory::kInt
-                                          : ScalarCategory::kFloat;
+        ScalarCategory c = category_of(item);
         put(static_cast<int64_t>(c));
         if (a != nullptr) a->scalar_categories.push_back(c);
       }

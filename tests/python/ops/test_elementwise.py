@@ -536,6 +536,12 @@ _WRAPPED_SCALAR_CASES = {
     "fmod": lambda u, i, x: torch.fmod(i, 300),
     "div floor": lambda u, i, x: torch.div(i, 300, rounding_mode="floor"),
     "foreach_add": lambda u, i, x: torch._foreach_add([u], 1000)[0],
+    # Past int64's range a Python int is an unsigned scalar: still an int, still wrapped.
+    "uint8 < 2**63": lambda u, i, x: u < 2**63,
+    "uint8 + 2**64-1": lambda u, i, x: u + (2**64 - 1),
+    "int64 < 2**63": lambda u, i, x: i.long() < 2**63,
+    "int64 * 2**63": lambda u, i, x: i.long() * 2**63,
+    "foreach_add [2**63]": lambda u, i, x: torch._foreach_add([i.long()], [2**63])[0],
 }
 
 
@@ -552,6 +558,7 @@ def test_binary_scalar_overloads_cast_like_a_wrapped_number(name: str) -> None:
     ("clamp", lambda u: u.clamp(max=300)),
     ("masked_fill", lambda u: u.masked_fill(u > 0, 300)),
     ("add alpha", lambda u: torch.add(u, 1, alpha=300)),
+    ("fill_ 2**63", lambda u: u.long().fill_(2**63)),
 ])
 def test_scalar_reading_kernels_still_raise_on_overflow(name: str, fn) -> None:
     assert_raises_like_cpu(fn, torch.tensor([0, 2, 255], dtype=torch.uint8))
