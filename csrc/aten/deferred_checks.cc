@@ -5,44 +5,43 @@
 #include <deque>
 #include <mutex>
 
+#include "aten/program_executor.h"
 #include "base/metrics.h"
 
 namespace torchtpu::aten {
 namespace {
 
-struct PendingCheck {
-  runtime::BufferPtr ok;  // i1 scalar: true when the check passed
-  lowering::CheckKind kind;
-  std::string message;
+// The check vector of one program run, and what each of its flags stands for.
+struct PendingRun {
+  runtime::BufferPtr flags;  // i1[messages.size()]: true where the check held
+  std::vector<lowering::CheckKind> kinds;
+  std::vector<std::string> messages;
   std::string origin;
 };
 
-// Past this many queued checks the older half is read at the next defer: by then those
-// programs have long finished, so the read rarely waits, and memory stays bounded in a
-// loop that never reads the host.
+// Past this many queued checks the older half of the runs is read at the next defer: by
+// then those programs have long finished, so the read rarely waits, and memory stays
+// bounded in a loop that never reads the host.
 constexpr size_t kMaxPending = 64;
 
 std::mutex g_mu;
-std::deque<PendingCheck>& pending() {
-  static auto* q = new std::deque<PendingCheck>();
+size_t g_pending_checks = 0;  // the checks of the queued runs
+std::deque<PendingRun>& pending() {
+  static auto* q = new std::deque<PendingRun>();
   return *q;
 }
 
-// Reads `checks` in order and raises for the first failure.
-void read_checks(std::deque<PendingCheck>& checks) {
-  const PendingCheck* failed = nullptr;
-  for (const PendingCheck& c : checks) {
-    bool ok = false;
-    auto status = c.ok->to_host(&ok, 1);
-    TORCH_CHECK(status.ok(), status.message());
-    base::counter_add("num_data_checks");
-    if (!ok && failed == nullptr) failed = &c;
+// Reads the runs' check vectors in order (one transfer each) and raises for the first
+// failure.
+void read_checks(std::deque<PendingRun>& runs) {
+  for (const PendingRun& r : runs) {
+    int k = first_failed_check({r.flags}, 0, r.messages.size());
+    if (k < 0) continue;
+    std::string message = r.origin + " failed a data check: " + r.messages[k];
+    lowering::CheckKind kind = r.kinds[k];
+    runs.clear();
+    raise_check_failure(kind, message);
   }
-  if (failed == nullptr) return;
-  std::string message = failed->origin + " failed a data check: " + failed->message;
-  lowering::CheckKind kind = failed->kind;
-  checks.clear();
-  raise_check_failure(kind, message);
 }
 
 }  // namespace
@@ -57,37 +56,39 @@ void defer_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t fi
                        const std::vector<lowering::CheckKind>& kinds,
                        const std::vector<std::string>& messages, const std::string& origin) {
   if (messages.empty()) return;
-  std::deque<PendingCheck> older;
+  std::deque<PendingRun> older;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto& q = pending();
-    for (size_t k = 0; k < messages.size(); ++k) {
-      q.push_back(PendingCheck{outputs.at(first + k), kinds.at(k), messages[k], origin});
-      base::counter_add("num_data_checks_deferred");
-    }
-    if (q.size() > kMaxPending) {
-      size_t n = q.size() / 2;
-      older.insert(older.end(), std::make_move_iterator(q.begin()),
-                   std::make_move_iterator(q.begin() + static_cast<std::ptrdiff_t>(n)));
-      q.erase(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(n));
+    q.push_back(PendingRun{outputs.at(first), kinds, messages, origin});
+    g_pending_checks += messages.size();
+    base::counter_add("num_data_checks_deferred", static_cast<int64_t>(messages.size()));
+    if (g_pending_checks > kMaxPending) {
+      size_t n = (q.size() + 1) / 2;
+      for (size_t k = 0; k < n; ++k) {
+        g_pending_checks -= q.front().messages.size();
+        older.push_back(std::move(q.front()));
+        q.pop_front();
+      }
     }
   }
   read_checks(older);
 }
 
 void flush_data_checks() {
-  std::deque<PendingCheck> all;
+  std::deque<PendingRun> all;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (pending().empty()) return;
     all.swap(pending());
+    g_pending_checks = 0;
   }
   read_checks(all);
 }
 
 size_t num_pending_data_checks() {
   std::lock_guard<std::mutex> lock(g_mu);
-  return pending().size();
+  return g_pending_checks;
 }
 
 }  // namespace torchtpu::aten

@@ -99,12 +99,13 @@ void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t firs
 
 int first_failed_check(const std::vector<runtime::BufferPtr>& outputs, size_t first, size_t n) {
   static const base::Counter data_checks("num_data_checks");
+  if (n == 0) return -1;
+  c10::SmallVector<uint8_t, 16> flags(n);  // XLA's i1 on the host: one byte per flag
+  auto status = outputs.at(first)->to_host(flags.data(), static_cast<int64_t>(n));
+  TORCH_CHECK(status.ok(), status.message());
+  data_checks.add(static_cast<int64_t>(n));
   for (size_t k = 0; k < n; ++k) {
-    bool ok = false;
-    auto status = outputs.at(first + k)->to_host(&ok, 1);
-    TORCH_CHECK(status.ok(), status.message());
-    data_checks.add();
-    if (!ok) return static_cast<int>(k);
+    if (flags[k] == 0) return static_cast<int>(k);
   }
   return -1;
 }

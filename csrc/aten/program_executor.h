@@ -56,20 +56,20 @@ class ProgramArgs {
 enum class CheckMode { kNow, kDeferred, kReturned };
 
 // Runs `program` with `args`; returns its outputs (data check results excluded, but for
-// kReturned: then they follow the outputs, one i1 buffer per check).
+// kReturned: then the check vector follows the outputs, when the program has checks).
 // `donations`: (input, output) pairs the program aliases (GraphSpec::donations).
 // `origin` names what ran in the error of a deferred check ("a compiled graph run earlier").
 std::vector<runtime::BufferPtr> run_program(
     const CompiledProgram& program, ProgramArgs& args, CheckMode checks,
     const std::vector<std::pair<int, int>>& donations = {}, const std::string& origin = {});
 
-// Reads the i1 check results outputs[first..] (one per message) and raises the error a
-// failed check stands for (IndexError, LinAlgError or RuntimeError). Blocks on them.
+// Reads the check vector outputs[first] (one flag per message) and raises the error a
+// failed check stands for (IndexError, LinAlgError or RuntimeError). Blocks on it.
 void run_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t first,
                      const std::vector<lowering::CheckKind>& kinds,
                      const std::vector<std::string>& messages);
-// The index of the first failed check among the i1 results outputs[first..first+n), or -1.
-// Blocks on them.
+// The index of the first failed check among the n flags of the check vector
+// outputs[first] (none when n is 0), or -1: one transfer, which blocks on the program.
 int first_failed_check(const std::vector<runtime::BufferPtr>& outputs, size_t first, size_t n);
 
 }  // namespace torchtpu::aten

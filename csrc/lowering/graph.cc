@@ -196,11 +196,15 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
     results.push_back(v);
     out.output_types.push_back(v.type);
   }
+  std::vector<Value> flags;
   for (const auto& [check, node] : checks) {
-    results.push_back(check.ok);
+    flags.push_back(builder.reshape(check.ok, {1}));
     out.check_messages.push_back(check.message);
     out.check_kinds.push_back(check.kind);
     out.check_nodes.push_back(node);
+  }
+  if (!flags.empty()) {
+    results.push_back(flags.size() == 1 ? flags[0] : builder.concatenate(flags, 0));
   }
   if (!builder.misuse_error().empty()) {
     return base::internal_error("lowering: a graph built an invalid program: " +

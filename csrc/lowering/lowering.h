@@ -196,13 +196,14 @@ struct GraphParam {
   ScalarCast cast = ScalarCast::kChecked;  // kScalar: how the value becomes `dtype`
 };
 
-// A lowered module: @main takes `params` and returns output_types.size() results followed
-// by one i1 scalar per check.
+// A lowered module: @main takes `params` and returns output_types.size() results followed,
+// when it has checks, by one i1 vector of check_messages.size() flags (true: the check
+// held), so a run's checks are read in one transfer.
 struct LoweredGraph {
   std::string text;
   std::vector<GraphParam> params;
   std::vector<TensorType> output_types;
-  std::vector<std::string> check_messages;  // results after the outputs, one i1 each
+  std::vector<std::string> check_messages;  // one per flag of the check vector
   std::vector<CheckKind> check_kinds;
   std::vector<int> check_nodes;  // per check: the graph node whose lowering required it
 };

@@ -256,8 +256,8 @@ inline LoweringRun run_lowering(const std::string& op, const std::vector<OpArg>&
   for (size_t i = 0; i < results.size(); ++i) {
     if (i < out_types.size()) {
       run.outputs.push_back(std::move(results[i]));
-    } else {
-      run.checks.push_back(results[i].values.at(0) != 0);
+    } else {  // the check vector
+      for (double flag : results[i].values) run.checks.push_back(flag != 0);
     }
   }
   return run;

@@ -1,5 +1,5 @@
 module @torchtpu {
-  func.func public @main(%v0: tensor<2x3xf32>, %v1: tensor<2xi64>) -> (tensor<2x2xf32>, tensor<i1>) {
+  func.func public @main(%v0: tensor<2x3xf32>, %v1: tensor<2xi64>) -> (tensor<2x2xf32>, tensor<1xi1>) {
     %v2 = "stablehlo.constant"() {value = dense<0> : tensor<i64>} : () -> tensor<i64>
     %v3 = "stablehlo.broadcast_in_dim"(%v2) {broadcast_dimensions = array<i64>} : (tensor<i64>) -> tensor<2xi64>
     %v4 = "stablehlo.constant"() {value = dense<3> : tensor<i64>} : () -> tensor<i64>
@@ -15,6 +15,7 @@ module @torchtpu {
     }) {dimensions = array<i64: 0>} : (tensor<2xi1>, tensor<i1>) -> tensor<i1>
     %v14 = "stablehlo.reshape"(%v1) : (tensor<2xi64>) -> tensor<2x1xi64>
     %v15 = "stablehlo.gather"(%v0, %v14) {dimension_numbers = #stablehlo.gather<offset_dims = [0], collapsed_slice_dims = [1], start_index_map = [1], index_vector_dim = 1>, slice_sizes = array<i64: 2, 1>, indices_are_sorted = false} : (tensor<2x3xf32>, tensor<2x1xi64>) -> tensor<2x2xf32>
-    "func.return"(%v15, %v10) : (tensor<2x2xf32>, tensor<i1>) -> ()
+    %v16 = "stablehlo.reshape"(%v10) : (tensor<i1>) -> tensor<1xi1>
+    "func.return"(%v15, %v16) : (tensor<2x2xf32>, tensor<1xi1>) -> ()
   }
 }

@@ -1,5 +1,5 @@
 module @torchtpu {
-  func.func public @main(%v0: tensor<3x4xf32>, %v1: tensor<3xi64>) -> (tensor<f32>, tensor<f32>, tensor<i1>) {
+  func.func public @main(%v0: tensor<3x4xf32>, %v1: tensor<3xi64>) -> (tensor<f32>, tensor<f32>, tensor<1xi1>) {
     %v2 = "stablehlo.constant"() {value = dense<-100> : tensor<i64>} : () -> tensor<i64>
     %v3 = "stablehlo.broadcast_in_dim"(%v2) {broadcast_dimensions = array<i64>} : (tensor<i64>) -> tensor<3xi64>
     %v4 = "stablehlo.compare"(%v1, %v3) {comparison_direction = #stablehlo<comparison_direction NE>, compare_type = #stablehlo<comparison_type SIGNED>} : (tensor<3xi64>, tensor<3xi64>) -> tensor<3xi1>
@@ -47,6 +47,7 @@ module @torchtpu {
       "stablehlo.return"(%v43) : (tensor<f32>) -> ()
     }) {dimensions = array<i64: 0>} : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
     %v44 = "stablehlo.divide"(%v35, %v40) : (tensor<f32>, tensor<f32>) -> tensor<f32>
-    "func.return"(%v44, %v40, %v14) : (tensor<f32>, tensor<f32>, tensor<i1>) -> ()
+    %v45 = "stablehlo.reshape"(%v14) : (tensor<i1>) -> tensor<1xi1>
+    "func.return"(%v44, %v40, %v45) : (tensor<f32>, tensor<f32>, tensor<1xi1>) -> ()
   }
 }
