@@ -55,13 +55,15 @@ at::Tensor tpu_bincount(const at::Tensor& self, const std::optional<at::Tensor>&
                 "weights should be 1-d and have the same length as input");
   }
   int64_t nbins = std::max(hi + 1, minlength);
+  // index_add takes int32/int64 indices; the CPU kernel counts any integer dtype.
+  at::Tensor index = self.scalar_type() == at::kInt ? self : self.to(at::kLong);
   if (!has_weights) {
     at::Tensor ones = at::ones({self.size(0)}, self.options().dtype(at::kLong));
-    return at::zeros({nbins}, ones.options()).index_add_(0, self, ones);
+    return at::zeros({nbins}, ones.options()).index_add_(0, index, ones);
   }
   at::ScalarType out = weights_opt->scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
   at::Tensor w = weights_opt->to(out);
-  return at::zeros({nbins}, w.options()).index_add_(0, self, w);
+  return at::zeros({nbins}, w.options()).index_add_(0, index, w);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -454,6 +454,9 @@ def test_bincount_matches_cpu() -> None:
     assert_same(torch.bincount, x, torch.arange(6, dtype=torch.float64))
     assert_same(torch.bincount, x.int(), torch.arange(6))  # int weights: float64 sums
     assert_same(lambda v: torch.bincount(v, minlength=4), torch.tensor([], dtype=torch.long))
+    for dtype in (torch.uint8, torch.int8, torch.int16):  # any integer dtype counts
+        assert_same(torch.bincount, x.to(dtype))
+        assert_same(torch.bincount, x.to(dtype), torch.ones(6))
     before = dict(torchtpu.debug.metrics()["host_roundtrip_ops"])
     torch.bincount(x.to("tpu"))
     after = torchtpu.debug.metrics()["host_roundtrip_ops"]
