@@ -21,27 +21,17 @@ import operator
 from typing import Any
 
 import torch
-import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 from torchtpu.dynamo.buckets.policy import bucket_policy
+from torchtpu.dynamo.buckets.recorded import Graph, Node, TensorMeta
 from torchtpu.dynamo.buckets.shape_class import ShapeClasses
 
 log = logging.getLogger("torchtpu")
 
 _classes: dict[int, ShapeClasses] = {}
-_fake_mode: FakeTensorMode | None = None
 # Exported graphs (by their exact structure) that a symbolic class runs: its runner and
 # what its placeholders take.
 _symbolic: dict[bytes, tuple[Any, list]] = {}
-
-
-def fake_mode() -> FakeTensorMode:
-    """The fake-tensor mode in which recorded graphs carry their values' metadata."""
-    global _fake_mode
-    if _fake_mode is None:
-        _fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    return _fake_mode
 
 
 class NotAView(Exception):
@@ -54,8 +44,7 @@ def _target(name: str) -> Any:
     return getattr(getattr(getattr(torch.ops, namespace), base), overload or "default")
 
 
-def _call(g: torch.fx.Graph, target: Any, args: tuple, kwargs: dict | None = None
-          ) -> torch.fx.Node:
+def _call(g: Graph, target: Any, args: tuple, kwargs: dict | None = None) -> Node:
     return g.call_function(target, args, kwargs or {})
 
 
@@ -90,8 +79,8 @@ def _box(chain: list[int], unit: set[int], sizes: list[int], strides: list[int],
     return box, starts
 
 
-def view_read(g: torch.fx.Graph, base: torch.fx.Node, shape: list[int], sizes: list[int],
-              strides: list[int], offset: int) -> torch.fx.Node:
+def view_read(g: Graph, base: Node, shape: list[int], sizes: list[int],
+              strides: list[int], offset: int) -> Node:
     """``as_strided(base, sizes, strides, offset)`` of the whole row-major value `base` as
     view ops: the base reshaped into a box whose dims have the view's strides, a slice (or
     select) per box dim, a permute into the view's order, unsqueezes for its stride-0
@@ -174,14 +163,14 @@ def feed(inputs: list[torch.Tensor], fed: list[tuple[int, list[int] | None]]
 
 
 def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
-                dims: list[list[int]]) -> tuple[torch.fx.Graph, list[tuple[int, list[int] | None]]]:
-    """The exported pending graph as an FX graph of aten ops at its recorded sizes (a bare
-    graph: its shape class reads it and retraces it, nothing runs its Python code), and the
-    tensors its placeholders take. A row-major prefix of an input (a padded graph's output
+                dims: list[list[int]]) -> tuple[Graph, list[tuple[int, list[int] | None]]]:
+    """The exported pending graph as a graph of aten ops at its recorded sizes (recorded.py:
+    its shape class reads it and retraces it, nothing runs it), and the tensors its
+    placeholders take. A row-major prefix of an input (a padded graph's output
     read at its true size, a parameter's first rows) is a placeholder of its own, the view
     of the input: its true size is what varies, not the storage's."""
-    g = torch.fx.Graph()
-    env: dict[int, torch.fx.Node] = {}
+    g = Graph()
+    env: dict[int, Node] = {}
     fed: list[tuple[int, list[int] | None]] = []
     # Only of a flat input: a padded graph's output (a parameter's rows are sliced in the
     # graph, whose rule reads them out of the whole parameter).
@@ -189,12 +178,11 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
     used = {r[2] for n in nodes if n[0] != "" for r in n[2]} | set(outputs) | {
         n[1] for n in nodes if n[0] == "" and n[5] not in prefixes}
 
-    def placeholder(k: int, sizes: list[int] | None) -> torch.fx.Node:
+    def placeholder(k: int, sizes: list[int] | None) -> Node:
         p = g.placeholder(f"in{len(fed)}")
         fed.append((k, sizes))
-        t = feed(inputs, [fed[-1]])[0]
-        with fake_mode():
-            p.meta["val"] = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+        t = inputs[k]
+        p.meta["val"] = TensorMeta(t.shape if sizes is None else sizes, t.dtype, t.device)
         return p
 
     # A prefix in its input's place: a graph reading a whole padded output (a length equal
@@ -216,7 +204,7 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
         name, args, reads, first, num = n
         target = _target(name)
         args = list(args)
-        lists: dict[int, list[torch.fx.Node]] = {}
+        lists: dict[int, list[Node]] = {}
         for arg, item, vid in reads:
             if item < 0:
                 args[arg] = env[vid]
@@ -285,4 +273,4 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
         return list(runner(*feed(inputs, fed)))
 
 
-__all__ = ["NotAView", "build_graph", "fake_mode", "feed", "run", "view_read"]
+__all__ = ["NotAView", "build_graph", "feed", "run", "view_read"]

@@ -1,9 +1,9 @@
 """Shape classes: graphs recorded at concrete sizes that differ only in their sizes share one
 symbolic graph, which runs padded to buckets exactly as a ``torch.compile`` graph does.
 
-A recorded graph is an FX graph of aten ops (what fused eager mode records between two host
-reads) whose placeholders carry their values' metadata (``meta["val"]``) and whose size
-arguments are plain ints. Its class key is its structure with every int erased: the ops,
+A recorded graph is a graph of aten ops (what fused eager mode records between two host
+reads: recorded.py's `Graph`, or an FX graph) whose placeholders carry their values'
+metadata (``meta["val"]``) and whose size arguments are plain ints. Its class key is its structure with every int erased: the ops,
 which values each reads, the inputs' dtypes, ranks and devices.
 
 The first graph of a class runs at its exact sizes (the caller's own path). The second, at
@@ -42,6 +42,8 @@ from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
+from torchtpu.dynamo.buckets.recorded import NODE_TYPES, Graph, Node, TensorMeta
+
 log = logging.getLogger("torchtpu")
 
 _INT = "#"  # an int's place in a class key
@@ -51,7 +53,7 @@ def _is_int(a: Any) -> bool:
     return isinstance(a, int) and not isinstance(a, bool)
 
 
-def _flat(a: Any, ints: list[int], nodes: dict[torch.fx.Node, int],
+def _flat(a: Any, ints: list[int], nodes: dict[Node, int],
           sizes: list[bool] | None = None, size: bool = False) -> Any:
     """`a` with ints replaced by their place (collected into `ints`, and into `sizes`
     whether the place is a size slot, `size`) and nodes by index."""
@@ -60,10 +62,11 @@ def _flat(a: Any, ints: list[int], nodes: dict[torch.fx.Node, int],
         if sizes is not None:
             sizes.append(size)
         return _INT
-    if isinstance(a, torch.fx.Node):
+    if isinstance(a, NODE_TYPES):
         return ("%", nodes[a])
     if isinstance(a, (list, tuple)):  # FX's immutable_list is a list
-        return (type(a).__name__, tuple(_flat(x, ints, nodes, sizes, size) for x in a))
+        return ("list" if isinstance(a, list) else "tuple",
+                tuple(_flat(x, ints, nodes, sizes, size) for x in a))
     if isinstance(a, dict):
         return tuple((k, _flat(v, ints, nodes, sizes, size)) for k, v in sorted(a.items()))
     return (type(a).__name__, repr(a))
@@ -89,18 +92,18 @@ def _size_arguments(target: Any) -> frozenset[str]:
     return names
 
 
-def key_ints_sizes(graph: torch.fx.Graph) -> tuple[tuple, list[int], list[bool]]:
+def key_ints_sizes(graph: Graph) -> tuple[tuple, list[int], list[bool]]:
     """`key_and_ints`, and per int place whether it is an input's dim or an argument its
     op's schema types SymInt."""
     ints: list[int] = []
     sizes: list[bool] = []
-    nodes: dict[torch.fx.Node, int] = {}
+    nodes: dict[Node, int] = {}
     key: list[Any] = []
     for k, n in enumerate(graph.nodes):
         nodes[n] = k
         if n.op == "placeholder":
             val = n.meta.get("val")
-            if not isinstance(val, torch.Tensor):
+            if not isinstance(val, (torch.Tensor, TensorMeta)):
                 raise TypeError(f"shape class: placeholder {n.name} has no tensor value")
             ints.extend(int(s) for s in val.shape)
             sizes.extend(True for _ in val.shape)
@@ -119,7 +122,7 @@ def key_ints_sizes(graph: torch.fx.Graph) -> tuple[tuple, list[int], list[bool]]
     return tuple(key), ints, sizes
 
 
-def key_and_ints(graph: torch.fx.Graph) -> tuple[tuple, list[int]]:
+def key_and_ints(graph: Graph) -> tuple[tuple, list[int]]:
     """The class key of `graph` (its structure, ints erased) and its ints in key order: the
     placeholders' dims, then each node's int arguments."""
     key, ints, _ = key_ints_sizes(graph)
@@ -153,7 +156,7 @@ class ShapeClass:
     """The graphs of one class key: the first at its sizes, then (once another size was
     seen) the symbolic graph and its runner."""
 
-    first: torch.fx.Graph  # aten calls only (no module attributes)
+    first: Graph  # aten calls only (no module attributes)
     first_ints: list[int]
     device: int
     exprs: list[sympy.Expr] | None = None  # per int place: its expression (or constant)
@@ -169,15 +172,20 @@ class ShapeClass:
     # Symbolic from its first graph alone (`speculate`), no other graph has passed its guard
     # yet: the next graph that fails the guard makes it symbolic from the two (`generalize`).
     speculative: bool = False
+    # The ints `exprs` give at the binders' values (`_evaluator`), made at the first guard.
+    _expected: Callable[..., list[int]] | None = None
 
     def matches(self, ints: list[int]) -> bool:
         """The guard: every int of a graph of this key equals its expression at the sizes
         the graph binds, and those sizes satisfy what tracing assumed."""
         assert self.exprs is not None
+        if self._expected is None:
+            self._expected = _evaluator(self.exprs, list(self.binders))
+        expected = self._expected(*(ints[k] for k in self.binders.values()))
+        if expected != ints:
+            return False
         values = {s: ints[k] for s, k in self.binders.items()}
-        return all(int(e.subs(values)) == v if isinstance(e, sympy.Expr) else e == v
-                   for e, v in zip(self.exprs, ints)) and all(
-                       bool(g.xreplace(values)) for g in self.guards)
+        return all(bool(g.xreplace(values)) for g in self.guards)
 
     def call(self, ints: list[int]) -> Callable:
         """The symbolic runner bound to a matching graph's int arguments."""
@@ -192,7 +200,7 @@ class ShapeClass:
 
         return run
 
-    def _placeholders(self) -> list[torch.fx.Node]:
+    def _placeholders(self) -> list[Node]:
         return [n for n in self.first.nodes if n.op == "placeholder"]
 
     def speculate(self, sibling_ints: list[int]) -> str | None:
@@ -214,6 +222,7 @@ class ShapeClass:
         """Back to a class of one graph at its exact sizes."""
         self.exprs, self.symbols, self.binders, self.extra = None, [], {}, []
         self.runner, self.guards, self.speculative = None, [], False
+        self._expected = None
 
     def generalize(self, ints: list[int]) -> str | None:
         """Makes the class symbolic from its first graph and one at the sizes `ints`;
@@ -245,6 +254,7 @@ class ShapeClass:
                 self.extra.append(e)
             exprs.append(e)
         self.exprs = exprs
+        self._expected = None
         self.symbols = list(pairs.values())
         return self._trace([max(x, y) for x, y in zip(self.first_ints, ints)])
 
@@ -269,7 +279,26 @@ class ShapeClass:
         return None
 
 
-def retrace(graph: torch.fx.Graph, exprs: list[Any], symbols: list[sympy.Symbol],
+def _evaluator(exprs: list[Any], symbols: list[sympy.Symbol]) -> Callable[..., list[int]]:
+    """A function of the symbols' values giving every int of `exprs`: the guard runs at
+    every graph, where substituting into each expression costs ~0.1 ms. `_fit` makes
+    constants and polynomials with integer coefficients, which compiled Python evaluates
+    exactly on ints; anything else is substituted."""
+    exact = all(not isinstance(e, sympy.Expr) or (
+        e.is_polynomial(*symbols) and all(c.is_Integer for c in sympy.Poly(e, *symbols).coeffs()))
+        for e in exprs)
+    if exact:
+        return sympy.lambdify(symbols, [int(e) if not isinstance(e, sympy.Expr) or e.is_Integer
+                                        else e for e in exprs], modules=[{}])
+
+    def substituted(*values: int) -> list[int]:
+        at = dict(zip(symbols, values))
+        return [int(e.subs(at)) if isinstance(e, sympy.Expr) else e for e in exprs]
+
+    return substituted
+
+
+def retrace(graph: Graph, exprs: list[Any], symbols: list[sympy.Symbol],
             hints: list[int], extra: list[sympy.Symbol]) -> tuple[torch.fx.GraphModule, list[sympy.Expr]]:
     """`graph` traced again on fake tensors whose dims and int arguments are `exprs` (in key
     order): a graph with symbolic sizes, as Dynamo hands the compiled mode, and what the
@@ -316,12 +345,12 @@ def retrace(graph: torch.fx.Graph, exprs: list[Any], symbols: list[sympy.Symbol]
 
     def replay(*args: Any) -> Any:
         ints = iter([value(e) for e in exprs[start:]])
-        env_: dict[torch.fx.Node, Any] = dict(zip(placeholders, args))
+        env_: dict[Node, Any] = dict(zip(placeholders, args))
 
         def sub(a: Any) -> Any:
             if _is_int(a):
                 return next(ints)
-            if isinstance(a, torch.fx.Node):
+            if isinstance(a, NODE_TYPES):
                 return env_[a]
             if isinstance(a, (list, tuple)):
                 return [sub(x) for x in a] if isinstance(a, list) else tuple(sub(x) for x in a)
@@ -455,7 +484,7 @@ class ShapeClasses:
             return None  # the same sizes (in another order: inputs, not a length, moved)
         return sibling(key, ints, sizes, *last, sum(k[2] for k in inputs))
 
-    def runner(self, graph: torch.fx.Graph) -> tuple[Callable | None, str]:
+    def runner(self, graph: Graph) -> tuple[Callable | None, str]:
         """The symbolic runner that takes `graph`'s inputs (a class of its key is symbolic
         and `graph` passes its guard), else None and why `graph` runs at its exact sizes."""
         key, ints, sizes = key_ints_sizes(graph)

@@ -17,7 +17,8 @@ import torch
 from _compare import eager_mode, programs_obtained
 
 from torchtpu.dynamo.buckets import bucket_size
-from torchtpu.dynamo.buckets.fused_graph import NotAView, fake_mode, view_read
+from torchtpu.dynamo.buckets.fused_graph import NotAView, view_read
+from torchtpu.dynamo.buckets.recorded import Graph, TensorMeta
 from torchtpu.dynamo.buckets.shape_class import key_and_ints
 
 
@@ -151,10 +152,10 @@ def test_op_without_padding_rule_stays_exact(monkeypatch: pytest.MonkeyPatch,
 
 
 def _base_graph() -> tuple[torch.fx.Graph, torch.fx.Node]:
+    """An FX graph (to run) over a 6x4 base."""
     g = torch.fx.Graph()
     p = g.placeholder("base")
-    with fake_mode():
-        p.meta["val"] = torch.empty(6, 4)
+    p.meta["val"] = TensorMeta((6, 4), torch.float32, torch.device("cpu"))
     return g, p
 
 
@@ -183,10 +184,9 @@ def test_view_read_is_view_ops(make_view: Callable[[torch.Tensor], torch.Tensor]
 
 
 def _view_key(base_shape: list[int], v: torch.Tensor) -> tuple:
-    g = torch.fx.Graph()
+    g = Graph()  # as fused eager records it
     p = g.placeholder("base")
-    with fake_mode():
-        p.meta["val"] = torch.empty(base_shape)
+    p.meta["val"] = TensorMeta(tuple(base_shape), torch.float32, torch.device("cpu"))
     g.output(view_read(g, p, base_shape, list(v.shape), list(v.stride()), v.storage_offset()))
     return key_and_ints(g)[0]
 
