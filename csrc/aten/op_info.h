@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "aten/cpu_dtypes.h"
 #include "lowering/lowering.h"
 
 namespace torchtpu::aten {
@@ -36,6 +37,7 @@ struct OpInfo {
   bool is_clone = false;            // materializes conjugate/negative bits
   bool writes_physical = false;     // conj_physical_ / neg_: write through math bits
   bool cpu_argument_checks = false;
+  const CpuDtypeRule* cpu_dtypes = nullptr;  // cpu_dtypes.h: the dtypes its CPU kernel refuses
   bool optional_tensor_lists = false;  // has a Tensor?[] argument (index masks)
   bool shape_from_scalars = false;     // arange/linspace/logspace: scalar values are keys
   bool writes_unreturned = false;      // writes_unreturned_args (op_special_cases.h)

@@ -221,6 +221,9 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (info.cpu_argument_checks) {
     check_arguments_like_cpu(info.name, torch::jit::last(*stack, schema.arguments().size()));
   }
+  if (info.cpu_dtypes != nullptr) {
+    check_dtype_like_cpu(*info.cpu_dtypes, torch::jit::last(*stack, schema.arguments().size()));
+  }
   if (info.data_dependent) {
     base::keyed_counter_add("host_roundtrip_ops", info.name);
     base::counter_add("num_host_roundtrips");
