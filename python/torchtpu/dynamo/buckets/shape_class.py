@@ -3,8 +3,9 @@ symbolic graph, which runs padded to buckets exactly as a ``torch.compile`` grap
 
 A recorded graph is a graph of aten ops (what fused eager mode records between two host
 reads: recorded.py's `Graph`, or an FX graph) whose placeholders carry their values'
-metadata (``meta["val"]``) and whose size arguments are plain ints. Its class key is its structure with every int erased: the ops,
-which values each reads, the inputs' dtypes, ranks and devices.
+metadata (``meta["val"]``) and whose size arguments are plain ints. Its class key is its
+structure with every int erased: the ops, which values each reads, the inputs' dtypes,
+ranks and devices.
 
 The first graph of a class runs at its exact sizes (the caller's own path). The second, at
 other sizes, makes the class symbolic, as Dynamo's automatic dynamic shapes do after a size
@@ -284,7 +285,7 @@ def _evaluator(exprs: list[Any], symbols: list[sympy.Symbol]) -> Callable[..., l
     every graph, where substituting into each expression costs ~0.1 ms. `_fit` makes
     constants and polynomials with integer coefficients, which compiled Python evaluates
     exactly on ints; anything else is substituted."""
-    exact = all(not isinstance(e, sympy.Expr) or (
+    exact = all(not isinstance(e, sympy.Expr) or e.is_Integer or (
         e.is_polynomial(*symbols) and all(c.is_Integer for c in sympy.Poly(e, *symbols).coeffs()))
         for e in exprs)
     if exact:
