@@ -19,10 +19,10 @@ struct PendingRun {
   std::string origin;
 };
 
-// Past this many queued checks the older half of the runs is read at the next defer: by
-// then those programs have long finished, so the read rarely waits, and memory stays
-// bounded in a loop that never reads the host.
-constexpr size_t kMaxPending = 64;
+// Past this many queued runs the older half is read at the next defer: by then those
+// programs have long finished, so the read rarely waits, and memory stays bounded in a
+// loop that never reads the host (a run's checks are bounded by its program).
+constexpr size_t kMaxPendingRuns = 64;
 
 std::mutex g_mu;
 size_t g_pending_checks = 0;  // the checks of the queued runs
@@ -63,8 +63,8 @@ void defer_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t fi
     q.push_back(PendingRun{outputs.at(first), kinds, messages, origin});
     g_pending_checks += messages.size();
     base::counter_add("num_data_checks_deferred", static_cast<int64_t>(messages.size()));
-    if (g_pending_checks > kMaxPending) {
-      size_t n = (q.size() + 1) / 2;
+    if (q.size() > kMaxPendingRuns) {
+      size_t n = q.size() / 2;
       for (size_t k = 0; k < n; ++k) {
         g_pending_checks -= q.front().messages.size();
         older.push_back(std::move(q.front()));

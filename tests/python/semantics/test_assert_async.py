@@ -28,6 +28,23 @@ def test_passing_asserts_do_not_wait_or_fall_back() -> None:
     assert torchtpu._C.num_pending_data_checks() == 0
 
 
+def test_a_loop_that_never_reads_the_host_keeps_the_queue_bounded() -> None:
+    """Past 64 queued runs the older half is read (one transfer per run), so a loop of
+    asserts that never reads the host holds a bounded queue, and a failure among the
+    older runs still raises there."""
+    torchtpu._C.flush_data_checks()
+    ok = torch.tensor(True, device=TPU)
+    for _ in range(200):
+        torch._assert_async(ok)
+        assert torchtpu._C.num_pending_data_checks() <= 65
+    torch._assert_async(torch.tensor(False, device=TPU), "the 201st")
+    with pytest.raises(RuntimeError, match="the 201st"):
+        for _ in range(100):
+            torch._assert_async(ok)
+    torchtpu._C.flush_data_checks()
+    assert torchtpu._C.num_pending_data_checks() == 0
+
+
 @pytest.mark.parametrize("args, message", [
     ((torch.tensor(False), "position_ids exceed max_valid_pos=7"),
      "position_ids exceed max_valid_pos=7"),
