@@ -19,7 +19,7 @@ from _compare import eager_mode, programs_obtained
 from torchtpu.dynamo.buckets import bucket_size
 from torchtpu.dynamo.buckets.fused_graph import NotAView, view_read
 from torchtpu.dynamo.buckets.recorded import Graph, TensorMeta
-from torchtpu.dynamo.buckets.shape_class import key_and_ints
+from torchtpu.dynamo.buckets.shape_class import _evaluator, key_and_ints
 
 
 def attention(x: torch.Tensor, w: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor
@@ -209,3 +209,18 @@ def test_overlapping_view_is_refused() -> None:
     g, p = _base_graph()
     with pytest.raises(NotAView, match="repeat"):
         view_read(g, p, [6, 4], [3, 4], [2, 2], 0)  # rows overlapping
+
+
+def test_guard_evaluator_gives_every_int_exactly() -> None:
+    """The guard's compiled evaluator: constants and integer polynomials (what `_fit`
+    makes) evaluated on ints, exactly, with big values; anything else substituted."""
+    import sympy
+
+    s0, s1 = sympy.symbols("s0 s1", positive=True, integer=True)
+    exprs = [3, s0, 2 * s0 + 5, 4 * s0 * s1, sympy.Integer(7), 9 - s0]
+    expected = _evaluator(exprs, [s0, s1])
+    assert expected(10, 3) == [3, 10, 25, 120, 7, -1]
+    assert expected(2**40, 2**20) == [3, 2**40, 2**41 + 5, 2**62, 7, 9 - 2**40]
+    assert all(type(v) is int for v in expected(10, 3))
+    halves = _evaluator([s0 / 2, s1], [s0, s1])  # not an integer polynomial: substituted
+    assert halves(10, 3) == [5, 3]
