@@ -5,8 +5,8 @@
 - rules.py, rules_index.py: the rule of each op (exact on padding, or its mask or rewrite);
 - rewriter.py: the pass driver applying them;
 - plan.py: a graph's plan (inputs, outputs, what the backward takes padded);
-- shape_class.py, fused_graph.py: fused eager graphs, recorded at concrete sizes, made
-  symbolic and run padded like a compiled graph.
+- shape_class.py, fused_graph.py, recorded.py: fused eager graphs, recorded at concrete
+  sizes, made symbolic and run padded like a compiled graph.
 """
 
 from torchtpu.dynamo.buckets.plan import BucketPlan, Hazard, OutputForm, plan
