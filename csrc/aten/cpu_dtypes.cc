@@ -95,6 +95,15 @@ const std::unordered_map<std::string, CpuDtypeRule>& rules() {
       {"nanmedian.dim", {"median_out", Refused::kBool}},
       {"kthvalue", {"kthvalue_cpu", Refused::kBool}},
       {"relu", {"", Refused::kBool, nullptr, false, "Boolean inputs not supported for relu"}},
+      {"max_pool2d", {"max_pool2d", Refused::kBool}},
+      {"max_pool2d_with_indices", {"max_pool2d", Refused::kBool}},
+      {"max_unpool2d", {"max_unpool2d", Refused::kNonFloat}},
+      {"max_unpool3d", {"max_unpool3d", Refused::kNonFloat}},
+      {"reflection_pad1d", {"reflection_pad1d", Refused::kBool}},
+      {"reflection_pad2d", {"reflection_pad2d", Refused::kBool}},
+      {"reflection_pad3d", {"reflection_pad3d", Refused::kBool}},
+      {"index_reduce", {"index_func_", Refused::kBool}},
+      {"searchsorted", {"searchsorted_out_cpu", Refused::kBool}},
   };
   return *table;
 }

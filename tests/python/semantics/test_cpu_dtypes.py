@@ -54,6 +54,12 @@ _REFUSED = {
     "median dim bool": lambda: _B.median(0),
     "kthvalue bool": lambda: _B.kthvalue(1),
     "relu bool": lambda: F.relu(_B),
+    "max_pool2d bool": lambda: F.max_pool2d(_B[None].clone(), 1),
+    "max_unpool2d int64": lambda: F.max_unpool2d(_I[None, None], torch.zeros_like(_I)[None, None], 1),
+    "reflection_pad1d bool": lambda: F.pad(_B[None], (1, 1), mode="reflect"),
+    "reflection_pad2d bool": lambda: F.pad(_B[None, None], (1, 1, 1, 1), mode="reflect"),
+    "index_reduce bool": lambda: _B[0].index_reduce(0, torch.zeros_like(_I[0]), _B[1], "amax"),
+    "searchsorted bool": lambda: torch.searchsorted(_B[0], _B[1]),
 }
 
 
