@@ -110,14 +110,9 @@ const std::unordered_map<std::string, CpuDtypeRule>& rules() {
 
 }  // namespace
 
-const CpuDtypeRule* cpu_dtype_rule(const std::string& name) {
-  if (name.rfind("aten::", 0) != 0) return nullptr;
-  std::string op = name.substr(6), overload;
-  size_t dot = op.find('.');
-  if (dot != std::string::npos) {
-    overload = op.substr(dot + 1);
-    op.resize(dot);
-  }
+const CpuDtypeRule* cpu_dtype_rule(const c10::OperatorName& name) {
+  if (name.name.rfind("aten::", 0) != 0) return nullptr;
+  std::string op = name.name.substr(6), overload = name.overload_name;
   if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') op.pop_back();
   for (const char* suffix : {"_out", "_values"}) {  // an out= overload is its functional's
     size_t n = std::char_traits<char>::length(suffix);

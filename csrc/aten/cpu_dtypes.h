@@ -9,6 +9,7 @@
 #pragma once
 
 #include <ATen/core/ivalue.h>
+#include <ATen/core/operator_name.h>
 
 #include <string>
 
@@ -16,9 +17,9 @@ namespace torchtpu::aten {
 
 struct CpuDtypeRule;
 
-// The rule of op `name` ("aten::gelu_", "aten::round.decimals"), or null when its CPU
-// kernel takes every dtype our lowering does (decided once per op).
-const CpuDtypeRule* cpu_dtype_rule(const std::string& name);
+// The rule of op `name` (aten::gelu_, aten::round.decimals), or null when its CPU kernel
+// takes every dtype our lowering does (decided once per op).
+const CpuDtypeRule* cpu_dtype_rule(const c10::OperatorName& name);
 
 // Raises the CPU kernel's error when `args` (the call's arguments) have a dtype `rule`
 // refuses.

@@ -65,7 +65,8 @@ Value floor_divide_float(Builder& b, Value x, Value y);
 Value sign_bit(Builder& b, Value x);
 Value copysign(Builder& b, Value x, Value y);
 Value hypot(Builder& b, Value x, Value y);
-// Complex abs, log, sgn, sqrt, exp, sin, cos, tanh and sigmoid with C's (and PyTorch's CPU) special values (complex.cc).
+// Complex abs, log, sgn, sqrt, exp, sin, cos, tanh and sigmoid with C's (and PyTorch's
+// CPU) special values (complex.cc).
 Value complex_abs(Builder& b, Value z);
 Value complex_log(Builder& b, Value z);
 Value complex_sgn(Builder& b, Value z);
