@@ -19,7 +19,7 @@ def _json_arg(text: str):
         raise argparse.ArgumentTypeError(f"not valid JSON ({e})") from None
 
 
-def _at_least(low: int, high: int | None = None):
+def _int_in(low: int, high: int | None = None):
     """An argparse type: an int in [low, high] (no upper bound when `high` is None)."""
     def parse(text: str) -> int:
         try:
@@ -34,7 +34,7 @@ def _at_least(low: int, high: int | None = None):
     return parse
 
 
-_PORT = _at_least(0, 65535)
+_PORT = _int_in(0, 65535)
 
 
 def _seconds(text: str) -> float:
@@ -56,18 +56,18 @@ def _serve_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=_PORT, default=8000)
     p.add_argument("--served-model-name", default=None)
-    p.add_argument("--max-model-len", type=_at_least(1), default=None)
-    p.add_argument("--max-num-seqs", type=_at_least(1), default=16)
-    p.add_argument("--max-num-batched-tokens", type=_at_least(1), default=512)
-    p.add_argument("--page-size", type=_at_least(1), default=16)
-    p.add_argument("--num-pages", type=_at_least(1), default=None,
+    p.add_argument("--max-model-len", type=_int_in(1), default=None)
+    p.add_argument("--max-num-seqs", type=_int_in(1), default=16)
+    p.add_argument("--max-num-batched-tokens", type=_int_in(1), default=512)
+    p.add_argument("--page-size", type=_int_in(1), default=16)
+    p.add_argument("--num-pages", type=_int_in(1), default=None,
                    help="KV pages in the pool (default: enough for max-num-seqs full contexts)")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                    default=True)
     p.add_argument("--device", default="tpu")
-    p.add_argument("--max-request-bytes", type=_at_least(1), default=4 << 20,
+    p.add_argument("--max-request-bytes", type=_int_in(1), default=4 << 20,
                    help="largest request body accepted (a larger one is a 413)")
-    p.add_argument("--max-request-sequences", type=_at_least(1), default=1024,
+    p.add_argument("--max-request-sequences", type=_int_in(1), default=1024,
                    help="most sequences one request may ask for: prompts times "
                         "max(n, best_of) (more is a 400)")
     p.add_argument("--log-request-timelines", action="store_true",
@@ -81,7 +81,7 @@ def _serve_parser(sub) -> None:
     p.add_argument("--quantization", choices=["int8"], default=None,
                    help="int8: weight-only int8 linear layers, embedding and head (per "
                         "output channel scales); activations and the KV cache stay f32")
-    p.add_argument("--layers-per-call", type=_at_least(1), default=None,
+    p.add_argument("--layers-per-call", type=_int_in(1), default=None,
                    help="decoder layers per compiled call (default: up to 10, evenly split); "
                         "fewer calls cost less per step, larger ones longer to warm up")
     p.add_argument("--kv-events-endpoint", default=None, metavar="ZMQ_ENDPOINT",
@@ -95,7 +95,7 @@ def _serve_parser(sub) -> None:
     p.add_argument("--kv-events-config", default=None, metavar="JSON",
                    help="vLLM's form of the above: '{\"enable_kv_cache_events\": true, "
                         "\"endpoint\": \"tcp://*:5557\", \"topic\": ...}'")
-    p.add_argument("--replicas", type=_at_least(1), default=None, metavar="N",
+    p.add_argument("--replicas", type=_int_in(1), default=None, metavar="N",
                    help="run N engine processes (ports --replica-base-port...), each pinned to "
                         "its own cores and publishing KV events, behind torchtpu router on "
                         "--port; the other options go to every replica")
@@ -103,7 +103,7 @@ def _serve_parser(sub) -> None:
                    help="with --replicas: the first replica's port (default --port + 1)")
     p.add_argument("--routing-mode", default="cache-aware", choices=["cache-aware", "round-robin"],
                    help="with --replicas: how the router picks a replica")
-    p.add_argument("--torch-threads", type=_at_least(1), default=1,
+    p.add_argument("--torch-threads", type=_int_in(1), default=1,
                    help="PyTorch intra-op threads for the host-side work (sampling one "
                         "logits row per request); the model runs on XLA's own threads")
 
@@ -127,13 +127,13 @@ def _router_parser(sub) -> None:
     p.add_argument("--mode", default="cache-aware", choices=["cache-aware", "round-robin"])
     p.add_argument("--weights", default="3,1,1", metavar="PREFIX,QUEUE,KV",
                    help="scorer weights: prefix affinity, queue depth, KV usage")
-    p.add_argument("--spill-threshold", type=_at_least(-1), default=None, metavar="REQUESTS",
+    p.add_argument("--spill-threshold", type=_int_in(-1), default=None, metavar="REQUESTS",
                    help="a replica whose queue exceeds the least-loaded replica's by more than "
                         "this is passed over whatever prefix it holds, for one within the bound "
                         "with free KV blocks for the prompt, so a hot prefix spreads without "
                         "evicting other prefixes (default -1: off; e.g. a replica's "
                         "--max-num-seqs when one prefix is hotter than one replica can serve)")
-    p.add_argument("--block-size", type=_at_least(0), default=0,
+    p.add_argument("--block-size", type=_int_in(0), default=0,
                    help="the replicas' KV page size (default: read from their "
                         "vllm:cache_config_info)")
     p.add_argument("--routed-ttl", type=_seconds, default=30.0, metavar="SECONDS",
