@@ -1,7 +1,8 @@
 """Dtypes a CPU kernel refuses are refused on tpu with the CPU's error, where our lowering
 would compute anyway (softmax of int64 gave zeros, var of int64 an int64): csrc/aten/
 cpu_dtypes.cc. Each case raises on the CPU; on tpu it must raise the same type with the
-same message, and the accepted dtypes next to it still compute."""
+same message, and the accepted dtypes next to it still compute. Each case builds its
+tensors from the ones it is given, so the tpu call runs on tpu tensors only."""
 
 from __future__ import annotations
 
@@ -14,64 +15,53 @@ _I = torch.tensor([[1, 2, 3], [4, 5, 6]])
 _B = _I > 2
 
 _REFUSED = {
-    "softmax int64": lambda: torch.softmax(_I, 1),
-    "softmax dim 0": lambda: torch.softmax(_I, 0),
-    "log_softmax bool": lambda: torch.log_softmax(_B, 1),
-    "log_softmax dim 0": lambda: torch.log_softmax(_I, 0),
-    "var": lambda: _I.var(),
-    "std dim": lambda: _I.std(0),
-    "var_mean": lambda: torch.var_mean(_I),
-    "gelu int8": lambda: F.gelu(_I.to(torch.int8)),
-    "silu uint8": lambda: F.silu(_I.to(torch.uint8)),
-    "mish int16": lambda: F.mish(_I.short()),
-    "hardswish bool": lambda: F.hardswish(_B),
-    "hardsigmoid": lambda: F.hardsigmoid(_I),
-    "glu": lambda: F.glu(torch.ones(2, 4, dtype=torch.long)),
-    "logsigmoid": lambda: F.logsigmoid(_I),
-    "softplus": lambda: F.softplus(_I),
-    "hardshrink": lambda: F.hardshrink(_I),
-    "huber_loss": lambda: F.huber_loss(_I, _I),
-    "smooth_l1_loss": lambda: F.smooth_l1_loss(_I, _I),
-    "nll_loss": lambda: F.nll_loss(_I, torch.tensor([0, 1])),
-    "cross_entropy": lambda: F.cross_entropy(_I, torch.tensor([0, 1])),
-    "logaddexp": lambda: torch.logaddexp(_I, _I),
-    "logaddexp2 bool": lambda: torch.logaddexp2(_B, _B),
-    "lerp scalar": lambda: torch.lerp(_I, _I, 2),
-    "lerp tensor": lambda: torch.lerp(_I, _I, _I),
-    "round decimals": lambda: torch.round(_I, decimals=1),
-    "round bool": lambda: torch.round(_B),
-    "floor bool": lambda: torch.floor(_B),
-    "avg_pool2d int32": lambda: F.avg_pool2d(_I[None].int(), 1),
-    "avg_pool3d uint8": lambda: F.avg_pool3d(_I[None, None].to(torch.uint8), 1),
-    "mm bool": lambda: _B @ _B.T,
-    "bmm bool": lambda: torch.bmm(_B[None], _B.T[None]),
-    "dot bool": lambda: torch.dot(_B[0], _B[0]),
-    "mv bool": lambda: torch.mv(_B, _B[0]),
-    "addcmul bool": lambda: torch.addcmul(_B, _B, _B),
-    "threshold bool": lambda: F.threshold(_B, 0, 1),
-    "trace bool": lambda: _B.trace(),
-    "median bool": lambda: _B.median(),
-    "median dim bool": lambda: _B.median(0),
-    "kthvalue bool": lambda: _B.kthvalue(1),
-    "relu bool": lambda: F.relu(_B),
-    "max_pool2d bool": lambda: F.max_pool2d(_B[None].clone(), 1),
-    "max_unpool2d int64": lambda: F.max_unpool2d(_I[None, None], torch.zeros_like(_I)[None, None], 1),
-    "reflection_pad1d bool": lambda: F.pad(_B[None], (1, 1), mode="reflect"),
-    "reflection_pad2d bool": lambda: F.pad(_B[None, None], (1, 1, 1, 1), mode="reflect"),
-    "index_reduce bool": lambda: _B[0].index_reduce(0, torch.zeros_like(_I[0]), _B[1], "amax"),
-    "searchsorted bool": lambda: torch.searchsorted(_B[0], _B[1]),
+    "softmax int64": lambda i, b: torch.softmax(i, 1),
+    "softmax dim 0": lambda i, b: torch.softmax(i, 0),
+    "log_softmax bool": lambda i, b: torch.log_softmax(b, 1),
+    "log_softmax dim 0": lambda i, b: torch.log_softmax(i, 0),
+    "var": lambda i, b: i.var(),
+    "std dim": lambda i, b: i.std(0),
+    "var_mean": lambda i, b: torch.var_mean(i),
+    "gelu int8": lambda i, b: F.gelu(i.to(torch.int8)),
+    "silu uint8": lambda i, b: F.silu(i.to(torch.uint8)),
+    "mish int16": lambda i, b: F.mish(i.short()),
+    "hardswish bool": lambda i, b: F.hardswish(b),
+    "hardsigmoid": lambda i, b: F.hardsigmoid(i),
+    "glu": lambda i, b: F.glu(torch.cat([i, i], 1)),
+    "logsigmoid": lambda i, b: F.logsigmoid(i),
+    "softplus": lambda i, b: F.softplus(i),
+    "hardshrink": lambda i, b: F.hardshrink(i),
+    "huber_loss": lambda i, b: F.huber_loss(i, i),
+    "smooth_l1_loss": lambda i, b: F.smooth_l1_loss(i, i),
+    "nll_loss": lambda i, b: F.nll_loss(i, i[:, 0] // 4),  # targets 0, 1
+    "cross_entropy": lambda i, b: F.cross_entropy(i, i[:, 0] // 4),
+    "logaddexp": lambda i, b: torch.logaddexp(i, i),
+    "logaddexp2 bool": lambda i, b: torch.logaddexp2(b, b),
+    "lerp scalar": lambda i, b: torch.lerp(i, i, 2),
+    "lerp tensor": lambda i, b: torch.lerp(i, i, i),
+    "round decimals": lambda i, b: torch.round(i, decimals=1),
+    "round bool": lambda i, b: torch.round(b),
+    "floor bool": lambda i, b: torch.floor(b),
+    "avg_pool2d int32": lambda i, b: F.avg_pool2d(i[None].int(), 1),
+    "avg_pool3d uint8": lambda i, b: F.avg_pool3d(i[None, None].to(torch.uint8), 1),
+    "mm bool": lambda i, b: b @ b.T,
+    "bmm bool": lambda i, b: torch.bmm(b[None], b.T[None]),
+    "dot bool": lambda i, b: torch.dot(b[0], b[0]),
+    "mv bool": lambda i, b: torch.mv(b, b[0]),
+    "addcmul bool": lambda i, b: torch.addcmul(b, b, b),
+    "threshold bool": lambda i, b: F.threshold(b, 0, 1),
+    "trace bool": lambda i, b: b.trace(),
+    "median bool": lambda i, b: b.median(),
+    "median dim bool": lambda i, b: b.median(0),
+    "kthvalue bool": lambda i, b: b.kthvalue(1),
+    "relu bool": lambda i, b: F.relu(b),
+    "max_pool2d bool": lambda i, b: F.max_pool2d(b[None].clone(), 1),
+    "max_unpool2d int64": lambda i, b: F.max_unpool2d(i[None, None], torch.zeros_like(i)[None, None], 1),
+    "reflection_pad1d bool": lambda i, b: F.pad(b[None], (1, 1), mode="reflect"),
+    "reflection_pad2d bool": lambda i, b: F.pad(b[None, None], (1, 1, 1, 1), mode="reflect"),
+    "index_reduce bool": lambda i, b: b[0].index_reduce(0, torch.zeros_like(i[0]), b[1], "amax"),
+    "searchsorted bool": lambda i, b: torch.searchsorted(b[0], b[1]),
 }
-
-
-def _on(device: str, fn):
-    """`fn` with the module tensors moved to `device` for the call."""
-    global _I, _B
-    saved = _I, _B
-    _I, _B = saved[0].to(device), saved[1].to(device)
-    try:
-        return fn()
-    finally:
-        _I, _B = saved
 
 
 @pytest.mark.parametrize("mode", ["op", "fused"])
@@ -79,9 +69,9 @@ def _on(device: str, fn):
 def test_refused_dtype_raises_the_cpu_error(name: str, mode: str) -> None:
     fn = _REFUSED[name]
     with pytest.raises(Exception) as cpu:
-        _on("cpu", fn)
+        fn(_I, _B)
     with eager_mode(mode), pytest.raises(Exception) as tpu:
-        _on("tpu", fn)
+        fn(_I.to("tpu"), _B.to("tpu"))
         torch.tpu.synchronize()
     assert type(tpu.value) is type(cpu.value)
     assert str(tpu.value).splitlines()[0] == str(cpu.value).splitlines()[0]
