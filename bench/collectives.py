@@ -270,7 +270,7 @@ def main() -> None:
     print(f"  {'other':<12}{other:>8.1f}  (Python, the wake-up of the waiting thread, "
           "synchronize)")
     print(f"waits per call: {parts['polled']:.2f} ended while polling, {parts['slept']:.2f} slept "
-          "(TORCHTPU_DIST_POLL_US)")
+          "(TORCHTPU_POLL_US)")
     sys.stdout.flush()
 
 

@@ -22,13 +22,15 @@ For the small op it then explains where the microseconds go:
 and counts the work per op: PJRT calls, program executions, device buffers created, and the
 process's thread switches (voluntary context switches) per synced op.
 
-On a CPU plugin most of the wait is a hand-off between threads, not the program: XLA's CPU
-client runs a program its cost analysis puts under 1000 flops on the calling thread, and
-hands any larger one to its worker pool, which wakes a worker (inside execute) and then the
-waiting thread (two thread switches per synced op; their latency depends on the machine's
-load and idle states, so this figure swings most). A 64x64 add (a multiply by `alpha` and
-an add: 8192 flops) is handed off; a 16x16 add (512) is not. The `inline` line times that
-16x16 add synced, the same path without the hand-off. PJRT's C API has no option to choose.
+On a CPU plugin the wait is a hand-off between threads, not the program: XLA's CPU client
+runs a program its cost analysis puts under 1000 flops on the calling thread, and hands any
+larger one to its worker pool. A 64x64 add (a multiply by `alpha` and an add: 8192 flops)
+is handed off; a 16x16 add (512) is not. The `inline` line times that 16x16 add synced, the
+same path without the hand-off. PJRT's C API has no option to choose. A waiter that slept
+would be woken after the worker (thread switches; their latency follows the machine's load
+and the idle states of its cores, tens of microseconds), so device waits poll first
+(TORCHTPU_POLL_US): the `synced, no polling` line times the synced add in a child process
+with TORCHTPU_POLL_US=0, and the work line counts the synced waits that slept.
 
     python bench/eager_overhead.py [--iters N] [--quick] [--json PATH]
 
@@ -44,6 +46,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -135,16 +138,30 @@ def _breakdown(batches: int, per_batch: int) -> dict[str, float]:
             "synced_total": synced, "inline_synced_total": inline}
 
 
-def _thread_switches(shape: tuple[int, ...], n: int = 200) -> float:
-    """Voluntary context switches of the whole process per synced add of `shape`."""
+def _synced_waits(shape: tuple[int, ...], n: int = 200) -> tuple[float, float]:
+    """Voluntary context switches of the whole process, and device waits that slept, per
+    synced add of `shape`."""
     a = torch.randn(*shape, device="tpu")
     b = torch.randn(*shape, device="tpu")
     for _ in range(5):
         torchtpu.block_until_ready(torch.add(a, b))
+    slept0 = torchtpu._C.counters().get("device_waits_slept", 0)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
     for _ in range(n):
         torchtpu.block_until_ready(torch.add(a, b))
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before) / n
+    switches = (resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before) / n
+    return switches, (torchtpu._C.counters().get("device_waits_slept", 0) - slept0) / n
+
+
+def _synced_without_polling(iters: int) -> float | None:
+    """The synced 64x64 add's microseconds in a child process whose waits never poll."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--synced-only", "--iters", str(iters)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "TORCHTPU_POLL_US": "0"})
+        return float(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def _counts(n: int = 100) -> dict[str, float]:
@@ -181,10 +198,16 @@ def main() -> None:
                         help="calls of the small op per measurement (in batches of 20)")
     parser.add_argument("--quick", action="store_true", help="few iterations (a smoke run)")
     parser.add_argument("--json", metavar="PATH", help="append a JSON record of the run to PATH")
+    parser.add_argument("--synced-only", action="store_true",
+                        help="print only the synced 64x64 add's microseconds (the child run "
+                             "that times it without polling)")
     args = parser.parse_args()
     iters = 40 if args.quick else args.iters
     per_batch = 20
     batches = max(iters // per_batch, 2)
+    if args.synced_only:
+        print(f"{_breakdown(batches, per_batch)['synced_total']:.2f}")
+        return
 
     info = torchtpu._C.plugin_info()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -218,10 +241,17 @@ def main() -> None:
     print(f"  {'synced':<9} {parts['synced_total']:>7.2f}   (a wait per op)")
     print(f"  {'inline':<9} {parts['inline_synced_total']:>7.2f}   (a wait per op, 16x16: "
           "run on the calling thread by a CPU plugin)")
+    unpolled = _synced_without_polling(iters)
+    parts["synced_no_polling_total"] = unpolled
+    print(f"  {'no poll':<9} " +
+          (f"{unpolled:>7.2f}" if unpolled is not None else "failed") +
+          "   (a wait per op, in a child process with TORCHTPU_POLL_US=0)")
     counts = _counts()
     if info["platform"] == "cpu" and resource is not None:
-        counts["thread_switches_synced"] = _thread_switches((64, 64))
-        counts["thread_switches_synced_16x16"] = _thread_switches((16, 16))
+        for name, shape in (("synced", (64, 64)), ("synced_16x16", (16, 16))):
+            switches, slept = _synced_waits(shape)
+            counts[f"thread_switches_{name}"] = switches
+            counts[f"waits_slept_{name}"] = slept
     print("add 64x64 on tpu, work per op: " +
           ", ".join(f"{k} {v:g}" for k, v in counts.items()))
 

@@ -14,6 +14,7 @@
 #include "lowering/host_gemm.h"
 #include "runtime/host_malloc.h"
 #include "runtime/plugin_registry.h"
+#include "runtime/poll_wait.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -141,6 +142,10 @@ void ensure_initialized(State& s) {
       return;
     }
     capacity = static_cast<size_t>(v);
+  }
+  if (base::Status polling = runtime::check_poll_budget(); !polling.ok()) {
+    s.init_error = polling;
+    return;
   }
   auto malloc_policy = runtime::host_malloc_policy_from_env();
   if (!malloc_policy.ok()) {

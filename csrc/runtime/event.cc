@@ -1,6 +1,7 @@
 #include "runtime/event.h"
 
 #include "runtime/pjrt_c.h"
+#include "runtime/poll_wait.h"
 
 namespace torchtpu::runtime {
 
@@ -17,10 +18,24 @@ Event::~Event() {
 
 base::Status Event::await() {
   if (raw_ == nullptr) return base::Status();
+  // The plugin's thread that makes the event ready is often done within microseconds;
+  // polling first spares this thread a sleep and a wake-up (runtime/poll_wait.h).
+  static const WaitCounters kDeviceWaits("device_waits");
+  poll_until([this] { return ready_or_failed(); }, kDeviceWaits);
   PJRT_Event_Await_Args args{};
   args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
   args.event = raw_;
   return consume_error(plugin_->api(), plugin_->api()->PJRT_Event_Await(&args), "PJRT_Event_Await");
+}
+
+bool Event::ready_or_failed() const {
+  PJRT_Event_IsReady_Args args{};
+  args.struct_size = PJRT_Event_IsReady_Args_STRUCT_SIZE;
+  args.event = raw_;
+  PJRT_Error* error = plugin_->api()->PJRT_Event_IsReady(&args);
+  if (error == nullptr) return args.is_ready;
+  (void)consume_error(plugin_->api(), error, "PJRT_Event_IsReady");
+  return true;
 }
 
 base::StatusOr<bool> Event::is_ready() const {

@@ -19,7 +19,8 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 
-  // Blocks until the event is ready; returns the error the event carries, if any.
+  // Blocks until the event is ready, polling before it sleeps (runtime/poll_wait.h);
+  // returns the error the event carries, if any.
   base::Status await();
   // Whether the event is ready now (never blocks).
   base::StatusOr<bool> is_ready() const;
@@ -28,6 +29,11 @@ class Event {
   base::Status on_ready(std::function<void(base::Status)> fn);
 
  private:
+  // One poll of a waiting thread: whether the event is ready, or IsReady failed (which
+  // ends the polling; Await then reports the event's own error). Not counted as a PJRT
+  // call (pjrt_calls_on_this_thread): how many polls a wait makes follows timing, not work.
+  bool ready_or_failed() const;
+
   std::shared_ptr<const Plugin> plugin_;
   PJRT_Event* raw_;
 };

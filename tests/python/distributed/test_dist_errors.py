@@ -220,13 +220,13 @@ def test_set_timeout_reaches_the_transport():
 
 
 def _unreached(rank: int, world: int) -> None:
-    raise AssertionError("the group was made under an unreadable TORCHTPU_DIST_POLL_US")
+    raise AssertionError("the group was made under an unreadable TORCHTPU_POLL_US")
 
 
 def test_unreadable_poll_budget_is_refused_with_its_value():
     # The group's tpu backend is refused when it is made, naming the setting, its value and
     # what it accepts.
     text = run_ranks_expect_failure(_unreached, 2, timeout=120,
-                                    env={"TORCHTPU_DIST_POLL_US": "soon"})
-    assert ("TORCHTPU_DIST_POLL_US='soon' is not a polling budget in microseconds "
+                                    env={"TORCHTPU_POLL_US": "soon"})
+    assert ("TORCHTPU_POLL_US='soon' is not a polling budget in microseconds "
             "(expected 0..1000000; 0 turns polling off; default 1000)") in text, text
