@@ -48,7 +48,7 @@ base::Status Buffer::to_host(void* dst, int64_t dst_bytes) const {
   TORCHTPU_RETURN_IF_ERROR(consume_error(
       plugin_->api(), plugin_->api()->PJRT_Buffer_ToHostBuffer(&args), "PJRT_Buffer_ToHostBuffer"));
   Event done(plugin_, args.event);
-  TORCHTPU_RETURN_IF_ERROR(done.await());
+  TORCHTPU_RETURN_IF_ERROR(done.await(waits_.get()));
   trace::record_completed(trace::Kind::kDeviceToHost, device_index_, size_bytes(), start_ns);
   base::counter_add("num_transfers_to_host");
   base::counter_add("transfer_to_host_bytes", size_bytes());
@@ -81,7 +81,7 @@ base::Status Buffer::await_ready() const {
   TORCHTPU_RETURN_IF_ERROR(consume_error(
       plugin_->api(), plugin_->api()->PJRT_Buffer_ReadyEvent(&args), "PJRT_Buffer_ReadyEvent"));
   Event ready(plugin_, args.event);
-  return ready.await();
+  return ready.await(waits_.get());
 }
 
 }  // namespace torchtpu::runtime

@@ -13,6 +13,7 @@
 #include "base/dtype.h"
 #include "base/status.h"
 #include "runtime/pjrt_api.h"
+#include "runtime/poll_wait.h"
 
 struct PJRT_Buffer;
 
@@ -52,6 +53,10 @@ class Buffer {
 
   // Runtime-internal: the raw handle, for Executable. Never stored outside runtime/.
   PJRT_Buffer* raw() const { return raw_; }
+  // The program that computed this buffer times the waits for its results (an
+  // executable's outputs; set before the buffer is shared): waits poll while they are
+  // short (runtime/poll_wait.h).
+  void set_wait_history(std::shared_ptr<WaitHistory> history) { waits_ = std::move(history); }
 
  private:
   std::shared_ptr<const Plugin> plugin_;
@@ -60,6 +65,7 @@ class Buffer {
   std::shared_ptr<const std::vector<int64_t>> dims_;
   int64_t num_elements_ = 1;
   int device_index_;
+  std::shared_ptr<WaitHistory> waits_;
 };
 
 using BufferPtr = std::shared_ptr<Buffer>;

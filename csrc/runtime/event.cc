@@ -16,16 +16,20 @@ Event::~Event() {
   (void)consume_error(plugin_->api(), plugin_->api()->PJRT_Event_Destroy(&args), "PJRT_Event_Destroy");
 }
 
-base::Status Event::await() {
+base::Status Event::await(WaitHistory* history) {
   if (raw_ == nullptr) return base::Status();
   // The plugin's thread that makes the event ready is often done within microseconds;
   // polling first spares this thread a sleep and a wake-up (runtime/poll_wait.h).
   static const WaitCounters kDeviceWaits("device_waits");
-  poll_until([this] { return ready_or_failed(); }, kDeviceWaits);
-  PJRT_Event_Await_Args args{};
-  args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
-  args.event = raw_;
-  return consume_error(plugin_->api(), plugin_->api()->PJRT_Event_Await(&args), "PJRT_Event_Await");
+  return wait_polling([this] { return ready_or_failed(); },
+                      [this] {
+                        PJRT_Event_Await_Args args{};
+                        args.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
+                        args.event = raw_;
+                        return consume_error(plugin_->api(), plugin_->api()->PJRT_Event_Await(&args),
+                                             "PJRT_Event_Await");
+                      },
+                      kDeviceWaits, history);
 }
 
 bool Event::ready_or_failed() const {

@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "runtime/pjrt_api.h"
+#include "runtime/poll_wait.h"
 
 struct PJRT_Event;
 
@@ -19,9 +20,10 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 
-  // Blocks until the event is ready, polling before it sleeps (runtime/poll_wait.h);
+  // Blocks until the event is ready, polling before it sleeps where `history` (of what
+  // the event waits for; null: nothing known) says it is worth it (runtime/poll_wait.h);
   // returns the error the event carries, if any.
-  base::Status await();
+  base::Status await(WaitHistory* history = nullptr);
   // Whether the event is ready now (never blocks).
   base::StatusOr<bool> is_ready() const;
   // Calls `fn` with the event's status once it is ready: on a plugin thread, or before

@@ -50,7 +50,10 @@ Executable::~Executable() {
 base::StatusOr<BufferPtr> Executable::wrap_output(PJRT_Buffer* raw, size_t k,
                                                    int device_index) const {
   if (k < output_dtypes_.size()) {
-    return std::make_shared<Buffer>(plugin_, raw, output_dtypes_[k], output_dims_[k], device_index);
+    auto buffer =
+        std::make_shared<Buffer>(plugin_, raw, output_dtypes_[k], output_dims_[k], device_index);
+    buffer->set_wait_history(waits_);
+    return buffer;
   }
   const PJRT_Api* api = plugin_->api();
   PJRT_Buffer_ElementType_Args et{};
@@ -69,9 +72,11 @@ base::StatusOr<BufferPtr> Executable::wrap_output(PJRT_Buffer* raw, size_t k,
     (void)consume_error(api, api->PJRT_Buffer_Destroy(&d), "PJRT_Buffer_Destroy");
     return dtype.status();
   }
-  return std::make_shared<Buffer>(plugin_, raw, *dtype,
-                                   std::vector<int64_t>(dims.dims, dims.dims + dims.num_dims),
-                                   device_index);
+  auto buffer = std::make_shared<Buffer>(
+      plugin_, raw, *dtype, std::vector<int64_t>(dims.dims, dims.dims + dims.num_dims),
+      device_index);
+  buffer->set_wait_history(waits_);
+  return buffer;
 }
 
 base::StatusOr<std::vector<BufferPtr>> Executable::execute(

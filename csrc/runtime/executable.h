@@ -75,6 +75,8 @@ class Executable {
   // Empty when the plugin cannot say; each buffer is asked then.
   std::vector<base::DType> output_dtypes_;
   std::vector<std::shared_ptr<const std::vector<int64_t>>> output_dims_;
+  // How long the last wait for this program's results took (runtime/poll_wait.h).
+  std::shared_ptr<WaitHistory> waits_ = std::make_shared<WaitHistory>();
 };
 
 using ExecutablePtr = std::shared_ptr<Executable>;

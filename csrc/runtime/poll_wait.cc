@@ -33,7 +33,9 @@ const base::StatusOr<int64_t>& budget_status() {
 }  // namespace
 
 WaitCounters::WaitCounters(std::string_view kind)
-    : polled(std::string(kind) + "_polled"), slept(std::string(kind) + "_slept") {}
+    : polled(std::string(kind) + "_polled"),
+      slept(std::string(kind) + "_slept"),
+      slept_at_once(std::string(kind) + "_slept_at_once") {}
 
 base::Status check_poll_budget() { return budget_status().status(); }
 
@@ -66,6 +68,22 @@ bool poll_until(const std::function<bool()>& done, const WaitCounters& counters,
   }
   counters.slept.add();
   return false;
+}
+
+base::Status wait_polling(const std::function<bool()>& done,
+                          const std::function<base::Status()>& sleep,
+                          const WaitCounters& counters, WaitHistory* history) {
+  const auto start = std::chrono::steady_clock::now();
+  bool ended = false;
+  if (history == nullptr || history->worth_polling(poll_budget())) {
+    ended = poll_until(done, counters);
+  } else {
+    counters.slept.add();
+    counters.slept_at_once.add();
+  }
+  base::Status status = ended ? base::Status() : sleep();
+  if (history != nullptr) history->note(std::chrono::steady_clock::now() - start);
+  return status;
 }
 
 }  // namespace torchtpu::runtime

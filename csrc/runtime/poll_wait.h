@@ -13,9 +13,17 @@
 // group to be made, while it is invalid. Each kind of wait counts the waits that ended
 // while polling and those that went on to sleep (WaitCounters).
 //
+// Polling is only worth it for what arrives within the budget: a wait for a program that
+// runs for milliseconds would spend the whole budget on a core the program's own threads
+// could use, and then sleep anyway. So a wait for a program's results remembers how long
+// the last wait for that program took (WaitHistory, one per executable), and sleeps at
+// once when that exceeded the budget; every wait is timed, so a program that has become
+// quick to arrive is polled for again at its next wait.
+//
 // Thread safety: pure functions; `done` is called from the waiting thread only.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -29,11 +37,30 @@ namespace torchtpu::runtime {
 inline constexpr int64_t kDefaultPollMicros = 1000;
 inline constexpr int64_t kMaxPollMicros = 1000000;
 
-// The counters of one kind of wait: `<kind>_polled` and `<kind>_slept`.
+// The counters of one kind of wait: `<kind>_polled` (ended while polling), `<kind>_slept`
+// (went on to sleep), and among those `<kind>_slept_at_once` (did not poll: the last wait
+// for the same source outlasted the budget).
 struct WaitCounters {
   explicit WaitCounters(std::string_view kind);
   base::Counter polled;
   base::Counter slept;
+  base::Counter slept_at_once;
+};
+
+// How long the last wait for one source's results took (start to ready).
+class WaitHistory {
+ public:
+  // Whether the last wait ended within `budget` (or none was timed yet).
+  bool worth_polling(std::chrono::microseconds budget) const {
+    return last_ns_.load(std::memory_order_relaxed) <=
+           std::chrono::duration_cast<std::chrono::nanoseconds>(budget).count();
+  }
+  void note(std::chrono::nanoseconds waited) {
+    last_ns_.store(waited.count(), std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<int64_t> last_ns_{0};
 };
 
 // OK, or the error naming an invalid TORCHTPU_POLL_US.
@@ -46,5 +73,12 @@ std::chrono::microseconds poll_budget();
 // shorter, is spent (then false: the caller sleeps in its own wait).
 bool poll_until(const std::function<bool()>& done, const WaitCounters& counters,
                 std::chrono::microseconds limit = std::chrono::microseconds::max());
+
+// A wait for something whose readiness `done` polls and `sleep` blocks on: polls first
+// when `history` (may be null: always) says it is worth it, then sleeps unless polling
+// ended it, and times the whole wait into `history`. Returns what `sleep` returns, or OK.
+base::Status wait_polling(const std::function<bool()>& done,
+                          const std::function<base::Status()>& sleep,
+                          const WaitCounters& counters, WaitHistory* history);
 
 }  // namespace torchtpu::runtime

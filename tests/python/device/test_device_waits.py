@@ -1,9 +1,12 @@
 """Device waits poll before they sleep (TORCHTPU_POLL_US), counted per wait.
 
 A host read of a result handed to the plugin's worker would otherwise sleep and be woken,
-which costs more than a small program. The counts are what is checked, not times: every
-wait is counted once, as `device_waits_polled` (ended while polling) or
-`device_waits_slept`; with polling off, a wait whose event is not ready at once sleeps.
+which costs more than a small program; a wait for a long program sleeps at once when the
+last wait for that program outlasted the budget (polling would only take a core from the
+program). The counts are what is checked, not times: every wait is counted once, as
+`device_waits_polled` (ended while polling) or `device_waits_slept` (among them
+`device_waits_slept_at_once`); with polling off, a wait whose event is not ready at once
+sleeps.
 """
 
 from __future__ import annotations
@@ -16,25 +19,33 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _subprocess import run_python
 
-# Synced 64x64 adds (the CPU plugins hand them to their worker pool), then a 512x512 matmul
-# chain read back once (long enough that its wait finds the event not ready).
+# Synced 64x64 adds (the CPU plugins hand them to their worker pool), then twice a chain
+# of 512x512 matmuls read back once (long enough that its wait finds the event not ready:
+# the read's program, a sum, is waited for the whole chain).
 WORKLOAD = """
 import json, torch, torchtpu
 a = torch.randn(64, 64, device="tpu")
 torchtpu.block_until_ready(a + a)
-c0 = torchtpu._C.counters()
+keys = ("device_waits_polled", "device_waits_slept", "device_waits_slept_at_once")
+def delta(before):
+    after = torchtpu._C.counters()
+    return {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+c = torchtpu._C.counters()
 for _ in range(50):
     torchtpu.block_until_ready(a + a)
-c1 = torchtpu._C.counters()
-m = torch.randn(512, 512, device="tpu")
-for _ in range(20):
-    m = torch.tanh(m @ m)
-value = m.sum().item()
-c2 = torchtpu._C.counters()
-keys = ("device_waits_polled", "device_waits_slept")
-print(json.dumps({"adds": {k: c1.get(k, 0) - c0.get(k, 0) for k in keys},
-                  "chain": {k: c2.get(k, 0) - c1.get(k, 0) for k in keys},
-                  "finite": value == value}))
+adds = delta(c)
+def chain():
+    m = torch.randn(512, 512, device="tpu")
+    for _ in range(20):
+        m = torch.tanh(m @ m)
+    return m.sum().item()
+c = torchtpu._C.counters()
+value = chain()
+first = delta(c)
+c = torchtpu._C.counters()
+chain()
+second = delta(c)
+print(json.dumps({"adds": adds, "chain": first, "again": second, "finite": value == value}))
 """
 
 
@@ -48,9 +59,18 @@ def test_every_device_wait_is_counted_once() -> None:
     r = _run()
     adds = r["adds"]["device_waits_polled"] + r["adds"]["device_waits_slept"]
     assert adds == 50, r
+    # A 64x64 add arrives within microseconds: most of its waits end while polling.
+    assert r["adds"]["device_waits_polled"] >= 10, r
     chain = r["chain"]["device_waits_polled"] + r["chain"]["device_waits_slept"]
     assert chain >= 1, r
     assert r["finite"], r
+
+
+def test_a_wait_for_a_long_program_sleeps_at_once_the_next_time() -> None:
+    r = _run()
+    # The chain's read outlasted the budget the first time; the same read sleeps at once.
+    assert r["chain"]["device_waits_slept"] >= 1, r
+    assert r["again"]["device_waits_slept_at_once"] >= 1, r
 
 
 def test_polling_off_sleeps_in_every_wait_not_ready_at_once() -> None:
