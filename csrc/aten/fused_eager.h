@@ -90,6 +90,10 @@ struct ExportedNode {
   int num_out = 0;
 };
 struct ExportedGraph {
+  // The graph exactly, as bytes (its structure words, which values are outputs, and every
+  // recorded argument's value): equal keys are equal graphs at equal sizes. Empty when an
+  // argument is of a kind the key does not encode; the hook then keys the graph itself.
+  std::string key;
   std::vector<at::Tensor> inputs;
   std::vector<ExportedNode> nodes;
   std::vector<int> outputs;  // the value ids whose values the run must return

@@ -80,6 +80,72 @@ runtime::BufferPtr output_buffer(const at::Tensor& t, const TensorType& type) {
   return read_tensor(t);
 }
 
+template <typename T>
+void append_bits(std::string* out, const T& v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+// Appends an exact encoding of `v` to `out` (a tag, then the value's bits: -0.0 and 0.0,
+// or two NaNs, differ, which at worst misses a key); false for a kind of value it does not
+// encode.
+bool encode_arg(const c10::IValue& v, std::string* out) {
+  if (v.isNone()) {
+    out->push_back('N');
+  } else if (v.isBool()) {
+    out->push_back(v.toBool() ? 'T' : 'F');
+  } else if (v.isInt()) {
+    out->push_back('I');
+    append_bits(out, v.toInt());
+  } else if (v.isDouble()) {
+    out->push_back('D');
+    append_bits(out, v.toDouble());
+  } else if (v.isComplexDouble()) {
+    out->push_back('C');
+    append_bits(out, v.toComplexDouble());
+  } else if (v.isString()) {
+    out->push_back('S');
+    append_bits(out, static_cast<int64_t>(v.toStringRef().size()));
+    out->append(v.toStringRef());
+  } else if (v.isDevice()) {
+    out->push_back('V');
+    append_bits(out, static_cast<int64_t>(v.toDevice().type()));
+    append_bits(out, static_cast<int64_t>(v.toDevice().index()));
+  } else if (v.isTensor() && v.toTensor().device().is_cpu() && v.toTensor().dim() == 0) {
+    // A host scalar tensor (a Python number PyTorch wrapped): its dtype and bytes.
+    const at::Tensor& t = v.toTensor();
+    out->push_back('X');
+    append_bits(out, static_cast<int64_t>(t.scalar_type()));
+    out->append(static_cast<const char*>(t.const_data_ptr()), t.element_size());
+  } else if (v.isList()) {
+    out->push_back('L');
+    append_bits(out, static_cast<int64_t>(v.toListRef().size()));
+    for (const c10::IValue& item : v.toListRef()) {
+      if (!encode_arg(item, out)) return false;
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// ExportedGraph::key of `g` with `outputs`, or "" (see there).
+std::string graph_key(const PendingGraph& g, const std::vector<int>& outputs) {
+  std::string key;
+  key.reserve(g.structure.size() * sizeof(int64_t) + 512);
+  append_bits(&key, static_cast<int64_t>(g.structure.size()));
+  key.append(reinterpret_cast<const char*>(g.structure.data()),
+             g.structure.size() * sizeof(int64_t));
+  append_bits(&key, static_cast<int64_t>(outputs.size()));
+  for (int o : outputs) append_bits(&key, o);
+  for (const RecordedNode& n : g.nodes) {
+    append_bits(&key, static_cast<int64_t>(n.call_args.size()));
+    for (const c10::IValue& v : n.call_args) {
+      if (!encode_arg(v, &key)) return "";
+    }
+  }
+  return key;
+}
+
 // The values of `outputs` computed by the hook, or nullopt when it declines.
 std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g,
                                                            const std::vector<int>& outputs) {
@@ -90,6 +156,7 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
   }
   if (!hook || t_in_hook || outputs.empty() || !exportable(g)) return std::nullopt;
   ExportedGraph e;
+  e.key = graph_key(g, outputs);
   for (const runtime::BufferPtr& b : g.inputs) e.inputs.push_back(wrap_buffer(b, to_scalar_type(b->dtype())));
   for (const RecordedNode& n : g.nodes) {
     ExportedNode x;

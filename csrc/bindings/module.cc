@@ -58,6 +58,32 @@ py::object schema_arg_to_py(const c10::IValue& v, const c10::TypePtr& type) {
 namespace py = pybind11;
 using namespace torchtpu;
 
+// A fused graph's nodes as the shape-class hook reads them (aten/fused_eager.h): a view
+// read ("", base, sizes, strides, offset, first, num), an op (name, args, reads, first, num).
+py::list exported_nodes(const aten::ExportedGraph& e) {
+  py::list nodes;
+  for (const aten::ExportedNode& n : e.nodes) {
+    if (n.op.empty()) {
+      nodes.append(
+          py::make_tuple("", n.base, n.sizes, n.strides, n.offset, n.first_out, n.num_out));
+      continue;
+    }
+    size_t dot = n.op.find('.');
+    std::string name = n.op.substr(0, dot);
+    std::string overload = dot == std::string::npos ? "" : n.op.substr(dot + 1);
+    const auto& schema =
+        c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str()).schema();
+    py::list args;
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      args.append(schema_arg_to_py(n.args[i], schema.arguments().at(i).type()));
+    }
+    py::list reads;
+    for (const auto& r : n.reads) reads.append(py::make_tuple(r[0], r[1], r[2]));
+    nodes.append(py::make_tuple(n.op, args, reads, n.first_out, n.num_out));
+  }
+  return nodes;
+}
+
 aten::TpuGeneratorImpl* generator_impl(int device) {
   const at::Generator& g = aten::default_generator(static_cast<c10::DeviceIndex>(device));
   return g.get<aten::TpuGeneratorImpl>();
@@ -157,7 +183,8 @@ PYBIND11_MODULE(_C, m) {
     }
   }, py::arg("device") = -1);
   m.def("num_pending_ops", &aten::num_pending_ops);
-  // fn(inputs, nodes, outputs) -> list of tensors or None (aten/fused_eager.h).
+  // fn(inputs, nodes, outputs, dims, key) -> list of tensors or None (aten/fused_eager.h):
+  // `nodes()` builds the node list, `key` is the graph's exact key as bytes (or None).
   m.def("set_fused_graph_hook", [](py::object fn) {
     if (fn.is_none()) {
       aten::set_fused_graph_hook(nullptr);
@@ -172,28 +199,22 @@ PYBIND11_MODULE(_C, m) {
     aten::set_fused_graph_hook(
         [owned](const aten::ExportedGraph& e) -> std::optional<std::vector<at::Tensor>> {
           py::gil_scoped_acquire gil;
-          py::list nodes;
-          for (const aten::ExportedNode& n : e.nodes) {
-            if (n.op.empty()) {
-              nodes.append(py::make_tuple("", n.base, n.sizes, n.strides, n.offset, n.first_out,
-                                          n.num_out));
-              continue;
-            }
-            size_t dot = n.op.find('.');
-            std::string name = n.op.substr(0, dot);
-            std::string overload = dot == std::string::npos ? "" : n.op.substr(dot + 1);
-            const auto& schema =
-                c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str())
-                    .schema();
-            py::list args;
-            for (size_t i = 0; i < n.args.size(); ++i) {
-              args.append(schema_arg_to_py(n.args[i], schema.arguments().at(i).type()));
-            }
-            py::list reads;
-            for (const auto& r : n.reads) reads.append(py::make_tuple(r[0], r[1], r[2]));
-            nodes.append(py::make_tuple(n.op, args, reads, n.first_out, n.num_out));
+          // The node list is built only when the hook asks for it (a graph whose key it
+          // has seen needs none), and only during the call: `e` lives no longer.
+          auto live = std::make_shared<bool>(true);
+          py::cpp_function nodes([&e, live]() {
+            TORCH_CHECK(*live, "tpu: a fused graph's nodes are readable only during its hook call");
+            return exported_nodes(e);
+          });
+          py::object key = e.key.empty() ? py::object(py::none()) : py::object(py::bytes(e.key));
+          py::object out;
+          try {
+            out = (*owned)(e.inputs, nodes, e.outputs, e.dims, key);
+          } catch (...) {
+            *live = false;
+            throw;
           }
-          py::object out = (*owned)(e.inputs, nodes, e.outputs, e.dims);
+          *live = false;
           if (out.is_none()) return std::nullopt;
           return out.cast<std::vector<at::Tensor>>();
         });

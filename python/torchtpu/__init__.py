@@ -68,12 +68,13 @@ def set_eager_mode(mode: str) -> None:
     _C.set_eager_mode(mode)
 
 
-def _fused_graph_hook(inputs: list, nodes: list, outputs: list, dims: list) -> list | None:
+def _fused_graph_hook(inputs: list, nodes: object, outputs: list, dims: list,
+                      key: bytes | None) -> list | None:
     """Fused eager graphs not compiled for their exact sizes try their shape class first
     (dynamo/buckets/fused_graph.py; imported on first use)."""
     from torchtpu.dynamo.buckets import fused_graph
 
-    return fused_graph.run(inputs, nodes, outputs, dims)
+    return fused_graph.run(inputs, nodes, outputs, dims, key)
 
 
 _C.set_fused_graph_hook(_fused_graph_hook)

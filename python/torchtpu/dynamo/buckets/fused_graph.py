@@ -18,6 +18,7 @@ import hashlib
 import logging
 import math
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -232,22 +233,32 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
     return g, fed
 
 
-def run(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
-        dims: list[list[int]]) -> list[torch.Tensor] | None:
+def run(inputs: list[torch.Tensor], nodes: list[tuple] | Callable[[], list[tuple]],
+        outputs: list[int], dims: list[list[int]], key: bytes | None = None
+        ) -> list[torch.Tensor] | None:
     """The hook: the outputs' values when the graph's shape class runs it padded, else None
-    (the recorder compiles it at its exact sizes)."""
+    (the recorder compiles it at its exact sizes). `nodes` is the node list or builds it;
+    `key`, where the recorder could make one, is the graph exactly (equal keys: equal
+    graphs at equal sizes)."""
     # Inside a backward pass (the autograd engine's thread) graphs stay exact: tracing
     # there would run inside the engine's own graph task.
     if bucket_policy() == "off" or not inputs or torch._C._current_graph_task_id() != -1:
         return None
     device = inputs[0].device.index or 0
-    # A structure seen before at these exact sizes skips building its FX graph.
-    seen = hashlib.sha256(repr((nodes, outputs, [(t.shape, t.dtype) for t in inputs]))
-                          .encode()).digest()
+    build = nodes if callable(nodes) else None
+    if build is not None:
+        nodes = None if key is not None else build()
+    # A structure seen before at these exact sizes skips building its FX graph (and, with
+    # the recorder's key, its node list).
+    seen = key if key is not None else hashlib.sha256(
+        repr((nodes, outputs, [(t.shape, t.dtype) for t in inputs])).encode()).digest()
     hit = _symbolic.get(seen)
     if hit is not None:
         with torch.no_grad():
             return list(hit[0](*feed(inputs, hit[1])))
+    if nodes is None:
+        assert build is not None
+        nodes = build()
     try:
         graph, fed = build_graph(inputs, nodes, outputs, dims)
     except NotAView as e:

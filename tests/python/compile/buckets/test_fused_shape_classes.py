@@ -86,6 +86,32 @@ def test_window_read_whole_joins_its_class(monkeypatch: pytest.MonkeyPatch) -> N
     assert needed_at[7] == 0 and needed_at[8] == 0, needed_at
 
 
+def test_scalar_arguments_are_part_of_a_graph_seen_before(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A padded graph is found again by its recorder's key, which holds every argument's
+    value: the same structure at the same length with another Python number (a wrapped
+    scalar tensor), another `alpha` (a Scalar) or another dim runs with its own value,
+    never the first one's."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+    torch.manual_seed(0)
+    w = torch.randn(8, 8)
+    w_t = w.to("tpu")
+
+    def f(x: torch.Tensor, w: torch.Tensor, scale: float, alpha: int, dim: int
+          ) -> torch.Tensor:
+        y = torch.add(x @ w * scale, x, alpha=alpha)
+        return y.sum(dim)
+
+    with eager_mode("fused"):
+        for t in (5, 6, 7, 7, 6):
+            x = torch.randn(t, 8)
+            for scale, alpha, dim in ((0.5, 1, 0), (3.0, 1, 0), (0.5, 4, 0), (0.5, 1, 1)):
+                got = f(x.to("tpu"), w_t, scale, alpha, dim).cpu()
+                torch.testing.assert_close(got, f(x, w, scale, alpha, dim), rtol=1e-5,
+                                           atol=1e-5)
+
+
 def _other_structure_first(f: Callable[..., torch.Tensor], lengths: range,
                            ) -> dict[int, int]:
     """Programs per length of `f(x, w, first)` in fused mode, its first length recording
