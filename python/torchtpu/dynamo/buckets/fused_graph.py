@@ -249,9 +249,9 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple] | Callable[[], list[tuple
     if build is not None:
         nodes = None if key is not None else build()
     # A structure seen before at these exact sizes skips building its FX graph (and, with
-    # the recorder's key, its node list).
-    seen = key if key is not None else hashlib.sha256(
-        repr((nodes, outputs, [(t.shape, t.dtype) for t in inputs])).encode()).digest()
+    # the recorder's key, its node list). Kept as a digest: a large model's key is long.
+    seen = hashlib.sha256(key if key is not None else repr(
+        (nodes, outputs, [(t.shape, t.dtype) for t in inputs])).encode()).digest()
     hit = _symbolic.get(seen)
     if hit is not None:
         with torch.no_grad():
