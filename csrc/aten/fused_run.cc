@@ -111,10 +111,12 @@ bool encode_arg(const c10::IValue& v, std::string* out) {
     append_bits(out, static_cast<int64_t>(v.toDevice().type()));
     append_bits(out, static_cast<int64_t>(v.toDevice().index()));
   } else if (v.isTensor() && v.toTensor().device().is_cpu() && v.toTensor().dim() == 0) {
-    // A host scalar tensor (a Python number PyTorch wrapped): its dtype and bytes.
+    // A host scalar tensor (a Python number PyTorch wrapped): its dtype, the lazy
+    // conjugate and negative bits its bytes do not show, and its bytes.
     const at::Tensor& t = v.toTensor();
     out->push_back('X');
     append_bits(out, static_cast<int64_t>(t.scalar_type()));
+    out->push_back(static_cast<char>((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0)));
     out->append(static_cast<const char*>(t.const_data_ptr()), t.element_size());
   } else if (v.isList()) {
     out->push_back('L');
