@@ -250,8 +250,9 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple] | Callable[[], list[tuple
         nodes = None if key is not None else build()
     # A structure seen before at these exact sizes skips building its FX graph (and, with
     # the recorder's key, its node list). Kept as a digest: a large model's key is long.
-    seen = hashlib.sha256(key if key is not None else repr(
-        (nodes, outputs, [(t.shape, t.dtype) for t in inputs])).encode()).digest()
+    if key is None:
+        key = repr((nodes, outputs, [(t.shape, t.dtype) for t in inputs])).encode()
+    seen = hashlib.sha256(key).digest()
     hit = _symbolic.get(seen)
     if hit is not None:
         with torch.no_grad():
