@@ -25,7 +25,6 @@ struct PendingRun {
 constexpr size_t kMaxPendingRuns = 64;
 
 std::mutex g_mu;
-size_t g_pending_checks = 0;  // the checks of the queued runs
 std::deque<PendingRun>& pending() {
   static auto* q = new std::deque<PendingRun>();
   return *q;
@@ -61,12 +60,10 @@ void defer_data_checks(const std::vector<runtime::BufferPtr>& outputs, size_t fi
     std::lock_guard<std::mutex> lock(g_mu);
     auto& q = pending();
     q.push_back(PendingRun{outputs.at(first), kinds, messages, origin});
-    g_pending_checks += messages.size();
     base::counter_add("num_data_checks_deferred", static_cast<int64_t>(messages.size()));
     if (q.size() > kMaxPendingRuns) {
       size_t n = q.size() / 2;
       for (size_t k = 0; k < n; ++k) {
-        g_pending_checks -= q.front().messages.size();
         older.push_back(std::move(q.front()));
         q.pop_front();
       }
@@ -81,14 +78,15 @@ void flush_data_checks() {
     std::lock_guard<std::mutex> lock(g_mu);
     if (pending().empty()) return;
     all.swap(pending());
-    g_pending_checks = 0;
   }
   read_checks(all);
 }
 
 size_t num_pending_data_checks() {
   std::lock_guard<std::mutex> lock(g_mu);
-  return g_pending_checks;
+  size_t n = 0;  // the queue holds at most kMaxPendingRuns + 1 runs
+  for (const PendingRun& r : pending()) n += r.messages.size();
+  return n;
 }
 
 }  // namespace torchtpu::aten
