@@ -95,7 +95,9 @@ struct ExportedGraph {
   // argument is of a kind the key does not encode; the hook then keys the graph itself.
   std::string key;
   std::vector<at::Tensor> inputs;
-  std::vector<ExportedNode> nodes;
+  // Builds the node list, during the hook call only: a graph whose key the hook has seen
+  // needs none.
+  std::function<std::vector<ExportedNode>()> nodes;
   std::vector<int> outputs;  // the value ids whose values the run must return
   std::vector<std::vector<int64_t>> dims;  // per value id >= 0: its sizes
 };

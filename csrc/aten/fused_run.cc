@@ -160,24 +160,29 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
   ExportedGraph e;
   e.key = graph_key(g, outputs);
   for (const runtime::BufferPtr& b : g.inputs) e.inputs.push_back(wrap_buffer(b, to_scalar_type(b->dtype())));
-  for (const RecordedNode& n : g.nodes) {
-    ExportedNode x;
-    x.first_out = n.first_out;
-    x.num_out = n.num_out;
-    if (n.kind == RecordedNode::Kind::kViewRead) {
-      x.base = n.refs[0];
-      x.sizes = n.sizes;
-      x.strides = n.strides;
-      x.offset = n.offset;
-    } else {
-      x.op = n.op->name;
-      x.args = n.call_args;
-      for (size_t k = 0; k < n.op->inputs.size(); ++k) {
-        x.reads.push_back({n.op->inputs[k].first, n.op->inputs[k].second, n.refs[k]});
+  e.nodes = [&g] {
+    std::vector<ExportedNode> nodes;
+    nodes.reserve(g.nodes.size());
+    for (const RecordedNode& n : g.nodes) {
+      ExportedNode x;
+      x.first_out = n.first_out;
+      x.num_out = n.num_out;
+      if (n.kind == RecordedNode::Kind::kViewRead) {
+        x.base = n.refs[0];
+        x.sizes = n.sizes;
+        x.strides = n.strides;
+        x.offset = n.offset;
+      } else {
+        x.op = n.op->name;
+        x.args = n.call_args;
+        for (size_t k = 0; k < n.op->inputs.size(); ++k) {
+          x.reads.push_back({n.op->inputs[k].first, n.op->inputs[k].second, n.refs[k]});
+        }
       }
+      nodes.push_back(std::move(x));
     }
-    e.nodes.push_back(std::move(x));
-  }
+    return nodes;
+  };
   e.outputs = outputs;
   for (const TensorType& t : g.types) e.dims.push_back(t.dims);
   std::optional<std::vector<at::Tensor>> tensors;

@@ -62,7 +62,7 @@ using namespace torchtpu;
 // read ("", base, sizes, strides, offset, first, num), an op (name, args, reads, first, num).
 py::list exported_nodes(const aten::ExportedGraph& e) {
   py::list nodes;
-  for (const aten::ExportedNode& n : e.nodes) {
+  for (const aten::ExportedNode& n : e.nodes()) {
     if (n.op.empty()) {
       nodes.append(
           py::make_tuple("", n.base, n.sizes, n.strides, n.offset, n.first_out, n.num_out));
@@ -199,8 +199,8 @@ PYBIND11_MODULE(_C, m) {
     aten::set_fused_graph_hook(
         [owned](const aten::ExportedGraph& e) -> std::optional<std::vector<at::Tensor>> {
           py::gil_scoped_acquire gil;
-          // The node list is built only when the hook asks for it (a graph whose key it
-          // has seen needs none), and only during the call: `e` lives no longer.
+          // The node list is built only when the hook asks for it, and only during the
+          // call: `e` lives no longer (ExportedGraph::nodes).
           auto live = std::make_shared<bool>(true);
           py::cpp_function nodes([&e, live]() {
             TORCH_CHECK(*live, "tpu: a fused graph's nodes are readable only during its hook call");
