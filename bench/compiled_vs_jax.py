@@ -46,6 +46,7 @@ CPU reaches on that model size.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -69,11 +70,14 @@ from torchtpu.flops import peak_flops
 
 # The goal for ours/JAX (forward and training step) and the numerics tolerance.
 GOAL_RATIO = 1.10
-LOSS_RTOL = 1e-4
-LOSS_ATOL = 1e-5
+LOSS_RTOL = {"float32": 1e-4, "bfloat16": 2e-2}
+LOSS_ATOL = {"float32": 1e-5, "bfloat16": 1e-2}
 NUM_CHECK_STEPS = 3
 OURS = "ours: compile(tpu) on tpu"
-JAX = "jax.jit on cpu"
+# JAX's reference runs on jaxlib's client of the plugin's kind of device: its CPU for a CPU
+# plugin, its GPU for the CUDA plugin (where JAX's GPU backend is that same plugin build).
+JAX_PLATFORM = "gpu" if torchtpu._C.plugin_info()["platform"] in ("cuda", "rocm", "gpu") else "cpu"
+JAX = f"jax.jit on {JAX_PLATFORM}"
 JAX_ON_PLUGIN = "jax.jit on our plugin"
 PLUGIN_PLATFORM = "torchtpu_plugin"
 
@@ -88,6 +92,11 @@ class Config:
     batch_size: int = 8
     lr: float = 0.1
     seed: int = 0
+    dtype: str = "float32"  # weights and activations, on both sides (--dtype)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
 
 
 # --model: the default is small enough to time many steps; "135m" has the dimensions of
@@ -97,6 +106,9 @@ MODELS = {
     "small": Config(),
     "135m": Config(vocab_size=49152, d_model=576, num_layers=30, num_heads=9, seq_len=256,
                    batch_size=2, lr=1e-3),
+    # ~0.94B parameters: an accelerator's model size (scripts/gpu_check.sh runs it in bf16).
+    "1b": Config(vocab_size=32000, d_model=2048, num_layers=16, num_heads=16, seq_len=1024,
+                 batch_size=4, lr=1e-3),
 }
 
 
@@ -225,7 +237,9 @@ def _jax_model(cfg: Config) -> tuple[Callable, Callable, Callable]:
 def _jax_params(model: torch.nn.Module) -> dict[str, Any]:
     import jax.numpy as jnp
 
-    return {n: jnp.asarray(p.detach().cpu().numpy().copy()) for n, p in model.named_parameters()}
+    # Through float32 (NumPy has no bfloat16); the values are the model's own, in its dtype.
+    return {n: jnp.asarray(p.detach().float().cpu().numpy(), dtype=getattr(jnp, str(p.dtype)[6:]))
+            for n, p in model.named_parameters()}
 
 
 # ----------------------------------------------------------------------------- harness
@@ -244,7 +258,7 @@ def _timed_ms(fn: Callable[[], Any], steps: int) -> tuple[list[float], list[floa
 
 def _make_model(cfg: Config) -> GPT:
     torch.manual_seed(cfg.seed)
-    return GPT(cfg)
+    return GPT(cfg).to(cfg.torch_dtype)
 
 
 def _make_batch(cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
@@ -304,7 +318,7 @@ class TorchRunner:
 class JaxRunner:
     """JAX's model on `platform`'s first device (jaxlib's CPU, or our plugin)."""
 
-    def __init__(self, cfg: Config, model: torch.nn.Module, platform: str = "cpu") -> None:
+    def __init__(self, cfg: Config, model: torch.nn.Module, platform: str = JAX_PLATFORM) -> None:
         import jax
 
         self.jax = jax
@@ -377,7 +391,8 @@ def check_numerics(cfg: Config) -> tuple[bool, list[tuple[float, float]]]:
     pairs = []
     for _ in range(NUM_CHECK_STEPS):
         pairs.append((float(ours.train_step().item()), float(theirs.train_step())))
-    ok = all(math.isclose(a, b, rel_tol=LOSS_RTOL, abs_tol=LOSS_ATOL) for a, b in pairs)
+    rtol, atol = LOSS_RTOL[cfg.dtype], LOSS_ATOL[cfg.dtype]
+    ok = all(math.isclose(a, b, rel_tol=rtol, abs_tol=atol) for a, b in pairs)
     return ok, pairs
 
 
@@ -408,10 +423,11 @@ def cold_start_probe(cfg: Config) -> None:
     }))
 
 
-def _run_probe(cache_dir: str, model: str) -> dict[str, Any]:
+def _run_probe(cache_dir: str, model: str, dtype: str) -> dict[str, Any]:
     env = dict(os.environ, TORCHTPU_CACHE_DIR=cache_dir)
     start = time.perf_counter()
-    argv = [sys.executable, os.path.abspath(__file__), "--cold-start-probe", "--model", model]
+    argv = [sys.executable, os.path.abspath(__file__), "--cold-start-probe", "--model", model,
+            "--dtype", dtype]
     r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     wall_s = time.perf_counter() - start
     if r.returncode != 0:
@@ -485,10 +501,16 @@ def main() -> int:
     parser.add_argument("--skip-cold-start", action="store_true")
     parser.add_argument("--skip-jax-on-plugin", action="store_true")
     parser.add_argument("--model", choices=sorted(MODELS), default="small",
-                        help="model size (135m: TorchTitan's 135M-class dimensions)")
+                        help="model size (135m: TorchTitan's 135M-class dimensions; 1b: "
+                        "~0.94B parameters, for an accelerator)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="weights and activations on every row")
+    parser.add_argument("--skip-cpu", action="store_true",
+                        help="no PyTorch CPU rows (eager, inductor): for models too large "
+                        "for the host")
     parser.add_argument("--cold-start-probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    cfg = MODELS[args.model]
+    cfg = dataclasses.replace(MODELS[args.model], dtype=args.dtype)
     if args.cold_start_probe:
         cold_start_probe(cfg)
         return 0
@@ -499,14 +521,14 @@ def main() -> int:
     plugin_error = "skipped (--skip-jax-on-plugin)"
     if not args.skip_jax_on_plugin:
         plugin_error = _register_plugin_with_jax()
-        # A registered plugin may outrank jaxlib's CPU as JAX's default; keep jaxlib's.
-        jax.config.update("jax_default_device", jax.devices("cpu")[0])
+        # A registered plugin may outrank jaxlib's own client as JAX's default; keep jaxlib's.
+        jax.config.update("jax_default_device", jax.devices(JAX_PLATFORM)[0])
     torch._dynamo.config.cache_size_limit = 64
     info = torchtpu._C.plugin_info()
     attrs = info.get("attributes", {})
     print(f"machine: {platform.machine()} cores={os.cpu_count()} torch={torch.__version__} "
           f"threads={torch.get_num_threads()} load1={os.getloadavg()[0]:.1f} jax={jax.__version__} "
-          f"jaxlib={jaxlib.__version__} jax_devices={jax.devices('cpu')}")
+          f"jaxlib={jaxlib.__version__} jax_devices={jax.devices(JAX_PLATFORM)}")
     print(f"tpu plugin: {info['name'] or os.path.basename(info['path'])} "
           f"platform={info['platform']} "
           f"api={info['api_version']} kind={info['device_kind']} "
@@ -518,13 +540,15 @@ def main() -> int:
     n_params = sum(p.numel() for p in model.parameters())
     step_flops = train_flops_per_step(cfg, model)
     del model
-    peak = peak_flops(torch.float32)
+    peak = peak_flops(cfg.torch_dtype)
     cores = len(os.sched_getaffinity(0))
+    source = ("measured " + cfg.dtype if info["platform"] == "cpu"
+              else f"data-sheet bf16 for {info['device_kind']}")
     print(f"MFU: {step_flops / 1e9:.1f} GFLOP per training step (6N + 12LdT per token), "
-          f"against the plugin's measured float32 matmul peak {peak / 1e9:.1f} GFLOP/s "
+          f"against the plugin's {source} matmul peak {peak / 1e9:.1f} GFLOP/s "
           f"(torchtpu.flops) for every row; by cpu: against {peak / cores / 1e9:.1f} GFLOP/s "
           f"per core ({cores} cores) and the step's process CPU time")
-    print(f"model: {json.dumps(asdict(cfg))} params={n_params:,} float32, optimizer=SGD; "
+    print(f"model: {json.dumps(asdict(cfg))} params={n_params:,} {cfg.dtype}, optimizer=SGD; "
           f"median of {args.steps} steps after {args.warmup} warm-up, in {args.rounds} "
           "interleaved rounds")
 
@@ -540,7 +564,8 @@ def main() -> int:
     if pairs:
         shown = ", ".join(f"{a:.6f} vs {b:.6f}" for a, b in pairs)
         print(f"numerics: ours vs jax loss over {len(pairs)} SGD steps: {shown} "
-              f"(rtol={LOSS_RTOL}, atol={LOSS_ATOL}): {'ok' if ok else 'MISMATCH'} "
+              f"(rtol={LOSS_RTOL[cfg.dtype]}, atol={LOSS_ATOL[cfg.dtype]}): "
+              f"{'ok' if ok else 'MISMATCH'} "
               f"[{time.perf_counter() - start:.1f}s incl. compiles]")
     if not ok:
         rc = 1
@@ -549,15 +574,18 @@ def main() -> int:
         OURS: lambda: TorchRunner(cfg, "tpu", "tpu"),
         JAX: lambda: JaxRunner(cfg, _make_model(cfg)),
         JAX_ON_PLUGIN: lambda: _jax_on_plugin(cfg, plugin_error),
-        "torch eager on cpu": lambda: TorchRunner(cfg, "cpu", None),
     }
-    if not args.skip_inductor:
+    if not args.skip_cpu:
+        makers["torch eager on cpu"] = lambda: TorchRunner(cfg, "cpu", None)
+    if not args.skip_inductor and not args.skip_cpu:
         makers["compile(inductor) on cpu"] = lambda: TorchRunner(cfg, "cpu", "inductor")
     rows = measure(makers, args.steps, args.warmup, args.rounds)
-    if args.skip_inductor:
-        rows.append({"name": "compile(inductor) on cpu", "forward_ms": None, "train_ms": None,
-                     "forward_cpu_ms": None, "train_cpu_ms": None,
-                     "error": "skipped (--skip-inductor)"})
+    for name in ("torch eager on cpu", "compile(inductor) on cpu"):
+        if name not in makers:
+            flag = "--skip-cpu" if args.skip_cpu else "--skip-inductor"
+            rows.append({"name": name, "forward_ms": None, "train_ms": None,
+                         "forward_cpu_ms": None, "train_cpu_ms": None,
+                         "error": f"skipped ({flag})"})
 
     jax_row = rows[1]
     assert jax_row["name"] == JAX
@@ -609,8 +637,8 @@ def main() -> int:
     if not args.skip_cold_start:
         print()
         with tempfile.TemporaryDirectory(prefix="torchtpu-bench-cache-") as cache_dir:
-            cold = _run_probe(cache_dir, args.model)
-            warm = _run_probe(cache_dir, args.model)
+            cold = _run_probe(cache_dir, args.model, args.dtype)
+            warm = _run_probe(cache_dir, args.model, args.dtype)
         print(f"{'first training step (ours)':<28} {'first s':>8} {'2nd s':>8} {'process s':>10} "
               f"{'compiles':>9} {'disk hits':>10}")
         for name, p in (("cold (empty cache dir)", cold), ("warm (same cache dir)", warm)):

@@ -10,6 +10,7 @@
 // get_amp_supported_dtype) tells torch.autocast which dtypes the device accepts.
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <torch/headeronly/version.h>
 #include <torch/library.h>
 
 namespace torchtpu::aten {
@@ -32,7 +33,12 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFallthrough());
 }
 
-// PyTorch's op-list macros spell the signatures with unqualified ATen names.
+// PyTorch's op-list macros spell the signatures with unqualified ATen names. Torch 2.11's
+// list (a GPU image's torch, which scripts/gpu_check.sh builds against) names DimnameList,
+// which 2.13 no longer has.
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+using at::DimnameList;
+#endif
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;

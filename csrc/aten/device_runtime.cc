@@ -12,6 +12,7 @@
 #include "kernels/gemm.h"
 #include "kernels/host_kernels.h"
 #include "lowering/host_gemm.h"
+#include "runtime/gpu_allocator.h"
 #include "runtime/host_malloc.h"
 #include "runtime/plugin_registry.h"
 #include "runtime/poll_wait.h"
@@ -152,6 +153,14 @@ void ensure_initialized(State& s) {
     s.init_error = malloc_policy.status();
     return;
   }
+  auto gpu_allocator = runtime::gpu_allocator_options_from_env();
+  if (!gpu_allocator.ok()) {
+    s.init_error = gpu_allocator.status();
+    return;
+  }
+  options.gpu_allocator = *gpu_allocator;
+  options.gpu_platform =
+      known != nullptr && (known->platform == "cuda" || known->platform == "rocm");
   // A plugin that takes no store (the CPU plugins, a plugin given by path) never sees it:
   // Client::create passes it only as far as the registry's support says.
   options.multi_process = s.multi_process;

@@ -19,6 +19,18 @@ void check_tpu_storage(const c10::Storage& storage) {
               ".set_(storage)[a:b])");
 }
 
+// PyTorch's as_strided argument checks, with its messages (ATen's own helper is not in
+// every torch release's headers: torch 2.11 has none).
+void check_as_strided_args(c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+  TORCH_CHECK(sizes.size() == strides.size(), "mismatch in length of strides and shape");
+  for (int64_t s : strides) {
+    TORCH_CHECK(s >= 0,
+                "as_strided: Negative strides are not supported at the moment, got strides: ",
+                strides);
+  }
+  TORCH_CHECK(offset >= 0, "Tensor: invalid storage offset ", offset);
+}
+
 }  // namespace
 
 at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, c10::SymInt offset,
@@ -33,7 +45,7 @@ at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, c10::SymIn
                               stride.data() ? c10::IntArrayRef(strides) : c10::IntArrayRef());
   auto* impl = self.unsafeGetTensorImpl();
   if (stride.data() != nullptr) {
-    at::native::checkAsStridedArgs(c10::IntArrayRef(sizes), c10::IntArrayRef(strides), off);
+    check_as_strided_args(sizes, strides, off);
     impl->set_sizes_and_strides(sizes, strides, off);
   } else {
     impl->set_storage_offset(off);

@@ -70,7 +70,7 @@ at::Tensor& single(const std::string& coll, std::vector<at::Tensor>& tensors, co
 
 void check_reduce_op(const std::string& coll, const c10d::ReduceOp& op, const at::Tensor& t) {
   if (op.op_ == c10d::ReduceOp::PREMUL_SUM) {
-    auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+    auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
     if (s == nullptr) invalid(coll, "PREMUL_SUM needs a factor (use dist._make_nccl_premul_sum)");
     if (!at::isFloatingType(t.scalar_type())) {
       invalid(coll, "PREMUL_SUM takes floating-point tensors (got " + shape_text(t) + ")");

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
+#include <torch/headeronly/version.h>
 
 #include <chrono>
 #include <numeric>
@@ -18,6 +19,16 @@
 
 namespace torchtpu::distributed {
 namespace {
+
+// The Work's op type for reduce_scatter_tensor_coalesced: torch 2.13 has its own; torch
+// 2.11 (a GPU image's torch, which scripts/gpu_check.sh builds against) has none, and
+// COALESCED is the nearest.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+constexpr c10d::OpType kReduceScatterTensorCoalesced =
+    c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+#else
+constexpr c10d::OpType kReduceScatterTensorCoalesced = c10d::OpType::COALESCED;
+#endif
 
 // Where a host-staged collective's time goes outside its transport (nanoseconds summed
 // over calls): issuing it, waiting in the group's queue, completing its Work and future.
@@ -382,7 +393,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(
     check_reduce_scatter_base(outputs[i], inputs[i], opts.reduceOp);
   }
   c10d::ReduceOp op = opts.reduceOp;
-  return launch(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+  return launch(kReduceScatterTensorCoalesced,
                 "tpu:reduce_scatter_tensor_coalesced", outputs,
                 [outs = outputs, ins = inputs, op](Transport& tr) mutable -> base::Status {
                   for (size_t i = 0; i < ins.size(); ++i) {

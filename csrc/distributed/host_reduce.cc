@@ -16,7 +16,7 @@ c10d::ReduceOp gloo_op(const c10d::ReduceOp& op) {
 
 void premultiply(at::Tensor& host, const c10d::ReduceOp& op) {
   if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return;
-  auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
   if (s == nullptr) return;  // the backend checks that PREMUL_SUM carries a factor
   if (s->tensor_factor.defined()) {
     host.mul_(s->tensor_factor.to(at::kCPU));

@@ -67,7 +67,7 @@ base::StatusOr<ReduceKind> reduce_kind(const char* collective, const c10d::Reduc
 // once on the host (one scalar).
 base::StatusOr<runtime::BufferPtr> premul_factor(const c10d::ReduceOp& op,
                                                  c10::ScalarType dtype, int device) {
-  auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  auto* supplement = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
   if (supplement == nullptr) {
     return base::invalid_argument(
         "distributed: PREMUL_SUM without its factor; make the op with "

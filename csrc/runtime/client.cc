@@ -137,6 +137,28 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
     }
     named.push_back(v);
   }
+  static const char kPreallocate[] = "preallocate";
+  static const char kMemoryFraction[] = "memory_fraction";
+  if (options.gpu_platform && options.gpu_allocator.preallocate.has_value()) {
+    PJRT_NamedValue v{};
+    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    v.name = kPreallocate;
+    v.name_size = sizeof(kPreallocate) - 1;
+    v.type = PJRT_NamedValue_kBool;
+    v.bool_value = *options.gpu_allocator.preallocate;
+    v.value_size = 1;
+    named.push_back(v);
+  }
+  if (options.gpu_platform && options.gpu_allocator.memory_fraction.has_value()) {
+    PJRT_NamedValue v{};
+    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    v.name = kMemoryFraction;
+    v.name_size = sizeof(kMemoryFraction) - 1;
+    v.type = PJRT_NamedValue_kFloat;
+    v.float_value = static_cast<float>(*options.gpu_allocator.memory_fraction);
+    v.value_size = 1;
+    named.push_back(v);
+  }
   std::shared_ptr<KeyValueStore> store =
       plan.store_callbacks ? options.multi_process->store : nullptr;
   auto fill = [&](PJRT_Client_Create_Args& a, size_t first_option) {

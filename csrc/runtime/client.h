@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "runtime/buffer.h"
 #include "runtime/executable.h"
+#include "runtime/gpu_allocator.h"
 #include "runtime/kv_store.h"
 #include "runtime/memory_stats.h"
 #include "runtime/pjrt_api.h"
@@ -36,6 +37,10 @@ struct ClientOptions {
   // callbacks nor the node options, and the client is the usual single-process one.
   std::optional<MultiProcessConfig> multi_process;
   MultiProcessSupport multi_process_support = MultiProcessSupport::kNone;
+  // The GPU allocator's create options (runtime/gpu_allocator.h); sent only when
+  // `gpu_platform` (the plugin's registry platform is a GPU): other plugins reject them.
+  GpuAllocatorOptions gpu_allocator;
+  bool gpu_platform = false;
 };
 
 // What PJRT_Client_Create receives for `options` besides `cpu_device_count`: whether the

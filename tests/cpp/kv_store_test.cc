@@ -299,6 +299,33 @@ TEST(MultiProcessClient, CpuPluginStartsAsUsualAndNeverTouchesTheStore) {
   EXPECT_EQ(store->calls(), 0);
 }
 
+TEST(GpuAllocatorOptions, SentOnlyToAGpuPlatform) {
+  // No GPU here: the real XLA CPU plugin shows both sides, accepting a client without the
+  // options and naming the option it does not take when they are sent.
+  runtime::ClientOptions options;
+  options.gpu_allocator.preallocate = false;
+  options.gpu_allocator.memory_fraction = 0.5;
+  // A CPU plugin's registry platform is not a GPU: the options stay home.
+  auto client = runtime::Client::create(cpu_plugin(), options);
+  ASSERT_TRUE(client.ok()) << client.status().to_string();
+  client->reset();
+  // Sent (as for a GPU platform), the CPU plugin names the option it does not take: each
+  // is a real create option, not dropped on the way.
+  runtime::ClientOptions one;
+  one.gpu_platform = true;
+  one.gpu_allocator.preallocate = false;
+  auto refused = runtime::Client::create(cpu_plugin(), one);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("preallocate"), std::string::npos)
+      << refused.status().message();
+  one.gpu_allocator = {};
+  one.gpu_allocator.memory_fraction = 0.5;
+  refused = runtime::Client::create(cpu_plugin(), one);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("memory_fraction"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(MultiProcessClient, ProgramsCompileByDeviceIdWhenTheClientHasAStore) {
   // The CPU plugin ignores the callbacks, so a client given them is a real plugin's view of
   // well-formed create arguments, and its programs compile through the by-id options a

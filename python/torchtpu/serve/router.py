@@ -73,7 +73,13 @@ def run_router(replicas: list[dict], *, model_path: str | None, host: str = "127
                on_listening=None) -> int:
     """Serves until SIGINT/SIGTERM. `replicas`: dicts with "url" and optionally "events"
     and "replay" (ZMQ endpoints of its KV events). Returns 0."""
-    from torchtpu import _router
+    try:
+        from torchtpu import _router
+    except ImportError as e:
+        raise RuntimeError(
+            "torchtpu router: this build has no router (torchtpu._router did not import: "
+            f"{e}); it is built when Boost, ZeroMQ and msgpack-cxx headers are installed "
+            "(scripts/setup.sh) and TORCHTPU_BUILD_ROUTER is ON") from e
 
     tokenizer = PromptTokenizer(model_path) if model_path and mode == "cache-aware" else None
     events = any(r.get("events") for r in replicas)

@@ -80,3 +80,27 @@ def test_environment_selects_a_plugin_by_name_and_refuses_one_not_installed() ->
         assert out.returncode == 0, out.stderr
         error = json.loads(out.stdout.strip().splitlines()[-1])["error"]
         assert f"pip install {absent[0]}" in error and "not installed" in error, error
+
+
+@pytest.mark.parametrize("env", [{"TORCHTPU_GPU_PREALLOCATE": "maybe"},
+                                 {"TORCHTPU_GPU_MEMORY_FRACTION": "1.5"}])
+def test_an_invalid_gpu_allocator_setting_refuses_the_device_start(env) -> None:
+    # Read on every plugin: a typo fails at once, not only on the GPU machine.
+    r = run_python("""
+        import torch, torchtpu
+        try:
+            torch.ones(1, device="tpu")
+        except RuntimeError as e:
+            print("refused:", e)
+    """, **env)
+    assert r.returncode == 0, r.stderr
+    name, value = next(iter(env.items()))
+    assert f"refused: tpu: {name}='{value}' is not" in r.stdout, r.stdout
+
+
+def test_gpu_allocator_settings_leave_a_cpu_plugin_alone() -> None:
+    ok = run_python("""
+        import torch, torchtpu
+        print(float((torch.ones(3, device="tpu") * 2).sum()))
+    """, TORCHTPU_GPU_PREALLOCATE="0", TORCHTPU_GPU_MEMORY_FRACTION="0.5")
+    assert ok.returncode == 0 and ok.stdout.strip() == "6.0", (ok.stdout, ok.stderr)
