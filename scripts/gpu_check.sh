@@ -40,10 +40,29 @@
 # GPU_CHECK_SKIP_BUILD=1 (with GPU_CHECK_PYTHON) uses the torchtpu built there before;
 # GPU_CHECK_CC/GPU_CHECK_CXX choose the compilers of that build (default /usr/bin/gcc, g++:
 # the system's, whatever CC/CXX the image sets).
+# `gpu_check.sh --prepare DIR` fetches, here, what such an image lacks into DIR/wheels and
+# DIR/include, for GPU_CHECK_WHEELS and GPU_CHECK_PJRT_INCLUDE there.
 # Exit status: 0 when every step passed, 1 otherwise; the report says which failed and why.
 set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# `gpu_check.sh --prepare DIR`, on a machine with this checkout's .venv and a registry: puts
+# into DIR what a prepared image lacks, for GPU_CHECK_WHEELS=DIR/wheels and
+# GPU_CHECK_PJRT_INCLUDE=DIR/include there (the expecttest wheel, pjrt_c_api.h).
+if [[ "${1:-}" == "--prepare" ]]; then
+  dir=${2:?usage: gpu_check.sh --prepare DIR}
+  mkdir -p "$dir/wheels" "$dir/include" || exit 1
+  header=$(.venv/bin/python -c 'import os, xla_plugins.xla_cpu_pjrt as m
+print(os.path.join(os.path.dirname(m.__file__), "include", "pjrt_c_api.h"))') || {
+    echo "gpu_check: no xla-cpu-pjrt in .venv (run scripts/setup.sh)"; exit 1; }
+  cp "$header" "$dir/include/" || exit 1
+  .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps \
+    --only-binary=:all: -d "$dir/wheels" "expecttest==$(.venv/bin/python -c \
+    'from importlib.metadata import version; print(version("expecttest"))')" || exit 1
+  ls -l "$dir/wheels" "$dir/include"
+  exit 0
+fi
 PY=${GPU_CHECK_PYTHON:-.venv/bin/python}
 JAX_PIN=0.10.2  # scripts/setup.sh's jax/jaxlib pin; the CUDA plugin must match it
 CUDA_PKGS=("jax-cuda12-pjrt==$JAX_PIN" "jax-cuda12-plugin[with-cuda]==$JAX_PIN")

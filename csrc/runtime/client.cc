@@ -137,27 +137,27 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
     }
     named.push_back(v);
   }
+  // The GPU allocator's options (runtime/gpu_allocator.h), for a GPU platform only.
   static const char kPreallocate[] = "preallocate";
   static const char kMemoryFraction[] = "memory_fraction";
-  if (options.gpu_platform && options.gpu_allocator.preallocate.has_value()) {
+  auto scalar_option = [&](const char* name, size_t name_size, PJRT_NamedValue_Type type) {
     PJRT_NamedValue v{};
     v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
-    v.name = kPreallocate;
-    v.name_size = sizeof(kPreallocate) - 1;
-    v.type = PJRT_NamedValue_kBool;
-    v.bool_value = *options.gpu_allocator.preallocate;
+    v.name = name;
+    v.name_size = name_size;
+    v.type = type;
     v.value_size = 1;
-    named.push_back(v);
+    return v;
+  };
+  const GpuAllocatorOptions& gpu = options.gpu_allocator;
+  if (options.gpu_platform && gpu.preallocate.has_value()) {
+    named.push_back(scalar_option(kPreallocate, sizeof(kPreallocate) - 1, PJRT_NamedValue_kBool));
+    named.back().bool_value = *gpu.preallocate;
   }
-  if (options.gpu_platform && options.gpu_allocator.memory_fraction.has_value()) {
-    PJRT_NamedValue v{};
-    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
-    v.name = kMemoryFraction;
-    v.name_size = sizeof(kMemoryFraction) - 1;
-    v.type = PJRT_NamedValue_kFloat;
-    v.float_value = static_cast<float>(*options.gpu_allocator.memory_fraction);
-    v.value_size = 1;
-    named.push_back(v);
+  if (options.gpu_platform && gpu.memory_fraction.has_value()) {
+    named.push_back(
+        scalar_option(kMemoryFraction, sizeof(kMemoryFraction) - 1, PJRT_NamedValue_kFloat));
+    named.back().float_value = static_cast<float>(*gpu.memory_fraction);
   }
   std::shared_ptr<KeyValueStore> store =
       plan.store_callbacks ? options.multi_process->store : nullptr;
