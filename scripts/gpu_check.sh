@@ -252,6 +252,11 @@ step_tests() {
     tests/python/semantics/test_views_inplace.py tests/python/device/test_device.py \
     tests/python/device/test_plugin_registry.py
   run_tests "compiled" 150 tests/python/compile/test_compile.py
+  if (($(limit 90) < 20)); then
+    record "opinfo" "SKIPPED" "the script's ${BUDGET_S}s budget is spent"
+    run_tests "serving engine" 120 tests/python/serve/test_engine.py
+    return
+  fi
   mapfile -t opinfo_ids < <(timeout "$(limit 90)" "$PY" -m pytest -q --collect-only -p no:cacheprovider \
     tests/python/opinfo/test_opinfo_eager.py 2>/dev/null | grep '::' | awk "NR % $OPINFO_EVERY == 1")
   if ((${#opinfo_ids[@]})); then
