@@ -46,7 +46,6 @@ SKIPS: dict[str, str] = {
     'nn.functional.embedding': "error input raised AssertionError instead of RuntimeError (AssertionError: 'weight' must be 2-D, got 0-D)",
     'nn.functional.fractional_max_pool2d': 'fallback: aten::fractional_max_pool2d.output',
     'nn.functional.fractional_max_pool3d': 'fallback: aten::fractional_max_pool3d.output',
-    'nn.functional.gelu': 'mismatch: output 0 (torch.float32): Mismatched elements: 1 / 100 (1.0%); Greatest absolute difference: nan at index (0, 1) (up to 0.001 allowed)',
     'nn.functional.grid_sample': 'fallback: aten::grid_sampler_2d',
     'nn.functional.max_pool3d': 'fallback: aten::max_pool3d_with_indices',
     'nn.functional.multi_margin_loss': 'fallback: aten::multi_margin_loss',
