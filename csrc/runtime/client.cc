@@ -112,15 +112,20 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
   // name: a rejection of this option means "not a CPU plugin", and the client is created
   // without it (and gets the devices the plugin has). The multi-process options follow it.
   static const char kCpuDeviceCount[] = "cpu_device_count";
+  // A one-value create option; the caller sets its value.
+  auto scalar_option = [](const char* name, size_t name_size, PJRT_NamedValue_Type type) {
+    PJRT_NamedValue v{};
+    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    v.name = name;
+    v.name_size = name_size;
+    v.type = type;
+    v.value_size = 1;
+    return v;
+  };
   std::vector<PJRT_NamedValue> named;
-  PJRT_NamedValue device_count{};
-  device_count.struct_size = PJRT_NamedValue_STRUCT_SIZE;
-  device_count.name = kCpuDeviceCount;
-  device_count.name_size = sizeof(kCpuDeviceCount) - 1;
-  device_count.type = PJRT_NamedValue_kInt64;
-  device_count.int64_value = options.cpu_device_count;
-  device_count.value_size = 1;
-  named.push_back(device_count);
+  named.push_back(
+      scalar_option(kCpuDeviceCount, sizeof(kCpuDeviceCount) - 1, PJRT_NamedValue_kInt64));
+  named.back().int64_value = options.cpu_device_count;
   for (const MultiProcessPlan::Option& o : plan.options) {
     PJRT_NamedValue v{};
     v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
@@ -140,15 +145,6 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
   // The GPU allocator's options (runtime/gpu_allocator.h), for a GPU platform only.
   static const char kPreallocate[] = "preallocate";
   static const char kMemoryFraction[] = "memory_fraction";
-  auto scalar_option = [&](const char* name, size_t name_size, PJRT_NamedValue_Type type) {
-    PJRT_NamedValue v{};
-    v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
-    v.name = name;
-    v.name_size = name_size;
-    v.type = type;
-    v.value_size = 1;
-    return v;
-  };
   const GpuAllocatorOptions& gpu = options.gpu_allocator;
   if (options.gpu_platform && gpu.preallocate.has_value()) {
     named.push_back(scalar_option(kPreallocate, sizeof(kPreallocate) - 1, PJRT_NamedValue_kBool));

@@ -11,7 +11,7 @@
 namespace torchtpu {
 namespace {
 
-// Sets (or, for nullptr, unsets) the two variables for one test and restores them after.
+// Sets (or, for nullptr, unsets) the two variables for one test; unsets both after it.
 class GpuAllocatorEnv : public ::testing::Test {
  protected:
   void TearDown() override {
