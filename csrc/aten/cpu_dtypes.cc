@@ -11,7 +11,9 @@ namespace torchtpu::aten {
 enum class Refused {
   kNonFloat,   // bool and every integer dtype (floating and complex dispatch)
   kBool,       // bool only (arithmetic dispatch)
-  kBelowInt64  // bool and the integer dtypes but int64 (avg_pool's float-and-long dispatch)
+  kBelowInt64,  // bool and the integer dtypes but int64 (avg_pool's float-and-long dispatch)
+  kBelowUint8,  // bool and the integer dtypes but uint8 (upsampling's float-and-byte dispatch)
+  kComplex      // the complex dtypes (a rounding division)
 };
 
 struct CpuDtypeRule {
@@ -24,6 +26,12 @@ struct CpuDtypeRule {
   bool promoted = false;
   // A RuntimeError with this message instead of the NotImplementedError.
   const char* message = nullptr;
+  // For an op whose CPU kernel depends on its arguments' values (a convolution's kind, a
+  // reduction's mode): the rule of this call, or null when its kernel takes every dtype.
+  // The fields above are then unused.
+  const CpuDtypeRule* (*by_arguments)(c10::ArrayRef<c10::IValue> args) = nullptr;
+  // The argument whose dtype the kernel dispatches on (bernoulli_.Tensor's p).
+  size_t dispatch_arg = 0;
 };
 
 namespace {
@@ -34,12 +42,56 @@ bool refuses(Refused r, c10::ScalarType t) {
     case Refused::kBool: return t == c10::ScalarType::Bool;
     case Refused::kBelowInt64:
       return c10::isIntegralType(t, /*includeBool=*/true) && t != c10::ScalarType::Long;
+    case Refused::kBelowUint8:
+      return c10::isIntegralType(t, /*includeBool=*/true) && t != c10::ScalarType::Byte;
+    case Refused::kComplex: return c10::isComplexType(t);
   }
   return false;
 }
 
+// convolution and convolution_overrideable(input, weight, bias, stride, padding, dilation,
+// transposed, output_padding, groups): the CPU picks a slow kernel by kind and rank, each with its own
+// dtypes; an empty input returns before any of them.
+const CpuDtypeRule* convolution_rule(c10::ArrayRef<c10::IValue> args) {
+  static const CpuDtypeRule conv2d{"slow_conv2d_cpu", Refused::kBool};
+  static const CpuDtypeRule conv3d{"compute_columns3d", Refused::kBool};
+  static const CpuDtypeRule dilated{"slow_conv_dilated<>", Refused::kBelowInt64};
+  static const CpuDtypeRule transposed2d{"slow_conv_transpose2d_out_cpu", Refused::kBelowInt64};
+  static const CpuDtypeRule transposed3d{"slow_conv_transpose3d_out_cpu", Refused::kBelowInt64};
+  if (args.size() < 7 || !args[0].isTensor() || !args[6].isBool()) return nullptr;
+  const at::Tensor& input = args[0].toTensor();
+  if (!input.defined() || input.numel() == 0) return nullptr;
+  bool three_d = input.dim() == 5;
+  if (args[6].toBool()) return three_d ? &transposed3d : &transposed2d;
+  if (args[5].isIntList()) {
+    for (int64_t d : args[5].toIntVector()) {
+      if (d != 1) return &dilated;
+    }
+  }
+  return three_d ? &conv3d : &conv2d;
+}
+
+// scatter_reduce.two(self, dim, index, src, reduce, include_self): only "mean" leaves
+// bool out.
+const CpuDtypeRule* scatter_reduce_rule(c10::ArrayRef<c10::IValue> args) {
+  static const CpuDtypeRule mean{"scatter_gather_tensor_cpu_reduce_mean", Refused::kBool};
+  if (args.size() < 5 || !args[4].isString()) return nullptr;
+  return args[4].toStringRef() == "mean" ? &mean : nullptr;
+}
+
+// div.Tensor_mode / div.Scalar_mode(self, other, rounding_mode): a rounding division has
+// no complex kernel (a true division does).
+const CpuDtypeRule* rounding_div_rule(c10::ArrayRef<c10::IValue> args) {
+  static const CpuDtypeRule trunc{"div_trunc_cpu", Refused::kComplex, nullptr, true};
+  static const CpuDtypeRule floor{"div_floor_cpu", Refused::kComplex, nullptr, true};
+  if (args.size() < 3 || !args[2].isString()) return nullptr;
+  const std::string& mode = args[2].toStringRef();
+  return mode == "trunc" ? &trunc : mode == "floor" ? &floor : nullptr;
+}
+
 // Keyed by the op's name without namespace and overload, an in-place op's trailing `_`
-// dropped; a key with an overload ("round.decimals", its _out form included) wins.
+// dropped; a key with an overload ("round.decimals", its _out form included) wins, and
+// "bernoulli." is the overload-less form alone.
 const std::unordered_map<std::string, CpuDtypeRule>& rules() {
   static const auto* table = new std::unordered_map<std::string, CpuDtypeRule>{
       {"_softmax", {"softmax_lastdim_kernel_impl", Refused::kNonFloat, "softmax_kernel_impl"}},
@@ -104,6 +156,29 @@ const std::unordered_map<std::string, CpuDtypeRule>& rules() {
       {"reflection_pad3d", {"reflection_pad3d", Refused::kBool}},
       {"index_reduce", {"index_func_", Refused::kBool}},
       {"searchsorted", {"searchsorted_out_cpu", Refused::kBool}},
+      {"upsample_nearest1d", {"compute_indices_weights_nearest", Refused::kBelowUint8}},
+      {"upsample_nearest2d", {"upsample_nearest2d_channels_last", Refused::kBelowUint8}},
+      {"upsample_nearest3d", {"compute_indices_weights_nearest", Refused::kBelowUint8}},
+      {"_upsample_nearest_exact1d", {"compute_indices_weights_nearest", Refused::kBelowUint8}},
+      {"_upsample_nearest_exact2d",
+       {"upsample_nearest2d_channels_last", Refused::kBelowUint8}},
+      {"_upsample_nearest_exact3d", {"compute_indices_weights_nearest", Refused::kBelowUint8}},
+      {"upsample_linear1d", {"compute_indices_weights_linear", Refused::kNonFloat}},
+      {"upsample_bilinear2d", {"upsample_bilinear2d_channels_last", Refused::kBelowUint8}},
+      {"upsample_trilinear3d", {"compute_indices_weights_linear", Refused::kNonFloat}},
+      {"upsample_bicubic2d", {"compute_indices_weights_cubic", Refused::kBelowUint8}},
+      {"_upsample_bilinear2d_aa", {"compute_index_ranges_weights", Refused::kBelowUint8}},
+      {"_upsample_bicubic2d_aa", {"compute_index_ranges_weights", Refused::kBelowUint8}},
+      {"bernoulli.", {"bernoulli_tensor_cpu_p_", Refused::kNonFloat}},
+      {"bernoulli.Tensor",
+       {"bernoulli_tensor_cpu_p_", Refused::kNonFloat, nullptr, false, nullptr, nullptr, 1}},
+      {"convolution", {"", Refused::kBool, nullptr, false, nullptr, convolution_rule}},
+      {"convolution_overrideable",
+       {"", Refused::kBool, nullptr, false, nullptr, convolution_rule}},
+      {"scatter_reduce.two", {"", Refused::kBool, nullptr, false, nullptr, scatter_reduce_rule}},
+      {"div.Tensor_mode", {"", Refused::kComplex, nullptr, false, nullptr, rounding_div_rule}},
+      {"div.Scalar_mode", {"", Refused::kComplex, nullptr, false, nullptr, rounding_div_rule}},
+      {"div.out_mode", {"", Refused::kComplex, nullptr, false, nullptr, rounding_div_rule}},
   };
   return *table;
 }
@@ -122,17 +197,19 @@ const CpuDtypeRule* cpu_dtype_rule(const c10::OperatorName& name) {
   }
   if (overload == "out" || overload == "values") overload.clear();
   const auto& table = rules();
-  if (!overload.empty()) {
-    auto it = table.find(op + "." + overload);
-    if (it != table.end()) return &it->second;
-  }
-  auto it = table.find(op);
+  auto it = table.find(op + "." + overload);
+  if (it != table.end()) return &it->second;
+  it = table.find(op);
   return it == table.end() ? nullptr : &it->second;
 }
 
-void check_dtype_like_cpu(const CpuDtypeRule& rule, c10::ArrayRef<c10::IValue> args) {
-  if (args.empty() || !args[0].isTensor()) return;
-  const at::Tensor& self = args[0].toTensor();
+void check_dtype_like_cpu(const CpuDtypeRule& call_rule, c10::ArrayRef<c10::IValue> args) {
+  const CpuDtypeRule* picked =
+      call_rule.by_arguments != nullptr ? call_rule.by_arguments(args) : &call_rule;
+  if (picked == nullptr) return;
+  const CpuDtypeRule& rule = *picked;
+  if (args.size() <= rule.dispatch_arg || !args[rule.dispatch_arg].isTensor()) return;
+  const at::Tensor& self = args[rule.dispatch_arg].toTensor();
   if (!self.defined()) return;
   c10::ScalarType t = self.scalar_type();
   if (rule.promoted && args.size() > 1) {

@@ -61,6 +61,28 @@ _REFUSED = {
     "reflection_pad2d bool": lambda i, b: F.pad(b[None, None], (1, 1, 1, 1), mode="reflect"),
     "index_reduce bool": lambda i, b: b[0].index_reduce(0, torch.zeros_like(i[0]), b[1], "amax"),
     "searchsorted bool": lambda i, b: torch.searchsorted(b[0], b[1]),
+    "interpolate nearest int64": lambda i, b: F.interpolate(i[None, None], scale_factor=2),
+    "interpolate nearest1d bool": lambda i, b: F.interpolate(b[None], scale_factor=2),
+    "interpolate nearest-exact int32": lambda i, b: F.interpolate(
+        i[None, None].int(), scale_factor=2, mode="nearest-exact"),
+    "interpolate bilinear int8": lambda i, b: F.interpolate(
+        i[None, None].to(torch.int8), scale_factor=2, mode="bilinear"),
+    "interpolate linear uint8": lambda i, b: F.interpolate(
+        i[None].to(torch.uint8), scale_factor=2, mode="linear"),
+    "interpolate bicubic antialias": lambda i, b: F.interpolate(
+        i[None, None], scale_factor=2, mode="bicubic", antialias=True),
+    "conv2d bool": lambda i, b: F.conv2d(b[None, None], b[None, None]),
+    "conv3d bool": lambda i, b: F.conv3d(b[None, None, None], b[None, None, None]),
+    "conv1d dilated int32": lambda i, b: F.conv1d(i[None].int(), i[None, :, :2].int(), dilation=2),
+    "conv_transpose2d uint8": lambda i, b: F.conv_transpose2d(
+        i[None, None].to(torch.uint8), i[None, None].to(torch.uint8)),
+    "conv_transpose3d int16": lambda i, b: F.conv_transpose3d(
+        i[None, None, None].short(), i[None, None, None].short()),
+    "bernoulli int64": lambda i, b: torch.bernoulli(i),
+    "bernoulli_ int64 p": lambda i, b: i.float().bernoulli_(i // 6),
+    "scatter_reduce mean bool": lambda i, b: b[0].scatter_reduce(0, i[0] // 4, b[1], "mean"),
+    "div trunc complex": lambda i, b: torch.div(i.cfloat(), i, rounding_mode="trunc"),
+    "div floor complex scalar": lambda i, b: torch.div(i.cfloat(), 2, rounding_mode="floor"),
 }
 
 
@@ -85,6 +107,16 @@ def test_refused_dtype_raises_the_cpu_error(name: str, mode: str) -> None:
     ("mm int", lambda x: x @ x.T),
     ("relu int", F.relu),
     ("median int", lambda x: x.median()),
+    ("interpolate nearest uint8", lambda x: F.interpolate(x[None, None].to(torch.uint8), scale_factor=2)),
+    ("conv2d int64", lambda x: F.conv2d(x[None, None], x[None, None, :, :2])),
+    ("conv2d dilated int64", lambda x: F.conv2d(x[None, None], x[None, None, :1, :2], dilation=2)),
+    ("conv_transpose2d int64", lambda x: F.conv_transpose2d(x[None, None], x[None, None])),
+    ("conv2d int32 empty batch", lambda x: F.conv2d(x[None, None].int()[:0], x[None, None].int())),
+    ("bernoulli p int64", lambda x: torch.bernoulli(x // 8, 0.5)),
+    ("bernoulli_ of int64 by float p", lambda x: x.bernoulli_(torch.ones_like(x, dtype=torch.float))),
+    ("scatter_reduce mean int64", lambda x: x[0].scatter_reduce(0, x[0] // 4, x[1], "mean")),
+    ("div trunc int64", lambda x: torch.div(x, 2, rounding_mode="trunc")),
+    ("div complex", lambda x: torch.div(x.cfloat(), x)),
 ])
 def test_accepted_dtypes_still_compute(name: str, fn) -> None:
     assert_same(fn, _I)
