@@ -225,15 +225,33 @@ Lowered lower_count_nonzero(LoweringContext& c) {
   return std::vector<Value>{finish(c, b.reduce_sum(nz, reduction_dims(c, 1, x.rank())))};
 }
 
+// The power of two at or below |m| for a float m: m with its mantissa and sign cleared; 1
+// where m is 0, subnormal, inf or NaN (nothing to scale by).
+Value power_of_two_at_or_below(Builder& b, Value m) {
+  bool wide = m.dtype() == DType::kF64;
+  TensorType bits{wide ? DType::kI64 : DType::kI32, m.dims()};
+  Value mask = b.splat(wide ? 9218868437227405312.0 : 2139095040.0, bits);  // exponent bits
+  Value e = b.binary("and", b.op("stablehlo.bitcast_convert", {m}, bits), mask);
+  Value normal = b.binary("and", b.compare(e, b.zeros(bits), "NE"), b.compare(e, mask, "NE"));
+  Value p = b.op("stablehlo.bitcast_convert", {e}, m.type);
+  return b.select(normal, p, b.splat(1, m.type));
+}
+
 // var/std/var_mean/std_mean.correction(self, dim?, *, correction?, keepdim). Two passes
 // (mean, then squared deviations) in the accumulation type; the divisor is
-// max(N - correction, 0) as in PyTorch, so too few samples give inf or NaN.
+// max(N - correction, 0) as in PyTorch, so too few samples give inf or NaN. The CPU
+// accumulates a float32 variance in double, so its std of values near 1e20 or 1e-30 is
+// finite and non-zero where float32 squares overflow or flush to zero: the values are
+// divided by the power of two at or below their largest magnitude first and the results
+// scaled back. Scaling by a power of two is exact, so in-range results are unchanged.
 LoweringFn variance(bool take_sqrt, bool with_mean) {
   return [=](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
     DType t = acc_type(c.out_type().dtype);
     Value x = b.convert(c.tensor(0), t);
     Dims dims = reduction_dims(c, 1, x.rank());
+    Value p = power_of_two_at_or_below(b, b.reduce_max(b.unary("abs", x), dims));
+    x = b.div(x, expand_back(b, p, x, dims));
     Value n = b.constant(static_cast<double>(count_along(x, dims)), t);
     Value sum = b.reduce_sum(x, dims);
     Value mean = b.div(sum, b.broadcast_to(n, sum.dims()));
@@ -242,9 +260,10 @@ LoweringFn variance(bool take_sqrt, bool with_mean) {
     Value corr = c.is_none(2) ? b.constant(1, t) : c.scalar(2, t);
     Value denom = b.max(b.sub(n, corr), b.zeros(n.type));
     Value var = b.div(ss, b.broadcast_to(denom, ss.dims()));
-    if (take_sqrt) var = b.unary("sqrt", var);
+    // var * p * p, not var * p^2: p^2 can overflow or flush where the product does not.
+    var = take_sqrt ? b.mul(b.unary("sqrt", var), p) : b.mul(b.mul(var, p), p);
     std::vector<Value> out{finish(c, var, 0)};
-    if (with_mean) out.push_back(finish(c, mean, 1));
+    if (with_mean) out.push_back(finish(c, b.mul(mean, p), 1));
     return out;
   };
 }

@@ -105,6 +105,25 @@ def test_var_std(dtype: torch.dtype, correction: int) -> None:
                 dtype_tols=SUM_TOLS)
 
 
+@pytest.mark.parametrize("scale", [1e20, 1e36, 1e-30, 1e-36])
+def test_var_std_of_float32_extremes_like_cpu(scale: float) -> None:
+    # The CPU accumulates a float32 variance in double: its std stays finite and non-zero
+    # where float32 squares of the deviations overflow (1e20) or flush to zero (1e-30).
+    x = make((3, 8), torch.float32) * scale
+    assert_same(lambda t: t.std(dim=1), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: tuple(torch.std_mean(t, dim=0)), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: tuple(torch.var_mean(t, dim=1, correction=0)), x,
+                dtype_tols=SUM_TOLS)
+
+
+def test_var_in_range_whose_squares_overflow_float32() -> None:
+    # Values in [-3, 3] * 5e18: a variance near 1e38 fits, deviations' squares up to ~1e39
+    # do not.
+    x = make((3, 8), torch.float32) * 5e18
+    assert_same(lambda t: t.var(dim=1), x, dtype_tols=SUM_TOLS)
+    assert_same(lambda t: torch.var(t), x, dtype_tols=SUM_TOLS)
+
+
 def test_norms() -> None:
     x = make((4, 6), torch.float32)
     assert_same(torch.linalg.vector_norm, x, dtype_tols=SUM_TOLS)
