@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
+#include "aten/conv_arguments.h"
 #include "aten/op_info.h"
 #include "base/metrics.h"
 
@@ -376,7 +377,7 @@ bool has_cpu_argument_checks(const std::string& name) {
       "aten::multinomial.out", "aten::max", "aten::max.unary_out", "aten::min",
       "aten::min.unary_out", "aten::median.dim", "aten::median.dim_values",
       "aten::nanmedian.dim", "aten::nanmedian.dim_values", "aten::kthvalue",
-      "aten::kthvalue.values"};
+      "aten::kthvalue.values", "aten::convolution", "aten::convolution.out"};
   return kChecked.count(name) > 0;
 }
 
@@ -385,8 +386,13 @@ bool has_cpu_argument_checks(const std::string& name) {
 // sizes, _assert_async's element count, and the reductions without an identity over
 // nothing (max() / min() of an empty tensor, median / nanmedian / kthvalue along an
 // empty dim), whose lowerings would otherwise return the fill value (+-inf, NaN) or
-// another error. Same messages as the CPU.
+// another error; convolution's parameters and shapes (conv_arguments.h). Same messages as
+// the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
+  if (name == "aten::convolution" || name == "aten::convolution.out") {
+    check_convolution_like_cpu(args);
+    return;
+  }
   if (name == "aten::max" || name == "aten::max.unary_out" || name == "aten::min" ||
       name == "aten::min.unary_out") {
     const char* fn = name.compare(6, 3, "max") == 0 ? "max()" : "min()";

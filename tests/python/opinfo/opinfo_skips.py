@@ -41,7 +41,6 @@ SKIPS: dict[str, str] = {
     'nn.functional.adaptive_max_pool3d': 'fallback: aten::adaptive_max_pool3d.out',
     'nn.functional.avg_pool3d': 'fallback: aten::avg_pool3d.out',
     'nn.functional.channel_shuffle': 'fallback: aten::channel_shuffle',
-    'nn.functional.conv3d': 'error input did not raise RuntimeError (expected /negative padding is not supported/)',
     'nn.functional.ctc_loss': 'fallback: aten::_ctc_loss',
     'nn.functional.embedding': "error input raised AssertionError instead of RuntimeError (AssertionError: 'weight' must be 2-D, got 0-D)",
     'nn.functional.fractional_max_pool2d': 'fallback: aten::fractional_max_pool2d.output',

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _compare import FLOAT_DTYPES, assert_same, make
+from _compare import FLOAT_DTYPES, assert_raises_like_cpu, assert_same, make
 
 import torchtpu
 
@@ -187,6 +187,37 @@ def test_conv1d_and_transposed() -> None:
                 dtype_tols=tols)
     assert_same(lambda t, w: F.conv_transpose2d(t, w, stride=2), make((1, 4, 5, 5), f),
                 make((4, 2, 3, 3), f), dtype_tols=tols)
+
+
+_X2, _W2 = make((1, 2, 5, 5), torch.float32), make((4, 2, 3, 3), torch.float32)
+_BAD_CONVOLUTIONS = {
+    "negative padding": lambda x, w: F.conv2d(x, w, padding=-1),
+    "zero stride": lambda x, w: F.conv2d(x, w, stride=0),
+    "zero dilation": lambda x, w: F.conv2d(x, w, dilation=0),
+    "zero groups": lambda x, w: F.conv2d(x, w, groups=0),
+    "stride of the wrong length": lambda x, w: F.conv2d(x, w, stride=(1, 1, 1)),
+    "groups over the weight's outputs": lambda x, w: F.conv2d(x, w, groups=8),
+    "groups not dividing the weight's outputs": lambda x, w: F.conv2d(x, w[:3], groups=2),
+    "input channels": lambda x, w: F.conv2d(x[:, :1], w),
+    "bias size": lambda x, w: F.conv2d(x, w, w[0, 0, 0]),
+    "kernel larger than the input": lambda x, w: F.conv2d(x[..., :2], w),
+    "weight rank": lambda x, w: torch.ops.aten.convolution(
+        x[0], w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+    "negative output_padding": lambda x, w: torch.ops.aten.convolution(
+        x, w.transpose(0, 1), None, [2, 2], [0, 0], [1, 1], True, [-1, -1], 1),
+    "transposed input channels": lambda x, w: F.conv_transpose2d(x, w[:, :1]),
+    "transposed bias size": lambda x, w: F.conv_transpose2d(x, w[:2], w[0, 0, 0]),
+}
+
+
+@pytest.mark.parametrize("name", list(_BAD_CONVOLUTIONS))
+def test_convolution_arguments_refused_like_cpu(name: str) -> None:
+    # aten::convolution is claimed for tpu, past at::_convolution's checks: they are made
+    # again, with the CPU's messages (a negative padding used to crop the input).
+    e = assert_raises_like_cpu(_BAD_CONVOLUTIONS[name], _X2, _W2)
+    with pytest.raises(type(e)) as cpu:
+        _BAD_CONVOLUTIONS[name](_X2, _W2)
+    assert str(e).splitlines()[0] == str(cpu.value).splitlines()[0]
 
 
 def test_pooling() -> None:
