@@ -377,7 +377,9 @@ bool has_cpu_argument_checks(const std::string& name) {
       "aten::multinomial.out", "aten::max", "aten::max.unary_out", "aten::min",
       "aten::min.unary_out", "aten::median.dim", "aten::median.dim_values",
       "aten::nanmedian.dim", "aten::nanmedian.dim_values", "aten::kthvalue",
-      "aten::kthvalue.values", "aten::convolution", "aten::convolution.out"};
+      "aten::kthvalue.values", "aten::convolution", "aten::convolution.out",
+      "aten::aminmax.out", "aten::masked_scatter", "aten::masked_scatter_",
+      "aten::masked_scatter.out", "aten::embedding"};
   return kChecked.count(name) > 0;
 }
 
@@ -386,11 +388,31 @@ bool has_cpu_argument_checks(const std::string& name) {
 // sizes, _assert_async's element count, and the reductions without an identity over
 // nothing (max() / min() of an empty tensor, median / nanmedian / kthvalue along an
 // empty dim), whose lowerings would otherwise return the fill value (+-inf, NaN) or
-// another error; convolution's parameters and shapes (conv_arguments.h). Same messages as
-// the CPU.
+// another error; convolution's parameters and shapes (conv_arguments.h); aminmax's out
+// dtypes, masked_scatter's mask dtype and embedding's weight rank (the meta kernels skip
+// the first two and assert the third). Same messages as the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
   if (name == "aten::convolution" || name == "aten::convolution.out") {
     check_convolution_like_cpu(args);
+    return;
+  }
+  if (name == "aten::aminmax.out") {  // aminmax.out(self, *, dim, keepdim, min, max)
+    const at::Tensor& self = args[0].toTensor();
+    for (size_t i : {3, 4}) {
+      const at::Tensor& out = args[i].toTensor();
+      TORCH_CHECK(out.dtype() == self.dtype(), "Expected out tensor to have dtype ",
+                  self.dtype(), ", but got ", out.dtype(), " instead");
+    }
+    return;
+  }
+  if (name.rfind("aten::masked_scatter", 0) == 0) {
+    c10::ScalarType mask = args[1].toTensor().scalar_type();
+    TORCH_CHECK(mask == at::kBool,
+                "masked_scatter_ only supports boolean masks, but got mask with dtype ", mask);
+    return;
+  }
+  if (name == "aten::embedding") {
+    TORCH_CHECK(args[0].toTensor().dim() == 2, "'weight' must be 2-D");
     return;
   }
   if (name == "aten::max" || name == "aten::max.unary_out" || name == "aten::min" ||
