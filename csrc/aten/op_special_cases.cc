@@ -305,6 +305,12 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     meta_gru_cell_backward(st);
     return true;
   }
+  if (is_batch_norm(name) && !st[5].toBool()) {
+    // In evaluation mode the CPU returns empty save_mean/save_invstd; the meta kernel [C].
+    c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), "").callBoxed(&st);
+    for (size_t i : {1, 2}) st[i] = at::empty({0}, st[i].toTensor().options());
+    return true;
+  }
   if (name == "aten::convolution_overrideable") {
     std::optional<at::Tensor> bias;
     if (!st[2].isNone()) bias = st[2].toTensor();

@@ -7,7 +7,6 @@ test until it is removed here."""
 
 SKIPS: dict[str, str] = {
     '_batch_norm_with_update': 'fallback: aten::_batch_norm_with_update',
-    '_native_batch_norm_legit': 'mismatch: output 1 is torch.float32[2], CPU gives torch.float32[0]',
     '_segment_reduce.lengths': 'fallback: aten::segment_reduce',
     '_segment_reduce.offsets': 'fallback: aten::segment_reduce',
     '_upsample_bilinear2d_aa': 'fallback: aten::_upsample_bilinear2d_aa.out',
@@ -32,7 +31,6 @@ SKIPS: dict[str, str] = {
     'logcumsumexp': 'fallback: aten::_logcumsumexp',
     'mode': 'fallback: aten::mode',
     'narrow_copy': 'error input raised IndexError instead of RuntimeError (IndexError: Dimension out of range (expected to be in range of [-3, 2], but got 3))',
-    'native_batch_norm': 'mismatch: output 1 is torch.float32[2], CPU gives torch.float32[0]',
     'nn.functional.adaptive_avg_pool3d': 'fallback: aten::_adaptive_avg_pool3d',
     'nn.functional.adaptive_max_pool1d': 'fallback: aten::adaptive_max_pool2d.out',
     'nn.functional.adaptive_max_pool2d': 'fallback: aten::adaptive_max_pool2d.out',
