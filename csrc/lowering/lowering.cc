@@ -31,6 +31,7 @@ void ensure_registered() {
     register_sort_lowerings();
     register_elementwise_math_lowerings();
     register_interpolate_lowerings();
+    register_patch_lowerings();
     register_unpool_lowerings();
     register_search_lowerings();
     register_index_reduce_lowerings();

@@ -46,7 +46,6 @@ SKIPS: dict[str, str] = {
     'nn.functional.multilabel_margin_loss': 'fallback: aten::multilabel_margin_loss_forward',
     'nn.functional.pdist': 'fallback: aten::_pdist_forward',
     'nn.functional.rrelu': 'fallback: aten::rrelu_with_noise',
-    'nn.functional.unfold': 'fallback: aten::im2col',
     'nonzero_static': 'fallback: aten::nonzero_static',
     'put': 'fallback: aten::put_',
     'renorm': 'fallback: aten::renorm.out',

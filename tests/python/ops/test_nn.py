@@ -220,6 +220,36 @@ def test_convolution_arguments_refused_like_cpu(name: str) -> None:
     assert str(e).splitlines()[0] == str(cpu.value).splitlines()[0]
 
 
+_PATCHES = {
+    "kernel 2x3": ((2, 3, 7, 9), {"kernel_size": (2, 3)}),
+    "dilated, padded, strided": ((2, 3, 7, 9), {"kernel_size": 3, "dilation": 2, "padding": 1,
+                                                 "stride": 2}),
+    "tiles (patchify), unbatched": ((3, 8, 8), {"kernel_size": 4, "stride": 4}),
+    "tiles with padding": ((2, 3, 9, 9), {"kernel_size": 4, "stride": 4, "padding": 1}),
+    "per-dim everything": ((1, 2, 10, 10), {"kernel_size": (3, 2), "stride": (2, 3),
+                                            "padding": (1, 2), "dilation": (1, 2)}),
+}
+
+
+@pytest.mark.parametrize("name", list(_PATCHES))
+def test_unfold_fold_and_gradient(name: str) -> None:
+    # im2col and col2im are lowered (no CPU fallback): unfold, fold, and unfold's gradient
+    # (which is col2im).
+    shape, kw = _PATCHES[name]
+    x = make(shape, torch.float32)
+    assert_same(lambda t: F.unfold(t, **kw), x)
+    cols = F.unfold(x, **kw)
+    assert_same(lambda t: F.fold(t, shape[-2:], **kw), cols, dtype_tols=NN_TOLS)
+    g = make(cols.shape, torch.float32)
+
+    def grad(t: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
+        t = t.detach().requires_grad_()
+        F.unfold(t, **kw).backward(gt)
+        return t.grad
+
+    assert_same(grad, x, g, dtype_tols=NN_TOLS)
+
+
 def test_pooling() -> None:
     x = make((2, 3, 8, 8), torch.float32)
     assert_same(lambda t: F.max_pool2d(t, 2), x)
