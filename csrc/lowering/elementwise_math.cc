@@ -285,6 +285,25 @@ Value atan_real(Builder& b, Value x) {
   return b.select(tiny, x, b.binary("atan2", b.mul(x, two), two));
 }
 
+// linalg_cross(self, other, dim): the two operands broadcast to the result, then the
+// three components of each 3-vector along `dim` (whose size the meta kernel checks is 3).
+Lowered lower_linalg_cross(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  int64_t dim = wrap_dim(c.int_arg(2), static_cast<int64_t>(out.dims.size()));
+  Value x = c.operand(0, out.dtype, out.dims), y = c.operand(1, out.dtype, out.dims);
+  auto part = [&](Value v, int64_t k) {
+    Dims start(out.dims.size(), 0), limit = out.dims, strides(out.dims.size(), 1);
+    start[dim] = k;
+    limit[dim] = k + 1;
+    return b.slice(v, start, limit, strides);
+  };
+  auto component = [&](int64_t i, int64_t j) {  // x_i * y_j - x_j * y_i
+    return b.sub(b.mul(part(x, i), part(y, j)), b.mul(part(x, j), part(y, i)));
+  };
+  return std::vector<Value>{b.concatenate({component(1, 2), component(2, 0), component(0, 1)}, dim)};
+}
+
 }  // namespace
 
 // PyTorch's div_floor for floats: (a - fmod(a, b)) / b, corrected toward -inf, then rounded;
@@ -385,6 +404,7 @@ void register_elementwise_math_lowerings() {
                      "aten::__irshift__.Tensor", "aten::__irshift__.Scalar"},
                     shift(false));
   register_lowering({"aten::trace", "aten::trace.out"}, lower_trace);
+  register_lowering({"aten::linalg_cross", "aten::linalg_cross.out"}, lower_linalg_cross);
 }
 
 }  // namespace torchtpu::lowering

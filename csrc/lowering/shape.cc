@@ -102,6 +102,25 @@ Result lower_roll(LoweringContext& c) {
   return std::vector<Value>{x};
 }
 
+// channel_shuffle(self, groups) / native_channel_shuffle: [N, g, C/g, *] with the two
+// middle dims swapped, read back as [N, C, *].
+Result lower_channel_shuffle(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  int64_t g = c.int_arg(1);
+  if (x.rank() < 3 || g <= 0 || x.dims()[1] % g != 0) {
+    return base::invalid_argument("lowering: channel_shuffle: needs rank >= 3 and channels "
+                                  "divisible by a positive groups");
+  }
+  Dims split = x.dims();
+  split[1] = x.dims()[1] / g;
+  split.insert(split.begin() + 1, g);
+  Dims perm(split.size());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+  std::swap(perm[1], perm[2]);
+  return std::vector<Value>{b.reshape(b.transpose(b.reshape(x, split), perm), x.dims())};
+}
+
 // constant_pad_nd(self, int[] pad, Scalar value=0): pad pairs run from the last dim
 // backwards; negative amounts crop, which stablehlo.pad supports directly.
 Result lower_constant_pad_nd(LoweringContext& c) {
@@ -409,6 +428,9 @@ void register_shape_lowerings() {
   register_lowering({"aten::diag_embed", "aten::diag_embed.out"}, lower_diag_embed);
   register_lowering({"aten::slice_scatter", "aten::slice_scatter.out"}, lower_slice_scatter);
   register_lowering({"aten::select_scatter", "aten::select_scatter.out"}, lower_select_scatter);
+  register_lowering({"aten::channel_shuffle", "aten::channel_shuffle.out",
+                     "aten::native_channel_shuffle"},
+                    lower_channel_shuffle);
 }
 
 }  // namespace torchtpu::lowering

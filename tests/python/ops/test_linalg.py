@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 import torch
 import torch.nn as nn
-from _compare import assert_close, assert_raises_like_cpu, assert_same, fallbacks, new_fallbacks
+from _compare import (
+    assert_close,
+    assert_raises_like_cpu,
+    assert_same,
+    fallbacks,
+    make,
+    new_fallbacks,
+)
 
 import torchtpu
 
@@ -545,3 +552,20 @@ def test_compiled_graph_shares_the_lowerings() -> None:
     compiled = torch.compile(f, backend="tpu")
     actual = run_no_fallback(compiled, a.to("tpu"), s.to("tpu"), b.to("tpu"))
     assert_close(list(actual), list(expected), dtype_tols=TOLS)
+
+
+def test_cross_broadcast_dims_and_gradient() -> None:
+    # linalg_cross is lowered (it ran on the CPU): operands broadcast to the result, any dim
+    # of size 3, integers too, and the gradient through it.
+    x, y = make((2, 3, 4), torch.float32), make((1, 3, 4), torch.float32)
+    assert_same(lambda a, b: torch.linalg.cross(a, b, dim=1), x, y)
+    assert_same(lambda a, b: torch.cross(a, b, dim=-2), x, y)
+    assert_same(lambda a, b: torch.linalg.cross(a, b), make((5, 3), torch.int64, low=-9, high=9),
+                make((5, 3), torch.int64, low=-9, high=9))
+
+    def grads(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+        torch.linalg.cross(a, b, dim=1).square().sum().backward()
+        return a.grad, b.grad
+
+    assert_same(grads, x, y, dtype_tols={torch.float32: (1e-5, 1e-4)})
