@@ -50,8 +50,8 @@ bool refuses(Refused r, c10::ScalarType t) {
 }
 
 // convolution and convolution_overrideable(input, weight, bias, stride, padding, dilation,
-// transposed, output_padding, groups): the CPU picks a slow kernel by kind and rank, each with its own
-// dtypes; an empty input returns before any of them.
+// transposed, output_padding, groups): the CPU picks a slow kernel by kind and rank, each
+// with its own dtypes; an empty input returns before any of them.
 const CpuDtypeRule* convolution_rule(c10::ArrayRef<c10::IValue> args) {
   static const CpuDtypeRule conv2d{"slow_conv2d_cpu", Refused::kBool};
   static const CpuDtypeRule conv3d{"compute_columns3d", Refused::kBool};

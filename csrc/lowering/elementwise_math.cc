@@ -301,7 +301,8 @@ Lowered lower_linalg_cross(LoweringContext& c) {
   auto component = [&](int64_t i, int64_t j) {  // x_i * y_j - x_j * y_i
     return b.sub(b.mul(part(x, i), part(y, j)), b.mul(part(x, j), part(y, i)));
   };
-  return std::vector<Value>{b.concatenate({component(1, 2), component(2, 0), component(0, 1)}, dim)};
+  return std::vector<Value>{
+      b.concatenate({component(1, 2), component(2, 0), component(0, 1)}, dim)};
 }
 
 }  // namespace
