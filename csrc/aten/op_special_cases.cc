@@ -277,7 +277,7 @@ void meta_gru_cell_backward(torch::jit::Stack& st) {
 
 // convolution_overrideable and its backward have no meta kernel (their default kernel
 // only raises); their result types are those of aten::convolution on the same arguments.
-// _logcumsumexp has none either.
+// _logcumsumexp and cummax/cummin have none either.
 // The fused RNN cells are described above.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) {
   auto& st = *meta_stack;
@@ -310,6 +310,17 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     // In evaluation mode the CPU returns empty save_mean/save_invstd; the meta kernel [C].
     c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), "").callBoxed(&st);
     for (size_t i : {1, 2}) st[i] = at::empty({0}, st[i].toTensor().options());
+    return true;
+  }
+  if (name == "aten::cummax" || name == "aten::cummax.out" || name == "aten::cummin" ||
+      name == "aten::cummin.out") {
+    // Their meta runs the composite, whose in-place helper has no meta kernel: (values,
+    // indices) of the input's shape.
+    at::Tensor self = st[0].toTensor();
+    c10::maybe_wrap_dim(st[1].toInt(), self.dim());
+    st.clear();
+    st.emplace_back(at::empty_like(self));
+    st.emplace_back(at::empty_like(self, self.options().dtype(at::kLong)));
     return true;
   }
   if (name == "aten::_logcumsumexp" || name == "aten::_logcumsumexp.out") {

@@ -378,6 +378,57 @@ LoweringFn cumulative(const char* kind) {
   };
 }
 
+// cummax / cummin(self, dim) -> (values, indices): a scan of (value, index) pairs along
+// `dim`, as one variadic reduce_window. The CPU kernel walks forward replacing the running
+// extreme when `x >= out` (cummax) or `x <= out` (cummin), and at every NaN, which then
+// sticks: the pick below is that rule made order-free (of equal values, or of NaNs, the
+// later index wins; a NaN beats any number), so the window's reduction order cannot
+// change the result.
+LoweringFn cumulative_extreme(bool is_max) {
+  return [is_max](LoweringContext& c) -> Lowered {
+    Builder& b = c.b();
+    Value x = c.tensor(0);
+    if (x.rank() == 0 || x.type.num_elements() == 0) {
+      return std::vector<Value>{finish(c, x, 0), finish(c, b.zeros(c.out_type(1)), 1)};
+    }
+    int64_t dim = wrap_dim(c.int_arg(1), x.rank());
+    int64_t n = x.dims()[dim];
+    Value idx = b.iota(TensorType{DType::kI64, x.dims()}, dim);
+    Dims window(x.rank(), 1), strides(x.rank(), 1);
+    window[dim] = n;
+    std::string padding = "dense<[";
+    for (int64_t i = 0; i < x.rank(); ++i) {
+      padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? n - 1 : 0) + ", 0]";
+    }
+    padding += "]> : tensor<" + std::to_string(x.rank()) + "x2xi64>";
+    Value init = is_max ? b.min_value(x.dtype()) : b.max_value(x.dtype());
+    TensorType sv{x.dtype(), {}}, si{DType::kI64, {}};
+    bool floating = base::is_floating(x.dtype());
+    auto body = [is_max, floating](Builder& r, const std::vector<Value>& a) {
+      Value av = a[0], ai = a[1], bv = a[2], bi = a[3];
+      Value later = r.compare(ai, bi, "GT");
+      Value tie = r.compare(av, bv, "EQ");
+      Value beats = r.compare(av, bv, is_max ? "GT" : "LT");
+      Value pick_a = r.binary("or", beats, r.binary("and", tie, later));
+      if (floating) {
+        Value a_nan = r.compare(av, av, "NE"), b_nan = r.compare(bv, bv, "NE");
+        Value both = r.binary("and", a_nan, b_nan);
+        Value neither = r.unary("not", r.binary("or", a_nan, b_nan));
+        pick_a = r.binary("or", r.binary("and", a_nan, r.unary("not", b_nan)),
+                          r.binary("or", r.binary("and", both, later),
+                                   r.binary("and", neither, pick_a)));
+      }
+      return std::vector<Value>{r.select(pick_a, av, bv), r.select(pick_a, ai, bi)};
+    };
+    std::vector<Value> outs = b.op_with_region(
+        "stablehlo.reduce_window", {x, idx, init, b.constant(-1, DType::kI64)},
+        {x.type, idx.type}, {sv, si, sv, si}, body,
+        "window_dimensions = " + i64_array(window) + ", window_strides = " +
+            i64_array(strides) + ", padding = " + padding);
+    return std::vector<Value>{finish(c, outs[0], 0), finish(c, outs[1], 1)};
+  };
+}
+
 }  // namespace
 
 void register_reduction_lowerings() {
@@ -416,6 +467,8 @@ void register_reduction_lowerings() {
   register_lowering({"aten::cumsum", "aten::cumsum_", "aten::cumsum.out"}, cumulative("sum"));
   register_lowering({"aten::cumprod", "aten::cumprod_", "aten::cumprod.out"}, cumulative("prod"));
   register_lowering({"aten::_logcumsumexp", "aten::_logcumsumexp.out"}, cumulative("logsumexp"));
+  register_lowering({"aten::cummax", "aten::cummax.out"}, cumulative_extreme(true));
+  register_lowering({"aten::cummin", "aten::cummin.out"}, cumulative_extreme(false));
 }
 
 }  // namespace torchtpu::lowering

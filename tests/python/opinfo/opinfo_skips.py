@@ -12,8 +12,6 @@ SKIPS: dict[str, str] = {
     '_upsample_bilinear2d_aa': 'fallback: aten::_upsample_bilinear2d_aa.out',
     'cdist': 'fallback: aten::_cdist_forward',
     'chalf': 'harness: NotImplementedError: "nan_to_num" not implemented for \'ComplexHalf\'',
-    'cummax': 'fallback: aten::_cummax_helper',
-    'cummin': 'fallback: aten::_cummin_helper',
     'frexp': 'fallback: aten::frexp.Tensor_out',
     'gather': 'error input did not raise RuntimeError (expected /unsupported operation/)',
     'gcd': 'fallback: aten::gcd.out',

@@ -264,3 +264,25 @@ def test_reduction_dtype_argument_rounds_input_first(name: str, dtype: torch.dty
     x = torch.randn(16, 8 if name == "cumprod" else 40) * 3
     tols = {torch.bfloat16: (4e-3, 4e-3), torch.float16: (5e-4, 5e-4)}
     assert_same(lambda t: getattr(t, name)(1, dtype=dtype), x, dtype_tols=tols)
+
+
+@pytest.mark.parametrize("fn", [torch.cummax, torch.cummin], ids=["cummax", "cummin"])
+def test_cummax_cummin_ties_nan_dtypes_and_gradient(fn) -> None:
+    # Lowered as one scan of (value, index) pairs (they ran on the CPU). Of equal values
+    # the later index wins, and a NaN sticks with the index of the latest NaN, as in the
+    # CPU kernel's forward walk.
+    nan = float("nan")
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, nan, 5.0, nan, 0.0],
+                      [2.0, 2.0, 1.0, 1.0, 4.0, 4.0, -1.0, -1.0]])
+    assert_same(lambda t: tuple(fn(t, 1)), x)
+    assert_same(lambda t: tuple(fn(t, 0)), x)
+    assert_same(lambda t: tuple(fn(t, -1)), make((3, 17), torch.int64, low=-3, high=3))
+    assert_same(lambda t: tuple(fn(t, 0)), make((9,), torch.int64, low=-2, high=2) > 0)
+    assert_same(lambda t: tuple(fn(t, 0)), make((0, 4), torch.float32))
+
+    def grad(t: torch.Tensor) -> torch.Tensor:
+        t = t.detach().requires_grad_()
+        fn(t, 1).values.square().sum().backward()
+        return t.grad
+
+    assert_same(grad, make((4, 6), torch.float32))
