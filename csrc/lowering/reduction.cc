@@ -326,10 +326,13 @@ Lowered lower_vector_norm(LoweringContext& c) {
   return std::vector<Value>{finish(c, r)};
 }
 
-// Inclusive scan of `x` along `dim` with a binary body: a reduce_window whose window spans
-// the whole dim, padded on the left with the identity.
-Value scan(Builder& b, Value x, int64_t dim, Value identity,
-           const std::function<Value(Builder&, Value, Value)>& body) {
+// Inclusive scan along `dim` of same-shaped `operands` with a variadic body (operands'
+// running values, then the next elements): a reduce_window whose window spans the whole
+// dim, padded on the left with `inits`.
+std::vector<Value> scan_all(Builder& b, const std::vector<Value>& operands,
+                            const std::vector<Value>& inits, int64_t dim,
+                            const Builder::RegionBody& body) {
+  const Value& x = operands[0];
   int64_t n = x.dims()[dim];
   Dims window(x.rank(), 1), strides(x.rank(), 1);
   window[dim] = n;
@@ -338,14 +341,25 @@ Value scan(Builder& b, Value x, int64_t dim, Value identity,
     padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? n - 1 : 0) + ", 0]";
   }
   padding += "]> : tensor<" + std::to_string(x.rank()) + "x2xi64>";
-  TensorType s{x.dtype(), {}};
+  std::vector<Value> all = operands;
+  all.insert(all.end(), inits.begin(), inits.end());
+  std::vector<TensorType> results, block_args;
+  for (const Value& v : operands) results.push_back(v.type);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const Value& v : operands) block_args.push_back(TensorType{v.dtype(), {}});
+  }
   return b.op_with_region(
-      "stablehlo.reduce_window", {x, identity}, {x.type}, {s, s},
-      [&](Builder& r, const std::vector<Value>& a) {
-        return std::vector<Value>{body(r, a[0], a[1])};
-      },
+      "stablehlo.reduce_window", all, results, block_args, body,
       "window_dimensions = " + i64_array(window) + ", window_strides = " + i64_array(strides) +
-          ", padding = " + padding)[0];
+          ", padding = " + padding);
+}
+
+// Inclusive scan of `x` along `dim` with a binary body.
+Value scan(Builder& b, Value x, int64_t dim, Value identity,
+           const std::function<Value(Builder&, Value, Value)>& body) {
+  return scan_all(b, {x}, {identity}, dim, [&](Builder& r, const std::vector<Value>& a) {
+    return std::vector<Value>{body(r, a[0], a[1])};
+  })[0];
 }
 
 // cumsum / cumprod(self, dim, *, dtype?) and _logcumsumexp(self, dim).
@@ -392,17 +406,8 @@ LoweringFn cumulative_extreme(bool is_max) {
       return std::vector<Value>{finish(c, x, 0), finish(c, b.zeros(c.out_type(1)), 1)};
     }
     int64_t dim = wrap_dim(c.int_arg(1), x.rank());
-    int64_t n = x.dims()[dim];
     Value idx = b.iota(TensorType{DType::kI64, x.dims()}, dim);
-    Dims window(x.rank(), 1), strides(x.rank(), 1);
-    window[dim] = n;
-    std::string padding = "dense<[";
-    for (int64_t i = 0; i < x.rank(); ++i) {
-      padding += std::string(i ? ", " : "") + "[" + std::to_string(i == dim ? n - 1 : 0) + ", 0]";
-    }
-    padding += "]> : tensor<" + std::to_string(x.rank()) + "x2xi64>";
     Value init = is_max ? b.min_value(x.dtype()) : b.max_value(x.dtype());
-    TensorType sv{x.dtype(), {}}, si{DType::kI64, {}};
     bool floating = base::is_floating(x.dtype());
     auto body = [is_max, floating](Builder& r, const std::vector<Value>& a) {
       Value av = a[0], ai = a[1], bv = a[2], bi = a[3];
@@ -420,11 +425,8 @@ LoweringFn cumulative_extreme(bool is_max) {
       }
       return std::vector<Value>{r.select(pick_a, av, bv), r.select(pick_a, ai, bi)};
     };
-    std::vector<Value> outs = b.op_with_region(
-        "stablehlo.reduce_window", {x, idx, init, b.constant(-1, DType::kI64)},
-        {x.type, idx.type}, {sv, si, sv, si}, body,
-        "window_dimensions = " + i64_array(window) + ", window_strides = " +
-            i64_array(strides) + ", padding = " + padding);
+    std::vector<Value> outs =
+        scan_all(b, {x, idx}, {init, b.constant(-1, DType::kI64)}, dim, body);
     return std::vector<Value>{finish(c, outs[0], 0), finish(c, outs[1], 1)};
   };
 }
