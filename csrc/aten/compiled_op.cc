@@ -12,6 +12,7 @@
 #include "aten/call_signature.h"
 #include "aten/host_transfer.h"
 #include "aten/op_special_cases.h"
+#include "aten/overlap_checks.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_storage.h"
 #include "base/metrics.h"
@@ -376,7 +377,10 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema,
     int arg = c.return_to_arg[j];
     if (arg >= 0) {
       const at::Tensor& target = ivalues[arg].toTensor();
-      if (target.sizes() != c10::IntArrayRef(buf->dims())) target.resize_(buf->dims());
+      if (target.sizes() != c10::IntArrayRef(buf->dims())) {
+        target.resize_(buf->dims());
+        check_resized_out_overlap(schema, c.name, ivalues, target);
+      }
       write_tensor(target, buf);
       results.emplace_back(target);
     } else {

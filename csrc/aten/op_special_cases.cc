@@ -405,7 +405,8 @@ bool has_cpu_argument_checks(const std::string& name) {
       "aten::nanmedian.dim", "aten::nanmedian.dim_values", "aten::kthvalue",
       "aten::kthvalue.values", "aten::convolution", "aten::convolution.out",
       "aten::aminmax.out", "aten::masked_scatter", "aten::masked_scatter_",
-      "aten::masked_scatter.out", "aten::embedding"};
+      "aten::masked_scatter.out", "aten::embedding", "aten::narrow_copy",
+      "aten::narrow_copy.out"};
   return kChecked.count(name) > 0;
 }
 
@@ -416,8 +417,20 @@ bool has_cpu_argument_checks(const std::string& name) {
 // empty dim), whose lowerings would otherwise return the fill value (+-inf, NaN) or
 // another error; convolution's parameters and shapes (conv_arguments.h); aminmax's out
 // dtypes, masked_scatter's mask dtype and embedding's weight rank (the meta kernels skip
-// the first two and assert the third). Same messages as the CPU.
+// the first two and assert the third); narrow_copy's dim, which the CPU kernel checks
+// before wrapping (a RuntimeError, where the meta kernel's wrap raises an IndexError).
+// Same messages as the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
+  if (name == "aten::narrow_copy" || name == "aten::narrow_copy.out") {
+    const at::Tensor& self = args[0].toTensor();
+    TORCH_CHECK(self.dim() > 0, "narrow() cannot be applied to a 0-dim tensor.");
+    int64_t dim = args[1].toInt();
+    TORCH_CHECK(dim < 0 || dim < self.dim(),
+                "Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but got "
+                "false.  (narrow_copy: dim ", dim, " of a tensor with ", self.dim(),
+                " dimensions)");
+    return;
+  }
   if (name == "aten::convolution" || name == "aten::convolution.out") {
     check_convolution_like_cpu(args);
     return;

@@ -78,4 +78,15 @@ void check_written_overlap(const c10::FunctionSchema& schema, const std::string&
   }
 }
 
+void check_resized_out_overlap(const c10::FunctionSchema& schema, const std::string& name,
+                               c10::ArrayRef<c10::IValue> args, const at::Tensor& out) {
+  if (!rejects_full_overlap(name)) return;
+  std::vector<at::Tensor> read;
+  for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i) {
+    const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
+    if (!(ai && ai->isWrite())) collect(args[i], &read);
+  }
+  for (const at::Tensor& r : read) at::assert_no_overlap(out, r);
+}
+
 }  // namespace torchtpu::aten

@@ -18,4 +18,12 @@ namespace torchtpu::aten {
 void check_written_overlap(const c10::FunctionSchema& schema, const std::string& name,
                            c10::ArrayRef<c10::IValue> args);
 
+// For the ops above that reject any overlap: the same check for an out= tensor the call
+// has just resized to its result's shape, against the tensors the call reads. PyTorch's
+// CPU kernels resize first and check after, so an out= tensor that grows into an input
+// (a slice next to it in one storage) is refused there even though it did not overlap
+// when the call was made.
+void check_resized_out_overlap(const c10::FunctionSchema& schema, const std::string& name,
+                               c10::ArrayRef<c10::IValue> args, const at::Tensor& out);
+
 }  // namespace torchtpu::aten

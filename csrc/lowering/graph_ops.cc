@@ -88,6 +88,22 @@ Result lower_slice(LoweringContext& c) {
   return one(b.slice(x, lo, hi, strides));
 }
 
+// narrow_copy(self, dim, start, length): start may be negative (wrapped); the argument
+// checks ran before (check_arguments_like_cpu, then the meta kernel's narrow).
+Result lower_narrow_copy(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  const TensorType& out = c.out_type();
+  if (out.num_elements() == 0) return one(filled(b, 0, out));
+  int64_t dim = wrap_dim(c.int_arg(1), x.rank());
+  int64_t start = c.int_arg(2);
+  if (start < 0) start += x.dims()[dim];
+  Dims lo(x.rank(), 0), hi = x.dims(), strides(x.rank(), 1);
+  lo[dim] = start;
+  hi[dim] = start + out.dims[dim];
+  return one(b.slice(x, lo, hi, strides));
+}
+
 // select.int(self, dim, index)
 Result lower_select(LoweringContext& c) {
   Builder& b = c.b();
@@ -427,6 +443,7 @@ void register_graph_lowerings() {
   register_lowering({"aten::expand", "aten::expand_copy"}, lower_expand);
   register_lowering({"aten::slice.Tensor", "aten::slice_copy.Tensor"}, lower_slice);
   register_lowering({"aten::select.int", "aten::select_copy.int"}, lower_select);
+  register_lowering({"aten::narrow_copy", "aten::narrow_copy.out"}, lower_narrow_copy);
   register_lowering({"aten::split.Tensor", "aten::split_copy.Tensor", "aten::split_with_sizes",
                      "aten::split_with_sizes_copy", "aten::unbind.int", "aten::unbind_copy.int"},
                     lower_split);

@@ -21,6 +21,14 @@ def test_cat_type_promotion_and_empty() -> None:
     assert_same(lambda x, y: torch.cat([x, y]), make((2, 3), torch.float32), torch.empty(0, 3))
 
 
+@pytest.mark.parametrize("dim,start,length", [(0, 1, 2), (1, -3, 2), (2, 6, 0), (-1, -6, 6)])
+def test_narrow_copy(dim: int, start: int, length: int) -> None:
+    x = make((4, 5, 6), torch.float32)
+    assert_same(lambda t: torch.narrow_copy(t, dim, start, length), x)
+    assert_same(lambda t: torch.narrow_copy(t, dim, start, length,
+                                            out=torch.empty(0, device=t.device)), x)
+
+
 def test_stack_split_chunk() -> None:
     a, b = make((2, 3), torch.float32), make((2, 3), torch.float32)
     assert_same(lambda x, y: torch.stack([x, y], dim=1), a, b)

@@ -192,3 +192,40 @@ def test_index_put_checks_the_shape_before_the_dtype_like_cpu() -> None:
     put(ref, mask, torch.tensor(7.0))
     put(dev, mask.to("tpu"), torch.tensor(7.0, device="tpu"))
     assert torch.equal(dev.cpu(), ref)
+
+
+@pytest.mark.parametrize("mode", ["op", "fused"])
+def test_out_resized_into_an_input_is_refused_like_cpu(mode: str) -> None:
+    # gather's CPU kernel resizes `out` first, then refuses any overlap with self or index:
+    # an out= slice of the index's storage that grows into the index is an error, and
+    # the call changes no input.
+    def call(device: str) -> tuple[torch.Tensor, torch.Tensor, BaseException]:
+        base = torch.tensor([0, 1, 0], device=device)
+        idx, out = base[1:], base[:1]
+        with pytest.raises(RuntimeError) as e:
+            torch.gather(torch.tensor([5, 6], device=device), 0, idx, out=out)
+        return base, out, e.value
+
+    with eager_mode(mode):
+        base, out, err = call("tpu")
+        ref_base, ref_out, ref_err = call("cpu")
+    assert _first_line(err) == _first_line(ref_err)
+    assert torch.equal(base.cpu(), ref_base) and out.shape == ref_out.shape
+    # Not overlapping once resized: computed as on the CPU.
+    idx = torch.tensor([1, 0])
+    out = torch.empty(0, dtype=torch.long)
+    torch.gather(torch.tensor([5, 6]), 0, idx, out=out)
+    dev_out = torch.empty(0, dtype=torch.long, device="tpu")
+    torch.gather(torch.tensor([5, 6], device="tpu"), 0, idx.to("tpu"), out=dev_out)
+    assert torch.equal(dev_out.cpu(), out)
+
+
+@pytest.mark.parametrize("dim", [3, -4])
+def test_narrow_copy_dim_out_of_range_like_cpu(dim: int) -> None:
+    # The CPU kernel checks a non-negative dim itself (RuntimeError) and wraps a negative
+    # one (IndexError).
+    e = assert_raises_like_cpu(lambda t: torch.narrow_copy(t, dim, 0, 1),
+                               make((2, 3, 4), torch.float32))
+    with pytest.raises(type(e)) as cpu:
+        torch.narrow_copy(make((2, 3, 4), torch.float32), dim, 0, 1)
+    assert _first_line(e).split("  (")[0] == _first_line(cpu.value).split("  (")[0]
