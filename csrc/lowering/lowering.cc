@@ -32,6 +32,7 @@ void ensure_registered() {
     register_elementwise_math_lowerings();
     register_interpolate_lowerings();
     register_patch_lowerings();
+    register_pooling_lowerings();
     register_unpool_lowerings();
     register_search_lowerings();
     register_index_reduce_lowerings();
@@ -280,6 +281,12 @@ void LoweringContext::require(Value ok, std::string message, CheckKind kind) {
 int64_t wrap_dim(int64_t dim, int64_t rank) {
   int64_t r = rank == 0 ? 1 : rank;
   return dim < 0 ? dim + r : dim;
+}
+
+Dims per_dim(const Dims& v, int64_t num_spatial, int64_t fallback) {
+  if (v.empty()) return Dims(num_spatial, fallback);
+  if (v.size() == 1) return Dims(num_spatial, v[0]);
+  return v;
 }
 
 base::Status check_complex_support(const std::string& op_name, const std::vector<OpArg>& args,

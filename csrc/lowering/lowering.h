@@ -174,6 +174,10 @@ DType promote_types(DType a, DType b);
 // Normalizes a possibly negative dim against `rank` (rank 0 accepts -1 and 0).
 int64_t wrap_dim(int64_t dim, int64_t rank);
 
+// A per-spatial-dim int list (a convolution's or pooling's kernel, stride, ...) that PyTorch
+// may pass with one entry for all `num_spatial` dims, or none (`fallback` for each).
+Dims per_dim(const Dims& v, int64_t num_spatial, int64_t fallback);
+
 struct GraphScalar {
   ScalarCategory category = ScalarCategory::kFloat;
   double float_value = 0;  // kFloat; kComplex: the real part

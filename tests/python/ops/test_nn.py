@@ -259,6 +259,39 @@ def test_pooling() -> None:
     assert_same(lambda t: tuple(F.max_pool2d(t, 2, return_indices=True)), x)
 
 
+_POOL3D = [
+    lambda t: tuple(F.max_pool3d(t, 3, 2, 1, return_indices=True)),
+    lambda t: tuple(F.max_pool3d(t, (2, 3, 2), (1, 2, 2), (1, 1, 0), dilation=(1, 2, 1),
+                                 ceil_mode=True, return_indices=True)),
+    lambda t: F.avg_pool3d(t, 3, 2, 1),
+    lambda t: F.avg_pool3d(t, (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True,
+                           count_include_pad=False),
+    lambda t: F.avg_pool3d(t, 2, divisor_override=3),
+    lambda t: F.adaptive_avg_pool3d(t, (3, 4, 5)),
+    lambda t: F.adaptive_avg_pool3d(t, 1),
+]
+
+
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("pool", range(len(_POOL3D)))
+def test_pooling_3d_and_gradient(pool: int, batched: bool) -> None:
+    # Volumes (video, medical imaging) pool on the device like planes: forward, indices and
+    # gradients as on the CPU, and no op runs on the CPU.
+    fn = _POOL3D[pool]
+    x = make((2, 3, 7, 8, 9) if batched else (3, 7, 8, 9), torch.float32)
+    out = assert_same(fn, x, dtype_tols=NN_TOLS)
+    first = out[0] if isinstance(out, tuple) else out
+    g = torch.randn(first.shape)
+
+    def grad(t, g):
+        t = t.detach().requires_grad_()
+        y = fn(t)
+        (y[0] if isinstance(y, tuple) else y).backward(g)
+        return t.grad
+
+    assert_same(grad, x, g, dtype_tols=NN_TOLS)
+
+
 @pytest.mark.parametrize("size,out", [((2, 3, 14, 14), (7, 7)), ((1, 2, 10, 7), (3, 4)),
                                       ((4, 6, 11, 13), (5, 1)), ((1, 1, 3, 3), (6, 5))])
 def test_adaptive_avg_pool_windows(size: tuple, out: tuple) -> None:
