@@ -1,10 +1,12 @@
 // Pooling over the last n spatial dims (n = 2 or 3: the *_pool2d and *_pool3d ops, whose
-// inputs are batched or not): max pooling with indices, average pooling, adaptive average
-// pooling, and their gradients. Windows are stablehlo.reduce_window; a max gradient is a
+// inputs are batched or not): max pooling with indices, average pooling, adaptive max and
+// average pooling, and their gradients. Windows are stablehlo.reduce_window; a max gradient is a
 // scatter-add at the saved indices; an average gradient a stride-1 window sum over the
 // stride-dilated gradient.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <tuple>
 #include <utility>
 
 #include "lowering/elementwise_util.h"
@@ -119,16 +121,16 @@ Result lower_max_pool(LoweringContext& c, int64_t n) {
   return std::vector<Value>{outs[0], b.convert(outs[1], c.out_type(1).dtype)};
 }
 
-// max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
-// dilation, ceil_mode, indices): grad_output scatter-added at the saved indices.
-Result lower_max_pool_backward(LoweringContext& c, int64_t n) {
+// Gradient of a max pooling over the last n dims: grad_output (argument 0) scatter-added
+// into the shape of self (argument 1) at the saved plane indices (argument `indices_i`).
+Result max_pool_gradient(LoweringContext& c, int64_t n, size_t indices_i) {
   Builder& b = c.b();
   const Dims& dims = c.tensor_type(1).dims;
   DType a = opmath(c.out_type().dtype);
   int64_t plane = plane_size(dims, n), out_plane = plane_size(c.tensor_type(0).dims, n);
   int64_t planes = c.out_type().num_elements() / std::max<int64_t>(plane, 1);
   int64_t m = planes * out_plane;
-  Value idx = b.reshape(b.convert(c.tensor(7), DType::kI64), {planes, out_plane});
+  Value idx = b.reshape(b.convert(c.tensor(indices_i), DType::kI64), {planes, out_plane});
   TensorType it{DType::kI64, {planes, out_plane}};
   Value base = b.mul(b.iota(it, 0), b.splat(static_cast<double>(plane), it));
   Value flat = b.reshape(b.add(idx, base), {m, 1});
@@ -136,6 +138,12 @@ Result lower_max_pool_backward(LoweringContext& c, int64_t n) {
   Value grad = scatter(b, b.zeros(TensorType{a, {planes * plane}}), flat, upd, {}, {0}, {0}, 1,
                        "add");
   return std::vector<Value>{b.convert(b.reshape(grad, dims), c.out_type().dtype)};
+}
+
+// max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+// dilation, ceil_mode, indices).
+Result lower_max_pool_backward(LoweringContext& c, int64_t n) {
+  return max_pool_gradient(c, n, 7);
 }
 
 // A constant of dtype `t` from host values (structural: derived from shapes only);
@@ -308,6 +316,77 @@ Value adaptive_spread(Builder& b, Value g, int64_t dim, int64_t in) {
   return b.reduce_sum(picked, {dim});
 }
 
+// Adaptive max pooling of (`x`, `flat`) along `dim` to `out` outputs, where `flat` is each
+// element's plane index so far (0 before the first dim) and `stride` the plane stride of
+// `dim`: returns each window's maximum and its plane index. PyTorch's kernel scans a window
+// in row-major order keeping the first maximum, and any NaN replaces the value kept (so
+// the last NaN wins); the same choice made per dim, last dim first, picks the same element
+// (ties across rows go to the earliest row, whose own earliest maximum was kept).
+std::pair<Value, Value> adaptive_max(Builder& b, Value x, Value flat, int64_t dim, int64_t out,
+                                     int64_t stride) {
+  const int64_t in = x.dims()[dim];
+  AdaptiveWindows w = adaptive_windows(b, in, out, x.dtype());
+  Dims wide = x.dims();  // [..., out, in, ...]
+  wide.insert(wide.begin() + dim, out);
+  Dims map = skip_dim(x.rank(), dim);
+  Value member = b.broadcast_in_dim(w.member, wide, {dim, dim + 1});
+  Value values = b.select(member, b.broadcast_in_dim(x, wide, map),
+                          b.broadcast_in_dim(b.min_value(x.dtype()), wide, {}));
+  // An element outside the window is -inf at the largest index: it never wins a tie.
+  TensorType it{DType::kI64, wide};
+  Value index = b.select(
+      member,
+      b.add(b.mul(b.iota(it, dim + 1), b.splat(static_cast<double>(stride), it)),
+            b.broadcast_in_dim(flat, wide, map)),
+      b.broadcast_in_dim(b.constant_i64(INT64_MAX, DType::kI64), wide, {}));
+  DType t = x.dtype();
+  auto body = [](Builder& r, const std::vector<Value>& a) {
+    Value av = a[0], ai = a[1], bv = a[2], bi = a[3];
+    Value a_nan = r.compare(av, av, "NE"), b_nan = r.compare(bv, bv, "NE");
+    Value both_nan = r.binary("and", a_nan, b_nan);
+    Value tie = r.compare(av, bv, "EQ");
+    Value a_wins = r.binary(
+        "or",
+        r.binary("or", r.binary("and", a_nan, r.unary("not", b_nan)),
+                 r.binary("and", both_nan, r.compare(ai, bi, "GT"))),
+        r.binary("or", r.compare(av, bv, "GT"), r.binary("and", tie, r.compare(ai, bi, "LT"))));
+    return std::vector<Value>{r.select(a_wins, av, bv), r.select(a_wins, ai, bi)};
+  };
+  Dims out_dims = wide;
+  out_dims.erase(out_dims.begin() + dim + 1);
+  TensorType vs{t, {}}, is{DType::kI64, {}};
+  std::vector<Value> r = b.op_with_region(
+      "stablehlo.reduce",
+      {values, index, b.min_value(t), b.constant_i64(INT64_MAX, DType::kI64)},
+      {TensorType{t, out_dims}, TensorType{DType::kI64, out_dims}}, {vs, is, vs, is}, body,
+      "dimensions = " + i64_array({dim + 1}));
+  return {r[0], r[1]};
+}
+
+// adaptive_max_pool{2,3}d(self, output_size) -> (out, indices): along the last dim, then
+// each one before it, carrying the plane index of the maximum kept.
+Result lower_adaptive_max_pool(LoweringContext& c, int64_t n) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  if (!base::is_floating(x.dtype())) {
+    return base::unimplemented("lowering: " + c.op_name() + " takes floating inputs only");
+  }
+  int64_t r = x.rank();
+  const Dims& out_dims = c.out_type(0).dims;
+  Value y = x, flat = b.zeros(TensorType{DType::kI64, x.dims()});
+  int64_t stride = 1;
+  for (int64_t i = r - 1; i >= r - n; --i) {
+    std::tie(y, flat) = adaptive_max(b, y, flat, i, out_dims[i], stride);
+    stride *= x.dims()[i];
+  }
+  return std::vector<Value>{y, b.convert(flat, c.out_type(1).dtype)};
+}
+
+// adaptive_max_pool{2,3}d_backward(grad_output, self, indices).
+Result lower_adaptive_max_pool_backward(LoweringContext& c, int64_t n) {
+  return max_pool_gradient(c, n, 2);
+}
+
 // _adaptive_avg_pool{2,3}d(self, output_size): the average along the last dim, then each
 // one before it.
 Result lower_adaptive_avg_pool(LoweringContext& c, int64_t n) {
@@ -361,6 +440,11 @@ void register_pooling_lowerings() {
          with_spatial_dims(lower_avg_pool, n)},
         {{name("aten::avg_pool#d_backward"), name("aten::avg_pool#d_backward.grad_input")},
          with_spatial_dims(lower_avg_pool_backward, n)},
+        {{name("aten::adaptive_max_pool#d"), name("aten::adaptive_max_pool#d.out")},
+         with_spatial_dims(lower_adaptive_max_pool, n)},
+        {{name("aten::adaptive_max_pool#d_backward"),
+          name("aten::adaptive_max_pool#d_backward.grad_input")},
+         with_spatial_dims(lower_adaptive_max_pool_backward, n)},
         {{name("aten::_adaptive_avg_pool#d"), name("aten::_adaptive_avg_pool#d.out"),
           name("aten::adaptive_avg_pool#d.out")},
          with_spatial_dims(lower_adaptive_avg_pool, n)},

@@ -269,6 +269,9 @@ _POOL3D = [
     lambda t: F.avg_pool3d(t, 2, divisor_override=3),
     lambda t: F.adaptive_avg_pool3d(t, (3, 4, 5)),
     lambda t: F.adaptive_avg_pool3d(t, 1),
+    lambda t: tuple(F.adaptive_max_pool3d(t, (2, 3, 4), return_indices=True)),
+    lambda t: tuple(F.adaptive_max_pool2d(t.flatten(-2), (5, 7), return_indices=True)),
+    lambda t: tuple(F.adaptive_max_pool1d(t.flatten(-3), 4, return_indices=True)),
 ]
 
 
@@ -290,6 +293,18 @@ def test_pooling_3d_and_gradient(pool: int, batched: bool) -> None:
         return t.grad
 
     assert_same(grad, x, g, dtype_tols=NN_TOLS)
+
+
+@pytest.mark.parametrize("out", [(1, 1), (2, 2), (4, 1), (1, 4), (3, 3), (4, 4)])
+def test_adaptive_max_pool_picks_the_cpu_kernels_element(out: tuple) -> None:
+    # The CPU kernel keeps the first maximum in row-major order, and the last NaN; a window
+    # of -inf returns its first element.
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[[[1., 1., 2., 2.], [2., 0., 1., nan], [-inf] * 4, [nan, 3., nan, 0.]]]])
+    assert_same(lambda t: tuple(F.adaptive_max_pool2d(t, out, return_indices=True)), x)
+    ties = torch.randint(0, 3, (2, 4, 6, 6)).float()
+    assert_same(lambda t: tuple(F.adaptive_max_pool2d(t, out, return_indices=True)), ties)
+    assert_same(lambda t: tuple(F.adaptive_max_pool3d(t, (1, *out), return_indices=True)), ties)
 
 
 @pytest.mark.parametrize("size,out", [((2, 3, 14, 14), (7, 7)), ((1, 2, 10, 7), (3, 4)),
