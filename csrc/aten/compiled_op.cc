@@ -56,6 +56,11 @@ c10::IValue to_meta(const c10::IValue& v) {
     }
     return out;
   }
+  // A factory's device argument (tril_indices(..., device="tpu")): the meta kernel makes
+  // the result on the meta device, not by calling back into this backend.
+  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+    return c10::Device(c10::DeviceType::Meta);
+  }
   return v;
 }
 

@@ -1,13 +1,15 @@
-// Factory lowerings: fill_, zero_, arange, linspace, logspace, eye.
+// Factory lowerings: fill_, zero_, arange, linspace, logspace, eye, tril/triu_indices.
 //
 // Sequences follow PyTorch's CPU kernels (RangeFactoriesKernel.cpp, RangeFactories.cpp)
 // operation for operation, including the precision each step runs in, so results match
 // PyTorch's CPU reference loops bit for bit. Start/end/step stay runtime scalars; only
 // lengths (from the out type) and the logspace base are compile-time.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "lowering/families.h"
+#include "lowering/gather_scatter.h"
 #include "lowering/lowering.h"
 
 namespace torchtpu::lowering {
@@ -151,6 +153,52 @@ Result lower_eye(LoweringContext& c) {
   return std::vector<Value>{b.convert(diagonal, out.dtype)};
 }
 
+// tril_indices / triu_indices(row, col, offset, dtype?, layout?, device?, pin_memory?):
+// the [2, N] coordinates of the lower (upper) triangle of a row x col matrix, row-major.
+// Each element of the row x col grid is scattered to its position in the list: the
+// number of triangle elements in the rows before it (host offsets, one per row) plus its
+// column's rank within its row; elements off the triangle go to a slot cut off after.
+LoweringFn triangle_indices(bool lower) {
+  return [lower](LoweringContext& c) -> Result {
+    Builder& b = c.b();
+    const TensorType& out = c.out_type();
+    int64_t rows = c.int_arg(0), cols = c.int_arg(1), offset = c.int_arg(2);
+    // Columns [first, end) of row i are in the triangle.
+    auto first = [&](int64_t i) {
+      return lower ? 0 : std::clamp<int64_t>(i + offset, 0, cols);
+    };
+    auto end = [&](int64_t i) {
+      return lower ? std::clamp<int64_t>(i + offset + 1, 0, cols) : cols;
+    };
+    std::vector<int64_t> row_start, row_first;
+    int64_t n = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      row_start.push_back(n);
+      row_first.push_back(first(i));
+      n += std::max<int64_t>(end(i) - first(i), 0);
+    }
+    if (out.rank() != 2 || out.dims[0] != 2 || out.dims[1] != n) {
+      return base::invalid_argument("lowering: " + c.op_name() + ": out type " + out.str() +
+                            " is not [2, " + std::to_string(n) + "]");
+    }
+    if (n == 0) return std::vector<Value>{b.zeros(out)};
+    TensorType grid{DType::kI64, {rows, cols}};
+    Value i = b.iota(grid, 0), j = b.iota(grid, 1);
+    Value diagonal = b.add(i, b.splat(static_cast<double>(offset), grid));
+    Value in = b.compare(j, diagonal, lower ? "LE" : "GE");
+    Value pos = b.add(b.broadcast_in_dim(b.constant_i64s(row_start, {rows}), grid.dims, {0}),
+                      b.sub(j, b.broadcast_in_dim(b.constant_i64s(row_first, {rows}),
+                                                  grid.dims, {0})));
+    pos = b.select(in, pos, b.splat(static_cast<double>(n), grid));
+    int64_t m = rows * cols;
+    Value coords = b.concatenate({b.reshape(i, {m, 1}), b.reshape(j, {m, 1})}, 1);
+    Value list = scatter(b, b.zeros(TensorType{DType::kI64, {n + 1, 2}}), b.reshape(pos, {m, 1}),
+                         coords, {1}, {0}, {0}, 1, "");
+    list = b.slice(list, {0, 0}, {n, 2}, {1, 1});
+    return std::vector<Value>{b.convert(b.transpose(list, {1, 0}), out.dtype)};
+  };
+}
+
 }  // namespace
 
 void register_factory_lowerings() {
@@ -160,6 +208,8 @@ void register_factory_lowerings() {
   register_lowering({"aten::linspace.out"}, lower_linspace);
   register_lowering({"aten::logspace.out"}, lower_logspace);
   register_lowering({"aten::eye.out", "aten::eye.m_out"}, lower_eye);
+  register_lowering({"aten::tril_indices", "aten::tril_indices.out"}, triangle_indices(true));
+  register_lowering({"aten::triu_indices", "aten::triu_indices.out"}, triangle_indices(false));
 }
 
 }  // namespace torchtpu::lowering

@@ -202,6 +202,16 @@ Value Builder::constant_i64(int64_t v, DType t) {
             "value = dense<" + std::to_string(v) + "> : " + type.str());
 }
 
+Value Builder::constant_i64s(const std::vector<int64_t>& values, const Dims& dims) {
+  TensorType flat{DType::kI64, {static_cast<int64_t>(values.size())}};
+  std::string lit = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    lit += (i ? ", " : "") + std::to_string(values[i]);
+  }
+  Value v = op("stablehlo.constant", {}, flat, "value = dense<" + lit + "]> : " + flat.str());
+  return reshape(v, dims);
+}
+
 Value Builder::convert(Value v, DType t) {
   if (v.dtype() == t) return v;
   if (base::is_complex(v.dtype()) && !base::is_complex(t)) {

@@ -85,6 +85,9 @@ class Builder {
   Value zeros(const TensorType& t) { return splat(0, t); }
   // Integer constant without going through double (exact for all i64).
   Value constant_i64(int64_t v, DType t);
+  // An i64 tensor of `dims` from host values in row-major order (structural data derived
+  // from shapes and int arguments: gather positions, row offsets).
+  Value constant_i64s(const std::vector<int64_t>& values, const Dims& dims);
 
   // Shape and type.
   // Element type conversion with PyTorch's CPU semantics: to bool means != 0; float to

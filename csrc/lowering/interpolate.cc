@@ -111,12 +111,6 @@ std::vector<Taps> taps_for(Mode mode, DType t, int64_t in, int64_t out, bool ali
                           : taps_in<float>(mode, in, out, align_corners, scale);
 }
 
-std::string i64_dense(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", [" : "[") + std::to_string(v[i]) + "]";
-  return s + "]";
-}
-
 // Weights as a dense literal; each is exactly a value of the constant's type.
 std::string weight_dense(const std::vector<double>& v) {
   std::string s = "[";
@@ -147,9 +141,7 @@ std::optional<Value> tap_weights(Builder& b, const std::vector<Taps>& taps, size
 
 // A constant [k, 1] i64 tensor of positions (gather/scatter indices).
 Value index_constant(Builder& b, const std::vector<int64_t>& index) {
-  TensorType it{DType::kI64, {static_cast<int64_t>(index.size()), 1}};
-  return b.op("stablehlo.constant", {}, it,
-              "value = dense<" + i64_dense(index) + "> : " + it.str());
+  return b.constant_i64s(index, {static_cast<int64_t>(index.size()), 1});
 }
 
 // x's entries at input positions `index` along `dim` (a constant-index gather).

@@ -37,6 +37,4 @@ SKIPS: dict[str, str] = {
     'put': 'fallback: aten::put_',
     'renorm': 'fallback: aten::renorm.out',
     'repeat_interleave': 'fallback: aten::repeat_interleave.Tensor',
-    'tril_indices': 'fallback: aten::tril_indices',
-    'triu_indices': 'fallback: aten::triu_indices',
 }

@@ -75,6 +75,21 @@ def test_linspace_logspace_eye() -> None:
                        torch.eye(3, dtype=torch.int64))
 
 
+@pytest.mark.parametrize("fn", [torch.tril_indices, torch.triu_indices])
+@pytest.mark.parametrize("row,col,offset", [(3, 3, 0), (4, 3, 1), (3, 5, -1), (5, 3, -7),
+                                            (3, 5, 10), (0, 3, 0), (6, 4, -2), (40, 30, 5)])
+def test_triangle_indices_on_the_device(fn, row: int, col: int, offset: int) -> None:
+    # Made by a program on the device (they ran on the CPU and were copied over).
+    before = dict(torchtpu.debug.metrics()["fallback_ops"])
+    for dtype in (torch.int64, torch.int32):
+        t = fn(row, col, offset, dtype=dtype, device=TPU)
+        assert t.device.type == TPU and t.dtype == dtype
+        assert torch.equal(t.cpu(), fn(row, col, offset, dtype=dtype))
+    assert dict(torchtpu.debug.metrics()["fallback_ops"]) == before
+    with pytest.raises(RuntimeError, match="row must be non-negative"):
+        fn(-1, col, offset, device=TPU)
+
+
 def test_tensor_constructor() -> None:
     t = torch.tensor([[1, 2], [3, 4]], device=TPU)
     assert t.dtype == torch.int64 and t.device.type == TPU
