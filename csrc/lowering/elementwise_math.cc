@@ -324,6 +324,58 @@ Value floor_divide_float(Builder& b, Value x, Value y) {
   return b.select(b.compare(y, zero, "EQ"), b.div(x, y), r);
 }
 
+// gcd / lcm of integers as PyTorch's kernels compute them: Euclid's algorithm on the
+// absolute values (abs wraps at the type's minimum, as in C++), in one while loop that runs
+// until every element's remainder is zero.
+Value gcd(Builder& b, Value x, Value y) {
+  bool is_signed = base::is_signed_integral(x.dtype());
+  Value a0 = is_signed ? b.unary("abs", x) : x, b0 = is_signed ? b.unary("abs", y) : y;
+  Value zero = b.zeros(x.type), one = b.splat(1, x.type);
+  std::vector<Value> out = b.while_loop(
+      {a0, b0},
+      [&](Builder& lb, const std::vector<Value>& s) {
+        Value pending = lb.compare(s[0], lb.zeros(s[0].type), "NE");
+        if (s[0].rank() == 0) return std::vector<Value>{pending};
+        Dims all;
+        for (int64_t i = 0; i < s[0].rank(); ++i) all.push_back(i);
+        return std::vector<Value>{
+            lb.reduce(pending, lb.constant(0, DType::kBool), all, "or")};
+      },
+      [&](Builder& lb, const std::vector<Value>& s) {
+        Value a = s[0], r = s[1];
+        Value pending = lb.compare(a, zero, "NE");
+        Value next = lb.binary("remainder", r, lb.select(pending, a, one));
+        return std::vector<Value>{lb.select(pending, next, zero), lb.select(pending, a, r)};
+      });
+  return out[1];
+}
+
+// lcm: |a / gcd * b|, 0 where the gcd is 0. Types narrower than int (C++ promotes them)
+// compute in int32 and keep the low bits of the result.
+Value lcm(Builder& b, Value x, Value y) {
+  DType t = x.dtype();
+  if (t == DType::kI8 || t == DType::kU8 || t == DType::kI16 || t == DType::kU16) {
+    return b.convert(lcm(b, b.convert(x, DType::kI32), b.convert(y, DType::kI32)), t);
+  }
+  Value g = gcd(b, x, y);
+  Value zero = b.zeros(x.type);
+  Value g_zero = b.compare(g, zero, "EQ");
+  Value r = b.mul(b.div(x, b.select(g_zero, b.splat(1, x.type), g)), y);
+  if (base::is_signed_integral(x.dtype())) r = b.unary("abs", r);
+  return b.select(g_zero, zero, r);
+}
+
+// A binary function of integers only (other dtypes run PyTorch's kernel, which refuses).
+LoweringFn integer_fn(Value (*f)(Builder&, Value, Value)) {
+  return [f](LoweringContext& c) -> Lowered {
+    DType rt = c.result_type({0, 1});
+    if (!base::is_integral(rt)) {
+      return base::unimplemented("lowering: " + c.op_name() + " takes integers only");
+    }
+    return std::vector<Value>{to_out(c, f(c.b(), out_operand(c, 0, rt), out_operand(c, 1, rt)))};
+  };
+}
+
 void register_elementwise_math_lowerings() {
   for (auto [name, op] : {std::pair{"acos", "chlo.acos"}, {"asin", "chlo.asin"},
                           {"sinh", "chlo.sinh"}, {"cosh", "chlo.cosh"},
@@ -405,6 +457,8 @@ void register_elementwise_math_lowerings() {
                      "aten::__irshift__.Tensor", "aten::__irshift__.Scalar"},
                     shift(false));
   register_lowering({"aten::trace", "aten::trace.out"}, lower_trace);
+  register_with_variants("gcd", {""}, integer_fn(gcd));
+  register_with_variants("lcm", {""}, integer_fn(lcm));
   register_lowering({"aten::linalg_cross", "aten::linalg_cross.out"}, lower_linalg_cross);
 }
 

@@ -562,3 +562,22 @@ def test_binary_scalar_overloads_cast_like_a_wrapped_number(name: str) -> None:
 ])
 def test_scalar_reading_kernels_still_raise_on_overflow(name: str, fn) -> None:
     assert_raises_like_cpu(fn, torch.tensor([0, 2, 255], dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8,
+                                   torch.uint8])
+def test_gcd_lcm_like_cpu(dtype: torch.dtype) -> None:
+    # Euclid's algorithm on the device, with the CPU kernel's wraparounds at the ends of
+    # the type (abs of the minimum, lcm of narrow types computed in int).
+    info = torch.iinfo(dtype)
+    a = torch.randint(info.min, info.max, (200,), dtype=dtype)
+    b = torch.randint(info.min, info.max, (200,), dtype=dtype)
+    lo = -1 if info.min < 0 else 1
+    a[:8] = torch.tensor([0, 0, 1, info.min, info.min, info.max, 12, 7], dtype=dtype)
+    b[:8] = torch.tensor([0, 5, 0, info.min, lo, info.max, 18, 0], dtype=dtype)
+    small = torch.randint(max(info.min, -50), 50, (2, 100), dtype=dtype)
+    for fn in (torch.gcd, torch.lcm):
+        assert_same(fn, a, b)
+        assert_same(fn, small[0], small[1])
+        assert_same(fn, small[:, :3].T, small[0, :2])  # broadcast
+    assert_same(lambda x, y: x.gcd_(y), small[0].clone(), small[1])
