@@ -6,6 +6,7 @@
 // at +-0, floor division of infinities, out-of-range shifts), so results match the CPU
 // and not just the mathematical function.
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "lowering/elementwise_util.h"
@@ -324,6 +325,46 @@ Value floor_divide_float(Builder& b, Value x, Value y) {
   return b.select(b.compare(y, zero, "EQ"), b.div(x, y), r);
 }
 
+// frexp.Tensor(self) -> (mantissa, exponent): self = mantissa * 2^exponent with |mantissa|
+// in [0.5, 1), as C's frexp, which PyTorch's kernel calls; 0, inf and NaN give (self, 0).
+// Integer operations on the bit fields of float32 or float64 (16-bit floats go through
+// float32, exactly), selected as integers too: the XLA CPU plugin treats subnormal
+// operands of float operations as zero, so a subnormal is normalized by its leading zeros,
+// not by a multiplication.
+Lowered lower_frexp(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = c.tensor_type(0).dtype;
+  if (!base::is_floating(t)) {
+    return base::unimplemented("lowering: " + c.op_name() + " takes floating inputs only");
+  }
+  bool wide = t == DType::kF64;
+  Value v = b.convert(c.tensor(0), wide ? DType::kF64 : DType::kF32);
+  const int64_t width = wide ? 64 : 32, mant = wide ? 52 : 23, bias = wide ? 1023 : 127;
+  TensorType bits{wide ? DType::kI64 : DType::kI32, v.dims()};
+  auto k = [&](int64_t x) {
+    return b.broadcast_in_dim(b.constant_i64(x, bits.dtype), v.dims(), {});
+  };
+  const int64_t frac_mask = (int64_t{1} << mant) - 1;
+  const int64_t exp_mask = ((int64_t{1} << (width - 1 - mant)) - 1) << mant;
+  const int64_t sign_mask = wide ? INT64_MIN : INT32_MIN;  // the sign bit, as the int type
+  Value u = b.op("stablehlo.bitcast_convert", {v}, bits);
+  Value field = b.binary("shift_right_logical", b.binary("and", u, k(exp_mask)), k(mant));
+  Value frac = b.binary("and", u, k(frac_mask));
+  Value subnormal = b.compare(field, k(0), "EQ");
+  // A subnormal's top fraction bit p becomes the implicit bit: frac << (mant - p).
+  Value p = b.sub(k(width - 1), b.unary("count_leading_zeros", frac));
+  Value e = b.select(subnormal, b.add(p, k(2 - bias - mant)), b.sub(field, k(bias - 1)));
+  Value shifted = b.binary("and", b.binary("shift_left", frac, b.sub(k(mant), p)), k(frac_mask));
+  Value m_bits = b.binary(
+      "or", b.binary("or", b.binary("and", u, k(sign_mask)), k((bias - 1) << mant)),
+      b.select(subnormal, shifted, frac));
+  Value zero = b.compare(b.binary("and", u, k(~sign_mask)), k(0), "EQ");
+  Value special = b.binary("or", zero, b.compare(field, k(exp_mask >> mant), "EQ"));
+  Value m = b.op("stablehlo.bitcast_convert", {b.select(special, u, m_bits)}, v.type);
+  e = b.select(special, k(0), e);
+  return std::vector<Value>{b.convert(m, c.out_type(0).dtype), b.convert(e, c.out_type(1).dtype)};
+}
+
 // gcd / lcm of integers as PyTorch's kernels compute them: Euclid's algorithm on the
 // absolute values (abs wraps at the type's minimum, as in C++), in one while loop that runs
 // until every element's remainder is zero.
@@ -458,6 +499,7 @@ void register_elementwise_math_lowerings() {
                     shift(false));
   register_lowering({"aten::trace", "aten::trace.out"}, lower_trace);
   register_with_variants("gcd", {""}, integer_fn(gcd));
+  register_lowering({"aten::frexp.Tensor", "aten::frexp.Tensor_out"}, lower_frexp);
   register_with_variants("lcm", {""}, integer_fn(lcm));
   register_lowering({"aten::linalg_cross", "aten::linalg_cross.out"}, lower_linalg_cross);
 }

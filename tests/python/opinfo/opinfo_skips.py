@@ -12,7 +12,6 @@ SKIPS: dict[str, str] = {
     '_upsample_bilinear2d_aa': 'fallback: aten::_upsample_bilinear2d_aa.out',
     'cdist': 'fallback: aten::_cdist_forward',
     'chalf': 'harness: NotImplementedError: "nan_to_num" not implemented for \'ComplexHalf\'',
-    'frexp': 'fallback: aten::frexp.Tensor_out',
     'grid_sampler_2d': 'fallback: aten::grid_sampler_2d',
     'grid_sampler_3d': 'fallback: aten::grid_sampler_3d',
     'hash_tensor': 'fallback: aten::hash_tensor.out',

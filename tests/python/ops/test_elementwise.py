@@ -581,3 +581,25 @@ def test_gcd_lcm_like_cpu(dtype: torch.dtype) -> None:
         assert_same(fn, small[0], small[1])
         assert_same(fn, small[:, :3].T, small[0, :2])  # broadcast
     assert_same(lambda x, y: x.gcd_(y), small[0].clone(), small[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_frexp_like_cpu(dtype: torch.dtype) -> None:
+    # Bit for bit, subnormals included (which the plugin's float arithmetic reads as zero),
+    # and (x, 0) for 0, -0, inf and NaN.
+    fi = torch.finfo(dtype)
+    special = [0., -0., 1., -1., 0.5, 0.75, float("inf"), float("-inf"), float("nan"), fi.max,
+               -fi.max, fi.tiny, fi.tiny / 2, fi.tiny / 7, -fi.tiny / 3, 3.0]
+    wide = torch.float64
+    x = torch.cat([torch.randn(300, dtype=wide) * 1e3, torch.tensor(special, dtype=wide),
+                   torch.randn(100, dtype=wide) * fi.tiny]).to(dtype)
+    m, e = torch.frexp(x)
+    md, ed = (t.cpu() for t in torch.frexp(x.to("tpu")))
+    assert md.dtype == m.dtype and ed.dtype == e.dtype == torch.int32
+    assert torch.equal(ed, e)
+    assert torch.equal(md.nan_to_num(7.0), m.nan_to_num(7.0))
+    assert torch.equal(torch.signbit(md[~m.isnan()]), torch.signbit(m[~m.isnan()]))
+    out = (torch.empty(0, dtype=dtype, device="tpu"),
+           torch.empty(0, dtype=torch.int32, device="tpu"))
+    torch.frexp(x.to("tpu"), out=out)
+    assert torch.equal(out[1].cpu(), e)
