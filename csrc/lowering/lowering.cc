@@ -33,6 +33,7 @@ void ensure_registered() {
     register_interpolate_lowerings();
     register_patch_lowerings();
     register_pooling_lowerings();
+    register_distance_lowerings();
     register_unpool_lowerings();
     register_search_lowerings();
     register_index_reduce_lowerings();

@@ -10,7 +10,6 @@ SKIPS: dict[str, str] = {
     '_segment_reduce.lengths': 'fallback: aten::segment_reduce',
     '_segment_reduce.offsets': 'fallback: aten::segment_reduce',
     '_upsample_bilinear2d_aa': 'fallback: aten::_upsample_bilinear2d_aa.out',
-    'cdist': 'fallback: aten::_cdist_forward',
     'chalf': 'harness: NotImplementedError: "nan_to_num" not implemented for \'ComplexHalf\'',
     'grid_sampler_2d': 'fallback: aten::grid_sampler_2d',
     'grid_sampler_3d': 'fallback: aten::grid_sampler_3d',

@@ -409,3 +409,28 @@ def test_pooling_zero_size_batch() -> None:
     with pytest.raises(RuntimeError) as tpu_err:
         F.max_pool2d(torch.randn(1, 3, 0, 8, device="tpu"), 2)
     assert str(tpu_err.value).split("\n")[0] == str(cpu_err.value).split("\n")[0]
+
+
+@pytest.mark.parametrize("p", [0, 0.5, 1, 1.5, 2, 3, float("inf")])
+@pytest.mark.parametrize("mode", ["use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
+                                  "donot_use_mm_for_euclid_dist"])
+def test_cdist_and_gradient(p: float, mode: str) -> None:
+    # Both CPU paths (the p-norm of differences, and _euclidean_dist's matrix product with
+    # its clamp), rows at distance 0, batches that broadcast; gradients for both inputs.
+    for s1, s2 in [((5, 3), (4, 3)), ((2, 6, 4), (2, 7, 4)), ((30, 5), (20, 5)),
+                   ((2, 1, 3, 4), (5, 2, 4))]:
+        x1, x2 = make(s1, torch.float32), make(s2, torch.float32)
+        if len(s1) == len(s2):
+            x2[..., 0, :] = x1[..., 0, :]
+        out = assert_same(lambda a, b: torch.cdist(a, b, p=p, compute_mode=mode), x1, x2,
+                          dtype_tols=NN_TOLS)
+        if p == 0:
+            continue
+        g = torch.randn(out.shape)
+
+        def grads(a, b, g):
+            a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+            torch.cdist(a, b, p=p, compute_mode=mode).backward(g)
+            return a.grad, b.grad
+
+        assert_same(grads, x1, x2, g, dtype_tols={torch.float32: (1e-4, 1e-5)})
