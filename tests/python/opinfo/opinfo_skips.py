@@ -27,7 +27,6 @@ SKIPS: dict[str, str] = {
     'nn.functional.grid_sample': 'fallback: aten::grid_sampler_2d',
     'nn.functional.multi_margin_loss': 'fallback: aten::multi_margin_loss',
     'nn.functional.multilabel_margin_loss': 'fallback: aten::multilabel_margin_loss_forward',
-    'nn.functional.pdist': 'fallback: aten::_pdist_forward',
     'nn.functional.rrelu': 'fallback: aten::rrelu_with_noise',
     'nonzero_static': 'fallback: aten::nonzero_static',
     'put': 'fallback: aten::put_',

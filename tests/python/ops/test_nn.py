@@ -434,3 +434,22 @@ def test_cdist_and_gradient(p: float, mode: str) -> None:
             return a.grad, b.grad
 
         assert_same(grads, x1, x2, g, dtype_tols={torch.float32: (1e-4, 1e-5)})
+
+
+@pytest.mark.parametrize("p", [0, 0.5, 1, 1.5, 2, 3, float("inf")])
+@pytest.mark.parametrize("n,m", [(5, 3), (1, 4), (2, 3), (40, 6), (4, 0)])
+def test_pdist_and_gradient(p: float, n: int, m: int) -> None:
+    x = make((n, m), torch.float32)
+    if n > 3:
+        x[3] = x[1]  # a pair at distance 0
+    out = assert_same(lambda t: F.pdist(t, p), x, dtype_tols=NN_TOLS)
+    if p == 0 or out.numel() == 0:
+        return
+    g = torch.randn(out.shape)
+
+    def grad(t, g):
+        t = t.detach().requires_grad_()
+        F.pdist(t, p).backward(g)
+        return t.grad
+
+    assert_same(grad, x, g, dtype_tols={torch.float32: (1e-4, 1e-5)})
