@@ -1,5 +1,5 @@
-// Searching lowerings: searchsorted, bucketize (binary search in sorted boundaries) and
-// isin (membership).
+// Searching lowerings: searchsorted, bucketize (binary search in sorted boundaries), isin
+// (membership) and histc (binning by division, checked against the bin edges).
 //
 // The binary search runs PyTorch's own loop (cus_lower_bound / cus_upper_bound in
 // Bucketization.cpp) for a fixed ceil(log2(n + 1)) steps, each one gather of the midpoints,
@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "lowering/families.h"
+#include "lowering/gather_scatter.h"
 #include "lowering/lowering.h"
 
 namespace torchtpu::lowering {
@@ -128,6 +129,56 @@ Lowered lower_isin(LoweringContext& c) {
   return std::vector<Value>{b.reshape(found, c.out_type().dims)};
 }
 
+// histc(self, bins, min, max): the CPU kernel's bins. The range is min..max, or the data's
+// own when they are equal (one less and one more when that is a single value), and must
+// be finite; its ends are rounded to self's dtype. An element in range goes to bin
+// trunc((x - min) * bins / (max - min)) computed in self's dtype (the CPU's linear
+// interpolation, which histc uses without checking the bin edges), the last bin keeping
+// its right edge. Elements out of range and NaN are not counted.
+Lowered lower_histc(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = c.out_type().dtype;
+  if (t != DType::kF32 && t != DType::kF64) {
+    return base::unimplemented("lowering: " + c.op_name() + " takes float32 and float64 only");
+  }
+  const int64_t bins = c.out_type().dims[0];
+  Value x = b.reshape(c.tensor(0), {c.tensor_type(0).num_elements()});
+  const int64_t n = x.dims()[0];
+  TensorType d{DType::kF64, {}};
+  Value lo = c.is_none(2) ? b.zeros(d) : c.scalar(2, DType::kF64);
+  Value hi = c.is_none(3) ? b.zeros(d) : c.scalar(3, DType::kF64);
+  if (n > 0) {
+    Value same = b.compare(lo, hi, "EQ");
+    lo = b.select(same, b.convert(b.reduce_min(x, {0}), DType::kF64), lo);
+    hi = b.select(same, b.convert(b.reduce_max(x, {0}), DType::kF64), hi);
+  }
+  Value single = b.compare(lo, hi, "EQ");
+  lo = b.select(single, b.sub(lo, b.constant(1, DType::kF64)), lo);
+  hi = b.select(single, b.add(hi, b.constant(1, DType::kF64)), hi);
+  auto finite = [&](Value v) {
+    return b.op("stablehlo.is_finite", {v}, TensorType{DType::kBool, {}});
+  };
+  c.require(b.binary("and", finite(lo), finite(hi)),
+            "torch.histc: range of [min, max] is not finite (the min and max given, or the "
+            "data's when they are equal, hold inf or NaN)",
+            CheckKind::kRuntimeError);
+  c.require(b.compare(lo, hi, "LT"), "torch.histc: max must be larger than min",
+            CheckKind::kRuntimeError);
+  if (n == 0) return std::vector<Value>{b.zeros(c.out_type())};
+  TensorType v{t, {n}}, iv{DType::kI64, {n}};
+  Value start = b.broadcast_in_dim(b.convert(lo, t), {n}, {});
+  Value end = b.broadcast_in_dim(b.convert(hi, t), {n}, {});
+  Value in_range = b.binary("and", b.compare(x, start, "GE"), b.compare(x, end, "LE"));
+  Value bin = b.convert(b.div(b.mul(b.sub(x, start), b.splat(static_cast<double>(bins), v)),
+                              b.sub(end, start)),
+                        DType::kI64);
+  bin = b.clamp(b.zeros(iv), bin, b.splat(static_cast<double>(bins - 1), iv));
+  bin = b.select(in_range, bin, b.splat(static_cast<double>(bins), iv));
+  Value hist = scatter(b, b.zeros(TensorType{t, {bins + 1}}), b.reshape(bin, {n, 1}),
+                       b.splat(1, v), {}, {0}, {0}, 1, "add");
+  return std::vector<Value>{b.slice(hist, {0}, {bins}, {1})};
+}
+
 }  // namespace
 
 void register_search_lowerings() {
@@ -137,6 +188,7 @@ void register_search_lowerings() {
   register_lowering({"aten::bucketize.Tensor", "aten::bucketize.Tensor_out",
                      "aten::bucketize.Scalar", "aten::bucketize.Scalar_out"},
                     lower_bucketize);
+  register_lowering({"aten::histc", "aten::histc.out"}, lower_histc);
   register_lowering({"aten::isin.Tensor_Tensor", "aten::isin.Tensor_Tensor_out",
                      "aten::isin.Tensor_Scalar", "aten::isin.Tensor_Scalar_out",
                      "aten::isin.Scalar_Tensor", "aten::isin.Scalar_Tensor_out"},

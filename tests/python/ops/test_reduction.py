@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _compare import assert_raises_like_cpu, assert_same, make
+from _compare import assert_raises_like_cpu, assert_same, fallbacks, make
 
 # Sums of ~30 values in [-3, 3]: the order of accumulation differs from ATen's.
 SUM_TOLS = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (2e-2, 5e-2)}
@@ -286,3 +286,28 @@ def test_cummax_cummin_ties_nan_dtypes_and_gradient(fn) -> None:
         return t.grad
 
     assert_same(grad, make((4, 6), torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histc_like_cpu(dtype: torch.dtype) -> None:
+    # The CPU's bins exactly: elements on bin edges, the data's own range when min == max,
+    # a single value, NaN and out-of-range elements skipped, nothing.
+    cases = [
+        (torch.randn(1000, dtype=dtype), {}),
+        (torch.randn(1000, dtype=dtype), {"bins": 10, "min": -1, "max": 1}),
+        (torch.randn(1000, dtype=dtype), {"bins": 3, "min": 0.5, "max": 0.5}),
+        (torch.linspace(0, 1, 101, dtype=dtype), {"bins": 10, "min": 0, "max": 1}),
+        (torch.linspace(-3, 7, 1001, dtype=dtype), {"bins": 37, "min": -3, "max": 7}),
+        (torch.tensor([1.0, 1.0, 1.0], dtype=dtype), {"bins": 4}),
+        (torch.tensor([0.1, 0.2, float("nan"), 0.3, 2.0], dtype=dtype), {"bins": 5, "min": 0,
+                                                                         "max": 1}),
+        (torch.tensor([], dtype=dtype), {"bins": 5}),
+        (torch.randn(5, 6, dtype=dtype), {"bins": 1}),
+    ]
+    before = fallbacks()
+    for x, kwargs in cases:
+        assert torch.equal(torch.histc(x.to("tpu"), **kwargs).cpu(), torch.histc(x, **kwargs))
+    assert fallbacks() == before
+    for x, kwargs in [(torch.randn(10, dtype=dtype), {"min": 0, "max": float("inf")}),
+                      (torch.tensor([1.0, float("inf")], dtype=dtype), {})]:
+        assert_raises_like_cpu(lambda t: torch.histc(t, **kwargs), x)
