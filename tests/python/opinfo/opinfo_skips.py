@@ -16,7 +16,6 @@ SKIPS: dict[str, str] = {
     'hash_tensor': 'fallback: aten::hash_tensor.out',
     'histogram': 'fallback: aten::histogram.bin_ct, aten::histogram.bins_tensor',
     'histogramdd': 'fallback: aten::_histogramdd_bin_edges, aten::_histogramdd_from_bin_cts, aten::_histogramdd_from_bin_tensors',
-    'i0': 'fallback: aten::i0.out',
     'igamma': 'fallback: aten::igamma.out',
     'igammac': 'fallback: aten::igammac.out',
     'mode': 'fallback: aten::mode',

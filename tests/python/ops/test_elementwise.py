@@ -603,3 +603,19 @@ def test_frexp_like_cpu(dtype: torch.dtype) -> None:
            torch.empty(0, dtype=torch.int32, device="tpu"))
     torch.frexp(x.to("tpu"), out=out)
     assert torch.equal(out[1].cpu(), e)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_i0_like_cpu(dtype: torch.dtype) -> None:
+    # Both series and their seam at 20, float32's early overflow (e^x in float32 on the
+    # CPU), NaN at +-inf as on the CPU; integers promote to float32.
+    x = torch.cat([torch.linspace(-100, 100, 2001),
+                   torch.tensor([0., -0., 1e-30, 19.999999, 20.0, 20.000001, 88.72, 88.7228,
+                                 88.723, 89., float("inf"), float("-inf"), float("nan")])])
+    tol = {torch.float32: 1.3e-6, torch.float64: 1e-12, torch.bfloat16: 1.6e-2,
+           torch.float16: 1e-3}[dtype]
+    assert_same(torch.i0, x.to(dtype), dtype_tols={dtype: (tol, 0)})
+    if dtype == torch.float64:
+        assert_same(torch.i0, torch.linspace(-700, 715, 1001, dtype=dtype),
+                    dtype_tols={dtype: (tol, 0)})
+    assert_same(torch.i0, torch.arange(-5, 6))
