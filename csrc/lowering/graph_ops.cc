@@ -68,40 +68,38 @@ Result lower_expand(LoweringContext& c) {
   return one(c.b().broadcast_to(c.tensor(0), c.out_type().dims));
 }
 
+// The elements start, start + step, ... of x along `dim`, as many as the out type has
+// there (start already in range).
+Value slice_along(Builder& b, Value x, int64_t dim, int64_t start, int64_t step,
+                  const TensorType& out) {
+  if (out.num_elements() == 0) return filled(b, 0, out);
+  Dims lo(x.rank(), 0), hi = x.dims(), strides(x.rank(), 1);
+  lo[dim] = start;
+  hi[dim] = start + (out.dims[dim] - 1) * step + 1;
+  strides[dim] = step;
+  return b.slice(x, lo, hi, strides);
+}
+
 // slice.Tensor(self, dim, start?, end?, step): start is clamped as PyTorch does; the
 // length comes from the out type, so `end` need not be re-derived.
 Result lower_slice(LoweringContext& c) {
-  Builder& b = c.b();
   Value x = c.tensor(0);
-  const TensorType& out = c.out_type();
-  if (out.num_elements() == 0) return one(filled(b, 0, out));
   int64_t dim = wrap_dim(c.int_arg(1), x.rank());
   int64_t size = x.dims()[dim];
   int64_t start = c.is_none(2) ? 0 : c.int_arg(2);
   if (start < 0) start += size;
   start = std::clamp<int64_t>(start, 0, size);
-  int64_t step = c.int_arg(4);
-  Dims lo(x.rank(), 0), hi = x.dims(), strides(x.rank(), 1);
-  lo[dim] = start;
-  hi[dim] = start + (out.dims[dim] - 1) * step + 1;
-  strides[dim] = step;
-  return one(b.slice(x, lo, hi, strides));
+  return one(slice_along(c.b(), x, dim, start, c.int_arg(4), c.out_type()));
 }
 
 // narrow_copy(self, dim, start, length): start may be negative (wrapped); the argument
 // checks ran before (check_arguments_like_cpu, then the meta kernel's narrow).
 Result lower_narrow_copy(LoweringContext& c) {
-  Builder& b = c.b();
   Value x = c.tensor(0);
-  const TensorType& out = c.out_type();
-  if (out.num_elements() == 0) return one(filled(b, 0, out));
   int64_t dim = wrap_dim(c.int_arg(1), x.rank());
   int64_t start = c.int_arg(2);
   if (start < 0) start += x.dims()[dim];
-  Dims lo(x.rank(), 0), hi = x.dims(), strides(x.rank(), 1);
-  lo[dim] = start;
-  hi[dim] = start + out.dims[dim];
-  return one(b.slice(x, lo, hi, strides));
+  return one(slice_along(c.b(), x, dim, start, 1, c.out_type()));
 }
 
 // select.int(self, dim, index)
