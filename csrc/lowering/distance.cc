@@ -1,8 +1,9 @@
 // Pairwise distances: _cdist_forward / _cdist_backward (torch.cdist) and _pdist_forward /
-// _pdist_backward (torch.nn.functional.pdist), as PyTorch's CPU kernels compute them. The p-norm of every row difference is one reduction over a
-// [..., r1, r2, m] difference; the p = 2 distance of larger inputs goes through a matrix
-// product as PyTorch's _euclidean_dist does (including its clamp at 1e-30 before the
-// square root), so both paths give the CPU's values.
+// _pdist_backward (torch.nn.functional.pdist), as PyTorch's CPU kernels compute them. The
+// p-norm of every row difference is one reduction over a [..., r1, r2, m] difference; the
+// p = 2 distance of larger inputs goes through a matrix product as PyTorch's
+// _euclidean_dist does (including its clamp at 1e-30 before the square root), so both
+// paths give the CPU's values.
 #include <algorithm>
 #include <cmath>
 #include <string>

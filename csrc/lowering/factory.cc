@@ -179,7 +179,7 @@ LoweringFn triangle_indices(bool lower) {
     }
     if (out.rank() != 2 || out.dims[0] != 2 || out.dims[1] != n) {
       return base::invalid_argument("lowering: " + c.op_name() + ": out type " + out.str() +
-                            " is not [2, " + std::to_string(n) + "]");
+                                    " is not [2, " + std::to_string(n) + "]");
     }
     if (n == 0) return std::vector<Value>{b.zeros(out)};
     TensorType grid{DType::kI64, {rows, cols}};
@@ -192,8 +192,8 @@ LoweringFn triangle_indices(bool lower) {
     pos = b.select(in, pos, b.splat(static_cast<double>(n), grid));
     int64_t m = rows * cols;
     Value coords = b.concatenate({b.reshape(i, {m, 1}), b.reshape(j, {m, 1})}, 1);
-    Value list = scatter(b, b.zeros(TensorType{DType::kI64, {n + 1, 2}}), b.reshape(pos, {m, 1}),
-                         coords, {1}, {0}, {0}, 1, "");
+    Value list = scatter(b, b.zeros(TensorType{DType::kI64, {n + 1, 2}}),
+                         b.reshape(pos, {m, 1}), coords, {1}, {0}, {0}, 1, "");
     list = b.slice(list, {0, 0}, {n, 2}, {1, 1});
     return std::vector<Value>{b.convert(b.transpose(list, {1, 0}), out.dtype)};
   };

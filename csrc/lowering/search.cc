@@ -1,5 +1,5 @@
 // Searching lowerings: searchsorted, bucketize (binary search in sorted boundaries), isin
-// (membership) and histc (binning by division, checked against the bin edges).
+// (membership) and histc (binning by division).
 //
 // The binary search runs PyTorch's own loop (cus_lower_bound / cus_upper_bound in
 // Bucketization.cpp) for a fixed ceil(log2(n + 1)) steps, each one gather of the midpoints,
