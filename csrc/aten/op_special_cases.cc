@@ -201,7 +201,9 @@ bool is_runtime_float_arg(const std::string& name, const std::string& arg_name) 
 }
 
 bool is_structural_scalar_arg(const std::string& name, const std::string& arg_name) {
-  if (arg_name == "p") return name.rfind("aten::norm.", 0) == 0;
+  if (arg_name == "p") {
+    return name.rfind("aten::norm.", 0) == 0 || name.rfind("aten::renorm", 0) == 0;
+  }
   if (arg_name == "exponent") return name.rfind("aten::pow.Tensor_Scalar", 0) == 0;
   if (arg_name != "ord") return false;
   return name.rfind("aten::linalg_vector_norm", 0) == 0 ||

@@ -301,29 +301,53 @@ std::optional<Value> special_norm(Builder& b, Value a, const Dims& dims, double 
   return std::nullopt;
 }
 
-// norm.* / linalg_vector_norm(self, p, dim, keepdim, ...). Eager calls and compiled graphs
-// pass p as structure (is_structural_scalar_arg), so only that order's reduction is
+// The p-norm (argument `p_arg`; none: 2) of |x| `a` over `dims`. Eager calls and compiled
+// graphs pass p as structure (is_structural_scalar_arg), so only that order's reduction is
 // emitted: p = 2 is one sum of squares, not five reductions and a power per element. A
 // runtime p (a Scalar from a caller that describes it as data) computes every special
 // case and selects the right one at run time, with the same arithmetic per case.
-Lowered lower_vector_norm(LoweringContext& c) {
+Value p_norm(LoweringContext& c, size_t p_arg, Value a, const Dims& dims) {
   Builder& b = c.b();
-  DType t = acc_type(c.out_type().dtype);
-  Value a = b.unary("abs", b.convert(c.tensor(0), t));
-  Dims dims = reduction_dims(c, 2, a.rank());
-  if (c.is_none(1) || c.arg(1).kind == ArgKind::kDouble) {
-    double p = c.is_none(1) ? 2 : c.double_arg(1);
+  if (c.is_none(p_arg) || c.arg(p_arg).kind == ArgKind::kDouble) {
+    double p = c.is_none(p_arg) ? 2 : c.double_arg(p_arg);
     std::optional<Value> r = special_norm(b, a, dims, p);
-    if (!r) r = general_norm(b, a, dims, b.constant(p, t));
-    return std::vector<Value>{finish(c, *r)};
+    return r ? *r : general_norm(b, a, dims, b.constant(p, a.dtype()));
   }
-  Value p = c.scalar(1, t);
+  Value p = c.scalar(p_arg, a.dtype());
   Value r = general_norm(b, a, dims, p);
   for (double special : {1.0, 2.0, 0.0, double{INFINITY}, -double{INFINITY}}) {
     Value v = *special_norm(b, a, dims, special);
-    r = b.select(b.compare(p, b.constant(special, t), "EQ"), v, r);
+    r = b.select(b.compare(p, b.constant(special, a.dtype()), "EQ"), v, r);
   }
-  return std::vector<Value>{finish(c, r)};
+  return r;
+}
+
+// norm.* / linalg_vector_norm(self, p, dim, keepdim, ...).
+Lowered lower_vector_norm(LoweringContext& c) {
+  DType t = acc_type(c.out_type().dtype);
+  Value a = c.b().unary("abs", c.b().convert(c.tensor(0), t));
+  return std::vector<Value>{finish(c, p_norm(c, 1, a, reduction_dims(c, 2, a.rank())))};
+}
+
+// renorm(self, p, dim, maxnorm): each slice along `dim` whose p-norm exceeds maxnorm is
+// scaled by maxnorm / (norm + 1e-7), as PyTorch's kernel: the norm and the factor in the
+// accumulation type, the factor rounded to self's dtype, then the product.
+Lowered lower_renorm(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = c.out_type().dtype;
+  DType acc = acc_type(t);
+  Value x = b.convert(c.tensor(0), acc);
+  int64_t dim = wrap_dim(c.int_arg(2), x.rank());
+  Dims dims;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i != dim) dims.push_back(i);
+  }
+  Value norm = expand_back(b, p_norm(c, 1, b.unary("abs", x), dims), x, dims);
+  Value maxnorm = b.broadcast_to(c.scalar(3, acc), norm.dims());
+  Value scaled = b.div(maxnorm, b.add(norm, b.splat(1e-7, norm.type)));
+  Value factor = b.select(b.compare(norm, maxnorm, "GT"), scaled, b.splat(1, norm.type));
+  factor = b.convert(b.convert(factor, t), acc);
+  return std::vector<Value>{finish(c, b.mul(x, factor))};
 }
 
 // Inclusive scan along `dim` of same-shaped `operands` with a variadic body (operands'
@@ -466,6 +490,7 @@ void register_reduction_lowerings() {
                      "aten::norm.dtype_out", "aten::linalg_vector_norm",
                      "aten::linalg_vector_norm.out"},
                     lower_vector_norm);
+  register_lowering({"aten::renorm", "aten::renorm_", "aten::renorm.out"}, lower_renorm);
   register_lowering({"aten::cumsum", "aten::cumsum_", "aten::cumsum.out"}, cumulative("sum"));
   register_lowering({"aten::cumprod", "aten::cumprod_", "aten::cumprod.out"}, cumulative("prod"));
   register_lowering({"aten::_logcumsumexp", "aten::_logcumsumexp.out"}, cumulative("logsumexp"));

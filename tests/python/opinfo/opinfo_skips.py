@@ -28,6 +28,5 @@ SKIPS: dict[str, str] = {
     'nn.functional.rrelu': 'fallback: aten::rrelu_with_noise',
     'nonzero_static': 'fallback: aten::nonzero_static',
     'put': 'fallback: aten::put_',
-    'renorm': 'fallback: aten::renorm.out',
     'repeat_interleave': 'fallback: aten::repeat_interleave.Tensor',
 }

@@ -311,3 +311,16 @@ def test_histc_like_cpu(dtype: torch.dtype) -> None:
     for x, kwargs in [(torch.randn(10, dtype=dtype), {"min": 0, "max": float("inf")}),
                       (torch.tensor([1.0, float("inf")], dtype=dtype), {})]:
         assert_raises_like_cpu(lambda t: torch.histc(t, **kwargs), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("p,dim,maxnorm", [(2, 0, 1.0), (1, 1, 2.0), (3.5, -1, 0.5),
+                                           (float("inf"), 2, 1.0), (2, 1, 100.0),
+                                           (0.5, 0, 3.0)])
+def test_renorm_like_cpu(dtype: torch.dtype, p: float, dim: int, maxnorm: float) -> None:
+    x = make((4, 5, 6), dtype)
+    tols = {torch.bfloat16: (1e-2, 1e-2)}
+    before = fallbacks()
+    assert_same(lambda t: torch.renorm(t, p, dim, maxnorm), x, dtype_tols=tols)
+    assert_same(lambda t: t.clone().renorm_(p, dim, maxnorm), x, dtype_tols=tols)
+    assert fallbacks() == before
