@@ -66,9 +66,42 @@ at::Tensor tpu_bincount(const at::Tensor& self, const std::optional<at::Tensor>&
   return at::zeros({nbins}, w.options()).index_add_(0, index, w);
 }
 
+// repeat_interleave.Tensor(repeats, output_size?): index i repeated repeats[i] times, the
+// CPU kernel's checks and dtype. The length is the repeats' sum: without output_size it
+// and the smallest repeat are read back together (one counted round-trip, as CUDA syncs
+// for it too); with it nothing is read, and the CPU's two checks (no negative repeat, the
+// sum equals output_size) become asserts raised at the next host read. Position j of the
+// result is the number of running sums <= j (searchsorted, right).
+at::Tensor tpu_repeat_interleave(const at::Tensor& repeats, std::optional<int64_t> output_size) {
+  // The CPU kernel dispatches on the index dtypes before its own checks.
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
+      "\"repeat_interleave_cpu\" not implemented for '", repeats.scalar_type(), "'");
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  if (repeats.size(0) == 0) return at::empty_like(repeats, at::MemoryFormat::Contiguous);
+  at::Tensor cumsum = repeats.cumsum(0, at::kLong);
+  at::Tensor total_t = cumsum[-1];
+  int64_t total = 0;
+  if (output_size.has_value()) {
+    total = *output_size;
+    at::_assert_async(repeats.min().ge(0), "repeats can not be negative");
+    at::_assert_async(total_t.eq(total), "allocated size does not match required size");
+  } else {
+    base::keyed_counter_add("host_roundtrip_ops", "aten::repeat_interleave");
+    base::counter_add("num_host_roundtrips");
+    at::Tensor read = at::stack({total_t, repeats.min().to(at::kLong)}).cpu();
+    total = read[0].item<int64_t>();
+    TORCH_CHECK(read[1].item<int64_t>() >= 0, "repeats can not be negative");
+  }
+  at::Tensor positions = at::arange(total, cumsum.options());
+  return at::searchsorted(cumsum, positions, /*out_int32=*/false, /*right=*/true)
+      .to(repeats.scalar_type());
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("equal", tpu_equal);
   m.impl("bincount", tpu_bincount);
+  m.impl("repeat_interleave.Tensor", tpu_repeat_interleave);
 }
 
 }  // namespace

@@ -28,5 +28,4 @@ SKIPS: dict[str, str] = {
     'nn.functional.rrelu': 'fallback: aten::rrelu_with_noise',
     'nonzero_static': 'fallback: aten::nonzero_static',
     'put': 'fallback: aten::put_',
-    'repeat_interleave': 'fallback: aten::repeat_interleave.Tensor',
 }

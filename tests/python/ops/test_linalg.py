@@ -479,6 +479,31 @@ def test_bincount_errors_match_cpu() -> None:
     assert_raises_like_cpu(torch.bincount, torch.tensor([1.5]))
 
 
+def test_repeat_interleave_by_tensor_matches_cpu() -> None:
+    # On the device: the length (the repeats' sum) is one counted read-back, none when the
+    # caller gives output_size.
+    for repeats in ([2, 0, 3, 1], [0, 0], [5], [1, 1, 1]):
+        for dtype in (torch.int64, torch.int32):
+            r = torch.tensor(repeats, dtype=dtype)
+            assert_same(torch.repeat_interleave, r)
+            assert_same(lambda t: torch.repeat_interleave(t, output_size=sum(repeats)), r)
+    x, rep = torch.randn(4, 3), torch.tensor([1, 0, 2, 3])
+    assert_same(lambda t, r: torch.repeat_interleave(t, r, dim=0), x, rep)
+    assert_same(lambda t, r: torch.repeat_interleave(t, r[:3], dim=1), x, rep)
+    assert_same(torch.repeat_interleave, torch.empty(0, dtype=torch.long))
+    reads = dict(torchtpu.debug.metrics()["host_roundtrip_ops"]).get("aten::repeat_interleave", 0)
+    torch.repeat_interleave(rep.to("tpu"), output_size=6)
+    after = torchtpu.debug.metrics()["host_roundtrip_ops"].get("aten::repeat_interleave", 0)
+    assert after == reads
+    assert_raises_like_cpu(torch.repeat_interleave, torch.tensor([1, -1]))
+    assert_raises_like_cpu(torch.repeat_interleave, torch.tensor([[1]]))
+    assert_raises_like_cpu(torch.repeat_interleave, torch.tensor([1.0]))
+    # A wrong output_size: the CPU refuses at once; here the next host read raises.
+    with pytest.raises(RuntimeError, match="allocated size does not match required size"):
+        torch.repeat_interleave(rep.to("tpu"), output_size=4)
+        torch.zeros(1, device="tpu").item()
+
+
 # ---- transformer fast path ---------------------------------------------------------------
 
 def _ran_on_tpu(fn: Callable[[], Any], op: str) -> Any:
