@@ -408,7 +408,7 @@ bool has_cpu_argument_checks(const std::string& name) {
       "aten::kthvalue.values", "aten::convolution", "aten::convolution.out",
       "aten::aminmax.out", "aten::masked_scatter", "aten::masked_scatter_",
       "aten::masked_scatter.out", "aten::embedding", "aten::narrow_copy",
-      "aten::narrow_copy.out"};
+      "aten::narrow_copy.out", "aten::put_", "aten::put", "aten::put.out"};
   return kChecked.count(name) > 0;
 }
 
@@ -420,9 +420,26 @@ bool has_cpu_argument_checks(const std::string& name) {
 // another error; convolution's parameters and shapes (conv_arguments.h); aminmax's out
 // dtypes, masked_scatter's mask dtype and embedding's weight rank (the meta kernels skip
 // the first two and assert the third); narrow_copy's dim, which the CPU kernel checks
-// before wrapping (a RuntimeError, where the meta kernel's wrap raises an IndexError).
-// Same messages as the CPU.
+// before wrapping (a RuntimeError, where the meta kernel's wrap raises an IndexError);
+// put_'s dtypes and element counts. Same messages as the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
+  if (name == "aten::put_" || name == "aten::put" || name == "aten::put.out") {
+    const at::Tensor& self = args[0].toTensor();
+    const at::Tensor& index = args[1].toTensor();
+    const at::Tensor& source = args[2].toTensor();
+    TORCH_CHECK(index.scalar_type() == at::kLong,
+                "put_(): Expected a long tensor for index, but got ", index.scalar_type());
+    TORCH_CHECK(self.scalar_type() == source.scalar_type(),
+                "put_(): self and source expected to have the same dtype, but got self.dtype = ",
+                self.scalar_type(), " and source.dtype = ", source.scalar_type());
+    TORCH_CHECK_INDEX(source.numel() == index.numel(),
+                      "put_(): Expected source and index to have the same number of elements, "
+                      "but got source.numel() = ", source.numel(), ", index.numel() = ",
+                      index.numel());
+    TORCH_CHECK_INDEX(!(self.numel() == 0 && index.numel() != 0),
+                      "put_(): Tried to put elements into an empty tensor");
+    return;
+  }
   if (name == "aten::narrow_copy" || name == "aten::narrow_copy.out") {
     const at::Tensor& self = args[0].toTensor();
     TORCH_CHECK(self.dim() > 0, "narrow() cannot be applied to a 0-dim tensor.");

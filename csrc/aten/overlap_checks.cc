@@ -15,7 +15,7 @@ namespace {
 bool rejects_full_overlap(const std::string& name) {
   static const char* kOps[] = {"aten::index_select.out", "aten::gather.out", "aten::take.out",
                                "aten::masked_select.out", "aten::kthvalue.values",
-                               "aten::cat.out", "aten::bernoulli.out"};
+                               "aten::cat.out", "aten::bernoulli.out", "aten::put_"};
   for (const char* op : kOps) if (name == op) return true;
   return false;
 }

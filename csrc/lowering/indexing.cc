@@ -373,6 +373,23 @@ Result lower_take(LoweringContext& c) {
   return std::vector<Value>{b.reshape(to_out(c, r), out.dims)};
 }
 
+// put(self, index, source, accumulate) and put_: source's elements written (or added) at
+// the flat positions `index` of self (negative ones wrapped, bounds checked as take).
+Result lower_put(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  Value self = c.tensor(0);
+  int64_t n = self.type.num_elements();
+  int64_t k = c.tensor_type(1).num_elements();
+  if (n == 0 || k == 0) return std::vector<Value>{b.reshape(self, out.dims)};
+  Value idx = checked_index(c, c.tensor(1), self, iota_dims(self.rank()), true,
+                            bounds_message("put", 0, n));
+  Value src = b.reshape(b.convert(c.tensor(2), self.dtype()), {k});
+  Value flat = scatter(b, b.reshape(self, {n}), b.reshape(idx, {k, 1}), src, {}, {0}, {0}, 1,
+                       c.bool_arg(3) ? "add" : "");
+  return std::vector<Value>{b.reshape(flat, out.dims)};
+}
+
 // ---- advanced indexing ----
 
 // The shared plan of index.Tensor and index_put: indexed dims, the broadcast index
@@ -496,6 +513,7 @@ void register_indexing_lowerings() {
   register_lowering({"aten::masked_scatter", "aten::masked_scatter_", "aten::masked_scatter.out"},
                     lower_masked_scatter);
   register_lowering({"aten::take", "aten::take.out"}, lower_take);
+  register_lowering({"aten::put", "aten::put_", "aten::put.out"}, lower_put);
   register_lowering({"aten::index.Tensor", "aten::index.Tensor_out"}, lower_index);
   register_lowering({"aten::index_put", "aten::index_put_", "aten::index_put.out",
                      "aten::_index_put_impl_", "aten::_index_put_impl",

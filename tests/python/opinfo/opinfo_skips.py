@@ -27,5 +27,4 @@ SKIPS: dict[str, str] = {
     'nn.functional.multilabel_margin_loss': 'fallback: aten::multilabel_margin_loss_forward',
     'nn.functional.rrelu': 'fallback: aten::rrelu_with_noise',
     'nonzero_static': 'fallback: aten::nonzero_static',
-    'put': 'fallback: aten::put_',
 }

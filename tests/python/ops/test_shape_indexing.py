@@ -248,3 +248,34 @@ def test_torchscript_index_put(fn) -> None:
     scripted = torch.jit.script(fn)
     data = torch.arange(100, dtype=torch.float32)
     assert torch.equal(scripted(data.to("tpu")).cpu(), fn(data.clone()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_put(dtype: torch.dtype, accumulate: bool) -> None:
+    # Flat positions, negative ones wrapped; accumulate adds repeated positions.
+    x = make((3, 4), dtype)
+    idx = torch.tensor([0, -1, 5, 7])
+    src = make((4,), dtype)
+    assert_same(lambda t, s: t.clone().put_(idx.to(t.device), s, accumulate=accumulate), x, src)
+    assert_same(lambda t, s: torch.put(t, idx.view(2, 2).to(t.device), s.view(2, 2),
+                                       accumulate=accumulate), x, src)
+    if accumulate:
+        assert_same(lambda t: t.clone().put_(torch.tensor([1, 1, 1], device=t.device),
+                                             torch.ones(3, dtype=dtype, device=t.device),
+                                             accumulate=True), x)
+
+
+def test_put_errors_like_cpu() -> None:
+    z = torch.zeros(3)
+    assert_raises_like_cpu(lambda t: t.put_(torch.tensor([3], device=t.device),
+                                            torch.ones(1, device=t.device)), z.clone())
+    assert_raises_like_cpu(lambda t: t.put_(torch.tensor([0, 1], device=t.device),
+                                            torch.ones(1, device=t.device)), z.clone())
+    assert_raises_like_cpu(lambda t: t.put_(torch.tensor([0], device=t.device),
+                                            torch.ones(1, dtype=torch.long, device=t.device)),
+                           z.clone())
+    assert_raises_like_cpu(lambda t: t.put_(torch.tensor([0.0], device=t.device),
+                                            torch.ones(1, device=t.device)), z.clone())
+    assert_raises_like_cpu(lambda t: t.put_(torch.tensor([0, 1], device=t.device), t[1:3]),
+                           z.clone())
