@@ -155,6 +155,38 @@ LoweringFn median(bool ignore_nan) {
   };
 }
 
+// nonzero_static(self, size, fill_value): the first `size` indices of self's non-zero
+// elements in row-major order (NaN counts), as rows of coordinates, padded with
+// fill_value: a stable sort of "is zero" orders the flat positions, non-zero ones first.
+Lowered lower_nonzero_static(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  Value fill = b.splat(static_cast<double>(c.int_arg(2)), out);
+  if (out.num_elements() == 0) return std::vector<Value>{fill};
+  Value x = c.tensor(0);
+  const int64_t size = out.dims[0], rank = out.dims[1], n = x.type.num_elements();
+  if (n == 0) return std::vector<Value>{fill};
+  Value flat = b.reshape(x, {n});
+  Value is_zero = b.compare(flat, b.zeros(flat.type), "EQ");
+  Value order = sort_with_indices(b, is_zero, 0, false).second;
+  Value count = b.reduce_sum(b.convert(b.unary("not", is_zero), DType::kI64), {0});
+  if (size <= n) {
+    order = b.slice(order, {0}, {size}, {1});
+  } else {
+    order = b.concatenate({order, b.zeros(TensorType{DType::kI64, {size - n}})}, 0);
+  }
+  TensorType rows{DType::kI64, {size, rank}};
+  Value position = b.broadcast_in_dim(order, rows.dims, {0});
+  Dims extent = x.dims(), stride(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * extent[d + 1];
+  Value coords = b.binary("remainder", b.div(position, b.broadcast_in_dim(b.constant_i64s(stride, {rank}),
+                                                          rows.dims, {1})),
+                       b.broadcast_in_dim(b.constant_i64s(extent, {rank}), rows.dims, {1}));
+  Value valid = b.compare(b.iota(rows, 0), b.broadcast_in_dim(count, rows.dims, {}), "LT");
+  return std::vector<Value>{b.convert(b.select(valid, coords, b.convert(fill, DType::kI64)),
+                                      out.dtype)};
+}
+
 }  // namespace
 
 void register_sort_lowerings() {
@@ -166,6 +198,7 @@ void register_sort_lowerings() {
                     lower_sort);
   register_lowering({"aten::topk", "aten::topk.values"}, lower_topk);
   register_lowering({"aten::kthvalue", "aten::kthvalue.values"}, lower_kthvalue);
+  register_lowering({"aten::nonzero_static", "aten::nonzero_static.out"}, lower_nonzero_static);
 }
 
 }  // namespace torchtpu::lowering

@@ -26,5 +26,4 @@ SKIPS: dict[str, str] = {
     'nn.functional.multi_margin_loss': 'fallback: aten::multi_margin_loss',
     'nn.functional.multilabel_margin_loss': 'fallback: aten::multilabel_margin_loss_forward',
     'nn.functional.rrelu': 'fallback: aten::rrelu_with_noise',
-    'nonzero_static': 'fallback: aten::nonzero_static',
 }

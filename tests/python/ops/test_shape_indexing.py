@@ -279,3 +279,13 @@ def test_put_errors_like_cpu() -> None:
                                             torch.ones(1, device=t.device)), z.clone())
     assert_raises_like_cpu(lambda t: t.put_(torch.tensor([0, 1], device=t.device), t[1:3]),
                            z.clone())
+
+
+@pytest.mark.parametrize("size,fill", [(0, -1), (3, -1), (10, 7), (100, -5)])
+def test_nonzero_static_on_the_device(size: int, fill: int) -> None:
+    # Unlike nonzero, its size is given: computed on the device, no read-back.
+    cases = [torch.tensor([0, 3, 0, 5]), torch.randint(0, 2, (3, 4, 5)),
+             torch.tensor([[0.0, float("nan")], [1.0, 0.0]]), torch.zeros(2, 3),
+             torch.ones(2, 2, dtype=torch.bool), torch.tensor(5.0), torch.empty(0, 3)]
+    for x in cases:
+        assert_same(lambda t: torch.nonzero_static(t, size=size, fill_value=fill), x)
