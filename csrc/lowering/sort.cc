@@ -10,6 +10,7 @@
 
 #include "lowering/families.h"
 #include "lowering/lowering.h"
+#include "lowering/scan.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -155,6 +156,64 @@ LoweringFn median(bool ignore_nan) {
   };
 }
 
+// Elements [from, to) of `v` along `dim`.
+Value slice_dim(Builder& b, Value v, int64_t dim, int64_t from, int64_t to) {
+  Dims lo(v.rank(), 0), hi = v.dims(), one(v.rank(), 1);
+  lo[dim] = from;
+  hi[dim] = to;
+  return b.slice(v, lo, hi, one);
+}
+
+// mode(self, dim, keepdim) -> (values, indices): the most frequent value along `dim` and
+// an index of it, as the CPU kernel picks them: the values sorted, runs of equal values
+// counted (NaN never equals, so each NaN is a run of one), the first longest run (the
+// smallest value) wins, and its index is the run's last element's. The CPU sorts with
+// std::sort, stable on the short rows it sorts by insertion, where the last of a run is
+// the value's last occurrence; this sort is stable on every row.
+Lowered lower_mode(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = at_least_1d(b, c.tensor(0));
+  int64_t dim = wrap_dim(c.int_arg(1), c.tensor_type(0).rank());
+  const int64_t n = x.dims()[dim];
+  if (x.type.num_elements() == 0) {
+    return std::vector<Value>{b.zeros(c.out_type(0)), b.zeros(c.out_type(1))};
+  }
+  auto [sv, si] = sort_with_indices(b, x, dim, /*descending=*/false);
+  TensorType it{DType::kI64, sv.dims()};
+  Value k = b.iota(it, dim);
+  // prev[k] = sv[k - 1] and next[k] = sv[k + 1]; the ends see themselves.
+  Value prev = b.concatenate({slice_dim(b, sv, dim, 0, 1), slice_dim(b, sv, dim, 0, n - 1)}, dim);
+  Value next = b.concatenate({slice_dim(b, sv, dim, 1, n), slice_dim(b, sv, dim, n - 1, n)}, dim);
+  Value is_start = b.binary("or", b.compare(k, b.zeros(it), "EQ"), b.compare(sv, prev, "NE"));
+  Value is_end = b.binary("or", b.compare(k, b.splat(static_cast<double>(n - 1), it), "EQ"),
+                          b.compare(sv, next, "NE"));
+  Value start = scan(b, b.select(is_start, k, b.zeros(it)), dim, b.constant_i64(0, DType::kI64),
+                     [](Builder& r, Value p, Value q) { return r.binary("maximum", p, q); });
+  Value freq = b.select(is_end, b.add(b.sub(k, start), b.splat(1, it)), b.zeros(it));
+  DType t = sv.dtype();
+  TensorType is{DType::kI64, {}}, vs{t, {}};
+  Dims out_dims = sv.dims();
+  out_dims.erase(out_dims.begin() + dim);
+  auto body = [](Builder& r, const std::vector<Value>& a) {
+    // (freq, k, value, index) pairs: the larger freq, then the smaller k.
+    Value a_wins = r.binary("or", r.compare(a[0], a[4], "GT"),
+                            r.binary("and", r.compare(a[0], a[4], "EQ"),
+                                     r.compare(a[1], a[5], "LT")));
+    std::vector<Value> out;
+    for (int i = 0; i < 4; ++i) out.push_back(r.select(a_wins, a[i], a[i + 4]));
+    return out;
+  };
+  std::vector<Value> best = b.op_with_region(
+      "stablehlo.reduce",
+      {freq, k, sv, si, b.constant_i64(-1, DType::kI64),
+       b.constant_i64(INT64_MAX, DType::kI64), b.zeros(vs), b.constant_i64(0, DType::kI64)},
+      {TensorType{DType::kI64, out_dims}, TensorType{DType::kI64, out_dims},
+       TensorType{t, out_dims}, TensorType{DType::kI64, out_dims}},
+      {is, is, vs, is, is, is, vs, is}, body, "dimensions = " + i64_array({dim}));
+  return std::vector<Value>{b.convert(b.reshape(best[2], c.out_type(0).dims), c.out_type(0).dtype),
+                            b.reshape(best[3], c.out_type(1).dims)};
+}
+
 // nonzero_static(self, size, fill_value): the first `size` indices of self's non-zero
 // elements in row-major order (NaN counts), as rows of coordinates, padded with
 // fill_value: a stable sort of "is zero" orders the flat positions, non-zero ones first.
@@ -198,6 +257,7 @@ void register_sort_lowerings() {
                     lower_sort);
   register_lowering({"aten::topk", "aten::topk.values"}, lower_topk);
   register_lowering({"aten::kthvalue", "aten::kthvalue.values"}, lower_kthvalue);
+  register_lowering({"aten::mode", "aten::mode.values"}, lower_mode);
   register_lowering({"aten::nonzero_static", "aten::nonzero_static.out"}, lower_nonzero_static);
 }
 

@@ -18,7 +18,6 @@ SKIPS: dict[str, str] = {
     'histogramdd': 'fallback: aten::_histogramdd_bin_edges, aten::_histogramdd_from_bin_cts, aten::_histogramdd_from_bin_tensors',
     'igamma': 'fallback: aten::igamma.out',
     'igammac': 'fallback: aten::igammac.out',
-    'mode': 'fallback: aten::mode',
     'nn.functional.ctc_loss': 'fallback: aten::_ctc_loss',
     'nn.functional.fractional_max_pool2d': 'fallback: aten::fractional_max_pool2d.output',
     'nn.functional.fractional_max_pool3d': 'fallback: aten::fractional_max_pool3d.output',

@@ -324,3 +324,17 @@ def test_renorm_like_cpu(dtype: torch.dtype, p: float, dim: int, maxnorm: float)
     assert_same(lambda t: torch.renorm(t, p, dim, maxnorm), x, dtype_tols=tols)
     assert_same(lambda t: t.clone().renorm_(p, dim, maxnorm), x, dtype_tols=tols)
     assert fallbacks() == before
+
+
+def test_mode_like_cpu() -> None:
+    # The first longest run of the sorted row (the smallest most frequent value) and the
+    # index of its last occurrence, as the CPU kernel returns them for these short rows.
+    cases = [torch.tensor([1, 2, 2, 3, 3, 0]), torch.randint(0, 4, (3, 7)),
+             torch.randint(0, 3, (2, 5, 6)).float(), torch.tensor([[1.0, 1.0, 2.0, 2.0]]),
+             torch.tensor(3.0), torch.tensor([True, False, True]), torch.randn(4, 5)]
+    before = fallbacks()
+    for x in cases:
+        for dim in range(-max(x.dim(), 1), max(x.dim(), 1)):
+            for keepdim in (False, True):
+                assert_same(lambda t: tuple(torch.mode(t, dim, keepdim)), x)
+    assert fallbacks() == before
