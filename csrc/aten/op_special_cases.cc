@@ -202,7 +202,8 @@ bool is_runtime_float_arg(const std::string& name, const std::string& arg_name) 
 
 bool is_structural_scalar_arg(const std::string& name, const std::string& arg_name) {
   if (arg_name == "p") {
-    return name.rfind("aten::norm.", 0) == 0 || name.rfind("aten::renorm", 0) == 0;
+    return name.rfind("aten::norm.", 0) == 0 || name.rfind("aten::renorm", 0) == 0 ||
+           name.rfind("aten::multi_margin_loss", 0) == 0;
   }
   if (arg_name == "exponent") return name.rfind("aten::pow.Tensor_Scalar", 0) == 0;
   if (arg_name != "ord") return false;
@@ -312,6 +313,20 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     // In evaluation mode the CPU returns empty save_mean/save_invstd; the meta kernel [C].
     c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), "").callBoxed(&st);
     for (size_t i : {1, 2}) st[i] = at::empty({0}, st[i].toTensor().options());
+    return true;
+  }
+  if (name == "aten::multi_margin_loss" && st[1].toTensor().dim() == 0 && st[5].toInt() == 0) {
+    // One sample with a 0-d target, no reduction: the CPU's loss is 0-d, the meta's [1].
+    c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), "").callBoxed(&st);
+    st[0] = at::empty({}, st[0].toTensor().options());
+    return true;
+  }
+  if (name == "aten::multi_margin_loss_backward" ||
+      name == "aten::multi_margin_loss_backward.grad_input") {
+    // No meta kernel: the gradient has self's shape and dtype.
+    at::Tensor self = st[1].toTensor();
+    st.clear();
+    st.emplace_back(at::empty_like(self, at::MemoryFormat::Contiguous));
     return true;
   }
   if (name == "aten::cummax" || name == "aten::cummax.out" || name == "aten::cummin" ||

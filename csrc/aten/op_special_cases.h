@@ -75,9 +75,11 @@ bool leaves_list_arg_unchanged(const std::string& name, const std::string& arg_n
                                c10::ArrayRef<c10::IValue> args);
 
 // For ops without a meta kernel (convolution_overrideable and its backward, the fused RNN
-// cells), replaces the meta arguments on `meta_stack` by the op's meta results (computed
-// from an equivalent op, or from the CUDA kernel's shapes). Returns false for every other
-// op; raises PyTorch-style errors for arguments the real kernel would reject.
+// cells, multi_margin_loss_backward), or whose meta kernel's results differ from the CPU's
+// (eval-mode batch norm, multi_margin_loss of one sample), replaces the meta arguments on `meta_stack` by the
+// op's meta results (computed from an equivalent op, or from the CUDA kernel's shapes).
+// Returns false for every other op; raises PyTorch-style errors for arguments the real
+// kernel would reject.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 
 // Checks that PyTorch's CPU kernels make and their meta kernels do not (multinomial's

@@ -428,6 +428,93 @@ NllParts nll_parts(LoweringContext& c, size_t self_i, size_t target_i, size_t we
   return {onehot, w};
 }
 
+// The per-class terms of multi_margin_loss over self (), (C) or (N, C) with target (N) (a 0-d
+// or [1] target for one sample): z = margin - x[target] + x[j] for j != target, with the
+// one-hot mask of the targets and each sample's weight[target] (1 without weight). p is
+// structure (is_structural_scalar_arg); the CPU kernel checks the targets' range.
+struct MarginParts {
+  Value x2;       // self as [N, C], in the accumulation type
+  Value z;        // [N, C]
+  Value onehot;   // [N, C]
+  Value weight;   // [N, C], weight[target] broadcast along C
+};
+
+MarginParts margin_parts(LoweringContext& c, size_t self_i, DType a) {
+  Builder& b = c.b();
+  const TensorType& st = c.tensor_type(self_i);
+  // A 0-d self is one sample of one class, as the CPU kernel reads it.
+  int64_t n = st.rank() == 2 ? st.dims[0] : 1, classes = st.rank() == 0 ? 1 : st.dims.back();
+  Dims nc{n, classes};
+  Value x = b.reshape(b.convert(c.tensor(self_i), a), nc);
+  Value t = b.reshape(b.convert(c.tensor(self_i + 1), DType::kI64), {n});
+  Value in_range = b.binary("and", b.compare(t, b.zeros(t.type), "GE"),
+                            b.compare(t, b.splat(static_cast<double>(classes), t.type), "LT"));
+  c.require(b.reduce(in_range, b.constant(1, DType::kBool), {0}, "and"), "target out of range",
+            CheckKind::kRuntimeError);
+  Value onehot = b.compare(b.iota(TensorType{DType::kI64, nc}, 1),
+                           b.broadcast_in_dim(t, nc, {0}), "EQ");
+  Value zero = b.zeros(TensorType{a, nc});
+  Value target_x = b.broadcast_in_dim(b.reduce_sum(b.select(onehot, x, zero), {1}), nc, {0});
+  Value margin = b.broadcast_to(c.scalar(self_i + 3, a), nc);
+  Value z = b.add(b.sub(margin, target_x), x);
+  Value w = b.splat(1, zero.type);
+  if (!c.is_none(self_i + 4)) {
+    Value wb = b.broadcast_in_dim(b.convert(c.tensor(self_i + 4), a), nc, {1});
+    w = b.broadcast_in_dim(b.reduce_sum(b.select(onehot, wb, zero), {1}), nc, {0});
+  }
+  return {x, z, onehot, w};
+}
+
+double margin_p(LoweringContext& c, size_t i) {
+  return c.arg(i).kind == ArgKind::kDouble ? c.double_arg(i) : static_cast<double>(c.int_arg(i));
+}
+
+// multi_margin_loss(self, target, p, margin, weight?, reduction): per sample the sum over
+// j != target of max(0, z)^p * weight[target], divided by C.
+Result lower_multi_margin_loss(LoweringContext& c) {
+  Builder& b = c.b();
+  DType a = acc_type(c.out_type().dtype);
+  MarginParts m = margin_parts(c, 0, a);
+  Value zero = b.zeros(m.z.type);
+  Value active = b.binary("and", b.compare(m.z, zero, "GT"), b.unary("not", m.onehot));
+  Value h = margin_p(c, 2) == 1 ? m.z : b.mul(m.z, m.z);
+  h = b.select(active, b.mul(h, m.weight), zero);
+  int64_t classes = m.z.dims()[1];
+  Value per_sample = b.div(b.reduce_sum(h, {1}),
+                           b.splat(static_cast<double>(classes), TensorType{a, {m.z.dims()[0]}}));
+  int64_t reduction = c.int_arg(5);
+  if (reduction == kNone) {
+    return std::vector<Value>{b.convert(b.reshape(per_sample, c.out_type().dims),
+                                        c.out_type().dtype)};
+  }
+  return std::vector<Value>{reduce_loss(c, per_sample, reduction)};
+}
+
+// multi_margin_loss_backward(grad_output, self, target, p, margin, weight?, reduction):
+// h = (p == 1 ? 1 : 2 z) * weight[target] / C (and / N for mean) on each active j, minus
+// their sum at the target, times the sample's grad_output.
+Result lower_multi_margin_loss_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  DType a = acc_type(out.dtype);
+  MarginParts m = margin_parts(c, 1, a);
+  const Dims& nc = m.z.dims();
+  Value zero = b.zeros(m.z.type);
+  int64_t reduction = c.int_arg(6);
+  double scale = 1.0 / static_cast<double>(nc[1]);
+  if (reduction == kMean) scale /= static_cast<double>(nc[0]);
+  Value active = b.binary("and", b.compare(m.z, zero, "GT"), b.unary("not", m.onehot));
+  Value h = margin_p(c, 3) == 1 ? b.splat(scale, m.z.type)
+                                : b.mul(b.splat(2 * scale, m.z.type), m.z);
+  h = b.select(active, b.mul(h, m.weight), zero);
+  Value at_target = b.broadcast_in_dim(b.unary("negate", b.reduce_sum(h, {1})), nc, {0});
+  Value grad = b.select(m.onehot, at_target, h);
+  Value g = b.convert(c.tensor(0), a);
+  g = reduction == kNone ? b.broadcast_in_dim(b.reshape(g, {nc[0]}), nc, {0})
+                         : b.broadcast_to(b.reshape(g, {}), nc);
+  return std::vector<Value>{b.convert(b.reshape(b.mul(grad, g), out.dims), out.dtype)};
+}
+
 // nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction, ignore_index)
 // -> (output, total_weight). total_weight is 0 for reduction none (as on CPU).
 Result lower_nll_loss(LoweringContext& c) {
@@ -551,6 +638,11 @@ void register_nn_lowerings() {
   register_lowering({"aten::huber_loss_backward", "aten::huber_loss_backward.out"},
                     pointwise_loss_backward(kHuberGrad));
   register_lowering({"aten::binary_cross_entropy", "aten::binary_cross_entropy.out"}, lower_bce);
+  register_lowering({"aten::multi_margin_loss", "aten::multi_margin_loss.out"},
+                    lower_multi_margin_loss);
+  register_lowering({"aten::multi_margin_loss_backward",
+                     "aten::multi_margin_loss_backward.grad_input"},
+                    lower_multi_margin_loss_backward);
   register_lowering({"aten::binary_cross_entropy_backward",
                      "aten::binary_cross_entropy_backward.grad_input"},
                     lower_bce_backward);

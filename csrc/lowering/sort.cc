@@ -210,8 +210,8 @@ Lowered lower_mode(LoweringContext& c) {
       {TensorType{DType::kI64, out_dims}, TensorType{DType::kI64, out_dims},
        TensorType{t, out_dims}, TensorType{DType::kI64, out_dims}},
       {is, is, vs, is, is, is, vs, is}, body, "dimensions = " + i64_array({dim}));
-  return std::vector<Value>{b.convert(b.reshape(best[2], c.out_type(0).dims), c.out_type(0).dtype),
-                            b.reshape(best[3], c.out_type(1).dims)};
+  Value values = b.convert(b.reshape(best[2], c.out_type(0).dims), c.out_type(0).dtype);
+  return std::vector<Value>{values, b.reshape(best[3], c.out_type(1).dims)};
 }
 
 // nonzero_static(self, size, fill_value): the first `size` indices of self's non-zero
@@ -238,9 +238,9 @@ Lowered lower_nonzero_static(LoweringContext& c) {
   Value position = b.broadcast_in_dim(order, rows.dims, {0});
   Dims extent = x.dims(), stride(rank, 1);
   for (int64_t d = rank - 2; d >= 0; --d) stride[d] = stride[d + 1] * extent[d + 1];
-  Value coords = b.binary("remainder", b.div(position, b.broadcast_in_dim(b.constant_i64s(stride, {rank}),
-                                                          rows.dims, {1})),
-                       b.broadcast_in_dim(b.constant_i64s(extent, {rank}), rows.dims, {1}));
+  Value strides = b.broadcast_in_dim(b.constant_i64s(stride, {rank}), rows.dims, {1});
+  Value extents = b.broadcast_in_dim(b.constant_i64s(extent, {rank}), rows.dims, {1});
+  Value coords = b.binary("remainder", b.div(position, strides), extents);
   Value valid = b.compare(b.iota(rows, 0), b.broadcast_in_dim(count, rows.dims, {}), "LT");
   return std::vector<Value>{b.convert(b.select(valid, coords, b.convert(fill, DType::kI64)),
                                       out.dtype)};

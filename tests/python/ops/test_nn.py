@@ -453,3 +453,28 @@ def test_pdist_and_gradient(p: float, n: int, m: int) -> None:
         return t.grad
 
     assert_same(grad, x, g, dtype_tols={torch.float32: (1e-4, 1e-5)})
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_multi_margin_loss_and_gradient(p: int, reduction: str, weighted: bool) -> None:
+    # Batched and single samples (a 0-d target gives a 0-d loss, as on the CPU).
+    for shape, target in [((4, 5), torch.tensor([0, 4, 2, 2])), ((5,), torch.tensor(3)),
+                          ((), torch.tensor(0)), ((5,), torch.tensor([1])),
+                          ((1, 3), torch.tensor([2]))]:
+        x = make(shape, torch.float32)
+        w = torch.rand(shape[-1] if shape else 1) if weighted else None
+        kwargs = {"p": p, "margin": 0.7, "reduction": reduction}
+        out = assert_same(lambda t, y, wt: F.multi_margin_loss(t, y, weight=wt, **kwargs),
+                          x, target, w)
+        g = torch.randn(out.shape)
+
+        def grad(t, y, wt, g):
+            t = t.detach().requires_grad_()
+            F.multi_margin_loss(t, y, weight=wt, **kwargs).backward(g)
+            return t.grad
+
+        assert_same(grad, x, target, w, g, dtype_tols=NN_TOLS)
+    assert_raises_like_cpu(lambda t, y: F.multi_margin_loss(t, y), make((3, 4), torch.float32),
+                           torch.tensor([0, 1, 4]))
