@@ -1,7 +1,7 @@
 """Ops without a lowering run on the CPU, are counted and warned once; or are errors on request.
 
-The fallback op is ``aten::mode`` (``torch.mode`` along a dim, values and indices):
-chosen because it has no lowering (the first test checks
+The fallback op is ``aten::segment_reduce`` (``torch.segment_reduce``, sums of segments of
+the rows): chosen because it has no lowering (the first test checks
 that against ``torchtpu._C.lowered_ops()``, so a future lowering makes this file pick again
 rather than silently test nothing).
 """
@@ -18,19 +18,20 @@ import torch
 
 import torchtpu
 
-FALLBACK_OP = "aten::mode"
+FALLBACK_OP = "aten::segment_reduce"
 TPU = "tpu"
 PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
 
 
-def mode(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return tuple(torch.mode(t, dim=1))
+def segment_sums(t: torch.Tensor) -> torch.Tensor:
+    """Sums of the first 2 and the last 4 rows of `t` (6 rows)."""
+    return torch.segment_reduce(t, "sum", lengths=torch.tensor([2, 4], device=t.device))
 
 
 def test_op_has_no_lowering() -> None:
     lowered = set(torchtpu._C.lowered_ops())
     assert FALLBACK_OP not in lowered, f"{FALLBACK_OP} is lowered now; pick another op"
-    assert "aten::mode.values" not in lowered
+    assert "aten::_segment_reduce_backward" not in lowered
     assert "aten::add.Tensor" in lowered
 
 
@@ -52,14 +53,13 @@ def test_lowered_op_names_are_real_overloads() -> None:
 
 
 def test_fallback_runs_counts_and_matches_cpu() -> None:
-    x = torch.randn(4, 6)
+    x = torch.randn(6, 4)
     before = torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0)
-    values, indices = mode(x.to(TPU))
+    sums = segment_sums(x.to(TPU))
     after = torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0)
     assert after == before + 1
-    assert values.device.type == TPU and indices.device.type == TPU
-    cv, ci = mode(x)
-    assert torch.equal(values.cpu(), cv) and torch.equal(indices.cpu(), ci)
+    assert sums.device.type == TPU
+    torch.testing.assert_close(sums.cpu(), segment_sums(x))
     assert FALLBACK_OP in torchtpu.debug.report()
 
 
@@ -83,11 +83,12 @@ def test_fallback_warns_once_per_op() -> None:
     r = run_python(
         f"""
         import warnings, torch, torchtpu
-        x = torch.randn(4, 6, device="tpu")
+        x = torch.randn(6, 4, device="tpu")
+        lengths = torch.tensor([2, 4], device="tpu")
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             for _ in range(3):
-                torch.mode(x, dim=1)
+                torch.segment_reduce(x, "sum", lengths=lengths)
         msgs = [str(m.message) for m in w if "{FALLBACK_OP}" in str(m.message)]
         assert len(msgs) == 1, msgs
         assert "CPU" in msgs[0], msgs[0]
@@ -98,11 +99,11 @@ def test_fallback_warns_once_per_op() -> None:
 
 
 def test_fallback_error_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    x = torch.randn(4, 6, device=TPU)
+    x = torch.randn(6, 4, device=TPU)
     monkeypatch.setenv("TORCHTPU_FALLBACK", "error")
     before = torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0)
     with pytest.raises(NotImplementedError, match=FALLBACK_OP):
-        mode(x)
+        segment_sums(x)
     assert torchtpu.debug.metrics()["fallback_ops"].get(FALLBACK_OP, 0) == before
     # Lowered ops still run.
     assert (x + 1).sum().item() == pytest.approx(x.cpu().sum().item() + 24, rel=1e-5)
@@ -112,11 +113,11 @@ def test_fallback_error_mode_in_fresh_process() -> None:
     r = run_python(
         """
         import torch, torchtpu
-        x = torch.randn(4, 6, device="tpu")
+        x = torch.randn(6, 4, device="tpu")
         try:
-            torch.mode(x, dim=1)
+            torch.segment_reduce(x, "sum", lengths=torch.tensor([2, 4], device="tpu"))
         except NotImplementedError as e:
-            assert "aten::mode" in str(e), e
+            assert "aten::segment_reduce" in str(e), e
             print("OK")
         """,
         TORCHTPU_FALLBACK="error")
@@ -125,21 +126,20 @@ def test_fallback_error_mode_in_fresh_process() -> None:
 
 def test_fallback_inplace_op_writes_tpu_tensor() -> None:
     # An in-place op without a lowering must write its result back into the tpu tensor.
-    assert "aten::gcd.out" not in set(torchtpu._C.lowered_ops())
-    a, b = torch.randint(-50, 50, (5,)), torch.randint(-50, 50, (5,))
-    out = torch.empty(5, dtype=torch.int64, device=TPU)
-    torch.gcd(a.to(TPU), b.to(TPU), out=out)
-    assert torch.equal(out.cpu(), torch.gcd(a, b))
+    assert "aten::igamma.out" not in set(torchtpu._C.lowered_ops())
+    a, b = torch.rand(5) + 0.1, torch.rand(5) + 0.1
+    out = torch.empty(5, device=TPU)
+    torch.igamma(a.to(TPU), b.to(TPU), out=out)
+    torch.testing.assert_close(out.cpu(), torch.igamma(a, b))
 
 
-# In-place unary ops, least likely first to gain a lowering; the test uses the first whose
+# In-place ops, least likely first to gain a lowering; the test uses the first whose
 # in-place, functional and out= overloads have none. (Structured in-place ops reach the
-# backend as their out= overload, e.g. i0_ -> aten::i0.out, so any of them may be counted.)
+# backend as their out= overload, e.g. igamma_ -> aten::igamma.out, so any of them may be
+# counted.)
 INPLACE_CANDIDATES = {
-    "aten::i0": torch.Tensor.i0_,
-    "aten::lgamma": torch.Tensor.lgamma_,
-    "aten::digamma": torch.Tensor.digamma_,
-    "aten::erfinv": torch.Tensor.erfinv_,
+    "aten::igamma": lambda t: t.igamma_(torch.full_like(t, 0.5)),
+    "aten::igammac": lambda t: t.igammac_(torch.full_like(t, 0.5)),
 }
 
 
