@@ -18,12 +18,6 @@ namespace {
 
 using Result = base::StatusOr<std::vector<Value>>;
 
-Dims iota_dims(int64_t n) {
-  Dims d;
-  for (int64_t i = 0; i < n; ++i) d.push_back(i);
-  return d;
-}
-
 // x1 [..., r1, m] and x2 [..., r2, m] broadcast to the batch dims of `out` and expanded
 // to [..., r1, r2, m]; returns x1 - x2 there.
 Value row_differences(Builder& b, Value x1, Value x2, const Dims& batch) {

@@ -411,10 +411,8 @@ Value gcd(Builder& b, Value x, Value y) {
       [&](Builder& lb, const std::vector<Value>& s) {
         Value pending = lb.compare(s[0], lb.zeros(s[0].type), "NE");
         if (s[0].rank() == 0) return std::vector<Value>{pending};
-        Dims all;
-        for (int64_t i = 0; i < s[0].rank(); ++i) all.push_back(i);
         return std::vector<Value>{
-            lb.reduce(pending, lb.constant(0, DType::kBool), all, "or")};
+            lb.reduce(pending, lb.constant(0, DType::kBool), iota_dims(s[0].rank()), "or")};
       },
       [&](Builder& lb, const std::vector<Value>& s) {
         Value a = s[0], r = s[1];

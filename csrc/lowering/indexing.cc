@@ -28,12 +28,6 @@ Value fill_i64(Builder& b, int64_t v, const Dims& dims) {
   return b.broadcast_in_dim(b.constant_i64(v, DType::kI64), dims, {});
 }
 
-Dims iota_dims(int64_t n) {
-  Dims d;
-  for (int64_t i = 0; i < n; ++i) d.push_back(i);
-  return d;
-}
-
 Dims without(int64_t n, const Dims& skip) {
   Dims d;
   for (int64_t i = 0; i < n; ++i) {

@@ -284,6 +284,12 @@ int64_t wrap_dim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + r : dim;
 }
 
+Dims iota_dims(int64_t n) {
+  Dims d;
+  for (int64_t i = 0; i < n; ++i) d.push_back(i);
+  return d;
+}
+
 Dims per_dim(const Dims& v, int64_t num_spatial, int64_t fallback) {
   if (v.empty()) return Dims(num_spatial, fallback);
   if (v.size() == 1) return Dims(num_spatial, v[0]);

@@ -178,6 +178,9 @@ int64_t wrap_dim(int64_t dim, int64_t rank);
 // may pass with one entry for all `num_spatial` dims, or none (`fallback` for each).
 Dims per_dim(const Dims& v, int64_t num_spatial, int64_t fallback);
 
+// The dims 0, 1, ..., n - 1 (every dim of a rank-n value: full reductions, batch dims).
+Dims iota_dims(int64_t n);
+
 struct GraphScalar {
   ScalarCategory category = ScalarCategory::kFloat;
   double float_value = 0;  // kFloat; kComplex: the real part
