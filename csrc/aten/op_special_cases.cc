@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include <ATen/ATen.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
@@ -325,6 +326,35 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
       name == "aten::multi_margin_loss_backward.grad_input") {
     // No meta kernel: the gradient has self's shape and dtype.
     at::Tensor self = st[1].toTensor();
+    st.clear();
+    st.emplace_back(at::empty_like(self, at::MemoryFormat::Contiguous));
+    return true;
+  }
+  if (name == "aten::multilabel_margin_loss_forward") {
+    // The CPU kernel's target dtype check; one sample ((C) or 0-d self) without reduction
+    // has a 0-d loss on the CPU, [1] in the meta kernel.
+    const at::Tensor& target = st[1].toTensor();
+    TORCH_CHECK(target.scalar_type() == at::kLong, "expected scalar type Long but found ",
+                target.scalar_type());
+    bool one_sample = st[0].toTensor().dim() <= 1 && st[2].toInt() == 0;
+    c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), "").callBoxed(&st);
+    if (one_sample) st[0] = at::empty({}, st[0].toTensor().options());
+    return true;
+  }
+  if (name == "aten::multilabel_margin_loss_backward" ||
+      name == "aten::multilabel_margin_loss_backward.grad_input") {
+    // No meta kernel: the CPU kernel's checks of target and is_target; the gradient has
+    // self's shape and dtype.
+    at::Tensor self = st[1].toTensor();
+    const at::Tensor& target = st[2].toTensor();
+    TORCH_CHECK(target.scalar_type() == at::kLong, "expected scalar type Long but found ",
+                target.scalar_type());
+    TORCH_CHECK(target.sizes() == self.sizes() || (self.dim() == 0 && target.numel() == 1),
+                "inconsistent target size: ", target.sizes(), " for input of size: ",
+                self.sizes());
+    at::checkSameSize("multilabel_margin_loss_backward_out_frame",
+                      at::TensorArg(target, "target", 3), at::TensorArg(st[4].toTensor(),
+                                                                        "is_target", 5));
     st.clear();
     st.emplace_back(at::empty_like(self, at::MemoryFormat::Contiguous));
     return true;

@@ -515,6 +515,97 @@ Result lower_multi_margin_loss_backward(LoweringContext& c) {
   return std::vector<Value>{b.convert(b.reshape(b.mul(grad, g), out.dims), out.dtype)};
 }
 
+// The pairwise terms of multilabel_margin_loss over self (), (C) or (N, C) and a target of
+// self's shape, whose row lists the sample's classes up to its first negative entry: for
+// target slot j and class d, z = 1 - x[target_j] + x[d], active where j lists a class, d
+// is none of the row's classes and z > 0 (the CPU kernel's loops, as [N, C, C] masks).
+// `is_target` is the backward's argument; the forward derives it. The CPU kernel checks
+// every target entry, listed or not, is in [-1, C).
+struct MultilabelParts {
+  Value z;          // [N, C (slot j), C (class d)], in the accumulation type
+  Value active;     // [N, C, C]
+  Value listed;     // [N, C, C]: slot j lists class c
+  Value is_target;  // [N, C]
+};
+
+MultilabelParts multilabel_parts(LoweringContext& c, size_t self_i, DType a,
+                                 std::optional<Value> is_target) {
+  Builder& b = c.b();
+  const TensorType& st = c.tensor_type(self_i);
+  int64_t n = st.rank() == 2 ? st.dims[0] : 1, classes = st.rank() == 0 ? 1 : st.dims.back();
+  Dims nc{n, classes}, ncc{n, classes, classes};
+  Value x = b.reshape(b.convert(c.tensor(self_i), a), nc);
+  Value t = b.reshape(b.convert(c.tensor(self_i + 1), DType::kI64), nc);
+  TensorType it{DType::kI64, nc};
+  Value in_range = b.binary("and", b.compare(t, b.splat(-1, it), "GE"),
+                            b.compare(t, b.splat(static_cast<double>(classes), it), "LT"));
+  c.require(b.reduce(in_range, b.constant(1, DType::kBool), {0, 1}, "and"),
+            "argument #2 'target' is out of range", CheckKind::kRuntimeError);
+  Value slot = b.iota(it, 1);
+  Value end = b.reduce_min(b.select(b.compare(t, b.zeros(it), "LT"), slot,
+                                    b.splat(static_cast<double>(classes), it)),
+                           {1});
+  Value valid = b.compare(slot, b.broadcast_in_dim(end, nc, {0}), "LT");
+  Value listed = b.binary("and", b.broadcast_in_dim(valid, ncc, {0, 1}),
+                          b.compare(b.broadcast_in_dim(t, ncc, {0, 1}),
+                                    b.iota(TensorType{DType::kI64, ncc}, 2), "EQ"));
+  Value targets = is_target ? b.compare(b.reshape(*is_target, nc),
+                                        b.zeros(TensorType{is_target->dtype(), nc}), "NE")
+                            : b.reduce(listed, b.constant(0, DType::kBool), {1}, "or");
+  Value zero = b.zeros(TensorType{a, ncc});
+  Value x_d = b.broadcast_in_dim(x, ncc, {0, 2});
+  Value x_target = b.reduce_sum(b.select(listed, x_d, zero), {2});
+  Value z = b.add(b.sub(b.splat(1, zero.type), b.broadcast_in_dim(x_target, ncc, {0, 1})), x_d);
+  Value active = b.binary("and", b.broadcast_in_dim(valid, ncc, {0, 1}),
+                          b.unary("not", b.broadcast_in_dim(targets, ncc, {0, 2})));
+  active = b.binary("and", active, b.compare(z, zero, "GT"));
+  return {z, active, listed, targets};
+}
+
+// multilabel_margin_loss_forward(self, target, reduction) -> (output, is_target): per
+// sample the sum of the active terms / C.
+Result lower_multilabel_margin_loss(LoweringContext& c) {
+  Builder& b = c.b();
+  DType a = acc_type(c.out_type().dtype);
+  MultilabelParts m = multilabel_parts(c, 0, a, std::nullopt);
+  const Dims& ncc = m.z.dims();
+  Value terms = b.select(m.active, m.z, b.zeros(m.z.type));
+  Value per_sample = b.div(b.reduce_sum(terms, {1, 2}),
+                           b.splat(static_cast<double>(ncc[1]), TensorType{a, {ncc[0]}}));
+  const TensorType& it = c.out_type(1);
+  Value is_target = b.reshape(b.convert(m.is_target, it.dtype), it.dims);
+  int64_t reduction = c.int_arg(2);
+  Value loss = reduction == kNone
+                   ? b.convert(b.reshape(per_sample, c.out_type().dims), c.out_type().dtype)
+                   : reduce_loss(c, per_sample, reduction);
+  return std::vector<Value>{loss, is_target};
+}
+
+// multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target): g = 1/C
+// (1/(N C) for mean) on each active (j, d) at d, minus it at the class slot j lists; times
+// the sample's grad_output.
+Result lower_multilabel_margin_loss_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& out = c.out_type();
+  DType a = acc_type(out.dtype);
+  MultilabelParts m = multilabel_parts(c, 1, a, c.tensor(4));
+  const Dims& ncc = m.z.dims();
+  Dims nc{ncc[0], ncc[1]};
+  int64_t reduction = c.int_arg(3);
+  double scale = 1.0 / static_cast<double>(ncc[1]);
+  if (reduction == kMean) scale /= static_cast<double>(ncc[0]);
+  Value zero = b.zeros(m.z.type);
+  Value h = b.select(m.active, b.splat(scale, m.z.type), zero);
+  Value plus = b.reduce_sum(h, {1});
+  Value per_slot = b.broadcast_in_dim(b.reduce_sum(h, {2}), ncc, {0, 1});
+  Value minus = b.reduce_sum(b.select(m.listed, per_slot, zero), {1});
+  Value grad = b.sub(plus, minus);
+  Value g = b.convert(c.tensor(0), a);
+  g = reduction == kNone ? b.broadcast_in_dim(b.reshape(g, {nc[0]}), nc, {0})
+                         : b.broadcast_to(b.reshape(g, {}), nc);
+  return std::vector<Value>{b.convert(b.reshape(b.mul(grad, g), out.dims), out.dtype)};
+}
+
 // nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction, ignore_index)
 // -> (output, total_weight). total_weight is 0 for reduction none (as on CPU).
 Result lower_nll_loss(LoweringContext& c) {
@@ -640,6 +731,12 @@ void register_nn_lowerings() {
   register_lowering({"aten::binary_cross_entropy", "aten::binary_cross_entropy.out"}, lower_bce);
   register_lowering({"aten::multi_margin_loss", "aten::multi_margin_loss.out"},
                     lower_multi_margin_loss);
+  register_lowering({"aten::multilabel_margin_loss_forward",
+                     "aten::multilabel_margin_loss_forward.output"},
+                    lower_multilabel_margin_loss);
+  register_lowering({"aten::multilabel_margin_loss_backward",
+                     "aten::multilabel_margin_loss_backward.grad_input"},
+                    lower_multilabel_margin_loss_backward);
   register_lowering({"aten::multi_margin_loss_backward",
                      "aten::multi_margin_loss_backward.grad_input"},
                     lower_multi_margin_loss_backward);

@@ -478,3 +478,29 @@ def test_multi_margin_loss_and_gradient(p: int, reduction: str, weighted: bool) 
         assert_same(grad, x, target, w, g, dtype_tols=NN_TOLS)
     assert_raises_like_cpu(lambda t, y: F.multi_margin_loss(t, y), make((3, 4), torch.float32),
                            torch.tensor([0, 1, 4]))
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_multilabel_margin_loss_and_gradient(reduction: str) -> None:
+    # A row lists its classes up to its first -1 (later entries are ignored, repeats count
+    # twice); batched rows, one sample (C) and 0-d (a 0-d loss without reduction, as on the
+    # CPU).
+    cases = [((2, 4), torch.tensor([[1, 1, -1, 3], [-1, 2, 2, 0]])),
+             ((3, 5), torch.tensor([[4, 0, -1, -1, -1], [0, 1, 2, 3, 4], [2, -1, 2, 1, 0]])),
+             ((5,), torch.tensor([3, 0, -1, 2, 2])), ((), torch.tensor(0)),
+             ((4, 1), torch.tensor([[0], [-1], [0], [0]]))]
+    for shape, target in cases:
+        x = make(shape, torch.float32)
+        out = assert_same(lambda t, y: F.multilabel_margin_loss(t, y, reduction=reduction),
+                          x, target)
+        g = torch.randn(out.shape)
+
+        def grad(t, y, g):
+            t = t.detach().requires_grad_()
+            F.multilabel_margin_loss(t, y, reduction=reduction).backward(g)
+            return t.grad
+
+        assert_same(grad, x, target, g, dtype_tols=NN_TOLS)
+    x = make((2, 4), torch.float32)
+    for bad in [torch.tensor([[0, 4, -1, 0]] * 2), torch.tensor([[0, -2, -1, 0]] * 2)]:
+        assert_raises_like_cpu(lambda t, y: F.multilabel_margin_loss(t, y), x, bad)
