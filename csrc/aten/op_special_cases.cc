@@ -177,7 +177,8 @@ void check_same_dtype_out(const std::string& name, c10::ArrayRef<c10::IValue> ar
 
 bool writes_unreturned_args(const std::string& name) {
   return name == "aten::_amp_foreach_non_finite_check_and_unscale_" ||
-         name == "aten::_amp_update_scale_";
+         name == "aten::_amp_update_scale_" || name == "aten::rrelu_with_noise" ||
+         name == "aten::rrelu_with_noise.out" || name == "aten::rrelu_with_noise_";
 }
 
 namespace {
@@ -453,7 +454,9 @@ bool has_cpu_argument_checks(const std::string& name) {
       "aten::kthvalue.values", "aten::convolution", "aten::convolution.out",
       "aten::aminmax.out", "aten::masked_scatter", "aten::masked_scatter_",
       "aten::masked_scatter.out", "aten::embedding", "aten::narrow_copy",
-      "aten::narrow_copy.out", "aten::put_", "aten::put", "aten::put.out"};
+      "aten::narrow_copy.out", "aten::put_", "aten::put", "aten::put.out",
+      "aten::rrelu_with_noise", "aten::rrelu_with_noise.out", "aten::rrelu_with_noise_",
+      "aten::rrelu_with_noise_functional"};
   return kChecked.count(name) > 0;
 }
 
@@ -466,8 +469,20 @@ bool has_cpu_argument_checks(const std::string& name) {
 // dtypes, masked_scatter's mask dtype and embedding's weight rank (the meta kernels skip
 // the first two and assert the third); narrow_copy's dim, which the CPU kernel checks
 // before wrapping (a RuntimeError, where the meta kernel's wrap raises an IndexError);
-// put_'s dtypes and element counts. Same messages as the CPU.
+// put_'s dtypes and element counts; rrelu_with_noise's noise (its shape always, its dtype
+// in training, when the CPU kernel writes it). Same messages as the CPU.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
+  if (name.rfind("aten::rrelu_with_noise", 0) == 0) {
+    const at::Tensor& self = args[0].toTensor();
+    const at::Tensor& noise = args[1].toTensor();
+    TORCH_CHECK(self.sizes() == noise.sizes(),
+                "noise tensor shape must match self tensor shape. Got self.shape = ",
+                self.sizes(), " noise.shape = ", noise.sizes());
+    TORCH_CHECK(!args[4].toBool() || !at::isFloatingType(self.scalar_type()) ||
+                    noise.scalar_type() == self.scalar_type(),
+                "expected scalar type ", self.scalar_type(), " but found ", noise.scalar_type());
+    return;
+  }
   if (name == "aten::put_" || name == "aten::put" || name == "aten::put.out") {
     const at::Tensor& self = args[0].toTensor();
     const at::Tensor& index = args[1].toTensor();

@@ -47,7 +47,7 @@ void check_same_dtype_out(const std::string& name, c10::ArrayRef<c10::IValue> ar
 
 // Ops that write a Tensor(a!) argument that none of their returns aliases
 // (_amp_foreach_non_finite_check_and_unscale_'s found_inf, _amp_update_scale_'s
-// growth_tracker): their lowerings return those arguments' new values after the returns.
+// growth_tracker, rrelu_with_noise's noise): their lowerings return those arguments' new values after the returns.
 // Opt-in by name, since other such ops (_native_batch_norm_legit) are handled otherwise.
 bool writes_unreturned_args(const std::string& name);
 

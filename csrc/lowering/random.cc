@@ -111,6 +111,42 @@ Result lower_normal(LoweringContext& c) {
   return std::vector<Value>{b.convert(b.add(b.mul(z, std_dev), mean), out.dtype)};
 }
 
+// rrelu_with_noise(self, noise, lower, upper, training, generator) in its functional, .out,
+// in-place and _functional forms: (output, noise's new value). In training each element
+// <= 0 is scaled by r ~ U(lower, upper) and noise holds r there and 1 elsewhere (the CPU
+// kernel, whose uniform draw refuses lower > upper once it meets such an element); in
+// evaluation it is leaky_relu with slope (lower + upper) / 2 and noise is left as it was.
+Result lower_rrelu_with_noise(LoweringContext& c) {
+  Builder& b = c.b();
+  if (auto s = require_floating(c); !s.ok()) return s;
+  const TensorType& out = c.out_type();
+  DType ct = compute_type(out.dtype);
+  Value x = b.convert(c.tensor(0), ct);
+  Value lower = b.broadcast_to(c.scalar(2, ct), out.dims);
+  Value upper = b.broadcast_to(c.scalar(3, ct), out.dims);
+  Value zero = b.zeros(x.type);
+  if (!c.bool_arg(4)) {
+    Value slope = b.div(b.add(lower, upper), b.splat(2, x.type));
+    Value y = b.select(b.compare(x, zero, "GT"), x, b.mul(x, slope));
+    return std::vector<Value>{b.convert(y, out.dtype), c.tensor(1)};
+  }
+  Value scaled = b.compare(x, zero, "LE");
+  if (out.num_elements() > 0) {
+    Dims all = iota_dims(out.rank());
+    Value ordered = b.compare(lower, upper, "LE");
+    Value ok = b.reduce(b.binary("or", ordered, b.unary("not", scaled)),
+                        b.constant(1, DType::kBool), all, "and");
+    c.require(ok, "Expected from <= to to be true, but got false.  (Could this error message "
+                  "be improved?  If so, please report an enhancement request to PyTorch.)",
+              CheckKind::kRuntimeError);
+  }
+  RandomBits bits(c);
+  Value r = b.add(lower, b.mul(unit_uniform(b, bits, out.dims, ct), b.sub(upper, lower)));
+  Value y = b.select(scaled, b.mul(x, r), x);
+  Value noise = b.select(scaled, r, b.splat(1, x.type));
+  return std::vector<Value>{b.convert(y, out.dtype), b.convert(noise, c.out_type(1).dtype)};
+}
+
 // bernoulli_.float(self, p) and bernoulli.p(self, p): a compile-time probability.
 Result lower_bernoulli_scalar(LoweringContext& c) {
   Builder& b = c.b();
@@ -437,6 +473,9 @@ void register_random_lowerings() {
   register_lowering({"aten::log_normal_", "aten::log_normal", "aten::log_normal.out"},
                     lower_log_normal);
   register_lowering({"aten::cauchy_", "aten::cauchy", "aten::cauchy.out"}, lower_cauchy);
+  register_lowering({"aten::rrelu_with_noise", "aten::rrelu_with_noise.out",
+                     "aten::rrelu_with_noise_", "aten::rrelu_with_noise_functional"},
+                    lower_rrelu_with_noise);
   register_lowering({"aten::native_dropout"}, lower_native_dropout);
   register_lowering({"aten::native_dropout_backward"}, lower_native_dropout_backward);
   register_lowering({"aten::randperm.generator_out"}, lower_randperm);

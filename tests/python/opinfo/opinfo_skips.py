@@ -22,5 +22,4 @@ SKIPS: dict[str, str] = {
     'nn.functional.fractional_max_pool2d': 'fallback: aten::fractional_max_pool2d.output',
     'nn.functional.fractional_max_pool3d': 'fallback: aten::fractional_max_pool3d.output',
     'nn.functional.grid_sample': 'fallback: aten::grid_sampler_2d',
-    'nn.functional.rrelu': 'fallback: aten::rrelu_with_noise',
 }

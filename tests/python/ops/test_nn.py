@@ -103,6 +103,47 @@ def test_dropout_statistics() -> None:
     assert not torch.equal(y.cpu(), F.dropout(x, p=p, training=True).cpu())
 
 
+def test_rrelu_evaluation_like_cpu_and_training_statistics() -> None:
+    torch.manual_seed(0)
+    x = make((300, 40), torch.float32)
+    assert_same(lambda t: F.rrelu(t, 0.1, 0.3, training=False), x)
+    neg = x <= 0
+    torchtpu.manual_seed(0)
+    noise = torch.zeros(x.shape, device="tpu")
+    y = torch.ops.aten.rrelu_with_noise(x.to("tpu"), noise, 0.1, 0.3, True).cpu()
+    n = noise.cpu()
+    # Elements > 0 pass with noise 1; the others are scaled by their noise, U(0.1, 0.3).
+    assert torch.equal(y[~neg], x[~neg]) and torch.equal(n[~neg], torch.ones_like(n[~neg]))
+    torch.testing.assert_close(y[neg], x[neg] * n[neg])
+    r = n[neg]
+    assert bool(((r >= 0.1) & (r <= 0.3)).all())
+    assert abs(r.mean().item() - 0.2) < 0.005 and abs(r.var().item() - 0.04 / 12) < 4e-4
+    torchtpu.manual_seed(0)
+    again = torch.zeros(x.shape, device="tpu")
+    torch.ops.aten.rrelu_with_noise(x.to("tpu"), again, 0.1, 0.3, True)
+    assert torch.equal(again.cpu(), n), "rrelu's noise is not reproducible from the seed"
+    # In place, and the gradient is the noise.
+    t = x.to("tpu").requires_grad_()
+    out = F.rrelu(t, 0.1, 0.3, training=True)
+    out.sum().backward()
+    g = t.grad.cpu()
+    torch.testing.assert_close(g[neg] * x[neg], out.detach().cpu()[neg])
+    z = x.to("tpu")
+    F.rrelu_(z, 0.1, 0.3, training=True)
+    assert torch.equal(z.cpu()[~neg], x[~neg])
+
+
+def test_rrelu_refusals_like_cpu() -> None:
+    x = make((4, 6), torch.float32)
+    op = torch.ops.aten.rrelu_with_noise
+    # lower > upper once an element <= 0 is met; all-positive inputs compute, as on the CPU.
+    assert_raises_like_cpu(lambda t, n: op(t, n, 0.3, 0.1, True), x - 10, torch.zeros(4, 6))
+    assert_same(lambda t, n: op(t, n, 0.3, 0.1, True), x.abs() + 1, torch.zeros(4, 6))
+    assert_raises_like_cpu(lambda t, n: op(t, n, 0.1, 0.3, False), x, torch.zeros(5))
+    assert_raises_like_cpu(lambda t, n: op(t, n, 0.1, 0.3, True), x,
+                           torch.zeros(4, 6, dtype=torch.float64))
+
+
 def test_dropout_edges() -> None:
     x = torch.randn(10, 10, device="tpu")
     assert torch.equal(F.dropout(x, p=0.0).cpu(), x.cpu())
