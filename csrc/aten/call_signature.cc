@@ -123,7 +123,7 @@ class Classifier {
         if (a != nullptr) a->ints.push_back(static_cast<int64_t>(k));
       }
     } else if (formal == FormalKind::kScalarList) {
-      // Scalar[] (foreach ops): every item is a runtime scalar, like a Scalar argument.
+      // Scalar[] (foreach ops), float[]: every item is a runtime scalar, like a Scalar.
       c10::ArrayRef<c10::IValue> items = v.toListRef();
       put(tag(ArgKind::kScalarList, static_cast<int64_t>(items.size())));
       if (a != nullptr) a->kind = ArgKind::kScalarList;

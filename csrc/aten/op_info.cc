@@ -34,7 +34,9 @@ FormalKind formal_kind(const std::string& op_name, const c10::Argument& formal) 
                                                             : FormalKind::kNumber;
   }
   if (auto list = type->cast<c10::ListType>()) {
-    if (list->getElementType()->kind() == c10::TypeKind::NumberType) {
+    // Scalar[] (foreach ops) and float[] (histogram's range): runtime scalars.
+    c10::TypeKind item = list->getElementType()->kind();
+    if (item == c10::TypeKind::NumberType || item == c10::TypeKind::FloatType) {
       return FormalKind::kScalarList;
     }
   }

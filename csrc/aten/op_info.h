@@ -17,7 +17,7 @@ namespace torchtpu::aten {
 enum class FormalKind {
   kGeneric,      // by the value's own tag (Tensor, Tensor[], int, float, bool, str, ...)
   kNumber,       // Scalar: a runtime scalar
-  kScalarList,   // Scalar[]: runtime scalars
+  kScalarList,   // Scalar[] and float[]: runtime scalars
   kDType,        // ScalarType (an int in type(), named by real_type())
   kRuntimeFloat, // float that is data, not structure (is_runtime_float_arg): a runtime scalar
   kStructuralNumber,  // Scalar that is structure (is_structural_scalar_arg): a float key

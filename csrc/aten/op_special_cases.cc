@@ -331,6 +331,48 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     st.emplace_back(at::empty_like(self, at::MemoryFormat::Contiguous));
     return true;
   }
+  if (name.rfind("aten::histogram.", 0) == 0) {
+    // No meta kernel: hist [bins] of self's dtype and the edges [bins + 1], after the CPU
+    // kernel's checks of the bins, the range's length and the weight.
+    at::Tensor self = st[0].toTensor();
+    bool counted = name.find("bin_ct") != std::string::npos;
+    int64_t bins = 0;
+    if (counted) {
+      bins = st[1].toInt();
+      if (!st[2].isNone()) {
+        size_t items = st[2].toListRef().size();
+        TORCH_CHECK(items == 2, "torch.histogramdd: for a 1-dimensional histogram range should "
+                    "have 2 elements, but got ", items);
+      }
+    } else {
+      const at::Tensor& edges = st[1].toTensor();
+      TORCH_CHECK(edges.scalar_type() == self.scalar_type(), "torch.histogramdd: input tensor "
+                  "and bins tensors should have the same dtype, but got input with dtype ",
+                  self.dtype(), " and bins for dimension 0 with dtype ", edges.dtype());
+      TORCH_CHECK(edges.dim() == 1, "torch.histogramdd: bins tensor should have one dimension,",
+                  " but got ", edges.dim(), " dimensions in the bins tensor for dimension 0");
+      TORCH_CHECK(edges.numel() > 0, "torch.histogramdd: bins tensor should have at least 1 "
+                  "element, but got 0 elements in the bins tensor for dimension 0");
+      bins = edges.numel() - 1;
+    }
+    TORCH_CHECK(bins > 0, "torch.histogram(): bins must be > 0, but got ", bins,
+                " for dimension 0");
+    const c10::IValue& weight = st[counted ? 3 : 2];
+    if (!weight.isNone()) {
+      const at::Tensor& w = weight.toTensor();
+      TORCH_CHECK(w.scalar_type() == self.scalar_type(), "torch.histogramdd: if weight tensor "
+                  "is provided, input tensor and weight tensor should have the same dtype, but "
+                  "got input(", self.dtype(), "), and weight(", w.dtype(), ")");
+      TORCH_CHECK(w.numel() == self.numel(), "torch.histogramdd: if weight tensor is provided "
+                  "it should have the same shape as the input tensor excluding its innermost "
+                  "dimension, but got input with shape [", self.numel(), ", 1] and weight with "
+                  "shape [", w.numel(), "]");
+    }
+    st.clear();
+    st.emplace_back(at::empty({bins}, self.options()));
+    st.emplace_back(at::empty({bins + 1}, self.options()));
+    return true;
+  }
   if (name == "aten::multilabel_margin_loss_forward") {
     // The CPU kernel's target dtype check; one sample ((C) or 0-d self) without reduction
     // has a 0-d loss on the CPU, [1] in the meta kernel.

@@ -78,11 +78,30 @@ Value steps_minus_one(Builder& b, int64_t steps, DType t) {
   return b.opaque(b.constant(static_cast<double>(steps - 1), t));
 }
 
-// linspace.out(start, end, steps, out). The step is computed in the out dtype for floats
-// (PyTorch's scalar_t arithmetic) and in f64 for integers, which are truncated per element.
-// The ramp runs in f64 for f32: PyTorch's compiled loop contracts start + step * i into one
-// fused multiply-add, whose single rounding f64 reproduces (f32 * index is exact in f64).
-// Half types use c10::Half operators, which round after every operation.
+}  // namespace
+
+// PyTorch's linspace of `steps` > 1 values of dtype `t` between start and end (0-d, already
+// of dtype t, as scalar_start.to<scalar_t>() casts them). The step is computed in t for
+// floats (PyTorch's scalar_t arithmetic) and in f64 for integers, which are truncated per
+// element. The ramp runs in f64 for f32: PyTorch's compiled loop contracts start + step * i
+// into one fused multiply-add, whose single rounding f64 reproduces (f32 * index is exact
+// in f64). Half types use c10::Half operators, which round after every operation.
+Value linspace_values(Builder& b, Value start, Value end, int64_t steps, DType t) {
+  bool half = t == DType::kF16 || t == DType::kBF16;
+  DType step_type = base::is_floating(t) ? t : DType::kF64;
+  DType ramp_type = half ? t : DType::kF64;
+  start = b.convert(start, step_type);
+  end = b.convert(end, step_type);
+  Value step = b.div(b.sub(end, start), steps_minus_one(b, steps, step_type));
+  Dims dims{steps};
+  auto ramp_operand = [&](Value v) { return b.broadcast_to(b.convert(v, ramp_type), dims); };
+  Value r = two_sided_ramp(b, ramp_operand(start), ramp_operand(end), ramp_operand(step), steps);
+  return b.convert(r, t);
+}
+
+namespace {
+
+// linspace.out(start, end, steps, out).
 Result lower_linspace(LoweringContext& c) {
   Builder& b = c.b();
   const TensorType& out = c.out_type();
@@ -92,17 +111,8 @@ Result lower_linspace(LoweringContext& c) {
   }
   if (steps == 0) return std::vector<Value>{b.zeros(out)};
   if (steps == 1) return std::vector<Value>{b.broadcast_to(c.scalar(0, out.dtype), out.dims)};
-  bool half = out.dtype == DType::kF16 || out.dtype == DType::kBF16;
-  DType step_type = base::is_floating(out.dtype) ? out.dtype : DType::kF64;
-  DType ramp_type = half ? out.dtype : DType::kF64;
-  // start/end are first cast to the out dtype, as scalar_start.to<scalar_t>() does.
-  Value start = b.convert(c.scalar(0, out.dtype), step_type);
-  Value end = b.convert(c.scalar(1, out.dtype), step_type);
-  Value step = b.div(b.sub(end, start), steps_minus_one(b, steps, step_type));
-  Dims dims{steps};
-  auto ramp_operand = [&](Value v) { return b.broadcast_to(b.convert(v, ramp_type), dims); };
-  Value r = two_sided_ramp(b, ramp_operand(start), ramp_operand(end), ramp_operand(step), steps);
-  return std::vector<Value>{b.reshape(b.convert(r, out.dtype), out.dims)};
+  Value r = linspace_values(b, c.scalar(0, out.dtype), c.scalar(1, out.dtype), steps, out.dtype);
+  return std::vector<Value>{b.reshape(r, out.dims)};
 }
 
 // logspace.out(start, end, steps, base, out): base ** linspace computed in f64 (integers:

@@ -181,6 +181,10 @@ Dims per_dim(const Dims& v, int64_t num_spatial, int64_t fallback);
 // The dims 0, 1, ..., n - 1 (every dim of a rank-n value: full reductions, batch dims).
 Dims iota_dims(int64_t n);
 
+// PyTorch's linspace: `steps` (> 1) values of dtype `t` from `start` to `end` (0-d values of
+// dtype t), rounded as its CPU kernel rounds them (factory.cc).
+Value linspace_values(Builder& b, Value start, Value end, int64_t steps, DType t);
+
 struct GraphScalar {
   ScalarCategory category = ScalarCategory::kFloat;
   double float_value = 0;  // kFloat; kComplex: the real part

@@ -1,5 +1,6 @@
 // Searching lowerings: searchsorted, bucketize (binary search in sorted boundaries), isin
-// (membership) and histc (binning by division).
+// (membership), histc (binning by division) and histogram (division corrected against the
+// edges, or a binary search of them).
 //
 // The binary search runs PyTorch's own loop (cus_lower_bound / cus_upper_bound in
 // Bucketization.cpp) for a fixed ceil(log2(n + 1)) steps, each one gather of the midpoints,
@@ -179,6 +180,121 @@ Lowered lower_histc(LoweringContext& c) {
   return std::vector<Value>{b.slice(hist, {0}, {bins}, {1})};
 }
 
+// v[idx] for a [e] v and [n] in-range indices.
+Value take(Builder& b, Value v, Value idx) {
+  int64_t n = idx.dims()[0];
+  return b.op("stablehlo.gather", {v, b.reshape(idx, {n, 1})}, TensorType{v.dtype(), {n}},
+              "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], "
+              "start_index_map = [0], index_vector_dim = 1>, "
+              "slice_sizes = array<i64: 1>, indices_are_sorted = false");
+}
+
+// The bin of each element x ([n]) among the sorted `edges` ([e], e > 1): the last edge
+// <= x, the last bin keeping its right edge; bin e - 1 (one past the bins) for elements
+// outside [edges[0], edges[e - 1]] and NaN. `interpolated` is histogram's guess for a
+// linear progression: the CPU kernel then searches only the edges around it.
+Value histogram_bins(Builder& b, Value x, Value edges, std::optional<Value> interpolated) {
+  const int64_t n = x.dims()[0], e = edges.dims()[0];
+  TensorType iv{DType::kI64, {n}};
+  Value first = b.broadcast_in_dim(b.reshape(b.slice(edges, {0}, {1}, {1}), {}), {n}, {});
+  Value last = b.broadcast_in_dim(b.reshape(b.slice(edges, {e - 1}, {e}, {1}), {}), {n}, {});
+  Value in_range = b.binary("and", b.compare(x, first, "GE"), b.compare(x, last, "LE"));
+  Value pos;
+  if (interpolated) {
+    // upper_bound over edges[max(0, p - 1) : min(p + 2, e)], minus one.
+    Value p = b.clamp(b.zeros(iv), *interpolated, b.splat(static_cast<double>(e - 1), iv));
+    Value lo = b.max(b.sub(p, b.splat(1, iv)), b.zeros(iv));
+    Value hi = b.min(b.add(p, b.splat(2, iv)), b.splat(static_cast<double>(e), iv));
+    pos = b.sub(lo, b.splat(1, iv));
+    for (int64_t k = -1; k <= 1; ++k) {
+      Value at = b.add(p, b.splat(static_cast<double>(k), iv));
+      Value inside = b.binary("and", b.compare(at, lo, "GE"), b.compare(at, hi, "LT"));
+      Value safe = b.clamp(b.zeros(iv), at, b.splat(static_cast<double>(e - 1), iv));
+      Value edge = take(b, edges, safe);
+      Value counted = b.binary("and", inside, b.compare(edge, x, "LE"));
+      pos = b.add(pos, b.convert(counted, DType::kI64));
+    }
+  } else {
+    pos = b.sub(b.reshape(binary_search(b, b.reshape(edges, {1, e}), b.reshape(x, {1, n}), true),
+                          {n}),
+                b.splat(1, iv));
+  }
+  Value top = b.splat(static_cast<double>(e - 1), iv);
+  pos = b.select(b.compare(pos, top, "EQ"), b.sub(top, b.splat(1, iv)), pos);
+  return b.select(in_range, pos, top);
+}
+
+// histogram.bin_ct(self, bins, *, range, weight, density) and histogram.bins_tensor(self,
+// bins, *, weight, density) -> (hist, bin_edges), with their .out forms: the CPU kernel's.
+// bin_ct: the edges are a linspace over range, or the data's min and max (0 and 1 when
+// empty), widened by 0.5 on each side when they are equal, and each element's bin is
+// interpolated, then corrected against the edges around it; bins_tensor: a binary search
+// of the given edges. Weights (1 without) are summed per bin in self's dtype; density
+// divides by their total and by each bin's width.
+Lowered lower_histogram(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = c.out_type().dtype;
+  if (t != DType::kF32 && t != DType::kF64) {
+    return base::unimplemented("lowering: " + c.op_name() + " takes float32 and float64 only");
+  }
+  const bool counted = c.op_name().find("bin_ct") != std::string::npos;
+  const size_t weight_i = counted ? 3 : 2, density_i = counted ? 4 : 3;
+  const int64_t bins = c.out_type(0).dims[0], e = bins + 1;
+  Value x = b.reshape(c.tensor(0), {c.tensor_type(0).num_elements()});
+  const int64_t n = x.dims()[0];
+  TensorType v{t, {n}};
+  Value edges;
+  std::optional<Value> interpolated;
+  if (counted) {
+    Value lo = b.zeros(TensorType{DType::kF64, {}});
+    Value hi = b.splat(1, lo.type);
+    if (!c.is_none(2)) {
+      lo = c.scalar_list_item(2, 0, DType::kF64);
+      hi = c.scalar_list_item(2, 1, DType::kF64);
+    } else if (n > 0) {
+      lo = b.convert(b.reduce_min(x, {0}), DType::kF64);
+      hi = b.convert(b.reduce_max(x, {0}), DType::kF64);
+    }
+    auto finite = [&](Value w) {
+      return b.op("stablehlo.is_finite", {w}, TensorType{DType::kBool, {}});
+    };
+    c.require(b.binary("and", finite(lo), finite(hi)),
+              "torch.histogramdd: dimension 0's range (the range given, or the input's min and "
+              "max) is not finite", CheckKind::kRuntimeError);
+    c.require(b.compare(lo, hi, "LE"), "torch.histogramdd: min should not exceed max for "
+              "dimension 0", CheckKind::kRuntimeError);
+    Value same = b.compare(lo, hi, "EQ");
+    Value half = b.constant(0.5, DType::kF64);
+    lo = b.select(same, b.sub(lo, half), lo);
+    hi = b.select(same, b.add(hi, half), hi);
+    edges = linspace_values(b, b.convert(lo, t), b.convert(hi, t), e, t);
+    if (n > 0) {
+      Value left = b.broadcast_in_dim(b.reshape(b.slice(edges, {0}, {1}, {1}), {}), {n}, {});
+      Value right =
+          b.broadcast_in_dim(b.reshape(b.slice(edges, {e - 1}, {e}, {1}), {}), {n}, {});
+      interpolated = b.convert(
+          b.div(b.mul(b.sub(x, left), b.splat(static_cast<double>(bins), v)), b.sub(right, left)),
+          DType::kI64);
+    }
+  } else {
+    edges = b.reshape(c.tensor(1), {e});
+  }
+  Value hist = b.zeros(TensorType{t, {bins}});
+  if (n > 0) {
+    Value bin = histogram_bins(b, x, edges, interpolated);
+    Value w = c.is_none(weight_i) ? b.splat(1, v) : b.reshape(c.tensor(weight_i), {n});
+    hist = b.slice(scatter(b, b.zeros(TensorType{t, {e}}), b.reshape(bin, {n, 1}), w, {}, {0},
+                           {0}, 1, "add"),
+                   {0}, {bins}, {1});
+  }
+  if (c.bool_arg(density_i)) {
+    Value total = b.broadcast_in_dim(b.reduce_sum(hist, {0}), {bins}, {});
+    Value widths = b.sub(b.slice(edges, {1}, {e}, {1}), b.slice(edges, {0}, {bins}, {1}));
+    hist = b.div(b.div(hist, total), widths);
+  }
+  return std::vector<Value>{hist, b.convert(edges, c.out_type(1).dtype)};
+}
+
 }  // namespace
 
 void register_search_lowerings() {
@@ -189,6 +305,9 @@ void register_search_lowerings() {
                      "aten::bucketize.Scalar", "aten::bucketize.Scalar_out"},
                     lower_bucketize);
   register_lowering({"aten::histc", "aten::histc.out"}, lower_histc);
+  register_lowering({"aten::histogram.bin_ct", "aten::histogram.bin_ct_out",
+                     "aten::histogram.bins_tensor", "aten::histogram.bins_tensor_out"},
+                    lower_histogram);
   register_lowering({"aten::isin.Tensor_Tensor", "aten::isin.Tensor_Tensor_out",
                      "aten::isin.Tensor_Scalar", "aten::isin.Tensor_Scalar_out",
                      "aten::isin.Scalar_Tensor", "aten::isin.Scalar_Tensor_out"},

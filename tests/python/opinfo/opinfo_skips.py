@@ -14,7 +14,6 @@ SKIPS: dict[str, str] = {
     'grid_sampler_2d': 'fallback: aten::grid_sampler_2d',
     'grid_sampler_3d': 'fallback: aten::grid_sampler_3d',
     'hash_tensor': 'fallback: aten::hash_tensor.out',
-    'histogram': 'fallback: aten::histogram.bin_ct, aten::histogram.bins_tensor',
     'histogramdd': 'fallback: aten::_histogramdd_bin_edges, aten::_histogramdd_from_bin_cts, aten::_histogramdd_from_bin_tensors',
     'igamma': 'fallback: aten::igamma.out',
     'igammac': 'fallback: aten::igammac.out',

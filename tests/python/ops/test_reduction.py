@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from _compare import assert_raises_like_cpu, assert_same, fallbacks, make
@@ -311,6 +313,43 @@ def test_histc_like_cpu(dtype: torch.dtype) -> None:
     for x, kwargs in [(torch.randn(10, dtype=dtype), {"min": 0, "max": float("inf")}),
                       (torch.tensor([1.0, float("inf")], dtype=dtype), {})]:
         assert_raises_like_cpu(lambda t: torch.histc(t, **kwargs), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histogram_like_cpu(dtype: torch.dtype) -> None:
+    # Counted bins over the data's range or a given one (elements on the edges, a range
+    # of one value widened, nothing), given edges, weights and density: hist and edges
+    # as the CPU computes them.
+    def t(*v: float) -> torch.Tensor:
+        return torch.tensor(v, dtype=dtype)
+
+    x = torch.randn(1000, dtype=dtype)
+    w = torch.rand(1000, dtype=dtype)
+    cases = [
+        (x, 10, {}), (x, 7, {"range": (-1.0, 1.0)}), (x, 5, {"density": True}),
+        (x, 6, {"weight": w}), (x, 6, {"weight": w, "density": True}),
+        (x, t(-2.0, -0.5, 0.0, 0.3, 2.5), {}),
+        (x, t(-2.0, -0.5, 0.0, 0.3, 2.5), {"weight": w, "density": True}),
+        (torch.full((5,), 3.0, dtype=dtype), 4, {}), (t(), 4, {}),
+        (torch.arange(10, dtype=dtype), 9, {}),
+        (torch.arange(10, dtype=dtype).reshape(2, 5), 3, {"range": (2.0, 7.0)}),
+        (t(float("nan"), 1.0, 2.0, float("inf")), 3, {"range": (0.0, 5.0)}),
+        (torch.linspace(0, 1, 101, dtype=dtype), 7, {}),
+        (torch.rand(5000, dtype=dtype) * 1e-3 + 1.0, 13, {}),
+    ]
+    before = fallbacks()
+    for data, bins, kwargs in cases:
+        weight = kwargs.pop("weight", None)
+
+        def histogram(d, b, wt, kwargs=kwargs):
+            return tuple(torch.histogram(d, b, weight=wt, **kwargs))
+
+        assert_same(histogram, data, bins, weight)
+    assert fallbacks() == before
+    for data, bins, kwargs in [(x, 3, {"range": (1.0, 0.0)}), (x, 3, {"range": (0.0, math.inf)}),
+                               (t(1.0, math.nan), 3, {}), (x, 0, {}), (x, t(1.0), {}),
+                               (x, 3, {"weight": torch.ones(3, dtype=dtype)})]:
+        assert_raises_like_cpu(lambda d, b: torch.histogram(d, b, **kwargs), data, bins)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
