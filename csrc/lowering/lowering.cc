@@ -34,6 +34,7 @@ void ensure_registered() {
     register_patch_lowerings();
     register_pooling_lowerings();
     register_distance_lowerings();
+    register_grid_sample_lowerings();
     register_unpool_lowerings();
     register_search_lowerings();
     register_index_reduce_lowerings();

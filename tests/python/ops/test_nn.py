@@ -291,6 +291,26 @@ def test_unfold_fold_and_gradient(name: str) -> None:
     assert_same(grad, x, g, dtype_tols=NN_TOLS)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_and_gradients(mode: str, padding_mode: str, align_corners: bool) -> None:
+    # Points inside and outside [-1, 1] (padding decides those), corners and the center row.
+    x = make((2, 3, 5, 7), torch.float32)
+    grid = torch.rand(2, 4, 6, 2) * 2.6 - 1.3
+    grid[0, 0, :3] = torch.tensor([[-1.0, -1.0], [1.0, 1.0], [0.0, 0.25]])
+    kwargs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
+    out = assert_same(lambda t, g: F.grid_sample(t, g, **kwargs), x, grid, dtype_tols=NN_TOLS)
+    go = torch.randn(out.shape)
+
+    def grads(t, g, go):
+        t, g = t.detach().requires_grad_(), g.detach().requires_grad_()
+        F.grid_sample(t, g, **kwargs).backward(go)
+        return t.grad, g.grad
+
+    assert_same(grads, x, grid, go, dtype_tols=NN_TOLS)
+
+
 def test_pooling() -> None:
     x = make((2, 3, 8, 8), torch.float32)
     assert_same(lambda t: F.max_pool2d(t, 2), x)
