@@ -1,14 +1,14 @@
-// grid_sampler_2d and its backward (F.grid_sample on 4-D inputs): PyTorch's sampling
-// (ATen/native/GridSampler.h). A grid point (x, y) in [-1, 1] is unnormalized to the
-// input's pixel space (align_corners picks pixel centers or corners), then folded by the
-// padding mode (zeros: left as is; border: clipped; reflection: mirrored, then clipped).
-// Bilinear mixes the four pixels around the point, nearest takes the one at the rounded
-// point (half to even), bicubic mixes 4x4 pixels with the cubic convolution (A = -0.75),
-// folding each tap by the padding mode. Pixels outside the input read as 0, and gradients
-// for them are dropped.
+// grid_sampler_2d / grid_sampler_3d and their backward (F.grid_sample on 4-D and 5-D
+// inputs): PyTorch's sampling (ATen/native/GridSampler.h). A grid point (x, y[, z]) in
+// [-1, 1] is unnormalized to the input's pixel space (align_corners picks pixel centers or
+// corners), then folded by the padding mode (zeros: left as is; border: clipped;
+// reflection: mirrored, then clipped). Bilinear (trilinear) mixes the 2^d pixels around
+// the point, nearest takes the one at the rounded point (half to even), bicubic (2-D only)
+// mixes 4x4 pixels with the cubic convolution (A = -0.75), folding each tap by the padding
+// mode. Pixels outside the input read as 0, and gradients for them are dropped.
 //
-// Pixels are read with one gather per tap from the input viewed as [N, C, H*W] and the
-// grid as [N, P] points (P = Ho*Wo); the input gradient scatter-adds to the same places.
+// Pixels are read with one gather per tap from the input viewed as [N, C, pixels] and the
+// grid as [N, P] points; the input gradient scatter-adds to the same places.
 #include <array>
 #include <optional>
 #include <utility>
@@ -28,7 +28,8 @@ enum Padding : int64_t { kZeros = 0, kBorder = 1, kReflection = 2 };
 constexpr double kCubicA = -0.75;
 
 // One call's sampling problem and the coordinate arithmetic of GridSampler.h, on [N, P]
-// values of the accumulation type.
+// values of the accumulation type. Grid component k (x, y, z) indexes spatial dim
+// d - 1 - k of the input (W, H, D).
 class Sampler {
  public:
   Sampler(LoweringContext& c, size_t input_i, size_t grid_i, size_t mode_i)
@@ -37,22 +38,29 @@ class Sampler {
     const Dims& g = c.tensor_type(grid_i).dims;
     DType t = c.tensor_type(input_i).dtype;
     a_ = t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t;
-    n_ = in[0], c_ = in[1], h_ = in[2], w_ = in[3], p_ = g[1] * g[2];
-    input_ = b_.reshape(b_.convert(c.tensor(input_i), a_), {n_, c_, h_ * w_});
-    Value grid = b_.reshape(b_.convert(c.tensor(grid_i), a_), {n_, p_, 2});
-    x_ = b_.reshape(b_.slice(grid, {0, 0, 0}, {n_, p_, 1}, {1, 1, 1}), {n_, p_});
-    y_ = b_.reshape(b_.slice(grid, {0, 0, 1}, {n_, p_, 2}, {1, 1, 1}), {n_, p_});
+    int64_t d = static_cast<int64_t>(in.size()) - 2;
+    n_ = in[0], c_ = in[1], p_ = 1, pixels_ = 1;
+    for (int64_t k = 0; k < d; ++k) {
+      sizes_.push_back(in[in.size() - 1 - k]);
+      pixels_ *= in[2 + k];
+      p_ *= g[1 + k];
+    }
+    input_ = b_.reshape(b_.convert(c.tensor(input_i), a_), {n_, c_, pixels_});
+    Value grid = b_.reshape(b_.convert(c.tensor(grid_i), a_), {n_, p_, d});
+    for (int64_t k = 0; k < d; ++k) {
+      coords_.push_back(b_.reshape(b_.slice(grid, {0, 0, k}, {n_, p_, k + 1}, {1, 1, 1}),
+                                   {n_, p_}));
+    }
   }
 
   Builder& b() { return b_; }
   DType acc() const { return a_; }
-  int64_t width() const { return w_; }
-  int64_t height() const { return h_; }
-  Value x() const { return x_; }
-  Value y() const { return y_; }
+  int dims() const { return static_cast<int>(sizes_.size()); }
+  int64_t size(int k) const { return sizes_[k]; }
+  Value coord(int k) const { return coords_[k]; }
   Dims point_dims() const { return {n_, p_}; }
   Dims value_dims() const { return {n_, c_, p_}; }
-  Dims flat_input_dims() const { return {n_, c_, h_ * w_}; }
+  Dims flat_input_dims() const { return {n_, c_, pixels_}; }
   Value splat(double v) { return b_.splat(v, TensorType{a_, {n_, p_}}); }
   // A [N, P] weight over the channels: [N, C, P].
   Value per_channel(Value v) { return b_.broadcast_in_dim(v, value_dims(), {0, 2}); }
@@ -89,20 +97,20 @@ class Sampler {
     return {coord, grad};
   }
 
-  // The value at integer pixel (ix, iy) ([N, P] i64) of every channel: [N, C, P], 0
-  // outside the input.
-  Value tap(Value ix, Value iy) {
-    auto [indices, inside] = pixel_indices(ix, iy);
+  // The value at integer pixel `at` (one [N, P] i64 per grid component) of every
+  // channel: [N, C, P], 0 outside the input.
+  Value tap(const std::vector<Value>& at) {
+    auto [indices, inside] = pixel_indices(at);
     Value v = b_.transpose(gather(b_, input_, indices, {2}, {0, 2}, {0, 2}, 2, {1, c_, 1},
                                   {n_, p_, c_}),
                            {0, 2, 1});
     return b_.select(per_channel_mask(inside), v, b_.zeros(TensorType{a_, value_dims()}));
   }
 
-  // Adds `v` ([N, C, P]) at pixel (ix, iy) of `acc` ([N, C, H*W]), dropping what falls
+  // Adds `v` ([N, C, P]) at pixel `at` of `acc` ([N, C, pixels]), dropping what falls
   // outside the input.
-  Value scatter_tap(Value acc, Value ix, Value iy, Value v) {
-    auto [indices, inside] = pixel_indices(ix, iy);
+  Value scatter_tap(Value acc, const std::vector<Value>& at, Value v) {
+    auto [indices, inside] = pixel_indices(at);
     v = b_.select(per_channel_mask(inside), v, b_.zeros(TensorType{a_, value_dims()}));
     return scatter(b_, acc, indices, b_.transpose(v, {0, 2, 1}), {2}, {0, 2}, {0, 2}, 2, "add");
   }
@@ -126,19 +134,18 @@ class Sampler {
     return {folded, b_.select(even, sign, b_.unary("negate", sign))};
   }
 
-  // Gather/scatter indices (n, iy * W + ix) as [N, P, 2], and where (ix, iy) is inside.
-  std::pair<Value, Value> pixel_indices(Value ix, Value iy) {
+  // Gather/scatter indices (n, flat pixel) as [N, P, 2], and where `at` is inside.
+  std::pair<Value, Value> pixel_indices(const std::vector<Value>& at) {
     TensorType it{DType::kI64, {n_, p_}};
-    auto between = [&](Value v, int64_t size) {
-      return b_.binary("and", b_.compare(v, b_.zeros(it), "GE"),
-                       b_.compare(v, b_.splat(static_cast<double>(size), it), "LT"));
-    };
-    Value inside = b_.binary("and", between(ix, w_), between(iy, h_));
-    auto clamped = [&](Value v, int64_t size) {
-      return b_.clamp(b_.zeros(it), v, b_.splat(static_cast<double>(size - 1), it));
-    };
-    Value flat = b_.add(b_.mul(clamped(iy, h_), b_.splat(static_cast<double>(w_), it)),
-                        clamped(ix, w_));
+    Value inside, flat;
+    for (int k = dims() - 1; k >= 0; --k) {  // the outermost spatial dim first
+      Value size = b_.splat(static_cast<double>(sizes_[k]), it);
+      Value in_k = b_.binary("and", b_.compare(at[k], b_.zeros(it), "GE"),
+                             b_.compare(at[k], size, "LT"));
+      Value clamped = b_.clamp(b_.zeros(it), at[k], b_.sub(size, b_.splat(1, it)));
+      inside = k == dims() - 1 ? in_k : b_.binary("and", inside, in_k);
+      flat = k == dims() - 1 ? clamped : b_.add(b_.mul(flat, size), clamped);
+    }
     Value indices = b_.concatenate({b_.reshape(b_.iota(it, 0), {n_, p_, 1}),
                                     b_.reshape(flat, {n_, p_, 1})},
                                    2);
@@ -153,8 +160,10 @@ class Sampler {
   int64_t padding_;
   bool align_;
   DType a_ = DType::kF32;
-  int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0, p_ = 0;
-  Value input_, x_, y_;
+  int64_t n_ = 0, c_ = 0, p_ = 0, pixels_ = 0;
+  std::vector<int64_t> sizes_;  // per grid component: W, H[, D]
+  Value input_;
+  std::vector<Value> coords_;   // per grid component: [N, P]
 };
 
 // The cubic convolution weights of the four taps around a point at fraction t, and their
@@ -188,20 +197,38 @@ std::array<Value, 4> cubic_weight_grads(Sampler& s, Value t) {
           poly(x2, 3 * (a + 2), -2 * (a + 3), 0), poly(x3, 3 * a, -10 * a, 8 * a)};
 }
 
-// The bilinear corners around (ix, iy): pixel coordinates and weights.
+// The 2^d pixels around a point: per grid component k, the integer pixels floor(i_k) and
+// floor(i_k) + 1 (i64) and the weights' factors for each (the distance to the other one).
+// Corner m takes the upper pixel of component k where bit k of m is set; PyTorch sums the
+// corners in that order (nw, ne, sw, se; then the far z plane).
 struct Corners {
-  std::array<Value, 2> x, y;   // integer pixels x0, x0 + 1 and y0, y0 + 1 (i64)
-  std::array<Value, 2> dx, dy; // distances: x0 + 1 - ix, ix - x0 (the weights' factors)
+  std::vector<std::array<Value, 2>> at, factor;
+  std::vector<Value> pixel(int m) const {
+    std::vector<Value> p;
+    for (size_t k = 0; k < at.size(); ++k) p.push_back(at[k][(m >> k) & 1]);
+    return p;
+  }
+  // The product of corner m's factors, skipping component `skip` (-1: none).
+  Value weight(Builder& b, int m, int skip = -1) const {
+    std::optional<Value> w;
+    for (size_t k = 0; k < at.size(); ++k) {
+      if (static_cast<int>(k) == skip) continue;
+      Value f = factor[k][(m >> k) & 1];
+      w = w ? b.mul(*w, f) : f;
+    }
+    return *w;
+  }
 };
 
-Corners corners(Sampler& s, Value ix, Value iy) {
+Corners corners(Sampler& s, const std::vector<Value>& source) {
   Builder& b = s.b();
-  Value x0 = b.unary("floor", ix), y0 = b.unary("floor", iy);
-  Value x1 = b.add(x0, s.splat(1)), y1 = b.add(y0, s.splat(1));
-  return {{s.to_index(x0), s.to_index(x1)},
-          {s.to_index(y0), s.to_index(y1)},
-          {b.sub(x1, ix), b.sub(ix, x0)},
-          {b.sub(y1, iy), b.sub(iy, y0)}};
+  Corners k;
+  for (const Value& i : source) {
+    Value lo = b.unary("floor", i), hi = b.add(lo, s.splat(1));
+    k.at.push_back({s.to_index(lo), s.to_index(hi)});
+    k.factor.push_back({b.sub(hi, i), b.sub(i, lo)});
+  }
+  return k;
 }
 
 // The 4x4 bicubic taps around unnormalized (ix, iy): each tap's pixel after the padding
@@ -219,8 +246,8 @@ CubicTaps cubic_taps(Sampler& s, Value ix, Value iy) {
   t.ty = b.sub(iy, y0);
   for (int k = 0; k < 4; ++k) {
     Value off = s.splat(k - 1);
-    t.x[k] = s.to_index(s.fold(b.add(x0, off), s.width()).first);
-    t.y[k] = s.to_index(s.fold(b.add(y0, off), s.height()).first);
+    t.x[k] = s.to_index(s.fold(b.add(x0, off), s.size(0)).first);
+    t.y[k] = s.to_index(s.fold(b.add(y0, off), s.size(1)).first);
   }
   return t;
 }
@@ -229,136 +256,154 @@ Value result(Sampler& s, Value v, const TensorType& out) {
   return s.b().convert(s.b().reshape(v, out.dims), out.dtype);
 }
 
-// grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners).
-Result lower_grid_sampler_2d(LoweringContext& c) {
-  int64_t mode = c.int_arg(2);
-  if (mode < kBilinear || mode > kBicubic || c.int_arg(3) < kZeros || c.int_arg(3) > kReflection) {
-    return base::invalid_argument("lowering: grid_sampler_2d: unknown interpolation or padding "
-                                  "mode");
-  }
-  Sampler s(c, 0, 1, 2);
-  Builder& b = s.b();
-  Value out;
-  if (mode == kBicubic) {
-    CubicTaps t = cubic_taps(s, s.unnormalize(s.x(), s.width()),
-                             s.unnormalize(s.y(), s.height()));
-    std::array<Value, 4> wx = cubic_weights(s, t.tx), wy = cubic_weights(s, t.ty);
-    for (int j = 0; j < 4; ++j) {
-      Value row = b.mul(s.tap(t.x[0], t.y[j]), s.per_channel(wx[0]));
-      for (int i = 1; i < 4; ++i) row = b.add(row, b.mul(s.tap(t.x[i], t.y[j]), s.per_channel(wx[i])));
-      Value term = b.mul(row, s.per_channel(wy[j]));
-      out = j == 0 ? term : b.add(out, term);
-    }
-    return std::vector<Value>{result(s, out, c.out_type())};
-  }
-  Value ix = s.fold(s.unnormalize(s.x(), s.width()), s.width()).first;
-  Value iy = s.fold(s.unnormalize(s.y(), s.height()), s.height()).first;
-  if (mode == kNearest) {
-    out = s.tap(s.to_index(b.unary("round_nearest_even", ix)),
-                s.to_index(b.unary("round_nearest_even", iy)));
-    return std::vector<Value>{result(s, out, c.out_type())};
-  }
-  Corners k = corners(s, ix, iy);
-  for (int j = 0; j < 2; ++j) {
-    for (int i = 0; i < 2; ++i) {
-      // nw, ne, sw, se: the weight of a corner is the product of the opposite distances.
-      Value term = b.mul(s.tap(k.x[i], k.y[j]), s.per_channel(b.mul(k.dx[i], k.dy[j])));
-      out = i == 0 && j == 0 ? term : b.add(out, term);
-    }
-  }
-  return std::vector<Value>{result(s, out, c.out_type())};
+// Unnormalized grid components (bicubic's taps are folded one by one instead).
+std::vector<Value> unnormalized(Sampler& s) {
+  std::vector<Value> out;
+  for (int k = 0; k < s.dims(); ++k) out.push_back(s.unnormalize(s.coord(k), s.size(k)));
+  return out;
 }
 
-// grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode,
-// align_corners, output_mask) -> (grad_input?, grad_grid): PyTorch's backward kernel
-// (gradients scattered to the pixels the forward read; the grid's gradient from the
-// weights' derivatives, times the coordinate transform's).
-Result lower_grid_sampler_2d_backward(LoweringContext& c) {
+base::Status check_modes(LoweringContext& c, int64_t mode, int64_t padding, int spatial) {
+  if (mode < kBilinear || mode > kBicubic || padding < kZeros || padding > kReflection ||
+      (mode == kBicubic && spatial != 2)) {
+    return base::invalid_argument("lowering: " + c.op_name() + ": interpolation mode " +
+                                  std::to_string(mode) + " with padding mode " +
+                                  std::to_string(padding) + " is not lowered");
+  }
+  return base::Status::ok_status();
+}
+
+// grid_sampler_2d / _3d(input, grid, interpolation_mode, padding_mode, align_corners).
+Result lower_grid_sampler(LoweringContext& c) {
+  int64_t mode = c.int_arg(2);
+  int spatial = static_cast<int>(c.tensor_type(0).rank()) - 2;
+  if (auto st = check_modes(c, mode, c.int_arg(3), spatial); !st.ok()) return st;
+  Sampler s(c, 0, 1, 2);
+  Builder& b = s.b();
+  std::optional<Value> out;
+  auto accumulate = [&](Value term) { out = out ? b.add(*out, term) : term; };
+  if (mode == kBicubic) {
+    std::vector<Value> src = unnormalized(s);
+    CubicTaps t = cubic_taps(s, src[0], src[1]);
+    std::array<Value, 4> wx = cubic_weights(s, t.tx), wy = cubic_weights(s, t.ty);
+    for (int j = 0; j < 4; ++j) {
+      Value row = b.mul(s.tap({t.x[0], t.y[j]}), s.per_channel(wx[0]));
+      for (int i = 1; i < 4; ++i) {
+        row = b.add(row, b.mul(s.tap({t.x[i], t.y[j]}), s.per_channel(wx[i])));
+      }
+      accumulate(b.mul(row, s.per_channel(wy[j])));
+    }
+    return std::vector<Value>{result(s, *out, c.out_type())};
+  }
+  std::vector<Value> src = unnormalized(s);
+  for (int k = 0; k < s.dims(); ++k) src[k] = s.fold(src[k], s.size(k)).first;
+  if (mode == kNearest) {
+    std::vector<Value> at;
+    for (const Value& i : src) at.push_back(s.to_index(b.unary("round_nearest_even", i)));
+    return std::vector<Value>{result(s, s.tap(at), c.out_type())};
+  }
+  Corners k = corners(s, src);
+  for (int m = 0; m < (1 << s.dims()); ++m) {
+    accumulate(b.mul(s.tap(k.pixel(m)), s.per_channel(k.weight(b, m))));
+  }
+  return std::vector<Value>{result(s, *out, c.out_type())};
+}
+
+// grid_sampler_2d / _3d_backward(grad_output, input, grid, interpolation_mode,
+// padding_mode, align_corners, output_mask) -> (grad_input?, grad_grid): PyTorch's
+// backward kernels (gradients scattered to the pixels the forward read; the grid's
+// gradient from the weights' derivatives, times the coordinate transform's).
+Result lower_grid_sampler_backward(LoweringContext& c) {
   int64_t mode = c.int_arg(3);
-  if (mode < kBilinear || mode > kBicubic || c.int_arg(4) < kZeros || c.int_arg(4) > kReflection ||
-      c.arg(6).kind != ArgKind::kIntList || c.int_list(6).size() != 2) {
-    return base::invalid_argument("lowering: grid_sampler_2d_backward: unknown mode or mask");
+  int spatial = static_cast<int>(c.tensor_type(1).rank()) - 2;
+  if (auto st = check_modes(c, mode, c.int_arg(4), spatial); !st.ok()) return st;
+  if (c.arg(6).kind != ArgKind::kIntList || c.int_list(6).size() != 2) {
+    return base::invalid_argument("lowering: " + c.op_name() +
+                                  ": output_mask must be a list of 2 bools");
   }
   bool want_input = c.int_list(6)[0] != 0, want_grid = c.int_list(6)[1] != 0;
   Sampler s(c, 1, 2, 3);
   Builder& b = s.b();
   Value g = b.reshape(b.convert(c.tensor(0), s.acc()), s.value_dims());
   Value grad_input = b.zeros(TensorType{s.acc(), s.flat_input_dims()});
-  Value gx = s.splat(0), gy = s.splat(0);
+  std::vector<Value> grid_grad(s.dims(), s.splat(0));
   auto channel_sum = [&](Value v) { return b.reduce_sum(b.mul(v, g), {1}); };
+  std::vector<Value> src = unnormalized(s);
+  std::vector<Value> chain;  // d(source index)/d(grid) per component
+  for (int k = 0; k < s.dims(); ++k) chain.push_back(s.splat(s.unnormalize_grad(s.size(k))));
   if (mode == kBicubic) {
-    Value ix = s.unnormalize(s.x(), s.width()), iy = s.unnormalize(s.y(), s.height());
-    CubicTaps t = cubic_taps(s, ix, iy);
+    CubicTaps t = cubic_taps(s, src[0], src[1]);
     std::array<Value, 4> wx = cubic_weights(s, t.tx), wy = cubic_weights(s, t.ty);
     std::array<Value, 4> dwx = cubic_weight_grads(s, t.tx), dwy = cubic_weight_grads(s, t.ty);
     for (int j = 0; j < 4; ++j) {
       for (int i = 0; i < 4; ++i) {
         if (want_input) {
           Value w = s.per_channel(b.mul(wx[i], wy[j]));
-          grad_input = s.scatter_tap(grad_input, t.x[i], t.y[j], b.mul(g, w));
+          grad_input = s.scatter_tap(grad_input, {t.x[i], t.y[j]}, b.mul(g, w));
         }
         if (want_grid) {
-          Value v = channel_sum(s.tap(t.x[i], t.y[j]));
-          gx = b.sub(gx, b.mul(v, b.mul(dwx[i], wy[j])));
-          gy = b.sub(gy, b.mul(v, b.mul(dwy[j], wx[i])));
+          Value v = channel_sum(s.tap({t.x[i], t.y[j]}));
+          grid_grad[0] = b.sub(grid_grad[0], b.mul(v, b.mul(dwx[i], wy[j])));
+          grid_grad[1] = b.sub(grid_grad[1], b.mul(v, b.mul(dwy[j], wx[i])));
         }
       }
     }
-    gx = b.mul(gx, s.splat(s.unnormalize_grad(s.width())));
-    gy = b.mul(gy, s.splat(s.unnormalize_grad(s.height())));
   } else {
-    auto [ix, fold_x] = s.fold(s.unnormalize(s.x(), s.width()), s.width());
-    auto [iy, fold_y] = s.fold(s.unnormalize(s.y(), s.height()), s.height());
+    for (int k = 0; k < s.dims(); ++k) {
+      auto [folded, fold_grad] = s.fold(src[k], s.size(k));
+      src[k] = folded;
+      chain[k] = b.mul(fold_grad, chain[k]);
+    }
     if (mode == kNearest) {
       if (want_input) {
-        grad_input = s.scatter_tap(grad_input, s.to_index(b.unary("round_nearest_even", ix)),
-                                   s.to_index(b.unary("round_nearest_even", iy)), g);
+        std::vector<Value> at;
+        for (const Value& i : src) at.push_back(s.to_index(b.unary("round_nearest_even", i)));
+        grad_input = s.scatter_tap(grad_input, at, g);
       }
     } else {
-      Corners k = corners(s, ix, iy);
-      for (int j = 0; j < 2; ++j) {
-        for (int i = 0; i < 2; ++i) {
-          if (want_input) {
-            Value w = s.per_channel(b.mul(k.dx[i], k.dy[j]));
-            grad_input = s.scatter_tap(grad_input, k.x[i], k.y[j], b.mul(g, w));
-          }
-          if (want_grid) {
-            // d(weight)/dx is -dy for the left corners and +dy for the right ones; d/dy
-            // likewise with dx.
-            Value v = channel_sum(s.tap(k.x[i], k.y[j]));
-            Value by_x = b.mul(v, k.dy[j]), by_y = b.mul(v, k.dx[i]);
-            gx = i == 0 ? b.sub(gx, by_x) : b.add(gx, by_x);
-            gy = j == 0 ? b.sub(gy, by_y) : b.add(gy, by_y);
-          }
+      Corners k = corners(s, src);
+      for (int m = 0; m < (1 << s.dims()); ++m) {
+        if (want_input) {
+          grad_input = s.scatter_tap(grad_input, k.pixel(m),
+                                     b.mul(g, s.per_channel(k.weight(b, m))));
+        }
+        if (!want_grid) continue;
+        // The weight's derivative along component d is minus (lower pixel) or plus
+        // (upper pixel) the product of the other factors.
+        Value v = channel_sum(s.tap(k.pixel(m)));
+        for (int d = 0; d < s.dims(); ++d) {
+          Value term = b.mul(v, k.weight(b, m, d));
+          grid_grad[d] = (m >> d) & 1 ? b.add(grid_grad[d], term) : b.sub(grid_grad[d], term);
         }
       }
-      gx = b.mul(gx, b.mul(fold_x, s.splat(s.unnormalize_grad(s.width()))));
-      gy = b.mul(gy, b.mul(fold_y, s.splat(s.unnormalize_grad(s.height()))));
     }
   }
   std::vector<Value> out;
-  size_t k = 0;
+  size_t next = 0;
   const bool all_listed = c.out_types().size() == 2;
   if (want_input || all_listed) {
-    const TensorType& t = c.out_type(k++);
+    const TensorType& t = c.out_type(next++);
     out.push_back(want_input ? result(s, grad_input, t) : b.zeros(t));
   }
-  const TensorType& t = c.out_type(k);
+  const TensorType& t = c.out_type(next);
   Dims pts = s.point_dims();
-  Value grid_grad = b.concatenate({b.reshape(gx, {pts[0], pts[1], 1}),
-                                   b.reshape(gy, {pts[0], pts[1], 1})},
-                                  2);
-  out.push_back(want_grid ? result(s, grid_grad, t) : b.zeros(t));
+  std::vector<Value> parts;
+  for (int k = 0; k < s.dims(); ++k) {
+    parts.push_back(b.reshape(b.mul(grid_grad[k], chain[k]), {pts[0], pts[1], 1}));
+  }
+  out.push_back(want_grid ? result(s, b.concatenate(parts, 2), t) : b.zeros(t));
   return out;
 }
 
 }  // namespace
 
 void register_grid_sample_lowerings() {
-  register_lowering({"aten::grid_sampler_2d", "aten::grid_sampler_2d.out"},
-                    lower_grid_sampler_2d);
-  register_lowering({"aten::grid_sampler_2d_backward", "aten::grid_sampler_2d_backward.out"},
-                    lower_grid_sampler_2d_backward);
+  register_lowering({"aten::grid_sampler_2d", "aten::grid_sampler_2d.out",
+                     "aten::grid_sampler_3d", "aten::grid_sampler_3d.out"},
+                    lower_grid_sampler);
+  register_lowering({"aten::grid_sampler_2d_backward", "aten::grid_sampler_2d_backward.out",
+                     "aten::grid_sampler_3d_backward", "aten::grid_sampler_3d_backward.out"},
+                    lower_grid_sampler_backward);
 }
 
 }  // namespace torchtpu::lowering

@@ -11,7 +11,6 @@ SKIPS: dict[str, str] = {
     '_segment_reduce.offsets': 'fallback: aten::segment_reduce',
     '_upsample_bilinear2d_aa': 'fallback: aten::_upsample_bilinear2d_aa.out',
     'chalf': 'harness: NotImplementedError: "nan_to_num" not implemented for \'ComplexHalf\'',
-    'grid_sampler_3d': 'fallback: aten::grid_sampler_3d',
     'hash_tensor': 'fallback: aten::hash_tensor.out',
     'histogramdd': 'fallback: aten::_histogramdd_bin_edges, aten::_histogramdd_from_bin_cts, aten::_histogramdd_from_bin_tensors',
     'igamma': 'fallback: aten::igamma.out',

@@ -291,14 +291,16 @@ def test_unfold_fold_and_gradient(name: str) -> None:
     assert_same(grad, x, g, dtype_tols=NN_TOLS)
 
 
-@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
 @pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align_corners", [False, True])
-def test_grid_sample_and_gradients(mode: str, padding_mode: str, align_corners: bool) -> None:
-    # Points inside and outside [-1, 1] (padding decides those), corners and the center row.
-    x = make((2, 3, 5, 7), torch.float32)
-    grid = torch.rand(2, 4, 6, 2) * 2.6 - 1.3
-    grid[0, 0, :3] = torch.tensor([[-1.0, -1.0], [1.0, 1.0], [0.0, 0.25]])
+@pytest.mark.parametrize("mode,spatial", [("bilinear", 2), ("nearest", 2), ("bicubic", 2),
+                                          ("bilinear", 3), ("nearest", 3)])
+def test_grid_sample_and_gradients(mode: str, padding_mode: str, align_corners: bool,
+                                   spatial: int) -> None:
+    # Points inside and outside [-1, 1] (padding decides those), and on the corners.
+    x = make((2, 3, 5, 7) if spatial == 2 else (2, 3, 4, 5, 6), torch.float32)
+    grid = torch.rand((2, 4, 6, 2) if spatial == 2 else (2, 3, 4, 5, 3)) * 2.6 - 1.3
+    grid.view(-1, spatial)[:2] = torch.tensor([-1.0, 1.0]).repeat_interleave(spatial).view(2, -1)
     kwargs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
     out = assert_same(lambda t, g: F.grid_sample(t, g, **kwargs), x, grid, dtype_tols=NN_TOLS)
     go = torch.randn(out.shape)
