@@ -177,7 +177,8 @@ void check_same_dtype_out(const std::string& name, c10::ArrayRef<c10::IValue> ar
 
 bool writes_unreturned_args(const std::string& name) {
   return name == "aten::_amp_foreach_non_finite_check_and_unscale_" ||
-         name == "aten::_amp_update_scale_" || name == "aten::rrelu_with_noise" ||
+         name == "aten::_amp_update_scale_" || name == "aten::_batch_norm_with_update" ||
+         name == "aten::rrelu_with_noise" ||
          name == "aten::rrelu_with_noise.out" || name == "aten::rrelu_with_noise_";
 }
 
@@ -329,6 +330,35 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     at::Tensor self = st[1].toTensor();
     st.clear();
     st.emplace_back(at::empty_like(self, at::MemoryFormat::Contiguous));
+    return true;
+  }
+  if (name == "aten::_batch_norm_with_update" ||
+      name == "aten::_batch_norm_with_update_functional") {
+    // The meta decomposition asks for a backend with its optional weight and bias and
+    // fails without them: the CPU kernel's results instead. The statistics are float32
+    // for a reduced-precision input with float32 running statistics, else of the input's
+    // dtype; reserve is an empty uint8 tensor.
+    at::Tensor input = st[0].toTensor();
+    at::Tensor running_mean = st[3].toTensor(), running_var = st[4].toTensor();
+    TORCH_CHECK(input.dim() >= 2 && running_mean.dim() == 1 &&
+                    running_mean.size(0) == input.size(1) &&
+                    running_var.sizes() == running_mean.sizes(),
+                "_batch_norm_with_update: expected running statistics of shape [",
+                input.dim() >= 2 ? input.size(1) : 0, "] for an input of shape ", input.sizes(),
+                " (got ", running_mean.sizes(), " and ", running_var.sizes(), ")");
+    bool mixed = at::isReducedFloatingType(input.scalar_type()) &&
+                 running_mean.scalar_type() == at::kFloat;
+    auto stat = input.options().dtype(mixed ? at::kFloat : input.scalar_type());
+    bool functional = name.back() == 'l';
+    st.clear();
+    st.emplace_back(at::empty_like(input, at::MemoryFormat::Contiguous));
+    st.emplace_back(at::empty({input.size(1)}, stat));
+    st.emplace_back(at::empty({input.size(1)}, stat));
+    st.emplace_back(at::empty({0}, input.options().dtype(at::kByte)));
+    if (functional) {
+      st.emplace_back(at::empty_like(running_mean));
+      st.emplace_back(at::empty_like(running_var));
+    }
     return true;
   }
   if (name.rfind("aten::histogram.", 0) == 0) {

@@ -1,6 +1,8 @@
 // Normalization, loss and embedding-gradient lowerings; convolution and pooling live in
 // conv.cc. bf16/f16 inputs compute in f32 (PyTorch's accumulate type) and convert back.
+#include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "lowering/families.h"
 #include "lowering/lowering.h"
@@ -198,6 +200,27 @@ Result lower_group_norm_backward(LoweringContext& c) {
   return masked_results(c, grads);
 }
 
+// Per-channel mean and biased variance ([C] each) of xf ([N, C, ...]) over all dims but 1.
+std::pair<Value, Value> batch_moments(Builder& b, Value xf) {
+  const Dims& dims = xf.dims();
+  Dims red{0};
+  for (int64_t i = 2; i < xf.rank(); ++i) red.push_back(i);
+  Value m = mean_keep(b, xf, red);
+  Value xc = b.sub(xf, expand(b, m, dims));
+  return {b.reshape(m, {dims[1]}), b.reshape(mean_keep(b, b.mul(xc, xc), red), {dims[1]})};
+}
+
+// (xf - mean) * invstd, times weight and plus bias (arguments 1 and 2) when given.
+Value batch_normalize(LoweringContext& c, Value xf, Value mean, Value invstd) {
+  Builder& b = c.b();
+  const Dims& dims = xf.dims();
+  DType a = xf.dtype();
+  Value y = b.mul(b.sub(xf, channel_param(b, mean, dims)), channel_param(b, invstd, dims));
+  if (!c.is_none(1)) y = b.mul(y, channel_param(b, b.convert(c.tensor(1), a), dims));
+  if (!c.is_none(2)) y = b.add(y, channel_param(b, b.convert(c.tensor(2), a), dims));
+  return y;
+}
+
 // native_batch_norm(input, weight?, bias?, running_mean?, running_var?, training, momentum,
 // eps) -> (out, save_mean, save_invstd), and _native_batch_norm_legit (same results; its
 // .no_stats overload has no running stats). The running-stat update PyTorch does in place
@@ -208,31 +231,55 @@ Result lower_batch_norm(LoweringContext& c) {
   size_t training_i = no_stats ? 3 : 5, eps_i = no_stats ? 5 : 7;
   Value x = c.tensor(0);
   DType a = acc_type(x.dtype());
-  const Dims& dims = x.dims();
-  int64_t ch = dims.at(1);
-  Dims red{0};
-  for (int64_t i = 2; i < x.rank(); ++i) red.push_back(i);
+  int64_t ch = x.dims().at(1);
   Value xf = b.convert(x, a);
   Value eps = b.splat(c.double_arg(eps_i), TensorType{a, {ch}});
   Value mean, invstd;
   if (c.bool_arg(training_i) || no_stats || c.is_none(3)) {
-    Value m = mean_keep(b, xf, red);
-    Value xc = b.sub(xf, expand(b, m, dims));
-    mean = b.reshape(m, {ch});
-    invstd = b.unary("rsqrt", b.add(b.reshape(mean_keep(b, b.mul(xc, xc), red), {ch}), eps));
+    auto [m, var] = batch_moments(b, xf);
+    mean = m;
+    invstd = b.unary("rsqrt", b.add(var, eps));
   } else {
     mean = b.convert(c.tensor(3), a);
     invstd = b.unary("rsqrt", b.add(b.convert(c.tensor(4), a), eps));
   }
-  Value y = b.mul(b.sub(xf, channel_param(b, mean, dims)), channel_param(b, invstd, dims));
-  if (!c.is_none(1)) y = b.mul(y, channel_param(b, b.convert(c.tensor(1), a), dims));
-  if (!c.is_none(2)) y = b.add(y, channel_param(b, b.convert(c.tensor(2), a), dims));
+  Value y = batch_normalize(c, xf, mean, invstd);
   // CPU returns empty statistics in evaluation mode; the meta kernel returns [C].
   auto stat = [&](Value v, size_t k) {
     if (c.out_type(k).num_elements() == 0) return b.zeros(c.out_type(k));
     return b.convert(v, c.out_type(k).dtype);
   };
   return std::vector<Value>{b.convert(y, c.out_type(0).dtype), stat(mean, 1), stat(invstd, 2)};
+}
+
+// _batch_norm_with_update(input, weight?, bias?, running_mean, running_var, momentum, eps)
+// -> (out, save_mean, save_invstd, reserve), then the running statistics' new values (in
+// place for it, results of _batch_norm_with_update_functional): training-mode batch norm
+// whose statistics update runs in the program, running = (1 - momentum) * running +
+// momentum * batch statistic with the unbiased variance, as the CPU kernel updates them.
+// reserve is empty, as on the CPU.
+Result lower_batch_norm_with_update(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  DType a = acc_type(x.dtype());
+  Value xf = b.convert(x, a);
+  const int64_t ch = x.dims().at(1);
+  const double n = static_cast<double>(x.type.num_elements() / std::max<int64_t>(ch, 1));
+  auto [mean, var] = batch_moments(b, xf);
+  TensorType ct{a, {ch}};
+  Value invstd = b.unary("rsqrt", b.add(var, b.splat(c.double_arg(6), ct)));
+  Value y = batch_normalize(c, xf, mean, invstd);
+  Value momentum = b.splat(c.double_arg(5), ct);
+  Value keep = b.sub(b.splat(1, ct), momentum);
+  auto update = [&](size_t i, Value stat) {
+    Value running = b.add(b.mul(keep, b.convert(c.tensor(i), a)), b.mul(momentum, stat));
+    return b.convert(running, c.out_type(i + 1).dtype);
+  };
+  Value unbiased = b.div(b.mul(var, b.splat(n, ct)), b.splat(n - 1, ct));
+  return std::vector<Value>{b.convert(y, c.out_type(0).dtype),
+                            b.convert(mean, c.out_type(1).dtype),
+                            b.convert(invstd, c.out_type(2).dtype), b.zeros(c.out_type(3)),
+                            update(3, mean), update(4, unbiased)};
 }
 
 // native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?,
@@ -710,6 +757,8 @@ void register_nn_lowerings() {
                      "aten::_native_batch_norm_legit.no_stats",
                      "aten::_native_batch_norm_legit.no_stats_out"},
                     lower_batch_norm);
+  register_lowering({"aten::_batch_norm_with_update", "aten::_batch_norm_with_update_functional"},
+                    lower_batch_norm_with_update);
   register_lowering({"aten::native_batch_norm_backward", "aten::native_batch_norm_backward.out"},
                     lower_batch_norm_backward);
   register_lowering({"aten::nll_loss_forward", "aten::nll_loss_forward.output",

@@ -6,7 +6,6 @@ from the same checks test_opinfo_eager runs; an entry that starts passing fails 
 test until it is removed here."""
 
 SKIPS: dict[str, str] = {
-    '_batch_norm_with_update': 'fallback: aten::_batch_norm_with_update',
     '_segment_reduce.lengths': 'fallback: aten::segment_reduce',
     '_segment_reduce.offsets': 'fallback: aten::segment_reduce',
     '_upsample_bilinear2d_aa': 'fallback: aten::_upsample_bilinear2d_aa.out',

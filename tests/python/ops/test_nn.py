@@ -86,6 +86,32 @@ def test_batch_norm_train_and_eval() -> None:
     assert_same(lambda t: bn(t, False), x, dtype_tols=ACC_TOLS)
 
 
+@pytest.mark.parametrize("dtype,stats_dtype,affine", [
+    (torch.float32, torch.float32, True), (torch.float32, torch.float32, False),
+    (torch.float64, torch.float64, True), (torch.bfloat16, torch.float32, False),
+    (torch.bfloat16, torch.bfloat16, True)])
+def test_batch_norm_with_update_like_cpu(dtype: torch.dtype, stats_dtype: torch.dtype,
+                                         affine: bool) -> None:
+    # The op export and compile graphs call for training-mode batch norm: results (their
+    # dtypes included) and the running statistics it updates in place, as on the CPU.
+    x = make((4, 3, 5), dtype)
+    w, bias = (make((3,), dtype), make((3,), dtype)) if affine else (None, None)
+    tols = {torch.bfloat16: (2e-2, 2e-2)}
+    if stats_dtype == torch.bfloat16:
+        tols[torch.float32] = (2e-2, 2e-2)
+
+    def run(t, w, bias, mean, var):
+        mean, var = mean.clone(), var.clone()  # updated in place
+        results = torch.ops.aten._batch_norm_with_update(t, w, bias, mean, var, 0.1, 1e-5)
+        return (*results, mean, var)
+
+    stats = (torch.randn(3, dtype=stats_dtype), torch.rand(3, dtype=stats_dtype) + 0.5)
+    assert_same(run, x, w, bias, *stats, dtype_tols=tols)
+    functional = torch.ops.aten._batch_norm_with_update_functional
+    assert_same(lambda *a: tuple(functional(*a, 0.1, 1e-5)), x, w, bias, *stats,
+                dtype_tols=tols)
+
+
 def test_dropout_statistics() -> None:
     torchtpu.manual_seed(0)
     p = 0.3
