@@ -1,7 +1,8 @@
 // Resampling by compile-time positions: the interpolation lowerings
 // upsample_{nearest,_nearest_exact}{1,2,3}d, upsample_linear1d, upsample_bilinear2d,
-// upsample_trilinear3d and upsample_bicubic2d (what F.interpolate and nn.Upsample call),
-// and reflection/replication padding (F.pad modes "reflect" and "replicate").
+// upsample_trilinear3d, upsample_bicubic2d and their antialiased forms
+// _upsample_{bilinear,bicubic}2d_aa (what F.interpolate and nn.Upsample call), and
+// reflection/replication padding (F.pad modes "reflect" and "replicate").
 //
 // Every mode is separable: along each spatial dim, output position o reads a few input
 // positions with fixed weights. Sizes are compile-time, so the positions and weights are
@@ -12,6 +13,8 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "lowering/families.h"
 #include "lowering/lowering.h"
@@ -21,10 +24,11 @@ namespace {
 
 using Lowered = base::StatusOr<std::vector<Value>>;
 
-enum class Mode { kNearest, kNearestExact, kLinear, kCubic };
+enum class Mode { kNearest, kNearestExact, kLinear, kCubic, kLinearAA, kCubicAA };
 
 // One output position: input positions and their weights (computed in the op's
-// accumulation type, float or double, and held exactly as doubles).
+// accumulation type, float or double, and held exactly as doubles). Antialiased modes
+// give positions different numbers of taps.
 struct Taps {
   std::vector<int64_t> index;
   std::vector<double> weight;
@@ -62,10 +66,57 @@ T cubic1(T x, T a) { return ((a + 2) * x - (a + 3)) * x * x + 1; }
 template <typename T>
 T cubic2(T x, T a) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; }
 
+// The antialiasing filters (UpSampleKernel.cpp's aa_filter): a triangle for bilinear, Keys'
+// cubic with a = -0.5 for bicubic.
+template <typename T>
+T aa_filter(bool cubic, T x) {
+  if (x < 0) x = -x;
+  if (!cubic) return x < 1 ? T(1) - x : T(0);
+  const T a = T(-0.5);
+  if (x < 1) return cubic1<T>(x, a);
+  if (x < 2) return cubic2<T>(x, a);
+  return T(0);
+}
+
+// Antialiased taps (_compute_indices_min_size_weights_aa): output o reads the inputs within
+// the filter's support around its center, the support widened by the scale when
+// downsampling, with normalized weights. The double literals of ATen's expressions promote
+// as they do there.
+template <typename T>
+std::vector<Taps> aa_taps(bool cubic, int64_t in, int64_t out, bool align_corners,
+                          std::optional<double> scale) {
+  const T s = area_scale<T>(in, out, align_corners, scale);
+  const int interp = cubic ? 4 : 2;
+  const T support = s >= 1.0 ? static_cast<T>((interp * 0.5) * s) : static_cast<T>(interp * 0.5);
+  const int64_t max_taps = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  const T invscale = s >= 1.0 ? static_cast<T>(1.0 / s) : T(1);
+  std::vector<Taps> taps(out);
+  for (int64_t o = 0; o < out; ++o) {
+    const T center = static_cast<T>(s * (o + 0.5));
+    int64_t xmin = std::max(static_cast<int64_t>(center - support + 0.5), int64_t{0});
+    int64_t xsize = std::min(static_cast<int64_t>(center + support + 0.5), in) - xmin;
+    xsize = std::clamp(xsize, int64_t{0}, max_taps);
+    std::vector<T> w;
+    T total = 0;
+    for (int64_t j = 0; j < xsize; ++j) {
+      w.push_back(aa_filter<T>(cubic, static_cast<T>((j + xmin - center + 0.5) * invscale)));
+      total += w.back();
+    }
+    for (int64_t j = 0; j < xsize; ++j) {
+      taps[o].index.push_back(xmin + j);
+      taps[o].weight.push_back(static_cast<double>(total != 0 ? w[j] / total : w[j]));
+    }
+  }
+  return taps;
+}
+
 // Taps of every output position along one dim, in output order.
 template <typename T>
 std::vector<Taps> taps_in(Mode mode, int64_t in, int64_t out, bool align_corners,
                           std::optional<double> scale) {
+  if (mode == Mode::kLinearAA || mode == Mode::kCubicAA) {
+    return aa_taps<T>(mode == Mode::kCubicAA, in, out, align_corners, scale);
+  }
   std::vector<Taps> taps(out);
   for (int64_t o = 0; o < out; ++o) {
     Taps& t = taps[o];
@@ -122,15 +173,15 @@ std::string weight_dense(const std::vector<double>& v) {
   return s + "]";
 }
 
-// The weights of tap k of every position, as a constant of dtype `t` broadcast along
-// `dim` of `like`; nullopt when every weight is 1.
+// The weights of tap k of every position (0 where a position has fewer taps), as a
+// constant of dtype `t` broadcast along `dim` of `like`; nullopt when every weight is 1.
 std::optional<Value> tap_weights(Builder& b, const std::vector<Taps>& taps, size_t k,
                                  const Value& like, int64_t dim) {
   std::vector<double> weight;
   bool all_one = true;
   for (const Taps& t : taps) {
-    weight.push_back(t.weight[k]);
-    all_one &= t.weight[k] == 1.0;
+    weight.push_back(k < t.weight.size() ? t.weight[k] : 0.0);
+    all_one &= weight.back() == 1.0;
   }
   if (all_one) return std::nullopt;
   TensorType wt{like.dtype(), {static_cast<int64_t>(weight.size())}};
@@ -180,17 +231,46 @@ Value put_add(Builder& b, Value g, int64_t dim, const std::vector<int64_t>& inde
           "], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false")[0];
 }
 
+// The most taps of any position.
+size_t max_taps(const std::vector<Taps>& taps) {
+  size_t n = 0;
+  for (const Taps& t : taps) n = std::max(n, t.index.size());
+  return n;
+}
+
+// Tap k's input position of every output position (0 where a position has fewer taps).
+std::vector<int64_t> tap_index(const std::vector<Taps>& taps, size_t k) {
+  std::vector<int64_t> index;
+  for (const Taps& t : taps) index.push_back(k < t.index.size() ? t.index[k] : 0);
+  return index;
+}
+
+// `v` (along `dim`, one entry per position) where the positions have a tap k, 0 elsewhere:
+// a missing tap adds nothing, not 0 times an input that may be inf or NaN (PyTorch's
+// kernels sum a position's own taps only).
+Value only_present(Builder& b, const std::vector<Taps>& taps, size_t k, Value v, int64_t dim) {
+  std::vector<int64_t> present;
+  bool all = true;
+  for (const Taps& t : taps) {
+    present.push_back(k < t.index.size());
+    all &= present.back() != 0;
+  }
+  if (all) return v;
+  Value mask = b.compare(b.constant_i64s(present, {static_cast<int64_t>(present.size())}),
+                         b.zeros(TensorType{DType::kI64, {static_cast<int64_t>(present.size())}}),
+                         "NE");
+  return b.select(b.broadcast_in_dim(mask, v.dims(), {dim}), v, b.zeros(v.type));
+}
+
 // The gradient of resample(): each output's gradient flows back to its taps, weighted.
 Value resample_backward(Builder& b, Value g, int64_t dim, const std::vector<Taps>& taps,
                         int64_t in_size) {
-  size_t n = taps.front().index.size();
   Value sum;
-  for (size_t k = 0; k < n; ++k) {
-    std::vector<int64_t> index;
-    for (const Taps& t : taps) index.push_back(t.index[k]);
+  for (size_t k = 0; k < max_taps(taps); ++k) {
     Value w_g = g;
     if (auto w = tap_weights(b, taps, k, g, dim)) w_g = b.mul(g, *w);
-    Value part = put_add(b, w_g, dim, index, in_size);
+    Value part = put_add(b, only_present(b, taps, k, w_g, dim), dim, tap_index(taps, k),
+                         in_size);
     sum = k == 0 ? part : b.add(sum, part);
   }
   return sum;
@@ -198,13 +278,11 @@ Value resample_backward(Builder& b, Value g, int64_t dim, const std::vector<Taps
 
 // Resamples `x` (float32 or float64) along `dim` to `taps.size()` positions.
 Value resample(Builder& b, Value x, int64_t dim, const std::vector<Taps>& taps) {
-  size_t n = taps.front().index.size();
   Value sum;
-  for (size_t k = 0; k < n; ++k) {
-    std::vector<int64_t> index;
-    for (const Taps& t : taps) index.push_back(t.index[k]);
-    Value g = take(b, x, dim, index);
+  for (size_t k = 0; k < max_taps(taps); ++k) {
+    Value g = take(b, x, dim, tap_index(taps, k));
     if (auto w = tap_weights(b, taps, k, g, dim)) g = b.mul(g, *w);
+    g = only_present(b, taps, k, g, dim);
     sum = k == 0 ? g : b.add(sum, g);
   }
   return sum;
@@ -229,7 +307,13 @@ LoweringFn upsample(Mode mode, bool backward) {
     const Dims in = backward ? result : x.dims();   // sizes of the forward's input
     const Dims out = backward ? x.dims() : result;  // and of its output
     int64_t spatial = x.rank() - 2;
-    bool linear = mode == Mode::kLinear || mode == Mode::kCubic;
+    bool aa = mode == Mode::kLinearAA || mode == Mode::kCubicAA;
+    if (aa && !base::is_floating(x.dtype())) {
+      // PyTorch's uint8 images take an int16 fixed-point kernel of their own.
+      return base::unimplemented("lowering: " + c.op_name() + " of " +
+                                 base::dtype_name(x.dtype()) + " is not lowered");
+    }
+    bool linear = mode == Mode::kLinear || mode == Mode::kCubic || aa;
     size_t align_arg = backward ? 3 : 2;
     bool align_corners = linear && c.bool_arg(align_arg);
     size_t first_scale = linear ? align_arg + 1 : align_arg;
@@ -239,6 +323,9 @@ LoweringFn upsample(Mode mode, bool backward) {
       int64_t s = backward ? k : spatial - 1 - k;
       int64_t dim = 2 + s;
       if (in[dim] == 0 || out[dim] == 0) continue;  // empty result: shape only
+      // PyTorch's antialiased forward skips a dim whose size does not change (its taps
+      // there, weights 1 and 0, would still turn an inf into NaN).
+      if (aa && !backward && in[dim] == out[dim]) continue;
       std::optional<double> scale = scale_arg(c, first_scale + static_cast<size_t>(s));
       std::vector<Taps> taps = taps_for(mode, t, in[dim], out[dim], align_corners, scale);
       y = backward ? resample_backward(b, y, dim, taps, in[dim]) : resample(b, y, dim, taps);
@@ -351,6 +438,13 @@ void register_interpolate_lowerings() {
                     upsample(Mode::kLinear, /*backward=*/false));
   register_lowering({"aten::upsample_bicubic2d", "aten::upsample_bicubic2d.out"},
                     upsample(Mode::kCubic, /*backward=*/false));
+  for (auto [n, mode] : {std::pair{"aten::_upsample_bilinear2d_aa", Mode::kLinearAA},
+                         std::pair{"aten::_upsample_bicubic2d_aa", Mode::kCubicAA}}) {
+    std::string f = n, bw = f + "_backward";
+    register_lowering({f.c_str(), (f + ".out").c_str()}, upsample(mode, /*backward=*/false));
+    register_lowering({bw.c_str(), (bw + ".grad_input").c_str()},
+                      upsample(mode, /*backward=*/true));
+  }
 }
 
 }  // namespace torchtpu::lowering

@@ -8,7 +8,6 @@ test until it is removed here."""
 SKIPS: dict[str, str] = {
     '_segment_reduce.lengths': 'fallback: aten::segment_reduce',
     '_segment_reduce.offsets': 'fallback: aten::segment_reduce',
-    '_upsample_bilinear2d_aa': 'fallback: aten::_upsample_bilinear2d_aa.out',
     'chalf': 'harness: NotImplementedError: "nan_to_num" not implemented for \'ComplexHalf\'',
     'hash_tensor': 'fallback: aten::hash_tensor.out',
     'histogramdd': 'fallback: aten::_histogramdd_bin_edges, aten::_histogramdd_from_bin_cts, aten::_histogramdd_from_bin_tensors',

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -458,6 +460,28 @@ def test_interpolate_float64(mode: str, shape, align_corners: bool) -> None:
     assert got.dtype == torch.float64
     torch.testing.assert_close(got.cpu(), f(x), rtol=1e-12, atol=1e-12)
     assert torchtpu.debug.metrics()["fallback_ops"] == before
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_interpolate_antialias_and_gradient(mode: str, align_corners: bool,
+                                            dtype: torch.dtype) -> None:
+    # Down (the filter widened by the scale: positions with different numbers of taps),
+    # up, one dim each way, and an infinite pixel (a tap a position lacks adds nothing).
+    x = make((2, 3, 16, 9), dtype)
+    x[0, 0, 3, 4] = math.inf
+    for size in [(5, 4), (21, 13), (16, 3), (7, 9)]:
+        kwargs = {"size": size, "mode": mode, "align_corners": align_corners, "antialias": True}
+        out = assert_same(lambda t: F.interpolate(t, **kwargs), x)
+        g = torch.randn(out.shape, dtype=dtype)
+
+        def grad(t, g):
+            t = t.detach().requires_grad_()
+            F.interpolate(t, **kwargs).backward(g)
+            return t.grad
+
+        assert_same(grad, x.nan_to_num(posinf=1.0), g)
 
 
 # A transposed convolution's output_padding adds trailing positions no input reaches; the
