@@ -361,6 +361,59 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     }
     return true;
   }
+  if (name == "aten::_histogramdd_bin_edges" || name == "aten::_histogramdd_from_bin_cts" ||
+      name == "aten::_histogramdd_from_bin_tensors") {
+    // No meta kernels: the edges per dim ([bins + 1] each) or the histogram (the bins'
+    // shape), after the CPU kernel's checks (a call they refuse runs there and raises).
+    at::Tensor self = st[0].toTensor();
+    TORCH_CHECK(self.dim() >= 2, "torch.histogramdd: input tensor should have at least 2 "
+                "dimensions, but got ", self.dim());
+    const int64_t n = self.size(-1);
+    std::vector<int64_t> bins;
+    bool tensors = name == "aten::_histogramdd_from_bin_tensors";
+    if (tensors) {
+      for (const at::Tensor& e : st[1].toTensorVector()) {
+        TORCH_CHECK(e.scalar_type() == self.scalar_type() && e.dim() == 1 && e.numel() > 0,
+                    "torch.histogramdd: bins tensors should be 1-D, non-empty and of the "
+                    "input's dtype ", self.dtype(), " (got ", e.dtype(), " of shape ",
+                    e.sizes(), ")");
+        bins.push_back(e.numel() - 1);
+      }
+    } else {
+      bins = st[1].toIntVector();
+      if (!st[2].isNone()) {
+        size_t items = st[2].toListRef().size();
+        TORCH_CHECK(static_cast<int64_t>(items) == 2 * n, "torch.histogramdd: for a ", n,
+                    "-dimensional histogram range should have ", 2 * n, " elements, but got ",
+                    items);
+      }
+    }
+    TORCH_CHECK(static_cast<int64_t>(bins.size()) == n, "torch.histogramdd: expected ", n,
+                " sequences of bin edges for a ", n, "-dimensional histogram but got ",
+                bins.size());
+    for (size_t d = 0; d < bins.size(); ++d) {
+      TORCH_CHECK(bins[d] > 0, "torch.histogram(): bins must be > 0, but got ", bins[d],
+                  " for dimension ", d);
+    }
+    const c10::IValue& weight = st[tensors ? 2 : 3];
+    if (!weight.isNone()) {
+      const at::Tensor& w = weight.toTensor();
+      std::vector<int64_t> rows(self.sizes().begin(), self.sizes().end() - 1);
+      TORCH_CHECK(w.scalar_type() == self.scalar_type() && w.sizes().vec() == rows,
+                  "torch.histogramdd: if weight tensor is provided it should have the input's "
+                  "dtype and shape excluding its innermost dimension (input ", self.sizes(),
+                  ", weight ", w.sizes(), ")");
+    }
+    st.clear();
+    if (name == "aten::_histogramdd_bin_edges") {
+      std::vector<at::Tensor> edges;
+      for (int64_t b : bins) edges.push_back(at::empty({b + 1}, self.options()));
+      st.emplace_back(edges);
+    } else {
+      st.emplace_back(at::empty(bins, self.options()));
+    }
+    return true;
+  }
   if (name.rfind("aten::histogram.", 0) == 0) {
     // No meta kernel: hist [bins] of self's dtype and the edges [bins + 1], after the CPU
     // kernel's checks of the bins, the range's length and the weight.

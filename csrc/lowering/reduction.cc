@@ -1,5 +1,5 @@
 // Reduction lowerings: sum/mean/prod, max/min (with indices), arg-reductions, any/all,
-// var/std, logsumexp, vector norms and cumulative scans.
+// var/std, logsumexp, vector norms, hash_tensor and cumulative scans.
 //
 // Conventions shared by every lowering here:
 // - Reduced dims come from a dim argument (int or int list); None or an empty list means
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
 
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
@@ -226,6 +227,24 @@ Lowered lower_count_nonzero(LoweringContext& c) {
   return std::vector<Value>{finish(c, b.reduce_sum(nz, reduction_dims(c, 1, x.rank())))};
 }
 
+// hash_tensor(self, dim, *, keepdim, mode): mode 0 (PyTorch's only one) xors the
+// elements' bits as uint64 over the dims: floats by their float64 bits, integers and bools
+// by their int64 value's.
+Lowered lower_hash_tensor(LoweringContext& c) {
+  Builder& b = c.b();
+  if (c.int_arg(3) != 0) {
+    return base::unimplemented("lowering: hash_tensor mode " + std::to_string(c.int_arg(3)) +
+                               " is not lowered");
+  }
+  Value x = c.tensor(0);
+  DType wide = base::is_floating(x.dtype()) ? DType::kF64 : DType::kI64;
+  Value v = b.op("stablehlo.bitcast_convert", {b.convert(x, wide)},
+                 TensorType{DType::kU64, x.dims()});
+  Value r = b.reduce(v, b.zeros(TensorType{DType::kU64, {}}), reduction_dims(c, 1, x.rank()),
+                     "xor");
+  return std::vector<Value>{finish(c, r)};
+}
+
 // The power of two at or below |m| for a float m: m with its mantissa and sign cleared; 1
 // where m is 0, subnormal, inf or NaN (nothing to scale by).
 Value power_of_two_at_or_below(Builder& b, Value m) {
@@ -423,6 +442,7 @@ LoweringFn cumulative_extreme(bool is_max) {
 }  // namespace
 
 void register_reduction_lowerings() {
+  register_lowering({"aten::hash_tensor", "aten::hash_tensor.out"}, lower_hash_tensor);
   register_lowering({"aten::sum.dim_IntList", "aten::sum.IntList_out"},
                     accumulate("add", 0, false));
   register_lowering({"aten::nansum", "aten::nansum.out"}, accumulate("add", 0, true));

@@ -1,12 +1,13 @@
 // Searching lowerings: searchsorted, bucketize (binary search in sorted boundaries), isin
-// (membership), histc (binning by division) and histogram (division corrected against the
-// edges, or a binary search of them).
+// (membership), histc (binning by division) and histogram / histogramdd (division
+// corrected against the edges, or a binary search of them).
 //
 // The binary search runs PyTorch's own loop (cus_lower_bound / cus_upper_bound in
 // Bucketization.cpp) for a fixed ceil(log2(n + 1)) steps, each one gather of the midpoints,
 // so even unsorted or NaN-holding boundaries give the CPU's answer.
 #include <algorithm>
 #include <optional>
+#include <string>
 
 #include "lowering/families.h"
 #include "lowering/gather_scatter.h"
@@ -224,75 +225,148 @@ Value histogram_bins(Builder& b, Value x, Value edges, std::optional<Value> inte
   return b.select(in_range, pos, top);
 }
 
-// histogram.bin_ct(self, bins, *, range, weight, density) and histogram.bins_tensor(self,
-// bins, *, weight, density) -> (hist, bin_edges), with their .out forms: the CPU kernel's.
-// bin_ct: the edges are a linspace over range, or the data's min and max (0 and 1 when
-// empty), widened by 0.5 on each side when they are equal, and each element's bin is
-// interpolated, then corrected against the edges around it; bins_tensor: a binary search
-// of the given edges. Weights (1 without) are summed per bin in self's dtype; density
-// divides by their total and by each bin's width.
-Lowered lower_histogram(LoweringContext& c) {
+// histogram's and histogramdd's dtypes: the CPU kernels' (bfloat16 and half need a range).
+base::Status require_f32_f64(LoweringContext& c, DType t) {
+  if (t == DType::kF32 || t == DType::kF64) return base::Status::ok_status();
+  return base::unimplemented("lowering: " + c.op_name() + " takes float32 and float64 only");
+}
+
+// Column d of x2 ([M, D]) as [M].
+Value column(Builder& b, Value x2, int64_t d) {
+  int64_t m = x2.dims()[0];
+  return b.reshape(b.slice(x2, {0, d}, {m, d + 1}, {1, 1}), {m});
+}
+
+// The CPU's edges for counted bins of x2 ([M, D]): per dim d, a linspace of bins[d] + 1
+// values (x2's dtype) over range[2d]..range[2d + 1] (argument `range_i`, a float[]) or
+// column d's min and max (0 and 1 when there are no rows), widened by 0.5 on each side
+// when its ends are equal. The ends must be finite and ordered.
+std::vector<Value> counted_edges(LoweringContext& c, Value x2, const Dims& bins, size_t range_i) {
   Builder& b = c.b();
-  DType t = c.out_type().dtype;
-  if (t != DType::kF32 && t != DType::kF64) {
-    return base::unimplemented("lowering: " + c.op_name() + " takes float32 and float64 only");
-  }
-  const bool counted = c.op_name().find("bin_ct") != std::string::npos;
-  const size_t weight_i = counted ? 3 : 2, density_i = counted ? 4 : 3;
-  const int64_t bins = c.out_type(0).dims[0], e = bins + 1;
-  Value x = b.reshape(c.tensor(0), {c.tensor_type(0).num_elements()});
-  const int64_t n = x.dims()[0];
-  TensorType v{t, {n}};
-  Value edges;
-  std::optional<Value> interpolated;
-  if (counted) {
+  DType t = x2.dtype();
+  const int64_t m = x2.dims()[0];
+  std::vector<Value> edges;
+  for (size_t d = 0; d < bins.size(); ++d) {
     Value lo = b.zeros(TensorType{DType::kF64, {}});
     Value hi = b.splat(1, lo.type);
-    if (!c.is_none(2)) {
-      lo = c.scalar_list_item(2, 0, DType::kF64);
-      hi = c.scalar_list_item(2, 1, DType::kF64);
-    } else if (n > 0) {
-      lo = b.convert(b.reduce_min(x, {0}), DType::kF64);
-      hi = b.convert(b.reduce_max(x, {0}), DType::kF64);
+    if (!c.is_none(range_i)) {
+      lo = c.scalar_list_item(range_i, 2 * d, DType::kF64);
+      hi = c.scalar_list_item(range_i, 2 * d + 1, DType::kF64);
+    } else if (m > 0) {
+      Value col = column(b, x2, static_cast<int64_t>(d));
+      lo = b.convert(b.reduce_min(col, {0}), DType::kF64);
+      hi = b.convert(b.reduce_max(col, {0}), DType::kF64);
     }
     auto finite = [&](Value w) {
       return b.op("stablehlo.is_finite", {w}, TensorType{DType::kBool, {}});
     };
+    std::string dim = "dimension " + std::to_string(d);
     c.require(b.binary("and", finite(lo), finite(hi)),
-              "torch.histogramdd: dimension 0's range (the range given, or the input's min and "
-              "max) is not finite", CheckKind::kRuntimeError);
-    c.require(b.compare(lo, hi, "LE"), "torch.histogramdd: min should not exceed max for "
-              "dimension 0", CheckKind::kRuntimeError);
+              "torch.histogramdd: " + dim + "'s range (the range given, or the input's min "
+              "and max) is not finite", CheckKind::kRuntimeError);
+    c.require(b.compare(lo, hi, "LE"),
+              "torch.histogramdd: min should not exceed max for " + dim, CheckKind::kRuntimeError);
     Value same = b.compare(lo, hi, "EQ");
     Value half = b.constant(0.5, DType::kF64);
     lo = b.select(same, b.sub(lo, half), lo);
     hi = b.select(same, b.add(hi, half), hi);
-    edges = linspace_values(b, b.convert(lo, t), b.convert(hi, t), e, t);
-    if (n > 0) {
-      Value left = b.broadcast_in_dim(b.reshape(b.slice(edges, {0}, {1}, {1}), {}), {n}, {});
-      Value right =
-          b.broadcast_in_dim(b.reshape(b.slice(edges, {e - 1}, {e}, {1}), {}), {n}, {});
-      interpolated = b.convert(
-          b.div(b.mul(b.sub(x, left), b.splat(static_cast<double>(bins), v)), b.sub(right, left)),
-          DType::kI64);
+    edges.push_back(linspace_values(b, b.convert(lo, t), b.convert(hi, t), bins[d] + 1, t));
+  }
+  return edges;
+}
+
+// The histogram of the rows of x2 ([M, D]) over per-dim `edges`, as [prod(bins)] row-major:
+// each row's bin along every dim (linear edges: interpolated, then corrected against the
+// edges around it; given edges: binary-searched), rows outside any dim's edges and NaN
+// dropped. Weights (argument `weight_i`, 1 without) are summed per bin in x2's dtype;
+// density (argument `density_i`) divides by their total and by each bin's volume.
+Value histogram_of(LoweringContext& c, Value x2, const std::vector<Value>& edges, bool linear,
+                   size_t weight_i, size_t density_i) {
+  Builder& b = c.b();
+  DType t = x2.dtype();
+  const int64_t m = x2.dims()[0];
+  int64_t total = 1;
+  for (const Value& e : edges) total *= e.dims()[0] - 1;
+  Value hist = b.zeros(TensorType{t, {total}});
+  if (m > 0) {
+    TensorType iv{DType::kI64, {m}};
+    Value flat = b.zeros(iv), dropped = b.zeros(TensorType{DType::kBool, {m}});
+    TensorType v{t, {m}};
+    for (size_t d = 0; d < edges.size(); ++d) {
+      Value x = column(b, x2, static_cast<int64_t>(d));
+      const int64_t e = edges[d].dims()[0], bins = e - 1;
+      std::optional<Value> guess;
+      if (linear) {
+        auto end = [&](int64_t k) {
+          return b.broadcast_in_dim(b.reshape(b.slice(edges[d], {k}, {k + 1}, {1}), {}), {m}, {});
+        };
+        Value left = end(0), right = end(e - 1);
+        guess = b.convert(b.div(b.mul(b.sub(x, left), b.splat(static_cast<double>(bins), v)),
+                                b.sub(right, left)),
+                          DType::kI64);
+      }
+      Value bin = histogram_bins(b, x, edges[d], guess);
+      dropped = b.binary("or", dropped, b.compare(bin, b.splat(static_cast<double>(bins), iv),
+                                                  "EQ"));
+      flat = b.add(b.mul(flat, b.splat(static_cast<double>(bins), iv)), bin);
     }
-  } else {
-    edges = b.reshape(c.tensor(1), {e});
+    flat = b.select(dropped, b.splat(static_cast<double>(total), iv), flat);
+    Value w = c.is_none(weight_i) ? b.splat(1, v) : b.reshape(c.tensor(weight_i), {m});
+    hist = b.slice(scatter(b, b.zeros(TensorType{t, {total + 1}}), b.reshape(flat, {m, 1}), w,
+                           {}, {0}, {0}, 1, "add"),
+                   {0}, {total}, {1});
   }
-  Value hist = b.zeros(TensorType{t, {bins}});
-  if (n > 0) {
-    Value bin = histogram_bins(b, x, edges, interpolated);
-    Value w = c.is_none(weight_i) ? b.splat(1, v) : b.reshape(c.tensor(weight_i), {n});
-    hist = b.slice(scatter(b, b.zeros(TensorType{t, {e}}), b.reshape(bin, {n, 1}), w, {}, {0},
-                           {0}, 1, "add"),
-                   {0}, {bins}, {1});
+  if (!c.bool_arg(density_i)) return hist;
+  Dims shape;
+  for (const Value& e : edges) shape.push_back(e.dims()[0] - 1);
+  Value h = b.reshape(hist, shape);
+  h = b.div(h, b.broadcast_in_dim(b.reduce_sum(hist, {0}), shape, {}));
+  for (size_t d = 0; d < edges.size(); ++d) {
+    int64_t bins = shape[d];
+    Value widths = b.sub(b.slice(edges[d], {1}, {bins + 1}, {1}),
+                         b.slice(edges[d], {0}, {bins}, {1}));
+    h = b.div(h, b.broadcast_in_dim(widths, shape, {static_cast<int64_t>(d)}));
   }
-  if (c.bool_arg(density_i)) {
-    Value total = b.broadcast_in_dim(b.reduce_sum(hist, {0}), {bins}, {});
-    Value widths = b.sub(b.slice(edges, {1}, {e}, {1}), b.slice(edges, {0}, {bins}, {1}));
-    hist = b.div(b.div(hist, total), widths);
+  return b.reshape(h, {total});
+}
+
+// histogram.bin_ct(self, bins, *, range, weight, density) and histogram.bins_tensor(self,
+// bins, *, weight, density) -> (hist, bin_edges), with their .out forms: the CPU kernel's,
+// over self's elements as one column.
+Lowered lower_histogram(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = c.out_type().dtype;
+  if (auto st = require_f32_f64(c, t); !st.ok()) return st;
+  const bool counted = c.op_name().find("bin_ct") != std::string::npos;
+  const int64_t bins = c.out_type(0).dims[0];
+  Value x2 = b.reshape(c.tensor(0), {c.tensor_type(0).num_elements(), 1});
+  std::vector<Value> edges = counted ? counted_edges(c, x2, {bins}, 2)
+                                     : std::vector<Value>{b.reshape(c.tensor(1), {bins + 1})};
+  Value hist = histogram_of(c, x2, edges, counted, counted ? 3 : 2, counted ? 4 : 3);
+  return std::vector<Value>{hist, b.convert(edges[0], c.out_type(1).dtype)};
+}
+
+// histogramdd's parts, over self's rows ([..., D] as [M, D]):
+// _histogramdd_bin_edges(self, bins, *, range, weight, density) -> Tensor[] (the edges),
+// _histogramdd_from_bin_cts(self, bins, *, range, weight, density) and
+// _histogramdd_from_bin_tensors(self, bins, *, weight, density) -> hist.
+Lowered lower_histogramdd(LoweringContext& c) {
+  Builder& b = c.b();
+  DType t = c.tensor_type(0).dtype;
+  if (auto st = require_f32_f64(c, t); !st.ok()) return st;
+  const Dims& dims = c.tensor_type(0).dims;
+  const int64_t d = dims.back();
+  Value x2 = b.reshape(c.tensor(0), {c.tensor_type(0).num_elements() / std::max<int64_t>(d, 1), d});
+  const std::string& name = c.op_name();
+  if (name.find("bin_tensors") != std::string::npos) {
+    std::vector<Value> edges = c.tensor_list(1);
+    Value hist = histogram_of(c, x2, edges, false, 2, 3);
+    return std::vector<Value>{b.reshape(hist, c.out_type().dims)};
   }
-  return std::vector<Value>{hist, b.convert(edges, c.out_type(1).dtype)};
+  std::vector<Value> edges = counted_edges(c, x2, c.int_list(1), 2);
+  if (name.find("bin_edges") != std::string::npos) return edges;
+  Value hist = histogram_of(c, x2, edges, true, 3, 4);
+  return std::vector<Value>{b.reshape(hist, c.out_type().dims)};
 }
 
 }  // namespace
@@ -308,6 +382,9 @@ void register_search_lowerings() {
   register_lowering({"aten::histogram.bin_ct", "aten::histogram.bin_ct_out",
                      "aten::histogram.bins_tensor", "aten::histogram.bins_tensor_out"},
                     lower_histogram);
+  register_lowering({"aten::_histogramdd_bin_edges", "aten::_histogramdd_from_bin_cts",
+                     "aten::_histogramdd_from_bin_tensors"},
+                    lower_histogramdd);
   register_lowering({"aten::isin.Tensor_Tensor", "aten::isin.Tensor_Tensor_out",
                      "aten::isin.Tensor_Scalar", "aten::isin.Tensor_Scalar_out",
                      "aten::isin.Scalar_Tensor", "aten::isin.Scalar_Tensor_out"},

@@ -9,8 +9,6 @@ SKIPS: dict[str, str] = {
     '_segment_reduce.lengths': 'fallback: aten::segment_reduce',
     '_segment_reduce.offsets': 'fallback: aten::segment_reduce',
     'chalf': 'harness: NotImplementedError: "nan_to_num" not implemented for \'ComplexHalf\'',
-    'hash_tensor': 'fallback: aten::hash_tensor.out',
-    'histogramdd': 'fallback: aten::_histogramdd_bin_edges, aten::_histogramdd_from_bin_cts, aten::_histogramdd_from_bin_tensors',
     'igamma': 'fallback: aten::igamma.out',
     'igammac': 'fallback: aten::igammac.out',
     'nn.functional.ctc_loss': 'fallback: aten::_ctc_loss',

@@ -352,6 +352,53 @@ def test_histogram_like_cpu(dtype: torch.dtype) -> None:
         assert_raises_like_cpu(lambda d, b: torch.histogram(d, b, **kwargs), data, bins)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histogramdd_like_cpu(dtype: torch.dtype) -> None:
+    # Counted bins per dim over the data's ranges or given ones, given edges, weights and
+    # density; rows with a NaN or outside one dim's edges are dropped.
+    x = torch.randn(200, 3, dtype=dtype)
+    with_nan = x.clone()
+    with_nan[5, 1] = math.nan  # a range from the data would then be NaN: the CPU refuses
+    w = torch.rand(200, dtype=dtype)
+    edges = [torch.tensor([-2.0, 0.0, 0.5, 2.0], dtype=dtype),
+             torch.linspace(-1, 1, 5, dtype=dtype), torch.tensor([-3.0, 3.0], dtype=dtype)]
+    before = fallbacks()
+    for data, bins, kwargs in [
+            (x, [3, 4, 2], {}), (x, [3, 4, 2], {"weight": w, "density": True}),
+            (with_nan, [2, 2, 5], {"range": [-1.0, 1.0, 0.0, 2.0, -3.0, 3.0]}),
+            (with_nan, edges, {}), (with_nan, edges, {"weight": w, "density": True})]:
+        wt = kwargs.pop("weight", None)
+        given = [] if isinstance(bins[0], int) else bins  # edge tensors go as arguments
+
+        def histogramdd(d, wt, *given, bins=bins, kwargs=kwargs):
+            hist, bin_edges = torch.histogramdd(d, list(given) or bins, weight=wt, **kwargs)
+            return (hist, *bin_edges)
+
+        assert_same(histogramdd, data, wt, *given)
+    assert fallbacks() == before
+    assert_raises_like_cpu(lambda d: torch.histogramdd(d, [3, 3, 3]), with_nan)
+    assert_raises_like_cpu(lambda d: torch.histogramdd(d, [3, 3]), x)
+    assert_raises_like_cpu(lambda d: torch.histogramdd(d, [3, 3, 3], range=[0.0, 1.0]), x)
+
+
+def test_hash_tensor_like_cpu() -> None:
+    # The xor of the elements' bits as uint64: floats by their float64 bits, integers and
+    # bools by their int64 value's; over all dims or some, keepdim.
+    cases = [torch.randn(4, 5), torch.randn(3, dtype=torch.float64),
+             make((4, 5), torch.bfloat16), torch.tensor([-1, 7, 2**40], dtype=torch.int64),
+             torch.tensor([-1, 3], dtype=torch.int8), torch.tensor([True, False, True]),
+             torch.tensor([math.nan, -0.0, math.inf])]
+    before = fallbacks()
+    for x in cases:
+        assert_same(torch.hash_tensor, x)
+    x = torch.randn(4, 5, 6)
+    assert_same(lambda t: torch.hash_tensor(t, [0, 2]), x)
+    assert_same(lambda t: torch.hash_tensor(t, [1], keepdim=True), x)
+    assert fallbacks() == before
+    assert_raises_like_cpu(torch.hash_tensor, torch.zeros(0, 3))
+    assert_raises_like_cpu(lambda t: torch.hash_tensor(t, [0]), torch.zeros(0, 3))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("p,dim,maxnorm", [(2, 0, 1.0), (1, 1, 2.0), (3.5, -1, 0.5),
                                            (float("inf"), 2, 1.0), (2, 1, 100.0),
