@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -22,6 +23,10 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+
+# The CPU reference on every machine: oneDNN's AVX2 kernels (tests/python/conftest.py says
+# why). Workers inherit it.
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = [("eager", "primary"), ("eager", "bfloat16"), ("eager", "complex64"),

@@ -7,10 +7,18 @@ the differential helpers; pytest puts this directory on ``sys.path`` because it 
 
 from __future__ import annotations
 
-import pytest
-import torch
+import os
 
-import torchtpu  # noqa: F401  (registers the device)
+# The CPU reference's oneDNN kernels pick their instruction set by the machine, and their
+# results at the edges differ by it (GELU of +inf is inf with AVX2, NaN with AVX-512). The
+# comparisons are against one reference on every machine: oneDNN's AVX2 kernels. Read by
+# oneDNN when it first runs a kernel, so setting it here is early enough.
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import torchtpu  # noqa: E402, F401  (registers the device)
 
 
 @pytest.fixture(autouse=True)
