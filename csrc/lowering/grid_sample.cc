@@ -100,6 +100,7 @@ class Sampler {
   // The value at integer pixel `at` (one [N, P] i64 per grid component) of every
   // channel: [N, C, P], 0 outside the input.
   Value tap(const std::vector<Value>& at) {
+    if (empty()) return b_.zeros(TensorType{a_, value_dims()});
     auto [indices, inside] = pixel_indices(at);
     Value v = b_.transpose(gather(b_, input_, indices, {2}, {0, 2}, {0, 2}, 2, {1, c_, 1},
                                   {n_, p_, c_}),
@@ -110,6 +111,7 @@ class Sampler {
   // Adds `v` ([N, C, P]) at pixel `at` of `acc` ([N, C, pixels]), dropping what falls
   // outside the input.
   Value scatter_tap(Value acc, const std::vector<Value>& at, Value v) {
+    if (empty()) return acc;
     auto [indices, inside] = pixel_indices(at);
     v = b_.select(per_channel_mask(inside), v, b_.zeros(TensorType{a_, value_dims()}));
     return scatter(b_, acc, indices, b_.transpose(v, {0, 2, 1}), {2}, {0, 2}, {0, 2}, 2, "add");
@@ -118,6 +120,10 @@ class Sampler {
   Value to_index(Value coord) { return b_.convert(coord, DType::kI64); }
 
  private:
+  // Nothing to read or write (an empty batch, no channels, no points): XLA refuses a
+  // gather whose slice is wider than an empty operand.
+  bool empty() const { return n_ == 0 || c_ == 0 || p_ == 0 || pixels_ == 0; }
+
   // reflect_coordinates(coord, twice_low, twice_high), and the sign it gives the gradient.
   std::pair<Value, Value> reflect(Value coord, int64_t twice_low, int64_t twice_high) {
     if (twice_low == twice_high) return {splat(0), splat(0)};

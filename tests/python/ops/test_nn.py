@@ -341,6 +341,22 @@ def test_grid_sample_and_gradients(mode: str, padding_mode: str, align_corners: 
     assert_same(grads, x, grid, go, dtype_tols=NN_TOLS)
 
 
+@pytest.mark.parametrize("input_shape,grid_shape", [((0, 3, 5, 5), (0, 2, 2, 2)),
+                                                     ((2, 3, 5, 5), (2, 0, 2, 2)),
+                                                     ((0, 3, 4, 5, 5), (0, 2, 2, 2, 3))])
+def test_grid_sample_of_nothing(input_shape, grid_shape) -> None:
+    # An empty batch or grid: empty results and zero gradients, as on the CPU.
+    x, grid = make(input_shape, torch.float32), torch.rand(grid_shape) * 2 - 1
+
+    def grads(t, g):
+        t, g = t.detach().requires_grad_(), g.detach().requires_grad_()
+        out = F.grid_sample(t, g, align_corners=False)
+        out.sum().backward()
+        return out, t.grad, g.grad
+
+    assert_same(grads, x, grid)
+
+
 def test_pooling() -> None:
     x = make((2, 3, 8, 8), torch.float32)
     assert_same(lambda t: F.max_pool2d(t, 2), x)
