@@ -456,6 +456,14 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     st.emplace_back(at::empty({bins + 1}, self.options()));
     return true;
   }
+  if (name == "aten::fractional_max_pool3d_backward" ||
+      name == "aten::fractional_max_pool3d_backward.grad_input") {
+    // No meta kernel (the 2-D one has one): the gradient has self's shape and dtype.
+    at::Tensor self = st[1].toTensor();
+    st.clear();
+    st.emplace_back(at::empty_like(self, at::MemoryFormat::Contiguous));
+    return true;
+  }
   if (name == "aten::multilabel_margin_loss_forward") {
     // The CPU kernel's target dtype check; one sample ((C) or 0-d self) without reduction
     // has a 0-d loss on the CPU, [1] in the meta kernel.

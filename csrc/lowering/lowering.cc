@@ -35,6 +35,7 @@ void ensure_registered() {
     register_pooling_lowerings();
     register_distance_lowerings();
     register_grid_sample_lowerings();
+    register_fractional_pool_lowerings();
     register_unpool_lowerings();
     register_search_lowerings();
     register_index_reduce_lowerings();

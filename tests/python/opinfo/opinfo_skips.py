@@ -12,6 +12,4 @@ SKIPS: dict[str, str] = {
     'igamma': 'fallback: aten::igamma.out',
     'igammac': 'fallback: aten::igammac.out',
     'nn.functional.ctc_loss': 'fallback: aten::_ctc_loss',
-    'nn.functional.fractional_max_pool2d': 'fallback: aten::fractional_max_pool2d.output',
-    'nn.functional.fractional_max_pool3d': 'fallback: aten::fractional_max_pool3d.output',
 }

@@ -357,6 +357,35 @@ def test_grid_sample_of_nothing(input_shape, grid_shape) -> None:
     assert_same(grads, x, grid)
 
 
+@pytest.mark.parametrize("shape,kernel,out", [
+    ((2, 3, 8, 9), (2, 3), (4, 5)), ((3, 7, 7), (3, 3), (5, 2)), ((2, 2, 10, 10), (3, 2), (8, 9)),
+    ((1, 2, 5, 6), (2, 2), (1, 1)), ((2, 3, 6, 8, 9), (2, 2, 3), (3, 4, 5)),
+    ((2, 5, 6, 7), (2, 3, 2), (3, 2, 4))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fractional_max_pool_like_cpu(shape, kernel, out, dtype: torch.dtype) -> None:
+    # Given random samples, the windows, maxima (ties: the first), indices and gradient are
+    # the CPU's exactly; bfloat16 windows round as c10's BFloat16 arithmetic does (10
+    # pixels into 8 windows of 3: computed in float32, some windows started a pixel early).
+    d = len(kernel)
+    x = make(shape, dtype)
+    x.view(-1)[::7] = x.view(-1)[1]
+    samples = torch.rand(shape[0] if len(shape) == d + 2 else 1, shape[-d - 1], d).to(dtype)
+    fn = F.fractional_max_pool2d if d == 2 else F.fractional_max_pool3d
+
+    def pool(t, u):
+        t = t.detach().requires_grad_()
+        y, index = fn(t, kernel, output_size=out, return_indices=True, _random_samples=u)
+        y.backward(torch.ones_like(y))
+        return y, index, t.grad
+
+    assert_same(pool, x, samples, dtype_tols={torch.bfloat16: (0.0, 0.0)})
+    nan = make((1, 1, 6, 6), torch.float32)
+    nan[0, 0, 1, 1:3] = math.nan  # a NaN replaces the maximum; a later one replaces it
+    assert_same(lambda t, u: F.fractional_max_pool2d(t, 2, output_size=3, return_indices=True,
+                                                     _random_samples=u),
+                nan, torch.rand(1, 1, 2))
+
+
 def test_pooling() -> None:
     x = make((2, 3, 8, 8), torch.float32)
     assert_same(lambda t: F.max_pool2d(t, 2), x)
