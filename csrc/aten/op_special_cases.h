@@ -47,8 +47,9 @@ void check_same_dtype_out(const std::string& name, c10::ArrayRef<c10::IValue> ar
 
 // Ops that write a Tensor(a!) argument that none of their returns aliases
 // (_amp_foreach_non_finite_check_and_unscale_'s found_inf, _amp_update_scale_'s
-// growth_tracker, rrelu_with_noise's noise): their lowerings return those arguments' new values after the returns.
-// Opt-in by name, since other such ops (_native_batch_norm_legit) are handled otherwise.
+// growth_tracker, rrelu_with_noise's noise, _batch_norm_with_update's running statistics):
+// their lowerings return those arguments' new values after the returns. Opt-in by name,
+// since other such ops (_native_batch_norm_legit) are handled otherwise.
 bool writes_unreturned_args(const std::string& name);
 
 // Float arguments that are data, not structure: the fused optimizer steps' learning rate
@@ -75,18 +76,16 @@ bool leaves_list_arg_unchanged(const std::string& name, const std::string& arg_n
                                c10::ArrayRef<c10::IValue> args);
 
 // For ops without a meta kernel (convolution_overrideable and its backward, the fused RNN
-// cells, multi_margin_loss_backward), or whose meta kernel's results differ from the CPU's
-// (eval-mode batch norm, multi_margin_loss of one sample), replaces the meta arguments on `meta_stack` by the
-// op's meta results (computed from an equivalent op, or from the CUDA kernel's shapes).
+// cells, several backward ops, histogram), whose meta kernel fails (_batch_norm_with_update
+// without weight), or whose meta kernel's results differ from the CPU's (eval-mode batch
+// norm, a loss of one sample), replaces the meta arguments on `meta_stack` by the op's
+// meta results (meta_results.cc: from an equivalent op, or from the real kernel's shapes).
 // Returns false for every other op; raises PyTorch-style errors for arguments the real
 // kernel would reject.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 
-// Checks that PyTorch's CPU kernels make and their meta kernels do not (multinomial's
-// sample count and dtype, uniform's range, _amp_update_scale_'s dtypes and sizes,
-// _assert_async's element count, max() / min() of an empty tensor, median / nanmedian /
-// kthvalue along an empty dim),
-// raising the CPU's message; a no-op otherwise.
+// Checks that PyTorch's CPU kernels make and their meta kernels do not (the list is at the
+// definition), raising the CPU's message; a no-op otherwise.
 void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args);
 // Whether check_arguments_like_cpu checks anything for `name` (decided once per op).
 bool has_cpu_argument_checks(const std::string& name);
