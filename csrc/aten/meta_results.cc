@@ -117,8 +117,11 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     return true;
   }
   if (name == "aten::multi_margin_loss_backward" ||
-      name == "aten::multi_margin_loss_backward.grad_input") {
-    // No meta kernel: the gradient has self's shape and dtype.
+      name == "aten::multi_margin_loss_backward.grad_input" ||
+      name == "aten::fractional_max_pool3d_backward" ||
+      name == "aten::fractional_max_pool3d_backward.grad_input") {
+    // No meta kernels (fractional_max_pool2d_backward has one): the gradient has self's
+    // (argument 1's) shape and dtype.
     at::Tensor self = st[1].toTensor();
     st.clear();
     st.emplace_back(at::empty_like(self, at::MemoryFormat::Contiguous));
@@ -246,14 +249,6 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     st.clear();
     st.emplace_back(at::empty({bins}, self.options()));
     st.emplace_back(at::empty({bins + 1}, self.options()));
-    return true;
-  }
-  if (name == "aten::fractional_max_pool3d_backward" ||
-      name == "aten::fractional_max_pool3d_backward.grad_input") {
-    // No meta kernel (the 2-D one has one): the gradient has self's shape and dtype.
-    at::Tensor self = st[1].toTensor();
-    st.clear();
-    st.emplace_back(at::empty_like(self, at::MemoryFormat::Contiguous));
     return true;
   }
   if (name == "aten::multilabel_margin_loss_forward") {
