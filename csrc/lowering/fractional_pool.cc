@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/gather_scatter.h"
 #include "lowering/lowering.h"
@@ -72,7 +73,7 @@ Value window_starts(Builder& b, Value u, int64_t in, int64_t out, int64_t pool, 
   double alpha = t == DType::kF64 ? static_cast<double>(in - pool) / static_cast<double>(out - 1)
                                   : static_cast<double>(static_cast<float>(in - pool) /
                                                         static_cast<float>(out - 1));
-  DType ct = t == DType::kF64 ? t : DType::kF32;
+  DType ct = opmath(t);
   auto r = [&](Value v) { return round_to(b, v, t); };
   Value a = r(b.splat(alpha, TensorType{ct, nco}));
   Value uo = b.broadcast_in_dim(b.convert(u, ct), nco, {0, 1});

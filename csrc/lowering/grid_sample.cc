@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/gather_scatter.h"
 #include "lowering/lowering.h"
@@ -36,8 +37,7 @@ class Sampler {
       : b_(c.b()), padding_(c.int_arg(mode_i + 1)), align_(c.bool_arg(mode_i + 2)) {
     const Dims& in = c.tensor_type(input_i).dims;
     const Dims& g = c.tensor_type(grid_i).dims;
-    DType t = c.tensor_type(input_i).dtype;
-    a_ = t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t;
+    a_ = opmath(c.tensor_type(input_i).dtype);
     int64_t d = static_cast<int64_t>(in.size()) - 2;
     n_ = in[0], c_ = in[1], p_ = 1, pixels_ = 1;
     for (int64_t k = 0; k < d; ++k) {

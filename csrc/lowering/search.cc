@@ -131,6 +131,18 @@ Lowered lower_isin(LoweringContext& c) {
   return std::vector<Value>{b.reshape(found, c.out_type().dims)};
 }
 
+// histc's, histogram's and histogramdd's dtypes: the CPU kernels' (bfloat16 and half need
+// a range for histogram, and histc takes neither).
+base::Status require_f32_f64(LoweringContext& c, DType t) {
+  if (t == DType::kF32 || t == DType::kF64) return base::Status::ok_status();
+  return base::unimplemented("lowering: " + c.op_name() + " takes float32 and float64 only");
+}
+
+// Whether the 0-d `v` is finite.
+Value is_finite_scalar(Builder& b, Value v) {
+  return b.op("stablehlo.is_finite", {v}, TensorType{DType::kBool, {}});
+}
+
 // histc(self, bins, min, max): the CPU kernel's bins. The range is min..max, or the data's
 // own when they are equal (one less and one more when that is a single value), and must
 // be finite; its ends are rounded to self's dtype. An element in range goes to bin
@@ -140,9 +152,7 @@ Lowered lower_isin(LoweringContext& c) {
 Lowered lower_histc(LoweringContext& c) {
   Builder& b = c.b();
   DType t = c.out_type().dtype;
-  if (t != DType::kF32 && t != DType::kF64) {
-    return base::unimplemented("lowering: " + c.op_name() + " takes float32 and float64 only");
-  }
+  if (auto st = require_f32_f64(c, t); !st.ok()) return st;
   const int64_t bins = c.out_type().dims[0];
   Value x = b.reshape(c.tensor(0), {c.tensor_type(0).num_elements()});
   const int64_t n = x.dims()[0];
@@ -157,10 +167,7 @@ Lowered lower_histc(LoweringContext& c) {
   Value single = b.compare(lo, hi, "EQ");
   lo = b.select(single, b.sub(lo, b.constant(1, DType::kF64)), lo);
   hi = b.select(single, b.add(hi, b.constant(1, DType::kF64)), hi);
-  auto finite = [&](Value v) {
-    return b.op("stablehlo.is_finite", {v}, TensorType{DType::kBool, {}});
-  };
-  c.require(b.binary("and", finite(lo), finite(hi)),
+  c.require(b.binary("and", is_finite_scalar(b, lo), is_finite_scalar(b, hi)),
             "torch.histc: range of [min, max] is not finite (the min and max given, or the "
             "data's when they are equal, hold inf or NaN)",
             CheckKind::kRuntimeError);
@@ -190,6 +197,11 @@ Value take(Builder& b, Value v, Value idx) {
               "slice_sizes = array<i64: 1>, indices_are_sorted = false");
 }
 
+// edges[k] ([e]) broadcast to [n].
+Value edge_at(Builder& b, Value edges, int64_t k, int64_t n) {
+  return b.broadcast_in_dim(b.reshape(b.slice(edges, {k}, {k + 1}, {1}), {}), {n}, {});
+}
+
 // The bin of each element x ([n]) among the sorted `edges` ([e], e > 1): the last edge
 // <= x, the last bin keeping its right edge; bin e - 1 (one past the bins) for elements
 // outside [edges[0], edges[e - 1]] and NaN. `interpolated` is histogram's guess for a
@@ -197,9 +209,8 @@ Value take(Builder& b, Value v, Value idx) {
 Value histogram_bins(Builder& b, Value x, Value edges, std::optional<Value> interpolated) {
   const int64_t n = x.dims()[0], e = edges.dims()[0];
   TensorType iv{DType::kI64, {n}};
-  Value first = b.broadcast_in_dim(b.reshape(b.slice(edges, {0}, {1}, {1}), {}), {n}, {});
-  Value last = b.broadcast_in_dim(b.reshape(b.slice(edges, {e - 1}, {e}, {1}), {}), {n}, {});
-  Value in_range = b.binary("and", b.compare(x, first, "GE"), b.compare(x, last, "LE"));
+  Value in_range = b.binary("and", b.compare(x, edge_at(b, edges, 0, n), "GE"),
+                            b.compare(x, edge_at(b, edges, e - 1, n), "LE"));
   Value pos;
   if (interpolated) {
     // upper_bound over edges[max(0, p - 1) : min(p + 2, e)], minus one.
@@ -223,12 +234,6 @@ Value histogram_bins(Builder& b, Value x, Value edges, std::optional<Value> inte
   Value top = b.splat(static_cast<double>(e - 1), iv);
   pos = b.select(b.compare(pos, top, "EQ"), b.sub(top, b.splat(1, iv)), pos);
   return b.select(in_range, pos, top);
-}
-
-// histogram's and histogramdd's dtypes: the CPU kernels' (bfloat16 and half need a range).
-base::Status require_f32_f64(LoweringContext& c, DType t) {
-  if (t == DType::kF32 || t == DType::kF64) return base::Status::ok_status();
-  return base::unimplemented("lowering: " + c.op_name() + " takes float32 and float64 only");
 }
 
 // Column d of x2 ([M, D]) as [M].
@@ -257,11 +262,8 @@ std::vector<Value> counted_edges(LoweringContext& c, Value x2, const Dims& bins,
       lo = b.convert(b.reduce_min(col, {0}), DType::kF64);
       hi = b.convert(b.reduce_max(col, {0}), DType::kF64);
     }
-    auto finite = [&](Value w) {
-      return b.op("stablehlo.is_finite", {w}, TensorType{DType::kBool, {}});
-    };
     std::string dim = "dimension " + std::to_string(d);
-    c.require(b.binary("and", finite(lo), finite(hi)),
+    c.require(b.binary("and", is_finite_scalar(b, lo), is_finite_scalar(b, hi)),
               "torch.histogramdd: " + dim + "'s range (the range given, or the input's min "
               "and max) is not finite", CheckKind::kRuntimeError);
     c.require(b.compare(lo, hi, "LE"),
@@ -297,10 +299,7 @@ Value histogram_of(LoweringContext& c, Value x2, const std::vector<Value>& edges
       const int64_t e = edges[d].dims()[0], bins = e - 1;
       std::optional<Value> guess;
       if (linear) {
-        auto end = [&](int64_t k) {
-          return b.broadcast_in_dim(b.reshape(b.slice(edges[d], {k}, {k + 1}, {1}), {}), {m}, {});
-        };
-        Value left = end(0), right = end(e - 1);
+        Value left = edge_at(b, edges[d], 0, m), right = edge_at(b, edges[d], e - 1, m);
         guess = b.convert(b.div(b.mul(b.sub(x, left), b.splat(static_cast<double>(bins), v)),
                                 b.sub(right, left)),
                           DType::kI64);
