@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/lowering.h"
 
@@ -19,14 +20,6 @@ namespace torchtpu::lowering {
 namespace {
 
 using Result = base::StatusOr<std::vector<Value>>;
-
-DType acc_type(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
-
-Dims range_of(int64_t rank) {
-  Dims d;
-  for (int64_t i = 0; i < rank; ++i) d.push_back(i);
-  return d;
-}
 
 // A single-element tensor (or a 0-dim CPU tensor, a runtime scalar) as a 0-d value of `t`.
 Value single(LoweringContext& c, size_t i, DType t) {
@@ -52,10 +45,10 @@ Result non_finite_check_and_unscale(LoweringContext& c) {
   Value any_non_finite = b.splat(0, flag);
   std::vector<Value> out;
   for (size_t k = 0; k < grads.size(); ++k) {
-    DType t = acc_type(items[k].dtype);
+    DType t = opmath(items[k].dtype);
     Value g = b.convert(grads[k], t);
     Value finite = b.op("stablehlo.is_finite", {g}, TensorType{DType::kBool, g.dims()});
-    Value all_finite = b.reduce(finite, b.splat(1, flag), range_of(g.rank()), "and");
+    Value all_finite = b.reduce(finite, b.splat(1, flag), iota_dims(g.rank()), "and");
     any_non_finite = b.binary("or", any_non_finite, b.unary("not", all_finite));
     Value scale = b.broadcast_to(b.convert(inv_scale, t), g.dims());
     out.push_back(b.convert(b.mul(g, scale), c.out_type(k).dtype));

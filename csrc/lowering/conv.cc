@@ -8,14 +8,13 @@
 #include <cmath>
 #include <optional>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/lowering.h"
 
 namespace torchtpu::lowering {
 namespace {
 
 using Result = base::StatusOr<std::vector<Value>>;
-
-DType acc_type(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
 
 Dims range(int64_t begin, int64_t end) {
   Dims d;
@@ -182,7 +181,7 @@ Result lower_convolution_backward(LoweringContext& c) {
   if (mask_arg.ints[2]) {
     Dims red{0};
     for (int64_t i = 0; i < nsp; ++i) red.push_back(2 + i);
-    grads[2] = b.reduce_sum(b.convert(gy, acc_type(gy.dtype())), red);
+    grads[2] = b.reduce_sum(b.convert(gy, opmath(gy.dtype())), red);
   }
   // The caller lists either all three results or only the ones the mask asks for.
   std::vector<Value> out;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/gather_scatter.h"
 #include "lowering/lowering.h"
@@ -25,8 +26,6 @@ namespace {
 using Result = base::StatusOr<std::vector<Value>>;
 
 enum Mode : int64_t { kSum = 0, kMean = 1, kMax = 2 };
-
-DType acc_type(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
 
 // Rows of `table` ([R, D]) at `idx` ([N] i64, in range): [N, D].
 Value take_rows(Builder& b, Value table, Value idx) {
@@ -53,7 +52,7 @@ Result embedding_bag(LoweringContext& c) {
   int64_t n = c.tensor_type(1).dims[0], v = w.dims[0], d = w.dims[1];
   int64_t num_offsets = c.tensor_type(2).dims[0];
   int64_t bags = c.out_type(0).dims[0];
-  DType t = acc_type(w.dtype);
+  DType t = opmath(w.dtype);
   DType index_type = c.out_type(1).dtype;
 
   Value idx = b.convert(c.tensor(1), DType::kI64);
@@ -174,7 +173,7 @@ Result embedding_bag_backward(LoweringContext& c) {
   int64_t mode = c.int_arg(7 + shift);
   size_t psw_arg = full ? 10 : 8;
   int64_t padding_idx = c.int_arg(full ? 11 : 9);
-  DType t = acc_type(out.dtype);
+  DType t = opmath(out.dtype);
   Value grad = b.convert(c.tensor(0), t);
   Value zeros = b.zeros({t, {v, d}});
   if (mode == kMax) {
@@ -233,7 +232,7 @@ Result per_sample_weights_backward(LoweringContext& c) {
     return base::invalid_argument("lowering: " + c.op_name() +
                                   " expects mode sum, 2-d grad and weight, 1-d offset2bag");
   }
-  DType t = acc_type(c.out_type().dtype);
+  DType t = opmath(c.out_type().dtype);
   Value idx = b.convert(c.tensor(2), DType::kI64);
   Value bag_of = clamp_index(b, b.convert(c.tensor(4), DType::kI64), grad_type.dims[0]);
   Value grad_rows = take_rows(b, b.convert(c.tensor(0), t), bag_of);

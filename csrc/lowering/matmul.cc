@@ -19,8 +19,6 @@ namespace {
 
 using Lowered = base::StatusOr<std::vector<Value>>;
 
-DType acc_type(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
-
 bool contains(const Dims& d, int64_t x) {
   for (int64_t y : d) {
     if (y == x) return true;
@@ -36,7 +34,7 @@ Value product(Builder& b, Value lhs, Value rhs, const Dims& lhs_batch, const Dim
                                     rhs_contract)) {
     return *gemm;
   }
-  DType out = acc_type(lhs.dtype());
+  DType out = opmath(lhs.dtype());
   Dims out_dims;
   for (int64_t d : lhs_batch) out_dims.push_back(lhs.dims()[d]);
   for (int64_t i = 0; i < lhs.rank(); ++i) {

@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/lowering.h"
 
@@ -16,8 +17,6 @@ namespace {
 using Result = base::StatusOr<std::vector<Value>>;
 
 enum Reduction : int64_t { kNone = 0, kMean = 1, kSum = 2 };
-
-DType acc_type(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
 
 Dims range(int64_t begin, int64_t end) {
   Dims d;
@@ -100,7 +99,7 @@ Result masked_results(LoweringContext& c, const std::vector<std::optional<Value>
 Result lower_layer_norm(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
-  DType a = acc_type(x.dtype());
+  DType a = opmath(x.dtype());
   Dims red = range(x.rank() - static_cast<int64_t>(c.int_list(1).size()), x.rank());
   Value xf = b.convert(x, a);
   Value mean = mean_keep(b, xf, red);
@@ -130,7 +129,7 @@ Result lower_layer_norm_backward(LoweringContext& c) {
   Builder& b = c.b();
   TORCHTPU_ASSIGN_OR_RETURN(std::vector<bool> mask, output_mask(c, 7));
   Value x = c.tensor(1);
-  DType a = acc_type(x.dtype());
+  DType a = opmath(x.dtype());
   const Dims& dims = x.dims();
   int64_t axis = x.rank() - static_cast<int64_t>(c.int_list(2).size());
   Dims red = range(axis, x.rank()), outer = range(0, axis);
@@ -157,7 +156,7 @@ Value channel_param(Builder& b, Value w, const Dims& dims) {
 Result lower_group_norm(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
-  DType a = acc_type(x.dtype());
+  DType a = opmath(x.dtype());
   int64_t n = c.int_arg(3), ch = c.int_arg(4), hw = c.int_arg(5), groups = c.int_arg(6);
   // Groups stay [C/G, HxW] rather than one C/G*HxW dim: XLA cannot reshape a dynamic
   // (shape-bucketed) HxW into a dim it also shares with C/G.
@@ -182,7 +181,7 @@ Result lower_group_norm_backward(LoweringContext& c) {
   Builder& b = c.b();
   TORCHTPU_ASSIGN_OR_RETURN(std::vector<bool> mask, output_mask(c, 9));
   Value x = c.tensor(1);
-  DType a = acc_type(x.dtype());
+  DType a = opmath(x.dtype());
   int64_t n = c.int_arg(5), ch = c.int_arg(6), hw = c.int_arg(7), groups = c.int_arg(8);
   Dims grouped{n, groups, ch / groups, hw}, flat{n, ch, hw};
   Value go = b.reshape(b.convert(c.tensor(0), a), flat);
@@ -230,7 +229,7 @@ Result lower_batch_norm(LoweringContext& c) {
   bool no_stats = c.op_name().find("no_stats") != std::string::npos;
   size_t training_i = no_stats ? 3 : 5, eps_i = no_stats ? 5 : 7;
   Value x = c.tensor(0);
-  DType a = acc_type(x.dtype());
+  DType a = opmath(x.dtype());
   int64_t ch = x.dims().at(1);
   Value xf = b.convert(x, a);
   Value eps = b.splat(c.double_arg(eps_i), TensorType{a, {ch}});
@@ -261,7 +260,7 @@ Result lower_batch_norm(LoweringContext& c) {
 Result lower_batch_norm_with_update(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
-  DType a = acc_type(x.dtype());
+  DType a = opmath(x.dtype());
   Value xf = b.convert(x, a);
   const int64_t ch = x.dims().at(1);
   const double n = static_cast<double>(x.type.num_elements() / std::max<int64_t>(ch, 1));
@@ -288,7 +287,7 @@ Result lower_batch_norm_backward(LoweringContext& c) {
   Builder& b = c.b();
   TORCHTPU_ASSIGN_OR_RETURN(std::vector<bool> mask, output_mask(c, 9));
   Value x = c.tensor(1);
-  DType a = acc_type(x.dtype());
+  DType a = opmath(x.dtype());
   const Dims& dims = x.dims();
   int64_t ch = dims.at(1);
   Dims red{0};
@@ -380,7 +379,7 @@ const LossFn kHuberGrad = [](Builder& b, Value d, double delta) {
 LoweringFn pointwise_loss(LossFn fn) {
   return [fn](LoweringContext& c) -> Result {
     Builder& b = c.b();
-    DType a = acc_type(c.out_type().dtype);
+    DType a = opmath(c.out_type().dtype);
     Dims dims = broadcast_dims(c.tensor_type(0).dims, c.tensor_type(1).dims);
     Value d = b.sub(c.operand(0, a, dims), c.operand(1, a, dims));
     double param = c.num_args() > 3 && c.arg(3).kind == ArgKind::kDouble ? c.double_arg(3) : 0;
@@ -392,7 +391,7 @@ LoweringFn pointwise_loss(LossFn fn) {
 LoweringFn pointwise_loss_backward(LossFn grad_fn) {
   return [grad_fn](LoweringContext& c) -> Result {
     Builder& b = c.b();
-    DType a = acc_type(c.out_type().dtype);
+    DType a = opmath(c.out_type().dtype);
     const Dims& dims = c.out_type().dims;
     Value d = b.sub(c.operand(1, a, dims), c.operand(2, a, dims));
     double param = c.num_args() > 4 && c.arg(4).kind == ArgKind::kDouble ? c.double_arg(4) : 0;
@@ -408,7 +407,7 @@ LoweringFn pointwise_loss_backward(LossFn grad_fn) {
 // binary_cross_entropy(self, target, weight?, reduction); log terms clamp at -100.
 Result lower_bce(LoweringContext& c) {
   Builder& b = c.b();
-  DType a = acc_type(c.out_type().dtype);
+  DType a = opmath(c.out_type().dtype);
   const Dims& dims = c.tensor_type(0).dims;
   Value x = c.operand(0, a, dims), t = c.operand(1, a, dims);
   Value one = b.splat(1, x.type), floor = b.splat(-100, x.type);
@@ -427,7 +426,7 @@ Result lower_bce(LoweringContext& c) {
 // g * w * (x - t) / max(x * (1 - x), 1e-12).
 Result lower_bce_backward(LoweringContext& c) {
   Builder& b = c.b();
-  DType a = acc_type(c.out_type().dtype);
+  DType a = opmath(c.out_type().dtype);
   const Dims& dims = c.out_type().dims;
   Value x = c.operand(1, a, dims), t = c.operand(2, a, dims);
   Value denom = b.max(b.mul(x, b.sub(b.splat(1, x.type), x)), b.splat(1e-12, x.type));
@@ -520,7 +519,7 @@ double margin_p(LoweringContext& c, size_t i) {
 // j != target of max(0, z)^p * weight[target], divided by C.
 Result lower_multi_margin_loss(LoweringContext& c) {
   Builder& b = c.b();
-  DType a = acc_type(c.out_type().dtype);
+  DType a = opmath(c.out_type().dtype);
   MarginParts m = margin_parts(c, 0, a);
   Value zero = b.zeros(m.z.type);
   Value active = b.binary("and", b.compare(m.z, zero, "GT"), b.unary("not", m.onehot));
@@ -543,7 +542,7 @@ Result lower_multi_margin_loss(LoweringContext& c) {
 Result lower_multi_margin_loss_backward(LoweringContext& c) {
   Builder& b = c.b();
   const TensorType& out = c.out_type();
-  DType a = acc_type(out.dtype);
+  DType a = opmath(out.dtype);
   MarginParts m = margin_parts(c, 1, a);
   const Dims& nc = m.z.dims();
   Value zero = b.zeros(m.z.type);
@@ -613,7 +612,7 @@ MultilabelParts multilabel_parts(LoweringContext& c, size_t self_i, DType a,
 // sample the sum of the active terms / C.
 Result lower_multilabel_margin_loss(LoweringContext& c) {
   Builder& b = c.b();
-  DType a = acc_type(c.out_type().dtype);
+  DType a = opmath(c.out_type().dtype);
   MultilabelParts m = multilabel_parts(c, 0, a, std::nullopt);
   const Dims& ncc = m.z.dims();
   Value terms = b.select(m.active, m.z, b.zeros(m.z.type));
@@ -634,7 +633,7 @@ Result lower_multilabel_margin_loss(LoweringContext& c) {
 Result lower_multilabel_margin_loss_backward(LoweringContext& c) {
   Builder& b = c.b();
   const TensorType& out = c.out_type();
-  DType a = acc_type(out.dtype);
+  DType a = opmath(out.dtype);
   MultilabelParts m = multilabel_parts(c, 1, a, c.tensor(4));
   const Dims& ncc = m.z.dims();
   Dims nc{ncc[0], ncc[1]};
@@ -658,7 +657,7 @@ Result lower_multilabel_margin_loss_backward(LoweringContext& c) {
 Result lower_nll_loss(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
-  DType a = acc_type(x.dtype());
+  DType a = opmath(x.dtype());
   int64_t reduction = c.int_arg(3);
   NllParts p = nll_parts(c, 0, 1, 2, c.int_arg(4), a);
   int64_t class_dim = x.rank() == 1 ? 0 : 1;
@@ -681,7 +680,7 @@ Result lower_nll_loss(LoweringContext& c) {
 Result lower_nll_loss_backward(LoweringContext& c) {
   Builder& b = c.b();
   const Dims& dims = c.tensor_type(1).dims;
-  DType a = acc_type(c.out_type().dtype);
+  DType a = opmath(c.out_type().dtype);
   int64_t reduction = c.int_arg(4);
   NllParts p = nll_parts(c, 1, 2, 3, c.int_arg(5), a);
   const Dims& tdims = p.weight.dims();
@@ -718,7 +717,7 @@ Value scatter_add_rows(Builder& b, Value operand, Value indices, Value updates) 
 Result lower_embedding_dense_backward(LoweringContext& c) {
   Builder& b = c.b();
   const Dims& gdims = c.tensor_type(0).dims;
-  DType a = acc_type(c.out_type().dtype);
+  DType a = opmath(c.out_type().dtype);
   int64_t num_weights = c.int_arg(2), padding_idx = c.int_arg(3);
   int64_t m = c.tensor_type(1).num_elements(), d = gdims.back();
   Value idx = b.reshape(c.tensor(1), {m});

@@ -23,15 +23,13 @@ namespace {
 
 using Lowered = base::StatusOr<std::vector<Value>>;
 
-DType acc_type(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
-
 // The input of sum / nansum / mean / cumsum / cumprod in the accumulation type of a result
 // of dtype `out`: first cast to `out` itself, as PyTorch casts the input to the `dtype`
 // argument before reducing (sum(float32, dtype=bfloat16) adds bfloat16-rounded values in
 // float32; converting straight to float32 would skip that rounding).
 Value input_as_result(LoweringContext& c, DType out) {
   Builder& b = c.b();
-  return b.convert(b.convert(c.tensor(0), out), acc_type(out));
+  return b.convert(b.convert(c.tensor(0), out), opmath(out));
 }
 
 // Sorted, wrapped, de-duplicated dims named by argument `i` (int or int list); all dims when
@@ -111,7 +109,7 @@ Value expand_back(Builder& b, Value reduced, const Value& like, const Dims& dims
 LoweringFn accumulate(const char* body_op, double identity, bool ignore_nan) {
   return [=](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
-    DType t = acc_type(c.out_type().dtype);
+    DType t = opmath(c.out_type().dtype);
     // prod keeps the unrounded input: PyTorch's prod with a 16-bit dtype does not round
     // its input first.
     Value x = std::string(body_op) == "multiply" ? b.convert(c.tensor(0), t)
@@ -127,7 +125,7 @@ LoweringFn accumulate(const char* body_op, double identity, bool ignore_nan) {
 
 Lowered lower_mean(LoweringContext& c) {
   Builder& b = c.b();
-  DType t = acc_type(c.out_type().dtype);
+  DType t = opmath(c.out_type().dtype);
   Value x = input_as_result(c, c.out_type().dtype);
   Dims dims = reduction_dims(c, 1, x.rank());
   Value s = b.reduce_sum(x, dims);
@@ -267,7 +265,7 @@ Value power_of_two_at_or_below(Builder& b, Value m) {
 LoweringFn variance(bool take_sqrt, bool with_mean) {
   return [=](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
-    DType t = acc_type(c.out_type().dtype);
+    DType t = opmath(c.out_type().dtype);
     Value x = b.convert(c.tensor(0), t);
     Dims dims = reduction_dims(c, 1, x.rank());
     Value p = power_of_two_at_or_below(b, b.reduce_max(b.unary("abs", x), dims));
@@ -293,7 +291,7 @@ LoweringFn variance(bool take_sqrt, bool with_mean) {
 // shifted by the max of its real parts (PyTorch's rule too).
 Lowered lower_logsumexp(LoweringContext& c) {
   Builder& b = c.b();
-  DType t = acc_type(float_compute_type(c));
+  DType t = opmath(float_compute_type(c));
   Value x = b.convert(c.tensor(0), t);
   Dims dims = reduction_dims(c, 1, x.rank());
   DType real = base::is_complex(t) ? base::complex_component(t) : t;
@@ -344,7 +342,7 @@ Value p_norm(LoweringContext& c, size_t p_arg, Value a, const Dims& dims) {
 
 // norm.* / linalg_vector_norm(self, p, dim, keepdim, ...).
 Lowered lower_vector_norm(LoweringContext& c) {
-  DType t = acc_type(c.out_type().dtype);
+  DType t = opmath(c.out_type().dtype);
   Value a = c.b().unary("abs", c.b().convert(c.tensor(0), t));
   return std::vector<Value>{finish(c, p_norm(c, 1, a, reduction_dims(c, 2, a.rank())))};
 }
@@ -355,7 +353,7 @@ Lowered lower_vector_norm(LoweringContext& c) {
 Lowered lower_renorm(LoweringContext& c) {
   Builder& b = c.b();
   DType t = c.out_type().dtype;
-  DType acc = acc_type(t);
+  DType acc = opmath(t);
   Value x = b.convert(c.tensor(0), acc);
   int64_t dim = wrap_dim(c.int_arg(2), x.rank());
   Dims dims;
@@ -375,7 +373,7 @@ LoweringFn cumulative(const char* kind) {
   std::string k = kind;
   return [k](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
-    DType t = acc_type(c.out_type().dtype);
+    DType t = opmath(c.out_type().dtype);
     Value x = input_as_result(c, c.out_type().dtype);
     if (x.rank() == 0 || x.type.num_elements() == 0) return std::vector<Value>{finish(c, x)};
     int64_t dim = wrap_dim(c.int_arg(1), x.rank());

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/lowering.h"
 
@@ -19,8 +20,6 @@ namespace torchtpu::lowering {
 namespace {
 
 using Result = base::StatusOr<std::vector<Value>>;
-
-DType acc_type(DType t) { return t == DType::kBF16 || t == DType::kF16 ? DType::kF32 : t; }
 
 // Columns [k * h, (k + 1) * h) of a [B, n * h] value.
 Value chunk(Builder& b, Value v, int64_t k, int64_t h) {
@@ -57,7 +56,7 @@ base::Status check_rank2(LoweringContext& c, size_t i) {
 Result lstm_cell(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(check_rank2(c, 0));
   Builder& b = c.b();
-  DType t = acc_type(c.out_type(0).dtype);
+  DType t = opmath(c.out_type(0).dtype);
   int64_t h = c.tensor_type(2).dims.back();
   Value gates = gate_sum(c, t);
   Value i = b.unary("logistic", chunk(b, gates, 0, h));
@@ -78,7 +77,7 @@ Result lstm_cell_backward(LoweringContext& c) {
   if (c.is_none(0) && c.is_none(1)) return std::vector<Value>{};  // all results undefined
   TORCHTPU_RETURN_IF_ERROR(check_rank2(c, 4));
   Builder& b = c.b();
-  DType t = acc_type(c.out_type(0).dtype);
+  DType t = opmath(c.out_type(0).dtype);
   const Dims& state = c.tensor_type(2).dims;
   int64_t h = state.back();
   TensorType state_type{t, state};
@@ -108,7 +107,7 @@ Result lstm_cell_backward(LoweringContext& c) {
 Result gru_cell(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(check_rank2(c, 0));
   Builder& b = c.b();
-  DType t = acc_type(c.out_type(0).dtype);
+  DType t = opmath(c.out_type(0).dtype);
   const Dims& dims = c.tensor_type(0).dims;
   int64_t h = c.tensor_type(2).dims.back();
   Value ig = operand_as(c, 0, t, dims);
@@ -132,7 +131,7 @@ Result gru_cell(LoweringContext& c) {
 Result gru_cell_backward(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(check_rank2(c, 1));
   Builder& b = c.b();
-  DType t = acc_type(c.out_type(0).dtype);
+  DType t = opmath(c.out_type(0).dtype);
   int64_t h = c.tensor_type(0).dims.back();
   Value gy = b.convert(c.tensor(0), t);
   Value ws = b.convert(c.tensor(1), t);
