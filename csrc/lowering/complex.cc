@@ -28,7 +28,7 @@ const std::set<std::string, std::less<>>& complex_ops() {
       // elementwise
       "add", "sub", "mul", "div", "neg", "exp", "log", "log2", "log10", "sqrt", "rsqrt",
       "sin", "cos", "tanh", "sigmoid", "silu", "pow", "reciprocal", "abs", "sgn", "eq", "ne",
-      "where",
+      "where", "addcmul", "addcdiv",
       "angle", "polar", "complex", "conj_physical", "_conj_physical",
       // reductions and products
       "sum", "mean", "prod", "logsumexp", "mm", "bmm", "addmm", "baddbmm", "dot", "vdot", "tanh_backward",
@@ -274,22 +274,39 @@ Value complex_tanh(Builder& b, Value z) {
   return make_complex(b, b.select(b.compare(x, b.zeros(x.type), "EQ"), x, re), im);
 }
 
-// sigmoid = 1 / (1 + exp(-z)) with C's exp, as PyTorch's CPU computes it (XLA's logistic
-// gave NaN for sigmoid(inf + inf i), which is 1). 1 / (c + di) as c10::complex divides
-// (numpy's way, scaled by the larger part): so 1 / (inf - inf i) is NaN + NaN i, as there.
-Value complex_sigmoid(Builder& b, Value z) {
-  Value one = b.splat(1, z.type);
-  auto [c, d] = parts(b, b.add(one, complex_exp(b, b.unary("negate", z))));
-  Value unit = b.splat(1, c.type);
-  Value c_larger = b.compare(b.unary("abs", c), b.unary("abs", d), "GE");
-  // |c| >= |d|: r = d / c, s = 1 / (c + d r), 1 / w = s - r s i; else r = c / d,
-  // s = 1 / (d + c r), 1 / w = r s - s i.
+// num / den as c10::complex divides (numpy's way, Smith's algorithm): scaled by the
+// larger part of den, so |den|^2 never overflows; a zero den gives each part divided by 0
+// (1 / 0 is inf + NaN i), and inf / inf parts give NaN (1 / (inf + inf i) is NaN + NaN i),
+// as on PyTorch's CPU. XLA's complex divide scales differently and gave 0 there.
+Value complex_divide(Builder& b, Value num, Value den) {
+  auto [a, bi] = parts(b, num);
+  auto [c, d] = parts(b, den);
+  Value abs_c = b.unary("abs", c), abs_d = b.unary("abs", d);
+  // |c| >= |d|: r = d / c, s = 1 / (c + d r), re = (a + b r) s, im = (b - a r) s;
+  // else r = c / d, s = 1 / (d + c r), re = (b + a r) s, im = -(a - b r) s.
+  Value c_larger = b.compare(abs_c, abs_d, "GE");
   Value big = b.select(c_larger, c, d), small = b.select(c_larger, d, c);
+  Value p = b.select(c_larger, a, bi), q = b.select(c_larger, bi, a);
   Value r = b.div(small, big);
-  Value s = b.div(unit, b.add(big, b.mul(small, r)));
-  Value re = b.select(c_larger, s, b.mul(r, s));
-  Value im = b.unary("negate", b.select(c_larger, b.mul(r, s), s));
+  Value s = b.div(b.splat(1, c.type), b.add(big, b.mul(small, r)));
+  Value re = b.mul(b.add(p, b.mul(q, r)), s);
+  Value im = b.mul(b.sub(q, b.mul(p, r)), s);
+  im = b.select(c_larger, im, b.unary("negate", im));
+  Value zero = b.zeros(c.type);
+  Value both_zero = b.binary("and", b.compare(abs_c, zero, "EQ"), b.compare(abs_d, zero, "EQ"));
+  re = b.select(both_zero, b.div(a, abs_c), re);
+  im = b.select(both_zero, b.div(bi, abs_d), im);
   return make_complex(b, re, im);
+}
+
+Value complex_reciprocal(Builder& b, Value z) { return complex_divide(b, b.splat(1, z.type), z); }
+
+Value complex_rsqrt(Builder& b, Value z) { return complex_reciprocal(b, complex_sqrt(b, z)); }
+
+// sigmoid = 1 / (1 + exp(-z)) with C's exp and c10's division, as PyTorch's CPU computes
+// it (XLA's logistic gave NaN for sigmoid(inf + inf i), which is 1).
+Value complex_sigmoid(Builder& b, Value z) {
+  return complex_reciprocal(b, b.add(b.splat(1, z.type), complex_exp(b, b.unary("negate", z))));
 }
 
 void register_complex_lowerings() {

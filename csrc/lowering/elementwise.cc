@@ -2,6 +2,8 @@
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 
+#include <string_view>
+
 namespace torchtpu::lowering {
 
 void register_with_variants(const std::string& base_name, const std::vector<std::string>& overloads,
@@ -120,8 +122,9 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
       t = base::is_floating(out) ? opmath(out) : DType::kF32;
       rt = base::is_floating(out) ? out : DType::kF32;
     }
+    Value x = binary_operand(c, 0, t), y = binary_operand(c, 1, t);
     return std::vector<Value>{
-        to_out_via(c, rt, b.div(binary_operand(c, 0, t), binary_operand(c, 1, t)))};
+        to_out_via(c, rt, base::is_complex(t) ? complex_divide(b, x, y) : b.div(x, y))};
   }
   Value x = binary_operand(c, 0, t), y = binary_operand(c, 1, t);
   require_nonzero_divisor(c, y);
@@ -233,15 +236,17 @@ base::StatusOr<std::vector<Value>> lower_lerp(LoweringContext& c) {
   return std::vector<Value>{to_out(c, b.select(small, from_self, from_end))};
 }
 
-// addcmul/addcdiv(self, t1, t2, value) = self + value * (t1 op t2).
+// addcmul/addcdiv(self, t1, t2, value) = self + (value * t1) op t2, in the CPU kernel's
+// order (it decides infinities and rounding); complex division as c10::complex divides.
 LoweringFn addc(const char* hlo_op) {
   return [hlo_op](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
     Builder& b = c.b();
     DType rt = c.result_type({0, 1, 2});
     DType t = opmath(rt);
-    Value prod = b.binary(hlo_op, out_operand(c, 1, t), out_operand(c, 2, t));
-    Value scaled = b.mul(prod, out_operand(c, 3, t));
-    return std::vector<Value>{to_out_via(c, rt, b.add(out_operand(c, 0, t), scaled))};
+    Value scaled = b.mul(out_operand(c, 3, t), out_operand(c, 1, t)), y = out_operand(c, 2, t);
+    bool complex_divide_op = base::is_complex(t) && std::string_view(hlo_op) == "divide";
+    Value r = complex_divide_op ? complex_divide(b, scaled, y) : b.binary(hlo_op, scaled, y);
+    return std::vector<Value>{to_out_via(c, rt, b.add(out_operand(c, 0, t), r))};
   };
 }
 
@@ -268,7 +273,8 @@ base::StatusOr<std::vector<Value>> lower_reciprocal(LoweringContext& c) {
   Builder& b = c.b();
   DType t = float_compute_type(c);
   Value x = out_operand(c, 0, t);
-  return std::vector<Value>{to_out(c, b.div(b.splat(1, x.type), x))};
+  return std::vector<Value>{
+      to_out(c, base::is_complex(t) ? complex_reciprocal(b, x) : b.div(b.splat(1, x.type), x))};
 }
 
 base::StatusOr<std::vector<Value>> lower_logical_not(LoweringContext& c) {
@@ -379,7 +385,8 @@ void register_elementwise_lowerings() {
   register_with_variants("exp", {""}, float_unary("exponential", complex_exp));
   register_with_variants("sin", {""}, float_unary("sine", complex_sin));
   register_with_variants("cos", {""}, float_unary("cosine", complex_cos));
-  for (auto [name, op] : {std::pair{"rsqrt", "rsqrt"}, {"tan", "chlo.tan"},
+  register_with_variants("rsqrt", {""}, float_unary("rsqrt", complex_rsqrt));
+  for (auto [name, op] : {std::pair{"tan", "chlo.tan"},
                           {"log1p", "log_plus_one"}, {"expm1", "exponential_minus_one"},
                           {"erf", "chlo.erf"}}) {
     register_with_variants(name, {""}, float_unary(op));

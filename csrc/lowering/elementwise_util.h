@@ -65,8 +65,8 @@ Value floor_divide_float(Builder& b, Value x, Value y);
 Value sign_bit(Builder& b, Value x);
 Value copysign(Builder& b, Value x, Value y);
 Value hypot(Builder& b, Value x, Value y);
-// Complex abs, log, sgn, sqrt, exp, sin, cos, tanh and sigmoid with C's (and PyTorch's
-// CPU) special values (complex.cc).
+// Complex abs, log, sgn, sqrt, exp, sin, cos, tanh, sigmoid, division, reciprocal and
+// rsqrt with C's (and PyTorch's CPU) special values (complex.cc).
 Value complex_abs(Builder& b, Value z);
 Value complex_log(Builder& b, Value z);
 Value complex_sgn(Builder& b, Value z);
@@ -76,6 +76,9 @@ Value complex_sin(Builder& b, Value z);
 Value complex_cos(Builder& b, Value z);
 Value complex_tanh(Builder& b, Value z);
 Value complex_sigmoid(Builder& b, Value z);
+Value complex_divide(Builder& b, Value num, Value den);
+Value complex_reciprocal(Builder& b, Value z);
+Value complex_rsqrt(Builder& b, Value z);
 
 void register_with_variants(const std::string& base_name, const std::vector<std::string>& overloads,
                             LoweringFn fn);

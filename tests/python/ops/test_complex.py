@@ -341,7 +341,8 @@ def _same_bits_of_nan(a: torch.Tensor, b: torch.Tensor) -> None:
 @pytest.mark.parametrize("dtype", COMPLEX)
 @pytest.mark.parametrize("fn", [torch.abs, torch.sqrt, torch.log, torch.log2, torch.log10,
                                 torch.sgn, torch.exp, torch.sin, torch.cos, torch.tanh,
-                                torch.sigmoid], ids=lambda f: f.__name__)
+                                torch.sigmoid, torch.reciprocal, torch.rsqrt],
+                         ids=lambda f: f.__name__)
 def test_special_values_like_cpu(fn, dtype: torch.dtype) -> None:
     # XLA's complex abs read abs(1 + NaN i) as sqrt(2), and log and sqrt built on it: a NaN
     # became a finite number; sin(0 + 100i) was NaN + inf i (0 * cosh(100)). C's special
@@ -354,3 +355,32 @@ def test_special_values_like_cpu(fn, dtype: torch.dtype) -> None:
     if fn is torch.sqrt:  # the imaginary part keeps y's sign: sqrt(-1 - 0i) = -i
         assert torch.equal(torch.signbit(got.imag[~got.imag.isnan()]),
                            torch.signbit(want.imag[~want.imag.isnan()]))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("fn", [torch.div, lambda a, b: torch.addcdiv(a, a, b, value=0.5 - 2j)],
+                         ids=["div", "addcdiv"])
+def test_division_special_values_like_cpu(fn, dtype: torch.dtype) -> None:
+    # c10::complex divides by Smith's algorithm (scaled by den's larger part): 1 / (inf + inf i)
+    # is NaN + NaN i and 1 / 0 is inf + NaN i there; XLA's complex divide gave 0 and NaN.
+    # Every pair of the grid, plus parts whose squares overflow (1e200 in complex128).
+    z = _special_grid(dtype)
+    if dtype == torch.complex128:
+        z = torch.cat([z, torch.tensor([1e200 + 1e200j, 1e-200 - 1e200j], dtype=dtype)])
+    num, den = z.repeat_interleave(len(z)), z.repeat(len(z))
+    before = fallbacks()
+    _same_bits_of_nan(fn(num.to("tpu"), den.to("tpu")).cpu(), fn(num, den))
+    assert not new_fallbacks(before), new_fallbacks(before)
+    # A real Python scalar divisor takes the same path.
+    _same_bits_of_nan((z.to("tpu") / 0.0).cpu(), z / 0.0)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("op", [torch.addcmul, torch.addcdiv], ids=lambda f: f.__name__)
+def test_addcmul_addcdiv_complex(op, dtype: torch.dtype) -> None:
+    # Broadcast operands and a complex value, on the device (they ran on the CPU before).
+    a, t1, t2 = make((3, 4), dtype), make((4,), dtype), make((3, 1), dtype)
+    before = fallbacks()
+    actual = op(a.to("tpu"), t1.to("tpu"), t2.to("tpu"), value=0.5 - 2j)
+    assert not new_fallbacks(before), new_fallbacks(before)
+    assert_close(actual, op(a, t1, t2, value=0.5 - 2j))
