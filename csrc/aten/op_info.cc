@@ -68,7 +68,7 @@ std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& op, int id) {
   info->batch_norm = is_batch_norm(n);
   info->is_clone = n == "aten::clone";
   info->writes_physical = n == "aten::conj_physical_" || n == "aten::neg_";
-  info->cpu_argument_checks = has_cpu_argument_checks(n);
+  info->cpu_argument_check = cpu_argument_check(n);
   info->cpu_dtypes = cpu_dtype_rule(info->operator_name);
   info->shape_from_scalars = n.rfind("aten::arange", 0) == 0 ||
                              n.rfind("aten::linspace", 0) == 0 ||

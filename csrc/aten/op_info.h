@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "aten/cpu_dtypes.h"
+#include "aten/op_special_cases.h"
 #include "lowering/lowering.h"
 
 namespace torchtpu::aten {
@@ -36,7 +37,7 @@ struct OpInfo {
   bool batch_norm = false;          // updates running statistics after the call
   bool is_clone = false;            // materializes conjugate/negative bits
   bool writes_physical = false;     // conj_physical_ / neg_: write through math bits
-  bool cpu_argument_checks = false;
+  CpuArgumentCheck cpu_argument_check = nullptr;  // op_special_cases.h
   const CpuDtypeRule* cpu_dtypes = nullptr;  // cpu_dtypes.h: the dtypes its CPU kernel refuses
   bool optional_tensor_lists = false;  // has a Tensor?[] argument (index masks)
   bool shape_from_scalars = false;     // arange/linspace/logspace: scalar values are keys

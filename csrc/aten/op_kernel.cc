@@ -218,8 +218,8 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (info.writes) {
     check_written_overlap(schema, info.name, torch::jit::last(*stack, schema.arguments().size()));
   }
-  if (info.cpu_argument_checks) {
-    check_arguments_like_cpu(info.name, torch::jit::last(*stack, schema.arguments().size()));
+  if (info.cpu_argument_check != nullptr) {
+    info.cpu_argument_check(info.name, torch::jit::last(*stack, schema.arguments().size()));
   }
   if (info.cpu_dtypes != nullptr) {
     check_dtype_like_cpu(*info.cpu_dtypes, torch::jit::last(*stack, schema.arguments().size()));

@@ -1,6 +1,8 @@
 #include "aten/op_special_cases.h"
 
 #include <optional>
+#include <initializer_list>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <ATen/ATen.h>
@@ -246,159 +248,141 @@ void update_batch_norm_stats(c10::ArrayRef<c10::IValue> args, const torch::jit::
   running_var.mul_(1 - momentum).add_(unbiased_var.to(running_var.scalar_type()), momentum);
 }
 
-// The ops check_arguments_like_cpu below checks.
-bool has_cpu_argument_checks(const std::string& name) {
-  static const std::unordered_set<std::string> kChecked = {
-      "aten::uniform_",     "aten::uniform",   "aten::uniform.out",
-      "aten::complex",      "aten::complex.out", "aten::polar",
-      "aten::polar.out",    "aten::_amp_update_scale_", "aten::multinomial",
-      "aten::multinomial.out", "aten::max", "aten::max.unary_out", "aten::min",
-      "aten::min.unary_out", "aten::median.dim", "aten::median.dim_values",
-      "aten::nanmedian.dim", "aten::nanmedian.dim_values", "aten::kthvalue",
-      "aten::kthvalue.values", "aten::convolution", "aten::convolution.out",
-      "aten::aminmax.out", "aten::masked_scatter", "aten::masked_scatter_",
-      "aten::masked_scatter.out", "aten::embedding", "aten::narrow_copy",
-      "aten::narrow_copy.out", "aten::put_", "aten::put", "aten::put.out",
-      "aten::rrelu_with_noise", "aten::rrelu_with_noise.out", "aten::rrelu_with_noise_",
-      "aten::rrelu_with_noise_functional"};
-  return kChecked.count(name) > 0;
+// Argument checks the CPU kernels make and the meta kernels do not, with the CPU's
+// messages: one function per op family, looked up by op name once per op (OpInfo).
+namespace {
+
+using Args = c10::ArrayRef<c10::IValue>;
+
+// rrelu_with_noise's noise: its shape always, its dtype in training (when the CPU kernel
+// writes it).
+void check_rrelu_noise(const std::string&, Args args) {
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& noise = args[1].toTensor();
+  TORCH_CHECK(self.sizes() == noise.sizes(),
+              "noise tensor shape must match self tensor shape. Got self.shape = ",
+              self.sizes(), " noise.shape = ", noise.sizes());
+  TORCH_CHECK(!args[4].toBool() || !at::isFloatingType(self.scalar_type()) ||
+                  noise.scalar_type() == self.scalar_type(),
+              "expected scalar type ", self.scalar_type(), " but found ", noise.scalar_type());
 }
 
-// Argument checks the CPU kernels make and the meta kernels do not: multinomial's (its
-// meta kernel checks only the rank), uniform's range, _amp_update_scale_'s dtypes and
-// sizes, _assert_async's element count, and the reductions without an identity over
-// nothing (max() / min() of an empty tensor, median / nanmedian / kthvalue along an
-// empty dim), whose lowerings would otherwise return the fill value (+-inf, NaN) or
-// another error; convolution's parameters and shapes (conv_arguments.h); aminmax's out
-// dtypes, masked_scatter's mask dtype and embedding's weight rank (the meta kernels skip
-// the first two and assert the third); narrow_copy's dim, which the CPU kernel checks
-// before wrapping (a RuntimeError, where the meta kernel's wrap raises an IndexError);
-// put_'s dtypes and element counts; rrelu_with_noise's noise (its shape always, its dtype
-// in training, when the CPU kernel writes it). Same messages as the CPU.
-void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args) {
-  if (name.rfind("aten::rrelu_with_noise", 0) == 0) {
-    const at::Tensor& self = args[0].toTensor();
-    const at::Tensor& noise = args[1].toTensor();
-    TORCH_CHECK(self.sizes() == noise.sizes(),
-                "noise tensor shape must match self tensor shape. Got self.shape = ",
-                self.sizes(), " noise.shape = ", noise.sizes());
-    TORCH_CHECK(!args[4].toBool() || !at::isFloatingType(self.scalar_type()) ||
-                    noise.scalar_type() == self.scalar_type(),
-                "expected scalar type ", self.scalar_type(), " but found ", noise.scalar_type());
-    return;
+// put_'s dtypes and element counts.
+void check_put(const std::string&, Args args) {
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& index = args[1].toTensor();
+  const at::Tensor& source = args[2].toTensor();
+  TORCH_CHECK(index.scalar_type() == at::kLong,
+              "put_(): Expected a long tensor for index, but got ", index.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(),
+              "put_(): self and source expected to have the same dtype, but got self.dtype = ",
+              self.scalar_type(), " and source.dtype = ", source.scalar_type());
+  TORCH_CHECK_INDEX(source.numel() == index.numel(),
+                    "put_(): Expected source and index to have the same number of elements, "
+                    "but got source.numel() = ", source.numel(), ", index.numel() = ",
+                    index.numel());
+  TORCH_CHECK_INDEX(!(self.numel() == 0 && index.numel() != 0),
+                    "put_(): Tried to put elements into an empty tensor");
+}
+
+// narrow_copy's dim, which the CPU kernel checks before wrapping (a RuntimeError, where
+// the meta kernel's wrap raises an IndexError).
+void check_narrow_copy(const std::string&, Args args) {
+  const at::Tensor& self = args[0].toTensor();
+  TORCH_CHECK(self.dim() > 0, "narrow() cannot be applied to a 0-dim tensor.");
+  int64_t dim = args[1].toInt();
+  TORCH_CHECK(dim < 0 || dim < self.dim(),
+              "Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but got "
+              "false.  (narrow_copy: dim ", dim, " of a tensor with ", self.dim(),
+              " dimensions)");
+}
+
+// convolution's parameters and shapes (conv_arguments.h).
+void check_convolution(const std::string&, Args args) { check_convolution_like_cpu(args); }
+
+// aminmax.out(self, *, dim, keepdim, min, max): the out dtypes.
+void check_aminmax_out(const std::string&, Args args) {
+  const at::Tensor& self = args[0].toTensor();
+  for (size_t i : {3, 4}) {
+    const at::Tensor& out = args[i].toTensor();
+    TORCH_CHECK(out.dtype() == self.dtype(), "Expected out tensor to have dtype ",
+                self.dtype(), ", but got ", out.dtype(), " instead");
   }
-  if (name == "aten::put_" || name == "aten::put" || name == "aten::put.out") {
-    const at::Tensor& self = args[0].toTensor();
-    const at::Tensor& index = args[1].toTensor();
-    const at::Tensor& source = args[2].toTensor();
-    TORCH_CHECK(index.scalar_type() == at::kLong,
-                "put_(): Expected a long tensor for index, but got ", index.scalar_type());
-    TORCH_CHECK(self.scalar_type() == source.scalar_type(),
-                "put_(): self and source expected to have the same dtype, but got self.dtype = ",
-                self.scalar_type(), " and source.dtype = ", source.scalar_type());
-    TORCH_CHECK_INDEX(source.numel() == index.numel(),
-                      "put_(): Expected source and index to have the same number of elements, "
-                      "but got source.numel() = ", source.numel(), ", index.numel() = ",
-                      index.numel());
-    TORCH_CHECK_INDEX(!(self.numel() == 0 && index.numel() != 0),
-                      "put_(): Tried to put elements into an empty tensor");
-    return;
+}
+
+void check_masked_scatter(const std::string&, Args args) {
+  c10::ScalarType mask = args[1].toTensor().scalar_type();
+  TORCH_CHECK(mask == at::kBool,
+              "masked_scatter_ only supports boolean masks, but got mask with dtype ", mask);
+}
+
+// The meta kernel asserts instead.
+void check_embedding(const std::string&, Args args) {
+  TORCH_CHECK(args[0].toTensor().dim() == 2, "'weight' must be 2-D");
+}
+
+// Reductions without an identity over nothing, whose lowerings would otherwise return the
+// fill value (+-inf, NaN) or another error: max() / min() of an empty tensor ...
+void check_max_min_nonempty(const std::string& name, Args args) {
+  const char* fn = name.compare(6, 3, "max") == 0 ? "max()" : "min()";
+  TORCH_CHECK(args[0].toTensor().numel() > 0, fn,
+              ": Expected reduction dim to be specified for input.numel() == 0. Specify the "
+              "reduction dim with the 'dim' argument.");
+}
+
+// ... and median / nanmedian / kthvalue along an empty dim.
+void check_reduced_dim_nonempty(const std::string& name, Args args) {
+  bool median = name.rfind("aten::kthvalue", 0) != 0;
+  const at::Tensor& self = args[0].toTensor();
+  if (self.dim() == 0) return;  // the meta kernel checks a 0-d tensor's dim
+  int64_t dim = c10::maybe_wrap_dim(args[median ? 1 : 2].toInt(), self.dim());
+  TORCH_CHECK_INDEX(self.size(dim) != 0, median ? "median()" : "kthvalue()",
+                    ": Expected reduction dim ", dim, " to have non-zero size.");
+}
+
+void check_uniform_range(const std::string&, Args args) {
+  double from = args[1].toDouble(), to = args[2].toDouble();
+  TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=",
+              from, " > to=", to);
+}
+
+// complex_check_dtype of the CPU kernel (the Python meta asserts instead).
+void check_complex_parts(const std::string& name, Args args) {
+  c10::ScalarType a = args[0].toTensor().scalar_type(), b = args[1].toTensor().scalar_type();
+  auto ok = [](c10::ScalarType t) { return t == at::kFloat || t == at::kDouble || t == at::kHalf; };
+  TORCH_CHECK(ok(a) && ok(b), "Expected both inputs to be Half, Float or Double tensors but got ",
+              a, " and ", b);
+  TORCH_CHECK(a == b, "Expected object of scalar type ", a, " but got scalar type ", b,
+              " for second argument");
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, ".out") == 0) {
+    c10::ScalarType want = c10::toComplexType(a), got = args[2].toTensor().scalar_type();
+    TORCH_CHECK(got == want, "Expected object of scalar type ", want, " but got scalar type ",
+                got, " for argument 'out'");
   }
-  if (name == "aten::narrow_copy" || name == "aten::narrow_copy.out") {
-    const at::Tensor& self = args[0].toTensor();
-    TORCH_CHECK(self.dim() > 0, "narrow() cannot be applied to a 0-dim tensor.");
-    int64_t dim = args[1].toInt();
-    TORCH_CHECK(dim < 0 || dim < self.dim(),
-                "Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but got "
-                "false.  (narrow_copy: dim ", dim, " of a tensor with ", self.dim(),
-                " dimensions)");
-    return;
-  }
-  if (name == "aten::convolution" || name == "aten::convolution.out") {
-    check_convolution_like_cpu(args);
-    return;
-  }
-  if (name == "aten::aminmax.out") {  // aminmax.out(self, *, dim, keepdim, min, max)
-    const at::Tensor& self = args[0].toTensor();
-    for (size_t i : {3, 4}) {
-      const at::Tensor& out = args[i].toTensor();
-      TORCH_CHECK(out.dtype() == self.dtype(), "Expected out tensor to have dtype ",
-                  self.dtype(), ", but got ", out.dtype(), " instead");
-    }
-    return;
-  }
-  if (name.rfind("aten::masked_scatter", 0) == 0) {
-    c10::ScalarType mask = args[1].toTensor().scalar_type();
-    TORCH_CHECK(mask == at::kBool,
-                "masked_scatter_ only supports boolean masks, but got mask with dtype ", mask);
-    return;
-  }
-  if (name == "aten::embedding") {
-    TORCH_CHECK(args[0].toTensor().dim() == 2, "'weight' must be 2-D");
-    return;
-  }
-  if (name == "aten::max" || name == "aten::max.unary_out" || name == "aten::min" ||
-      name == "aten::min.unary_out") {
-    const char* fn = name.compare(6, 3, "max") == 0 ? "max()" : "min()";
-    TORCH_CHECK(args[0].toTensor().numel() > 0, fn,
-                ": Expected reduction dim to be specified for input.numel() == 0. Specify the "
-                "reduction dim with the 'dim' argument.");
-    return;
-  }
-  bool median = name == "aten::median.dim" || name == "aten::median.dim_values" ||
-                name == "aten::nanmedian.dim" || name == "aten::nanmedian.dim_values";
-  if (median || name == "aten::kthvalue" || name == "aten::kthvalue.values") {
-    const at::Tensor& self = args[0].toTensor();
-    if (self.dim() == 0) return;  // the meta kernel checks a 0-d tensor's dim
-    int64_t dim = c10::maybe_wrap_dim(args[median ? 1 : 2].toInt(), self.dim());
-    TORCH_CHECK_INDEX(self.size(dim) != 0, median ? "median()" : "kthvalue()",
-                      ": Expected reduction dim ", dim, " to have non-zero size.");
-    return;
-  }
-  if (name == "aten::uniform_" || name == "aten::uniform" || name == "aten::uniform.out") {
-    double from = args[1].toDouble(), to = args[2].toDouble();
-    TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=",
-                from, " > to=", to);
-    return;
-  }
-  if (name == "aten::complex" || name == "aten::complex.out" || name == "aten::polar" ||
-      name == "aten::polar.out") {
-    // complex_check_dtype of the CPU kernel (the Python meta asserts instead).
-    c10::ScalarType a = args[0].toTensor().scalar_type(), b = args[1].toTensor().scalar_type();
-    auto ok = [](c10::ScalarType t) {
-      return t == at::kFloat || t == at::kDouble || t == at::kHalf;
-    };
-    TORCH_CHECK(ok(a) && ok(b), "Expected both inputs to be Half, Float or Double tensors but got ",
-                a, " and ", b);
-    TORCH_CHECK(a == b, "Expected object of scalar type ", a, " but got scalar type ", b,
-                " for second argument");
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".out") == 0) {
-      c10::ScalarType want = c10::toComplexType(a), got = args[2].toTensor().scalar_type();
-      TORCH_CHECK(got == want, "Expected object of scalar type ", want, " but got scalar type ",
-                  got, " for argument 'out'");
-    }
-    return;
-  }
-  if (name == "aten::_assert_async" || name == "aten::_assert_async.msg") {
-    // is_nonzero's checks, which the meta kernels skip.
-    int64_t n = args[0].toTensor().numel();
-    TORCH_CHECK(n != 0, "Boolean value of Tensor with no values is ambiguous");
-    TORCH_CHECK(n < 2, "Boolean value of Tensor with more than one value is ambiguous");
-    return;
-  }
-  if (name == "aten::_amp_update_scale_") {  // the CPU kernel's checks; the meta has none
-    const at::Tensor& scale = args[0].toTensor();
-    const at::Tensor& tracker = args[1].toTensor();
-    const at::Tensor& found_inf = args[2].toTensor();
-    TORCH_CHECK(tracker.numel() == 1, "growth_tracker must be a 1-element tensor.");
-    TORCH_CHECK(scale.numel() == 1, "current_scale must be a 1-element tensor.");
-    TORCH_CHECK(found_inf.numel() == 1, "found_inf must be a 1-element tensor.");
-    TORCH_CHECK(tracker.scalar_type() == at::kInt, "growth_tracker must be an int tensor.");
-    TORCH_CHECK(scale.scalar_type() == at::kFloat, "current_scale must be a float tensor.");
-    TORCH_CHECK(found_inf.scalar_type() == at::kFloat, "found_inf must be a float tensor.");
-    return;
-  }
-  if (name != "aten::multinomial" && name != "aten::multinomial.out") return;
+}
+
+// is_nonzero's checks, which the meta kernels skip (the lowering takes one element).
+void check_assert_async(const std::string&, Args args) {
+  int64_t n = args[0].toTensor().numel();
+  TORCH_CHECK(n != 0, "Boolean value of Tensor with no values is ambiguous");
+  TORCH_CHECK(n < 2, "Boolean value of Tensor with more than one value is ambiguous");
+}
+
+// The CPU kernel's dtypes and sizes; the meta has none.
+void check_amp_update_scale(const std::string&, Args args) {
+  const at::Tensor& scale = args[0].toTensor();
+  const at::Tensor& tracker = args[1].toTensor();
+  const at::Tensor& found_inf = args[2].toTensor();
+  TORCH_CHECK(tracker.numel() == 1, "growth_tracker must be a 1-element tensor.");
+  TORCH_CHECK(scale.numel() == 1, "current_scale must be a 1-element tensor.");
+  TORCH_CHECK(found_inf.numel() == 1, "found_inf must be a 1-element tensor.");
+  TORCH_CHECK(tracker.scalar_type() == at::kInt, "growth_tracker must be an int tensor.");
+  TORCH_CHECK(scale.scalar_type() == at::kFloat, "current_scale must be a float tensor.");
+  TORCH_CHECK(found_inf.scalar_type() == at::kFloat, "found_inf must be a float tensor.");
+}
+
+// The meta kernel checks only the rank.
+void check_multinomial(const std::string& name, Args args) {
   const at::Tensor& self = args[0].toTensor();
   int64_t n_sample = args[1].isInt() ? args[1].toInt() : args[1].toSymInt().expect_int();
   bool with_replacement = args[2].toBool();
@@ -416,6 +400,41 @@ void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue
   TORCH_CHECK(with_replacement || n_sample <= n_categories,
               "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
   TORCH_CHECK(n_categories <= (int64_t{1} << 24), "number of categories cannot exceed 2^24");
+}
+
+}  // namespace
+
+CpuArgumentCheck cpu_argument_check(const std::string& name) {
+  static const auto* table = [] {
+    auto* t = new std::unordered_map<std::string, CpuArgumentCheck>;
+    auto add = [t](std::initializer_list<const char*> names, CpuArgumentCheck fn) {
+      for (const char* n : names) t->emplace(n, fn);
+    };
+    add({"aten::rrelu_with_noise", "aten::rrelu_with_noise.out", "aten::rrelu_with_noise_",
+         "aten::rrelu_with_noise_functional"},
+        check_rrelu_noise);
+    add({"aten::put_", "aten::put", "aten::put.out"}, check_put);
+    add({"aten::narrow_copy", "aten::narrow_copy.out"}, check_narrow_copy);
+    add({"aten::convolution", "aten::convolution.out"}, check_convolution);
+    add({"aten::aminmax.out"}, check_aminmax_out);
+    add({"aten::masked_scatter", "aten::masked_scatter_", "aten::masked_scatter.out"},
+        check_masked_scatter);
+    add({"aten::embedding"}, check_embedding);
+    add({"aten::max", "aten::max.unary_out", "aten::min", "aten::min.unary_out"},
+        check_max_min_nonempty);
+    add({"aten::median.dim", "aten::median.dim_values", "aten::nanmedian.dim",
+         "aten::nanmedian.dim_values", "aten::kthvalue", "aten::kthvalue.values"},
+        check_reduced_dim_nonempty);
+    add({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, check_uniform_range);
+    add({"aten::complex", "aten::complex.out", "aten::polar", "aten::polar.out"},
+        check_complex_parts);
+    add({"aten::_assert_async", "aten::_assert_async.msg"}, check_assert_async);
+    add({"aten::_amp_update_scale_"}, check_amp_update_scale);
+    add({"aten::multinomial", "aten::multinomial.out"}, check_multinomial);
+    return t;
+  }();
+  auto it = table->find(name);
+  return it == table->end() ? nullptr : it->second;
 }
 
 }  // namespace torchtpu::aten

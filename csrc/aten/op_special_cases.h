@@ -84,11 +84,11 @@ bool leaves_list_arg_unchanged(const std::string& name, const std::string& arg_n
 // kernel would reject.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 
-// Checks that PyTorch's CPU kernels make and their meta kernels do not (the list is at the
-// definition), raising the CPU's message; a no-op otherwise.
-void check_arguments_like_cpu(const std::string& name, c10::ArrayRef<c10::IValue> args);
-// Whether check_arguments_like_cpu checks anything for `name` (decided once per op).
-bool has_cpu_argument_checks(const std::string& name);
+// Checks that PyTorch's CPU kernel of an op makes and its meta kernel does not, raising
+// the CPU's message: called with the op's name and arguments before anything runs.
+using CpuArgumentCheck = void (*)(const std::string& name, c10::ArrayRef<c10::IValue> args);
+// The check for op `name` (the table is at the definition), or nullptr when it has none.
+CpuArgumentCheck cpu_argument_check(const std::string& name);
 
 // Batch norm in training mode also updates its running statistics in place, which the
 // schema does not declare as results.

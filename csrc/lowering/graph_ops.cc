@@ -93,7 +93,7 @@ Result lower_slice(LoweringContext& c) {
 }
 
 // narrow_copy(self, dim, start, length): start may be negative (wrapped); the argument
-// checks ran before (check_arguments_like_cpu, then the meta kernel's narrow).
+// checks ran before (cpu_argument_check, then the meta kernel's narrow).
 Result lower_narrow_copy(LoweringContext& c) {
   Value x = c.tensor(0);
   int64_t dim = wrap_dim(c.int_arg(1), x.rank());

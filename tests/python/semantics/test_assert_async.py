@@ -68,8 +68,12 @@ def test_failed_assert_raises_at_the_next_host_read(args, message: str) -> None:
 @pytest.mark.parametrize("shape, message", [((2,), "more than one value"),
                                             ((0,), "no values")])
 def test_element_count_is_checked_at_the_call(shape, message: str) -> None:
-    with pytest.raises(RuntimeError, match=message):
-        torch._assert_async(torch.ones(shape, device=TPU), "x")
+    # The CPU's check, made before anything runs: not a CPU fallback that happens to raise.
+    before = fallbacks()
+    for args in (("x",), ()):
+        with pytest.raises(RuntimeError, match=message):
+            torch._assert_async(torch.ones(shape, device=TPU), *args)
+    assert not new_fallbacks(before), new_fallbacks(before)
 
 
 def _checked_double(x: torch.Tensor) -> torch.Tensor:
