@@ -119,9 +119,10 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
   if (name == "aten::multi_margin_loss_backward" ||
       name == "aten::multi_margin_loss_backward.grad_input" ||
       name == "aten::fractional_max_pool3d_backward" ||
-      name == "aten::fractional_max_pool3d_backward.grad_input") {
+      name == "aten::fractional_max_pool3d_backward.grad_input" ||
+      name == "aten::_ctc_loss_backward" || name == "aten::_ctc_loss_backward.out") {
     // No meta kernels (fractional_max_pool2d_backward has one): the gradient has self's
-    // (argument 1's) shape and dtype.
+    // (argument 1's: log_probs for CTC) shape and dtype.
     at::Tensor self = st[1].toTensor();
     st.clear();
     st.emplace_back(at::empty_like(self, at::MemoryFormat::Contiguous));

@@ -11,5 +11,4 @@ SKIPS: dict[str, str] = {
     'chalf': 'harness: NotImplementedError: "nan_to_num" not implemented for \'ComplexHalf\'',
     'igamma': 'fallback: aten::igamma.out',
     'igammac': 'fallback: aten::igammac.out',
-    'nn.functional.ctc_loss': 'fallback: aten::_ctc_loss',
 }
