@@ -5,10 +5,45 @@
 // so these run PyTorch's composition step by step, every step a lowered op
 // (linalg_lu_factor_ex, prod, ...), with the CPU kernel's choice of factors. (In compiled
 // graphs they have no lowering: the graph cannot tell which factors the backward expects.)
+// Also the guard of the eigendecompositions' CPU fallback against NaN inputs.
 #include <ATen/ATen.h>
+#include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include <cmath>
+#include <string>
+
+#include "aten/op_special_cases.h"
+
 namespace torchtpu::aten {
+
+bool run_eig_fallback_guarding_nan(const std::string& name, const c10::OperatorHandle& op,
+                                   torch::jit::Stack* stack) {
+  bool eig = name == "aten::linalg_eig" || name == "aten::linalg_eig.out" ||
+             name == "aten::_linalg_eigvals" || name == "aten::linalg_eigvals.out";
+  size_t num_args = op.schema().arguments().size();
+  if (!eig || stack->size() < num_args) return false;
+  c10::IValue& self_arg = (*stack)[stack->size() - num_args];
+  if (!self_arg.isTensor()) return false;
+  at::Tensor self = self_arg.toTensor();
+  if (self.dim() < 2 || self.numel() == 0) return false;
+  // On the host, where the fallback copies the input anyway (the device's complex isnan
+  // and masked_fill would be fallbacks of their own); a NaN input costs two more copies.
+  at::Tensor host = self.cpu();
+  at::Tensor bad = at::isnan(host).flatten(-2).any(-1);  // per matrix
+  if (!bad.any().item<bool>()) return false;
+  self_arg = host.masked_fill(bad.unsqueeze(-1).unsqueeze(-1), 0).to(self.device());
+  at::native::cpu_fallback(op, stack);
+  for (size_t i = stack->size() - op.schema().returns().size(); i < stack->size(); ++i) {
+    at::Tensor out = (*stack)[i].toTensor();
+    at::Tensor mask = bad;
+    while (mask.dim() < out.dim()) mask = mask.unsqueeze(-1);
+    at::Scalar nan = out.is_complex() ? at::Scalar(c10::complex<double>(NAN, NAN)) : at::Scalar(NAN);
+    out.copy_(out.cpu().masked_fill_(mask, nan));
+  }
+  return true;
+}
+
 namespace {
 
 bool use_transpose(const at::Tensor& A) { return A.is_contiguous() && !A.is_complex(); }

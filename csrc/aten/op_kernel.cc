@@ -90,6 +90,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
                "); this copies its inputs to the host and back. torchtpu.debug.report() lists "
                "every fallback; TORCHTPU_FALLBACK=error makes them errors.");
   }
+  if (run_eig_fallback_guarding_nan(name, op, stack)) return;
   at::native::cpu_fallback(op, stack);
 }
 

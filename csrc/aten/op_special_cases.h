@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/core/stack.h>
 
@@ -89,6 +90,14 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);
 using CpuArgumentCheck = void (*)(const std::string& name, c10::ArrayRef<c10::IValue> args);
 // The check for op `name` (the table is at the definition), or nullptr when it has none.
 CpuArgumentCheck cpu_argument_check(const std::string& name);
+
+// The CPU fallback of an eigendecomposition (linalg_eig, _linalg_eigvals and their out
+// forms) whose input has a NaN: MKL's geev crashes the process there (PyTorch issues
+// 61251, 93124). The matrices with a NaN are given to it as zeros and their results
+// replaced by NaN, what LAPACK gives a matrix with an inf. Returns false (nothing run) for
+// any other op or input.
+bool run_eig_fallback_guarding_nan(const std::string& name, const c10::OperatorHandle& op,
+                                   torch::jit::Stack* stack);
 
 // Batch norm in training mode also updates its running statistics in place, which the
 // schema does not declare as results.

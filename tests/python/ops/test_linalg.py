@@ -364,6 +364,32 @@ def test_eigh(dtype: torch.dtype, uplo: str, shape: tuple[int, ...]) -> None:
     assert_same(lambda x: torch.linalg.eigvalsh(x, UPLO=uplo), junk, dtype_tols=TOLS)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex64])
+@pytest.mark.parametrize("fn", ["eigvals", "eig", "eigvals_out"])
+def test_eig_of_a_nan_matrix_does_not_crash(fn: str, dtype: torch.dtype) -> None:
+    # The general eigendecomposition runs on the CPU (a counted fallback), where MKL's geev
+    # crashes the process on a NaN (PyTorch issue 61251). The matrix with a NaN gets NaN
+    # eigenvalues and eigenvectors, the others their CPU values.
+    torch.manual_seed(0)
+    a = torch.randn(3, 4, 4, dtype=dtype)
+    a[1, 0, 2] = float("nan")
+    x = a.to("tpu")
+    if fn == "eigvals_out":
+        out = torch.empty(0, dtype=torch.linalg.eigvals(a[:1]).dtype, device="tpu")
+        results = (torch.linalg.eigvals(x, out=out),)
+    else:
+        results = getattr(torch.linalg, fn)(x)
+        results = results if isinstance(results, tuple) else (results,)
+    finite = a[[0, 2]]
+    expected = getattr(torch.linalg, "eigvals" if fn == "eigvals_out" else fn)(finite)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for got, want in zip(results, expected, strict=True):
+        got = got.cpu()
+        assert bool(got[1].real.isnan().all() and got[1].imag.isnan().all())
+        assert_close(got[[0, 2]], want, check_device=False,
+                     dtype_tols={torch.complex64: (1e-4, 1e-4), torch.complex128: (1e-9, 1e-9)})
+
+
 def test_eigh_repeated_and_ill_conditioned_eigenvalues() -> None:
     q = torch.linalg.qr(rand(6, 6, dtype=torch.float64))[0]
     values = torch.tensor([-1e-9, 1e-9, 1.0, 1.0, 2.0, 1e6], dtype=torch.float64)
