@@ -1,4 +1,5 @@
-// torch._assert_async: aten::_assert_async(self) and aten::_assert_async.msg(self, msg).
+// torch._assert_async: aten::_assert_async(self) and aten::_assert_async.msg(self, msg);
+// and the linalg wrappers' aten::_linalg_check_errors (below).
 //
 // The op computes nothing; its one effect is a data check that `self`, a one-element
 // tensor, is nonzero (NaN counts as nonzero, as in PyTorch's is_nonzero). The check is a
@@ -9,6 +10,7 @@
 // Messages are the CPU kernel's; the element count (PyTorch's "Boolean value of Tensor
 // with ... is ambiguous") is checked by the aten layer before the call (eager) or here.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lowering/families.h"
@@ -35,9 +37,66 @@ LoweringFn assert_async(bool has_message) {
   };
 }
 
+// _linalg_check_errors(info, api_name, is_matrix): the check PyTorch's linalg wrappers
+// (inv, solve, cholesky, ...) make of LAPACK's `info`, as a data check that every info is
+// zero, with PyTorch's message for `api_name` less the failing element and batch index
+// (a check's message is fixed when the program is built). Eager mode runs PyTorch's own
+// kernel, which reads `info` at once and names them; compiled graphs reach this.
+std::pair<std::string, CheckKind> linalg_error(const std::string& api, bool is_matrix) {
+  auto has = [&](const char* part) { return api.find(part) != std::string::npos; };
+  std::string where = api + (is_matrix ? ": " : ": (a matrix of the batch): ");
+  if (has("inv")) {
+    return {where + "A diagonal element is zero, the inversion could not be completed because "
+                    "the input matrix is singular.",
+            CheckKind::kLinalgError};
+  }
+  if (has("solve")) {
+    return {where + "The solver failed because the input matrix is singular.",
+            CheckKind::kLinalgError};
+  }
+  if (has("cholesky")) {
+    return {where + "The factorization could not be completed because the input is not "
+                    "positive-definite.",
+            CheckKind::kLinalgError};
+  }
+  if (has("eigh") || has("syevd")) {
+    return {where + "The algorithm failed to converge because the input matrix is "
+                    "ill-conditioned or has too many repeated eigenvalues.",
+            CheckKind::kLinalgError};
+  }
+  if (has("lstsq")) {
+    return {where + "The least squares solution could not be computed because the input "
+                    "matrix does not have full rank.",
+            CheckKind::kLinalgError};
+  }
+  if (has("lu_factor")) {  // PyTorch raises this one as a plain RuntimeError
+    return {where + "U is singular (a diagonal element of U is zero) and using it on lu_solve "
+                    "would result in a division by zero. If you still want to perform the "
+                    "factorization, consider calling linalg.lu(A, pivot) or "
+                    "linalg.lu_factor_ex(A, pivot)",
+            CheckKind::kRuntimeError};
+  }
+  return {where + "LAPACK reported an error (info != 0).", CheckKind::kRuntimeError};
+}
+
+Result linalg_check_errors(LoweringContext& c) {
+  Builder& b = c.b();
+  Value info = c.tensor(0);
+  Value ok = b.compare(info, b.zeros(info.type), "EQ");
+  if (ok.rank() > 0) {
+    Dims all;
+    for (int64_t d = 0; d < ok.rank(); ++d) all.push_back(d);
+    ok = b.reduce(ok, b.constant(1, DType::kBool), all, "and");
+  }
+  auto [message, kind] = linalg_error(c.string_arg(1), c.bool_arg(2));
+  c.require(ok, message, kind);
+  return std::vector<Value>{};
+}
+
 }  // namespace
 
 void register_assert_lowerings() {
+  register_lowering({"aten::_linalg_check_errors"}, linalg_check_errors);
   register_lowering({"aten::_assert_async"}, assert_async(/*has_message=*/false));
   register_lowering({"aten::_assert_async.msg"}, assert_async(/*has_message=*/true));
 }

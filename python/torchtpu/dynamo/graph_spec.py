@@ -208,16 +208,17 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
         if node.op != "placeholder":
             continue
         val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
+        if isinstance(val, torch.Tensor) and not node.meta.get("effect_token"):
             ids[node] = len(inputs)
             inputs.append(b.tensor_type(val, node.name))
             bounds.append([b.concrete(s) for s in val.shape])
             input_placeholders.append(position)
         elif isinstance(val, (torch.SymInt, int)):
             ids[node] = ("size", size_expr(val))
-        elif _is_opaque(val):
-            # An opaque object (the DeviceMesh a DTensor graph carries): no data; it may only
-            # be handed back (saved for the backward), which returns the caller's object.
+        elif _is_opaque(val) or node.meta.get("effect_token"):
+            # An opaque object (the DeviceMesh a DTensor graph carries) or an effect token
+            # (dynamo/effects.py; None at run time): no data; it may only be handed back
+            # (saved for the backward, a token out), which returns the caller's object.
             ids[node] = _OPAQUE
         else:
             raise UnsupportedGraph(

@@ -27,6 +27,7 @@ from torchtpu import _C
 from torchtpu.dynamo import collectives as graph_collectives
 from torchtpu.dynamo.buckets import BucketPlan, Hazard, bucket_policy, bucket_size, plan
 from torchtpu.dynamo.buckets import layout as L
+from torchtpu.dynamo.effects import unwrap_effects
 from torchtpu.dynamo.graph_spec import (
     GraphPlan,
     UnsupportedGraph,
@@ -119,6 +120,7 @@ class GraphRunner:
                  mutated: list[tuple[int, int]] | None = None,
                  device: int | None = None,
                  known_sizes: dict[sympy.Symbol, int] | None = None) -> None:
+        unwrap_effects(gm)
         self.gm = gm
         self.role = role
         self.session = session or Session()

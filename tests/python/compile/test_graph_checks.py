@@ -75,3 +75,32 @@ def test_training_step_enqueues_without_host_reads() -> None:
     assert m.get("num_donated_inputs", 0) == 3  # SGD updates each parameter in place
     assert loss.item() < first
     assert torchtpu._C.num_pending_data_checks() == 0
+
+
+def _linalg_mix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    spd = a @ a.mT + torch.eye(a.shape[-1], device=a.device)
+    return torch.linalg.solve(a, b) + torch.linalg.inv(a) @ b + torch.linalg.cholesky(spd)
+
+
+def test_linalg_error_checks_compile_as_data_checks() -> None:
+    # linalg.inv, solve and cholesky check LAPACK's info with aten._linalg_check_errors, an
+    # effectful op that AOTAutograd wraps in with_effects (an effect token through the
+    # graph): the graph compiled refused it before; now the check is a data check raising
+    # torch.linalg.LinAlgError, and values and gradients are the CPU's.
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    compiled = torch.compile(_linalg_mix, backend="tpu")
+    a, b = torch.randn(3, 4, 4), torch.randn(3, 4, 4)
+    a_cpu, a_tpu = a.clone().requires_grad_(True), a.to("tpu").requires_grad_(True)
+    expected, actual = _linalg_mix(a_cpu, b), compiled(a_tpu, b.to("tpu"))
+    torch.testing.assert_close(actual.cpu(), expected.detach(), rtol=1e-4, atol=1e-4)
+    expected.sum().backward()
+    actual.sum().backward()
+    torch.testing.assert_close(a_tpu.grad.cpu(), a_cpu.grad, rtol=1e-4, atol=1e-4)
+
+    singular = torch.zeros(3, 4, 4, device="tpu")
+    with pytest.raises(torch.linalg.LinAlgError, match="torch.linalg.solve.*singular"):
+        compiled(singular, b.to("tpu")).cpu()
+    # The device keeps working after the reported failure.
+    torch.testing.assert_close(compiled(a.to("tpu"), b.to("tpu")).cpu(),
+                               _linalg_mix(a, b), rtol=1e-4, atol=1e-4)
