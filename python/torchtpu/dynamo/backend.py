@@ -27,6 +27,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from torchtpu import _C
 from torchtpu.dynamo import collectives as graph_collectives
+from torchtpu.dynamo import split as graph_split
 from torchtpu.dynamo.buckets import bucket_policy, bucket_size  # noqa: F401 (re-exported)
 from torchtpu.dynamo.compile_options import check_compile_kwargs
 from torchtpu.dynamo.runner import GraphRunner, Session
@@ -195,4 +196,5 @@ def compile_stats() -> dict[str, Any]:
         "num_graph_breaks": sum(breaks.values()),
         "graph_breaks": breaks,
         **graph_collectives.compile_stats(),
+        **graph_split.compile_stats(),
     }

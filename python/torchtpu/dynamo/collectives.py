@@ -13,7 +13,7 @@ every rank: it depends only on the graph and on its groups' transport):
   A graph with one group spans that group; a graph with several (a 2-D DeviceMesh) spans
   the default group, whose ranks all run it, and learns once, on its first run, which
   ranks share each group (every rank's groups, exchanged through the default group).
-- **Between compiled pieces** (``SplitGraph``): anywhere else (ranks in other processes,
+- **Between compiled pieces** (``split.SplitGraph``): anywhere else (ranks in other processes,
   host-staged; an op, reduce op or split the lowering does not take). The graph is cut at
   its collectives; the pieces between them compile as usual and the collectives run
   eagerly through the process group. Never silent: a warning per distinct reason, and
@@ -25,7 +25,6 @@ every rank: it depends only on the graph and on its groups' transport):
 from __future__ import annotations
 
 import logging
-import operator
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -33,6 +32,8 @@ from typing import Any
 
 import torch
 import torch.fx
+
+from torchtpu.dynamo.split import SplitGraph
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -217,78 +218,20 @@ def _counted(op: Any) -> Callable[..., Any]:
     return run
 
 
-class SplitGraph:
-    """Runs a graph cut at its collectives: compiled pieces between eager collectives."""
-
-    def __init__(self, gm: torch.fx.GraphModule, reason: str,
-                 compile_piece: Callable[[torch.fx.GraphModule, dict], Callable[..., Any]],
-                 bind_sizes: Callable[[list, tuple], dict]) -> None:
-        """`compile_piece(sub, sizes)` compiles a piece; `sizes` is filled, before each
-        call, with the size symbols of the whole graph (`bind_sizes` reads them)."""
-        from torch.fx.passes.split_module import split_module
-
-        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        self.bind_sizes = bind_sizes
-        self.sizes: dict = {}
-        counter = [0]
-        kind: list[bool | None] = [None]
-
-        def part_of(node: torch.fx.Node) -> int:
-            if node.target is operator.getitem:  # an item of the result it reads
-                return parts[node.args[0]]
-            collective = is_collective(node)
-            if kind[0] is not None and collective != kind[0]:
-                counter[0] += 1
-            kind[0] = collective
-            return counter[0]
-
-        parts: dict[torch.fx.Node, int] = {}
-        for node in gm.graph.nodes:
-            if node.op == "call_function":
-                parts[node] = part_of(node)
-        split = split_module(gm, gm, lambda node: parts[node], keep_original_order=True)
-        num_collectives = 0
-        for node in split.graph.nodes:
-            if node.op != "call_module":
-                continue
-            sub = getattr(split, node.target)
-            ops = [n for n in sub.graph.nodes if n.op == "call_function"]
-            if ops and all(is_collective(n) for n in ops):
-                for n in ops:
-                    n.target = _counted(n.target)
-                    num_collectives += 1
-                sub.recompile()
-            else:
-                setattr(split, node.target, _Piece(sub, compile_piece(sub, self.sizes)))
-        self.split = split
-        stats["num_graph_collective_splits"] += 1
-        split_reasons[reason] += 1
-        message = (f"torchtpu: a compiled graph runs its {num_collectives} collectives through "
-                   f"the tpu process group between compiled pieces: {reason}")
-        log.info(message)
-        if reason not in _warned:
-            _warned.add(reason)
-            warnings.warn(message, stacklevel=2)
-
-    def __call__(self, *args: Any) -> Any:
-        self.sizes.clear()
-        self.sizes.update(self.bind_sizes(self.placeholders, args))
-        out = self.split(*args)
-        return out if isinstance(out, tuple) else (out,)
-
-
-class _Piece(torch.nn.Module):
-    """A compiled piece called as the FX submodule it replaces (one value or a tuple)."""
-
-    def __init__(self, sub: torch.fx.GraphModule, runner: Callable[..., Any]) -> None:
-        super().__init__()
-        out = next(n for n in sub.graph.nodes if n.op == "output")
-        self.single = not isinstance(out.args[0], (tuple, list))
-        self.runner = runner
-
-    def forward(self, *args: Any) -> Any:
-        out = self.runner(*args)
-        return out[0] if self.single else tuple(out)
+def split_at_collectives(gm: torch.fx.GraphModule, reason: str,
+                         compile_piece: Callable[[torch.fx.GraphModule, dict], Callable[..., Any]],
+                         bind_sizes: Callable[[list, tuple], dict]) -> SplitGraph:
+    """`gm` cut at its collectives: compiled pieces between eager collectives."""
+    split = SplitGraph(gm, is_collective, compile_piece, bind_sizes, wrap=_counted)
+    stats["num_graph_collective_splits"] += 1
+    split_reasons[reason] += 1
+    message = (f"torchtpu: a compiled graph runs its {split.num_eager} collectives through "
+               f"the tpu process group between compiled pieces: {reason}")
+    log.info(message)
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(message, stacklevel=2)
+    return split
 
 
 def compile_stats() -> dict[str, Any]:

@@ -35,6 +35,7 @@ from torchtpu.dynamo.graph_spec import (
     evaluate,
     free_symbols,
 )
+from torchtpu.dynamo.split import SplitGraph, split_at_unlowered, unlowered_ops
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -130,9 +131,11 @@ class GraphRunner:
         # which AOTAutograd's epilogue copies back into the caller's tensor.
         self.mutated = mutated or []
         self.device = _device_of(example_inputs) if device is None else device
-        # Functional collectives: compiled into the program (InPluginCollectives, built on
-        # the first run) or the graph runs cut at them (`fallback`, a SplitGraph).
-        found = graph_collectives.plan(gm)
+        # Ops with no lowering: the graph runs cut at them (`fallback`, a SplitGraph), they
+        # run eagerly. Functional collectives: compiled into the program
+        # (InPluginCollectives, built on the first run) or the graph runs cut at them.
+        self.unlowered = unlowered_ops(gm)
+        found = None if self.unlowered else graph_collectives.plan(gm)
         self.collectives = found if isinstance(found, graph_collectives.InPluginCollectives) \
             else None
         self.fallback: Any = None
@@ -149,7 +152,7 @@ class GraphRunner:
         self.padded_gm: torch.fx.GraphModule | None = None
         self.bucket_plan: BucketPlan | None = None
         # Collectives see whole tensors: no padded dims in graphs that hold them.
-        policy = "off" if found is not None else bucket_policy()
+        policy = "off" if found is not None or self.unlowered else bucket_policy()
         if self.symbols and policy != "off":
             padded = _copy(gm)
             try:
@@ -172,7 +175,10 @@ class GraphRunner:
         self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
         self.forms: dict[tuple[int, ...], list[Any]] = {}
         self.ran = False
-        if isinstance(found, str):
+        if self.unlowered:
+            self.fallback = split_at_unlowered(gm, self.unlowered, self._compile_piece,
+                                               bind_sizes)
+        elif isinstance(found, str):
             self.fallback = self._split(found)
         elif not self.symbols and found is None:
             self._get(())
@@ -235,12 +241,13 @@ class GraphRunner:
             raise UnsupportedGraph(f"tpu compile: cannot read sizes {missing} from the inputs")
         return values
 
-    def _split(self, reason: str) -> graph_collectives.SplitGraph:
+    def _compile_piece(self, sub: torch.fx.GraphModule, sizes: dict) -> GraphRunner:
+        return GraphRunner(sub, [], device=self.device, known_sizes=sizes)
+
+    def _split(self, reason: str) -> SplitGraph:
         """This graph cut at its collectives, each piece between them a runner."""
-        return graph_collectives.SplitGraph(
-            self.gm, reason,
-            lambda sub, sizes: GraphRunner(sub, [], device=self.device, known_sizes=sizes),
-            bind_sizes)
+        return graph_collectives.split_at_collectives(self.gm, reason, self._compile_piece,
+                                                      bind_sizes)
 
     def _resolve_collectives(self) -> None:
         """First run of a graph with collectives: resolve its groups with the other ranks;

@@ -1,0 +1,154 @@
+"""A graph cut where parts of it must run eagerly: compiled pieces between eager calls.
+
+Two kinds of node run that way: functional collectives that cannot go into the program
+(dynamo/collectives.py decides, and counts them) and ops the lowering table has no entry for
+(`unlowered_ops`: ``special.*`` functions, ``linalg.eig``, ``segment_reduce``, ...), which
+then run as they do in eager mode (a counted CPU fallback, with its warning) instead of
+failing the whole compile. The graph is cut with FX's ``split_module`` into runs of eager
+nodes and runs of compiled ones, in the graph's order; each compiled run is a runner of its
+own (with its size symbols bound from the whole graph's inputs).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from torchtpu import _C
+
+log = logging.getLogger("torchtpu.compile")
+
+# Graphs cut at ops with no lowering, by op; eager calls of such ops made that way.
+stats: Counter = Counter()
+unlowered_splits: Counter = Counter()
+_lowered: frozenset[str] | None = None
+
+
+def op_name(target: Any) -> str:
+    schema = target._schema
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def unlowered_ops(gm: torch.fx.GraphModule) -> list[str]:
+    """The ATen ops of `gm` with no lowering, in graph order, each once."""
+    global _lowered
+    if _lowered is None:
+        _lowered = frozenset(_C.lowered_ops())
+    names: list[str] = []
+    for node in gm.graph.nodes:
+        if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            continue  # size arithmetic (sym_size, ...): not a program op (graph_spec)
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            name = op_name(node.target)
+            if name not in _lowered and name not in names:
+                names.append(name)
+    return names
+
+
+class SplitGraph:
+    """Runs `gm` cut at the nodes `runs_eagerly` picks (each called through `wrap(op)`)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, runs_eagerly: Callable[[torch.fx.Node], bool],
+                 compile_piece: Callable[[torch.fx.GraphModule, dict], Callable[..., Any]],
+                 bind_sizes: Callable[[list, tuple], dict],
+                 wrap: Callable[[Any], Callable[..., Any]] = lambda op: op) -> None:
+        """`compile_piece(sub, sizes)` compiles a piece; `sizes` is filled, before each
+        call, with the size symbols of the whole graph (`bind_sizes` reads them)."""
+        from torch.fx.passes.split_module import split_module
+
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.bind_sizes = bind_sizes
+        self.sizes: dict = {}
+        counter = [0]
+        kind: list[bool | None] = [None]
+
+        def part_of(node: torch.fx.Node) -> int:
+            if node.target is operator.getitem:  # an item of the result it reads
+                return parts[node.args[0]]
+            eager = runs_eagerly(node)
+            if kind[0] is not None and eager != kind[0]:
+                counter[0] += 1
+            kind[0] = eager
+            return counter[0]
+
+        parts: dict[torch.fx.Node, int] = {}
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                parts[node] = part_of(node)
+        split = split_module(gm, gm, lambda node: parts[node], keep_original_order=True)
+        self.num_eager = 0
+        for node in split.graph.nodes:
+            if node.op != "call_module":
+                continue
+            sub = getattr(split, node.target)
+            ops = [n for n in sub.graph.nodes if n.op == "call_function"]
+            if ops and all(runs_eagerly(n) or n.target is operator.getitem for n in ops):
+                for n in ops:
+                    if n.target is not operator.getitem:
+                        n.target = wrap(n.target)
+                        self.num_eager += 1
+                sub.recompile()
+            else:
+                setattr(split, node.target, _Piece(sub, compile_piece(sub, self.sizes)))
+        self.split = split
+
+    def __call__(self, *args: Any) -> Any:
+        self.sizes.clear()
+        self.sizes.update(self.bind_sizes(self.placeholders, args))
+        out = self.split(*args)
+        return out if isinstance(out, tuple) else (out,)
+
+
+def split_at_unlowered(gm: torch.fx.GraphModule, names: list[str],
+                       compile_piece: Callable[[torch.fx.GraphModule, dict], Callable[..., Any]],
+                       bind_sizes: Callable[[list, tuple], dict]) -> SplitGraph:
+    """`gm` cut at its ops with no lowering (`names`), which run eagerly."""
+    unlowered = set(names)
+
+    def runs_eagerly(node: torch.fx.Node) -> bool:
+        return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+                and op_name(node.target) in unlowered)
+
+    def counted(op: Any) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            stats["num_out_of_graph_ops"] += 1
+            return op(*args, **kwargs)
+
+        run.__name__ = f"out_of_graph_{op._schema.name.split('::')[-1]}"
+        return run
+
+    split = SplitGraph(gm, runs_eagerly, compile_piece, bind_sizes, wrap=counted)
+    stats["num_graph_unlowered_splits"] += 1
+    for name in names:
+        unlowered_splits[name] += 1
+    log.info("torchtpu: a compiled graph runs %s eagerly (no lowering) between %s",
+             ", ".join(names), "compiled pieces")
+    return split
+
+
+class _Piece(torch.nn.Module):
+    """A compiled piece called as the FX submodule it replaces (one value or a tuple)."""
+
+    def __init__(self, sub: torch.fx.GraphModule, runner: Callable[..., Any]) -> None:
+        super().__init__()
+        out = next(n for n in sub.graph.nodes if n.op == "output")
+        self.single = not isinstance(out.args[0], (tuple, list))
+        self.runner = runner
+
+    def forward(self, *args: Any) -> Any:
+        out = self.runner(*args)
+        return out[0] if self.single else tuple(out)
+
+
+def compile_stats() -> dict[str, Any]:
+    return {
+        "num_graph_unlowered_splits": stats["num_graph_unlowered_splits"],
+        "num_out_of_graph_ops": stats["num_out_of_graph_ops"],
+        "graph_unlowered_splits": dict(unlowered_splits),
+    }
