@@ -5,7 +5,8 @@
 // so these run PyTorch's composition step by step, every step a lowered op
 // (linalg_lu_factor_ex, prod, ...), with the CPU kernel's choice of factors. (In compiled
 // graphs they have no lowering: the graph cannot tell which factors the backward expects.)
-// Also the guard of the eigendecompositions' CPU fallback against NaN inputs.
+// Also the eager check of LAPACK's info, and the guard of the eigendecompositions' CPU
+// fallback against NaN inputs.
 #include <ATen/ATen.h>
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "aten/op_special_cases.h"
+#include "base/metrics.h"
 
 namespace torchtpu::aten {
 
@@ -78,7 +80,17 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> linalg_slogdet_ou
   return {sign, logabsdet, LU, pivots};
 }
 
+// The linalg wrappers' check of LAPACK's `info`: PyTorch's kernel on the host copy, which
+// names the failing matrix and element (a compiled graph's lowering is a data check with
+// a fixed message instead; lowering/asserts.cc).
+void linalg_check_errors(const at::Tensor& info, c10::string_view api_name, bool is_matrix) {
+  base::keyed_counter_add("host_roundtrip_ops", "aten::_linalg_check_errors");
+  base::counter_add("num_host_roundtrips");
+  at::_linalg_check_errors(info.cpu(), api_name, is_matrix);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_linalg_check_errors", linalg_check_errors);
   m.impl("_linalg_det.result", linalg_det_out);
   m.impl("_linalg_slogdet.sign", linalg_slogdet_out);
 }
