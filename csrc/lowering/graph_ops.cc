@@ -121,6 +121,29 @@ Result lower_select(LoweringContext& c) {
   return one(b.reshape(b.slice(x, lo, hi, strides), c.out_type().dims));
 }
 
+// unfold(self, dimension, size, step): the windows along `dimension` at its place and each
+// window's elements as a new last dim, out[..., w, ..., j] = self[..., w * step + j, ...];
+// one strided slice per window element (a window is a few elements: a kernel, a frame).
+Result lower_unfold(LoweringContext& c) {
+  Builder& b = c.b();
+  Value x = c.tensor(0);
+  const TensorType& out = c.out_type();
+  if (x.rank() == 0 || out.num_elements() == 0) return one(b.reshape(x, out.dims));
+  int64_t dim = wrap_dim(c.int_arg(1), x.rank()), size = c.int_arg(2), step = c.int_arg(3);
+  int64_t windows = out.dims[dim];
+  Dims with_one = out.dims;
+  with_one.back() = 1;
+  std::vector<Value> columns;
+  for (int64_t j = 0; j < size; ++j) {
+    Dims lo(x.rank(), 0), hi = x.dims(), strides(x.rank(), 1);
+    lo[dim] = j;
+    hi[dim] = j + (windows - 1) * step + 1;
+    strides[dim] = step;
+    columns.push_back(b.reshape(b.slice(x, lo, hi, strides), with_one));
+  }
+  return one(columns.size() == 1 ? columns[0] : b.concatenate(columns, out.rank() - 1));
+}
+
 // split.Tensor(self, split_size, dim), split_with_sizes(self, sizes, dim) and
 // unbind.int(self, dim): consecutive pieces along `dim`, sized by the out types.
 Result lower_split(LoweringContext& c) {
@@ -441,6 +464,7 @@ void register_graph_lowerings() {
   register_lowering({"aten::expand", "aten::expand_copy"}, lower_expand);
   register_lowering({"aten::slice.Tensor", "aten::slice_copy.Tensor"}, lower_slice);
   register_lowering({"aten::select.int", "aten::select_copy.int"}, lower_select);
+  register_lowering({"aten::unfold", "aten::unfold_copy"}, lower_unfold);
   register_lowering({"aten::narrow_copy", "aten::narrow_copy.out"}, lower_narrow_copy);
   register_lowering({"aten::split.Tensor", "aten::split_copy.Tensor", "aten::split_with_sizes",
                      "aten::split_with_sizes_copy", "aten::unbind.int", "aten::unbind_copy.int"},

@@ -176,7 +176,7 @@ def test_gpt_block_causal_attention_embedding_cross_entropy(sdpa: bool) -> None:
 
 def test_view_ops_on_values() -> None:
     # Every view below is a new value in the graph: permute, transpose, t, expand,
-    # unsqueeze/squeeze, slice with steps, select, split/chunk/unbind, as_strided.
+    # unsqueeze/squeeze, slice with steps, select, split/chunk/unbind, as_strided, unfold.
     def views(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         y = x * 2
         a = y.permute(2, 0, 1) + 1
@@ -187,7 +187,8 @@ def test_view_ops_on_values() -> None:
         f = torch.unbind(y, dim=0)
         g = y.as_strided((2, 3), (5, 2), 1) + 0
         h = y[:, -1, 2]
-        return a, b, c, d0 + 1, d1 + 1, e[0][..., :2] + e[1], f[1] - f[0], g, h
+        i = y.unfold(2, 3, 2) + y.unfold(0, 1, 1).sum()  # windows along a dim
+        return a, b, c, d0 + 1, d1 + 1, e[0][..., :2] + e[1], f[1] - f[0], g, h, i
 
     x = torch.randn(2, 4, 5)
     _check_function(views, x)

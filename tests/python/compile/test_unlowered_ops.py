@@ -15,8 +15,8 @@ TPU = "tpu"
 
 
 def _mixed(x: torch.Tensor) -> torch.Tensor:
-    # Lowered ops around two ops with no lowering (special.bessel_j0, special.erfcx) and one
-    # whose result feeds a lowered op again (unfold, a view).
+    # Lowered ops (unfold among them) around two ops with no lowering (special.bessel_j0,
+    # special.erfcx), whose results feed lowered ops again.
     y = torch.special.bessel_j0(x * 2) + 1
     return torch.special.erfcx(y).sum(0) * x.unfold(0, 2, 1).sum()
 
@@ -34,12 +34,11 @@ def test_graph_runs_cut_at_ops_without_lowering() -> None:
     before = fallbacks()
     actual = torch.compile(_mixed, backend="tpu", dynamic=False)(x.to(TPU))
     torch.testing.assert_close(actual.cpu(), _mixed(x), rtol=1e-5, atol=1e-5)
-    # The unlowered ops ran eagerly, as in eager mode: the special functions as CPU
-    # fallbacks (unfold is a view there); nothing else fell back.
+    # The unlowered ops ran eagerly, as in eager mode (CPU fallbacks); nothing else did.
     assert set(new_fallbacks(before)) == {"aten::special_bessel_j0.out", "aten::special_erfcx.out"}
     splits = _stats()["graph_unlowered_splits"]
     assert splits.get("aten::special_erfcx", 0) > splits_before.get("aten::special_erfcx", 0)
-    assert _stats()["num_out_of_graph_ops"] >= eager_before + 3
+    assert _stats()["num_out_of_graph_ops"] >= eager_before + 2
 
 
 def test_gradient_through_a_split_graph() -> None:
