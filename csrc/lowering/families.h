@@ -22,6 +22,7 @@ void register_distance_lowerings();
 void register_grid_sample_lowerings();
 void register_fractional_pool_lowerings();
 void register_ctc_loss_lowerings();
+void register_incomplete_gamma_lowerings();
 void register_unpool_lowerings();
 void register_search_lowerings();
 void register_index_reduce_lowerings();

@@ -37,6 +37,7 @@ void ensure_registered() {
     register_grid_sample_lowerings();
     register_fractional_pool_lowerings();
     register_ctc_loss_lowerings();
+    register_incomplete_gamma_lowerings();
     register_unpool_lowerings();
     register_search_lowerings();
     register_index_reduce_lowerings();

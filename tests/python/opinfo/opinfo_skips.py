@@ -9,6 +9,4 @@ SKIPS: dict[str, str] = {
     '_segment_reduce.lengths': 'fallback: aten::segment_reduce',
     '_segment_reduce.offsets': 'fallback: aten::segment_reduce',
     'chalf': 'harness: NotImplementedError: "nan_to_num" not implemented for \'ComplexHalf\'',
-    'igamma': 'fallback: aten::igamma.out',
-    'igammac': 'fallback: aten::igammac.out',
 }
