@@ -325,36 +325,48 @@ Value floor_divide_float(Builder& b, Value x, Value y) {
   return b.select(b.compare(y, zero, "EQ"), b.div(x, y), r);
 }
 
-// i0 (the modified Bessel function of the first kind, order 0), in float64 whatever the
-// dtype: for |x| < 20 its power series sum (x^2/4)^k / (k!)^2 (positive terms: 48 of them
-// reach double precision at 20), above it the asymptotic series
-// e^|x| / sqrt(2 pi |x|) * sum ((2k-1)!!)^2 / (k! (8|x|)^k) (25 terms). PyTorch's float32
-// kernel computes e^|x| in float32, so its i0 is inf from |x| > 88.7228 on, short of where
-// I0 itself leaves float32's range; the same here.
-Value i0(Builder& b, Value x) {
+// The modified Bessel functions of the first kind of order 0 and 1 (i0, special.i1) and
+// their scaled forms e^-|x| I(x) (special.i0e, special.i1e), in float64 whatever the dtype:
+// for |x| < 20 the power series (|x|/2)^order sum (x^2/4)^k / (k! (k + order)!) (positive
+// terms: 48 of them reach double precision at 20), above it the asymptotic series
+// e^|x| / sqrt(2 pi |x|) * sum_k prod_{j<=k} ((2j-1)^2 - 4 order^2) / (j 8|x|) (25 terms).
+// I1 is odd (i1(-0) is +0, as there). PyTorch's float32 kernels compute e^|x| in float32,
+// so their unscaled values are inf from |x| > 88.7228 on, short of where I itself leaves
+// float32's range; the same here. At +-inf the unscaled ones are NaN (inf / inf) and the
+// scaled ones +-0, as there.
+Value bessel_i(Builder& b, Value x, int order, bool scaled) {
   DType t = x.dtype();
   Value a = b.unary("abs", b.convert(x, DType::kF64));
   const TensorType& ft = a.type;
   Value y = b.mul(b.mul(a, a), b.splat(0.25, ft));
   Value term = b.splat(1, ft), small = b.splat(1, ft);
   for (int k = 1; k <= 48; ++k) {
-    term = b.mul(term, b.mul(y, b.splat(1.0 / (static_cast<double>(k) * k), ft)));
+    term = b.mul(term, b.mul(y, b.splat(1.0 / (static_cast<double>(k) * (k + order)), ft)));
     small = b.add(small, term);
   }
+  if (order == 1) small = b.mul(small, b.mul(a, b.splat(0.5, ft)));
   Value inv8x = b.div(b.splat(1, ft), b.mul(a, b.splat(8, ft)));
   Value t_k = b.splat(1, ft), series = b.splat(1, ft);
   for (int k = 1; k <= 25; ++k) {
     double odd = 2.0 * k - 1;
-    t_k = b.mul(t_k, b.mul(inv8x, b.splat(odd * odd / k, ft)));
+    t_k = b.mul(t_k, b.mul(inv8x, b.splat((odd * odd - 4.0 * order * order) / k, ft)));
     series = b.add(series, t_k);
   }
-  Value large = b.div(b.mul(b.unary("exponential", a), series),
-                      b.unary("sqrt", b.mul(a, b.splat(2 * M_PI, ft))));
-  Value r = b.select(b.compare(a, b.splat(20, ft), "LT"), small, large);
-  if (t != DType::kF64) {  // finite x only: at +-inf both give NaN (inf / inf)
-    Value overflows = b.binary("and", b.compare(a, b.splat(88.72283935546875, ft), "GT"),
-                               b.compare(a, b.splat(INFINITY, ft), "LT"));
-    r = b.select(overflows, b.splat(INFINITY, ft), r);
+  Value large = b.div(series, b.unary("sqrt", b.mul(a, b.splat(2 * M_PI, ft))));
+  Value below = b.compare(a, b.splat(20, ft), "LT");
+  Value r;
+  if (scaled) {
+    r = b.select(below, b.mul(small, b.unary("exponential", b.unary("negate", a))), large);
+  } else {
+    r = b.select(below, small, b.mul(b.unary("exponential", a), large));
+    if (t != DType::kF64) {  // finite x only: at +-inf both give NaN (inf / inf)
+      Value overflows = b.binary("and", b.compare(a, b.splat(88.72283935546875, ft), "GT"),
+                                 b.compare(a, b.splat(INFINITY, ft), "LT"));
+      r = b.select(overflows, b.splat(INFINITY, ft), r);
+    }
+  }
+  if (order == 1) {
+    r = b.select(b.compare(b.convert(x, DType::kF64), b.zeros(ft), "LT"), b.unary("negate", r), r);
   }
   return b.convert(r, t);
 }
@@ -531,7 +543,13 @@ void register_elementwise_math_lowerings() {
                     shift(false));
   register_lowering({"aten::trace", "aten::trace.out"}, lower_trace);
   register_with_variants("gcd", {""}, integer_fn(gcd));
-  register_with_variants("i0", {""}, float_fn(i0));
+  register_with_variants("i0", {""}, float_fn([](Builder& b, Value x) { return bessel_i(b, x, 0, false); }));
+  register_with_variants("special_i0e", {""},
+                         float_fn([](Builder& b, Value x) { return bessel_i(b, x, 0, true); }));
+  register_with_variants("special_i1", {""},
+                         float_fn([](Builder& b, Value x) { return bessel_i(b, x, 1, false); }));
+  register_with_variants("special_i1e", {""},
+                         float_fn([](Builder& b, Value x) { return bessel_i(b, x, 1, true); }));
   register_lowering({"aten::frexp.Tensor", "aten::frexp.Tensor_out"}, lower_frexp);
   register_with_variants("lcm", {""}, integer_fn(lcm));
   register_lowering({"aten::linalg_cross", "aten::linalg_cross.out"}, lower_linalg_cross);

@@ -491,8 +491,9 @@ void register_graph_factory_lowerings() {
                       size_t arg = op == "aten::scalar_tensor" ? 0 : op == "aten::new_full" ? 2 : 1;
                       return fill_from(arg)(c);
                     });
+  // _efficientzerotensor (autograd's zero gradients) is an ordinary zero tensor here.
   register_lowering({"aten::zeros", "aten::zeros_like", "aten::new_zeros", "aten::empty_like",
-                     "aten::new_empty", "aten::empty_permuted"},
+                     "aten::new_empty", "aten::empty_permuted", "aten::_efficientzerotensor"},
                     lower_zeros);
   register_lowering({"aten::ones", "aten::ones_like", "aten::new_ones"}, lower_ones);
   register_lowering({"aten::arange", "aten::arange.start", "aten::arange.start_step"},

@@ -758,6 +758,9 @@ void register_nn_lowerings() {
                     lower_batch_norm);
   register_lowering({"aten::_batch_norm_with_update", "aten::_batch_norm_with_update_functional"},
                     lower_batch_norm_with_update);
+  // batch_norm_backward (the backward of _batch_norm_with_update) takes the same arguments
+  // up to output_mask, `update` in train's place, then a reserve tensor it does not read.
+  register_lowering({"aten::batch_norm_backward"}, lower_batch_norm_backward);
   register_lowering({"aten::native_batch_norm_backward", "aten::native_batch_norm_backward.out"},
                     lower_batch_norm_backward);
   register_lowering({"aten::nll_loss_forward", "aten::nll_loss_forward.output",

@@ -586,8 +586,8 @@ def test_multihead_attention_eval_fast_path_with_weights() -> None:
 # ---- compiled graphs ---------------------------------------------------------------------
 
 def test_compiled_graph_shares_the_lowerings() -> None:
-    # Ops without PyTorch's effectful error check (_linalg_check_errors: compiled graphs
-    # do not take with_effects yet) lower inside one graph like in eager mode.
+    # The *_ex ops and the factorizations lower inside one graph like in eager mode (the
+    # checking wrappers, linalg.inv and co., in compile/test_graph_checks.py).
     def f(a: torch.Tensor, s: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
         q, r = torch.linalg.qr(a)
         lower, info = torch.linalg.cholesky_ex(s)

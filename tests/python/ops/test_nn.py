@@ -114,6 +114,21 @@ def test_batch_norm_with_update_like_cpu(dtype: torch.dtype, stats_dtype: torch.
                 dtype_tols=tols)
 
 
+def test_batch_norm_with_update_gradients_like_cpu() -> None:
+    # Its backward is batch_norm_backward (with a reserve tensor), lowered like
+    # native_batch_norm_backward: gradients of the input, weight and bias on the device.
+    x, w, bias = make((4, 3, 5), torch.float32), make((3,), torch.float32), make((3,), torch.float32)
+
+    def grads(t, w, bias):
+        t, w, bias = (v.clone().requires_grad_(True) for v in (t, w, bias))
+        mean, var = torch.zeros(3, device=t.device), torch.ones(3, device=t.device)
+        out = torch.ops.aten._batch_norm_with_update(t, w, bias, mean, var, 0.1, 1e-5)[0]
+        (out * torch.arange(out.numel(), device=t.device).view(out.shape)).sum().backward()
+        return t.grad, w.grad, bias.grad
+
+    assert_same(grads, x, w, bias, dtype_tols={torch.float32: (1e-4, 1e-4)})
+
+
 def test_dropout_statistics() -> None:
     torchtpu.manual_seed(0)
     p = 0.3
