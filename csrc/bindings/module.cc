@@ -236,6 +236,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("keyed_counters", &base::keyed_counters_snapshot);
   m.def("reset_metrics", &base::reset_metrics);
   m.def("lowered_ops", &lowering::registered_lowerings);
+  m.def("has_lowering", [](const std::string& name) {
+    return lowering::find_lowering(name) != nullptr;  // the table or a module call (jax_op)
+  });
   m.def("host_kernels", &aten::registered_host_kernels);
   m.def("op_cache_size", &aten::op_cache_size);
   m.def("executable_cache_size", [] { return aten::compile_cache().size(); });

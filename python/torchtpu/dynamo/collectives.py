@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchtpu.dynamo.split import SplitGraph
+from torchtpu.dynamo.split import SplitGraph, counted
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -209,20 +209,12 @@ def note_lowered(num: int) -> None:
     stats["num_graph_collectives_lowered"] += num
 
 
-def _counted(op: Any) -> Callable[..., Any]:
-    def run(*args: Any, **kwargs: Any) -> Any:
-        stats["num_out_of_graph_collectives"] += 1
-        return op(*args, **kwargs)
-
-    run.__name__ = f"out_of_graph_{op._schema.name.split('::')[-1]}"
-    return run
-
-
 def split_at_collectives(gm: torch.fx.GraphModule, reason: str,
                          compile_piece: Callable[[torch.fx.GraphModule, dict], Callable[..., Any]],
                          bind_sizes: Callable[[list, tuple], dict]) -> SplitGraph:
     """`gm` cut at its collectives: compiled pieces between eager collectives."""
-    split = SplitGraph(gm, is_collective, compile_piece, bind_sizes, wrap=_counted)
+    split = SplitGraph(gm, is_collective, compile_piece, bind_sizes,
+                       wrap=lambda op: counted(op, stats, "num_out_of_graph_collectives"))
     stats["num_graph_collective_splits"] += 1
     split_reasons[reason] += 1
     message = (f"torchtpu: a compiled graph runs its {split.num_eager} collectives through "

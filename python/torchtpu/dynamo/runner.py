@@ -134,7 +134,7 @@ class GraphRunner:
         # Ops with no lowering: the graph runs cut at them (`fallback`, a SplitGraph), they
         # run eagerly. Functional collectives: compiled into the program
         # (InPluginCollectives, built on the first run) or the graph runs cut at them.
-        self.unlowered = unlowered_ops(gm)
+        self.unlowered = unlowered_ops(gm, graph_collectives.is_collective)
         found = None if self.unlowered else graph_collectives.plan(gm)
         self.collectives = found if isinstance(found, graph_collectives.InPluginCollectives) \
             else None

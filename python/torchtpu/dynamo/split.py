@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +28,7 @@ log = logging.getLogger("torchtpu.compile")
 # Graphs cut at ops with no lowering, by op; eager calls of such ops made that way.
 stats: Counter = Counter()
 unlowered_splits: Counter = Counter()
-_lowered: frozenset[str] | None = None
+_warned: set[str] = set()
 
 
 def op_name(target: Any) -> str:
@@ -35,20 +36,33 @@ def op_name(target: Any) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
-def unlowered_ops(gm: torch.fx.GraphModule) -> list[str]:
-    """The ATen ops of `gm` with no lowering, in graph order, each once."""
-    global _lowered
-    if _lowered is None:
-        _lowered = frozenset(_C.lowered_ops())
+def unlowered_ops(gm: torch.fx.GraphModule,
+                  handled: Callable[[torch.fx.Node], bool] = lambda node: False) -> list[str]:
+    """The ops of `gm` with no lowering (neither in the lowering table nor a module call
+    such as a jax_op function), in graph order, each once; nodes `handled` (collectives,
+    cut by their own rule) are left out."""
     names: list[str] = []
     for node in gm.graph.nodes:
         if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
             continue  # size arithmetic (sym_size, ...): not a program op (graph_spec)
+        if handled(node):
+            continue
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             name = op_name(node.target)
-            if name not in _lowered and name not in names:
+            if name not in names and not _C.has_lowering(name):
                 names.append(name)
     return names
+
+
+def counted(op: Any, counter: Counter, key: str) -> Callable[..., Any]:
+    """`op`, counting its calls under `key` of `counter` (an eager node of a cut graph)."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        counter[key] += 1
+        return op(*args, **kwargs)
+
+    run.__name__ = f"out_of_graph_{op._schema.name.split('::')[-1]}"
+    return run
 
 
 class SplitGraph:
@@ -115,20 +129,19 @@ def split_at_unlowered(gm: torch.fx.GraphModule, names: list[str],
         return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
                 and op_name(node.target) in unlowered)
 
-    def counted(op: Any) -> Callable[..., Any]:
-        def run(*args: Any, **kwargs: Any) -> Any:
-            stats["num_out_of_graph_ops"] += 1
-            return op(*args, **kwargs)
-
-        run.__name__ = f"out_of_graph_{op._schema.name.split('::')[-1]}"
-        return run
-
-    split = SplitGraph(gm, runs_eagerly, compile_piece, bind_sizes, wrap=counted)
+    split = SplitGraph(gm, runs_eagerly, compile_piece, bind_sizes,
+                       wrap=lambda op: counted(op, stats, "num_out_of_graph_ops"))
     stats["num_graph_unlowered_splits"] += 1
     for name in names:
         unlowered_splits[name] += 1
-    log.info("torchtpu: a compiled graph runs %s eagerly (no lowering) between %s",
-             ", ".join(names), "compiled pieces")
+    message = (f"torchtpu: a compiled graph runs {', '.join(names)} eagerly between compiled "
+               "pieces (no lowering): each call runs one program per piece and those ops as "
+               "eager mode runs them")
+    log.info(message)
+    fresh = [n for n in names if n not in _warned]
+    if fresh:
+        _warned.update(fresh)
+        warnings.warn(message, stacklevel=2)
     return split
 
 
