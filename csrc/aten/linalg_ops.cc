@@ -40,7 +40,8 @@ bool run_eig_fallback_guarding_nan(const std::string& name, const c10::OperatorH
     at::Tensor out = (*stack)[i].toTensor();
     at::Tensor mask = bad;
     while (mask.dim() < out.dim()) mask = mask.unsqueeze(-1);
-    at::Scalar nan = out.is_complex() ? at::Scalar(c10::complex<double>(NAN, NAN)) : at::Scalar(NAN);
+    at::Scalar nan =
+        out.is_complex() ? at::Scalar(c10::complex<double>(NAN, NAN)) : at::Scalar(NAN);
     out.copy_(out.cpu().masked_fill_(mask, nan));
   }
   return true;

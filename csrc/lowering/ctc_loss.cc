@@ -129,8 +129,8 @@ Ctc extended_target(LoweringContext& c, size_t lp_i, size_t targets_i, size_t il
 Value log_add3(Builder& b, Value x, Value y, Value z) {
   Value m = b.max(x, b.max(y, z));
   m = b.select(b.compare(m, neg_inf(b, m.type), "EQ"), b.zeros(m.type), m);
-  Value sum = b.add(b.unary("exponential", b.sub(x, m)),
-                    b.add(b.unary("exponential", b.sub(y, m)), b.unary("exponential", b.sub(z, m))));
+  auto term = [&](Value v) { return b.unary("exponential", b.sub(v, m)); };
+  Value sum = b.add(b.add(term(x), term(y)), term(z));  // the CPU kernel's order
   return b.add(b.unary("log", sum), m);
 }
 
@@ -182,7 +182,8 @@ std::pair<Value, Value> forward(Builder& b, const Ctc& k) {
       [&](Builder& lb, const std::vector<Value>& st) {
         Value t = st[0], prev = st[1];
         Value from_skip = lb.select(k.skip_ok, shifted(lb, prev, -2), neg_inf(lb, row_t));
-        Value next = lb.add(log_add3(lb, prev, shifted(lb, prev, -1), from_skip), row_at(lb, k.lp, t));
+        Value next = lb.add(log_add3(lb, prev, shifted(lb, prev, -1), from_skip),
+                            row_at(lb, k.lp, t));
         next = lb.select(k.in_target, next, neg_inf(lb, row_t));
         Value active = lb.compare(splat_index(lb, t, {k.N, k.S}), il, "LT");
         Value written = put_row(lb, st[2], lb.select(active, next, neg_inf(lb, row_t)), t);
@@ -206,7 +207,9 @@ std::pair<Value, Value> forward(Builder& b, const Ctc& k) {
     if (k.input_lengths[n] == 0) none_code[n] = k.target_lengths[n] == 0 ? 1 : 2;
   }
   Value code = b.constant_i64s(none_code, {k.N});
-  auto is = [&](int64_t v) { return b.compare(code, b.splat(static_cast<double>(v), code.type), "EQ"); };
+  auto is = [&](int64_t v) {
+    return b.compare(code, b.splat(static_cast<double>(v), code.type), "EQ");
+  };
   nll = b.select(is(1), b.zeros(nt), b.select(is(2), b.splat(INFINITY, nt), nll));
   return {b.transpose(out[2], {1, 0, 2}), nll};
 }
@@ -285,7 +288,8 @@ Result lower_ctc_loss_backward(LoweringContext& c) {
   g = b.mul(g, b.broadcast_in_dim(c.tensor(0), d, {1}));
   // Zero at t >= I, and for a whole sample whose loss is inf under zero_infinity.
   Value t_idx = b.iota(TensorType{DType::kI64, d}, 0);
-  Value keep = b.compare(t_idx, b.broadcast_in_dim(b.constant_i64s(k.input_lengths, {k.N}), d, {1}), "LT");
+  Value lengths = b.broadcast_in_dim(b.constant_i64s(k.input_lengths, {k.N}), d, {1});
+  Value keep = b.compare(t_idx, lengths, "LT");
   if (c.bool_arg(8)) {
     keep = b.binary("and", keep, b.compare(nll, b.splat(INFINITY, nll.type), "NE"));
   }

@@ -543,7 +543,8 @@ void register_elementwise_math_lowerings() {
                     shift(false));
   register_lowering({"aten::trace", "aten::trace.out"}, lower_trace);
   register_with_variants("gcd", {""}, integer_fn(gcd));
-  register_with_variants("i0", {""}, float_fn([](Builder& b, Value x) { return bessel_i(b, x, 0, false); }));
+  register_with_variants("i0", {""},
+                         float_fn([](Builder& b, Value x) { return bessel_i(b, x, 0, false); }));
   register_with_variants("special_i0e", {""},
                          float_fn([](Builder& b, Value x) { return bessel_i(b, x, 0, true); }));
   register_with_variants("special_i1", {""},

@@ -27,7 +27,9 @@ using Result = base::StatusOr<std::vector<Value>>;
 
 constexpr int64_t kMaxIterations = 2000;
 
-double epsilon_of(DType t) { return t == DType::kF64 ? 1.11022302462515654042e-16 : 5.9604644775390625e-8; }
+double epsilon_of(DType t) {
+  return t == DType::kF64 ? 1.11022302462515654042e-16 : 5.9604644775390625e-8;
+}
 
 Value any_of(Builder& b, Value mask) {
   if (mask.rank() == 0) return mask;
@@ -37,8 +39,9 @@ Value any_of(Builder& b, Value mask) {
 // Runs `step` (state -> next state, the first value of the state being the per-element
 // "done" mask) until every element is done or kMaxIterations; done elements keep their
 // values.
-std::vector<Value> iterate(Builder& b, std::vector<Value> init,
-                           const std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>& step) {
+using Step = std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>;
+
+std::vector<Value> iterate(Builder& b, std::vector<Value> init, const Step& step) {
   init.insert(init.begin(), b.constant_i64(0, DType::kI64));
   std::vector<Value> out = b.while_loop(
       init,
@@ -96,7 +99,8 @@ Value p_series(Builder& b, Value a, Value x, Value active) {
 // Q(a, x) by the continued fraction, for the elements of `active`.
 Value q_continued_fraction(Builder& b, Value a, Value x, Value active) {
   Value eps = b.splat(epsilon_of(a.dtype()), a.type), one = b.splat(1, a.type);
-  Value big = b.splat(4.503599627370496e15, a.type), biginv = b.splat(2.22044604925031308085e-16, a.type);
+  Value big = b.splat(4.503599627370496e15, a.type);
+  Value biginv = b.splat(2.22044604925031308085e-16, a.type);
   Value y = b.sub(one, a);
   Value z = b.add(b.add(x, y), one);
   Value pkm1 = b.add(x, one), qkm1 = b.mul(z, x);
