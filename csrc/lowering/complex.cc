@@ -44,7 +44,7 @@ const std::set<std::string, std::less<>>& complex_ops() {
       "slice", "slice_copy", "select", "select_copy", "split", "split_copy", "split_with_sizes",
       "split_with_sizes_copy", "unbind", "unbind_copy", "as_strided", "as_strided_copy", "as_strided_scatter", "copy",
       "_to_copy", "clone", "cat", "flip", "roll", "slice_scatter", "select_scatter",
-      "constant_pad_nd", "repeat", "unfold_backward", "gather", "index", "index_select",
+      "constant_pad_nd", "repeat", "unfold", "unfold_copy", "unfold_backward", "gather", "index", "index_select",
       "stack", "diagonal", "diagonal_copy", "diagonal_scatter", "diag_embed",
       // complex views as values (graphs)
       "view_as_real", "view_as_complex", "view_as_real_copy", "view_as_complex_copy", "real",

@@ -372,6 +372,9 @@ Result lower_unfold_backward(LoweringContext& c) {
   Value g = c.tensor(0);
   const TensorType& out = c.out_type();
   int64_t rank = out.rank();
+  if (rank == 0 && g.type.num_elements() == 1) {
+    return std::vector<Value>{to_out(c, b.reshape(g, {}))};  // a 0-d input's one window
+  }
   if (rank == 0 || g.rank() != rank + 1) {
     return base::unimplemented("lowering: unfold_backward of a 0-d input");
   }

@@ -384,3 +384,16 @@ def test_addcmul_addcdiv_complex(op, dtype: torch.dtype) -> None:
     actual = op(a.to("tpu"), t1.to("tpu"), t2.to("tpu"), value=0.5 - 2j)
     assert not new_fallbacks(before), new_fallbacks(before)
     assert_close(actual, op(a, t1, t2, value=0.5 - 2j))
+
+
+def test_unfold_copy_and_unfold_gradients() -> None:
+    # unfold_copy (its lowering, a slice per window element) takes complex tensors; the
+    # gradient of a 0-d tensor's one window is the window's gradient.
+    z = make((4, 6), torch.complex64)
+    before = fallbacks()
+    assert_same(lambda t: torch.unfold_copy(t, 1, 3, 2), z)
+    x = torch.tensor(2.5)
+    x_tpu = x.to("tpu").requires_grad_(True)
+    (x_tpu.unfold(0, 1, 1) * 3).sum().backward()
+    assert not new_fallbacks(before), new_fallbacks(before)
+    assert x_tpu.grad.shape == () and x_tpu.grad.item() == 3.0
