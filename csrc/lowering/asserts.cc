@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lowering/families.h"
+#include "lowering/linalg_util.h"
 #include "lowering/lowering.h"
 
 namespace torchtpu::lowering {
@@ -80,16 +81,8 @@ std::pair<std::string, CheckKind> linalg_error(const std::string& api, bool is_m
 }
 
 Result linalg_check_errors(LoweringContext& c) {
-  Builder& b = c.b();
-  Value info = c.tensor(0);
-  Value ok = b.compare(info, b.zeros(info.type), "EQ");
-  if (ok.rank() > 0) {
-    Dims all;
-    for (int64_t d = 0; d < ok.rank(); ++d) all.push_back(d);
-    ok = b.reduce(ok, b.constant(1, DType::kBool), all, "and");
-  }
   auto [message, kind] = linalg_error(c.string_arg(1), c.bool_arg(2));
-  c.require(ok, message, kind);
+  c.require(linalg::all_zero(c.b(), c.tensor(0)), message, kind);
   return std::vector<Value>{};
 }
 

@@ -43,6 +43,7 @@ struct Ctc {
   Value label;      // [N, S] i64: l'[n, s]
   Value skip_ok;    // [N, S] i1: s > 1 and l'[s] != l'[s - 2] (alpha may come from s - 2)
   Value in_target;  // [N, S] i1: s <= 2 L
+  Value row_of;     // [N, S] i64: n * C + l'[n, s], the row of (n, l') in lp as [N * C, T]
 };
 
 Value neg_inf(Builder& b, const TensorType& t) { return b.splat(-INFINITY, t); }
@@ -118,10 +119,10 @@ Ctc extended_target(LoweringContext& c, size_t lp_i, size_t targets_i, size_t il
   // lp at the extended labels: rows (n, c) of lp as [N * C, T], gathered at n * C + l'.
   Value lp = c.tensor(lp_i);
   Value rows = b.reshape(b.transpose(lp, {1, 2, 0}), {k.N * k.C, k.T});
-  Value row_of = b.add(b.mul(b.iota(TensorType{DType::kI64, {k.N, k.S}}, 0),
-                             b.splat(static_cast<double>(k.C), k.label.type)),
-                       k.label);
-  k.lp = b.transpose(take_rows(b, rows, row_of), {2, 0, 1});
+  k.row_of = b.add(b.mul(b.iota(TensorType{DType::kI64, {k.N, k.S}}, 0),
+                         b.splat(static_cast<double>(k.C), k.label.type)),
+                   k.label);
+  k.lp = b.transpose(take_rows(b, rows, k.row_of), {2, 0, 1});
   return k;
 }
 
@@ -268,14 +269,11 @@ Result lower_ctc_loss_backward(LoweringContext& c) {
   // scattered into rows (n, c) of [N * C, T].
   Value ab = b.add(b.transpose(c.tensor(6), {1, 0, 2}), out[2]);  // [T, N, S]
   Value ab_rows = b.reshape(b.transpose(ab, {1, 2, 0}), {k.N * k.S, k.T});
-  Value row_of = b.add(b.mul(b.iota(TensorType{DType::kI64, {k.N, k.S}}, 0),
-                             b.splat(static_cast<double>(k.C), k.label.type)),
-                       k.label);
-  Value idx = b.reshape(row_of, {k.N * k.S, 1});
+  Value idx = b.reshape(k.row_of, {k.N * k.S, 1});
   TensorType rows_t{ft, {k.N * k.C, k.T}};
   Value seg_max = scatter(b, neg_inf(b, rows_t), idx, ab_rows, {1}, {0}, {0}, 1, "maximum");
   Value safe_max = b.select(b.compare(seg_max, neg_inf(b, rows_t), "EQ"), b.zeros(rows_t), seg_max);
-  Value max_at = b.reshape(take_rows(b, safe_max, row_of), {k.N * k.S, k.T});
+  Value max_at = b.reshape(take_rows(b, safe_max, k.row_of), {k.N * k.S, k.T});
   Value seg_sum = scatter(b, b.zeros(rows_t), idx, b.unary("exponential", b.sub(ab_rows, max_at)),
                           {1}, {0}, {0}, 1, "add");
   Value lcab = b.add(b.unary("log", seg_sum), safe_max);  // [N * C, T]

@@ -19,18 +19,10 @@ namespace torchtpu::lowering {
 namespace {
 
 using Result = base::StatusOr<std::vector<Value>>;
+using linalg::all_zero;
 using linalg::batch_dims;
 using linalg::flatten_batch;
 using linalg::unflatten_batch;
-
-// info == 0 for every matrix, as an i1 scalar.
-Value all_zero(Builder& b, Value info) {
-  Value ok = b.compare(info, b.zeros(info.type), "EQ");
-  if (ok.rank() == 0) return ok;
-  Dims all;
-  for (int64_t i = 0; i < ok.rank(); ++i) all.push_back(i);
-  return b.reduce(ok, b.constant(1, DType::kBool), all, "and");
-}
 
 // info as the output's shape ([] for a matrix, the batch dims otherwise).
 Value info_out(LoweringContext& c, Value info, size_t k) {

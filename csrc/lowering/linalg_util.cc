@@ -112,6 +112,12 @@ Value splat_index(Builder& b, Value i, const Dims& dims) {
   return b.broadcast_in_dim(i, dims, {});
 }
 
+Value all_zero(Builder& b, Value info) {
+  Value ok = b.compare(info, b.zeros(info.type), "EQ");
+  if (ok.rank() == 0) return ok;
+  return b.reduce(ok, b.constant(1, DType::kBool), iota_dims(ok.rank()), "and");
+}
+
 Value dynamic_slice(Builder& b, Value x, const std::vector<Value>& starts, const Dims& sizes) {
   std::vector<Value> operands{x};
   operands.insert(operands.end(), starts.begin(), starts.end());

@@ -41,6 +41,8 @@ Value eye(Builder& b, const TensorType& t);
 Value diagonal(Builder& b, Value x);
 // A 0-d i64 broadcast to `dims`.
 Value splat_index(Builder& b, Value i, const Dims& dims);
+// LAPACK's `info` == 0 for every matrix, as an i1 scalar.
+Value all_zero(Builder& b, Value info);
 
 // stablehlo.dynamic_slice of `x` at the i64 0-d `starts` with `sizes`.
 Value dynamic_slice(Builder& b, Value x, const std::vector<Value>& starts, const Dims& sizes);
