@@ -102,6 +102,22 @@ def bind_sizes(placeholders: list[torch.fx.Node], args: tuple[Any, ...]
     return values
 
 
+def _on_cpu(node: Any) -> bool:
+    """Whether an FX value is a tensor on the CPU (effect tokens, None at run time, are
+    not)."""
+    if not isinstance(node, torch.fx.Node) or node.meta.get("effect_token"):
+        return False
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.device.type == "cpu"
+
+
+def _results(gm: torch.fx.GraphModule) -> list[Any]:
+    """The values `gm` returns, in order."""
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    args = out_node.args[0]
+    return list(args) if isinstance(args, (list, tuple)) else [args]
+
+
 def _device_of(example_inputs: list[Any]) -> int:
     for x in example_inputs:
         if isinstance(x, torch.Tensor) and x.device.type == "tpu":
@@ -141,11 +157,13 @@ class GraphRunner:
         self.fallback: Any = None
         self.symbols = free_symbols(gm)
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        # 0-dim CPU tensors mix with device tensors in PyTorch (an optimizer's step count
-        # lives on the CPU): such inputs are copied to the device on each call.
-        self.cpu_scalars = {i for i, n in enumerate(self.placeholders)
-                            if isinstance(n.meta.get("val"), torch.Tensor)
-                            and n.meta["val"].device.type == "cpu" and n.meta["val"].dim() == 0}
+        # CPU tensors among the inputs: 0-dim ones mix with device tensors in PyTorch (an
+        # optimizer's step count), others are moved by the graph (`w.to(x.device)` of a
+        # captured CPU tensor) or computed on. The program runs every node on the device:
+        # such inputs are copied to it on each call (as the eager `.to` would be), and
+        # outputs the graph gives on the CPU are copied back.
+        self.cpu_inputs = {i for i, n in enumerate(self.placeholders) if _on_cpu(n)}
+        self.cpu_outputs = {k for k, r in enumerate(_results(gm)) if _on_cpu(r)}
         # Backward: the forward's saved outputs it takes, with their layouts.
         self.carried = dict(self.session.saved) if role == "backward" else {}
         self.hazard: str | None = None
@@ -269,9 +287,15 @@ class GraphRunner:
                 args = tuple(self._uncarried(i, a, actual) for i, a in enumerate(args))
             return self.fallback(*args)
         original = args  # inputs handed back as outputs are the caller's own tensors
-        if self.cpu_scalars:
+        if self.cpu_inputs:
             device = f"tpu:{self.device}"
-            args = tuple(a.to(device) if i in self.cpu_scalars else a for i, a in enumerate(args))
+            args = tuple(a.to(device) if i in self.cpu_inputs else a for i, a in enumerate(args))
+        out = self._run_program(args, original)
+        if self.cpu_outputs:
+            out = tuple(o.cpu() if k in self.cpu_outputs else o for k, o in enumerate(out))
+        return out
+
+    def _run_program(self, args: tuple, original: tuple) -> tuple:
         if not self.symbols:
             graph, built = self._get(())
             tensors = graph.run([args[i] for i in built.input_placeholders] +
@@ -408,9 +432,7 @@ def _input_views(gm: torch.fx.GraphModule, first_saved: int | None
             is_view = isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
             if is_view or isinstance(val, (torch.SymInt, int)):
                 pure.add(node)
-    out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    results = list(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else [
-        out_node.args[0]]
+    results = _results(gm)
     picked = [k for k, r in enumerate(results) if isinstance(r, torch.fx.Node) and r in pure
               and r.op != "placeholder" and isinstance(r.meta.get("val"), torch.Tensor)
               and (first_saved is None or k < first_saved)]
