@@ -48,7 +48,7 @@ Result non_finite_check_and_unscale(LoweringContext& c) {
     DType t = opmath(items[k].dtype);
     Value g = b.convert(grads[k], t);
     Value finite = b.op("stablehlo.is_finite", {g}, TensorType{DType::kBool, g.dims()});
-    Value all_finite = b.reduce(finite, b.splat(1, flag), iota_dims(g.rank()), "and");
+    Value all_finite = b.all_of(finite);
     any_non_finite = b.binary("or", any_non_finite, b.unary("not", all_finite));
     Value scale = b.broadcast_to(b.convert(inv_scale, t), g.dims());
     out.push_back(b.convert(b.mul(g, scale), c.out_type(k).dtype));

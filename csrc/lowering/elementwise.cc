@@ -31,11 +31,7 @@ Value floor_divide_int(Builder& b, Value a, Value d) {
 void require_nonzero_divisor(LoweringContext& c, Value d) {
   if (!base::is_integral(d.dtype()) || d.type.num_elements() == 0) return;
   Builder& b = c.b();
-  Value nonzero = b.compare(d, b.zeros(d.type), "NE");
-  Dims all;
-  for (int64_t i = 0; i < nonzero.rank(); ++i) all.push_back(i);
-  if (!all.empty()) nonzero = b.reduce(nonzero, b.constant(1, DType::kBool), all, "and");
-  c.require(nonzero, "ZeroDivisionError", CheckKind::kRuntimeError);
+  c.require(b.all_of(b.compare(d, b.zeros(d.type), "NE")), "ZeroDivisionError", CheckKind::kRuntimeError);
 }
 
 namespace {

@@ -421,10 +421,7 @@ Value gcd(Builder& b, Value x, Value y) {
   std::vector<Value> out = b.while_loop(
       {a0, b0},
       [&](Builder& lb, const std::vector<Value>& s) {
-        Value pending = lb.compare(s[0], lb.zeros(s[0].type), "NE");
-        if (s[0].rank() == 0) return std::vector<Value>{pending};
-        return std::vector<Value>{
-            lb.reduce(pending, lb.constant(0, DType::kBool), iota_dims(s[0].rank()), "or")};
+        return std::vector<Value>{lb.any_of(lb.compare(s[0], lb.zeros(s[0].type), "NE"))};
       },
       [&](Builder& lb, const std::vector<Value>& s) {
         Value a = s[0], r = s[1];

@@ -58,12 +58,11 @@ Result embedding_bag(LoweringContext& c) {
   Value idx = b.convert(c.tensor(1), DType::kI64);
   Value offsets = b.convert(c.tensor(2), DType::kI64);
   TensorType i64_scalar{DType::kI64, {}};
-  TensorType flag{DType::kBool, {}};
   // PyTorch's CPU checks (its CUDA kernel reads out of bounds instead).
   Value in_range = b.binary("and", b.compare(idx, b.zeros({DType::kI64, {n}}), "GE"),
                             b.compare(idx, b.splat(static_cast<double>(v), {DType::kI64, {n}}),
                                       "LT"));
-  c.require(b.reduce(in_range, b.splat(1, flag), {0}, "and"),
+  c.require(b.all_of(in_range),
             "embedding_bag: an index of input is not in the valid range [0, " +
                 std::to_string(v) + ")",
             CheckKind::kRuntimeError);

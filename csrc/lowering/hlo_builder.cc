@@ -487,6 +487,26 @@ Value Builder::reduce_sum(Value v, const Dims& dims) {
   return reduce(v, zeros(TensorType{v.dtype(), {}}), dims, v.dtype() == DType::kBool ? "or" : "add");
 }
 
+Value Builder::reduce_all(Value v, const Dims& dims) {
+  return reduce(v, constant(1, DType::kBool), dims, "and");
+}
+
+Value Builder::reduce_any(Value v, const Dims& dims) {
+  return reduce(v, constant(0, DType::kBool), dims, "or");
+}
+
+namespace {
+Dims every_dim(const Value& v) {
+  Dims dims(v.rank());
+  for (int64_t d = 0; d < v.rank(); ++d) dims[d] = d;
+  return dims;
+}
+}  // namespace
+
+Value Builder::all_of(Value v) { return v.rank() == 0 ? v : reduce_all(v, every_dim(v)); }
+
+Value Builder::any_of(Value v) { return v.rank() == 0 ? v : reduce_any(v, every_dim(v)); }
+
 Value Builder::nan_propagating(std::string_view name, Value a, Value b) {
   if (base::is_complex(a.dtype()) && unsupported_.empty()) {
     unsupported_ = "stablehlo." + std::string(name) + " is not defined on complex elements";

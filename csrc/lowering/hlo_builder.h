@@ -141,6 +141,12 @@ class Builder {
   Value reduce_sum(Value v, const Dims& dims);
   Value reduce_max(Value v, const Dims& dims);
   Value reduce_min(Value v, const Dims& dims);
+  // Whether every / any element of the i1 tensor `v` along `dims` is true (dims dropped).
+  Value reduce_all(Value v, const Dims& dims);
+  Value reduce_any(Value v, const Dims& dims);
+  // The same over every dim: an i1 scalar (`v` itself when it is one).
+  Value all_of(Value v);
+  Value any_of(Value v);
   // The largest / smallest value of dtype t (infinities for floats).
   Value max_value(DType t);
   Value min_value(DType t);

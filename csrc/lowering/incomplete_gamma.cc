@@ -31,11 +31,6 @@ double epsilon_of(DType t) {
   return t == DType::kF64 ? 1.11022302462515654042e-16 : 5.9604644775390625e-8;
 }
 
-Value any_of(Builder& b, Value mask) {
-  if (mask.rank() == 0) return mask;
-  return b.reduce(mask, b.constant(0, DType::kBool), iota_dims(mask.rank()), "or");
-}
-
 // Runs `step` (state -> next state, the first value of the state being the per-element
 // "done" mask) until every element is done or kMaxIterations; done elements keep their
 // values.
@@ -47,7 +42,7 @@ std::vector<Value> iterate(Builder& b, std::vector<Value> init, const Step& step
       init,
       [&](Builder& lb, const std::vector<Value>& s) {
         Value more = lb.compare(s[0], lb.constant_i64(kMaxIterations, DType::kI64), "LT");
-        return std::vector<Value>{lb.binary("and", more, any_of(lb, lb.unary("not", s[1])))};
+        return std::vector<Value>{lb.binary("and", more, lb.any_of(lb.unary("not", s[1])))};
       },
       [&](Builder& lb, const std::vector<Value>& s) {
         std::vector<Value> state(s.begin() + 1, s.end());

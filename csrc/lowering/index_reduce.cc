@@ -48,7 +48,7 @@ Lowered lower_index_reduce(LoweringContext& c) {
   Value ok = b.binary("and", b.compare(idx64, b.zeros(idx64.type), "GE"),
                       b.compare(idx64, b.splat(static_cast<double>(size), idx64.type), "LT"));
   if (idx64.type.num_elements() > 0) {
-    c.require(b.reduce(ok, b.constant(1, DType::kBool), {0}, "and"),
+    c.require(b.all_of(ok),
               "index_reduce(): index out of range in self (expected values in [0, " +
                   std::to_string(size) + "))");
   }

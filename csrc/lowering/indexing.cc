@@ -36,11 +36,6 @@ Dims without(int64_t n, const Dims& skip) {
   return d;
 }
 
-Value all_true(Builder& b, Value pred) {
-  if (pred.rank() == 0) return pred;
-  return b.reduce(pred, b.constant(1, DType::kBool), iota_dims(pred.rank()), "and");
-}
-
 // `idx` as i64, negative entries wrapped when `wrap`; records the bounds check [0, size),
 // where size is the number of elements of `self` along `size_dims`.
 Value checked_index(LoweringContext& c, Value idx, Value self, const Dims& size_dims, bool wrap,
@@ -53,7 +48,7 @@ Value checked_index(LoweringContext& c, Value idx, Value self, const Dims& size_
   Value zero = fill_i64(b, 0, i.dims());
   Value n = fill_i64(b, size, i.dims());
   if (wrap) i = b.select(b.compare(i, zero, "LT"), b.add(i, n), i);
-  c.require(all_true(b, b.binary("and", b.compare(i, zero, "GE"), b.compare(i, n, "LT"))),
+  c.require(b.all_of(b.binary("and", b.compare(i, zero, "GE"), b.compare(i, n, "LT"))),
             message, kind);
   return i;
 }

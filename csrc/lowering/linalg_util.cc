@@ -113,9 +113,7 @@ Value splat_index(Builder& b, Value i, const Dims& dims) {
 }
 
 Value all_zero(Builder& b, Value info) {
-  Value ok = b.compare(info, b.zeros(info.type), "EQ");
-  if (ok.rank() == 0) return ok;
-  return b.reduce(ok, b.constant(1, DType::kBool), iota_dims(ok.rank()), "and");
+  return b.all_of(b.compare(info, b.zeros(info.type), "EQ"));
 }
 
 Value dynamic_slice(Builder& b, Value x, const std::vector<Value>& starts, const Dims& sizes) {
@@ -338,7 +336,7 @@ std::pair<Value, Value> cyclic_jacobi(Builder& b, Value a, Value v, int64_t n,
         [&](Builder& lb, const std::vector<Value>& s) {
           Value p = s[0], q = s[1];
           std::vector<Value> r = rotate(lb, p, q, s[2], s[3]);
-          Value any = lb.reduce(r[2], lb.convert(i64(lb, 0), DType::kBool), {0}, "or");
+          Value any = lb.any_of(r[2]);
           Value rotated = lb.binary("or", s[4], any);
           // Next pair: (p, q + 1), or (p + 1, p + 2) after the last column.
           Value q1 = lb.add(q, i64(lb, 1));

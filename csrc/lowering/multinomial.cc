@@ -24,13 +24,6 @@ namespace {
 
 using Result = base::StatusOr<std::vector<Value>>;
 
-// True when every element of the i1 tensor `v` is true.
-Value all_true(Builder& b, Value v) {
-  Dims dims(v.rank());
-  for (int64_t d = 0; d < v.rank(); ++d) dims[d] = d;
-  return b.reduce(v, b.constant(1, DType::kBool), dims, "and");
-}
-
 // -log(1 - u) for u uniform in [0, 1): Exp(1) samples in [0, inf).
 Value exponential(Builder& b, RandomBits& bits, const Dims& dims, DType t) {
   Value u = unit_uniform(b, bits, dims, t);
@@ -55,11 +48,11 @@ Result lower_multinomial(LoweringContext& c) {
 
   Value finite_nonneg = b.binary("and", b.compare(p, b.zeros(p.type), "GE"),
                                  b.compare(p, b.splat(INFINITY, p.type), "LT"));
-  c.require(all_true(b, finite_nonneg),
+  c.require(b.all_of(finite_nonneg),
             "probability tensor contains either `inf`, `nan` or element < 0",
             CheckKind::kRuntimeError);
   Value sums = b.reduce_sum(p, {1});
-  c.require(all_true(b, b.compare(sums, b.zeros(sums.type), "GT")),
+  c.require(b.all_of(b.compare(sums, b.zeros(sums.type), "GT")),
             "invalid multinomial distribution (sum of probabilities <= 0)",
             CheckKind::kRuntimeError);
 

@@ -412,7 +412,7 @@ Result lower_bce(LoweringContext& c) {
   Value x = c.operand(0, a, dims), t = c.operand(1, a, dims);
   Value one = b.splat(1, x.type), floor = b.splat(-100, x.type);
   Value in_range = b.binary("and", b.compare(x, b.zeros(x.type), "GE"), b.compare(x, one, "LE"));
-  c.require(b.reduce(in_range, b.constant(1, DType::kBool), range(0, x.rank()), "and"),
+  c.require(b.all_of(in_range),
             "binary_cross_entropy: all elements of input should be between 0 and 1",
             CheckKind::kRuntimeError);
   Value log_x = b.max(b.unary("log", x), floor);
@@ -459,8 +459,7 @@ NllParts nll_parts(LoweringContext& c, size_t self_i, size_t target_i, size_t we
   Value in_range = b.binary("and", b.compare(t, b.zeros(t.type), "GE"),
                             b.compare(t, classes_n, "LT"));
   Value ok = b.binary("or", b.unary("not", kept), in_range);
-  if (ok.rank() > 0) ok = b.reduce(ok, b.constant(1, DType::kBool), range(0, ok.rank()), "and");
-  c.require(ok, "Target is out of bounds: nll_loss expects each target in [0, " +
+  c.require(b.all_of(ok), "Target is out of bounds: nll_loss expects each target in [0, " +
                     std::to_string(num_classes) + ") or equal to ignore_index " +
                     std::to_string(ignore_index));
   Value classes = b.iota(TensorType{t.dtype(), dims}, class_dim);
@@ -495,7 +494,7 @@ MarginParts margin_parts(LoweringContext& c, size_t self_i, DType a) {
   Value t = b.reshape(b.convert(c.tensor(self_i + 1), DType::kI64), {n});
   Value in_range = b.binary("and", b.compare(t, b.zeros(t.type), "GE"),
                             b.compare(t, b.splat(static_cast<double>(classes), t.type), "LT"));
-  c.require(b.reduce(in_range, b.constant(1, DType::kBool), {0}, "and"), "target out of range",
+  c.require(b.all_of(in_range), "target out of range",
             CheckKind::kRuntimeError);
   Value onehot = b.compare(b.iota(TensorType{DType::kI64, nc}, 1),
                            b.broadcast_in_dim(t, nc, {0}), "EQ");
@@ -585,7 +584,7 @@ MultilabelParts multilabel_parts(LoweringContext& c, size_t self_i, DType a,
   TensorType it{DType::kI64, nc};
   Value in_range = b.binary("and", b.compare(t, b.splat(-1, it), "GE"),
                             b.compare(t, b.splat(static_cast<double>(classes), it), "LT"));
-  c.require(b.reduce(in_range, b.constant(1, DType::kBool), {0, 1}, "and"),
+  c.require(b.all_of(in_range),
             "argument #2 'target' is out of range", CheckKind::kRuntimeError);
   Value slot = b.iota(it, 1);
   Value end = b.reduce_min(b.select(b.compare(t, b.zeros(it), "LT"), slot,
@@ -597,7 +596,7 @@ MultilabelParts multilabel_parts(LoweringContext& c, size_t self_i, DType a,
                                     b.iota(TensorType{DType::kI64, ncc}, 2), "EQ"));
   Value targets = is_target ? b.compare(b.reshape(*is_target, nc),
                                         b.zeros(TensorType{is_target->dtype(), nc}), "NE")
-                            : b.reduce(listed, b.constant(0, DType::kBool), {1}, "or");
+                            : b.reduce_any(listed, {1});
   Value zero = b.zeros(TensorType{a, ncc});
   Value x_d = b.broadcast_in_dim(x, ncc, {0, 2});
   Value x_target = b.reduce_sum(b.select(listed, x_d, zero), {2});
@@ -724,7 +723,7 @@ Result lower_embedding_dense_backward(LoweringContext& c) {
   Value upd = b.reshape(b.convert(c.tensor(0), a), {m, d});
   Value in_range = b.binary("and", b.compare(idx, b.zeros(idx.type), "GE"),
                             b.compare(idx, int_splat(b, num_weights, idx), "LT"));
-  c.require(b.reduce(in_range, b.constant(1, DType::kBool), {0}, "and"),
+  c.require(b.all_of(in_range),
             "index out of range: embedding indices must be in [0, " +
                 std::to_string(num_weights) + ")");
   if (padding_idx >= 0) {

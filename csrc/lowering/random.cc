@@ -132,10 +132,8 @@ Result lower_rrelu_with_noise(LoweringContext& c) {
   }
   Value scaled = b.compare(x, zero, "LE");
   if (out.num_elements() > 0) {
-    Dims all = iota_dims(out.rank());
     Value ordered = b.compare(lower, upper, "LE");
-    Value ok = b.reduce(b.binary("or", ordered, b.unary("not", scaled)),
-                        b.constant(1, DType::kBool), all, "and");
+    Value ok = b.all_of(b.binary("or", ordered, b.unary("not", scaled)));
     c.require(ok, "Expected from <= to to be true, but got false.  (Could this error message "
                   "be improved?  If so, please report an enhancement request to PyTorch.)",
               CheckKind::kRuntimeError);

@@ -213,7 +213,7 @@ LoweringFn logical_reduce(bool is_any) {
     Builder& b = c.b();
     Value x = b.convert(c.tensor(0), DType::kBool);
     Dims dims = reduction_dims(c, 1, x.rank());
-    Value r = b.reduce(x, b.constant(is_any ? 0 : 1, DType::kBool), dims, is_any ? "or" : "and");
+    Value r = is_any ? b.reduce_any(x, dims) : b.reduce_all(x, dims);
     return std::vector<Value>{finish(c, r)};
   };
 }

@@ -124,7 +124,7 @@ Lowered lower_isin(LoweringContext& c) {
   } else {
     Value ee = b.broadcast_in_dim(b.reshape(e, {ne}), {ne, nt}, {0});
     Value tt = b.broadcast_in_dim(b.reshape(tests, {nt}), {ne, nt}, {1});
-    found = b.reduce(b.compare(ee, tt, "EQ"), b.constant(0, DType::kBool), {1}, "or");
+    found = b.reduce_any(b.compare(ee, tt, "EQ"), {1});
   }
   bool invert = c.bool_arg(3);
   if (invert) found = b.unary("not", found);

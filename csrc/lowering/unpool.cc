@@ -25,8 +25,7 @@ Lowered lower_max_unpool(LoweringContext& c, int64_t spatial) {
   std::string dims = std::to_string(out_len);
   Value zero = b.zeros(flat_i.type), limit = b.splat(static_cast<double>(out_len), flat_i.type);
   Value in_range = b.binary("and", b.compare(flat_i, zero, "GE"), b.compare(flat_i, limit, "LT"));
-  Value all_ok = b.reduce(in_range, b.constant(1, DType::kBool), {0, 1}, "and");
-  c.require(all_ok,
+  c.require(b.all_of(in_range),
             "max_unpool" + std::to_string(spatial) + "d(): Found an invalid max index (output "
             "volumes are of size " + dims + " elements per plane)",
             CheckKind::kRuntimeError);
