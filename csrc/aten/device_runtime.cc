@@ -2,7 +2,9 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
+#include <pthread.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -36,6 +38,22 @@ struct State {
 State& state() {
   static State* s = new State();  // lives for the process: buffers may outlive statics
   return *s;
+}
+
+// Set in the child of a fork() made after the client started. The plugin's threads (its
+// executors, the runtime's completion threads) are not copied by fork, so a device call
+// there would wait forever; it raises instead, as CUDA does.
+std::atomic<bool> g_forked_child{false};
+
+void mark_forked_child() { g_forked_child.store(true); }
+
+void check_not_forked_child() {
+  TORCH_CHECK(!g_forked_child.load(),
+              "tpu: cannot use the tpu device in a forked subprocess: the parent process had "
+              "started it, and its PJRT client's threads do not survive fork(). Use the "
+              "'spawn' start method (torch.multiprocessing.set_start_method('spawn'), or "
+              "DataLoader(..., multiprocessing_context='spawn')), or make forked workers "
+              "return CPU tensors and move them to tpu in the parent");
 }
 
 // The BLAS the running PyTorch exports (its CPU wheels link MKL and export the Fortran
@@ -179,6 +197,7 @@ void ensure_initialized(State& s) {
     }
   }
   s.client = *c;
+  pthread_atfork(nullptr, nullptr, &mark_forked_child);
   if (s.client->platform_name() == "cpu" && !xla_flags_name_xnnpack()) {
     LOG(WARNING) << "tpu: the PJRT plugin " << s.choice.path << " is a CPU plugin not in the "
                  << "registry, so XNNPACK dots stay on (they can reuse stale packed weights: "
@@ -244,6 +263,7 @@ std::vector<runtime::FoundPlugin> installed_plugins() {
 }
 
 runtime::Client& client() {
+  check_not_forked_child();
   State& s = state();
   ensure_initialized(s);
   TORCH_CHECK(s.client != nullptr, s.init_error.message());
@@ -260,8 +280,13 @@ runtime::CompileCache& compile_cache() {
   return *state().cache;
 }
 
+bool in_forked_child() { return g_forked_child.load(); }
+
 int device_count_or_zero() {
   State& s = state();
+  // The client was made before the fork (and is never replaced); its mutex may have been
+  // held by a thread fork did not copy.
+  if (g_forked_child.load()) return s.client ? s.client->num_devices() : 0;
   ensure_initialized(s);
   return s.client ? s.client->num_devices() : 0;
 }

@@ -32,6 +32,9 @@ runtime::CompileCache& compile_cache();
 std::vector<std::string> registered_host_kernels();
 // Device count without raising: 0 when the plugin cannot be loaded.
 int device_count_or_zero();
+// Whether this process is the child of a fork() made after the client started; client()
+// raises there (the plugin's threads were not copied).
+bool in_forked_child();
 
 // Makes the client, when it starts, one over the devices of several processes
 // (runtime/kv_store.h) if its plugin takes a key-value store; a plugin that does not (the

@@ -9,6 +9,7 @@
 
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
+#include "aten/status_error.h"
 #include "aten/tpu_storage.h"
 #include "base/check.h"
 
@@ -43,7 +44,7 @@ runtime::BufferPtr cached_scalar(const ScalarKey& key, const void* data, base::D
     if (it != g_scalar_cache->end()) return it->second;
   }
   auto b = client().buffer_from_host(data, dtype, {}, device);
-  TORCH_CHECK(b.ok(), b.status().message());
+  if (!b.ok()) raise_status(b.status());
   std::lock_guard<std::mutex> lock(g_scalar_mu);
   // Bounded: scalars that are data would churn.
   if (g_scalar_cache->size() > 4096) g_scalar_cache->clear();
@@ -117,7 +118,7 @@ runtime::BufferPtr cpu_to_buffer(const at::Tensor& cpu, int device) {
   at::Tensor c = cpu.contiguous();
   std::vector<int64_t> dims(c.sizes().begin(), c.sizes().end());
   auto b = client().buffer_from_host(c.data_ptr(), to_dtype(c.scalar_type()), dims, device);
-  TORCH_CHECK(b.ok(), b.status().message());
+  if (!b.ok()) raise_status(b.status());
   return *b;
 }
 

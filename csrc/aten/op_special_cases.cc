@@ -346,6 +346,12 @@ void check_uniform_range(const std::string&, Args args) {
               from, " > to=", to);
 }
 
+// bernoulli_(float p) and bernoulli(self, float p): the CPU's check of p (NaN fails it).
+void check_bernoulli_p(const std::string&, Args args) {
+  double p = args[1].toDouble();
+  TORCH_CHECK(p >= 0 && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+}
+
 // complex_check_dtype of the CPU kernel (the Python meta asserts instead).
 void check_complex_parts(const std::string& name, Args args) {
   c10::ScalarType a = args[0].toTensor().scalar_type(), b = args[1].toTensor().scalar_type();
@@ -426,6 +432,7 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
          "aten::nanmedian.dim_values", "aten::kthvalue", "aten::kthvalue.values"},
         check_reduced_dim_nonempty);
     add({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, check_uniform_range);
+    add({"aten::bernoulli_.float", "aten::bernoulli.p"}, check_bernoulli_p);
     add({"aten::complex", "aten::complex.out", "aten::polar", "aten::polar.out"},
         check_complex_parts);
     add({"aten::_assert_async", "aten::_assert_async.msg"}, check_assert_async);

@@ -5,6 +5,7 @@
 
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
+#include "aten/status_error.h"
 #include "base/metrics.h"
 
 namespace torchtpu::aten {
@@ -53,7 +54,7 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
         C10_THROW_ERROR(DistBackendError, st.message());
       }
     }
-    TORCH_CHECK(outputs.ok(), outputs.status().message());
+    if (!outputs.ok()) raise_status(outputs.status());
   } else {
     // Donation: an input aliased to an output is given up when the caller's storage and
     // this run are its only holders; that storage then takes the output (any other holder
@@ -75,7 +76,7 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
     for (const auto& b : buffers) raw.push_back(b.get());
     outputs = program.exe->execute(raw.data(), raw.size(),
                                    donate.empty() ? nullptr : donate.data());
-    TORCH_CHECK(outputs.ok(), outputs.status().message());
+    if (!outputs.ok()) raise_status(outputs.status());
     for (const auto& [input, output] : donated) args.donated(input, (*outputs)[output]);
   }
   size_t n = program.lowered.output_types.size();

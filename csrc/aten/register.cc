@@ -16,6 +16,7 @@
 #include "aten/storage_ops.h"
 #include "aten/tpu_guard.h"
 #include "aten/tpu_storage.h"
+#include "aten/tpu_streams.h"
 #include "lowering/lowering.h"
 
 namespace torchtpu::aten {
@@ -167,6 +168,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+  m.impl("record_stream", record_stream);
 }
 
 // _copy_from is called only for devices outside ATen's own copy (tpu here), so these

@@ -58,6 +58,12 @@ TpuEvent* as_event(void* e) { return static_cast<TpuEvent*>(e); }
 
 }  // namespace
 
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kTpu, "record_stream: the tensor is on ", self.device(),
+              " but the stream is a ", c10::DeviceTypeName(stream.device_type()),
+              " stream; pass a tpu stream (torch.tpu.current_stream())");
+}
+
 c10::Stream current_stream(c10::Device device) {
   c10::DeviceIndex d = index_of(device);
   auto it = t_current.find(d);

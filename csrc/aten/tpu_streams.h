@@ -17,6 +17,7 @@
 // recorded concurrently, as in PyTorch.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 
@@ -29,6 +30,10 @@ c10::Stream new_stream(c10::Device device);
 c10::Stream exchange_stream(c10::Stream stream);
 // True when everything enqueued on the stream's device so far has finished (never blocks).
 bool query_stream(const c10::Stream& stream);
+// Tensor.record_stream: nothing to record, as work on any stream of the device is ordered
+// before later work and a buffer is released only after the work using it; raises for a
+// stream of another device type.
+void record_stream(at::Tensor& self, c10::Stream stream);
 
 void record_event(void** event, const c10::Stream& stream, c10::DeviceIndex device,
                   c10::EventFlag flag);

@@ -22,6 +22,7 @@ enum class StatusCode {
   kInternal,
   kUnavailable,
   kDeadlineExceeded,
+  kResourceExhausted,  // out of memory
 };
 
 const char* status_code_name(StatusCode code);

@@ -139,6 +139,7 @@ PYBIND11_MODULE(_C, m) {
     aten::register_profiler();
   });
   m.def("device_count", &aten::device_count_or_zero);
+  m.def("in_forked_child", &aten::in_forked_child);
   m.def("current_device", &aten::current_device_index);
   m.def("set_device", &aten::set_current_device_index);
   m.def("synchronize", &aten::synchronize_device);

@@ -149,9 +149,14 @@ Result lower_rrelu_with_noise(LoweringContext& c) {
 Result lower_bernoulli_scalar(LoweringContext& c) {
   Builder& b = c.b();
   const TensorType& out = c.out_type();
+  double p = c.double_arg(1);
+  if (!(p >= 0 && p <= 1)) {  // eager mode raised the CPU's error before (cpu_argument_check)
+    return base::invalid_argument("bernoulli_ expects p to be in [0, 1], but got p=" +
+                                  std::to_string(p));
+  }
   if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
   RandomBits bits(c);
-  Value mask = bernoulli_mask(b, bits, out.dims, c.double_arg(1));
+  Value mask = bernoulli_mask(b, bits, out.dims, p);
   return std::vector<Value>{b.convert(mask, out.dtype)};
 }
 
@@ -166,6 +171,12 @@ Result lower_bernoulli_tensor(LoweringContext& c) {
   DType p_type = c.arg(p_i).kind == ArgKind::kTensor ? c.tensor_type(p_i).dtype : DType::kF32;
   DType ct = compute_type(p_type);
   Value p = c.operand(p_i, ct, out.dims);
+  // The CPU kernel's check (NaN fails it too).
+  c.require(b.all_of(b.binary("and", b.compare(p, b.zeros(p.type), "GE"),
+                              b.compare(p, b.splat(1, p.type), "LE"))),
+            "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error "
+            "message be improved?  If so, please report an enhancement request to PyTorch.)",
+            CheckKind::kRuntimeError);
   RandomBits bits(c);
   Value u = unit_uniform(b, bits, out.dims, ct);
   return std::vector<Value>{b.convert(b.compare(u, p, "LT"), out.dtype)};

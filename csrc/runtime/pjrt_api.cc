@@ -40,6 +40,9 @@ base::Status consume_error(const PJRT_Api* api, PJRT_Error* error, const char* w
       case PJRT_Error_Code_DEADLINE_EXCEEDED:
         code = base::StatusCode::kDeadlineExceeded;
         break;
+      case PJRT_Error_Code_RESOURCE_EXHAUSTED:
+        code = base::StatusCode::kResourceExhausted;
+        break;
       default: break;
     }
   }

@@ -106,7 +106,17 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in the child of a fork() made after the device started, where device calls
+    raise (the PJRT client's threads do not survive fork)."""
+    return _C.in_forked_child()
+
+
+def __getattr__(name: str) -> object:
+    # torch.utils.checkpoint saves and restores a device's RNG state only when its module's
+    # `_initialized` is true (torch.cuda's lazy-init flag); the client starts on import.
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 from torchtpu.memory import (  # noqa: E402, F401  (torch.tpu.memory_allocated, ...)

@@ -144,3 +144,13 @@ def test_bad_device_raises() -> None:
         torch.tpu.memory_allocated(n)
     with pytest.raises(RuntimeError, match="no device"):
         torch.tpu.get_device_properties(n)
+
+
+def test_running_out_of_memory_raises_torchs_out_of_memory_error() -> None:
+    # 4 TiB: no machine this runs on has it, so the plugin's allocation fails at the first
+    # use (allocation is lazy). Code that retries with smaller batches catches this type.
+    x = torch.empty(2**40, device="tpu")
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+        x.fill_(1.0)
+    del x
+    torch.testing.assert_close((torch.ones(3, device="tpu") * 2).cpu(), torch.full((3,), 2.0))

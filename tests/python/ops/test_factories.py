@@ -234,3 +234,26 @@ def test_linspace_divides_by_steps_minus_one_exactly(dtype: torch.dtype) -> None
                                                           else 999983, 97)]:
         got = torch.linspace(start, end, steps, dtype=dtype, device=TPU).cpu()
         assert torch.equal(got, torch.linspace(start, end, steps, dtype=dtype)), (start, end)
+
+
+@pytest.mark.parametrize("p", [1.5, -0.5, float("nan")])
+def test_bernoulli_probability_out_of_range_raises_like_the_cpu(p: float) -> None:
+    import re
+    with pytest.raises(RuntimeError) as cpu:
+        torch.empty(3).bernoulli_(p)
+    with pytest.raises(RuntimeError, match=re.escape(str(cpu.value).split(",")[0])):
+        torch.empty(3, device=TPU).bernoulli_(p)
+    probs = torch.tensor([0.5, p, 0.25])
+    with pytest.raises(RuntimeError) as cpu:
+        torch.bernoulli(probs)
+    with pytest.raises(RuntimeError, match=re.escape(str(cpu.value)[:40])):
+        torch.bernoulli(probs.to(TPU)).cpu()
+    with pytest.raises(RuntimeError, match=re.escape(str(cpu.value)[:40])):
+        torch.empty(3, device=TPU).bernoulli_(probs.to(TPU)).cpu()
+
+
+def test_bernoulli_probability_in_range_is_accepted() -> None:
+    probs = torch.tensor([0.0, 1.0, 0.5])
+    out = torch.bernoulli(probs.to(TPU)).cpu()
+    assert out[0] == 0 and out[1] == 1
+    assert torch.empty(4, device=TPU).bernoulli_(1.0).cpu().eq(1).all()
