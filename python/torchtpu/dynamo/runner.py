@@ -15,6 +15,7 @@ them a runner of its own.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -188,8 +189,7 @@ class GraphRunner:
             # Padding the forward alone would only add copies at its boundary.
             forward.use_exact_sizes(f"its backward compiles per exact size: {self.hazard}")
             self.carried = {}
-        self.input_views = _input_views(gm, first_saved if self.padded_gm else None) \
-            if self.symbols else None
+        self.input_views = _input_views(gm, first_saved if self.padded_gm else None)
         self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
         self.forms: dict[tuple[int, ...], list[Any]] = {}
         self.ran = False
@@ -300,8 +300,9 @@ class GraphRunner:
             graph, built = self._get(())
             tensors = graph.run([args[i] for i in built.input_placeholders] +
                                 self._constants(built))
-            return tuple(tensors[v[1]] if v[0] == "tensor" else original[v[1]] if v[0] == "arg"
-                         else v[1] for v in built.output_layout)
+            return self._with_input_views(
+                [tensors[v[1]] if v[0] == "tensor" else original[v[1]] if v[0] == "arg"
+                 else v[1] for v in built.output_layout], original)
         self.ran = True
         actual = self._bind(args)
         try:
@@ -418,18 +419,20 @@ def _input_views(gm: torch.fx.GraphModule, first_saved: int | None
     only), and a graph module computing just them from the same arguments; None if none.
     (Outputs from `first_saved` on are left alone: only the backward reads them.)
 
-    AOTAutograd rebuilds such an output from the caller's tensor. With symbolic sizes it
-    cannot replay the view ops themselves and replays the view the returned tensor has
-    instead, so the runner returns real views of the inputs (free: metadata only), not
-    program results (fresh buffers, whose view of their own storage would be replayed on
-    the input's storage)."""
+    AOTAutograd rebuilds such an output from the caller's tensor. Where it cannot replay
+    the view ops themselves (symbolic sizes; an int argument specialized to a negative
+    position) it replays the view the returned tensor has instead, so the runner returns
+    real views of the inputs (free: metadata only), not program results (fresh buffers,
+    whose view of their own storage would be replayed on the input's storage)."""
     pure: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             pure.add(node)
         elif node.op == "call_function" and all(a in pure for a in node.all_input_nodes):
             val = node.meta.get("val")
-            is_view = isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+            # A view op, or an item of one returning several views (split, chunk, unbind).
+            is_view = node.target is operator.getitem or (
+                isinstance(node.target, torch._ops.OpOverload) and node.target.is_view)
             if is_view or isinstance(val, (torch.SymInt, int)):
                 pure.add(node)
     results = _results(gm)

@@ -55,8 +55,16 @@ def plan(gm: torch.fx.GraphModule, carried: dict[str, tuple] | None = None,
     """Rewrites `gm` (in place) to run padded to buckets and returns its plan. Outputs from
     position `first_saved` on are saved for the backward and leave in bucket layout.
     Raises Hazard when padding could change a result; `gm` is then not usable."""
+    _require_growing_sizes(gm)
     rw = Rewriter(gm, RULES, carried)
+    env = getattr(rw.fake_mode, "shape_env", None)
+    before = dict(env.replacements) if env is not None else {}
     rw.run()
+    fixed = {s: v for s, v in (env.replacements if env is not None else {}).items()
+             if before.get(s) != v and v.is_number}
+    if fixed:  # the graph's symbols were read before: it stays at exact sizes
+        raise Hazard("padding it made Dynamo specialize " +
+                     ", ".join(f"{s} = {v}" for s, v in sorted(fixed.items(), key=str)))
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     result = BucketPlan(
         inputs=[rw.layouts.get(p) for p in placeholders],
@@ -82,6 +90,36 @@ def plan(gm: torch.fx.GraphModule, carried: dict[str, tuple] | None = None,
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return result
+
+
+def _require_growing_sizes(gm: torch.fx.GraphModule) -> None:
+    """Raises Hazard when a tensor size of `gm` can shrink as a symbol grows (`4 - s` of
+    `x[i:]` with an int `i`, `-s` of a negative one): padding the symbol up to its bucket
+    would make that dim smaller than its true size, or negative."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for size in val.shape:
+            e = L.expr(size)
+            if not L.is_static(e) and not _grows_with_symbols(e):
+                raise Hazard(f"{node.name} has size {e}, which shrinks as "
+                             f"{', '.join(sorted(map(str, e.free_symbols)))} grows")
+
+
+def _grows_with_symbols(e: sympy.Expr) -> bool:
+    """Whether `e` never decreases when a symbol increases: every term holding a symbol,
+    at every level, has a positive coefficient, and no symbol divides."""
+    for sub in sympy.preorder_traversal(e):
+        terms = sub.args if isinstance(sub, sympy.Add) else (sub,) if sub is e else ()
+        if any(t.free_symbols and t.as_coeff_Mul()[0] < 0 for t in terms):
+            return False
+        if type(sub).__name__ == "FloorDiv" and sub.args[1].free_symbols:
+            return False
+        if isinstance(sub, sympy.Pow) and sub.base.free_symbols and not (
+                sub.exp.is_Integer and int(sub.exp) > 0):
+            return False
+    return True
 
 
 def compact(rw: Rewriter, value: torch.fx.Node) -> torch.fx.Node:

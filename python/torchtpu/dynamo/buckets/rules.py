@@ -212,8 +212,17 @@ def _expand(rw: Rewriter, node: torch.fx.Node) -> None:
     src = node.args[0]
     lays, sizes, out = rw.of(src), rw.sizes(src), rw.sizes(node)
     shift = len(out) - len(sizes)
-    rw.set(node, tuple(lays[d - shift] if d >= shift and L.equal(sizes[d - shift], out[d])
-                       else L.prefix(out[d]) for d in range(len(out))))
+    new: list[L.Layout] = []
+    for d in range(len(out)):
+        k = d - shift
+        if k >= 0 and L.equal(sizes[k], out[d]):
+            new.append(lays[k])
+        elif k < 0 or sizes[k] == 1:  # a new or size-1 dim: every position holds the same
+            new.append(L.prefix(out[d]))
+        else:  # 2 * (s // 2) expanded to s: equal at run time, laid out differently
+            raise Hazard(f"{node.target} ({node.name}) expands dim {k} of size {sizes[k]} "
+                         f"to {out[d]}")
+    rw.set(node, tuple(new))
 
 
 @_register("view", aten.unsqueeze.default)
@@ -235,13 +244,20 @@ def _squeeze(rw: Rewriter, node: torch.fx.Node) -> None:
     rw.set(node, tuple(lay for d, lay in enumerate(lays) if d not in gone))
 
 
-def _true_position(rw: Rewriter, pos: Any, size: sympy.Expr) -> Any:
-    """A position along a dim of true size `size` as a graph value counted from the front
-    (PyTorch's negative positions count from the true end)."""
+def _true_position(rw: Rewriter, pos: Any, size: sympy.Expr, device: Any) -> torch.fx.Node:
+    """A position along a dim of true size `size`, counted from the front, as a 0-d int64
+    tensor of the graph: PyTorch's negative positions count from the true end. A symbolic
+    position whose sign the symbols' assumptions do not settle (`x[i]`, `x[i:]` with an int
+    `i` that may be negative) is wrapped at run time."""
     e = L.expr(pos)
-    if L.is_static(e) and int(e) < 0:
-        return rw.size(sympy.expand(size + e))
-    return rw.size(e)
+    if e.is_negative:
+        e = sympy.expand(size + e)
+    at = rw.call(aten.scalar_tensor.default, (rw.size(e),), {"dtype": torch.int64,
+                                                              "device": device})
+    if e.is_nonnegative:
+        return at
+    from_end = rw.call(aten.add.Tensor, (at, rw.size(size)))
+    return rw.call(aten.where.self, (rw.call(aten.lt.Scalar, (at, 0)), from_end, at))
 
 
 @_register("view", aten.select.int)
@@ -258,10 +274,8 @@ def _select(rw: Rewriter, node: torch.fx.Node) -> Any:
             rw.set(node, tuple(lay for d, lay in enumerate(lays) if d != dim))
             return None
         # From the true end, or at a size: read at the runtime position.
-        where = _true_position(rw, index, sizes[dim])
-        at = rw.call(aten.scalar_tensor.default, (where,),
-                     {"dtype": torch.int64, "device": src.meta["val"].device})
-        at = rw.call(aten.unsqueeze.default, (at, 0))
+        at = rw.call(aten.unsqueeze.default,
+                     (_true_position(rw, index, sizes[dim], src.meta["val"].device), 0))
         picked = rw.call(aten.index_select.default, (src, dim, at))
         return rw.call(aten.squeeze.dims, (picked, [dim]))
     raise Hazard(f"{node.target} ({node.name}) picks one position of merged padded rows")
@@ -292,7 +306,7 @@ def _slice(rw: Rewriter, node: torch.fx.Node) -> Any:
     # From a size or from the true end, or a static dim cut at a size (its bucket may
     # pass the dim's end): gather the true positions, counted at run time.
     device = src.meta["val"].device
-    first = _true_position(rw, start, sizes[dim])
+    first = _true_position(rw, start, sizes[dim], device)
     positions = rw.call(aten.arange.start_step, (0, rw.size(out_len)),
                         {"dtype": torch.int64, "device": device})
     if step != 1:

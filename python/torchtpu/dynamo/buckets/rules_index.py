@@ -190,7 +190,18 @@ def _index_put(rw: Rewriter, node: torch.fx.Node) -> Any:
         if len(shapes) > 1:
             raise Hazard(f"{node.target} ({node.name}) with index tensors of several shapes")
         lead = list(shapes.pop())
-        full = [rw.size(e) for e in lead + rw.sizes(x)[at[-1] + 1:]]
+        # The dims after the indexed ones: the values' own sizes where they have them (a
+        # symbol equal to x's size at run time; naming x's would make Dynamo specialize it).
+        rest = rw.sizes(x)[at[-1] + 1:]
+        own = rw.sizes(values)[-len(rest):] if rest else []
+        own = [None] * (len(rest) - len(own)) + own
+        x_lays, v_lays = rw.of(x)[at[-1] + 1:], rw.of(values)
+        for k in range(1, len(rest) + 1):
+            if own[-k] is not None and own[-k] != 1 and v_lays[-k] != x_lays[-k]:
+                raise Hazard(f"{node.target} ({node.name}): values dim {own[-k]} laid out "
+                             f"unlike self's {rest[-k]}")
+        full = [rw.size(e) for e in lead] + [
+            rw.size(v if v is not None and v != 1 else e) for v, e in zip(own, rest)]
         values = rw.call(aten.expand.default, (values, full))
         node.update_arg(2, rw.mask(rw.contiguous(values), list(range(len(lead))), "zero"))
         for k in at:
