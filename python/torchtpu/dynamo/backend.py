@@ -22,7 +22,6 @@ from typing import Any
 import torch
 import torch.fx
 from functorch.compile import make_boxed_func
-from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from torchtpu import _C
@@ -30,6 +29,7 @@ from torchtpu.dynamo import collectives as graph_collectives
 from torchtpu.dynamo import split as graph_split
 from torchtpu.dynamo.buckets import bucket_policy, bucket_size  # noqa: F401 (re-exported)
 from torchtpu.dynamo.compile_options import check_compile_kwargs
+from torchtpu.dynamo.decompositions import decompositions
 from torchtpu.dynamo.runner import GraphRunner, Session
 
 log = logging.getLogger("torchtpu.compile")
@@ -171,7 +171,7 @@ def _aot(session: Session) -> Callable:
 
     return aot_autograd(fw_compiler=forward, bw_compiler=backward,
                         inference_compiler=inference,
-                        decompositions=core_aten_decompositions())
+                        decompositions=decompositions())
 
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *,

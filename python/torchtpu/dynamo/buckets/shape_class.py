@@ -39,11 +39,11 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
-from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
 from torchtpu.dynamo.buckets.recorded import NODE_TYPES, Graph, Node, TensorMeta
+from torchtpu.dynamo.decompositions import decompositions
 
 log = logging.getLogger("torchtpu")
 
@@ -369,7 +369,7 @@ def retrace(graph: Graph, exprs: list[Any], symbols: list[sympy.Symbol],
         raise AssertionError("graph without output")
 
     with fake_mode:
-        traced = make_fx(replay, decomposition_table=core_aten_decompositions(),
+        traced = make_fx(replay, decomposition_table=decompositions(),
                          tracing_mode="fake")(*inputs, *[sym_ints[e] for e in extra])
     # The shape environment's symbols are its own: name them back as `symbols`.
     back = {env_sym: s for s, si in sym_ints.items()

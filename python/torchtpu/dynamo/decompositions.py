@@ -1,0 +1,58 @@
+"""The decompositions compiled graphs and fused eager's retrace use: PyTorch's core ATen
+table, with ours in place of those that compute other values than PyTorch's own kernels.
+
+- ``multilabel_margin_loss_forward``: PyTorch's decomposition ignores the labels after a
+  row's first -1 when it marks targets but not in the pairwise terms, so a row such as
+  ``[1, 1, -1, 3]`` also gets the margins of its ignored label 3 (its CPU kernel and
+  ``lowering/nn.cc`` stop at the -1; Inductor on the CPU gives the wrong values too). It is
+  registered for the Autograd key, which tracing runs before any table is consulted, so
+  ours is registered for tpu's autograd key (AutogradPrivateUse1) as well as in the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._C import DispatchKey
+from torch._decomp import core_aten_decompositions
+
+aten = torch.ops.aten
+
+
+def _multilabel_margin_loss_forward(input: torch.Tensor, target: torch.Tensor,
+                                    reduction: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, is_target) of multilabel_margin_loss over (), (C) or (N, C): for each label j
+    of a row (its entries before the first -1) and each class i that is none of its labels,
+    max(0, 1 - x[label_j] + x[i]) / C, summed per row."""
+    x, t = torch.atleast_2d(input), torch.atleast_2d(target)
+    classes = x.shape[1]
+    pos = torch.arange(classes, device=t.device)
+    first_end = torch.where(t == -1, pos, classes).amin(dim=-1, keepdim=True)
+    listed = pos < first_end  # [n, j]: entry j is one of the row's labels
+    labels = torch.where(listed, t, 0)
+    is_target = ((labels.unsqueeze(-1) == pos) & listed.unsqueeze(-1)).any(dim=1)  # [n, i]
+    label_score = torch.gather(x, 1, labels)
+    margin = (1 - label_score.unsqueeze(-1) + x.unsqueeze(1)).clamp_min(0) / classes
+    counted = listed.unsqueeze(-1) & ~is_target.unsqueeze(1)  # [n, j, i]
+    per_row = torch.where(counted, margin, 0).sum(dim=(1, 2))
+    if reduction == 1:  # mean
+        loss = per_row.mean()
+    elif reduction == 2:  # sum
+        loss = per_row.sum()
+    else:
+        loss = per_row.reshape(target.shape[:-1] if target.dim() == 2 else ())
+    return loss, is_target.to(x.dtype).reshape(target.shape)
+
+
+_CORRECTED = {aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward}
+
+for _op, _fn in _CORRECTED.items():
+    if DispatchKey.AutogradPrivateUse1 not in _op.py_kernels:
+        _op.py_impl(DispatchKey.AutogradPrivateUse1)(_fn)
+
+
+def decompositions() -> dict[Any, Any]:
+    table = dict(core_aten_decompositions())
+    table.update(_CORRECTED)
+    return table
