@@ -43,8 +43,9 @@ int64_t tag(ArgKind kind, int64_t extra = 0) {
 // Writes one call's classification: the words always, the OpArg when asked.
 class Classifier {
  public:
-  Classifier(const OpInfo& info, CallSignature* sig, std::vector<OpArg>* op_args)
-      : info_(info), sig_(sig), op_args_(op_args) {}
+  Classifier(const OpInfo& info, c10::ArrayRef<c10::IValue> args, CallSignature* sig,
+             std::vector<OpArg>* op_args)
+      : info_(info), args_(args), sig_(sig), op_args_(op_args) {}
 
   void device_of(const at::Tensor& t) {
     int d = t.device().index();
@@ -68,10 +69,7 @@ class Classifier {
     }
     if (!is_tpu(t)) {
       // PyTorch lets 0-dim CPU tensors mix with device tensors: they are scalars.
-      TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
-                  "Expected all tensors to be on the same device, but found at least two "
-                  "devices, tpu:", std::max(device_, 0), " and ", t.device(), "! (in ",
-                  info_.name, "; move the tensor with .to('tpu'))");
+      if (!(t.device().is_cpu() && t.dim() == 0)) wrong_device(t);
       ScalarCategory c = category_of(t.scalar_type());
       put(tag(ArgKind::kScalar, static_cast<int64_t>(c)));
       if (a != nullptr) {
@@ -84,6 +82,23 @@ class Classifier {
     put(tag(ArgKind::kTensor));
     if (a != nullptr) a->kind = ArgKind::kTensor;
     tensor_type(t, a != nullptr ? &a->type : nullptr);
+  }
+
+  // A tensor of another device among a tpu op's arguments. The op may have come here for
+  // a tpu generator alone (a generator takes part in choosing the kernel): then that is
+  // the mismatch, named as PyTorch's own generator check names it.
+  [[noreturn]] void wrong_device(const at::Tensor& t) {
+    for (const c10::IValue& v : args_) {
+      if (v.isGenerator() && v.toGenerator().defined() &&
+          v.toGenerator().device().is_privateuseone()) {
+        TORCH_CHECK(false, "Expected a '", c10::DeviceTypeName(t.device().type(), true),
+                    "' device type for generator but found 'tpu' (in ", info_.name,
+                    ": the tensors are on ", t.device(), ")");
+      }
+    }
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
+                "two devices, tpu:", std::max(device_, 0), " and ", t.device(), "! (in ",
+                info_.name, "; move the tensor with .to('tpu'))");
   }
 
   void list_item(const at::Tensor& t, const char* what, OpArg* a) {
@@ -134,8 +149,12 @@ class Classifier {
         if (a != nullptr) a->scalar_categories.push_back(c);
       }
     } else if (v.isGenerator()) {
+      const at::Generator& g = v.toGenerator();
+      TORCH_CHECK(!g.defined() || g.device().is_privateuseone(),
+                  "Expected a 'tpu' device type for generator but found '",
+                  c10::DeviceTypeName(g.device().type(), true), "' (in ", info_.name, ")");
       put(tag(ArgKind::kNone, 1));
-      sig_->generator = v.toGenerator();
+      sig_->generator = g;
     } else if (formal == FormalKind::kRuntimeFloat && v.isDouble()) {
       put(tag(ArgKind::kScalar, static_cast<int64_t>(ScalarCategory::kFloat)));
       if (a != nullptr) {
@@ -272,6 +291,7 @@ class Classifier {
   }
 
   const OpInfo& info_;
+  c10::ArrayRef<c10::IValue> args_;
   CallSignature* sig_;
   std::vector<OpArg>* op_args_;
   int device_ = -1;
@@ -282,7 +302,7 @@ class Classifier {
 
 void classify_call(const OpInfo& info, c10::ArrayRef<c10::IValue> args, CallSignature* sig,
                    std::vector<lowering::OpArg>* op_args) {
-  Classifier c(info, sig, op_args);
+  Classifier c(info, args, sig, op_args);
   if (op_args != nullptr) op_args->clear();
   c.start();
   for (size_t i = 0; i < args.size(); ++i) c.arg(i, args[i]);

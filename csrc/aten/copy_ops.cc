@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 
 #include <algorithm>
 #include <optional>
@@ -78,6 +79,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");
   }
   if (dst.device().is_privateuseone()) {
+    // copy_'s own checks (ATen's copy_impl hands other devices to _copy_from before its
+    // TensorIterator would make them): an expanded destination, a source overlapping it in
+    // part (a full overlap returned before).
+    at::assert_no_internal_overlap(dst);
+    if (self.device().is_privateuseone()) at::assert_no_partial_overlap(dst, self);
     runtime::BufferPtr value;
     int device = dst.device().index();
     // Neither side has a math bit here (copy_from_with_math_bits resolves them).

@@ -11,12 +11,11 @@
 namespace torchtpu::aten {
 namespace {
 
-// torch.equal: same sizes and elements (NaN equals nothing), with the CPU kernel's checks.
+// torch.equal: same sizes and elements (NaN equals nothing; tensors of two dtypes compare
+// their values promoted, as the CPU kernel does), with the CPU kernel's device check.
 bool tpu_equal(const at::Tensor& self, const at::Tensor& other) {
   TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. "
               "Got: ", self.device(), " and ", other.device());
-  TORCH_CHECK(self.dtype() == other.dtype(), "Expected object of scalar type ", self.dtype(),
-              " but got scalar type ", other.dtype(), " for argument 'other'");
   if (!self.sizes().equals(other.sizes())) return false;
   if (self.numel() == 0) return true;
   return at::eq(self, other).all().item<bool>();

@@ -38,8 +38,8 @@ std::pair<uint64_t, uint64_t> TpuGeneratorImpl::next_state() {
 
 void TpuGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
   TORCH_CHECK(new_state.numel() == 16 && new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
-              "tpu: RNG state must be a uint8 tensor of 16 bytes (seed, offset), got ",
-              new_state.numel(), " elements");
+              "tpu: RNG state must be a uint8 tensor of 16 bytes (seed, offset), got a ",
+              new_state.dtype().name(), " tensor of ", new_state.numel(), " elements");
   const auto* bytes = static_cast<const uint8_t*>(new_state.data());
   std::memcpy(&seed_, bytes, 8);
   std::memcpy(&offset_, bytes + 8, 8);
@@ -58,9 +58,12 @@ runtime::BufferPtr next_rng_state_buffer(const at::Generator& generator, int dev
   at::Generator gen = generator;
   std::pair<uint64_t, uint64_t> state;
   {
+    // Generator::get is a static_cast: another device's generator must not reach it.
+    TORCH_CHECK(gen.defined() && gen.device().is_privateuseone(),
+                "Expected a 'tpu' device type for generator but found '",
+                gen.defined() ? c10::DeviceTypeName(gen.device().type(), true) : "none", "'");
     std::lock_guard<std::mutex> lock(gen.mutex());
     auto* impl = gen.get<TpuGeneratorImpl>();
-    TORCH_CHECK(impl != nullptr, "tpu: random op given a generator for another device");
     state = impl->next_state();
   }
   uint64_t words[2] = {state.first, state.second};

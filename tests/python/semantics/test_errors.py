@@ -229,3 +229,49 @@ def test_narrow_copy_dim_out_of_range_like_cpu(dim: int) -> None:
     with pytest.raises(type(e)) as cpu:
         torch.narrow_copy(make((2, 3, 4), torch.float32), dim, 0, 1)
     assert _first_line(e).split("  (")[0] == _first_line(cpu.value).split("  (")[0]
+
+
+@pytest.mark.parametrize("case", ["partial", "internal"])
+def test_copy_into_overlapping_memory_raises_like_cpu(case: str) -> None:
+    def run(device: str) -> torch.Tensor:
+        x = torch.arange(6.0, device=device)
+        if case == "partial":
+            x[2:4].copy_(x[1:3])
+        else:
+            torch.zeros(1, device=device).expand(3).copy_(torch.ones(3, device=device))
+        return x
+
+    with pytest.raises(RuntimeError, match="unsupported operation") as cpu:
+        run("cpu")
+    with pytest.raises(RuntimeError, match="unsupported operation") as tpu:
+        run(TPU)
+    assert str(tpu.value).split(".")[0] == str(cpu.value).split(".")[0]
+
+
+def test_copy_of_a_view_onto_itself_and_from_the_host_is_accepted() -> None:
+    x = torch.arange(6.0, device=TPU)
+    x[2:4].copy_(x[2:4])
+    x[2:4].copy_(x[1:3].cpu())
+    assert x.cpu().tolist() == [0.0, 1.0, 1.0, 2.0, 4.0, 5.0]
+
+
+def test_generator_of_another_device_is_refused_like_cuda() -> None:
+    with pytest.raises(RuntimeError, match="Expected a 'tpu' device type for generator but "
+                       "found 'cpu'"):
+        torch.rand(3, device=TPU, generator=torch.Generator())
+    with pytest.raises(RuntimeError, match="Expected a 'tpu' device type for generator"):
+        torch.empty(4, device=TPU).normal_(generator=torch.Generator())
+    with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but "
+                       "found 'tpu'"):
+        torch.rand(3, generator=torch.Generator(TPU))
+    g = torch.Generator(TPU).manual_seed(3)
+    a = torch.rand(3, device=TPU, generator=g)
+    g.manual_seed(3)
+    torch.testing.assert_close(torch.rand(3, device=TPU, generator=g).cpu(), a.cpu())
+
+
+def test_equal_compares_values_across_dtypes_like_cpu() -> None:
+    x = torch.arange(6.0)
+    for a, b in [(x.int(), x), (x, x.double()), (x.int(), x + 0.5), (x.bool(), x),
+                 (x, x[:3])]:
+        assert torch.equal(a.to(TPU), b.to(TPU)) == torch.equal(a, b), (a.dtype, b.dtype)
