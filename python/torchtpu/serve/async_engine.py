@@ -76,7 +76,7 @@ class AsyncEngine:
                     raise out
                 if out.error is not None:
                     finished = True
-                    raise RequestError(out.error)
+                    raise RequestError(out.error, out.error_status)
                 finished = out.finished
                 yield out
         finally:

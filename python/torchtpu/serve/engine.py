@@ -46,6 +46,7 @@ class RequestOutput:
     finish_reason: str | None  # "stop" | "length" | "abort" | "error"
     cumulative_logprob: float = 0.0  # of output_token_ids under the raw model
     error: str | None = None  # set with finish_reason "error": why this request failed
+    error_status: int = 500  # the HTTP status of `error`: 400 when the request caused it
 
 
 @dataclass
@@ -368,10 +369,12 @@ class LLMEngine:
         self.metrics.on_finish(req, "error")
         message = str(error) if isinstance(error, SamplingError) else (
             f"serve: request {request_id} failed while {stage}: {type(error).__name__}: {error}")
-        log.error("%s", message)
+        client_caused = isinstance(error, SamplingError) and error.status < 500
+        (log.info if client_caused else log.error)("%s", message)
         return RequestOutput(request_id, req.prompt_token_ids, [], "", [],
                              list(req.output_token_ids), True, "error",
-                             req.cumulative_logprob, message)
+                             req.cumulative_logprob, message,
+                             error.status if client_caused else 500)
 
     def stats(self) -> dict:
         s = self.scheduler

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from torchtpu.serve import errors
 from torchtpu.serve.errors import ApiError
@@ -47,6 +47,18 @@ class _Model(BaseModel):
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         errors.MODEL_NAMES.add(cls.__name__)  # so a 400 names a union's members
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        """OpenAI's schema makes its optional fields nullable, and clients that send every
+        field send null for the ones they leave unset (vLLM takes it as the default): an
+        explicit null of a field that has a default is that default. A required field's
+        null stays an error."""
+        if not isinstance(data, dict):
+            return data
+        return {k: v for k, v in data.items()
+                if v is not None or k not in cls.model_fields or cls.model_fields[k].is_required()}
 
 
 class StreamOptions(_Model):

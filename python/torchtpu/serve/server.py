@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import logging
 import socket
+import uuid
 from collections.abc import Callable
 from importlib import metadata
 
@@ -25,6 +26,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from torchtpu.serve import prompts, protocol, responses
 from torchtpu.serve.async_engine import AsyncEngine, EngineDeadError, RequestError
@@ -203,12 +205,18 @@ class OpenAIServer:
             raise ApiError(413, f"the request body is {int(size)} bytes; the limit is "
                                 f"{self.max_request_bytes} (--max-request-bytes)")
         chunks, total = [], 0
-        async for chunk in request.stream():
-            total += len(chunk)
-            if total > self.max_request_bytes:
-                raise ApiError(413, f"the request body exceeds the limit of "
-                                    f"{self.max_request_bytes} bytes (--max-request-bytes)")
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                total += len(chunk)
+                if total > self.max_request_bytes:
+                    raise ApiError(413, f"the request body exceeds the limit of "
+                                        f"{self.max_request_bytes} bytes (--max-request-bytes)")
+                chunks.append(chunk)
+        except ClientDisconnect:
+            # The client went away mid-body: its fault and nobody to answer (not a 500).
+            log.info("serve: the client disconnected after %d bytes of the body", total)
+            raise ApiError(400, "the client disconnected before the request body was "
+                                "complete") from None
         try:
             req = model.model_validate_json(b"".join(chunks))
         except ValidationError as e:
@@ -242,7 +250,9 @@ class OpenAIServer:
         gen = await self._off_loop(Generation.prepare, self, req)
         prefix = "chatcmpl" if gen.chat else "cmpl"
         rid = self.async_engine.new_request_id(prefix)
-        public_id = f"{prefix}-{req.request_id}" if req.request_id else rid
+        # Random, as OpenAI's and vLLM's are: a counter would repeat after a restart and
+        # tell one client how many requests others made. The engine's own id stays short.
+        public_id = f"{prefix}-{req.request_id or uuid.uuid4().hex}"
         if gen.stream:
             return StreamingResponse(stream_events(self, gen, rid, public_id),
                                      media_type="text/event-stream")

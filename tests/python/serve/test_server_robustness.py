@@ -332,3 +332,61 @@ def test_numeric_fields_at_extremes_never_break_the_engine(url, greedy_text, rou
         assert outcomes[(name, "0")] == 200
     assert outcomes[("seed", "-1")] == 200
     assert all(outcomes[(name, "nan")] == 400 for name in fields if name != "logit_bias_key")
+
+
+@pytest.mark.parametrize("route,body", [
+    ("/v1/completions", dict(GREEDY, n=None, stream=None, echo=None, presence_penalty=None,
+                             frequency_penalty=None, ignore_eos=None, min_tokens=None,
+                             include_stop_str_in_output=None, skip_special_tokens=None,
+                             speculative=None, stream_options=None)),
+    ("/v1/chat/completions", dict(CHAT, temperature=0, logprobs=None, n=None, stream=None,
+                                  add_generation_prompt=None, continue_final_message=None)),
+])
+def test_explicit_null_is_the_fields_default(url, greedy_text, route, body):
+    # Clients that send every field send null for the unset ones (OpenAI's schema makes
+    # them nullable; vLLM takes null as the default).
+    r = _post(url, body, route=route)
+    assert r.status_code == 200, r.text
+    if route == "/v1/completions":
+        assert r.json()["choices"][0]["text"] == greedy_text
+    r = _post(url, dict(GREEDY, stream=True, stream_options={"include_usage": None}))
+    assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]")
+    _is_openai_error(_post(url, dict(GREEDY, prompt=None)), 400)
+
+
+def test_constraints_that_leave_no_token_are_a_400(served, url, greedy_text):
+    eos = served.app.engine.tokenizer.eos_token_id
+    err = _is_openai_error(_post(url, dict(GREEDY, allowed_token_ids=[eos], min_tokens=2)),
+                           400)
+    assert "masked every token" in err["message"]
+    _still_serves(url, greedy_text)
+
+
+def test_too_many_stop_strings_are_a_400(url, greedy_text):
+    err = _is_openai_error(_post(url, dict(GREEDY, stop=[f"#{i:06d}" for i in range(300)])),
+                           400)
+    assert err["param"] == "stop" and "256" in err["message"]
+    r = _post(url, dict(GREEDY, stop=[f"#{i:06d}" for i in range(256)]))
+    assert r.status_code == 200
+    _still_serves(url, greedy_text)
+
+
+def test_response_ids_are_random(url):
+    ids = {_post(url, GREEDY).json()["id"] for _ in range(3)}
+    assert len(ids) == 3 and all(i.startswith("cmpl-") and len(i) > 20 for i in ids)
+    assert _post(url, dict(GREEDY, request_id="abc")).json()["id"] == "cmpl-abc"
+
+
+def test_client_gone_mid_body_is_not_a_server_error(served, url, greedy_text, caplog):
+    import socket
+    from urllib.parse import urlparse
+
+    where = urlparse(url)
+    body = json.dumps(GREEDY).encode()
+    with socket.create_connection((where.hostname, where.port), timeout=10) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n" + body[:40])
+    time.sleep(0.5)
+    errors = [r for r in caplog.records if r.levelno >= 40]
+    assert not errors, [r.getMessage() for r in errors]
+    _still_serves(url, greedy_text)
