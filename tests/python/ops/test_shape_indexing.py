@@ -289,3 +289,30 @@ def test_nonzero_static_on_the_device(size: int, fill: int) -> None:
              torch.ones(2, 2, dtype=torch.bool), torch.tensor(5.0), torch.empty(0, 3)]
     for x in cases:
         assert_same(lambda t: torch.nonzero_static(t, size=size, fill_value=fill), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_scatter_sums_of_half_types_accumulate_like_the_cpu(dtype: torch.dtype) -> None:
+    # 3000 additions of 0.1 into one element: accumulated in 16 bits they stop at 32 (256
+    # in float16); the CPU accumulates in float32 and rounds once.
+    index = torch.zeros(3000, dtype=torch.long)
+    values = torch.full((3000,), 0.1, dtype=dtype)
+    base = torch.zeros(1, dtype=dtype)
+    for fn in (lambda s, i, v: s.scatter_add(0, i, v),
+               lambda s, i, v: s.scatter_reduce(0, i, v, "sum"),
+               lambda s, i, v: s.scatter_reduce(0, i, v, "mean"),
+               lambda s, i, v: s.scatter_reduce(0, i, v, "mean", include_self=False)):
+        assert_same(fn, base, index, values, dtype_tols={dtype: (0.0, 0.0)})
+    torch.manual_seed(0)
+    x, idx, start = make((4, 50), dtype), torch.randint(0, 3, (4, 50)), make((4, 3), dtype)
+    for reduce in ("sum", "mean", "amax", "amin"):
+        assert_same(lambda s, i, v: s.scatter_reduce(1, i, v, reduce), start, idx, x)
+
+
+def test_masked_scatter_with_too_short_a_source_raises_like_the_cpu() -> None:
+    mask = torch.ones(4, dtype=torch.bool)
+    with pytest.raises(RuntimeError, match="Number of elements of source < number of ones"):
+        torch.zeros(4).masked_scatter(mask, torch.ones(2))
+    with pytest.raises(RuntimeError, match="Number of elements of source < number of ones"):
+        torch.zeros(4, device="tpu").masked_scatter(mask.to("tpu"),
+                                                    torch.ones(2, device="tpu")).cpu()
