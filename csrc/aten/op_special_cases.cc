@@ -352,6 +352,12 @@ void check_bernoulli_p(const std::string&, Args args) {
   TORCH_CHECK(p >= 0 && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
 }
 
+// bucketize: the CPU kernel's check of the boundaries' rank (its meta kernel has none).
+void check_bucketize(const std::string&, Args args) {
+  int64_t dim = args[1].toTensor().dim();
+  TORCH_CHECK(dim == 1, "boundaries tensor must be 1 dimension, but got dim(", dim, ")");
+}
+
 // complex_check_dtype of the CPU kernel (the Python meta asserts instead).
 void check_complex_parts(const std::string& name, Args args) {
   c10::ScalarType a = args[0].toTensor().scalar_type(), b = args[1].toTensor().scalar_type();
@@ -433,6 +439,8 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
         check_reduced_dim_nonempty);
     add({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, check_uniform_range);
     add({"aten::bernoulli_.float", "aten::bernoulli.p"}, check_bernoulli_p);
+    add({"aten::bucketize.Tensor", "aten::bucketize.Tensor_out", "aten::bucketize.Scalar"},
+        check_bucketize);
     add({"aten::complex", "aten::complex.out", "aten::polar", "aten::polar.out"},
         check_complex_parts);
     add({"aten::_assert_async", "aten::_assert_async.msg"}, check_assert_async);

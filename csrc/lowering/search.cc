@@ -102,6 +102,10 @@ Lowered lower_searchsorted(LoweringContext& c) {
 Lowered lower_bucketize(LoweringContext& c) {
   Builder& b = c.b();
   Value boundaries = c.tensor(1);
+  if (boundaries.rank() != 1) {  // eager mode raised the CPU's error before (cpu_argument_check)
+    return base::invalid_argument("boundaries tensor must be 1 dimension, but got dim(" +
+                                  std::to_string(boundaries.rank()) + ")");
+  }
   Value values = c.arg(0).kind == ArgKind::kTensor ? c.tensor(0) : c.scalar(0, boundaries.dtype());
   if (values.rank() == 0) values = b.reshape(values, {1});
   return std::vector<Value>{search(c, boundaries, values, c.bool_arg(3))};

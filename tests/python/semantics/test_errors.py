@@ -138,6 +138,9 @@ def _first_line(e: BaseException) -> str:
     lambda x, i: torch.neg(x, out=torch.empty(0, dtype=torch.float64, device=x.device)),
     lambda x, i: torch.floor(x, out=torch.empty(0, dtype=torch.float64, device=x.device)),
     lambda x, i: torch.round(x, out=torch.empty(0, dtype=torch.float16, device=x.device)),
+    # The boundaries' rank: the CPU kernel checks it, the meta kernel does not.
+    lambda x, i: torch.bucketize(x, x.reshape(2, 2)),
+    lambda x, i: torch.bucketize(3.0, x.reshape(2, 2)),
 ])
 def test_errors_have_the_cpu_kernels_wording(call) -> None:
     x, i = make((4,), torch.float32), torch.tensor([1, 2, 3, 4], dtype=torch.int8)

@@ -186,6 +186,11 @@ class ShapeClass:
         if expected != ints:
             return False
         values = {s: ints[k] for s, k in self.binders.items()}
+        # The retrace's shape environment takes every symbol for at least 2 (PyTorch
+        # specializes 0 and 1), so what a size of 1 decides left no guard: `squeeze()`
+        # drops such a dim. A graph binding a 0 or 1 keeps its own, exact program.
+        if any(v < 2 for v in values.values()):
+            return False
         return all(bool(g.xreplace(values)) for g in self.guards)
 
     def call(self, ints: list[int]) -> Callable:
@@ -503,8 +508,10 @@ class ShapeClasses:
                 cls.reset()
             if cls.exprs is None and cls.reason is None and ints != cls.first_ints:
                 why = cls.generalize(ints)
-                if why is None:
+                if why is None and cls.matches(ints):
                     return cls.call(ints), "padded to buckets"
+                if why is None:  # the class serves later graphs; a size of 1 keeps this one
+                    return None, "its sizes fail the guard of the class made from it"
                 cls.reason = why
                 log.info("torchtpu: fused graph compiles per exact size: %s", why)
                 return None, why

@@ -250,3 +250,14 @@ def test_guard_evaluator_gives_every_int_exactly() -> None:
     assert all(type(v) is int for v in expected(10, 3))
     halves = _evaluator([s0 / 2, s1], [s0, s1])  # not an integer polynomial: substituted
     assert halves(10, 3) == [5, 3]
+
+
+def test_a_size_of_one_does_not_join_a_class_traced_at_larger_sizes() -> None:
+    # The retrace takes symbols for at least 2 (PyTorch specializes 0 and 1), so squeeze()
+    # of a (5, 1, 5, 1) graph keeps both 5s; at (1, 1, 1, 1) it drops every dim.
+    with eager_mode("fused"):
+        for shape in [(5, 1, 5, 1), (1, 1, 1, 1), (7, 1, 3, 1), (1, 1, 4, 1)]:
+            x = torch.randn(shape)
+            got = torch.squeeze_copy(x.to("tpu")).cpu()
+            assert got.shape == torch.squeeze_copy(x).shape
+            torch.testing.assert_close(got, torch.squeeze_copy(x))
