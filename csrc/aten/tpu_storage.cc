@@ -11,6 +11,7 @@
 #include "aten/device_runtime.h"
 #include "aten/fused_eager.h"
 #include "aten/host_transfer.h"
+#include "aten/status_error.h"
 #include "aten/storage_bytes.h"
 #include "aten/tpu_allocator.h"
 #include "aten/tpu_guard.h"
@@ -171,7 +172,7 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
   const char* outer = runtime::trace::current_label();
   runtime::trace::Label label(outer != nullptr ? outer : "tpu storage program");
   auto out = (*exe)->execute(args);
-  TORCH_CHECK(out.ok(), out.status().message());
+  if (!out.ok()) raise_status(out.status());
   return std::move(out).value();
 }
 

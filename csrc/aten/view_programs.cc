@@ -10,6 +10,7 @@
 
 #include "aten/device_runtime.h"
 #include "aten/host_transfer.h"
+#include "aten/status_error.h"
 #include "base/lru_map.h"
 #include "lowering/storage_programs.h"
 #include "runtime/execution_trace.h"
@@ -140,7 +141,7 @@ std::vector<runtime::BufferPtr> run_all(const runtime::Executable& exe,
   const char* outer = runtime::trace::current_label();
   runtime::trace::Label label(outer != nullptr ? outer : "tpu storage program");
   auto out = exe.execute(args, n);
-  TORCH_CHECK(out.ok(), out.status().message());
+  if (!out.ok()) raise_status(out.status());
   return std::move(out).value();
 }
 
