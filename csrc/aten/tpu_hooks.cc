@@ -3,6 +3,10 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+
 #include "aten/device_runtime.h"
 #include "aten/storage_bytes.h"
 #include "aten/tpu_generator.h"
@@ -12,24 +16,50 @@
 namespace torchtpu::aten {
 namespace {
 
-// What `pin_memory()` gets for tpu: ordinary host memory, with a warning once. PJRT copies
-// host data itself when a tensor moves to the device (a staging copy on accelerators, a
-// plain copy on the CPU plugin), so page-locked memory would not make transfers faster or
-// asynchronous; saying so beats a silent no-op.
-class UnpinnedHostAllocator final : public c10::Allocator {
+// What `pin_memory()` gets for tpu: ordinary host memory, recorded as this device's pinned
+// memory so that is_pinned() is true of it. PJRT copies host data itself when a tensor moves
+// to the device (a staging copy on accelerators, a plain copy on the CPU plugin), so
+// page-locking would not make transfers faster; but PyTorch code that pins memory for a
+// PrivateUse1 device asserts the result is pinned (DDP's reducer with
+// find_unused_parameters or static_graph), and a copy from it is synchronous here anyway.
+class HostAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
-    TORCH_WARN_ONCE(
-        "tpu: pin_memory() does not apply to the tpu device: PJRT stages host-to-device "
-        "copies itself, so pinned host memory would not speed them up or make them "
-        "asynchronous. The tensor was copied into ordinary host memory (is_pinned() is "
-        "False); drop pin_memory=True to save that copy.");
-    return c10::GetCPUAllocator()->allocate(nbytes);
+    c10::DataPtr host = c10::GetCPUAllocator()->allocate(nbytes);
+    void* data = host.get();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.insert(data);
+    }
+    return {data, new c10::DataPtr(std::move(host)), &release, c10::Device(c10::kCPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return c10::GetCPUAllocator()->raw_deleter(); }
   void copy_data(void* dst, const void* src, std::size_t n) const override {
-    c10::GetCPUAllocator()->copy_data(dst, src, n);
+    std::memcpy(dst, src, n);
   }
+  bool owns(const void* p) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.count(p) > 0;
+  }
+
+ private:
+  static void release(void* ctx) {
+    auto* host = static_cast<c10::DataPtr*>(ctx);
+    {
+      std::lock_guard<std::mutex> lock(instance().mu_);
+      instance().live_.erase(host->get());
+    }
+    delete host;
+  }
+
+ public:
+  static HostAllocator& instance() {
+    static HostAllocator* a = new HostAllocator();  // lives for the process, like its blocks
+    return *a;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_set<const void*> live_;
 };
 
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
@@ -61,11 +91,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override {
     return exchangeDevice(d);
   }
-  at::Allocator* getPinnedMemoryAllocator() const override {
-    static UnpinnedHostAllocator* allocator = new UnpinnedHostAllocator();
-    return allocator;
-  }
-  bool isPinnedPtr(const void*) const override { return false; }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &HostAllocator::instance(); }
+  bool isPinnedPtr(const void* p) const override { return HostAllocator::instance().owns(p); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
     resize_storage_bytes(storage.unsafeGetStorageImpl(), static_cast<int64_t>(nbytes));
   }

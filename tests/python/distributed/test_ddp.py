@@ -8,7 +8,7 @@ from _launch import run_ranks
 pytestmark = pytest.mark.timeout(300)
 
 
-def _ddp(rank: int, world: int) -> None:
+def _ddp(rank: int, world: int, options: dict | None = None) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -23,7 +23,8 @@ def _ddp(rank: int, world: int) -> None:
         with torch.no_grad():
             for p in local.parameters():
                 p.add_(1.0)
-    model = DDP(local.to("tpu"), bucket_cap_mb=0.0005)  # several buckets of 2 KB
+    # Several buckets of 2 KB.
+    model = DDP(local.to("tpu"), bucket_cap_mb=0.0005, **(options or {}))
     for p, r in zip(model.module.parameters(), ref.parameters()):
         torch.testing.assert_close(p.detach().cpu(), r.detach())
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -53,3 +54,10 @@ def _ddp(rank: int, world: int) -> None:
 def test_ddp_matches_single_process():
     # The plain "tpu" backend (no Gloo group for CPU tensors): init_process_group("tpu").
     run_ranks(_ddp, 2, timeout=240, backend="tpu")
+
+
+@pytest.mark.parametrize("options", [{"find_unused_parameters": True}, {"static_graph": True}])
+def test_ddp_with_unused_parameter_tracking(options):
+    # The reducer copies its map of used parameters through memory it pins for the device
+    # (and asserts is_pinned()): tpu's pinned allocator must give memory is_pinned() admits.
+    run_ranks(_ddp, 2, args=(options,), timeout=240, backend="tpu")
