@@ -269,6 +269,9 @@ base::StatusOr<Value> all_gather_value(Builder& b, Value x, const ReplicaGroups&
   if (!t.dims.empty()) fallback[0] *= n;
   TORCHTPU_ASSIGN_OR_RETURN(
       Dims out_dims, result_dims_of("all_gather", result_dims, fallback, n * t.num_elements()));
+  // Nothing to move (every member's tensor is empty: their shapes agree): XLA refuses a
+  // collective over a zero-size dim.
+  if (t.num_elements() == 0) return b.zeros(TensorType{t.dtype, out_dims});
   Value flat = b.reshape(x, {t.num_elements()});
   Value r = b.op("stablehlo.all_gather", {flat}, TensorType{t.dtype, {n * t.num_elements()}},
                  "all_gather_dim = 0 : i64, " + groups_attr(groups));
@@ -300,6 +303,7 @@ base::StatusOr<Value> reduce_scatter_value(Builder& b, Value x, ReduceKind op,
   if (!fallback.empty()) fallback[0] /= n;
   TORCHTPU_ASSIGN_OR_RETURN(Dims out_dims, result_dims_of("reduce_scatter", result_dims,
                                                           fallback, t.num_elements() / n));
+  if (t.num_elements() == 0) return b.zeros(TensorType{t.dtype, out_dims});  // as all_gather
   Value flat = b.reshape(x, {t.num_elements()});
   Value r = reducing(b, "stablehlo.reduce_scatter", op, flat,
                      TensorType{t.dtype, {t.num_elements() / n}},
@@ -327,6 +331,7 @@ base::StatusOr<Value> all_to_all_value(Builder& b, Value x, const ReplicaGroups&
   TORCHTPU_RETURN_IF_ERROR(check_split("all_to_all", t, n));
   TORCHTPU_ASSIGN_OR_RETURN(Dims out_dims,
                             result_dims_of("all_to_all", result_dims, t.dims, t.num_elements()));
+  if (t.num_elements() == 0) return b.zeros(TensorType{t.dtype, out_dims});  // as all_gather
   Value flat = b.reshape(x, {t.num_elements()});
   std::string attrs = "split_dimension = 0 : i64, concat_dimension = 0 : i64, split_count = " +
                       std::to_string(n) + " : i64, " + groups_attr(groups);

@@ -144,6 +144,18 @@ def body(rank, world):
         same(t, xs[rank - 1], "recv")
     dist.barrier()
 
+    # Empty tensors on every rank: nothing to move (XLA refuses a collective over a zero
+    # dim), results empty as with Gloo.
+    empty = torch.zeros(0, 2, device="tpu")
+    outs = [torch.zeros(0, 2, device="tpu") for _ in range(W)]
+    dist.all_gather(outs, empty)
+    assert all(o.shape == (0, 2) for o in outs)
+    flat = torch.zeros(0, device="tpu")
+    dist.all_gather_into_tensor(flat, torch.zeros(0, device="tpu"))
+    dist.reduce_scatter_tensor(flat, torch.zeros(0, device="tpu"))
+    dist.all_to_all_single(flat, torch.zeros(0, device="tpu"))
+    assert flat.shape == (0,)
+
     # Subgroups {0, 1} and {2, 3}: each a program over its own two devices.
     g01 = dist.new_group([0, 1])
     g23 = dist.new_group([2, 3])
