@@ -77,6 +77,11 @@ void check_reduce_op(const std::string& coll, const c10d::ReduceOp& op, const at
     }
   }
   if (op.op_ == c10d::ReduceOp::UNUSED) invalid(coll, "the reduce op is UNUSED");
+  if (op.op_ == c10d::ReduceOp::AVG && t.scalar_type() == at::kBool) {
+    // Every transport the same way (the host-staged one failed inside its division).
+    invalid(coll, "AVG is not defined on bool tensors (got " + shape_text(t) + "); use SUM, "
+                  "MIN, MAX or PRODUCT, or convert to an integer dtype");
+  }
   bool bitwise = op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR ||
                  op.op_ == c10d::ReduceOp::BXOR;
   if (bitwise && at::isFloatingType(t.scalar_type())) {

@@ -69,6 +69,10 @@ def _mismatches(rank: int, world: int) -> None:
                                               r"receives into Float\[4\]"):
             dist.recv(torch.empty(4, device="tpu"), src=0)
 
+    # AVG of bools: refused on every rank before anything moves, as in the plugin.
+    with _pytest.raises(ValueError, match="tpu: all_reduce: AVG is not defined on bool"):
+        dist.all_reduce(torch.ones(2, device="tpu", dtype=torch.bool), op=dist.ReduceOp.AVG)
+
     # The group is still in step after every refused collective.
     t = torch.ones(3, device="tpu")
     dist.all_reduce(t)
