@@ -19,6 +19,7 @@ PJRT_Error_Code to_pjrt_code(base::StatusCode code) {
     case base::StatusCode::kInternal: return PJRT_Error_Code_INTERNAL;
     case base::StatusCode::kUnavailable: return PJRT_Error_Code_UNAVAILABLE;
     case base::StatusCode::kDeadlineExceeded: return PJRT_Error_Code_DEADLINE_EXCEEDED;
+    case base::StatusCode::kResourceExhausted: return PJRT_Error_Code_RESOURCE_EXHAUSTED;
   }
   return PJRT_Error_Code_UNKNOWN;
 }
