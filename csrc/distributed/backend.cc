@@ -47,6 +47,7 @@ TpuBackend::TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t
   if (transport_->kind() == TransportKind::kHostStaged) {
     ok_or_raise(check_poll_budget());
     queue_ = std::make_unique<CollectiveQueue>("pt_tpu_staging");
+    send_queue_ = std::make_unique<CollectiveQueue>("pt_tpu_send");
   }
 }
 
@@ -72,7 +73,8 @@ InPluginTransport* TpuBackend::in_plugin() {
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char* title,
-                                                  std::vector<at::Tensor> outputs, Body body) {
+                                                  std::vector<at::Tensor> outputs, Body body,
+                                                  CollectiveQueue* queue) {
   if (queue_ == nullptr) {
     ok_or_raise(body(*transport_));
     return c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), true);
@@ -119,7 +121,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
   // Always on the queue's thread, whatever the size: c10d hands the backend no async_op, and a
   // collective run here would block an `async_op=True` caller until every peer joined, which
   // deadlocks programs that signal a peer (a store key, another group) before waiting.
-  queue_->enqueue(std::move(task));
+  (queue != nullptr ? queue : queue_.get())->enqueue(std::move(task));
   return work;
 }
 
@@ -480,7 +482,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::send(std::vector<at::Tensor>& tensors
                     "group of " + std::to_string(size_));
   }
   return launch(c10d::OpType::SEND, "tpu:send", tensors,
-                [t, dst_rank, tag](Transport& tr) { return tr.send(t, dst_rank, tag); });
+                [t, dst_rank, tag](Transport& tr) { return tr.send(t, dst_rank, tag); },
+                send_queue_.get());
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,

@@ -94,9 +94,11 @@ class TpuBackend : public c10d::Backend {
  private:
   // The transport calls of one c10d call, its tensors captured by value.
   using Body = std::function<base::Status(Transport&)>;
-  // Runs `body` now or on the queue, and returns its Work over `outputs`.
+  // Runs `body` now or on the queue (`queue`, else the group's), and returns its Work over
+  // `outputs`.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* title,
-                                        std::vector<at::Tensor> outputs, Body body);
+                                        std::vector<at::Tensor> outputs, Body body,
+                                        CollectiveQueue* queue = nullptr);
   void check_all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input);
   void check_all_gather_base(const at::Tensor& output, const at::Tensor& input);
   void check_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,
@@ -109,8 +111,11 @@ class TpuBackend : public c10d::Backend {
   std::shared_ptr<Transport> transport_;
   std::vector<int64_t> global_ranks_;
   std::chrono::milliseconds timeout_;
-  // Host-staged groups only.
+  // Host-staged groups only. Sends have a queue of their own (in order among themselves):
+  // a send waits until its peer receives, and on the group's queue it held back the recv
+  // or collective its peer was waiting for (isend then irecv on both ranks hung).
   std::unique_ptr<CollectiveQueue> queue_;
+  std::unique_ptr<CollectiveQueue> send_queue_;
 };
 
 }  // namespace torchtpu::distributed

@@ -440,7 +440,11 @@ base::Status HostStagedTransport::send(const at::Tensor& tensor, int dst, int ta
   std::vector<at::Tensor> header{
       at::from_blob(sig.data(), {kSignatureLength}, at::kLong).clone()};
   TORCHTPU_RETURN_IF_ERROR(run("send", [&] { return gloo_->send(header, dst, tag); }));
-  std::vector<at::Tensor> v{to_host(tensor)};
+  // A host copy of its own, not the shared staging slot: sends run on their own queue,
+  // beside the group's collectives (TpuBackend).
+  base::counter_add("host_staged_bytes", nbytes(tensor));
+  std::vector<at::Tensor> v{at::empty(tensor.sizes(), tensor.options().device(at::kCPU))};
+  copy_to_host(tensor, v[0]);
   return run("send", [&] { return gloo_->send(v, dst, tag); });
 }
 

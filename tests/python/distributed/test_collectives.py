@@ -369,3 +369,47 @@ def _three_ranks(rank: int, world: int) -> None:
 
 def test_three_ranks_match_gloo_on_cpu():
     run_ranks(_three_ranks, 3, timeout=240)
+
+
+def _p2p_in_any_order(rank: int, world: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    other = 1 - rank
+
+    def payload(n: int, src: int) -> torch.Tensor:
+        return torch.arange(float(n)) + 10 * src
+
+    # Both ranks post their send first, then their receive (and then the other way round):
+    # Gloo completes these; a send that waited for its peer on the group's one queue held
+    # back the receive the peer was waiting on.
+    for first in ("send", "recv"):
+        got = torch.zeros(3, device="tpu")
+        ops = [lambda: dist.isend(payload(3, rank).to("tpu"), other),
+               lambda: dist.irecv(got, other)]
+        works = [op() for op in (ops if first == "send" else ops[::-1])]
+        for w in works:
+            w.wait()
+        torch.testing.assert_close(got.cpu(), payload(3, other))
+    # PyTorch's documented batch_isend_irecv pattern, with a collective queued before it.
+    pending = dist.all_reduce(torch.ones(2, device="tpu"), async_op=True)
+    got = torch.zeros(5, device="tpu")
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, payload(5, rank).to("tpu"), other),
+                                     dist.P2POp(dist.irecv, got, other)]):
+        w.wait()
+    pending.wait()
+    torch.testing.assert_close(got.cpu(), payload(5, other))
+    # Sends to one peer stay in order.
+    if rank == 0:
+        works = [dist.isend(torch.full((2,), float(k), device="tpu"), 1) for k in range(4)]
+        for w in works:
+            w.wait()
+    else:
+        for k in range(4):
+            t = torch.zeros(2, device="tpu")
+            dist.recv(t, 0)
+            torch.testing.assert_close(t.cpu(), torch.full((2,), float(k)))
+
+
+def test_p2p_in_any_order_completes_as_with_gloo():
+    run_ranks(_p2p_in_any_order, 2, timeout=120, backend="tpu", pg_timeout_s=20)
