@@ -130,7 +130,18 @@ base::Status TcpExchange::connect(Clock::time_point deadline) {
     int fd;
     ~CloseOnExit() { ::close(fd); }
   } closer{lfd};
-  auto key = [](int r) { return "torchtpu_tcp/" + std::to_string(r); };
+  // The store outlives a group (torchrun's), and a group made again after
+  // destroy_process_group() has the same name: every rank's join counts, so the n-th
+  // making of the group reads the addresses of the n-th, not those the last one left.
+  int64_t generation = 0;
+  try {
+    generation = (store_->add("torchtpu_tcp/joins", 1) - 1) / size();
+  } catch (const std::exception& e) {
+    return fail(std::string("the group's store refused this rank's join: ") + e.what());
+  }
+  auto key = [generation](int r) {
+    return "torchtpu_tcp/" + std::to_string(generation) + "/" + std::to_string(r);
+  };
   try {
     const std::string& me = listening->second;
     store_->set(key(rank_), std::vector<uint8_t>(me.begin(), me.end()));

@@ -413,3 +413,4 @@ def _p2p_in_any_order(rank: int, world: int) -> None:
 
 def test_p2p_in_any_order_completes_as_with_gloo():
     run_ranks(_p2p_in_any_order, 2, timeout=120, backend="tpu", pg_timeout_s=20)
+
