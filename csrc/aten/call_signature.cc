@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "aten/op_special_cases.h"
+#include "aten/tpu_generator.h"
 #include "aten/tpu_storage.h"
 
 namespace torchtpu::aten {
@@ -149,10 +150,9 @@ class Classifier {
         if (a != nullptr) a->scalar_categories.push_back(c);
       }
     } else if (v.isGenerator()) {
+      // Before the call runs anywhere: a fallback would take another device's generator.
       const at::Generator& g = v.toGenerator();
-      TORCH_CHECK(!g.defined() || g.device().is_privateuseone(),
-                  "Expected a 'tpu' device type for generator but found '",
-                  c10::DeviceTypeName(g.device().type(), true), "' (in ", info_.name, ")");
+      if (g.defined()) check_tpu_generator(g, info_.name);
       put(tag(ArgKind::kNone, 1));
       sig_->generator = g;
     } else if (formal == FormalKind::kRuntimeFloat && v.isDouble()) {

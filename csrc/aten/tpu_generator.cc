@@ -54,14 +54,18 @@ c10::intrusive_ptr<c10::TensorImpl> TpuGeneratorImpl::get_state() const {
   return state.getIntrusivePtr();
 }
 
+void check_tpu_generator(const at::Generator& gen, const std::string& op) {
+  TORCH_CHECK(gen.defined() && gen.device().is_privateuseone(),
+              "Expected a 'tpu' device type for generator but found '",
+              gen.defined() ? c10::DeviceTypeName(gen.device().type(), true) : "none",
+              "' (in ", op, ")");
+}
+
 runtime::BufferPtr next_rng_state_buffer(const at::Generator& generator, int device) {
   at::Generator gen = generator;
   std::pair<uint64_t, uint64_t> state;
   {
-    // Generator::get is a static_cast: another device's generator must not reach it.
-    TORCH_CHECK(gen.defined() && gen.device().is_privateuseone(),
-                "Expected a 'tpu' device type for generator but found '",
-                gen.defined() ? c10::DeviceTypeName(gen.device().type(), true) : "none", "'");
+    check_tpu_generator(gen, "a random program");
     std::lock_guard<std::mutex> lock(gen.mutex());
     auto* impl = gen.get<TpuGeneratorImpl>();
     state = impl->next_state();

@@ -6,6 +6,8 @@
 #include <ATen/core/Generator.h>
 #include <c10/core/GeneratorImpl.h>
 
+#include <string>
+
 #include "runtime/buffer.h"
 
 namespace torchtpu::aten {
@@ -34,6 +36,10 @@ class TpuGeneratorImpl final : public c10::GeneratorImpl {
 };
 
 const at::Generator& default_generator(c10::DeviceIndex index);
+
+// Raises CUDA's error when `gen` is not a tpu generator (another device's, or none) where
+// tpu op `op` takes one: Generator::get is a static_cast, so no other may reach it.
+void check_tpu_generator(const at::Generator& gen, const std::string& op);
 
 // The ui64[2] state buffer one random program takes: `gen` (a tpu generator) advanced
 // by one op, placed on `device`.

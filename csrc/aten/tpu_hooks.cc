@@ -40,6 +40,10 @@ class HostAllocator final : public c10::Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     return live_.count(p) > 0;
   }
+  static HostAllocator& instance() {
+    static HostAllocator* a = new HostAllocator();  // lives for the process, like its blocks
+    return *a;
+  }
 
  private:
   static void release(void* ctx) {
@@ -51,13 +55,6 @@ class HostAllocator final : public c10::Allocator {
     delete host;
   }
 
- public:
-  static HostAllocator& instance() {
-    static HostAllocator* a = new HostAllocator();  // lives for the process, like its blocks
-    return *a;
-  }
-
- private:
   mutable std::mutex mu_;
   std::unordered_set<const void*> live_;
 };
