@@ -47,6 +47,9 @@ class RequestOutput:
     cumulative_logprob: float = 0.0  # of output_token_ids under the raw model
     error: str | None = None  # set with finish_reason "error": why this request failed
     error_status: int = 500  # the HTTP status of `error`: 400 when the request caused it
+    # With finish_reason "stop": the stop string or stop_token_ids entry that ended the
+    # output (None for an end-of-sequence token or a finished grammar), as vLLM's.
+    stop_reason: int | str | None = None
 
 
 @dataclass
@@ -224,7 +227,7 @@ class LLMEngine:
             IncrementalDetokenizer(self.tokenizer, params.stop,
                                    params.include_stop_str_in_output,
                                    skip_special_tokens=params.skip_special_tokens,
-                                   min_tokens=params.min_tokens),
+                                   min_tokens=params.min_tokens, prompt_ids=ids),
             stop_ids, time.perf_counter())
         self.scheduler.add_request(request_id, prompt_token_ids=ids,
                                    max_new_tokens=params.max_tokens,
@@ -318,7 +321,8 @@ class LLMEngine:
                 self.metrics.on_token(req, now)
             reason = finished.get(rid)
             ids = req.output_token_ids
-            if reason == "stop" and ids[-1] in req.stop_ids:
+            if reason == "stop" and ids[-1] in req.stop_ids and \
+                    not req.params.include_stop_str_in_output:
                 ids = ids[:-1]  # a stop token ends the text but is not part of it
             # A grammar that has ended finishes the request here (with ignore_eos its stop
             # token does not), so its text is flushed now.
@@ -331,10 +335,13 @@ class LLMEngine:
             if reason is None and (req.detokenizer.stopped or grammar_done):
                 self.scheduler.finish(rid, "stop")
                 reason = "stop"
+            elif req.detokenizer.stopped:  # a stop string in the last token's text wins
+                reason = "stop"             # over the length limit, as in vLLM
             outputs.append(RequestOutput(
                 rid, req.prompt_token_ids, [x.token for x in ss], text,
                 list(ss) if req.params.logprobs is not None else [], list(req.output_token_ids),
-                reason is not None, reason, req.cumulative_logprob))
+                reason is not None, reason, req.cumulative_logprob,
+                stop_reason=self._stop_reason(req, reason)))
             if reason is not None:
                 del self.requests[rid]
                 if self.log_request_timelines:
@@ -344,6 +351,16 @@ class LLMEngine:
         self.metrics.observe_scheduler(self.scheduler)
         self._publish_kv_events()
         return outputs
+
+    def _stop_reason(self, req: _Request, reason: str | None) -> int | str | None:
+        if reason != "stop":
+            return None
+        if req.detokenizer.stopped:
+            return req.detokenizer.stop_string
+        last = req.output_token_ids[-1] if req.output_token_ids else None
+        if last in self.eos_ids and not req.params.ignore_eos:
+            return None
+        return last if last in req.params.stop_token_ids else None
 
     def _log_timeline(self, req: _Request) -> None:
         """Where a finished request's time to first token went: seconds from arrival to

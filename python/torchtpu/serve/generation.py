@@ -38,6 +38,7 @@ class Generation:
     echo_only: bool  # max_tokens=0 with echo: the prompt is the whole answer
     stream: bool
     include_usage: bool
+    continuous_usage: bool  # usage in every chunk (vLLM's continuous_usage_stats)
     tool_choice: str | dict | None = None  # "auto" | "required" | a named choice (dict)
     tool_parser: str | None = None  # for "auto"
     tool_names: frozenset = frozenset()
@@ -153,8 +154,9 @@ class Generation:
                 except ValueError as e:
                     raise ApiError(400, str(e), param="messages" if chat else "prompt") from None
         opts = req.stream_options
-        gen = cls(chat, prompts, echo_texts, params, echo_only, req.stream,
-                  bool(opts and opts.include_usage), choice, parser,
+        include_usage = bool(opts and opts.include_usage)
+        gen = cls(chat, prompts, echo_texts, params, echo_only, req.stream, include_usage,
+                  include_usage and opts.continuous_usage_stats, choice, parser,
                   frozenset(t["function"]["name"] for t in tool_dicts),
                   req.parallel_tool_calls if chat else None)
         return gen
@@ -204,6 +206,7 @@ async def collect(server: OpenAIServer, gen: Generation, rid: str, public_id: st
             results = [("", [], None)] * n
         for j, (text, samples, last) in enumerate(results):
             reason = last.finish_reason if last is not None else "length"
+            stop_reason = last.stop_reason if last is not None else None
             want_lp = gen.params.logprobs is not None
             if gen.chat:
                 content, calls = gen.tool_calls(text)
@@ -213,12 +216,14 @@ async def collect(server: OpenAIServer, gen: Generation, rid: str, public_id: st
                     reason = "tool_calls" if reason == "stop" else reason
                 choices.append({"index": i * n + j, "message": message,
                                 "logprobs": responses.chat_logprobs(samples, tok)
-                                if want_lp else None, "finish_reason": reason})
+                                if want_lp else None, "finish_reason": reason,
+                                "stop_reason": stop_reason})
             else:
                 echo = gen.echo_texts[i] if gen.echo_texts else ""
                 choices.append({"index": i * n + j, "text": echo + text,
                                 "logprobs": responses.completion_logprobs(samples, tok, len(echo))
-                                if want_lp else None, "finish_reason": reason})
+                                if want_lp else None, "finish_reason": reason,
+                                "stop_reason": stop_reason})
     return {"id": public_id, "object": "chat.completion" if gen.chat else "text_completion",
             "created": responses.now(), "model": server.engine.model_name, "choices": choices,
             "usage": responses.usage(sum(len(p) for p in gen.prompts), completion_tokens)}
@@ -230,11 +235,11 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
     tok, n, model = server.tokenizer, gen.params.n, server.engine.model_name
     created = responses.now()
 
-    def chunk(choices: list) -> str:
+    def chunk(choices: list, usage: dict | None = None) -> str:
         body = {"id": public_id, "object": kind, "created": created, "model": model,
                 "choices": choices}
         if gen.include_usage:
-            body["usage"] = None
+            body["usage"] = usage
         return _sse(body)
 
     merged: asyncio.Queue = asyncio.Queue()
@@ -254,7 +259,7 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
     indices = range(len(gen.prompts) * n)
     completion_tokens, live = 0, len(streams)
     offsets = {index: 0 for index in indices}
-    held: dict[int, str] = {}
+    held: dict[int, tuple[str, list]] = {}
     try:
         if gen.chat:
             yield chunk([{"index": k, "delta": {"role": "assistant", "content": ""},
@@ -277,29 +282,39 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
                 continue
             if out.finished:
                 completion_tokens += len(out.output_token_ids)
-            if not out.new_text and not out.finished:
+            want_lp = gen.params.logprobs is not None
+            # A token whose text is held back (a possible stop string, an incomplete
+            # character) still sends its logprobs, with empty text, as vLLM does.
+            if not out.new_text and not out.finished and not (want_lp and out.new_logprobs):
                 continue
             reason = out.finish_reason if out.finished else None
-            want_lp = gen.params.logprobs is not None
+            stop_reason = out.stop_reason if out.finished else None
+            usage = responses.usage(len(gen.prompts[k // n]), len(out.output_token_ids)) \
+                if gen.continuous_usage else None
             if gen.chat and gen.tool_choice is not None:
                 # Whether the text is a tool call is known only at its end: it is held
                 # until then, and tool calls go out as OpenAI streams them.
-                held[k] = held.get(k, "") + out.new_text
+                text, samples = held.get(k, ("", []))
+                held[k] = (text + out.new_text, samples + out.new_logprobs)
                 if out.finished:
-                    for c in _tool_chunks(gen, k, held.pop(k), reason):
-                        yield chunk([c])
+                    text, samples = held.pop(k)
+                    lp = responses.chat_logprobs(samples, tok) if want_lp else None
+                    for c in _tool_chunks(gen, k, text, reason, stop_reason, lp):
+                        yield chunk([c], usage)
                 continue
             if gen.chat:
                 choice = {"index": k, "delta": {"content": out.new_text},
                           "logprobs": responses.chat_logprobs(out.new_logprobs, tok)
-                          if want_lp else None, "finish_reason": reason}
+                          if want_lp else None, "finish_reason": reason,
+                          "stop_reason": stop_reason}
             else:
                 choice = {"index": k, "text": out.new_text,
                           "logprobs": responses.completion_logprobs(out.new_logprobs, tok,
                                                                     offsets[k])
-                          if want_lp else None, "finish_reason": reason}
+                          if want_lp else None, "finish_reason": reason,
+                          "stop_reason": stop_reason}
             offsets[k] += len(out.new_text)
-            yield chunk([choice])
+            yield chunk([choice], usage)
         if gen.include_usage:
             yield _sse({"id": public_id, "object": kind, "created": created, "model": model,
                         "choices": [], "usage": responses.usage(
@@ -313,10 +328,11 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _tool_chunks(gen: Generation, index: int, text: str, reason: str) -> list[dict]:
+def _tool_chunks(gen: Generation, index: int, text: str, reason: str,
+                 stop_reason: int | str | None, logprobs: dict | None) -> list[dict]:
     """The stream choices of one finished chat choice when tools may be called: content
     (if any), then per call its id and name with empty arguments, then the arguments in
-    fragments, then the finish reason."""
+    fragments, then the finish reason. The logprobs of all its tokens go in the first."""
     content, calls = gen.tool_calls(text)
     out = []
     if content:
@@ -333,5 +349,7 @@ def _tool_chunks(gen: Generation, index: int, text: str, reason: str) -> list[di
                 "tool_calls": [{"index": j, "function": {"arguments": args[start:start + 16]}}]}})
     if calls and reason == "stop":
         reason = "tool_calls"
-    out.append({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason})
+    out.append({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason,
+                "stop_reason": stop_reason})
+    out[0]["logprobs"] = logprobs
     return out

@@ -18,6 +18,7 @@ class CompletionOutput:
     finish_reason: str | None
     logprobs: list[Sample] = field(default_factory=list)
     cumulative_logprob: float = 0.0
+    stop_reason: int | str | None = None  # the stop string or token id, as vLLM's
 
 
 @dataclass
@@ -80,6 +81,7 @@ class LLM:
                 res.token_ids = out.output_token_ids
                 res.logprobs.extend(out.new_logprobs)
                 res.finish_reason = out.finish_reason
+                res.stop_reason = out.stop_reason
                 res.cumulative_logprob = out.cumulative_logprob
         for rid, p in zip(order, params):
             outs = results[rid].outputs

@@ -63,6 +63,8 @@ class _Model(BaseModel):
 
 class StreamOptions(_Model):
     include_usage: bool = False
+    # vLLM's: with include_usage, every chunk carries its choice's usage so far.
+    continuous_usage_stats: bool = False
 
 
 class JsonSchemaFormat(_Model):
@@ -228,7 +230,11 @@ class TokenizeRequest(_Model):
     prompt: str | None = None
     messages: list[Message] | None = None
     add_special_tokens: bool | None = None
+    # As on /v1/chat/completions, so a count here is the prompt_tokens of that request.
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[Tool] | None = None
 
 
 class DetokenizeRequest(_Model):

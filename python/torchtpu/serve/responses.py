@@ -19,9 +19,17 @@ def completion_logprobs(samples: list[Sample], tokenizer, offset: int) -> dict:
         offsets.append(pos)
         pos += len(t)
     return {"tokens": tokens, "token_logprobs": [s.logprob for s in samples],
-            "top_logprobs": [{tokenizer.decode([t]): lp for t, lp in (s.top_logprobs or [])}
-                             for s in samples],
+            "top_logprobs": [_top(s, tokenizer) for s in samples],
             "text_offset": offsets}
+
+
+def _top(sample: Sample, tokenizer) -> dict:
+    """A completion token's top_logprobs: the sampled token first, then the `logprobs`
+    most likely (up to logprobs + 1 entries, as OpenAI's legacy API and vLLM give)."""
+    top = {tokenizer.decode([sample.token]): sample.logprob}
+    for t, lp in sample.top_logprobs or []:
+        top.setdefault(tokenizer.decode([t]), lp)
+    return top
 
 
 def chat_logprobs(samples: list[Sample], tokenizer) -> dict:

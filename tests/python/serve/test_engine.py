@@ -173,3 +173,21 @@ def test_the_engine_keeps_its_own_recompile_limit(tiny_llama_dir, hf_reference):
         results = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0.0))
     for ids, res in zip(prompts, results):
         assert res.outputs[0].token_ids == hf_reference(tiny_llama_dir, ids, 8)
+
+
+def test_a_stop_string_completed_by_the_last_allowed_token_finishes_as_stop(tiny_llama_dir):
+    """As in vLLM: the stop string wins over the length limit reached in the same step."""
+    llm = LLM(tiny_llama_dir, **ENGINE_ARGS)
+    prompt = _prompts(llm.tokenizer, 1, seed=5)[0]
+    for seed in range(20):  # a sampled text whose 8th token's text is new in it
+        kw = dict(temperature=1.0, seed=seed, ignore_eos=True)
+        full = llm.generate([prompt], SamplingParams(max_tokens=8, **kw))[0].outputs[0]
+        shorter = llm.generate([prompt], SamplingParams(max_tokens=7, **kw))[0].outputs[0]
+        stop = full.text[max(len(shorter.text) - 1, 0):]  # ends inside the 8th token's text
+        if len(stop) > 1 and stop not in shorter.text and "\ufffd" not in full.text:
+            break
+    else:
+        pytest.fail("no seed gave a usable text")
+    out = llm.generate([prompt], SamplingParams(max_tokens=8, stop=[stop], **kw))
+    assert out[0].outputs[0].text == full.text[:full.text.index(stop)]
+    assert out[0].outputs[0].finish_reason == "stop"

@@ -125,6 +125,8 @@ def c_stop(e):
     body = e.ok(max_tokens=16, stop=[stop], ignore_eos=False)
     assert e.texts(body)[0] == full[:full.index(stop)]
     assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["choices"][0]["stop_reason"] == stop  # vLLM's field: what stopped it
+    assert e.ok(max_tokens=16)["choices"][0]["stop_reason"] is None
 
 
 def c_include_stop_str_in_output(e):
@@ -132,6 +134,10 @@ def c_include_stop_str_in_output(e):
     stop = full[3:5]
     got = e.text(max_tokens=16, stop=stop, include_stop_str_in_output=True)
     assert got == full[:full.index(stop) + len(stop)]
+    # A stop token's text too (an end-of-sequence token is special, so skipped anyway).
+    forced = dict(logit_bias={str(FORCED): 100}, stop_token_ids=[FORCED], ignore_eos=False)
+    assert e.text(**forced, include_stop_str_in_output=True) == e.tok.decode([FORCED])
+    assert e.text(**forced) == ""
 
 
 def c_stream(e):
@@ -144,6 +150,13 @@ def c_stream_options(e):
     assert chunks[-1]["usage"]["completion_tokens"] == 8 and chunks[-1]["choices"] == []
     _, chunks = e.stream_text(stream_options={"include_usage": False})
     assert all("usage" not in c for c in chunks)
+    # vLLM's continuous_usage_stats: every chunk with a token carries its usage so far.
+    _, chunks = e.stream_text(stream_options={"include_usage": True,
+                                              "continuous_usage_stats": True})
+    counts = [c["usage"]["completion_tokens"] for c in chunks[:-1] if c["usage"]]
+    assert counts and counts == sorted(counts) and counts[-1] == 8
+    assert all(c["usage"]["prompt_tokens"] == chunks[-1]["usage"]["prompt_tokens"]
+               for c in chunks if c["usage"])
 
 
 def c_penalty(name):
@@ -169,6 +182,7 @@ def c_stop_token_ids(e):
     body = e.ok(logit_bias={str(FORCED): 100}, stop_token_ids=[FORCED], ignore_eos=False)
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["usage"]["completion_tokens"] == 1 and e.texts(body) == [""]
+    assert body["choices"][0]["stop_reason"] == FORCED
 
 
 def c_ignore_eos(e):
@@ -176,6 +190,7 @@ def c_ignore_eos(e):
     stopped = e.ok(logit_bias={eos: 100}, ignore_eos=False)
     assert stopped["usage"]["completion_tokens"] == 1
     assert stopped["choices"][0]["finish_reason"] == "stop"
+    assert stopped["choices"][0]["stop_reason"] is None  # end of sequence, as vLLM
     kept = e.ok(logit_bias={eos: 100}, ignore_eos=True)
     assert kept["usage"]["completion_tokens"] == 8
     assert kept["choices"][0]["finish_reason"] == "length"
@@ -249,8 +264,21 @@ def c_echo(e):
 
 def c_logprobs_completion(e):
     lp = e.ok(logprobs=2)["choices"][0]["logprobs"]
-    assert len(lp["token_logprobs"]) == 8 and all(len(t) == 2 for t in lp["top_logprobs"])
+    assert len(lp["token_logprobs"]) == 8 and all(len(t) in (2, 3) for t in lp["top_logprobs"])
     assert e.ok()["choices"][0]["logprobs"] is None
+    # The sampled token is among them (up to logprobs + 1 entries, as OpenAI and vLLM).
+    lp = e.ok(logprobs=0, temperature=1.5, seed=3)["choices"][0]["logprobs"]
+    assert lp["top_logprobs"] == [{t: v} for t, v in zip(lp["tokens"], lp["token_logprobs"])]
+    _streamed_logprobs_are_complete(e, logprobs=1)
+
+
+def _streamed_logprobs_are_complete(e, **lp):
+    """Tokens whose text is held back (here: it could begin a long stop string) still
+    stream their logprobs, in chunks with empty text."""
+    text, chunks = e.stream_text(stop=["a stop string the model will not write"], **lp)
+    entries = [c["logprobs"] for ch in chunks for c in ch["choices"] if c.get("logprobs")]
+    n = sum(len(x["content"] if e.chat else x["tokens"]) for x in entries)
+    assert n == 8 and text == e.text(**lp)
 
 
 def c_messages(e):
@@ -274,6 +302,7 @@ def c_chat_logprobs(e):
     lp = e.ok(logprobs=True)["choices"][0]["logprobs"]["content"]
     assert len(lp) == 8 and all(t["top_logprobs"] == [] for t in lp)
     assert e.ok()["choices"][0]["logprobs"] is None
+    _streamed_logprobs_are_complete(e, logprobs=True)
 
 
 def c_top_logprobs(e):
@@ -299,6 +328,10 @@ def c_continue_final_message(e):
     closed = e.ok(messages=msgs, add_generation_prompt=False)["usage"]["prompt_tokens"]
     body = e.ok(messages=msgs, add_generation_prompt=False, continue_final_message=True)
     assert body["usage"]["prompt_tokens"] < closed  # the last turn is left open
+    # /tokenize takes the same fields and counts the same prompt.
+    r = httpx.post(e.url + "/tokenize", json={"messages": msgs, "add_generation_prompt": False,
+                                              "continue_final_message": True})
+    assert r.status_code == 200 and r.json()["count"] == body["usage"]["prompt_tokens"]
 
 
 def c_chat_template_kwargs(e):

@@ -1,5 +1,7 @@
 """Sampling parameters, the per-request sampler and the incremental detokenizer."""
 
+import json
+
 import pytest
 import torch
 
@@ -180,3 +182,101 @@ def test_detokenizer_waits_for_whole_characters():
     assert d.update([ord("a"), 1], finished=False) == "a"
     assert d.update([ord("a"), 1, 2], finished=False) == "é"
     assert d.update([ord("a"), 1, 2, ord("b")], finished=True) == "b"
+
+
+class _CountingTokenizer:
+    """A real tokenizer that records how many ids each decode is given."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.lengths = tokenizer, []
+
+    def decode(self, ids, skip_special_tokens=True):
+        self.lengths.append(len(ids))
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def _metaspace_tokenizer():
+    """A SentencePiece-style tokenizer (leading-space marker, byte fallback), as Llama's."""
+    from tiny_models import corpus
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    def tokenizer(model):
+        tok = Tokenizer(model)
+        tok.normalizer = normalizers.Replace(" ", "\u2581")
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581",
+                                                     prepend_scheme="first")
+        tok.decoder = decoders.Sequence([
+            decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+            decoders.Strip(" ", 1, 0)])
+        return tok
+
+    trained = tokenizer(models.BPE(unk_token="<unk>"))
+    trained.train_from_iterator(corpus()[:2000], trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<unk>", "<s>", "</s>"]))
+    # The byte pieces byte fallback spells other characters with, as in Llama's vocabulary.
+    vocab = json.loads(trained.to_str())["model"]
+    pieces = dict(vocab["vocab"])
+    for b in range(256):
+        pieces.setdefault(f"<0x{b:02X}>", len(pieces))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in vocab["merges"]]
+    tok = tokenizer(models.BPE(pieces, merges, unk_token="<unk>", byte_fallback=True))
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", unk_token="<unk>")
+
+
+@pytest.fixture(scope="module", params=["byte-level", "metaspace"])
+def real_tokenizer(request):
+    if request.param == "byte-level":
+        from tiny_models import build_tokenizer
+        return build_tokenizer()
+    return _metaspace_tokenizer()
+
+
+def _stream(tokenizer, ids, **kw):
+    d = IncrementalDetokenizer(tokenizer, stop=[], include_stop=False, **kw)
+    pieces = [d.update(ids[:n], finished=n == len(ids)) for n in range(1, len(ids) + 1)]
+    return "".join(pieces)
+
+
+def test_detokenized_stream_equals_one_shot_decode(real_tokenizer):
+    text = ("To be, or not to be: that is the question. Ünïcödé — 漢字かな 🙂🚀 naïve café\n"
+            "  two  spaces, a tab\tand   more.")
+    ids = real_tokenizer.encode(text, add_special_tokens=False)
+    assert _stream(real_tokenizer, ids) == real_tokenizer.decode(ids)
+    # Random ids: special tokens among them, and (byte-level) bytes that leave UTF-8
+    # incomplete or invalid. Byte-fallback pieces are left out of the random ids: a run of
+    # them that is not UTF-8 becomes one U+FFFD per byte, a run cut by a window boundary
+    # keeps its valid bytes (as with vLLM's detokenizer), so garbage can differ there.
+    g = torch.Generator().manual_seed(0)
+    vocab = real_tokenizer.get_vocab()
+    byte_pieces = {i for t, i in vocab.items() if t.startswith("<0x") and len(t) == 6}
+    for _ in range(20):
+        ids = [i for i in torch.randint(0, len(real_tokenizer), (64,), generator=g).tolist()
+               if i not in byte_pieces]
+        for skip in (True, False):
+            assert _stream(real_tokenizer, ids, skip_special_tokens=skip) == \
+                real_tokenizer.decode(ids, skip_special_tokens=skip)
+
+
+def test_detokenizer_decodes_a_bounded_window_each_step(real_tokenizer):
+    """Each step decodes the newest ids only, so a long output costs linear time."""
+    ids = real_tokenizer.encode(" ".join(__import__("tiny_models").corpus()[:300]),
+                                add_special_tokens=False)[:2000]
+    counting = _CountingTokenizer(real_tokenizer)
+    assert _stream(counting, ids) == real_tokenizer.decode(ids)
+    assert max(counting.lengths) <= 8, max(counting.lengths)
+
+
+def test_the_first_output_token_keeps_its_leading_space_after_the_prompt(real_tokenizer):
+    """Decoded with the prompt's last ids as context, the output is the part of
+    decode(prompt + output) after the prompt's text (a SentencePiece decode alone drops
+    the first token's leading space)."""
+    prompt = real_tokenizer.encode("Let us kill", add_special_tokens=False)
+    output = real_tokenizer.encode("Let us kill him, him", add_special_tokens=False)[
+        len(prompt):]
+    d = IncrementalDetokenizer(real_tokenizer, stop=[], include_stop=False, prompt_ids=prompt)
+    text = "".join(d.update(output[:n], finished=n == len(output))
+                   for n in range(1, len(output) + 1))
+    assert text == " him, him"
+    assert real_tokenizer.decode(prompt) + text == real_tokenizer.decode(prompt + output)
