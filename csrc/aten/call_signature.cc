@@ -174,7 +174,11 @@ class Classifier {
         a->kind = ArgKind::kScalar;
         a->scalar_category = c;
       }
-      if (info_.shape_from_scalars) scalar_value(v.toScalar());
+      if (info_.shape_from_scalars) {
+        // linspace(0, 1 + 2j): keyed by value below, which a complex number is not.
+        if (v.isComplexDouble()) throw NeedsFallback{"complex scalars are not lowered"};
+        scalar_value(v.toScalar());
+      }
     } else if (formal == FormalKind::kDType) {
       base::DType d = to_dtype(static_cast<c10::ScalarType>(v.toInt()));
       put(tag(ArgKind::kDType, static_cast<int64_t>(d)));

@@ -110,6 +110,15 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     for (size_t i : {1, 2}) st[i] = at::empty({0}, st[i].toTensor().options());
     return true;
   }
+  if ((name == "aten::nansum" || name == "aten::nansum.out") && st[1].isIntList() &&
+      st[1].toIntList().empty()) {
+    // nansum(dim=()) reduces every dim on the CPU (as sum does); its meta kernel none.
+    st[1] = c10::IValue();
+    c10::Dispatcher::singleton()
+        .findSchemaOrThrow("aten::nansum", name == "aten::nansum" ? "" : "out")
+        .callBoxed(&st);
+    return true;
+  }
   if (name == "aten::multi_margin_loss" && st[1].toTensor().dim() == 0 && st[5].toInt() == 0) {
     // One sample with a 0-d target, no reduction: the CPU's loss is 0-d, the meta's [1].
     c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), "").callBoxed(&st);

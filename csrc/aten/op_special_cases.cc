@@ -330,14 +330,16 @@ void check_max_min_nonempty(const std::string& name, Args args) {
               "reduction dim with the 'dim' argument.");
 }
 
-// ... and median / nanmedian / kthvalue along an empty dim.
+// ... and median / nanmedian / kthvalue / mode along an empty dim.
 void check_reduced_dim_nonempty(const std::string& name, Args args) {
-  bool median = name.rfind("aten::kthvalue", 0) != 0;
+  bool kthvalue = name.rfind("aten::kthvalue", 0) == 0;
+  const char* what = kthvalue ? "kthvalue()" : name.rfind("aten::mode", 0) == 0 ? "mode()"
+                                                                                : "median()";
   const at::Tensor& self = args[0].toTensor();
   if (self.dim() == 0) return;  // the meta kernel checks a 0-d tensor's dim
-  int64_t dim = c10::maybe_wrap_dim(args[median ? 1 : 2].toInt(), self.dim());
-  TORCH_CHECK_INDEX(self.size(dim) != 0, median ? "median()" : "kthvalue()",
-                    ": Expected reduction dim ", dim, " to have non-zero size.");
+  int64_t dim = c10::maybe_wrap_dim(args[kthvalue ? 2 : 1].toInt(), self.dim());
+  TORCH_CHECK_INDEX(self.size(dim) != 0, what, ": Expected reduction dim ", dim,
+                    " to have non-zero size.");
 }
 
 void check_uniform_range(const std::string&, Args args) {
@@ -435,7 +437,8 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
     add({"aten::max", "aten::max.unary_out", "aten::min", "aten::min.unary_out"},
         check_max_min_nonempty);
     add({"aten::median.dim", "aten::median.dim_values", "aten::nanmedian.dim",
-         "aten::nanmedian.dim_values", "aten::kthvalue", "aten::kthvalue.values"},
+         "aten::nanmedian.dim_values", "aten::kthvalue", "aten::kthvalue.values", "aten::mode",
+         "aten::mode.values"},
         check_reduced_dim_nonempty);
     add({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, check_uniform_range);
     add({"aten::bernoulli_.float", "aten::bernoulli.p"}, check_bernoulli_p);

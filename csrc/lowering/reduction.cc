@@ -212,7 +212,9 @@ LoweringFn logical_reduce(bool is_any) {
   return [is_any](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
     Value x = b.convert(c.tensor(0), DType::kBool);
-    Dims dims = reduction_dims(c, 1, x.rank());
+    // any/all(dim=()) reduce nothing on the CPU (an elementwise test), unlike sum.
+    bool no_dims = c.num_args() > 1 && c.arg(1).kind == ArgKind::kIntList && c.int_list(1).empty();
+    Dims dims = no_dims ? Dims{} : reduction_dims(c, 1, x.rank());
     Value r = is_any ? b.reduce_any(x, dims) : b.reduce_all(x, dims);
     return std::vector<Value>{finish(c, r)};
   };
@@ -398,12 +400,15 @@ LoweringFn cumulative(const char* kind) {
   };
 }
 
-// cummax / cummin(self, dim) -> (values, indices): a scan of (value, index) pairs along
-// `dim`, as one variadic reduce_window. The CPU kernel walks forward replacing the running
-// extreme when `x >= out` (cummax) or `x <= out` (cummin), and at every NaN, which then
-// sticks: the pick below is that rule made order-free (of equal values, or of NaNs, the
-// later index wins; a NaN beats any number), so the window's reduction order cannot
-// change the result.
+// cummax / cummin(self, dim) -> (values, indices). The CPU kernel walks forward replacing
+// the running extreme when `x >= out` (cummax) or `x <= out` (cummin), and at every NaN,
+// which then sticks. As two single-operand scans (a scan of (value, index) pairs as one
+// variadic reduce_window fails in XLA's CPU compiler beyond 256 elements: a shape mismatch
+// in its rewrite, reported as bad_alloc): the running extreme v (NaN-propagating); then,
+// as positions j where x[j] reached it (x[j] == v[j], or x[j] is NaN) were exactly the
+// kernel's updates, the index is the running max of those positions. The position is
+// tagged with x[j]'s sign bit (2j + sign), so that the value comes back with the sign of
+// the element the kernel kept: of -0.0 and 0.0, which compare equal, the later.
 LoweringFn cumulative_extreme(bool is_max) {
   return [is_max](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
@@ -412,28 +417,27 @@ LoweringFn cumulative_extreme(bool is_max) {
       return std::vector<Value>{finish(c, x, 0), finish(c, b.zeros(c.out_type(1)), 1)};
     }
     int64_t dim = wrap_dim(c.int_arg(1), x.rank());
-    Value idx = b.iota(TensorType{DType::kI64, x.dims()}, dim);
-    Value init = is_max ? b.min_value(x.dtype()) : b.max_value(x.dtype());
     bool floating = base::is_floating(x.dtype());
-    auto body = [is_max, floating](Builder& r, const std::vector<Value>& a) {
-      Value av = a[0], ai = a[1], bv = a[2], bi = a[3];
-      Value later = r.compare(ai, bi, "GT");
-      Value tie = r.compare(av, bv, "EQ");
-      Value beats = r.compare(av, bv, is_max ? "GT" : "LT");
-      Value pick_a = r.binary("or", beats, r.binary("and", tie, later));
-      if (floating) {
-        Value a_nan = r.compare(av, av, "NE"), b_nan = r.compare(bv, bv, "NE");
-        Value both = r.binary("and", a_nan, b_nan);
-        Value neither = r.unary("not", r.binary("or", a_nan, b_nan));
-        pick_a = r.binary("or", r.binary("and", a_nan, r.unary("not", b_nan)),
-                          r.binary("or", r.binary("and", both, later),
-                                   r.binary("and", neither, pick_a)));
-      }
-      return std::vector<Value>{r.select(pick_a, av, bv), r.select(pick_a, ai, bi)};
-    };
-    std::vector<Value> outs =
-        scan_all(b, {x, idx}, {init, b.constant(-1, DType::kI64)}, dim, body);
-    return std::vector<Value>{finish(c, outs[0], 0), finish(c, outs[1], 1)};
+    Value init = is_max ? b.min_value(x.dtype()) : b.max_value(x.dtype());
+    Value v = scan(b, x, dim, init, [is_max](Builder& s, Value p, Value q) {
+      return nan_extreme(s, p, q, is_max);
+    });
+    Value reached = b.compare(x, v, "EQ");
+    if (floating) reached = b.binary("or", reached, is_nan(b, x));
+    TensorType i64{DType::kI64, x.dims()};
+    Value tagged = b.mul(b.iota(i64, dim), b.splat(2, i64));
+    if (floating) tagged = b.add(tagged, b.convert(sign_bit(b, x), DType::kI64));
+    Value last = scan(b, b.select(reached, tagged, b.splat(-1, i64)), dim,
+                      b.constant(-1, DType::kI64),
+                      [](Builder& s, Value p, Value q) { return s.max(p, q); });
+    Value idx = b.binary("shift_right_arithmetic", last, b.splat(1, i64));
+    if (floating) {
+      Value negative = b.compare(b.binary("and", last, b.splat(1, i64)), b.splat(1, i64), "EQ");
+      Value zero = b.compare(v, b.zeros(v.type), "EQ");
+      v = b.select(zero, b.select(negative, b.unary("negate", b.zeros(v.type)), b.zeros(v.type)),
+                   v);
+    }
+    return std::vector<Value>{finish(c, v, 0), finish(c, idx, 1)};
   };
 }
 

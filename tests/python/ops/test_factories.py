@@ -73,6 +73,10 @@ def test_linspace_logspace_eye() -> None:
     assert torch.equal(torch.eye(3, 4, device=TPU).cpu(), torch.eye(3, 4))
     assert torch.equal(torch.eye(3, dtype=torch.int64, device=TPU).cpu(),
                        torch.eye(3, dtype=torch.int64))
+    # Complex endpoints (a complex result; the keying of the endpoints' values refused them).
+    for start, end in ((0, 1 + 2j), (1j, 2j), (-1.5, 2.5 - 1j)):
+        torch.testing.assert_close(torch.linspace(start, end, 5, device=TPU).cpu(),
+                                   torch.linspace(start, end, 5))
 
 
 @pytest.mark.parametrize("fn", [torch.tril_indices, torch.triu_indices])

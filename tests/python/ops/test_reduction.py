@@ -240,8 +240,10 @@ def test_reduction_with_a_dtype_argument(op, dtype: torch.dtype) -> None:
     lambda x: torch.median(x, 0, out=(torch.empty(0, device=x.device),
                                       torch.empty(0, dtype=torch.long, device=x.device))),
     lambda x: torch.kthvalue(x, 1, 0),
+    lambda x: torch.mode(x, 0),
+    lambda x: torch.mode(x.flatten()),
 ], ids=["max", "min", "max_flat", "median_dim", "median_neg_dim", "nanmedian_dim", "median_out",
-        "kthvalue_dim"])
+        "kthvalue_dim", "mode_dim", "mode_flat"])
 def test_reduction_without_identity_over_nothing_raises(fn) -> None:
     # No value to return: the CPU raises (RuntimeError / IndexError) where the lowering's
     # fill value (-inf, inf, NaN) would otherwise come back as the result.
@@ -255,6 +257,19 @@ def test_reduction_without_identity_nonempty_extent() -> None:
     assert_same(lambda t: torch.nanmedian(t, 1), x)
     assert_same(lambda t: torch.max(t, 1), x)
     assert_same(torch.median, x)  # over everything: NaN, as on the CPU
+    assert_same(lambda t: tuple(torch.mode(t, 1)), x)
+
+
+@pytest.mark.parametrize("name", ["nansum", "nanmean", "any", "all", "sum", "mean"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_reduction_over_an_empty_dim_list(name: str, keepdim: bool) -> None:
+    # dim=() reduces everything for sum / nansum (nansum's meta kernel reduces nothing) and
+    # nothing for any / all, as on the CPU.
+    x = torch.tensor([[0.0, float("nan"), 2.0], [3.0, 0.0, 5.0]])
+    fn = getattr(torch, name)
+    assert_same(lambda t: fn(t, dim=(), keepdim=keepdim), x)
+    if name not in ("nanmean", "mean"):
+        assert_same(lambda t: fn(t, dim=[], keepdim=keepdim), x.long())
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -270,14 +285,19 @@ def test_reduction_dtype_argument_rounds_input_first(name: str, dtype: torch.dty
 
 @pytest.mark.parametrize("fn", [torch.cummax, torch.cummin], ids=["cummax", "cummin"])
 def test_cummax_cummin_ties_nan_dtypes_and_gradient(fn) -> None:
-    # Lowered as one scan of (value, index) pairs (they ran on the CPU). Of equal values
-    # the later index wins, and a NaN sticks with the index of the latest NaN, as in the
-    # CPU kernel's forward walk.
+    # Of equal values the later index wins, and a NaN sticks with the index of the latest
+    # NaN, as in the CPU kernel's forward walk; of 0.0 and -0.0 the later one's sign.
     nan = float("nan")
     x = torch.tensor([[1.0, 3.0, 3.0, 2.0, nan, 5.0, nan, 0.0],
                       [2.0, 2.0, 1.0, 1.0, 4.0, 4.0, -1.0, -1.0]])
     assert_same(lambda t: tuple(fn(t, 1)), x)
     assert_same(lambda t: tuple(fn(t, 0)), x)
+    zeros = torch.tensor([0.0, -0.0, 1.0, -0.0, 0.0, -2.0, -0.0])
+    signs = [torch.signbit(fn(t, 0).values).cpu() for t in (zeros, zeros.to("tpu"))]
+    assert torch.equal(signs[0], signs[1])
+    # Longer than 256 (XLA's CPU compiler failed on a variadic scan there), with ties.
+    assert_same(lambda t: tuple(fn(t, 1)), make((3, 3000), torch.int64, low=-50, high=50))
+    assert_same(lambda t: tuple(fn(t, 0)), make((257,), torch.float32))
     assert_same(lambda t: tuple(fn(t, -1)), make((3, 17), torch.int64, low=-3, high=3))
     assert_same(lambda t: tuple(fn(t, 0)), make((9,), torch.int64, low=-2, high=2) > 0)
     assert_same(lambda t: tuple(fn(t, 0)), make((0, 4), torch.float32))
