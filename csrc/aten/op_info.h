@@ -42,6 +42,10 @@ struct OpInfo {
   bool optional_tensor_lists = false;  // has a Tensor?[] argument (index masks)
   bool shape_from_scalars = false;     // arange/linspace/logspace: scalar values are keys
   bool writes_unreturned = false;      // writes_unreturned_args (op_special_cases.h)
+  // An in-place _foreach_ op: per written tensor list argument, its tensors' version
+  // counters are bumped by the backend kernel (autograd's in-place checks read them), as
+  // CUDA's foreach kernels and the CPU's per-tensor path do.
+  std::vector<size_t> bumped_lists;
   // A structured op's functional or in-place form (its CompositeExplicitAutograd-
   // NonFunctional kernel runs the structured meta, then the out= form).
   bool structured_functional = false;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -209,9 +210,44 @@ void insert_compiled(const CallSignature& sig, std::shared_ptr<CompiledOp> compi
 
 }  // namespace
 
+namespace {
+
+// Bumps the version counters of an in-place _foreach_ op's written tensors once it has
+// run (OpInfo::bumped_lists), whichever path ran it.
+class ListVersionBump {
+ public:
+  ListVersionBump(const OpInfo& info, const c10::FunctionSchema& schema,
+                  const torch::jit::Stack& stack) {
+    if (info.bumped_lists.empty()) return;
+    auto args = torch::jit::last(stack, schema.arguments().size());
+    for (size_t i : info.bumped_lists) {
+      for (const at::Tensor& t : args[i].toTensorList()) {
+        // The check bump_version() makes, before anything is written (the CPU's per-tensor
+        // path raises it at the first tensor, here it must not throw after the run).
+        TORCH_CHECK(!t.is_inference() || c10::InferenceMode::is_enabled(),
+                    "Inplace update to inference tensor outside InferenceMode is not allowed."
+                    "You can make a clone to get a normal tensor before doing inplace update."
+                    "See https://github.com/pytorch/rfcs/pull/17 for more details.");
+        tensors_.push_back(t);
+      }
+    }
+  }
+  ~ListVersionBump() {
+    if (std::uncaught_exceptions() > exceptions_) return;  // it failed: nothing written
+    for (const at::Tensor& t : tensors_) t.unsafeGetTensorImpl()->bump_version();
+  }
+
+ private:
+  std::vector<at::Tensor> tensors_;
+  int exceptions_ = std::uncaught_exceptions();
+};
+
+}  // namespace
+
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpInfo& info = op_info(op);
   const c10::FunctionSchema& schema = op.schema();
+  ListVersionBump bump(info, schema, *stack);
   runtime::trace::Label label(info.name.c_str());
   if (info.is_clone && clone_outside_lowering(schema, stack)) return;
   if (info.optional_tensor_lists) type_optional_tensor_lists(schema, stack);

@@ -151,3 +151,49 @@ def test_module_backward_matches_cpu() -> None:
     F.cross_entropy(m(x.to("tpu")), y.to("tpu")).backward()
     for i, (p, g) in enumerate(zip(m.parameters(), cpu_grads)):
         assert_close(p.grad, g, dtype_tols=GRAD_TOLS, what=f"parameter {i} grad")
+
+
+@pytest.mark.parametrize("op", [
+    lambda ts: torch._foreach_mul_(ts, 10.0),
+    lambda ts: torch._foreach_add_(ts, ts),
+    lambda ts: torch._foreach_addcmul_(ts, ts, ts, value=2.0),
+    lambda ts: torch._foreach_lerp_(ts, [t + 1 for t in ts], 0.5),
+    lambda ts: torch._foreach_zero_(ts),
+    lambda ts: torch._foreach_exp_(ts),
+], ids=["mul_", "add_list", "addcmul_", "lerp_", "zero_", "exp_"])
+def test_foreach_in_place_ops_count_as_in_place_for_autograd(op) -> None:
+    # A foreach write to a tensor saved for backward must fail backward, as on the CPU
+    # (the version counters were not bumped: a silently wrong gradient). Optimizers take
+    # the foreach path on tpu, so opt.step() between forward and backward is this case.
+    results = {}
+    for device in ("cpu", "tpu"):
+        x = torch.tensor([1.0, 2.0], device=device, requires_grad=True)
+        y = x * 1
+        loss = (y * y).sum()
+        before = y._version
+        op([y])
+        results[device] = y._version - before
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+    assert results["tpu"] == results["cpu"]
+
+
+def test_optimizer_step_before_backward_is_caught_like_cpu() -> None:
+    for device in ("cpu", "tpu"):
+        m = torch.nn.Linear(3, 1).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=1.0)
+        x = torch.ones(2, 3, device=device, requires_grad=True)
+        loss = m(x).pow(2).sum()
+        for p in m.parameters():
+            p.grad = torch.ones_like(p)
+        opt.step()
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            torch.autograd.grad(loss, x)
+
+
+def test_foreach_in_place_on_an_inference_tensor_raises_and_writes_nothing() -> None:
+    with torch.inference_mode():
+        ts = [torch.ones(3, device="tpu")]
+    with pytest.raises(RuntimeError, match="inference tensor outside InferenceMode"):
+        torch._foreach_mul_(ts, 2.0)
+    assert ts[0].tolist() == [1.0, 1.0, 1.0]
