@@ -61,6 +61,9 @@ c10::IValue to_meta(const c10::IValue& v) {
   if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
     return c10::Device(c10::DeviceType::Meta);
   }
+  // A generator decides values, not result types, and some meta kernels (exponential_'s
+  // reference) refuse any: the program takes the generator's state at run time.
+  if (v.isGenerator()) return c10::IValue();
   return v;
 }
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/native/CPUFallback.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <c10/util/strides.h>
@@ -79,6 +80,41 @@ size_t op_cache_size() {
   return g_op_cache == nullptr ? 0 : g_op_cache->size();
 }
 
+namespace {
+
+// A random op run on the CPU draws from a CPU generator seeded by the tpu generator it
+// was given (or the default one of its device), not from the CPU's default generator
+// (torch.tpu.manual_seed would not reproduce it, and the CPU's stream would advance) and
+// not from the tpu generator itself (the CPU kernel refuses another device's).
+void use_tpu_generator_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& formals = op.schema().arguments();
+  auto args = torch::jit::last(*stack, formals.size());
+  for (size_t i = 0; i < formals.size(); ++i) {
+    c10::TypePtr t = formals[i].type();
+    if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
+    if (t->kind() != c10::TypeKind::GeneratorType) continue;
+    at::Generator gen;
+    if (args[i].isGenerator() && args[i].toGenerator().defined()) {
+      gen = args[i].toGenerator();
+    } else {
+      c10::DeviceIndex index = -1;
+      for (const c10::IValue& v : args) {
+        if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_privateuseone()) {
+          index = v.toTensor().device().index();
+          break;
+        }
+      }
+      if (index < 0) index = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
+                                 ->getDevice().index();
+      gen = default_generator(index);
+    }
+    check_tpu_generator(gen, op_info(op).name);
+    (*stack)[stack->size() - formals.size() + i] = cpu_generator_for_fallback(gen);
+  }
+}
+
+}  // namespace
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
   const std::string& name = op_info(op).name;
   TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), "tpu: ", name, " cannot run on tpu (", reason,
@@ -92,6 +128,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
                "every fallback; TORCHTPU_FALLBACK=error makes them errors.");
   }
   if (run_eig_fallback_guarding_nan(name, op, stack)) return;
+  use_tpu_generator_on_cpu(op, stack);
   at::native::cpu_fallback(op, stack);
 }
 

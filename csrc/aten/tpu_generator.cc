@@ -1,5 +1,6 @@
 #include "aten/tpu_generator.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Utils.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorImpl.h>
@@ -74,6 +75,21 @@ runtime::BufferPtr next_rng_state_buffer(const at::Generator& generator, int dev
   auto b = client().buffer_from_host(words, base::DType::kU64, {2}, device);
   TORCH_CHECK(b.ok(), b.status().message());
   return *b;
+}
+
+at::Generator cpu_generator_for_fallback(const at::Generator& generator) {
+  at::Generator gen = generator;
+  std::pair<uint64_t, uint64_t> state;
+  {
+    check_tpu_generator(gen, "a random op run on the CPU");
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state = gen.get<TpuGeneratorImpl>()->next_state();
+  }
+  // splitmix64 of the (key, counter) pair: neighbouring offsets give unrelated seeds.
+  uint64_t z = state.first ^ (state.second * 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return at::make_generator<at::CPUGeneratorImpl>(z ^ (z >> 31));
 }
 
 TpuGeneratorImpl* TpuGeneratorImpl::clone_impl() const {

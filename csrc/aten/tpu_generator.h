@@ -45,4 +45,9 @@ void check_tpu_generator(const at::Generator& gen, const std::string& op);
 // by one op, placed on `device`.
 runtime::BufferPtr next_rng_state_buffer(const at::Generator& gen, int device);
 
+// A CPU generator for one random op that runs on the CPU in place of tpu (a fallback):
+// seeded from `gen` (a tpu generator) advanced by one op, so torch.tpu.manual_seed makes
+// it reproducible and the CPU's own random stream is left alone.
+at::Generator cpu_generator_for_fallback(const at::Generator& gen);
+
 }  // namespace torchtpu::aten

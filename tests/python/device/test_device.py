@@ -115,6 +115,40 @@ def test_generator_argument() -> None:
     assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("draw", [
+    lambda g: torch.empty(50, device="tpu").exponential_(generator=g),
+    lambda g: torch.empty(50, device="tpu").cauchy_(generator=g),
+    lambda g: torch.empty(50, device="tpu").geometric_(0.3, generator=g),
+    lambda g: torch.empty(50, device="tpu").log_normal_(generator=g),
+    lambda g: torch.poisson(torch.full((50,), 3.0, device="tpu"), generator=g),
+    lambda g: torch._standard_gamma(torch.full((50,), 2.0, device="tpu"), generator=g),
+    lambda g: torch.binomial(torch.full((50,), 9.0, device="tpu"),
+                             torch.full((50,), 0.3, device="tpu"), generator=g),
+    lambda g: torch._sample_dirichlet(torch.ones(10, 3, device="tpu"), generator=g),
+], ids=["exponential_", "cauchy_", "geometric_", "log_normal_", "poisson", "standard_gamma",
+        "binomial", "dirichlet"])
+def test_random_ops_follow_the_tpu_generator(draw) -> None:
+    # Each draws from the tpu generator it is given, or the device's default one: seeding
+    # either reproduces it, and the CPU's random stream is left alone (the ops without a
+    # lowering run on the CPU: they drew from the CPU's default generator, and refused a
+    # tpu generator).
+    def run(seed):
+        torch.tpu.manual_seed(seed)
+        g = torch.Generator(device="tpu")
+        g.manual_seed(seed)
+        return draw(g).cpu()
+
+    torch.manual_seed(0)
+    expected = torch.randn(4)
+    torch.manual_seed(0)
+    a = run(1)
+    assert torch.equal(torch.randn(4), expected)
+    assert torch.equal(run(1), a)
+    assert not torch.equal(run(2), a)
+    with pytest.raises(RuntimeError, match="Expected a 'tpu' device type for generator"):
+        draw(torch.Generator())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool,
                                    torch.int32, torch.uint8, torch.float16])
 def test_roundtrip_cpu_tpu(dtype: torch.dtype) -> None:
