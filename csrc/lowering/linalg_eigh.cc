@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include <cmath>
+
 #include "lowering/families.h"
 #include "lowering/linalg_util.h"
 
@@ -95,6 +97,15 @@ Result linalg_eigh(LoweringContext& c) {
   Value tri = lower ? linalg::tril(b, x) : linalg::triu(b, x);
   Value strict = lower ? linalg::tril(b, x, -1) : linalg::triu(b, x, 1);
   x = b.add(tri, linalg::mT(b, strict));
+  // A NaN or inf in the triangle read gives NaN eigenvalues and eigenvectors, as LAPACK's
+  // syevd does on the CPU (the rotations would otherwise skip it: finite, wrong results).
+  Value finite = b.op("stablehlo.is_finite", {x}, TensorType{DType::kBool, x.dims()});
+  Value bad = b.unary("not", b.reduce_all(finite, {1, 2}));  // [B]
+  auto nan_where_bad = [&](Value r) {
+    Value mask = b.broadcast_in_dim(bad, r.dims(), {0});
+    return b.select(mask, b.splat(NAN, r.type), r);
+  };
+  x = b.select(b.broadcast_in_dim(bad, x.dims(), {0}), b.zeros(x.type), x);
   Value v = linalg::eye(b, TensorType{t, {nb, n, n}});
   if (n > 1) {
     double tol = t == DType::kF64 ? 2.220446049250313e-16 : 1.1920929e-07;
@@ -112,9 +123,10 @@ Result linalg_eigh(LoweringContext& c) {
         return std::vector<Value>{rb.compare(s[0], s[1], "LT")};
       },
       "dimension = 1 : i64, is_stable = true");
-  Value values = b.reshape(sorted[0], c.out_type(0).dims);
+  Value values = b.reshape(nan_where_bad(sorted[0]), c.out_type(0).dims);
   if (!c.bool_arg(2)) return std::vector<Value>{values, b.zeros(c.out_type(1))};
-  Value vectors = linalg::mT(b, linalg::gather_rows(b, linalg::mT(b, v), sorted[1]));
+  Value vectors =
+      nan_where_bad(linalg::mT(b, linalg::gather_rows(b, linalg::mT(b, v), sorted[1])));
   return std::vector<Value>{values, linalg::unflatten_batch(b, vectors, batch)};
 }
 

@@ -121,6 +121,12 @@ Result linalg_svd(LoweringContext& c) {
   Value a = c.tensor(0);
   bool full = c.bool_arg(1), compute_uv = c.bool_arg(2);
   if (a.type.num_elements() == 0) return linalg::zero_results(c, 3);
+  // LAPACK's gesdd reports a NaN in the input as a convergence failure, which PyTorch's
+  // CPU kernel raises (an inf it lets through: NaN results, as here).
+  c.require(b.unary("not", b.reduce_any(b.compare(a, a, "NE"), iota_dims(a.rank()))),
+            "linalg.svd: The algorithm failed to converge because the input matrix contained "
+            "non-finite values.",
+            CheckKind::kLinalgError);
   const Dims& d = a.dims();
   int64_t r = a.rank(), m = d[r - 2], n = d[r - 1];
   Dims batch = linalg::batch_dims(d);

@@ -403,6 +403,36 @@ def test_eigh_repeated_and_ill_conditioned_eigenvalues() -> None:
     torch.testing.assert_close(v.mT @ v, torch.eye(6, dtype=torch.float64), rtol=0, atol=1e-13)
 
 
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_eigh_of_a_non_finite_matrix_is_nan_as_on_the_cpu(uplo: str, bad: float) -> None:
+    # Only the triangle UPLO names is read: a NaN or inf there makes that matrix's
+    # eigenvalues and eigenvectors NaN (the Jacobi rotations gave finite, wrong values);
+    # the other matrices of the batch keep theirs.
+    a = torch.tensor([[[1.0, bad], [0.0, 1.0]], [[1.0, 0.0], [bad, 1.0]],
+                      [[2.0, 1.0], [1.0, 2.0]]])
+    w_cpu, v_cpu = torch.linalg.eigh(a, UPLO=uplo)
+    w, v = run_no_fallback(lambda x: torch.linalg.eigh(x, UPLO=uplo), a.to("tpu"))
+    w, v = w.cpu(), v.cpu()
+    assert torch.equal(w.isnan(), w_cpu.isnan()) and torch.equal(v.isnan(), v_cpu.isnan())
+    torch.testing.assert_close(w[2], w_cpu[2])
+    w_only = run_no_fallback(lambda x: torch.linalg.eigvalsh(x, UPLO=uplo), a.to("tpu"))
+    assert torch.equal(w_only.cpu().isnan(), w_cpu.isnan())
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a: torch.linalg.svd(a).S, torch.linalg.svdvals, torch.linalg.pinv,
+    torch.linalg.matrix_rank,
+    lambda a: torch.linalg.matrix_norm(a, 2), lambda a: torch.linalg.matrix_norm(a, "nuc"),
+], ids=["svd", "svdvals", "pinv", "matrix_rank", "norm2", "nuc"])
+def test_svd_of_a_matrix_with_nan_raises_like_the_cpu(fn) -> None:
+    # LAPACK reports the NaN as a convergence failure, a LinAlgError; an inf gives NaN.
+    nan, inf = float("nan"), float("inf")
+    e = assert_raises_like_cpu(fn, torch.tensor([[[1.0, 2.0], [0.0, 1.0]], [[1.0, nan], [0.0, 1.0]]]))
+    assert isinstance(e, torch.linalg.LinAlgError) and "non-finite" in str(e)
+    assert_same(fn, torch.tensor([[1.0, inf], [inf, 1.0]]))
+
+
 def check_svd(a: torch.Tensor, full: bool, tols: dict) -> None:
     u_cpu, s_cpu, vh_cpu = torch.linalg.svd(a, full_matrices=full)
     u, s, vh = run_no_fallback(lambda x: torch.linalg.svd(x, full_matrices=full), a.to("tpu"))
