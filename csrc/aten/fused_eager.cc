@@ -390,7 +390,10 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
     } else if (v.isTensorList() ||
                (v.isList() && v.toList().elementType()->isSubtypeOf(*c10::OptionalType::ofTensor()))) {
       std::vector<int64_t> present;
-      for (const c10::IValue& item : v.toListRef()) present.push_back(item.isTensor() ? 1 : 0);
+      // An absent index is None or an undefined tensor (x[1:, idx] passes [None, idx]).
+      for (const c10::IValue& item : v.toListRef()) {
+        present.push_back(item.isTensor() && item.toTensor().defined() ? 1 : 0);
+      }
       n.call_args.emplace_back(std::move(present));
     } else {
       n.call_args.push_back(v);

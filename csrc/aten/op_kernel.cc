@@ -120,6 +120,12 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
   TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), "tpu: ", name, " cannot run on tpu (", reason,
                               ") and TORCHTPU_FALLBACK=error forbids running it on the CPU; "
                               "unset it (or set TORCHTPU_FALLBACK=warn) to allow the fallback");
+  if (!run_eig_fallback_guarding_nan(name, op, stack)) {
+    use_tpu_generator_on_cpu(op, stack);
+    at::native::cpu_fallback(op, stack);
+  }
+  // Counted once it ran: a call the CPU kernel refused (an error the meta kernel words
+  // differently, left to the CPU to raise) computed nothing there.
   int64_t n = base::keyed_counter_add("fallback_ops", name);
   base::counter_add("num_cpu_fallbacks");
   if (n == 1) {
@@ -127,9 +133,6 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const
                "); this copies its inputs to the host and back. torchtpu.debug.report() lists "
                "every fallback; TORCHTPU_FALLBACK=error makes them errors.");
   }
-  if (run_eig_fallback_guarding_nan(name, op, stack)) return;
-  use_tpu_generator_on_cpu(op, stack);
-  at::native::cpu_fallback(op, stack);
 }
 
 namespace {

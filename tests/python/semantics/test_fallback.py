@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -66,6 +67,17 @@ def test_fallback_runs_counts_and_matches_cpu() -> None:
 def test_lowered_op_does_not_fall_back() -> None:
     before = dict(torchtpu.debug.metrics()["fallback_ops"])
     (torch.ones(3, device=TPU) + 1).cpu()
+    assert torchtpu.debug.metrics()["fallback_ops"] == before
+
+
+def test_a_call_the_cpu_kernel_refuses_is_not_a_fallback() -> None:
+    # A call whose meta kernel refused it runs on the CPU for PyTorch's own error; it
+    # computed nothing there, so no warning and no count.
+    before = dict(torchtpu.debug.metrics()["fallback_ops"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            torch.zeros(3, device=TPU).add_(torch.ones(4, 3, device=TPU))
     assert torchtpu.debug.metrics()["fallback_ops"] == before
 
 

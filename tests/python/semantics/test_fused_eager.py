@@ -308,3 +308,18 @@ def test_random_ops_draw_in_call_order() -> None:
 def test_bad_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="eager mode"):
         torchtpu.set_eager_mode("lazy")
+
+
+def test_advanced_indexing_with_absent_indices_is_read_as_a_graph(caplog) -> None:
+    # x[1:, idx] passes [None, idx] with the absent index as an undefined tensor: it was
+    # recorded as present, and reading the graph for its shape class failed (a warning,
+    # and the exact program per size).
+    x, idx, idx2 = torch.randn(4, 5, 6), torch.tensor([0, 2]), torch.tensor([1, 3])
+    cases = [lambda a, i, j: a[1:, i], lambda a, i, j: a[i, :, j],
+             lambda a, i, j: a[None, ..., i], lambda a, i, j: a[:, i, 1:]]
+    with eager_mode("fused"), caplog.at_level("INFO", logger="torchtpu"):
+        xt, it, it2 = x.to(TPU), idx.to(TPU), idx2.to(TPU)
+        for _ in range(3):
+            for f in cases:
+                assert torch.equal(f(xt, it, it2).cpu(), f(x, idx, idx2))
+    assert not [r for r in caplog.records if "reading it failed" in r.getMessage()]
