@@ -136,7 +136,7 @@ class LLMEngine:
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=self.max_model_len, attention_kernel=attention_kernel,
             layers_per_call=layers_per_call, max_logits_per_seq=1 + spec_tokens)
-        self.metrics = ServeMetrics(self.model_name)
+        self.metrics = ServeMetrics(self.model_name, self.max_model_len)
         self.metrics.set_cache_config(page_size, self.num_pages, enable_prefix_cache)
         # KV events (kv_events.py): the prefix cache's stores and evictions, published after
         # every step for llm-d / torchtpu router. Opened before warm-up so a bad endpoint
@@ -290,6 +290,7 @@ class LLMEngine:
             self.metrics.observe_scheduler(self.scheduler)
             self._publish_kv_events()
             return []
+        self.metrics.on_step(sum(len(it.token_ids) for it in sched.items))
         items = [StepItem(it.request_id, list(it.token_ids), it.start_pos, list(it.page_ids),
                           1 + it.num_draft_tokens if it.sample else 0) for it in sched.items]
         drafts = {it.request_id: list(it.token_ids[len(it.token_ids) - it.num_draft_tokens:])

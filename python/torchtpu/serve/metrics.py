@@ -3,14 +3,32 @@ read a torchtpu server unchanged. Each engine has its own registry."""
 
 from __future__ import annotations
 
+import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# As vLLM: no `*_created` series beside every counter and histogram.
+prometheus_client.disable_created_metrics()
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0)
+_REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                            40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+_ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def _one_two_five(limit: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to `limit` (vLLM's token-count buckets)."""
+    out, scale = [], 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > limit:
+                return tuple(out)
+            out.append(m * scale)
+        scale *= 10
 
 
 class ServeMetrics:
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, max_model_len: int = 2048) -> None:
         self.registry = CollectorRegistry()
         label = ["model_name"]
 
@@ -20,8 +38,8 @@ class ServeMetrics:
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, label, registry=self.registry).labels(model_name)
 
-        def histogram(name: str, doc: str) -> Histogram:
-            return Histogram(name, doc, label, buckets=_LATENCY_BUCKETS,
+        def histogram(name: str, doc: str, buckets=_LATENCY_BUCKETS) -> Histogram:
+            return Histogram(name, doc, label, buckets=buckets,
                              registry=self.registry).labels(model_name)
 
         self.num_running = gauge("vllm:num_requests_running", "Requests in the running batch.")
@@ -47,6 +65,23 @@ class ServeMetrics:
         self.prefill_time = histogram("vllm:request_prefill_time_seconds",
                                       "Time from the first step that schedules it to its "
                                       "first token.")
+        self.decode_time = histogram("vllm:request_decode_time_seconds",
+                                     "Time from the first token to the last.",
+                                     _REQUEST_LATENCY_BUCKETS)
+        self.inference_time = histogram("vllm:request_inference_time_seconds",
+                                        "Time from the first step that schedules it to its "
+                                        "last token.", _REQUEST_LATENCY_BUCKETS)
+        tokens = _one_two_five(max_model_len)
+        self.request_prompt_tokens = histogram("vllm:request_prompt_tokens",
+                                               "Prompt tokens of each finished request.", tokens)
+        self.request_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Generated tokens of each finished request.",
+            tokens)
+        self.request_max_tokens = histogram("vllm:request_params_max_tokens",
+                                            "max_tokens of each finished request.", tokens)
+        self.iteration_tokens = histogram("vllm:iteration_tokens_total",
+                                          "Tokens computed by each engine step.",
+                                          _ITERATION_TOKEN_BUCKETS)
         self.grammar_compile = Histogram(
             "torchtpu:grammar_compile_seconds", "Time to compile one structured-output grammar "
             "(once per schema; later requests hit the cache).", label,
@@ -100,12 +135,21 @@ class ServeMetrics:
             self.itl.observe(now - req.last_token_time)
         req.last_token_time = now
 
+    def on_step(self, num_tokens: int) -> None:
+        self.iteration_tokens.observe(num_tokens)
+
     def on_finish(self, req, reason: str) -> None:
         self._success.labels(self._model_name, reason).inc()
+        n = len(req.output_token_ids)
+        self.request_prompt_tokens.observe(len(req.prompt_token_ids))
+        self.request_generation_tokens.observe(n)
+        self.request_max_tokens.observe(req.params.max_tokens)
         if req.last_token_time is None:
             return
         self.e2e.observe(req.last_token_time - req.arrival)
-        n = len(req.output_token_ids)
+        self.decode_time.observe(req.last_token_time - req.first_token_time)
+        if req.scheduled_time is not None:
+            self.inference_time.observe(req.last_token_time - req.scheduled_time)
         if n > 1:
             self.tpot.observe((req.last_token_time - req.first_token_time) / (n - 1))
 

@@ -168,3 +168,28 @@ def test_queue_and_prefill_time_histograms(server, client):
     # Queue time then prefill time make up the time to first token, request by request.
     assert d["vllm:request_queue_time_seconds_sum"] + d["vllm:request_prefill_time_seconds_sum"] \
         == pytest.approx(d["vllm:time_to_first_token_seconds_sum"], rel=1e-6, abs=1e-6)
+
+
+def test_request_size_and_phase_histograms(server, client):
+    # vLLM's per-request histograms (tokens, max_tokens, decode and inference time) and
+    # tokens per engine step; no `_created` series beside them (vLLM turns those off).
+    app, url = server
+    _wait_idle(app)
+    names = ["vllm:request_prompt_tokens_count", "vllm:request_prompt_tokens_sum",
+             "vllm:request_generation_tokens_sum", "vllm:request_params_max_tokens_sum",
+             "vllm:request_decode_time_seconds_count", "vllm:request_inference_time_seconds_count",
+             "vllm:iteration_tokens_total_sum"]
+    before = httpx.get(url + "/metrics").text
+    r = client.completions.create(model="tiny", prompt="A walrus sings", max_tokens=5,
+                                  temperature=0, extra_body={"ignore_eos": True})
+    after = httpx.get(url + "/metrics").text
+    d = {n: _metric(after, n) - _metric(before, n) for n in names}
+    assert d["vllm:request_prompt_tokens_count"] == 1
+    assert d["vllm:request_prompt_tokens_sum"] == r.usage.prompt_tokens
+    assert d["vllm:request_generation_tokens_sum"] == 5
+    assert d["vllm:request_params_max_tokens_sum"] == 5
+    assert d["vllm:request_decode_time_seconds_count"] == 1
+    assert d["vllm:request_inference_time_seconds_count"] == 1
+    # The prompt, then one token per decode step (the last sampled token is not computed).
+    assert d["vllm:iteration_tokens_total_sum"] == r.usage.prompt_tokens + 4
+    assert "_created" not in after
