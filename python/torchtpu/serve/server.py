@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import logging
 import socket
+import threading
 import uuid
 from collections.abc import Callable
 from importlib import metadata
@@ -43,6 +44,7 @@ from torchtpu.serve.protocol import (
 log = logging.getLogger("torchtpu.serve")
 
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+LARGE_BODY_BYTES = 64 << 10  # bodies above this are tokenized on a thread of their own
 DEFAULT_MAX_REQUEST_SEQUENCES = 1024  # prompts x max(n, best_of) in one request
 _REQUEST_MODELS = (CompletionRequest, ChatCompletionRequest, TokenizeRequest,
                    DetokenizeRequest)
@@ -77,11 +79,21 @@ class OpenAIServer:
         self.max_request_sequences = max_request_sequences
         self.on_engine_death = on_engine_death
         # The request side has its own tokenizer on its own thread: the engine thread's
-        # detokenizers never share a Rust tokenizer with it.
-        self.tokenizer = AutoTokenizer.from_pretrained(engine.model_path)
-        self.max_token_bytes = prompts.max_token_bytes(self.tokenizer)
+        # detokenizers never share a Rust tokenizer with it. A request body over
+        # LARGE_BODY_BYTES (a long /tokenize, an echoed or truncated prompt: up to seconds
+        # of tokenizing) goes to a second thread with a tokenizer of its own, so the others'
+        # prompts are not queued behind it.
+        self._tokenizer = AutoTokenizer.from_pretrained(engine.model_path)
+        self._thread = threading.local()
+        self.max_token_bytes = prompts.max_token_bytes(self._tokenizer)
         self._tokenize_pool = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix="torchtpu-tokenize")
+
+        def own_tokenizer() -> None:
+            self._thread.tokenizer = AutoTokenizer.from_pretrained(engine.model_path)
+
+        self._large_pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="torchtpu-tokenize-large", initializer=own_tokenizer)
         self.async_engine = AsyncEngine(engine, on_death=self._engine_died)
         self.app = self._build_app()
         # Structured output's per-tokenizer tables (a second for SmolLM2) are built now, on
@@ -95,9 +107,15 @@ class OpenAIServer:
         if self.on_engine_death is not None:
             self.on_engine_death()
 
+    @property
+    def tokenizer(self):
+        """The calling thread's tokenizer (the large-request thread has its own)."""
+        return getattr(self._thread, "tokenizer", self._tokenizer)
+
     def shutdown(self) -> None:
         self.async_engine.shutdown()
         self._tokenize_pool.shutdown(wait=False, cancel_futures=True)
+        self._large_pool.shutdown(wait=False, cancel_futures=True)
 
     # --- the app ------------------------------------------------------------------------
     def _build_app(self) -> FastAPI:
@@ -217,6 +235,7 @@ class OpenAIServer:
             log.info("serve: the client disconnected after %d bytes of the body", total)
             raise ApiError(400, "the client disconnected before the request body was "
                                 "complete") from None
+        request.state.body_bytes = total
         try:
             req = model.model_validate_json(b"".join(chunks))
         except ValidationError as e:
@@ -225,8 +244,11 @@ class OpenAIServer:
             raise self._no_model(req.model)
         return req
 
-    async def _off_loop(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._tokenize_pool, fn, *args)
+    async def _off_loop(self, request: Request, fn, *args):
+        """Runs `fn` on a tokenizer thread: the large-request one for a large body."""
+        large = getattr(request.state, "body_bytes", 0) > LARGE_BODY_BYTES
+        pool = self._large_pool if large else self._tokenize_pool
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
     async def _guard(self, work) -> Response:
         try:
@@ -247,7 +269,7 @@ class OpenAIServer:
     async def _run_generation(self, request: Request, model: type[BaseModel]) -> Response:
         req = await self._read(request, model)
         protocol.check_supported(req)
-        gen = await self._off_loop(Generation.prepare, self, req)
+        gen = await self._off_loop(request, Generation.prepare, self, req)
         prefix = "chatcmpl" if gen.chat else "cmpl"
         rid = self.async_engine.new_request_id(prefix)
         # Random, as OpenAI's and vLLM's are: a counter would repeat after a restart and
@@ -288,12 +310,12 @@ class OpenAIServer:
             raise ApiError(400, "give exactly one of 'prompt' and 'messages'", param="prompt")
         if req.messages is not None:
             tools = [t.model_dump(exclude_none=True) for t in (req.tools or [])]
-            ids = await self._off_loop(self.chat_prompt_ids, protocol.chat_messages(req),
+            ids = await self._off_loop(request, self.chat_prompt_ids, protocol.chat_messages(req),
                                        req.add_generation_prompt, req.continue_final_message,
                                        req.chat_template_kwargs, req.add_special_tokens, tools)
         else:
-            ids = await self._off_loop(self.engine.encode_prompt, req.prompt,
-                                       req.add_special_tokens, self.tokenizer)
+            ids = await self._off_loop(request, lambda: self.engine.encode_prompt(
+                req.prompt, req.add_special_tokens, self.tokenizer))
         return JSONResponse({"count": len(ids), "max_model_len": self.engine.max_model_len,
                              "tokens": ids})
 
@@ -304,7 +326,7 @@ class OpenAIServer:
         if bad:
             raise ApiError(400, f"'tokens': ids must be in [0, {vocab}) (got {bad[0]})",
                            param="tokens")
-        text = await self._off_loop(self.tokenizer.decode, req.tokens)
+        text = await self._off_loop(request, lambda: self.tokenizer.decode(req.tokens))
         return JSONResponse({"prompt": text})
 
     def chat_prompt_ids(self, messages: list[dict], add_generation_prompt: bool,

@@ -390,3 +390,28 @@ def test_client_gone_mid_body_is_not_a_server_error(served, url, greedy_text, ca
     errors = [r for r in caplog.records if r.levelno >= 40]
     assert not errors, [r.getMessage() for r in errors]
     _still_serves(url, greedy_text)
+
+
+def test_a_large_tokenization_does_not_hold_up_other_requests(url, served):
+    # A multi-megabyte body takes seconds of tokenizing; it runs on a thread of its own
+    # (with its own tokenizer). Here that thread is held busy: a small request is still
+    # answered, the large one waits for its thread, and both counts are right.
+    import concurrent.futures as cf
+    import threading
+
+    text = open(__import__("tiny_models").DATA).read() * 2
+    small = "To be, or not to be"
+    busy = threading.Event()
+    served.app._large_pool.submit(busy.wait, 60)
+    try:
+        with cf.ThreadPoolExecutor(1) as pool:
+            big = pool.submit(_post, url, {"prompt": text}, None, "/tokenize")
+            little = _post(url, {"prompt": small}, route="/tokenize")
+            assert little.status_code == 200 and not big.done()
+            busy.set()
+            big = big.result()
+    finally:
+        busy.set()
+    tok = served.app.tokenizer
+    assert little.json()["count"] == len(tok.encode(small))
+    assert big.status_code == 200 and big.json()["count"] == len(tok.encode(text))
