@@ -153,16 +153,29 @@ Value is_finite_scalar(Builder& b, Value v) {
 // trunc((x - min) * bins / (max - min)) computed in self's dtype (the CPU's linear
 // interpolation, which histc uses without checking the bin edges), the last bin keeping
 // its right edge. Elements out of range and NaN are not counted.
+// Integer inputs (CUDA's histc takes them, the CPU's does not; transformers' MoE layers
+// count tokens per expert with one on every device but the CPU) are binned as CUDA does:
+// the range's ends truncated to integers, (x - min) * bins / (max - min) divided as
+// integers (exact here in float64), counts in the input's dtype.
 Lowered lower_histc(LoweringContext& c) {
   Builder& b = c.b();
   DType t = c.out_type().dtype;
-  if (auto st = require_f32_f64(c, t); !st.ok()) return st;
+  bool integral = base::is_integral(t) && t != DType::kBool;
+  if (!integral) {
+    if (auto st = require_f32_f64(c, t); !st.ok()) return st;
+  }
   const int64_t bins = c.out_type().dims[0];
   Value x = b.reshape(c.tensor(0), {c.tensor_type(0).num_elements()});
+  if (integral) x = b.convert(x, DType::kF64);
+  DType ct = integral ? DType::kF64 : t;  // the dtype bins are computed in
   const int64_t n = x.dims()[0];
   TensorType d{DType::kF64, {}};
   Value lo = c.is_none(2) ? b.zeros(d) : c.scalar(2, DType::kF64);
   Value hi = c.is_none(3) ? b.zeros(d) : c.scalar(3, DType::kF64);
+  if (integral) {
+    lo = b.convert(b.convert(lo, DType::kI64), DType::kF64);
+    hi = b.convert(b.convert(hi, DType::kI64), DType::kF64);
+  }
   if (n > 0) {
     Value same = b.compare(lo, hi, "EQ");
     lo = b.select(same, b.convert(b.reduce_min(x, {0}), DType::kF64), lo);
@@ -178,9 +191,9 @@ Lowered lower_histc(LoweringContext& c) {
   c.require(b.compare(lo, hi, "LT"), "torch.histc: max must be larger than min",
             CheckKind::kRuntimeError);
   if (n == 0) return std::vector<Value>{b.zeros(c.out_type())};
-  TensorType v{t, {n}}, iv{DType::kI64, {n}};
-  Value start = b.broadcast_in_dim(b.convert(lo, t), {n}, {});
-  Value end = b.broadcast_in_dim(b.convert(hi, t), {n}, {});
+  TensorType v{ct, {n}}, iv{DType::kI64, {n}};
+  Value start = b.broadcast_in_dim(b.convert(lo, ct), {n}, {});
+  Value end = b.broadcast_in_dim(b.convert(hi, ct), {n}, {});
   Value in_range = b.binary("and", b.compare(x, start, "GE"), b.compare(x, end, "LE"));
   Value bin = b.convert(b.div(b.mul(b.sub(x, start), b.splat(static_cast<double>(bins), v)),
                               b.sub(end, start)),
@@ -188,7 +201,7 @@ Lowered lower_histc(LoweringContext& c) {
   bin = b.clamp(b.zeros(iv), bin, b.splat(static_cast<double>(bins - 1), iv));
   bin = b.select(in_range, bin, b.splat(static_cast<double>(bins), iv));
   Value hist = scatter(b, b.zeros(TensorType{t, {bins + 1}}), b.reshape(bin, {n, 1}),
-                       b.splat(1, v), {}, {0}, {0}, 1, "add");
+                       b.splat(1, TensorType{t, {n}}), {}, {0}, {0}, 1, "add");
   return std::vector<Value>{b.slice(hist, {0}, {bins}, {1})};
 }
 

@@ -160,3 +160,34 @@ def test_tied_weights_stay_tied_on_tpu(no_fallbacks) -> None:
                                cpu.transformer.wte.weight.grad, rtol=1e-4, atol=1e-5)
     assert model.to("cpu").lm_head.weight is model.transformer.wte.weight
 
+
+
+@pytest.mark.parametrize("arch", ["mixtral", "qwen2_moe"])
+def test_moe_decoder_default_experts_match_cpu(arch: str, no_fallbacks) -> None:
+    # transformers' default experts path (grouped_mm) counts tokens per expert with an
+    # integer histc on every device but the CPU: CUDA's histc takes integers, and so does
+    # tpu's (it failed there: the CPU's kernel, which the op fell back to, refuses them).
+    from _tiny import _DECODER
+
+    torch.manual_seed(0)
+    moe = dict(_DECODER, num_experts_per_tok=2)
+    cfg = (transformers.MixtralConfig(num_local_experts=4, **moe) if arch == "mixtral" else
+           transformers.Qwen2MoeConfig(num_experts=4, moe_intermediate_size=32,
+                                       shared_expert_intermediate_size=32, **moe))
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    ids = prompt(batch=2, length=8)
+    with torch.no_grad():
+        expected = model(ids).logits
+        model.to("tpu")
+        assert_close(model(ids.to("tpu")).logits, expected, dtype_tols=F32_TOLS)
+
+
+def test_integer_histc_bins_as_cuda() -> None:
+    # (x - min) * bins / (max - min) in integers, the ends truncated, the data's range when
+    # min == max; worked out by hand from CUDA's kernel.
+    x = torch.tensor([0, 1, 1, 3, 3, 3, 7, -2], dtype=torch.int32, device="tpu")
+    for kwargs, counts in [({"bins": 4, "min": 0, "max": 3}, [1, 2, 0, 3]),
+                           ({"bins": 3}, [2, 5, 1]),
+                           ({"bins": 5, "min": 0.7, "max": 3.9}, [1, 2, 0, 0, 3])]:
+        out = torch.histc(x, **kwargs)
+        assert out.dtype == torch.int32 and out.cpu().tolist() == counts
