@@ -11,6 +11,8 @@
 // list (empty ints: positions 0..n-1, i.e. no None entries).
 #include <algorithm>
 
+#include <optional>
+
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/gather_scatter.h"
@@ -469,11 +471,38 @@ Result lower_index(LoweringContext& c) {
   return std::vector<Value>{b.reshape(to_out(c, r), out.dims)};
 }
 
+// x[mask] = v with one bool mask over consecutive dims of self and one value: a select,
+// with no data-dependent shape (a compiled graph's `y[y < 0] = 0`; eager converts masks
+// to indices on the host before lowering). Nothing when the call is not of that form.
+std::optional<Value> masked_index_put(LoweringContext& c, Value self, bool accumulate) {
+  Builder& b = c.b();
+  std::vector<Value> indices = c.tensor_list(1);
+  const Dims& positions = c.arg(1).ints;
+  if (indices.size() != 1 || indices[0].dtype() != DType::kBool ||
+      c.tensor_type(2).num_elements() != 1) {
+    return std::nullopt;
+  }
+  Value mask = indices[0];
+  int64_t first = positions.empty() ? 0 : positions[0];
+  Dims covered;
+  for (int64_t d = 0; d < mask.rank(); ++d) {
+    if (first + d >= self.rank() || self.dims()[first + d] != mask.dims()[d]) return std::nullopt;
+    covered.push_back(first + d);
+  }
+  Value where = b.broadcast_in_dim(mask, self.dims(), covered);
+  Value v = b.broadcast_to(b.reshape(b.convert(c.tensor(2), self.dtype()), {}), self.dims());
+  if (accumulate) return b.add(self, b.select(where, v, b.zeros(self.type)));
+  return b.select(where, v, self);
+}
+
 // index_put / _index_put_impl_: (self, indices, values, accumulate, [unsafe]).
 Result lower_index_put(LoweringContext& c) {
   Builder& b = c.b();
   const TensorType& out = c.out_type();
   Value self = b.convert(c.tensor(0), out.dtype);
+  if (std::optional<Value> r = masked_index_put(c, self, !c.is_none(3) && c.bool_arg(3))) {
+    return std::vector<Value>{*r};
+  }
   TORCHTPU_ASSIGN_OR_RETURN(AdvancedIndex plan, plan_advanced_index(c, self));
   TensorType result{out.dtype, plan.result_dims};
   if (result.num_elements() == 0) return std::vector<Value>{self};

@@ -230,6 +230,13 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
         if node.op != "get_attr":
             continue
         value = _attr(gm, node.target)
+        if isinstance(value, torch.fx.GraphModule):
+            users = ", ".join(sorted({str(u.target) for u in node.users}))
+            raise UnsupportedGraph(
+                f"tpu compile: {users} (a higher-order op whose branches or body are "
+                f"subgraphs, such as torch.cond or while_loop) is not supported by the tpu "
+                f"backend; compute both branches and pick with torch.where, or call this "
+                f"code outside torch.compile")
         if not isinstance(value, torch.Tensor):
             raise UnsupportedGraph(f"tpu compile: graph attribute {node.target} is "
                                    f"{type(value).__name__}, not a tensor")

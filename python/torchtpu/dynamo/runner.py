@@ -189,7 +189,7 @@ class GraphRunner:
             # Padding the forward alone would only add copies at its boundary.
             forward.use_exact_sizes(f"its backward compiles per exact size: {self.hazard}")
             self.carried = {}
-        self.input_views = _input_views(gm, first_saved if self.padded_gm else None)
+        self.output_views = _output_views(gm, first_saved, self.padded_gm is not None)
         self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
         self.forms: dict[tuple[int, ...], list[Any]] = {}
         self.ran = False
@@ -300,7 +300,7 @@ class GraphRunner:
             graph, built = self._get(())
             tensors = graph.run([args[i] for i in built.input_placeholders] +
                                 self._constants(built))
-            return self._with_input_views(
+            return self._with_output_views(
                 [tensors[v[1]] if v[0] == "tensor" else original[v[1]] if v[0] == "arg"
                  else v[1] for v in built.output_layout], original)
         self.ran = True
@@ -321,7 +321,7 @@ class GraphRunner:
         out = [tensors[e[1]] if e[0] == "tensor" else original[e[1]] if e[0] == "arg"
                else v if e[0] == "size" else e[1]
                for e, v in zip(built.output_layout, built.resolve(self.symbols, actual)[1])]
-        return self._with_input_views(out, original)
+        return self._with_output_views(out, original)
 
     def _run_padded(self, graph: Any, built: GraphPlan, args: tuple, original: tuple,
                     actual: dict[sympy.Symbol, int]) -> tuple:
@@ -346,7 +346,7 @@ class GraphRunner:
                 out.append(value)
             else:
                 out.append(entry[1])
-        return self._with_input_views(out, original)
+        return self._with_output_views(out, original)
 
     def _forms(self, actual: dict[sympy.Symbol, int]) -> list[Any]:
         """Each output's true shape at `actual` (cached per tuple of sizes)."""
@@ -393,62 +393,98 @@ class GraphRunner:
         view = arg.as_strided([t for t, _ in parts], _contiguous_strides([p for _, p in parts]), 0)
         return view.reshape([evaluate(s, actual) for s in sizes])
 
-    def _with_input_views(self, out: list[Any], original: tuple) -> tuple:
-        if self.input_views is not None:
-            for k, view in zip(self.input_views[0], self.input_views[1](*original)):
+    def _with_output_views(self, out: list[Any], original: tuple) -> tuple:
+        if self.output_views is not None:
+            picked, bases, views = self.output_views
+            for k, view in zip(picked, views(*original, *[out[b] for b in bases])):
                 out[k] = view
         return tuple(out)
 
 
 def _as_output(t: torch.Tensor, form: Any, shape: list[int] | None) -> torch.Tensor:
-    """A program result at its true size: the compact prefix, viewed; a padded one as a
-    view of its storage with the padded strides (what the backward takes back as is)."""
+    """A program result at its true size: the compact prefix; a padded one with the padded
+    strides (what the backward takes back as is). Either is a tensor of its own over the
+    result's storage, not a view of the bucket-sized result: AOTAutograd replays an
+    output that aliases an input from the returned tensor's base when it has one, and the
+    bucket-sized base does not fit the caller's smaller input."""
     if form is None or shape is None:
         return t
-    if form.kind == "padded":
-        return t.as_strided(shape, _contiguous_strides(list(t.shape)), 0)
-    numel = 1
-    for n in shape:
-        numel *= n
-    return t.reshape(-1)[:numel].view(shape)
+    strides = _contiguous_strides(list(t.shape) if form.kind == "padded" else shape)
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(
+        t.untyped_storage(), 0, shape, strides)
 
 
-def _input_views(gm: torch.fx.GraphModule, first_saved: int | None
-                 ) -> tuple[list[int], torch.fx.GraphModule] | None:
-    """The outputs of `gm` that are views of its inputs (view ops and size arithmetic
-    only), and a graph module computing just them from the same arguments; None if none.
-    (Outputs from `first_saved` on are left alone: only the backward reads them.)
+def _output_views(gm: torch.fx.GraphModule, first_saved: int | None, padded: bool
+                  ) -> tuple[list[int], list[int], torch.fx.GraphModule] | None:
+    """The outputs of `gm` that are views (view ops and size arithmetic only) of its inputs
+    or of other outputs it returns; the indices of those other outputs (the bases); and a
+    graph module computing the views from (the arguments..., the bases...). None if none.
+    Outputs from `first_saved` on (saved for the backward) are never bases or rebuilt
+    views of one; a padded graph leaves their views of inputs alone too (only the backward
+    reads them, in bucket layout).
 
-    AOTAutograd rebuilds such an output from the caller's tensor. Where it cannot replay
-    the view ops themselves (symbolic sizes; an int argument specialized to a negative
-    position) it replays the view the returned tensor has instead, so the runner returns
-    real views of the inputs (free: metadata only), not program results (fresh buffers,
-    whose view of their own storage would be replayed on the input's storage)."""
+    A view of an input: AOTAutograd rebuilds such an output from the caller's tensor, and
+    where it cannot replay the view ops themselves (symbolic sizes; an int argument
+    specialized to a negative position) it replays the view the returned tensor has, so
+    the runner returns real views of the inputs (free: metadata only), not program results
+    (fresh buffers, whose view of their own storage would be replayed on the input's
+    storage). A view of another output (y, y.view(-1), y[::2] returned together): the
+    program returns each as a buffer of its own, so a write into one would not show in
+    the others; they are rebuilt as views of the returned base, as eager gives them."""
+    results = _results(gm)
+    user = len(results) if first_saved is None else first_saved
+    bases: dict[torch.fx.Node, int] = {}
     pure: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             pure.add(node)
-        elif node.op == "call_function" and all(a in pure for a in node.all_input_nodes):
+        elif node.op == "call_function" and node.all_input_nodes and \
+                all(a in pure for a in node.all_input_nodes):
             val = node.meta.get("val")
             # A view op, or an item of one returning several views (split, chunk, unbind).
             is_view = node.target is operator.getitem or (
                 isinstance(node.target, torch._ops.OpOverload) and node.target.is_view)
             if is_view or isinstance(val, (torch.SymInt, int)):
                 pure.add(node)
-    results = _results(gm)
-    picked = [k for k, r in enumerate(results) if isinstance(r, torch.fx.Node) and r in pure
+        if node not in pure and node in results[:user] and \
+                isinstance(node.meta.get("val"), torch.Tensor):
+            bases[node] = results.index(node)
+            pure.add(node)  # a leaf of the views module: the returned tensor
+
+    def from_input(r: torch.fx.Node) -> bool:
+        return not any(a in bases for a in _ancestors(r, pure))
+
+    picked = [k for k, r in enumerate(results)
+              if isinstance(r, torch.fx.Node) and r in pure and r not in bases
               and r.op != "placeholder" and isinstance(r.meta.get("val"), torch.Tensor)
-              and (first_saved is None or k < first_saved)]
+              and (k < user if not from_input(r) else not padded or k < user)]
     if not picked:
         return None
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in gm.graph.nodes:
-        if node in pure:
+        if node.op == "placeholder":
+            env[node] = graph.node_copy(node, lambda a: env[a])
+    for node in bases:
+        env[node] = graph.placeholder(f"base_{node.name}")
+        env[node].meta = dict(node.meta)
+    for node in gm.graph.nodes:
+        if node in pure and node not in env:
             env[node] = graph.node_copy(node, lambda a: env[a])
     graph.output(tuple(env[results[k]] for k in picked))
     graph.eliminate_dead_code()
-    return picked, torch.fx.GraphModule(gm, graph)
+    return picked, list(bases.values()), torch.fx.GraphModule(gm, graph)
+
+
+def _ancestors(node: torch.fx.Node, within: set[torch.fx.Node]) -> set[torch.fx.Node]:
+    seen: set[torch.fx.Node] = set()
+    stack = [node]
+    while stack:
+        for a in stack.pop().all_input_nodes:
+            if a in within and a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return seen
 
 
 def _donations(built: GraphPlan, mutated: list[tuple[int, int]]) -> list[tuple[int, int]]:

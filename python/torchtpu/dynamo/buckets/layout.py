@@ -86,7 +86,11 @@ def reshape(layouts: Sequence[Layout], sizes: Sequence[sympy.Expr],
             out_sizes: Sequence[sympy.Expr]) -> list[Layout] | None:
     """The layouts after viewing dims of `sizes` (laid out as `layouts`) as `out_sizes`, or
     None when an output dim cuts a component where its true elements do not line up: a
-    component splits only into a part and a static inner factor (``8 n`` into ``n, 8``)."""
+    component splits only into a part and a static inner factor (``8 n`` into ``n, 8``).
+    A view with a dim of size 0 (``x[1:, 2:]`` of a 2-column x) has no elements to line
+    up: None too, so the graph keeps exact sizes."""
+    if any(is_static(expr(n)) and expr(n) == 0 for n in [*sizes, *out_sizes]):
+        return None
     stream: list[sympy.Expr] = []
     for layout, size in zip(layouts, sizes):
         stream += [expr(c) for c in components(layout, expr(size))]
