@@ -37,6 +37,7 @@ void register_linalg_svd_lowerings();
 void register_linalg_eigh_lowerings();
 void register_complex_lowerings();
 void register_fft_lowerings();
+void register_weight_norm_lowerings();
 // torchtpu:: ops that call host kernels (custom calls; see csrc/kernels).
 void register_host_kernel_call_lowerings();
 // List ops (_foreach_*): registered last, they look up the per-item lowerings at lowering time.

@@ -52,6 +52,7 @@ void ensure_registered() {
     register_linalg_eigh_lowerings();
     register_complex_lowerings();
     register_fft_lowerings();
+    register_weight_norm_lowerings();
     register_host_kernel_call_lowerings();
     register_foreach_lowerings();
     register_graph_lowerings();

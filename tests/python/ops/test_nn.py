@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from _compare import FLOAT_DTYPES, assert_raises_like_cpu, assert_same, make
+from _compare import (
+    FLOAT_DTYPES,
+    assert_raises_like_cpu,
+    assert_same,
+    fallbacks,
+    make,
+    new_fallbacks,
+)
 
 import torchtpu
 
@@ -677,3 +684,28 @@ def test_multilabel_margin_loss_and_gradient(reduction: str) -> None:
     x = make((2, 4), torch.float32)
     for bad in [torch.tensor([[0, 4, -1, 0]] * 2), torch.tensor([[0, -2, -1, 0]] * 2)]:
         assert_raises_like_cpu(lambda t, y: F.multilabel_margin_loss(t, y), x, bad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dim", [0, 2, -1])
+def test_weight_norm_runs_on_the_device(dtype: torch.dtype, dim: int) -> None:
+    # _weight_norm_interface and its backward (the positional convolution of Wav2Vec2 and
+    # HuBERT) ran on the CPU; values, gradients and no fallback.
+    import copy
+
+    from torch.nn.utils.parametrizations import weight_norm
+
+    torch.manual_seed(0)
+    conv = weight_norm(torch.nn.Conv1d(8, 8, 5, padding=2, groups=2), dim=dim).to(dtype)
+    on_tpu = copy.deepcopy(conv).to("tpu")
+    x = torch.randn(2, 8, 20, dtype=dtype)
+    ref = conv(x)
+    ref.float().square().sum().backward()
+    before = fallbacks()
+    out = on_tpu(x.to("tpu"))
+    out.float().square().sum().backward()
+    assert new_fallbacks(before) == {}
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.cpu(), ref, rtol=tol, atol=tol)
+    for p, q in zip(conv.parameters(), on_tpu.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=10 * tol, atol=10 * tol)

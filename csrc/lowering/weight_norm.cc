@@ -1,0 +1,72 @@
+// Weight normalization (torch.nn.utils weight_norm / parametrizations.weight_norm, the
+// positional convolution of Wav2Vec2 and HuBERT): ATen's _weight_norm calls
+// _weight_norm_interface on every device when `dim` is the first or the last.
+//
+// _weight_norm_interface(v, g, dim) -> (w, norms): norms is the 2-norm of v over every dim
+// but `dim` (kept as size 1), w = v * (g / norms). Its backward (grad_w, saved_v,
+// saved_g, saved_norms, dim) -> (grad_v, grad_g): grad_g = sum(grad_w * v) / norms over
+// the same dims, grad_v = (g / norms) * (grad_w - v * (grad_g / norms)). As the CPU
+// kernels: computed in float32 for 16-bit inputs, norms kept in float32 for them.
+#include "lowering/elementwise_util.h"
+#include "lowering/families.h"
+
+namespace torchtpu::lowering {
+namespace {
+
+using Result = base::StatusOr<std::vector<Value>>;
+
+Dims all_but(int64_t rank, int64_t dim) {
+  Dims out;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d != dim) out.push_back(d);
+  }
+  return out;
+}
+
+// `v` (size 1 on every dim but `dim`) broadcast to `dims`.
+Value spread(Builder& b, Value v, const Dims& dims) {
+  return v.dims() == dims ? v : b.broadcast_in_dim(v, dims, iota_dims(v.rank()));
+}
+
+Result lower_weight_norm(LoweringContext& c) {
+  Builder& b = c.b();
+  Value v = c.tensor(0);
+  DType a = opmath(v.dtype());
+  int64_t dim = wrap_dim(c.int_arg(2), v.rank());
+  Dims others = all_but(v.rank(), dim);
+  Value vf = b.convert(v, a);
+  Value norms = b.unary("sqrt", b.keep_dims(b.reduce_sum(b.mul(vf, vf), others), v.dims(), others));
+  Value scale = b.div(b.convert(c.tensor(1), a), norms);
+  Value w = b.mul(vf, spread(b, scale, v.dims()));
+  return std::vector<Value>{b.convert(w, c.out_type(0).dtype),
+                            b.convert(b.reshape(norms, c.out_type(1).dims), c.out_type(1).dtype)};
+}
+
+Result lower_weight_norm_backward(LoweringContext& c) {
+  Builder& b = c.b();
+  Value v = c.tensor(1);
+  DType a = opmath(v.dtype());
+  int64_t dim = wrap_dim(c.int_arg(4), v.rank());
+  Dims others = all_but(v.rank(), dim);
+  const Dims& dims = v.dims();
+  Value gw = b.convert(c.tensor(0), a), vf = b.convert(v, a);
+  Value g = b.convert(c.tensor(2), a);
+  Value norms = b.reshape(b.convert(c.tensor(3), a), g.dims());
+  Value grad_g = b.div(b.keep_dims(b.reduce_sum(b.mul(gw, vf), others), dims, others), norms);
+  Value along = b.mul(vf, spread(b, b.div(grad_g, norms), dims));
+  Value grad_v = b.mul(spread(b, b.div(g, norms), dims), b.sub(gw, along));
+  return std::vector<Value>{b.convert(grad_v, c.out_type(0).dtype),
+                            b.convert(b.reshape(grad_g, c.out_type(1).dims), c.out_type(1).dtype)};
+}
+
+}  // namespace
+
+void register_weight_norm_lowerings() {
+  register_lowering({"aten::_weight_norm_interface", "aten::_weight_norm_interface.out"},
+                    lower_weight_norm);
+  register_lowering({"aten::_weight_norm_interface_backward",
+                     "aten::_weight_norm_interface_backward.out"},
+                    lower_weight_norm_backward);
+}
+
+}  // namespace torchtpu::lowering
