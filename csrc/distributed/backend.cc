@@ -1,6 +1,7 @@
 #include "distributed/backend.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ThreadLocalState.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 #include <torch/headeronly/version.h>
@@ -48,6 +49,7 @@ TpuBackend::TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t
     ok_or_raise(check_poll_budget());
     queue_ = std::make_unique<CollectiveQueue>("pt_tpu_staging");
     send_queue_ = std::make_unique<CollectiveQueue>("pt_tpu_send");
+    recv_queue_ = std::make_unique<CollectiveQueue>("pt_tpu_recv");
   }
 }
 
@@ -86,9 +88,14 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char*
     if (t.defined()) device = t.device();
   }
   std::vector<int64_t> ranks = global_ranks_;
+  // The issuer's grad and inference modes (and the rest of its thread-local state) hold
+  // for the task's writes into the outputs: all_gather into tensors made under
+  // inference_mode, or into leaves that require grad under no_grad.
+  at::ThreadLocalState issuer;
   int64_t enqueued = base::monotonic_ns();
   CollectiveQueue::Task task([work, body = std::move(body), transport = transport_, title,
-                              device, ranks, enqueued](bool cancelled) mutable {
+                              device, ranks, enqueued, issuer](bool cancelled) mutable {
+    at::ThreadLocalStateGuard issuer_state(issuer);
     kQueueWaitNs.add(base::monotonic_ns() - enqueued);
     std::exception_ptr error;
     try {
@@ -494,7 +501,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors
                     "group of " + std::to_string(size_));
   }
   return launch(c10d::OpType::RECV, "tpu:recv", tensors,
-                [t, src_rank, tag](Transport& tr) mutable { return tr.recv(t, src_rank, tag); });
+                [t, src_rank, tag](Transport& tr) mutable { return tr.recv(t, src_rank, tag); },
+                recv_queue_.get());
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::barrier(const c10d::BarrierOptions& /*opts*/) {

@@ -111,11 +111,13 @@ class TpuBackend : public c10d::Backend {
   std::shared_ptr<Transport> transport_;
   std::vector<int64_t> global_ranks_;
   std::chrono::milliseconds timeout_;
-  // Host-staged groups only. Sends have a queue of their own (in order among themselves):
-  // a send waits until its peer receives, and on the group's queue it held back the recv
-  // or collective its peer was waiting for (isend then irecv on both ranks hung).
+  // Host-staged groups only. Sends and recvs have a queue each (in order among
+  // themselves): a send waits until its peer receives, and on the group's queue it held
+  // back the recv or collective its peer was waiting for (isend then irecv on both ranks
+  // hung); a pending irecv there held back every later collective of the group.
   std::unique_ptr<CollectiveQueue> queue_;
   std::unique_ptr<CollectiveQueue> send_queue_;
+  std::unique_ptr<CollectiveQueue> recv_queue_;
 };
 
 }  // namespace torchtpu::distributed

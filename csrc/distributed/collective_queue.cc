@@ -54,15 +54,27 @@ CollectiveQueue::~CollectiveQueue() {
 }
 
 void CollectiveQueue::enqueue(Task task) {
+  bool cancelled;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    state_->tasks.push_back(std::move(task));
+    if (std::this_thread::get_id() != state_->worker) {
+      state_->tasks.push_back(std::move(task));
+      cancelled = false;
+      task = nullptr;
+    } else {
+      cancelled = state_->stopping;
+    }
+  }
+  if (task) {
+    task(cancelled);  // from a task: the queue's thread is this one
+    return;
   }
   state_->cv.notify_one();
 }
 
 void CollectiveQueue::loop(const std::shared_ptr<State>& state) {
   std::unique_lock<std::mutex> lock(state->mu);
+  state->worker = std::this_thread::get_id();
   for (;;) {
     state->cv.wait(lock, [&] { return state->stopping || !state->tasks.empty(); });
     if (state->tasks.empty()) return;  // stopping, nothing left

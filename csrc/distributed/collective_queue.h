@@ -38,7 +38,10 @@ class CollectiveQueue {
   CollectiveQueue(const CollectiveQueue&) = delete;
   CollectiveQueue& operator=(const CollectiveQueue&) = delete;
 
-  // Runs `task` on the queue's thread after every task enqueued before it.
+  // Runs `task` on the queue's thread after every task enqueued before it. A task
+  // enqueued from the queue's own thread (a work's future callback that issues another
+  // collective and waits for it, as DDP's PowerSGD hook does) runs at once, inline:
+  // queued, it would wait for the task that waits for it.
   void enqueue(Task task);
 
   // Detached queue threads (of destroyed queues) that have not ended: Python waits for
@@ -54,6 +57,7 @@ class CollectiveQueue {
     bool running = false;  // a task is running
     bool stopping = false;
     bool detached = false;  // counted in detached_threads() until the thread ends
+    std::thread::id worker;  // the queue's thread
   };
   static void loop(const std::shared_ptr<State>& state);
 

@@ -414,3 +414,47 @@ def _p2p_in_any_order(rank: int, world: int) -> None:
 def test_p2p_in_any_order_completes_as_with_gloo():
     run_ranks(_p2p_in_any_order, 2, timeout=120, backend="tpu", pg_timeout_s=20)
 
+
+
+def _issued_from_callbacks_and_modes(rank: int, world: int, device: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    # A collective issued and waited in a work's future callback (DDP's PowerSGD hook):
+    # queued behind the task whose completion ran the callback, it never ran.
+    a = torch.full((2,), float(rank + 1), device=device)
+    b = torch.full((2,), 10.0 * (rank + 1), device=device)
+    fut = dist.all_reduce(a, async_op=True).get_future().then(
+        lambda f: f.value()[0] + dist.all_reduce(b, async_op=True).get_future().wait()[0])
+    torch.testing.assert_close(fut.wait().cpu(), torch.full((2,), 33.0))
+    # A pending irecv does not hold back the group's next collective.
+    got, x = torch.zeros(2, device=device), torch.ones(2, device=device)
+    if rank == 0:
+        w = dist.irecv(got, src=1)
+        dist.all_reduce(x)
+        w.wait()
+        torch.testing.assert_close(got.cpu(), torch.full((2,), 7.0))
+    else:
+        dist.all_reduce(x)
+        dist.send(torch.full((2,), 7.0, device=device), dst=0)
+    torch.testing.assert_close(x.cpu(), torch.full((2,), 2.0))
+    # List outputs written under the issuer's inference_mode, and under no_grad into
+    # leaves that require grad (the queue's thread wrote them in its own modes).
+    with torch.inference_mode():
+        t = torch.full((2,), float(rank + 1), device=device)
+        out = [torch.zeros(2, device=device) for _ in range(world)]
+        dist.all_gather(out, t)
+        assert [o.cpu().tolist() for o in out] == [[1.0, 1.0], [2.0, 2.0]]
+        objs = [None] * world
+        dist.all_gather_object(objs, rank)
+        assert objs == [0, 1]
+    leaves = [torch.zeros(1, device=device, requires_grad=True) for _ in range(world)]
+    with torch.no_grad():
+        dist.all_to_all(leaves, [torch.full((1,), float(rank + 1), device=device)] * world)
+    assert [v.item() for v in leaves] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_collectives_from_callbacks_pending_irecv_and_inference_mode_as_gloo(device):
+    run_ranks(_issued_from_callbacks_and_modes, 2, args=(device,), timeout=120,
+              backend="gloo" if device == "cpu" else "tpu", pg_timeout_s=20)
