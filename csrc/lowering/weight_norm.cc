@@ -15,12 +15,23 @@ namespace {
 
 using Result = base::StatusOr<std::vector<Value>>;
 
-Dims all_but(int64_t rank, int64_t dim) {
-  Dims out;
-  for (int64_t d = 0; d < rank; ++d) {
-    if (d != dim) out.push_back(d);
+// v (argument `v_arg`) in the computation's dtype, and the dims its norm runs over: every
+// dim but argument `dim_arg`.
+struct Operand {
+  Value v;
+  DType a;
+  Dims others;
+};
+
+Operand operand(LoweringContext& c, size_t v_arg, size_t dim_arg) {
+  Value v = c.tensor(v_arg);
+  DType a = opmath(v.dtype());
+  int64_t dim = wrap_dim(c.int_arg(dim_arg), v.rank());
+  Dims others;
+  for (int64_t d = 0; d < v.rank(); ++d) {
+    if (d != dim) others.push_back(d);
   }
-  return out;
+  return {c.b().convert(v, a), a, others};
 }
 
 // `v` (size 1 on every dim but `dim`) broadcast to `dims`.
@@ -30,26 +41,19 @@ Value spread(Builder& b, Value v, const Dims& dims) {
 
 Result lower_weight_norm(LoweringContext& c) {
   Builder& b = c.b();
-  Value v = c.tensor(0);
-  DType a = opmath(v.dtype());
-  int64_t dim = wrap_dim(c.int_arg(2), v.rank());
-  Dims others = all_but(v.rank(), dim);
-  Value vf = b.convert(v, a);
-  Value norms = b.unary("sqrt", b.keep_dims(b.reduce_sum(b.mul(vf, vf), others), v.dims(), others));
+  auto [vf, a, others] = operand(c, 0, 2);
+  Value norms = b.unary("sqrt", b.keep_dims(b.reduce_sum(b.mul(vf, vf), others), vf.dims(), others));
   Value scale = b.div(b.convert(c.tensor(1), a), norms);
-  Value w = b.mul(vf, spread(b, scale, v.dims()));
+  Value w = b.mul(vf, spread(b, scale, vf.dims()));
   return std::vector<Value>{b.convert(w, c.out_type(0).dtype),
                             b.convert(b.reshape(norms, c.out_type(1).dims), c.out_type(1).dtype)};
 }
 
 Result lower_weight_norm_backward(LoweringContext& c) {
   Builder& b = c.b();
-  Value v = c.tensor(1);
-  DType a = opmath(v.dtype());
-  int64_t dim = wrap_dim(c.int_arg(4), v.rank());
-  Dims others = all_but(v.rank(), dim);
-  const Dims& dims = v.dims();
-  Value gw = b.convert(c.tensor(0), a), vf = b.convert(v, a);
+  auto [vf, a, others] = operand(c, 1, 4);
+  const Dims& dims = vf.dims();
+  Value gw = b.convert(c.tensor(0), a);
   Value g = b.convert(c.tensor(2), a);
   Value norms = b.reshape(b.convert(c.tensor(3), a), g.dims());
   Value grad_g = b.div(b.keep_dims(b.reduce_sum(b.mul(gw, vf), others), dims, others), norms);
