@@ -79,8 +79,9 @@ bool leaves_list_arg_unchanged(const std::string& name, const std::string& arg_n
 // For ops without a meta kernel (convolution_overrideable and its backward, the fused RNN
 // cells, several backward ops, histogram), whose meta kernel fails (_batch_norm_with_update
 // without weight), or whose meta kernel's results differ from the CPU's (eval-mode batch
-// norm, a loss of one sample, nansum over dim=()), replaces the meta arguments on `meta_stack` by the op's
-// meta results (meta_results.cc: from an equivalent op, or from the real kernel's shapes).
+// norm, a loss of one sample, nansum over dim=()), replaces the meta arguments on
+// `meta_stack` by the op's meta results (meta_results.cc: from an equivalent op, or from
+// the real kernel's shapes).
 // Returns false for every other op; raises PyTorch-style errors for arguments the real
 // kernel would reject.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack);

@@ -42,7 +42,8 @@ Value spread(Builder& b, Value v, const Dims& dims) {
 Result lower_weight_norm(LoweringContext& c) {
   Builder& b = c.b();
   auto [vf, a, others] = operand(c, 0, 2);
-  Value norms = b.unary("sqrt", b.keep_dims(b.reduce_sum(b.mul(vf, vf), others), vf.dims(), others));
+  Value sum_sq = b.keep_dims(b.reduce_sum(b.mul(vf, vf), others), vf.dims(), others);
+  Value norms = b.unary("sqrt", sum_sq);
   Value scale = b.div(b.convert(c.tensor(1), a), norms);
   Value w = b.mul(vf, spread(b, scale, vf.dims()));
   return std::vector<Value>{b.convert(w, c.out_type(0).dtype),

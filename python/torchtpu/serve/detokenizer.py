@@ -6,12 +6,11 @@ decode) and the ids after them; the new text is what the window adds to its cont
 first window's context is the prompt's last ids, so the first output token keeps the
 leading space a SentencePiece decode drops at the start of a text (vLLM does the same). A
 window that ends in an incomplete character (U+FFFD) is kept open for more ids, its text up
-to that character already usable. So a step costs the
-same at the 10th token and the 10,000th, where decoding the whole output each step made a
-long request's detokenizing quadratic. This is vLLM's scheme; as there, a tokenizer whose
-decode rewrites text across token boundaries (`clean_up_tokenization_spaces`), or a run of
-byte-fallback pieces that is not UTF-8 and spans two windows, can differ from a one-shot
-decode there.
+to that character already usable. So a step costs the same at the 10th token and the
+10,000th, where decoding the whole output each step made a long request's detokenizing
+quadratic. This is vLLM's scheme; as there, a tokenizer whose decode rewrites text across
+token boundaries (`clean_up_tokenization_spaces`), or a run of byte-fallback pieces that is
+not UTF-8 and spans two windows, can differ from a one-shot decode there.
 
 Text that could still become a stop string is held back until it is decided. Stop strings
 are looked for only once `min_tokens` tokens are out.
