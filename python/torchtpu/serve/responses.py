@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 import time
 
 from torchtpu.serve.sampling import Sample
@@ -32,10 +34,51 @@ def _top(sample: Sample, tokenizer) -> dict:
     return top
 
 
+def _byte_level_table() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the character that stands for each byte in a piece."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+_BYTE_LEVEL = _byte_level_table()
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+@functools.lru_cache(maxsize=8)
+def _is_byte_level(tokenizer) -> bool:
+    import tokenizers
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    decoder = getattr(backend, "decoder", None)
+    return isinstance(decoder, tokenizers.decoders.ByteLevel)
+
+
+def token_bytes(tokenizer, token: int, text: str) -> list[int]:
+    """The bytes a token stands for (OpenAI's `bytes`: what a client joins to rebuild a
+    character spread over several tokens), not the UTF-8 of its decoded text, which is
+    U+FFFD for a piece of a character: a byte-level piece's bytes, a byte-fallback piece's
+    byte; otherwise the UTF-8 of `text`, the token's decoded text."""
+    piece = tokenizer.convert_ids_to_tokens(token)
+    if isinstance(piece, str):
+        if _is_byte_level(tokenizer) and all(ch in _BYTE_LEVEL for ch in piece):
+            return [_BYTE_LEVEL[ch] for ch in piece]
+        if m := _BYTE_PIECE.fullmatch(piece):
+            return [int(m.group(1), 16)]
+    return list(text.encode("utf-8"))
+
+
 def chat_logprobs(samples: list[Sample], tokenizer) -> dict:
     def entry(token: int, logprob: float) -> dict:
         text = tokenizer.decode([token])
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+        return {"token": text, "logprob": logprob, "bytes": token_bytes(tokenizer, token, text)}
 
     return {"content": [dict(entry(s.token, s.logprob),
                              top_logprobs=[entry(t, lp) for t, lp in (s.top_logprobs or [])])

@@ -303,6 +303,14 @@ def c_chat_logprobs(e):
     assert len(lp) == 8 and all(t["top_logprobs"] == [] for t in lp)
     assert e.ok()["choices"][0]["logprobs"] is None
     _streamed_logprobs_are_complete(e, logprobs=True)
+    # `bytes` are the bytes each token stands for (a piece of a character included, not
+    # the U+FFFD of its decoded text): joined, they are the content.
+    special = set(e.tok.all_special_tokens)
+    for seed in range(3):
+        body = e.ok(logprobs=True, temperature=1.5, seed=seed, max_tokens=16)
+        entries = body["choices"][0]["logprobs"]["content"]
+        joined = bytes(b for t in entries if t["token"] not in special for b in t["bytes"])
+        assert joined.decode("utf-8", "replace") == body["choices"][0]["message"]["content"]
 
 
 def c_top_logprobs(e):
