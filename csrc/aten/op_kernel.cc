@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/native/CPUFallback.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <c10/util/strides.h>
@@ -27,6 +26,7 @@
 #include "aten/overlap_checks.h"
 #include "aten/program_executor.h"
 #include "aten/tpu_generator.h"
+#include "aten/tpu_guard.h"
 #include "aten/tpu_storage.h"
 #include "base/lru_map.h"
 #include "base/metrics.h"
@@ -104,8 +104,7 @@ void use_tpu_generator_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* 
           break;
         }
       }
-      if (index < 0) index = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
-                                 ->getDevice().index();
+      if (index < 0) index = static_cast<c10::DeviceIndex>(current_device_index());
       gen = default_generator(index);
     }
     check_tpu_generator(gen, op_info(op).name);

@@ -14,6 +14,8 @@
 
 namespace torchtpu::lowering {
 
+Value is_nan(Builder& b, Value x) { return b.compare(x, x, "NE"); }
+
 // The sign bit of a float (true for -0.0 and negative NaNs), through its bit pattern.
 Value sign_bit(Builder& b, Value x) {
   if (!base::is_floating(x.dtype())) return b.compare(x, b.zeros(x.type), "LT");
@@ -46,8 +48,6 @@ Value hypot(Builder& b, Value x, Value y) {
 namespace {
 
 using Lowered = base::StatusOr<std::vector<Value>>;
-
-Value is_nan(Builder& b, Value x) { return b.compare(x, x, "NE"); }
 
 // A unary float function (ints promote to float32, 16-bit floats compute in float32).
 LoweringFn float_fn(std::function<Value(Builder&, Value)> f) {

@@ -59,9 +59,10 @@ Value floor_divide_int(Builder& b, Value a, Value d);
 void require_nonzero_divisor(LoweringContext& c, Value d);
 Value floor_divide_float(Builder& b, Value x, Value y);
 
-// Real helpers (elementwise_math.cc): the sign bit of a float (true for -0.0 and negative
-// NaNs); |x| with y's sign bit; C's hypot (no overflow of the squares; infinite when either
-// is, even with a NaN other).
+// Real helpers (elementwise_math.cc): whether x is NaN, elementwise; the sign bit of a float
+// (true for -0.0 and negative NaNs); |x| with y's sign bit; C's hypot (no overflow of the
+// squares; infinite when either is, even with a NaN other).
+Value is_nan(Builder& b, Value x);
 Value sign_bit(Builder& b, Value x);
 Value copysign(Builder& b, Value x, Value y);
 Value hypot(Builder& b, Value x, Value y);

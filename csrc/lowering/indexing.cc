@@ -10,7 +10,6 @@
 // holding only the present tensors; OpArg::ints gives each one's position in the original
 // list (empty ints: positions 0..n-1, i.e. no None entries).
 #include <algorithm>
-
 #include <optional>
 
 #include "lowering/elementwise_util.h"

@@ -14,9 +14,8 @@
 // stops early on this plugin's build: its eigenvectors diagonalized float64 matrices only
 // to ~1e-8 relative (residual ||A - V diag(w) V^T||), whatever its tolerance argument.
 #include <algorithm>
-#include <tuple>
-
 #include <cmath>
+#include <tuple>
 
 #include "lowering/families.h"
 #include "lowering/linalg_util.h"

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/linalg_util.h"
 
@@ -123,7 +124,7 @@ Result linalg_svd(LoweringContext& c) {
   if (a.type.num_elements() == 0) return linalg::zero_results(c, 3);
   // LAPACK's gesdd reports a NaN in the input as a convergence failure, which PyTorch's
   // CPU kernel raises (an inf it lets through: NaN results, as here).
-  c.require(b.unary("not", b.reduce_any(b.compare(a, a, "NE"), iota_dims(a.rank()))),
+  c.require(b.unary("not", b.reduce_any(is_nan(b, a), iota_dims(a.rank()))),
             "linalg.svd: The algorithm failed to converge because the input matrix contained "
             "non-finite values.",
             CheckKind::kLinalgError);

@@ -68,8 +68,6 @@ Value finish(LoweringContext& c, Value v, size_t k = 0) {
   return c.b().convert(c.b().reshape(v, c.out_type(k).dims), c.out_type(k).dtype);
 }
 
-Value is_nan(Builder& b, Value x) { return b.compare(x, x, "NE"); }
-
 // XLA's CPU maximum/minimum may drop NaN (a > b ? a : b); PyTorch propagates it.
 Value nan_extreme(Builder& b, Value x, Value y, bool is_max) {
   Value r = is_max ? b.max(x, y) : b.min(x, y);

@@ -34,18 +34,13 @@ Operand operand(LoweringContext& c, size_t v_arg, size_t dim_arg) {
   return {c.b().convert(v, a), a, others};
 }
 
-// `v` (size 1 on every dim but `dim`) broadcast to `dims`.
-Value spread(Builder& b, Value v, const Dims& dims) {
-  return v.dims() == dims ? v : b.broadcast_in_dim(v, dims, iota_dims(v.rank()));
-}
-
 Result lower_weight_norm(LoweringContext& c) {
   Builder& b = c.b();
   auto [vf, a, others] = operand(c, 0, 2);
   Value sum_sq = b.keep_dims(b.reduce_sum(b.mul(vf, vf), others), vf.dims(), others);
   Value norms = b.unary("sqrt", sum_sq);
   Value scale = b.div(b.convert(c.tensor(1), a), norms);
-  Value w = b.mul(vf, spread(b, scale, vf.dims()));
+  Value w = b.mul(vf, b.broadcast_to(scale, vf.dims()));
   return std::vector<Value>{b.convert(w, c.out_type(0).dtype),
                             b.convert(b.reshape(norms, c.out_type(1).dims), c.out_type(1).dtype)};
 }
@@ -58,8 +53,8 @@ Result lower_weight_norm_backward(LoweringContext& c) {
   Value g = b.convert(c.tensor(2), a);
   Value norms = b.reshape(b.convert(c.tensor(3), a), g.dims());
   Value grad_g = b.div(b.keep_dims(b.reduce_sum(b.mul(gw, vf), others), dims, others), norms);
-  Value along = b.mul(vf, spread(b, b.div(grad_g, norms), dims));
-  Value grad_v = b.mul(spread(b, b.div(g, norms), dims), b.sub(gw, along));
+  Value along = b.mul(vf, b.broadcast_to(b.div(grad_g, norms), dims));
+  Value grad_v = b.mul(b.broadcast_to(b.div(g, norms), dims), b.sub(gw, along));
   return std::vector<Value>{b.convert(grad_v, c.out_type(0).dtype),
                             b.convert(b.reshape(grad_g, c.out_type(1).dims), c.out_type(1).dtype)};
 }

@@ -433,6 +433,10 @@ def _output_views(gm: torch.fx.GraphModule, first_saved: int | None, padded: boo
     the others; they are rebuilt as views of the returned base, as eager gives them."""
     results = _results(gm)
     user = len(results) if first_saved is None else first_saved
+    returned: dict[torch.fx.Node, int] = {}  # a user output's first index
+    for k, r in enumerate(results[:user]):
+        if isinstance(r, torch.fx.Node):
+            returned.setdefault(r, k)
     bases: dict[torch.fx.Node, int] = {}
     pure: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
@@ -446,9 +450,9 @@ def _output_views(gm: torch.fx.GraphModule, first_saved: int | None, padded: boo
                 isinstance(node.target, torch._ops.OpOverload) and node.target.is_view)
             if is_view or isinstance(val, (torch.SymInt, int)):
                 pure.add(node)
-        if node not in pure and node in results[:user] and \
+        if node not in pure and node in returned and \
                 isinstance(node.meta.get("val"), torch.Tensor):
-            bases[node] = results.index(node)
+            bases[node] = returned[node]
             pure.add(node)  # a leaf of the views module: the returned tensor
 
     def from_input(r: torch.fx.Node) -> bool:

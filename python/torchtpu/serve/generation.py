@@ -65,7 +65,7 @@ class Generation:
     @classmethod
     def prepare(cls, server: OpenAIServer, req) -> Generation:
         engine, chat = server.engine, isinstance(req, protocol.ChatCompletionRequest)
-        tool_dicts = [t.model_dump(exclude_none=True) for t in (req.tools or [])] if chat else []
+        tool_dicts = protocol.tool_dicts(req) if chat else []
         # A prompt that must fit the context whole (not truncated, not only echoed) and
         # cannot is refused from its size, before the tokenizer spends seconds on it.
         must_fit = req.truncate_prompt_tokens is None and (chat or not (

@@ -339,6 +339,11 @@ def _template_arguments(arguments: str) -> object:
         return arguments
 
 
+def tool_dicts(req: ChatCompletionRequest | TokenizeRequest) -> list[dict]:
+    """The request's tools as the chat template takes them."""
+    return [t.model_dump(exclude_none=True) for t in (req.tools or [])]
+
+
 def chat_messages(req: ChatCompletionRequest | TokenizeRequest) -> list[dict]:
     out = []
     for m in req.messages:

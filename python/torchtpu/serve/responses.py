@@ -34,22 +34,16 @@ def _top(sample: Sample, tokenizer) -> dict:
     return top
 
 
-def _byte_level_table() -> dict[str, int]:
-    """GPT-2's byte-level alphabet: the character that stands for each byte in a piece."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-            *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            chars[chr(b)] = b
-        else:
-            chars[chr(256 + extra)] = b
-            extra += 1
-    return chars
-
-
-_BYTE_LEVEL = _byte_level_table()
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+@functools.cache
+def _byte_level() -> dict[str, int]:
+    """GPT-2's byte-level alphabet (transformers' own table): the byte each character of a
+    piece stands for."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {ch: b for b, ch in bytes_to_unicode().items()}
 
 
 @functools.lru_cache(maxsize=8)
@@ -68,8 +62,9 @@ def token_bytes(tokenizer, token: int, text: str) -> list[int]:
     byte; otherwise the UTF-8 of `text`, the token's decoded text."""
     piece = tokenizer.convert_ids_to_tokens(token)
     if isinstance(piece, str):
-        if _is_byte_level(tokenizer) and all(ch in _BYTE_LEVEL for ch in piece):
-            return [_BYTE_LEVEL[ch] for ch in piece]
+        table = _byte_level()
+        if _is_byte_level(tokenizer) and all(ch in table for ch in piece):
+            return [table[ch] for ch in piece]
         if m := _BYTE_PIECE.fullmatch(piece):
             return [int(m.group(1), 16)]
     return list(text.encode("utf-8"))

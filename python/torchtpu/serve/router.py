@@ -49,7 +49,7 @@ class PromptTokenizer:
         try:
             if target == "/v1/chat/completions":
                 req = protocol.ChatCompletionRequest.model_validate_json(body)
-                tools = [t.model_dump(exclude_none=True) for t in (req.tools or [])]
+                tools = protocol.tool_dicts(req)
                 ids = prompts.chat_prompt_ids(
                     self.tokenizer, protocol.chat_messages(req), req.add_generation_prompt,
                     req.continue_final_message, req.chat_template_kwargs,

@@ -309,10 +309,10 @@ class OpenAIServer:
         if (req.prompt is None) == (req.messages is None):
             raise ApiError(400, "give exactly one of 'prompt' and 'messages'", param="prompt")
         if req.messages is not None:
-            tools = [t.model_dump(exclude_none=True) for t in (req.tools or [])]
             ids = await self._off_loop(request, self.chat_prompt_ids, protocol.chat_messages(req),
                                        req.add_generation_prompt, req.continue_final_message,
-                                       req.chat_template_kwargs, req.add_special_tokens, tools)
+                                       req.chat_template_kwargs, req.add_special_tokens,
+                                       protocol.tool_dicts(req))
         else:
             ids = await self._off_loop(request, lambda: self.engine.encode_prompt(
                 req.prompt, req.add_special_tokens, self.tokenizer))
