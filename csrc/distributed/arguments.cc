@@ -1,6 +1,7 @@
 #include "distributed/arguments.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 #include <sstream>
@@ -45,10 +46,21 @@ void check_tensor(const std::string& coll, const at::Tensor& t, const char* role
     invalid(coll, std::string("the ") + role + " tensor is not dense; the tpu backend takes "
                   "strided tensors only");
   }
-  if (!t.is_contiguous()) {
-    invalid(coll, std::string("the ") + role + " tensor " + shape_text(t) +
-                      " is not contiguous; call .contiguous() first");
+}
+
+at::Tensor DenseArgs::written(const at::Tensor& t) {
+  if (t.is_contiguous()) return t;
+  if (at::has_internal_overlap(t) == at::MemOverlap::Yes) {
+    invalid(coll_, "the tensor " + shape_text(t) + " it writes has elements that share "
+                   "memory (an expanded tensor); pass a tensor of its own, e.g. .clone()");
   }
+  at::Tensor copy = t.contiguous();
+  back_.emplace_back(t, copy);
+  return copy;
+}
+
+void DenseArgs::copy_back() {
+  for (auto& [caller, copy] : back_) caller.copy_(copy);
 }
 
 void check_same_dtype(const std::string& coll, const at::Tensor& a, const at::Tensor& b) {

@@ -75,8 +75,14 @@ InPluginTransport* TpuBackend::in_plugin() {
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char* title,
-                                                  std::vector<at::Tensor> outputs, Body body,
+                                                  std::vector<at::Tensor> outputs,
+                                                  DenseArgs dense, Body inner,
                                                   CollectiveQueue* queue) {
+  Body body = [inner = std::move(inner), dense = std::move(dense)](Transport& tr) mutable {
+    TORCHTPU_RETURN_IF_ERROR(inner(tr));
+    dense.copy_back();
+    return base::Status::ok_status();
+  };
   if (queue_ == nullptr) {
     ok_or_raise(body(*transport_));
     return c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), true);
@@ -137,9 +143,10 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::broadcast(std::vector<at::Tensor>& te
   at::Tensor t = single("broadcast", tensors, "input");
   check_root("broadcast", opts.rootRank, size_);
   int root = static_cast<int>(opts.rootRank);
-  return launch(c10d::OpType::BROADCAST, "tpu:broadcast", tensors, [t, root](Transport& tr) mutable {
-    return tr.broadcast(t, root);
-  });
+  DenseArgs dense("broadcast");
+  at::Tensor d = dense.written(t);
+  return launch(c10d::OpType::BROADCAST, "tpu:broadcast", tensors, std::move(dense),
+                [d, root](Transport& tr) mutable { return tr.broadcast(d, root); });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce(std::vector<at::Tensor>& tensors,
@@ -147,9 +154,10 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce(std::vector<at::Tensor>& te
   at::Tensor t = single("all_reduce", tensors, "input");
   check_reduce_op("all_reduce", opts.reduceOp, t);
   c10d::ReduceOp op = opts.reduceOp;
-  return launch(c10d::OpType::ALLREDUCE, "tpu:all_reduce", tensors, [t, op](Transport& tr) mutable {
-    return tr.all_reduce(t, op);
-  });
+  DenseArgs dense("all_reduce");
+  at::Tensor d = dense.written(t);
+  return launch(c10d::OpType::ALLREDUCE, "tpu:all_reduce", tensors, std::move(dense),
+                [d, op](Transport& tr) mutable { return tr.all_reduce(d, op); });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(
@@ -159,8 +167,11 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allreduce_coalesced(
     check_reduce_op("all_reduce_coalesced", opts.reduceOp, t);
   }
   c10d::ReduceOp op = opts.reduceOp;
+  DenseArgs dense("all_reduce_coalesced");
+  std::vector<at::Tensor> ds;
+  for (const at::Tensor& t : tensors) ds.push_back(dense.written(t));
   return launch(c10d::OpType::ALLREDUCE_COALESCED, "tpu:all_reduce_coalesced", tensors,
-                [ts = tensors, op](Transport& tr) mutable -> base::Status {
+                std::move(dense), [ts = ds, op](Transport& tr) mutable -> base::Status {
                   for (at::Tensor& t : ts) TORCHTPU_RETURN_IF_ERROR(tr.all_reduce(t, op));
                   return base::Status::ok_status();
                 });
@@ -172,11 +183,11 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce(std::vector<at::Tensor>& tenso
   check_reduce_op("reduce", opts.reduceOp, t);
   check_root("reduce", opts.rootRank, size_);
   // Every rank computes the reduction; only the root's tensor receives it.
-  at::Tensor work_tensor = rank_ == opts.rootRank ? t : t.clone();
+  DenseArgs dense("reduce");
+  at::Tensor work_tensor = rank_ == opts.rootRank ? dense.written(t) : t.contiguous().clone();
   c10d::ReduceOp op = opts.reduceOp;
-  return launch(c10d::OpType::REDUCE, "tpu:reduce", tensors, [work_tensor, op](Transport& tr) mutable {
-    return tr.all_reduce(work_tensor, op);
-  });
+  return launch(c10d::OpType::REDUCE, "tpu:reduce", tensors, std::move(dense),
+                [work_tensor, op](Transport& tr) mutable { return tr.all_reduce(work_tensor, op); });
 }
 
 void TpuBackend::check_all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& in) {
@@ -197,7 +208,7 @@ void TpuBackend::check_all_gather(const std::vector<at::Tensor>& outputs, const 
 base::Status TpuBackend::all_gather_list(Transport& tr, std::vector<at::Tensor>& outputs,
                                          const at::Tensor& in) {
   at::Tensor flat = at::empty({tr.size() * in.numel()}, in.options());
-  TORCHTPU_RETURN_IF_ERROR(tr.all_gather(flat, in));
+  TORCHTPU_RETURN_IF_ERROR(tr.all_gather(flat, in.contiguous()));
   split_into(flat, outputs);
   return base::Status::ok_status();
 }
@@ -208,7 +219,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allgather(
   at::Tensor in = single("all_gather", inputs, "input");
   if (outputs.size() != 1) invalid("all_gather", "takes one list of output tensors");
   check_all_gather(outputs[0], in);
-  return launch(c10d::OpType::ALLGATHER, "tpu:all_gather", outputs[0],
+  return launch(c10d::OpType::ALLGATHER, "tpu:all_gather", outputs[0], DenseArgs("all_gather"),
                 [outs = outputs[0], in](Transport& tr) mutable { return all_gather_list(tr, outs, in); });
 }
 
@@ -226,8 +237,11 @@ void TpuBackend::check_all_gather_base(const at::Tensor& output, const at::Tenso
 c10::intrusive_ptr<c10d::Work> TpuBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                            const c10d::AllgatherOptions& /*opts*/) {
   check_all_gather_base(output, input);
+  DenseArgs dense("all_gather_into_tensor");
+  at::Tensor out = dense.written(output);
+  at::Tensor in = input.contiguous();
   return launch(c10d::OpType::_ALLGATHER_BASE, "tpu:all_gather_into_tensor", {output},
-                [output, input](Transport& tr) mutable { return tr.all_gather(output, input); });
+                std::move(dense), [out, in](Transport& tr) mutable { return tr.all_gather(out, in); });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_coalesced(
@@ -245,7 +259,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_coalesced(
     all.insert(all.end(), outputs[i].begin(), outputs[i].end());
   }
   return launch(c10d::OpType::ALLGATHER_COALESCED, "tpu:all_gather_coalesced", all,
-                [outs = outputs, ins = inputs](Transport& tr) mutable -> base::Status {
+                DenseArgs("all_gather_coalesced"), [outs = outputs, ins = inputs](Transport& tr) mutable -> base::Status {
                   for (size_t i = 0; i < ins.size(); ++i) {
                     TORCHTPU_RETURN_IF_ERROR(all_gather_list(tr, outs[i], ins[i]));
                   }
@@ -261,9 +275,15 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_into_tensor_coalesced(
                                                     " outputs for " +
                                                     std::to_string(inputs.size()) + " inputs");
   }
-  for (size_t i = 0; i < inputs.size(); ++i) check_all_gather_base(outputs[i], inputs[i]);
+  DenseArgs dense("all_gather_into_tensor_coalesced");
+  std::vector<at::Tensor> outs, ins;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_all_gather_base(outputs[i], inputs[i]);
+    outs.push_back(dense.written(outputs[i]));
+    ins.push_back(inputs[i].contiguous());
+  }
   return launch(c10d::OpType::COALESCED, "tpu:all_gather_into_tensor_coalesced", outputs,
-                [outs = outputs, ins = inputs](Transport& tr) mutable -> base::Status {
+                std::move(dense), [outs, ins](Transport& tr) mutable -> base::Status {
                   for (size_t i = 0; i < ins.size(); ++i) {
                     TORCHTPU_RETURN_IF_ERROR(tr.all_gather(outs[i], ins[i]));
                   }
@@ -294,8 +314,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::gather(std::vector<std::vector<at::Te
   }
   // Gathered everywhere (one primitive), kept at the root.
   std::vector<at::Tensor> outs = is_root ? outputs[0] : std::vector<at::Tensor>{};
-  return launch(c10d::OpType::GATHER, "tpu:gather", outs,
-                [outs, in, is_root](Transport& tr) mutable -> base::Status {
+  return launch(c10d::OpType::GATHER, "tpu:gather", outs, DenseArgs("gather"),
+                [outs, in = in.contiguous(), is_root](Transport& tr) mutable -> base::Status {
                   at::Tensor flat = at::empty({tr.size() * in.numel()}, in.options());
                   TORCHTPU_RETURN_IF_ERROR(tr.all_gather(flat, in));
                   if (is_root) split_into(flat, outs);
@@ -333,7 +353,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::scatter(std::vector<at::Tensor>& outp
   // One all_to_all where only the root sends: n elements to every rank.
   std::vector<int64_t> in_splits(size_, is_root ? n : 0), out_splits(size_, 0);
   out_splits[opts.rootRank] = n;
-  return launch(c10d::OpType::SCATTER, "tpu:scatter", outputs,
+  return launch(c10d::OpType::SCATTER, "tpu:scatter", outputs, DenseArgs("scatter"),
                 [out, send, n, in_splits, out_splits](Transport& tr) mutable -> base::Status {
                   at::Tensor recv = at::empty({n}, out.options());
                   TORCHTPU_RETURN_IF_ERROR(
@@ -361,9 +381,11 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter(
   }
   at::Tensor flat_in = flat_cat(inputs[0], out.options());
   c10d::ReduceOp op = opts.reduceOp;
-  return launch(c10d::OpType::REDUCE_SCATTER, "tpu:reduce_scatter", outputs,
-                [out, flat_in, op](Transport& tr) mutable {
-                  return tr.reduce_scatter(out, flat_in, op);
+  DenseArgs dense("reduce_scatter");
+  at::Tensor d = dense.written(out);
+  return launch(c10d::OpType::REDUCE_SCATTER, "tpu:reduce_scatter", outputs, std::move(dense),
+                [d, flat_in, op](Transport& tr) mutable {
+                  return tr.reduce_scatter(d, flat_in, op);
                 });
 }
 
@@ -384,9 +406,12 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   check_reduce_scatter_base(output, input, opts.reduceOp);
   c10d::ReduceOp op = opts.reduceOp;
+  DenseArgs dense("reduce_scatter_tensor");
+  at::Tensor out = dense.written(output);
+  at::Tensor in = input.contiguous();
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "tpu:reduce_scatter_tensor", {output},
-                [output, input, op](Transport& tr) mutable {
-                  return tr.reduce_scatter(output, input, op);
+                std::move(dense), [out, in, op](Transport& tr) mutable {
+                  return tr.reduce_scatter(out, in, op);
                 });
 }
 
@@ -398,13 +423,17 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter_tensor_coalesced(
                                                    " outputs for " +
                                                    std::to_string(inputs.size()) + " inputs");
   }
+  DenseArgs dense("reduce_scatter_tensor_coalesced");
+  std::vector<at::Tensor> outs, ins;
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_reduce_scatter_base(outputs[i], inputs[i], opts.reduceOp);
+    outs.push_back(dense.written(outputs[i]));
+    ins.push_back(inputs[i].contiguous());
   }
   c10d::ReduceOp op = opts.reduceOp;
   return launch(kReduceScatterTensorCoalesced,
-                "tpu:reduce_scatter_tensor_coalesced", outputs,
-                [outs = outputs, ins = inputs, op](Transport& tr) mutable -> base::Status {
+                "tpu:reduce_scatter_tensor_coalesced", outputs, std::move(dense),
+                [outs, ins, op](Transport& tr) mutable -> base::Status {
                   for (size_t i = 0; i < ins.size(); ++i) {
                     TORCHTPU_RETURN_IF_ERROR(tr.reduce_scatter(outs[i], ins[i], op));
                   }
@@ -445,10 +474,13 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall_base(at::Tensor& output, at:
   };
   check_splits(input_split_sizes, input, "input");
   check_splits(output_split_sizes, output, "output");
-  return launch(c10d::OpType::ALLTOALL_BASE, "tpu:all_to_all_single", {output},
-                [output, input, out_splits = output_split_sizes,
+  DenseArgs dense(coll);
+  at::Tensor out = dense.written(output);
+  at::Tensor in = input.contiguous();
+  return launch(c10d::OpType::ALLTOALL_BASE, "tpu:all_to_all_single", {output}, std::move(dense),
+                [out, in, out_splits = output_split_sizes,
                  in_splits = input_split_sizes](Transport& tr) mutable {
-                  return tr.all_to_all(output, input, out_splits, in_splits);
+                  return tr.all_to_all(out, in, out_splits, in_splits);
                 });
 }
 
@@ -469,7 +501,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall(std::vector<at::Tensor>& out
     out_splits.push_back(outputs[r].numel());
   }
   at::Tensor send = flat_cat(inputs, inputs[0].options());
-  return launch(c10d::OpType::ALLTOALL, "tpu:all_to_all", outputs,
+  return launch(c10d::OpType::ALLTOALL, "tpu:all_to_all", outputs, DenseArgs("all_to_all"),
                 [outs = outputs, send, in_splits, out_splits](Transport& tr) mutable -> base::Status {
                   at::Tensor recv = at::empty(
                       {std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})},
@@ -488,8 +520,10 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::send(std::vector<at::Tensor>& tensors
     invalid("send", "destination " + std::to_string(dst_rank) + " is not another rank of the "
                     "group of " + std::to_string(size_));
   }
-  return launch(c10d::OpType::SEND, "tpu:send", tensors,
-                [t, dst_rank, tag](Transport& tr) { return tr.send(t, dst_rank, tag); },
+  return launch(c10d::OpType::SEND, "tpu:send", tensors, DenseArgs("send"),
+                [t = t.contiguous(), dst_rank, tag](Transport& tr) {
+                  return tr.send(t, dst_rank, tag);
+                },
                 send_queue_.get());
 }
 
@@ -500,13 +534,16 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors
     invalid("recv", "source " + std::to_string(src_rank) + " is not another rank of the "
                     "group of " + std::to_string(size_));
   }
-  return launch(c10d::OpType::RECV, "tpu:recv", tensors,
-                [t, src_rank, tag](Transport& tr) mutable { return tr.recv(t, src_rank, tag); },
+  DenseArgs dense("recv");
+  at::Tensor d = dense.written(t);
+  return launch(c10d::OpType::RECV, "tpu:recv", tensors, std::move(dense),
+                [d, src_rank, tag](Transport& tr) mutable { return tr.recv(d, src_rank, tag); },
                 recv_queue_.get());
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
-  return launch(c10d::OpType::BARRIER, "tpu:barrier", {}, [](Transport& tr) { return tr.barrier(); });
+  return launch(c10d::OpType::BARRIER, "tpu:barrier", {}, DenseArgs("barrier"),
+                [](Transport& tr) { return tr.barrier(); });
 }
 
 }  // namespace torchtpu::distributed

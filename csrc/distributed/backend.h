@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "distributed/arguments.h"
 #include "distributed/collective_queue.h"
 #include "distributed/transport.h"
 
@@ -94,11 +95,11 @@ class TpuBackend : public c10d::Backend {
  private:
   // The transport calls of one c10d call, its tensors captured by value.
   using Body = std::function<base::Status(Transport&)>;
-  // Runs `body` now or on the queue (`queue`, else the group's), and returns its Work over
-  // `outputs`.
+  // Runs `body` now or on the queue (`queue`, else the group's), then `dense`'s copies
+  // back, and returns its Work over `outputs`.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* title,
-                                        std::vector<at::Tensor> outputs, Body body,
-                                        CollectiveQueue* queue = nullptr);
+                                        std::vector<at::Tensor> outputs, DenseArgs dense,
+                                        Body body, CollectiveQueue* queue = nullptr);
   void check_all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input);
   void check_all_gather_base(const at::Tensor& output, const at::Tensor& input);
   void check_reduce_scatter_base(const at::Tensor& output, const at::Tensor& input,

@@ -285,6 +285,43 @@ def _collectives(rank: int, world: int) -> None:
         dist.all_reduce(t, op=op)
         torch.testing.assert_close(t.cpu(), ref, equal_nan=True, msg=lambda m: f"{op}: {m}")
 
+    # Strided arguments (transposed, sliced, channels_last) take part with their logical
+    # values, and what a collective writes lands in the caller's tensor (and so in the
+    # tensor it is a view of): the contiguous collective through Gloo is the reference.
+    views = {
+        "transposed": lambda a: a.transpose(1, 2),
+        "sliced": lambda a: a[:, ::2],
+        "channels_last": lambda a: a.contiguous(memory_format=torch.channels_last),
+    }
+    for name, view in views.items():
+        x = data((2, 4, 3, 2))
+        for what, call in (("all_reduce", lambda a: dist.all_reduce(a)),
+                           ("broadcast", lambda a: dist.broadcast(a, 1)),
+                           ("send/recv", lambda a: dist.send(a, 1) if rank == 0 else
+                            dist.recv(a, 0))):
+            ref = view(x).contiguous()
+            call(ref)
+            base = x.to("tpu")
+            t = view(base)
+            call(t)
+            same(t, ref, f"{what} of a {name} tensor")
+            if t._base is base:
+                expect = x.clone()
+                view(expect).copy_(ref)
+                same(base, expect, f"{what} into a {name} view, seen through its base")
+        part = view(x)
+        ref_out = torch.empty((world * part.shape[0],) + part.shape[1:])
+        dist.all_gather_into_tensor(ref_out, part.contiguous())
+        out_base = torch.zeros(ref_out.shape[::-1], device="tpu")
+        out = out_base.permute(3, 2, 1, 0)  # strided output too
+        dist.all_gather_into_tensor(out, view(x.to("tpu")))
+        same(out, ref_out, f"all_gather_into_tensor of a {name} tensor")
+        ref_rs = torch.empty((part.shape[0] // world,) + part.shape[1:])
+        dist.reduce_scatter_tensor(ref_rs, part.contiguous())
+        rs = torch.zeros(ref_rs.shape[::-1], device="tpu").permute(3, 2, 1, 0)
+        dist.reduce_scatter_tensor(rs, view(x.to("tpu")))
+        same(rs, ref_rs, f"reduce_scatter_tensor of a {name} tensor")
+
     # The host-staged path is counted, never silent.
     m = torchtpu.debug.metrics()
     assert m["num_host_staged_collectives"] - before >= 40, m["num_host_staged_collectives"]
@@ -296,8 +333,8 @@ def _collectives(rank: int, world: int) -> None:
     # both ranks raise locally and stay in step).
     import pytest as _pytest
 
-    with _pytest.raises(ValueError, match="not contiguous"):
-        dist.all_reduce(torch.ones(4, 4, device="tpu").t())
+    with _pytest.raises(ValueError, match="share memory"):
+        dist.all_reduce(torch.ones(4, device="tpu").expand(3, 4))
     with _pytest.raises(ValueError, match=r"must have 2 times the elements"):
         dist.all_gather_into_tensor(torch.empty(3, device="tpu"), torch.ones(2, device="tpu"))
     with _pytest.raises(ValueError, match="same dtype"):
