@@ -6,7 +6,9 @@
 #include <c10/util/Exception.h>
 #include <torch/headeronly/version.h>
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <numeric>
 #include <optional>
 
@@ -74,7 +76,7 @@ InPluginTransport* TpuBackend::in_plugin() {
              : nullptr;
 }
 
-c10::intrusive_ptr<c10d::Work> TpuBackend::launch(c10d::OpType type, const char* title,
+c10::intrusive_ptr<TpuWork> TpuBackend::launch(c10d::OpType type, const char* title,
                                                   std::vector<at::Tensor> outputs,
                                                   DenseArgs dense, Body inner,
                                                   CollectiveQueue* queue) {
@@ -539,6 +541,24 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors
   return launch(c10d::OpType::RECV, "tpu:recv", tensors, std::move(dense),
                 [d, src_rank, tag](Transport& tr) mutable { return tr.recv(d, src_rank, tag); },
                 recv_queue_.get());
+}
+
+c10::intrusive_ptr<c10d::Work> TpuBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                         int tag) {
+  at::Tensor t = single("recv", tensors, "output");
+  DenseArgs dense("recv");
+  at::Tensor d = dense.written(t);
+  auto source = std::make_shared<std::atomic<int>>(-1);
+  c10::intrusive_ptr<TpuWork> work = launch(
+      c10d::OpType::RECVANYSOURCE, "tpu:recv_anysource", tensors, std::move(dense),
+      [d, tag, source](Transport& tr) mutable -> base::Status {
+        TORCHTPU_ASSIGN_OR_RETURN(int src, tr.recv_any(d, tag));
+        source->store(src);
+        return base::Status::ok_status();
+      },
+      recv_queue_.get());
+  work->set_source(source);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::barrier(const c10d::BarrierOptions& /*opts*/) {

@@ -23,6 +23,7 @@
 #include "distributed/arguments.h"
 #include "distributed/collective_queue.h"
 #include "distributed/transport.h"
+#include "distributed/work.h"
 
 namespace torchtpu::distributed {
 
@@ -90,6 +91,8 @@ class TpuBackend : public c10d::Backend {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank,
                                       int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
@@ -97,7 +100,7 @@ class TpuBackend : public c10d::Backend {
   using Body = std::function<base::Status(Transport&)>;
   // Runs `body` now or on the queue (`queue`, else the group's), then `dense`'s copies
   // back, and returns its Work over `outputs`.
-  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* title,
+  c10::intrusive_ptr<TpuWork> launch(c10d::OpType type, const char* title,
                                         std::vector<at::Tensor> outputs, DenseArgs dense,
                                         Body body, CollectiveQueue* queue = nullptr);
   void check_all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& input);

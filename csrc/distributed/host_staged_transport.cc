@@ -449,9 +449,25 @@ base::Status HostStagedTransport::send(const at::Tensor& tensor, int dst, int ta
 }
 
 base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
+  return receive(tensor, src, tag).status();
+}
+
+base::StatusOr<int> HostStagedTransport::recv_any(at::Tensor& tensor, int tag) {
+  return receive(tensor, std::nullopt, tag);
+}
+
+// Without a source, the header comes from whichever sender Gloo matches first, and the data
+// from that sender (it sends both with the same tag, in order).
+base::StatusOr<int> HostStagedTransport::receive(at::Tensor& tensor, std::optional<int> from,
+                                                 int tag) {
   base::counter_add("num_host_staged_collectives");
   std::vector<at::Tensor> header{at::empty({kSignatureLength}, at::kLong)};
-  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(header, src, tag); }));
+  c10::intrusive_ptr<c10d::Work> header_work;
+  TORCHTPU_RETURN_IF_ERROR(run("recv", [&] {
+    header_work = from ? gloo_->recv(header, *from, tag) : gloo_->recvAnysource(header, tag);
+    return header_work;
+  }));
+  int src = from ? *from : header_work->sourceRank();
   const int64_t* h = header[0].data_ptr<int64_t>();
   std::vector<int64_t> sent(h, h + kSignatureLength);
   base::Status match = compare_point_to_point(sent, tensor, global_ranks_[src],
@@ -464,7 +480,8 @@ base::Status HostStagedTransport::recv(at::Tensor& tensor, int src, int tag) {
   }
   std::vector<at::Tensor> v{receiving(tensor)};
   TORCHTPU_RETURN_IF_ERROR(run("recv", [&] { return gloo_->recv(v, src, tag); }));
-  return to_device(tensor, v[0]);
+  TORCHTPU_RETURN_IF_ERROR(to_device(tensor, v[0]));
+  return src;
 }
 
 base::Status HostStagedTransport::barrier() {

@@ -72,6 +72,7 @@ class HostStagedTransport : public Transport {
   base::Status broadcast(at::Tensor& tensor, int root) override;
   base::Status send(const at::Tensor& tensor, int dst, int tag) override;
   base::Status recv(at::Tensor& tensor, int src, int tag) override;
+  base::StatusOr<int> recv_any(at::Tensor& tensor, int tag) override;
   base::Status barrier() override;
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
@@ -79,6 +80,8 @@ class HostStagedTransport : public Transport {
   // Runs one Gloo operation (send or recv) and waits for it; a Gloo exception becomes
   // kUnavailable.
   base::Status run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op);
+  // recv (from `from`, or from any rank) into `tensor`; returns the sender.
+  base::StatusOr<int> receive(at::Tensor& tensor, std::optional<int> from, int tag);
   // The kUnavailable message of a failed collective (collective: named with its number
   // and the ranks that did not reach it) or send/recv.
   std::string failure(const char* what, const std::string& why, bool collective);

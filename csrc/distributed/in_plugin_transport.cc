@@ -491,6 +491,13 @@ base::Status InPluginTransport::recv(at::Tensor& tensor, int src, int tag) {
   return guarded("recv", [&] { return point_to_point(tensor, src, tag, false); });
 }
 
+base::StatusOr<int> InPluginTransport::recv_any(at::Tensor& /*tensor*/, int tag) {
+  return base::unimplemented(
+      "tpu: recv without a source (tag " + std::to_string(tag) + ") on rank " +
+      std::to_string(rank_) + ": ranks that are threads of one process meet each send at a "
+      "recv that names its sender; pass src=");
+}
+
 base::Status InPluginTransport::barrier() {
   Contribution mine{"barrier", "barrier", device_index_, {}, {}};
   TORCHTPU_ASSIGN_OR_RETURN(

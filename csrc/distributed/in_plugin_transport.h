@@ -63,6 +63,8 @@ class InPluginTransport final : public Transport {
   base::Status broadcast(at::Tensor& tensor, int root) override;
   base::Status send(const at::Tensor& tensor, int dst, int tag) override;
   base::Status recv(at::Tensor& tensor, int src, int tag) override;
+  // Unimplemented: a send here meets its recv in a rendezvous of the two ranks it names.
+  base::StatusOr<int> recv_any(at::Tensor& tensor, int tag) override;
   base::Status barrier() override;
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 

@@ -57,6 +57,8 @@ class Transport {
   virtual base::Status broadcast(at::Tensor& tensor, int root) = 0;
   virtual base::Status send(const at::Tensor& tensor, int dst, int tag) = 0;
   virtual base::Status recv(at::Tensor& tensor, int src, int tag) = 0;
+  // A recv from whichever rank's send with `tag` comes first; returns that rank.
+  virtual base::StatusOr<int> recv_any(at::Tensor& tensor, int tag) = 0;
   virtual base::Status barrier() = 0;
   // Bounds every later wait for peers (c10d's setTimeout).
   virtual void set_timeout(std::chrono::milliseconds timeout) = 0;

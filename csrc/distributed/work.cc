@@ -38,4 +38,8 @@ bool TpuWork::wait(std::chrono::milliseconds timeout) {
 
 c10::intrusive_ptr<c10::ivalue::Future> TpuWork::getFutureResult() { return result_future_; }
 
+int TpuWork::sourceRank() const {
+  return source_ != nullptr ? source_->load() : c10d::Work::sourceRank();
+}
+
 }  // namespace torchtpu::distributed

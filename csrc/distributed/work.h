@@ -17,7 +17,9 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <exception>
+#include <memory>
 #include <vector>
 
 namespace torchtpu::distributed {
@@ -35,6 +37,9 @@ class TpuWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
 
   std::vector<at::Tensor> result() override { return outputs_; }
+  // A recv from any source: where the sender's rank is set once the recv has run.
+  void set_source(std::shared_ptr<const std::atomic<int>> source) { source_ = std::move(source); }
+  int sourceRank() const override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFutureResult() override;
 
@@ -42,6 +47,7 @@ class TpuWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   c10::intrusive_ptr<c10::ivalue::Future> result_future_;
+  std::shared_ptr<const std::atomic<int>> source_;
 };
 
 }  // namespace torchtpu::distributed

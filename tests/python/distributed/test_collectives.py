@@ -401,7 +401,23 @@ def _three_ranks(rank: int, world: int) -> None:
     out = torch.empty(sum(outs), 3, device="tpu")
     dist.all_to_all_single(out, x.to("tpu"), outs, ins)
     same(out, ref, "all_to_all")
-    dist.barrier()
+    # recv without a source takes whichever send comes first and returns its rank, as Gloo
+    # does for CPU tensors; then a strided one.
+    for device in ("cpu", "tpu", "tpu strided"):
+        if rank == 0:
+            got = {}
+            for _ in range(world - 1):
+                t = torch.zeros(4, 2, device=device.split()[0])
+                into = t.t() if device.endswith("strided") else t
+                src = dist.recv(into)
+                got[src] = into.cpu()
+            assert sorted(got) == [1, 2], (device, got)
+            for src, t in got.items():
+                same(t, torch.arange(8.0).reshape(t.shape) * src, f"recv from any on {device}")
+        else:
+            shape = (2, 4) if device.endswith("strided") else (4, 2)
+            dist.send(torch.arange(8.0, device=device.split()[0]).reshape(shape) * rank, 0)
+        dist.barrier()  # a send completes once sent: the next round's could be taken here
 
 
 def test_three_ranks_match_gloo_on_cpu():

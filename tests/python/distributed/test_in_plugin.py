@@ -142,6 +142,12 @@ def body(rank, world):
         t = torch.zeros(5, device="tpu")
         dist.recv(t, src=rank - 1, tag=7)
         same(t, xs[rank - 1], "recv")
+        # A recv without a source is refused here, saying so (a send meets a named recv).
+        try:
+            dist.recv(t)
+            raise AssertionError("a recv without a source was taken")
+        except RuntimeError as e:
+            assert "recv without a source" in str(e) and "pass src=" in str(e), e
     dist.barrier()
 
     # Empty tensors on every rank: nothing to move (XLA refuses a collective over a zero
