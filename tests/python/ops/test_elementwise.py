@@ -149,6 +149,23 @@ def test_pow_int64() -> None:
     assert_same(lambda x: x ** 0.5, a.abs())
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32,
+                                   torch.int64])
+def test_pow_integer_wraps_over_every_exponent_bit(dtype: torch.dtype) -> None:
+    # Squaring over all the exponent's bits, wrapping as the CPU does (XLA's own integer
+    # power stopped at 6 bits: 3**64 was 1, 0**64 was 1).
+    signed = dtype.is_signed
+    x = torch.tensor([0, 1, 2, 3, 5, -1, -2, -3, 7] if signed else [0, 1, 2, 3, 5, 255],
+                     dtype=dtype)
+    for p in (0, 1, 3, 7, 31, 33, 63, 64, 65, 127):
+        assert_same(lambda t: t ** p, x)
+    e = torch.tensor([0, 1, 64, 65, 100, 127, -1, -2, -3] if signed else [0, 64, 65, 100, 200, 255],
+                     dtype=dtype)
+    assert_same(torch.pow, x, e)  # negative exponents: 1, +-1 for +-1, else 0
+    assert_same(lambda t: 2 ** t, e.abs())
+    assert_same(torch.pow, x, e.to(torch.int64))
+
+
 # Exponents of pow(Tensor, Scalar): each is structure (its own program with a constant
 # exponent); 2 is x*x, the others XLA simplifies or computes by power.
 POW_EXPONENTS = [2, 3, 0.5, -0.5, 1, -1, 0, 2.5, -2]
