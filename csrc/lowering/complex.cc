@@ -282,15 +282,17 @@ Value complex_divide(Builder& b, Value num, Value den) {
   auto [a, bi] = parts(b, num);
   auto [c, d] = parts(b, den);
   Value abs_c = b.unary("abs", c), abs_d = b.unary("abs", d);
-  // |c| >= |d|: r = d / c, s = 1 / (c + d r), re = (a + b r) s, im = (b - a r) s;
-  // else r = c / d, s = 1 / (d + c r), re = (b + a r) s, im = -(a - b r) s.
+  // |c| >= |d|: r = d / c, s = c + d r, re = (a + b r) / s, im = (b - a r) / s;
+  // else r = c / d, s = d + c r, re = (b + a r) / s, im = -(a - b r) / s. c10 multiplies
+  // by 1 / s, which for |s| above ~1e38 is subnormal, flushed to zero by XLA (2e38 / 1e38
+  // was 0): dividing keeps every normal quotient.
   Value c_larger = b.compare(abs_c, abs_d, "GE");
   Value big = b.select(c_larger, c, d), small = b.select(c_larger, d, c);
   Value p = b.select(c_larger, a, bi), q = b.select(c_larger, bi, a);
   Value r = b.div(small, big);
-  Value s = b.div(b.splat(1, c.type), b.add(big, b.mul(small, r)));
-  Value re = b.mul(b.add(p, b.mul(q, r)), s);
-  Value im = b.mul(b.sub(q, b.mul(p, r)), s);
+  Value s = b.add(big, b.mul(small, r));
+  Value re = b.div(b.add(p, b.mul(q, r)), s);
+  Value im = b.div(b.sub(q, b.mul(p, r)), s);
   im = b.select(c_larger, im, b.unary("negate", im));
   Value zero = b.zeros(c.type);
   Value both_zero = b.binary("and", b.compare(abs_c, zero, "EQ"), b.compare(abs_d, zero, "EQ"));
