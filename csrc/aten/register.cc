@@ -89,6 +89,19 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   tpu_boxed_kernel(op, stack);
 }
 
+// Sparse layouts have no tpu kernels: an op that makes or reads a sparse tpu tensor says
+// so, where the dispatcher said "Could not run ... from the 'Sparsetpu' backend" (and a
+// CSR tensor, whose constructor needs no kernel, failed in repr with a self-contradicting
+// message).
+void sparse_unsupported(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  C10_THROW_ERROR(NotImplementedError,
+                  "torchtpu: " + c10::toString(op.operator_name()) +
+                      " on a sparse tpu tensor: sparse layouts (COO, CSR, CSC, BSR, BSC) are "
+                      "not supported on tpu. Keep the sparse tensor on the CPU, or make it "
+                      "dense (.to_dense()) before moving it to tpu; for nn.Embedding and "
+                      "nn.EmbeddingBag, use sparse=False.");
+}
+
 }  // namespace
 
 void register_direct_lowerings() {
@@ -178,6 +191,24 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) { m.impl("_copy_from", copy_from_with_math
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_unsupported>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_unsupported>());
+}
+
+// The compressed layouts' accessors have CompositeExplicitAutograd kernels, which a fallback
+// does not replace (and which failed with "expected sparse row compressed tensor layout but
+// got SparseCsr"; `.cpu()` reaches them).
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+  for (const char* name : {"crow_indices", "col_indices", "ccol_indices", "row_indices",
+                           "values", "_nnz"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&sparse_unsupported>());
+  }
 }
 
 }  // namespace torchtpu::aten

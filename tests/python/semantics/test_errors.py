@@ -278,3 +278,22 @@ def test_equal_compares_values_across_dtypes_like_cpu() -> None:
     for a, b in [(x.int(), x), (x, x.double()), (x.int(), x + 0.5), (x.bool(), x),
                  (x, x[:3])]:
         assert torch.equal(a.to(TPU), b.to(TPU)) == torch.equal(a, b), (a.dtype, b.dtype)
+
+
+def test_sparse_tensors_are_refused_with_the_reason() -> None:
+    # No sparse tpu kernels: making a COO tensor, or using a CSR one (its constructor needs
+    # no kernel), raises NotImplementedError naming the op and what to do instead of the
+    # dispatcher's "Could not run ... 'Sparsetpu' backend".
+    x = torch.tensor([[0.0, 1.0], [2.0, 0.0]])
+    reason = "sparse layouts .* are not supported on tpu"
+    for make_sparse in (lambda: x.to(TPU).to_sparse(), lambda: x.to_sparse().to(TPU),
+                        lambda: torch.nn.Embedding(4, 2, sparse=True).to(TPU)(
+                            torch.tensor([1], device=TPU)).sum().backward()):
+        with pytest.raises(NotImplementedError, match=reason):
+            make_sparse()
+    csr = x.to_sparse_csr().to(TPU)
+    for use in (repr, lambda c: c.cpu(), lambda c: c.to_dense(), lambda c: c.crow_indices(),
+                lambda c: c @ torch.ones(2, 2, device=TPU)):
+        with pytest.raises(NotImplementedError, match=reason):
+            use(csr)
+    torch.testing.assert_close((x.to(TPU) + 1).cpu(), x + 1)
