@@ -47,6 +47,8 @@ std::atomic<bool> g_forked_child{false};
 
 void mark_forked_child() { g_forked_child.store(true); }
 
+}  // namespace
+
 void check_not_forked_child() {
   TORCH_CHECK(!g_forked_child.load(),
               "tpu: cannot use the tpu device in a forked subprocess: the parent process had "
@@ -55,6 +57,8 @@ void check_not_forked_child() {
               "DataLoader(..., multiprocessing_context='spawn')), or make forked workers "
               "return CPU tensors and move them to tpu in the parent");
 }
+
+namespace {
 
 // The BLAS the running PyTorch exports (its CPU wheels link MKL and export the Fortran
 // sgemm and MKL's per-thread thread count). Weak: a PyTorch without them leaves the host

@@ -35,6 +35,9 @@ int device_count_or_zero();
 // Whether this process is the child of a fork() made after the client started; client()
 // raises there (the plugin's threads were not copied).
 bool in_forked_child();
+// Raises that error in such a child: a read of a buffer the parent made (a tensor's value
+// to the host) would wait forever for the plugin's threads.
+void check_not_forked_child();
 
 // Makes the client, when it starts, one over the devices of several processes
 // (runtime/kv_store.h) if its plugin takes a key-value store; a plugin that does not (the

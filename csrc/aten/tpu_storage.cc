@@ -177,6 +177,7 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
 }
 
 runtime::BufferPtr storage_buffer(const at::Tensor& t) {
+  check_not_forked_child();
   StorageState& s = storage_state(t);
   ensure_buffer(s, t.scalar_type());
   // A storage last written as another dtype (bytes from torch.load) is read bitcast, and
@@ -202,6 +203,7 @@ bool reads_as_is(const at::Tensor& t) {
 }
 
 runtime::BufferPtr read_tensor(const at::Tensor& t) {
+  check_not_forked_child();  // the parent's buffers are waited for by threads fork did not copy
   StorageState& s = storage_state(t);
   c10::IntArrayRef sizes = t.sizes();
   c10::IntArrayRef strides = t.strides();
@@ -328,6 +330,7 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
 }
 
 runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype) {
+  check_not_forked_child();
   ensure_buffer(s, dtype);
   s.buffer = storage_bytes_as(s, dtype);
   return s.buffer;

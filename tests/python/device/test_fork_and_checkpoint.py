@@ -50,23 +50,31 @@ def test_device_module_reports_initialized() -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_forked_child_raises_instead_of_hanging() -> None:
     proc = _run("""
-        import os, torch, torchtpu
+        import os, signal, torch, torchtpu
         torch.ones(1, device="tpu").sum().item()
-        pid = os.fork()
-        if pid == 0:
-            code = 3
-            try:
-                assert torch.tpu._is_in_bad_fork()
-                (torch.full((2,), 3.0, device="tpu") + 1).sum().item()
-            except RuntimeError as e:
-                code = 0 if "forked subprocess" in str(e) and "spawn" in str(e) else 4
-            os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        print("child", os.waitstatus_to_exitcode(status))
+        x = torch.arange(4.0, device="tpu")
+        # New work, and reads of the parent's tensors (a Dataset's tpu labels read with
+        # .tolist() in a fork worker waited forever).
+        uses = [lambda: (torch.full((2,), 3.0, device="tpu") + 1).sum().item(),
+                lambda: x.cpu(), lambda: x.tolist(), lambda: repr(x),
+                lambda: torch.empty(4).copy_(x), lambda: x.to("cpu", torch.float64)]
+        for use in uses:
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(20)
+                code = 3
+                try:
+                    assert torch.tpu._is_in_bad_fork()
+                    use()
+                except RuntimeError as e:
+                    code = 0 if "forked subprocess" in str(e) and "spawn" in str(e) else 4
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            print("child", os.waitstatus_to_exitcode(status))
         print("parent", (torch.ones(2, device="tpu") * 2).sum().item())
     """)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "child 0" in proc.stdout and "parent 4.0" in proc.stdout, proc.stdout
+    assert proc.stdout.count("child 0") == 6 and "parent 4.0" in proc.stdout, proc.stdout
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
