@@ -33,6 +33,9 @@ torch.utils.generate_methods_for_privateuse1_backend(
 )
 
 from torchtpu import _exit  # noqa: E402,F401  (brings our threads to rest before finalization)
+from torchtpu import _sharing  # noqa: E402
+
+_sharing.register()
 from torchtpu import debug  # noqa: E402
 from torchtpu import models  # noqa: E402  (stdlib-only until a model is converted)
 from torchtpu import ops  # noqa: E402,F401  (defines the torchtpu:: ops)

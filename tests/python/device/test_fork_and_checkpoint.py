@@ -111,3 +111,57 @@ def test_dataloader_fork_worker_making_tpu_tensors_reports_the_error() -> None:
     """, timeout=90)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "raised True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
+_SPAWNED = """
+import torch, torchtpu
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader, Dataset
+
+
+def child(inbox, outbox):
+    import torchtpu  # noqa: F401
+    x = inbox.get()
+    outbox.put((x.device.type, x.cpu()))
+    w = torch.nn.Parameter(torch.full((2,), 5.0, device="tpu"))
+    outbox.put((torch.arange(6.0, device="tpu").reshape(2, 3).t(), w,
+                torch.tensor([7, 8], dtype=torch.int16, device="tpu").untyped_storage()))
+
+
+class Rows(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return torch.full((3,), float(i), device="tpu")
+
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=child, args=(inbox, outbox))
+    p.start()
+    inbox.put(torch.arange(4.0, device="tpu") * 2)
+    print("child got", *outbox.get(timeout=60))
+    t, w, s = outbox.get(timeout=60)
+    print("parent got", t.device, t.shape, t.cpu().tolist(), type(w).__name__, w.requires_grad,
+          w.device, s.device, s.nbytes())
+    p.join(30)
+    loader = DataLoader(Rows(), batch_size=2, num_workers=1, multiprocessing_context="spawn")
+    print("batches", [b.device.type + str(b[:, 0].cpu().tolist()) for b in loader])
+"""
+
+
+def test_tpu_tensors_travel_through_spawned_processes(tmp_path) -> None:
+    # torch's CPU reducer refused tpu storages in the queue's feeder thread, and the
+    # receiver (a spawn DataLoader, q.get()) waited forever; they travel as copies.
+    script = tmp_path / "spawned.py"
+    script.write_text(_SPAWNED)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=180, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "child got tpu tensor([0., 2., 4., 6.])" in out, out
+    assert ("parent got tpu:0 torch.Size([3, 2]) [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]] "
+            "Parameter True tpu:0 tpu:0 4") in out, out
+    assert "batches ['tpu[0.0, 1.0]', 'tpu[2.0, 3.0]']" in out, out
