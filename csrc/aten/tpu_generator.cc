@@ -103,7 +103,10 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
   static std::deque<at::Generator>* generators = new std::deque<at::Generator>();
   std::lock_guard<std::mutex> lock(mu);
   int n = device_count_or_zero();
-  TORCH_CHECK(index >= 0 && index < std::max(n, 1), "tpu: no generator for device ", index);
+  // DeviceIndex is a char type: printed as a number, not as the character it codes.
+  TORCH_CHECK(index >= 0 && index < std::max(n, 1), "tpu: no generator for device index ",
+              static_cast<int>(index), " (have ", n, " tpu device", n == 1 ? "" : "s",
+              "; TORCHTPU_NUM_DEVICES sets how many the CPU plugin makes)");
   while (static_cast<int>(generators->size()) < std::max(n, 1)) {
     generators->push_back(
         at::make_generator<TpuGeneratorImpl>(static_cast<c10::DeviceIndex>(generators->size())));

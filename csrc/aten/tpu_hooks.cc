@@ -1,11 +1,13 @@
 // PrivateUse1 hooks: what PyTorch asks of an out-of-tree device (generators, device of a
 // pointer, availability).
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 
 #include <cstring>
 #include <mutex>
-#include <unordered_set>
+#include <unordered_map>
+#include <vector>
 
 #include "aten/device_runtime.h"
 #include "aten/storage_bytes.h"
@@ -22,19 +24,44 @@ namespace {
 // page-locking would not make transfers faster; but PyTorch code that pins memory for a
 // PrivateUse1 device asserts the result is pinned (DDP's reducer with
 // find_unused_parameters or static_graph), and a copy from it is synchronous here anyway.
-class HostAllocator final : public c10::Allocator {
+// It is also the device type's at::HostAllocator (torch.accelerator.empty_host_cache and
+// host memory stats reach it; with none registered they dereferenced null): nothing is
+// cached, so emptying the cache frees nothing, and a block's stream use needs no event.
+class HostAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DataPtr host = c10::GetCPUAllocator()->allocate(nbytes);
     void* data = host.get();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      live_.insert(data);
+      live_[data] = nbytes;
+      stats_.active_requests.increase(1);
+      stats_.active_bytes.increase(nbytes);
+      stats_.allocations.increase(1);
+      stats_.allocated_bytes.increase(nbytes);
+      ++stats_.num_host_alloc;
     }
     return {data, new c10::DataPtr(std::move(host)), &release, c10::Device(c10::kCPU)};
   }
   void copy_data(void* dst, const void* src, std::size_t n) const override {
     std::memcpy(dst, src, n);
+  }
+  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override {
+    return true;
+  }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (c10::CachingAllocator::Stat* s : stats()) s->reset_accumulated();
+    stats_.num_host_alloc = stats_.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (c10::CachingAllocator::Stat* s : stats()) s->reset_peak();
   }
   bool owns(const void* p) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -46,17 +73,31 @@ class HostAllocator final : public c10::Allocator {
   }
 
  private:
+  std::vector<c10::CachingAllocator::Stat*> stats() {
+    return {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations,
+            &stats_.allocated_bytes};
+  }
   static void release(void* ctx) {
     auto* host = static_cast<c10::DataPtr*>(ctx);
     {
-      std::lock_guard<std::mutex> lock(instance().mu_);
-      instance().live_.erase(host->get());
+      HostAllocator& a = instance();
+      std::lock_guard<std::mutex> lock(a.mu_);
+      auto it = a.live_.find(host->get());
+      if (it != a.live_.end()) {
+        a.stats_.active_requests.decrease(1);
+        a.stats_.active_bytes.decrease(it->second);
+        a.stats_.allocations.decrease(1);
+        a.stats_.allocated_bytes.decrease(it->second);
+        ++a.stats_.num_host_free;
+        a.live_.erase(it);
+      }
     }
     delete host;
   }
 
   mutable std::mutex mu_;
-  std::unordered_set<const void*> live_;
+  std::unordered_map<const void*, size_t> live_;  // block -> its size
+  at::HostStats stats_;
 };
 
 struct TpuHooks final : public at::PrivateUse1HooksInterface {
@@ -100,6 +141,7 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
 void register_hooks() {
   static TpuHooks* hooks = new TpuHooks();
   at::RegisterPrivateUse1HooksInterface(hooks);
+  at::setHostAllocator(c10::DeviceType::PrivateUse1, &HostAllocator::instance());
 }
 
 }  // namespace torchtpu::aten

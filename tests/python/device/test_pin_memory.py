@@ -36,3 +36,13 @@ def test_storage_to_cpu_non_blocking() -> None:
     s = torch.arange(4.).to("tpu").untyped_storage()
     back = s.to(device="cpu", non_blocking=True)
     assert bytes(back) == bytes(torch.arange(4.).untyped_storage())
+
+
+def test_empty_host_cache_after_the_device_started() -> None:
+    # torch.accelerator.empty_host_cache() asks the device type's host allocator; with none
+    # registered it dereferenced null (a segfault once the device had run anything).
+    (torch.ones(4, device="tpu") * 2).cpu()
+    pinned = torch.arange(6.0).pin_memory()
+    torch.accelerator.empty_host_cache()
+    assert pinned.is_pinned()
+    assert torch.equal(pinned.to("tpu").cpu(), torch.arange(6.0))

@@ -297,3 +297,11 @@ def test_sparse_tensors_are_refused_with_the_reason() -> None:
         with pytest.raises(NotImplementedError, match=reason):
             use(csr)
     torch.testing.assert_close((x.to(TPU) + 1).cpu(), x + 1)
+
+
+def test_rng_state_of_a_missing_device_names_its_index() -> None:
+    # The index was streamed as a char ("device \x05").
+    for call in (lambda: torch.tpu.get_rng_state(5), lambda: torch.tpu.get_rng_state("tpu:2"),
+                 lambda: torch.tpu.set_rng_state(torch.tpu.get_rng_state(), 5)):
+        with pytest.raises(RuntimeError, match=r"no generator for device index [25] \(have 1 "):
+            call()
