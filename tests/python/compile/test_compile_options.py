@@ -4,6 +4,7 @@ with the valid names, and the compiled results are those of the default mode."""
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import pytest
@@ -64,3 +65,31 @@ def test_unknown_option_raises(inputs) -> None:
 def test_mode_and_options_together_rejected_by_pytorch() -> None:
     with pytest.raises(RuntimeError, match="Either mode or options"):
         torch.compile(fn, backend="tpu", mode="max-autotune", options={"max_autotune": True})
+
+
+def test_default_backend_compiles_tpu_graphs_with_the_tpu_backend() -> None:
+    # torch.compile(model) with no backend is Inductor, whose "tpu" device is another
+    # project's Pallas generator ("No module named 'torch_tpu'" once a graph had a pointwise
+    # op): graphs on tpu go to the tpu backend; a training step compares with the CPU.
+    from torchtpu._default_compile import _on_tpu
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 2))
+    ref = copy.deepcopy(model)
+    x = torch.randn(5, 8)
+    on_tpu = model.to("tpu")
+    before = torchtpu.debug.metrics().get("num_graphs_compiled", 0)
+    compiled = torch.compile(on_tpu, mode="max-autotune")
+    out = compiled(x.to("tpu"))
+    out.square().sum().backward()
+    ref(x).square().sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), ref(x).detach(), rtol=1e-5, atol=1e-5)
+    for p, q in zip(on_tpu.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5)
+    assert torchtpu.debug.metrics()["num_graphs_compiled"] > before  # the tpu backend's graphs
+    f = torch.compile(lambda a: torch.relu(a) * 2 + 1)
+    torch.testing.assert_close(f(x.to("tpu")).cpu(), torch.relu(x) * 2 + 1)
+    # Graphs on the CPU stay Inductor's.
+    assert not _on_tpu(torch.nn.Linear(2, 2), [torch.ones(2)])
+    assert _on_tpu(torch.nn.Linear(2, 2).to("tpu"), [torch.ones(2)])
