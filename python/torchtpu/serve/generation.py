@@ -82,7 +82,7 @@ class Generation:
             prompts = [server.chat_prompt_ids(
                 protocol.chat_messages(req), req.add_generation_prompt,
                 req.continue_final_message, req.chat_template_kwargs, req.add_special_tokens,
-                tool_dicts, check_fits=must_fit)]
+                tool_dicts, check_fits=must_fit, tools_callable=req.tool_choice != "none")]
         else:
             if must_fit:
                 for p in sources:

@@ -53,10 +53,13 @@ def chat_prompt_ids(tokenizer, messages: list[dict], add_generation_prompt: bool
                     continue_final_message: bool, kwargs: dict | None,
                     add_special_tokens: bool | None = None,
                     tools: list[dict] | None = None,
-                    fits: tuple[int | None, int] | None = None) -> list[int]:
-    """Token ids of a conversation through the model's chat template. Tools, and tool calls
-    in the messages, must change what the template renders: a template that drops them
-    would hide them from the model, so that is a 400. With `fits` (max_token_bytes,
+                    fits: tuple[int | None, int] | None = None,
+                    tools_callable: bool = True) -> list[int]:
+    """Token ids of a conversation through the model's chat template. Tools the model may
+    call (`tools_callable`: not with tool_choice "none", nor for /tokenize, which shows what
+    the template renders), and tool calls in the messages, must change what the template
+    renders: a template that drops them would hide them from the model, so that is a 400.
+    With `fits` (max_token_bytes,
     max_model_len), a rendered text too long for the context is refused before it is
     tokenized (``check_text_fits``)."""
     tok = tokenizer
@@ -79,7 +82,7 @@ def chat_prompt_ids(tokenizer, messages: list[dict], add_generation_prompt: bool
                                 f"{type(e).__name__}: {e}", param="messages") from None
 
     text = render(messages, tools or None)
-    if tools and render(messages, None) == text:
+    if tools and tools_callable and render(messages, None) == text:
         raise ApiError(400, "'tools': this model's chat template does not render tools, "
                             "so the model would never see them; tool calling needs a model "
                             "whose template does (Qwen2/Qwen3, Llama 3, Mistral, Hermes)",

@@ -53,7 +53,7 @@ class PromptTokenizer:
                 ids = prompts.chat_prompt_ids(
                     self.tokenizer, protocol.chat_messages(req), req.add_generation_prompt,
                     req.continue_final_message, req.chat_template_kwargs,
-                    req.add_special_tokens, tools)
+                    req.add_special_tokens, tools, tools_callable=req.tool_choice != "none")
             else:
                 req = protocol.CompletionRequest.model_validate_json(body)
                 first = protocol.completion_prompts(req)[0]

@@ -309,10 +309,11 @@ class OpenAIServer:
         if (req.prompt is None) == (req.messages is None):
             raise ApiError(400, "give exactly one of 'prompt' and 'messages'", param="prompt")
         if req.messages is not None:
+            # What the template renders: tools it drops are not refused here (no call is made).
             ids = await self._off_loop(request, self.chat_prompt_ids, protocol.chat_messages(req),
                                        req.add_generation_prompt, req.continue_final_message,
                                        req.chat_template_kwargs, req.add_special_tokens,
-                                       protocol.tool_dicts(req))
+                                       protocol.tool_dicts(req), False, False)
         else:
             ids = await self._off_loop(request, lambda: self.engine.encode_prompt(
                 req.prompt, req.add_special_tokens, self.tokenizer))
@@ -333,14 +334,14 @@ class OpenAIServer:
                         continue_final_message: bool, kwargs: dict | None,
                         add_special_tokens: bool | None = None,
                         tools: list[dict] | None = None,
-                        check_fits: bool = False) -> list[int]:
+                        check_fits: bool = False, tools_callable: bool = True) -> list[int]:
         """Token ids of a conversation with the server's tokenizer (worker thread); see
         ``prompts.chat_prompt_ids``. With `check_fits`, a conversation too long for the
         context is refused before it is tokenized."""
         fits = (self.max_token_bytes, self.engine.max_model_len) if check_fits else None
         return prompts.chat_prompt_ids(self.tokenizer, messages, add_generation_prompt,
                                        continue_final_message, kwargs, add_special_tokens, tools,
-                                       fits)
+                                       fits, tools_callable)
 
 
 def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000, *,

@@ -143,6 +143,15 @@ def test_tool_errors(server, served):
     # The ChatML-only tiny model's template drops tools: refused, never silently ignored.
     r = post(served.url, tools=TOOLS)
     assert r.status_code == 400 and "does not render tools" in r.json()["error"]["message"]
+    # ... unless no call is wanted (tool_choice "none", as agent frameworks send it with their
+    # tool list, and vLLM and OpenAI take it), or /tokenize shows what the template renders.
+    r = post(served.url, tools=TOOLS, tool_choice="none", temperature=0)
+    assert r.status_code == 200 and not r.json()["choices"][0]["message"].get("tool_calls")
+    assert r.json()["choices"][0]["message"]["content"] == post(served.url, temperature=0).json()[
+        "choices"][0]["message"]["content"]
+    r = httpx.post(served.url + "/tokenize", timeout=60,
+                   json={"model": "tiny", "messages": MESSAGES, "tools": TOOLS})
+    assert r.status_code == 200 and r.json()["tokens"], r.text
 
 
 @pytest.mark.parametrize("parser,text,content,calls", [
