@@ -28,6 +28,43 @@ import torch
 
 KINDS = ("json", "json_object", "regex", "choice", "grammar")
 
+# A spec's size bound: xgrammar's compile time grows with the square of it (a 60 KB regex
+# compiled in 1.2 s, 500 KB in 48 s, on one core and in the way of the requests behind it).
+MAX_SPEC_BYTES = 64 * 1024
+
+# JSON-schema keywords xgrammar accepts and does not enforce (checked against its matcher:
+# output violating them was accepted, or valid output refused), so a schema using them would
+# not constrain what it says; refused, as OpenAI's strict json_schema refuses what it does
+# not support.
+UNENFORCED_KEYWORDS = ("if", "then", "else", "not", "uniqueItems", "dependentRequired",
+                       "dependentSchemas", "contains", "minContains", "maxContains")
+# Keywords whose value is a map from names to subschemas, or a list of subschemas, or a
+# subschema; the rest hold data (enum, const, default) or numbers.
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_VALUES = ("items", "additionalProperties", "additionalItems", "propertyNames",
+                  "unevaluatedProperties", "unevaluatedItems")
+
+
+def unenforced_keywords(schema: object, path: str = "#") -> list[str]:
+    """Where a JSON schema uses what xgrammar would ignore ("allOf at #/properties/a")."""
+    if not isinstance(schema, dict):
+        return []
+    found = [f"{k} at {path}" for k in UNENFORCED_KEYWORDS if k in schema]
+    if isinstance(schema.get("allOf"), list) and len(schema["allOf"]) > 1:
+        found.append(f"allOf with {len(schema['allOf'])} subschemas at {path}")
+    for key in _SCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            for name, sub in schema[key].items():
+                found += unenforced_keywords(sub, f"{path}/{key}/{name}")
+    for key in _SCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            for i, sub in enumerate(schema[key]):
+                found += unenforced_keywords(sub, f"{path}/{key}/{i}")
+    for key in _SCHEMA_VALUES:
+        found += unenforced_keywords(schema.get(key), f"{path}/{key}")
+    return found
+
 
 @dataclass(frozen=True)
 class GuidedDecoding:
@@ -71,6 +108,22 @@ class GrammarCache:
             return hit
         import time
 
+        size = len(guided.spec.encode())
+        if size > MAX_SPEC_BYTES:
+            raise ValueError(f"serve: the {guided.kind} grammar is {size} bytes; the limit is "
+                             f"{MAX_SPEC_BYTES} (compiling takes time growing with the square "
+                             "of its size)")
+        if guided.kind == "json":
+            try:
+                unenforced = unenforced_keywords(json.loads(guided.spec))
+            except ValueError:
+                unenforced = []  # xgrammar reports the malformed schema below
+            if unenforced:
+                raise ValueError(
+                    f"serve: the JSON schema uses {', '.join(unenforced[:5])}, which the "
+                    "grammar engine (xgrammar) does not enforce, so the output would not be "
+                    "guaranteed to match it; express it without "
+                    f"{', '.join(sorted({u.split(' ')[0] for u in unenforced}))}")
         t0 = time.perf_counter()
         try:
             compiled = self._compile(guided)

@@ -100,3 +100,34 @@ def test_compiled_grammars_are_cached_per_schema(served):
         _post(served.url, {"prompt": "x", "max_tokens": 20, "seed": seed,
                            "guided_json": schema})
     assert cache.num_compiles == compiles
+
+
+@pytest.mark.parametrize("schema,named", [
+    ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "allOf with 2 subschemas at #"),
+    ({"type": "integer", "if": {"minimum": 0}, "then": {"maximum": 3}}, "if at #"),
+    ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}},
+     "uniqueItems at #/properties/tags"),
+    ({"anyOf": [{"not": {"type": "string"}}]}, "not at #/anyOf/0"),
+])
+def test_schema_keywords_the_grammar_would_ignore_are_refused(served, schema, named):
+    # xgrammar accepted these and constrained nothing ({"allOf": [string, integer]} gave
+    # "[1]"): a 400 naming where, for guided_json and response_format alike.
+    for body in ({"guided_json": schema},
+                 {"response_format": {"type": "json_schema",
+                                      "json_schema": {"name": "s", "schema": schema}}}):
+        r = httpx.post(served.url + "/v1/completions", timeout=60,
+                       json=dict({"model": "tiny", "prompt": "x", "max_tokens": 4}, **body))
+        assert r.status_code == 400 and named in r.json()["error"]["message"], r.text
+    # A property merely named like a keyword is a property, and one subschema in allOf is
+    # enforced.
+    ok = {"type": "object", "properties": {"not": {"allOf": [{"type": "boolean"}]}},
+          "required": ["not"]}
+    text = _post(served.url, {"prompt": "x", "max_tokens": 20, "guided_json": ok})
+    assert isinstance(json.loads(text["choices"][0]["text"])["not"], bool)
+
+
+def test_grammars_beyond_the_size_bound_are_refused(served):
+    # Compile time grows with the square of the size (500 KB of regex took 48 s of a core).
+    r = httpx.post(served.url + "/v1/completions", timeout=60, json={
+        "model": "tiny", "prompt": "x", "max_tokens": 4, "guided_regex": "a" * 70_000})
+    assert r.status_code == 400 and "the limit is 65536" in r.json()["error"]["message"], r.text
