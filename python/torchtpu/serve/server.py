@@ -129,7 +129,10 @@ class OpenAIServer:
                 message = "this route does not take this method; see /openapi.json"
             else:
                 message = str(exc.detail)
-            return _error(ApiError(exc.status_code, message))
+            response = _error(ApiError(exc.status_code, message))
+            # Starlette's own headers (a 405's Allow, which RFC 9110 requires).
+            response.headers.update(exc.headers or {})
+            return response
 
         @app.exception_handler(RequestValidationError)
         async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -150,6 +150,9 @@ def test_routes_and_methods_errors_have_openai_shape(url):
     _is_openai_error(httpx.get(url + "/v1/completions"), 405)
     _is_openai_error(httpx.get(url + "/v1/models/other"), 404)
     _is_openai_error(httpx.delete(url + "/health"), 405)
+    # A 405 says which methods the route takes (RFC 9110), as FastAPI's own handler does.
+    assert httpx.put(url + "/v1/completions").headers.get("allow") == "POST"
+    assert set(httpx.delete(url + "/health").headers.get("allow").split(", ")) == {"GET", "HEAD"}
 
 
 def test_health_body_is_empty_and_tokens_stay_private(url):
