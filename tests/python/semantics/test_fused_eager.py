@@ -323,3 +323,17 @@ def test_advanced_indexing_with_absent_indices_is_read_as_a_graph(caplog) -> Non
             for f in cases:
                 assert torch.equal(f(xt, it, it2).cpu(), f(x, idx, idx2))
     assert not [r for r in caplog.records if "reading it failed" in r.getMessage()]
+
+
+def test_pads_of_changing_size_log_no_meta_failure(caplog) -> None:
+    # A second graph of the same structure is retraced with symbolic ints; constant_pad_nd's
+    # meta kernel refuses symbolic pads, which FakeTensor logged as an ERROR with a
+    # traceback at every call (the graph then runs at exact sizes, as it should).
+    import logging
+
+    with eager_mode("fused"), caplog.at_level(logging.DEBUG):
+        for n in (7, 8, 9, 10):
+            x = torch.randn(n)
+            torch.testing.assert_close(F.pad(x.to(TPU), (0, 12 - n)).cpu(), F.pad(x, (0, 12 - n)))
+    failures = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not failures, [r.getMessage() for r in failures]

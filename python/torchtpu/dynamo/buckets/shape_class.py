@@ -30,8 +30,10 @@ two graphs; a graph never runs padded unless every int equals its expression.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +48,31 @@ from torchtpu.dynamo.buckets.recorded import NODE_TYPES, Graph, Node, TensorMeta
 from torchtpu.dynamo.decompositions import decompositions
 
 log = logging.getLogger("torchtpu")
+
+
+class _QuietMetaFailures(logging.Filter):
+    """Drops FakeTensor's ERROR log of a meta kernel that refuses symbolic arguments
+    (constant_pad_nd with symbolic pads) while this thread retraces: the failure is
+    expected, and `_trace` keeps such a graph at exact sizes with the reason."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self.local, "on", False)
+
+    @contextlib.contextmanager
+    def on(self):
+        self.local.on = True
+        try:
+            yield
+        finally:
+            self.local.on = False
+
+
+_quiet = _QuietMetaFailures()
+logging.getLogger("torch._subclasses.fake_tensor").addFilter(_quiet)
 
 _INT = "#"  # an int's place in a class key
 
@@ -373,7 +400,7 @@ def retrace(graph: Graph, exprs: list[Any], symbols: list[sympy.Symbol],
                 return tuple(out) if isinstance(out, (list, tuple)) else (out,)
         raise AssertionError("graph without output")
 
-    with fake_mode:
+    with fake_mode, _quiet.on():
         traced = make_fx(replay, decomposition_table=decompositions(),
                          tracing_mode="fake")(*inputs, *[sym_ints[e] for e in extra])
     # The shape environment's symbols are its own: name them back as `symbols`.
