@@ -188,11 +188,26 @@ Parts parts(Builder& b, Value z) { return {real_part(b, z), imag_part(b, z)}; }
 // the other part's size (abs(1 + NaN i) came out sqrt(2)) and gives NaN for NaN + inf i.
 Value complex_abs(Builder& b, Value z) { return hypot(b, real_part(b, z), imag_part(b, z)); }
 
-// log z = log|z| + i arg z, with |z| as complex_abs: NaN + NaN i for a NaN part, except
-// inf + NaN i when the other part is infinite (C's clog, PyTorch's CPU).
+// log z = log|z| + i arg z: NaN + NaN i for a NaN part, except inf + NaN i when the other
+// part is infinite (C's clog, PyTorch's CPU). log|z| = log m + log1p(q^2) / 2 with m the
+// larger part's size and q = smaller / m, so |z| above the largest float (3e38 + 3e38 i)
+// does not overflow to inf first.
 Value complex_log(Builder& b, Value z) {
   auto [x, y] = parts(b, z);
-  return make_complex(b, b.unary("log", hypot(b, x, y)), b.binary("atan2", y, x));
+  Value ax = b.unary("abs", x), ay = b.unary("abs", y);
+  Value m = b.max(ax, ay), n = b.min(ax, ay);
+  Value zero = b.zeros(m.type), inf = b.splat(INFINITY, m.type);
+  Value q = b.select(b.compare(m, zero, "EQ"), zero, b.div(n, m));
+  Value log_mag = b.add(b.unary("log", m),
+                        b.mul(b.splat(0.5, m.type), b.unary("log_plus_one", b.mul(q, q))));
+  Value any_inf = b.binary("or", b.compare(ax, inf, "EQ"), b.compare(ay, inf, "EQ"));
+  return make_complex(b, b.select(any_inf, inf, log_mag), b.binary("atan2", y, x));
+}
+
+// z^w = exp(w log z), as C's cpow (PyTorch's CPU for complex exponents): 0^(1+i) is 0,
+// 0^0i NaN. XLA's complex power gave NaN for the first and lost NaN parts of z.
+Value complex_pow(Builder& b, Value z, Value w) {
+  return complex_exp(b, b.mul(w, complex_log(b, z)));
 }
 
 // sgn z = z / |z|, each part divided by the real |z| (a complex division by |z| + 0i

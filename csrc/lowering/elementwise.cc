@@ -270,6 +270,17 @@ Value integer_power(Builder& b, Value x, Value e) {
   return b.select(b.compare(e, zero, "LT"), negative, result);
 }
 
+// Complex z^p for a real constant p as PyTorch's CPU kernel: its own forms for 0.5, 3,
+// -0.5, -1 and -2 (sqrt's special values, no overflow of |z|^2 in log), else cpow.
+Value complex_power_by(Builder& b, Value z, double p) {
+  if (p == 0.5) return complex_sqrt(b, z);
+  if (p == 3) return b.mul(b.mul(z, z), z);
+  if (p == -0.5) return complex_rsqrt(b, z);
+  if (p == -1) return complex_reciprocal(b, z);
+  if (p == -2) return complex_reciprocal(b, b.mul(z, z));
+  return complex_pow(b, z, b.splat(p, z.type));
+}
+
 // pow.Tensor_Scalar's exponent is structure (is_structural_scalar_arg): a constant exponent
 // lets XLA simplify (x^1 is x, x^-1 a division), and x^2 is x*x as in PyTorch's CPU kernel;
 // a runtime exponent was a call to powf per element, ~5% of a TorchTitan step's CPU time
@@ -283,13 +294,16 @@ base::StatusOr<std::vector<Value>> lower_pow(LoweringContext& c) {
     Value e = c.b().splat(p, x.type);
     Value r = p == 2                          ? c.b().mul(x, x)
               : base::is_integral(x.type.dtype) ? integer_power(c.b(), x, e)
+              : base::is_complex(x.type.dtype)  ? complex_power_by(c.b(), x, p)
                                                 : c.b().binary("power", x, e);
     return std::vector<Value>{to_out_via(c, rt, r)};
   }
   DType rt = c.result_type({0, 1});
   DType t = opmath(rt);
   Value x = out_operand(c, 0, t), e = out_operand(c, 1, t);
-  Value r = base::is_integral(t) ? integer_power(c.b(), x, e) : c.b().binary("power", x, e);
+  Value r = base::is_integral(t)  ? integer_power(c.b(), x, e)
+            : base::is_complex(t) ? complex_pow(c.b(), x, e)
+                                  : c.b().binary("power", x, e);
   return std::vector<Value>{to_out_via(c, rt, r)};
 }
 

@@ -72,6 +72,7 @@ Value complex_abs(Builder& b, Value z);
 Value complex_log(Builder& b, Value z);
 Value complex_sgn(Builder& b, Value z);
 Value complex_sqrt(Builder& b, Value z);
+Value complex_pow(Builder& b, Value z, Value w);
 Value complex_exp(Builder& b, Value z);
 Value complex_sin(Builder& b, Value z);
 Value complex_cos(Builder& b, Value z);

@@ -330,6 +330,34 @@ def _special_grid(dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor([complex(a, b) for a in parts for b in parts], dtype=dtype)
 
 
+@pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("p", [0.5, 1.5, 3, -0.5, -1, -2, 2.5])
+def test_pow_by_real_constant_like_cpu(p: float, dtype: torch.dtype) -> None:
+    # The CPU's own forms (sqrt for 0.5, reciprocals for -1 and -2, ...) and cpow for the
+    # rest; XLA's complex power turned (0 + NaN i) ** 0.5 into 0 and overflowed
+    # (3e38 + 3e38i) ** 0.5 to NaN through |z|^2 in log|z|. Every special value for the
+    # square root; finite parts, and magnitudes past the largest float, for all.
+    big = 3e38 if dtype == torch.complex64 else 1e308
+    grid = _special_grid(dtype)
+    z = grid if p == 0.5 else grid[torch.isfinite(grid.real) & torch.isfinite(grid.imag) &
+                                   (grid.abs() < 1e10)]
+    huge = torch.tensor([big + big * 1j, big + 0j, 0.5 - 2j], dtype=dtype)
+    if p == 0.5:  # elsewhere |z|^p overflows, or its inverse is subnormal (flushed to zero)
+        z = torch.cat([z, huge])
+    _same_bits_of_nan((z.to("tpu") ** p).cpu(), z ** p)
+    torch.testing.assert_close(torch.log(huge.to("tpu")).cpu(), torch.log(huge))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
+def test_pow_by_complex_tensor_like_cpu(dtype: torch.dtype) -> None:
+    # cpow: 0 ** (1 + i) is 0 and 0 ** 0i NaN (XLA's power gave NaN, then 1).
+    base = torch.tensor([0j, 0j, 2 + 1j, -1 + 0j, 3 + 4j], dtype=dtype)
+    exp = torch.tensor([1 + 1j, 0j, 0.5 - 1j, 0.5 + 0j, 2 + 0j], dtype=dtype)
+    got, want = (base.to("tpu") ** exp.to("tpu")).cpu(), base ** exp
+    _same_bits_of_nan(got[:2], want[:2])
+    torch.testing.assert_close(got[2:], want[2:], rtol=1e-5, atol=1e-6)
+
+
 def _same_bits_of_nan(a: torch.Tensor, b: torch.Tensor) -> None:
     # Equal parts, or NaN in both; the sign of a NaN or of a zero from NaN is not compared.
     for x, y in ((a.real, b.real), (a.imag, b.imag)):
