@@ -42,10 +42,10 @@ namespace {
 LoweringFn promoted_binary(const char* hlo_op, bool divides = false) {
   return [hlo_op, divides](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
     DType rt = c.result_type({0, 1});
-    DType t = opmath(rt);
+    bool mul = std::string_view(hlo_op) == "multiply";
     // The second operand's parameter first, the order their modules (and golden files) have.
-    Value y = binary_operand(c, 1, t);
-    Value x = binary_operand(c, 0, t);
+    Value y = binary_operand(c, 1, rt, /*one_element_as_number=*/mul);
+    Value x = binary_operand(c, 0, rt);
     if (divides) require_nonzero_divisor(c, y);
     return std::vector<Value>{to_out_via(c, rt, c.b().binary(hlo_op, x, y))};
   };
@@ -91,14 +91,12 @@ LoweringFn add_like(const char* hlo_op) {
     DType t = opmath(rt);
     // PyTorch's CPU add/sub read a scalar `other` after casting it to the result dtype
     // (unlike mul/div, which use the original value), then compute in opmath.
-    Value other = c.arg(1).kind == ArgKind::kScalar
-                      ? b.broadcast_to(b.convert(c.scalar(1, rt, ScalarCast::kWrapped), t),
-                                       c.out_type().dims)
-                      : out_operand(c, 1, t);
+    Value other = promoted_operand(c, 1, rt, ScalarCast::kWrapped, /*number_too=*/true);
     if (c.num_args() > 2 && c.arg(2).kind == ArgKind::kScalar) {
       other = b.mul(other, b.broadcast_to(c.scalar(2, t), c.out_type().dims));
     }
-    return std::vector<Value>{to_out_via(c, rt, b.binary(hlo_op, out_operand(c, 0, t), other))};
+    Value self = promoted_operand(c, 0, rt);
+    return std::vector<Value>{to_out_via(c, rt, b.binary(hlo_op, self, other))};
   };
 }
 
@@ -118,11 +116,11 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
       t = base::is_floating(out) ? opmath(out) : DType::kF32;
       rt = base::is_floating(out) ? out : DType::kF32;
     }
-    Value x = binary_operand(c, 0, t), y = binary_operand(c, 1, t);
+    Value x = binary_operand(c, 0, rt), y = binary_operand(c, 1, rt, true);
     return std::vector<Value>{
         to_out_via(c, rt, base::is_complex(t) ? complex_divide(b, x, y) : b.div(x, y))};
   }
-  Value x = binary_operand(c, 0, t), y = binary_operand(c, 1, t);
+  Value x = binary_operand(c, 0, rt), y = binary_operand(c, 1, rt);
   require_nonzero_divisor(c, y);
   Value r;
   if (mode == "trunc") {
@@ -140,8 +138,7 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
 base::StatusOr<std::vector<Value>> lower_remainder(LoweringContext& c) {
   Builder& b = c.b();
   DType rt = c.result_type({0, 1});
-  DType t = opmath(rt);
-  Value x = binary_operand(c, 0, t), y = binary_operand(c, 1, t);
+  Value x = binary_operand(c, 0, rt), y = binary_operand(c, 1, rt);
   require_nonzero_divisor(c, y);
   Value r = b.binary("remainder", x, y);  // C fmod semantics: sign of the dividend
   Value zero = b.zeros(r.type);
@@ -153,8 +150,10 @@ base::StatusOr<std::vector<Value>> lower_remainder(LoweringContext& c) {
 LoweringFn comparison(const char* direction) {
   return [direction](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
     DType rt = c.result_type({0, 1});
-    DType t = opmath(rt);
-    Value r = c.b().compare(binary_operand(c, 0, t), binary_operand(c, 1, t), direction);
+    auto operand = [&](size_t i) {
+      return promoted_operand(c, i, rt, ScalarCast::kWrapped, /*number_too=*/true);
+    };
+    Value r = c.b().compare(operand(0), operand(1), direction);
     return std::vector<Value>{to_out_via(c, rt, r)};
   };
 }

@@ -168,7 +168,10 @@ Lowered lower_rsub(LoweringContext& c) {
   Builder& b = c.b();
   DType rt = c.result_type({0, 1});
   DType t = opmath(rt);
-  Value self = out_operand(c, 0, t), other = out_operand(c, 1, t);
+  // sub(other, self, alpha): a number `other` is a wrapped number there, cast (unchecked: 1e39
+  // - x is -inf) to the result dtype as sub reads it.
+  Value self = promoted_operand(c, 0, rt);
+  Value other = promoted_operand(c, 1, rt, ScalarCast::kWrapped, /*number_too=*/true);
   if (c.num_args() > 2 && c.arg(2).kind == ArgKind::kScalar) {
     self = b.mul(self, b.broadcast_to(c.scalar(2, t), c.out_type().dims));
   }

@@ -10,10 +10,39 @@ inline Value out_operand(LoweringContext& c, size_t i, DType t) {
   return c.operand(i, t, c.out_type().dims);
 }
 
+// The type arithmetic runs in for a result of type `t`: float16/bfloat16 compute in
+// float32 and round once at the end, like PyTorch's CPU kernels (opmath), so a Python
+// scalar is not rounded to 16 bits before use.
+inline DType opmath(DType t) {
+  return t == DType::kF16 || t == DType::kBF16 ? DType::kF32 : t;
+}
+
+// Operand i of an op whose inputs promote to `rt`, in opmath(rt), broadcast to the output. A
+// tensor of another dtype is first converted to `rt`, as TensorIterator casts inputs to the
+// common dtype (float16 + a float32 tensor 0.1 adds float16(0.1); an int32 70000 is inf in
+// float16). A number keeps its value (PyTorch's kernels read it in opmath), unless
+// `number_too` (comparisons: CPU compares float16(0.1) with a float16 tensor); with
+// `one_element_as_number`, so does a one-element tensor (the CPU's mul and div read such a
+// second operand's original value for float16/bfloat16 results).
+inline Value promoted_operand(LoweringContext& c, size_t i, DType rt,
+                              ScalarCast cast = ScalarCast::kChecked, bool number_too = false,
+                              bool one_element_as_number = false) {
+  DType t = opmath(rt);
+  const OpArg& a = c.arg(i);
+  bool tensor = a.kind == ArgKind::kTensor && a.type.dtype != rt &&
+                !(one_element_as_number && a.type.num_elements() == 1);
+  if (t != rt && (tensor || (number_too && a.kind == ArgKind::kScalar))) {
+    Value v = tensor ? c.tensor(i) : c.scalar(i, rt, cast);
+    return c.b().broadcast_to(c.b().convert(c.b().convert(v, rt), t), c.out_type().dims);
+  }
+  return c.operand(i, t, c.out_type().dims, cast);
+}
+
 // The same for an operand of a binary op whose Scalar overload PyTorch runs as its Tensor
-// overload on a wrapped number: a scalar is cast without an overflow check.
-inline Value binary_operand(LoweringContext& c, size_t i, DType t) {
-  return c.operand(i, t, c.out_type().dims, ScalarCast::kWrapped);
+// overload on a wrapped number: a number is cast without an overflow check.
+inline Value binary_operand(LoweringContext& c, size_t i, DType rt,
+                            bool one_element_as_number = false) {
+  return promoted_operand(c, i, rt, ScalarCast::kWrapped, false, one_element_as_number);
 }
 
 // Converts `v` to the dtype of output `k` (the caller's out= or in-place target may have
@@ -29,13 +58,6 @@ inline Value to_out_via(LoweringContext& c, DType natural, Value v, size_t k = 0
   bool half = natural == DType::kF16 || natural == DType::kBF16;
   if (half && v.dtype() == DType::kF32) v = c.b().convert(v, natural);
   return to_out(c, v, k);
-}
-
-// The type arithmetic runs in for a result of type `t`: float16/bfloat16 compute in
-// float32 and round once at the end, like PyTorch's CPU kernels (opmath), so a Python
-// scalar is not rounded to 16 bits before use.
-inline DType opmath(DType t) {
-  return t == DType::kF16 || t == DType::kBF16 ? DType::kF32 : t;
 }
 
 // Dtype a floating-only computation runs in: the output's dtype when it is floating or

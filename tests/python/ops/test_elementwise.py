@@ -655,3 +655,36 @@ def test_sign_gradients_are_zero_tensors_on_the_device() -> None:
         return x.grad
 
     assert_same(grads, make((6,), torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mixed_operands_promote_as_the_cpu(dtype: torch.dtype) -> None:
+    # TensorIterator casts a tensor of another dtype to the common dtype before computing
+    # (float16 + a float32 tensor 0.1 adds float16(0.1); int32 70000 is inf in float16);
+    # comparisons cast numbers too (float16(0.1) == 0.1); add/sub read a number cast to the
+    # result dtype, mul/div its original value, as does mul/div of a one-element tensor.
+    h = torch.tensor([-65504.0, 0.2, 0.0, 0.1, 0.3336], dtype=dtype)
+    i32 = torch.tensor([70000, 3, 0, -1, 3000], dtype=torch.int32)
+    f32 = torch.tensor(0.1)
+    cases = {
+        "h + f32 0-dim": lambda a, i, f: a + f,
+        "h + f32 vector": lambda a, i, f: a + f.expand(5).clone(),
+        "h * i32": lambda a, i, f: a * i,
+        "i32 - h": lambda a, i, f: i - a,
+        "h * f32 0-dim": lambda a, i, f: a * (f * 1e-7),
+        "h / f32 0-dim": lambda a, i, f: a / (f * 3),
+        "maximum(h, f32)": lambda a, i, f: torch.maximum(a, f),
+        "fmod(h, f32)": lambda a, i, f: torch.fmod(a, f),
+        "h == 0.1": lambda a, i, f: a == 0.1,
+        "h < 0.1": lambda a, i, f: a < 0.1,
+        "h == f32 0-dim": lambda a, i, f: a == f,
+        "h >= f32 vector": lambda a, i, f: a >= f.expand(5).clone(),
+        "1e39 - h": lambda a, i, f: 1e39 - a,
+        "rsub(h, 70000.0)": lambda a, i, f: torch.rsub(a, 70000.0),
+    }
+    for name, fn in cases.items():
+        want = fn(h, i32, f32)
+        got = fn(h.to(TPU), i32.to(TPU), f32.to(TPU)).cpu()
+        assert got.dtype == want.dtype, name
+        assert torch.equal(got.isnan(), want.isnan()), (name, got, want)
+        assert torch.equal(got[~got.isnan()], want[~want.isnan()]), (name, got, want)
