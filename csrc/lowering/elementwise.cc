@@ -193,11 +193,16 @@ LoweringFn rounding_unary(const char* hlo_op) {
   };
 }
 
+// A number branch becomes a tensor of the result dtype as PyTorch makes it (a one-element
+// fill, factory.cc): checked for overflow, except into float16/bfloat16 (where(h > 0,
+// 70000.0, h) is inf there, 65519.0 rounds to 65504; into float32, 1e39 raises).
 base::StatusOr<std::vector<Value>> lower_where(LoweringContext& c) {
   DType t = c.result_type({1, 2});
+  ScalarCast cast = t == DType::kF16 || t == DType::kBF16 ? ScalarCast::kWrapped
+                                                          : ScalarCast::kChecked;
   Value pred = out_operand(c, 0, DType::kBool);
-  return std::vector<Value>{
-      to_out(c, c.b().select(pred, out_operand(c, 1, t), out_operand(c, 2, t)))};
+  auto branch = [&](size_t i) { return c.operand(i, t, c.out_type().dims, cast); };
+  return std::vector<Value>{to_out(c, c.b().select(pred, branch(1), branch(2)))};
 }
 
 // clamp(self, min?, max?) for Scalar and Tensor bounds; NaN in self propagates.

@@ -18,10 +18,15 @@ namespace {
 using Result = base::StatusOr<std::vector<Value>>;
 
 // fill_.Scalar(self, value) and fill_.Tensor(self, value): value may be a runtime scalar
-// or a 0-dim tensor.
+// or a 0-dim tensor. A number out of the dtype's range raises, except, as on the CPU (whose
+// fill of one element takes another path), into one float16/bfloat16 element: inf for
+// 70000.0 in float16, 65504 for 65519.0. scalar_tensor fills so, and through it where with
+// a number branch: where(h > 0, 70000.0, h) is inf where h > 0.
 Result lower_fill(LoweringContext& c) {
   const TensorType& out = c.out_type();
-  return std::vector<Value>{c.operand(1, out.dtype, out.dims)};
+  bool half = out.dtype == DType::kF16 || out.dtype == DType::kBF16;
+  ScalarCast cast = half && out.num_elements() == 1 ? ScalarCast::kWrapped : ScalarCast::kChecked;
+  return std::vector<Value>{c.operand(1, out.dtype, out.dims, cast)};
 }
 
 Result lower_zero(LoweringContext& c) { return std::vector<Value>{c.b().zeros(c.out_type())}; }

@@ -688,3 +688,27 @@ def test_mixed_operands_promote_as_the_cpu(dtype: torch.dtype) -> None:
         assert got.dtype == want.dtype, name
         assert torch.equal(got.isnan(), want.isnan()), (name, got, want)
         assert torch.equal(got[~got.isnan()], want[~want.isnan()]), (name, got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_fill_with_a_number_out_of_range_as_the_cpu(dtype: torch.dtype) -> None:
+    # The CPU's fill of one float16/bfloat16 element makes inf of a number past the range
+    # (and rounds 65519.0 to 65504); of more elements, and of float32, it raises.
+    # scalar_tensor, and where with a number branch, fill one element (tpu raised).
+    big = 1e39 if dtype != torch.float16 else 70000.0
+    for value in (big, 65519.0):
+        calls = [lambda d: torch.full((2,), value, dtype=dtype, device=d),
+                 lambda d: torch.empty(2, dtype=dtype, device=d).fill_(value),
+                 lambda d: torch.empty(1, dtype=dtype, device=d).fill_(value),
+                 lambda d: torch.zeros(1, dtype=dtype, device=d).new_full((2,), value),
+                 lambda d: torch.scalar_tensor(value, dtype=dtype, device=d),
+                 lambda d: torch.where(torch.tensor([True, False], device=d), value,
+                                       torch.zeros(2, dtype=dtype, device=d))]
+        for call in calls:
+            try:
+                want = call("cpu")
+            except RuntimeError:
+                with pytest.raises(RuntimeError, match="without overflow"):
+                    call(TPU)
+                continue
+            assert torch.equal(call(TPU).cpu(), want), (value, want)
