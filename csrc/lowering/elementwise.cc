@@ -100,6 +100,21 @@ LoweringFn add_like(const char* hlo_op) {
   };
 }
 
+// x / y in floating point. XLA divides by a broadcast value (a number, a 0-dim or a
+// lower-rank divisor) as a product with its reciprocal, which for |y| >= 2^(emax - 1) is
+// subnormal and flushed to zero: x / 1e38 was 0. Such divisors divide with both sides scaled
+// by 1/4 (exact), keeping the reciprocal normal; what the scaling flushes, |x| below 4x the
+// smallest normal, has a quotient that flushes anyway. The scale is a runtime value (1 for
+// the other divisors): a constant one XLA folds into the reciprocal again.
+Value true_divide(Builder& b, Value x, Value y) {
+  DType t = y.dtype();
+  if (t != DType::kF32 && t != DType::kF64) return b.div(x, y);
+  Value huge = b.splat(t == DType::kF64 ? 0x1p1022 : 0x1p126, y.type);
+  Value big = b.compare(b.unary("abs", y), huge, "GE");
+  Value scale = b.select(big, b.splat(0.25, y.type), b.splat(1, y.type));
+  return b.div(b.mul(x, scale), b.mul(y, scale));
+}
+
 base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
   Builder& b = c.b();
   std::string mode;
@@ -118,14 +133,13 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
     }
     Value x = binary_operand(c, 0, rt), y = binary_operand(c, 1, rt, true);
     return std::vector<Value>{
-        to_out_via(c, rt, base::is_complex(t) ? complex_divide(b, x, y) : b.div(x, y))};
+        to_out_via(c, rt, base::is_complex(t) ? complex_divide(b, x, y) : true_divide(b, x, y))};
   }
   Value x = binary_operand(c, 0, rt), y = binary_operand(c, 1, rt);
   require_nonzero_divisor(c, y);
   Value r;
   if (mode == "trunc") {
-    r = b.div(x, y);
-    if (base::is_floating(t)) r = b.trunc(r);
+    r = base::is_floating(t) ? b.trunc(true_divide(b, x, y)) : b.div(x, y);
   } else if (mode == "floor") {
     r = base::is_floating(t) ? floor_divide_float(b, x, y) : floor_divide_int(b, x, y);
   } else {

@@ -712,3 +712,20 @@ def test_fill_with_a_number_out_of_range_as_the_cpu(dtype: torch.dtype) -> None:
                     call(TPU)
                 continue
             assert torch.equal(call(TPU).cpu(), want), (value, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_division_by_a_divisor_near_the_top_of_the_range(dtype: torch.dtype) -> None:
+    # XLA divides by a broadcast divisor through its reciprocal, subnormal (flushed to zero)
+    # past 2^126: x / 1e38 and x / x.max() were all zeros. Results that are normal match the
+    # CPU to an ulp (the reciprocal's rounding, as CUDA's division by a scalar has it).
+    top = 1e38 if dtype != torch.float64 else 1e307
+    x = torch.tensor([3.0, 1.0, 0.9, -2.5], dtype=dtype) * top
+    for name, fn in {"x / number": lambda a: a / top,
+                     "x / max": lambda a: a / a.abs().max(),
+                     "x / column": lambda a: a.reshape(2, 2) / a.reshape(2, 2)[:, :1],
+                     "trunc": lambda a: torch.div(a, top, rounding_mode="trunc"),
+                     "x / 3e38 tensor": lambda a: a / torch.full_like(a, 3 * top)}.items():
+        want, got = fn(x), fn(x.to(TPU)).cpu()
+        torch.testing.assert_close(got, want, rtol=2 * torch.finfo(dtype).eps, atol=0,
+                                   msg=lambda m: f"{name}: {m}")
