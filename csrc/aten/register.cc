@@ -93,6 +93,16 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 // so, where the dispatcher said "Could not run ... from the 'Sparsetpu' backend" (and a
 // CSR tensor, whose constructor needs no kernel, failed in repr with a self-contradicting
 // message).
+void nested_unsupported(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  C10_THROW_ERROR(NotImplementedError,
+                  "torchtpu: " + c10::toString(op.operator_name()) +
+                      " on a nested tpu tensor: nested tensors are not supported on tpu. "
+                      "nn.TransformerEncoder makes one in eval mode with a "
+                      "src_key_padding_mask (its sparsity fast path): construct it with "
+                      "enable_nested_tensor=False, or set encoder.use_nested_tensor = False "
+                      "(the results are the same).");
+}
+
 void sparse_unsupported(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
   C10_THROW_ERROR(NotImplementedError,
                   "torchtpu: " + c10::toString(op.operator_name()) +
@@ -199,6 +209,10 @@ TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_unsupported>());
+}
+
+TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&nested_unsupported>());
 }
 
 // The compressed layouts' accessors have CompositeExplicitAutograd kernels, which a fallback

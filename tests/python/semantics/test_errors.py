@@ -305,3 +305,22 @@ def test_rng_state_of_a_missing_device_names_its_index() -> None:
                  lambda: torch.tpu.set_rng_state(torch.tpu.get_rng_state(), 5)):
         with pytest.raises(RuntimeError, match=r"no generator for device index [25] \(have 1 "):
             call()
+
+
+def test_transformer_encoder_nested_fast_path_names_the_switch() -> None:
+    # In eval mode with a padding mask, nn.TransformerEncoder converts its input to a nested
+    # tensor, which tpu does not run: the error says how to turn that path off, and with it
+    # off the outputs match the CPU's on the unpadded positions.
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    x = torch.randn(2, 5, 16)
+    pad = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    with torch.no_grad():
+        want = enc(x, src_key_padding_mask=pad)
+        enc.to(TPU)
+        with pytest.raises(NotImplementedError, match="use_nested_tensor = False"):
+            enc(x.to(TPU), src_key_padding_mask=pad.to(TPU))
+        enc.use_nested_tensor = False
+        got = enc(x.to(TPU), src_key_padding_mask=pad.to(TPU)).cpu()
+    torch.testing.assert_close(got[~pad], want[~pad], rtol=1e-4, atol=1e-5)
