@@ -207,9 +207,9 @@ class ModelRunner:
         # no other code's setting of Dynamo's process-wide limit can stop the engine.
         opts = dict(backend="tpu", dynamic=False, fullgraph=True,
                     recompile_limit=n_shapes + 8)
-        self._layers = torch.compile(_own_copy(_layers_step), **opts)
-        self._embed = torch.compile(_own_copy(_embed_step), **opts)
-        self._head = torch.compile(_own_copy(_head_step), **opts)
+        steps = [_own_copy(f) for f in (_layers_step, _embed_step, _head_step)]
+        self._codes = [f.__code__ for f in steps]
+        self._layers, self._embed, self._head = (torch.compile(f, **opts) for f in steps)
         self._warm_graphs: int | None = None
         self.num_recompiles_after_warmup = 0
 
@@ -243,8 +243,15 @@ class ModelRunner:
         if progress:
             print(file=sys.stderr)
         torch.tpu.synchronize()
-        self._warm_graphs = backend.compile_stats()["num_dynamo_compiles"]
+        self._warm_graphs = self._graphs_held()
         return time.perf_counter() - t0
+
+    def _graphs_held(self) -> int:
+        """Graphs Dynamo holds for this runner's own step functions: another engine's
+        warm-up in the same process compiles for its own code objects, not these."""
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        return sum(len(_debug_get_cache_entry_list(code)) for code in self._codes)
 
     def _hidden(self, t: int) -> torch.Tensor:
         return torch.zeros(t, self.decoder.shape.hidden, dtype=self.decoder.dtype,
@@ -255,7 +262,7 @@ class ModelRunner:
             return
         from torchtpu.dynamo import backend
 
-        now = backend.compile_stats()["num_dynamo_compiles"]
+        now = self._graphs_held()
         if now != self._warm_graphs:
             self.num_recompiles_after_warmup += now - self._warm_graphs
             log.error("serve: BUG: %d graph compile(s) after warm-up; recent reasons: %s",

@@ -191,3 +191,20 @@ def test_a_stop_string_completed_by_the_last_allowed_token_finishes_as_stop(tiny
     out = llm.generate([prompt], SamplingParams(max_tokens=8, stop=[stop], **kw))
     assert out[0].outputs[0].text == full.text[:full.text.index(stop)]
     assert out[0].outputs[0].finish_reason == "stop"
+
+
+def test_two_engines_in_one_process_count_their_own_compiles(tiny_llama_dir, caplog):
+    # The check for compiles after warm-up counted the process's compiles: a second engine's
+    # warm-up made the first log "BUG: N graph compile(s) after warm-up" at its next step.
+    import logging
+
+    caplog.set_level(logging.ERROR, logger="torchtpu.serve")
+    first = LLM(tiny_llama_dir, **ENGINE_ARGS)
+    params = SamplingParams(max_tokens=4, temperature=0.0)
+    want = first.generate([[5, 6, 7]], params)[0].outputs[0].token_ids
+    second = LLM(tiny_llama_dir, **ENGINE_ARGS)
+    assert first.generate([[5, 6, 7]], params)[0].outputs[0].token_ids == want
+    assert second.generate([[5, 6, 7]], params)[0].outputs[0].token_ids == want
+    for llm in (first, second):
+        assert llm.engine.stats()["num_recompiles_after_warmup"] == 0
+    assert not [r for r in caplog.records if "after warm-up" in r.getMessage()]
