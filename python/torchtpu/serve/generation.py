@@ -276,10 +276,14 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
                 live -= 1
                 continue
             if isinstance(out, Exception):
+                # One error event ends the stream, as vLLM ends it: the request's other
+                # sequences (which fail alike: the same prompt or parameters) are aborted
+                # below instead of each sending the same error.
                 status = 503 if isinstance(out, EngineDeadError) else \
                     out.status if isinstance(out, RequestError) else 500
                 yield _sse(ApiError(status, str(out)).body())
-                continue
+                yield _sse("[DONE]")
+                return
             if out.finished:
                 completion_tokens += len(out.output_token_ids)
             want_lp = gen.params.logprobs is not None

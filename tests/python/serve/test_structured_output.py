@@ -131,3 +131,27 @@ def test_grammars_beyond_the_size_bound_are_refused(served):
     r = httpx.post(served.url + "/v1/completions", timeout=60, json={
         "model": "tiny", "prompt": "x", "max_tokens": 4, "guided_regex": "a" * 70_000})
     assert r.status_code == 400 and "the limit is 65536" in r.json()["error"]["message"], r.text
+
+
+def test_a_failing_stream_sends_one_error_then_done(served):
+    # Every sequence of the request fails alike (no allowed token fits the grammar); the
+    # stream ends with one error event and [DONE], as vLLM's does, instead of one per
+    # sequence; the engine runs nothing of it afterwards.
+    body = {"model": "tiny", "prompt": ["a", "b"], "n": 3, "stream": True, "max_tokens": 4,
+            "allowed_token_ids": [2, 30, 28], "response_format": {"type": "json_object"}}
+    with httpx.stream("POST", served.url + "/v1/completions", json=body, timeout=60) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    errors = [e for e in events if e.startswith('{"error"')]
+    assert len(errors) == 1 and "no token can be drawn" in errors[0], events
+    assert events[-1] == "[DONE]" and events[-2] == errors[0], events
+    import time
+
+    def busy():
+        stats = served.app.engine.stats()
+        return stats["num_running"] + stats["num_waiting"]
+
+    for _ in range(100):
+        if busy() == 0:
+            break
+        time.sleep(0.05)
+    assert busy() == 0
