@@ -6,11 +6,14 @@
 //   Q for small x by DLMF 8.7.3: -expm1(a log x - lgamma(a + 1)) - x^a / Gamma(a) *
 //     sum_{n>=1} (-x)^n / (n! (a + n)).
 // Each is a stablehlo.while over the whole tensor that stops when every element it serves
-// has converged (a term below the dtype's epsilon, at most 2000 terms, as there). Not
-// taken from the CPU kernel: its uniform asymptotic expansion for large a near x (a > 20,
-// |x - a| / a < 0.3) and its Lanczos form of x^a e^-x / Gamma(a); there the series and the
-// continued fraction still converge (float64 results are nearer the true values than the
-// CPU's expansion), and the prefactor takes Stirling's series for large a (`prefactor`).
+// has converged (a term below the dtype's epsilon, at most 2000 terms, as there). For
+// large a near x (a > 20, |x - a| / a < 0.3) the CPU kernel takes Temme's uniform
+// asymptotic expansion; here the series and the continued fraction still converge up to
+// a = 1e4 (float64 results nearer the true values than the CPU's), and beyond it, where
+// 2000 terms stop reaching (a = 1e6 gave P(a, a) = 0.48 for 0.50013), the expansion's
+// first two terms (`temme`: an error of order a^-2.5, below 1e-13 there). Not taken from the CPU kernel:
+// its Lanczos form of x^a e^-x / Gamma(a); the prefactor takes Stirling's series for
+// large a (`prefactor`).
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -141,6 +144,43 @@ Value q_small_x_series(Builder& b, Value a, Value x, Value active) {
   return b.sub(head, b.mul(scale, out[3]));
 }
 
+// Q(a, x) = erfc(eta sqrt(a/2)) / 2 + e^(-a eta^2 / 2) / sqrt(2 pi a) (c0(eta) + c1(eta) / a)
+// (Temme; DLMF 8.12.8), lambda = x / a, d = lambda - 1, eta^2 / 2 = d - log1p(d), eta with
+// d's sign. With `lower`, P = 1 - Q in the same terms (erfc(-eta sqrt(a/2)) / 2 - R), which
+// keeps P's digits where it is small. c0 = 1/d - 1/eta cancels near d = 0, where its
+// Taylor series in eta takes over (|d| < 0.05: six terms, an error below 1e-12); c1 to
+// first order in eta (its terms past that are below 1e-14 / a in this region).
+Value temme(Builder& b, Value a, Value x, bool lower) {
+  auto k = [&](double v) { return b.splat(v, a.type); };
+  Value d = b.div(b.sub(x, a), a);
+  Value near = b.compare(b.unary("abs", d), k(0.05), "LT");
+  // d - log1p(d) = d^2 (1/2 - d/3 + d^2/4 - ...) near 0, where the difference cancels.
+  Value series = k(1.0 / 16);
+  for (int n = 15; n >= 2; --n) series = b.add(k((n % 2 ? -1.0 : 1.0) / n), b.mul(d, series));
+  Value half_eta2 = b.select(near, b.mul(b.mul(d, d), series),
+                             b.sub(d, b.unary("log_plus_one", d)));
+  Value eta = b.mul(b.unary("sign", d), b.unary("sqrt", b.mul(k(2), half_eta2)));
+  Value c0_series = k(-139.0 / 777600);
+  for (double c : {1.0 / 2835, 1.0 / 864, -2.0 / 135, 1.0 / 12, -1.0 / 3}) {
+    c0_series = b.add(k(c), b.mul(eta, c0_series));
+  }
+  Value safe_d = b.select(near, k(1), d), safe_eta = b.select(near, k(1), eta);
+  Value c0 = b.select(near, c0_series, b.sub(b.div(k(1), safe_d), b.div(k(1), safe_eta)));
+  Value c1 = b.sub(k(-1.0 / 540), b.div(eta, k(288)));
+  Value r = b.mul(b.div(b.unary("exponential", b.mul(b.unary("negate", a), half_eta2)),
+                        b.unary("sqrt", b.mul(k(2 * M_PI), a))),
+                  b.add(c0, b.div(c1, a)));
+  Value z = b.mul(eta, b.unary("sqrt", b.mul(k(0.5), a)));
+  if (lower) return b.sub(b.mul(k(0.5), b.unary("chlo.erfc", b.unary("negate", z))), r);
+  return b.add(b.mul(k(0.5), b.unary("chlo.erfc", z)), r);
+}
+
+// Where `temme` takes over: a above 1e4 and x within 30% of it.
+Value temme_region(Builder& b, Value a, Value x) {
+  Value far = b.compare(b.unary("abs", b.sub(x, a)), b.mul(b.splat(0.3, a.type), a), "GE");
+  return b.binary("and", b.compare(a, b.splat(1e4, a.type), "GT"), b.unary("not", far));
+}
+
 // The CPU kernel's boundary values, as P (Q's are 1 - P's), in its order of tests: NaN
 // for a < 0 or x < 0; for a = 0, 1 when x > 0 else NaN; 0 for x = 0; for a = inf, NaN when
 // x = inf else 0 (a NaN x included); 1 for x = inf. A NaN argument past those is NaN.
@@ -166,7 +206,8 @@ Value interior(Builder& b, Value a, Value x) {
 }
 
 Value igamma(Builder& b, Value a, Value x, bool upper) {
-  Value inside = interior(b, a, x);
+  Value by_temme = b.binary("and", interior(b, a, x), temme_region(b, a, x));
+  Value inside = b.binary("and", interior(b, a, x), b.unary("not", by_temme));
   Value one = b.splat(1, a.type);
   auto gt = [&](Value u, Value v) { return b.compare(u, v, "GT"); };
   auto both = [&](Value u, Value v) { return b.binary("and", u, v); };
@@ -190,6 +231,7 @@ Value igamma(Builder& b, Value a, Value x, bool upper) {
                  b.select(by_cf, q_continued_fraction(b, a, x, by_cf),
                           q_small_x_series(b, a, x, by_series)));
   }
+  r = b.select(by_temme, temme(b, a, x, /*lower=*/!upper), r);
   return with_boundaries(b, a, x, r, upper);
 }
 
