@@ -89,27 +89,27 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   tpu_boxed_kernel(op, stack);
 }
 
-// Sparse layouts have no tpu kernels: an op that makes or reads a sparse tpu tensor says
-// so, where the dispatcher said "Could not run ... from the 'Sparsetpu' backend" (and a
-// CSR tensor, whose constructor needs no kernel, failed in repr with a self-contradicting
-// message).
-void nested_unsupported(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+// Sparse and nested tpu tensors have no kernels: an op that makes or reads one says so and
+// what to do, where the dispatcher said "Could not run ... from the 'Sparsetpu' backend"
+// (and a CSR tensor, whose constructor needs no kernel, failed in repr with a
+// self-contradicting message).
+[[noreturn]] void refuse_layout(const c10::OperatorHandle& op, const char* why) {
   C10_THROW_ERROR(NotImplementedError,
-                  "torchtpu: " + c10::toString(op.operator_name()) +
-                      " on a nested tpu tensor: nested tensors are not supported on tpu. "
-                      "nn.TransformerEncoder makes one in eval mode with a "
-                      "src_key_padding_mask (its sparsity fast path): construct it with "
-                      "enable_nested_tensor=False, or set encoder.use_nested_tensor = False "
-                      "(the results are the same).");
+                  "torchtpu: " + c10::toString(op.operator_name()) + " on a " + why);
 }
 
 void sparse_unsupported(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
-  C10_THROW_ERROR(NotImplementedError,
-                  "torchtpu: " + c10::toString(op.operator_name()) +
-                      " on a sparse tpu tensor: sparse layouts (COO, CSR, CSC, BSR, BSC) are "
-                      "not supported on tpu. Keep the sparse tensor on the CPU, or make it "
-                      "dense (.to_dense()) before moving it to tpu; for nn.Embedding and "
-                      "nn.EmbeddingBag, use sparse=False.");
+  refuse_layout(op, "sparse tpu tensor: sparse layouts (COO, CSR, CSC, BSR, BSC) are not "
+                    "supported on tpu. Keep the sparse tensor on the CPU, or make it dense "
+                    "(.to_dense()) before moving it to tpu; for nn.Embedding and "
+                    "nn.EmbeddingBag, use sparse=False.");
+}
+
+void nested_unsupported(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  refuse_layout(op, "nested tpu tensor: nested tensors are not supported on tpu. "
+                    "nn.TransformerEncoder makes one in eval mode with a src_key_padding_mask "
+                    "(its sparsity fast path): construct it with enable_nested_tensor=False, "
+                    "or set encoder.use_nested_tensor = False (the results are the same).");
 }
 
 }  // namespace
