@@ -55,6 +55,20 @@ def device(device: int | str | torch.device) -> Iterator[None]:
         set_device(previous)
 
 
+def device_of(obj: object) -> contextlib.AbstractContextManager:
+    """Context manager that makes the device of ``obj`` (a tpu tensor or storage) current;
+    does nothing for anything else, as ``torch.cuda.device_of``."""
+    if isinstance(obj, (torch.Tensor, torch.UntypedStorage)) and obj.device.type == "tpu":
+        return device(obj.device.index or 0)
+    return contextlib.nullcontext()
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 runs on every PJRT plugin torchtpu drives (XLA computes it natively or in
+    float32 and rounds)."""
+    return True
+
+
 def synchronize(device: int | str | torch.device | None = None) -> None:
     """Blocks until the work queued so far on ``device`` has finished."""
     _C.synchronize(_index(device))
@@ -130,6 +144,7 @@ from torchtpu.memory import (  # noqa: E402, F401  (torch.tpu.memory_allocated, 
     memory_allocated,
     memory_reserved,
     memory_stats,
+    memory_summary,
     reset_accumulated_memory_stats,
     reset_peak_memory_stats,
 )

@@ -29,6 +29,28 @@ def memory_stats(device: Device = None) -> collections.OrderedDict[str, int]:
     return collections.OrderedDict(sorted(stats.items()))
 
 
+def memory_summary(device: Device = None, abbreviated: bool = False) -> str:
+    """A readable table of ``memory_stats``: current, peak, allocated and freed of each
+    statistic (bytes in MiB), as ``torch.cuda.memory_summary`` prints its own. With
+    ``abbreviated``, the byte statistics only."""
+    stats = memory_stats(device)
+    rows = [("Allocated memory", "allocated_bytes", True), ("Active memory", "active_bytes", True),
+            ("Requested memory", "requested_bytes", True), ("Reserved memory", "reserved_bytes", True)]
+    if not abbreviated:
+        rows += [("Allocations", "allocation", False), ("Active allocs", "active", False),
+                 ("Device buffers", "segment", False)]
+    lines = [f"tpu:{_index(device)} memory summary",
+             f"{'':<20}{'current':>14}{'peak':>14}{'allocated':>14}{'freed':>14}"]
+    for title, key, is_bytes in rows:
+        cells = []
+        for field in ("current", "peak", "allocated", "freed"):
+            v = stats.get(f"{key}.all.{field}", 0)
+            cells.append(f"{v / 2**20:>11.2f} MiB" if is_bytes else f"{v:>14d}")
+        lines.append(f"{title:<20}" + "".join(cells))
+    lines.append(f"{'Out-of-memory errors':<20}{stats.get('num_ooms', 0):>14d}")
+    return "\n".join(lines) + "\n"
+
+
 def memory_allocated(device: Device = None) -> int:
     """Bytes held by tpu tensors' storages on ``device`` now."""
     return _C.memory_stats(_index(device))["allocated_bytes.all.current"]

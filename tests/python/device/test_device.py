@@ -232,3 +232,18 @@ def test_device_object() -> None:
     d = torch.device("tpu:0")
     assert d.type == "tpu" and d.index == 0
     assert torch.empty(2, device=d).device == d
+
+
+def test_cuda_style_helpers_of_the_device_module() -> None:
+    # Code written against torch.cuda's module calls these through torch.get_device_module.
+    mod = torch.get_device_module("tpu")
+    assert mod.is_bf16_supported() is True
+    x = torch.ones(1 << 16, device="tpu")
+    with mod.device_of(x):
+        assert mod.current_device() == 0
+    with mod.device_of(torch.ones(2)):  # not a tpu tensor: nothing changes
+        assert mod.current_device() == 0
+    summary = mod.memory_summary()
+    allocated = f"{mod.memory_allocated() / 2**20:.2f} MiB"
+    assert "Allocated memory" in summary and allocated in summary, summary
+    del x
