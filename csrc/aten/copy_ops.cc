@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/ResizeCommon.h>
 
 #include <algorithm>
 #include <optional>
@@ -169,12 +170,19 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   }
   int64_t item = static_cast<int64_t>(self.element_size());
   int64_t needed = (self.storage_offset() + numel) * item;
-  if (needed > storage_state(self).nbytes) {
+  int64_t old_nbytes = storage_state(self).nbytes;
+  if (needed > old_nbytes) {
     // Grow: keep the old contents and zero-fill the rest, like an allocation would.
     resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);
   }
   self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
   if (memory_format) self.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);
+  // Deterministic mode's fill of memory never written (NaN, or the largest integer), as
+  // the CPU's resize_ fills what it adds.
+  if (needed > old_nbytes && at::globalContext().deterministicAlgorithms() &&
+      at::globalContext().deterministicFillUninitializedMemory()) {
+    at::native::fill_resize_deterministic_(self, old_nbytes);
+  }
   return self;
 }
 

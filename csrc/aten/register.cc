@@ -1,7 +1,9 @@
 // Registration of the `tpu` backend with the dispatcher: the boxed kernel for every op,
 // plus the few kernels that are metadata or transfers rather than lowerings.
 #include <ATen/EmptyTensor.h>
+#include <ATen/Context.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -41,6 +43,17 @@ int device_of(std::optional<c10::Device> device) {
   return current_device_index();
 }
 
+// Under torch.use_deterministic_algorithms(True) with fill_uninitialized_memory (its
+// default), an empty tensor is NaN (floats) or the dtype's largest value, as the CPU's and
+// CUDA's empty make it, so code reading memory it never wrote shows it.
+at::Tensor filled_if_deterministic(at::Tensor t) {
+  if (at::globalContext().deterministicAlgorithms() &&
+      at::globalContext().deterministicFillUninitializedMemory()) {
+    at::native::fill_empty_deterministic_(t);
+  }
+  return t;
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,
                                std::optional<c10::Device> device, std::optional<bool> pin_memory,
@@ -54,7 +67,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   set_current_device_index(d);  // the allocator places storage on the current device
   at::Tensor t = at::detail::empty_generic(size, tpu_allocator(), kTpuKeys, st, memory_format);
   set_current_device_index(prev);
-  return t;
+  return filled_if_deterministic(t);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -69,7 +82,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   set_current_device_index(d);
   at::Tensor t = at::detail::empty_strided_generic(size, stride, tpu_allocator(), kTpuKeys, st);
   set_current_device_index(prev);
-  return t;
+  return filled_if_deterministic(t);
 }
 
 // Whether `self` may take `from`'s storage in place (`param.data = t`, and Module.to()

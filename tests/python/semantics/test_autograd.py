@@ -197,3 +197,23 @@ def test_foreach_in_place_on_an_inference_tensor_raises_and_writes_nothing() -> 
     with pytest.raises(RuntimeError, match="inference tensor outside InferenceMode"):
         torch._foreach_mul_(ts, 2.0)
     assert ts[0].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_deterministic_mode_fills_uninitialized_memory_as_the_cpu() -> None:
+    # torch.use_deterministic_algorithms(True) makes empty tensors NaN (or the largest
+    # integer), and what resize_ adds too, so reads of memory never written show; tpu gave
+    # zeros.
+    torch.use_deterministic_algorithms(True)
+    try:
+        for d in ("cpu", "tpu"):
+            made = [torch.empty(3, device=d), torch.empty(2, dtype=torch.int32, device=d),
+                    torch.empty_like(torch.ones(2, device=d)),
+                    torch.empty_strided((2, 2), (1, 2), dtype=torch.int64, device=d),
+                    torch.zeros(1, device=d).resize_(3)]
+            if d == "cpu":
+                want = made
+            else:
+                for w, g in zip(want, made):
+                    torch.testing.assert_close(g.cpu(), w, equal_nan=True, rtol=0, atol=0)
+    finally:
+        torch.use_deterministic_algorithms(False)
