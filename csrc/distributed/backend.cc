@@ -189,7 +189,9 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce(std::vector<at::Tensor>& tenso
   at::Tensor work_tensor = rank_ == opts.rootRank ? dense.written(t) : t.contiguous().clone();
   c10d::ReduceOp op = opts.reduceOp;
   return launch(c10d::OpType::REDUCE, "tpu:reduce", tensors, std::move(dense),
-                [work_tensor, op](Transport& tr) mutable { return tr.all_reduce(work_tensor, op); });
+                [work_tensor, op](Transport& tr) mutable {
+                  return tr.all_reduce(work_tensor, op);
+                });
 }
 
 void TpuBackend::check_all_gather(const std::vector<at::Tensor>& outputs, const at::Tensor& in) {
@@ -243,7 +245,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::_allgather_base(at::Tensor& output, a
   at::Tensor out = dense.written(output);
   at::Tensor in = input.contiguous();
   return launch(c10d::OpType::_ALLGATHER_BASE, "tpu:all_gather_into_tensor", {output},
-                std::move(dense), [out, in](Transport& tr) mutable { return tr.all_gather(out, in); });
+                std::move(dense),
+                [out, in](Transport& tr) mutable { return tr.all_gather(out, in); });
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_coalesced(
@@ -261,7 +264,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::allgather_coalesced(
     all.insert(all.end(), outputs[i].begin(), outputs[i].end());
   }
   return launch(c10d::OpType::ALLGATHER_COALESCED, "tpu:all_gather_coalesced", all,
-                DenseArgs("all_gather_coalesced"), [outs = outputs, ins = inputs](Transport& tr) mutable -> base::Status {
+                DenseArgs("all_gather_coalesced"),
+                [outs = outputs, ins = inputs](Transport& tr) mutable -> base::Status {
                   for (size_t i = 0; i < ins.size(); ++i) {
                     TORCHTPU_RETURN_IF_ERROR(all_gather_list(tr, outs[i], ins[i]));
                   }

@@ -11,9 +11,9 @@
 // asymptotic expansion; here the series and the continued fraction still converge up to
 // a = 1e4 (float64 results nearer the true values than the CPU's), and beyond it, where
 // 2000 terms stop reaching (a = 1e6 gave P(a, a) = 0.48 for 0.50013), the expansion's
-// first two terms (`temme`: an error of order a^-2.5, below 1e-13 there). Not taken from the CPU kernel:
-// its Lanczos form of x^a e^-x / Gamma(a); the prefactor takes Stirling's series for
-// large a (`prefactor`).
+// first two terms (`temme`: an error of order a^-2.5, below 1e-13 there). Not taken from
+// the CPU kernel: its Lanczos form of x^a e^-x / Gamma(a); the prefactor takes Stirling's
+// series for large a (`prefactor`).
 #include <cmath>
 #include <cstdint>
 #include <functional>
