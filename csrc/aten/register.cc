@@ -1,7 +1,7 @@
 // Registration of the `tpu` backend with the dispatcher: the boxed kernel for every op,
 // plus the few kernels that are metadata or transfers rather than lowerings.
-#include <ATen/EmptyTensor.h>
 #include <ATen/Context.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>

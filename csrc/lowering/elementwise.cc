@@ -131,7 +131,8 @@ base::StatusOr<std::vector<Value>> lower_div(LoweringContext& c) {
       t = base::is_floating(out) ? opmath(out) : DType::kF32;
       rt = base::is_floating(out) ? out : DType::kF32;
     }
-    Value x = binary_operand(c, 0, rt), y = binary_operand(c, 1, rt, true);
+    Value x = binary_operand(c, 0, rt);
+    Value y = binary_operand(c, 1, rt, /*one_element_as_number=*/true);
     return std::vector<Value>{
         to_out_via(c, rt, base::is_complex(t) ? complex_divide(b, x, y) : true_divide(b, x, y))};
   }
