@@ -12,6 +12,12 @@
 #include <utility>
 #include <vector>
 
+#include <c10/util/ApproximateClock.h>
+#include <torch/csrc/profiler/stubs/base.h>
+
+#include "aten/device_runtime.h"
+#include "aten/tpu_guard.h"
+#include "aten/tpu_streams.h"
 #include "runtime/execution_trace.h"
 
 namespace torchtpu::aten {
@@ -144,6 +150,42 @@ class Profiler : public libkineto::IActivityProfiler {
   }
 };
 
+// The legacy profiler's device timing (torch.autograd.profiler.profile(use_device="tpu"),
+// the form CUDA users write with use_device="cuda"): each op's start and end are timing
+// events on the device queue, as CUDA's stubs record cudaEvents. Without these PyTorch's
+// default stubs failed every op ("PrivateUse1 used in profiler but not enabled") and the
+// table showed negative times.
+class LegacyStubs final : public torch::profiler::impl::ProfilerStubs {
+ public:
+  void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
+              int64_t* cpu_ns) const override {
+    c10::DeviceIndex d = static_cast<c10::DeviceIndex>(current_device_index());
+    if (device != nullptr) *device = d;
+    void* raw = nullptr;
+    record_event(&raw, current_stream(c10::Device(c10::DeviceType::PrivateUse1, d)), d,
+                 c10::EventFlag::BACKEND_DEFAULT);
+    *event = std::shared_ptr<void>(raw, [](void* e) { destroy_event(e); });
+    if (cpu_ns != nullptr) *cpu_ns = c10::getTime();
+  }
+  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* start,
+                const torch::profiler::impl::ProfilerVoidEventStub* end) const override {
+    return static_cast<float>(elapsed_ms(start->get(), end->get()) * 1000.0);  // us, as CUDA's
+  }
+  void mark(const char* /*name*/) const override {}
+  void rangePush(const char* /*name*/) const override {}
+  void rangePop() const override {}
+  bool enabled() const override { return true; }
+  void onEachDevice(std::function<void(int)> op) const override {
+    int previous = current_device_index();
+    for (int d = 0; d < device_count_or_zero(); ++d) {
+      set_current_device_index(d);
+      op(d);
+    }
+    set_current_device_index(previous);
+  }
+  void synchronize() const override { synchronize_device(current_device_index()); }
+};
+
 }  // namespace
 
 void register_profiler() {
@@ -152,6 +194,8 @@ void register_profiler() {
     libkineto::api().registerProfilerFactory([]() -> std::unique_ptr<libkineto::IActivityProfiler> {
       return std::make_unique<Profiler>();
     });
+    static LegacyStubs* stubs = new LegacyStubs();
+    torch::profiler::impl::registerPrivateUse1Methods(stubs);
   });
 }
 

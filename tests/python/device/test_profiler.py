@@ -135,3 +135,21 @@ def test_cpu_only_profile_records_no_device_activity(mats, tmp_path: Path) -> No
     with profile(activities=DEVICE) as prof:
         (a @ b).sum().item()
     assert _device_events(_trace(prof, tmp_path), "kernel")
+
+
+def test_legacy_profiler_with_use_device_tpu_times_device_work(capfd) -> None:
+    # torch.autograd.profiler.profile(use_device="tpu"), as CUDA users write it: every op
+    # failed PyTorch's default device stubs ("PrivateUse1 used in profiler but not enabled")
+    # and the table showed negative CPU totals; now each op's device time is taken from
+    # timing events on the device queue.
+    x = torch.randn(64, 64, device="tpu")
+    (x @ x).cpu()
+    with torch.autograd.profiler.profile(use_device="tpu") as prof:
+        with torch.autograd.profiler.record_function("block"):
+            (x @ x).relu().sum().cpu()
+    err = capfd.readouterr().err
+    assert "not enabled" not in err, err[-2000:]
+    events = {e.key: e for e in prof.key_averages()}
+    assert events["block"].cpu_time_total > 0 and events["aten::mm"].cpu_time_total > 0
+    assert events["block"].device_time_total >= events["aten::mm"].device_time_total > 0
+    assert "Self TPU time total" in prof.key_averages().table(row_limit=5)
