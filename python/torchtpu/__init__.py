@@ -29,7 +29,7 @@ from torchtpu import device as _device_module  # noqa: E402
 
 torch._register_device_module("tpu", _device_module)
 torch.utils.generate_methods_for_privateuse1_backend(
-    for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=False
+    for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True
 )
 
 from torchtpu import _exit  # noqa: E402,F401  (brings our threads to rest before finalization)

@@ -247,3 +247,16 @@ def test_cuda_style_helpers_of_the_device_module() -> None:
     allocated = f"{mod.memory_allocated() / 2**20:.2f} MiB"
     assert "Allocated memory" in summary and allocated in summary, summary
     del x
+
+
+def test_packed_sequence_moves_with_tpu_and_is_tpu() -> None:
+    # PackedSequence.cuda() / .is_cuda have tpu counterparts, as tensors and modules do.
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    packed = pack_padded_sequence(torch.randn(3, 2, 4), torch.tensor([3, 2]))
+    moved = packed.tpu()
+    assert moved.is_tpu and not packed.is_tpu and moved.data.device.type == "tpu"
+    lstm = torch.nn.LSTM(4, 5)
+    want, _ = lstm(packed)
+    got, _ = lstm.tpu()(moved)
+    torch.testing.assert_close(got.data.cpu(), want.data, rtol=1e-5, atol=1e-5)
