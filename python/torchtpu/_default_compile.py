@@ -20,9 +20,16 @@ log = logging.getLogger("torchtpu.compile")
 
 
 def _on_tpu(model: Any, inputs: list[Any]) -> bool:
+    """Whether the graph computes on tpu: an input, parameter or buffer is there, or a value
+    the graph makes (``torch.ones(3, device="tpu")`` in a graph without tensor inputs)."""
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
     if isinstance(model, torch.nn.Module):
         tensors += list(model.parameters()) + list(model.buffers())
+    if isinstance(model, torch.fx.GraphModule):
+        for node in model.graph.nodes:
+            value = node.meta.get("example_value", node.meta.get("val"))
+            if isinstance(value, torch.Tensor):
+                tensors.append(value)
     return any(t.device.type == "tpu" for t in tensors)
 
 

@@ -90,6 +90,8 @@ def test_default_backend_compiles_tpu_graphs_with_the_tpu_backend() -> None:
     assert torchtpu.debug.metrics()["num_graphs_compiled"] > before  # the tpu backend's graphs
     f = torch.compile(lambda a: torch.relu(a) * 2 + 1)
     torch.testing.assert_close(f(x.to("tpu")).cpu(), torch.relu(x) * 2 + 1)
+    made = torch.compile(lambda n: torch.ones(3, device="tpu") * n)  # no tensor input
+    torch.testing.assert_close(made(2.5).cpu(), torch.full((3,), 2.5))
     # Graphs on the CPU stay Inductor's.
     assert not _on_tpu(torch.nn.Linear(2, 2), [torch.ones(2)])
     assert _on_tpu(torch.nn.Linear(2, 2).to("tpu"), [torch.ones(2)])
