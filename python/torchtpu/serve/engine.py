@@ -8,7 +8,9 @@ checked and built before the scheduler sees it, and undone if registering it fai
 request whose sampling or detokenization fails ends alone, as a finished ``RequestOutput``
 with ``finish_reason="error"`` and ``error`` set. Anything else that raises out of
 ``step()`` (the model runner, the scheduler) leaves the engine unusable: callers treat it
-as the engine's death (the server answers 503 and exits).
+as the engine's death (the server answers 503 and exits), except that a step interrupted
+between scheduling and applying it (a KeyboardInterrupt in the offline API) can be given
+up with ``abandon_step()``, which aborts that step's requests.
 """
 
 from __future__ import annotations
@@ -148,6 +150,7 @@ class LLMEngine:
         # One "serve: timeline {json}" log line per finished request (see _log_timeline).
         self.log_request_timelines = log_request_timelines
         self.requests: dict[str, _Request] = {}
+        self._unapplied: list[str] | None = None  # the requests of a step scheduled, not applied
         self._grammars = None
         self._grammars_lock = threading.Lock()
         self.warmup_seconds = self.runner.warmup(progress) if warmup else None
@@ -256,6 +259,18 @@ class LLMEngine:
         self._publish_kv_events()
         return True
 
+    def abandon_step(self) -> list[str]:
+        """After ``step()`` raised between scheduling a step and applying it (a
+        KeyboardInterrupt while the model ran): aborts the step's requests, whose KV for it
+        is unknown, and clears the step, so that the engine steps again. Returns the aborted
+        request ids (none when no step was left unapplied)."""
+        if self._unapplied is None:
+            return []
+        aborted = [rid for rid in self._unapplied if self.abort(rid)]
+        self.scheduler.update({})  # every item of the step is aborted: nothing to apply
+        self._unapplied = None
+        return aborted
+
     def _publish_kv_events(self) -> None:
         if self.kv_event_publisher is not None:
             self.kv_event_publisher.publish(self.scheduler.take_kv_events())
@@ -275,6 +290,7 @@ class LLMEngine:
         from torchtpu.serve.runner import StepItem
 
         sched = self.scheduler.schedule()
+        self._unapplied = [it.request_id for it in sched.items]
         scheduled = time.perf_counter()
         self.metrics.num_preemptions.inc(len(sched.preempted))
         for it in sched.items:
@@ -287,6 +303,7 @@ class LLMEngine:
                 req.prefill_times.append(scheduled)
         if not sched.items:
             self.scheduler.update({})
+            self._unapplied = None
             self.metrics.observe_scheduler(self.scheduler)
             self._publish_kv_events()
             return []
@@ -311,6 +328,7 @@ class LLMEngine:
                 self.metrics.on_drafts(len(proposed), len(samples[rid]) - 1)
         finished = dict(self.scheduler.update({rid: [x.token for x in ss]
                                                for rid, ss in samples.items()}))
+        self._unapplied = None
         for rid, ss in samples.items():
             req = self.requests[rid]
             if len(ss) > 1:  # the scheduler drops what follows a stop token

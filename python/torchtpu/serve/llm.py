@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -30,11 +31,16 @@ class RequestResult:
 
 
 class LLM:
-    """Runs every prompt to completion through one engine (continuous batching)."""
+    """Runs every prompt to completion through one engine (continuous batching).
+
+    Calls from several threads run one after another (each call steps the engine until its
+    own requests finish). A call interrupted (Ctrl-C, an exception from a callback) aborts
+    its requests and leaves the engine ready for the next call."""
 
     def __init__(self, model: str | None = None, **engine_args) -> None:
         self.engine = LLMEngine(model, **engine_args)
         self._ids = itertools.count()
+        self._lock = threading.Lock()
 
     @property
     def tokenizer(self):
@@ -43,6 +49,10 @@ class LLM:
     def generate(self, prompts: str | list[int] | Sequence[str | list[int]],
                  params: SamplingParams | Sequence[SamplingParams] | None = None
                  ) -> list[RequestResult]:
+        with self._lock:
+            return self._generate(prompts, params)
+
+    def _generate(self, prompts, params) -> list[RequestResult]:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         if params is None:
@@ -59,23 +69,40 @@ class LLM:
             self.engine.check_length(len(ids), p.max_tokens)
             encoded.append(ids)
         order, results, sequences = [], {}, {}
-        for prompt, ids, p in zip(prompts, encoded, params):
-            rid = f"offline-{next(self._ids)}"
-            children = p.fork()  # n (or best_of) sequences; the prefix cache shares the prompt
-            for i, child in enumerate(children):
-                self.engine.add_request(f"{rid}-{i}", ids, child)
-                sequences[f"{rid}-{i}"] = (rid, i)
-            order.append(rid)
-            results[rid] = RequestResult(rid, prompt if isinstance(prompt, str) else None, ids,
-                                         [CompletionOutput(i, "", [], None)
-                                          for i in range(len(children))])
+        try:
+            for prompt, ids, p in zip(prompts, encoded, params):
+                rid = f"offline-{next(self._ids)}"
+                children = p.fork()  # n (or best_of) sequences; the prefix cache shares them
+                for i, child in enumerate(children):
+                    self.engine.add_request(f"{rid}-{i}", ids, child)
+                    sequences[f"{rid}-{i}"] = (rid, i)
+                order.append(rid)
+                results[rid] = RequestResult(rid, prompt if isinstance(prompt, str) else None,
+                                             ids, [CompletionOutput(i, "", [], None)
+                                                   for i in range(len(children))])
+            self._run(sequences, results)
+        except BaseException:
+            # Interrupted (Ctrl-C) or failed: what this call queued must not stay in the
+            # engine, where a step left unapplied would stop every later call.
+            self.engine.abandon_step()
+            for seq in sequences:  # the call fails as a whole; free the rest
+                self.engine.abort(seq)
+            raise
+        for rid, p in zip(order, params):
+            outs = results[rid].outputs
+            keep = range(p.n) if p.best_of is None else best_of(
+                [o.cumulative_logprob for o in outs], [len(o.token_ids) for o in outs], p.n)
+            results[rid].outputs = [replace(outs[k], index=j) for j, k in enumerate(keep)]
+        return [results[rid] for rid in order]
+
+    def _run(self, sequences: dict[str, tuple[str, int]],
+             results: dict[str, RequestResult]) -> None:
+        """Steps the engine until this call's sequences have finished."""
         while self.engine.has_unfinished():
             for out in self.engine.step():
                 rid, i = sequences[out.request_id]
                 res = results[rid].outputs[i]
                 if out.error is not None:
-                    for other in sequences:  # the call fails as a whole; free the rest
-                        self.engine.abort(other)
                     raise RuntimeError(out.error)
                 res.text += out.new_text
                 res.token_ids = out.output_token_ids
@@ -83,12 +110,6 @@ class LLM:
                 res.finish_reason = out.finish_reason
                 res.stop_reason = out.stop_reason
                 res.cumulative_logprob = out.cumulative_logprob
-        for rid, p in zip(order, params):
-            outs = results[rid].outputs
-            keep = range(p.n) if p.best_of is None else best_of(
-                [o.cumulative_logprob for o in outs], [len(o.token_ids) for o in outs], p.n)
-            results[rid].outputs = [replace(outs[k], index=j) for j, k in enumerate(keep)]
-        return [results[rid] for rid in order]
 
     def chat(self, messages: list[dict] | Sequence[list[dict]],
              params: SamplingParams | None = None) -> list[RequestResult]:

@@ -208,3 +208,51 @@ def test_two_engines_in_one_process_count_their_own_compiles(tiny_llama_dir, cap
     for llm in (first, second):
         assert llm.engine.stats()["num_recompiles_after_warmup"] == 0
     assert not [r for r in caplog.records if "after warm-up" in r.getMessage()]
+
+
+class _Interrupted(BaseException):
+    """What Ctrl-C raises (a BaseException), without pytest taking it for the user's."""
+
+
+def test_an_interrupted_generate_leaves_the_llm_usable(tiny_llama_dir):
+    # A KeyboardInterrupt mid-generate left the scheduler with a step it never applied:
+    # every later call raised "the previous step was not applied". The call now aborts its
+    # requests and the next one runs as on a fresh LLM; calls from two threads run one
+    # after the other.
+    import signal
+    import threading
+
+    llm = LLM(tiny_llama_dir, **ENGINE_ARGS)
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    prompts = [[5, 6, 7], [9, 10, 11, 12]]
+    want = [r.outputs[0].token_ids for r in llm.generate(prompts, params)]
+
+    def interrupt(signum, frame):
+        raise _Interrupted()
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        for delay in (0.005, 0.02, 0.05):
+            signal.setitimer(signal.ITIMER_REAL, delay)
+            try:
+                llm.generate(prompts * 8, SamplingParams(max_tokens=240, temperature=0.0,
+                                                         ignore_eos=True))
+            except _Interrupted:
+                pass
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            assert not llm.engine.has_unfinished()
+            assert [r.outputs[0].token_ids for r in llm.generate(prompts, params)] == want
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    got = {}
+
+    def call(k):
+        got[k] = [r.outputs[0].token_ids for r in llm.generate(prompts, params)]
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert got == {0: want, 1: want}
