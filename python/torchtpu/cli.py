@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 
 
@@ -140,6 +141,9 @@ def _router_parser(sub) -> None:
                    help="how long a routed prompt counts as held by its replica before the "
                         "replica's own KV events confirm it")
     p.add_argument("--health-interval", type=_seconds, default=0.5, metavar="SECONDS")
+    p.add_argument("--max-request-bytes", type=_int_in(1), default=4 << 20,
+                   help="the largest request body the router takes (413 above it); match the "
+                        "replicas' own --max-request-bytes (default 4 MiB)")
 
 
 def _router_main(args) -> int:
@@ -171,7 +175,8 @@ def _router_main(args) -> int:
         return run_router(replicas, model_path=model, host=args.host, port=args.port,
                           mode=args.mode, weights=weights,
                           spill_threshold=args.spill_threshold, block_size=args.block_size,
-                          routed_ttl_s=args.routed_ttl, health_interval_s=args.health_interval)
+                          routed_ttl_s=args.routed_ttl, health_interval_s=args.health_interval,
+                          max_request_bytes=args.max_request_bytes)
     except (ValueError, RuntimeError) as e:
         print(f"torchtpu router: {e}", file=sys.stderr)
         return 2
@@ -224,9 +229,23 @@ def _serve_replicas(args, argv: list[str]) -> int:
     try:
         replicas = [{k: r[k] for k in ("url", "events", "replay")} for r in launcher.replicas]
         return run_router(replicas, model_path=model, host=args.host, port=args.port,
-                          mode=args.routing_mode)
+                          mode=args.routing_mode, max_request_bytes=args.max_request_bytes)
     finally:
         launcher.stop()
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port), as uvicorn would bind it (SO_REUSEADDR); the
+    server listens on it once the engine is ready. OSError when the port is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _huge_pages_fact(h) -> str:
@@ -292,6 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         # warm-up: Dynamo's guards include the thread count.
         torch.set_num_threads(max(1, args.torch_threads))
 
+        # The port first: taken, it fails now, not after loading and warming up the model.
+        try:
+            sock = _listening_socket(args.host, args.port)
+        except OSError as e:
+            print(f"torchtpu serve: cannot listen on {args.host}:{args.port}: "
+                  f"{e.strerror or e}; pick another --port", file=sys.stderr)
+            return 2
         try:
             kv_events = _kv_events_config(args)
             engine = LLMEngine(
@@ -303,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                 speculative=args.speculative_config, quantization=args.quantization,
                 layers_per_call=args.layers_per_call, kv_events=kv_events)
         except ValueError as e:
+            sock.close()
             print(f"torchtpu serve: {e}", file=sys.stderr)
             return 2
         print(f"torchtpu serve: {engine.model_name} ({engine.weight_bytes / 2**20:.1f} MiB of "
@@ -316,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         # 1 when the engine loop died: a supervisor restarts the server.
         try:
             return serve(engine, args.host, args.port, max_request_bytes=args.max_request_bytes,
-                         max_request_sequences=args.max_request_sequences)
+                         max_request_sequences=args.max_request_sequences, sock=sock)
         finally:
             engine.close()
     return 0

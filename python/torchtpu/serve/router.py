@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def run_router(replicas: list[dict], *, model_path: str | None, host: str = "127
                weights: tuple[float, float, float] = (3.0, 1.0, 1.0),
                spill_threshold: int | None = None, block_size: int = 0,
                routed_ttl_s: float = 30.0, health_interval_s: float = 0.5,
-               on_listening=None) -> int:
+               max_request_bytes: int = 4 << 20, on_listening=None) -> int:
     """Serves until SIGINT/SIGTERM. `replicas`: dicts with "url" and optionally "events"
     and "replay" (ZMQ endpoints of its KV events). Returns 0."""
     try:
@@ -87,7 +88,8 @@ def run_router(replicas: list[dict], *, model_path: str | None, host: str = "127
         host=host, port=port, replicas=replicas, mode=mode, weights=list(weights),
         **({} if spill_threshold is None else {"spill_threshold": spill_threshold}),
         block_size=block_size, routed_ttl_s=routed_ttl_s if events else 1e9,
-        health_interval_s=health_interval_s, tokenizer=tokenizer)
+        health_interval_s=health_interval_s, max_request_bytes=max_request_bytes,
+        tokenizer=tokenizer)
     bound = router.bind()
     how = ("KV events" if events else "its routing history (no KV events)") \
         if mode == "cache-aware" else "round-robin"
@@ -119,7 +121,9 @@ class ReplicaLauncher:
     """N ``torchtpu serve`` processes on ports base_port..base_port+N-1, each publishing KV
     events on its own ipc:// endpoints (bound by the replica, local to this host), pinned to
     its own cores, in its own session (a Ctrl-C reaches the launcher, which stops them). A
-    replica that exits is started again after a pause, until ``stop()``."""
+    replica that exits is started again after a pause, until ``stop()``, unless it exited
+    with status 2 (its arguments or its port: starting it again would fail the same way).
+    ``stop()`` removes the endpoints' folder."""
 
     def __init__(self, num_replicas: int, base_port: int, serve_args: list[str],
                  host: str = "127.0.0.1") -> None:
@@ -173,6 +177,12 @@ class ReplicaLauncher:
         while not self._stop.wait(0.5):
             for i, p in enumerate(self.procs):
                 if p is not None and p.poll() is not None and not self._stop.is_set():
+                    if p.returncode == 2:
+                        log.error("router: replica %d (%s) cannot start (status 2: its "
+                                  "arguments, or its port is taken; its error is above); not "
+                                  "starting it again", i, self.replicas[i]["url"])
+                        self.procs[i] = None
+                        continue
                     log.warning("router: replica %d exited with %s; starting it again in %.0f s",
                                 i, p.returncode, pause[i])
                     if self._stop.wait(pause[i]):
@@ -194,3 +204,4 @@ class ReplicaLauncher:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -73,3 +73,71 @@ def test_router_command_line_errors():
     assert r.returncode == 2 and "one per replica" in r.stderr
     r = run("--replica", "http://127.0.0.1/v1", "--mode", "round-robin")
     assert r.returncode == 2 and "expected http://HOST:PORT" in r.stderr
+
+
+def test_serve_on_a_taken_port_fails_before_loading_the_model():
+    # It loaded and warmed up the model (tens of seconds), said "listening", then failed to
+    # bind (and a --replicas launcher restarted such a replica forever).
+    import socket
+    import time
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        start = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "torchtpu.cli", "serve", "--port", str(port)],
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "--port" in r.stderr, r.stderr
+    assert "warmed up" not in r.stderr and time.monotonic() - start < 60
+
+
+def test_launcher_does_not_restart_a_replica_that_cannot_start(tmp_path, caplog):
+    # Status 2 (its arguments, or a taken port) would repeat at every restart.
+    import logging
+    import time
+
+    from torchtpu.serve.router import ReplicaLauncher
+
+    caplog.set_level(logging.INFO, logger="torchtpu")
+    launcher = ReplicaLauncher(1, 1, ["--max-num-seqs", "0"])
+    launcher.start()
+    try:
+        deadline = time.monotonic() + 90
+        while launcher.procs[0] is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert launcher.procs[0] is None
+        assert any("cannot start" in r.getMessage() for r in caplog.records)
+        assert not any("; starting it again in" in r.getMessage() for r in caplog.records)
+    finally:
+        launcher.stop()
+    import os
+
+    assert not os.path.exists(launcher.dir)  # its endpoints' folder is removed
+
+
+def test_router_request_size_limit_is_a_flag():
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "torchtpu.cli", "router", "--replica",
+                             "http://127.0.0.1:1", "--mode", "round-robin", "--port", str(port),
+                             "--max-request-bytes", "1000"], stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        for _ in range(300):
+            try:
+                r = httpx.post(url, content=json.dumps({"prompt": "x" * 2000}), timeout=10)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert r.status_code == 413 and "limit of 1000 bytes" in r.text, r.text
+        r = httpx.post(url, json={"prompt": "x" * 500}, timeout=10)
+        assert r.status_code != 413, r.text  # under the limit: on to the (absent) replica
+    finally:
+        proc.terminate()
+        proc.wait(30)
