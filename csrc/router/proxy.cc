@@ -243,7 +243,6 @@ struct Proxy::Exchange {
         return true;
       case Wait::kClientGone:
         client_gone = true;
-        proxy->metrics_->num_client_disconnects++;
         ec = net::error::connection_aborted;
         return false;
       case Wait::kTimeout:
@@ -482,7 +481,12 @@ void Proxy::serve_connection(tcp::socket client) {
                                         (ex.upstream_read_at - ex.written_at))
               .count());
     }
-    if (outcome == Exchange::Outcome::kClientGone) break;
+    if (outcome == Exchange::Outcome::kClientGone) {
+      // Counted here, whichever way it showed: a hang-up while waiting on the replica, or
+      // a write to the client that failed (a stream's usual way).
+      metrics_->num_client_disconnects++;
+      break;
+    }
     if (outcome == Exchange::Outcome::kRetry) {
       metrics_->num_failed++;
       std::string body = ex.failure_body;

@@ -106,6 +106,7 @@ def _until(cond, timeout: float = 20) -> bool:
 
 def test_a_client_that_hangs_up_mid_stream_aborts_the_replicas_request(stack):
     before = stack.aborted()
+    counted = _router_metric(stack.url, "torchtpu_router:client_disconnects_total")
     with httpx.stream("POST", stack.url + "/v1/completions", timeout=60, json={
             "prompt": "To be, or not to be", "max_tokens": LONG, "ignore_eos": True,
             "stream": True}) as r:
@@ -115,6 +116,9 @@ def test_a_client_that_hangs_up_mid_stream_aborts_the_replicas_request(stack):
             if line.startswith("data: "):
                 break  # one event, then hang up
     assert _until(lambda: stack.aborted() == before + 1), "the replica did not abort"
+    # Counted though the hang-up showed as a failed write to the client, not while waiting.
+    assert _until(lambda: _router_metric(
+        stack.url, "torchtpu_router:client_disconnects_total") == counted + 1)
 
 
 def test_a_client_that_hangs_up_before_a_plain_response_aborts_it(stack):
