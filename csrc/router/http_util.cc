@@ -11,10 +11,15 @@ base::StatusOr<Endpoint> parse_http_endpoint(std::string_view url) {
   if (rest.substr(0, 7) == "http://") rest.remove_prefix(7);
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   const size_t colon = rest.rfind(':');
-  auto bad = [&](const char* why) {
+  auto bad = [&](const std::string& why) {
     return base::invalid_argument("router: replica address '" + std::string(url) + "': " + why +
                                   " (expected http://HOST:PORT)");
   };
+  const size_t scheme = rest.find("://");
+  if (scheme != std::string_view::npos) {
+    // https, ftp, ...: the router speaks plain HTTP to its replicas.
+    return bad("scheme '" + std::string(rest.substr(0, scheme)) + "' is not http");
+  }
   if (rest.find('/') != std::string_view::npos) return bad("has a path");
   if (colon == std::string_view::npos || colon == 0) return bad("no host:port");
   unsigned port = 0;

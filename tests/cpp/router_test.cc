@@ -129,6 +129,10 @@ TEST(RouterHttpUtil, ParsesReplicaAddressesAndMetrics) {
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->host, "127.0.0.1");
   EXPECT_EQ(e->port, 8001);
+  auto https = parse_http_endpoint("https://127.0.0.1:8101");
+  ASSERT_FALSE(https.ok());
+  EXPECT_NE(https.status().message().find("scheme 'https' is not http"), std::string::npos)
+      << https.status().message();
   EXPECT_FALSE(parse_http_endpoint("http://host").ok());
   EXPECT_FALSE(parse_http_endpoint("http://host:99999").ok());
   EXPECT_FALSE(parse_http_endpoint("http://host:80/v1").ok());
