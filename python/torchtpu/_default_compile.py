@@ -3,9 +3,9 @@
 PyTorch's default backend is Inductor, and PyTorch 2.13's Inductor maps the device name
 ``tpu`` to its Pallas code generator for another project (it imports ``torch_tpu``), so a
 graph with pointwise ops on tpu failed with ``No module named 'torch_tpu'``. A graph whose
-inputs (parameters and buffers included, as Dynamo passes them) are on tpu goes to the
-``tpu`` backend instead, as if the user had passed ``backend="tpu"``; every other graph
-goes to Inductor as before. Inductor's ``mode``/``options`` were checked by PyTorch when
+inputs (parameters and buffers included, as Dynamo passes them) or values are on tpu goes
+to the ``tpu`` backend instead, as if the user had passed ``backend="tpu"``; every other
+graph goes to Inductor as before. Inductor's ``mode``/``options`` were checked by PyTorch when
 ``torch.compile`` was called and are ignored here, as the tpu backend ignores them.
 """
 

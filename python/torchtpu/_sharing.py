@@ -5,11 +5,11 @@ torch's reducers share CPU tensors through shared memory and CUDA tensors throug
 IPC; a tpu tensor reached the CPU path, whose ``_share_fd_`` refused it in the queue's
 feeder thread, so the receiver waited forever. A tpu buffer cannot be mapped by another
 process (each has its own PJRT client), so a tpu tensor or storage travels as a copy: its
-value on the host (in shared memory, as a CPU tensor's is), put back on the same tpu
-device index by the receiver. Writes on one side do not reach the other, unlike CUDA's
-shared tensors. The value travels inside the pickle itself (torch.save's bytes), not in a
-shared-memory segment, whose lifetime would end with the sender's temporary host copy,
-before a spawned process's arguments are read.
+value on the host, put back on the same tpu device index by the receiver. Writes on one
+side do not reach the other, unlike CUDA's shared tensors. The value travels inside the
+pickle itself (torch.save's bytes), not in a shared-memory segment as a CPU tensor's does:
+that segment's lifetime would end with the sender's temporary host copy, before a spawned
+process's arguments are read.
 """
 
 from __future__ import annotations
