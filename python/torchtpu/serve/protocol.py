@@ -235,6 +235,7 @@ class TokenizeRequest(_Model):
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[Tool] | None = None
+    return_token_strs: bool = False  # vLLM's: each id's token string in "token_strs"
 
 
 class DetokenizeRequest(_Model):

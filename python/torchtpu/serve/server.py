@@ -320,8 +320,9 @@ class OpenAIServer:
         else:
             ids = await self._off_loop(request, lambda: self.engine.encode_prompt(
                 req.prompt, req.add_special_tokens, self.tokenizer))
+        strs = self.tokenizer.convert_ids_to_tokens(ids) if req.return_token_strs else None
         return JSONResponse({"count": len(ids), "max_model_len": self.engine.max_model_len,
-                             "tokens": ids})
+                             "tokens": ids, "token_strs": strs})
 
     async def _detokenize(self, request: Request) -> Response:
         req = await self._read(request, DetokenizeRequest)

@@ -193,3 +193,16 @@ def test_request_size_and_phase_histograms(server, client):
     # The prompt, then one token per decode step (the last sampled token is not computed).
     assert d["vllm:iteration_tokens_total_sum"] == r.usage.prompt_tokens + 4
     assert "_created" not in after
+
+
+def test_tokenize_returns_token_strings_on_request(server):
+    # vLLM's return_token_strs: each id's token string, null unless asked for.
+    app, url = server
+    body = {"model": "tiny", "prompt": "Hello there"}
+    plain = httpx.post(url + "/tokenize", json=body, timeout=30).json()
+    assert plain["token_strs"] is None
+    asked = httpx.post(url + "/tokenize", json=dict(body, return_token_strs=True),
+                       timeout=30).json()
+    assert asked["tokens"] == plain["tokens"]
+    assert asked["token_strs"] == app.engine.tokenizer.convert_ids_to_tokens(plain["tokens"])
+    assert len(asked["token_strs"]) == asked["count"]
