@@ -65,8 +65,10 @@ int64_t dtype_size_bytes(DType t) {
   return 0;
 }
 
+bool is_half_float(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+
 bool is_floating(DType t) {
-  return t == DType::kF16 || t == DType::kBF16 || t == DType::kF32 || t == DType::kF64;
+  return is_half_float(t) || t == DType::kF32 || t == DType::kF64;
 }
 
 bool is_integral(DType t) {

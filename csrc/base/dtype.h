@@ -30,6 +30,7 @@ const char* dtype_mlir_name(DType t);
 const char* dtype_name(DType t);
 int64_t dtype_size_bytes(DType t);
 bool is_floating(DType t);
+bool is_half_float(DType t);  // float16 or bfloat16
 bool is_integral(DType t);  // excludes bool
 bool is_signed_integral(DType t);
 bool is_complex(DType t);

@@ -19,7 +19,7 @@ using Result = base::StatusOr<std::vector<Value>>;
 // ATen's opmath type: reduced-precision floats compute in float32. Integers stay integer
 // when `keep_integral` (ops such as relu and threshold are defined on ints), else float32.
 DType opmath_type(DType t, bool keep_integral = false) {
-  if (t == DType::kBF16 || t == DType::kF16) return DType::kF32;
+  if (base::is_half_float(t)) return DType::kF32;
   if (base::is_floating(t) || base::is_complex(t)) return t;
   return keep_integral ? t : DType::kF32;
 }

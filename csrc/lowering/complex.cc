@@ -189,19 +189,11 @@ Parts parts(Builder& b, Value z) { return {real_part(b, z), imag_part(b, z)}; }
 Value complex_abs(Builder& b, Value z) { return hypot(b, real_part(b, z), imag_part(b, z)); }
 
 // log z = log|z| + i arg z: NaN + NaN i for a NaN part, except inf + NaN i when the other
-// part is infinite (C's clog, PyTorch's CPU). log|z| = log m + log1p(q^2) / 2 with m the
-// larger part's size and q = smaller / m, so |z| above the largest float (3e38 + 3e38 i)
-// does not overflow to inf first.
+// part is infinite (C's clog, PyTorch's CPU). log|z| is log_hypot, so |z| above the largest
+// float (3e38 + 3e38 i) does not overflow to inf first.
 Value complex_log(Builder& b, Value z) {
   auto [x, y] = parts(b, z);
-  Value ax = b.unary("abs", x), ay = b.unary("abs", y);
-  Value m = b.max(ax, ay), n = b.min(ax, ay);
-  Value zero = b.zeros(m.type), inf = b.splat(INFINITY, m.type);
-  Value q = b.select(b.compare(m, zero, "EQ"), zero, b.div(n, m));
-  Value log_mag = b.add(b.unary("log", m),
-                        b.mul(b.splat(0.5, m.type), b.unary("log_plus_one", b.mul(q, q))));
-  Value any_inf = b.binary("or", b.compare(ax, inf, "EQ"), b.compare(ay, inf, "EQ"));
-  return make_complex(b, b.select(any_inf, inf, log_mag), b.binary("atan2", y, x));
+  return make_complex(b, log_hypot(b, x, y), b.binary("atan2", y, x));
 }
 
 // z^w = exp(w log z), as C's cpow (PyTorch's CPU for complex exponents): 0^(1+i) is 0,

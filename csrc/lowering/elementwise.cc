@@ -213,8 +213,7 @@ LoweringFn rounding_unary(const char* hlo_op) {
 // 70000.0, h) is inf there, 65519.0 rounds to 65504; into float32, 1e39 raises).
 base::StatusOr<std::vector<Value>> lower_where(LoweringContext& c) {
   DType t = c.result_type({1, 2});
-  ScalarCast cast = t == DType::kF16 || t == DType::kBF16 ? ScalarCast::kWrapped
-                                                          : ScalarCast::kChecked;
+  ScalarCast cast = base::is_half_float(t) ? ScalarCast::kWrapped : ScalarCast::kChecked;
   Value pred = out_operand(c, 0, DType::kBool);
   auto branch = [&](size_t i) { return c.operand(i, t, c.out_type().dims, cast); };
   return std::vector<Value>{to_out(c, c.b().select(pred, branch(1), branch(2)))};

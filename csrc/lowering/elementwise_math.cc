@@ -30,19 +30,40 @@ Value copysign(Builder& b, Value x, Value y) {
   return b.select(sign_bit(b, y), b.unary("negate", mag), mag);
 }
 
-// hypot as C's: sqrt(x^2 + y^2) without the squares' overflow or underflow (hypot(1e30,
-// 1e30) is finite in float32, hypot(1e-30, 0) is not 0), through the larger magnitude m
-// and the smaller n: m * sqrt(1 + (n / m)^2). Infinite when either is, even with a NaN
-// other; 0 when both are 0.
-Value hypot(Builder& b, Value x, Value y) {
+namespace {
+
+// |x| and |y| as the larger magnitude m and the ratio q = smaller / m (0 when both are 0),
+// and whether either is infinite: the reduction hypot and log_hypot share.
+struct ScaledPair {
+  Value m, q, any_inf;
+};
+ScaledPair scaled_pair(Builder& b, Value x, Value y) {
   Value ax = b.unary("abs", x), ay = b.unary("abs", y);
   Value m = b.max(ax, ay), n = b.min(ax, ay);
-  Value q = b.div(n, m);
-  Value r = b.mul(m, b.unary("sqrt", b.add(b.splat(1, m.type), b.mul(q, q))));
   Value zero = b.zeros(m.type), inf = b.splat(INFINITY, m.type);
-  r = b.select(b.compare(m, zero, "EQ"), zero, r);
+  Value q = b.select(b.compare(m, zero, "EQ"), zero, b.div(n, m));
   Value any_inf = b.binary("or", b.compare(ax, inf, "EQ"), b.compare(ay, inf, "EQ"));
-  return b.select(any_inf, inf, r);
+  return {m, q, any_inf};
+}
+
+}  // namespace
+
+// hypot as C's: sqrt(x^2 + y^2) without the squares' overflow or underflow (hypot(1e30,
+// 1e30) is finite in float32, hypot(1e-30, 0) is not 0): m * sqrt(1 + q^2). Infinite when
+// either is, even with a NaN other; 0 when both are 0.
+Value hypot(Builder& b, Value x, Value y) {
+  auto [m, q, any_inf] = scaled_pair(b, x, y);
+  Value r = b.mul(m, b.unary("sqrt", b.add(b.splat(1, m.type), b.mul(q, q))));
+  return b.select(any_inf, b.splat(INFINITY, m.type), r);
+}
+
+// log(hypot(x, y)) as log m + log1p(q^2) / 2, finite where hypot itself overflows
+// (log|3e38 + 3e38 i| in float32); inf when either is infinite, -inf when both are 0.
+Value log_hypot(Builder& b, Value x, Value y) {
+  auto [m, q, any_inf] = scaled_pair(b, x, y);
+  Value r = b.add(b.unary("log", m),
+                  b.mul(b.splat(0.5, m.type), b.unary("log_plus_one", b.mul(q, q))));
+  return b.select(any_inf, b.splat(INFINITY, m.type), r);
 }
 
 namespace {

@@ -14,7 +14,7 @@ inline Value out_operand(LoweringContext& c, size_t i, DType t) {
 // float32 and round once at the end, like PyTorch's CPU kernels (opmath), so a Python
 // scalar is not rounded to 16 bits before use.
 inline DType opmath(DType t) {
-  return t == DType::kF16 || t == DType::kBF16 ? DType::kF32 : t;
+  return base::is_half_float(t) ? DType::kF32 : t;
 }
 
 // Operand i of an op whose inputs promote to `rt`, in opmath(rt), broadcast to the output. A
@@ -55,8 +55,7 @@ inline Value to_out(LoweringContext& c, Value v, size_t k = 0) {
 // `natural` first: PyTorch computes an out= call in the op's own result dtype and then
 // casts into out, so float16 33000 + 33000 is inf even with a float64 out.
 inline Value to_out_via(LoweringContext& c, DType natural, Value v, size_t k = 0) {
-  bool half = natural == DType::kF16 || natural == DType::kBF16;
-  if (half && v.dtype() == DType::kF32) v = c.b().convert(v, natural);
+  if (base::is_half_float(natural) && v.dtype() == DType::kF32) v = c.b().convert(v, natural);
   return to_out(c, v, k);
 }
 
@@ -88,6 +87,7 @@ Value is_nan(Builder& b, Value x);
 Value sign_bit(Builder& b, Value x);
 Value copysign(Builder& b, Value x, Value y);
 Value hypot(Builder& b, Value x, Value y);
+Value log_hypot(Builder& b, Value x, Value y);
 // Complex abs, log, sgn, sqrt, exp, sin, cos, tanh, sigmoid, division, reciprocal and
 // rsqrt with C's (and PyTorch's CPU) special values (complex.cc).
 Value complex_abs(Builder& b, Value z);

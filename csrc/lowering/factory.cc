@@ -24,8 +24,9 @@ using Result = base::StatusOr<std::vector<Value>>;
 // a number branch: where(h > 0, 70000.0, h) is inf where h > 0.
 Result lower_fill(LoweringContext& c) {
   const TensorType& out = c.out_type();
-  bool half = out.dtype == DType::kF16 || out.dtype == DType::kBF16;
-  ScalarCast cast = half && out.num_elements() == 1 ? ScalarCast::kWrapped : ScalarCast::kChecked;
+  ScalarCast cast = base::is_half_float(out.dtype) && out.num_elements() == 1
+                        ? ScalarCast::kWrapped
+                        : ScalarCast::kChecked;
   return std::vector<Value>{c.operand(1, out.dtype, out.dims, cast)};
 }
 
@@ -92,7 +93,7 @@ Value steps_minus_one(Builder& b, int64_t steps, DType t) {
 // into one fused multiply-add, whose single rounding f64 reproduces (f32 * index is exact
 // in f64). Half types use c10::Half operators, which round after every operation.
 Value linspace_values(Builder& b, Value start, Value end, int64_t steps, DType t) {
-  bool half = t == DType::kF16 || t == DType::kBF16;
+  bool half = base::is_half_float(t);
   DType step_type = base::is_floating(t) ? t : DType::kF64;
   DType ramp_type = half ? t : DType::kF64;
   start = b.convert(start, step_type);

@@ -176,7 +176,7 @@ std::string float_literal(double v, DType t) {
 Value Builder::constant(double v, DType t) { return splat(v, TensorType{t, {}}); }
 
 Value Builder::splat(double v, const TensorType& t) {
-  if (t.dtype == DType::kF16 || t.dtype == DType::kBF16) {
+  if (base::is_half_float(t.dtype)) {
     // Emit in f32 and convert: keeps literal formatting to f32/f64 bit patterns.
     return convert(splat(v, TensorType{DType::kF32, t.dims}), t.dtype);
   }
@@ -251,7 +251,7 @@ Value Builder::convert(Value v, DType t) {
 Value Builder::float_to_integer(Value v, DType t) {
   bool wide = t == DType::kI64 || t == DType::kU64 || t == DType::kU32;
   DType via = wide ? DType::kI64 : DType::kI32;
-  Value x = v.dtype() == DType::kF16 || v.dtype() == DType::kBF16 ? convert(v, DType::kF32) : v;
+  Value x = base::is_half_float(v.dtype()) ? convert(v, DType::kF32) : v;
   double bound = wide ? 9223372036854775808.0 : 2147483648.0;  // 2^63, 2^31: exact in f32
   Value in_range = binary("and", compare(x, splat(-bound, x.type), "GE"),
                           compare(x, splat(bound, x.type), "LT"));  // false for NaN

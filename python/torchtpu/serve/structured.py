@@ -46,13 +46,14 @@ _SCHEMA_VALUES = ("items", "additionalProperties", "additionalItems", "propertyN
                   "unevaluatedProperties", "unevaluatedItems")
 
 
-def unenforced_keywords(schema: object, path: str = "#") -> list[str]:
-    """Where a JSON schema uses what xgrammar would ignore ("allOf at #/properties/a")."""
+def unenforced_keywords(schema: object, path: str = "#") -> list[tuple[str, str]]:
+    """Where a JSON schema uses what xgrammar would ignore: (keyword, "not at
+    #/properties/a") pairs."""
     if not isinstance(schema, dict):
         return []
-    found = [f"{k} at {path}" for k in UNENFORCED_KEYWORDS if k in schema]
+    found = [(k, f"{k} at {path}") for k in UNENFORCED_KEYWORDS if k in schema]
     if isinstance(schema.get("allOf"), list) and len(schema["allOf"]) > 1:
-        found.append(f"allOf with {len(schema['allOf'])} subschemas at {path}")
+        found.append(("allOf", f"allOf with {len(schema['allOf'])} subschemas at {path}"))
     for key in _SCHEMA_MAPS:
         if isinstance(schema.get(key), dict):
             for name, sub in schema[key].items():
@@ -120,10 +121,10 @@ class GrammarCache:
                 unenforced = []  # xgrammar reports the malformed schema below
             if unenforced:
                 raise ValueError(
-                    f"serve: the JSON schema uses {', '.join(unenforced[:5])}, which the "
-                    "grammar engine (xgrammar) does not enforce, so the output would not be "
-                    "guaranteed to match it; express it without "
-                    f"{', '.join(sorted({u.split(' ')[0] for u in unenforced}))}")
+                    f"serve: the JSON schema uses {', '.join(w for _, w in unenforced[:5])}, "
+                    "which the grammar engine (xgrammar) does not enforce, so the output "
+                    "would not be guaranteed to match it; express it without "
+                    f"{', '.join(sorted({k for k, _ in unenforced}))}")
         t0 = time.perf_counter()
         try:
             compiled = self._compile(guided)
