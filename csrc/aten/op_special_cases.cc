@@ -1,11 +1,13 @@
 #include "aten/op_special_cases.h"
 
+#include <limits>
 #include <optional>
 #include <initializer_list>
 #include <unordered_map>
 #include <unordered_set>
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
@@ -342,10 +344,66 @@ void check_reduced_dim_nonempty(const std::string& name, Args args) {
                     " to have non-zero size.");
 }
 
+// uniform_'s bounds in the dtype drawn (a complex tensor draws its real parts), as the CPU
+// checks them: the draw would otherwise saturate to a constant.
 void check_uniform_range(const std::string&, Args args) {
+  const at::Tensor& self = args[0].toTensor();
   double from = args[1].toDouble(), to = args[2].toDouble();
-  TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=",
-              from, " > to=", to);
+  c10::ScalarType t = c10::toRealValueType(self.scalar_type());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t, "check_uniform_bounds", [&] {
+    caffe2::TypeMeta dtype = caffe2::TypeMeta::fromScalarType(t);
+    auto lowest = static_cast<double>(std::numeric_limits<scalar_t>::lowest());
+    auto max = static_cast<double>(std::numeric_limits<scalar_t>::max());
+    TORCH_CHECK(from >= lowest && from <= max, "from is out of bounds for ", dtype);
+    TORCH_CHECK(to >= lowest && to <= max, "to is out of bounds for ", dtype);
+    TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=",
+                from, " > to=", to);
+    TORCH_CHECK(to - from <= max, "uniform_ expects to-from <= std::numeric_limits<",
+                c10::toString(t), ">::max(), but found to=", to, " and from=", from,
+                " which result in to-from to exceed the limit");
+  });
+}
+
+// mm's operands share a dtype (the CPU kernel's check; the meta kernel has none).
+void check_mm_dtypes(const std::string&, Args args) {
+  const at::Tensor& a = args[0].toTensor();
+  const at::Tensor& b = args[1].toTensor();
+  TORCH_CHECK(a.dtype() == b.dtype(), "expected m1 and m2 to have the same dtype, but got: ",
+              a.dtype(), " != ", b.dtype());
+}
+
+// searchsorted's sorter: the CPU's checks of its dtype and size (its range is checked by
+// the lowering, on the device).
+void check_searchsorted_sorter(const std::string&, Args args) {
+  if (args[5].isNone()) return;
+  const at::Tensor& seq = args[0].toTensor();
+  const at::Tensor& sorter = args[5].toTensor();
+  TORCH_CHECK(sorter.sizes() == seq.sizes(), "torch.searchsorted(): boundary and sorter must "
+              "have the same size, but got boundary tensor ", seq.sizes(),
+              "and got sorter tensor ", sorter.sizes());
+  TORCH_CHECK(sorter.scalar_type() == at::kLong, "torch.searchsorted(): sorter must be a tensor "
+              "of long dtype but got dtype ", sorter.scalar_type());
+}
+
+// randperm(n)'s result type must hold n - 1, and a float type every integer below n.
+void check_randperm(const std::string&, Args args) {
+  int64_t n = args[0].isInt() ? args[0].toInt() : args[0].toSymInt().expect_int();
+  const at::Tensor& out = args[args.size() - 1].toTensor();
+  TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
+  (void)at::scalar_tensor(n > 0 ? n - 1 : n, at::TensorOptions().dtype(out.scalar_type()));
+  switch (out.scalar_type()) {
+    case at::kHalf:
+      TORCH_CHECK(n <= (int64_t{1} << 11) + 1, "n cannot be greater than 2049 for Half type.");
+      break;
+    case at::kFloat:
+      TORCH_CHECK(n <= (int64_t{1} << 24) + 1, "n cannot be greater than 2^24+1 for Float type.");
+      break;
+    case at::kDouble:
+      TORCH_CHECK(n <= (int64_t{1} << 53) + 1, "n cannot be greater than 2^53+1 for Double type.");
+      break;
+    default:
+      break;
+  }
 }
 
 // bernoulli_(float p) and bernoulli(self, float p): the CPU's check of p (NaN fails it).
@@ -441,6 +499,11 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
          "aten::mode.values"},
         check_reduced_dim_nonempty);
     add({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, check_uniform_range);
+    add({"aten::randperm.generator_out", "aten::randperm.out"}, check_randperm);
+    add({"aten::mm", "aten::mm.out"}, check_mm_dtypes);
+    add({"aten::searchsorted.Tensor", "aten::searchsorted.Tensor_out",
+         "aten::searchsorted.Scalar", "aten::searchsorted.Scalar_out"},
+        check_searchsorted_sorter);
     add({"aten::bernoulli_.float", "aten::bernoulli.p"}, check_bernoulli_p);
     add({"aten::bucketize.Tensor", "aten::bucketize.Tensor_out", "aten::bucketize.Scalar"},
         check_bucketize);

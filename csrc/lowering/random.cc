@@ -322,7 +322,10 @@ Result lower_random(LoweringContext& c) {
   return std::vector<Value>{uniform_int(b, bits, out, from, range)};
 }
 
-// exponential_(self, lambd): -log1p(-u) / lambd, finite since u < 1.
+// exponential_(self, lambd): -log1p(-u) / lambd, finite since u < 1 and never 0: the
+// distribution excludes 0 and PyTorch's samplers never return it (a Gumbel draw
+// -log(exponential) would be inf), so the draw u == 0 gives half the compute type's
+// epsilon, as CUDA's transformation pins its log near 1.
 Result lower_exponential(LoweringContext& c) {
   Builder& b = c.b();
   if (auto s = require_floating(c); !s.ok()) return s;
@@ -331,8 +334,10 @@ Result lower_exponential(LoweringContext& c) {
   RandomBits bits(c);
   DType ct = compute_type(out.dtype);
   Value u = unit_uniform(b, bits, out.dims, ct);
-  Value e = b.unary("log_plus_one", b.unary("negate", u));
-  Value r = b.mul(e, b.splat(-1.0 / c.double_arg(1), u.type));
+  Value e = b.unary("negate", b.unary("log_plus_one", b.unary("negate", u)));
+  double half_eps = std::ldexp(1.0, -mantissa_digits(ct));
+  e = b.max(e, b.splat(half_eps, u.type));
+  Value r = b.mul(e, b.splat(1.0 / c.double_arg(1), u.type));
   return std::vector<Value>{b.convert(r, out.dtype)};
 }
 

@@ -94,7 +94,17 @@ Lowered lower_searchsorted(LoweringContext& c) {
   Value values = c.arg(1).kind == ArgKind::kTensor ? c.tensor(1) : c.scalar(1, seq.dtype());
   if (values.rank() == 0) values = b.reshape(values, {1});
   std::optional<Value> sorter;
-  if (!c.is_none(5)) sorter = c.tensor(5);
+  if (!c.is_none(5)) {
+    sorter = c.tensor(5);
+    int64_t n = seq.rank() == 0 ? 1 : seq.dims().back();
+    if (c.tensor_type(5).num_elements() > 0) {
+      Value k = b.convert(*sorter, DType::kI64);
+      Value in_range = b.binary("and", b.compare(k, b.zeros(k.type), "GE"),
+                                b.compare(k, b.splat(n, k.type), "LT"));
+      c.require(b.all_of(in_range), "torch.searchsorted(): sorter index out of range",
+                CheckKind::kRuntimeError);
+    }
+  }
   return std::vector<Value>{search(c, seq, values, right, sorter)};
 }
 

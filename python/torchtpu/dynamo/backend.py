@@ -128,20 +128,45 @@ def _report_unread_checks() -> None:
         print(f"torchtpu: {e}", file=sys.stderr)
 
 
-def _mutated_inputs(gm: torch.fx.GraphModule) -> list[tuple[int, int]]:
-    """For an inference graph: which placeholders AOTAutograd mutates (data only) and
-    which graph output holds each new value (mutated inputs' values come first)."""
-    ctx = torch._guards.TracingContext.try_get()
-    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
-    if meta is None:
+def _lift_input_mutations(gm: torch.fx.GraphModule) -> list[int]:
+    """AOTAutograd keeps an input's data mutation in the graph as a trailing
+    ``copy_(placeholder, value)`` (keep_inference_input_mutations, as Inductor and
+    aot_eager compile; in a forward too, for inputs that do not require grad: BatchNorm's
+    running statistics). Removes those copies and returns each value as a leading output
+    instead; the returned placeholder indices are the inputs `_writing_back` updates from
+    them."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    copies = [n for n in gm.graph.nodes
+              if n.op == "call_function" and n.target is torch.ops.aten.copy_.default
+              and n.args[0] in placeholders and not n.users]
+    if not copies:
         return []
-    n_placeholders = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
-    pairs = []
-    for out, idx in enumerate(meta.mutated_inp_runtime_indices):
-        info = meta.input_info[idx]
-        if info.mutates_data and not info.mutates_metadata and idx < n_placeholders:
-            pairs.append((idx, out))
-    return pairs
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    results = output.args[0]
+    values = [n.args[1] for n in copies]
+    targets = [placeholders.index(n.args[0]) for n in copies]
+    for n in copies:
+        gm.graph.erase_node(n)
+    output.args = ((*values, *results),)
+    gm.recompile()
+    return targets
+
+
+def _writing_back(run: Callable, targets: list[int]) -> Callable:
+    """`run`, whose first outputs are new values of the inputs at `targets`: writes them
+    into the caller's tensors (a donated input's storage already holds its new buffer, and
+    the copy then moves nothing) and returns the rest."""
+    if not targets:
+        return run
+
+    def call(*args: Any) -> Any:
+        out = run(*args)
+        with torch.no_grad():
+            for k, i in enumerate(targets):
+                args[i].copy_(out[k])
+        return out[len(targets):]
+
+    return call
 
 
 def _first_saved() -> int | None:
@@ -156,22 +181,29 @@ def _aot(session: Session) -> Callable:
     plan tells the backward which saved activations arrive padded (runner.Session)."""
 
     def forward(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        targets = _lift_input_mutations(gm)
+        first_saved = _first_saved()
         runner = GraphRunner(gm, example_inputs, role="forward", session=session,
-                             first_saved=_first_saved())
+                             first_saved=None if first_saved is None
+                             else first_saved + len(targets),
+                             mutated=[(i, k) for k, i in enumerate(targets)])
         # AOTAutograd calls compiled graphs with one list of arguments ("boxed"), so it
         # can free inputs early; the runner only reads them.
-        return make_boxed_func(runner)
+        return make_boxed_func(_writing_back(runner, targets))
 
     def backward(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         return make_boxed_func(GraphRunner(gm, example_inputs, role="backward",
                                            session=session))
 
     def inference(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-        return make_boxed_func(GraphRunner(gm, example_inputs, mutated=_mutated_inputs(gm)))
+        targets = _lift_input_mutations(gm)
+        runner = GraphRunner(gm, example_inputs, mutated=[(i, k) for k, i in enumerate(targets)])
+        return make_boxed_func(_writing_back(runner, targets))
 
     return aot_autograd(fw_compiler=forward, bw_compiler=backward,
                         inference_compiler=inference,
-                        decompositions=decompositions())
+                        decompositions=decompositions(),
+                        keep_inference_input_mutations=True)
 
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *,

@@ -145,7 +145,7 @@ class GraphRunner:
         self.first_saved = first_saved
         self.known_sizes = known_sizes
         # (placeholder, graph output) pairs: the output is the placeholder's new value,
-        # which AOTAutograd's epilogue copies back into the caller's tensor.
+        # which the backend writes back into the caller's tensor (backend._writing_back).
         self.mutated = mutated or []
         self.device = _device_of(example_inputs) if device is None else device
         # Ops with no lowering: the graph runs cut at them (`fallback`, a SplitGraph), they

@@ -260,3 +260,40 @@ def test_mutated_input_shared_with_a_live_output_is_not_donated() -> None:
     torch.testing.assert_close(x.cpu(), torch.full((4,), 2.0))
     torch.testing.assert_close(y.cpu(), torch.full((4,), 2.0))
     torch.testing.assert_close(z.cpu(), torch.full((4,), 4.0))
+
+
+def test_checkpointed_batch_norm_trains_like_aot_eager_on_the_cpu() -> None:
+    # The running statistics are mutated by the forward and the checkpointed block is
+    # recomputed in the backward from the same buffers: the mutation stays in the graph
+    # (as Inductor and aot_eager compile it), so the buffers saved for the backward are
+    # the ones it wrote. PyTorch's compiled semantics: statistics updated once per step
+    # (eager checkpointing updates them again when it recomputes).
+    from torch.utils.checkpoint import checkpoint
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return checkpoint(lambda t: torch.relu(self.bn(self.conv(t))), x,
+                              use_reentrant=False).sum()
+
+    torch.manual_seed(0)
+    ref = Block()
+    model = copy.deepcopy(ref).to("tpu")
+    ref_step = torch.compile(ref, backend="aot_eager")
+    step = torch.compile(model, backend="tpu")
+    for _ in range(2):
+        x = torch.randn(2, 3, 8, 8)
+        expected = ref_step(x)
+        expected.backward()
+        got = step(x.to("tpu"))
+        got.backward()
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-4)
+    for name, buf in ref.named_buffers():
+        torch.testing.assert_close(dict(model.named_buffers())[name].cpu(), buf)
+    for name, p in ref.named_parameters():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad.cpu(), p.grad,
+                                   rtol=1e-4, atol=1e-4)

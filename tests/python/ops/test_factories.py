@@ -261,3 +261,43 @@ def test_bernoulli_probability_in_range_is_accepted() -> None:
     out = torch.bernoulli(probs.to(TPU)).cpu()
     assert out[0] == 0 and out[1] == 1
     assert torch.empty(4, device=TPU).bernoulli_(1.0).cpu().eq(1).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_exponential_never_draws_zero(dtype: torch.dtype) -> None:
+    # 2^24 draws at this seed held a uniform draw of exactly 0, which -log1p(-u) turned into
+    # 0: a Gumbel sample -log(exponential) was then inf and gumbel_softmax all NaN.
+    torchtpu.manual_seed(0)
+    x = torch.empty(1 << 24, device=TPU, dtype=dtype).exponential_()
+    assert x.min().item() > 0
+    torchtpu.manual_seed(0)
+    g = torch.nn.functional.gumbel_softmax(torch.zeros(1 << 24, device=TPU, dtype=dtype))
+    assert not g.isnan().any().item()
+
+
+def _raises_like_the_cpu(fn) -> None:
+    import re
+    with pytest.raises(Exception) as cpu:
+        fn("cpu")
+    with pytest.raises(cpu.type, match=re.escape(str(cpu.value))):
+        fn(TPU)
+
+
+@pytest.mark.parametrize("dtype,bounds", [
+    (torch.float32, (0.0, float("inf"))), (torch.float32, (-3e38, 3e38)),
+    (torch.float16, (0.0, 7e4)), (torch.bfloat16, (-4e38, 0.0)), (torch.int64, (0.0, 1.0)),
+])
+def test_uniform_bounds_outside_the_dtype_raise_like_the_cpu(dtype: torch.dtype,
+                                                             bounds: tuple) -> None:
+    # The draw saturated to a constant instead (every element 3.4e38, or 65504).
+    _raises_like_the_cpu(lambda d: torch.empty(3, device=d, dtype=dtype).uniform_(*bounds))
+
+
+@pytest.mark.parametrize("n,dtype", [(300, torch.uint8), (129, torch.int8),
+                                     (40000, torch.int16), (2050, torch.float16)])
+def test_randperm_of_more_values_than_the_dtype_holds_raises_like_the_cpu(
+        n: int, dtype: torch.dtype) -> None:
+    # The permutation wrapped around (duplicates) instead.
+    _raises_like_the_cpu(lambda d: torch.randperm(n, dtype=dtype, device=d))
+    p = torch.randperm(256, dtype=torch.uint8, device=TPU).cpu()
+    assert torch.equal(p.sort().values, torch.arange(256, dtype=torch.uint8))

@@ -141,6 +141,11 @@ def _first_line(e: BaseException) -> str:
     # The boundaries' rank: the CPU kernel checks it, the meta kernel does not.
     lambda x, i: torch.bucketize(x, x.reshape(2, 2)),
     lambda x, i: torch.bucketize(3.0, x.reshape(2, 2)),
+    # searchsorted's sorter: its size, dtype and range (the range checked on the device).
+    lambda x, i: torch.searchsorted(x, x, sorter=torch.tensor([0, 1], device=x.device)),
+    lambda x, i: torch.searchsorted(x, x, sorter=i.to(torch.int32)),
+    lambda x, i: torch.searchsorted(x, x, sorter=torch.tensor([0, 1, 2, 5], device=x.device)),
+    lambda x, i: torch.searchsorted(x, 0.5, sorter=torch.tensor([0, 1, -1, 3], device=x.device)),
 ])
 def test_errors_have_the_cpu_kernels_wording(call) -> None:
     x, i = make((4,), torch.float32), torch.tensor([1, 2, 3, 4], dtype=torch.int8)
