@@ -110,10 +110,13 @@ std::vector<Taps> aa_taps(bool cubic, int64_t in, int64_t out, bool align_corner
   return taps;
 }
 
-// Taps of every output position along one dim, in output order.
+// Taps of every output position along one dim, in output order. `nearest_shortcut`: ATen's
+// nearest_idx, which copies an unchanged size and halves the index of a doubled one
+// whatever the scale says (its 2-d forward and every nearest backward use it; the 1-d and
+// 3-d forwards and CUDA floor o / scale).
 template <typename T>
 std::vector<Taps> taps_in(Mode mode, int64_t in, int64_t out, bool align_corners,
-                          std::optional<double> scale) {
+                          std::optional<double> scale, bool nearest_shortcut) {
   if (mode == Mode::kLinearAA || mode == Mode::kCubicAA) {
     return aa_taps<T>(mode == Mode::kCubicAA, in, out, align_corners, scale);
   }
@@ -123,9 +126,9 @@ std::vector<Taps> taps_in(Mode mode, int64_t in, int64_t out, bool align_corners
     if (mode == Mode::kNearest) {
       // Nearest modes use float scales for every dtype, as ATen's nearest kernels do.
       float src = static_cast<float>(o) * scale_value<float>(scale, in, out);
-      int64_t i = out == in       ? o
-                  : out == 2 * in ? o >> 1
-                                  : std::min(static_cast<int64_t>(std::floor(src)), in - 1);
+      int64_t i = nearest_shortcut && out == in       ? o
+                  : nearest_shortcut && out == 2 * in ? o >> 1
+                  : std::min(static_cast<int64_t>(std::floor(src)), in - 1);
       t = {{i}, {1.0}};
     } else if (mode == Mode::kNearestExact) {
       float s = scale_value<float>(scale, in, out);
@@ -157,9 +160,10 @@ std::vector<Taps> taps_in(Mode mode, int64_t in, int64_t out, bool align_corners
 }
 
 std::vector<Taps> taps_for(Mode mode, DType t, int64_t in, int64_t out, bool align_corners,
-                           std::optional<double> scale) {
-  return t == DType::kF64 ? taps_in<double>(mode, in, out, align_corners, scale)
-                          : taps_in<float>(mode, in, out, align_corners, scale);
+                           std::optional<double> scale, bool nearest_shortcut) {
+  return t == DType::kF64
+             ? taps_in<double>(mode, in, out, align_corners, scale, nearest_shortcut)
+             : taps_in<float>(mode, in, out, align_corners, scale, nearest_shortcut);
 }
 
 // Weights as a dense literal; each is exactly a value of the constant's type.
@@ -324,10 +328,12 @@ LoweringFn upsample(Mode mode, bool backward) {
       int64_t dim = 2 + s;
       if (in[dim] == 0 || out[dim] == 0) continue;  // empty result: shape only
       // PyTorch's antialiased forward skips a dim whose size does not change (its taps
-      // there, weights 1 and 0, would still turn an inf into NaN).
-      if (aa && !backward && in[dim] == out[dim]) continue;
+      // there, weights 1 and 0, would still turn an inf into NaN); its linear kernels,
+      // forward and backward, copy such a dim whatever the scale.
+      if (in[dim] == out[dim] && ((aa && !backward) || mode == Mode::kLinear)) continue;
       std::optional<double> scale = scale_arg(c, first_scale + static_cast<size_t>(s));
-      std::vector<Taps> taps = taps_for(mode, t, in[dim], out[dim], align_corners, scale);
+      std::vector<Taps> taps = taps_for(mode, t, in[dim], out[dim], align_corners, scale,
+                                        /*nearest_shortcut=*/backward || spatial == 2);
       y = backward ? resample_backward(b, y, dim, taps, in[dim]) : resample(b, y, dim, taps);
       // PyTorch's CPU kernel for uint8 images is separable with a uint8 result per pass
       // (rounded to nearest and clamped), not one rounding at the end.

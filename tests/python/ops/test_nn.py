@@ -551,6 +551,27 @@ def test_interpolate_antialias_and_gradient(mode: str, align_corners: bool,
         assert_same(grad, x.nan_to_num(posinf=1.0), g)
 
 
+# Scales whose size rounds to the input's (1.1 on 5) or to twice it (2.1 on 5): ATen's nearest
+# 2-d forward and every nearest backward copy or halve the index there whatever the scale
+# says, its 1-d and 3-d forwards floor o / scale; its linear kernels copy an unchanged
+# size. Each was answered with the other rule (the 1-d and 3-d forwards, the linear ones).
+@pytest.mark.parametrize("mode,dims", [("nearest", 1), ("nearest", 2), ("nearest", 3),
+                                       ("linear", 1), ("bilinear", 2), ("trilinear", 3)])
+@pytest.mark.parametrize("scale", [1.1, 2.1, 0.6])
+def test_interpolate_by_a_scale_that_keeps_or_doubles_a_size_like_cpu(mode: str, dims: int,
+                                                                       scale: float) -> None:
+    x = make((1, 2, 5, 3, 4)[:2 + dims], torch.float32)
+    out = assert_same(lambda t: F.interpolate(t, scale_factor=scale, mode=mode), x)
+    g = torch.randn(out.shape)
+
+    def grad(t, g):
+        t = t.detach().requires_grad_()
+        F.interpolate(t, scale_factor=scale, mode=mode).backward(g)
+        return t.grad
+
+    assert_same(grad, x, g)
+
+
 # A transposed convolution's output_padding adds trailing positions no input reaches; the
 # input gradient is cut back to the input's size (it was a window too large, and the op
 # ran on the CPU).
