@@ -1,5 +1,6 @@
 #include "aten/op_special_cases.h"
 
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <initializer_list>
@@ -364,6 +365,47 @@ void check_uniform_range(const std::string&, Args args) {
   });
 }
 
+// A scalar argument the CPU kernel converts to the computation's dtype with an overflow
+// check (alpha.to<scalar_t>()): half + half with alpha=1e5 raises there, where the lowering
+// would compute in float32 and give inf. Floating types only (`reduced_only`: float16 and
+// bfloat16, as pow converts its exponent for those only).
+bool fits_every_float(const c10::IValue& v) {
+  if (!v.isScalar()) return true;
+  c10::Scalar s = v.toScalar();
+  if (s.isComplex()) return true;  // complex dtypes, whose values are not checked here
+  return s.isIntegral(/*includeBool=*/true) ? std::abs(s.toLong()) <= 65504
+                                            : !(std::abs(s.toDouble()) > 65504);  // NaN fits
+}
+
+void check_scalar_fits(const c10::IValue& v, c10::ScalarType t, bool reduced_only = false) {
+  if (fits_every_float(v) || (reduced_only && !at::isReducedFloatingType(t))) return;
+  if (!at::isFloatingType(t)) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t, "check_scalar_fits", [&] {
+    (void)v.toScalar().to<scalar_t>();
+  });
+}
+
+// add / sub(self, other, alpha): alpha in the common dtype of self and other.
+void check_alpha_fits(const std::string&, Args args) {
+  if (fits_every_float(args[2])) return;  // alpha=1, the common case: no result_type
+  const at::Tensor& self = args[0].toTensor();
+  c10::ScalarType t = args[1].isTensor() ? at::result_type(self, args[1].toTensor())
+                                         : at::result_type(self, args[1].toScalar());
+  check_scalar_fits(args[2], t);
+}
+
+// hardtanh(self, min_val, max_val).
+void check_hardtanh_bounds_fit(const std::string&, Args args) {
+  c10::ScalarType t = args[0].toTensor().scalar_type();
+  check_scalar_fits(args[1], t);
+  check_scalar_fits(args[2], t);
+}
+
+// pow(self, exponent) of a float16 / bfloat16 tensor.
+void check_exponent_fits(const std::string&, Args args) {
+  check_scalar_fits(args[1], args[0].toTensor().scalar_type(), /*reduced_only=*/true);
+}
+
 // mm's operands share a dtype (the CPU kernel's check; the meta kernel has none).
 void check_mm_dtypes(const std::string&, Args args) {
   const at::Tensor& a = args[0].toTensor();
@@ -501,6 +543,13 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
     add({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, check_uniform_range);
     add({"aten::randperm.generator_out", "aten::randperm.out"}, check_randperm);
     add({"aten::mm", "aten::mm.out"}, check_mm_dtypes);
+    add({"aten::add.Tensor", "aten::add_.Tensor", "aten::add.out", "aten::add.Scalar",
+         "aten::add_.Scalar", "aten::add.Scalar_out", "aten::sub.Tensor", "aten::sub_.Tensor",
+         "aten::sub.out", "aten::sub.Scalar", "aten::sub_.Scalar", "aten::sub.Scalar_out"},
+        check_alpha_fits);
+    add({"aten::hardtanh", "aten::hardtanh_", "aten::hardtanh.out"}, check_hardtanh_bounds_fit);
+    add({"aten::pow.Tensor_Scalar", "aten::pow_.Scalar", "aten::pow.Tensor_Scalar_out"},
+        check_exponent_fits);
     add({"aten::searchsorted.Tensor", "aten::searchsorted.Tensor_out",
          "aten::searchsorted.Scalar", "aten::searchsorted.Scalar_out"},
         check_searchsorted_sorter);

@@ -13,7 +13,8 @@ token boundaries (`clean_up_tokenization_spaces`), or a run of byte-fallback pie
 not UTF-8 and spans two windows, can differ from a one-shot decode there.
 
 Text that could still become a stop string is held back until it is decided. Stop strings
-are looked for only once `min_tokens` tokens are out.
+are looked for only once `min_tokens` tokens are out, and only those ending in text added
+from then on.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class IncrementalDetokenizer:
         self.emitted = 0     # characters of `text` handed out
         self.stopped = False
         self.stop_string: str | None = None  # the stop string that ended the text
+        # Text out before `min_tokens` tokens were: a stop string counts only if it ends
+        # after it (vLLM looks for them only in text added from then on).
+        self._floor = 0
         # The window is ids[_context:] of the prompt's tail followed by the output ids;
         # ids before _read are in `text`.
         self._ids = list(prompt_ids[max(0, len(prompt_ids) - self.PROMPT_CONTEXT):])
@@ -69,9 +73,12 @@ class IncrementalDetokenizer:
         if self.stopped:
             return ""
         text = self._decode_new(output_ids, finished)
-        if self.stop and len(output_ids) >= self.min_tokens:
-            start = max(0, self.emitted - self.hold)
-            hits = [(i, s) for s in self.stop if (i := text.find(s, start)) >= 0]
+        if self.stop and len(output_ids) < self.min_tokens:
+            self._floor = len(text)
+        elif self.stop:
+            hits = [(i, s) for s in self.stop
+                    if (i := text.find(s, max(0, self.emitted - self.hold,
+                                              self._floor - len(s) + 1))) >= 0]
             if hits:
                 i, s = min(hits)
                 text = text[: i + len(s)] if self.include_stop else text[:i]

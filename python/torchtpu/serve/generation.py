@@ -312,12 +312,13 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
                           if want_lp else None, "finish_reason": reason,
                           "stop_reason": stop_reason}
             else:
-                choice = {"index": k, "text": out.new_text,
-                          "logprobs": responses.completion_logprobs(out.new_logprobs, tok,
-                                                                    offsets[k])
-                          if want_lp else None, "finish_reason": reason,
-                          "stop_reason": stop_reason}
-            offsets[k] += len(out.new_text)
+                lp = responses.completion_logprobs(out.new_logprobs, tok, offsets[k]) \
+                    if want_lp else None
+                choice = {"index": k, "text": out.new_text, "logprobs": lp,
+                          "finish_reason": reason, "stop_reason": stop_reason}
+                # Offsets count the tokens' own text, as the whole response's do: text
+                # held back (a possible stop string) would make them lag.
+                offsets[k] += sum(len(t) for t in lp["tokens"]) if lp else 0
             yield chunk([choice], usage)
         if gen.include_usage:
             yield _sse({"id": public_id, "object": kind, "created": created, "model": model,

@@ -146,6 +146,14 @@ def _first_line(e: BaseException) -> str:
     lambda x, i: torch.searchsorted(x, x, sorter=i.to(torch.int32)),
     lambda x, i: torch.searchsorted(x, x, sorter=torch.tensor([0, 1, 2, 5], device=x.device)),
     lambda x, i: torch.searchsorted(x, 0.5, sorter=torch.tensor([0, 1, -1, 3], device=x.device)),
+    # Scalars the CPU kernels convert to the tensor's dtype with an overflow check (the
+    # lowerings compute float16 in float32, where 1e5 fits: the results were inf or 1).
+    lambda x, i: torch.add(x.half(), x.half(), alpha=1e5),
+    lambda x, i: x.half().sub(2.0, alpha=-1e5),
+    lambda x, i: torch.add(x.bfloat16(), x, alpha=1e39),
+    lambda x, i: F.hardtanh(x.half(), -1e5, 1e5),
+    lambda x, i: torch.pow(x.half(), 1e5),
+    lambda x, i: torch.pow(x.bfloat16(), 1e39),
 ])
 def test_errors_have_the_cpu_kernels_wording(call) -> None:
     x, i = make((4,), torch.float32), torch.tensor([1, 2, 3, 4], dtype=torch.int8)

@@ -177,6 +177,36 @@ def test_detokenizer_holds_back_stop_prefixes_and_cuts_at_stop():
     assert d.stopped
 
 
+def _detokenize(text: str, finish_at: int | None = None, **kw) -> tuple[str, bool]:
+    d = IncrementalDetokenizer(_CharTokenizer(), **kw)
+    ids, pieces = [], []
+    for k, ch in enumerate(text):
+        ids.append(ord(ch))
+        pieces.append(d.update(ids, finished=k + 1 == len(text)))
+        if d.stopped:
+            break
+    return "".join(pieces), d.stopped
+
+
+@pytest.mark.parametrize("stop,include,min_tokens,want", [
+    # One token per character. The first " named" ends at token 11, before min_tokens: vLLM
+    # never matches it later (it was found again in the held-back text and the output cut
+    # short, or mid-word); the second one, ending at token 22, stops the text.
+    ([" named"], False, 12, (" girl named Emma", True)),
+    (["l named"], False, 12, (" girl named Emma named", False)),
+    ([" named", "zzzzzzzzzzzz"], False, 12, (" girl named Emma", True)),
+    ([" named"], False, 16, (" girl named Emma", True)),
+    # A stop string that ends once min_tokens tokens are out counts, even if it began before.
+    ([" named"], False, 11, (" girl", True)),
+    ([" Emma"], False, 12, (" girl named", True)),
+    ([" Emma"], True, 12, (" girl named Emma", True)),
+])
+def test_stop_strings_count_only_where_they_end_after_min_tokens(stop, include, min_tokens,
+                                                                  want):
+    assert _detokenize(" girl named Emma named", stop=stop, include_stop=include,
+                       min_tokens=min_tokens) == want
+
+
 def test_detokenizer_waits_for_whole_characters():
     d = IncrementalDetokenizer(_CharTokenizer(), stop=[], include_stop=False)
     assert d.update([ord("a"), 1], finished=False) == "a"

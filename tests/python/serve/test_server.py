@@ -46,6 +46,21 @@ def test_completion_matches_offline_greedy(server, client):
     assert text == r.choices[0].text
 
 
+def test_streamed_logprob_offsets_equal_the_whole_responses(client):
+    # A stop string holds text back; each chunk's offsets started at the text sent so far,
+    # which lagged behind the tokens (the first two tokens both at 0).
+    kw = dict(model="tiny", prompt="To be, or not to be", max_tokens=12, temperature=0,
+              logprobs=1, stop=["zzzzzzzzzzzz"])
+    whole = client.completions.create(**kw).choices[0].logprobs
+    offsets, tokens = [], []
+    for c in client.completions.create(stream=True, **kw):
+        if c.choices and c.choices[0].logprobs:
+            offsets += c.choices[0].logprobs.text_offset
+            tokens += c.choices[0].logprobs.tokens
+    assert tokens == whole.tokens
+    assert offsets == whole.text_offset
+
+
 def test_chat_streaming_and_not(client):
     msgs = [{"role": "system", "content": "You are a poet."},
             {"role": "user", "content": "Speak of the king."}]
