@@ -76,6 +76,18 @@ Result embedding_bag(LoweringContext& c) {
     c.require(b.compare(last, b.constant_i64(n, DType::kI64), "LE"),
               "offsets[-1] can not be greater than input's length " + std::to_string(n),
               CheckKind::kRuntimeError);
+    // The CPU reads bags from offsets it never orders: a negative one is out of range
+    // there, a decreasing pair fails an internal check.
+    c.require(b.all_of(b.compare(offsets, b.zeros(offsets.type), "GE")),
+              "embedding_bag: offsets must not be negative", CheckKind::kIndexError);
+    if (num_offsets > 1) {
+      Value before = b.slice(offsets, {0}, {num_offsets - 1}, {1});
+      Value after = b.slice(offsets, {1}, {num_offsets}, {1});
+      c.require(b.all_of(b.compare(before, after, "LE")),
+                "embedding_bag: offsets must be non-decreasing (a bag starts where the one "
+                "before it starts or after)",
+                CheckKind::kRuntimeError);
+    }
   }
 
   // Bag starts [B] against positions [N]: member[b, i] = offset2bag[i] == b.

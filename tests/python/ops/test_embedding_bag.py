@@ -83,6 +83,16 @@ def test_embedding_bag_bad_inputs_raise(idx: list[int], offsets: list[int], matc
             torchtpu.synchronize()
 
 
+@pytest.mark.parametrize("offsets, error", [([0, 2, 1], RuntimeError), ([0, -1], IndexError)])
+def test_embedding_bag_offsets_out_of_order_raise_like_cpu(offsets: list[int], error) -> None:
+    # Accepted before, with bags read from the disordered offsets.
+    idx, weight = torch.tensor([1, 2, 3, 4, 5]), torch.randn(10, 3)
+    for device in ["cpu", "tpu"]:
+        with pytest.raises(error):
+            F.embedding_bag(idx.to(device), weight.to(device), torch.tensor(offsets, device=device))
+            torchtpu.synchronize()
+
+
 def _bag_grads(device: str, mode: str, weight: torch.Tensor, offsets: torch.Tensor,
                psw: torch.Tensor | None = None, **kwargs: object) -> list[torch.Tensor]:
     w = weight.detach().to(device).requires_grad_(True)
