@@ -73,7 +73,8 @@ void bind_compile(py::module& m) {
       .def_readwrite("list_refs", &lowering::GraphNode::list_refs)
       .def_readwrite("scalars", &lowering::GraphNode::scalars)
       .def_readwrite("out_types", &lowering::GraphNode::out_types)
-      .def_readwrite("out_ids", &lowering::GraphNode::out_ids);
+      .def_readwrite("out_ids", &lowering::GraphNode::out_ids)
+      .def_readwrite("rng_ref", &lowering::GraphNode::rng_ref);
   py::class_<lowering::GraphSpec>(m, "GraphSpec")
       .def(py::init<>())
       .def_readwrite("inputs", &lowering::GraphSpec::inputs)

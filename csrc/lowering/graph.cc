@@ -97,6 +97,10 @@ class NodeSource : public ValueSource {
   }
 
   Value rng_state() override {
+    if (node_.rng_ref >= 0) {
+      return builder_.op("stablehlo.bitcast_convert", {values_.get(node_.rng_ref, node_.op)},
+                         TensorType{DType::kU64, {2}});
+    }
     Value v = builder_.param(TensorType{DType::kU64, {2}});
     GraphParam p;
     p.source = GraphParam::Source::kRngState;

@@ -25,6 +25,9 @@ struct GraphNode {
   std::vector<GraphScalar> scalars;        // per arg: value of a kScalar arg
   std::vector<TensorType> out_types;       // one per defined output
   std::vector<int> out_ids;                // value ids of those outputs
+  // Value id of an int64[2] generator state (seed, offset) the node's random draws read
+  // instead of a state of its own: a recomputed random op replays its forward's draws.
+  int rng_ref = -1;
 };
 
 struct GraphSpec {

@@ -467,9 +467,18 @@ Result lower_random_factory(LoweringContext& c) {
   return std::vector<Value>{b.convert(u, out.dtype)};
 }
 
+// torchtpu::rng_state(device): the generator state a graph node draws from, as int64[2]
+// (seed, offset), for a random op the backward recomputes (graph_spec's rng_ref).
+Result lower_rng_state(LoweringContext& c) {
+  Builder& b = c.b();
+  return std::vector<Value>{
+      b.op("stablehlo.bitcast_convert", {c.rng_state()}, TensorType{DType::kI64, {2}})};
+}
+
 }  // namespace
 
 void register_random_lowerings() {
+  register_lowering({"torchtpu::rng_state"}, lower_rng_state);
   register_lowering({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, lower_uniform);
   register_lowering({"aten::normal_", "aten::normal_functional", "aten::normal.float_float",
                      "aten::normal.Tensor_float", "aten::normal.Tensor_float_out",

@@ -40,6 +40,11 @@ _DTYPES = {
 }
 
 
+# Meta key of a node whose random draws read the generator state another node computes
+# (rng_states.py), naming that node: the GraphNode's rng_ref.
+RNG_FROM = "torchtpu_rng_from"
+
+
 class UnsupportedGraph(NotImplementedError):
     """The graph holds something the tpu backend cannot lower (says what and where)."""
 
@@ -436,6 +441,9 @@ def _lower_node(node: torch.fx.Node, ids: dict, next_id: int, b: _Builder) -> tu
     g.tensor_refs = tensor_refs
     g.list_refs = list_refs
     g.scalars = scalars
+    if RNG_FROM in node.meta:  # by name: a padded graph is a copy with nodes of its own
+        g.rng_ref = next(i for n, i in ids.items()
+                         if isinstance(n, torch.fx.Node) and n.name == node.meta[RNG_FROM])
 
     val = node.meta.get("val")
     vals = list(val) if isinstance(val, (tuple, list)) else [val]

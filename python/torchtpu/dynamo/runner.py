@@ -36,6 +36,7 @@ from torchtpu.dynamo.graph_spec import (
     evaluate,
     free_symbols,
 )
+from torchtpu.dynamo.rng_states import unwrap_rng_states
 from torchtpu.dynamo.split import SplitGraph, split_at_unlowered, unlowered_ops
 
 log = logging.getLogger("torchtpu.compile")
@@ -139,6 +140,7 @@ class GraphRunner:
                  device: int | None = None,
                  known_sizes: dict[sympy.Symbol, int] | None = None) -> None:
         unwrap_effects(gm)
+        unwrap_rng_states(gm)
         self.gm = gm
         self.role = role
         self.session = session or Session()

@@ -297,3 +297,31 @@ def test_checkpointed_batch_norm_trains_like_aot_eager_on_the_cpu() -> None:
     for name, p in ref.named_parameters():
         torch.testing.assert_close(dict(model.named_parameters())[name].grad.cpu(), p.grad,
                                    rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_dropout_recomputed_by_checkpointing_replays_its_forward_draws(dynamic: bool) -> None:
+    # AOTAutograd wraps a random op that the backward recomputes in
+    # run_and_save_rng_state / run_with_rng_state (the graph was refused): the backward
+    # must draw the forward's mask, so the bias gradient is the kept positions' upstream.
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 32).to("tpu")
+
+    def f(x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = checkpoint(lambda t: F.dropout(torch.relu(lin(t)), 0.5, training=True), x,
+                       use_reentrant=False)
+        return y, (y * g).sum()
+
+    step = torch.compile(f, backend="tpu", dynamic=dynamic)
+    masks = []
+    for n in (8, 5, 11) if dynamic else (8, 8):
+        x, g = torch.randn(n, 32, device="tpu"), torch.randn(n, 32, device="tpu")
+        lin.zero_grad()
+        y, loss = step(x, g)
+        loss.backward()
+        kept = (y != 0).cpu()
+        torch.testing.assert_close(lin.bias.grad.cpu(), (g.cpu() * kept * 2).sum(0))
+        masks.append(kept)
+    assert not torch.equal(masks[0][:5], masks[1][:5])  # each call draws anew
