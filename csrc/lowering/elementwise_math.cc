@@ -268,12 +268,13 @@ Value polygamma(Builder& b, int64_t n, Value x) {
   return b.select(b.compare(x, b.unary("negate", inf), "EQ"), at_neg, r);
 }
 
-// polygamma(n, self): n is an int argument; n = 0 is digamma.
+// polygamma(n, self) and polygamma_(self, n): n is an int argument; n = 0 is digamma.
 Lowered lower_polygamma(LoweringContext& c) {
   Builder& b = c.b();
   DType t = float_compute_type(c);
-  Value x = out_operand(c, 1, t);
-  int64_t n = c.int_arg(0);
+  bool in_place = c.op_name() == "aten::polygamma_";
+  Value x = out_operand(c, in_place ? 0 : 1, t);
+  int64_t n = c.int_arg(in_place ? 1 : 0);
   Value r = n == 0 ? digamma(b, x) : polygamma(b, n, x);
   return std::vector<Value>{to_out(c, r)};
 }

@@ -729,3 +729,9 @@ def test_division_by_a_divisor_near_the_top_of_the_range(dtype: torch.dtype) -> 
         want, got = fn(x), fn(x.to(TPU)).cpu()
         torch.testing.assert_close(got, want, rtol=2 * torch.finfo(dtype).eps, atol=0,
                                    msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_polygamma_in_place_takes_self_first(n: int) -> None:
+    # polygamma_(self, n) lowered as polygamma(n, self): an internal error.
+    assert_same(lambda x: x.clone().polygamma_(n), torch.linspace(0.3, 4, 7))
