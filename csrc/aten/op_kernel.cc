@@ -281,11 +281,53 @@ class ListVersionBump {
   int exceptions_ = std::uncaught_exceptions();
 };
 
+// Argument `v` of a list op for item k alone (of n): a list holds its item k; the
+// per-item scalars tensor of _foreach_addcmul_.Tensor and friends its element k.
+c10::IValue item_argument(const c10::IValue& v, const c10::Argument& formal, size_t k,
+                          size_t n) {
+  if (v.isTensorList()) return c10::List<at::Tensor>({v.toTensorList().get(k)});
+  if (v.isList() && v.toListRef().size() == n) {
+    c10::impl::GenericList one(v.toList().elementType());
+    one.push_back(v.toList().get(k));
+    return one;
+  }
+  if (v.isTensor() && formal.name() == "scalars" && v.toTensor().numel() == n) {
+    return v.toTensor().slice(0, k, k + 1);
+  }
+  return v;
+}
+
+// An in-place list op whose items share memory across positions runs item by item, in
+// list order, as PyTorch's per-item kernels do: _foreach_add_([x, x], 1) adds 2, and
+// clip_grad_norm_ / an optimizer over a list naming a tensor twice scales or steps it
+// twice. Returns whether it ran so.
+bool ran_items_in_order(const c10::OperatorHandle& op, const OpInfo& info,
+                        const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  size_t num_args = schema.arguments().size();
+  auto args = torch::jit::last(*stack, num_args);
+  if (info.bumped_lists.empty() || !schema.returns().empty() ||
+      !list_items_overlap_across_positions(schema, args)) {
+    return false;
+  }
+  size_t n = args[info.bumped_lists[0]].toTensorList().size();
+  std::vector<c10::IValue> call(args.begin(), args.end());
+  torch::jit::drop(*stack, num_args);
+  for (size_t k = 0; k < n; ++k) {
+    torch::jit::Stack item;
+    for (size_t i = 0; i < num_args; ++i) {
+      item.push_back(item_argument(call[i], schema.arguments()[i], k, n));
+    }
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &item);
+  }
+  return true;
+}
+
 }  // namespace
 
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpInfo& info = op_info(op);
   const c10::FunctionSchema& schema = op.schema();
+  if (ran_items_in_order(op, info, schema, stack)) return;
   ListVersionBump bump(info, schema, *stack);
   runtime::trace::Label label(info.name.c_str());
   if (info.is_clone && clone_outside_lowering(schema, stack)) return;

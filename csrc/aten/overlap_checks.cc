@@ -3,6 +3,9 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Tensor.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <tuple>
 #include <vector>
 
 #include "aten/op_special_cases.h"
@@ -51,7 +54,50 @@ void check_list_overlap(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IV
   }
 }
 
+// The bytes of its storage a tensor's elements lie within, and where it is in the lists.
+struct Span {
+  const c10::StorageImpl* storage;
+  int64_t begin, end;
+  size_t position;
+  bool written;
+};
+
+Span span_of(const at::Tensor& t, size_t position, bool written) {
+  int64_t extent = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * std::abs(t.stride(d));
+  int64_t begin = t.storage_offset() * static_cast<int64_t>(t.element_size());
+  return {t.storage().unsafeGetStorageImpl(), begin,
+          begin + extent * static_cast<int64_t>(t.element_size()), position, written};
+}
+
 }  // namespace
+
+bool list_items_overlap_across_positions(const c10::FunctionSchema& schema,
+                                         c10::ArrayRef<c10::IValue> args) {
+  std::vector<Span> spans;
+  for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i) {
+    if (!args[i].isTensorList()) continue;
+    const c10::AliasInfo* ai = schema.arguments()[i].alias_info();
+    c10::List<at::Tensor> list = args[i].toTensorList();
+    for (size_t k = 0; k < list.size(); ++k) {
+      at::Tensor t = list.get(k);
+      if (t.numel() > 0) spans.push_back(span_of(t, k, ai && ai->isWrite()));
+    }
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return std::tie(a.storage, a.begin) < std::tie(b.storage, b.begin);
+  });
+  for (size_t i = 0; i < spans.size(); ++i) {
+    for (size_t j = i + 1; j < spans.size() && spans[j].storage == spans[i].storage &&
+                           spans[j].begin < spans[i].end;
+         ++j) {
+      if (spans[i].position != spans[j].position && (spans[i].written || spans[j].written)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 void check_written_overlap(const c10::FunctionSchema& schema, const std::string& name,
                            c10::ArrayRef<c10::IValue> args) {

@@ -26,4 +26,11 @@ void check_written_overlap(const c10::FunctionSchema& schema, const std::string&
 void check_resized_out_overlap(const c10::FunctionSchema& schema, const std::string& name,
                                c10::ArrayRef<c10::IValue> args, const at::Tensor& out);
 
+// For an in-place list op: whether a written item shares memory with an item at another
+// position of any list argument (the same tensor twice, overlapping views). PyTorch's
+// per-item kernels then see each other's writes in list order; one program over the list
+// reads every item before writing any. Conservative for interleaved strided views.
+bool list_items_overlap_across_positions(const c10::FunctionSchema& schema,
+                                         c10::ArrayRef<c10::IValue> args);
+
 }  // namespace torchtpu::aten

@@ -233,3 +233,31 @@ def test_foreach_errors_match_cpu() -> None:
         torch._foreach_add_(ints, 0.5)  # a float result cannot be written into int64
     with pytest.raises(RuntimeError, match="at least one tensor"):
         torch._foreach_add_([], 1.0)
+
+
+def _aliased_list_calls(device: str) -> list[torch.Tensor]:
+    out = []
+    x = torch.ones(2, 3, device=device)
+    torch._foreach_add_([x, x], 1.0)  # the same tensor twice
+    out.append(x)
+    x = torch.ones(2, 3, device=device)
+    torch._foreach_mul_([x, x[0]], 2.0)  # a view of an earlier item
+    out.append(x)
+    x = torch.arange(6.0, device=device).view(2, 3)
+    torch._foreach_add_([x[0], x[1]], [x[1], x[0]])  # reads an item written before it
+    out.append(x)
+    x = torch.ones(3, device=device)
+    torch._foreach_addcmul_([x, x], [x, x], [x, x], torch.tensor([1.0, 2.0]))
+    out.append(x)
+    w = torch.ones(3, device=device, requires_grad=True)
+    w.grad = torch.full((3,), 4.0, device=device)
+    torch.nn.utils.clip_grad_norm_([w, w], 1.0)  # foreach by default on tpu
+    out.append(w.grad)
+    return out
+
+
+def test_list_items_sharing_memory_update_in_list_order_like_cpu() -> None:
+    # One program over the list read every item before writing any: [x, x] was added to
+    # once, and clip_grad_norm_ over a list naming a gradient twice scaled it once.
+    for got, want in zip(_aliased_list_calls(TPU), _aliased_list_calls("cpu")):
+        torch.testing.assert_close(got.cpu(), want)
