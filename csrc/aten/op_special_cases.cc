@@ -406,6 +406,23 @@ void check_exponent_fits(const std::string&, Args args) {
   check_scalar_fits(args[1], args[0].toTensor().scalar_type(), /*reduced_only=*/true);
 }
 
+// var / std / var_mean / std_mean with no more elements per result than the correction:
+// the CPU kernel's warning (the lowering gives its inf / NaN without a word).
+void warn_nonpositive_degrees_of_freedom(const std::string& name, Args args) {
+  const at::Tensor& self = args[0].toTensor();
+  int64_t factor = 1;
+  if (args[1].isNone() || args[1].toDimVector().empty()) {
+    factor = self.numel();
+  } else {
+    for (int64_t d : args[1].toDimVector()) factor *= self.size(c10::maybe_wrap_dim(d, self.dim()));
+  }
+  double correction = args[2].isNone() ? 1.0 : args[2].toScalar().toDouble();
+  if (static_cast<double>(factor) - correction > 0) return;
+  std::string op = name.substr(6, name.find('.') - 6);  // "aten::var.correction" -> "var"
+  TORCH_WARN(op, "(): degrees of freedom is <= 0. Correction should be strictly less than "
+             "the reduction factor (input numel divided by output numel).");
+}
+
 // mm's operands share a dtype (the CPU kernel's check; the meta kernel has none).
 void check_mm_dtypes(const std::string&, Args args) {
   const at::Tensor& a = args[0].toTensor();
@@ -543,6 +560,11 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
     add({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, check_uniform_range);
     add({"aten::randperm.generator_out", "aten::randperm.out"}, check_randperm);
     add({"aten::mm", "aten::mm.out"}, check_mm_dtypes);
+    add({"aten::var.correction", "aten::var.correction_out", "aten::std.correction",
+         "aten::std.correction_out", "aten::var_mean.correction",
+         "aten::var_mean.correction_out", "aten::std_mean.correction",
+         "aten::std_mean.correction_out"},
+        warn_nonpositive_degrees_of_freedom);
     add({"aten::add.Tensor", "aten::add_.Tensor", "aten::add.out", "aten::add.Scalar",
          "aten::add_.Scalar", "aten::add.Scalar_out", "aten::sub.Tensor", "aten::sub_.Tensor",
          "aten::sub.out", "aten::sub.Scalar", "aten::sub_.Scalar", "aten::sub.Scalar_out"},

@@ -444,3 +444,23 @@ def test_mode_like_cpu() -> None:
             for keepdim in (False, True):
                 assert_same(lambda t: tuple(torch.mode(t, dim, keepdim)), x)
     assert fallbacks() == before
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: x[:1].var(), lambda x: x.view(2, 3)[:, :1].std(1),
+    lambda x: torch.var_mean(x[:1]), lambda x: x[:3].var(correction=5),
+])
+def test_nonpositive_degrees_of_freedom_warn_like_cpu(call) -> None:
+    x = torch.arange(6.0)
+    with pytest.warns(UserWarning, match="degrees of freedom is <= 0") as cpu:
+        call(x)
+    with pytest.warns(UserWarning, match="degrees of freedom is <= 0") as tpu:
+        call(x.to("tpu"))
+    assert str(tpu[0].message).split(" (Triggered")[0] == str(cpu[0].message).split(" (Trigg")[0]
+
+
+def test_positive_degrees_of_freedom_do_not_warn() -> None:
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.arange(6.0, device="tpu").view(2, 3).std(1)
