@@ -73,6 +73,12 @@ class Classifier {
       if (!(t.device().is_cpu() && t.dim() == 0)) wrong_device(t);
       ScalarCategory c = category_of(t.scalar_type());
       put(tag(ArgKind::kScalar, static_cast<int64_t>(c)));
+      // A 0-dim tensor the user made promotes by its dtype (int64 * a float64 one is
+      // float64), a wrapped Python number by its category only (int64 * 0.1 is float32):
+      // calls differing there have other result types.
+      if (!t.unsafeGetTensorImpl()->is_wrapped_number()) {
+        put(static_cast<int64_t>(t.scalar_type()) | (int64_t{1} << 20));
+      }
       if (a != nullptr) {
         a->kind = ArgKind::kScalar;
         a->scalar_category = c;

@@ -64,6 +64,15 @@ bool exportable(const PendingGraph& g) {
     for (const GraphParam& p : c.lowered.params) {
       if (p.source == GraphParam::Source::kRngState) return false;
     }
+    // A host 0-dim tensor the user made (not a number PyTorch wrapped) promotes as a
+    // tensor of its dtype; the shape class reads host scalars back as Python numbers,
+    // which promote as numbers (x * float64 0.1 would be float32 there).
+    for (const c10::IValue& v : n.call_args) {
+      if (v.isTensor() && v.toTensor().device().is_cpu() && v.toTensor().dim() == 0 &&
+          !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+        return false;
+      }
+    }
   }
   return true;
 }
@@ -111,10 +120,11 @@ bool encode_arg(const c10::IValue& v, std::string* out) {
     append_bits(out, static_cast<int64_t>(v.toDevice().type()));
     append_bits(out, static_cast<int64_t>(v.toDevice().index()));
   } else if (v.isTensor() && v.toTensor().device().is_cpu() && v.toTensor().dim() == 0) {
-    // A host scalar tensor (a Python number PyTorch wrapped): its dtype, the lazy
-    // conjugate and negative bits its bytes do not show, and its bytes.
+    // A host scalar tensor (a Python number PyTorch wrapped, or one the user made, which
+    // promotes otherwise): its dtype, the lazy conjugate and negative bits its bytes do
+    // not show, and its bytes.
     const at::Tensor& t = v.toTensor();
-    out->push_back('X');
+    out->push_back(t.unsafeGetTensorImpl()->is_wrapped_number() ? 'X' : 'Y');
     append_bits(out, static_cast<int64_t>(t.scalar_type()));
     out->push_back(static_cast<char>((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0)));
     out->append(static_cast<const char*>(t.const_data_ptr()), t.element_size());

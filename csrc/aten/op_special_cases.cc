@@ -411,7 +411,7 @@ void check_exponent_fits(const std::string&, Args args) {
 void warn_nonpositive_degrees_of_freedom(const std::string& name, Args args) {
   const at::Tensor& self = args[0].toTensor();
   int64_t factor = 1;
-  if (args[1].isNone() || args[1].toDimVector().empty()) {
+  if (args[1].isNone() || args[1].toDimVector().empty() || self.dim() == 0) {
     factor = self.numel();
   } else {
     for (int64_t d : args[1].toDimVector()) factor *= self.size(c10::maybe_wrap_dim(d, self.dim()));

@@ -170,6 +170,25 @@ def test_interpolation_over_a_shape_class_matches_the_cpu() -> None:
             torch.testing.assert_close(got.cpu(), want)
 
 
+@pytest.mark.parametrize("mode", ["op", "fused"])
+def test_host_scalar_tensors_promote_by_dtype_and_numbers_by_kind(mode: str) -> None:
+    # A 0-dim float64 tensor the user made promotes int64 to float64, a Python number to
+    # float32: one call signature served both (the first one's result type), and the
+    # shape class read the tensor back as a number.
+    x = torch.arange(1, 41)
+    tenth, hundred = torch.tensor(0.1, dtype=torch.float64), torch.tensor(100, dtype=torch.int8)
+
+    def calls(v: torch.Tensor, t: int) -> list:
+        b = v[:t] - 20
+        return [((v[:t] * tenth) > 0.3).sum().item(), (v[:t] * tenth).dtype,
+                ((v[:t] * 0.1) > 0.3).sum().item(), (v[:t] * 0.1).dtype,
+                (((b > 0).to(torch.int8) + hundred) * 2 > 0).any().item()]
+
+    with eager_mode(mode):
+        for t in (5, 6, 7, 9, 12):
+            assert calls(x.to(TPU), t) == calls(x, t)
+
+
 def test_reading_an_empty_result_raises_its_failed_check() -> None:
     # Copying an empty tensor to the host moves no data, but it is a host read: the failed
     # check of the op that made it is raised there, as op by op, not at a later read.
