@@ -365,10 +365,7 @@ void check_uniform_range(const std::string&, Args args) {
   });
 }
 
-// A scalar argument the CPU kernel converts to the computation's dtype with an overflow
-// check (alpha.to<scalar_t>()): half + half with alpha=1e5 raises there, where the lowering
-// would compute in float32 and give inf. Floating types only (`reduced_only`: float16 and
-// bfloat16, as pow converts its exponent for those only).
+// Whether `v` (a scalar argument, or anything else) converts to every floating type.
 bool fits_every_float(const c10::IValue& v) {
   if (!v.isScalar()) return true;
   c10::Scalar s = v.toScalar();
@@ -377,6 +374,10 @@ bool fits_every_float(const c10::IValue& v) {
                                             : !(std::abs(s.toDouble()) > 65504);  // NaN fits
 }
 
+// A scalar argument the CPU kernel converts to the computation's dtype with an overflow
+// check (alpha.to<scalar_t>()): half + half with alpha=1e5 raises there, where the lowering
+// would compute in float32 and give inf. Floating types only (`reduced_only`: float16 and
+// bfloat16, as pow converts its exponent for those only).
 void check_scalar_fits(const c10::IValue& v, c10::ScalarType t, bool reduced_only = false) {
   if (fits_every_float(v) || (reduced_only && !at::isReducedFloatingType(t))) return;
   if (!at::isFloatingType(t)) return;
