@@ -246,6 +246,10 @@ class RequestSampler:
             return raw, None, x
         # Subtracting the max first keeps x / temperature <= 0: no overflow to +inf.
         x = (x - x.max()) / p.temperature
+        # vLLM's order: min_p (after temperature), then top_k, then top_p.
+        if p.min_p > 0.0:
+            probs = torch.softmax(x, dim=-1)
+            x = x.masked_fill(probs < p.min_p * probs.max(), float("-inf"))
         if 0 < p.top_k < x.numel():
             kth = torch.topk(x, p.top_k).values[-1]
             x = x.masked_fill(x < kth, float("-inf"))
@@ -258,8 +262,6 @@ class RequestSampler:
             drop[0] = False
             x = x.scatter(0, order, sorted_x.masked_fill(drop, float("-inf")))
         probs = torch.softmax(x, dim=-1)
-        if p.min_p > 0.0:
-            probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
         return raw, probs / probs.sum(), x
 
     def _commit(self, token: int, raw: torch.Tensor) -> Sample:

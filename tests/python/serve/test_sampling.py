@@ -87,6 +87,19 @@ def test_min_p_keeps_tokens_within_a_fraction_of_the_top():
     assert seen == {0, 1}  # 0.3 >= 0.5 * 0.5 > 0.15
 
 
+def test_min_p_filters_before_top_k_and_top_p_as_vllm():
+    # vLLM's sampler: temperature, min_p, then top_k / top_p. min_p=0.5 keeps [0.5, 0.3]
+    # (renormalized 0.625, 0.375), after which top_p=0.6 keeps the top token only; min_p
+    # applied last kept both.
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.2]))
+    seen = {RequestSampler(SamplingParams(min_p=0.5, top_p=0.6, seed=i)).sample(logits).token
+            for i in range(200)}
+    assert seen == {0}
+    seen = {RequestSampler(SamplingParams(min_p=0.5, top_k=2, seed=i)).sample(logits).token
+            for i in range(200)}
+    assert seen == {0, 1}
+
+
 def test_repetition_penalty_covers_prompt_and_output():
     logits = torch.tensor([2.0, 1.9, -1.0, -1.5])
     s = RequestSampler(SamplingParams(temperature=0, repetition_penalty=1.5), [0])
