@@ -83,13 +83,3 @@ def test_dot_vdot_outer() -> None:
 def test_mm_empty_inner_dim() -> None:
     assert_same(torch.mm, torch.empty(3, 0), torch.empty(0, 4))
 
-
-@pytest.mark.parametrize("other", [torch.float64, torch.float16])
-def test_mm_of_mixed_dtypes_raises_like_the_cpu(other: torch.dtype) -> None:
-    # Accepted before, computing in float32: code that ran here failed on CPU and CUDA.
-    import re
-    for fn in (torch.mm, torch.matmul, F.linear):
-        with pytest.raises(RuntimeError) as cpu:
-            fn(torch.randn(2, 2), torch.randn(2, 2, dtype=other))
-        with pytest.raises(RuntimeError, match=re.escape(str(cpu.value))):
-            fn(torch.randn(2, 2, device="tpu"), torch.randn(2, 2, dtype=other, device="tpu"))

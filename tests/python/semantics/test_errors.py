@@ -154,6 +154,18 @@ def _first_line(e: BaseException) -> str:
     lambda x, i: F.hardtanh(x.half(), -1e5, 1e5),
     lambda x, i: torch.pow(x.half(), 1e5),
     lambda x, i: torch.pow(x.bfloat16(), 1e39),
+    # Accepted before, computing in float32: code that ran here failed on CPU and CUDA.
+    *[lambda x, i, f=f, t=t: f(x.view(2, 2), x.view(2, 2).to(t))
+      for f in (torch.mm, torch.matmul, F.linear) for t in (torch.float64, torch.float16)],
+    # uniform_ bounds outside the dtype: the draw saturated to a constant (3.4e38, 65504).
+    *[lambda x, i, t=t, b=b: torch.empty(3, device=x.device, dtype=t).uniform_(*b)
+      for t, b in [(torch.float32, (0.0, float("inf"))), (torch.float32, (-3e38, 3e38)),
+                   (torch.float16, (0.0, 7e4)), (torch.bfloat16, (-4e38, 0.0)),
+                   (torch.int64, (0.0, 1.0))]],
+    # randperm of more values than the dtype holds: the permutation wrapped around.
+    *[lambda x, i, n=n, t=t: torch.randperm(n, dtype=t, device=x.device)
+      for n, t in [(300, torch.uint8), (129, torch.int8), (40000, torch.int16),
+                   (2050, torch.float16)]],
 ])
 def test_errors_have_the_cpu_kernels_wording(call) -> None:
     x, i = make((4,), torch.float32), torch.tensor([1, 2, 3, 4], dtype=torch.int8)
