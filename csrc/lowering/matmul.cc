@@ -6,7 +6,9 @@
 // rounded once at the end (PyTorch's CPU kernels accumulate them in f32), and floats ask
 // for HIGHEST precision so that a TPU does not split f32 products into bf16 passes.
 // beta and alpha are runtime scalars; beta == 0 drops `self` entirely (NaN and inf in it
-// included), as BLAS and PyTorch do.
+// included), as BLAS and PyTorch do. alpha == 0 drops the product the same way for the
+// forms PyTorch's CPU runs as one GEMM/GEMV call (addmm, addmv, addbmm,
+// _addmm_activation); baddbmm keeps it, as the CPU's small-batch loop does.
 #include <cmath>
 
 #include "lowering/elementwise_util.h"
@@ -78,26 +80,37 @@ Value scalar_or(LoweringContext& c, size_t i, DType t, double fallback) {
   return c.arg(i).kind == ArgKind::kScalar ? c.scalar(i, t) : c.b().constant(fallback, t);
 }
 
+// Zero where `scalar` (a runtime scalar) is zero, else scalar * term: the BLAS rule that a
+// zero coefficient drops its term, NaN and inf in it included.
+Value scaled_or_dropped(Builder& b, Value scalar, Value term, const Dims& dims) {
+  Value scaled = b.mul(b.broadcast_to(scalar, dims), term);
+  Value is_zero = b.compare(scalar, b.zeros(scalar.type), "EQ");
+  return b.select(is_zero, b.zeros(scaled.type), scaled);
+}
+
+enum class Alpha { kDropsProduct, kKeepsProduct };
+
 // beta * self + alpha * prod, with self (arg 0) broadcast to the output; beta at arg 3,
 // alpha at arg 4. Computed in prod's (accumulation) dtype and rounded once.
-Value scaled_accumulate(LoweringContext& c, Value prod) {
+Value scaled_accumulate(LoweringContext& c, Value prod, Alpha alpha_rule) {
   Builder& b = c.b();
   DType t = prod.dtype();
   const Dims& dims = c.out_type().dims;
   prod = b.reshape(prod, dims);
   Value beta = scalar_or(c, 3, t, 1);
   Value alpha = scalar_or(c, 4, t, 1);
-  Value self = c.operand(0, t, dims);
-  Value scaled_self = b.mul(b.broadcast_to(beta, dims), self);
-  Value beta_is_zero = b.compare(beta, b.zeros(beta.type), "EQ");
-  scaled_self = b.select(beta_is_zero, b.zeros(scaled_self.type), scaled_self);
-  return b.add(b.mul(b.broadcast_to(alpha, dims), prod), scaled_self);
+  Value scaled_self = scaled_or_dropped(b, beta, c.operand(0, t, dims), dims);
+  Value scaled_prod = alpha_rule == Alpha::kDropsProduct
+                          ? scaled_or_dropped(b, alpha, prod, dims)
+                          : b.mul(b.broadcast_to(alpha, dims), prod);
+  return b.add(scaled_prod, scaled_self);
 }
 
 // addmm / baddbmm / addbmm / addmv(self, a, b, *, beta, alpha).
-LoweringFn scaled_product(DotSpec spec) {
-  return [spec](LoweringContext& c) -> Lowered {
-    return std::vector<Value>{to_out(c, scaled_accumulate(c, product_of_args(c, 1, 2, spec)))};
+LoweringFn scaled_product(DotSpec spec, Alpha alpha_rule) {
+  return [spec, alpha_rule](LoweringContext& c) -> Lowered {
+    Value prod = product_of_args(c, 1, 2, spec);
+    return std::vector<Value>{to_out(c, scaled_accumulate(c, prod, alpha_rule))};
   };
 }
 
@@ -105,7 +118,8 @@ LoweringFn scaled_product(DotSpec spec) {
 // erf form of gelu (PyTorch's CPU kernel; CUDA uses the tanh form).
 Lowered lower_addmm_activation(LoweringContext& c) {
   Builder& b = c.b();
-  Value r = scaled_accumulate(c, product_of_args(c, 1, 2, {{}, {}, {1}, {0}}));
+  Value r = scaled_accumulate(c, product_of_args(c, 1, 2, {{}, {}, {1}, {0}}),
+                              Alpha::kDropsProduct);
   if (!c.is_none(5) && c.bool_arg(5)) {
     Value half = b.splat(0.5, r.type);
     Value cdf = b.unary("chlo.erf", b.mul(r, b.splat(M_SQRT1_2, r.type)));
@@ -134,11 +148,12 @@ void register_matmul_lowerings() {
     Value lhs = b.conj(b.convert(c.tensor(0), t)), rhs = b.convert(c.tensor(1), t);
     return std::vector<Value>{to_out(c, product(b, lhs, rhs, {}, {}, {0}, {0}))};
   });
-  register_with_variants("addmm", {""}, scaled_product(mat_mat));
-  register_with_variants("baddbmm", {""}, scaled_product(batched));
+  register_with_variants("addmm", {""}, scaled_product(mat_mat, Alpha::kDropsProduct));
+  register_with_variants("baddbmm", {""}, scaled_product(batched, Alpha::kKeepsProduct));
   // addbmm sums the batch of products: contract over the batch dim as well.
-  register_with_variants("addbmm", {""}, scaled_product({{}, {}, {0, 2}, {0, 1}}));
-  register_with_variants("addmv", {""}, scaled_product({{}, {}, {1}, {0}}));
+  register_with_variants("addbmm", {""},
+                         scaled_product({{}, {}, {0, 2}, {0, 1}}, Alpha::kDropsProduct));
+  register_with_variants("addmv", {""}, scaled_product({{}, {}, {1}, {0}}, Alpha::kDropsProduct));
   register_lowering({"aten::_addmm_activation", "aten::_addmm_activation.out"},
                     lower_addmm_activation);
 }

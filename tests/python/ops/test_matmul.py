@@ -66,6 +66,29 @@ def test_baddbmm_addbmm_addmv() -> None:
     assert_same(torch.addmv, make((3,), f), make((3, 5), f), make((5,), f), dtype_tols=MM_TOLS)
 
 
+def test_zero_alpha_drops_the_product_like_the_cpu_gemm() -> None:
+    # addmm, addmv, addbmm and _addmm_activation are one GEMM/GEMV call on the CPU: alpha == 0
+    # leaves NaN and inf of the product out (BLAS). baddbmm's small-batch loop keeps them.
+    def poisoned(*shape: int) -> torch.Tensor:
+        t = make(shape, torch.float32)
+        t.view(-1)[0] = float("nan")
+        t.view(-1)[1] = float("inf")
+        return t
+    f = torch.float32
+    assert_same(lambda c, x, y: torch.addmm(c, x, y, alpha=0), make((3, 4), f), poisoned(3, 5),
+                poisoned(5, 4))
+    assert_same(lambda c, x, y: torch.addmm(c, x, y, alpha=0, beta=0), poisoned(3, 4),
+                poisoned(3, 5), make((5, 4), f))
+    assert_same(lambda c, x, y: torch.ops.aten._addmm_activation(c, x, y, alpha=0),
+                make((3, 4), f), poisoned(3, 5), make((5, 4), f))
+    assert_same(lambda c, x, y: torch.addmv(c, x, y, alpha=0), make((3,), f), poisoned(3, 5),
+                make((5,), f))
+    assert_same(lambda c, x, y: torch.addbmm(c, x, y, alpha=0), make((3, 4), f),
+                poisoned(2, 3, 5), make((2, 5, 4), f))
+    assert_same(lambda c, x, y: torch.baddbmm(c, x, y, alpha=0), make((2, 3, 4), f),
+                poisoned(2, 3, 5), make((2, 5, 4), f))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear(dtype: torch.dtype) -> None:
     x, w, b = make((2, 3, 8), dtype), make((4, 8), dtype), make((4,), dtype)
