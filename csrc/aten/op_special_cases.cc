@@ -424,6 +424,11 @@ void warn_nonpositive_degrees_of_freedom(const std::string& name, Args args) {
              "the reduction factor (input numel divided by output numel).");
 }
 
+// index_reduce is a beta API: the CPU kernel says so once per process.
+void warn_index_reduce_beta(const std::string&, Args) {
+  TORCH_WARN_ONCE("index_reduce() is in beta and the API may change at any time.");
+}
+
 // mm's operands share a dtype (the CPU kernel's check; the meta kernel has none).
 void check_mm_dtypes(const std::string&, Args args) {
   const at::Tensor& a = args[0].toTensor();
@@ -584,6 +589,8 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
     add({"aten::_assert_async", "aten::_assert_async.msg"}, check_assert_async);
     add({"aten::_amp_update_scale_"}, check_amp_update_scale);
     add({"aten::multinomial", "aten::multinomial.out"}, check_multinomial);
+    add({"aten::index_reduce", "aten::index_reduce_", "aten::index_reduce.out"},
+        warn_index_reduce_beta);
     return t;
   }();
   auto it = table->find(name);

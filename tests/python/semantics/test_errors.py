@@ -209,6 +209,25 @@ def test_uint8_masks_warn_like_cpu() -> None:
     assert count("tpu") == count("cpu") == 2
 
 
+def test_index_reduce_says_it_is_beta_like_cpu() -> None:
+    import warnings
+
+    def warned(device: str) -> bool:
+        x = torch.zeros(3, device=device)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            x.index_reduce_(0, torch.tensor([0, 1, 0], device=device), torch.ones(3, device=device),
+                            "prod")
+        return any("index_reduce() is in beta" in str(m.message) for m in w)
+
+    always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)  # a once-per-process warning, every time
+    try:
+        assert warned("tpu") and warned("cpu")
+    finally:
+        torch.set_warn_always(always)
+
+
 def test_index_put_checks_the_shape_before_the_dtype_like_cpu() -> None:
     def put(a, mask, v):
         a[mask] = v
