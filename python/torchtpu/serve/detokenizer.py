@@ -14,7 +14,9 @@ not UTF-8 and spans two windows, can differ from a one-shot decode there.
 
 Text that could still become a stop string is held back until it is decided. Stop strings
 are looked for only once `min_tokens` tokens are out, and only those ending in text added
-from then on.
+from then on. A step that adds several ids (accepted speculative drafts) is read one id at
+a time, so a stop string ends the output at the id that completes it (`stop_at`), as
+decoding one token at a time would.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class IncrementalDetokenizer:
         self.emitted = 0     # characters of `text` handed out
         self.stopped = False
         self.stop_string: str | None = None  # the stop string that ended the text
+        self.stop_at = 0     # after a stop: how many output ids the text is made of
         # Text out before `min_tokens` tokens were: a stop string counts only if it ends
         # after it (vLLM looks for them only in text added from then on).
         self._floor = 0
@@ -49,12 +52,12 @@ class IncrementalDetokenizer:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
-    def _decode_new(self, output_ids: list[int], finished: bool) -> str:
-        """The text so far: `text` and what the ids after `_read` add. Those ids join
-        `text` unless they end inside a character and more ids can still come; then the
-        text up to that character is returned but the window stays open."""
+    def _decode_new(self, output_ids: list[int], n: int, finished: bool) -> str:
+        """The text of the first `n` output ids: `text` and what the ids after `_read`
+        add. Those ids join `text` unless they end inside a character and more ids can still
+        come; then the text up to that character is returned but the window stays open."""
         ids = self._ids
-        ids.extend(output_ids[len(ids) - self._prompt:])
+        ids.extend(output_ids[len(ids) - self._prompt:n])
         if len(ids) <= self._read:
             return self.text
         context = self._decode(ids[self._context:self._read])
@@ -67,13 +70,11 @@ class IncrementalDetokenizer:
             return self.text
         return self.text + new.rstrip("\ufffd")
 
-    def update(self, output_ids: list[int], finished: bool) -> str:
-        """Feeds the request's output ids (the same list, grown); returns the newly decided
-        text. Sets ``stopped`` when a stop string ends the text."""
-        if self.stopped:
-            return ""
-        text = self._decode_new(output_ids, finished)
-        if self.stop and len(output_ids) < self.min_tokens:
+    def _advance(self, output_ids: list[int], n: int, finished: bool) -> str:
+        """The text of the first `n` output ids, cut after the first stop string it
+        completes (then `stopped`)."""
+        text = self._decode_new(output_ids, n, finished)
+        if self.stop and n < self.min_tokens:
             self._floor = len(text)
         elif self.stop:
             hits = [(i, s) for s in self.stop
@@ -82,8 +83,24 @@ class IncrementalDetokenizer:
             if hits:
                 i, s = min(hits)
                 text = text[: i + len(s)] if self.include_stop else text[:i]
-                self.stopped = finished = True
-                self.stop_string, self.text = s, text
+                self.stopped = True
+                self.stop_string, self.text, self.stop_at = s, text, n
+        return text
+
+    def update(self, output_ids: list[int], finished: bool) -> str:
+        """Feeds the request's output ids (the same list, grown); returns the newly decided
+        text. Sets ``stopped`` when a stop string ends the text, and ``stop_at``: the ids
+        after that many are not part of the output."""
+        if self.stopped:
+            return ""
+        if self.stop:  # ids added since the last call, but the last, one at a time
+            for n in range(len(self._ids) - self._prompt + 1, len(output_ids)):
+                text = self._advance(output_ids, n, False)
+                if self.stopped:
+                    break
+        if not self.stopped:
+            text = self._advance(output_ids, len(output_ids), finished)
+        finished = finished or self.stopped
         decided = len(text) if finished else len(text) - self.hold
         if decided <= self.emitted:
             return ""

@@ -334,12 +334,8 @@ class LLMEngine:
             if len(ss) > 1:  # the scheduler drops what follows a stop token
                 ss = ss[:self.scheduler.request_num_output_tokens(rid) -
                         len(req.output_token_ids)]
-            for x in ss:
-                req.output_token_ids.append(x.token)
-                req.cumulative_logprob += x.logprob
-                self.metrics.on_token(req, now)
             reason = finished.get(rid)
-            ids = req.output_token_ids
+            ids = req.output_token_ids + [x.token for x in ss]
             if reason == "stop" and ids[-1] in req.stop_ids and \
                     not req.params.include_stop_str_in_output:
                 ids = ids[:-1]  # a stop token ends the text but is not part of it
@@ -351,6 +347,12 @@ class LLMEngine:
             except Exception as e:  # noqa: BLE001 - as above
                 outputs.append(self._fail(rid, e, "detokenizing"))
                 continue
+            if req.detokenizer.stopped:  # tokens of the step after a stop string are not out
+                ss = ss[:req.detokenizer.stop_at - len(req.output_token_ids)]
+            for x in ss:
+                req.output_token_ids.append(x.token)
+                req.cumulative_logprob += x.logprob
+                self.metrics.on_token(req, now)
             if reason is None and (req.detokenizer.stopped or grammar_done):
                 self.scheduler.finish(rid, "stop")
                 reason = "stop"

@@ -291,26 +291,19 @@ class RequestSampler:
     def verify(self, logits: torch.Tensor, drafts: list[int]) -> list[Sample]:
         """Speculative decoding: `logits` [len(drafts) + 1, vocab] are the model's rows at
         the last known token and at each draft. Returns the accepted drafts and one more
-        token (at the first rejection, or after every draft), each as sample() would have
-        made it: greedy accepts a draft exactly when it is the argmax, so the tokens are
-        those of decoding one at a time; sampling accepts draft x with probability p(x) and
-        on rejection draws from p with x removed (the drafts are a point mass, so that is
-        the standard accept / resample rule), so every token has the target distribution.
-        Each position's p comes after the tokens accepted before it (penalties, min_tokens,
-        the grammar). Stops early when a grammar has ended."""
+        token (at the first rejection, or after every draft). Each position's token is
+        drawn exactly as sample() draws it, from the request's generator in order, and a
+        draft is accepted when the draw equals it. The drafts are a point mass, so that is
+        the standard accept / resample rule in its coupled form: draft x is accepted with
+        probability p(x), and on rejection the token follows p with x removed. It also keeps
+        the draws one per token, as without speculation: a seed gives the same tokens with
+        speculation on or off, whatever number of drafts the batch left room for. Each
+        position's p comes after the tokens accepted before it (penalties, min_tokens, the
+        grammar). Stops early when a grammar has ended."""
         samples = []
         for i, draft in enumerate(drafts):
-            raw, probs, x = self._target(logits[i])
-            if probs is None:
-                token = int(torch.argmax(x))
-            elif float(torch.rand((), generator=self.generator)) < float(probs[draft]):
-                token = draft
-            else:
-                residual = probs.clone()
-                residual[draft] = 0.0
-                token = int(torch.multinomial(residual, 1, generator=self.generator))
-            samples.append(self._commit(token, raw))
-            if token != draft or self.done:
+            samples.append(self.sample(logits[i]))
+            if samples[-1].token != draft or self.done:
                 return samples
         samples.append(self.sample(logits[len(drafts)]))
         return samples

@@ -57,6 +57,45 @@ def test_greedy_with_speculation_equals_without(tiny_llama_dir, hf_reference, pr
     assert "vllm:spec_decode_num_drafts_total" in metrics
 
 
+def test_stop_strings_and_seeds_give_the_same_output_with_and_without_speculation(
+        tiny_llama_dir):
+    """A stop string completed inside a run of accepted drafts ends the output at the token
+    that completes it (tokens, logprobs, cumulative logprob), min_tokens counts tokens, not
+    steps, and a seeded sampled request draws the tokens it draws without speculation,
+    alone or beside requests that leave it fewer drafts."""
+    llm = LLM(tiny_llama_dir, speculative=SPEC, **ENGINE_ARGS)
+    prompts = _prompts(llm.tokenizer, 8, seed=1)
+    greedy = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True, logprobs=0,
+                            speculative=False)
+    texts = [r.outputs[0].text for r in llm.generate(prompts, greedy)]
+    rng = random.Random(0)
+    cases = []  # stop strings cut from each greedy text: they end some step's drafts
+    for ids, text in zip(prompts, texts):
+        for _ in range(4):
+            at = rng.randrange(1, max(2, len(text) - 3))
+            cases.append((ids, replace(greedy, stop=[text[at:at + rng.randint(1, 3)]],
+                                       min_tokens=rng.choice([0, 0, 2, 5, 9]))))
+    on = llm.generate([c[0] for c in cases], [replace(c[1], speculative=True) for c in cases])
+    off = llm.generate([c[0] for c in cases], [c[1] for c in cases])
+    for a, b in zip(on, off):
+        x, y = a.outputs[0], b.outputs[0]
+        assert (x.token_ids, x.text, x.finish_reason, x.stop_reason) == \
+            (y.token_ids, y.text, y.finish_reason, y.stop_reason)
+        assert len(x.logprobs) == len(x.token_ids)
+        assert x.cumulative_logprob == pytest.approx(y.cumulative_logprob, abs=1e-3)
+    assert sum(r.outputs[0].finish_reason == "stop" for r in on) > len(cases) // 2
+    assert llm.engine.stats()["spec_decode_num_accepted_tokens"] > 0
+
+    seeded = SamplingParams(max_tokens=32, temperature=1.0, top_k=4, seed=1234, ignore_eos=True)
+    target = prompts[1]
+    alone = llm.generate([target], seeded)[0].outputs[0].token_ids
+    assert alone == llm.generate([target], replace(seeded, speculative=False))[0] \
+        .outputs[0].token_ids
+    busy = SamplingParams(max_tokens=48, temperature=0.0, ignore_eos=True)
+    mixed = llm.generate(prompts[2:5] + [target], [busy] * 3 + [seeded])
+    assert mixed[3].outputs[0].token_ids == alone
+
+
 def _chi_square_quantile(df: int, z: float) -> float:
     """Wilson-Hilferty: the chi-square quantile whose normal score is z."""
     return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
@@ -65,8 +104,8 @@ def _chi_square_quantile(df: int, z: float) -> float:
 def test_sampled_tokens_with_speculation_follow_the_model(tiny_llama_dir):
     """Three tokens at temperature 1 (top-k 4) from 4096 seeded sequences: the counts of
     each 3-token continuation against the model's exact probabilities (from Hugging Face
-    on the CPU). The second and third tokens go through draft verification (accept with
-    p(draft), else resample without it), so a wrong rule shows as a skew toward drafts."""
+    on the CPU). The second and third tokens go through draft verification (a draw accepts
+    the draft it equals), so a wrong rule shows as a skew toward drafts."""
     from transformers import AutoModelForCausalLM
 
     llm = LLM(tiny_llama_dir, speculative=SPEC, **dict(ENGINE_ARGS, max_num_seqs=16))
