@@ -6,7 +6,7 @@ are repacked per layer (q/k/v fused, gate/up fused) onto ``tpu``. Projections ar
 slower for more than one row (it transposes the weight on every call), so they are
 ``x @ w``. With ``quantization="int8"`` every linear layer, the head and the embedding are
 stored int8 with one f32 scale per output channel (symmetric, round to nearest; the
-embedding as a head, [hidden, vocab], so a tied head shares it), in the packed layout of
+embedding as a head, [hidden, vocab]), in the packed layout of
 ``torchtpu.ops.pack_int8``: the output channels in blocks of 64, each block's rows
 contiguous, so that reading a block is one sequential stream. Projections run the host
 kernel ``torchtpu::int8_matmul`` on that layout where the plugin has it: it reads the int8
@@ -206,14 +206,17 @@ def int8_kernel_available(device: torch.device) -> bool:
     return ops.has_host_kernel("torchtpu_int8_matmul")
 
 
-def embed(tokens: torch.Tensor, weight: torch.Tensor,
-          scale: torch.Tensor | None = None) -> torch.Tensor:
-    """The tokens' embeddings: rows of an f32 [vocab, hidden] table, or with `scale`,
-    columns of an int8 [hidden, vocab] one (packed by ``pack_int8``) times their scales."""
-    if scale is None:
-        return F.embedding(tokens, weight)
-    cols = int8_columns(weight, tokens).to(torch.float32)
-    return cols * scale.index_select(0, tokens).unsqueeze(1)
+def embed(tokens: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None = None,
+          columns: bool = False) -> torch.Tensor:
+    """The tokens' embeddings: rows of an f32 [vocab, hidden] table, columns of an f32
+    [hidden, vocab] one (`columns`: a tied head's table), or with `scale`, columns of an int8
+    [hidden, vocab] one (packed by ``pack_int8``) times their scales."""
+    if scale is not None:
+        cols = int8_columns(weight, tokens).to(torch.float32)
+        return cols * scale.index_select(0, tokens).unsqueeze(1)
+    if columns:
+        return weight.index_select(1, tokens).t()
+    return F.embedding(tokens, weight)
 
 
 def lm_head(h: torch.Tensor, rows: torch.Tensor, w_norm: torch.Tensor, w_head: torch.Tensor,
@@ -266,7 +269,8 @@ QUANTIZATIONS = (None, "int8")
 class PagedDecoder:
     """The weights of one decoder model on a device, repacked for `decoder_layer`;
     `quantization` None keeps f32 weights, "int8" stores the linear layers, the embedding
-    and the head int8 per output channel (a tied head shares the embedding's int8 rows)."""
+    and the head int8 per output channel. A tied embedding and head share one table, the
+    head's [hidden, vocab], which the embedding reads by columns."""
 
     def __init__(self, hf_model: torch.nn.Module, device: torch.device | str,
                  quantization: str | None = None) -> None:
@@ -311,16 +315,16 @@ class PagedDecoder:
         self.norm_weight = put(base.norm.weight)
         tied = hf_model.lm_head.weight is base.embed_tokens.weight or (
             torch.equal(hf_model.lm_head.weight, base.embed_tokens.weight))
-        if quantization is None:
+        self.head_weight, self.head_scale = linear_weight(hf_model.lm_head.weight)
+        # A tied embedding is the head's table ([hidden, vocab], int8 or f32), read by
+        # columns; an untied one keeps its own (int8 stored as a head would be).
+        self.embed_columns = tied or quantization is not None
+        if tied:
+            self.embed_weight, self.embed_scale = self.head_weight, self.head_scale
+        elif quantization is None:
             self.embed_weight, self.embed_scale = put(base.embed_tokens.weight), None
         else:
-            # Stored as a head would be ([hidden, vocab], a scale per vocabulary entry): a
-            # tied head is the same tensor.
             self.embed_weight, self.embed_scale = linear_weight(base.embed_tokens.weight)
-        if tied and quantization is not None:
-            self.head_weight, self.head_scale = self.embed_weight, self.embed_scale
-        else:
-            self.head_weight, self.head_scale = linear_weight(hf_model.lm_head.weight)
         self.layers = []
         for layer in base.layers:
             attn, mlp = layer.self_attn, layer.mlp

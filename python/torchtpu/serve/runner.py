@@ -135,8 +135,8 @@ def _inputs(meta: torch.Tensor, t: int, s: int, p: int):
 
 
 def _embed_step(meta: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None,
-                t: int) -> torch.Tensor:
-    return embed(meta[:t], weight, scale)
+                t: int, columns: bool) -> torch.Tensor:
+    return embed(meta[:t], weight, scale, columns)
 
 
 def _layers_step(h: torch.Tensor, meta: torch.Tensor, k_caches: list[torch.Tensor],
@@ -324,7 +324,7 @@ class ModelRunner:
         static = dict(num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
                       page_size=ps, eps=shape.rms_eps, window=self.window,
                       attention_kernel=self.attention_kernel, int8_kernel=self.int8_kernel)
-        h = self._embed(meta, d.embed_weight, d.embed_scale, t)
+        h = self._embed(meta, d.embed_weight, d.embed_scale, t, d.embed_columns)
         for g in self.groups:
             h = self._layers(h, meta, self.k_caches[g.start:g.stop],
                              self.v_caches[g.start:g.stop], d.inv_freq, d.rope_scale,
