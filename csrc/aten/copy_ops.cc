@@ -160,9 +160,14 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   // As PyTorch's CPU resize_: Preserve is refused (resize_as_ resolves it before calling
-  // here); the sizes are set contiguous, then restrided to the requested format.
+  // here); the sizes are set contiguous, then restrided to the requested format. The same
+  // sizes change nothing but the format asked for (a transposed tensor keeps its strides).
   TORCH_CHECK(!memory_format || *memory_format != c10::MemoryFormat::Preserve,
               "Unsupported memory format", *memory_format);
+  if (self.sizes() == size) {
+    if (memory_format) self.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);
+    return self;
+  }
   int64_t numel = 1;
   for (int64_t s : size) {
     TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);

@@ -175,9 +175,9 @@ void register_direct_lowerings() {
                       t->kind() == c10::TypeKind::MemoryFormatType;
     }
     if (returns_view || takes_device) continue;
-    // as_strided_scatter's lowering reads self as a dense row-major value (a graph value);
-    // PyTorch's kernel addresses self's memory layout, which eager mode keeps.
-    if (base == "as_strided_scatter") continue;
+    // The as_strided_copy / _scatter lowerings read self as a dense row-major value (a
+    // graph value); PyTorch's kernels address self's memory layout, which eager mode keeps.
+    if (base == "as_strided_scatter" || base == "as_strided_copy") continue;
     lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
   }
 }

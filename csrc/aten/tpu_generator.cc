@@ -38,6 +38,7 @@ std::pair<uint64_t, uint64_t> TpuGeneratorImpl::next_state() {
 }
 
 void TpuGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
+  at::detail::check_rng_state(new_state);  // a contiguous CPU ByteTensor: its bytes are read
   TORCH_CHECK(new_state.numel() == 16 && new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
               "tpu: RNG state must be a uint8 tensor of 16 bytes (seed, offset), got a ",
               new_state.dtype().name(), " tensor of ", new_state.numel(), " elements");

@@ -4,6 +4,8 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
 
+#include <mutex>
+
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/dispatch_profile.h"
@@ -142,7 +144,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("in_forked_child", &aten::in_forked_child);
   m.def("current_device", &aten::current_device_index);
   m.def("set_device", &aten::set_current_device_index);
-  m.def("synchronize", &aten::synchronize_device);
+  // Calls that wait for or flush device work drop the GIL while they do: a flush runs the
+  // fused graph hook, which takes the GIL, under the pending graph's lock, so a thread
+  // holding the GIL while it waits for that lock would deadlock with it.
+  using no_gil = py::call_guard<py::gil_scoped_release>;
+  m.def("synchronize", &aten::synchronize_device, no_gil());
   auto stream_tuple = [](const c10::Stream& s) {
     return py::make_tuple(s.id(), static_cast<int>(s.device_index()),
                           static_cast<int>(s.device_type()));
@@ -164,7 +170,9 @@ PYBIND11_MODULE(_C, m) {
     return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>(generator_impl(device)->get_state()));
   });
   m.def("set_rng_state", [](int device, const at::Tensor& state) {
-    generator_impl(device)->set_state(*state.unsafeGetTensorImpl());
+    at::Generator gen = aten::default_generator(static_cast<c10::DeviceIndex>(device));
+    std::lock_guard<std::mutex> lock(gen.mutex());  // as torch.Generator.set_state
+    gen.set_state(state);
   });
   // Fused eager mode (aten/fused_eager.h).
   m.def("set_eager_mode", [](const std::string& mode) {
@@ -182,7 +190,7 @@ PYBIND11_MODULE(_C, m) {
     } else {
       aten::flush_pending(device);
     }
-  }, py::arg("device") = -1);
+  }, py::arg("device") = -1, no_gil());
   m.def("num_pending_ops", &aten::num_pending_ops);
   // fn(inputs, nodes, outputs, dims, key) -> list of tensors or None (aten/fused_eager.h):
   // `nodes()` builds the node list, `key` is the graph's exact key as bytes (or None).
@@ -224,8 +232,8 @@ PYBIND11_MODULE(_C, m) {
     auto status = aten::read_tensor(t)->await_ready();
     TORCH_CHECK(status.ok(), status.message());
     aten::flush_data_checks();
-  });
-  m.def("flush_data_checks", &aten::flush_data_checks);
+  }, no_gil());
+  m.def("flush_data_checks", &aten::flush_data_checks, no_gil());
   m.def("num_pending_data_checks", &aten::num_pending_data_checks);
   m.def("counters", &base::counters_snapshot);
   // bench/eager_overhead.py's breakdown of an eager op's host time (aten/dispatch_profile.h).

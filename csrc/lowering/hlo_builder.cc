@@ -248,17 +248,26 @@ Value Builder::convert(Value v, DType t) {
 // which x86-64 compiles to cvttss2si/cvttsd2si on an int32 (an int64 for 64-bit and
 // uint32 targets): a value outside that range, or NaN, becomes its minimum ("integer
 // indefinite"), and narrower types keep the low bits (float 300 -> uint8 44, -2 -> 254).
+// A uint64 target takes the compiler's unsigned sequence: from 2^63 up, x - 2^63 converted
+// and its top bit flipped (so [2^63, 2^64) is exact and 2^64 and beyond give 0).
 Value Builder::float_to_integer(Value v, DType t) {
   bool wide = t == DType::kI64 || t == DType::kU64 || t == DType::kU32;
   DType via = wide ? DType::kI64 : DType::kI32;
   Value x = base::is_half_float(v.dtype()) ? convert(v, DType::kF32) : v;
   double bound = wide ? 9223372036854775808.0 : 2147483648.0;  // 2^63, 2^31: exact in f32
-  Value in_range = binary("and", compare(x, splat(-bound, x.type), "GE"),
-                          compare(x, splat(bound, x.type), "LT"));  // false for NaN
-  Value truncated = op("stablehlo.convert", {x}, TensorType{via, x.dims()});
   int64_t indefinite = wide ? INT64_MIN : INT32_MIN;
-  Value r = select(in_range, truncated,
-                   broadcast_to(constant_i64(indefinite, via), x.dims()));
+  auto truncate = [&](Value y) {
+    Value in_range = binary("and", compare(y, splat(-bound, y.type), "GE"),
+                            compare(y, splat(bound, y.type), "LT"));  // false for NaN
+    Value truncated = op("stablehlo.convert", {y}, TensorType{via, y.dims()});
+    return select(in_range, truncated, broadcast_to(constant_i64(indefinite, via), y.dims()));
+  };
+  Value r = truncate(x);
+  if (t == DType::kU64) {
+    Value top = broadcast_to(constant_i64(INT64_MIN, via), x.dims());
+    Value high = binary("xor", truncate(sub(x, splat(bound, x.type))), top);
+    r = select(compare(x, splat(bound, x.type), "GE"), high, r);
+  }
   return via == t ? r : op("stablehlo.convert", {r}, TensorType{t, x.dims()});
 }
 

@@ -33,9 +33,10 @@ torch.utils.generate_methods_for_privateuse1_backend(
 )
 
 from torchtpu import _exit  # noqa: E402,F401  (brings our threads to rest before finalization)
-from torchtpu import _default_compile, _sharing  # noqa: E402
+from torchtpu import _default_compile, _sharing, _storage  # noqa: E402
 
 _sharing.register()
+_storage.register()
 _default_compile.route_default_backend()
 from torchtpu import debug  # noqa: E402
 from torchtpu import models  # noqa: E402  (stdlib-only until a model is converted)

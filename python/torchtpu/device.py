@@ -74,14 +74,25 @@ def synchronize(device: int | str | torch.device | None = None) -> None:
     _C.synchronize(_index(device))
 
 
+def _seed_bits(seed: int) -> int:
+    """`seed` as torch.Generator.manual_seed takes it: a negative int64 wraps to its uint64
+    bits; outside [-2^63, 2^64) is an error, not a seed silently cut to its low bits."""
+    seed = int(seed)
+    if not -2**63 <= seed < 2**64:
+        raise ValueError(f"Overflow when unpacking long long: seed {seed} is outside "
+                         "[-2**63, 2**64)")
+    return seed & 0xFFFF_FFFF_FFFF_FFFF
+
+
 def manual_seed(seed: int) -> None:
     """Seeds the current device's generator."""
-    _C.manual_seed(current_device(), int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+    _C.manual_seed(current_device(), _seed_bits(seed))
 
 
 def manual_seed_all(seed: int) -> None:
+    bits = _seed_bits(seed)
     for i in range(device_count()):
-        _C.manual_seed(i, int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+        _C.manual_seed(i, bits)
 
 
 def seed() -> None:
@@ -103,6 +114,10 @@ def get_rng_state(device: int | str | torch.device | None = None) -> torch.Tenso
 
 
 def set_rng_state(state: torch.Tensor, device: int | str | torch.device | None = None) -> None:
+    """Sets the generator state of ``device`` from a uint8 CPU tensor that get_rng_state
+    returned (a strided view of one is copied first, as ``torch.cuda.set_rng_state``)."""
+    if isinstance(state, torch.Tensor) and state.device.type == "cpu":
+        state = state.contiguous()
     _C.set_rng_state(_index(device), state)
 
 

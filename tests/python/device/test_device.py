@@ -105,6 +105,30 @@ def test_rng_state_roundtrip() -> None:
     assert torch.equal(a, b)
 
 
+def test_rng_state_must_be_a_cpu_byte_tensor_like_cuda() -> None:
+    state = torch.tpu.get_rng_state()
+    a = torch.rand(8, device="tpu").cpu()
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
+        torch.tpu.set_rng_state(state.to("tpu"))  # its bytes are not on the host
+    with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
+        torch.Generator(device="tpu").set_state(state.float())
+    with pytest.raises(RuntimeError, match="RNG state must be contiguous"):
+        torch.Generator(device="tpu").set_state(torch.stack([state, state], 1)[:, 0])
+    # torch.tpu.set_rng_state takes a strided view, as torch.cuda.set_rng_state does.
+    torch.tpu.set_rng_state(torch.stack([state, state], 1)[:, 0])
+    assert torch.equal(torch.rand(8, device="tpu").cpu(), a)
+
+
+@pytest.mark.parametrize("seed", [2**64, -(2**63) - 1, 2**100 + 5])
+def test_manual_seed_out_of_range_is_an_error_like_torch(seed: int) -> None:
+    with pytest.raises(ValueError, match="Overflow"):
+        torch.Generator().manual_seed(seed)
+    with pytest.raises(ValueError, match="Overflow"):
+        torch.tpu.manual_seed(seed)
+    torch.tpu.manual_seed(-1)  # a negative int64 is its uint64 bits, as torch's
+    assert torch.tpu.initial_seed() == 2**64 - 1
+
+
 def test_generator_argument() -> None:
     g1 = torch.Generator(device="tpu")
     g1.manual_seed(5)

@@ -140,6 +140,28 @@ def test_no_fallback_for_storage_ops() -> None:
     assert after == before
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int16, torch.complex64,
+                                   torch.uint8])
+def test_storage_byteswap_like_cpu(dtype: torch.dtype) -> None:
+    # PyTorch's byteswap writes through the data pointer, which on tpu names device state.
+    cpu = torch.arange(12).to(dtype)
+    dev = cpu.to("tpu")
+    cpu.untyped_storage().byteswap(dtype)
+    dev.untyped_storage().byteswap(dtype)
+    assert storage_bytes(dev.untyped_storage()) == storage_bytes(cpu.untyped_storage())
+    with pytest.raises(RuntimeError, match="not a multiple of 4"):
+        torch.zeros(3, dtype=torch.uint8, device="tpu").untyped_storage().byteswap(torch.int32)
+
+
+def test_resize_to_the_same_sizes_keeps_the_strides_like_cpu() -> None:
+    cpu = torch.arange(12.0).reshape(3, 4)[:, 1:3].t()
+    dev = torch.arange(12.0, device="tpu").reshape(3, 4)[:, 1:3].t()
+    for t in (cpu, dev):
+        t.resize_(2, 3)
+        t.resize_as_(torch.empty(2, 3))
+    assert dev.stride() == cpu.stride() and torch.equal(dev.cpu(), cpu)
+
+
 @pytest.mark.parametrize("shape,fmt", [((2, 3, 4, 5), torch.channels_last),
                                        ((2, 3, 2, 4, 5), torch.channels_last_3d),
                                        ((6, 20), torch.contiguous_format)])

@@ -343,14 +343,15 @@ def test_bitwise_out_variant(name: str) -> None:
 
 # Float -> integer casts follow PyTorch's CPU (x86-64 truncating conversions through int32,
 # or int64 for 64-bit targets), not XLA's saturation: float32 max -> int16 is 0, -2.0 ->
-# uint8 is 254, NaN and inf -> the intermediate's minimum.
+# uint8 is 254, NaN and inf -> the intermediate's minimum; uint64 is exact up to 2^64.
 _CAST_VALUES = [float("nan"), float("inf"), -float("inf"), 3e9, -3e9, 1e20, -1e20, 300.7, -2.5,
-                70000.0, -70000.0, 2.0**31, -(2.0**31), 2.0**31 - 128, 2.0**63, 5e9, 0.0, -0.9]
+                70000.0, -70000.0, 2.0**31, -(2.0**31), 2.0**31 - 128, 2.0**63, 5e9, 0.0, -0.9,
+                1.5 * 2.0**63, 1.8e19, 2.0**64, -(2.0**63)]
 
 
 @pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("dst", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
-                                 torch.bool])
+                                 torch.uint16, torch.uint64, torch.bool])
 def test_out_of_range_float_to_int_casts_match_cpu(src: torch.dtype, dst: torch.dtype) -> None:
     x = torch.tensor(_CAST_VALUES, dtype=src)
     assert torch.equal(x.to(TPU).to(dst).cpu(), x.to(dst))

@@ -356,3 +356,29 @@ def test_pads_of_changing_size_log_no_meta_failure(caplog) -> None:
             torch.testing.assert_close(F.pad(x.to(TPU), (0, 12 - n)).cpu(), F.pad(x, (0, 12 - n)))
     failures = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not failures, [r.getMessage() for r in failures]
+
+
+def test_synchronize_from_another_thread_does_not_deadlock_a_flush() -> None:
+    # A flush runs the shape-class hook (Python) under the pending graph's lock; a thread in
+    # torch.tpu.synchronize held the GIL while waiting for that lock: both froze for good.
+    from _subprocess import run_python
+
+    r = run_python("""
+        import threading, torch, torchtpu
+        torchtpu.set_eager_mode("fused")
+        done = threading.Event()
+        def compute():
+            for n in range(1, 40):  # new sizes: the Python hook runs at each flush
+                a = torch.randn(n, 7, device="tpu")
+                (a * 2 + 1).sum(0).cpu()
+            done.set()
+        def syncer():
+            while not done.is_set():
+                torch.tpu.synchronize()
+                torchtpu._C.flush_pending()
+        ts = [threading.Thread(target=compute), threading.Thread(target=syncer)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        print("finished")
+    """, timeout=240)
+    assert r.returncode == 0 and "finished" in r.stdout, r.stdout + r.stderr

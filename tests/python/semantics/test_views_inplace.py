@@ -191,6 +191,9 @@ def test_noncontiguous_inputs_to_ops() -> None:
     assert_same(lambda t: torch.softmax(t[:, 1::2], dim=0), x)
     assert_same(lambda t: t.expand(2, 4, 6) + t.unsqueeze(0), x)
     assert_same(lambda t: t.as_strided((2, 2), (1, 6), 3).sum(), x)
+    # as_strided_copy addresses the input's storage, as the view does (not its values).
+    for view in (lambda t: t.t(), lambda t: t[:, 1:3], lambda t: t[1]):
+        assert_same(lambda t, v=view: torch.as_strided_copy(v(t), (2, 2), (1, 2), 0), x)
 
 
 def test_contiguous_and_clone() -> None:
