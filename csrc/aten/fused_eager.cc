@@ -78,8 +78,9 @@ bool whole_storage(const at::Tensor& t, const StorageState& s) {
 // null when it has neither.
 const lowering::TensorType* storage_type(const StorageState& s, lowering::TensorType* scratch) {
   if (s.pending) return &s.pending->type;
-  if (!s.buffer) return nullptr;
-  *scratch = lowering::TensorType{s.buffer->dtype(), s.buffer->dims()};
+  runtime::BufferPtr b = s.buffer();
+  if (!b) return nullptr;
+  *scratch = lowering::TensorType{b->dtype(), b->dims()};
   return scratch;
 }
 
@@ -125,7 +126,7 @@ class Recorder {
     log_write(t, s);
     if (whole_storage(t, s)) {
       s.pending = value;
-      s.buffer.reset();
+      s.set_buffer(nullptr);
       return;
     }
     int base = whole_value(s, t.scalar_type());
@@ -139,7 +140,7 @@ class Recorder {
     structure_view(n, type);
     int out = add_node(std::move(n), {type});
     s.pending = pending(out);
-    s.buffer.reset();
+    s.set_buffer(nullptr);
   }
 
   // Keeps s's value before a write (t's storage) while the graph holds a data check, for
@@ -148,7 +149,7 @@ class Recorder {
     if (!g_.checked) return;
     const bool here = s.pending && s.pending->generation == g_.generation;
     g_.undo.push_back(UndoWrite{t.storage().getWeakStorageImpl(), g_.nodes.size(),
-                                s.pending ? nullptr : s.buffer, here ? nullptr : s.pending,
+                                s.pending ? nullptr : s.buffer(), here ? nullptr : s.pending,
                                 here ? s.pending->id : -1});
   }
 
@@ -264,7 +265,7 @@ void undo_since(PendingGraph& g, const Mark& m, const std::string& error) {
     c10::intrusive_ptr<c10::StorageImpl> impl = it->storage.lock();
     StorageState* s = impl ? find_storage_state(impl->data_ptr()) : nullptr;
     if (s == nullptr) continue;  // freed since: nothing can read it
-    s->buffer = it->buffer;
+    s->set_buffer(it->buffer);
     s->pending = it->id >= 0 ? rec.pending(it->id) : it->earlier;
   }
   // What the undone calls computed: tensors they returned read as failed.
@@ -310,7 +311,7 @@ void materialize(StorageState& s) {
     // A padded graph's output is the row-major prefix of a bucket-sized buffer: the
     // storage grows to hold it (its tensors view the prefix).
     if (v->buffer->size_bytes() > s.nbytes) set_storage_nbytes(s, v->buffer->size_bytes());
-    s.buffer = v->buffer;
+    s.set_buffer(v->buffer);
     s.pending.reset();
   }
 }
@@ -466,7 +467,7 @@ bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
   if (id < 0 && whole_storage(dst, d)) {
     // A buffer the graph would only pass through: dst takes it, as op by op does.
     rec.log_write(dst, d);
-    d.buffer = g.inputs.at(PendingGraph::input_index(id));
+    d.set_buffer(g.inputs.at(PendingGraph::input_index(id)));
     d.pending.reset();
     return true;
   }

@@ -67,10 +67,11 @@ Value bitcast_flat(Builder& b, Value v, base::DType to) {
 
 runtime::BufferPtr storage_bytes_as(const StorageState& s, c10::ScalarType dtype,
                                     const std::vector<int64_t>* dims) {
-  TORCH_INTERNAL_ASSERT(s.buffer != nullptr, "tpu: storage_bytes_as needs a buffer");
-  const runtime::Buffer& buf = *s.buffer;
+  runtime::BufferPtr held = s.buffer();
+  TORCH_INTERNAL_ASSERT(held != nullptr, "tpu: storage_bytes_as needs a buffer");
+  const runtime::Buffer& buf = *held;
   base::DType want = to_dtype(dtype);
-  if (buf.dtype() == want) return s.buffer;
+  if (buf.dtype() == want) return held;
   int64_t bytes = buf.size_bytes();
   int64_t item = base::dtype_size_bytes(want);
   TORCH_CHECK(bytes % item == 0, "tpu: a storage of ", bytes, " bytes holding ",
@@ -90,20 +91,21 @@ void resize_storage_bytes(c10::StorageImpl* impl, int64_t nbytes) {
   TORCH_INTERNAL_ASSERT(s != nullptr, "tpu: storage without a StorageState");
   if (nbytes == s->nbytes) return;
   if (s->pending) materialize(*s);
-  if (s->buffer && (nbytes == 0 || s->buffer->size_bytes() == 0)) {
+  runtime::BufferPtr held = s->buffer();
+  if (held && (nbytes == 0 || held->size_bytes() == 0)) {
     // Nothing is kept: the new storage is all zeros, which a storage without a buffer reads
     // as. FSDP2 frees and reallocates every unsharded parameter so, twice a step each.
-    s->buffer = nullptr;
-  } else if (s->buffer) {
+    s->set_buffer(nullptr);
+  } else if (held) {
     // Keep the buffer's dtype when the new size allows it, else work in bytes.
-    base::DType dtype = s->buffer->dtype();
+    base::DType dtype = held->dtype();
     int64_t item = base::dtype_size_bytes(dtype);
-    if (nbytes % item != 0 || s->buffer->size_bytes() % item != 0) {
+    if (nbytes % item != 0 || held->size_bytes() % item != 0) {
       dtype = base::DType::kU8;
       item = 1;
     }
     Builder b("torchtpu_resize_storage");
-    const runtime::Buffer& buf = *s->buffer;
+    const runtime::Buffer& buf = *held;
     Value v = bitcast_flat(b, b.param(TensorType{buf.dtype(), buf.dims()}), dtype);
     int64_t old_n = v.type.num_elements();
     int64_t new_n = nbytes / item;
@@ -112,7 +114,7 @@ void resize_storage_bytes(c10::StorageImpl* impl, int64_t nbytes) {
     } else {
       v = b.concatenate({v, b.zeros(TensorType{dtype, {new_n - old_n}})}, 0);
     }
-    s->buffer = run_program(b.finish({v}), {&buf}, s->device_index)[0];
+    s->set_buffer(run_program(b.finish({v}), {&buf}, s->device_index)[0]);
   }
   set_storage_nbytes(*s, nbytes);
   impl->set_nbytes(nbytes);

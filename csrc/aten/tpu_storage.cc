@@ -62,13 +62,17 @@ StorageState* new_state(int device_index, int64_t nbytes) {
   return state;
 }
 
-// Fills a storage that was allocated but never written with zeros of the reader's dtype.
-void ensure_buffer(StorageState& s, c10::ScalarType dtype) {
-  if (s.buffer) return;
+// The storage's buffer; one that was allocated but never written is first filled with
+// zeros of the reader's dtype.
+runtime::BufferPtr ensure_buffer(StorageState& s, c10::ScalarType dtype) {
+  if (runtime::BufferPtr b = s.buffer()) return b;
   int64_t item = c10::elementSize(dtype);
   lowering::TensorType t{to_dtype(dtype), {s.nbytes / item}};
-  s.buffer = run_program(lowering::zeros_module(t), {}, s.device_index)[0];
+  runtime::BufferPtr zeros = run_program(lowering::zeros_module(t), {}, s.device_index)[0];
+  s.set_buffer(zeros);
+  return zeros;
 }
+
 
 // Whether (sizes, strides) address their elements in row-major order with no gaps (size-1
 // dims' strides do not matter): lowering::is_whole_buffer_view's rule, on the tensor's own
@@ -81,6 +85,12 @@ bool row_major(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
     expected *= sizes[i];
   }
   return true;
+}
+
+// Whether `b` is t's value as it is: t reads the whole buffer in its shape, row-major.
+bool is_value_of(const at::Tensor& t, const runtime::Buffer& b) {
+  return t.storage_offset() == 0 && b.dtype() == to_dtype(t.scalar_type()) &&
+         c10::IntArrayRef(b.dims()) == t.sizes() && row_major(t.sizes(), t.strides());
 }
 
 }  // namespace
@@ -179,27 +189,27 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
 runtime::BufferPtr storage_buffer(const at::Tensor& t) {
   check_not_forked_child();
   StorageState& s = storage_state(t);
-  ensure_buffer(s, t.scalar_type());
+  runtime::BufferPtr b = ensure_buffer(s, t.scalar_type());
   // A storage last written as another dtype (bytes from torch.load) is read bitcast, and
   // keeps the bitcast value: the same bytes, so later reads in this dtype (every forward
   // of a loaded model) cost nothing.
-  if (s.buffer->dtype() != to_dtype(t.scalar_type())) {
+  if (b->dtype() != to_dtype(t.scalar_type())) {
     c10::IntArrayRef sizes = t.sizes();
     c10::IntArrayRef strides = t.strides();
     // Shaped like the reader when it reads the whole storage, so its reads need nothing.
     int64_t numel = s.nbytes / static_cast<int64_t>(t.element_size());
     bool whole = t.storage_offset() == 0 && t.numel() == numel && row_major(sizes, strides) &&
-                 numel * static_cast<int64_t>(t.element_size()) == s.buffer->size_bytes();
+                 numel * static_cast<int64_t>(t.element_size()) == b->size_bytes();
     std::vector<int64_t> dims(sizes.begin(), sizes.end());
-    s.buffer = storage_bytes_as(s, t.scalar_type(), whole ? &dims : nullptr);
+    b = storage_bytes_as(s, t.scalar_type(), whole ? &dims : nullptr);
+    s.set_buffer(b);
   }
-  return s.buffer;
+  return b;
 }
 
 bool reads_as_is(const at::Tensor& t) {
-  StorageState& s = storage_state(t);
-  return s.buffer && t.storage_offset() == 0 && s.buffer->dtype() == to_dtype(t.scalar_type()) &&
-         c10::IntArrayRef(s.buffer->dims()) == t.sizes() && row_major(t.sizes(), t.strides());
+  runtime::BufferPtr b = storage_state(t).buffer();
+  return b && is_value_of(t, *b);
 }
 
 runtime::BufferPtr read_tensor(const at::Tensor& t) {
@@ -208,7 +218,7 @@ runtime::BufferPtr read_tensor(const at::Tensor& t) {
   c10::IntArrayRef sizes = t.sizes();
   c10::IntArrayRef strides = t.strides();
   // The common case: the tensor is its storage's buffer, as it is.
-  if (reads_as_is(t)) return s.buffer;
+  if (runtime::BufferPtr b = s.buffer(); b && is_value_of(t, *b)) return b;
   runtime::BufferPtr held = storage_buffer(t);
   const runtime::Buffer& buf = *held;
   if (t.storage_offset() == 0 && t.numel() == buf.num_elements() && row_major(sizes, strides)) {
@@ -321,8 +331,8 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
     }
     c10::ScalarType dtype = ts[g[0]].scalar_type();
     ensure_buffer(s, dtype);
-    s.buffer = storage_bytes_as(s, dtype);
-    s.buffer = views_write(*s.buffer, vs, pick(ts, g));
+    runtime::BufferPtr whole = storage_bytes_as(s, dtype);
+    s.set_buffer(views_write(*whole, vs, pick(ts, g)));
   }
   for (size_t i = 0; i < ts.size(); ++i) {
     if (!batched[i]) write_tensor(ts[i], values[i]);
@@ -332,8 +342,9 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
 runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype) {
   check_not_forked_child();
   ensure_buffer(s, dtype);
-  s.buffer = storage_bytes_as(s, dtype);
-  return s.buffer;
+  runtime::BufferPtr b = storage_bytes_as(s, dtype);
+  s.set_buffer(b);
+  return b;
 }
 
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
@@ -346,12 +357,13 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
   c10::IntArrayRef strides = t.strides();
   int64_t storage_numel = s.nbytes / static_cast<int64_t>(t.element_size());
   if (t.storage_offset() == 0 && t.numel() == storage_numel && row_major(sizes, strides)) {
-    s.buffer = value;  // the whole storage: the value becomes its buffer
+    s.set_buffer(value);  // the whole storage: the value becomes its buffer
     return;
   }
   ensure_buffer(s, t.scalar_type());
-  s.buffer = storage_bytes_as(s, t.scalar_type());  // the splice below works in t's dtype
-  s.buffer = view_write(*s.buffer, *value, sizes, strides, t.storage_offset());
+  // The splice works in t's dtype.
+  runtime::BufferPtr whole = storage_bytes_as(s, t.scalar_type());
+  s.set_buffer(view_write(*whole, *value, sizes, strides, t.storage_offset()));
 }
 
 void set_storage_nbytes(StorageState& s, int64_t nbytes) {
@@ -362,7 +374,7 @@ void set_storage_nbytes(StorageState& s, int64_t nbytes) {
 at::Tensor wrap_buffer(runtime::BufferPtr buffer, c10::ScalarType dtype) {
   auto* state = new_state(buffer->device_index(), buffer->size_bytes());
   std::vector<int64_t> sizes = buffer->dims();
-  state->buffer = std::move(buffer);
+  state->set_buffer(std::move(buffer));
   int64_t nbytes = state->nbytes;
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, make_data_ptr(state),
                        tpu_allocator(), /*resizable=*/true);

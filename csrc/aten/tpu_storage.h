@@ -5,11 +5,15 @@
 // for the whole storage and swaps it in; every tensor and view sharing the storage sees
 // the new value (PyTorch's aliasing semantics). A fresh allocation (torch.empty) has no
 // buffer until first read (then zeros) or first write.
-// Thread safety: like PyTorch tensors, a storage is not safe for concurrent writes.
+// Thread safety: like PyTorch tensors, a storage is not safe for concurrent writes (one
+// of two threads' in-place ops on it may be lost), but its buffer is read and swapped
+// atomically, so such a race never frees a buffer twice or reads a torn pointer.
 #pragma once
 
 #include <ATen/Tensor.h>
 #include <c10/core/Allocator.h>
+
+#include <memory>
 
 #include "runtime/buffer.h"
 
@@ -18,13 +22,19 @@ namespace torchtpu::aten {
 struct PendingValue;  // fused_eager.h
 
 struct StorageState {
-  runtime::BufferPtr buffer;  // null until first read or write
+  // The current buffer: null until first read or write.
+  runtime::BufferPtr buffer() const { return std::atomic_load(&buffer_); }
+  void set_buffer(runtime::BufferPtr b) { std::atomic_store(&buffer_, std::move(b)); }
+
   int device_index = 0;
   int64_t nbytes = 0;
   // Fused eager: the storage's value is being computed by a recorded graph not run yet
   // (buffer is then null). storage_state() runs that graph first, so every reader but the
   // recorder sees a buffer.
   std::shared_ptr<PendingValue> pending;
+
+ private:
+  runtime::BufferPtr buffer_;
 };
 
 // The allocator registered for PrivateUse1 (tpu_allocator.h).

@@ -76,7 +76,7 @@ py::dict collapse_huge_pages(const std::vector<at::Tensor>& tensors) {
   for (const at::Tensor& t : tensors) {
     TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
                 "torchtpu.memory.use_huge_pages: expected tpu tensors; got one on ", t.device());
-    runtime::BufferPtr b = aten::storage_state(t).buffer;
+    runtime::BufferPtr b = aten::storage_state(t).buffer();
     if (b == nullptr) continue;  // never written: no memory yet
     if (std::find(buffers.begin(), buffers.end(), b) != buffers.end()) continue;
     buffers.push_back(b);
@@ -136,7 +136,7 @@ void bind_memory(py::module& m) {
         aten::client().platform_name() != "cpu") {
       return std::nullopt;
     }
-    runtime::BufferPtr b = aten::storage_state(t).buffer;
+    runtime::BufferPtr b = aten::storage_state(t).buffer();
     if (b == nullptr || !b->await_ready().ok()) return std::nullopt;
     auto addr = b->host_address();
     if (!addr.ok()) return std::nullopt;

@@ -88,10 +88,11 @@ class CompiledGraph::Args : public aten::ProgramArgs {
         s.nbytes / static_cast<int64_t>(t.element_size()),
         std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
         std::vector<int64_t>(t.strides().begin(), t.strides().end()), t.storage_offset());
-    return whole && s.buffer.get() == b.get() && s.buffer.use_count() == 2;
+    runtime::BufferPtr held = s.buffer();  // a third holder while it is looked at
+    return whole && held.get() == b.get() && held.use_count() == 3;
   }
   void donated(int index, const runtime::BufferPtr& output) override {
-    aten::storage_state(inputs_[index]).buffer = output;
+    aten::storage_state(inputs_[index]).set_buffer(output);
     base::counter_add("num_donated_inputs");
   }
 

@@ -109,7 +109,7 @@ InFlight& in_flight() {
 // the buffer after a copy_) forbid the donation: run() compares at run time.
 long donatable_refs(const at::Tensor& t, const runtime::BufferPtr& value) {
   aten::StorageState& s = aten::storage_state(t);
-  if (s.buffer.get() != value.get()) return 1;
+  if (s.buffer().get() != value.get()) return 1;
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
   std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
   bool whole = lowering::is_whole_buffer_view(s.nbytes / static_cast<int64_t>(t.element_size()),
