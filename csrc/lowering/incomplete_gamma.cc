@@ -80,6 +80,14 @@ Value prefactor(Builder& b, Value a, Value x) {
   return b.unary("exponential", b.select(b.compare(a, k(10), "GT"), stirling, direct));
 }
 
+// v * prefactor(a, x), and 0 where the prefactor underflows to 0 (the CPU kernel returns
+// there before iterating): far past a, the iteration's own terms overflow to inf or NaN.
+Value times_prefactor(Builder& b, Value v, Value a, Value x) {
+  Value f = prefactor(b, a, x);
+  Value zero = b.zeros(f.type);
+  return b.select(b.compare(f, zero, "EQ"), zero, b.mul(v, f));
+}
+
 // P(a, x) by its power series, for the elements of `active`.
 Value p_series(Builder& b, Value a, Value x, Value active) {
   Value eps = b.splat(epsilon_of(a.dtype()), a.type), one = b.splat(1, a.type);
@@ -91,7 +99,7 @@ Value p_series(Builder& b, Value a, Value x, Value active) {
                        Value converged = lb.compare(c, lb.mul(eps, ans), "LE");
                        return std::vector<Value>{converged, r, c, ans};
                      });
-  return b.div(b.mul(out[3], prefactor(b, a, x)), a);
+  return b.div(times_prefactor(b, out[3], a, x), a);
 }
 
 // Q(a, x) by the continued fraction, for the elements of `active`.
@@ -120,7 +128,7 @@ Value q_continued_fraction(Builder& b, Value a, Value x, Value active) {
         return std::vector<Value>{lb.compare(t, eps, "LE"), c, yy, zz, scaled(pkm2), scaled(qkm2),
                                   scaled(p1), scaled(q1), ans};
       });
-  return b.mul(out[8], prefactor(b, a, x));
+  return times_prefactor(b, out[8], a, x);
 }
 
 // Q(a, x) for small x (DLMF 8.7.3), for the elements of `active`.

@@ -37,6 +37,17 @@ def test_grid_against_cpu(fn, dtype: torch.dtype) -> None:
     assert_close(actual, expected, dtype_tols={dtype: tols[dtype]})
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("fn", [torch.igamma, torch.igammac], ids=lambda f: f.__name__)
+def test_x_far_past_a_like_cpu(fn, dtype: torch.dtype) -> None:
+    # The continued fraction's terms overflow there (inf / inf) while its prefactor
+    # underflows to 0: the result was NaN where the CPU's is exactly 1 or 0.
+    a = torch.tensor([0.5, 1.0, 2.0, 50.0, 501.0, 1e4], dtype=dtype).repeat_interleave(3)
+    x = torch.tensor([1e20, 1e30, 3e38 if dtype == torch.float32 else 1e300],
+                     dtype=dtype).repeat(6)
+    assert torch.equal(fn(a.to(TPU), x.to(TPU)).cpu(), fn(a, x))
+
+
 @pytest.mark.parametrize("fn", [torch.igamma, torch.igammac], ids=lambda f: f.__name__)
 def test_random_arguments_broadcast_and_variants(fn) -> None:
     torch.manual_seed(0)
