@@ -241,24 +241,38 @@ LoweringFn shift(bool left) {
 
 // polygamma(n, x) for n >= 1. XLA's is accurate for x > 0 only; below 1 the recurrence
 // psi_n(x) = psi_n(x + K) - (-1)^n n! sum_{k<K} (x + k)^-(n+1) moves the evaluation to
-// x + K (PyTorch's zeta sums those terms directly, for the same reason).
+// x + K >= kTarget, K taken per element (PyTorch's zeta sums those terms directly, for the
+// same reason, however far below 0 x is). Elements further below 0 than kMaxTerms terms
+// reach are NaN, not a sum cut short.
 Value polygamma(Builder& b, int64_t n, Value x) {
-  constexpr int kShift = 24;
+  constexpr double kTarget = 25, kMaxTerms = 1 << 24;
   Value order = b.splat(static_cast<double>(n), x.type);
+  Value target = b.splat(kTarget, x.type);
   Value low = b.compare(x, b.splat(1, x.type), "LT");
-  Value xs = b.select(low, b.add(x, b.splat(kShift, x.type)), x);
-  Value sum = b.zeros(x.type);
-  for (int k = 0; k < kShift; ++k) {
-    Value inv = b.div(b.splat(1, x.type), b.add(x, b.splat(k, x.type)));
-    Value term = inv;
-    for (int64_t i = 0; i < n; ++i) term = b.mul(term, inv);
-    sum = b.add(sum, term);
-  }
+  Value reachable = b.compare(x, b.splat(kTarget - kMaxTerms, x.type), "GE");
+  // State: x + k, sum_{j<k} (x + j)^-(n+1), for the elements of `low` still below target.
+  std::vector<Value> out = b.while_loop(
+      {x, b.zeros(x.type)},
+      [&](Builder& lb, const std::vector<Value>& st) {
+        Value active = lb.binary("and", lb.binary("and", low, reachable),
+                                 lb.compare(st[0], target, "LT"));
+        return std::vector<Value>{lb.any_of(active)};
+      },
+      [&](Builder& lb, const std::vector<Value>& st) {
+        Value active = lb.binary("and", lb.binary("and", low, reachable),
+                                 lb.compare(st[0], target, "LT"));
+        Value inv = lb.div(lb.splat(1, x.type), st[0]);
+        Value term = inv;
+        for (int64_t i = 0; i < n; ++i) term = lb.mul(term, inv);
+        return std::vector<Value>{lb.select(active, lb.add(st[0], lb.splat(1, x.type)), st[0]),
+                                  lb.select(active, lb.add(st[1], term), st[1])};
+      });
   double factorial = 1;
   for (int64_t i = 2; i <= n; ++i) factorial *= static_cast<double>(i);
-  Value correction = b.mul(sum, b.splat((n % 2 == 0 ? 1.0 : -1.0) * factorial, x.type));
-  Value shifted = b.sub(b.binary("chlo.polygamma", order, xs), correction);
+  Value correction = b.mul(out[1], b.splat((n % 2 == 0 ? 1.0 : -1.0) * factorial, x.type));
+  Value shifted = b.sub(b.binary("chlo.polygamma", order, out[0]), correction);
   Value r = b.select(low, shifted, b.binary("chlo.polygamma", order, x));
+  r = b.select(reachable, r, b.splat(NAN, x.type));
   // The CPU's values at the infinities (trigamma has its own kernel): n = 1 gives 0 at
   // +inf and NaN at -inf; n >= 2 gives NaN at +inf and (-1)^(n+1) inf at -inf.
   Value inf = b.splat(INFINITY, x.type), nan = b.splat(NAN, x.type);

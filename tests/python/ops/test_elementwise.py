@@ -736,3 +736,18 @@ def test_division_by_a_divisor_near_the_top_of_the_range(dtype: torch.dtype) -> 
 def test_polygamma_in_place_takes_self_first(n: int) -> None:
     # polygamma_(self, n) lowered as polygamma(n, self): an internal error.
     assert_same(lambda x: x.clone().polygamma_(n), torch.linspace(0.3, 4, 7))
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_polygamma_far_below_zero_against_float64(n: int) -> None:
+    # Below -23 the fixed shift of 24 terms left x + 24 < 1, where XLA's polygamma is wrong
+    # (trigamma(-100.2) was -0.0099): the shift now takes as many terms as x needs.
+    x = torch.tensor([-0.7, -10.2, -30.5, -100.2, -1001.2, 0.3, 7.5], dtype=torch.float64)
+    exact = torch.polygamma(n, x)
+    got = torch.polygamma(n, x.to(TPU)).cpu()
+    torch.testing.assert_close(got, exact, rtol=1e-10, atol=0)
+    # float32: the shift's terms of both signs (+-32 at x + k = +-0.5 for n = 4) cancel to
+    # results of order 1e-6, so the error is absolute.
+    got32 = torch.polygamma(n, x.float().to(TPU)).cpu().double()
+    torch.testing.assert_close(got32, torch.polygamma(n, x.float().double()), rtol=1e-3,
+                               atol=2e-6)
