@@ -3,18 +3,46 @@
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
+#include <string>
+
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/status_error.h"
 #include "base/metrics.h"
+#include "runtime/memory_stats.h"
 
 namespace torchtpu::aten {
+
+namespace {
+
+// The device's whole memory in bytes: the plugin's limit (accelerators), else the host's
+// memory with its swap (the CPU plugin's device memory is host memory); 0 when unknown.
+int64_t device_memory_bytes(int device) {
+  auto info = client().device_memory(device);
+  if (info.ok() && info->bytes_limit) return *info->bytes_limit;
+  if (client().platform_name() != "cpu") return 0;
+  auto host = runtime::host_memory_info();
+  if (!host.has_value()) return 0;
+  return host->total_bytes + host->swap_bytes;
+}
+
+}  // namespace
 
 base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
     lowering::LoweredGraph lowered, int device) {
   TORCHTPU_ASSIGN_OR_RETURN(runtime::ExecutablePtr exe,
                             compile_cache().get_or_compile(lowered.text, device));
+  int64_t output_bytes = 0;
+  for (const lowering::TensorType& t : lowered.output_types) {
+    output_bytes += t.num_elements() * static_cast<int64_t>(base::dtype_size_bytes(t.dtype));
+  }
   auto p = std::make_shared<CompiledProgram>();
+  p->output_bytes = output_bytes;
+  // Only a program that could not fit pays for the question.
+  if (output_bytes > (int64_t{1} << 30)) {
+    int64_t memory = device_memory_bytes(device);
+    if (memory > 0 && output_bytes > memory) p->memory_bytes = memory;
+  }
   p->lowered = std::move(lowered);
   p->exe = std::move(exe);
   p->device = device;
@@ -25,6 +53,13 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
                                             CheckMode checks,
                                             const std::vector<std::pair<int, int>>& donations,
                                             const std::string& origin) {
+  if (program.memory_bytes > 0) {
+    raise_status(base::Status(
+        base::StatusCode::kResourceExhausted,
+        "tpu: a program's results take " + std::to_string(program.output_bytes) +
+            " bytes, more than the device's whole memory (" +
+            std::to_string(program.memory_bytes) + " bytes)"));
+  }
   const std::vector<lowering::GraphParam>& params = program.lowered.params;
   c10::SmallVector<runtime::BufferPtr, 8> buffers;
   for (size_t i = 0; i < params.size(); ++i) {

@@ -34,6 +34,9 @@ struct CompiledProgram {
   runtime::ExecutablePtr exe;  // null when `replicated` runs it
   int device = 0;
   ReplicatedRunner replicated;  // set for a program run by several ranks (never donates)
+  // Its outputs' bytes and the device's whole memory, when they exceed it: such a run is
+  // refused (the CPU plugin ran a program with no inputs into a buffer of garbage).
+  int64_t output_bytes = 0, memory_bytes = 0;
 };
 
 // Compiles `lowered` for `device` through the executable cache (memory, then disk).

@@ -75,14 +75,19 @@ std::optional<HostMemoryInfo> host_memory_info() {
   std::string key;
   int64_t kb = 0;
   std::string unit;
+  bool available = false;
   while (meminfo >> key >> kb >> unit) {
     if (key == "MemAvailable:") {
       info.available_bytes = kb * 1024;
-      return info;
+      available = true;
+    } else if (key == "SwapTotal:") {
+      info.swap_bytes = kb * 1024;
     }
   }
-  long avail = sysconf(_SC_AVPHYS_PAGES);
-  info.available_bytes = avail > 0 ? static_cast<int64_t>(avail) * page_size : 0;
+  if (!available) {
+    long avail = sysconf(_SC_AVPHYS_PAGES);
+    info.available_bytes = avail > 0 ? static_cast<int64_t>(avail) * page_size : 0;
+  }
   return info;
 }
 

@@ -47,6 +47,7 @@ struct DeviceMemoryInfo {
 struct HostMemoryInfo {
   int64_t total_bytes = 0;
   int64_t available_bytes = 0;
+  int64_t swap_bytes = 0;  // the swap space's size
 };
 std::optional<HostMemoryInfo> host_memory_info();
 

@@ -155,3 +155,17 @@ def test_running_out_of_memory_raises_torchs_out_of_memory_error() -> None:
         torchtpu.synchronize()  # fused eager runs the fill here
     del x
     torch.testing.assert_close((torch.ones(3, device="tpu") * 2).cpu(), torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize("make", [lambda: torch.arange(2**40, device="tpu"),
+                                  lambda: torch.randn(2**40, device="tpu"),
+                                  lambda: torch.linspace(0, 1, 2**40, device="tpu")],
+                         ids=["arange", "randn", "linspace"])
+def test_a_result_larger_than_the_device_is_out_of_memory_not_garbage(make) -> None:
+    # Programs without inputs: the CPU plugin's run "succeeded" into a buffer of whatever
+    # the heap held (pointers read back as values).
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory|whole memory"):
+        make()
+        torchtpu.synchronize()  # fused eager runs the program here
+    assert torch.arange(4, device="tpu").cpu().tolist() == [0, 1, 2, 3]
+
