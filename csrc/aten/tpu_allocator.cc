@@ -70,6 +70,9 @@ void check_device(c10::DeviceIndex device) {
 class TpuAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
+    // torch.UntypedStorage(-1) arrives as 2^64 - 1, as it does at the CPU's allocator.
+    TORCH_CHECK(static_cast<int64_t>(nbytes) >= 0, "tpu: cannot allocate a storage of ",
+                static_cast<int64_t>(nbytes), " bytes: a size must not be negative");
     return new_storage_data_ptr(current_device_index(), static_cast<int64_t>(nbytes));
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }

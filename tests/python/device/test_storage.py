@@ -153,6 +153,13 @@ def test_storage_byteswap_like_cpu(dtype: torch.dtype) -> None:
         torch.zeros(3, dtype=torch.uint8, device="tpu").untyped_storage().byteswap(torch.int32)
 
 
+def test_a_negative_storage_size_is_an_error_like_cpu() -> None:
+    with pytest.raises(RuntimeError, match="negative"):
+        torch.UntypedStorage(-1)
+    with pytest.raises(RuntimeError, match="must not be negative"):
+        torch.UntypedStorage(-1, device="tpu")
+
+
 def test_resize_to_the_same_sizes_keeps_the_strides_like_cpu() -> None:
     cpu = torch.arange(12.0).reshape(3, 4)[:, 1:3].t()
     dev = torch.arange(12.0, device="tpu").reshape(3, 4)[:, 1:3].t()

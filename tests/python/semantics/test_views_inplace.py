@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _compare import ALL_DTYPES, assert_close, assert_same, make
+from _compare import ALL_DTYPES, assert_close, assert_raises_like_cpu, assert_same, make
 
 TPU = "tpu"
 
@@ -221,3 +221,16 @@ def test_detach_shares_storage() -> None:
     d = a.detach()
     d.add_(2)
     assert a.detach().cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_fills_write_through_expanded_views_like_cpu() -> None:
+    # The CPU's fill kernels take a tensor whose elements share memory; other in-place
+    # kernels refuse it.
+    for fill in (lambda t: t.fill_(2.0), lambda t: t.zero_(),
+                 lambda t: t.masked_fill_(torch.ones(3, 4, dtype=torch.bool, device=t.device), 5.0)):
+        cpu, dev = torch.zeros(4), torch.zeros(4, device=TPU)
+        fill(cpu.expand(3, 4))
+        fill(dev.expand(3, 4))
+        assert torch.equal(dev.cpu(), cpu)
+    e = assert_raises_like_cpu(lambda t: t.expand(3, 4).uniform_(), torch.zeros(4))
+    assert "more than one element" in str(e)
