@@ -521,4 +521,9 @@ void run_pending_graph(PendingGraph& g) {
   g.reset();
 }
 
+void shrink_fused_cache(size_t n) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_cache != nullptr) g_cache->shrink_to(n);
+}
+
 }  // namespace torchtpu::aten

@@ -80,6 +80,11 @@ size_t op_cache_size() {
   return g_op_cache == nullptr ? 0 : g_op_cache->size();
 }
 
+void shrink_op_cache(size_t n) {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  if (g_op_cache != nullptr) g_op_cache->shrink_to(n);
+}
+
 namespace {
 
 // A random op run on the CPU draws from a CPU generator seeded by the tpu generator it

@@ -3,10 +3,13 @@
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
+#include <atomic>
 #include <string>
 
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
+#include "aten/fused_eager.h"
+#include "aten/op_kernel.h"
 #include "aten/status_error.h"
 #include "base/metrics.h"
 #include "runtime/memory_stats.h"
@@ -28,8 +31,25 @@ int64_t device_memory_bytes(int device) {
 
 }  // namespace
 
+void release_executables_past(int64_t map_limit) {
+  std::optional<int64_t> maps = runtime::process_map_count();
+  if (!maps || *maps <= map_limit) return;
+  size_t half = compile_cache().size() / 2;
+  shrink_op_cache(half);
+  shrink_fused_cache(half);
+  compile_cache().shrink_to(half);
+  base::counter_add("num_map_pressure_releases");
+}
+
 base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
     lowering::LoweredGraph lowered, int device) {
+  // Every 32nd program looks at the process's memory maps (reading them costs about a
+  // millisecond at tens of thousands).
+  static std::atomic<int64_t> programs{0};
+  static const int64_t kMapLimit = runtime::max_map_count().value_or(65530) / 2;
+  if (programs.fetch_add(1, std::memory_order_relaxed) % 32 == 31) {
+    release_executables_past(kMapLimit);
+  }
   TORCHTPU_ASSIGN_OR_RETURN(runtime::ExecutablePtr exe,
                             compile_cache().get_or_compile(lowered.text, device));
   int64_t output_bytes = 0;

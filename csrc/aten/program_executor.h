@@ -39,6 +39,13 @@ struct CompiledProgram {
   int64_t output_bytes = 0, memory_bytes = 0;
 };
 
+// Executables keep their JIT code mapped, so a process holding thousands (the caches keep
+// 4096, a program per shape) ran out of the kernel's memory maps (vm.max_map_count) and
+// the plugin's next compile crashed. Past `map_limit` maps, the executable caches (compiled
+// ops, fused programs, the compile cache) drop their least recently used half.
+// compile_program checks every 32nd program against half the kernel's limit.
+void release_executables_past(int64_t map_limit);
+
 // Compiles `lowered` for `device` through the executable cache (memory, then disk).
 base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
     lowering::LoweredGraph lowered, int device);

@@ -39,6 +39,17 @@ class LruMap {
     return {&order_.front().second, dropped};
   }
 
+  // Drops least recently used entries until at most `n` are left; returns how many.
+  size_t shrink_to(size_t n) {
+    size_t dropped = 0;
+    while (index_.size() > n) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+      ++dropped;
+    }
+    return dropped;
+  }
+
   size_t size() const { return index_.size(); }
   size_t capacity() const { return capacity_; }
 

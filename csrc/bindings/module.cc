@@ -11,6 +11,7 @@
 #include "aten/dispatch_profile.h"
 #include "aten/fused_eager.h"
 #include "aten/op_kernel.h"
+#include "aten/program_executor.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_profiler.h"
 #include "aten/tpu_guard.h"
@@ -250,6 +251,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("host_kernels", &aten::registered_host_kernels);
   m.def("op_cache_size", &aten::op_cache_size);
+  m.def("release_executables_past", &aten::release_executables_past, py::arg("map_limit"));
   m.def("executable_cache_size", [] { return aten::compile_cache().size(); });
   bind_compile(m);
   bind_memory(m);

@@ -64,6 +64,12 @@ size_t CompileCache::size() const {
   return entries_.size();
 }
 
+void CompileCache::shrink_to(size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t dropped = entries_.shrink_to(n);
+  if (dropped > 0) base::counter_add("num_compile_cache_evictions", static_cast<int64_t>(dropped));
+}
+
 base::StatusOr<ExecutablePtr> CompileCache::compile_and_store(
     uint64_t key, const std::string& module_text, const std::vector<int>& device_indices) {
   dump_module(key, module_text);

@@ -52,6 +52,8 @@ class CompileCache {
                                                const std::vector<int>& device_indices);
   // Number of executables in the memory tier.
   size_t size() const;
+  // Drops least recently used executables until at most `n` are held here.
+  void shrink_to(size_t n);
   size_t capacity() const { return entries_.capacity(); }
   uint64_t key_of(const std::string& module_text, int device_index) const;
   uint64_t key_of(const std::string& module_text, const std::vector<int>& device_indices) const;

@@ -1,8 +1,10 @@
 #include "runtime/memory_stats.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -89,6 +91,29 @@ std::optional<HostMemoryInfo> host_memory_info() {
     info.available_bytes = avail > 0 ? static_cast<int64_t>(avail) * page_size : 0;
   }
   return info;
+}
+
+std::optional<int64_t> process_map_count() {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  int64_t lines = 0;
+  char buf[1 << 16];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) {
+    for (const char* p = buf; (p = static_cast<const char*>(memchr(p, '\n', buf + n - p)));
+         ++p) {
+      ++lines;
+    }
+  }
+  close(fd);
+  return lines;
+}
+
+std::optional<int64_t> max_map_count() {
+  std::ifstream f("/proc/sys/vm/max_map_count");
+  int64_t v = 0;
+  if (f >> v && v > 0) return v;
+  return std::nullopt;
 }
 
 }  // namespace torchtpu::runtime

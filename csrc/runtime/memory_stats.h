@@ -51,4 +51,9 @@ struct HostMemoryInfo {
 };
 std::optional<HostMemoryInfo> host_memory_info();
 
+// The process's memory mappings (lines of /proc/self/maps) and the kernel's limit on them
+// (vm.max_map_count); nullopt where the OS does not say.
+std::optional<int64_t> process_map_count();
+std::optional<int64_t> max_map_count();
+
 }  // namespace torchtpu::runtime

@@ -169,3 +169,19 @@ def test_a_result_larger_than_the_device_is_out_of_memory_not_garbage(make) -> N
         torchtpu.synchronize()  # fused eager runs the program here
     assert torch.arange(4, device="tpu").cpu().tolist() == [0, 1, 2, 3]
 
+
+
+def test_executables_are_released_past_the_memory_map_limit() -> None:
+    # Each executable keeps its JIT code mapped; a process past the kernel's map limit
+    # crashed at the next compile. Past the limit the caches drop their older half.
+    for n in range(1, 40):
+        torch.arange(n, device="tpu").sum().item()
+    before = torchtpu._C.op_cache_size(), torchtpu._C.executable_cache_size()
+    released = torchtpu._C.counters().get("num_map_pressure_releases", 0)
+    torchtpu._C.release_executables_past(1 << 40)  # under the limit: nothing happens
+    assert (torchtpu._C.op_cache_size(), torchtpu._C.executable_cache_size()) == before
+    torchtpu._C.release_executables_past(0)
+    assert torchtpu._C.counters()["num_map_pressure_releases"] == released + 1
+    assert torchtpu._C.executable_cache_size() <= before[1] // 2
+    assert torchtpu._C.op_cache_size() <= before[1] // 2
+    assert torch.arange(7, device="tpu").sum().item() == 21
