@@ -7,6 +7,10 @@ table, with ours in place of those that compute other values than PyTorch's own 
   ``lowering/nn.cc`` stop at the -1; Inductor on the CPU gives the wrong values too). It is
   registered for the Autograd key, which tracing runs before any table is consulted, so
   ours is registered for tpu's autograd key (AutogradPrivateUse1) as well as in the table.
+- ``index_put`` with a bool mask (``y[mask] = v``, ``y[:, mask] = v``): which positions a
+  mask selects is data, which a compiled graph of static shapes cannot index by; where the
+  value is the same for every selected position (it broadcasts over the dims after the
+  mask's), the put is a ``where`` over the mask. Other bool puts keep the op (and its error).
 """
 
 from __future__ import annotations
@@ -45,6 +49,27 @@ def _multilabel_margin_loss_forward(input: torch.Tensor, target: torch.Tensor,
     return loss, is_target.to(x.dtype).reshape(target.shape)
 
 
+def _masked_put(x: torch.Tensor, indices: list, values: torch.Tensor,
+                accumulate: bool = False) -> Any:
+    """index_put(x, [None]*p + [mask], values) as where(mask, values, x), when `mask` is
+    the only index and `values` broadcast over the dims after it; else NotImplemented."""
+    masks = [(p, i) for p, i in enumerate(indices) if i is not None]
+    if len(masks) != 1 or masks[0][1].dtype not in (torch.bool, torch.uint8):
+        return NotImplemented
+    p, mask = masks[0]
+    if any(i is not None for i in indices[p + 1:]):
+        return NotImplemented
+    trailing = x.dim() - p - mask.dim()
+    v = values
+    if p == 0 and v.dim() == trailing + 1 and v.shape[0] == 1:
+        v = v.squeeze(0)
+    if trailing < 0 or v.dim() > trailing:
+        return NotImplemented
+    m = mask.to(torch.bool).reshape((1,) * p + tuple(mask.shape) + (1,) * trailing)
+    v = v.to(x.dtype)
+    return x + torch.where(m, v, 0) if accumulate else torch.where(m, v, x)
+
+
 _CORRECTED = {aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward}
 
 for _op, _fn in _CORRECTED.items():
@@ -55,4 +80,5 @@ for _op, _fn in _CORRECTED.items():
 def decompositions() -> dict[Any, Any]:
     table = dict(core_aten_decompositions())
     table.update(_CORRECTED)
+    table[aten.index_put.default] = _masked_put
     return table

@@ -430,3 +430,45 @@ def test_interpolation_whose_scale_is_a_ratio_of_sizes_matches_the_cpu(
         for shape in [(3, 4, 5), (2, 6, 6), (3, 7, 3)]:
             x = torch.randn(shape)
             torch.testing.assert_close(compiled(x.to("tpu")).cpu(), f(x))
+
+
+def test_symbolic_slice_steps_and_effect_tokens_compile_dynamic() -> None:
+    # A step passed as an argument is a SymInt under dynamic=True: the bucket rules read
+    # it as a number (TypeError); it now keeps its graph at exact sizes. linalg ops add an
+    # effect token, a placeholder that is None at run time, which size binding read.
+    torch._dynamo.reset()
+    x, src = torch.randn(20, 4), torch.randn(5, 4)
+    scatter = torch.compile(lambda x, s, a, st: torch.slice_scatter(x, s, 0, a, 20, st),
+                            backend="tpu", dynamic=True)
+    for a in (10, 11):
+        got = scatter(x.to("tpu"), src.to("tpu"), a, 2).cpu()
+        assert torch.equal(got, torch.slice_scatter(x, src, 0, a, 20, 2))
+    every = torch.compile(lambda x, st: x[1::st] * 2, backend="tpu", dynamic=True)
+    for st in (2, 3):
+        assert torch.equal(every(x.to("tpu"), st).cpu(), x[1::st] * 2)
+    a = torch.randn(3, 3) + 3 * torch.eye(3)
+    inv = torch.compile(torch.linalg.inv, backend="tpu", dynamic=True)
+    torch.testing.assert_close(inv(a.to("tpu")).cpu(), torch.linalg.inv(a), atol=1e-5, rtol=1e-5)
+    b = torch.randn(4, 4) + 4 * torch.eye(4)
+    torch.testing.assert_close(inv(b.to("tpu")).cpu(), torch.linalg.inv(b), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_bool_mask_over_leading_dims_puts_like_eager(dynamic: bool) -> None:
+    # y[mask] = v with a mask over the first dims only (padding positions of [B, T, D]
+    # activations): compiled graphs refused the bool index ("index tensors must be
+    # integer"); a value the same for every selected position is a where over the mask.
+    torch._dynamo.reset()
+
+    def put(x, m, v, rows):
+        y = x.clone()
+        y[m] = v
+        y[:, rows] = 0.5
+        return torch.index_put(y, (m,), v, accumulate=True)
+
+    f = torch.compile(put, backend="tpu", dynamic=dynamic)
+    for t in (6, 9):
+        x, v = torch.randn(3, t, 4), torch.randn(4)
+        m, rows = torch.rand(3, t) > 0.5, torch.rand(t) > 0.5
+        got = f(x.to("tpu"), m.to("tpu"), v.to("tpu"), rows.to("tpu")).cpu()
+        torch.testing.assert_close(got, put(x, m, v, rows))

@@ -281,6 +281,15 @@ def _select(rw: Rewriter, node: torch.fx.Node) -> Any:
     raise Hazard(f"{node.target} ({node.name}) picks one position of merged padded rows")
 
 
+def _step(node: torch.fx.Node, given: dict) -> int:
+    """A slice's step, which the rules need as a number: one that varies with the sizes
+    (an FX node: a SymInt argument) keeps the graph at exact sizes."""
+    step = given.get("step") if given.get("step") is not None else 1
+    if not isinstance(step, int):
+        raise Hazard(f"{node.target} ({node.name}): its step varies with the sizes")
+    return step
+
+
 @_register("view", aten.slice.Tensor)
 def _slice(rw: Rewriter, node: torch.fx.Node) -> Any:
     src = node.args[0]
@@ -288,7 +297,7 @@ def _slice(rw: Rewriter, node: torch.fx.Node) -> Any:
     given = dict(zip(("dim", "start", "end", "step"), node.args[1:]), **node.kwargs)
     dim = _dim(given.get("dim", 0), len(lays))
     start = L.expr(given.get("start") if given.get("start") is not None else 0)
-    step = int(given.get("step") if given.get("step") is not None else 1)
+    step = _step(node, given)
     out_len = rw.sizes(node)[dim]
     static_start = L.is_static(start) and int(start) >= 0
     if L.equal(out_len, sizes[dim]):

@@ -11,7 +11,7 @@ import torch.fx
 
 from torchtpu.dynamo.buckets import layout as L
 from torchtpu.dynamo.buckets.rewriter import Hazard, Rewriter
-from torchtpu.dynamo.buckets.rules import _dim, _register, broadcast_layouts
+from torchtpu.dynamo.buckets.rules import _dim, _register, _step, broadcast_layouts
 
 aten = torch.ops.aten
 
@@ -333,7 +333,7 @@ def _slice_scatter(rw: Rewriter, node: torch.fx.Node) -> Any:
     rank = base.meta["val"].dim()
     dim = _dim(given.get("dim", 0), rank)
     start = L.expr(given.get("start") if given.get("start") is not None else 0)
-    step = int(given.get("step") if given.get("step") is not None else 1)
+    step = _step(node, given)
     lb, ls = rw.of(base), rw.of(src)
     for d in range(rank):
         if d != dim and ls[d] and ls[d] != lb[d]:
