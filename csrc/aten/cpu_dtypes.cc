@@ -156,7 +156,6 @@ const std::unordered_map<std::string, CpuDtypeRule>& rules() {
       {"reflection_pad3d", {"reflection_pad3d", Refused::kBool}},
       {"index_reduce", {"index_func_", Refused::kBool}},
       {"searchsorted", {"searchsorted_out_cpu", Refused::kBool}},
-      {"histc", {"histogram_cpu", Refused::kNonFloat}},
       {"upsample_nearest1d", {"compute_indices_weights_nearest", Refused::kBelowUint8}},
       {"upsample_nearest2d", {"upsample_nearest2d_channels_last", Refused::kBelowUint8}},
       {"upsample_nearest3d", {"compute_indices_weights_nearest", Refused::kBelowUint8}},

@@ -166,8 +166,6 @@ def _first_line(e: BaseException) -> str:
     *[lambda x, i, n=n, t=t: torch.randperm(n, dtype=t, device=x.device)
       for n, t in [(300, torch.uint8), (129, torch.int8), (40000, torch.int16),
                    (2050, torch.float16)]],
-    # histc of integers: counted on the device before, the CPU kernel takes floats only.
-    lambda x, i: torch.histc(i),
 ])
 def test_errors_have_the_cpu_kernels_wording(call) -> None:
     x, i = make((4,), torch.float32), torch.tensor([1, 2, 3, 4], dtype=torch.int8)
