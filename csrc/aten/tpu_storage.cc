@@ -73,7 +73,6 @@ runtime::BufferPtr ensure_buffer(StorageState& s, c10::ScalarType dtype) {
   return zeros;
 }
 
-
 // Whether (sizes, strides) address their elements in row-major order with no gaps (size-1
 // dims' strides do not matter): lowering::is_whole_buffer_view's rule, on the tensor's own
 // arrays, so the common case allocates nothing.

@@ -251,21 +251,22 @@ Value polygamma(Builder& b, int64_t n, Value x) {
   Value low = b.compare(x, b.splat(1, x.type), "LT");
   Value reachable = b.compare(x, b.splat(kTarget - kMaxTerms, x.type), "GE");
   // State: x + k, sum_{j<k} (x + j)^-(n+1), for the elements of `low` still below target.
+  Value shifting = b.binary("and", low, reachable);
+  auto active = [&](Builder& lb, Value xk) {
+    return lb.binary("and", shifting, lb.compare(xk, target, "LT"));
+  };
   std::vector<Value> out = b.while_loop(
       {x, b.zeros(x.type)},
       [&](Builder& lb, const std::vector<Value>& st) {
-        Value active = lb.binary("and", lb.binary("and", low, reachable),
-                                 lb.compare(st[0], target, "LT"));
-        return std::vector<Value>{lb.any_of(active)};
+        return std::vector<Value>{lb.any_of(active(lb, st[0]))};
       },
       [&](Builder& lb, const std::vector<Value>& st) {
-        Value active = lb.binary("and", lb.binary("and", low, reachable),
-                                 lb.compare(st[0], target, "LT"));
+        Value on = active(lb, st[0]);
         Value inv = lb.div(lb.splat(1, x.type), st[0]);
         Value term = inv;
         for (int64_t i = 0; i < n; ++i) term = lb.mul(term, inv);
-        return std::vector<Value>{lb.select(active, lb.add(st[0], lb.splat(1, x.type)), st[0]),
-                                  lb.select(active, lb.add(st[1], term), st[1])};
+        return std::vector<Value>{lb.select(on, lb.add(st[0], lb.splat(1, x.type)), st[0]),
+                                  lb.select(on, lb.add(st[1], term), st[1])};
       });
   double factorial = 1;
   for (int64_t i = 2; i <= n; ++i) factorial *= static_cast<double>(i);
