@@ -232,6 +232,9 @@ struct Proxy::Exchange {
   std::string failure_body;   // a replica's own error body to pass on, when it had one
   bool routing_observed = false;
   bool client_gone = false;  // hung up while the replica was working on its request
+  // The response's body ended by closing the connection (a stream to an HTTP/1.0 client,
+  // which has no chunked encoding): the connection serves no further request.
+  bool close_after = false;
 
   // Waits for the replica's next bytes unless `buffer` already holds some; false (with `ec`
   // set) when the client hangs up meanwhile or the replica stays silent too long.
@@ -350,17 +353,26 @@ struct Proxy::Exchange {
                            : fail(id, "stream ended before its first event: " + ec.message());
       }
     }
+    // HTTP/1.0 knows no chunked encoding (RFC 9112 7.1): its stream is the raw bytes, ended
+    // by closing the connection.
+    const bool chunked = req.version() >= 11;
+    close_after = !chunked;
+    auto write_body = [&](net::const_buffer data) {
+      if (chunked) return write_chunk(client, data);
+      net::write(client, data, ec);
+      return !ec;
+    };
     http::response<http::empty_body> res(static_cast<http::status>(status), 11);
     res.set(http::field::content_type, content_type);
     res.set(http::field::cache_control, "no-cache");
     res.set(kReplicaHeader, replicas.config(id).http.str());
-    res.keep_alive(keep_alive);
-    res.chunked(true);
+    res.keep_alive(keep_alive && chunked);
+    res.chunked(chunked);
     http::response_serializer<http::empty_body> sr(res);
     http::write_header(client, sr, ec);
     if (ec) return Outcome::kClientGone;
     while (true) {
-      if (n > 0 && !write_chunk(client, net::buffer(chunk, n))) return Outcome::kClientGone;
+      if (n > 0 && !write_body(net::buffer(chunk, n))) return Outcome::kClientGone;
       if (parser->is_done()) break;
       if (!read_some(&n)) {
         if (client_gone) return Outcome::kClientGone;
@@ -372,12 +384,14 @@ struct Proxy::Exchange {
                                            replicas.config(id).http.str() + ") failed mid-way (" +
                                            ec.message() + "); retry the request") +
             "\n\ndata: [DONE]\n\n";
-        if (!write_chunk(client, net::buffer(event))) return Outcome::kClientGone;
+        if (!write_body(net::buffer(event))) return Outcome::kClientGone;
         break;
       }
     }
-    net::write(client, http::make_chunk_last(), ec);
-    if (ec) return Outcome::kClientGone;
+    if (chunked) {
+      net::write(client, http::make_chunk_last(), ec);
+      if (ec) return Outcome::kClientGone;
+    }
     if (parser->is_done() && parser->keep_alive()) proxy->release(id, std::move(upstream));
     return Outcome::kDone;
   }
@@ -503,7 +517,7 @@ void Proxy::serve_connection(tcp::socket client) {
         break;
       }
     }
-    if (!keep_alive) break;
+    if (!keep_alive || ex.close_after) break;
   }
   lingering_close(client);
 }

@@ -176,6 +176,30 @@ def test_curl_with_expect_100_continue_does_not_wait(stack, tmp_path):
     assert json.loads(out.stdout).get("choices"), out.stdout
 
 
+def _stream_over_http_1_0(port: int) -> tuple[bytes, bytes]:
+    body = json.dumps({"prompt": "Hello", "max_tokens": 4, "ignore_eos": True,
+                       "stream": True, "seed": 3, "temperature": 0}).encode()
+    raw = _raw(port, b"POST /v1/completions HTTP/1.0\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    head, _, events = raw.partition(b"\r\n\r\n")
+    return head, events
+
+
+def test_a_stream_to_an_http_1_0_client_is_not_chunked(stack):
+    # HTTP/1.0 has no chunked encoding: the events come as they are and the connection
+    # closes after them, as the replica (uvicorn) itself answers such a client.
+    texts = []
+    for port in (int(stack.replica_url.rsplit(":", 1)[1]), stack.port):
+        head, events = _stream_over_http_1_0(port)
+        assert head.split(b" ")[1] == b"200", head
+        assert b"transfer-encoding" not in head.lower(), head
+        data = [line[6:] for line in events.split(b"\n") if line.startswith(b"data: ")]
+        assert data[-1] == b"[DONE]", events[-200:]
+        texts.append("".join(json.loads(d)["choices"][0]["text"] for d in data[:-1]))
+    assert texts[0] == texts[1], texts  # greedy: the router passes the replica's stream on
+    assert httpx.get(stack.url + "/health", timeout=10).status_code == 200
+
+
 RAW_CASES = {
     "garbage": b"GARBAGE\r\n\r\n",
     "bad method line": b"POST\r\nHost: x\r\n\r\n",
