@@ -4,6 +4,7 @@
 #include <c10/util/Logging.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "lowering/host_gemm.h"
 #include "runtime/gpu_allocator.h"
 #include "runtime/host_malloc.h"
+#include "runtime/memory_stats.h"
 #include "runtime/plugin_registry.h"
 #include "runtime/poll_wait.h"
 
@@ -282,6 +284,22 @@ std::vector<std::string> registered_host_kernels() {
 runtime::CompileCache& compile_cache() {
   client();
   return *state().cache;
+}
+
+base::StatusOr<DeviceMemory> device_memory(int device) {
+  auto info = client().device_memory(device);
+  if (info.ok() && info->bytes_limit) {
+    int64_t limit = *info->bytes_limit;
+    return DeviceMemory{limit, std::max<int64_t>(0, limit - info->bytes_in_use), 0};
+  }
+  if (client().platform_name() == "cpu") {
+    auto host = runtime::host_memory_info();
+    if (!host.has_value()) return base::unavailable("the OS did not report host memory");
+    return DeviceMemory{host->total_bytes, host->available_bytes, host->swap_bytes};
+  }
+  return base::unimplemented(
+      "the " + client().platform_name() + " plugin reports no memory limit for device " +
+      std::to_string(device) + (info.ok() ? std::string() : " (" + info.status().message() + ")"));
 }
 
 bool in_forked_child() { return g_forked_child.load(); }

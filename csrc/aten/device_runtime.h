@@ -32,6 +32,16 @@ runtime::CompileCache& compile_cache();
 std::vector<std::string> registered_host_kernels();
 // Device count without raising: 0 when the plugin cannot be loaded.
 int device_count_or_zero();
+
+// A device's memory: the plugin's figures where it reports a limit (accelerators), else the
+// host's where device memory is host memory (the CPU plugin; swap beside it). An error
+// saying why when neither is known (an accelerator plugin that reports no limit).
+struct DeviceMemory {
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;
+  int64_t swap_bytes = 0;  // host swap behind a CPU plugin's device memory; 0 elsewhere
+};
+base::StatusOr<DeviceMemory> device_memory(int device);
 // Whether this process is the child of a fork() made after the client started; client()
 // raises there (the plugin's threads were not copied).
 bool in_forked_child();

@@ -123,7 +123,5 @@ void flush_all_pending();
 void run_checked_pending(int device);
 // Ops recorded on `device` and not run yet.
 int64_t num_pending_ops(int device);
-// Drops least recently used fused programs until at most `n` are cached.
-void shrink_fused_cache(size_t n);
 
 }  // namespace torchtpu::aten

@@ -464,6 +464,10 @@ void run_pending_graph(PendingGraph& g) {
     if (g_cache == nullptr) {
       g_cache = new base::LruMap<uint64_t, std::shared_ptr<const FusedProgram>>(
           compile_cache().capacity());
+      compile_cache().add_holder([](size_t n) {
+        std::lock_guard<std::mutex> lock(g_mu);
+        g_cache->shrink_to(n);
+      });
     }
     if (auto* hit = g_cache->find(h); hit != nullptr && (*hit)->structure == structure) {
       fused = *hit;
@@ -519,11 +523,6 @@ void run_pending_graph(PendingGraph& g) {
   g_ops_run.add(static_cast<int64_t>(g.nodes.size()));
   for (size_t k = 0; k < held.size(); ++k) held[k]->buffer = std::move(buffers.at(k));
   g.reset();
-}
-
-void shrink_fused_cache(size_t n) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_cache != nullptr) g_cache->shrink_to(n);
 }
 
 }  // namespace torchtpu::aten

@@ -44,7 +44,7 @@ runtime::BufferPtr cached_scalar(const ScalarKey& key, const void* data, base::D
     if (it != g_scalar_cache->end()) return it->second;
   }
   auto b = client().buffer_from_host(data, dtype, {}, device);
-  if (!b.ok()) raise_status(b.status());
+  if (!b.ok()) raise_status(b.status(), device);
   std::lock_guard<std::mutex> lock(g_scalar_mu);
   // Bounded: scalars that are data would churn.
   if (g_scalar_cache->size() > 4096) g_scalar_cache->clear();
@@ -118,7 +118,7 @@ runtime::BufferPtr cpu_to_buffer(const at::Tensor& cpu, int device) {
   at::Tensor c = cpu.contiguous();
   std::vector<int64_t> dims(c.sizes().begin(), c.sizes().end());
   auto b = client().buffer_from_host(c.data_ptr(), to_dtype(c.scalar_type()), dims, device);
-  if (!b.ok()) raise_status(b.status());
+  if (!b.ok()) raise_status(b.status(), device);
   return *b;
 }
 

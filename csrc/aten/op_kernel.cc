@@ -48,8 +48,16 @@ using OpCache = base::LruMap<uint64_t, std::shared_ptr<CompiledOp>>;
 std::mutex g_cache_mu;
 OpCache* g_op_cache = nullptr;
 
+void shrink_op_cache(size_t n) {
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  g_op_cache->shrink_to(n);
+}
+
 OpCache& op_cache() {
-  if (g_op_cache == nullptr) g_op_cache = new OpCache(compile_cache().capacity());
+  if (g_op_cache == nullptr) {
+    g_op_cache = new OpCache(compile_cache().capacity());
+    compile_cache().add_holder(shrink_op_cache);
+  }
   return *g_op_cache;
 }
 
@@ -78,11 +86,6 @@ thread_local size_t SignatureScope::depth_ = 0;
 size_t op_cache_size() {
   std::lock_guard<std::mutex> lock(g_cache_mu);
   return g_op_cache == nullptr ? 0 : g_op_cache->size();
-}
-
-void shrink_op_cache(size_t n) {
-  std::lock_guard<std::mutex> lock(g_cache_mu);
-  if (g_op_cache != nullptr) g_op_cache->shrink_to(n);
 }
 
 namespace {

@@ -21,7 +21,5 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason);
 // Number of distinct op signatures compiled in this process.
 size_t op_cache_size();
-// Drops least recently used compiled ops until at most `n` are cached.
-void shrink_op_cache(size_t n);
 
 }  // namespace torchtpu::aten

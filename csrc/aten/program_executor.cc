@@ -16,28 +16,10 @@
 
 namespace torchtpu::aten {
 
-namespace {
-
-// The device's whole memory in bytes: the plugin's limit (accelerators), else the host's
-// memory with its swap (the CPU plugin's device memory is host memory); 0 when unknown.
-int64_t device_memory_bytes(int device) {
-  auto info = client().device_memory(device);
-  if (info.ok() && info->bytes_limit) return *info->bytes_limit;
-  if (client().platform_name() != "cpu") return 0;
-  auto host = runtime::host_memory_info();
-  if (!host.has_value()) return 0;
-  return host->total_bytes + host->swap_bytes;
-}
-
-}  // namespace
-
 void release_executables_past(int64_t map_limit) {
   std::optional<int64_t> maps = runtime::process_map_count();
   if (!maps || *maps <= map_limit) return;
-  size_t half = compile_cache().size() / 2;
-  shrink_op_cache(half);
-  shrink_fused_cache(half);
-  compile_cache().shrink_to(half);
+  compile_cache().shrink_all_to(compile_cache().size() / 2);
   base::counter_add("num_map_pressure_releases");
 }
 
@@ -60,7 +42,9 @@ base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
   p->output_bytes = output_bytes;
   // Only a program that could not fit pays for the question.
   if (output_bytes > (int64_t{1} << 30)) {
-    int64_t memory = device_memory_bytes(device);
+    // All of it, swap included: a program that could fit by swapping still runs.
+    auto m = device_memory(device);
+    int64_t memory = m.ok() ? m->total_bytes + m->swap_bytes : 0;
     if (memory > 0 && output_bytes > memory) p->memory_bytes = memory;
   }
   p->lowered = std::move(lowered);
@@ -78,7 +62,8 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
         base::StatusCode::kResourceExhausted,
         "tpu: a program's results take " + std::to_string(program.output_bytes) +
             " bytes, more than the device's whole memory (" +
-            std::to_string(program.memory_bytes) + " bytes)"));
+            std::to_string(program.memory_bytes) + " bytes)"),
+        program.device);
   }
   const std::vector<lowering::GraphParam>& params = program.lowered.params;
   c10::SmallVector<runtime::BufferPtr, 8> buffers;
@@ -109,7 +94,7 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
         C10_THROW_ERROR(DistBackendError, st.message());
       }
     }
-    if (!outputs.ok()) raise_status(outputs.status());
+    if (!outputs.ok()) raise_status(outputs.status(), program.device);
   } else {
     // Donation: an input aliased to an output is given up when the caller's storage and
     // this run are its only holders; that storage then takes the output (any other holder
@@ -131,7 +116,7 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
     for (const auto& b : buffers) raw.push_back(b.get());
     outputs = program.exe->execute(raw.data(), raw.size(),
                                    donate.empty() ? nullptr : donate.data());
-    if (!outputs.ok()) raise_status(outputs.status());
+    if (!outputs.ok()) raise_status(outputs.status(), program.device);
     for (const auto& [input, output] : donated) args.donated(input, (*outputs)[output]);
   }
   size_t n = program.lowered.output_types.size();

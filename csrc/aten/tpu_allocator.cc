@@ -29,6 +29,7 @@ size_t pool_of(int64_t nbytes) {
 struct StorageStats {
   StatArray allocation;  // number of storages
   StatArray bytes;       // their byte counts
+  int64_t num_ooms = 0;  // out-of-memory errors raised (reset with the accumulated stats)
 };
 
 struct Registry {
@@ -100,6 +101,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
       out.allocated_bytes = s.bytes;
       out.active_bytes = s.bytes;
       out.requested_bytes = s.bytes;
+      out.num_ooms = s.num_ooms;
     }
     runtime::BufferMemoryStats b = runtime::buffer_memory_stats(device);
     auto agg = static_cast<size_t>(StatType::AGGREGATE);
@@ -112,6 +114,10 @@ class TpuAllocator final : public c10::DeviceAllocator {
 
   void resetAccumulatedStats(c10::DeviceIndex device) override {
     for_each_stat(device, [](Stat& st) { st.reset_accumulated(); });
+    {
+      std::lock_guard<std::mutex> lock(registry().mu);
+      registry().devices[device].num_ooms = 0;
+    }
     runtime::reset_accumulated_buffer_memory(device);
   }
 
@@ -120,26 +126,13 @@ class TpuAllocator final : public c10::DeviceAllocator {
     runtime::reset_peak_buffer_memory(device);
   }
 
-  // (free, total) bytes: the plugin's figures where it has a limit (accelerators), the
-  // host's where device memory is host memory (the CPU plugin).
+  // (free, total) bytes (device_memory: the plugin's figures, or the host's).
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     check_device(device);
-    auto info = client().device_memory(device);
-    if (info.ok() && info->bytes_limit) {
-      int64_t limit = *info->bytes_limit;
-      return {static_cast<size_t>(std::max<int64_t>(0, limit - info->bytes_in_use)),
-              static_cast<size_t>(limit)};
-    }
-    if (client().platform_name() == "cpu") {
-      auto host = runtime::host_memory_info();
-      TORCH_CHECK(host.has_value(), "tpu: mem_get_info: the OS did not report host memory");
-      return {static_cast<size_t>(host->available_bytes), static_cast<size_t>(host->total_bytes)};
-    }
-    TORCH_CHECK_NOT_IMPLEMENTED(
-        false, "tpu: mem_get_info: the ", client().platform_name(),
-        " plugin reports no memory limit for device ", static_cast<int>(device),
-        info.ok() ? std::string() : " (" + info.status().message() + ")",
-        "; use torch.tpu.memory_reserved() for what torchtpu holds");
+    auto m = device_memory(device);
+    TORCH_CHECK_NOT_IMPLEMENTED(m.ok(), "tpu: mem_get_info: ", m.status().message(),
+                                "; use torch.tpu.memory_reserved() for what torchtpu holds");
+    return {static_cast<size_t>(m->free_bytes), static_cast<size_t>(m->total_bytes)};
   }
 
  private:
@@ -190,6 +183,11 @@ void note_storage_freed(int device_index, int64_t nbytes) {
   StorageStats& s = registry().devices[device_index];
   add(s.allocation, pool_of(nbytes), -1);
   add(s.bytes, pool_of(nbytes), -nbytes);
+}
+
+void note_out_of_memory(int device_index) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().devices[device_index].num_ooms++;
 }
 
 }  // namespace torchtpu::aten

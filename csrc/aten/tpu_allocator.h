@@ -25,5 +25,7 @@ c10::DeviceAllocator* tpu_device_allocator();
 void note_storage_allocated(int device_index, int64_t nbytes);
 void note_storage_resized(int device_index, int64_t old_nbytes, int64_t new_nbytes);
 void note_storage_freed(int device_index, int64_t nbytes);
+// Called when an allocation or a program's results did not fit on the device (num_ooms).
+void note_out_of_memory(int device_index);
 
 }  // namespace torchtpu::aten

@@ -181,7 +181,7 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
   const char* outer = runtime::trace::current_label();
   runtime::trace::Label label(outer != nullptr ? outer : "tpu storage program");
   auto out = (*exe)->execute(args);
-  if (!out.ok()) raise_status(out.status());
+  if (!out.ok()) raise_status(out.status(), device_index);
   return std::move(out).value();
 }
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "aten/deferred_checks.h"
+#include "aten/device_runtime.h"
 #include "aten/fused_eager.h"
 #include "aten/tpu_guard.h"
 #include "aten/tpu_storage.h"
@@ -83,8 +84,17 @@ c10::Stream new_stream(c10::Device device) {
 c10::Stream exchange_stream(c10::Stream stream) {
   TORCH_CHECK(stream.device_type() == kTpu, "tpu: expected a tpu stream, got one on ",
               stream.device());
+  // A stream rebuilt from made-up numbers (torch.Stream(stream_id=..., device_index=...))
+  // names no stream: refused, as CUDA refuses it, instead of becoming current.
+  const c10::DeviceIndex d = index_of(stream.device());
+  const int n = device_count_or_zero();
+  TORCH_CHECK_VALUE(d >= 0 && d < n, "tpu: no device ", static_cast<int>(d), " (have ", n,
+                    " tpu devices); the stream's device_index must name one");
+  TORCH_CHECK_VALUE(stream.id() >= 0 && stream.id() < g_next_stream_id.load(),
+                    "tpu: no stream with id ", stream.id(), " on tpu:", static_cast<int>(d),
+                    "; make streams with torch.tpu.Stream() or torch.Stream(device=\"tpu\")");
   c10::Stream old = current_stream(stream.device());
-  t_current[stream.device_index()] = stream.id();
+  t_current[d] = stream.id();
   return old;
 }
 

@@ -62,7 +62,13 @@ void key_view(c10::IntArrayRef sizes, c10::IntArrayRef strides, std::vector<int6
 // The cached executable for the key in t_words, or null.
 runtime::ExecutablePtr cached(uint64_t h) {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_cache == nullptr) g_cache = new base::LruMap<uint64_t, Entry>(compile_cache().capacity());
+  if (g_cache == nullptr) {
+    g_cache = new base::LruMap<uint64_t, Entry>(compile_cache().capacity());
+    compile_cache().add_holder([](size_t n) {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_cache->shrink_to(n);
+    });
+  }
   if (Entry* e = g_cache->find(h); e != nullptr && e->words == t_words) return e->exe;
   return nullptr;
 }
@@ -141,7 +147,7 @@ std::vector<runtime::BufferPtr> run_all(const runtime::Executable& exe,
   const char* outer = runtime::trace::current_label();
   runtime::trace::Label label(outer != nullptr ? outer : "tpu storage program");
   auto out = exe.execute(args, n);
-  if (!out.ok()) raise_status(out.status());
+  if (!out.ok()) raise_status(out.status(), exe.device_index());
   return std::move(out).value();
 }
 

@@ -70,6 +70,21 @@ void CompileCache::shrink_to(size_t n) {
   if (dropped > 0) base::counter_add("num_compile_cache_evictions", static_cast<int64_t>(dropped));
 }
 
+void CompileCache::add_holder(std::function<void(size_t)> shrink) {
+  std::lock_guard<std::mutex> lock(holders_mu_);
+  holders_.push_back(std::move(shrink));
+}
+
+void CompileCache::shrink_all_to(size_t n) {
+  std::vector<std::function<void(size_t)>> holders;
+  {
+    std::lock_guard<std::mutex> lock(holders_mu_);
+    holders = holders_;
+  }
+  for (const auto& shrink : holders) shrink(n);
+  shrink_to(n);
+}
+
 base::StatusOr<ExecutablePtr> CompileCache::compile_and_store(
     uint64_t key, const std::string& module_text, const std::vector<int>& device_indices) {
   dump_module(key, module_text);

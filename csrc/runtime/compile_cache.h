@@ -21,6 +21,7 @@
 // same key may both compile (and both write the same disk entry), and the first insert wins.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,6 +55,12 @@ class CompileCache {
   size_t size() const;
   // Drops least recently used executables until at most `n` are held here.
   void shrink_to(size_t n);
+  // Caches built over this one (a program per op signature, per fused graph, per view)
+  // keep executables alive too: each registers how it shrinks, and shrink_all_to shrinks
+  // them with this one, so that dropping executables frees them (their memory maps).
+  void add_holder(std::function<void(size_t)> shrink);
+  // This cache and every holder keep at most `n` entries each.
+  void shrink_all_to(size_t n);
   size_t capacity() const { return entries_.capacity(); }
   uint64_t key_of(const std::string& module_text, int device_index) const;
   uint64_t key_of(const std::string& module_text, const std::vector<int>& device_indices) const;
@@ -69,6 +76,8 @@ class CompileCache {
   DiskCache disk_;
   mutable std::mutex mu_;
   base::LruMap<uint64_t, ExecutablePtr> entries_;
+  std::mutex holders_mu_;  // never held while a holder shrinks (holders take their locks)
+  std::vector<std::function<void(size_t)>> holders_;
 };
 
 }  // namespace torchtpu::runtime

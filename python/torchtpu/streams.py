@@ -28,6 +28,17 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("tpu", _index(device)),
                                priority=priority)
 
+    @property
+    def priority(self) -> int:
+        """0: every stream of a device runs on its one in-order queue, so a requested
+        priority changes nothing (``torch.cuda.Stream.priority``'s meaning)."""
+        return 0
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        """(least, greatest) priority: (0, 0), as the device has one queue."""
+        return (0, 0)
+
 
 class _TpuEventMeta(type):
     def __instancecheck__(cls, obj: object) -> bool:

@@ -150,10 +150,15 @@ def test_running_out_of_memory_raises_torchs_out_of_memory_error() -> None:
     # 4 TiB: no machine this runs on has it, so the plugin's allocation fails at the first
     # use (allocation is lazy). Code that retries with smaller batches catches this type.
     x = torch.empty(2**40, device="tpu")
+    ooms = torch.tpu.memory_stats()["num_ooms"]
     with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
         x.fill_(1.0)
         torchtpu.synchronize()  # fused eager runs the fill here
     del x
+    # Counted as CUDA's allocator counts them, and zeroed with the accumulated statistics.
+    assert torch.tpu.memory_stats()["num_ooms"] == ooms + 1
+    torch.tpu.reset_accumulated_memory_stats()
+    assert torch.tpu.memory_stats()["num_ooms"] == 0
     torch.testing.assert_close((torch.ones(3, device="tpu") * 2).cpu(), torch.full((3,), 2.0))
 
 
@@ -168,7 +173,6 @@ def test_a_result_larger_than_the_device_is_out_of_memory_not_garbage(make) -> N
         make()
         torchtpu.synchronize()  # fused eager runs the program here
     assert torch.arange(4, device="tpu").cpu().tolist() == [0, 1, 2, 3]
-
 
 
 def test_executables_are_released_past_the_memory_map_limit() -> None:

@@ -134,6 +134,33 @@ def test_set_stream_rejects_other_devices() -> None:
         torch.tpu.set_stream(torch.Stream(device="cpu"))
 
 
+def test_set_stream_rejects_streams_that_were_never_made() -> None:
+    # A stream rebuilt from a made-up id (torch.Stream(stream_id=...)) names no stream of
+    # the device: CUDA rejects it too, rather than running work on an unknown queue.
+    made = torch.tpu.Stream()
+    unknown = torch.Stream(stream_id=made.stream_id + 1000, device_index=0,
+                           device_type=made.device_type)
+    with pytest.raises(ValueError, match="no stream"):
+        torch.tpu.set_stream(unknown)
+    negative = torch.Stream(stream_id=-3, device_index=0, device_type=made.device_type)
+    with pytest.raises(ValueError, match="no stream"):
+        torch.tpu.set_stream(negative)
+    other_device = torch.Stream(stream_id=0, device_index=7, device_type=made.device_type)
+    with pytest.raises(ValueError, match="no device 7"):
+        torch.tpu.set_stream(other_device)
+    assert torch.tpu.current_stream() == torch.tpu.default_stream()  # nothing changed
+    torch.tpu.set_stream(made)
+    assert torch.tpu.current_stream() == made
+    torch.tpu.set_stream(torch.tpu.default_stream())
+
+
+def test_stream_priority_reads_as_cuda_streams_do() -> None:
+    # One in-order queue per device: every stream has priority 0, whatever was asked.
+    assert torch.tpu.Stream(priority=-1).priority == 0
+    assert torch.tpu.current_stream().priority == 0
+    assert torch.tpu.Stream.priority_range() == (0, 0)
+
+
 def test_record_stream_is_accepted_for_a_tpu_stream() -> None:
     # Prefetching loaders and FSDP call it; every stream of a device is one in-order queue
     # and a buffer is released only after the work using it, so there is nothing to record.
