@@ -190,20 +190,31 @@ def _index_put(rw: Rewriter, node: torch.fx.Node) -> Any:
         if len(shapes) > 1:
             raise Hazard(f"{node.target} ({node.name}) with index tensors of several shapes")
         lead = list(shapes.pop())
-        # The dims after the indexed ones: the values' own sizes where they have them (a
-        # symbol equal to x's size at run time; naming x's would make Dynamo specialize it).
-        rest = rw.sizes(x)[at[-1] + 1:]
-        own = rw.sizes(values)[-len(rest):] if rest else []
-        own = [None] * (len(rest) - len(own)) + own
-        x_lays, v_lays = rw.of(x)[at[-1] + 1:], rw.of(values)
-        for k in range(1, len(rest) + 1):
-            if own[-k] is not None and own[-k] != 1 and v_lays[-k] != x_lays[-k]:
-                raise Hazard(f"{node.target} ({node.name}): values dim {own[-k]} laid out "
-                             f"unlike self's {rest[-k]}")
-        full = [rw.size(e) for e in lead] + [
-            rw.size(v if v is not None and v != 1 else e) for v, e in zip(own, rest)]
+        # The values' dims, as PyTorch lays them out: index tensors next to each other put
+        # their dims in place of the indexed ones (x[:, idx]), apart they put them first
+        # (x[i, :, j]); x's other dims keep their order. None marks an index dim.
+        rank = x.meta["val"].dim()
+        others = [d for d in range(rank) if d not in at]
+        before = [d for d in others if d < at[0]] if at == list(range(at[0], at[-1] + 1)) else []
+        behind = before + [None] * len(lead) + [d for d in others if d not in before]
+        # Each of x's dims takes the values' own size where they have one (a symbol equal to
+        # x's size at run time; naming x's would make Dynamo specialize it).
+        x_sizes, x_lays = rw.sizes(x), rw.of(x)
+        v_sizes, v_lays = rw.sizes(values), rw.of(values)
+        skip = len(behind) - len(v_sizes)  # the values broadcast from the right
+        full = []
+        for j, d in enumerate(behind):
+            if d is None:
+                full.append(rw.size(lead[j - len(before)]))
+                continue
+            own = v_sizes[j - skip] if j >= skip else None
+            if own is not None and own != 1 and v_lays[j - skip] != x_lays[d]:
+                raise Hazard(f"{node.target} ({node.name}): values dim {own} laid out "
+                             f"unlike self's {x_sizes[d]}")
+            full.append(rw.size(own if own is not None and own != 1 else x_sizes[d]))
         values = rw.call(aten.expand.default, (values, full))
-        node.update_arg(2, rw.mask(rw.contiguous(values), list(range(len(lead))), "zero"))
+        index_dims = list(range(len(before), len(before) + len(lead)))
+        node.update_arg(2, rw.mask(rw.contiguous(values), index_dims, "zero"))
         for k in at:
             indices[k] = rw.mask(indices[k], list(range(indices[k].meta["val"].dim())), "zero")
         node.update_arg(1, indices)

@@ -186,12 +186,18 @@ CASES: dict[str, Case] = {
     # A dynamic-length list of rows written into a static table (embedding's backward),
     # accumulated and not: the padded indices and values must write nothing.
     # (Distinct indices where not accumulated: which duplicate wins is unspecified.)
+    # Also accumulated at a later dim (x[:, idx]'s gradient) and at two dims apart
+    # (x[i, :, j]'s: the index dims come first in the values).
     "aten.index_put.default": Case(
-        lambda i, p, v, table: (torch.index_put(table, (i,), v, accumulate=True),
-                                torch.index_put(table, (p,), v * 2).sum(-1)),
+        lambda i, p, v, table, w, wide, u, cube: (
+            torch.index_put(table, (i,), v, accumulate=True),
+            torch.index_put(table, (p,), v * 2).sum(-1),
+            torch.ops.aten.index_put.default(wide, [None, i], w, True),
+            torch.ops.aten.index_put.default(cube, [i % 3, None, i], u, True)),
         lambda n: [torch.randint(0, 20, (n,)), torch.randperm(20)[:n], torch.randn(n, 4),
-                   torch.randn(20, 4)],
-        ((0, 0), (1, 0), (2, 0))),
+                   torch.randn(20, 4), torch.randn(2, n, 4), torch.randn(2, 20, 4),
+                   torch.randn(n, 5), torch.randn(3, 5, 20)],
+        ((0, 0), (1, 0), (2, 0), (4, 1), (6, 0))),
     # Along a static dim of dynamic rows (a loss's label lookup and its gradient), and a
     # gather into the dynamic dim at positions inside the true size.
     "aten.gather.default": Case(
