@@ -209,7 +209,10 @@ void ensure_initialized(State& s) {
                  << "registry, so XNNPACK dots stay on (they can reuse stale packed weights: "
                  << "wrong results); start with XLA_FLAGS=--" << kXnnpackFlag << "=false";
   }
-  if (s.client->platform_name() == "cpu") register_host_kernels(**plugin, s.host_kernels);
+  if (s.client->platform_name() == "cpu") {
+    register_host_kernels(**plugin, s.host_kernels);
+    lowering::set_widen_half_products(true);
+  }
   s.cache = std::make_unique<runtime::CompileCache>(s.client, capacity);
 }
 

@@ -9,6 +9,7 @@ namespace torchtpu::lowering {
 namespace {
 
 std::atomic<bool> g_host_gemm{false};
+std::atomic<bool> g_widen_half{false};
 
 // Below this many multiply-adds in all (128x128x64) a product is too small to pay for
 // the call: the plugin sets up each custom call's execution (a dozen host allocations on
@@ -60,6 +61,9 @@ Value cost_operand(Builder& b, Value v) {
 
 void set_host_gemm(bool on) { g_host_gemm.store(on); }
 bool host_gemm() { return g_host_gemm.load(); }
+
+void set_widen_half_products(bool on) { g_widen_half.store(on); }
+bool widen_half_products() { return g_widen_half.load(); }
 
 std::optional<Value> host_gemm_product(Builder& b, Value lhs, Value rhs, const Dims& lhs_batch,
                                        const Dims& rhs_batch, const Dims& lhs_contract,

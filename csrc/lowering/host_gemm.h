@@ -20,6 +20,15 @@ namespace torchtpu::lowering {
 void set_host_gemm(bool on);
 bool host_gemm();
 
+// Whether 16-bit float products widen their operands to f32 (a CPU plugin: the device
+// runtime turns it on). XLA's CPU runtime has no dot for bf16 x bf16 = f32 in every program
+// (its DotThunk refuses it where the operands come from other ops: padded graphs' masked
+// operands), while f32 operands are exact (every bf16 and f16 value is an f32 value) and
+// accumulate in f32 as before; large ones then take the host GEMM too. Accelerators keep
+// 16-bit operands, which their matrix units want.
+void set_widen_half_products(bool on);
+bool widen_half_products();
+
 // The product as a host GEMM call, result dims [batch..., lhs free, rhs free] (dot_general's
 // order); nullopt when the kernel is off or the product is not one it covers.
 std::optional<Value> host_gemm_product(Builder& b, Value lhs, Value rhs, const Dims& lhs_batch,

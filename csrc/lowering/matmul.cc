@@ -3,7 +3,8 @@
 //
 // Every product is one stablehlo.dot_general, or a call of the host GEMM kernel where the
 // plugin runs one (host_gemm.h). 16-bit floats produce an f32 result that is
-// rounded once at the end (PyTorch's CPU kernels accumulate them in f32), and floats ask
+// rounded once at the end (PyTorch's CPU kernels accumulate them in f32; on a CPU plugin
+// their operands widen to f32 first, host_gemm.h), and floats ask
 // for HIGHEST precision so that a TPU does not split f32 products into bf16 passes.
 // beta and alpha are runtime scalars; beta == 0 drops `self` entirely (NaN and inf in it
 // included), as BLAS and PyTorch do. alpha == 0 drops the product the same way for the
@@ -32,6 +33,10 @@ bool contains(const Dims& d, int64_t x) {
 // then lhs free dims, then rhs free dims (StableHLO's order).
 Value product(Builder& b, Value lhs, Value rhs, const Dims& lhs_batch, const Dims& rhs_batch,
               const Dims& lhs_contract, const Dims& rhs_contract) {
+  if (widen_half_products() && (lhs.dtype() == DType::kBF16 || lhs.dtype() == DType::kF16)) {
+    lhs = b.convert(lhs, DType::kF32);
+    rhs = b.convert(rhs, DType::kF32);
+  }
   if (auto gemm = host_gemm_product(b, lhs, rhs, lhs_batch, rhs_batch, lhs_contract,
                                     rhs_contract)) {
     return *gemm;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "lowering/host_gemm.h"
 #include "lowering_harness.h"
 
 namespace torchtpu::testing {
@@ -153,6 +154,22 @@ TEST(MatmulLowering, Bf16DotAccumulatesInF32) {
   auto run = run_lowering("aten::dot", {tensor_arg(ones), tensor_arg(ones)},
                           {TensorType{DType::kBF16, {}}}, {{0, ones}, {1, ones}});
   EXPECT_EQ(output_values(run, DType::kBF16), (std::vector<double>{512}));
+}
+
+TEST(MatmulLowering, HalfProductsWidenTheirOperandsOnCpuPlugins) {
+  // XLA's CPU runtime has no bf16 x bf16 = f32 dot in every program (it ran one to zeros
+  // or garbage without an error): on a CPU plugin the operands widen to f32 first.
+  HostTensor a{{DType::kBF16, {2, 3}}, {1, 2, 3, 4, 5, 6}};
+  HostTensor b{{DType::kBF16, {3, 2}}, {7, 8, 9, 10, 11, 12}};
+  for (bool widen : {false, true}) {
+    lowering::set_widen_half_products(widen);
+    auto run = run_lowering("aten::mm", {tensor_arg(a), tensor_arg(b)},
+                            {TensorType{DType::kBF16, {2, 2}}}, {{0, a}, {1, b}});
+    lowering::set_widen_half_products(false);
+    EXPECT_EQ(run.text.find("(tensor<2x3xf32>, tensor<3x2xf32>) -> tensor<2x2xf32>") !=
+                  std::string::npos, widen) << run.text;
+    EXPECT_EQ(output_values(run, DType::kBF16), (std::vector<double>{58, 64, 139, 154}));
+  }
 }
 
 }  // namespace

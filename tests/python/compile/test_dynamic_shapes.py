@@ -510,3 +510,65 @@ def test_gradients_of_indexing_along_later_dims_match_cpu(name: str) -> None:
         for d, c in zip(dev, cpu):
             if c.grad is not None:
                 torch.testing.assert_close(d.grad.cpu(), c.grad, msg=lambda m, n=n: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dynamic", ["mark", "all"])
+def test_half_precision_linear_backward_with_a_dynamic_batch_matches_cpu(
+        dtype: torch.dtype, dynamic: str) -> None:
+    # The padded backward's weight gradient is a bf16 x bf16 = f32 product over masked
+    # operands, which XLA's CPU runtime ran to zeros or garbage (NaN, 1e38) without an
+    # error, or refused ("DotThunk: BF16 x BF16 = F32"): CPU plugins widen the operands.
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(12, 32).to(dtype)
+    lin_t = torch.nn.Linear(12, 32).to(dtype).to("tpu")
+    lin_t.load_state_dict(lin.state_dict())
+    compiled = torch.compile(lin_t, backend="tpu", dynamic=True if dynamic == "all" else None)
+    for n in (5, 7, 20):
+        x = torch.randn(n, 12, dtype=dtype)
+        xt = x.to("tpu")
+        if dynamic == "mark":
+            torch._dynamo.mark_dynamic(xt, 0)
+        lin.zero_grad()
+        lin_t.zero_grad()
+        compiled(xt).float().square().mean().backward()
+        lin(x).float().square().mean().backward()
+        for p, q in ((lin_t.weight, lin.weight), (lin_t.bias, lin.bias)):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, atol=2e-2, rtol=2e-2)
+
+
+def test_integer_division_checks_only_true_divisors() -> None:
+    # Padded divisors are zeros: the ZeroDivisionError check read them and failed every
+    # integer //, %, fmod and rounding div under dynamic shapes.
+    torch._dynamo.reset()
+
+    def f(a, b):
+        return (a // b, a % b, torch.fmod(a, b), torch.div(a, b, rounding_mode="trunc"),
+                torch.div(a, b, rounding_mode="floor"))
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (5, 9, 13):
+        a = torch.randint(-50, 50, (n,))
+        b = torch.randint(1, 7, (n,)) * (torch.randint(0, 2, (n,)) * 2 - 1)
+        for got, want in zip(compiled(a.to("tpu"), b.to("tpu")), f(a, b)):
+            assert torch.equal(got.cpu(), want)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        compiled(torch.arange(6).to("tpu"), torch.tensor([1, 2, 0, 1, 1, 1]).to("tpu"))[0].cpu()
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "amax", "amin", "mean"])
+def test_scatter_reduce_without_self_keeps_unwritten_positions(reduce: str) -> None:
+    # Padded index entries land on position 0 with the reduction's identity: harmless when
+    # self takes part, but with include_self=False position 0 counted as written.
+    torch._dynamo.reset()
+
+    def f(x, i, s):
+        return x.scatter_reduce(0, i, s, reduce, include_self=False)
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (5, 9):
+        x = torch.full((6,), 5.0)
+        i, s = torch.randint(1, 6, (n,)), torch.randn(n)
+        torch.testing.assert_close(compiled(x.to("tpu"), i.to("tpu"), s.to("tpu")).cpu(),
+                                   f(x, i, s))

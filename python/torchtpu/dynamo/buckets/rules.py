@@ -157,6 +157,19 @@ _register("exact", aten.where.self, aten.clone.default,
           aten.fill.Tensor)(_exact)
 
 
+@_register("masked", aten.div.Tensor_mode, aten.remainder.Tensor, aten.remainder.Scalar_Tensor,
+           aten.fmod.Tensor, aten.floor_divide.default)
+def _integer_division(rw: Rewriter, node: torch.fx.Node) -> None:
+    """Pointwise, but integer division checks every divisor element for zero (PyTorch
+    raises ZeroDivisionError): the divisor's padding reads as 1, so that only true elements
+    are checked."""
+    _exact(rw, node)
+    d = node.args[1]
+    if isinstance(d, torch.fx.Node) and isinstance(d.meta.get("val"), torch.Tensor) and not (
+            d.meta["val"].is_floating_point() or d.meta["val"].is_complex()):
+        node.update_arg(1, rw.mask(d, list(range(d.meta["val"].dim())), "one"))
+
+
 # --- factories ----------------------------------------------------------------------------
 @_register("factory", aten.arange.start_step, aten.arange.start, aten.arange.default,
            aten.full.default, aten.zeros.default, aten.ones.default, aten.empty.memory_format,

@@ -118,6 +118,12 @@ def _scatter(rw: Rewriter, node: torch.fx.Node) -> Any:
     fill = {aten.scatter_add.default: "zero"}.get(node.target)
     if node.target is aten.scatter_reduce.two:
         fill = {"sum": "zero", "prod": "one", "amax": "low", "amin": "high"}.get(node.args[4])
+        include_self = node.args[5] if len(node.args) > 5 else node.kwargs.get(
+            "include_self", True)
+        if not include_self:
+            # A position a padded entry lands on would count as written: it would lose
+            # self's value to the reduction's identity.
+            fill = None
     padded_rows = [d for d in rw.padded_dims(index) if d == dim or d in loose]
     if padded_rows and fill is not None:
         # Padded entries add the reduction's identity wherever they land.
