@@ -1,5 +1,6 @@
 // Fused optimizer steps: _fused_adam_ and _fused_adamw_ (torch.optim.Adam/AdamW with
-// fused=True, TorchTitan's default), and their functional forms for graphs.
+// fused=True, TorchTitan's default), _fused_sgd_ (torch.optim.SGD with fused=True), and
+// their functional forms for graphs.
 //
 // One module updates every parameter of the call, like the _foreach_ ops: per item i it
 // reads param, grad, exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad) and the
@@ -19,6 +20,7 @@
 // exp_avg_sqs, then max_exp_avg_sqs (only with amsgrad), each one per item: the lists the
 // aten layer writes (written_list_args in op_special_cases). Functional forms
 // (_fused_adam, _fused_adamw) return all five lists, grads and max_exp_avg_sqs included.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -189,9 +191,117 @@ LoweringFn fused_adam(bool adamw, bool functional) {
   };
 }
 
+// _fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening,
+// nesterov, maximize, is_first_step, grad_scale, found_inf), as ATen's CPU kernel
+// (cpu/FusedSGDKernel.cpp) in the parameter's opmath type: the gradient unscaled (and
+// written back) with grad_scale, negated with maximize, plus weight_decay * param; with
+// momentum the buffer becomes the gradient on the first step, else momentum * buffer +
+// (1 - dampening) * gradient, and the step takes the buffer (nesterov: gradient +
+// momentum * buffer); param -= lr * step. found_inf == 1 leaves everything unchanged.
+// Results: the params, then the grads (only with grad_scale) and the buffers (only with
+// momentum: the list is empty without); the functional form returns all three lists.
+constexpr size_t kSgdParams = 0, kSgdGrads = 1, kSgdBuffers = 2, kSgdWeightDecay = 3,
+                 kSgdMomentum = 4, kSgdLr = 5, kSgdDampening = 6, kSgdNesterov = 7,
+                 kSgdMaximize = 8, kSgdFirstStep = 9, kSgdGradScale = 10, kSgdFoundInf = 11;
+
+LoweringFn fused_sgd(bool functional) {
+  return [functional](LoweringContext& c) -> Result {
+    Builder& b = c.b();
+    const size_t n = c.arg(kSgdParams).list_types.size();
+    const double momentum = c.double_arg(kSgdMomentum);
+    const bool with_buffers = momentum != 0;
+    if (c.arg(kSgdGrads).list_types.size() != n ||
+        (with_buffers && c.arg(kSgdBuffers).list_types.size() != n)) {
+      return base::invalid_argument("lowering: " + c.op_name() + ": every list must have " +
+                                    std::to_string(n) + " items (the params')");
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const TensorType& p = c.arg(kSgdParams).list_types[i];
+      if (!base::is_floating(p.dtype)) {
+        return base::invalid_argument("lowering: " + c.op_name() + ": params must be floating");
+      }
+      if (!(c.arg(kSgdGrads).list_types[i] == p) ||
+          (with_buffers && !(c.arg(kSgdBuffers).list_types[i] == p))) {
+        return base::invalid_argument("lowering: " + c.op_name() + ": item " +
+                                      std::to_string(i) + " differs in dtype or shape from "
+                                      "its param");
+      }
+    }
+    const bool scaled = !c.is_none(kSgdGradScale);
+    std::vector<size_t> lists = {kSgdParams};
+    if (functional || scaled) lists.push_back(kSgdGrads);
+    if (functional || with_buffers) lists.push_back(kSgdBuffers);
+    size_t expected = 0;
+    for (size_t list : lists) expected += c.arg(list).list_types.size();
+    if (c.out_types().size() != expected) {
+      return base::internal_error("lowering: " + c.op_name() + " has " +
+                                  std::to_string(c.out_types().size()) + " result types, " +
+                                  "expected " + std::to_string(expected));
+    }
+    const double weight_decay = c.double_arg(kSgdWeightDecay);
+    const double dampening = c.double_arg(kSgdDampening);
+    const bool nesterov = c.bool_arg(kSgdNesterov), maximize = c.bool_arg(kSgdMaximize);
+    const bool first = c.bool_arg(kSgdFirstStep);
+
+    std::vector<Value> params = c.tensor_list(kSgdParams), grads = c.tensor_list(kSgdGrads);
+    std::vector<Value> buffers;
+    if (!c.arg(kSgdBuffers).list_types.empty()) buffers = c.tensor_list(kSgdBuffers);
+    Value lr = single_value(c, kSgdLr, DType::kF64);
+    std::optional<Value> grad_scale, skip;
+    if (scaled) grad_scale = single_value(c, kSgdGradScale, DType::kF32);
+    if (!c.is_none(kSgdFoundInf)) {
+      Value found = single_value(c, kSgdFoundInf, DType::kF32);
+      skip = b.compare(found, b.constant(1.0, DType::kF32), "EQ");
+    }
+    std::vector<std::vector<Value>> out(3);
+    for (size_t i = 0; i < n; ++i) {
+      const TensorType& type = c.arg(kSgdParams).list_types[i];
+      DType t = opmath(type.dtype);
+      const Dims& dims = type.dims;
+      auto constant = [&](double v) { return b.broadcast_to(b.constant(v, t), dims); };
+      Value p = b.convert(params[i], t);
+      Value g = b.convert(grads[i], t);
+      Value grad_out = grads[i];
+      if (grad_scale) {
+        g = b.div(g, b.broadcast_to(b.convert(*grad_scale, t), dims));
+        grad_out = b.convert(g, type.dtype);
+      }
+      if (maximize) g = b.unary("negate", g);
+      if (weight_decay != 0) g = b.add(g, b.mul(p, constant(weight_decay)));
+      if (with_buffers) {
+        Value buf = first ? g
+                          : b.add(b.mul(b.convert(buffers[i], t), constant(momentum)),
+                                  b.mul(g, constant(1 - dampening)));
+        g = nesterov ? b.add(g, b.mul(buf, constant(momentum))) : buf;
+        out[2].push_back(b.convert(buf, type.dtype));
+      }
+      p = b.sub(p, b.mul(g, b.broadcast_to(b.convert(lr, t), dims)));
+      out[0].push_back(b.convert(p, type.dtype));
+      out[1].push_back(grad_out);
+    }
+    if (!with_buffers) out[2] = buffers;  // unchanged (the functional form returns them)
+    std::vector<Value> originals[3] = {params, grads, buffers};
+    const size_t index[3] = {kSgdParams, kSgdGrads, kSgdBuffers};
+    std::vector<Value> results;
+    for (size_t list : lists) {
+      size_t k = static_cast<size_t>(std::find(index, index + 3, list) - index);
+      for (size_t i = 0; i < out[k].size(); ++i) {
+        Value r = out[k][i];
+        if (skip) r = b.select(b.broadcast_to(*skip, r.dims()), originals[k][i], r);
+        results.push_back(r);
+      }
+    }
+    return results;
+  };
+}
+
 }  // namespace
 
 void register_optimizer_lowerings() {
+  register_lowering({"aten::_fused_sgd_", "aten::_fused_sgd_.tensor_lr"},
+                    fused_sgd(/*functional=*/false));
+  register_lowering({"aten::_fused_sgd", "aten::_fused_sgd.tensor_lr"},
+                    fused_sgd(/*functional=*/true));
   for (bool adamw : {false, true}) {
     std::string name = adamw ? "aten::_fused_adamw" : "aten::_fused_adam";
     register_lowering({(name + "_").c_str(), (name + "_.tensor_lr").c_str()},

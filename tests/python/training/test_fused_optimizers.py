@@ -1,7 +1,8 @@
-"""torch.optim's fused Adam/AdamW on tpu (``fused=True``, TorchTitan's default): the
-``_fused_adam_`` / ``_fused_adamw_`` ops against PyTorch's CPU fused kernels, one program for
-the whole parameter list, a learning-rate schedule without recompiles, GradScaler's
-grad_scale/found_inf, and no CPU fallback."""
+"""torch.optim's fused Adam/AdamW and SGD on tpu (``fused=True``, TorchTitan's default for
+AdamW): the ``_fused_adam_`` / ``_fused_adamw_`` ops against PyTorch's CPU fused kernels and
+``_fused_sgd_`` against its unfused SGD, one program for the whole parameter list, a
+learning-rate schedule without recompiles, GradScaler's grad_scale/found_inf, and no CPU
+fallback."""
 
 from __future__ import annotations
 
@@ -212,5 +213,76 @@ def test_scaler_skips_a_step_with_inf_gradients() -> None:
     scaler.step(opt)
     scaler.update()
     for p, b in zip(net.parameters(), before):
+        torch.testing.assert_close(p.detach().cpu(), b, rtol=0, atol=0)
+    assert scaler.get_scale() == 2.0**7
+
+
+SGD_CASES = {
+    "plain": dict(),
+    "momentum": dict(momentum=0.9),
+    "nesterov+decay": dict(momentum=0.9, nesterov=True, weight_decay=0.01),
+    "dampening+maximize": dict(momentum=0.5, dampening=0.3, maximize=True),
+}
+
+
+def train_sgd(net: nn.Module, device: str, fused: bool, kw: dict, scaler: bool,
+              lr: float | torch.Tensor = 0.1) -> tuple[list[float], list]:
+    net = net.to(device)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, fused=fused, **kw)
+    grad_scaler = torch.amp.GradScaler(device, init_scale=2.0**10) if scaler else None
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(4):
+        x, y = torch.randn(6, 8, generator=g), torch.randint(0, 3, (6,), generator=g)
+        opt.zero_grad()
+        loss = F.cross_entropy(net(x.to(device)), y.to(device))
+        if grad_scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            grad_scaler.scale(loss).backward()
+            grad_scaler.step(opt)
+            grad_scaler.update()
+        losses.append(loss.item())
+    return losses, [opt.state[p].get("momentum_buffer") for p in net.parameters()]
+
+
+@pytest.mark.parametrize("scaler", [False, True], ids=["plain", "grad_scaler"])
+@pytest.mark.parametrize("case", list(SGD_CASES))
+def test_fused_sgd_trains_like_cpu_sgd(case: str, scaler: bool) -> None:
+    # _fused_sgd_ ran on the CPU (no lowering, no meta kernel). Compared with the CPU's
+    # unfused SGD: its fused kernel corrupts float16 momentum buffers (a PyTorch bug).
+    kw = SGD_CASES[case]
+    net = model()
+    cpu_net = copy.deepcopy(net)
+    cpu_losses, cpu_bufs = train_sgd(cpu_net, "cpu", False, kw, scaler)
+    before = fallbacks()
+    tpu_net = copy.deepcopy(net)
+    tpu_losses, tpu_bufs = train_sgd(tpu_net, TPU, True, kw, scaler)
+    assert new_fallbacks(before) == {}
+    torch.testing.assert_close(tpu_losses, cpu_losses, rtol=1e-5, atol=1e-6)
+    for p_tpu, p_cpu in zip(tpu_net.parameters(), cpu_net.parameters()):
+        torch.testing.assert_close(p_tpu.detach().cpu(), p_cpu.detach(), rtol=1e-5, atol=1e-6)
+    for b_tpu, b_cpu in zip(tpu_bufs, cpu_bufs):
+        assert (b_tpu is None) == (b_cpu is None)
+        if b_cpu is not None:
+            torch.testing.assert_close(b_tpu.cpu(), b_cpu, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_sgd_takes_a_tensor_lr_and_skips_steps_with_inf_gradients() -> None:
+    net = model()
+    cpu_net, tpu_net = copy.deepcopy(net), copy.deepcopy(net)
+    cpu_losses, _ = train_sgd(cpu_net, "cpu", False, dict(momentum=0.9), False)
+    tpu_losses, _ = train_sgd(tpu_net, TPU, True, dict(momentum=0.9), False,
+                              lr=torch.tensor(0.1, device=TPU))
+    torch.testing.assert_close(tpu_losses, cpu_losses, rtol=1e-5, atol=1e-6)
+    opt = torch.optim.SGD(tpu_net.parameters(), lr=0.1, momentum=0.9, fused=True)
+    scaler = torch.amp.GradScaler(TPU, init_scale=2.0**8)
+    scaler.scale(tpu_net(torch.randn(4, 8, device=TPU)).sum()).backward()
+    next(tpu_net.parameters()).grad[0, 0] = float("inf")
+    before = [p.detach().cpu().clone() for p in tpu_net.parameters()]
+    scaler.step(opt)
+    scaler.update()
+    for p, b in zip(tpu_net.parameters(), before):
         torch.testing.assert_close(p.detach().cpu(), b, rtol=0, atol=0)
     assert scaler.get_scale() == 2.0**7
