@@ -55,8 +55,8 @@ Value euclidean_by_matmul(Builder& b, Value x1, Value x2, const Dims& batch) {
   return b.unary("sqrt", b.max(prod, b.splat(1e-30, prod.type)));
 }
 
-// The p-norm of `diff` along its last dim, term by term as the CPU kernels (p = 0 counts
-// the non-zero entries).
+}  // namespace
+
 Value norm_of_last_dim(Builder& b, Value diff, double p) {
   Value d = b.unary("abs", diff);
   Dims last{d.rank() - 1};
@@ -67,6 +67,8 @@ Value norm_of_last_dim(Builder& b, Value diff, double p) {
   Value sum = b.reduce_sum(b.binary("power", d, b.splat(p, d.type)), last);
   return b.binary("power", sum, b.splat(1.0 / p, sum.type));
 }
+
+namespace {
 
 // The CPU kernels' gradient term of a p-norm distance for each element of `diff`, given
 // the distance's gradient `g` and value `dist` (both broadcast to diff's shape; p != 0).

@@ -66,6 +66,10 @@ inline DType float_compute_type(LoweringContext& c) {
   return base::is_floating(t) || base::is_complex(t) ? opmath(t) : DType::kF32;
 }
 
+// The p-norm of `v` along its last dim, term by term as the CPU kernels (p = 0 counts the
+// non-zero entries), in v's dtype (distance.cc).
+Value norm_of_last_dim(Builder& b, Value v, double p);
+
 // Registers one lowering under the functional, in-place and out= names of an op with the
 // given overloads: e.g. ("add", {"Tensor", "Scalar"}) registers aten::add.Tensor,
 // aten::add_.Tensor, aten::add.Scalar, aten::add_.Scalar, aten::add.out and the

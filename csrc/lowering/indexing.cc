@@ -281,6 +281,35 @@ Result lower_embedding(LoweringContext& c) {
   return std::vector<Value>{to_out(c, rows)};
 }
 
+// embedding_renorm_(self [V, D], indices, max_norm, norm_type), what F.embedding runs first
+// with max_norm: every row an index names whose norm exceeds max_norm is scaled by
+// max_norm / (norm + 1e-7), as the CPU kernel does (norms in float32 for 16-bit weights;
+// rows named twice are scaled once). Rows are marked by a scatter of the indices.
+Result lower_embedding_renorm(LoweringContext& c) {
+  Builder& b = c.b();
+  const TensorType& w = c.tensor_type(0);
+  if (w.rank() != 2) {
+    return base::invalid_argument("lowering: " + c.op_name() + ": self must be 2-d (got " +
+                                  w.str() + ")");
+  }
+  const int64_t n = c.tensor_type(1).num_elements();
+  if (n == 0 || w.num_elements() == 0) return std::vector<Value>{c.tensor(0)};
+  Value idx = checked_index(c, b.reshape(c.tensor(1), {n}), c.tensor(0), {0}, false,
+                            "index out of range in self");
+  TensorType rows{DType::kBool, {w.dims[0]}};
+  Value named = scatter(b, b.zeros(rows), b.reshape(idx, {n, 1}),
+                        b.splat(1, TensorType{DType::kBool, {n}}), {}, {0}, {0}, 1, "or");
+  DType t = opmath(w.dtype);
+  Value weight = b.convert(c.tensor(0), t);
+  Value norm = norm_of_last_dim(b, weight, c.double_arg(3));
+  const double max_norm = c.double_arg(2);
+  Value over = b.binary("and", named, b.compare(norm, b.splat(max_norm, norm.type), "GT"));
+  Value scale = b.div(b.splat(max_norm, norm.type), b.add(norm, b.splat(1e-7, norm.type)));
+  scale = b.select(over, scale, b.splat(1, norm.type));
+  Value scaled = b.mul(weight, b.broadcast_in_dim(scale, w.dims, {0}));
+  return std::vector<Value>{to_out(c, scaled)};
+}
+
 // index_add (alpha), index_copy and index_fill: (self, dim, index, source|value, [alpha]).
 Result lower_index_update(LoweringContext& c) {
   Builder& b = c.b();
@@ -527,6 +556,8 @@ void register_indexing_lowerings() {
                     lower_scatter);
   register_lowering({"aten::index_select", "aten::index_select.out"}, lower_index_select);
   register_lowering({"aten::embedding"}, lower_embedding);
+  register_lowering({"aten::embedding_renorm_", "aten::embedding_renorm",
+                     "aten::embedding_renorm.out"}, lower_embedding_renorm);
   register_lowering({"aten::index_add", "aten::index_add_", "aten::index_add.out",
                      "aten::index_copy", "aten::index_copy_", "aten::index_copy.out",
                      "aten::index_fill.int_Scalar", "aten::index_fill_.int_Scalar",

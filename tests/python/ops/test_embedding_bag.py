@@ -138,3 +138,28 @@ def test_embedding_bag_scale_grad_by_freq(mode: str) -> None:
     (plain,) = _bag_grads("cpu", mode, weight, offsets)
     counts = torch.bincount(IDX, minlength=10).clamp(min=1).float()
     torch.testing.assert_close(grad, plain / counts[:, None], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bag", [False, True], ids=["Embedding", "EmbeddingBag"])
+def test_max_norm_renormalizes_the_named_rows_in_place(norm_type: float, dtype: torch.dtype,
+                                                        bag: bool) -> None:
+    # embedding_renorm_ (what max_norm runs before the lookup) ran on the CPU.
+    torch.manual_seed(0)
+    kind = torch.nn.EmbeddingBag if bag else torch.nn.Embedding
+    cpu = kind(20, 6, max_norm=1.0, norm_type=norm_type).to(dtype)
+    tpu = kind(20, 6, max_norm=1.0, norm_type=norm_type).to(dtype).to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
+    idx = torch.tensor([[1, 3, 3], [7, 1, 19]])  # row 1 and 3 named twice: scaled once
+    before = fallbacks()
+    with torch.no_grad():
+        got = tpu(idx.to("tpu")).cpu()
+    assert new_fallbacks(before) == {}
+    rtol, atol = BAG_TOLS[dtype]
+    torch.testing.assert_close(got, cpu(idx).detach(), rtol=rtol, atol=atol)
+    torch.testing.assert_close(tpu.weight.detach().cpu(), cpu.weight.detach(), rtol=rtol,
+                               atol=atol)
+    with pytest.raises(IndexError, match="index out of range"):
+        torch.embedding_renorm_(tpu.weight.detach(), torch.tensor([25], device="tpu"), 1.0, 2.0)
+        torchtpu.synchronize()
