@@ -66,6 +66,21 @@ inline DType float_compute_type(LoweringContext& c) {
   return base::is_floating(t) || base::is_complex(t) ? opmath(t) : DType::kF32;
 }
 
+// `v` (float32) rounded to the 16-bit float type `t`, as c10's BFloat16 and Half operators
+// round every result; unchanged for other types. XLA computes chains of 16-bit operations
+// in float32 without the rounding in between, so it is explicit.
+inline Value round_to(Builder& b, Value v, DType t) {
+  if (t == DType::kBF16) {
+    return b.op("stablehlo.reduce_precision", {v}, v.type,
+                "exponent_bits = 8 : i32, mantissa_bits = 7 : i32");
+  }
+  if (t == DType::kF16) {
+    return b.op("stablehlo.reduce_precision", {v}, v.type,
+                "exponent_bits = 5 : i32, mantissa_bits = 10 : i32");
+  }
+  return v;
+}
+
 // The p-norm of `v` along its last dim, term by term as the CPU kernels (p = 0 counts the
 // non-zero entries), in v's dtype (distance.cc).
 Value norm_of_last_dim(Builder& b, Value v, double p);

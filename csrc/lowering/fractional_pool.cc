@@ -46,21 +46,6 @@ Value plane_coords(Builder& b, Value index) {
                        3);
 }
 
-// `v` (float32) rounded to the 16-bit float type `t`, as c10's BFloat16 and Half operators
-// round every result; unchanged for other types. XLA computes chains of 16-bit operations
-// in float32 without the rounding in between, so it is explicit.
-Value round_to(Builder& b, Value v, DType t) {
-  if (t == DType::kBF16) {
-    return b.op("stablehlo.reduce_precision", {v}, v.type,
-                "exponent_bits = 8 : i32, mantissa_bits = 7 : i32");
-  }
-  if (t == DType::kF16) {
-    return b.op("stablehlo.reduce_precision", {v}, v.type,
-                "exponent_bits = 5 : i32, mantissa_bits = 10 : i32");
-  }
-  return v;
-}
-
 // The start of every window along spatial dim s, as [N, C, O] i64, from the plane's sample
 // u ([N, C], the input's dtype): the CPU's arithmetic in scalar_t.
 Value window_starts(Builder& b, Value u, int64_t in, int64_t out, int64_t pool, DType t) {

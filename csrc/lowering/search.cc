@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/gather_scatter.h"
 #include "lowering/lowering.h"
@@ -145,8 +146,8 @@ Lowered lower_isin(LoweringContext& c) {
   return std::vector<Value>{b.reshape(found, c.out_type().dims)};
 }
 
-// histc's, histogram's and histogramdd's dtypes: the CPU kernels' (bfloat16 and half need
-// a range for histogram, and histc takes neither).
+// histogram's and histogramdd's dtypes: the CPU kernels' (bfloat16 and half need a range,
+// which they do not take here).
 base::Status require_f32_f64(LoweringContext& c, DType t) {
   if (t == DType::kF32 || t == DType::kF64) return base::Status::ok_status();
   return base::unimplemented("lowering: " + c.op_name() + " takes float32 and float64 only");
@@ -160,7 +161,8 @@ Value is_finite_scalar(Builder& b, Value v) {
 // histc(self, bins, min, max): the CPU kernel's bins. The range is min..max, or the data's
 // own when they are equal (one less and one more when that is a single value), and must
 // be finite; its ends are rounded to self's dtype. An element in range goes to bin
-// trunc((x - min) * bins / (max - min)) computed in self's dtype (the CPU's linear
+// trunc((x - min) * bins / (max - min)) computed in self's dtype, each step rounded to it
+// for bfloat16 and half as the CPU's 16-bit arithmetic does (the CPU's linear
 // interpolation, which histc uses without checking the bin edges), the last bin keeping
 // its right edge. Elements out of range and NaN are not counted.
 // Integer inputs (CUDA's histc takes them, the CPU's does not; transformers' MoE layers
@@ -171,13 +173,14 @@ Lowered lower_histc(LoweringContext& c) {
   Builder& b = c.b();
   DType t = c.out_type().dtype;
   bool integral = base::is_integral(t) && t != DType::kBool;
-  if (!integral) {
-    if (auto st = require_f32_f64(c, t); !st.ok()) return st;
+  if (!integral && !base::is_floating(t)) {
+    return base::unimplemented("lowering: " + c.op_name() + " takes floating and integer "
+                               "tensors only");
   }
   const int64_t bins = c.out_type().dims[0];
   Value x = b.reshape(c.tensor(0), {c.tensor_type(0).num_elements()});
-  if (integral) x = b.convert(x, DType::kF64);
-  DType ct = integral ? DType::kF64 : t;  // the dtype bins are computed in
+  DType ct = integral ? DType::kF64 : opmath(t);  // the dtype bins are computed in
+  x = b.convert(x, ct);
   const int64_t n = x.dims()[0];
   TensorType d{DType::kF64, {}};
   Value lo = c.is_none(2) ? b.zeros(d) : c.scalar(2, DType::kF64);
@@ -202,17 +205,22 @@ Lowered lower_histc(LoweringContext& c) {
             CheckKind::kRuntimeError);
   if (n == 0) return std::vector<Value>{b.zeros(c.out_type())};
   TensorType v{ct, {n}}, iv{DType::kI64, {n}};
-  Value start = b.broadcast_in_dim(b.convert(lo, ct), {n}, {});
-  Value end = b.broadcast_in_dim(b.convert(hi, ct), {n}, {});
+  // Each step rounded to self's dtype (16-bit types: c10's operators round every result;
+  // the edges as c10 converts a double, through float).
+  auto r = [&](Value v) { return integral ? v : round_to(b, v, t); };
+  Value start = b.broadcast_in_dim(r(b.convert(lo, ct)), {n}, {});
+  Value end = b.broadcast_in_dim(r(b.convert(hi, ct)), {n}, {});
   Value in_range = b.binary("and", b.compare(x, start, "GE"), b.compare(x, end, "LE"));
-  Value bin = b.convert(b.div(b.mul(b.sub(x, start), b.splat(static_cast<double>(bins), v)),
-                              b.sub(end, start)),
-                        DType::kI64);
+  Value scaled = r(b.mul(r(b.sub(x, start)), r(b.splat(static_cast<double>(bins), v))));
+  Value bin = b.convert(r(b.div(scaled, r(b.sub(end, start)))), DType::kI64);
   bin = b.clamp(b.zeros(iv), bin, b.splat(static_cast<double>(bins - 1), iv));
   bin = b.select(in_range, bin, b.splat(static_cast<double>(bins), iv));
-  Value hist = scatter(b, b.zeros(TensorType{t, {bins + 1}}), b.reshape(bin, {n, 1}),
-                       b.splat(1, TensorType{t, {n}}), {}, {0}, {0}, 1, "add");
-  return std::vector<Value>{b.slice(hist, {0}, {bins}, {1})};
+  // Counted exactly (in float32 for the 16-bit types) and rounded once: the CPU's 16-bit
+  // counts stop growing where adding 1 no longer changes them (256 in bfloat16).
+  DType count = integral ? t : ct;
+  Value hist = scatter(b, b.zeros(TensorType{count, {bins + 1}}), b.reshape(bin, {n, 1}),
+                       b.splat(1, TensorType{count, {n}}), {}, {0}, {0}, 1, "add");
+  return std::vector<Value>{b.convert(b.slice(hist, {0}, {bins}, {1}), t)};
 }
 
 // v[idx] for a [e] v and [n] in-range indices.

@@ -335,6 +335,32 @@ def test_histc_like_cpu(dtype: torch.dtype) -> None:
         assert_raises_like_cpu(lambda t: torch.histc(t, **kwargs), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_histc_of_16_bit_floats_bins_like_cpu(dtype: torch.dtype) -> None:
+    # It ran on the CPU (and compiled graphs refused it): the CPU bins in 16-bit
+    # arithmetic, every step rounded, which moves elements near bin edges.
+    g = torch.Generator().manual_seed(0)
+    before = fallbacks()
+    for trial in range(60):
+        n = int(torch.randint(1, 250, (), generator=g))
+        x = (torch.randn(n, generator=g) * float(torch.rand((), generator=g) * 10)).to(dtype)
+        if trial % 3 == 0:
+            x = torch.round(x * 4) / 4  # values on bin edges
+        bins = int(torch.randint(1, 40, (), generator=g))
+        kwargs = {} if trial % 2 else {"min": float(x.min()) - 0.5 * (trial % 5),
+                                       "max": float(x.max()) + 0.25 * (trial % 7)}
+        want = torch.histc(x, bins, **kwargs)
+        assert torch.equal(torch.histc(x.to("tpu"), bins, **kwargs).cpu(), want), (trial, kwargs)
+    assert fallbacks() == before
+    # Counts are exact, rounded once: the CPU's bfloat16 count of 300 ones stops at 256.
+    ones = torch.ones(300, dtype=dtype)
+    assert torch.histc(ones.to("tpu"), 1).cpu().item() == 300
+    f = torch.compile(lambda a: torch.histc(a, 4), backend="tpu", dynamic=True)
+    for n in (10, 13):
+        x = torch.randn(n).to(dtype)
+        assert torch.equal(f(x.to("tpu")).cpu(), torch.histc(x, 4))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_histogram_like_cpu(dtype: torch.dtype) -> None:
     # Counted bins over the data's range or a given one (elements on the edges, a range
