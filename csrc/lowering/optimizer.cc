@@ -20,7 +20,6 @@
 // exp_avg_sqs, then max_exp_avg_sqs (only with amsgrad), each one per item: the lists the
 // aten layer writes (written_list_args in op_special_cases). Functional forms
 // (_fused_adam, _fused_adamw) return all five lists, grads and max_exp_avg_sqs included.
-#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +42,60 @@ constexpr size_t kParams = 0, kGrads = 1, kExpAvgs = 2, kExpAvgSqs = 3, kMaxExpA
 Value single_value(LoweringContext& c, size_t i, DType t) {
   if (c.arg(i).kind == ArgKind::kScalar) return c.scalar(i, t);
   return c.b().reshape(c.b().convert(c.tensor(i), t), {});
+}
+
+// The kernels return early when *found_inf == 1.0 (exactly): the flag that keeps every
+// value unchanged, when found_inf is given.
+std::optional<Value> skip_flag(LoweringContext& c, size_t found_inf) {
+  if (c.is_none(found_inf)) return std::nullopt;
+  Value found = single_value(c, found_inf, DType::kF32);
+  return c.b().compare(found, c.b().constant(1.0, DType::kF32), "EQ");
+}
+
+// An item's gradient in opmath type `t`: divided by grad_scale when given (the unscaled
+// value, in the item's dtype, is what the kernel writes back: `written`), negated with
+// maximize.
+struct ItemGrad {
+  Value g;
+  Value written;
+};
+ItemGrad item_grad(Builder& b, Value grad, const std::optional<Value>& grad_scale,
+                   const TensorType& type, DType t, bool maximize) {
+  Value g = b.convert(grad, t);
+  Value written = grad;
+  if (grad_scale) {
+    g = b.div(g, b.broadcast_to(b.convert(*grad_scale, t), type.dims));
+    written = b.convert(g, type.dtype);
+  }
+  if (maximize) g = b.unary("negate", g);
+  return {g, written};
+}
+
+// The results: the new values of the lists numbered in `lists` (indices into `updated`,
+// list after list), each item its old value where `skip` holds.
+std::vector<Value> list_results(Builder& b, const std::vector<size_t>& lists,
+                                const std::vector<std::vector<Value>>& updated,
+                                const std::vector<std::vector<Value>>& originals,
+                                const std::optional<Value>& skip) {
+  std::vector<Value> results;
+  for (size_t list : lists) {
+    for (size_t i = 0; i < updated[list].size(); ++i) {
+      Value r = updated[list][i];
+      if (skip) r = b.select(b.broadcast_to(*skip, r.dims()), originals[list][i], r);
+      results.push_back(r);
+    }
+  }
+  return results;
+}
+
+// The op's result types must be one per item of the written `lists`.
+base::Status check_result_count(LoweringContext& c, const std::vector<size_t>& lists) {
+  size_t expected = 0;
+  for (size_t list : lists) expected += c.arg(list).list_types.size();
+  if (c.out_types().size() == expected) return base::Status::ok_status();
+  return base::internal_error("lowering: " + c.op_name() + " has " +
+                              std::to_string(c.out_types().size()) + " result types, expected " +
+                              std::to_string(expected));
 }
 
 base::Status check_item_types(LoweringContext& c, size_t n) {
@@ -95,13 +148,7 @@ LoweringFn fused_adam(bool adamw, bool functional) {
     size_t n = c.arg(kParams).list_types.size();
     TORCHTPU_RETURN_IF_ERROR(check_item_types(c, n));
     std::vector<size_t> lists = written_lists(c, functional);
-    size_t expected = 0;
-    for (size_t list : lists) expected += c.arg(list).list_types.size();
-    if (c.out_types().size() != expected) {
-      return base::internal_error("lowering: " + c.op_name() + " has " +
-                                  std::to_string(c.out_types().size()) + " result types, " +
-                                  "expected " + std::to_string(expected));
-    }
+    TORCHTPU_RETURN_IF_ERROR(check_result_count(c, lists));
     const bool amsgrad = c.bool_arg(kAmsgrad), maximize = c.bool_arg(kMaximize);
     const double weight_decay = c.double_arg(kWeightDecay), eps = c.double_arg(kEps);
 
@@ -113,13 +160,8 @@ LoweringFn fused_adam(bool adamw, bool functional) {
     if (!c.arg(kMaxExpAvgSqs).list_types.empty()) maxes = c.tensor_list(kMaxExpAvgSqs);
     Value lr = single_value(c, kLr, DType::kF64);
     Value beta1 = c.scalar(kBeta1, DType::kF64), beta2 = c.scalar(kBeta2, DType::kF64);
-    std::optional<Value> grad_scale, skip;
+    std::optional<Value> grad_scale;
     if (!c.is_none(kGradScale)) grad_scale = single_value(c, kGradScale, DType::kF32);
-    if (!c.is_none(kFoundInf)) {
-      // The kernel returns early when *found_inf == 1.0 (exactly).
-      Value found = single_value(c, kFoundInf, DType::kF32);
-      skip = b.compare(found, b.constant(1.0, DType::kF32), "EQ");
-    }
     // Per call, in double: 1 - lr * weight_decay (AdamW's decay factor).
     Value one64 = b.constant(1.0, DType::kF64);
     Value decay = b.sub(one64, b.mul(lr, b.constant(weight_decay, DType::kF64)));
@@ -142,13 +184,7 @@ LoweringFn fused_adam(bool adamw, bool functional) {
       Value bc2_sqrt = b.unary("sqrt", bc2);
 
       Value p = b.convert(params[i], t);
-      Value g = b.convert(grads[i], t);
-      Value grad_out = grads[i];
-      if (grad_scale) {
-        g = b.div(g, b.broadcast_to(b.convert(*grad_scale, t), dims));
-        grad_out = b.convert(g, type.dtype);
-      }
-      if (maximize) g = b.unary("negate", g);
+      auto [g, grad_out] = item_grad(b, grads[i], grad_scale, type, t, maximize);
       if (weight_decay != 0) {
         if (adamw) {
           p = b.mul(p, splat(decay));
@@ -178,16 +214,8 @@ LoweringFn fused_adam(bool adamw, bool functional) {
       if (amsgrad) out[4].push_back(b.convert(vmax, type.dtype));
     }
     if (!amsgrad) out[4] = maxes;  // unchanged (the functional form returns them)
-    std::vector<Value> originals[5] = {params, grads, exp_avgs, exp_avg_sqs, maxes};
-    std::vector<Value> results;
-    for (size_t list : lists) {
-      for (size_t i = 0; i < out[list].size(); ++i) {
-        Value r = out[list][i];
-        if (skip) r = b.select(b.broadcast_to(*skip, r.dims()), originals[list][i], r);
-        results.push_back(r);
-      }
-    }
-    return results;
+    return list_results(b, lists, out, {params, grads, exp_avgs, exp_avg_sqs, maxes},
+                        skip_flag(c, kFoundInf));
   };
 }
 
@@ -231,13 +259,7 @@ LoweringFn fused_sgd(bool functional) {
     std::vector<size_t> lists = {kSgdParams};
     if (functional || scaled) lists.push_back(kSgdGrads);
     if (functional || with_buffers) lists.push_back(kSgdBuffers);
-    size_t expected = 0;
-    for (size_t list : lists) expected += c.arg(list).list_types.size();
-    if (c.out_types().size() != expected) {
-      return base::internal_error("lowering: " + c.op_name() + " has " +
-                                  std::to_string(c.out_types().size()) + " result types, " +
-                                  "expected " + std::to_string(expected));
-    }
+    TORCHTPU_RETURN_IF_ERROR(check_result_count(c, lists));
     const double weight_decay = c.double_arg(kSgdWeightDecay);
     const double dampening = c.double_arg(kSgdDampening);
     const bool nesterov = c.bool_arg(kSgdNesterov), maximize = c.bool_arg(kSgdMaximize);
@@ -247,12 +269,8 @@ LoweringFn fused_sgd(bool functional) {
     std::vector<Value> buffers;
     if (!c.arg(kSgdBuffers).list_types.empty()) buffers = c.tensor_list(kSgdBuffers);
     Value lr = single_value(c, kSgdLr, DType::kF64);
-    std::optional<Value> grad_scale, skip;
+    std::optional<Value> grad_scale;
     if (scaled) grad_scale = single_value(c, kSgdGradScale, DType::kF32);
-    if (!c.is_none(kSgdFoundInf)) {
-      Value found = single_value(c, kSgdFoundInf, DType::kF32);
-      skip = b.compare(found, b.constant(1.0, DType::kF32), "EQ");
-    }
     std::vector<std::vector<Value>> out(3);
     for (size_t i = 0; i < n; ++i) {
       const TensorType& type = c.arg(kSgdParams).list_types[i];
@@ -260,13 +278,7 @@ LoweringFn fused_sgd(bool functional) {
       const Dims& dims = type.dims;
       auto constant = [&](double v) { return b.broadcast_to(b.constant(v, t), dims); };
       Value p = b.convert(params[i], t);
-      Value g = b.convert(grads[i], t);
-      Value grad_out = grads[i];
-      if (grad_scale) {
-        g = b.div(g, b.broadcast_to(b.convert(*grad_scale, t), dims));
-        grad_out = b.convert(g, type.dtype);
-      }
-      if (maximize) g = b.unary("negate", g);
+      auto [g, grad_out] = item_grad(b, grads[i], grad_scale, type, t, maximize);
       if (weight_decay != 0) g = b.add(g, b.mul(p, constant(weight_decay)));
       if (with_buffers) {
         Value buf = first ? g
@@ -280,18 +292,7 @@ LoweringFn fused_sgd(bool functional) {
       out[1].push_back(grad_out);
     }
     if (!with_buffers) out[2] = buffers;  // unchanged (the functional form returns them)
-    std::vector<Value> originals[3] = {params, grads, buffers};
-    const size_t index[3] = {kSgdParams, kSgdGrads, kSgdBuffers};
-    std::vector<Value> results;
-    for (size_t list : lists) {
-      size_t k = static_cast<size_t>(std::find(index, index + 3, list) - index);
-      for (size_t i = 0; i < out[k].size(); ++i) {
-        Value r = out[k][i];
-        if (skip) r = b.select(b.broadcast_to(*skip, r.dims()), originals[k][i], r);
-        results.push_back(r);
-      }
-    }
-    return results;
+    return list_results(b, lists, out, {params, grads, buffers}, skip_flag(c, kSgdFoundInf));
   };
 }
 

@@ -142,6 +142,18 @@ def model() -> nn.Module:
                          nn.Linear(32, 4))
 
 
+def step(loss: torch.Tensor, opt: torch.optim.Optimizer,
+         grad_scaler: torch.amp.GradScaler | None) -> None:
+    """Backward and the optimizer's step, through the GradScaler when given."""
+    if grad_scaler is None:
+        loss.backward()
+        opt.step()
+    else:
+        grad_scaler.scale(loss).backward()
+        grad_scaler.step(opt)
+        grad_scaler.update()
+
+
 def train(net: nn.Module, device: str, steps: int, scaler: bool = False) -> list[float]:
     g = torch.Generator().manual_seed(1)
     x, y = torch.randn(16, 8, generator=g).to(device), torch.randint(0, 4, (16,), generator=g)
@@ -154,13 +166,7 @@ def train(net: nn.Module, device: str, steps: int, scaler: bool = False) -> list
     for _ in range(steps):
         opt.zero_grad()
         loss = F.cross_entropy(net(x), y)
-        if grad_scaler is None:
-            loss.backward()
-            opt.step()
-        else:
-            grad_scaler.scale(loss).backward()
-            grad_scaler.step(opt)
-            grad_scaler.update()
+        step(loss, opt, grad_scaler)
         sched.step()
         losses.append(loss.item())
     return losses
@@ -236,13 +242,7 @@ def train_sgd(net: nn.Module, device: str, fused: bool, kw: dict, scaler: bool,
         x, y = torch.randn(6, 8, generator=g), torch.randint(0, 3, (6,), generator=g)
         opt.zero_grad()
         loss = F.cross_entropy(net(x.to(device)), y.to(device))
-        if grad_scaler is None:
-            loss.backward()
-            opt.step()
-        else:
-            grad_scaler.scale(loss).backward()
-            grad_scaler.step(opt)
-            grad_scaler.update()
+        step(loss, opt, grad_scaler)
         losses.append(loss.item())
     return losses, [opt.state[p].get("momentum_buffer") for p in net.parameters()]
 
