@@ -87,7 +87,14 @@ c10::Stream exchange_stream(c10::Stream stream) {
   // A stream rebuilt from made-up numbers (torch.Stream(stream_id=..., device_index=...))
   // names no stream: refused, as CUDA refuses it, instead of becoming current.
   const c10::DeviceIndex d = index_of(stream.device());
-  const int n = device_count_or_zero();
+  // Every stream guard (each autograd node's) passes here: the count, fixed once the device
+  // started, is asked once, not under the runtime's lock at every call.
+  static std::atomic<int> known_count{0};
+  int n = known_count.load(std::memory_order_relaxed);
+  if (n == 0) {
+    n = device_count_or_zero();
+    known_count.store(n, std::memory_order_relaxed);
+  }
   TORCH_CHECK_VALUE(d >= 0 && d < n, "tpu: no device ", static_cast<int>(d), " (have ", n,
                     " tpu devices); the stream's device_index must name one");
   TORCH_CHECK_VALUE(stream.id() >= 0 && stream.id() < g_next_stream_id.load(),

@@ -283,8 +283,10 @@ Result lower_embedding(LoweringContext& c) {
 
 // embedding_renorm_(self [V, D], indices, max_norm, norm_type), what F.embedding runs first
 // with max_norm: every row an index names whose norm exceeds max_norm is scaled by
-// max_norm / (norm + 1e-7), as the CPU kernel does (norms in float32 for 16-bit weights;
-// rows named twice are scaled once). Rows are marked by a scatter of the indices.
+// max_norm / (norm + 1e-7), as the CPU kernel does: the norm in self's dtype (rounded for
+// 16-bit weights), compared and turned into a scale in double, the row multiplied in its
+// opmath type. Only the named rows are read and written back (a row named twice gets the
+// same value twice).
 Result lower_embedding_renorm(LoweringContext& c) {
   Builder& b = c.b();
   const TensorType& w = c.tensor_type(0);
@@ -296,18 +298,20 @@ Result lower_embedding_renorm(LoweringContext& c) {
   if (n == 0 || w.num_elements() == 0) return std::vector<Value>{c.tensor(0)};
   Value idx = checked_index(c, b.reshape(c.tensor(1), {n}), c.tensor(0), {0}, false,
                             "index out of range in self");
-  TensorType rows{DType::kBool, {w.dims[0]}};
-  Value named = scatter(b, b.zeros(rows), b.reshape(idx, {n, 1}),
-                        b.splat(1, TensorType{DType::kBool, {n}}), {}, {0}, {0}, 1, "or");
+  Value at = b.reshape(idx, {n, 1});
+  Value rows = gather(b, c.tensor(0), at, {1}, {0}, {0}, 1, {1, w.dims[1]}, {n, w.dims[1]});
   DType t = opmath(w.dtype);
-  Value weight = b.convert(c.tensor(0), t);
-  Value norm = norm_of_last_dim(b, weight, c.double_arg(3));
+  rows = b.convert(rows, t);
+  Value norm = b.convert(round_to(b, norm_of_last_dim(b, rows, c.double_arg(3)), w.dtype),
+                         DType::kF64);
   const double max_norm = c.double_arg(2);
-  Value over = b.binary("and", named, b.compare(norm, b.splat(max_norm, norm.type), "GT"));
-  Value scale = b.div(b.splat(max_norm, norm.type), b.add(norm, b.splat(1e-7, norm.type)));
-  scale = b.select(over, scale, b.splat(1, norm.type));
-  Value scaled = b.mul(weight, b.broadcast_in_dim(scale, w.dims, {0}));
-  return std::vector<Value>{to_out(c, scaled)};
+  TensorType d{DType::kF64, {n}};
+  Value over = b.compare(norm, b.splat(max_norm, d), "GT");
+  Value scale = b.select(over, b.div(b.splat(max_norm, d), b.add(norm, b.splat(1e-7, d))),
+                         b.splat(1, d));
+  Value scaled = b.mul(rows, b.broadcast_in_dim(b.convert(scale, t), {n, w.dims[1]}, {0}));
+  Value out = scatter(b, c.tensor(0), at, b.convert(scaled, w.dtype), {1}, {0}, {0}, 1, "");
+  return std::vector<Value>{to_out(c, out)};
 }
 
 // index_add (alpha), index_copy and index_fill: (self, dim, index, source|value, [alpha]).

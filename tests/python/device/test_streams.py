@@ -138,7 +138,7 @@ def test_set_stream_rejects_streams_that_were_never_made() -> None:
     # A stream rebuilt from a made-up id (torch.Stream(stream_id=...)) names no stream of
     # the device: CUDA rejects it too, rather than running work on an unknown queue.
     made = torch.tpu.Stream()
-    unknown = torch.Stream(stream_id=made.stream_id + 1000, device_index=0,
+    unknown = torch.Stream(stream_id=2**40, device_index=0,
                            device_type=made.device_type)
     with pytest.raises(ValueError, match="no stream"):
         torch.tpu.set_stream(unknown)

@@ -160,6 +160,14 @@ def test_max_norm_renormalizes_the_named_rows_in_place(norm_type: float, dtype: 
     torch.testing.assert_close(got, cpu(idx).detach(), rtol=rtol, atol=atol)
     torch.testing.assert_close(tpu.weight.detach().cpu(), cpu.weight.detach(), rtol=rtol,
                                atol=atol)
+    # Rows at the threshold: the norm is compared in the weight's dtype (a bfloat16 row of
+    # float32 norm 1.002 has norm 1.0 and stays), exactly as the CPU decides.
+    near = torch.tensor([[0.5, 0.5, 0.5, 0.50390625], [0.5, 0.5, 0.5, 0.5],
+                         [0.6, 0.6, 0.6, 0.6], [0.25, 0.25, 0.25, 0.25]], dtype=dtype)
+    rows = torch.tensor([0, 1, 2, 3, 2])
+    want = torch.embedding_renorm_(near.clone(), rows, 1.0, norm_type)
+    got = torch.embedding_renorm_(near.to("tpu"), rows.to("tpu"), 1.0, norm_type).cpu()
+    assert torch.equal(got, want), (got, want)
     with pytest.raises(IndexError, match="index out of range"):
         torch.embedding_renorm_(tpu.weight.detach(), torch.tensor([25], device="tpu"), 1.0, 2.0)
         torchtpu.synchronize()

@@ -269,12 +269,33 @@ def test_fused_sgd_trains_like_cpu_sgd(case: str, scaler: bool) -> None:
             torch.testing.assert_close(b_tpu.cpu(), b_cpu, rtol=1e-5, atol=1e-6)
 
 
+def test_fused_sgd_of_bfloat16_parameters_steps_in_float32() -> None:
+    # The CPU's fused kernel computes 16-bit items in float32 and rounds once; so does the
+    # lowering (the CPU's unfused SGD rounds every step, hence its own reference here).
+    params = [torch.randn(5, 3), torch.randn(7)]
+    grads = [torch.randn(5, 3), torch.randn(7)]
+    bufs = [torch.randn(5, 3), torch.randn(7)]
+    lists = [[t.bfloat16() for t in ts] for ts in (params, grads, bufs)]
+    on_tpu = [[t.to(TPU) for t in ts] for ts in lists]
+    kw = dict(weight_decay=0.01, momentum=0.9, lr=0.1, dampening=0.1, nesterov=True,
+              maximize=False, is_first_step=False)
+    torch._fused_sgd_(*on_tpu, **kw)
+    for p, g, b, got_p, got_b in zip(*lists, on_tpu[0], on_tpu[2]):
+        g32 = g.float() + 0.01 * p.float()
+        b32 = 0.9 * b.float() + 0.9 * g32
+        want_p = (p.float() - 0.1 * (g32 + 0.9 * b32)).bfloat16()
+        torch.testing.assert_close(got_b.cpu(), b32.bfloat16(), rtol=0, atol=0)
+        torch.testing.assert_close(got_p.cpu(), want_p, rtol=8e-3, atol=1e-5)
+
+
 def test_fused_sgd_takes_a_tensor_lr_and_skips_steps_with_inf_gradients() -> None:
     net = model()
     cpu_net, tpu_net = copy.deepcopy(net), copy.deepcopy(net)
     cpu_losses, _ = train_sgd(cpu_net, "cpu", False, dict(momentum=0.9), False)
+    before = fallbacks()
     tpu_losses, _ = train_sgd(tpu_net, TPU, True, dict(momentum=0.9), False,
                               lr=torch.tensor(0.1, device=TPU))
+    assert new_fallbacks(before) == {}
     torch.testing.assert_close(tpu_losses, cpu_losses, rtol=1e-5, atol=1e-6)
     opt = torch.optim.SGD(tpu_net.parameters(), lr=0.1, momentum=0.9, fused=True)
     scaler = torch.amp.GradScaler(TPU, init_scale=2.0**8)
