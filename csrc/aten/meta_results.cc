@@ -76,7 +76,7 @@ void meta_gru_cell_backward(torch::jit::Stack& st) {
 // convolution_overrideable and its backward have no meta kernel (their default kernel
 // only raises); their result types are those of aten::convolution on the same arguments.
 // _logcumsumexp and cummax/cummin have none either.
-// The fused RNN cells are described above; _fused_sgd_ has none either.
+// The fused RNN cells are described above; _fused_sgd_ and _fused_adagrad_ have none either.
 bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) {
   auto& st = *meta_stack;
   if (name.rfind("aten::_fused_adam", 0) == 0 && name.size() > 10 &&
@@ -92,11 +92,12 @@ bool meta_by_equivalent(const std::string& name, torch::jit::Stack* meta_stack) 
     op.callBoxed(&st);
     return true;
   }
-  if (name == "aten::_fused_sgd_" || name == "aten::_fused_sgd_.tensor_lr") {
+  if (name == "aten::_fused_sgd_" || name == "aten::_fused_sgd_.tensor_lr" ||
+      name == "aten::_fused_adagrad_" || name == "aten::_fused_adagrad_.tensor_lr") {
     // No meta kernel, and nothing returned (the lists it writes are its results): the CPU
     // kernel's check of a tensor lr (it reads lr.item()) is all there is.
     if (name.back() == 'r') {
-      int64_t numel = st[5].toTensor().numel();
+      int64_t numel = st[name.find("sgd") != std::string::npos ? 5 : 4].toTensor().numel();
       TORCH_CHECK(numel == 1, "a Tensor with ", numel, " elements cannot be converted to Scalar");
     }
     st.clear();

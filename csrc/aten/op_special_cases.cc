@@ -221,6 +221,10 @@ bool is_structural_scalar_arg(const std::string& name, const std::string& arg_na
 bool leaves_list_arg_unchanged(const std::string& name, const std::string& arg_name,
                                const c10::FunctionSchema& schema,
                                c10::ArrayRef<c10::IValue> args) {
+  if (name.rfind("aten::_fused_adagrad_", 0) == 0) {
+    if (arg_name == "grads") return named_arg(schema, args, "grad_scale").isNone();
+    return arg_name == "state_steps";  // read for the learning rate, never written
+  }
   if (name.rfind("aten::_fused_sgd_", 0) == 0) {
     if (arg_name == "grads") return named_arg(schema, args, "grad_scale").isNone();
     if (arg_name == "momentum_buffer_list") {

@@ -71,8 +71,9 @@ bool is_structural_scalar_arg(const std::string& name, const std::string& arg_na
 // Ops returning `()` write every item of each of their Tensor(a!)[] arguments, in argument
 // order, except the lists this names as left unchanged: the fused Adam steps write `grads`
 // only with a grad_scale (unscaled) and `max_exp_avg_sqs` only with amsgrad, the fused SGD
-// step `grads` only with a grad_scale and `momentum_buffer_list` only with momentum, as
-// PyTorch's kernels do. Their lowerings return exactly the written lists
+// step `grads` only with a grad_scale and `momentum_buffer_list` only with momentum, the
+// fused Adagrad step `grads` only with a grad_scale and never `state_steps`, as PyTorch's
+// kernels do. Their lowerings return exactly the written lists
 // (lowering/optimizer.cc).
 bool leaves_list_arg_unchanged(const std::string& name, const std::string& arg_name,
                                const c10::FunctionSchema& schema,

@@ -1,6 +1,6 @@
 // Fused optimizer steps: _fused_adam_ and _fused_adamw_ (torch.optim.Adam/AdamW with
-// fused=True, TorchTitan's default), _fused_sgd_ (torch.optim.SGD with fused=True), and
-// their functional forms for graphs.
+// fused=True, TorchTitan's default), _fused_sgd_ (torch.optim.SGD with fused=True), their
+// functional forms for graphs, and _fused_adagrad_ (torch.optim.Adagrad with fused=True).
 //
 // One module updates every parameter of the call, like the _foreach_ ops: per item i it
 // reads param, grad, exp_avg, exp_avg_sq (and max_exp_avg_sq with amsgrad) and the
@@ -296,9 +296,79 @@ LoweringFn fused_sgd(bool functional) {
   };
 }
 
+// _fused_adagrad_(self, grads, state_sums, state_steps, *, lr, lr_decay, weight_decay, eps,
+// maximize, grad_scale, found_inf), as ATen's CPU kernel (cpu/FusedAdagradKernel.cpp): per
+// item the learning rate lr / (1 + (step - 1) * lr_decay) in double from the item's step
+// (already incremented), then in the opmath type: the gradient unscaled (written back) and
+// negated with maximize, plus weight_decay * param; state_sum += grad * grad; param -=
+// clr * grad / (sqrt(state_sum) + eps). The steps are read, not written. Results: the
+// params, the grads (only with grad_scale), the state sums.
+constexpr size_t kAgParams = 0, kAgGrads = 1, kAgSums = 2, kAgSteps = 3, kAgLr = 4,
+                 kAgLrDecay = 5, kAgWeightDecay = 6, kAgEps = 7, kAgMaximize = 8,
+                 kAgGradScale = 9, kAgFoundInf = 10;
+
+Result fused_adagrad(LoweringContext& c) {
+  Builder& b = c.b();
+  const size_t n = c.arg(kAgParams).list_types.size();
+  for (size_t list : {kAgGrads, kAgSums, kAgSteps}) {
+    if (c.arg(list).list_types.size() != n) {
+      return base::invalid_argument("lowering: " + c.op_name() + ": every list must have " +
+                                    std::to_string(n) + " items (the params')");
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const TensorType& p = c.arg(kAgParams).list_types[i];
+    if (!base::is_floating(p.dtype)) {
+      return base::invalid_argument("lowering: " + c.op_name() + ": params must be floating");
+    }
+    if (!(c.arg(kAgGrads).list_types[i] == p) || !(c.arg(kAgSums).list_types[i] == p)) {
+      return base::invalid_argument("lowering: " + c.op_name() + ": item " +
+                                    std::to_string(i) + " differs in dtype or shape from "
+                                    "its param");
+    }
+    if (c.arg(kAgSteps).list_types[i].num_elements() != 1) {
+      return base::invalid_argument("lowering: " + c.op_name() + ": a step must be one value");
+    }
+  }
+  const bool scaled = !c.is_none(kAgGradScale);
+  std::vector<size_t> lists = {kAgParams};
+  if (scaled) lists.push_back(kAgGrads);
+  lists.push_back(kAgSums);
+  TORCHTPU_RETURN_IF_ERROR(check_result_count(c, lists));
+  const double lr_decay = c.double_arg(kAgLrDecay), weight_decay = c.double_arg(kAgWeightDecay);
+  const double eps = c.double_arg(kAgEps);
+  const bool maximize = c.bool_arg(kAgMaximize);
+  std::vector<Value> params = c.tensor_list(kAgParams), grads = c.tensor_list(kAgGrads);
+  std::vector<Value> sums = c.tensor_list(kAgSums), steps = c.tensor_list(kAgSteps);
+  Value lr = single_value(c, kAgLr, DType::kF64);
+  std::optional<Value> grad_scale;
+  if (scaled) grad_scale = single_value(c, kAgGradScale, DType::kF32);
+  Value one64 = b.constant(1.0, DType::kF64);
+  std::vector<std::vector<Value>> out(3);
+  for (size_t i = 0; i < n; ++i) {
+    const TensorType& type = c.arg(kAgParams).list_types[i];
+    DType t = opmath(type.dtype);
+    auto constant = [&](double v) { return b.broadcast_to(b.constant(v, t), type.dims); };
+    Value step = b.convert(b.reshape(steps[i], {}), DType::kF64);
+    Value clr = b.div(lr, b.add(one64, b.mul(b.sub(step, one64),
+                                             b.constant(lr_decay, DType::kF64))));
+    Value p = b.convert(params[i], t);
+    auto [g, grad_out] = item_grad(b, grads[i], grad_scale, type, t, maximize);
+    if (weight_decay != 0) g = b.add(g, b.mul(p, constant(weight_decay)));
+    Value sum = b.add(b.convert(sums[i], t), b.mul(g, g));
+    Value std_dev = b.add(b.unary("sqrt", sum), constant(eps));
+    Value update = b.div(b.mul(b.broadcast_to(b.convert(clr, t), type.dims), g), std_dev);
+    out[0].push_back(b.convert(b.sub(p, update), type.dtype));
+    out[1].push_back(grad_out);
+    out[2].push_back(b.convert(sum, type.dtype));
+  }
+  return list_results(b, lists, out, {params, grads, sums}, skip_flag(c, kAgFoundInf));
+}
+
 }  // namespace
 
 void register_optimizer_lowerings() {
+  register_lowering({"aten::_fused_adagrad_", "aten::_fused_adagrad_.tensor_lr"}, fused_adagrad);
   register_lowering({"aten::_fused_sgd_", "aten::_fused_sgd_.tensor_lr"},
                     fused_sgd(/*functional=*/false));
   register_lowering({"aten::_fused_sgd", "aten::_fused_sgd.tensor_lr"},

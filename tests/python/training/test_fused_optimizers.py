@@ -1,8 +1,8 @@
-"""torch.optim's fused Adam/AdamW and SGD on tpu (``fused=True``, TorchTitan's default for
-AdamW): the ``_fused_adam_`` / ``_fused_adamw_`` ops against PyTorch's CPU fused kernels and
-``_fused_sgd_`` against its unfused SGD, one program for the whole parameter list, a
-learning-rate schedule without recompiles, GradScaler's grad_scale/found_inf, and no CPU
-fallback."""
+"""torch.optim's fused Adam/AdamW, SGD and Adagrad on tpu (``fused=True``, TorchTitan's
+default for AdamW): the ``_fused_adam_`` / ``_fused_adamw_`` ops against PyTorch's CPU fused
+kernels, ``_fused_sgd_`` against its unfused SGD and ``_fused_adagrad_`` against its fused
+Adagrad, one program for the whole parameter list, a learning-rate schedule without
+recompiles, GradScaler's grad_scale/found_inf, and no CPU fallback."""
 
 from __future__ import annotations
 
@@ -307,3 +307,41 @@ def test_fused_sgd_takes_a_tensor_lr_and_skips_steps_with_inf_gradients() -> Non
     for p, b in zip(tpu_net.parameters(), before):
         torch.testing.assert_close(p.detach().cpu(), b, rtol=0, atol=0)
     assert scaler.get_scale() == 2.0**7
+
+
+ADAGRAD_CASES = {
+    "plain": dict(),
+    "decay+lr_decay": dict(weight_decay=0.01, lr_decay=0.1),
+    "maximize": dict(maximize=True, initial_accumulator_value=0.5),
+}
+
+
+@pytest.mark.parametrize("scaler", [False, True], ids=["plain", "grad_scaler"])
+@pytest.mark.parametrize("case", list(ADAGRAD_CASES))
+def test_fused_adagrad_trains_like_cpu_fused_adagrad(case: str, scaler: bool) -> None:
+    # _fused_adagrad_ ran on the CPU (no lowering, no meta kernel).
+    kw = ADAGRAD_CASES[case]
+    net = model()
+
+    def train_adagrad(net: nn.Module, device: str) -> list[float]:
+        net = net.to(device)
+        opt = torch.optim.Adagrad(net.parameters(), lr=0.05, fused=True, **kw)
+        grad_scaler = torch.amp.GradScaler(device, init_scale=2.0**10) if scaler else None
+        g = torch.Generator().manual_seed(1)
+        losses = []
+        for _ in range(4):
+            x, y = torch.randn(6, 8, generator=g), torch.randint(0, 3, (6,), generator=g)
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x.to(device)), y.to(device))
+            step(loss, opt, grad_scaler)
+            losses.append(loss.item())
+        return losses
+
+    cpu_net, tpu_net = copy.deepcopy(net), copy.deepcopy(net)
+    cpu_losses = train_adagrad(cpu_net, "cpu")
+    before = fallbacks()
+    tpu_losses = train_adagrad(tpu_net, TPU)
+    assert new_fallbacks(before) == {}
+    torch.testing.assert_close(tpu_losses, cpu_losses, rtol=1e-5, atol=1e-6)
+    for p_tpu, p_cpu in zip(tpu_net.parameters(), cpu_net.parameters()):
+        torch.testing.assert_close(p_tpu.detach().cpu(), p_cpu.detach(), rtol=1e-5, atol=1e-6)
