@@ -98,35 +98,36 @@ base::Status check_result_count(LoweringContext& c, const std::vector<size_t>& l
                               std::to_string(expected));
 }
 
-base::Status check_item_types(LoweringContext& c, size_t n) {
-  for (size_t list : {kParams, kGrads, kExpAvgs, kExpAvgSqs, kSteps}) {
-    if (c.arg(list).list_types.size() != n) {
-      return base::invalid_argument("lowering: " + c.op_name() + ": every list must have " +
-                                    std::to_string(n) + " items (the params')");
+// The params (list `params`) are floating; every list in `same` holds one item per param of
+// the param's dtype and shape (PyTorch's kernels read them so), every list in `steps` one
+// single value per param.
+base::Status check_lists(LoweringContext& c, size_t params, const std::vector<size_t>& same,
+                         const std::vector<size_t>& steps) {
+  const size_t n = c.arg(params).list_types.size();
+  for (const std::vector<size_t>* group : {&same, &steps}) {
+    for (size_t list : *group) {
+      if (c.arg(list).list_types.size() != n) {
+        return base::invalid_argument("lowering: " + c.op_name() + ": every list must have " +
+                                      std::to_string(n) + " items (the params')");
+      }
     }
   }
-  bool amsgrad = c.bool_arg(kAmsgrad);
-  if (amsgrad && c.arg(kMaxExpAvgSqs).list_types.size() != n) {
-    return base::invalid_argument("lowering: " + c.op_name() + ": amsgrad needs one "
-                                  "max_exp_avg_sq per param");
-  }
   for (size_t i = 0; i < n; ++i) {
-    const TensorType& p = c.arg(kParams).list_types[i];
+    const TensorType& p = c.arg(params).list_types[i];
     if (!base::is_floating(p.dtype)) {
       return base::invalid_argument("lowering: " + c.op_name() + ": params must be floating");
     }
-    std::vector<size_t> same = {kGrads, kExpAvgs, kExpAvgSqs};
-    if (amsgrad) same.push_back(kMaxExpAvgSqs);
     for (size_t list : same) {
       if (!(c.arg(list).list_types[i] == p)) {
-        // PyTorch's kernels read every list with the param's dtype and size.
         return base::invalid_argument("lowering: " + c.op_name() + ": item " +
                                       std::to_string(i) + " differs in dtype or shape from "
                                       "its param");
       }
     }
-    if (c.arg(kSteps).list_types[i].num_elements() != 1) {
-      return base::invalid_argument("lowering: " + c.op_name() + ": a step must be one value");
+    for (size_t list : steps) {
+      if (c.arg(list).list_types[i].num_elements() != 1) {
+        return base::invalid_argument("lowering: " + c.op_name() + ": a step must be one value");
+      }
     }
   }
   return base::Status::ok_status();
@@ -146,7 +147,9 @@ LoweringFn fused_adam(bool adamw, bool functional) {
   return [adamw, functional](LoweringContext& c) -> Result {
     Builder& b = c.b();
     size_t n = c.arg(kParams).list_types.size();
-    TORCHTPU_RETURN_IF_ERROR(check_item_types(c, n));
+    std::vector<size_t> same = {kGrads, kExpAvgs, kExpAvgSqs};
+    if (c.bool_arg(kAmsgrad)) same.push_back(kMaxExpAvgSqs);
+    TORCHTPU_RETURN_IF_ERROR(check_lists(c, kParams, same, {kSteps}));
     std::vector<size_t> lists = written_lists(c, functional);
     TORCHTPU_RETURN_IF_ERROR(check_result_count(c, lists));
     const bool amsgrad = c.bool_arg(kAmsgrad), maximize = c.bool_arg(kMaximize);
@@ -238,23 +241,9 @@ LoweringFn fused_sgd(bool functional) {
     const size_t n = c.arg(kSgdParams).list_types.size();
     const double momentum = c.double_arg(kSgdMomentum);
     const bool with_buffers = momentum != 0;
-    if (c.arg(kSgdGrads).list_types.size() != n ||
-        (with_buffers && c.arg(kSgdBuffers).list_types.size() != n)) {
-      return base::invalid_argument("lowering: " + c.op_name() + ": every list must have " +
-                                    std::to_string(n) + " items (the params')");
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const TensorType& p = c.arg(kSgdParams).list_types[i];
-      if (!base::is_floating(p.dtype)) {
-        return base::invalid_argument("lowering: " + c.op_name() + ": params must be floating");
-      }
-      if (!(c.arg(kSgdGrads).list_types[i] == p) ||
-          (with_buffers && !(c.arg(kSgdBuffers).list_types[i] == p))) {
-        return base::invalid_argument("lowering: " + c.op_name() + ": item " +
-                                      std::to_string(i) + " differs in dtype or shape from "
-                                      "its param");
-      }
-    }
+    std::vector<size_t> same = {kSgdGrads};
+    if (with_buffers) same.push_back(kSgdBuffers);
+    TORCHTPU_RETURN_IF_ERROR(check_lists(c, kSgdParams, same, {}));
     const bool scaled = !c.is_none(kSgdGradScale);
     std::vector<size_t> lists = {kSgdParams};
     if (functional || scaled) lists.push_back(kSgdGrads);
@@ -310,26 +299,7 @@ constexpr size_t kAgParams = 0, kAgGrads = 1, kAgSums = 2, kAgSteps = 3, kAgLr =
 Result fused_adagrad(LoweringContext& c) {
   Builder& b = c.b();
   const size_t n = c.arg(kAgParams).list_types.size();
-  for (size_t list : {kAgGrads, kAgSums, kAgSteps}) {
-    if (c.arg(list).list_types.size() != n) {
-      return base::invalid_argument("lowering: " + c.op_name() + ": every list must have " +
-                                    std::to_string(n) + " items (the params')");
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const TensorType& p = c.arg(kAgParams).list_types[i];
-    if (!base::is_floating(p.dtype)) {
-      return base::invalid_argument("lowering: " + c.op_name() + ": params must be floating");
-    }
-    if (!(c.arg(kAgGrads).list_types[i] == p) || !(c.arg(kAgSums).list_types[i] == p)) {
-      return base::invalid_argument("lowering: " + c.op_name() + ": item " +
-                                    std::to_string(i) + " differs in dtype or shape from "
-                                    "its param");
-    }
-    if (c.arg(kAgSteps).list_types[i].num_elements() != 1) {
-      return base::invalid_argument("lowering: " + c.op_name() + ": a step must be one value");
-    }
-  }
+  TORCHTPU_RETURN_IF_ERROR(check_lists(c, kAgParams, {kAgGrads, kAgSums}, {kAgSteps}));
   const bool scaled = !c.is_none(kAgGradScale);
   std::vector<size_t> lists = {kAgParams};
   if (scaled) lists.push_back(kAgGrads);

@@ -231,10 +231,9 @@ SGD_CASES = {
 }
 
 
-def train_sgd(net: nn.Module, device: str, fused: bool, kw: dict, scaler: bool,
-              lr: float | torch.Tensor = 0.1) -> tuple[list[float], list]:
-    net = net.to(device)
-    opt = torch.optim.SGD(net.parameters(), lr=lr, fused=fused, **kw)
+def train_steps(net: nn.Module, device: str, opt: torch.optim.Optimizer,
+                scaler: bool) -> list[float]:
+    """Four steps of `opt` on `net` (already on `device`) over fixed batches; the losses."""
     grad_scaler = torch.amp.GradScaler(device, init_scale=2.0**10) if scaler else None
     g = torch.Generator().manual_seed(1)
     losses = []
@@ -244,6 +243,14 @@ def train_sgd(net: nn.Module, device: str, fused: bool, kw: dict, scaler: bool,
         loss = F.cross_entropy(net(x.to(device)), y.to(device))
         step(loss, opt, grad_scaler)
         losses.append(loss.item())
+    return losses
+
+
+def train_sgd(net: nn.Module, device: str, fused: bool, kw: dict, scaler: bool,
+              lr: float | torch.Tensor = 0.1) -> tuple[list[float], list]:
+    net = net.to(device)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, fused=fused, **kw)
+    losses = train_steps(net, device, opt, scaler)
     return losses, [opt.state[p].get("momentum_buffer") for p in net.parameters()]
 
 
@@ -326,16 +333,7 @@ def test_fused_adagrad_trains_like_cpu_fused_adagrad(case: str, scaler: bool) ->
     def train_adagrad(net: nn.Module, device: str) -> list[float]:
         net = net.to(device)
         opt = torch.optim.Adagrad(net.parameters(), lr=0.05, fused=True, **kw)
-        grad_scaler = torch.amp.GradScaler(device, init_scale=2.0**10) if scaler else None
-        g = torch.Generator().manual_seed(1)
-        losses = []
-        for _ in range(4):
-            x, y = torch.randn(6, 8, generator=g), torch.randint(0, 3, (6,), generator=g)
-            opt.zero_grad()
-            loss = F.cross_entropy(net(x.to(device)), y.to(device))
-            step(loss, opt, grad_scaler)
-            losses.append(loss.item())
-        return losses
+        return train_steps(net, device, opt, scaler)
 
     cpu_net, tpu_net = copy.deepcopy(net), copy.deepcopy(net)
     cpu_losses = train_adagrad(cpu_net, "cpu")
