@@ -8,8 +8,6 @@
 
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
-#include "aten/fused_eager.h"
-#include "aten/op_kernel.h"
 #include "aten/status_error.h"
 #include "base/metrics.h"
 #include "runtime/memory_stats.h"
