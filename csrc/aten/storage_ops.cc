@@ -13,10 +13,7 @@ void check_tpu_storage(const c10::Storage& storage) {
               "tpu: Tensor.set_ got a storage on ", storage.device(),
               " for a tpu tensor; move it first (storage.to('tpu') or storage.tpu())");
   TORCH_CHECK(find_storage_state(storage.data_ptr()) != nullptr,
-              "tpu: this storage has no tpu state: it was not made by torchtpu's allocator, or it is "
-              "a slice (storage[a:b]) of a tpu storage, which cannot alias part of another on tpu; "
-              "use a tensor view instead (torch.empty(0, dtype=torch.uint8, device='tpu')"
-              ".set_(storage)[a:b])");
+              kNoStorageStateMessage);
 }
 
 // PyTorch's as_strided argument checks, with its messages (ATen's own helper is not in

@@ -109,9 +109,17 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   at::Generator getNewGenerator(c10::DeviceIndex index) const override {
     return at::make_generator<TpuGeneratorImpl>(index < 0 ? current_device_index() : index);
   }
+  // A tensor made over a pointer (at::from_blob, DLPack import): the pointer must be a tpu
+  // storage's own data pointer. One inside a storage (a DLPack export of a view with a
+  // storage offset) would alias part of another storage, which tpu storages cannot.
   at::Device getDeviceFromPtr(void* data) const override {
-    auto* state = static_cast<StorageState*>(data);
-    return at::Device(c10::DeviceType::PrivateUse1, state ? state->device_index : 0);
+    StorageState* state = live_storage_state(data);
+    TORCH_CHECK(state != nullptr,
+                "tpu: cannot make a tensor over this pointer: it is not the data pointer of a "
+                "live tpu storage (a DLPack export of a view with a storage offset points inside "
+                "its storage, which a tpu tensor cannot alias); export a tensor whose "
+                "storage_offset() is 0, e.g. view.clone()");
+    return at::Device(c10::DeviceType::PrivateUse1, state->device_index);
   }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   c10::DeviceIndex deviceCount() const override {

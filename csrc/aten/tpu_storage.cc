@@ -94,6 +94,13 @@ bool is_value_of(const at::Tensor& t, const runtime::Buffer& b) {
 
 }  // namespace
 
+const char* const kNoStorageStateMessage =
+    "tpu: this storage has no tpu state: it was not made by torchtpu's allocator. It is a "
+    "slice (storage[a:b]) of a tpu storage, or a tensor imported (DLPack, from_blob) from a "
+    "pointer inside one (the export of a view with a storage offset), and a tpu storage cannot "
+    "alias part of another. Use a tensor view instead (torch.empty(0, dtype=torch.uint8, "
+    "device='tpu').set_(storage)[a:b]), or export view.clone()";
+
 c10::Allocator* tpu_allocator() { return tpu_device_allocator(); }
 
 c10::DataPtr new_storage_data_ptr(int device_index, int64_t nbytes) {
@@ -104,9 +111,13 @@ StorageState* find_storage_state(const c10::DataPtr& dp) {
   if (void* ctx = dp.get_context(); ctx != nullptr && dp.get_deleter() == &delete_state) {
     return static_cast<StorageState*>(ctx);
   }
-  if (dp.get() == nullptr) return nullptr;
+  return live_storage_state(dp.get());
+}
+
+StorageState* live_storage_state(const void* p) {
+  if (p == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(live().mu);
-  return live().states.count(dp.get()) ? static_cast<StorageState*>(dp.get()) : nullptr;
+  return live().states.count(p) ? static_cast<StorageState*>(const_cast<void*>(p)) : nullptr;
 }
 
 StorageState& storage_state(const at::Tensor& t) {
@@ -119,10 +130,7 @@ StorageState& recorded_storage_state(const at::Tensor& t) {
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
               "tpu: expected a tpu tensor, got one on ", t.device());
   StorageState* s = find_storage_state(t.storage().data_ptr());
-  TORCH_CHECK(s != nullptr, "tpu: this storage has no tpu state: it was not made by torchtpu's allocator, or it is "
-              "a slice (storage[a:b]) of a tpu storage, which cannot alias part of another on tpu; "
-              "use a tensor view instead (torch.empty(0, dtype=torch.uint8, device='tpu')"
-              ".set_(storage)[a:b])");
+  TORCH_CHECK(s != nullptr, kNoStorageStateMessage);
   return *s;
 }
 

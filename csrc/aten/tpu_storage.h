@@ -43,9 +43,14 @@ c10::Allocator* tpu_allocator();
 // allocator hands out.
 c10::DataPtr new_storage_data_ptr(int device_index, int64_t nbytes);
 
+// What a tpu storage without a StorageState (not made by our allocator) says when used.
+extern const char* const kNoStorageStateMessage;
+
 // The StorageState behind a DataPtr of our allocator (also one that at::from_blob made
 // from a tpu storage's data pointer), or null. Its value may be pending (fused eager).
 StorageState* find_storage_state(const c10::DataPtr& dp);
+// The live StorageState whose data pointer is `p`, or null (any other pointer).
+StorageState* live_storage_state(const void* p);
 // The StorageState of a tpu tensor, its pending value computed (fused eager) if it had one.
 StorageState& storage_state(const at::Tensor& t);
 // The same without computing a pending value: for the fused eager recorder only.

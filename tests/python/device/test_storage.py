@@ -101,6 +101,26 @@ def test_storage_slice_raises_with_what_to_do() -> None:
         s[4:8].tolist()
 
 
+def test_dlpack_round_trip_of_a_tensor_at_offset_zero() -> None:
+    from torch.utils.dlpack import from_dlpack, to_dlpack
+
+    x = torch.arange(10.0).to("tpu").view(2, 5).t()
+    back = from_dlpack(to_dlpack(x))
+    assert back.device == x.device
+    assert torch.equal(back.cpu(), x.cpu())
+
+
+def test_dlpack_of_a_view_with_an_offset_says_what_to_export() -> None:
+    # Its pointer lies inside the storage, which a tpu storage cannot alias.
+    from torch.utils.dlpack import from_dlpack, to_dlpack
+
+    view = torch.arange(10.0).to("tpu")[3:7]
+    with pytest.raises(RuntimeError, match=r"DLPack.*view.clone\(\)"):
+        from_dlpack(to_dlpack(view)).cpu()
+    back = from_dlpack(to_dlpack(view.clone()))
+    assert torch.equal(back.cpu(), torch.arange(3.0, 7.0))
+
+
 @pytest.mark.parametrize("nbytes", [0, 8, 24, 30])
 def test_untyped_storage_resize_keeps_bytes(nbytes: int) -> None:
     x = torch.arange(4, dtype=torch.float32)
