@@ -51,6 +51,15 @@ std::optional<at::Tensor> read_view_through_host(const at::Tensor& self) {
                                                       self.storage_offset());
 }
 
+// copy_'s shape rule, with the CPU's messages (ATen's copy_impl hands tpu copies to
+// _copy_from before its TensorIterator would check): `self` must broadcast to dst's shape.
+void check_broadcasts_to(const at::Tensor& self, const at::Tensor& dst) {
+  if (at::is_expandable_to(self.sizes(), dst.sizes())) return;
+  std::vector<int64_t> shape = at::infer_size(dst.sizes(), self.sizes());  // raises if apart
+  TORCH_CHECK(false, "output with shape ", dst.sizes(), " doesn't match the broadcast shape ",
+              c10::IntArrayRef(shape));
+}
+
 }  // namespace
 
 at::Tensor resolved_clone(const at::Tensor& self) {
@@ -67,6 +76,7 @@ at::Tensor resolved_clone(const at::Tensor& self) {
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   (void)non_blocking;  // transfers are synchronous at the host boundary
   runtime::trace::Label label("aten::_copy_from");
+  check_broadcasts_to(self, dst);
   if (self.numel() == 0 && dst.numel() == 0) {
     // Nothing to move, but a host read all the same: a fused eager graph computing `self`
     // runs now, so a failed check of the op that made it is raised here, as op by op.

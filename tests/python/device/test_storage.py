@@ -80,6 +80,16 @@ def test_set_shares_the_storage() -> None:
     assert torch.equal(other.cpu(), base.cpu())
 
 
+def test_is_set_to_like_cpu() -> None:
+    def answers(device: str) -> list[bool]:
+        t = torch.arange(4.0, device=device)
+        a = torch.empty(0, device=device).set_(t)
+        return [a.is_set_to(t), t.is_set_to(t), t.is_set_to(t.clone()), t[1:].is_set_to(t),
+                t.view(2, 2).is_set_to(t)]
+
+    assert answers("tpu") == answers("cpu") == [True, True, False, False, False]
+
+
 def test_set_empty_and_grow() -> None:
     t = torch.ones(3, device="tpu").set_()
     assert t.shape == (0,) and t.untyped_storage().nbytes() == 0

@@ -295,6 +295,24 @@ def test_copy_into_overlapping_memory_raises_like_cpu(case: str) -> None:
     assert str(tpu.value).split(".")[0] == str(cpu.value).split(".")[0]
 
 
+@pytest.mark.parametrize("dst_shape,src_shape", [((3,), (4,)), ((3,), (2, 3)),
+                                                 ((0, 3), (0, 4)), ((2, 1), (2, 3))])
+@pytest.mark.parametrize("src_device", ["cpu", TPU])
+def test_copy_of_a_shape_that_does_not_broadcast_raises_like_cpu(dst_shape, src_shape,
+                                                                 src_device) -> None:
+    # Checked before any program is built: the destination keeps its value.
+    with pytest.raises(RuntimeError) as cpu:
+        torch.zeros(dst_shape).copy_(torch.ones(src_shape))
+    dst = torch.zeros(dst_shape, device=TPU)
+    with pytest.raises(RuntimeError) as tpu:
+        dst.copy_(torch.ones(src_shape, device=src_device))
+    assert str(tpu.value) == str(cpu.value)
+    assert torch.equal(dst.cpu(), torch.zeros(dst_shape))
+    with pytest.raises(RuntimeError) as back:
+        torch.zeros(dst_shape).copy_(torch.ones(src_shape, device=TPU))
+    assert str(back.value) == str(cpu.value)
+
+
 def test_copy_of_a_view_onto_itself_and_from_the_host_is_accepted() -> None:
     x = torch.arange(6.0, device=TPU)
     x[2:4].copy_(x[2:4])
