@@ -19,6 +19,18 @@ def device_count() -> int:
     return _C.device_count()
 
 
+def init() -> None:
+    """``torch.cuda.init``'s counterpart: the PJRT client starts when torchtpu is imported,
+    so this only raises if no plugin loaded (as using the device would)."""
+    if not is_available():
+        raise RuntimeError("tpu: no device: the PJRT plugin reported none "
+                           "(torchtpu.debug.report() says which plugin was loaded)")
+
+
+# What an allocation that does not fit raises (torch.cuda.OutOfMemoryError is the same class).
+OutOfMemoryError = torch.OutOfMemoryError
+
+
 def is_initialized() -> bool:
     """True once the PJRT client is up (importing torchtpu starts it); fake tensors ask
     this before reading current_device()."""
@@ -145,6 +157,10 @@ def __getattr__(name: str) -> object:
     # `_initialized` is true (torch.cuda's lazy-init flag); the client starts on import.
     if name == "_initialized":
         return is_initialized()
+    if name == "amp":  # torch.tpu.amp.autocast / GradScaler, as torch.cuda.amp's
+        import torchtpu.amp
+
+        return torchtpu.amp
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -154,18 +170,24 @@ from torchtpu.memory import (  # noqa: E402, F401  (torch.tpu.memory_allocated, 
     get_device_name,
     get_device_properties,
     max_memory_allocated,
+    max_memory_cached,
     max_memory_reserved,
     mem_get_info,
     memory_allocated,
+    memory_cached,
     memory_reserved,
     memory_stats,
+    memory_stats_as_nested_dict,
     memory_summary,
     reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_max_memory_cached,
     reset_peak_memory_stats,
 )
 from torchtpu.streams import (  # noqa: E402, F401  (torch.tpu.Stream, torch.tpu.Event, ...)
     Event,
     Stream,
+    StreamContext,
     current_stream,
     default_stream,
     set_stream,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -72,6 +73,45 @@ def max_memory_reserved(device: Device = None) -> int:
 
 def reset_peak_memory_stats(device: Device = None) -> None:
     _C.reset_peak_memory_stats(_index(device))
+
+
+def memory_stats_as_nested_dict(device: Device = None) -> dict[str, Any]:
+    """``memory_stats`` with its dotted keys as nested dicts
+    (``["allocated_bytes"]["all"]["current"]``), as ``torch.cuda``'s."""
+    nested: dict[str, Any] = {}
+    for key, value in memory_stats(device).items():
+        *path, last = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return nested
+
+
+# torch.cuda's deprecated names, with its warnings, for code written against them.
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"torch.tpu.{old} is deprecated (as torch.cuda's is); use torch.tpu.{new}",
+                  FutureWarning, stacklevel=3)
+
+
+def memory_cached(device: Device = None) -> int:
+    _deprecated("memory_cached", "memory_reserved")
+    return memory_reserved(device)
+
+
+def max_memory_cached(device: Device = None) -> int:
+    _deprecated("max_memory_cached", "max_memory_reserved")
+    return max_memory_reserved(device)
+
+
+def reset_max_memory_allocated(device: Device = None) -> None:
+    _deprecated("reset_max_memory_allocated", "reset_peak_memory_stats")
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device: Device = None) -> None:
+    _deprecated("reset_max_memory_cached", "reset_peak_memory_stats")
+    reset_peak_memory_stats(device)
 
 
 def reset_accumulated_memory_stats(device: Device = None) -> None:
@@ -169,12 +209,17 @@ __all__ = [
     "get_device_properties",
     "huge_pages_enabled",
     "max_memory_allocated",
+    "max_memory_cached",
     "max_memory_reserved",
     "mem_get_info",
     "memory_allocated",
+    "memory_cached",
     "memory_reserved",
     "memory_stats",
+    "memory_stats_as_nested_dict",
     "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
     "reset_peak_memory_stats",
     "use_huge_pages",
 ]

@@ -8,9 +8,6 @@ progress (``Event(enable_timing=True).elapsed_time``). ``torch.Stream(device="tp
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 
 from torchtpu import _C
@@ -80,19 +77,28 @@ def set_stream(stream: torch.Stream) -> None:
     _C.set_stream(stream.stream_id, stream.device_index)
 
 
-@contextlib.contextmanager
-def stream(s: torch.Stream | None) -> Iterator[None]:
-    """Context manager: ``s`` is the current stream of its device inside the block
-    (``None`` changes nothing)."""
-    if s is None:
-        yield
-        return
-    previous = current_stream(s.device_index)
-    set_stream(s)
-    try:
-        yield
-    finally:
-        set_stream(previous)
+class StreamContext:
+    """Context manager (``torch.cuda.StreamContext``'s meaning): ``stream`` is the current
+    stream of its device inside the block; ``None`` changes nothing. Re-entrant."""
+
+    def __init__(self, stream: torch.Stream | None) -> None:
+        self.stream = stream
+        self._previous: list[Stream] = []
+
+    def __enter__(self) -> None:
+        if self.stream is None:
+            return
+        self._previous.append(current_stream(self.stream.device_index))
+        set_stream(self.stream)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stream is not None:
+            set_stream(self._previous.pop())
 
 
-__all__ = ["Event", "Stream", "current_stream", "default_stream", "set_stream", "stream"]
+def stream(s: torch.Stream | None) -> StreamContext:
+    """``with torch.tpu.stream(s):`` makes ``s`` current for the block."""
+    return StreamContext(s)
+
+
+__all__ = ["Event", "Stream", "StreamContext", "current_stream", "default_stream", "set_stream", "stream"]

@@ -294,6 +294,23 @@ def test_cuda_style_helpers_of_the_device_module() -> None:
     del x
 
 
+def test_cuda_amp_names_under_torch_tpu_amp() -> None:
+    # Code written against torch.cuda.amp, with cuda changed to tpu.
+    a = torch.randn(4, 4)
+    with torch.tpu.amp.autocast(dtype=torch.bfloat16):
+        y = a.to("tpu") @ a.to("tpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = a @ a
+    assert y.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(y.cpu(), ref)
+    with torch.tpu.amp.autocast(enabled=False):
+        assert (a.to("tpu") @ a.to("tpu")).dtype == torch.float32
+    scaler = torch.tpu.amp.GradScaler(init_scale=8.0)
+    assert scaler.get_scale() == 8.0
+    assert torch.tpu.OutOfMemoryError is torch.cuda.OutOfMemoryError
+    torch.tpu.init()
+
+
 def test_packed_sequence_moves_with_tpu_and_is_tpu() -> None:
     # PackedSequence.cuda() / .is_cuda have tpu counterparts, as tensors and modules do.
     from torch.nn.utils.rnn import pack_padded_sequence

@@ -55,6 +55,21 @@ def test_peak_and_reset() -> None:
     assert torch.tpu.max_memory_allocated() == base
 
 
+def test_nested_stats_and_cuda_deprecated_names() -> None:
+    x = torch.zeros(4 * MB // 4, device="tpu")
+    nested = torch.tpu.memory_stats_as_nested_dict()
+    assert nested["allocated_bytes"]["all"]["current"] == allocated()
+    assert nested["num_ooms"] == torch.tpu.memory_stats()["num_ooms"]
+    with pytest.warns(FutureWarning, match="memory_reserved"):
+        assert torch.tpu.memory_cached() == torch.tpu.memory_reserved()
+    with pytest.warns(FutureWarning, match="max_memory_reserved"):
+        assert torch.tpu.max_memory_cached() == torch.tpu.max_memory_reserved()
+    del x
+    with pytest.warns(FutureWarning, match="reset_peak_memory_stats"):
+        torch.tpu.reset_max_memory_allocated()
+    assert torch.tpu.max_memory_allocated() == allocated()
+
+
 def test_allocation_counts_and_pools() -> None:
     before = torch.tpu.memory_stats()
     small = torch.ones(10, device="tpu")

@@ -43,6 +43,18 @@ def test_new_streams_and_context_manager() -> None:
         torch.tpu.set_stream(torch.tpu.default_stream())
 
 
+def test_stream_context_is_reentrant_and_none_changes_nothing() -> None:
+    s = torch.tpu.Stream()
+    ctx = torch.tpu.StreamContext(s)
+    with ctx:
+        with ctx:
+            assert torch.tpu.current_stream() == s
+        assert torch.tpu.current_stream() == s
+    assert torch.tpu.current_stream() == torch.tpu.default_stream()
+    with torch.tpu.stream(None):
+        assert torch.tpu.current_stream() == torch.tpu.default_stream()
+
+
 def test_current_stream_is_per_thread() -> None:
     s = torch.tpu.Stream()
     seen = []
