@@ -35,6 +35,7 @@ void register_linalg_factor_lowerings();
 void register_linalg_decomp_lowerings();
 void register_linalg_svd_lowerings();
 void register_linalg_eigh_lowerings();
+void register_linalg_matrix_exp_lowerings();
 void register_complex_lowerings();
 void register_fft_lowerings();
 void register_weight_norm_lowerings();

@@ -50,6 +50,7 @@ void ensure_registered() {
     register_linalg_decomp_lowerings();
     register_linalg_svd_lowerings();
     register_linalg_eigh_lowerings();
+    register_linalg_matrix_exp_lowerings();
     register_complex_lowerings();
     register_fft_lowerings();
     register_weight_norm_lowerings();

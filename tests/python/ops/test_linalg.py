@@ -650,3 +650,48 @@ def test_cross_broadcast_dims_and_gradient() -> None:
         return a.grad, b.grad
 
     assert_same(grads, x, y, dtype_tols={torch.float32: (1e-5, 1e-4)})
+
+
+# ---- Matrix exponential -------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scale", [1e-8, 1.0, 3.0, 40.0])
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4), (3, 5, 5), (2, 2, 3, 3)])
+def test_matrix_exp_matches_cpu(dtype: torch.dtype, scale: float, shape: tuple[int, ...]) -> None:
+    # Norms from below every threshold to many squarings; a batch's matrices need different
+    # numbers of squarings (each row of the batch is scaled differently).
+    a = rand(*shape, dtype=torch.float64) * scale
+    if len(shape) > 2:
+        a = a * torch.linspace(0.1, 1.0, shape[0], dtype=torch.float64).view(-1, *[1] * (len(shape) - 1))
+    a = a.to(dtype)
+    expected = torch.linalg.matrix_exp(a)
+    actual = run_no_fallback(torch.linalg.matrix_exp, a.to("tpu"))
+    # Relative to the result's size: exp(40 A) spans many orders of magnitude.
+    atol = {torch.float32: 2e-5, torch.float64: 1e-12}[dtype] * expected.abs().max().item()
+    torch.testing.assert_close(actual.cpu(), expected, rtol=TOLS[dtype][0], atol=atol)
+
+
+def test_matrix_exp_edges_and_half_precision() -> None:
+    assert_close(run_no_fallback(torch.linalg.matrix_exp, torch.zeros(0, 3, 3, device="tpu")),
+                 torch.zeros(0, 3, 3))
+    nonfinite = torch.tensor([[[float("nan"), 0.0], [0.0, 1.0]], [[float("inf"), 0.0], [0.0, 1.0]],
+                              [[0.0, 1.0], [-1.0, 0.0]]])
+    assert_close(run_no_fallback(torch.linalg.matrix_exp, nonfinite.to("tpu")),
+                 torch.linalg.matrix_exp(nonfinite), dtype_tols=TOLS)
+    # float16 and bfloat16 compute in float32 and round once (the CPU kernel computes in the
+    # half type, whose Padé coefficients overflow: NaN/inf for a plain randn(3, 3)).
+    a = rand(3, 3, dtype=torch.float32)
+    for dtype in (torch.float16, torch.bfloat16):
+        actual = run_no_fallback(torch.linalg.matrix_exp, a.to(dtype).to("tpu"))
+        expected = torch.linalg.matrix_exp(a.to(dtype).float()).to(dtype)
+        torch.testing.assert_close(actual.cpu(), expected, rtol=1e-2, atol=1e-2)
+
+
+def test_matrix_exp_gradient_and_compiled() -> None:
+    grads_match(torch.linalg.matrix_exp, rand(2, 4, 4, dtype=torch.float64))
+    a = rand(3, 4, 4, dtype=torch.float32) * 5
+    compiled = torch.compile(lambda m: torch.linalg.matrix_exp(m) @ m, backend="tpu")
+    actual = run_no_fallback(compiled, a.to("tpu"))
+    expected = torch.linalg.matrix_exp(a) @ a
+    torch.testing.assert_close(actual.cpu(), expected, rtol=1e-4,
+                               atol=1e-5 * expected.abs().max().item())
