@@ -38,9 +38,17 @@ int64_t now_ms() {
       .count();
 }
 
+// The target's path: without its query string ("/v1/completions?x=1" is routed like
+// "/v1/completions", as the replica serves it).
+std::string_view path_of(beast::string_view target) {
+  const std::string_view t(target.data(), target.size());
+  return t.substr(0, t.find('?'));
+}
+
 bool is_routed(const Request& req) {
+  const std::string_view path = path_of(req.target());
   return req.method() == http::verb::post &&
-         (req.target() == "/v1/completions" || req.target() == "/v1/chat/completions");
+         (path == "/v1/completions" || path == "/v1/chat/completions");
 }
 
 bool hop_by_hop(http::field f) {
@@ -58,6 +66,25 @@ bool hop_by_hop(http::field f) {
       return true;
     default:
       return false;
+  }
+}
+
+// The replica's end-to-end response headers (Location, Allow, ...), for the client; the
+// router sets the framing and its own header itself. A Location on the replica's own
+// origin (a redirect the replica built from the Host the router sent it) becomes a path,
+// which the client resolves against the router (RFC 9110 10.2.2).
+template <class Message>
+void copy_end_to_end(const http::fields& from, Message& to, const std::string& replica) {
+  const std::string origin = "http://" + replica;
+  for (const auto& f : from) {
+    if (hop_by_hop(f.name()) || beast::iequals(f.name_string(), kReplicaHeader)) continue;
+    beast::string_view value = f.value();
+    if (f.name() == http::field::location && value.starts_with(origin) &&
+        (value.size() == origin.size() || value[origin.size()] == '/')) {
+      value.remove_prefix(origin.size());
+      if (value.empty()) value = "/";
+    }
+    to.insert(f.name_string(), value);
   }
 }
 
@@ -147,8 +174,24 @@ bool write_response(tcp::socket& client, http::response<Body>& res) {
   return !ec;
 }
 
+// The answer to a HEAD request: the header a GET would get (its Content-Length
+// included) and no body (RFC 9110 9.3.2).
+bool write_head_only(tcp::socket& client, http::response<http::empty_body>& res) {
+  boost::system::error_code ec;
+  http::response_serializer<http::empty_body> sr(res);
+  http::write_header(client, sr, ec);
+  return !ec;
+}
+
 bool write_json(tcp::socket& client, int status, std::string body, bool keep_alive,
-                const char* content_type = "application/json") {
+                const char* content_type = "application/json", bool head = false) {
+  if (head) {
+    http::response<http::empty_body> res(static_cast<http::status>(status), 11);
+    res.set(http::field::content_type, content_type);
+    res.content_length(body.size());
+    res.keep_alive(keep_alive);
+    return write_head_only(client, res);
+  }
   http::response<http::string_body> res(static_cast<http::status>(status), 11);
   res.set(http::field::content_type, content_type);
   res.keep_alive(keep_alive);
@@ -279,6 +322,8 @@ struct Proxy::Exchange {
       // Not boost::none: Boost 1.74 compares a Content-Length against an empty limit as
       // "over the limit".
       parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+      // A response to HEAD has no body whatever its Content-Length says.
+      parser->skip(req.method() == http::verb::head);
       buffer.clear();
       http::write(*upstream, out, ec);
       if (!ec) {
@@ -336,8 +381,18 @@ struct Proxy::Exchange {
         return fail(id, "it answered 503");
       }
       if (parser->keep_alive()) proxy->release(id, std::move(upstream));
+      if (req.method() == http::verb::head) {
+        http::response<http::empty_body> res(static_cast<http::status>(status), 11);
+        copy_end_to_end(head, res, replicas.config(id).http.str());
+        if (head.has_content_length()) {
+          res.set(http::field::content_length, head[http::field::content_length]);
+        }
+        res.set(kReplicaHeader, replicas.config(id).http.str());
+        res.keep_alive(keep_alive);
+        return write_head_only(client, res) ? Outcome::kDone : Outcome::kClientGone;
+      }
       http::response<http::string_body> res(static_cast<http::status>(status), 11);
-      if (!content_type.empty()) res.set(http::field::content_type, content_type);
+      copy_end_to_end(head, res, replicas.config(id).http.str());
       res.set(kReplicaHeader, replicas.config(id).http.str());
       res.keep_alive(keep_alive);
       res.body() = std::move(body);
@@ -363,7 +418,7 @@ struct Proxy::Exchange {
       return !ec;
     };
     http::response<http::empty_body> res(static_cast<http::status>(status), 11);
-    res.set(http::field::content_type, content_type);
+    copy_end_to_end(head, res, replicas.config(id).http.str());
     res.set(http::field::cache_control, "no-cache");
     res.set(kReplicaHeader, replicas.config(id).http.str());
     res.keep_alive(keep_alive && chunked);
@@ -449,7 +504,8 @@ void Proxy::serve_connection(tcp::socket client) {
     const bool keep_alive = req.keep_alive();
     metrics_->num_requests++;
 
-    if (req.method() == http::verb::get && req.target() == "/health") {
+    const bool head_request = req.method() == http::verb::head;
+    if (req.method() == http::verb::get && path_of(req.target()) == "/health") {
       const bool ok = replicas_->any_healthy();
       if (!write_json(client, ok ? 200 : 503,
                       ok ? "{}" : error_body(503, "torchtpu router: no healthy replica"),
@@ -459,7 +515,7 @@ void Proxy::serve_connection(tcp::socket client) {
       if (!keep_alive) break;
       continue;
     }
-    if (req.method() == http::verb::get && req.target() == "/metrics") {
+    if (req.method() == http::verb::get && path_of(req.target()) == "/metrics") {
       if (!write_json(client, 200, metrics_->render(*replicas_), keep_alive,
                       "text/plain; version=0.0.4; charset=utf-8")) {
         break;
@@ -471,7 +527,7 @@ void Proxy::serve_connection(tcp::socket client) {
     std::optional<std::vector<serve::TokenId>> tokens;
     const bool routed = is_routed(req);
     if (routed && tokenizer_) {
-      tokens = tokenizer_(std::string(req.target()), req.body());
+      tokens = tokenizer_(std::string(path_of(req.target())), req.body());
       metrics_->tokenize_latency.observe(
           std::chrono::duration<double>(Clock::now() - read_at).count());
       if (!tokens) metrics_->num_tokenize_failed++;
@@ -513,7 +569,7 @@ void Proxy::serve_connection(tcp::socket client) {
                       std::to_string(attempts) + " tried; last: " + ex.failure + ")");
       }
       if (!write_json(client, decision.ranked.empty() ? 503 : ex.failure_status, body,
-                      keep_alive)) {
+                      keep_alive, "application/json", head_request)) {
         break;
       }
     }

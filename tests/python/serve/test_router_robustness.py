@@ -292,3 +292,44 @@ def test_an_upstream_connection_the_replica_closed_is_not_used(stack):
     for name in ("routing_latency_seconds", "tokenize_latency_seconds", "added_latency_seconds"):
         assert f'torchtpu_router:{name}{{quantile="0.5"}}' in metrics, name
     assert "torchtpu_router:load_spills_withheld_total 0" in metrics
+
+
+def test_head_requests_and_replica_headers_pass_through(stack):
+    """A HEAD request gets the replica's answer header with no body (a 405 whose
+    Content-Length counts the body a GET would get), at once; the replica stays in rotation
+    and the kept-alive connection serves the next request. The replica's end-to-end headers
+    reach the client (Allow of a 405, the Location of a redirect, made relative to the
+    router), and a target with a query string is routed like its path."""
+    def upstream_errors() -> float:
+        lines = httpx.get(stack.url + "/metrics", timeout=10).text.splitlines()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines
+                   if line.startswith("torchtpu_router:replica_upstream_errors_total"))
+
+    errors = _router_metric(stack.url, "torchtpu_router:failed_requests_total")
+    upstream_before = upstream_errors()
+    direct = httpx.head(stack.replica_url + "/v1/completions", timeout=30)
+    with httpx.Client(base_url=stack.url, timeout=30) as client:
+        start = time.monotonic()
+        r = client.head("/v1/completions")
+        assert time.monotonic() - start < 3, "the router waited for a body HEAD has not"
+        assert r.status_code == direct.status_code == 405
+        assert r.content == b""
+        assert r.headers["allow"] == direct.headers["allow"]
+        assert r.headers["content-length"] == direct.headers["content-length"]
+        ok = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert ok.status_code == 200, ok.text
+        assert client.get("/health").status_code == 200
+    assert _router_metric(stack.url, "torchtpu_router:failed_requests_total") == errors
+    assert upstream_errors() == upstream_before
+
+    body = {"prompt": "hi", "max_tokens": 2}
+    moved = httpx.post(stack.url + "/v1/completions/", json=body, timeout=30)
+    assert moved.status_code == 307 and moved.headers["location"] == "/v1/completions"
+    followed = httpx.post(stack.url + "/v1/completions/", json=body, timeout=30,
+                          follow_redirects=True)
+    assert followed.status_code == 200, followed.text
+
+    routed = _router_metric(stack.url, "torchtpu_router:routed_requests_total")
+    r = httpx.post(stack.url + "/v1/completions?trace=1", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert _router_metric(stack.url, "torchtpu_router:routed_requests_total") == routed + 1
