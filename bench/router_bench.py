@@ -294,6 +294,7 @@ def main() -> int:
     # Small shape sets keep warm-up short (compiled once, then loaded from the disk cache).
     need = args.system_tokens + args.question_tokens + args.max_tokens + 32
     max_len = min(b << k for k in range(12) for b in (256, 384) if b << k >= need)
+    num_pages = max(num_pages, -(-max_len // args.page_size))  # a replica serves max_len
     serve_args = ["--model", model, "--page-size", str(args.page_size), "--num-pages",
                   str(num_pages), "--max-model-len", str(max_len), "--max-num-seqs", "4",
                   "--max-num-batched-tokens", "128"]

@@ -123,6 +123,14 @@ class LLMEngine:
         self.page_size = page_size
         pages_per_seq = -(-self.max_model_len // page_size)
         self.num_pages = num_pages or max_num_seqs * pages_per_seq
+        if self.num_pages < pages_per_seq:
+            # As vLLM refuses: a request of the advertised length could never run (and a chat
+            # request without max_tokens asks for all of it).
+            raise ValueError(
+                f"max_model_len ({self.max_model_len}) is larger than the KV cache holds "
+                f"({self.num_pages} pages x {page_size} tokens = {self.num_pages * page_size} "
+                f"tokens); use --num-pages >= {pages_per_seq} or --max-model-len <= "
+                f"{self.num_pages * page_size}")
         self.eos_ids = self._eos_ids(hf)
         self.decoder = PagedDecoder(hf, device, quantization=quantization)
         del hf

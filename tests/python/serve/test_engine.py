@@ -71,8 +71,8 @@ def test_concurrent_requests_compute_a_shared_prefix_once(tiny_llama_dir, hf_ref
 
 
 def test_greedy_matches_hf_across_preemption(tiny_llama_dir, hf_reference):
-    # 12 pages of 16 slots cannot hold four 60-token prompts plus 32 new tokens each.
-    llm = LLM(tiny_llama_dir, num_pages=12, **ENGINE_ARGS)
+    # 16 pages of 16 slots cannot hold four 60-token prompts plus 32 new tokens each.
+    llm = LLM(tiny_llama_dir, num_pages=16, **ENGINE_ARGS)
     prompts = [p[:60] + [5] * max(0, 60 - len(p)) for p in _prompts(llm.tokenizer, 4, seed=1)]
     results = llm.generate(prompts, SamplingParams(max_tokens=32, temperature=0.0,
                                                    ignore_eos=True))
@@ -86,8 +86,17 @@ def test_greedy_matches_hf_across_preemption(tiny_llama_dir, hf_reference):
     assert llm.engine.scheduler.num_free_pages == llm.engine.scheduler.num_total_pages
 
 
+def test_a_pool_smaller_than_max_model_len_is_refused_at_start(tiny_llama_dir):
+    # As vLLM: a request of the advertised length (or a chat request without max_tokens)
+    # could never run.
+    with pytest.raises(ValueError, match=r"max_model_len \(256\) is larger than the KV cache "
+                                         r"holds \(8 pages x 16 tokens = 128 tokens\); use "
+                                         r"--num-pages >= 16"):
+        LLM(tiny_llama_dir, num_pages=8, **ENGINE_ARGS)
+
+
 def test_more_requests_than_pages_all_complete(tiny_llama_dir):
-    llm = LLM(tiny_llama_dir, num_pages=10, **ENGINE_ARGS)
+    llm = LLM(tiny_llama_dir, num_pages=16, **ENGINE_ARGS)
     prompts = _prompts(llm.tokenizer, 12, seed=2)
     prompts = [p[:50] for p in prompts]
     results = llm.generate(prompts, SamplingParams(max_tokens=24, temperature=0.8, seed=3,

@@ -31,10 +31,11 @@ def nan_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=[None, False], ids=["kernel", "gathered"])
 def llm(request, nan_model_dir):
-    # 12 pages of 16: later requests reuse the pages the poisoned one wrote NaN into.
+    # 16 pages of 16 (one max_model_len sequence): later requests reuse the pages the poisoned
+    # one wrote NaN into.
     # Both attention paths: the host kernel (CPU plugin) and the gathered StableHLO one
     # (other platforms), which once multiplied a stale NaN value by a zero weight.
-    return LLM(nan_model_dir, num_pages=12, attention_kernel=request.param, **ENGINE_ARGS)
+    return LLM(nan_model_dir, num_pages=16, attention_kernel=request.param, **ENGINE_ARGS)
 
 
 def _reference(path, prompt, n):

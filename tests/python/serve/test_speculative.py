@@ -34,8 +34,8 @@ def _prompts(tok, n, seed=0):
 
 @pytest.mark.parametrize("prefix_cache", [True, False])
 def test_greedy_with_speculation_equals_without(tiny_llama_dir, hf_reference, prefix_cache):
-    # 14 pages of 16 slots hold about two of these requests at once: four running preempt.
-    llm = LLM(tiny_llama_dir, enable_prefix_cache=prefix_cache, num_pages=14, speculative=SPEC,
+    # 16 pages of 16 slots hold about two of these requests at once: four running preempt.
+    llm = LLM(tiny_llama_dir, enable_prefix_cache=prefix_cache, num_pages=16, speculative=SPEC,
               **ENGINE_ARGS)
     prompts = _prompts(llm.tokenizer, 8)
     on = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
