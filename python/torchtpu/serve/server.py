@@ -221,6 +221,14 @@ class OpenAIServer:
 
     # --- request plumbing ---------------------------------------------------------------
     async def _read(self, request: Request, model: type[BaseModel]) -> BaseModel:
+        # A body is JSON when it says so or says nothing (FastAPI's rule, so vLLM's): a form
+        # or text body is refused, which also keeps a web page's "simple" cross-origin POST
+        # (no preflight) from driving a local server.
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind and kind != "application/json" and not (
+                kind.startswith("application/") and kind.endswith("+json")):
+            raise ApiError(400, f"the request body must be JSON (Content-Type: "
+                                f"application/json), not {kind!r}")
         size = request.headers.get("content-length", "")
         if size.isdigit() and int(size) > self.max_request_bytes:
             raise ApiError(413, f"the request body is {int(size)} bytes; the limit is "

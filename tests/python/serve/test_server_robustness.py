@@ -129,6 +129,24 @@ def test_malformed_bodies_are_400(url, greedy_text, raw, match):
     _still_serves(url, greedy_text)
 
 
+@pytest.mark.parametrize("content_type,accepted", [
+    ("application/json", True), ("application/json; charset=utf-8", True),
+    ("application/vnd.api+json", True), (None, True),
+    ("text/plain", False), ("application/x-www-form-urlencoded", False),
+    ("multipart/form-data; boundary=x", False)])
+def test_a_body_that_is_not_declared_json_is_refused(url, greedy_text, content_type, accepted):
+    # FastAPI's rule, so vLLM's: JSON when declared so or undeclared. A form or text body is
+    # what a web page may POST cross-origin without a preflight.
+    body = json.dumps({"prompt": "x", "max_tokens": 1}).encode()
+    headers = {} if content_type is None else {"content-type": content_type}
+    r = httpx.post(url + "/v1/completions", content=body, headers=headers, timeout=60)
+    if accepted:
+        assert r.status_code == 200, r.text
+    else:
+        assert "must be JSON" in _is_openai_error(r, 400)["message"]
+    _still_serves(url, greedy_text)
+
+
 def test_oversized_body_is_413_without_stalling_the_loop(url, greedy_text):
     t0 = time.perf_counter()
     err = _is_openai_error(_post(url, raw=b'{"prompt": "' + b"a" * (5 << 20) + b'"}'), 413)
