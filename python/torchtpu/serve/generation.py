@@ -261,15 +261,21 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
     offsets = {index: 0 for index in indices}
     held: dict[int, tuple[str, list]] = {}
     try:
+        # Continuous usage from the first chunk on, as vLLM sends it (0 completion tokens).
+        def no_tokens_yet(k: int) -> dict | None:
+            return responses.usage(len(gen.prompts[k // n]), 0) if gen.continuous_usage else None
+
         if gen.chat:
             yield chunk([{"index": k, "delta": {"role": "assistant", "content": ""},
-                          "logprobs": None, "finish_reason": None} for k in indices])
+                          "logprobs": None, "finish_reason": None} for k in indices],
+                        no_tokens_yet(0))
         elif gen.echo_texts:
             for k in indices:
                 echo = gen.echo_texts[k // n]
                 offsets[k] = len(echo)
                 yield chunk([{"index": k, "text": echo, "logprobs": None,
-                              "finish_reason": "length" if gen.echo_only else None}])
+                              "finish_reason": "length" if gen.echo_only else None,
+                              "stop_reason": None}], no_tokens_yet(k))
         while live:
             k, out = await merged.get()
             if out is None:

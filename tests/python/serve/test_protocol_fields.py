@@ -150,10 +150,12 @@ def c_stream_options(e):
     assert chunks[-1]["usage"]["completion_tokens"] == 8 and chunks[-1]["choices"] == []
     _, chunks = e.stream_text(stream_options={"include_usage": False})
     assert all("usage" not in c for c in chunks)
-    # vLLM's continuous_usage_stats: every chunk with a token carries its usage so far.
+    # vLLM's continuous_usage_stats: every chunk carries its usage so far (a chat's first,
+    # the role's, with 0 completion tokens).
     _, chunks = e.stream_text(stream_options={"include_usage": True,
                                               "continuous_usage_stats": True})
-    counts = [c["usage"]["completion_tokens"] for c in chunks[:-1] if c["usage"]]
+    assert all(c["usage"] for c in chunks), chunks
+    counts = [c["usage"]["completion_tokens"] for c in chunks[:-1]]
     assert counts and counts == sorted(counts) and counts[-1] == 8
     assert all(c["usage"]["prompt_tokens"] == chunks[-1]["usage"]["prompt_tokens"]
                for c in chunks if c["usage"])
@@ -260,6 +262,11 @@ def c_echo(e):
     assert e.text(echo=True) == "To be, or not to be" + e.text()
     body = e.ok(echo=True, max_tokens=0)
     assert e.texts(body) == ["To be, or not to be"] and body["usage"]["completion_tokens"] == 0
+    # Streamed, the echo is a chunk of its own, with the fields every other chunk has.
+    text, chunks = e.stream_text(echo=True)
+    assert text == e.text(echo=True)
+    keys = {frozenset(c) for ch in chunks for c in ch["choices"]}
+    assert len(keys) == 1 and "stop_reason" in next(iter(keys)), keys
 
 
 def c_logprobs_completion(e):
