@@ -50,9 +50,31 @@ TpuBackend::TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t
   if (transport_->kind() == TransportKind::kHostStaged) {
     ok_or_raise(check_poll_budget());
     queue_ = std::make_unique<CollectiveQueue>("pt_tpu_staging");
-    send_queue_ = std::make_unique<CollectiveQueue>("pt_tpu_send");
-    recv_queue_ = std::make_unique<CollectiveQueue>("pt_tpu_recv");
   }
+}
+
+CollectiveQueue* TpuBackend::p2p_queue(bool send, int peer, int tag) {
+  if (queue_ == nullptr) return nullptr;  // in-plugin: runs on the calling thread
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  auto key = std::make_tuple(send, peer, tag);
+  auto it = p2p_queues_.find(key);
+  if (it != p2p_queues_.end()) return it->second.get();
+  if (p2p_queues_.size() >= kMaxIdleP2pQueues) {
+    // Enqueueing happens under p2p_mu_, so an idle queue stays idle while it is destroyed.
+    for (auto q = p2p_queues_.begin(); q != p2p_queues_.end();) {
+      q = q->second->idle() ? p2p_queues_.erase(q) : std::next(q);
+    }
+  }
+  return p2p_queues_
+      .emplace(key, std::make_unique<CollectiveQueue>(send ? "pt_tpu_send" : "pt_tpu_recv"))
+      .first->second.get();
+}
+
+std::shared_ptr<std::shared_mutex> TpuBackend::p2p_tag_lock(int tag) {
+  std::lock_guard<std::mutex> lock(p2p_mu_);
+  auto& m = p2p_tag_locks_[tag];
+  if (!m) m = std::make_shared<std::shared_mutex>();
+  return m;
 }
 
 TpuBackend::~TpuBackend() = default;
@@ -530,7 +552,7 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::send(std::vector<at::Tensor>& tensors
                 [t = t.contiguous(), dst_rank, tag](Transport& tr) {
                   return tr.send(t, dst_rank, tag);
                 },
-                send_queue_.get());
+                p2p_queue(true, dst_rank, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
@@ -543,8 +565,11 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors
   DenseArgs dense("recv");
   at::Tensor d = dense.written(t);
   return launch(c10d::OpType::RECV, "tpu:recv", tensors, std::move(dense),
-                [d, src_rank, tag](Transport& tr) mutable { return tr.recv(d, src_rank, tag); },
-                recv_queue_.get());
+                [d, src_rank, tag, tag_lock = p2p_tag_lock(tag)](Transport& tr) mutable {
+                  std::shared_lock<std::shared_mutex> alone_with_any_source(*tag_lock);
+                  return tr.recv(d, src_rank, tag);
+                },
+                p2p_queue(false, src_rank, tag));
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::recvAnysource(std::vector<at::Tensor>& tensors,
@@ -555,12 +580,15 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recvAnysource(std::vector<at::Tensor>
   auto source = std::make_shared<std::atomic<int>>(-1);
   c10::intrusive_ptr<TpuWork> work = launch(
       c10d::OpType::RECVANYSOURCE, "tpu:recv_anysource", tensors, std::move(dense),
-      [d, tag, source](Transport& tr) mutable -> base::Status {
+      [d, tag, source, tag_lock = p2p_tag_lock(tag)](Transport& tr) mutable -> base::Status {
+        // Alone among its tag's recvs: one from a given source that had posted its data's
+        // recv would see this one's header recv match the data (and Gloo abort on the size).
+        std::unique_lock<std::shared_mutex> alone(*tag_lock);
         TORCHTPU_ASSIGN_OR_RETURN(int src, tr.recv_any(d, tag));
         source->store(src);
         return base::Status::ok_status();
       },
-      recv_queue_.get());
+      p2p_queue(false, -1, tag));
   work->set_source(source);
   return work;
 }

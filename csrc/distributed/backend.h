@@ -17,7 +17,11 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <tuple>
 #include <vector>
 
 #include "distributed/arguments.h"
@@ -115,13 +119,21 @@ class TpuBackend : public c10d::Backend {
   std::shared_ptr<Transport> transport_;
   std::vector<int64_t> global_ranks_;
   std::chrono::milliseconds timeout_;
-  // Host-staged groups only. Sends and recvs have a queue each (in order among
-  // themselves): a send waits until its peer receives, and on the group's queue it held
-  // back the recv or collective its peer was waiting for (isend then irecv on both ranks
-  // hung); a pending irecv there held back every later collective of the group.
+  // Host-staged groups only. Point-to-point operations have queues of their own, one per
+  // (direction, peer, tag): a send waits until its peer receives, so on the group's queue
+  // it held back the recv or collective its peer was waiting for (isend then irecv on both
+  // ranks hung), and on one queue for all sends a send of tag 5 held back the send of tag 6
+  // its peer received first. Within a key they stay in order, as they must: a message is
+  // a header then its data, matched by Gloo per (peer, tag) in posting order. A recv from
+  // any source has the key (any, tag) and runs alone among its tag's recvs (p2p_tag_lock).
+  // Idle queues beyond kMaxIdleP2pQueues are destroyed (their threads end).
+  CollectiveQueue* p2p_queue(bool send, int peer, int tag);
+  std::shared_ptr<std::shared_mutex> p2p_tag_lock(int tag);
+  static constexpr size_t kMaxIdleP2pQueues = 8;
   std::unique_ptr<CollectiveQueue> queue_;
-  std::unique_ptr<CollectiveQueue> send_queue_;
-  std::unique_ptr<CollectiveQueue> recv_queue_;
+  std::mutex p2p_mu_;
+  std::map<std::tuple<bool, int, int>, std::unique_ptr<CollectiveQueue>> p2p_queues_;
+  std::map<int, std::shared_ptr<std::shared_mutex>> p2p_tag_locks_;
 };
 
 }  // namespace torchtpu::distributed

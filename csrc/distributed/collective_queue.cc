@@ -53,6 +53,11 @@ CollectiveQueue::~CollectiveQueue() {
   }
 }
 
+bool CollectiveQueue::idle() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return !state_->running && state_->tasks.empty();
+}
+
 void CollectiveQueue::enqueue(Task task) {
   bool cancelled;
   {

@@ -44,6 +44,10 @@ class CollectiveQueue {
   // queued, it would wait for the task that waits for it.
   void enqueue(Task task);
 
+  // Whether no task is queued or running (a caller that also serializes enqueue() may
+  // then destroy the queue without waiting).
+  bool idle() const;
+
   // Detached queue threads (of destroyed queues) that have not ended: Python waits for
   // them at exit, before its finalization cancels threads that take its lock.
   static int detached_threads();

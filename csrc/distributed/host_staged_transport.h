@@ -31,7 +31,9 @@
 // most 5 s) for the others' marks; a peer that exited or is busy elsewhere leaves none.
 // Only failures touch the store (besides the connections' addresses, once).
 //
-// Thread safety: one thread at a time (the group's CollectiveQueue).
+// Thread safety: collectives one at a time (the group's CollectiveQueue); send, recv and
+// recv_any concurrently with them and with each other (the backend's point-to-point
+// queues, one per peer and tag).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>

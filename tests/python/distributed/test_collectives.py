@@ -462,6 +462,30 @@ def _p2p_in_any_order(rank: int, world: int) -> None:
             t = torch.zeros(2, device="tpu")
             dist.recv(t, 0)
             torch.testing.assert_close(t.cpu(), torch.full((2,), float(k)))
+    # Blocking sends of tags 5 then 6, received 6 first; then twelve tags (more queues
+    # than are kept idle) received in the reverse order of the sends; then a recv from any
+    # source. Gloo completes each: a send of one tag never holds back another tag's.
+    if rank == 0:
+        for tag in (5, 6):
+            dist.send(torch.full((2,), float(tag), device="tpu"), 1, tag=tag)
+        works = [dist.isend(torch.full((3,), float(tag), device="tpu"), 1, tag=tag)
+                 for tag in range(12)]
+        for w in works:
+            w.wait()
+        dist.send(torch.full((1,), 42.0, device="tpu"), 1, tag=3)
+    else:
+        got = {tag: torch.zeros(2, device="tpu") for tag in (6, 5)}
+        works = [dist.irecv(t, 0, tag=tag) for tag, t in got.items()]
+        for w in works:
+            w.wait()
+        assert {tag: t.cpu().tolist() for tag, t in got.items()} == {6: [6.0] * 2, 5: [5.0] * 2}
+        got = {tag: torch.zeros(3, device="tpu") for tag in reversed(range(12))}
+        works = [dist.irecv(t, 0, tag=tag) for tag, t in got.items()]
+        for w in works:
+            w.wait()
+        assert all(t.cpu().tolist() == [float(tag)] * 3 for tag, t in got.items())
+        anyone = torch.zeros(1, device="tpu")
+        assert dist.recv(anyone, tag=3) == 0 and anyone.item() == 42.0
 
 
 def test_p2p_in_any_order_completes_as_with_gloo():
