@@ -55,11 +55,13 @@ base::StatusOr<ReduceKind> reduce_kind(const char* collective, const c10d::Reduc
     case c10d::ReduceOp::MIN: return ReduceKind::kMin;
     case c10d::ReduceOp::MAX: return ReduceKind::kMax;
     case c10d::ReduceOp::PREMUL_SUM: return ReduceKind::kPremulSum;
+    case c10d::ReduceOp::BAND: return ReduceKind::kBand;
+    case c10d::ReduceOp::BOR: return ReduceKind::kBor;
+    case c10d::ReduceOp::BXOR: return ReduceKind::kBxor;
     default:
-      return base::unimplemented(std::string("distributed: in-plugin ") + collective +
-                                 ": reduce op " + std::to_string(static_cast<int>(op.op_)) +
-                                 " (BAND, BOR or BXOR) is not supported; use SUM, AVG, "
-                                 "PRODUCT, MIN, MAX or PREMUL_SUM");
+      return base::invalid_argument(std::string("distributed: in-plugin ") + collective +
+                                    ": unknown reduce op " +
+                                    std::to_string(static_cast<int>(op.op_)));
   }
 }
 

@@ -51,6 +51,12 @@ base::Status check_reduce(const char* collective, ReduceKind op, DType dtype) {
                                   " is not defined on bool tensors; use sum, min, max or "
                                   "product (or convert to an integer dtype)");
   }
+  bool bitwise = op == ReduceKind::kBand || op == ReduceKind::kBor || op == ReduceKind::kBxor;
+  if (bitwise && (base::is_floating(dtype) || base::is_complex(dtype))) {
+    return base::invalid_argument(std::string("lowering: ") + collective + ": " +
+                                  reduce_kind_name(op) + " is defined on integer and bool "
+                                  "tensors only, not " + base::dtype_name(dtype));
+  }
   if (base::dtype_size_bytes(dtype) == 0 || dtype == DType::kU32 || dtype == DType::kU64) {
     return base::invalid_argument(std::string("lowering: ") + collective +
                                   ": no collectives for dtype " + base::dtype_name(dtype));
@@ -92,6 +98,12 @@ Value combine(Builder& b, ReduceKind op, Value x, Value y) {
     case ReduceKind::kAvg:
     case ReduceKind::kPremulSum:
       return is_bool ? b.binary("or", x, y) : b.add(x, y);
+    case ReduceKind::kBand:
+      return b.binary("and", x, y);
+    case ReduceKind::kBor:
+      return b.binary("or", x, y);
+    case ReduceKind::kBxor:
+      return b.binary("xor", x, y);
   }
   return b.add(x, y);
 }
@@ -128,6 +140,25 @@ Value reducing(Builder& b, std::string_view name, ReduceKind op, Value x,
   return r;
 }
 
+bool is_bitwise(ReduceKind op) {
+  return op == ReduceKind::kBand || op == ReduceKind::kBor || op == ReduceKind::kBxor;
+}
+
+// A bitwise all-reduce: every member's value gathered and folded here. XLA's CPU runtime
+// refuses an all_reduce whose region is a bitwise op on integers ("Unsupported reduction
+// computation"); these reduce flags and masks, so n times the data is no cost that matters.
+Value gathered_fold(Builder& b, ReduceKind op, Value x, const ReplicaGroups& groups) {
+  const TensorType t = x.type;
+  const int64_t n = static_cast<int64_t>(groups[0].size()), numel = t.num_elements();
+  Value all = b.op("stablehlo.all_gather", {b.reshape(x, {numel})},
+                   TensorType{t.dtype, {n * numel}},
+                   "all_gather_dim = 0 : i64, " + groups_attr(groups));
+  TensorType scalar{t.dtype, {}};
+  Value init = op == ReduceKind::kBand ? b.unary("not", b.zeros(scalar)) : b.zeros(scalar);
+  const char* body = op == ReduceKind::kBand ? "and" : op == ReduceKind::kBor ? "or" : "xor";
+  return b.reshape(b.reduce(b.reshape(all, {n, numel}), init, {0}, body), t.dims);
+}
+
 }  // namespace
 
 const char* reduce_kind_name(ReduceKind op) {
@@ -138,6 +169,9 @@ const char* reduce_kind_name(ReduceKind op) {
     case ReduceKind::kMax: return "max";
     case ReduceKind::kProduct: return "product";
     case ReduceKind::kPremulSum: return "premul_sum";
+    case ReduceKind::kBand: return "band";
+    case ReduceKind::kBor: return "bor";
+    case ReduceKind::kBxor: return "bxor";
   }
   return "?";
 }
@@ -195,8 +229,11 @@ base::StatusOr<ReduceKind> parse_reduce_kind(std::string_view name) {
   if (name == "product") return ReduceKind::kProduct;
   if (name == "min") return ReduceKind::kMin;
   if (name == "max") return ReduceKind::kMax;
+  if (name == "band") return ReduceKind::kBand;
+  if (name == "bor") return ReduceKind::kBor;
+  if (name == "bxor") return ReduceKind::kBxor;
   return base::unimplemented("lowering: functional collective: reduce op '" + std::string(name) +
-                             "' has no lowering (sum, avg, product, min, max)");
+                             "' has no lowering (sum, avg, product, min, max, band, bor, bxor)");
 }
 
 base::StatusOr<Value> all_reduce_value(Builder& b, Value x, ReduceKind op,
@@ -207,6 +244,7 @@ base::StatusOr<Value> all_reduce_value(Builder& b, Value x, ReduceKind op,
   const TensorType t = x.type;
   const int64_t n = static_cast<int64_t>(groups[0].size());
   const int64_t numel = t.num_elements();
+  if (is_bitwise(op)) return numel == 0 ? x : gathered_fold(b, op, x, groups);
   if (n == 1 || numel * base::dtype_size_bytes(t.dtype) < kSplitAllReduceBytes) {
     return reducing(b, "stablehlo.all_reduce", op, x, t, groups_attr(groups), n, factor);
   }
@@ -292,6 +330,11 @@ base::StatusOr<Value> reduce_scatter_value(Builder& b, Value x, ReduceKind op,
   TORCHTPU_RETURN_IF_ERROR(check_groups("reduce_scatter", groups));
   TORCHTPU_RETURN_IF_ERROR(check_reduce("reduce_scatter", op, x.dtype()));
   TORCHTPU_RETURN_IF_ERROR(check_factor("reduce_scatter", op, factor));
+  if (is_bitwise(op)) {
+    return base::unimplemented(std::string("lowering: reduce_scatter: ") + reduce_kind_name(op) +
+                               " is not supported in a program (all_reduce is); reduce with "
+                               "all_reduce and keep this rank's part");
+  }
   const TensorType t = x.type;
   const int64_t n = static_cast<int64_t>(groups[0].size());
   if (!result_dims) TORCHTPU_RETURN_IF_ERROR(check_split("reduce_scatter", t, n));

@@ -14,6 +14,9 @@
 //     PyTorch does. On bool, sum and max are `or`, min and product are `and`.
 //   - kAvg: the sum divided by the group size; integers divide truncating toward zero
 //     (torch.div(..., rounding_mode="trunc")); bool has no average.
+//   - kBand, kBor, kBxor: bitwise and / or / xor, on integer and bool tensors only; an
+//     all_gather folded on each replica (XLA's CPU runtime refuses an all_reduce region
+//     that is a bitwise op on integers). all_reduce only: reduce_scatter refuses them.
 //   - kPremulSum: `@main` takes a second operand, the replica's factor (0-d, the tensor's
 //     dtype), multiplies its tensor by it and sums: the program does not depend on the
 //     factor's value, so one executable serves every factor. Not defined on bool.
@@ -39,7 +42,7 @@
 
 namespace torchtpu::lowering {
 
-enum class ReduceKind { kSum, kAvg, kMin, kMax, kProduct, kPremulSum };
+enum class ReduceKind { kSum, kAvg, kMin, kMax, kProduct, kPremulSum, kBand, kBor, kBxor };
 // "sum", "avg", ...
 const char* reduce_kind_name(ReduceKind op);
 
@@ -52,7 +55,8 @@ ReplicaGroups whole_world(int64_t n);
 std::string encode_replica_groups(const ReplicaGroups& groups);
 // Its inverse; kInvalidArgument for text in another form (a group name never resolved).
 base::StatusOr<ReplicaGroups> parse_replica_groups(std::string_view text);
-// "sum", "avg", "product", "min", "max" (PyTorch's functional collectives' names).
+// "sum", "avg", "product", "min", "max", "band", "bor", "bxor" (PyTorch's functional
+// collectives' names).
 base::StatusOr<ReduceKind> parse_reduce_kind(std::string_view name);
 
 // Value forms. `factor` is PREMUL_SUM's (a 0-d value of x's dtype) and only PREMUL_SUM's.

@@ -132,6 +132,27 @@ TEST(FunctionalCollectives, GatherScatterAllToAllBroadcastWait) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(waited[r], input_of(r, 6, DType::kF32));
 }
 
+TEST(FunctionalCollectives, BitwiseAllReduceOverPairs) {
+  // Gathered and folded (XLA's CPU runtime refuses a bitwise all_reduce region on integers).
+  TensorType t{DType::kI32, {3, 2}};
+  std::string groups = lowering::encode_replica_groups(kPairs);
+  for (const char* op : {"band", "bor", "bxor"}) {
+    auto got = run_op("_c10d_functional::all_reduce",
+                      {tensor_arg(t), string_arg(op), string_arg(groups)}, t, t);
+    ASSERT_EQ(got.size(), 4u) << op;
+    for (int r = 0; r < 4; ++r) {
+      auto [group, pos] = group_of(kPairs, r);
+      auto a = input_of(group[0], 6, DType::kI32), b = input_of(group[1], 6, DType::kI32);
+      for (int i = 0; i < 6; ++i) {
+        auto x = static_cast<int32_t>(a[i]), y = static_cast<int32_t>(b[i]);
+        int32_t want = std::string(op) == "band" ? (x & y) : std::string(op) == "bor" ? (x | y)
+                                                                                      : (x ^ y);
+        EXPECT_EQ(got[r][i], want) << op << " replica " << r << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(FunctionalCollectives, WhatTheLoweringDoesNotTakeIsAnError) {
   TensorType t{DType::kF32, {4, 3}};
   std::string world = lowering::encode_replica_groups(lowering::whole_world(4));
@@ -142,7 +163,13 @@ TEST(FunctionalCollectives, WhatTheLoweringDoesNotTakeIsAnError) {
   auto band = lowering::lower_op("_c10d_functional::all_reduce",
                                  {tensor_arg(t), string_arg("band"), string_arg(world)}, {t});
   ASSERT_FALSE(band.ok());
-  EXPECT_NE(band.status().message().find("'band' has no lowering"), std::string::npos);
+  EXPECT_NE(band.status().message().find("band is defined on integer and bool tensors only"),
+            std::string::npos)
+      << band.status().message();
+  auto unknown = lowering::lower_op("_c10d_functional::all_reduce",
+                                    {tensor_arg(t), string_arg("median"), string_arg(world)}, {t});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("'median' has no lowering"), std::string::npos);
   auto size = lowering::lower_op("_c10d_functional::all_gather_into_tensor",
                                  {tensor_arg(t), int_arg(2), string_arg(world)},
                                  {TensorType{DType::kF32, {16, 3}}});

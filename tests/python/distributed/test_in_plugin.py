@@ -75,6 +75,23 @@ def body(rank, world):
             t = xs[rank].to("tpu")
             dist.all_reduce(t, op=op)
             same(t, reference(op, xs), f"all_reduce {op} {dtype}")
+    # Bitwise reductions (integers and bool), as host-staged groups and Gloo compute them.
+    for dtype in (torch.int32, torch.uint8, torch.int8, torch.bool):
+        for op, fold in ((R.BAND, torch.bitwise_and), (R.BOR, torch.bitwise_or),
+                         (R.BXOR, torch.bitwise_xor)):
+            seed += 1
+            xs = inputs((3, 5), dtype, seed)
+            t = xs[rank].to("tpu")
+            dist.all_reduce(t, op=op)
+            expected = xs[0]
+            for x in xs[1:]:
+                expected = fold(expected, x)
+            same(t, expected, f"all_reduce {op} {dtype}")
+    try:
+        dist.all_reduce(torch.ones(2, device="tpu"), op=R.BAND)
+        raise AssertionError("BAND of floats was accepted")
+    except ValueError as e:
+        assert "takes integer or bool tensors" in str(e), e
     for factor in (0.5, torch.tensor(3.0, device="tpu")):
         seed += 1
         xs = inputs((7,), torch.float32, seed)
