@@ -399,18 +399,34 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter(
   if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
     invalid("reduce_scatter", "takes one list of " + std::to_string(size_) + " inputs");
   }
-  for (const at::Tensor& i : inputs[0]) {
+  bool even = true;
+  int64_t offset = 0;  // of this rank's part in the concatenated inputs
+  for (int r = 0; r < size_; ++r) {
+    const at::Tensor& i = inputs[0][r];
     check_tensor("reduce_scatter", i, "input");
     check_same_dtype("reduce_scatter", i, out);
-    if (i.sizes() != out.sizes()) {
-      invalid("reduce_scatter", "an input is " + shape_text(i) + " but the output is " +
-                                    shape_text(out) + "; each input must have its shape");
-    }
+    even = even && i.sizes() == out.sizes();
+    if (r < rank_) offset += i.numel();
+  }
+  if (inputs[0][rank_].sizes() != out.sizes()) {
+    invalid("reduce_scatter", "the input for this rank (" + std::to_string(rank_) + ") is " +
+                                  shape_text(inputs[0][rank_]) + " but the output is " +
+                                  shape_text(out) + "; they must have the same shape");
   }
   at::Tensor flat_in = flat_cat(inputs[0], out.options());
   c10d::ReduceOp op = opts.reduceOp;
   DenseArgs dense("reduce_scatter");
   at::Tensor d = dense.written(out);
+  if (!even) {
+    // Parts of different sizes (Gloo takes them): the whole list reduced, this rank's part
+    // kept. Every rank's list must have the same sizes, which the signature check compares.
+    return launch(c10d::OpType::REDUCE_SCATTER, "tpu:reduce_scatter", outputs, std::move(dense),
+                  [d, flat_in, op, offset](Transport& tr) mutable -> base::Status {
+                    TORCHTPU_RETURN_IF_ERROR(tr.all_reduce(flat_in, op));
+                    d.view(-1).copy_(flat_in.narrow(0, offset, d.numel()));
+                    return base::Status::ok_status();
+                  });
+  }
   return launch(c10d::OpType::REDUCE_SCATTER, "tpu:reduce_scatter", outputs, std::move(dense),
                 [d, flat_in, op](Transport& tr) mutable {
                   return tr.reduce_scatter(d, flat_in, op);
@@ -477,10 +493,30 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall_base(at::Tensor& output, at:
   check_tensor(coll, input, "input");
   check_tensor(coll, output, "output");
   check_same_dtype(coll, input, output);
+  const bool equal_split = output_split_sizes.empty() && input_split_sizes.empty();
+  if (equal_split) {
+    // As Gloo and NCCL: each rank sends numel / world elements to each, whatever the two
+    // tensors' shapes (a [2, 3] input into a [6] output).
+    for (const at::Tensor* t : {&input, &output}) {
+      if (t->numel() % size_ != 0) {
+        invalid(coll, std::string(t == &input ? "the input " : "the output ") + shape_text(*t) +
+                          " has " + std::to_string(t->numel()) + " elements, which do not "
+                          "split evenly over " + std::to_string(size_) + " ranks; pass split "
+                          "sizes");
+      }
+    }
+    if (input.numel() != output.numel()) {
+      invalid(coll, "the input " + shape_text(input) + " has " + std::to_string(input.numel()) +
+                        " elements but the output " + shape_text(output) + " has " +
+                        std::to_string(output.numel()) + "; without split sizes every rank "
+                        "sends and receives the same number");
+    }
+  }
   auto check_splits = [&](const std::vector<int64_t>& splits, const at::Tensor& t,
                           const char* role) {
     int64_t rows = t.dim() > 0 ? t.size(0) : 1;
     if (splits.empty()) {
+      if (equal_split) return;  // checked above, by elements
       if (rows % size_ != 0) {
         invalid(coll, std::string("the ") + role + " " + shape_text(t) + " has " +
                           std::to_string(rows) + " rows, which do not split evenly over " +
@@ -505,6 +541,10 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::alltoall_base(at::Tensor& output, at:
   DenseArgs dense(coll);
   at::Tensor out = dense.written(output);
   at::Tensor in = input.contiguous();
+  if (equal_split) {
+    out = out.view(-1);
+    in = in.view(-1);
+  }
   return launch(c10d::OpType::ALLTOALL_BASE, "tpu:all_to_all_single", {output}, std::move(dense),
                 [out, in, out_splits = output_split_sizes,
                  in_splits = input_split_sizes](Transport& tr) mutable {

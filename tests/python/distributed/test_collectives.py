@@ -535,3 +535,28 @@ def _issued_from_callbacks_and_modes(rank: int, world: int, device: str) -> None
 def test_collectives_from_callbacks_pending_irecv_and_inference_mode_as_gloo(device):
     run_ranks(_issued_from_callbacks_and_modes, 2, args=(device,), timeout=120,
               backend="gloo" if device == "cpu" else "tpu", pg_timeout_s=20)
+
+
+def _shapes_gloo_takes(rank: int, world: int, device: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    # reduce_scatter of a list whose parts differ in size: each rank's output is its part.
+    parts = [torch.full((k + 2,), float(rank + 1), device=device) for k in range(world)]
+    out = torch.zeros(rank + 2, device=device)
+    dist.reduce_scatter(out, parts)
+    assert out.cpu().tolist() == [3.0] * (rank + 2)
+    # all_to_all_single without split sizes moves numel / world elements to each rank,
+    # whatever the shapes: a [2, 3] input into a [6] output.
+    x = (torch.arange(6.0) + 10 * rank).reshape(2, 3).to(device)
+    y = torch.zeros(6, device=device)
+    dist.all_to_all_single(y, x)
+    expected = [float(v) for r in range(world) for v in range(3 * rank + 10 * r,
+                                                              3 * rank + 10 * r + 3)]
+    assert y.cpu().tolist() == expected, (y, expected)
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_uneven_reduce_scatter_and_reshaped_all_to_all_as_gloo(device):
+    run_ranks(_shapes_gloo_takes, 2, args=(device,), timeout=120,
+              backend="gloo" if device == "cpu" else "tpu", pg_timeout_s=20)
