@@ -34,6 +34,7 @@ torch.utils.generate_methods_for_privateuse1_backend(
 
 from torchtpu import _exit  # noqa: E402,F401  (brings our threads to rest before finalization)
 from torchtpu import _default_compile, _sharing, _storage  # noqa: E402
+from torchtpu.dynamo import fake_kernels  # noqa: E402,F401  (tpu shape rules for Dynamo)
 
 _sharing.register()
 _storage.register()

@@ -182,6 +182,25 @@ def test_moe_decoder_default_experts_match_cpu(arch: str, no_fallbacks) -> None:
         assert_close(model(ids.to("tpu")).logits, expected, dtype_tols=F32_TOLS)
 
 
+def test_moe_decoder_default_experts_compile_in_float32() -> None:
+    # Dynamo's fake tensors took PyTorch's CUDA rule for aten::_grouped_mm (bfloat16 only),
+    # so a float32 MoE model failed to compile on tpu though eager ran it.
+    from _tiny import _DECODER
+
+    torch.manual_seed(0)
+    cfg = transformers.MixtralConfig(num_local_experts=4, **dict(_DECODER, num_experts_per_tok=2))
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    ids = prompt(batch=2, length=8)
+    with torch.no_grad():
+        expected = model(ids).logits
+        compiled = torch.compile(model.to("tpu"), backend="tpu")
+        assert_close(compiled(ids.to("tpu")).logits, expected, dtype_tols=F32_TOLS)
+    a, b = torch.randn(6, 4, device="tpu"), torch.randn(2, 4, 3, device="tpu")
+    offs = torch.tensor([2, 6], dtype=torch.int32, device="tpu")
+    with pytest.raises(Exception, match="mat_a is torch.float32 but mat_b is torch.float16"):
+        torch.compile(torch.nn.functional.grouped_mm, backend="tpu")(a, b.half(), offs=offs)
+
+
 def test_integer_histc_bins_as_cuda() -> None:
     # (x - min) * bins / (max - min) in integers, the ends truncated, the data's range when
     # min == max; worked out by hand from CUDA's kernel.
