@@ -81,13 +81,13 @@ std::string HostStagedTransport::ranks_text() const {
 }
 
 std::string HostStagedTransport::failure(const char* what, const std::string& why,
-                                         bool collective) {
+                                         bool collective, bool ask_store) {
   std::ostringstream out;
   out << "tpu: " << what;
   if (collective) out << " (collective #" << seq_ << " of the group)";
   out << " on global ranks " << ranks_text() << " (this is rank " << global_ranks_[rank()]
       << (collective ? ", host-staged" : ", host-staged through Gloo") << ") failed: " << why
-      << (collective ? missing_ranks() : "")
+      << (collective && ask_store ? missing_ranks() : "")
       << "; a peer rank exited or did not reach this collective within the group's timeout ("
       << timeout_.count() / 1000.0 << " s)";
   return out.str();
@@ -145,8 +145,11 @@ base::Status HostStagedTransport::step(const CollectiveSignature& s,
   const char* what = collective_name(s.collective);
   std::vector<int64_t> mine = encode(s, size());
   std::vector<TcpExchange::Received> got;
+  // A group already broken fails at once: no wait for the other ranks' marks, which the
+  // first failure already collected (a peer that exited would cost 5 s per collective).
+  const bool broken = exchange_.broken();
   base::Status done = exchange_.step(seq_, mine, sends, recvs, timeout_, &got, landed);
-  if (!done.ok()) return base::unavailable(failure(what, done.message(), true));
+  if (!done.ok()) return base::unavailable(failure(what, done.message(), true, !broken));
   if (!first) return base::Status::ok_status();
   if (check_signatures_) {
     std::vector<int64_t> rows(size() * kSignatureLength);

@@ -29,6 +29,7 @@
 // whose collective fails marks that in the group's store (key
 // "torchtpu_failed/<collective number>/<rank>") and waits a little (half the timeout, at
 // most 5 s) for the others' marks; a peer that exited or is busy elsewhere leaves none.
+// Only the first failure waits: the group's later collectives fail at once.
 // Only failures touch the store (besides the connections' addresses, once).
 //
 // Thread safety: collectives one at a time (the group's CollectiveQueue); send, recv and
@@ -84,9 +85,10 @@ class HostStagedTransport : public Transport {
   base::Status run(const char* what, const std::function<c10::intrusive_ptr<c10d::Work>()>& op);
   // recv (from `from`, or from any rank) into `tensor`; returns the sender.
   base::StatusOr<int> receive(at::Tensor& tensor, std::optional<int> from, int tag);
-  // The kUnavailable message of a failed collective (collective: named with its number
-  // and the ranks that did not reach it) or send/recv.
-  std::string failure(const char* what, const std::string& why, bool collective);
+  // The kUnavailable message of a failed collective (collective: named with its number,
+  // and with the ranks that did not reach it when `ask_store`) or send/recv.
+  std::string failure(const char* what, const std::string& why, bool collective,
+                      bool ask_store = true);
   // After a failure of collective number seq_: the global ranks that did not report
   // reaching it, as a clause of the error message (empty when the store cannot tell).
   std::string missing_ranks();

@@ -80,6 +80,8 @@ class TcpExchange {
                     const std::vector<Send>& sends, const std::vector<Recv>& recvs,
                     std::chrono::milliseconds timeout, std::vector<Received>* received,
                     const std::function<void(int64_t)>& landed = nullptr);
+  // Whether an earlier step failed (every step now fails at once).
+  bool broken() const { return !broken_.empty(); }
 
  private:
   int size() const { return static_cast<int>(global_ranks_.size()); }

@@ -152,6 +152,13 @@ def _dead_peer(rank: int, world: int) -> None:
     assert "tpu: all_reduce (collective #1 of the group) on global ranks [0, 1]" in msg, msg
     assert "host-staged" in msg and "global ranks [1] did not reach it" in msg, msg
     assert elapsed < 20, elapsed
+    # The group is broken now: the next collective fails at once, without asking the store
+    # again which ranks are missing (that waited up to 5 s a collective).
+    with _pytest.raises(dist.DistBackendError) as e:
+        dist.all_reduce(torch.ones(4, device="tpu"))
+    msg = str(e.value)
+    assert "an earlier collective of this group failed" in msg, msg
+    assert "did not reach it" not in msg and "every rank" not in msg, msg
 
 
 def _late_peer(rank: int, world: int) -> None:
