@@ -113,6 +113,7 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   // storage's own data pointer. One inside a storage (a DLPack export of a view with a
   // storage offset) would alias part of another storage, which tpu storages cannot.
   at::Device getDeviceFromPtr(void* data) const override {
+    if (data == nullptr) return at::Device(c10::DeviceType::PrivateUse1, current_device_index());
     StorageState* state = live_storage_state(data);
     TORCH_CHECK(state != nullptr,
                 "tpu: cannot make a tensor over this pointer: it is not the data pointer of a "

@@ -8,9 +8,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 
 #include <cxxabi.h>
 
@@ -53,28 +55,92 @@ TpuBackend::TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t
   }
 }
 
-CollectiveQueue* TpuBackend::p2p_queue(bool send, int peer, int tag) {
+// The recvs of one tag in posting order: each takes a ticket when posted; a recv from a
+// named source waits for the earlier recvs from any source, one from any source for every
+// earlier recv (its header recv, posted while a named recv had posted its data's recv, would
+// match that data, and Gloo abort on the size). Recvs from different named sources do not
+// wait for each other.
+struct TpuBackend::RecvOrder {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t next = 0;
+  std::set<uint64_t> pending, pending_any;
+
+  uint64_t post(bool any) {
+    std::lock_guard<std::mutex> lock(mu);
+    pending.insert(next);
+    if (any) pending_any.insert(next);
+    return next++;
+  }
+  void wait_turn(uint64_t ticket, bool any) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] {
+      const std::set<uint64_t>& before = any ? pending : pending_any;
+      return before.empty() || *before.begin() >= ticket;
+    });
+  }
+  void done(uint64_t ticket) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      pending.erase(ticket);
+      pending_any.erase(ticket);
+    }
+    cv.notify_all();
+  }
+  bool idle() {
+    std::lock_guard<std::mutex> lock(mu);
+    return pending.empty();
+  }
+};
+
+namespace {
+
+// One recv's place in its tag's RecvOrder, given up when the recv ends or its task is
+// dropped unrun (a destroyed group's queue cancels it): later recvs never wait for it.
+class RecvTicket {
+ public:
+  RecvTicket(std::shared_ptr<TpuBackend::RecvOrder> order, bool any)
+      : order_(std::move(order)), any_(any), ticket_(order_->post(any)) {}
+  ~RecvTicket() { order_->done(ticket_); }
+  RecvTicket(const RecvTicket&) = delete;
+  RecvTicket& operator=(const RecvTicket&) = delete;
+  void wait_turn() { order_->wait_turn(ticket_, any_); }
+
+ private:
+  std::shared_ptr<TpuBackend::RecvOrder> order_;
+  bool any_;
+  uint64_t ticket_;
+};
+
+}  // namespace
+
+void TpuBackend::trim_p2p_locked() {
+  if (p2p_queues_.size() < kMaxP2pQueues) return;
+  for (auto q = p2p_queues_.begin(); q != p2p_queues_.end();) {
+    q = q->second.use_count() == 1 && q->second->idle() ? p2p_queues_.erase(q) : std::next(q);
+  }
+  for (auto o = recv_orders_.begin(); o != recv_orders_.end();) {
+    o = o->second.use_count() == 1 && o->second->idle() ? recv_orders_.erase(o) : std::next(o);
+  }
+}
+
+std::shared_ptr<CollectiveQueue> TpuBackend::p2p_queue(bool send, int peer, int tag) {
   if (queue_ == nullptr) return nullptr;  // in-plugin: runs on the calling thread
   std::lock_guard<std::mutex> lock(p2p_mu_);
   auto key = std::make_tuple(send, peer, tag);
   auto it = p2p_queues_.find(key);
-  if (it != p2p_queues_.end()) return it->second.get();
-  if (p2p_queues_.size() >= kMaxIdleP2pQueues) {
-    // Enqueueing happens under p2p_mu_, so an idle queue stays idle while it is destroyed.
-    for (auto q = p2p_queues_.begin(); q != p2p_queues_.end();) {
-      q = q->second->idle() ? p2p_queues_.erase(q) : std::next(q);
-    }
-  }
+  if (it != p2p_queues_.end()) return it->second;
+  trim_p2p_locked();
   return p2p_queues_
-      .emplace(key, std::make_unique<CollectiveQueue>(send ? "pt_tpu_send" : "pt_tpu_recv"))
-      .first->second.get();
+      .emplace(key, std::make_shared<CollectiveQueue>(send ? "pt_tpu_send" : "pt_tpu_recv"))
+      .first->second;
 }
 
-std::shared_ptr<std::shared_mutex> TpuBackend::p2p_tag_lock(int tag) {
+std::shared_ptr<TpuBackend::RecvOrder> TpuBackend::recv_order(int tag) {
   std::lock_guard<std::mutex> lock(p2p_mu_);
-  auto& m = p2p_tag_locks_[tag];
-  if (!m) m = std::make_shared<std::shared_mutex>();
-  return m;
+  auto& o = recv_orders_[tag];
+  if (!o) o = std::make_shared<RecvOrder>();
+  return o;
 }
 
 TpuBackend::~TpuBackend() = default;
@@ -419,7 +485,8 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::reduce_scatter(
   at::Tensor d = dense.written(out);
   if (!even) {
     // Parts of different sizes (Gloo takes them): the whole list reduced, this rank's part
-    // kept. Every rank's list must have the same sizes, which the signature check compares.
+    // kept. Every rank must pass the same part sizes; only their total is compared (Gloo
+    // checks none).
     return launch(c10d::OpType::REDUCE_SCATTER, "tpu:reduce_scatter", outputs, std::move(dense),
                   [d, flat_in, op, offset](Transport& tr) mutable -> base::Status {
                     TORCHTPU_RETURN_IF_ERROR(tr.all_reduce(flat_in, op));
@@ -588,11 +655,13 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::send(std::vector<at::Tensor>& tensors
     invalid("send", "destination " + std::to_string(dst_rank) + " is not another rank of the "
                     "group of " + std::to_string(size_));
   }
+  // Held until the task is enqueued: a queue in use is never ended meanwhile.
+  std::shared_ptr<CollectiveQueue> queue = p2p_queue(true, dst_rank, tag);
   return launch(c10d::OpType::SEND, "tpu:send", tensors, DenseArgs("send"),
                 [t = t.contiguous(), dst_rank, tag](Transport& tr) {
                   return tr.send(t, dst_rank, tag);
                 },
-                p2p_queue(true, dst_rank, tag));
+                queue.get());
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
@@ -604,12 +673,14 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors
   }
   DenseArgs dense("recv");
   at::Tensor d = dense.written(t);
+  std::shared_ptr<CollectiveQueue> queue = p2p_queue(false, src_rank, tag);
+  auto ticket = queue ? std::make_shared<RecvTicket>(recv_order(tag), false) : nullptr;
   return launch(c10d::OpType::RECV, "tpu:recv", tensors, std::move(dense),
-                [d, src_rank, tag, tag_lock = p2p_tag_lock(tag)](Transport& tr) mutable {
-                  std::shared_lock<std::shared_mutex> alone_with_any_source(*tag_lock);
+                [d, src_rank, tag, ticket](Transport& tr) mutable {
+                  if (ticket) ticket->wait_turn();
                   return tr.recv(d, src_rank, tag);
                 },
-                p2p_queue(false, src_rank, tag));
+                queue.get());
 }
 
 c10::intrusive_ptr<c10d::Work> TpuBackend::recvAnysource(std::vector<at::Tensor>& tensors,
@@ -618,17 +689,17 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recvAnysource(std::vector<at::Tensor>
   DenseArgs dense("recv");
   at::Tensor d = dense.written(t);
   auto source = std::make_shared<std::atomic<int>>(-1);
+  std::shared_ptr<CollectiveQueue> queue = p2p_queue(false, -1, tag);
+  auto ticket = queue ? std::make_shared<RecvTicket>(recv_order(tag), true) : nullptr;
   c10::intrusive_ptr<TpuWork> work = launch(
       c10d::OpType::RECVANYSOURCE, "tpu:recv_anysource", tensors, std::move(dense),
-      [d, tag, source, tag_lock = p2p_tag_lock(tag)](Transport& tr) mutable -> base::Status {
-        // Alone among its tag's recvs: one from a given source that had posted its data's
-        // recv would see this one's header recv match the data (and Gloo abort on the size).
-        std::unique_lock<std::shared_mutex> alone(*tag_lock);
+      [d, tag, source, ticket](Transport& tr) mutable -> base::Status {
+        if (ticket) ticket->wait_turn();
         TORCHTPU_ASSIGN_OR_RETURN(int src, tr.recv_any(d, tag));
         source->store(src);
         return base::Status::ok_status();
       },
-      p2p_queue(false, -1, tag));
+      queue.get());
   work->set_source(source);
   return work;
 }

@@ -20,7 +20,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <tuple>
 #include <vector>
 
@@ -35,6 +34,9 @@ class InPluginTransport;
 
 class TpuBackend : public c10d::Backend {
  public:
+  // The order of one tag's point-to-point recvs on a host-staged group (backend.cc).
+  struct RecvOrder;
+
   TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t> global_ranks,
              std::chrono::milliseconds timeout);
   // Cancels the queued collectives not yet started (their works fail). A collective still
@@ -125,15 +127,17 @@ class TpuBackend : public c10d::Backend {
   // ranks hung), and on one queue for all sends a send of tag 5 held back the send of tag 6
   // its peer received first. Within a key they stay in order, as they must: a message is
   // a header then its data, matched by Gloo per (peer, tag) in posting order. A recv from
-  // any source has the key (any, tag) and runs alone among its tag's recvs (p2p_tag_lock).
-  // Idle queues beyond kMaxIdleP2pQueues are destroyed (their threads end).
-  CollectiveQueue* p2p_queue(bool send, int peer, int tag);
-  std::shared_ptr<std::shared_mutex> p2p_tag_lock(int tag);
-  static constexpr size_t kMaxIdleP2pQueues = 8;
+  // any source has the key (any, tag); RecvOrder keeps it in posting order with its tag's
+  // other recvs. A queue is handed out with a reference (its use count keeps it from being
+  // ended before the task is enqueued); past kMaxP2pQueues, idle unreferenced queues end.
+  std::shared_ptr<CollectiveQueue> p2p_queue(bool send, int peer, int tag);
+  std::shared_ptr<RecvOrder> recv_order(int tag);
+  void trim_p2p_locked();
+  static constexpr size_t kMaxP2pQueues = 8;
   std::unique_ptr<CollectiveQueue> queue_;
   std::mutex p2p_mu_;
-  std::map<std::tuple<bool, int, int>, std::unique_ptr<CollectiveQueue>> p2p_queues_;
-  std::map<int, std::shared_ptr<std::shared_mutex>> p2p_tag_locks_;
+  std::map<std::tuple<bool, int, int>, std::shared_ptr<CollectiveQueue>> p2p_queues_;
+  std::map<int, std::shared_ptr<RecvOrder>> recv_orders_;
 };
 
 }  // namespace torchtpu::distributed

@@ -86,8 +86,12 @@ std::string HostStagedTransport::failure(const char* what, const std::string& wh
   out << "tpu: " << what;
   if (collective) out << " (collective #" << seq_ << " of the group)";
   out << " on global ranks " << ranks_text() << " (this is rank " << global_ranks_[rank()]
-      << (collective ? ", host-staged" : ", host-staged through Gloo") << ") failed: " << why
-      << (collective && ask_store ? missing_ranks() : "")
+      << (collective ? ", host-staged" : ", host-staged through Gloo") << ") failed: " << why;
+  if (!ask_store) {
+    out << "; the group is unusable since that failure: destroy it and create a new one";
+    return out.str();
+  }
+  out << (collective ? missing_ranks() : "")
       << "; a peer rank exited or did not reach this collective within the group's timeout ("
       << timeout_.count() / 1000.0 << " s)";
   return out.str();

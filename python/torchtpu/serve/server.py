@@ -221,9 +221,9 @@ class OpenAIServer:
 
     # --- request plumbing ---------------------------------------------------------------
     async def _read(self, request: Request, model: type[BaseModel]) -> BaseModel:
-        # A body is JSON when it says so or says nothing (FastAPI's rule, so vLLM's): a form
-        # or text body is refused, which also keeps a web page's "simple" cross-origin POST
-        # (no preflight) from driving a local server.
+        # A body is JSON when it says so or says nothing (FastAPI's rule: its 422 is vLLM's
+        # 400): a form or text body is refused, which also keeps a web page's "simple"
+        # cross-origin POST (no preflight) from driving a local server.
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind and kind != "application/json" and not (
                 kind.startswith("application/") and kind.endswith("+json")):

@@ -486,6 +486,16 @@ def _p2p_in_any_order(rank: int, world: int) -> None:
         assert all(t.cpu().tolist() == [float(tag)] * 3 for tag, t in got.items())
         anyone = torch.zeros(1, device="tpu")
         assert dist.recv(anyone, tag=3) == 0 and anyone.item() == 42.0
+    # Recvs of one tag from a named source and from any source keep their posting order.
+    if rank == 0:
+        for k in range(4):
+            dist.send(torch.full((2,), float(k), device="tpu"), 1, tag=9)
+    else:
+        bufs = [torch.zeros(2, device="tpu") for _ in range(4)]
+        works = [dist.irecv(b, src=0 if k % 2 == 0 else None, tag=9) for k, b in enumerate(bufs)]
+        for w in works:
+            w.wait()
+        assert [b.cpu().tolist() for b in bufs] == [[float(k)] * 2 for k in range(4)]
 
 
 def test_p2p_in_any_order_completes_as_with_gloo():

@@ -87,6 +87,15 @@ def body(rank, world):
             for x in xs[1:]:
                 expected = fold(expected, x)
             same(t, expected, f"all_reduce {op} {dtype}")
+    # reduce_scatter with a bitwise op: the whole input reduced, this rank's part kept.
+    seed += 1
+    xs = inputs((W * 3,), torch.int32, seed)
+    out = torch.empty(3, dtype=torch.int32, device="tpu")
+    dist.reduce_scatter_tensor(out, xs[rank].to("tpu"), op=R.BXOR)
+    expected = xs[0]
+    for x in xs[1:]:
+        expected = torch.bitwise_xor(expected, x)
+    same(out, expected[3 * rank:3 * rank + 3], "reduce_scatter_tensor BXOR")
     try:
         dist.all_reduce(torch.ones(2, device="tpu"), op=R.BAND)
         raise AssertionError("BAND of floats was accepted")

@@ -199,6 +199,9 @@ def test_moe_decoder_default_experts_compile_in_float32() -> None:
     offs = torch.tensor([2, 6], dtype=torch.int32, device="tpu")
     with pytest.raises(Exception, match="mat_a is torch.float32 but mat_b is torch.float16"):
         torch.compile(torch.nn.functional.grouped_mm, backend="tpu")(a, b.half(), offs=offs)
+    with pytest.raises(Exception, match=r"contraction dims differ \(4 and "):
+        torch.compile(torch.nn.functional.grouped_mm, backend="tpu")(
+            a, torch.randn(2, 5, 3, device="tpu"), offs=offs)
 
 
 def test_integer_histc_bins_as_cuda() -> None:

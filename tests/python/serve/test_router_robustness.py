@@ -311,7 +311,8 @@ def test_head_requests_and_replica_headers_pass_through(stack):
     with httpx.Client(base_url=stack.url, timeout=30) as client:
         start = time.monotonic()
         r = client.head("/v1/completions")
-        assert time.monotonic() - start < 3, "the router waited for a body HEAD has not"
+        # It waited ~5 s (the replica's keep-alive) for a body a HEAD answer has not.
+        assert time.monotonic() - start < 4, "the router waited for a body HEAD has not"
         assert r.status_code == direct.status_code == 405
         assert r.content == b""
         assert r.headers["allow"] == direct.headers["allow"]
