@@ -323,18 +323,12 @@ base::Status InPluginTransport::reduce_scatter(at::Tensor& output, const at::Ten
                                     ") of the same dtype");
     }
     TORCHTPU_ASSIGN_OR_RETURN(ReduceKind kind, reduce_kind("reduce_scatter", op));
-    if (kind == ReduceKind::kBand || kind == ReduceKind::kBor || kind == ReduceKind::kBxor) {
+    if (lowering::is_bitwise(kind)) {
       // A program reduces bitwise ops only as an all_reduce (collectives.h): the whole
       // input reduced, this rank's part kept.
-      TORCHTPU_ASSIGN_OR_RETURN(std::string whole_module,
-                                lowering::all_reduce_module(type_of(input), kind,
-                                                            lowering::whole_world(size_)));
-      TORCHTPU_ASSIGN_OR_RETURN(
-          auto whole, run_one(*group_, rank_, next_seq_++, "reduce_scatter", whole_module,
-                              describe(reduce_description("reduce_scatter", op), input),
-                              {aten::read_tensor(input)}));
-      at::Tensor reduced = aten::wrap_buffer(whole, input.scalar_type());
-      output.copy_(reduced.reshape(-1).narrow(0, rank_ * output.numel(), output.numel())
+      at::Tensor whole = input.clone();
+      TORCHTPU_RETURN_IF_ERROR(all_reduce(whole, op));
+      output.copy_(whole.view(-1).narrow(0, rank_ * output.numel(), output.numel())
                        .view(output.sizes()));
       return base::Status::ok_status();
     }

@@ -51,8 +51,7 @@ base::Status check_reduce(const char* collective, ReduceKind op, DType dtype) {
                                   " is not defined on bool tensors; use sum, min, max or "
                                   "product (or convert to an integer dtype)");
   }
-  bool bitwise = op == ReduceKind::kBand || op == ReduceKind::kBor || op == ReduceKind::kBxor;
-  if (bitwise && (base::is_floating(dtype) || base::is_complex(dtype))) {
+  if (is_bitwise(op) && (base::is_floating(dtype) || base::is_complex(dtype))) {
     return base::invalid_argument(std::string("lowering: ") + collective + ": " +
                                   reduce_kind_name(op) + " is defined on integer and bool "
                                   "tensors only, not " + base::dtype_name(dtype));
@@ -82,6 +81,11 @@ base::Status check_factor(const char* collective, ReduceKind op,
   return base::Status::ok_status();
 }
 
+// The StableHLO op of a bitwise reduction.
+const char* bitwise_op(ReduceKind op) {
+  return op == ReduceKind::kBand ? "and" : op == ReduceKind::kBor ? "or" : "xor";
+}
+
 // The scalar combiner of a reduction region. The CPU plugin runs only single-op regions
 // (add, multiply, minimum, maximum, and, or: a compare-and-select refuses to compile with
 // "Unsupported reduction computation"), so NaN is propagated outside the region.
@@ -99,11 +103,9 @@ Value combine(Builder& b, ReduceKind op, Value x, Value y) {
     case ReduceKind::kPremulSum:
       return is_bool ? b.binary("or", x, y) : b.add(x, y);
     case ReduceKind::kBand:
-      return b.binary("and", x, y);
     case ReduceKind::kBor:
-      return b.binary("or", x, y);
     case ReduceKind::kBxor:
-      return b.binary("xor", x, y);
+      return b.binary(bitwise_op(op), x, y);
   }
   return b.add(x, y);
 }
@@ -140,10 +142,6 @@ Value reducing(Builder& b, std::string_view name, ReduceKind op, Value x,
   return r;
 }
 
-bool is_bitwise(ReduceKind op) {
-  return op == ReduceKind::kBand || op == ReduceKind::kBor || op == ReduceKind::kBxor;
-}
-
 // A bitwise all-reduce: every member's value gathered and folded here. XLA's CPU runtime
 // refuses an all_reduce whose region is a bitwise op on integers ("Unsupported reduction
 // computation"); these reduce flags and masks, so n times the data is no cost that matters.
@@ -155,11 +153,14 @@ Value gathered_fold(Builder& b, ReduceKind op, Value x, const ReplicaGroups& gro
                    "all_gather_dim = 0 : i64, " + groups_attr(groups));
   TensorType scalar{t.dtype, {}};
   Value init = op == ReduceKind::kBand ? b.unary("not", b.zeros(scalar)) : b.zeros(scalar);
-  const char* body = op == ReduceKind::kBand ? "and" : op == ReduceKind::kBor ? "or" : "xor";
-  return b.reshape(b.reduce(b.reshape(all, {n, numel}), init, {0}, body), t.dims);
+  return b.reshape(b.reduce(b.reshape(all, {n, numel}), init, {0}, bitwise_op(op)), t.dims);
 }
 
 }  // namespace
+
+bool is_bitwise(ReduceKind op) {
+  return op == ReduceKind::kBand || op == ReduceKind::kBor || op == ReduceKind::kBxor;
+}
 
 const char* reduce_kind_name(ReduceKind op) {
   switch (op) {

@@ -45,6 +45,8 @@ namespace torchtpu::lowering {
 enum class ReduceKind { kSum, kAvg, kMin, kMax, kProduct, kPremulSum, kBand, kBor, kBxor };
 // "sum", "avg", ...
 const char* reduce_kind_name(ReduceKind op);
+// kBand, kBor or kBxor.
+bool is_bitwise(ReduceKind op);
 
 using ReplicaGroups = std::vector<std::vector<int64_t>>;
 // One group of replicas [0, n).
