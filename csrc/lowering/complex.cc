@@ -28,13 +28,18 @@ const std::set<std::string, std::less<>>& complex_ops() {
       // elementwise
       "add", "sub", "mul", "div", "neg", "exp", "log", "log2", "log10", "sqrt", "rsqrt",
       "sin", "cos", "tanh", "sigmoid", "silu", "pow", "reciprocal", "abs", "sgn", "eq", "ne",
-      "where", "addcmul", "addcdiv",
+      "where", "addcmul", "addcdiv", "rsub", "lerp", "exp2", "tan", "log1p", "expm1", "sinc",
+      "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh",
       "angle", "polar", "complex", "conj_physical", "_conj_physical",
       // reductions and products
       "sum", "mean", "prod", "logsumexp", "mm", "bmm", "addmm", "baddbmm", "dot", "vdot", "tanh_backward",
-      "sigmoid_backward",
+      "sigmoid_backward", "mv", "addmv", "addbmm", "cumsum", "cumprod", "linalg_cross",
+      "var", "std", "var_mean", "std_mean", "linalg_vector_norm", "norm", "renorm",
       // factories and fills
-      "fill", "zero", "full", "full_like", "scalar_tensor", "new_full", "zeros", "zeros_like",
+      "linspace", "logspace",
+      // random: each part drawn as PyTorch fills view_as_real(self) (random.cc)
+      "uniform", "normal", "normal_functional", "rand", "randn", "rand_like", "randn_like",
+      "fill", "zero", "full", "full_like", "scalar_tensor", "new_full", "zeros", "zeros_like", "eye",
       "new_zeros", "empty_like", "new_empty", "empty_permuted", "ones", "ones_like", "new_ones",
       "empty", "empty_strided",
       // data movement (value forms of views in graphs, copies, concatenation)
@@ -46,6 +51,17 @@ const std::set<std::string, std::less<>>& complex_ops() {
       "_to_copy", "clone", "cat", "flip", "roll", "slice_scatter", "select_scatter",
       "constant_pad_nd", "repeat", "unfold", "unfold_copy", "unfold_backward", "gather", "index", "index_select",
       "stack", "diagonal", "diagonal_copy", "diagonal_scatter", "diag_embed",
+      "tril", "triu", "narrow_copy", "channel_shuffle", "im2col", "take", "put", "trace",
+      "reflection_pad1d", "reflection_pad2d", "reflection_pad3d", "replication_pad1d",
+      "replication_pad2d", "replication_pad3d",
+      // indexing and masked writes: data moves; index_add, scatter_add and accumulating
+      // index_put only add
+      "index_put", "_index_put_impl", "index_add", "index_copy", "index_fill", "masked_fill",
+      "masked_scatter", "scatter", "scatter_add", "_unsafe_masked_index",
+      "_unsafe_masked_index_put_accumulate", "nonzero_static",
+      // truth tests (a complex value is true when either part is nonzero: Builder::convert)
+      "isnan", "isinf", "logical_and", "logical_or", "logical_xor", "logical_not", "all", "any",
+      "count_nonzero",
       // complex views as values (graphs)
       "view_as_real", "view_as_complex", "view_as_real_copy", "view_as_complex_copy", "real",
       "imag", "_conj", "_conj_copy", "resolve_conj", "_neg_view", "_neg_view_copy", "resolve_neg",
@@ -130,12 +146,17 @@ Result lower_view_as_real(LoweringContext& c) {
 
 // view_as_complex: the last dim (of size 2) as (real, imag).
 Result lower_view_as_complex(LoweringContext& c) {
-  Builder& b = c.b();
   Value x = c.tensor(0);
   if (x.rank() == 0 || x.dims().back() != 2) {
     return base::invalid_argument("lowering: view_as_complex expects a last dim of size 2, got " +
                                   x.type.str());
   }
+  return std::vector<Value>{pairs_as_complex(c.b(), x)};
+}
+
+}  // namespace
+
+Value pairs_as_complex(Builder& b, Value x) {
   Dims out = x.dims();
   out.pop_back();
   Dims start(x.rank(), 0), limit = x.dims(), strides(x.rank(), 1);
@@ -144,8 +165,10 @@ Result lower_view_as_complex(LoweringContext& c) {
   start.back() = 1;
   limit.back() = 2;
   Value im = b.reshape(b.slice(x, start, limit, strides), out);
-  return std::vector<Value>{make_complex(b, re, im)};
+  return make_complex(b, re, im);
 }
+
+namespace {
 
 Result lower_real(LoweringContext& c) { return std::vector<Value>{real_part(c.b(), c.tensor(0))}; }
 Result lower_imag(LoweringContext& c) { return std::vector<Value>{imag_part(c.b(), c.tensor(0))}; }
@@ -159,6 +182,9 @@ bool accepts_complex(std::string_view op_name) {
   if (name.rfind("aten::", 0) != 0) return false;
   name.remove_prefix(6);
   name = name.substr(0, name.find('.'));
+  // A list op applies its item op's lowering (foreach.cc): _foreach_add_ is add's.
+  constexpr std::string_view kForeach = "_foreach_";
+  if (name.rfind(kForeach, 0) == 0) name.remove_prefix(kForeach.size());
   if (complex_ops().count(name)) return true;
   // In-place forms: add_, fill_, zero_, ... (but not _conj: a leading underscore is a name).
   if (name.size() > 1 && name.back() == '_') {
@@ -306,6 +332,100 @@ Value complex_divide(Builder& b, Value num, Value den) {
   re = b.select(both_zero, b.div(a, abs_c), re);
   im = b.select(both_zero, b.div(bi, abs_d), im);
   return make_complex(b, re, im);
+}
+
+// i z and -i z, exactly: (-y, x) and (y, -x), no multiplication to turn 0 * inf into NaN.
+Value times_i(Builder& b, Value z) {
+  auto [x, y] = parts(b, z);
+  return make_complex(b, b.unary("negate", y), x);
+}
+Value times_minus_i(Builder& b, Value z) {
+  auto [x, y] = parts(b, z);
+  return make_complex(b, y, b.unary("negate", x));
+}
+
+// C defines the circular functions by the hyperbolic ones or back (csin(z) = -i csinh(iz),
+// ccos(z) = ccosh(iz), ctan(z) = -i ctanh(iz)), and so its special values: built the same
+// way from the functions above, they keep them.
+// sinh: with x infinite and y not finite, inf + NaN i whatever x's sign (glibc's csinh,
+// which the CPU calls; C leaves the sign of the real part open).
+Value complex_sinh(Builder& b, Value z) {
+  auto [x, y] = parts(b, z);
+  auto [re, im] = parts(b, times_i(b, complex_sin(b, times_minus_i(b, z))));
+  Value both = b.binary("and", is_inf(b, x), non_finite(b, y));
+  return make_complex(b, b.select(both, b.splat(INFINITY, re.type), re),
+                      b.select(both, b.splat(NAN, im.type), im));
+}
+Value complex_cosh(Builder& b, Value z) { return complex_cos(b, times_minus_i(b, z)); }
+Value complex_tan(Builder& b, Value z) { return times_minus_i(b, complex_tanh(b, times_i(b, z))); }
+
+// What an inverse function gives where a part of z is NaN (C's Annex G, as glibc returns
+// it): for x + NaN i at x = 0 and at infinite x, for NaN + y i at infinite y and at y = 0;
+// NaN + NaN i otherwise. XLA's functions let a finite value through (acos(0 + NaN i) was
+// NaN + NaN i, not pi/2 + NaN i; atanh(NaN + inf i) not 0 + pi/2 i).
+struct NanRules {
+  double y_nan_x_zero[2], y_nan_x_inf[2], x_nan_y_inf[2], x_nan_y_zero[2];
+};
+
+constexpr double kHalfPi = 1.57079632679489661923;
+
+// XLA's complex inverse functions (CHLO) also ignore the sign of a zero part, which on a
+// branch cut picks the side in C (acos(2 - 0i) = +1.317i, acos(2 + 0i) = -1.317i). They
+// are all conjugate-symmetric (f(conj z) = conj f(z)), and asinh and atanh odd as well:
+// computed at (|x| if odd, |y|) and the result's parts negated back by the signs of y
+// (and x). `rules` are for that folded z.
+Value inverse_by_symmetry(Builder& b, Value z, const char* op, bool odd, const NanRules& rules) {
+  auto [x, y] = parts(b, z);
+  Value fx = odd ? b.unary("abs", x) : x, fy = b.unary("abs", y);
+  auto [re, im] = parts(b, b.unary(op, make_complex(b, fx, fy)));
+  Value zero = b.zeros(fx.type);
+  Value x_nan = b.compare(fx, fx, "NE"), y_nan = b.compare(fy, fy, "NE");
+  Value nan_re = b.splat(NAN, re.type), nan_im = nan_re;
+  auto when = [&](Value cond, const double (&v)[2]) {
+    nan_re = b.select(cond, b.splat(v[0], re.type), nan_re);
+    nan_im = b.select(cond, b.splat(v[1], im.type), nan_im);
+  };
+  when(b.binary("and", y_nan, b.compare(fx, zero, "EQ")), rules.y_nan_x_zero);
+  when(b.binary("and", y_nan, is_inf(b, fx)), rules.y_nan_x_inf);
+  when(b.binary("and", x_nan, is_inf(b, fy)), rules.x_nan_y_inf);
+  when(b.binary("and", x_nan, b.compare(fy, zero, "EQ")), rules.x_nan_y_zero);
+  Value any_nan = b.binary("or", x_nan, y_nan);
+  re = b.select(any_nan, nan_re, re);
+  im = b.select(any_nan, nan_im, im);
+  if (odd) re = b.select(sign_bit(b, x), b.unary("negate", re), re);
+  im = b.select(sign_bit(b, y), b.unary("negate", im), im);
+  return make_complex(b, re, im);
+}
+
+Value complex_asinh(Builder& b, Value z) {
+  return inverse_by_symmetry(b, z, "chlo.asinh", true,
+                             {{NAN, NAN}, {INFINITY, NAN}, {INFINITY, NAN}, {NAN, 0}});
+}
+Value complex_atanh(Builder& b, Value z) {
+  return inverse_by_symmetry(b, z, "chlo.atanh", true,
+                             {{0, NAN}, {0, NAN}, {0, kHalfPi}, {NAN, NAN}});
+}
+Value complex_acosh(Builder& b, Value z) {
+  return inverse_by_symmetry(b, z, "chlo.acosh", false,
+                             {{NAN, kHalfPi}, {INFINITY, NAN}, {INFINITY, NAN}, {NAN, NAN}});
+}
+Value complex_acos(Builder& b, Value z) {
+  return inverse_by_symmetry(b, z, "chlo.acos", false,
+                             {{kHalfPi, NAN}, {NAN, -INFINITY}, {NAN, -INFINITY}, {NAN, NAN}});
+}
+// casin(z) = -i casinh(iz), catan(z) = -i catanh(iz) (C).
+Value complex_asin(Builder& b, Value z) { return times_minus_i(b, complex_asinh(b, times_i(b, z))); }
+Value complex_atan(Builder& b, Value z) { return times_minus_i(b, complex_atanh(b, times_i(b, z))); }
+
+// z * k for a real k, each part scaled: a complex product with k + 0i would make an
+// infinite part's 0 * inf a NaN (log(0) * k is -inf + 0i, not -inf + NaN i).
+Value complex_scale(Builder& b, Value z, Value k) {
+  auto [x, y] = parts(b, z);
+  k = b.broadcast_to(k, x.dims());
+  return make_complex(b, b.mul(x, k), b.mul(y, k));
+}
+Value complex_scale(Builder& b, Value z, double k) {
+  return complex_scale(b, z, b.splat(k, part_type(z)));
 }
 
 Value complex_reciprocal(Builder& b, Value z) { return complex_divide(b, b.splat(1, z.type), z); }

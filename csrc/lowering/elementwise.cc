@@ -244,10 +244,26 @@ base::StatusOr<std::vector<Value>> lower_lerp(LoweringContext& c) {
   DType t = opmath(c.out_type().dtype);
   Value s = out_operand(c, 0, t), e = out_operand(c, 1, t), w = out_operand(c, 2, t);
   Value diff = b.sub(e, s);
-  Value small = b.compare(b.unary("abs", w), b.splat(0.5, w.type), "LT");
+  Value mag = base::is_complex(t) ? complex_abs(b, w) : b.unary("abs", w);
+  Value small = b.compare(mag, b.splat(0.5, mag.type), "LT");
   Value from_self = b.add(s, b.mul(w, diff));
   Value from_end = b.sub(e, b.mul(diff, b.sub(b.splat(1, w.type), w)));
   return std::vector<Value>{to_out(c, b.select(small, from_self, from_end))};
+}
+
+// prims::fma(a, b, c) = a * b + c (decompositions of lerp and of the optimizers' steps
+// emit it), in opmath: exact products for the half types, whose product fits float32's
+// mantissa; float32 and float64 round the product and the sum apart (XLA has no fused
+// multiply-add, and float64 would be slow on accelerators without it), within an ulp.
+base::StatusOr<std::vector<Value>> lower_fma(LoweringContext& c) {
+  Builder& b = c.b();
+  DType rt = c.result_type({0, 1, 2});
+  if (!base::is_floating(rt)) {
+    return base::unimplemented("lowering: prims::fma of " + std::string(base::dtype_name(rt)));
+  }
+  DType t = opmath(rt);
+  Value r = b.add(b.mul(out_operand(c, 0, t), out_operand(c, 1, t)), out_operand(c, 2, t));
+  return std::vector<Value>{to_out(c, r)};
 }
 
 // addcmul/addcdiv(self, t1, t2, value) = self + (value * t1) op t2, in the CPU kernel's
@@ -362,15 +378,7 @@ LoweringFn scaled_log(double inv_ln_base) {
     DType t = float_compute_type(c);
     Value x = out_operand(c, 0, t);
     Value l = base::is_complex(t) ? complex_log(b, x) : b.unary("log", x);
-    if (base::is_complex(t)) {
-      // Scale both parts by the real factor: a complex product with (k + 0i) would turn
-      // log(0) = -inf + 0i into -inf + NaN i (-inf * 0).
-      TensorType part{base::complex_component(t), l.dims()};
-      Value k = b.splat(inv_ln_base, part);
-      Value re = b.mul(b.op("stablehlo.real", {l}, part), k);
-      Value im = b.mul(b.op("stablehlo.imag", {l}, part), k);
-      return std::vector<Value>{to_out(c, b.op("stablehlo.complex", {re, im}, l.type))};
-    }
+    if (base::is_complex(t)) return std::vector<Value>{to_out(c, complex_scale(b, l, inv_ln_base))};
     return std::vector<Value>{to_out(c, b.mul(l, b.splat(inv_ln_base, x.type)))};
   };
 }
@@ -379,12 +387,19 @@ base::StatusOr<std::vector<Value>> lower_exp2(LoweringContext& c) {
   Builder& b = c.b();
   DType t = float_compute_type(c);
   Value x = out_operand(c, 0, t);
-  return std::vector<Value>{to_out(c, b.unary("exponential", b.mul(x, b.splat(0.6931471805599453, x.type))))};
+  constexpr double kLn2 = 0.6931471805599453;
+  if (base::is_complex(t)) return std::vector<Value>{to_out(c, complex_exp(b, complex_scale(b, x, kLn2)))};
+  return std::vector<Value>{to_out(c, b.unary("exponential", b.mul(x, b.splat(kLn2, x.type))))};
 }
 
 base::StatusOr<std::vector<Value>> lower_isnan(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
+  if (base::is_complex(x.dtype())) {  // either part NaN
+    TensorType part{base::complex_component(x.dtype()), x.dims()};
+    Value re = b.op("stablehlo.real", {x}, part), im = b.op("stablehlo.imag", {x}, part);
+    return std::vector<Value>{b.binary("or", b.compare(re, re, "NE"), b.compare(im, im, "NE"))};
+  }
   if (!base::is_floating(x.dtype())) return std::vector<Value>{b.zeros(c.out_type())};
   return std::vector<Value>{b.compare(x, x, "NE")};
 }
@@ -433,6 +448,7 @@ void register_elementwise_lowerings() {
   register_lowering({"aten::clamp_min.Tensor_out", "aten::clamp_max.Tensor_out"}, lower_clamp);
   register_with_variants("lerp", {"Scalar", "Tensor"}, lower_lerp);
   register_lowering({"aten::lerp.Scalar_out", "aten::lerp.Tensor_out"}, lower_lerp);
+  register_lowering({"prims::fma", "prims::fma.default"}, lower_fma);
   register_with_variants("addcmul", {""}, addc("multiply"));
   register_with_variants("addcdiv", {""}, addc("divide"));
 
@@ -442,8 +458,8 @@ void register_elementwise_lowerings() {
   register_with_variants("sin", {""}, float_unary("sine", complex_sin));
   register_with_variants("cos", {""}, float_unary("cosine", complex_cos));
   register_with_variants("rsqrt", {""}, float_unary("rsqrt", complex_rsqrt));
-  for (auto [name, op] : {std::pair{"tan", "chlo.tan"},
-                          {"log1p", "log_plus_one"}, {"expm1", "exponential_minus_one"},
+  register_with_variants("tan", {""}, float_unary("chlo.tan", complex_tan));
+  for (auto [name, op] : {std::pair{"log1p", "log_plus_one"}, {"expm1", "exponential_minus_one"},
                           {"erf", "chlo.erf"}}) {
     register_with_variants(name, {""}, float_unary(op));
   }

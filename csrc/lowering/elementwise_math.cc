@@ -78,9 +78,13 @@ LoweringFn float_fn(std::function<Value(Builder&, Value)> f) {
   };
 }
 
-LoweringFn hlo_unary(const char* op) {
+// `op` on real inputs, `complex_fn` (when given) on complex ones.
+LoweringFn hlo_unary(const char* op, Value (*complex_fn)(Builder&, Value) = nullptr) {
   std::string name = op;
-  return float_fn([name](Builder& b, Value x) { return b.unary(name, x); });
+  return float_fn([name, complex_fn](Builder& b, Value x) {
+    return complex_fn != nullptr && base::is_complex(x.dtype()) ? complex_fn(b, x)
+                                                                : b.unary(name, x);
+  });
 }
 
 // A binary function of the promoted operands, computed in opmath.
@@ -104,8 +108,9 @@ Value digamma(Builder& b, Value x) {
 
 // sin(pi x) / (pi x), 1 at 0.
 Value sinc(Builder& b, Value x) {
-  Value px = b.mul(x, b.splat(M_PI, x.type));
-  Value r = b.div(b.unary("sine", px), px);
+  bool cplx = base::is_complex(x.dtype());
+  Value px = cplx ? complex_scale(b, x, M_PI) : b.mul(x, b.splat(M_PI, x.type));
+  Value r = cplx ? complex_divide(b, complex_sin(b, px), px) : b.div(b.unary("sine", px), px);
   return b.select(b.compare(x, b.zeros(x.type), "EQ"), b.splat(1, x.type), r);
 }
 
@@ -319,6 +324,7 @@ Lowered lower_trace(LoweringContext& c) {
 // function, whose vector form is called with the wrong argument passing once LLVM vectorizes
 // the loop around it (a gather reading atan(x) gave 0 or x for some elements).
 Value atan_real(Builder& b, Value x) {
+  if (base::is_complex(x.dtype())) return complex_atan(b, x);
   Value two = b.splat(2, x.type);
   double min_normal = x.dtype() == DType::kF64 ? std::numeric_limits<double>::min()
                                                 : std::numeric_limits<float>::min();
@@ -499,11 +505,20 @@ LoweringFn integer_fn(Value (*f)(Builder&, Value, Value)) {
 }
 
 void register_elementwise_math_lowerings() {
-  for (auto [name, op] : {std::pair{"acos", "chlo.acos"}, {"asin", "chlo.asin"},
-                          {"sinh", "chlo.sinh"}, {"cosh", "chlo.cosh"},
-                          {"asinh", "chlo.asinh"}, {"acosh", "chlo.acosh"},
-                          {"atanh", "chlo.atanh"}, {"erfc", "chlo.erfc"},
-                          {"erfinv", "chlo.erf_inv"}, {"lgamma", "chlo.lgamma"}}) {
+  struct WithComplex {
+    const char* name;
+    const char* op;
+    Value (*complex_fn)(Builder&, Value);
+  };
+  for (const WithComplex& f :
+       {WithComplex{"acos", "chlo.acos", complex_acos}, {"asin", "chlo.asin", complex_asin},
+        {"sinh", "chlo.sinh", complex_sinh}, {"cosh", "chlo.cosh", complex_cosh},
+        {"asinh", "chlo.asinh", complex_asinh}, {"acosh", "chlo.acosh", complex_acosh},
+        {"atanh", "chlo.atanh", complex_atanh}}) {
+    register_with_variants(f.name, {""}, hlo_unary(f.op, f.complex_fn));
+  }
+  for (auto [name, op] : {std::pair{"erfc", "chlo.erfc"}, {"erfinv", "chlo.erf_inv"},
+                          {"lgamma", "chlo.lgamma"}}) {
     register_with_variants(name, {""}, hlo_unary(op));
   }
   register_with_variants("atan", {""}, float_fn(atan_real));
@@ -522,8 +537,14 @@ void register_elementwise_math_lowerings() {
   register_lowering({"aten::isinf"}, [](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
     Value x = c.tensor(0);
+    auto inf = [&b](Value v) { return b.compare(b.unary("abs", v), b.splat(INFINITY, v.type), "EQ"); };
+    if (base::is_complex(x.dtype())) {  // either part infinite
+      TensorType part{base::complex_component(x.dtype()), x.dims()};
+      return std::vector<Value>{b.binary("or", inf(b.op("stablehlo.real", {x}, part)),
+                                         inf(b.op("stablehlo.imag", {x}, part)))};
+    }
     if (!base::is_floating(x.dtype())) return std::vector<Value>{b.zeros(c.out_type())};
-    return std::vector<Value>{b.compare(b.unary("abs", x), b.splat(INFINITY, x.type), "EQ")};
+    return std::vector<Value>{inf(x)};
   });
   register_lowering({"aten::signbit", "aten::signbit.out"}, lower_signbit);
   register_with_variants("fmax", {""}, nan_ignoring(true));

@@ -107,8 +107,7 @@ Value sign_bit(Builder& b, Value x);
 Value copysign(Builder& b, Value x, Value y);
 Value hypot(Builder& b, Value x, Value y);
 Value log_hypot(Builder& b, Value x, Value y);
-// Complex abs, log, sgn, sqrt, exp, sin, cos, tanh, sigmoid, division, reciprocal and
-// rsqrt with C's (and PyTorch's CPU) special values (complex.cc).
+// Complex functions with C's (and PyTorch's CPU) special values (complex.cc).
 Value complex_abs(Builder& b, Value z);
 Value complex_log(Builder& b, Value z);
 Value complex_sgn(Builder& b, Value z);
@@ -118,8 +117,22 @@ Value complex_exp(Builder& b, Value z);
 Value complex_sin(Builder& b, Value z);
 Value complex_cos(Builder& b, Value z);
 Value complex_tanh(Builder& b, Value z);
+Value complex_sinh(Builder& b, Value z);
+Value complex_cosh(Builder& b, Value z);
+Value complex_tan(Builder& b, Value z);
+Value complex_asin(Builder& b, Value z);
+Value complex_acos(Builder& b, Value z);
+Value complex_atan(Builder& b, Value z);
+Value complex_asinh(Builder& b, Value z);
+Value complex_acosh(Builder& b, Value z);
+Value complex_atanh(Builder& b, Value z);
 Value complex_sigmoid(Builder& b, Value z);
 Value complex_divide(Builder& b, Value num, Value den);
+// A real value whose last dim (of size 2) holds (real, imag) pairs, as complex values.
+Value pairs_as_complex(Builder& b, Value x);
+// z * k for a real k (a value of z's part dtype broadcastable to z, or a number).
+Value complex_scale(Builder& b, Value z, Value k);
+Value complex_scale(Builder& b, Value z, double k);
 Value complex_reciprocal(Builder& b, Value z);
 Value complex_rsqrt(Builder& b, Value z);
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/gather_scatter.h"
 #include "lowering/lowering.h"
@@ -71,8 +72,13 @@ Value two_sided_ramp(Builder& b, Value start, Value end, Value step, int64_t ste
   Value idx = b.iota(index_type, 0);
   Value rev = b.sub(b.splat(static_cast<double>(steps - 1), index_type), idx);
   DType t = start.dtype();
-  Value low = b.add(start, b.mul(step, b.convert(idx, t)));
-  Value high = b.sub(end, b.mul(step, b.convert(rev, t)));
+  // A complex step times an index scales its parts (c10::complex times a real).
+  auto times = [&](Value i) {
+    return base::is_complex(t) ? complex_scale(b, step, b.convert(i, base::complex_component(t)))
+                               : b.mul(step, b.convert(i, t));
+  };
+  Value low = b.add(start, times(idx));
+  Value high = b.sub(end, times(rev));
   Value first_half = b.compare(idx, b.splat(static_cast<double>(steps / 2), index_type), "LT");
   return b.select(first_half, low, high);
 }
@@ -93,6 +99,12 @@ Value steps_minus_one(Builder& b, int64_t steps, DType t) {
 // into one fused multiply-add, whose single rounding f64 reproduces (f32 * index is exact
 // in f64). Half types use c10::Half operators, which round after every operation.
 Value linspace_values(Builder& b, Value start, Value end, int64_t steps, DType t) {
+  if (base::is_complex(t)) {
+    // complex<float> arithmetic throughout: the step divided as c10::complex divides.
+    Value step = complex_divide(b, b.sub(end, start), steps_minus_one(b, steps, t));
+    auto ramp_operand = [&](Value v) { return b.broadcast_to(v, Dims{steps}); };
+    return two_sided_ramp(b, ramp_operand(start), ramp_operand(end), ramp_operand(step), steps);
+  }
   bool half = base::is_half_float(t);
   DType step_type = base::is_floating(t) ? t : DType::kF64;
   DType ramp_type = half ? t : DType::kF64;
@@ -133,6 +145,14 @@ Result lower_logspace(LoweringContext& c) {
   if (steps == 0) return std::vector<Value>{b.zeros(out)};
   double base_value = c.double_arg(3);
   Dims dims{steps};
+  if (base::is_complex(out.dtype)) {
+    // base ** (the complex linspace), as C's cpow: exp(exponent * log(base)).
+    Value exponent = steps == 1 ? b.broadcast_to(c.scalar(0, out.dtype), dims)
+                                : linspace_values(b, c.scalar(0, out.dtype),
+                                                  c.scalar(1, out.dtype), steps, out.dtype);
+    Value base = b.splat(base_value, TensorType{out.dtype, dims});
+    return std::vector<Value>{b.reshape(complex_pow(b, base, exponent), out.dims)};
+  }
   Value exponent;
   if (steps == 1) {
     // PyTorch fills with pow(base, start.to<double>()), skipping the dtype round trip.

@@ -352,6 +352,9 @@ namespace {
 enum class Takes { kAny, kFloat, kFloatOrComplex, kIntegerOrBool, kSignedOrFloat, kNumber };
 
 Takes element_types_of(std::string_view op) {
+  if (op == "chlo.acos" || op == "chlo.asinh" || op == "chlo.acosh" || op == "chlo.atanh") {
+    return Takes::kFloatOrComplex;  // (complex.cc keeps C's branch cuts around them)
+  }
   if (op.rfind("chlo.", 0) == 0) return Takes::kFloat;
   static const std::map<std::string_view, Takes> kTable = {
       {"stablehlo.sqrt", Takes::kFloatOrComplex}, {"stablehlo.rsqrt", Takes::kFloatOrComplex},

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/lowering.h"
 #include "lowering/random_bits.h"
@@ -54,7 +55,8 @@ Value bernoulli_mask(Builder& b, RandomBits& bits, const Dims& dims, double p) {
 }
 
 base::Status require_floating(LoweringContext& c) {
-  if (base::is_floating(c.out_type().dtype)) return base::Status::ok_status();
+  DType t = c.out_type().dtype;
+  if (base::is_floating(t) || base::is_complex(t)) return base::Status::ok_status();
   return base::invalid_argument("lowering: " + c.op_name() +
                                 " expects a floating point tensor (got " +
                                 base::dtype_name(c.out_type().dtype) + ")");
@@ -68,14 +70,28 @@ Value double_or_tensor(LoweringContext& c, size_t i, DType t, const Dims& dims) 
 
 bool is_empty(LoweringContext& c) { return c.out_type().num_elements() == 0; }
 
+// The real tensor a distribution fills for `out`: `out` itself, or for a complex `out` its
+// parts as a trailing dim of 2 (PyTorch fills view_as_real(self)).
+TensorType real_view(const TensorType& out) {
+  if (!base::is_complex(out.dtype)) return out;
+  Dims dims = out.dims;
+  dims.push_back(2);
+  return TensorType{base::complex_component(out.dtype), dims};
+}
+
+// `r`, filled for real_view(out), as a value of `out`.
+Value as_out(Builder& b, Value r, const TensorType& out) {
+  return base::is_complex(out.dtype) ? pairs_as_complex(b, r) : r;
+}
+
 // uniform_(self, from, to): x * (to - from) + from with from/to rounded to the dtype first,
 // like PyTorch. The product can round up to `to`; those draws become the float below `to`
 // so the range stays half-open.
 Result lower_uniform(LoweringContext& c) {
   Builder& b = c.b();
   if (auto s = require_floating(c); !s.ok()) return s;
-  const TensorType& out = c.out_type();
-  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  if (is_empty(c)) return std::vector<Value>{b.zeros(c.out_type())};
+  const TensorType out = real_view(c.out_type());
   RandomBits bits(c);
   DType ct = compute_type(out.dtype);
   Value from = b.convert(b.splat(c.double_arg(1), out), ct);
@@ -85,21 +101,28 @@ Result lower_uniform(LoweringContext& c) {
   Value to_out = b.splat(c.double_arg(2), out);
   Value below = b.op("chlo.next_after", {to_out, b.splat(c.double_arg(1), out)}, out);
   Value keep = b.binary("and", b.compare(r, to_out, "GE"), b.compare(to_out, below, "GT"));
-  return std::vector<Value>{b.select(keep, below, r)};
+  return std::vector<Value>{as_out(b, b.select(keep, below, r), c.out_type())};
 }
 
 // normal_(self, mean, std) and normal.{Tensor,float}_{Tensor,float}(mean, std): mean + std * z.
 Result lower_normal(LoweringContext& c) {
   Builder& b = c.b();
   if (auto s = require_floating(c); !s.ok()) return s;
-  const TensorType& out = c.out_type();
-  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  if (is_empty(c)) return std::vector<Value>{b.zeros(c.out_type())};
   // normal_ and its functional form (compiled graphs) take self first.
   bool in_place = c.op_name() == "aten::normal_" || c.op_name() == "aten::normal_functional";
   size_t mean_i = in_place ? 1 : 0;
+  bool cplx = base::is_complex(c.out_type().dtype);
+  if (cplx && (c.arg(mean_i).kind != ArgKind::kDouble || c.arg(mean_i + 1).kind != ArgKind::kDouble)) {
+    return base::unimplemented("lowering: " + c.op_name() + " of a complex tensor with tensor "
+                               "mean or std is not lowered");
+  }
+  const TensorType out = real_view(c.out_type());
   DType ct = compute_type(out.dtype);
   Value mean = double_or_tensor(c, mean_i, ct, out.dims);
   Value std_dev = double_or_tensor(c, mean_i + 1, ct, out.dims);
+  // Each part of a complex normal has half the variance (PyTorch's normal_ on complex).
+  if (cplx) std_dev = b.div(std_dev, b.splat(std::sqrt(2.0), std_dev.type));
   if (c.arg(mean_i + 1).kind == ArgKind::kTensor) {
     Dims all;
     for (int64_t d = 0; d < out.rank(); ++d) all.push_back(d);
@@ -108,7 +131,8 @@ Result lower_normal(LoweringContext& c) {
   }
   RandomBits bits(c);
   Value z = standard_normal(b, bits, out.dims, ct);
-  return std::vector<Value>{b.convert(b.add(b.mul(z, std_dev), mean), out.dtype)};
+  return std::vector<Value>{
+      as_out(b, b.convert(b.add(b.mul(z, std_dev), mean), out.dtype), c.out_type())};
 }
 
 // rrelu_with_noise(self, noise, lower, upper, training, generator) in its functional, .out,
@@ -329,8 +353,8 @@ Result lower_random(LoweringContext& c) {
 Result lower_exponential(LoweringContext& c) {
   Builder& b = c.b();
   if (auto s = require_floating(c); !s.ok()) return s;
-  const TensorType& out = c.out_type();
-  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  if (is_empty(c)) return std::vector<Value>{b.zeros(c.out_type())};
+  const TensorType out = real_view(c.out_type());
   RandomBits bits(c);
   DType ct = compute_type(out.dtype);
   Value u = unit_uniform(b, bits, out.dims, ct);
@@ -359,8 +383,8 @@ Result lower_geometric(LoweringContext& c) {
 Result lower_log_normal(LoweringContext& c) {
   Builder& b = c.b();
   if (auto s = require_floating(c); !s.ok()) return s;
-  const TensorType& out = c.out_type();
-  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  if (is_empty(c)) return std::vector<Value>{b.zeros(c.out_type())};
+  const TensorType out = real_view(c.out_type());
   RandomBits bits(c);
   DType ct = compute_type(out.dtype);
   Value z = standard_normal(b, bits, out.dims, ct);
@@ -372,8 +396,8 @@ Result lower_log_normal(LoweringContext& c) {
 Result lower_cauchy(LoweringContext& c) {
   Builder& b = c.b();
   if (auto s = require_floating(c); !s.ok()) return s;
-  const TensorType& out = c.out_type();
-  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
+  if (is_empty(c)) return std::vector<Value>{b.zeros(c.out_type())};
+  const TensorType out = real_view(c.out_type());
   RandomBits bits(c);
   DType ct = compute_type(out.dtype);
   Value u = unit_uniform(b, bits, out.dims, ct);
@@ -446,11 +470,19 @@ Result lower_random_factory(LoweringContext& c) {
   const std::string& name = c.op_name();
   if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
   RandomBits bits(c);
-  DType ct = compute_type(out.dtype);
-  if (name.rfind("aten::randn", 0) == 0) {
-    return std::vector<Value>{b.convert(standard_normal(b, bits, out.dims, ct), out.dtype)};
+  bool randint = name.rfind("aten::randint", 0) == 0;
+  if (randint && base::is_complex(out.dtype)) {
+    return base::invalid_argument("lowering: " + name + " does not make complex values");
   }
-  if (name.rfind("aten::randint", 0) == 0) {
+  if (name.rfind("aten::randn", 0) == 0) {
+    const TensorType gen = real_view(out);
+    DType ct = compute_type(gen.dtype);
+    Value z = standard_normal(b, bits, gen.dims, ct);
+    if (base::is_complex(out.dtype)) z = b.div(z, b.splat(std::sqrt(2.0), z.type));
+    return std::vector<Value>{as_out(b, b.convert(z, gen.dtype), out)};
+  }
+  DType ct = compute_type(real_view(out).dtype);
+  if (randint) {
     bool like = name.rfind("aten::randint_like", 0) == 0;
     bool has_low = name == "aten::randint.low" || name == "aten::randint_like.low_dtype";
     size_t first = like ? 1 : 0;
@@ -463,8 +495,9 @@ Result lower_random_factory(LoweringContext& c) {
     }
     return std::vector<Value>{uniform_int(b, bits, out, low, static_cast<uint64_t>(high - low))};
   }
-  Value u = unit_uniform(b, bits, out.dims, ct, mantissa_digits(out.dtype));
-  return std::vector<Value>{b.convert(u, out.dtype)};
+  const TensorType gen = real_view(out);
+  Value u = unit_uniform(b, bits, gen.dims, ct, mantissa_digits(gen.dtype));
+  return std::vector<Value>{as_out(b, b.convert(u, gen.dtype), out)};
 }
 
 // torchtpu::rng_state(device): the generator state a graph node draws from, as int64[2]

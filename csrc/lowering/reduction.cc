@@ -132,9 +132,30 @@ Lowered lower_mean(LoweringContext& c) {
   return std::vector<Value>{finish(c, b.div(s, n))};
 }
 
+// max() / min() have no identity: over no elements the CPU raises where a reduce would
+// return its init value (+-inf). Eager mode checks before lowering (op_special_cases.cc);
+// a compiled graph is refused here with the CPU's words.
+base::Status require_elements(LoweringContext& c, const Value& x, std::optional<int64_t> dim) {
+  bool empty = dim ? x.dims()[*dim] == 0 : x.type.num_elements() == 0;
+  if (!empty) return base::Status::ok_status();
+  std::string fn = c.op_name().compare(6, 3, "max") == 0 ? "max()" : "min()";
+  if (dim) {
+    return base::invalid_argument(fn + ": Expected reduction dim " + std::to_string(*dim) +
+                                  " to have non-zero size (" + x.type.str() + ")");
+  }
+  return base::invalid_argument(fn + ": Expected reduction dim to be specified for "
+                                "input.numel() == 0. Specify the reduction dim with the 'dim' "
+                                "argument.");
+}
+
 LoweringFn extreme(bool is_max) {
   return [is_max](LoweringContext& c) -> Lowered {
     Value x = c.tensor(0);
+    bool full = c.op_name() == "aten::max" || c.op_name() == "aten::min" ||
+                c.op_name() == "aten::max.unary_out" || c.op_name() == "aten::min.unary_out";
+    if (full) {
+      if (auto s = require_elements(c, x, std::nullopt); !s.ok()) return s;
+    }
     Dims dims = reduction_dims(c, 1, x.rank());
     Value r = reduce_extreme(c.b(), x, dims, is_max);
     return std::vector<Value>{finish(c, r)};
@@ -177,7 +198,9 @@ LoweringFn extreme_with_index(bool is_max) {
   return [is_max](LoweringContext& c) -> Lowered {
     Value x = c.tensor(0);
     if (x.rank() == 0) x = c.b().reshape(x, {1});
-    auto [v, i] = arg_extreme(c.b(), x, wrap_dim(c.int_arg(1), x.rank()), is_max);
+    int64_t dim = wrap_dim(c.int_arg(1), x.rank());
+    if (auto s = require_elements(c, x, dim); !s.ok()) return s;
+    auto [v, i] = arg_extreme(c.b(), x, dim, is_max);
     return std::vector<Value>{finish(c, v, 0), finish(c, i, 1)};
   };
 }
@@ -266,22 +289,46 @@ LoweringFn variance(bool take_sqrt, bool with_mean) {
   return [=](LoweringContext& c) -> Lowered {
     Builder& b = c.b();
     DType t = opmath(c.out_type().dtype);
-    Value x = b.convert(c.tensor(0), t);
-    Dims dims = reduction_dims(c, 1, x.rank());
-    Value p = power_of_two_at_or_below(b, b.reduce_max(b.unary("abs", x), dims));
-    x = b.div(x, expand_back(b, p, x, dims));
-    Value n = b.constant(static_cast<double>(count_along(x, dims)), t);
-    Value sum = b.reduce_sum(x, dims);
-    Value mean = b.div(sum, b.broadcast_to(n, sum.dims()));
-    Value d = b.sub(x, expand_back(b, mean, x, dims));
-    Value ss = b.reduce_sum(b.mul(d, d), dims);
+    // A complex input's variance is its parts' variances summed (|x - mean|^2), and its
+    // mean complex: each part is scaled, centred and squared as a real input is.
+    std::vector<Value> parts;
+    if (base::is_complex(c.tensor_type(0).dtype)) {
+      Value z = b.convert(c.tensor(0), base::complex_of(t));
+      TensorType part{t, z.dims()};
+      parts = {b.op("stablehlo.real", {z}, part), b.op("stablehlo.imag", {z}, part)};
+    } else {
+      parts = {b.convert(c.tensor(0), t)};
+    }
+    Dims dims = reduction_dims(c, 1, parts[0].rank());
+    Value largest = b.unary("abs", parts[0]);
+    if (parts.size() == 2) largest = b.max(largest, b.unary("abs", parts[1]));
+    Value p = power_of_two_at_or_below(b, b.reduce_max(largest, dims));
+    Value n = b.constant(static_cast<double>(count_along(parts[0], dims)), t);
+    Value ss;
+    std::vector<Value> means;
+    for (Value x : parts) {
+      x = b.div(x, expand_back(b, p, x, dims));
+      Value sum = b.reduce_sum(x, dims);
+      Value mean = b.div(sum, b.broadcast_to(n, sum.dims()));
+      Value d = b.sub(x, expand_back(b, mean, x, dims));
+      Value part_ss = b.reduce_sum(b.mul(d, d), dims);
+      ss = means.empty() ? part_ss : b.add(ss, part_ss);
+      means.push_back(b.mul(mean, p));
+    }
     Value corr = c.is_none(2) ? b.constant(1, t) : c.scalar(2, t);
     Value denom = b.max(b.sub(n, corr), b.zeros(n.type));
     Value var = b.div(ss, b.broadcast_to(denom, ss.dims()));
     // var * p * p, not var * p^2: p^2 can overflow or flush where the product does not.
     var = take_sqrt ? b.mul(b.unary("sqrt", var), p) : b.mul(b.mul(var, p), p);
     std::vector<Value> out{finish(c, var, 0)};
-    if (with_mean) out.push_back(finish(c, b.mul(mean, p), 1));
+    if (with_mean) {
+      Value mean = means[0];
+      if (means.size() == 2) {
+        mean = b.op("stablehlo.complex", {means[0], means[1]},
+                    TensorType{base::complex_of(t), mean.dims()});
+      }
+      out.push_back(finish(c, mean, 1));
+    }
     return out;
   };
 }
@@ -342,8 +389,12 @@ Value p_norm(LoweringContext& c, size_t p_arg, Value a, const Dims& dims) {
 
 // norm.* / linalg_vector_norm(self, p, dim, keepdim, ...).
 Lowered lower_vector_norm(LoweringContext& c) {
+  Builder& b = c.b();
   DType t = opmath(c.out_type().dtype);
-  Value a = c.b().unary("abs", c.b().convert(c.tensor(0), t));
+  Value x = c.tensor(0);
+  Value a = base::is_complex(x.dtype())
+                ? b.convert(complex_abs(b, b.convert(x, base::complex_of(t))), t)
+                : b.unary("abs", b.convert(x, t));
   return std::vector<Value>{finish(c, p_norm(c, 1, a, reduction_dims(c, 2, a.rank())))};
 }
 
@@ -354,17 +405,20 @@ Lowered lower_renorm(LoweringContext& c) {
   Builder& b = c.b();
   DType t = c.out_type().dtype;
   DType acc = opmath(t);
+  bool cplx = base::is_complex(t);
+  DType real = cplx ? base::complex_component(acc) : acc;  // the norm's type
   Value x = b.convert(c.tensor(0), acc);
   int64_t dim = wrap_dim(c.int_arg(2), x.rank());
   Dims dims;
   for (int64_t i = 0; i < x.rank(); ++i) {
     if (i != dim) dims.push_back(i);
   }
-  Value norm = expand_back(b, p_norm(c, 1, b.unary("abs", x), dims), x, dims);
-  Value maxnorm = b.broadcast_to(c.scalar(3, acc), norm.dims());
+  Value mag = cplx ? complex_abs(b, x) : b.unary("abs", x);
+  Value norm = expand_back(b, p_norm(c, 1, mag, dims), x, dims);
+  Value maxnorm = b.broadcast_to(c.scalar(3, real), norm.dims());
   Value scaled = b.div(maxnorm, b.add(norm, b.splat(1e-7, norm.type)));
   Value factor = b.select(b.compare(norm, maxnorm, "GT"), scaled, b.splat(1, norm.type));
-  factor = b.convert(b.convert(factor, t), acc);
+  factor = b.convert(b.convert(factor, t), acc);  // complex: k + 0i, as the CPU multiplies
   return std::vector<Value>{finish(c, b.mul(x, factor))};
 }
 

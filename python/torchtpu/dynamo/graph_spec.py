@@ -57,7 +57,7 @@ def _dtype(dtype: torch.dtype, where: str) -> Any:
 
 def size_expr(s: Any) -> sympy.Expr:
     """A size as a sympy expression (an int becomes a constant)."""
-    if isinstance(s, torch.SymInt):
+    if isinstance(s, (torch.SymInt, torch.SymFloat)):
         return s.node.expr
     return sympy.Integer(int(s))
 
@@ -218,7 +218,9 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
             inputs.append(b.tensor_type(val, node.name))
             bounds.append([b.concrete(s) for s in val.shape])
             input_placeholders.append(position)
-        elif isinstance(val, (torch.SymInt, int)):
+        elif isinstance(val, (torch.SymInt, int, torch.SymFloat)):
+            # A size, or a float computed from sizes (the backward of SDPA at a symbolic head
+            # dim takes its scale so): an expression in the size symbols the tensors bind.
             ids[node] = ("size", size_expr(val))
         elif _is_opaque(val) or node.meta.get("effect_token"):
             # An opaque object (the DeviceMesh a DTensor graph carries) or an effect token

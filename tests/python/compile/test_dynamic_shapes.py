@@ -98,6 +98,13 @@ def test_bucket_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "16,x")
     with pytest.raises(ValueError, match="comma-separated list of positive sizes"):
         bucket_policy()
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS")
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "4")
+    assert [bucket_size(n) for n in (1, 4, 5, 9)] == [4, 4, 8, 16]
+    for bad in ("abc", "0", "-8"):  # a bare int() error, or silently 1, before
+        monkeypatch.setenv("TORCHTPU_MIN_BUCKET", bad)
+        with pytest.raises(ValueError, match="TORCHTPU_MIN_BUCKET=.*positive integer"):
+            bucket_size(3)
 
 
 def test_op_without_a_rule_keeps_its_graph_exact(

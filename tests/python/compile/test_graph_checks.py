@@ -104,3 +104,50 @@ def test_linalg_error_checks_compile_as_data_checks() -> None:
     # The device keeps working after the reported failure.
     torch.testing.assert_close(compiled(a.to("tpu"), b.to("tpu")).cpu(),
                                _linalg_mix(a, b), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.max(), lambda x: x.min(), lambda x: x.max(0).values,
+                                lambda x: x.min(0).indices],
+                         ids=["max", "min", "max_dim", "min_dim"])
+def test_max_min_over_no_elements_raise_as_on_the_cpu(fn) -> None:
+    # The reduce's init value (-inf / inf) came back where the CPU raises: max() and min()
+    # have no identity.
+    torch._dynamo.reset()
+    # (The CPU raises IndexError for the dim forms; a compile refusal is a RuntimeError.)
+    x = torch.randn(0, 3)
+    with pytest.raises((RuntimeError, IndexError), match="Expected reduction dim"):
+        fn(x)
+    with pytest.raises(RuntimeError, match="Expected reduction dim"):
+        torch.compile(fn, backend="tpu")(x.to("tpu"))
+    y = torch.randn(2, 3)
+    torch.testing.assert_close(torch.compile(fn, backend="tpu")(y.to("tpu")).cpu(), fn(y))
+
+
+def test_sdpa_backward_at_a_symbolic_head_dim() -> None:
+    # AOTAutograd hands the backward SDPA's scale, a float computed from the head dim, as a
+    # graph input: the runner refused it ("graph input pow_2 is SymFloat, not a tensor").
+    torch._dynamo.reset()
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    for head_dim in (8, 16):
+        qkv = [torch.randn(2, 3, 5, head_dim) for _ in range(3)]
+        cpu = [t.clone().requires_grad_() for t in qkv]
+        dev = [t.to("tpu").requires_grad_() for t in qkv]
+        fn(*cpu).pow(2).sum().backward()
+        compiled(*dev).pow(2).sum().backward()
+        for a, b in zip(dev, cpu):
+            torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_fma_runs_in_the_compiled_program() -> None:
+    # prims.fma (a decomposition's fused multiply-add) had no lowering: the graph was cut
+    # around it and the op ran eagerly between compiled pieces.
+    from torchtpu.dynamo import split
+
+    torch._dynamo.reset()
+    split.unlowered_splits.clear()
+    fn = lambda a, b, c: torch.ops.prims.fma(a, b, c) * 2  # noqa: E731
+    args = [torch.randn(4, 5) for _ in range(3)]
+    got = torch.compile(fn, backend="tpu")(*(t.to("tpu") for t in args))
+    torch.testing.assert_close(got.cpu(), (args[0] * args[1] + args[2]) * 2)
+    assert not split.unlowered_splits, split.unlowered_splits

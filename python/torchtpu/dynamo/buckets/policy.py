@@ -42,7 +42,22 @@ def bucket_size(n: int) -> int:
         for b in listed_buckets(listed):
             if n <= b:
                 return b
-    b = max(1, int(os.environ.get("TORCHTPU_MIN_BUCKET", "16")))
+    b = min_bucket()
     while b < n:
         b *= 2
+    return b
+
+
+def min_bucket() -> int:
+    """``TORCHTPU_MIN_BUCKET``: the smallest power-of-two bucket (default 16)."""
+    value = os.environ.get("TORCHTPU_MIN_BUCKET", "").strip()
+    if not value:
+        return 16
+    try:
+        b = int(value)
+    except ValueError:
+        b = 0
+    if b < 1:
+        raise ValueError(f"TORCHTPU_MIN_BUCKET={value!r}: expected a positive integer such as "
+                         "'16' (unset it for the default, 16)")
     return b
