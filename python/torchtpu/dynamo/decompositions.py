@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch._C import DispatchKey
 from torch._decomp import core_aten_decompositions
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 aten = torch.ops.aten
 
@@ -61,7 +62,9 @@ def _masked_put(x: torch.Tensor, indices: list, values: torch.Tensor,
         return NotImplemented
     trailing = x.dim() - p - mask.dim()
     v = values
-    if p == 0 and v.dim() == trailing + 1 and v.shape[0] == 1:
+    # (A size known only from data, such as the count of x[mask] in its backward, is not
+    # known to be 1: no guard on it.)
+    if p == 0 and v.dim() == trailing + 1 and statically_known_true(v.shape[0] == 1):
         v = v.squeeze(0)
     if trailing < 0 or v.dim() > trailing:
         return NotImplemented

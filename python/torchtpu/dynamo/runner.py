@@ -37,7 +37,7 @@ from torchtpu.dynamo.graph_spec import (
     free_symbols,
 )
 from torchtpu.dynamo.rng_states import unwrap_rng_states
-from torchtpu.dynamo.split import SplitGraph, split_at_unlowered, unlowered_ops
+from torchtpu.dynamo.split import SplitGraph, data_dependent_ops, split_at_eager_ops, unlowered_ops
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -156,7 +156,9 @@ class GraphRunner:
         # run eagerly. Functional collectives: compiled into the program
         # (InPluginCollectives, built on the first run) or the graph runs cut at them.
         self.unlowered = unlowered_ops(gm, graph_collectives.is_collective)
-        found = None if self.unlowered else graph_collectives.plan(gm)
+        # Sizes known only from data (nonzero, item()): those nodes run eagerly too.
+        self.runs_eager_ops = bool(self.unlowered or data_dependent_ops(gm))
+        found = None if self.runs_eager_ops else graph_collectives.plan(gm)
         self.collectives = found if isinstance(found, graph_collectives.InPluginCollectives) \
             else None
         self.fallback: Any = None
@@ -175,7 +177,7 @@ class GraphRunner:
         self.padded_gm: torch.fx.GraphModule | None = None
         self.bucket_plan: BucketPlan | None = None
         # Collectives see whole tensors: no padded dims in graphs that hold them.
-        policy = "off" if found is not None or self.unlowered else bucket_policy()
+        policy = "off" if found is not None or self.runs_eager_ops else bucket_policy()
         if self.symbols and policy != "off":
             padded = _copy(gm)
             try:
@@ -197,8 +199,8 @@ class GraphRunner:
         self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
         self.forms: dict[tuple[int, ...], list[Any]] = {}
         self.ran = False
-        if self.unlowered:
-            self.fallback = split_at_unlowered(gm, self.unlowered, self._compile_piece,
+        if self.runs_eager_ops:
+            self.fallback = split_at_eager_ops(gm, self.unlowered, self._compile_piece,
                                                bind_sizes)
         elif isinstance(found, str):
             self.fallback = self._split(found)

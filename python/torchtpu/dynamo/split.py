@@ -1,12 +1,16 @@
 """A graph cut where parts of it must run eagerly: compiled pieces between eager calls.
 
-Two kinds of node run that way: functional collectives that cannot go into the program
-(dynamo/collectives.py decides, and counts them) and ops the lowering table has no entry for
+Three kinds of node run that way: functional collectives that cannot go into the program
+(dynamo/collectives.py decides, and counts them); ops the lowering table has no entry for
 (`unlowered_ops`: ``special.*`` functions, ``linalg.eig``, ``segment_reduce``, ...), which
 then run as they do in eager mode (a counted CPU fallback, with its warning) instead of
-failing the whole compile. The graph is cut with FX's ``split_module`` into runs of eager
-nodes and runs of compiled ones, in the graph's order; each compiled run is a runner of its
-own (with its size symbols bound from the whole graph's inputs).
+failing the whole compile; and nodes that make or read a size known only from data
+(`data_dependent_ops`: ``nonzero``, a boolean-mask index, ``.item()`` and the size
+arithmetic and runtime asserts on such values), which a program of static shapes cannot
+hold. The graph is cut with FX's ``split_module`` into runs of eager nodes and runs of
+compiled ones, in the graph's order; each compiled run is a runner of its own, its size
+symbols bound from the whole graph's inputs and from its own (a data-dependent size is
+read from the shape of the tensor an eager run made).
 """
 
 from __future__ import annotations
@@ -51,6 +55,55 @@ def unlowered_ops(gm: torch.fx.GraphModule,
             name = op_name(node.target)
             if name not in names and not _C.has_lowering(name):
                 names.append(name)
+    return names
+
+
+def _unbacked(value: Any) -> bool:
+    """Whether an FX value (a node's ``val``) is a size, float or bool that data decides."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)) and bool(
+        free_unbacked_symbols(value))
+
+
+def _writes_through_a_mask(node: torch.fx.Node) -> bool:
+    """index_put with a boolean mask that the decompositions left (its values are not one
+    per row: the backward of x[mask] puts a gradient of the mask's count): which positions
+    take which value is known only from data, as for nonzero."""
+    if node.target not in (torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default):
+        return False
+    indices = node.args[1] if len(node.args) > 1 else []
+    return any(isinstance(i, torch.fx.Node) and isinstance(i.meta.get("val"), torch.Tensor)
+               and i.meta["val"].dtype in (torch.bool, torch.uint8) for i in indices)
+
+
+def is_data_dependent(node: torch.fx.Node) -> bool:
+    """A node that makes a size from data (nonzero, item(): Dynamo's unbacked bindings), is
+    such a size (its arithmetic, sym_size of a tensor it shapes), or takes one as an
+    argument (arange(n), a runtime assert, an index). Tensors shaped by such sizes are not:
+    a compiled piece reads the size from their shape."""
+    if node.op != "call_function":
+        return False
+    if node.meta.get("unbacked_bindings") or _unbacked(node.meta.get("val")):
+        return True
+    if _writes_through_a_mask(node):
+        return True
+    args: list[Any] = []
+    torch.fx.node.map_arg((node.args, node.kwargs), args.append)
+    return any(_unbacked(a.meta.get("val")) for a in args)
+
+
+def data_dependent_ops(gm: torch.fx.GraphModule, producers_only: bool = False) -> list[str]:
+    """The ops of `gm`'s data-dependent nodes (`is_data_dependent`), each once; with
+    `producers_only`, those that make such a size (nonzero, item(), a mask index)."""
+    names: list[str] = []
+    for node in gm.graph.nodes:
+        if not is_data_dependent(node) or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if producers_only and not node.meta.get("unbacked_bindings"):
+            continue
+        if op_name(node.target) not in names:
+            names.append(op_name(node.target))
     return names
 
 
@@ -119,26 +172,37 @@ class SplitGraph:
         return out if isinstance(out, tuple) else (out,)
 
 
-def split_at_unlowered(gm: torch.fx.GraphModule, names: list[str],
+def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
                        compile_piece: Callable[[torch.fx.GraphModule, dict], Callable[..., Any]],
                        bind_sizes: Callable[[list, tuple], dict]) -> SplitGraph:
-    """`gm` cut at its ops with no lowering (`names`), which run eagerly."""
+    """`gm` cut at its ops with no lowering (`names`) and its data-dependent nodes, which
+    run eagerly."""
     unlowered = set(names)
 
     def runs_eagerly(node: torch.fx.Node) -> bool:
+        if is_data_dependent(node):
+            return True
         return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
                 and op_name(node.target) in unlowered)
 
-    split = SplitGraph(gm, runs_eagerly, compile_piece, bind_sizes,
-                       wrap=lambda op: counted(op, stats, "num_out_of_graph_ops"))
+    def wrap(op: Any) -> Callable[..., Any]:
+        # Size arithmetic (operator.ge on sizes, ...) is Python, not an op to count.
+        return counted(op, stats, "num_out_of_graph_ops") \
+            if isinstance(op, torch._ops.OpOverload) else op
+
+    split = SplitGraph(gm, runs_eagerly, compile_piece, bind_sizes, wrap=wrap)
     stats["num_graph_unlowered_splits"] += 1
     for name in names:
         unlowered_splits[name] += 1
-    message = (f"torchtpu: a compiled graph runs {', '.join(names)} eagerly between compiled "
-               "pieces (no lowering): each call runs one program per piece and those ops as "
-               "eager mode runs them")
+    dependent = data_dependent_ops(gm, producers_only=True)
+    shown = [n for n in names if n != "aten::_assert_scalar" and n not in dependent]
+    reasons = (["no lowering"] if shown else []) + (["sizes known only from data"] if dependent
+                                                     else [])
+    message = (f"torchtpu: a compiled graph runs {', '.join(shown + dependent)} eagerly "
+               f"between compiled pieces ({'; '.join(reasons)}): each call runs one program "
+               "per piece and those ops as eager mode runs them")
     log.info(message)
-    fresh = [n for n in names if n not in _warned]
+    fresh = [n for n in shown + dependent if n not in _warned]
     if fresh:
         _warned.update(fresh)
         warnings.warn(message, stacklevel=2)

@@ -116,10 +116,18 @@ def _no_edge_values(op: Any) -> bool:
     return op.name in _NO_EDGE_VALUES or op.name.startswith("fft.") or op.name == "stft"
 
 
-# Ops whose CPU kernel is wrong in a half type: their reference is computed in float32 and
-# rounded to the half type. matrix_exp: the CPU kernel computes in the half type, whose Padé
-# coefficients overflow (NaN/inf for a plain randn(5, 5)); tpu computes in float32.
-_HALF_REFERENCE_IN_FLOAT32 = {"matrix_exp"}
+# Ops whose CPU kernel is wrong or less exact in a half type: their reference is computed in
+# float32 and rounded to the half type. matrix_exp: the CPU kernel computes in the half type,
+# whose Padé coefficients overflow (NaN/inf for a plain randn(5, 5)); tpu computes in
+# float32. The grid samplers: the CPU's bfloat16 kernels round their interpolation weights
+# (on OpInfo's samples, max |error| against the float64 result 0.21 on the CPU, 0.004 on
+# tpu). addbmm, conv_transpose1d and 3-d adaptive average pooling: the CPU rounds partial
+# results to bfloat16 (addbmm 1.02 on the CPU, 0.87 on tpu; the others equal or smaller on
+# tpu). (addr, the 2-d and 3-d transposed convolutions and trilinear interpolation differ
+# from both references by one bfloat16 rounding at the tolerance's edge: left as measured.)
+_HALF_REFERENCE_IN_FLOAT32 = {
+    "matrix_exp", "grid_sampler_2d", "grid_sampler_3d", "nn.functional.grid_sample", "addbmm",
+    "nn.functional.conv_transpose1d", "nn.functional.adaptive_avg_pool3d"}
 
 
 def _cpu_reference(op: Any, s: Any, dtype: torch.dtype) -> Any:
@@ -129,6 +137,32 @@ def _cpu_reference(op: Any, s: Any, dtype: torch.dtype) -> Any:
                      else t)
     return tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and
                     t.dtype == torch.float32 else t, _call(op, up, "cpu"))
+
+
+# Ops whose index outputs name one of several equal elements unless the sort is stable:
+# which one is the kernel's choice (the CPU's and XLA's differ among equal bfloat16
+# values), so an index output is compared by the element it selects. (op name -> position
+# of `dim` in the sample's args, default -1.)
+_TIE_ORDER_DIM = {"sort": 0, "argsort": 0, "topk": 1}
+
+
+def _selected_elements(op: Any, s: Any, actual: Any, expected: Any) -> tuple[Any, Any]:
+    """`actual` and `expected` with each index output of a tie-order op replaced by the
+    elements of the sample's input it selects; unchanged for other ops and stable sorts."""
+    pos = _TIE_ORDER_DIM.get(op.name)
+    x = s.input
+    if pos is None or not isinstance(x, torch.Tensor) or x.dim() == 0 or \
+            s.kwargs.get("stable", False):
+        return actual, expected
+    dim = s.kwargs.get("dim", s.args[pos] if len(s.args) > pos else -1)
+
+    def select(out: Any, device: str) -> Any:
+        items = list(out) if isinstance(out, (tuple, list)) else [out]
+        picked = [x.gather(dim, t.cpu()).to(device)
+                  if isinstance(t, torch.Tensor) and t.dtype == torch.int64 else t for t in items]
+        return tuple(picked) if isinstance(out, (tuple, list)) else picked[0]
+
+    return select(actual, TPU), select(expected, "cpu")
 
 
 # Arguments PyTorch requires on the CPU whatever the device (op name -> positions in args).
@@ -412,6 +446,7 @@ def _check_forward(op: Any, s: Any, dtype: torch.dtype, res: _Result,
         return not res.failure
     if res.random:
         expected = _metadata_only(actual, expected)
+    actual, expected = _selected_elements(op, s, actual, expected)
     reason = _compare(actual, expected, dtype)
     if reason:
         res.failure = reason
