@@ -28,7 +28,13 @@ from torchtpu.serve.detokenizer import IncrementalDetokenizer
 from torchtpu.serve.kv_events import KvEventPublisher, KvEventsConfig
 from torchtpu.serve.metrics import ServeMetrics
 from torchtpu.serve.prompts import text_prompt_ids
-from torchtpu.serve.sampling import RequestSampler, Sample, SamplingError, SamplingParams
+from torchtpu.serve.sampling import (
+    RequestSampler,
+    Sample,
+    SamplingError,
+    SamplingParams,
+    prompt_logprob_samples,
+)
 
 log = logging.getLogger("torchtpu.serve")
 
@@ -52,6 +58,9 @@ class RequestOutput:
     # With finish_reason "stop": the stop string or stop_token_ids entry that ended the
     # output (None for an end-of-sequence token or a finished grammar), as vLLM's.
     stop_reason: int | str | None = None
+    # With params.prompt_logprobs, on the request's first output only: one entry per prompt
+    # token, None for the first (nothing precedes it), as vLLM's.
+    prompt_logprobs: list[Sample | None] | None = None
 
 
 @dataclass
@@ -69,6 +78,11 @@ class _Request:
     last_token_time: float | None = None
     scheduled_time: float | None = None  # the first step that gave it tokens
     prefill_times: list[float] = field(default_factory=list)  # when each prompt chunk ran
+    # With params.prompt_logprobs: per prompt position, filled as its chunks run;
+    # prompt_lp_next is the first position not yet filled (see _prompt_rows).
+    prompt_lp: list[Sample | None] | None = None
+    prompt_lp_next: int = 1
+    prompt_lp_sent: bool = False
 
 
 def resolve_model(model: str | None) -> str:
@@ -240,6 +254,8 @@ class LLMEngine:
                                    skip_special_tokens=params.skip_special_tokens,
                                    min_tokens=params.min_tokens, prompt_ids=ids),
             stop_ids, time.perf_counter())
+        if params.prompt_logprobs is not None:
+            req.prompt_lp = [None] * len(ids)
         self.scheduler.add_request(request_id, prompt_token_ids=ids,
                                    max_new_tokens=params.max_tokens,
                                    stop_token_ids=sorted(stop_ids), ignore_eos=False,
@@ -320,7 +336,10 @@ class LLMEngine:
                           1 + it.num_draft_tokens if it.sample else 0) for it in sched.items]
         drafts = {it.request_id: list(it.token_ids[len(it.token_ids) - it.num_draft_tokens:])
                   for it in sched.items if it.num_draft_tokens}
-        logits = self.runner.execute(items)
+        recompute = self._prompt_rows(items)
+        logits = self.runner.execute(items, self._on_prompt_rows)
+        for item in recompute:  # cached prefixes' logits: read-only passes after the step
+            self.runner.execute([item], self._on_prompt_rows)
         now = time.perf_counter()
         samples: dict[str, list[Sample]] = {}
         outputs = []
@@ -366,11 +385,14 @@ class LLMEngine:
                 reason = "stop"
             elif req.detokenizer.stopped:  # a stop string in the last token's text wins
                 reason = "stop"             # over the length limit, as in vLLM
+            prompt_lp = None
+            if req.prompt_lp is not None and not req.prompt_lp_sent:
+                prompt_lp, req.prompt_lp_sent = list(req.prompt_lp), True
             outputs.append(RequestOutput(
                 rid, req.prompt_token_ids, [x.token for x in ss], text,
                 list(ss) if req.params.logprobs is not None else [], list(req.output_token_ids),
                 reason is not None, reason, req.cumulative_logprob,
-                stop_reason=self._stop_reason(req, reason)))
+                stop_reason=self._stop_reason(req, reason), prompt_logprobs=prompt_lp))
             if reason is not None:
                 del self.requests[rid]
                 if self.log_request_timelines:
@@ -380,6 +402,52 @@ class LLMEngine:
         self.metrics.observe_scheduler(self.scheduler)
         self._publish_kv_events()
         return outputs
+
+    def _prompt_rows(self, items: list) -> list:
+        """Prompt logprobs: sets the row_span of the step's items whose prompt positions
+        still lack them (the logits at position p give prompt token p + 1's logprob), and
+        returns the read-only items that recompute what a prefix cache hit skipped: the
+        cached positions have keys and values in the request's pages but no logits, so a
+        forward pass over them that writes no page (write_kv=False) gives their logits
+        without touching pages other requests share. Positions already filled (a request
+        preempted and recomputed) are not computed again."""
+        from torchtpu.serve.runner import StepItem
+
+        recompute = []
+        for it in items:
+            req = self.requests.get(it.request_id)
+            if req is None or req.prompt_lp is None:
+                continue
+            last_row = len(req.prompt_token_ids) - 2  # the last position with a prompt target
+            lo = req.prompt_lp_next - 1  # the first row still wanted
+            if lo > last_row:
+                continue
+            end = it.start_pos + len(it.token_ids)
+            hi = min(end - 1, last_row)
+            if it.start_pos > lo:  # a cache hit: [lo, start_pos) were never computed here
+                budget = self.runner.token_buckets[-1]
+                for a in range(lo, it.start_pos, budget):
+                    b = min(a + budget, it.start_pos)
+                    recompute.append(StepItem(it.request_id, req.prompt_token_ids[a:b], a,
+                                              list(it.page_ids), row_span=(0, b - a),
+                                              write_kv=False))
+                lo = it.start_pos
+            if hi >= lo:
+                it.row_span = (lo - it.start_pos, hi - it.start_pos + 1)
+        return recompute
+
+    def _on_prompt_rows(self, item, first: int, logits: torch.Tensor) -> None:
+        """Logits of prompt positions (see _prompt_rows) -> the request's prompt logprobs:
+        only the prompt tokens' logprobs, ranks and top k are kept."""
+        req = self.requests[item.request_id]
+        pos = item.start_pos + first  # the first row's position: it predicts pos + 1
+        n = logits.shape[0]
+        targets = req.prompt_token_ids[pos + 1:pos + 1 + n]
+        req.prompt_lp[pos + 1:pos + 1 + n] = prompt_logprob_samples(
+            logits, targets, req.params.prompt_logprobs)
+        while req.prompt_lp_next < len(req.prompt_lp) and \
+                req.prompt_lp[req.prompt_lp_next] is not None:
+            req.prompt_lp_next += 1
 
     def _stop_reason(self, req: _Request, reason: str | None) -> int | str | None:
         if reason != "stop":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from torchtpu.serve import protocol, responses, tools
@@ -59,8 +59,22 @@ class Generation:
         return content, calls
 
     @property
+    def echo_logprobs(self) -> bool:
+        """Echo with logprobs: the echoed prompt's tokens carry logprobs too."""
+        return bool(self.echo_texts) and self.params.logprobs is not None
+
+    @property
     def children(self) -> list[SamplingParams]:
-        return self.params.fork()
+        children = self.params.fork()
+        if self.echo_only:
+            # The prompt's logprobs need a prefill, so one sequence per prompt runs; its one
+            # token is not part of the answer.
+            return [replace(children[0], logprobs=None, guided=None)]
+        if self.stream and self.echo_logprobs:
+            # Each streamed choice's echo chunk carries the prompt's logprobs.
+            children = [replace(c, prompt_logprobs=self.params.prompt_logprobs)
+                        for c in children]
+        return children
 
     @classmethod
     def prepare(cls, server: OpenAIServer, req) -> Generation:
@@ -147,7 +161,7 @@ class Generation:
                 engine.grammars().compile(guided)
             except ValueError as e:
                 raise ApiError(400, f"'{guided_field}': {e}", param=guided_field) from None
-        if not echo_only:
+        if not echo_only or params.prompt_logprobs is not None:
             for p in prompts:
                 try:
                     engine.check_length(len(p), params.max_tokens)
@@ -163,21 +177,24 @@ class Generation:
 
 
 def _streams(server: OpenAIServer, gen: Generation, rid: str) -> list[list]:
-    """Per prompt, the engine streams of its sequences (none for echo_only)."""
-    if gen.echo_only:
+    """Per prompt, the engine streams of its sequences (for echo_only none, or one that
+    computes the prompt's logprobs)."""
+    if gen.echo_only and gen.params.prompt_logprobs is None:
         return [[] for _ in gen.prompts]
     children = gen.children
     return [[server.async_engine.generate(f"{rid}-{i}-{j}", ids, child)
              for j, child in enumerate(children)] for i, ids in enumerate(gen.prompts)]
 
 
-async def _drain(stream) -> tuple[str, list, object]:
-    text, samples, last = "", [], None
+async def _drain(stream) -> tuple[str, list, object, list | None]:
+    text, samples, last, prompt_lp = "", [], None, None
     async for out in stream:
         text += out.new_text
         samples.extend(out.new_logprobs)
+        if out.prompt_logprobs is not None:
+            prompt_lp = out.prompt_logprobs
         last = out
-    return text, samples, last
+    return text, samples, last, prompt_lp
 
 
 async def collect(server: OpenAIServer, gen: Generation, rid: str, public_id: str) -> dict:
@@ -194,17 +211,20 @@ async def collect(server: OpenAIServer, gen: Generation, rid: str, public_id: st
         for t in flat:
             t.cancel()
         await asyncio.gather(*flat, return_exceptions=True)
-    choices, completion_tokens = [], 0
+    choices, completion_tokens, prompt_lps = [], 0, []
     for i, ts in enumerate(tasks):
         results = [t.result() for t in ts]
-        completion_tokens += sum(len(last.output_token_ids) for _, _, last in results)
-        if gen.params.best_of is not None:
-            keep = best_of([last.cumulative_logprob for _, _, last in results],
-                           [len(last.output_token_ids) for _, _, last in results], n)
-            results = [results[k] for k in keep]
+        prompt_lp = results[0][3] if results else None  # the first sequence computes them
+        prompt_lps.append(prompt_lp)
         if gen.echo_only:
-            results = [("", [], None)] * n
-        for j, (text, samples, last) in enumerate(results):
+            results = [("", [], None, None)] * n
+        else:
+            completion_tokens += sum(len(last.output_token_ids) for _, _, last, _ in results)
+        if gen.params.best_of is not None and not gen.echo_only:
+            keep = best_of([last.cumulative_logprob for _, _, last, _ in results],
+                           [len(last.output_token_ids) for _, _, last, _ in results], n)
+            results = [results[k] for k in keep]
+        for j, (text, samples, last, _) in enumerate(results):
             reason = last.finish_reason if last is not None else "length"
             stop_reason = last.stop_reason if last is not None else None
             want_lp = gen.params.logprobs is not None
@@ -220,13 +240,24 @@ async def collect(server: OpenAIServer, gen: Generation, rid: str, public_id: st
                                 "stop_reason": stop_reason})
             else:
                 echo = gen.echo_texts[i] if gen.echo_texts else ""
-                choices.append({"index": i * n + j, "text": echo + text,
-                                "logprobs": responses.completion_logprobs(samples, tok, len(echo))
-                                if want_lp else None, "finish_reason": reason,
-                                "stop_reason": stop_reason})
-    return {"id": public_id, "object": "chat.completion" if gen.chat else "text_completion",
+                if gen.echo_logprobs:  # the prompt's entries first, offsets from 0
+                    lp = responses.completion_logprobs(samples, tok, 0,
+                                                       (gen.prompts[i], prompt_lp))
+                else:
+                    lp = responses.completion_logprobs(samples, tok, len(echo)) \
+                        if want_lp else None
+                choice = {"index": i * n + j, "text": echo + text, "logprobs": lp,
+                          "finish_reason": reason, "stop_reason": stop_reason}
+                if gen.params.prompt_logprobs is not None:  # vLLM's, in each choice
+                    choice["prompt_logprobs"] = responses.prompt_logprobs(gen.prompts[i],
+                                                                          prompt_lp, tok)
+                choices.append(choice)
+    body = {"id": public_id, "object": "chat.completion" if gen.chat else "text_completion",
             "created": responses.now(), "model": server.engine.model_name, "choices": choices,
             "usage": responses.usage(sum(len(p) for p in gen.prompts), completion_tokens)}
+    if gen.chat and gen.params.prompt_logprobs is not None:  # vLLM's, in the response
+        body["prompt_logprobs"] = responses.prompt_logprobs(gen.prompts[0], prompt_lps[0], tok)
+    return body
 
 
 async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
@@ -259,6 +290,7 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
     indices = range(len(gen.prompts) * n)
     completion_tokens, live = 0, len(streams)
     offsets = {index: 0 for index in indices}
+    echoed: set[int] = set()  # choices whose echo chunk went out (echo with logprobs)
     held: dict[int, tuple[str, list]] = {}
     try:
         # Continuous usage from the first chunk on, as vLLM sends it (0 completion tokens).
@@ -269,7 +301,7 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
             yield chunk([{"index": k, "delta": {"role": "assistant", "content": ""},
                           "logprobs": None, "finish_reason": None} for k in indices],
                         no_tokens_yet(0))
-        elif gen.echo_texts:
+        elif gen.echo_texts and not gen.echo_logprobs:
             for k in indices:
                 echo = gen.echo_texts[k // n]
                 offsets[k] = len(echo)
@@ -290,6 +322,20 @@ async def stream_events(server: OpenAIServer, gen: Generation, rid: str,
                 yield _sse(ApiError(status, str(out)).body())
                 yield _sse("[DONE]")
                 return
+            if gen.echo_logprobs and k not in echoed:
+                # The echo chunk waits for the prompt's logprobs, which come with the
+                # sequence's first output; echo only: for every choice of its prompt.
+                i = k // n
+                lp = responses.completion_logprobs([], tok, 0, (gen.prompts[i],
+                                                                out.prompt_logprobs))
+                for e in (range(i * n, i * n + n) if gen.echo_only else [k]):
+                    echoed.add(e)
+                    offsets[e] = sum(len(t) for t in lp["tokens"])
+                    yield chunk([{"index": e, "text": gen.echo_texts[i], "logprobs": lp,
+                                  "finish_reason": "length" if gen.echo_only else None,
+                                  "stop_reason": None}], no_tokens_yet(e))
+            if gen.echo_only:
+                continue  # its one token is not part of the answer
             if out.finished:
                 completion_tokens += len(out.output_token_ids)
             want_lp = gen.params.logprobs is not None

@@ -28,6 +28,10 @@ class RequestResult:
     prompt: str | None
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
+    # With SamplingParams.prompt_logprobs (vLLM's RequestOutput.prompt_logprobs): one entry
+    # per prompt token, None for the first; each a Sample of that token (logprob, rank) with
+    # the prompt_logprobs most likely tokens at its position in top_logprobs.
+    prompt_logprobs: list[Sample | None] | None = None
 
 
 class LLM:
@@ -104,6 +108,8 @@ class LLM:
                 res = results[rid].outputs[i]
                 if out.error is not None:
                     raise RuntimeError(out.error)
+                if out.prompt_logprobs is not None:
+                    results[rid].prompt_logprobs = out.prompt_logprobs
                 res.text += out.new_text
                 res.token_ids = out.output_token_ids
                 res.logprobs.extend(out.new_logprobs)

@@ -163,7 +163,10 @@ class _Sampling(_Model):
     use_beam_search: Unsupported = None
     length_penalty: Unsupported = None
     spaces_between_special_tokens: Unsupported = None
-    prompt_logprobs: Unsupported = None
+    prompt_logprobs: Annotated[Int, Field(ge=-1, le=MAX_LOGPROBS)] | None = Field(
+        None, description="vLLM's: each prompt token's logprob and the top k at its position "
+        "(in the choice on completions, in the response on chat; null for the first token). "
+        "Not with stream; -1 (the whole vocabulary) is over the limit.")
     bad_words: Unsupported = None
     response_format: ResponseFormat | None = None
     guided_json: dict[str, Any] | str | None = Field(
@@ -256,7 +259,6 @@ UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "use_beam_search": (_neutral(False), "beam search is not implemented"),
     "length_penalty": (_neutral(1, 1.0), "it applies to beam search only"),
     "spaces_between_special_tokens": (_neutral(True), "decoding follows the tokenizer"),
-    "prompt_logprobs": (_neutral(), "prompt logprobs are not computed"),
     "bad_words": (_neutral([]), "use logit_bias to ban single tokens"),
     "guided_whitespace_pattern": (_neutral(), "JSON is generated without free whitespace"),
     "structural_tag": (_neutral(), "structural tags are not implemented"),
@@ -431,9 +433,17 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest, *,
     else:
         max_tokens = req.max_tokens
         logprobs = req.logprobs
-        if req.echo and logprobs is not None:
-            raise ApiError(400, "'echo' with 'logprobs' needs prompt logprobs, which are not "
-                                "computed; drop one of them", param="echo")
+    prompt_logprobs = req.prompt_logprobs
+    if prompt_logprobs is not None:
+        if prompt_logprobs == -1:
+            raise ApiError(400, f"'prompt_logprobs' -1 (the whole vocabulary) is more than this "
+                                f"server's max logprobs ({MAX_LOGPROBS}); ask for at most "
+                                f"{MAX_LOGPROBS}", param="prompt_logprobs")
+        if req.stream:  # as vLLM: a stream has nowhere to put them
+            raise ApiError(400, "'prompt_logprobs' are not available with 'stream': true",
+                           param="prompt_logprobs")
+    elif not chat and req.echo and logprobs is not None:
+        prompt_logprobs = logprobs  # the echoed prompt's tokens get logprobs too (vLLM's)
     if max_tokens is None:
         max_tokens = max(1, default_max_tokens)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
@@ -451,7 +461,8 @@ def sampling_params(req: CompletionRequest | ChatCompletionRequest, *,
         presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
         repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
         logit_bias=_logit_bias(req.logit_bias), allowed_token_ids=req.allowed_token_ids,
-        logprobs=logprobs, include_stop_str_in_output=req.include_stop_str_in_output,
+        logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+        include_stop_str_in_output=req.include_stop_str_in_output,
         skip_special_tokens=req.skip_special_tokens, n=req.n, best_of=req.best_of,
         guided=guided_decoding(req)[0])
 

@@ -14,15 +14,40 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def completion_logprobs(samples: list[Sample], tokenizer, offset: int) -> dict:
-    tokens = [tokenizer.decode([s.token]) for s in samples]
+def completion_logprobs(samples: list[Sample], tokenizer, offset: int,
+                        prompt: tuple[list[int], list[Sample | None]] | None = None) -> dict:
+    """The legacy `logprobs` object of `samples`, text offsets from `offset`. `prompt`
+    (echo): the prompt's ids and prompt logprobs, whose entries come first (null
+    token_logprobs and top_logprobs for the first token, as vLLM), each token's offset
+    following the one before it."""
+    entries = list(zip(*prompt)) if prompt is not None else []
+    entries += [(s.token, s) for s in samples]
+    tokens = [tokenizer.decode([t]) for t, _ in entries]
     offsets, pos = [], offset
     for t in tokens:
         offsets.append(pos)
         pos += len(t)
-    return {"tokens": tokens, "token_logprobs": [s.logprob for s in samples],
-            "top_logprobs": [_top(s, tokenizer) for s in samples],
+    return {"tokens": tokens,
+            "token_logprobs": [s.logprob if s is not None else None for _, s in entries],
+            "top_logprobs": [_top(s, tokenizer) if s is not None else None for _, s in entries],
             "text_offset": offsets}
+
+
+def prompt_logprobs(prompt_ids: list[int], samples: list[Sample | None], tokenizer) -> list:
+    """vLLM's `prompt_logprobs` body: per prompt token null (the first) or {token id: {logprob,
+    rank, decoded_token}} of the token itself and the top k at its position."""
+    out: list = []
+    for token, s in zip(prompt_ids, samples):
+        if s is None:
+            out.append(None)
+            continue
+        entry = {str(token): {"logprob": s.logprob, "rank": s.rank,
+                              "decoded_token": tokenizer.decode([token])}}
+        for rank, (t, lp) in enumerate(s.top_logprobs or [], start=1):
+            entry.setdefault(str(t), {"logprob": lp, "rank": rank,
+                                      "decoded_token": tokenizer.decode([t])})
+        out.append(entry)
+    return out
 
 
 def _top(sample: Sample, tokenizer) -> dict:

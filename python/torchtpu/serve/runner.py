@@ -28,7 +28,7 @@ import logging
 import sys
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -101,6 +101,10 @@ def _own_copy(fn):
                               fn.__defaults__, fn.__closure__)
 
 
+# on_rows(item, first token index in the item, f32 CPU logits [n, vocab])
+RowsCallback = Callable[["StepItem", int, torch.Tensor], None]
+
+
 @dataclass
 class StepItem:
     """What the runner needs of one scheduled request (a view of the scheduler's item)."""
@@ -109,6 +113,13 @@ class StepItem:
     start_pos: int
     page_ids: list[int]
     num_logits: int = 0  # logits rows wanted: those of the last num_logits tokens
+    # More logits rows (prompt logprobs): tokens [a, b) of token_ids, handed to execute's
+    # on_rows a group of rows at a time instead of being returned.
+    row_span: tuple[int, int] | None = None
+    # False: the tokens' keys and values go to the scratch page, and attention reads their
+    # context, these positions included, from page_ids (positions already computed, as
+    # in a prefix cache hit): a forward pass for logits only, which writes no page.
+    write_kv: bool = True
 
 
 @dataclass(frozen=True)
@@ -270,9 +281,15 @@ class ModelRunner:
             self._warm_graphs = now
 
     # --- execution ----------------------------------------------------------------------
-    def execute(self, items: Sequence[StepItem]) -> dict[str, torch.Tensor]:
+    def execute(self, items: Sequence[StepItem], on_rows: RowsCallback | None = None
+                ) -> dict[str, torch.Tensor]:
         """Runs the forward pass of one schedule. Returns, for each item with num_logits,
-        the f32 logits (on the CPU) of its last num_logits tokens, [num_logits, vocab]."""
+        the f32 logits (on the CPU) of its last num_logits tokens, [num_logits, vocab].
+        The rows of items' row_span go to `on_rows(item, first, logits)`: logits
+        [n, vocab] (f32, CPU) of the item's tokens first .. first + n - 1, at most the
+        largest row bucket at a time (the head runs again on the step's hidden states
+        for each group, in the shapes warm-up compiled), so a long span never holds
+        [span, vocab] at once."""
         if not items:
             return {}
         n_tokens = sum(len(it.token_ids) for it in items)
@@ -290,25 +307,29 @@ class ModelRunner:
             from torchtpu.dynamo import backend
 
             with backend.expected_recompiles():
-                return self._forward(t, c, r, items)
-        logits = self._forward(t, c, r, items)
+                return self._forward(t, c, r, items, on_rows)
+        logits = self._forward(t, c, r, items, on_rows)
         self._check_no_compile()
         return logits
 
-    def _forward(self, t: int, c: int, r: int,
-                 items: Sequence[StepItem]) -> dict[str, torch.Tensor]:
+    def _forward(self, t: int, c: int, r: int, items: Sequence[StepItem],
+                 on_rows: RowsCallback | None = None) -> dict[str, torch.Tensor]:
         ps, s, p = self.page_size, self.max_num_seqs, c // self.page_size
         tokens, positions, slots = [0] * t, [0] * t, [self.scratch_slot] * t
         query_start = [0] * (s + 1)
         pages = [self.num_pages] * (s * p)
         rows = [0] * self.row_buckets[-1]
         n = k = 0
+        spans = []  # (item, its first token's row in the step) of items with a row_span
         for i, it in enumerate(items):
             for j, tok in enumerate(it.token_ids):
                 pos = it.start_pos + j
                 tokens[n + j] = tok
                 positions[n + j] = pos
-                slots[n + j] = it.page_ids[pos // ps] * ps + pos % ps
+                if it.write_kv:
+                    slots[n + j] = it.page_ids[pos // ps] * ps + pos % ps
+            if it.row_span is not None and it.row_span[1] > it.row_span[0]:
+                spans.append((it, n))
             used = it.page_ids[:p]
             pages[i * p:i * p + len(used)] = used
             n += len(it.token_ids)
@@ -329,6 +350,11 @@ class ModelRunner:
             h = self._layers(h, meta, self.k_caches[g.start:g.stop],
                              self.v_caches[g.start:g.stop], d.inv_freq, d.rope_scale,
                              d.layers[g.start:g.stop], t, s, p, **static)
+        if spans:
+            self._span_rows(h, lay, tokens + positions + slots + query_start + pages, spans,
+                            on_rows)
+        if k == 0 and items:  # nothing to sample (warm-up, items=[], compiles the head)
+            return {}
         out = self._run_head(h, meta, lay)
         if k == 0:
             return {}
@@ -339,6 +365,29 @@ class ModelRunner:
                 result[it.request_id] = out[k:k + it.num_logits]
                 k += it.num_logits
         return result
+
+    def _span_rows(self, h: torch.Tensor, lay: _Layout, inputs: list[int],
+                   spans: list[tuple[StepItem, int]], on_rows: RowsCallback | None) -> None:
+        """The head over the row_span rows of `spans`, in groups of at most the largest
+        row bucket; each group's logits go to `on_rows` per item, then are dropped."""
+        if on_rows is None:
+            raise ValueError("serve: StepItem.row_span needs execute(on_rows=...)")
+        wanted = [(it, j, base + j) for it, base in spans for j in range(*it.row_span)]
+        most = self.row_buckets[-1]
+        for g in range(0, len(wanted), most):
+            group = wanted[g:g + most]
+            r = _bucket(len(group), self.row_buckets)
+            glay = _Layout(lay.t, lay.s, lay.p, r, most)
+            rows = [row for _, _, row in group] + [0] * (most - len(group))
+            out = self._run_head(h, self._meta(glay, inputs + rows), glay).cpu()
+            i = 0
+            while i < len(group):  # consecutive rows of one item go out together
+                it, first = group[i][0], group[i][1]
+                e = i + 1
+                while e < len(group) and group[e][0] is it:
+                    e += 1
+                on_rows(it, first, out[i:e])
+                i = e
 
     def _meta(self, lay: _Layout, values: list[int] | None = None) -> torch.Tensor:
         """The step's integer inputs as one device tensor (one host transfer per step)."""

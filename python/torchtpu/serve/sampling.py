@@ -9,7 +9,8 @@ and min-p, then a draw from the request's own generator, so a request with a ``s
 gives the same tokens whatever else is in the batch. Temperatures below ``GREEDY_BELOW``
 (and 0) are greedy: dividing by them overflows f32. Log-probabilities are those of the raw
 model output (vLLM's default). A row with no finite logit left is the request's failure
-(``SamplingError``), never the engine's.
+(``SamplingError``), never the engine's. Prompt logprobs (``prompt_logprob_samples``) are
+read from the raw rows of the prompt's positions the same way.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class SamplingParams:
     logit_bias: dict[int, float] = field(default_factory=dict)
     allowed_token_ids: list[int] | None = None
     logprobs: int | None = None  # None: none; 0: the chosen token's; n: plus the top n
+    # Of the prompt's tokens (vLLM's): None: none; k: each prompt token's and the top k at
+    # its position (the first token has none: nothing precedes it).
+    prompt_logprobs: int | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     n: int = 1  # sequences returned (callers fork them with `fork`)
@@ -107,6 +111,9 @@ class SamplingParams:
         if self.logprobs is not None and (not is_int(self.logprobs)
                                           or not 0 <= self.logprobs <= MAX_LOGPROBS):
             bad("logprobs", self.logprobs, f"an integer in [0, {MAX_LOGPROBS}]")
+        if self.prompt_logprobs is not None and (not is_int(self.prompt_logprobs) or
+                                                 not 0 <= self.prompt_logprobs <= MAX_LOGPROBS):
+            bad("prompt_logprobs", self.prompt_logprobs, f"an integer in [0, {MAX_LOGPROBS}]")
         if self.seed is not None and (not is_int(self.seed)
                                       or not INT64_MIN <= self.seed <= INT64_MAX):
             bad("seed", self.seed, "an integer in [-2**63, 2**63 - 1]")
@@ -148,13 +155,16 @@ class SamplingParams:
 
     def fork(self) -> list[SamplingParams]:
         """One single-sequence copy per sequence to generate. With a seed, copy i draws
-        from seed + i (as vLLM does), so the sequences differ but are reproducible."""
+        from seed + i (as vLLM does), so the sequences differ but are reproducible. Only
+        the first copy keeps prompt_logprobs: the copies share the prompt, whose logprobs
+        are computed once."""
         def seed(i: int) -> int | None:
             if self.seed is None:
                 return None
             return (self.seed + i - INT64_MIN) % 2**64 + INT64_MIN  # wraps within int64
 
-        return [replace(self, n=1, best_of=None, seed=seed(i))
+        return [replace(self, n=1, best_of=None, seed=seed(i),
+                        prompt_logprobs=self.prompt_logprobs if i == 0 else None)
                 for i in range(self.num_sequences)]
 
 
@@ -163,6 +173,28 @@ class Sample:
     token: int
     logprob: float | None = None  # always set by RequestSampler (best_of ranks by it)
     top_logprobs: list[tuple[int, float]] | None = None
+    rank: int | None = None  # of `token` among the vocabulary (1: the most likely); prompt only
+
+
+def prompt_logprob_samples(logits: torch.Tensor, targets: list[int], k: int) -> list[Sample]:
+    """Prompt logprobs: row i of `logits` [rows, vocab] is the model's output at a prompt
+    position, `targets[i]` the prompt token that follows it. Returns per row that token's
+    log-probability under the raw model and its rank, with the `k` most likely tokens (an
+    empty list for k = 0). Only these leave: the rows themselves are dropped by the caller."""
+    raw = torch.nan_to_num(logits.to(torch.float32), nan=float("-inf"), posinf=_F32_MAX,
+                           neginf=float("-inf"))
+    logp = torch.log_softmax(raw, dim=-1)
+    ids = torch.tensor(targets, dtype=torch.long).unsqueeze(1)
+    chosen = logp.gather(1, ids)
+    ranks = (logp > chosen).sum(dim=1) + 1
+    chosen = chosen.squeeze(1).tolist()
+    ranks = ranks.tolist()
+    if k:
+        values, top_ids = torch.topk(logp, k, dim=-1)
+        tops = [list(zip(i, v)) for i, v in zip(top_ids.tolist(), values.tolist())]
+    else:
+        tops = [[] for _ in targets]
+    return [Sample(t, lp, top, rank) for t, lp, top, rank in zip(targets, chosen, tops, ranks)]
 
 
 class RequestSampler:

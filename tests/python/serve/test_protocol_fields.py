@@ -267,6 +267,20 @@ def c_echo(e):
     assert text == e.text(echo=True)
     keys = {frozenset(c) for ch in chunks for c in ch["choices"]}
     assert len(keys) == 1 and "stop_reason" in next(iter(keys)), keys
+    # With logprobs the echoed prompt's tokens have them too (null for the first).
+    lp = e.ok(echo=True, max_tokens=0, logprobs=1)["choices"][0]["logprobs"]
+    assert "".join(lp["tokens"]) == "To be, or not to be" and lp["token_logprobs"][0] is None
+    assert all(v < 0 for v in lp["token_logprobs"][1:])
+
+
+def c_prompt_logprobs(e):
+    body = e.ok(prompt_logprobs=2)
+    plp = body["prompt_logprobs"] if e.chat else body["choices"][0]["prompt_logprobs"]
+    assert len(plp) == body["usage"]["prompt_tokens"] and plp[0] is None
+    assert all(2 <= len(entry) <= 3 for entry in plp[1:])
+    assert "prompt_logprobs" not in e.ok()["choices"][0]
+    e.refused("prompt_logprobs", prompt_logprobs=21)
+    e.refused("prompt_logprobs", prompt_logprobs=1, stream=True)
 
 
 def c_logprobs_completion(e):
@@ -450,6 +464,7 @@ SHARED = {
     "guided_grammar": c_guided("guided_grammar", 'root ::= "ab"+',
                                lambda t: re.fullmatch("(ab)+", t)),
     "guided_decoding_backend": c_guided_decoding_backend,
+    "prompt_logprobs": c_prompt_logprobs,
 }
 COMPLETION = dict(SHARED, prompt=c_prompt, max_tokens=c_max_tokens, echo=c_echo,
                   logprobs=c_logprobs_completion, add_special_tokens=c_add_special_tokens)
