@@ -62,6 +62,11 @@ std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& op, int id) {
     info->written.push_back(w);
     info->writes |= w;
     info->optional_tensor_lists |= is_optional_tensor_list_type(a);
+    c10::TypePtr t = a.type();
+    if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
+    if (t->kind() == c10::TypeKind::GeneratorType) {
+      info->generator_arg = static_cast<int>(info->formals.size()) - 1;
+    }
   }
   const std::string& n = info->name;
   info->data_dependent = is_data_dependent(n);

@@ -42,6 +42,7 @@ struct OpInfo {
   bool optional_tensor_lists = false;  // has a Tensor?[] argument (index masks)
   bool shape_from_scalars = false;     // arange/linspace/logspace: scalar values are keys
   bool writes_unreturned = false;      // writes_unreturned_args (op_special_cases.h)
+  int generator_arg = -1;              // the Generator? argument's position, or -1
   // An in-place _foreach_ op: per written tensor list argument, its tensors' version
   // counters are bumped by the backend kernel (autograd's in-place checks read them), as
   // CUDA's foreach kernels and the CPU's per-tensor path do.

@@ -332,9 +332,34 @@ bool ran_items_in_order(const c10::OperatorHandle& op, const OpInfo& info,
 
 }  // namespace
 
+namespace {
+
+// A tpu generator routes a call here even when no tensor is on tpu (a DataLoader draws its
+// seed into a 0-d CPU tensor with the generator it was given): the CPU kernel's refusal of
+// another device's generator, as a CUDA generator gets it there.
+void check_generator_device(const OpInfo& info, const c10::FunctionSchema& schema,
+                            const torch::jit::Stack& stack) {
+  auto args = torch::jit::last(stack, schema.arguments().size());
+  const c10::IValue& g = args[info.generator_arg];
+  if (!g.isGenerator() || !g.toGenerator().defined() ||
+      !g.toGenerator().device().is_privateuseone()) {
+    return;
+  }
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_privateuseone()) {
+      return;
+    }
+  }
+  TORCH_CHECK(false, "Expected a 'cpu' device type for generator but found '",
+              c10::DeviceTypeName(c10::DeviceType::PrivateUse1, true), "'");
+}
+
+}  // namespace
+
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpInfo& info = op_info(op);
   const c10::FunctionSchema& schema = op.schema();
+  if (info.generator_arg >= 0) check_generator_device(info, schema, *stack);
   if (ran_items_in_order(op, info, schema, stack)) return;
   ListVersionBump bump(info, schema, *stack);
   runtime::trace::Label label(info.name.c_str());

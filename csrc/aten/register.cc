@@ -55,11 +55,18 @@ at::Tensor filled_if_deterministic(at::Tensor t) {
   return t;
 }
 
+// pin_memory=True names page-locked host memory, which a device tensor is not (CUDA's
+// factories refuse it with these words; it was ignored).
+void check_not_pinned(std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,
                                std::optional<c10::Device> device, std::optional<bool> pin_memory,
                                std::optional<c10::MemoryFormat> memory_format) {
   TORCH_CHECK(!layout || *layout == c10::kStrided, "tpu: only strided tensors are supported, got ", *layout);
+  check_not_pinned(pin_memory);
   c10::ScalarType st = dtype.value_or(c10::get_default_dtype_as_scalartype());
   to_dtype(st);  // rejects unsupported dtypes with a clear message
   check_plugin_dtype(st);
@@ -75,6 +82,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
                          std::optional<c10::Device> device, std::optional<bool> pin_memory) {
   TORCH_CHECK(!layout || *layout == c10::kStrided, "tpu: only strided tensors are supported, got ", *layout);
+  check_not_pinned(pin_memory);
   c10::ScalarType st = dtype.value_or(c10::get_default_dtype_as_scalartype());
   to_dtype(st);
   check_plugin_dtype(st);
@@ -124,6 +132,12 @@ void nested_unsupported(const c10::OperatorHandle& op, torch::jit::Stack* /*stac
                     "nn.TransformerEncoder makes one in eval mode with a src_key_padding_mask "
                     "(its sparsity fast path): construct it with enable_nested_tensor=False, "
                     "or set encoder.use_nested_tensor = False (the results are the same).");
+}
+
+void quantized_unsupported(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  refuse_layout(op, "quantized tpu tensor: quantized tensors (qint8, quint8, qint32, ...) are "
+                    "not supported on tpu. Call .dequantize() on the CPU before moving the "
+                    "tensor to tpu.");
 }
 
 }  // namespace
@@ -226,6 +240,10 @@ TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_unsupported>());
+}
+
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&quantized_unsupported>());
 }
 
 TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {

@@ -33,13 +33,14 @@ torch.utils.generate_methods_for_privateuse1_backend(
 )
 
 from torchtpu import _exit  # noqa: E402,F401  (brings our threads to rest before finalization)
-from torchtpu import _default_compile, _sharing, _storage  # noqa: E402
+from torchtpu import _default_compile, _dlpack, _sharing, _storage  # noqa: E402
 # tpu shape rules for Dynamo's fake tensors (not under torchtpu.dynamo: that package imports
 # AOTAutograd, which would cost every import ~1.5 s)
 from torchtpu import _fake_kernels  # noqa: E402,F401
 
 _sharing.register()
 _storage.register()
+_dlpack.register()
 _default_compile.route_default_backend()
 from torchtpu import debug  # noqa: E402
 from torchtpu import models  # noqa: E402  (stdlib-only until a model is converted)

@@ -120,6 +120,19 @@ def test_dlpack_round_trip_of_a_tensor_at_offset_zero() -> None:
     assert torch.equal(back.cpu(), x.cpu())
 
 
+def test_dlpack_protocol_of_a_tpu_tensor() -> None:
+    # torch.from_dlpack(obj) asks obj.__dlpack_device__() first, which PyTorch answers by
+    # the name "privateuse1": "Unknown device type tpu for Dlpack" once renamed.
+    from torch.utils.dlpack import DLDeviceType
+
+    x = torch.arange(6.0).to("tpu")
+    assert x.__dlpack_device__() == (DLDeviceType.kDLExtDev, 0)
+    back = torch.from_dlpack(x)
+    assert back.device == x.device and back.data_ptr() == x.data_ptr()
+    assert torch.equal(back.cpu(), torch.arange(6.0))
+    assert torch.arange(3.0).__dlpack_device__() == (DLDeviceType.kDLCPU, 0)
+
+
 def test_dlpack_of_a_view_with_an_offset_says_what_to_export() -> None:
     # Its pointer lies inside the storage, which a tpu storage cannot alias.
     from torch.utils.dlpack import from_dlpack, to_dlpack

@@ -329,10 +329,31 @@ def test_generator_of_another_device_is_refused_like_cuda() -> None:
     with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but "
                        "found 'tpu'"):
         torch.rand(3, generator=torch.Generator(TPU))
+    # A 0-d CPU tensor drawn with a tpu generator (a DataLoader's shuffle seed) reaches the
+    # tpu kernel: it raised an internal dispatcher error about _copy_from_and_resize.
+    from torch.utils.data import DataLoader
+
+    for draw in (lambda g: torch.empty((), dtype=torch.int64).random_(generator=g),
+                 lambda g: list(DataLoader(torch.arange(6), batch_size=3, shuffle=True,
+                                           generator=g))):
+        with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator "
+                           "but found 'tpu'"):
+            draw(torch.Generator(TPU))
     g = torch.Generator(TPU).manual_seed(3)
     a = torch.rand(3, device=TPU, generator=g)
     g.manual_seed(3)
     torch.testing.assert_close(torch.rand(3, device=TPU, generator=g).cpu(), a.cpu())
+
+
+@pytest.mark.parametrize("factory", [lambda: torch.empty(2, device=TPU, pin_memory=True),
+                                     lambda: torch.zeros(2, 3, device=TPU, pin_memory=True),
+                                     lambda: torch.empty_strided((2,), (1,), device=TPU,
+                                                                 pin_memory=True)],
+                         ids=["empty", "zeros", "empty_strided"])
+def test_pinned_device_tensors_are_refused_like_cuda(factory) -> None:
+    # pin_memory=True on a tpu factory was ignored (a tpu tensor, is_pinned() False).
+    with pytest.raises(RuntimeError, match="Only dense CPU tensors can be pinned"):
+        factory()
 
 
 def test_equal_compares_values_across_dtypes_like_cpu() -> None:
@@ -340,6 +361,19 @@ def test_equal_compares_values_across_dtypes_like_cpu() -> None:
     for a, b in [(x.int(), x), (x, x.double()), (x.int(), x + 0.5), (x.bool(), x),
                  (x, x[:3])]:
         assert torch.equal(a.to(TPU), b.to(TPU)) == torch.equal(a, b), (a.dtype, b.dtype)
+
+
+def test_quantized_tensors_are_refused_with_the_reason() -> None:
+    # It was the dispatcher's "Could not run 'aten::empty_quantized' ... 'Quantizedtpu'".
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantize_per_tensor is deprecated
+        q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)
+    with pytest.raises(NotImplementedError, match="quantized tensors .* are not supported on "
+                       r"tpu. Call .dequantize\(\)"):
+        q.to(TPU)
+    assert torch.equal(q.dequantize().to(TPU).cpu(), q.dequantize())
 
 
 def test_sparse_tensors_are_refused_with_the_reason() -> None:
