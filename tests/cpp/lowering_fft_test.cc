@@ -146,8 +146,9 @@ TEST(FftLowering, R2cTwoSidedIsTheFullTransform) {
 
 TEST(ComplexGate, LoweringsNotWrittenForComplexDecline) {
   HostTensor z{{DType::kC64, {3}}, {1, 2, 3, 4, 5, 6}};
-  // cumsum is lowered for real dtypes only: a complex call is unimplemented (CPU fallback).
-  auto lowered = lowering::lower_op("aten::cumsum", {tensor_arg(z), int_arg(0), none_arg()},
+  // _logcumsumexp is lowered for real dtypes only: a complex call is unimplemented (CPU
+  // fallback).
+  auto lowered = lowering::lower_op("aten::_logcumsumexp", {tensor_arg(z), int_arg(0)},
                                     {TensorType{DType::kC64, {3}}});
   ASSERT_FALSE(lowered.ok());
   EXPECT_EQ(lowered.status().code(), base::StatusCode::kUnimplemented);
@@ -157,6 +158,10 @@ TEST(ComplexGate, LoweringsNotWrittenForComplexDecline) {
   EXPECT_TRUE(lowering::accepts_complex("aten::_conj"));
   EXPECT_TRUE(lowering::accepts_complex("aten::vdot"));
   EXPECT_FALSE(lowering::accepts_complex("aten::maximum"));
+  // A list op takes complex where its item op does.
+  EXPECT_TRUE(lowering::accepts_complex("aten::_foreach_add_.List"));
+  EXPECT_TRUE(lowering::accepts_complex("aten::_foreach_norm.Scalar"));
+  EXPECT_FALSE(lowering::accepts_complex("aten::_foreach_maximum.List"));
 }
 
 TEST(ComplexLowering, MulAndAbsOfComplex) {
