@@ -150,7 +150,8 @@ class Recorder {
     const bool here = s.pending && s.pending->generation == g_.generation;
     g_.undo.push_back(UndoWrite{t.storage().getWeakStorageImpl(), g_.nodes.size(),
                                 s.pending ? nullptr : s.buffer(), here ? nullptr : s.pending,
-                                here ? s.pending->id : -1});
+                                here ? s.pending->id : -1,
+                                !s.pending && (!s.buffer() || s.zeros_only)});
   }
 
   int input(const runtime::BufferPtr& b) {
@@ -267,6 +268,17 @@ void undo_since(PendingGraph& g, const Mark& m, const std::string& error) {
     if (s == nullptr) continue;  // freed since: nothing can read it
     s->set_buffer(it->buffer);
     s->pending = it->id >= 0 ? rec.pending(it->id) : it->earlier;
+    if (it->unwritten) {
+      // Never written before the undone calls (torch.ones is empty + a recorded fill_):
+      // it would read as zeros, a value no call gave it; it reads as failed instead.
+      auto failed = std::make_shared<PendingValue>();
+      failed->device = g.device;
+      failed->generation = g.generation;
+      failed->id = -1;
+      failed->type = lowering::TensorType{base::DType::kU8, {static_cast<int64_t>(s->nbytes)}};
+      failed->error = error;
+      s->pending = std::move(failed);
+    }
   }
   // What the undone calls computed: tensors they returned read as failed.
   for (size_t id = m.types; id < g.values.size(); ++id) {

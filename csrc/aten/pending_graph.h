@@ -67,6 +67,7 @@ struct UndoWrite {
   runtime::BufferPtr buffer;
   std::shared_ptr<PendingValue> earlier;  // a value an earlier graph computed
   int id = -1;                            // >= 0: a value of this graph
+  bool unwritten = false;  // no call had written the storage (it read as zeros)
 };
 
 class PendingGraph {

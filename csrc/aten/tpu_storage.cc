@@ -70,6 +70,7 @@ runtime::BufferPtr ensure_buffer(StorageState& s, c10::ScalarType dtype) {
   lowering::TensorType t{to_dtype(dtype), {s.nbytes / item}};
   runtime::BufferPtr zeros = run_program(lowering::zeros_module(t), {}, s.device_index)[0];
   s.set_buffer(zeros);
+  s.zeros_only = true;
   return zeros;
 }
 
@@ -209,7 +210,9 @@ runtime::BufferPtr storage_buffer(const at::Tensor& t) {
                  numel * static_cast<int64_t>(t.element_size()) == b->size_bytes();
     std::vector<int64_t> dims(sizes.begin(), sizes.end());
     b = storage_bytes_as(s, t.scalar_type(), whole ? &dims : nullptr);
+    bool zeros_only = s.zeros_only;
     s.set_buffer(b);
+    s.zeros_only = zeros_only;
   }
   return b;
 }
@@ -350,7 +353,9 @@ runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype) {
   check_not_forked_child();
   ensure_buffer(s, dtype);
   runtime::BufferPtr b = storage_bytes_as(s, dtype);
+  bool zeros_only = s.zeros_only;  // the same bytes, read as `dtype`
   s.set_buffer(b);
+  s.zeros_only = zeros_only;
   return b;
 }
 

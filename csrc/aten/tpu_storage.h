@@ -24,7 +24,13 @@ struct PendingValue;  // fused_eager.h
 struct StorageState {
   // The current buffer: null until first read or write.
   runtime::BufferPtr buffer() const { return std::atomic_load(&buffer_); }
-  void set_buffer(runtime::BufferPtr b) { std::atomic_store(&buffer_, std::move(b)); }
+  void set_buffer(runtime::BufferPtr b) {
+    std::atomic_store(&buffer_, std::move(b));
+    zeros_only = false;
+  }
+  // The buffer holds only the zeros a read of a never-written storage made
+  // (ensure_buffer): no call has written it yet. Fused eager's undo reads it.
+  bool zeros_only = false;
 
   int device_index = 0;
   int64_t nbytes = 0;

@@ -159,6 +159,23 @@ def test_a_failed_check_is_raised_at_the_next_flush_and_undoes_its_op_and_later_
         assert (x + 1).cpu().tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]  # recording goes on
 
 
+def test_tensors_first_filled_after_a_failed_check_read_as_failed() -> None:
+    # torch.ones / full / randn are an empty storage and a recorded fill: undoing the fill
+    # left the never-written storage, which read as zeros (a value no call gave it).
+    with eager_mode("fused"):
+        x = torch.arange(6.0, device=TPU) * 2
+        x.index_select(0, torch.tensor([7], device=TPU))  # fails its check at the run
+        made = [torch.ones(3, device=TPU), torch.full((3,), 7.0, device=TPU),
+                torch.randn(3, device=TPU), torch.empty(3, device=TPU).fill_(4)]
+        with pytest.raises(IndexError):
+            x.cpu()
+        for t in made:
+            with pytest.raises(RuntimeError, match="failed a data check"):
+                t.cpu()
+        again = torch.ones(3, device=TPU)  # recording goes on
+        assert again.cpu().tolist() == [1.0, 1.0, 1.0]
+
+
 def test_interpolation_over_a_shape_class_matches_the_cpu() -> None:
     # Inputs of the same structure at other sizes join a shape class; nearest interpolation
     # to a fixed size scales its indices by a ratio of sizes, a float of each size.
