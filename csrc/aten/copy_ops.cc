@@ -185,7 +185,9 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   }
   int64_t item = static_cast<int64_t>(self.element_size());
   int64_t needed = (self.storage_offset() + numel) * item;
-  int64_t old_nbytes = storage_state(self).nbytes;
+  // The storage's own size: its state's buffer may be larger (a fused graph padded to a
+  // shape bucket leaves the bucket-sized buffer, whose prefix the storage is).
+  int64_t old_nbytes = static_cast<int64_t>(self.storage().nbytes());
   if (needed > old_nbytes) {
     // Grow: keep the old contents and zero-fill the rest, like an allocation would.
     resize_storage_bytes(self.storage().unsafeGetStorageImpl(), needed);

@@ -89,7 +89,12 @@ void resize_storage_bytes(c10::StorageImpl* impl, int64_t nbytes) {
   TORCH_CHECK(impl->resizable(), "tpu: trying to resize a storage that is not resizable");
   StorageState* s = find_storage_state(impl->data_ptr());
   TORCH_INTERNAL_ASSERT(s != nullptr, "tpu: storage without a StorageState");
-  if (nbytes == s->nbytes) return;
+  if (nbytes == s->nbytes) {
+    // The state's buffer may already be that size while the storage is a prefix of it (a
+    // fused graph padded to a shape bucket): the storage takes the buffer's size.
+    impl->set_nbytes(nbytes);
+    return;
+  }
   if (s->pending) materialize(*s);
   runtime::BufferPtr held = s->buffer();
   if (held && (nbytes == 0 || held->size_bytes() == 0)) {

@@ -176,6 +176,25 @@ def test_tensors_first_filled_after_a_failed_check_read_as_failed() -> None:
         assert again.cpu().tolist() == [1.0, 1.0, 1.0]
 
 
+def test_resizing_a_result_a_shape_class_ran_padded() -> None:
+    # A padded graph leaves its output's storage a prefix of the bucket-sized buffer:
+    # resize_ and out= compared the new size with the buffer's, so the storage kept its
+    # old size and indexing the new rows raised "out of bounds for storage".
+    with eager_mode("fused"):
+        for n in (5, 6, 7):  # 6 and 7 are later lengths of 5's shape class: run padded
+            y = torch.ones(n, 4).to(TPU) * 2
+            y.sum().item()
+            y.resize_(16, 4)
+            assert y.untyped_storage().nbytes() == 16 * 16
+            assert y[:n].cpu().tolist() == [[2.0] * 4] * n
+            y[15].cpu()
+            z = torch.ones(n, 4).to(TPU) * 2
+            z.sum().item()
+            torch.mul(torch.ones(8, 4, device=TPU), 3, out=z)  # out= resizes z
+            assert z.untyped_storage().nbytes() == 8 * 16
+            assert z.cpu().tolist() == [[3.0] * 4] * 8
+
+
 def test_interpolation_over_a_shape_class_matches_the_cpu() -> None:
     # Inputs of the same structure at other sizes join a shape class; nearest interpolation
     # to a fixed size scales its indices by a ratio of sizes, a float of each size.
