@@ -151,7 +151,7 @@ class Recorder {
     g_.undo.push_back(UndoWrite{t.storage().getWeakStorageImpl(), g_.nodes.size(),
                                 s.pending ? nullptr : s.buffer(), here ? nullptr : s.pending,
                                 here ? s.pending->id : -1,
-                                !s.pending && (!s.buffer() || s.zeros_only)});
+                                !s.pending && (!s.buffer() || s.zeros_only())});
   }
 
   int input(const runtime::BufferPtr& b) {
@@ -273,7 +273,7 @@ void undo_since(PendingGraph& g, const Mark& m, const std::string& error) {
       // it would read as zeros, a value no call gave it; it reads as failed instead.
       auto failed = std::make_shared<PendingValue>();
       failed->device = g.device;
-      failed->generation = g.generation;
+      failed->generation = 0;  // no graph's (they count from 1): never read as pending
       failed->id = -1;
       failed->type = lowering::TensorType{base::DType::kU8, {static_cast<int64_t>(s->nbytes)}};
       failed->error = error;

@@ -69,8 +69,7 @@ runtime::BufferPtr ensure_buffer(StorageState& s, c10::ScalarType dtype) {
   int64_t item = c10::elementSize(dtype);
   lowering::TensorType t{to_dtype(dtype), {s.nbytes / item}};
   runtime::BufferPtr zeros = run_program(lowering::zeros_module(t), {}, s.device_index)[0];
-  s.set_buffer(zeros);
-  s.zeros_only = true;
+  s.set_buffer(zeros, /*zeros_only=*/true);
   return zeros;
 }
 
@@ -210,9 +209,7 @@ runtime::BufferPtr storage_buffer(const at::Tensor& t) {
                  numel * static_cast<int64_t>(t.element_size()) == b->size_bytes();
     std::vector<int64_t> dims(sizes.begin(), sizes.end());
     b = storage_bytes_as(s, t.scalar_type(), whole ? &dims : nullptr);
-    bool zeros_only = s.zeros_only;
-    s.set_buffer(b);
-    s.zeros_only = zeros_only;
+    s.set_buffer(b, s.zeros_only());
   }
   return b;
 }
@@ -353,9 +350,7 @@ runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype) {
   check_not_forked_child();
   ensure_buffer(s, dtype);
   runtime::BufferPtr b = storage_bytes_as(s, dtype);
-  bool zeros_only = s.zeros_only;  // the same bytes, read as `dtype`
-  s.set_buffer(b);
-  s.zeros_only = zeros_only;
+  s.set_buffer(b, s.zeros_only());  // the same bytes, read as `dtype`
   return b;
 }
 

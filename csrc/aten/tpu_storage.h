@@ -15,6 +15,8 @@
 
 #include <memory>
 
+#include <atomic>
+
 #include "runtime/buffer.h"
 
 namespace torchtpu::aten {
@@ -24,13 +26,13 @@ struct PendingValue;  // fused_eager.h
 struct StorageState {
   // The current buffer: null until first read or write.
   runtime::BufferPtr buffer() const { return std::atomic_load(&buffer_); }
-  void set_buffer(runtime::BufferPtr b) {
+  // `zeros_only`: the buffer holds only the zeros a read of a never-written storage made
+  // (ensure_buffer), or those bytes read as another dtype: no call has written it yet.
+  void set_buffer(runtime::BufferPtr b, bool zeros_only = false) {
+    zeros_only_.store(zeros_only);
     std::atomic_store(&buffer_, std::move(b));
-    zeros_only = false;
   }
-  // The buffer holds only the zeros a read of a never-written storage made
-  // (ensure_buffer): no call has written it yet. Fused eager's undo reads it.
-  bool zeros_only = false;
+  bool zeros_only() const { return zeros_only_.load(); }  // read by fused eager's undo log
 
   int device_index = 0;
   int64_t nbytes = 0;
@@ -41,6 +43,7 @@ struct StorageState {
 
  private:
   runtime::BufferPtr buffer_;
+  std::atomic<bool> zeros_only_{false};
 };
 
 // The allocator registered for PrivateUse1 (tpu_allocator.h).

@@ -344,9 +344,10 @@ Value times_minus_i(Builder& b, Value z) {
   return make_complex(b, y, b.unary("negate", x));
 }
 
-// C defines the circular functions by the hyperbolic ones or back (csin(z) = -i csinh(iz),
-// ccos(z) = ccosh(iz), ctan(z) = -i ctanh(iz)), and so its special values: built the same
-// way from the functions above, they keep them.
+// C relates the circular and hyperbolic functions (csin(z) = -i csinh(iz), ccos(z) =
+// ccosh(iz), ctan(z) = -i ctanh(iz)): built from the functions above by those identities,
+// they keep C's infinities and NaNs. The sign of a zero part can differ from C's
+// (sinh(0 + 2i) is +0 + 0.909i here, -0 + 0.909i on the CPU); values are equal.
 // sinh: with x infinite and y not finite, inf + NaN i whatever x's sign (glibc's csinh,
 // which the CPU calls; C leaves the sign of the real part open).
 Value complex_sinh(Builder& b, Value z) {

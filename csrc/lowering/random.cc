@@ -54,9 +54,12 @@ Value bernoulli_mask(Builder& b, RandomBits& bits, const Dims& dims, double p) {
   return b.compare(raw, b.convert(u64_constant(b, threshold, dims), DType::kU32), "LT");
 }
 
-base::Status require_floating(LoweringContext& c) {
+// A floating out type, or (uniform_, normal_: PyTorch fills view_as_real(self)) complex.
+base::Status require_floating(LoweringContext& c, bool complex_too = false) {
   DType t = c.out_type().dtype;
-  if (base::is_floating(t) || base::is_complex(t)) return base::Status::ok_status();
+  if (base::is_floating(t) || (complex_too && base::is_complex(t))) {
+    return base::Status::ok_status();
+  }
   return base::invalid_argument("lowering: " + c.op_name() +
                                 " expects a floating point tensor (got " +
                                 base::dtype_name(c.out_type().dtype) + ")");
@@ -89,7 +92,7 @@ Value as_out(Builder& b, Value r, const TensorType& out) {
 // so the range stays half-open.
 Result lower_uniform(LoweringContext& c) {
   Builder& b = c.b();
-  if (auto s = require_floating(c); !s.ok()) return s;
+  if (auto s = require_floating(c, /*complex_too=*/true); !s.ok()) return s;
   if (is_empty(c)) return std::vector<Value>{b.zeros(c.out_type())};
   const TensorType out = real_view(c.out_type());
   RandomBits bits(c);
@@ -107,7 +110,7 @@ Result lower_uniform(LoweringContext& c) {
 // normal_(self, mean, std) and normal.{Tensor,float}_{Tensor,float}(mean, std): mean + std * z.
 Result lower_normal(LoweringContext& c) {
   Builder& b = c.b();
-  if (auto s = require_floating(c); !s.ok()) return s;
+  if (auto s = require_floating(c, /*complex_too=*/true); !s.ok()) return s;
   if (is_empty(c)) return std::vector<Value>{b.zeros(c.out_type())};
   // normal_ and its functional form (compiled graphs) take self first.
   bool in_place = c.op_name() == "aten::normal_" || c.op_name() == "aten::normal_functional";
@@ -353,8 +356,8 @@ Result lower_random(LoweringContext& c) {
 Result lower_exponential(LoweringContext& c) {
   Builder& b = c.b();
   if (auto s = require_floating(c); !s.ok()) return s;
-  if (is_empty(c)) return std::vector<Value>{b.zeros(c.out_type())};
-  const TensorType out = real_view(c.out_type());
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
   RandomBits bits(c);
   DType ct = compute_type(out.dtype);
   Value u = unit_uniform(b, bits, out.dims, ct);
@@ -383,8 +386,8 @@ Result lower_geometric(LoweringContext& c) {
 Result lower_log_normal(LoweringContext& c) {
   Builder& b = c.b();
   if (auto s = require_floating(c); !s.ok()) return s;
-  if (is_empty(c)) return std::vector<Value>{b.zeros(c.out_type())};
-  const TensorType out = real_view(c.out_type());
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
   RandomBits bits(c);
   DType ct = compute_type(out.dtype);
   Value z = standard_normal(b, bits, out.dims, ct);
@@ -396,8 +399,8 @@ Result lower_log_normal(LoweringContext& c) {
 Result lower_cauchy(LoweringContext& c) {
   Builder& b = c.b();
   if (auto s = require_floating(c); !s.ok()) return s;
-  if (is_empty(c)) return std::vector<Value>{b.zeros(c.out_type())};
-  const TensorType out = real_view(c.out_type());
+  const TensorType& out = c.out_type();
+  if (is_empty(c)) return std::vector<Value>{b.zeros(out)};
   RandomBits bits(c);
   DType ct = compute_type(out.dtype);
   Value u = unit_uniform(b, bits, out.dims, ct);

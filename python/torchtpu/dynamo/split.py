@@ -95,12 +95,14 @@ def is_data_dependent(node: torch.fx.Node) -> bool:
 
 def data_dependent_ops(gm: torch.fx.GraphModule, producers_only: bool = False) -> list[str]:
     """The ops of `gm`'s data-dependent nodes (`is_data_dependent`), each once; with
-    `producers_only`, those that make such a size (nonzero, item(), a mask index)."""
+    `producers_only`, those that make such a size (nonzero, item(), a mask index) or
+    write through a mask."""
     names: list[str] = []
     for node in gm.graph.nodes:
         if not is_data_dependent(node) or not isinstance(node.target, torch._ops.OpOverload):
             continue
-        if producers_only and not node.meta.get("unbacked_bindings"):
+        if producers_only and not (node.meta.get("unbacked_bindings") or
+                                   _writes_through_a_mask(node)):
             continue
         if op_name(node.target) not in names:
             names.append(op_name(node.target))
@@ -196,8 +198,8 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
         unlowered_splits[name] += 1
     dependent = data_dependent_ops(gm, producers_only=True)
     shown = [n for n in names if n != "aten::_assert_scalar" and n not in dependent]
-    reasons = (["no lowering"] if shown else []) + (["sizes known only from data"] if dependent
-                                                     else [])
+    reasons = (["no lowering"] if shown else []) + (
+        ["sizes or positions known only from data"] if dependent else [])
     message = (f"torchtpu: a compiled graph runs {', '.join(shown + dependent)} eagerly "
                f"between compiled pieces ({'; '.join(reasons)}): each call runs one program "
                "per piece and those ops as eager mode runs them")
