@@ -1,7 +1,9 @@
-// Complex numbers: which lowerings take complex operands (accepts_complex), and the ops
-// that exist for them: polar, complex, angle, conj_physical, and the value forms of the
-// complex views (view_as_real, view_as_complex, real, imag, the conjugate and negative
-// views) that compiled graphs see.
+// Complex numbers: which lowerings take complex operands (accepts_complex), the ops that
+// exist for them (polar, complex, angle, conj_physical, and the value forms of the complex
+// views that compiled graphs see: view_as_real, view_as_complex, real, imag, the conjugate
+// and negative views), and the complex functions the elementwise lowerings call, with C's
+// special values where XLA's differ (abs, log, sqrt, exp, the circular, hyperbolic and
+// inverse functions, division).
 //
 // A complex64 value is XLA's complex<f32>. Lowerings outside the list below were written
 // for real dtypes (they compare, take maxima, pick float32 for non-float inputs): a call

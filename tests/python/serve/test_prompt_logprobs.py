@@ -91,6 +91,36 @@ def test_prompt_logprobs_over_a_prefix_cache_hit(llm, tiny_llama_dir):
     _check(tiny_llama_dir, ids, res.prompt_logprobs, 1)
 
 
+def test_a_read_only_pass_writes_no_page(llm):
+    # The pass that recomputes a cached prefix's logits (write_kv=False) sends its keys and
+    # values to the scratch page: every slot of the pool is bit for bit what it was, while
+    # the same pass writing its pages changes them.
+    from torchtpu.serve.runner import StepItem
+
+    runner = llm.engine.runner
+    ids = _prompt(llm.tokenizer, 20, 5)
+    llm.generate(ids, SamplingParams(max_tokens=1))  # the pool holds something
+    pool = runner.num_pages * runner.page_size  # the scratch page is past it
+
+    def snapshot():
+        return [c[:pool].cpu().clone() for c in runner.k_caches + runner.v_caches]
+
+    before = snapshot()
+    rows = []
+    item = StepItem("probe", ids[:12], 0, [0, 1], row_span=(0, 12), write_kv=False)
+    runner.execute([item], lambda it, first, logits: rows.append(logits.shape[0]))
+    assert sum(rows) == 12
+    assert all(torch.equal(a, b) for a, b in zip(snapshot(), before))
+    written = StepItem("probe", ids[:12], 0, [0, 1], row_span=(0, 12))
+    try:
+        runner.execute([written], lambda it, first, logits: None)
+        assert not all(torch.equal(a, b) for a, b in zip(snapshot(), before))
+    finally:  # pages 0 and 1 may hold a cached prefix the other tests read
+        for cache, saved in zip(runner.k_caches + runner.v_caches, before):
+            cache[:pool].copy_(saved)
+    assert all(torch.equal(a, b) for a, b in zip(snapshot(), before))
+
+
 def test_a_batch_neighbour_is_unaffected(llm, tiny_llama_dir):
     other = _prompt(llm.tokenizer, 30, 3)
     params = SamplingParams(max_tokens=8, temperature=0.0, logprobs=2)
