@@ -20,6 +20,22 @@
 namespace torchtpu::lowering {
 namespace {
 
+TensorType part_type(const Value& v) {
+  return TensorType{base::complex_component(v.dtype()), v.dims()};
+}
+
+}  // namespace
+
+Value real_part(Builder& b, Value z) {
+  return base::is_complex(z.dtype()) ? b.op("stablehlo.real", {z}, part_type(z)) : z;
+}
+
+Value imag_part(Builder& b, Value z) {
+  return base::is_complex(z.dtype()) ? b.op("stablehlo.imag", {z}, part_type(z)) : b.zeros(z.type);
+}
+
+namespace {
+
 using Result = base::StatusOr<std::vector<Value>>;
 
 // Base names (aten::<base>[_][.overload]) whose lowerings are written for complex dtypes:
@@ -71,18 +87,6 @@ const std::set<std::string, std::less<>>& complex_ops() {
       "_fft_c2c", "_fft_r2c", "_fft_c2r",
   };
   return *ops;
-}
-
-TensorType part_type(const Value& v) {
-  return TensorType{base::complex_component(v.dtype()), v.dims()};
-}
-
-Value real_part(Builder& b, Value z) {
-  return base::is_complex(z.dtype()) ? b.op("stablehlo.real", {z}, part_type(z)) : z;
-}
-
-Value imag_part(Builder& b, Value z) {
-  return base::is_complex(z.dtype()) ? b.op("stablehlo.imag", {z}, part_type(z)) : b.zeros(z.type);
 }
 
 Value make_complex(Builder& b, Value re, Value im) {

@@ -396,9 +396,8 @@ base::StatusOr<std::vector<Value>> lower_isnan(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
   if (base::is_complex(x.dtype())) {  // either part NaN
-    TensorType part{base::complex_component(x.dtype()), x.dims()};
-    Value re = b.op("stablehlo.real", {x}, part), im = b.op("stablehlo.imag", {x}, part);
-    return std::vector<Value>{b.binary("or", b.compare(re, re, "NE"), b.compare(im, im, "NE"))};
+    return std::vector<Value>{
+        b.binary("or", is_nan(b, real_part(b, x)), is_nan(b, imag_part(b, x)))};
   }
   if (!base::is_floating(x.dtype())) return std::vector<Value>{b.zeros(c.out_type())};
   return std::vector<Value>{b.compare(x, x, "NE")};

@@ -539,9 +539,7 @@ void register_elementwise_math_lowerings() {
     Value x = c.tensor(0);
     auto inf = [&b](Value v) { return b.compare(b.unary("abs", v), b.splat(INFINITY, v.type), "EQ"); };
     if (base::is_complex(x.dtype())) {  // either part infinite
-      TensorType part{base::complex_component(x.dtype()), x.dims()};
-      return std::vector<Value>{b.binary("or", inf(b.op("stablehlo.real", {x}, part)),
-                                         inf(b.op("stablehlo.imag", {x}, part)))};
+      return std::vector<Value>{b.binary("or", inf(real_part(b, x)), inf(imag_part(b, x)))};
     }
     if (!base::is_floating(x.dtype())) return std::vector<Value>{b.zeros(c.out_type())};
     return std::vector<Value>{inf(x)};

@@ -107,6 +107,9 @@ Value sign_bit(Builder& b, Value x);
 Value copysign(Builder& b, Value x, Value y);
 Value hypot(Builder& b, Value x, Value y);
 Value log_hypot(Builder& b, Value x, Value y);
+// The real and imaginary parts of z (of a real z: z itself and zeros) (complex.cc).
+Value real_part(Builder& b, Value z);
+Value imag_part(Builder& b, Value z);
 // Complex functions with C's (and PyTorch's CPU) special values (complex.cc).
 Value complex_abs(Builder& b, Value z);
 Value complex_log(Builder& b, Value z);

@@ -294,8 +294,7 @@ LoweringFn variance(bool take_sqrt, bool with_mean) {
     std::vector<Value> parts;
     if (base::is_complex(c.tensor_type(0).dtype)) {
       Value z = b.convert(c.tensor(0), base::complex_of(t));
-      TensorType part{t, z.dims()};
-      parts = {b.op("stablehlo.real", {z}, part), b.op("stablehlo.imag", {z}, part)};
+      parts = {real_part(b, z), imag_part(b, z)};
     } else {
       parts = {b.convert(c.tensor(0), t)};
     }
