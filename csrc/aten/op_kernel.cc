@@ -95,29 +95,27 @@ namespace {
 // (torch.tpu.manual_seed would not reproduce it, and the CPU's stream would advance) and
 // not from the tpu generator itself (the CPU kernel refuses another device's).
 void use_tpu_generator_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& formals = op.schema().arguments();
-  auto args = torch::jit::last(*stack, formals.size());
-  for (size_t i = 0; i < formals.size(); ++i) {
-    c10::TypePtr t = formals[i].type();
-    if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
-    if (t->kind() != c10::TypeKind::GeneratorType) continue;
-    at::Generator gen;
-    if (args[i].isGenerator() && args[i].toGenerator().defined()) {
-      gen = args[i].toGenerator();
-    } else {
-      c10::DeviceIndex index = -1;
-      for (const c10::IValue& v : args) {
-        if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_privateuseone()) {
-          index = v.toTensor().device().index();
-          break;
-        }
+  const OpInfo& info = op_info(op);
+  if (info.generator_arg < 0) return;
+  const size_t n = op.schema().arguments().size();
+  auto args = torch::jit::last(*stack, n);
+  const c10::IValue& arg = args[info.generator_arg];
+  at::Generator gen;
+  if (arg.isGenerator() && arg.toGenerator().defined()) {
+    gen = arg.toGenerator();
+  } else {
+    c10::DeviceIndex index = -1;
+    for (const c10::IValue& v : args) {
+      if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_privateuseone()) {
+        index = v.toTensor().device().index();
+        break;
       }
-      if (index < 0) index = static_cast<c10::DeviceIndex>(current_device_index());
-      gen = default_generator(index);
     }
-    check_tpu_generator(gen, op_info(op).name);
-    (*stack)[stack->size() - formals.size() + i] = cpu_generator_for_fallback(gen);
+    if (index < 0) index = static_cast<c10::DeviceIndex>(current_device_index());
+    gen = default_generator(index);
   }
+  check_tpu_generator(gen, info.name);
+  (*stack)[stack->size() - n + info.generator_arg] = cpu_generator_for_fallback(gen);
 }
 
 }  // namespace
