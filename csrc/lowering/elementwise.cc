@@ -447,7 +447,7 @@ void register_elementwise_lowerings() {
   register_lowering({"aten::clamp_min.Tensor_out", "aten::clamp_max.Tensor_out"}, lower_clamp);
   register_with_variants("lerp", {"Scalar", "Tensor"}, lower_lerp);
   register_lowering({"aten::lerp.Scalar_out", "aten::lerp.Tensor_out"}, lower_lerp);
-  register_lowering({"prims::fma", "prims::fma.default"}, lower_fma);
+  register_lowering({"prims::fma"}, lower_fma);
   register_with_variants("addcmul", {""}, addc("multiply"));
   register_with_variants("addcdiv", {""}, addc("divide"));
 
