@@ -215,3 +215,36 @@ def test_static_arguments_of_every_kind(compiled: bool) -> None:
     x = torch.randn(3, 4, 5)
     want = x.amax(dim=(0, 2), keepdim=True) * 0.5 + 3 + x.sum(0)[None]
     torch.testing.assert_close(run(x.to("tpu")).cpu(), want, **TOL)
+
+
+
+def _same_and_sum(x):
+    return x, jnp.sum(x, dtype=x.dtype)
+
+
+SAME_AND_SUM = torchtpu.jax_op("jaxtest::same_and_sum", _same_and_sum)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.uint8, torch.int16,
+                                   torch.uint16, torch.int32, torch.uint32, torch.int64,
+                                   torch.uint64, torch.float16, torch.bfloat16, torch.float32,
+                                   torch.float64, torch.complex64, torch.complex128], ids=str)
+def test_every_documented_dtype_goes_in_and_out(dtype: torch.dtype, compiled: bool) -> None:
+    # Each dtype docs/kernels.md lists: values come back bit for bit, integers at their
+    # extremes, and a sum in the dtype wraps as JAX's does (min + 1 + max is 0 for every
+    # integer dtype).
+    torch._dynamo.reset()
+    if dtype == torch.bool:
+        x, want_sum = torch.tensor([True, False, True]), torch.tensor(True)
+    elif dtype.is_floating_point or dtype.is_complex:
+        x = torch.tensor([0.0, -1.5, 3.25]).to(dtype)
+        want_sum = torch.tensor(1.75).to(dtype)
+    else:
+        info = torch.iinfo(dtype)
+        x, want_sum = torch.tensor([info.min, 1, info.max], dtype=dtype), torch.tensor(0)
+    fn = torch.compile(SAME_AND_SUM, backend="tpu") if compiled else SAME_AND_SUM
+    same, total = fn(x.to("tpu"))
+    assert same.dtype == dtype and torch.equal(same.cpu(), x)
+    assert total.dtype == dtype and total.shape == ()
+    assert torch.equal(total.cpu().to(torch.complex128), want_sum.to(torch.complex128))
