@@ -76,7 +76,8 @@ void bind_compile(py::module& m) {
       .def_readwrite("scalars", &lowering::GraphNode::scalars)
       .def_readwrite("out_types", &lowering::GraphNode::out_types)
       .def_readwrite("out_ids", &lowering::GraphNode::out_ids)
-      .def_readwrite("rng_ref", &lowering::GraphNode::rng_ref);
+      .def_readwrite("rng_ref", &lowering::GraphNode::rng_ref)
+      .def_readwrite("regions", &lowering::GraphNode::regions);
   py::class_<lowering::GraphSpec>(m, "GraphSpec")
       .def(py::init<>())
       .def_readwrite("inputs", &lowering::GraphSpec::inputs)
@@ -84,7 +85,8 @@ void bind_compile(py::module& m) {
       .def_readwrite("outputs", &lowering::GraphSpec::outputs)
       .def_readwrite("num_symbols", &lowering::GraphSpec::num_symbols)
       .def_readwrite("donations", &lowering::GraphSpec::donations)
-      .def_readwrite("padded", &lowering::GraphSpec::padded);
+      .def_readwrite("padded", &lowering::GraphSpec::padded)
+      .def_readwrite("regions", &lowering::GraphSpec::regions);
   m.def("encode_replica_groups", &lowering::encode_replica_groups, py::arg("groups"),
         "The text a compiled graph's functional collective carries in place of its group "
         "name: the replica groups of the graph's program.");

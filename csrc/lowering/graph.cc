@@ -63,8 +63,13 @@ class GraphValues {
 class NodeSource : public ValueSource {
  public:
   NodeSource(const GraphNode& node, int index, GraphValues& values, Builder& builder,
-             LoweredGraph& out)
-      : node_(node), index_(index), values_(values), builder_(builder), out_(out) {}
+             LoweredGraph& out, bool in_region)
+      : node_(node),
+        index_(index),
+        values_(values),
+        builder_(builder),
+        out_(out),
+        in_region_(in_region) {}
 
   Value tensor(size_t arg, int item) override {
     int id = -1;
@@ -97,6 +102,13 @@ class NodeSource : public ValueSource {
   }
 
   Value rng_state() override {
+    if (in_region_) {
+      // A state parameter would be one draw for every iteration of a loop.
+      fail(base::unimplemented("lowering: " + node_.op +
+                               " draws random numbers inside a torch.cond branch or "
+                               "while_loop body, which a compiled graph does not support"));
+      return builder_.zeros(TensorType{DType::kU64, {2}});
+    }
     if (node_.rng_ref >= 0) {
       return builder_.op("stablehlo.bitcast_convert", {values_.get(node_.rng_ref, node_.op)},
                          TensorType{DType::kU64, {2}});
@@ -122,18 +134,53 @@ class NodeSource : public ValueSource {
   GraphValues& values_;
   Builder& builder_;
   LoweredGraph& out_;
+  bool in_region_;
   base::Status status_;
 };
 
-}  // namespace
+using NodeChecks = std::vector<std::pair<Check, int>>;  // with the node that required it
 
-base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::string& module_name) {
-  Builder builder(module_name);
-  LoweredGraph out;
-  GraphValues values(graph, builder, out);
-  std::vector<std::pair<Check, int>> checks;  // with the node that required it
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    const GraphNode& node = graph.nodes[n];
+// Lowers a graph's nodes, and the subgraphs of its control-flow nodes as regions of
+// stablehlo.case / stablehlo.while that read the values defined around them.
+class GraphLowerer {
+ public:
+  GraphLowerer(Builder& builder, LoweredGraph& out) : builder_(builder), out_(out) {}
+
+  // Lowers `graph`'s nodes into `values`, their data checks into `checks`. `in_region`:
+  // the graph is a control-flow node's subgraph.
+  base::Status lower_nodes(const GraphSpec& graph, GraphValues& values, NodeChecks& checks,
+                           bool in_region) {
+    for (size_t n = 0; n < graph.nodes.size(); ++n) {
+      const GraphNode& node = graph.nodes[n];
+      int index = static_cast<int>(n);
+      std::vector<Value> results;
+      if (node.op == kCondOp || node.op == kWhileOp) {
+        TORCHTPU_ASSIGN_OR_RETURN(results, control_flow(graph, node, index, values, checks));
+      } else {
+        TORCHTPU_ASSIGN_OR_RETURN(results,
+                                  lower_node(graph, node, index, values, checks, in_region));
+      }
+      if (results.size() != node.out_ids.size()) {
+        return base::internal_error("lowering: " + node.op + " returned " +
+                                    std::to_string(results.size()) + " values (expected " +
+                                    std::to_string(node.out_ids.size()) + ")");
+      }
+      for (size_t k = 0; k < results.size(); ++k) {
+        if (!(results[k].type == node.out_types[k])) {
+          return base::internal_error("lowering: " + node.op + " result " + std::to_string(k) +
+                                      " has type " + results[k].type.str() + " (expected " +
+                                      node.out_types[k].str() + ")");
+        }
+        values.set(node.out_ids[k], results[k]);
+      }
+    }
+    return base::Status();
+  }
+
+ private:
+  base::StatusOr<std::vector<Value>> lower_node(const GraphSpec& graph, const GraphNode& node,
+                                                int index, GraphValues& values,
+                                                NodeChecks& checks, bool in_region) {
     const LoweringFn* fn = find_lowering(node.op);
     if (fn == nullptr) {
       return base::unimplemented("lowering: " + node.op + " has no lowering");
@@ -146,34 +193,232 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
                                       std::to_string(graph.num_symbols));
       }
     }
-    NodeSource source(node, static_cast<int>(n), values, builder, out);
-    LoweringContext ctx(builder, node.op, node.args, node.out_types, source);
+    NodeSource source(node, index, values, builder_, out_, in_region);
+    LoweringContext ctx(builder_, node.op, node.args, node.out_types, source);
     TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(ctx));
-    if (!builder.unsupported_error().empty()) {
+    if (!builder_.unsupported_error().empty()) {
       return base::unimplemented("lowering: " + node.op + " is not lowered for these dtypes (" +
-                                 builder.unsupported_error() + ")");
+                                 builder_.unsupported_error() + ")");
     }
     TORCHTPU_RETURN_IF_ERROR(source.status());
     TORCHTPU_RETURN_IF_ERROR(values.status());
-    if (!builder.misuse_error().empty()) {
+    if (!builder_.misuse_error().empty()) {
       return base::internal_error("lowering: " + node.op + " built an invalid program: " +
-                                  builder.misuse_error());
+                                  builder_.misuse_error());
     }
-    if (results.size() != node.out_ids.size()) {
-      return base::internal_error("lowering: " + node.op + " returned " +
-                                  std::to_string(results.size()) + " values (expected " +
-                                  std::to_string(node.out_ids.size()) + ")");
-    }
-    for (size_t k = 0; k < results.size(); ++k) {
-      if (!(results[k].type == node.out_types[k])) {
-        return base::internal_error("lowering: " + node.op + " result " + std::to_string(k) +
-                                    " has type " + results[k].type.str() + " (expected " +
-                                    node.out_types[k].str() + ")");
-      }
-      values.set(node.out_ids[k], results[k]);
-    }
-    for (const auto& c : ctx.checks()) checks.emplace_back(c, static_cast<int>(n));
+    for (const auto& c : ctx.checks()) checks.emplace_back(c, index);
+    return results;
   }
+
+  // Whether every check of a subgraph held (an i1 scalar, true without checks).
+  Value all_held(const NodeChecks& checks) {
+    Value ok = builder_.constant(1, DType::kBool);
+    for (const auto& [check, node] : checks) {
+      ok = builder_.binary("and", ok, builder_.all_of(check.ok));
+    }
+    return ok;
+  }
+
+  // The check a control-flow node reports for one subgraph's checks (whose values stay
+  // inside its region): `ok` is the flag the region hands out, the message each distinct
+  // message of the subgraph's checks.
+  static Check summary(Value ok, const std::vector<std::pair<std::string, CheckKind>>& seen) {
+    Check c{std::move(ok), "", seen.front().second};
+    for (const auto& [message, kind] : seen) {
+      if (c.message.find(message) == std::string::npos) {
+        c.message += (c.message.empty() ? "" : "; ") + message;
+      }
+    }
+    return c;
+  }
+  static std::vector<std::pair<std::string, CheckKind>> described(const NodeChecks& checks) {
+    std::vector<std::pair<std::string, CheckKind>> seen;
+    for (const auto& [check, node] : checks) seen.emplace_back(check.message, check.kind);
+    return seen;
+  }
+
+  // The node's tensor arguments from `first` on, as graph values.
+  std::vector<Value> tensor_args(const GraphNode& node, size_t first, GraphValues& values) {
+    std::vector<Value> vs;
+    for (size_t a = first; a < node.tensor_refs.size(); ++a) {
+      if (node.tensor_refs[a] >= 0) vs.push_back(values.get(node.tensor_refs[a], node.op));
+    }
+    return vs;
+  }
+
+  // A cond or while_loop node. The data checks of its subgraphs leave their regions as
+  // flags: one extra result per cond branch (true in the branches not taken), one extra
+  // loop state for a while body (and-ed over the iterations).
+  base::StatusOr<std::vector<Value>> control_flow(const GraphSpec& graph, const GraphNode& node,
+                                                  int index, GraphValues& values,
+                                                  NodeChecks& checks) {
+    for (int r : node.regions) {
+      if (r < 0 || r >= static_cast<int>(graph.regions.size())) {
+        return base::invalid_argument("lowering: " + node.op + " names subgraph " +
+                                      std::to_string(r) + " of " +
+                                      std::to_string(graph.regions.size()));
+      }
+    }
+    if (node.regions.size() != 2 || node.tensor_refs.empty()) {
+      return base::invalid_argument("lowering: " + node.op +
+                                    " needs two subgraphs and its tensor arguments");
+    }
+    base::Status status;
+    if (node.op == kCondOp) {
+      Value pred = values.get(node.tensor_refs[0], node.op);
+      if (!(pred.type == TensorType{DType::kBool, {}})) {
+        return base::invalid_argument("lowering: a cond's predicate is " + pred.type.str() +
+                                      ", not a bool scalar");
+      }
+      std::vector<Value> operands = tensor_args(node, 1, values);
+      // Branch 0 when the predicate holds, else branch 1.
+      Value branch = builder_.select(pred, builder_.constant_i64(0, DType::kI32),
+                                     builder_.constant_i64(1, DType::kI32));
+      size_t num_branches = node.regions.size();
+      std::vector<TensorType> types = node.out_types;
+      types.insert(types.end(), num_branches, TensorType{DType::kBool, {}});
+      std::vector<std::vector<std::pair<std::string, CheckKind>>> seen(num_branches);
+      std::vector<Builder::RegionBody> branches;
+      for (size_t b = 0; b < num_branches; ++b) {
+        branches.push_back([&, b](Builder&, const std::vector<Value>&) {
+          NodeChecks inner;
+          std::vector<Value> outs =
+              region(graph.regions[node.regions[b]], operands, node.out_types, inner, &status);
+          seen[b] = described(inner);
+          for (size_t k = 0; k < num_branches; ++k) {
+            outs.push_back(k == b ? all_held(inner) : builder_.constant(1, DType::kBool));
+          }
+          return outs;
+        });
+      }
+      std::vector<Value> results = builder_.case_of(branch, types, branches);
+      TORCHTPU_RETURN_IF_ERROR(status);
+      size_t num_outputs = node.out_types.size();
+      for (size_t b = 0; b < num_branches; ++b) {
+        if (!seen[b].empty()) checks.emplace_back(summary(results[num_outputs + b], seen[b]), index);
+      }
+      results.resize(num_outputs);
+      return results;
+    }
+    std::vector<Value> all = tensor_args(node, 0, values);
+    size_t carried = node.out_types.size();
+    if (all.size() < carried) {
+      return base::invalid_argument("lowering: a while_loop carries " + std::to_string(carried) +
+                                    " values but has " + std::to_string(all.size()) + " inputs");
+    }
+    std::vector<Value> init(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(carried));
+    std::vector<Value> invariant(all.begin() + static_cast<std::ptrdiff_t>(carried), all.end());
+    auto inputs = [&](const std::vector<Value>& state) {
+      std::vector<Value> in = state;
+      in.insert(in.end(), invariant.begin(), invariant.end());
+      return in;
+    };
+    const TensorType flag{DType::kBool, {}};
+    // The loop state ends with whether every check of the body held so far.
+    init.push_back(builder_.constant(1, DType::kBool));
+    auto without_flag = [&](const std::vector<Value>& state) {
+      return std::vector<Value>(state.begin(), state.end() - 1);
+    };
+    std::vector<std::pair<std::string, CheckKind>> seen;
+    std::vector<Value> results = builder_.while_loop(
+        init,
+        [&](Builder&, const std::vector<Value>& state) {
+          NodeChecks inner;
+          std::vector<Value> outs = region(graph.regions[node.regions[0]],
+                                           inputs(without_flag(state)), {flag}, inner, &status);
+          if (!inner.empty() && status.ok()) {
+            status = base::unimplemented("lowering: a while_loop's condition checks its data (" +
+                                         inner.front().first.message +
+                                         "), which a compiled graph does not support");
+          }
+          return outs;
+        },
+        [&](Builder&, const std::vector<Value>& state) {
+          NodeChecks inner;
+          std::vector<Value> outs = region(graph.regions[node.regions[1]],
+                                           inputs(without_flag(state)), node.out_types, inner,
+                                           &status);
+          seen = described(inner);
+          outs.push_back(builder_.binary("and", state.back(), all_held(inner)));
+          return outs;
+        });
+    TORCHTPU_RETURN_IF_ERROR(status);
+    if (!seen.empty()) checks.emplace_back(summary(results.back(), seen), index);
+    results.pop_back();
+    return results;
+  }
+
+  // Lowers subgraph `sub` at the builder's position (inside a region being built) with
+  // `inputs` as its inputs, its data checks into `checks` (their values live in the
+  // region); returns its outputs, which must have types `want`. A failure
+  // goes to `status` (the first one kept) and yields placeholders of those types.
+  std::vector<Value> region(const GraphSpec& sub, const std::vector<Value>& inputs,
+                            const std::vector<TensorType>& want, NodeChecks& checks,
+                            base::Status* status) {
+    auto placeholders = [&](base::Status s) {
+      if (status->ok()) *status = std::move(s);
+      std::vector<Value> vs;
+      for (const TensorType& t : want) vs.push_back(builder_.zeros(t));
+      return vs;
+    };
+    if (sub.inputs.size() != inputs.size()) {
+      return placeholders(base::invalid_argument(
+          "lowering: a subgraph takes " + std::to_string(sub.inputs.size()) + " inputs, given " +
+          std::to_string(inputs.size())));
+    }
+    if (sub.num_symbols != 0 || !sub.donations.empty()) {
+      return placeholders(base::invalid_argument(
+          "lowering: a subgraph reads size values or donates inputs"));
+    }
+    GraphValues values(sub, builder_, out_);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!(inputs[i].type == sub.inputs[i])) {
+        return placeholders(base::invalid_argument(
+            "lowering: subgraph input " + std::to_string(i) + " is " + sub.inputs[i].str() +
+            ", given " + inputs[i].type.str()));
+      }
+      values.set(static_cast<int>(i), inputs[i]);
+    }
+    base::Status s = lower_nodes(sub, values, checks, /*in_region=*/true);
+    if (!s.ok()) return placeholders(std::move(s));
+    std::vector<Value> outs;
+    for (int id : sub.outputs) {
+      if (!values.defined(id)) {
+        return placeholders(base::internal_error(
+            "lowering: a subgraph output reads value " + std::to_string(id) +
+            ", which no node defines"));
+      }
+      outs.push_back(values.get(id, "subgraph output"));
+    }
+    if (outs.size() != want.size()) {
+      return placeholders(base::invalid_argument(
+          "lowering: a subgraph returns " + std::to_string(outs.size()) + " values, " +
+          std::to_string(want.size()) + " expected"));
+    }
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (!(outs[k].type == want[k])) {
+        return placeholders(base::invalid_argument(
+            "lowering: subgraph output " + std::to_string(k) + " is " + outs[k].type.str() +
+            ", " + want[k].str() + " expected (both branches of a cond, and a loop body and "
+            "its state, must agree)"));
+      }
+    }
+    return outs;
+  }
+
+  Builder& builder_;
+  LoweredGraph& out_;
+};
+
+}  // namespace
+
+base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::string& module_name) {
+  Builder builder(module_name);
+  LoweredGraph out;
+  GraphValues values(graph, builder, out);
+  NodeChecks checks;
+  GraphLowerer lowerer(builder, out);
+  TORCHTPU_RETURN_IF_ERROR(lowerer.lower_nodes(graph, values, checks, /*in_region=*/false));
   std::vector<Value> results;
   for (const auto& [input, output] : graph.donations) {
     if (input < 0 || input >= static_cast<int>(graph.inputs.size()) || output < 0 ||

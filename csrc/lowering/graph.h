@@ -28,7 +28,17 @@ struct GraphNode {
   // Value id of an int64[2] generator state (seed, offset) the node's random draws read
   // instead of a state of its own: a recomputed random op replays its forward's draws.
   int rng_ref = -1;
+  // A control-flow node (kCondOp: args are the predicate, a bool scalar tensor, then the
+  // operands; kWhileOp: args are the loop state, then the loop-invariant inputs) names its
+  // subgraphs here, as indices into the enclosing GraphSpec's `regions`: the true and
+  // false branch of a cond, the condition and body of a while loop. Each subgraph's inputs
+  // are the node's tensor arguments after a cond's predicate, in order.
+  std::vector<int> regions;
 };
+
+// Op names of the control-flow nodes (torch.cond, torch's while_loop).
+inline constexpr const char* kCondOp = "higher_order::cond";
+inline constexpr const char* kWhileOp = "higher_order::while_loop";
 
 struct GraphSpec {
   std::vector<TensorType> inputs;  // static types (a padded graph's: its bucket shapes)
@@ -43,6 +53,9 @@ struct GraphSpec {
   // Whether the buckets pass padded the graph: its static sizes are shape buckets, so a
   // size a data check's message names is a bucket's, not the tensor's.
   bool padded = false;
+  // Subgraphs of the control-flow nodes (GraphNode::regions). A subgraph has no
+  // donations, reads no size values and makes no data checks or random draws.
+  std::vector<GraphSpec> regions;
 };
 
 // `module_name` names the module (eager ops keep the table's own, "torchtpu").

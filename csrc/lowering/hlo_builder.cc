@@ -149,6 +149,28 @@ std::vector<Value> Builder::while_loop(const std::vector<Value>& init, const Reg
   return outs;
 }
 
+std::vector<Value> Builder::case_of(Value index, const std::vector<TensorType>& results,
+                                    const std::vector<RegionBody>& branches) {
+  std::vector<Value> outs;
+  for (const TensorType& t : results) outs.push_back(fresh(t));
+  std::string line(indent_, ' ');
+  if (outs.size() == 1) {
+    line += name_of(outs[0]) + " = ";
+  } else if (outs.size() > 1) {
+    line += "%m" + std::to_string(outs[0].id) + ":" + std::to_string(outs.size()) + " = ";
+  }
+  body_ += line + "\"stablehlo.case\"(" + name_of(index) + ") (";
+  for (size_t b = 0; b < branches.size(); ++b) {
+    std::string closing = region({}, branches[b]);
+    body_ += closing + (b + 1 < branches.size() ? ", " : "");
+  }
+  body_ += ")" + signature({index}, results) + "\n";
+  if (outs.size() > 1) {
+    for (size_t i = 0; i < outs.size(); ++i) outs[i] = Value{outs[0].id, outs[i].type, (int)i};
+  }
+  return outs;
+}
+
 Value Builder::op(std::string_view name, const std::vector<Value>& operands,
                   const TensorType& result, std::string_view attrs) {
   return op_multi(name, operands, {result}, attrs)[0];

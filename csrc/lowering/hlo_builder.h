@@ -78,6 +78,11 @@ class Builder {
   // (keep going while true), `body` to the next state (same types). Returns the final state.
   std::vector<Value> while_loop(const std::vector<Value>& init, const RegionBody& cond,
                                 const RegionBody& body);
+  // stablehlo.case: runs branches[index] (an i32 scalar; out of range: the last branch),
+  // each a region without block arguments (it reads values defined above it) yielding
+  // values of `results`' types. Returns what the branch taken yielded.
+  std::vector<Value> case_of(Value index, const std::vector<TensorType>& results,
+                             const std::vector<RegionBody>& branches);
 
   // Constants. `constant` is a 0-d tensor; `splat` a tensor of one repeated value.
   Value constant(double v, DType t);

@@ -390,5 +390,114 @@ TEST(GraphLowering, EachCheckNamesTheNodeThatRequiredIt) {
   EXPECT_EQ(out[2].values, (V{1, 1}));
 }
 
+// One graph node of `spec` (or of one of its regions): `op` over value ids `refs` (-1 for a
+// non-tensor argument), defining `outs` of types `types`.
+lowering::GraphNode graph_node(const std::string& op, std::vector<OpArg> args,
+                               std::vector<int> refs, std::vector<TensorType> types,
+                               std::vector<int> outs) {
+  lowering::GraphNode n;
+  n.op = op;
+  n.args = std::move(args);
+  n.tensor_refs = std::move(refs);
+  n.list_refs.resize(n.args.size());
+  n.scalars.resize(n.args.size());
+  n.out_types = std::move(types);
+  n.out_ids = std::move(outs);
+  return n;
+}
+
+// Runs a lowered graph: graph inputs from `inputs`, every scalar parameter `scalar`.
+std::vector<HostTensor> run_graph(const lowering::LoweredGraph& g,
+                                  const std::vector<HostTensor>& inputs, double scalar = 1) {
+  std::vector<HostTensor> params;
+  for (const lowering::GraphParam& p : g.params) {
+    params.push_back(p.source == lowering::GraphParam::Source::kInput
+                         ? inputs.at(p.input_index)
+                         : HostTensor{TensorType{p.dtype, {}}, {scalar}});
+  }
+  return run_module(g.text, params);
+}
+
+TEST(GraphLowering, CondRunsTheBranchItsPredicatePicksAndReportsThatBranchsChecks) {
+  // cond(pred, x, i): true branch index_select(x, 0, i) (a checked index), false branch
+  // x[0:2]. The branch's check leaves the case as a flag, true when the branch is not taken.
+  HostTensor pred{type(DType::kBool, {}), {1}};
+  HostTensor x = arange(DType::kF32, {4});
+  HostTensor i{type(DType::kI64, {2}), {1, 3}};
+  TensorType two = type(DType::kF32, {2});
+  lowering::GraphSpec branch_true, branch_false, spec;
+  branch_true.inputs = branch_false.inputs = {x.type, i.type};
+  branch_true.nodes = {graph_node("aten::index_select", {tensor_arg(x), int_arg(0), tensor_arg(i)},
+                                  {0, -1, 1}, {two}, {2})};
+  branch_false.nodes = {graph_node(
+      "aten::slice.Tensor", {tensor_arg(x), int_arg(0), int_arg(0), int_arg(2), int_arg(1)},
+      {0, -1, -1, -1, -1}, {two}, {2})};
+  branch_true.outputs = branch_false.outputs = {2};
+  spec.inputs = {pred.type, x.type, i.type};
+  spec.regions = {branch_true, branch_false};
+  lowering::GraphNode cond = graph_node(lowering::kCondOp,
+                                        {tensor_arg(pred), tensor_arg(x), tensor_arg(i)},
+                                        {0, 1, 2}, {two}, {3});
+  cond.regions = {0, 1};
+  spec.nodes = {cond};
+  spec.outputs = {3};
+  auto lowered = lowering::lower_graph(spec, "cond");
+  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  EXPECT_EQ(lowered->check_nodes, (std::vector<int>{0}));
+  ASSERT_EQ(lowered->check_messages.size(), 1u);
+  EXPECT_EQ(lowered->check_messages[0], "index out of range in self");
+
+  std::vector<HostTensor> out = run_graph(*lowered, {pred, x, i});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].values, (V{1, 3}));
+  EXPECT_EQ(out[1].values, (V{1}));
+  i.values = {1, 7};
+  EXPECT_EQ(run_graph(*lowered, {pred, x, i})[1].values, (V{0}));  // the taken branch failed
+  pred.values = {0};
+  out = run_graph(*lowered, {pred, x, i});
+  EXPECT_EQ(out[0].values, (V{0, 1}));
+  EXPECT_EQ(out[1].values, (V{1}));  // the failing index is in the branch not taken
+}
+
+TEST(GraphLowering, WhileLoopCarriesItsStateAndReadsLoopInvariantInputs) {
+  // (k, s) = while k < limit: (k + one, s * w); limit, one and w are loop-invariant.
+  HostTensor k{type(DType::kI64, {}), {0}};
+  HostTensor s{type(DType::kF32, {3}), {1, 2, 3}};
+  HostTensor limit{type(DType::kI64, {}), {4}};
+  HostTensor one{type(DType::kI64, {}), {1}};
+  HostTensor w{type(DType::kF32, {3}), {2, 0.5, -1}};
+  std::vector<TensorType> region_inputs = {k.type, s.type, limit.type, one.type, w.type};
+  lowering::GraphSpec cond, body, spec;
+  cond.inputs = body.inputs = region_inputs;
+  cond.nodes = {graph_node("aten::lt.Tensor", {tensor_arg(k), tensor_arg(limit)}, {0, 2},
+                           {type(DType::kBool, {})}, {5})};
+  cond.outputs = {5};
+  body.nodes = {
+      graph_node("aten::add.Tensor", {tensor_arg(k), tensor_arg(one),
+                                      scalar_arg(ScalarCategory::kInt)},
+                 {0, 3, -1}, {k.type}, {5}),
+      graph_node("aten::mul.Tensor", {tensor_arg(s), tensor_arg(w)}, {1, 4}, {s.type}, {6})};
+  body.outputs = {5, 6};
+  spec.inputs = region_inputs;
+  spec.regions = {cond, body};
+  lowering::GraphNode loop = graph_node(
+      lowering::kWhileOp,
+      {tensor_arg(k), tensor_arg(s), tensor_arg(limit), tensor_arg(one), tensor_arg(w)},
+      {0, 1, 2, 3, 4}, {k.type, s.type}, {5, 6});
+  loop.regions = {0, 1};
+  spec.nodes = {loop};
+  spec.outputs = {5, 6};
+  auto lowered = lowering::lower_graph(spec, "loop");
+  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  EXPECT_TRUE(lowered->check_messages.empty());
+  std::vector<HostTensor> out = run_graph(*lowered, {k, s, limit, one, w});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].values, (V{4}));
+  EXPECT_EQ(out[1].values, (V{16, 0.125, 3}));
+  // A subgraph that returns the wrong type is refused, not built.
+  spec.regions[1].outputs = {6, 5};
+  EXPECT_FALSE(lowering::lower_graph(spec, "loop").ok());
+}
+
 }  // namespace
 }  // namespace torchtpu::testing

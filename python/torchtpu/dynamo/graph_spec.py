@@ -241,12 +241,8 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
             continue
         value = _attr(gm, node.target)
         if isinstance(value, torch.fx.GraphModule):
-            users = ", ".join(sorted({str(u.target) for u in node.users}))
-            raise UnsupportedGraph(
-                f"tpu compile: {users} (a higher-order op whose branches or body are "
-                f"subgraphs, such as torch.cond or while_loop) is not supported by the tpu "
-                f"backend; compute both branches and pick with torch.where, or call this "
-                f"code outside torch.compile")
+            _check_subgraph_users(node)
+            continue  # a control-flow node's subgraph, lowered with that node
         if not isinstance(value, torch.Tensor):
             raise UnsupportedGraph(f"tpu compile: graph attribute {node.target} is "
                                    f"{type(value).__name__}, not a tensor")
@@ -256,7 +252,7 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
     spec.inputs = inputs
     next_id = len(inputs)
 
-    nodes, outputs, layout = [], [], []
+    nodes, outputs, layout, regions = [], [], [], []
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
             continue
@@ -279,22 +275,9 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
                 else:
                     layout.append(("const", r))
             continue
-        if node.op != "call_function":
-            raise UnsupportedGraph(f"tpu compile: unsupported FX node {node.op} {node.name}")
-        val = node.meta.get("val")
-        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            # Size arithmetic (sym_size, s0 * 2, ...): a size expression, not a tensor.
-            ids[node] = ("size", val.node.expr)
-            continue
-        if node.target is operator.getitem:
-            source, index = node.args
-            ids[node] = ids[source][index]
-            continue
-        if not isinstance(node.target, torch._ops.OpOverload):
-            raise UnsupportedGraph(f"tpu compile: {node.target} is not an aten op ({node.name})")
-        g, next_id = _lower_node(node, ids, next_id, b)
-        nodes.append(g)
+        next_id = _add_node(gm, node, ids, next_id, b, nodes, regions)
     spec.nodes = nodes
+    spec.regions = regions
     spec.outputs = outputs
     spec.num_symbols = len(b.slots)
     spec.padded = bucketed
@@ -306,6 +289,141 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
 
 
 _OPAQUE = object()  # the id of an opaque graph input
+
+# Control-flow ops, lowered to stablehlo.case / stablehlo.while over their subgraphs.
+CONTROL_FLOW = {torch.ops.higher_order.cond: "higher_order::cond",
+                 torch.ops.higher_order.while_loop: "higher_order::while_loop"}
+
+
+def _check_subgraph_users(node: torch.fx.Node) -> None:
+    """A subgraph attribute may only be read by a control-flow op we lower."""
+    others = sorted({str(u.target) for u in node.users if u.target not in CONTROL_FLOW})
+    if others:
+        raise UnsupportedGraph(
+            f"tpu compile: {', '.join(others)} (a higher-order op whose body is a subgraph) "
+            "is not supported by the tpu backend (torch.cond and while_loop are); call this "
+            "code outside torch.compile")
+
+
+def _add_node(gm: torch.fx.GraphModule, node: torch.fx.Node, ids: dict, next_id: int,
+              b: _Builder, nodes: list, regions: list) -> int:
+    """Describes one node of `gm` (not a placeholder, attribute or output) into `nodes`
+    (and its subgraphs into `regions`); returns the next free value id."""
+    if node.op != "call_function":
+        raise UnsupportedGraph(f"tpu compile: unsupported FX node {node.op} {node.name}")
+    val = node.meta.get("val")
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        # Size arithmetic (sym_size, s0 * 2, ...): a size expression, not a tensor.
+        ids[node] = ("size", val.node.expr)
+        return next_id
+    if node.target is operator.getitem:
+        source, index = node.args
+        ids[node] = ids[source][index]
+        return next_id
+    if node.target in CONTROL_FLOW:
+        g, next_id = _control_flow_node(gm, node, ids, next_id, b, regions)
+    elif isinstance(node.target, torch._ops.OpOverload):
+        g, next_id = _lower_node(node, ids, next_id, b)
+    else:
+        raise UnsupportedGraph(f"tpu compile: {node.target} is not an aten op ({node.name})")
+    nodes.append(g)
+    return next_id
+
+
+def _control_flow_node(gm: torch.fx.GraphModule, node: torch.fx.Node, ids: dict, next_id: int,
+                       b: _Builder, regions: list) -> tuple[Any, int]:
+    """A torch.cond (predicate, operands; true and false branch) or while_loop (state,
+    loop-invariant inputs; condition and body) node, its subgraphs appended to `regions`."""
+    g = _C.GraphNode()
+    g.op = CONTROL_FLOW[node.target]
+    if node.target is torch.ops.higher_order.cond:
+        pred, true_graph, false_graph, operands = node.args[:4]
+        values, subgraphs = [pred, *operands], [true_graph, false_graph]
+    else:
+        cond_graph, body_graph, state, invariant = node.args[:4]
+        values, subgraphs = [*state, *invariant], [cond_graph, body_graph]
+    args, refs = [], []
+    for v in values:
+        if node.target is torch.ops.higher_order.cond and _is_size(ids, v):
+            continue  # a size the branches read: a constant of this exact-size program
+        if not (isinstance(v, torch.fx.Node) and isinstance(ids.get(v), int)
+                and isinstance(v.meta.get("val"), torch.Tensor)):
+            raise UnsupportedGraph(
+                f"tpu compile: {node.target} ({node.name}) takes {v!r}, which is not a tensor; "
+                "compiled control flow takes tensors only (make a size or number a tensor)")
+        a = _C.OpArg()
+        a.kind = _C.ArgKind.tensor
+        a.type = b.tensor_type(v.meta["val"], v.name)
+        args.append(a)
+        refs.append(ids[v])
+    g.args = args
+    g.tensor_refs = refs
+    g.list_refs = [[] for _ in refs]
+    g.scalars = [_C.GraphScalar() for _ in refs]
+    own = []
+    for attr in subgraphs:
+        regions.append(_region_spec(_attr(gm, attr.target), b))
+        own.append(len(regions) - 1)
+    g.regions = own
+    val = node.meta.get("val")
+    out_types, out_ids, node_ids = [], [], []
+    for v in (list(val) if isinstance(val, (tuple, list)) else [val]):
+        if not isinstance(v, torch.Tensor):
+            raise UnsupportedGraph(f"tpu compile: {node.target} ({node.name}) returns "
+                                   f"{type(v).__name__}, not a tensor")
+        out_types.append(b.tensor_type(v, node.name))
+        out_ids.append(next_id)
+        node_ids.append(next_id)
+        next_id += 1
+    g.out_types = out_types
+    g.out_ids = out_ids
+    ids[node] = node_ids
+    return g, next_id
+
+
+def _region_spec(sub: torch.fx.GraphModule, b: _Builder) -> Any:
+    """The GraphSpec of a control-flow subgraph: its placeholders are its inputs."""
+    spec = _C.GraphSpec()
+    ids: dict[torch.fx.Node, Any] = {}
+    inputs = []
+    for node in sub.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, (torch.SymInt, int)) and not b.bucketed:
+            ids[node] = ("size", size_expr(val))  # a size operand (see _control_flow_node)
+            continue
+        if not isinstance(val, torch.Tensor):
+            raise UnsupportedGraph(f"tpu compile: a control-flow subgraph takes {node.name}, "
+                                   f"a {type(val).__name__}, not a tensor")
+        ids[node] = len(inputs)
+        inputs.append(b.tensor_type(val, node.name))
+    spec.inputs = inputs
+    next_id = len(inputs)
+    nodes, outputs, regions = [], [], []
+    for node in sub.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "get_attr":
+            value = _attr(sub, node.target)
+            if not isinstance(value, torch.fx.GraphModule):
+                raise UnsupportedGraph(f"tpu compile: a control-flow subgraph holds the "
+                                       f"constant {node.target}; pass it as an operand")
+            _check_subgraph_users(node)
+            continue
+        if node.op == "output":
+            results = node.args[0]
+            for r in results if isinstance(results, (tuple, list)) else [results]:
+                if not (isinstance(r, torch.fx.Node) and isinstance(ids.get(r), int)):
+                    raise UnsupportedGraph(f"tpu compile: a control-flow subgraph returns "
+                                           f"{r!r}, not a tensor")
+                outputs.append(ids[r])
+            continue
+        next_id = _add_node(sub, node, ids, next_id, b, nodes, regions)
+    spec.nodes = nodes
+    spec.outputs = outputs
+    spec.regions = regions
+    return spec
 
 
 def _is_opaque(val: Any) -> bool:

@@ -26,6 +26,7 @@ import torch
 import torch.fx
 
 from torchtpu import _C
+from torchtpu.dynamo.graph_spec import CONTROL_FLOW
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -54,6 +55,15 @@ def unlowered_ops(gm: torch.fx.GraphModule,
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             name = op_name(node.target)
             if name not in names and not _C.has_lowering(name):
+                names.append(name)
+        elif node.op == "call_function" and node.target in CONTROL_FLOW:
+            # A cond or while_loop whose subgraphs hold an op with no lowering runs eagerly
+            # as a whole (its subgraphs then run as eager ops).
+            name = CONTROL_FLOW[node.target]
+            inner = [unlowered_ops(getattr(gm, a.target)) for a in node.args
+                     if isinstance(a, torch.fx.Node) and a.op == "get_attr"
+                     and isinstance(getattr(gm, a.target), torch.fx.GraphModule)]
+            if name not in names and any(inner):
                 names.append(name)
     return names
 
@@ -184,6 +194,8 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
     def runs_eagerly(node: torch.fx.Node) -> bool:
         if is_data_dependent(node):
             return True
+        if node.op == "call_function" and node.target in CONTROL_FLOW:
+            return CONTROL_FLOW[node.target] in unlowered
         return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
                 and op_name(node.target) in unlowered)
 

@@ -1,8 +1,8 @@
 """Compiled graphs as users write them, against eager on the CPU: outputs that are views
 of each other share storage as in eager; an output aliasing an input mutated through a
 view, in a graph padded to buckets, at sizes below the bucket; a value assigned through a
-bool mask (`y[y < 0] = 0`); a view with a dim of size 0 in a dynamic graph; and the error
-torch.cond gets."""
+bool mask (`y[y < 0] = 0`); a view with a dim of size 0 in a dynamic graph (torch.cond:
+test_control_flow.py)."""
 
 from __future__ import annotations
 
@@ -89,10 +89,3 @@ def test_a_view_with_an_empty_dim_in_a_dynamic_graph() -> None:
         assert out.shape == x[1:, 2:].shape
         torch.testing.assert_close(out.cpu(), x[1:, 2:] * 2)
 
-
-def test_torch_cond_gets_an_error_that_names_it() -> None:
-    def f(x):
-        return torch.cond(x.sum() > 0, lambda t: t + 1, lambda t: t - 1, (x,))
-
-    with pytest.raises(Exception, match="higher-order op .* torch.cond"):
-        compiled(f)(torch.ones(3, device=TPU))

@@ -1,0 +1,183 @@
+"""torch.cond and torch's while_loop in compiled graphs: lowered to stablehlo.case and
+stablehlo.while inside the graph's one program, against the same code on the CPU, forward
+and backward; data checks inside a branch or loop body, ops with no lowering inside a
+branch, and what is refused (random draws inside a subgraph; map and scan)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._higher_order_ops.while_loop import while_loop
+
+import torchtpu
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def _delta(before: dict, key: str) -> int:
+    return torchtpu.debug.metrics().get(key, 0) - before.get(key, 0)
+
+
+def gate(x, w):
+    y = x @ w
+    return torch.cond(y.mean() > 0, lambda y, w: (y @ w).relu(), lambda y, w: y.tanh() * 3,
+                      (y, w))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> None:
+    torch._dynamo.reset()
+
+
+def test_cond_takes_each_branch_inside_one_program() -> None:
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 5), torch.randn(5, 5)
+    compiled = torch.compile(gate, backend="tpu")
+    compiled(x.to("tpu"), w.to("tpu"))  # compile
+    for sign in (1, -1):
+        before = torchtpu.debug.metrics()
+        got = compiled((sign * x).to("tpu"), w.to("tpu"))
+        torch.testing.assert_close(got.cpu(), gate(sign * x, w), **TOL)
+        assert _delta(before, "num_graph_executions") == 1
+        assert _delta(before, "num_compiles") == 0
+        assert _delta(before, "num_eager_ops") == 0
+    assert gate(x, w).mean() != gate(-x, w).mean()  # both branches were exercised
+    assert torchtpu.debug.metrics()["fallback_ops"] == {}
+
+
+def test_cond_gradients_match_the_cpu() -> None:
+    torch.manual_seed(1)
+    for sign in (1, -1):
+        x, w = sign * torch.randn(4, 5).abs(), torch.randn(5, 5).abs()
+        cpu = [x.clone().requires_grad_(), w.clone().requires_grad_()]
+        tpu = [x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_()]
+        gate(*cpu).square().sum().backward()
+        torch.compile(gate, backend="tpu")(*tpu).square().sum().backward()
+        for a, b in zip(tpu, cpu):
+            torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_nested_cond_and_a_cpu_predicate() -> None:
+    def nested(x):
+        def big(x):
+            return torch.cond(x.max() > 1, lambda x: x + 10, lambda x: x - 10, (x,))
+        return torch.cond(x.sum() > 0, big, lambda x: x * 0.5, (x,))
+
+    compiled = torch.compile(nested, backend="tpu")
+    x = torch.randn(3, 4)
+    for v in (x.abs() + 1, -x.abs(), x.abs() * 0.01):
+        torch.testing.assert_close(compiled(v.to("tpu")).cpu(), nested(v), **TOL)
+
+    def by_flag(x, flag):
+        return torch.cond(flag, lambda x: x + 1, lambda x: x - 1, (x,))
+
+    compiled = torch.compile(by_flag, backend="tpu")
+    for flag in (True, False):
+        torch.testing.assert_close(compiled(x.to("tpu"), torch.tensor(flag)).cpu(),
+                                   by_flag(x, torch.tensor(flag)), **TOL)
+
+
+def test_cond_under_dynamic_shapes_compiles_per_size() -> None:
+    # A graph holding a cond runs at exact sizes (no bucket rule for control flow).
+    w = torch.randn(5, 5)
+    compiled = torch.compile(gate, backend="tpu", dynamic=True)
+    for n in (3, 6, 9):
+        x = torch.randn(n, 5)
+        torch.testing.assert_close(compiled(x.to("tpu"), w.to("tpu")).cpu(), gate(x, w), **TOL)
+
+
+def iterate(x, w):
+    def keep_going(k, s):
+        return (k < 7) & (s.abs().sum() < 1e6)
+
+    def step(k, s):
+        return k + 1, (s @ w).tanh() + x
+
+    return while_loop(keep_going, step,
+                      (torch.zeros((), dtype=torch.int64, device=x.device), x * 0.5))
+
+
+def test_while_loop_with_loop_invariant_inputs() -> None:
+    torch.manual_seed(2)
+    x, w = torch.randn(4, 5), torch.randn(5, 5)
+    compiled = torch.compile(iterate, backend="tpu")
+    compiled(x.to("tpu"), w.to("tpu"))
+    before = torchtpu.debug.metrics()
+    k, s = compiled(x.to("tpu"), w.to("tpu"))
+    want_k, want_s = iterate(x, w)
+    assert int(k.cpu()) == int(want_k) == 7
+    torch.testing.assert_close(s.cpu(), want_s, **TOL)
+    assert _delta(before, "num_graph_executions") == 1
+    assert _delta(before, "num_eager_ops") == 0
+
+
+def pick_rows(x, i):
+    return torch.cond(x.sum() > 0, lambda x, i: x.index_select(0, i), lambda x, i: x[:2] * 2,
+                      (x, i))
+
+
+def test_a_failed_check_in_the_taken_branch_raises_as_eager_does() -> None:
+    x = torch.randn(4, 3).abs()
+    compiled = torch.compile(pick_rows, backend="tpu")
+    good = torch.tensor([3, 1])
+    torch.testing.assert_close(compiled(x.to("tpu"), good.to("tpu")).cpu(), pick_rows(x, good))
+    bad = torch.tensor([3, 9])
+    with pytest.raises(IndexError, match="index out of range in self"):
+        pick_rows(x, bad)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        compiled(x.to("tpu"), bad.to("tpu")).cpu()
+    # The same index in the branch not taken is no error, as on the CPU.
+    torch.testing.assert_close(compiled((-x).to("tpu"), bad.to("tpu")).cpu(), pick_rows(-x, bad))
+
+
+def gather_loop(x, i):
+    def keep_going(k, s):
+        return k < 3
+
+    def step(k, s):
+        return k + 1, s.index_select(0, i) * 2
+
+    return while_loop(keep_going, step,
+                      (torch.zeros((), dtype=torch.int64, device=x.device), x.clone()))
+
+
+def test_a_failed_check_in_a_loop_body_raises() -> None:
+    x = torch.randn(4, 3)
+    compiled = torch.compile(gather_loop, backend="tpu")
+    good = torch.tensor([3, 1, 0, 2])
+    torch.testing.assert_close(compiled(x.to("tpu"), good.to("tpu"))[1].cpu(),
+                               gather_loop(x, good)[1])
+    with pytest.raises(IndexError, match="index out of range in self"):
+        compiled(x.to("tpu"), torch.tensor([3, 1, 0, 7], device="tpu"))[1].cpu()
+
+
+def test_an_unlowered_op_in_a_branch_runs_the_cond_eagerly() -> None:
+    def spectrum(x):
+        return torch.cond(x.sum() > 0, lambda x: torch.linalg.eigvals(x).real.clone(),
+                          lambda x: x[0] * 2, (x,))
+
+    torch.manual_seed(3)
+    x = torch.randn(4, 4)
+    compiled = torch.compile(spectrum, backend="tpu")
+    for v in (x.abs(), -x.abs()):
+        got = compiled(v.to("tpu")).cpu()
+        want = spectrum(v)
+        torch.testing.assert_close(got.sort().values, want.sort().values, rtol=1e-4, atol=1e-4)
+
+
+def test_random_draws_inside_a_branch_are_refused_with_the_reason() -> None:
+    def noisy(x):
+        return torch.cond(x.sum() > 0, lambda x: x + torch.rand_like(x), lambda x: x * 2, (x,))
+
+    with pytest.raises(Exception, match="draws random numbers inside a torch.cond branch"):
+        torch.compile(noisy, backend="tpu")(torch.ones(3, device="tpu"))
+
+
+def test_map_is_refused_with_the_reason() -> None:
+    from functorch.experimental.control_flow import map as control_map
+
+    def doubled(x):
+        return control_map(lambda r: r * 2 + 1, x)
+
+    with pytest.raises(Exception, match="map_impl .* is not supported by the tpu backend"):
+        torch.compile(doubled, backend="tpu")(torch.ones(3, 2, device="tpu"))
