@@ -66,6 +66,7 @@ void bind_compile(py::module& m) {
       .def_readwrite("float_value", &lowering::GraphScalar::float_value)
       .def_readwrite("imag_value", &lowering::GraphScalar::imag_value)
       .def_readwrite("int_value", &lowering::GraphScalar::int_value)
+      .def_readwrite("is_unsigned", &lowering::GraphScalar::is_unsigned)
       .def_readwrite("symbol", &lowering::GraphScalar::symbol);
   py::class_<lowering::GraphNode>(m, "GraphNode")
       .def(py::init<>())

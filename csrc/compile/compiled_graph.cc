@@ -22,7 +22,10 @@ namespace {
 c10::Scalar to_scalar(const lowering::GraphScalar& s) {
   switch (s.category) {
     case lowering::ScalarCategory::kBool: return c10::Scalar(s.int_value != 0);
-    case lowering::ScalarCategory::kInt: return c10::Scalar(s.int_value);
+    case lowering::ScalarCategory::kInt:
+      // A Python int in [2**63, 2**64) is a uint64 Scalar in PyTorch, as in eager calls.
+      return s.is_unsigned ? c10::Scalar(static_cast<uint64_t>(s.int_value))
+                           : c10::Scalar(s.int_value);
     case lowering::ScalarCategory::kFloat: return c10::Scalar(s.float_value);
     case lowering::ScalarCategory::kComplex:
       return c10::Scalar(c10::complex<double>(s.float_value, s.imag_value));

@@ -190,6 +190,7 @@ struct GraphScalar {
   double float_value = 0;  // kFloat; kComplex: the real part
   double imag_value = 0;   // kComplex: the imaginary part
   int64_t int_value = 0;   // exact for kInt and kBool
+  bool is_unsigned = false;  // kInt: int_value holds the bits of a uint64 above int64's range
   int symbol = -1;         // >= 0: the value is size symbol `symbol`'s runtime value
 };
 

@@ -169,6 +169,9 @@ class _Builder:
         return _C.TensorType(_dtype(t.dtype, where), [self.concrete(s) for s in t.shape])
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _scalar(value: Any) -> Any:
     s = _C.GraphScalar()
     if isinstance(value, bool):
@@ -176,7 +179,13 @@ def _scalar(value: Any) -> Any:
         s.int_value = int(value)
     elif isinstance(value, int):
         s.category = _C.ScalarCategory.int
-        s.int_value = value
+        if value > _INT64_MAX:
+            # PyTorch takes an int in [2**63, 2**64) as a uint64 Scalar (a larger one raises
+            # at the call): its bits, marked unsigned.
+            s.int_value = value - 2**64
+            s.is_unsigned = True
+        else:
+            s.int_value = value
     elif isinstance(value, complex):
         s.category = _C.ScalarCategory.complex
         s.float_value = value.real

@@ -69,3 +69,17 @@ def test_unsigned_casts_in_a_graph_match_the_cpu(dtype: torch.dtype) -> None:
     got = torch.compile(casts, backend="tpu")(x.to("tpu"), f.to("tpu"))
     for g, want in zip(got, casts(x, f)):
         assert g.dtype == want.dtype and torch.equal(g.cpu(), want), (g, want)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_python_ints_past_int64_in_a_graph_are_uint64_scalars(dynamic: bool) -> None:
+    # PyTorch takes an int in [2**63, 2**64) as a uint64 Scalar: it wraps in integer ops and
+    # keeps its value in float ones.
+    cases = [lambda u: u + (2**64 - 1), lambda u: u.long() < 2**63,
+             lambda u: u.long() * 2**63, lambda u: u.float() + 2**63]
+    for fn in cases:
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="tpu", dynamic=dynamic)
+        for n in (3, 5, 9):
+            u = torch.arange(n, dtype=torch.uint8) * 60
+            assert torch.equal(compiled(u.to("tpu")).cpu(), fn(u)), (n, fn(u))

@@ -418,3 +418,20 @@ def test_synchronize_from_another_thread_does_not_deadlock_a_flush() -> None:
         print("finished")
     """, timeout=240)
     assert r.returncode == 0 and "finished" in r.stdout, r.stdout + r.stderr
+
+
+def test_python_ints_past_int64_as_scalars_over_growing_lengths() -> None:
+    # An int in [2**63, 2**64) is a uint64 Scalar in PyTorch. Over lengths 3, 4, 5 a fused
+    # graph's shape class goes symbolic; such a scalar stays a constant of the class (never
+    # a runtime size value), and wraps as the CPU's does. A scalar that changes between
+    # lengths and ends past int64's range, too.
+    cases = [lambda u: u + (2**64 - 1), lambda u: u.long() < 2**63,
+             lambda u: u.long() * 2**63, lambda u: u.float() * (2**64 - 1)]
+    with eager_mode("fused"):
+        for fn in cases:
+            for n in (3, 4, 5):
+                u = torch.arange(n, dtype=torch.uint8) * 60
+                assert torch.equal(fn(u.to(TPU)).cpu(), fn(u)), (n, fn(u))
+        for n, s in ((6, 1), (7, 2), (8, 2**64 - 1)):
+            u = torch.arange(n, dtype=torch.uint8) * 60
+            assert torch.equal((u.to(TPU) + s).cpu(), u + s)

@@ -78,7 +78,9 @@ _INT = "#"  # an int's place in a class key
 
 
 def _is_int(a: Any) -> bool:
-    return isinstance(a, int) and not isinstance(a, bool)
+    """An int that may be a size: a Python int past int64's range (a uint64 scalar) is
+    structure, as a float is, never a runtime size value."""
+    return isinstance(a, int) and not isinstance(a, bool) and -2**63 <= a < 2**63
 
 
 def _flat(a: Any, ints: list[int], nodes: dict[Node, int],
