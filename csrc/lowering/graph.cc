@@ -154,7 +154,8 @@ class GraphLowerer {
       const GraphNode& node = graph.nodes[n];
       int index = static_cast<int>(n);
       std::vector<Value> results;
-      if (node.op == kCondOp || node.op == kWhileOp) {
+      if (node.op == kCondOp || node.op == kWhileOp || node.op == kScanOp ||
+          node.op == kInvokeOp) {
         TORCHTPU_ASSIGN_OR_RETURN(results, control_flow(graph, node, index, values, checks));
       } else {
         TORCHTPU_ASSIGN_OR_RETURN(results,
@@ -259,6 +260,19 @@ class GraphLowerer {
                                       std::to_string(graph.regions.size()));
       }
     }
+    if (node.op == kScanOp) return scan(graph, node, index, values, checks);
+    if (node.op == kInvokeOp) {
+      if (node.regions.size() != 1) return base::invalid_argument("lowering: " + node.op +
+                                                                  " needs one subgraph");
+      base::Status status;
+      NodeChecks inner;
+      std::vector<Value> results =
+          region(graph.regions[node.regions[0]], tensor_args(node, 0, values), node.out_types,
+                 inner, &status, /*in_region=*/false);
+      TORCHTPU_RETURN_IF_ERROR(status);
+      for (auto& [check, at] : inner) checks.emplace_back(std::move(check), index);
+      return results;
+    }
     if (node.regions.size() != 2 || node.tensor_refs.empty()) {
       return base::invalid_argument("lowering: " + node.op +
                                     " needs two subgraphs and its tensor arguments");
@@ -348,13 +362,123 @@ class GraphLowerer {
     return results;
   }
 
-  // Lowers subgraph `sub` at the builder's position (inside a region being built) with
+  // A scan: a while loop over the leading dim of its `xs`, the combine subgraph mapping
+  // (carry..., one row of each xs..., loop-invariant inputs...) to (next carry..., one row
+  // of each stacked output...). Arguments: the number of carried values and of xs (ints),
+  // then the initial carry, the xs and the loop-invariant inputs. Results: the final carry,
+  // then the stacked outputs.
+  base::StatusOr<std::vector<Value>> scan(const GraphSpec& graph, const GraphNode& node,
+                                          int index, GraphValues& values, NodeChecks& checks) {
+    auto invalid = [&](const std::string& what) {
+      return base::invalid_argument("lowering: " + node.op + " " + what);
+    };
+    if (node.regions.size() != 1 || node.args.size() < 2 ||
+        node.args[0].kind != ArgKind::kInt || node.args[1].kind != ArgKind::kInt) {
+      return invalid("needs one subgraph and the counts of its carry and xs");
+    }
+    const size_t num_carry = static_cast<size_t>(node.args[0].int_value);
+    const size_t num_xs = static_cast<size_t>(node.args[1].int_value);
+    std::vector<Value> all = tensor_args(node, 2, values);
+    if (num_xs == 0 || all.size() < num_carry + num_xs || node.out_types.size() < num_carry) {
+      return invalid("has " + std::to_string(all.size()) + " inputs and " +
+                     std::to_string(node.out_types.size()) + " results for " +
+                     std::to_string(num_carry) + " carried values and " +
+                     std::to_string(num_xs) + " xs");
+    }
+    auto part = [&](size_t from, size_t count) {
+      return std::vector<Value>(all.begin() + static_cast<std::ptrdiff_t>(from),
+                                all.begin() + static_cast<std::ptrdiff_t>(from + count));
+    };
+    std::vector<Value> carry = part(0, num_carry), xs = part(num_carry, num_xs);
+    std::vector<Value> invariant = part(num_carry + num_xs, all.size() - num_carry - num_xs);
+    if (xs[0].rank() == 0) return invalid("scans a 0-d tensor");
+    const int64_t length = xs[0].dims()[0];
+    std::vector<TensorType> want;  // the combine subgraph's results
+    for (size_t k = 0; k < node.out_types.size(); ++k) {
+      const TensorType& t = node.out_types[k];
+      if (k < num_carry) {
+        want.push_back(t);
+      } else if (t.rank() == 0 || t.dims[0] != length) {
+        return invalid("output " + t.str() + " does not stack " + std::to_string(length) +
+                       " rows");
+      } else {
+        want.push_back(TensorType{t.dtype, Dims(t.dims.begin() + 1, t.dims.end())});
+      }
+    }
+    for (const Value& x : xs) {
+      if (x.rank() == 0 || x.dims()[0] != length) {
+        return invalid("scans " + x.type.str() + " beside a length of " + std::to_string(length));
+      }
+    }
+    const Value zero = builder_.constant_i64(0, DType::kI64);
+    auto starts = [&](const Value& i, int64_t rank) {
+      std::vector<Value> v{i};
+      v.insert(v.end(), static_cast<size_t>(rank - 1), zero);
+      return v;
+    };
+    // State: the row index, the carry, the stacked outputs so far, the body's checks.
+    std::vector<Value> init{zero};
+    init.insert(init.end(), carry.begin(), carry.end());
+    for (size_t k = num_carry; k < node.out_types.size(); ++k) {
+      init.push_back(builder_.zeros(node.out_types[k]));
+    }
+    init.push_back(builder_.constant(1, DType::kBool));
+    base::Status status;
+    std::vector<std::pair<std::string, CheckKind>> seen;
+    std::vector<Value> results = builder_.while_loop(
+        init,
+        [&](Builder&, const std::vector<Value>& state) {
+          return std::vector<Value>{builder_.compare(
+              state[0], builder_.constant_i64(length, DType::kI64), "LT")};
+        },
+        [&](Builder&, const std::vector<Value>& state) {
+          const Value& i = state[0];
+          std::vector<Value> inputs(state.begin() + 1,
+                                    state.begin() + 1 + static_cast<std::ptrdiff_t>(num_carry));
+          for (const Value& x : xs) {
+            Dims row(x.dims().begin() + 1, x.dims().end());
+            Dims one_row = x.dims();
+            one_row[0] = 1;
+            std::vector<Value> operands{x};
+            for (const Value& st : starts(i, x.rank())) operands.push_back(st);
+            Value slice = builder_.op("stablehlo.dynamic_slice", operands,
+                                      TensorType{x.dtype(), one_row},
+                                      "slice_sizes = " + i64_array(one_row));
+            inputs.push_back(builder_.reshape(slice, row));
+          }
+          inputs.insert(inputs.end(), invariant.begin(), invariant.end());
+          NodeChecks inner;
+          std::vector<Value> outs =
+              region(graph.regions[node.regions[0]], inputs, want, inner, &status);
+          seen = described(inner);
+          std::vector<Value> next{builder_.add(i, builder_.constant_i64(1, DType::kI64))};
+          next.insert(next.end(), outs.begin(),
+                      outs.begin() + static_cast<std::ptrdiff_t>(num_carry));
+          for (size_t k = num_carry; k < outs.size(); ++k) {
+            const Value& stacked = state[1 + k];
+            Dims one_row = stacked.dims();
+            one_row[0] = 1;
+            std::vector<Value> operands{stacked, builder_.reshape(outs[k], one_row)};
+            for (const Value& st : starts(i, stacked.rank())) operands.push_back(st);
+            next.push_back(
+                builder_.op("stablehlo.dynamic_update_slice", operands, stacked.type));
+          }
+          next.push_back(builder_.binary("and", state.back(), all_held(inner)));
+          return next;
+        });
+    TORCHTPU_RETURN_IF_ERROR(status);
+    if (!seen.empty()) checks.emplace_back(summary(results.back(), seen), index);
+    return std::vector<Value>(results.begin() + 1, results.end() - 1);
+  }
+
+  // Lowers subgraph `sub` at the builder's position (inside a region being built, unless
+  // `in_region` is false: a subgraph called in place) with
   // `inputs` as its inputs, its data checks into `checks` (their values live in the
   // region); returns its outputs, which must have types `want`. A failure
   // goes to `status` (the first one kept) and yields placeholders of those types.
   std::vector<Value> region(const GraphSpec& sub, const std::vector<Value>& inputs,
                             const std::vector<TensorType>& want, NodeChecks& checks,
-                            base::Status* status) {
+                            base::Status* status, bool in_region = true) {
     auto placeholders = [&](base::Status s) {
       if (status->ok()) *status = std::move(s);
       std::vector<Value> vs;
@@ -379,7 +503,7 @@ class GraphLowerer {
       }
       values.set(static_cast<int>(i), inputs[i]);
     }
-    base::Status s = lower_nodes(sub, values, checks, /*in_region=*/true);
+    base::Status s = lower_nodes(sub, values, checks, in_region);
     if (!s.ok()) return placeholders(std::move(s));
     std::vector<Value> outs;
     for (int id : sub.outputs) {

@@ -36,9 +36,15 @@ struct GraphNode {
   std::vector<int> regions;
 };
 
-// Op names of the control-flow nodes (torch.cond, torch's while_loop).
+// Op names of the control-flow nodes: torch.cond, torch's while_loop, and torch's scan
+// (and map, a scan without a carry; args: the counts of carried values and of xs as ints,
+// then the initial carry, the xs and the loop-invariant inputs; one subgraph).
 inline constexpr const char* kCondOp = "higher_order::cond";
 inline constexpr const char* kWhileOp = "higher_order::while_loop";
+inline constexpr const char* kScanOp = "higher_order::scan";
+// torch.compiler.nested_compile_region's call of a subgraph (args: its operands): the
+// subgraph's nodes are lowered in place, as if written at the call.
+inline constexpr const char* kInvokeOp = "higher_order::invoke_subgraph";
 
 struct GraphSpec {
   std::vector<TensorType> inputs;  // static types (a padded graph's: its bucket shapes)

@@ -84,4 +84,9 @@ def decompositions() -> dict[Any, Any]:
     table = dict(core_aten_decompositions())
     table.update(_CORRECTED)
     table[aten.index_put.default] = _masked_put
+    # detach has a lowering. Decomposed (to alias) together with alias_copy, it makes the
+    # functionalization of scan's backward see its combine function alias an input
+    # ("scan might be aliasing the input or the output!"), on the CPU with these
+    # decompositions too.
+    del table[aten.detach.default]
     return table

@@ -299,9 +299,17 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
 
 _OPAQUE = object()  # the id of an opaque graph input
 
-# Control-flow ops, lowered to stablehlo.case / stablehlo.while over their subgraphs.
+# Control-flow ops, lowered to stablehlo.case / stablehlo.while over their subgraphs (a map
+# is a scan without a carry; a nested_compile_region's subgraph is lowered in place).
 CONTROL_FLOW = {torch.ops.higher_order.cond: "higher_order::cond",
-                 torch.ops.higher_order.while_loop: "higher_order::while_loop"}
+                torch.ops.higher_order.while_loop: "higher_order::while_loop",
+                torch.ops.higher_order.scan: "higher_order::scan",
+                torch.ops.higher_order.map_impl: "higher_order::scan",
+                torch.ops.higher_order.invoke_subgraph: "higher_order::invoke_subgraph"}
+
+
+# Control-flow ops whose subgraphs may take sizes beside tensors (dynamic shapes).
+_TAKES_SIZES = (torch.ops.higher_order.cond, torch.ops.higher_order.invoke_subgraph)
 
 
 def _check_subgraph_users(node: torch.fx.Node) -> None:
@@ -310,8 +318,8 @@ def _check_subgraph_users(node: torch.fx.Node) -> None:
     if others:
         raise UnsupportedGraph(
             f"tpu compile: {', '.join(others)} (a higher-order op whose body is a subgraph) "
-            "is not supported by the tpu backend (torch.cond and while_loop are); call this "
-            "code outside torch.compile")
+            "is not supported by the tpu backend (torch.cond, while_loop, scan, map and "
+            "nested_compile_region are); call this code outside torch.compile")
 
 
 def _add_node(gm: torch.fx.GraphModule, node: torch.fx.Node, ids: dict, next_id: int,
@@ -341,20 +349,37 @@ def _add_node(gm: torch.fx.GraphModule, node: torch.fx.Node, ids: dict, next_id:
 
 def _control_flow_node(gm: torch.fx.GraphModule, node: torch.fx.Node, ids: dict, next_id: int,
                        b: _Builder, regions: list) -> tuple[Any, int]:
-    """A torch.cond (predicate, operands; true and false branch) or while_loop (state,
-    loop-invariant inputs; condition and body) node, its subgraphs appended to `regions`."""
+    """A torch.cond (predicate, operands; true and false branch), while_loop (state,
+    loop-invariant inputs; condition and body), scan / map (carry and xs counts, carry,
+    xs, loop-invariant inputs; combine function) or invoke_subgraph (operands; the
+    subgraph) node, its subgraphs appended to `regions`."""
     g = _C.GraphNode()
     g.op = CONTROL_FLOW[node.target]
+    args, refs = [], []
     if node.target is torch.ops.higher_order.cond:
         pred, true_graph, false_graph, operands = node.args[:4]
         values, subgraphs = [pred, *operands], [true_graph, false_graph]
-    else:
+    elif node.target is torch.ops.higher_order.invoke_subgraph:
+        subgraph, _identifier, *operands = node.args
+        values, subgraphs = operands, [subgraph]
+    elif node.target is torch.ops.higher_order.while_loop:
         cond_graph, body_graph, state, invariant = node.args[:4]
         values, subgraphs = [*state, *invariant], [cond_graph, body_graph]
-    args, refs = [], []
+    else:  # scan over the leading dim of xs; map: the same without a carry
+        if node.target is torch.ops.higher_order.scan:
+            combine, init, xs, invariant = node.args[:4]
+        else:
+            (combine, xs, invariant), init = node.args[:3], []
+        values, subgraphs = [*init, *xs, *invariant], [combine]
+        for count in (len(init), len(xs)):
+            a = _C.OpArg()
+            a.kind = _C.ArgKind.int
+            a.int_value = count
+            args.append(a)
+            refs.append(-1)
     for v in values:
-        if node.target is torch.ops.higher_order.cond and _is_size(ids, v):
-            continue  # a size the branches read: a constant of this exact-size program
+        if node.target in _TAKES_SIZES and _is_size(ids, v):
+            continue  # a size the subgraph reads: a constant of this exact-size program
         if not (isinstance(v, torch.fx.Node) and isinstance(ids.get(v), int)
                 and isinstance(v.meta.get("val"), torch.Tensor)):
             raise UnsupportedGraph(

@@ -1,12 +1,14 @@
-"""torch.cond and torch's while_loop in compiled graphs: lowered to stablehlo.case and
-stablehlo.while inside the graph's one program, against the same code on the CPU, forward
-and backward; data checks inside a branch or loop body, ops with no lowering inside a
-branch, and what is refused (random draws inside a subgraph; map and scan)."""
+"""torch.cond, torch's while_loop, scan and map in compiled graphs: lowered to
+stablehlo.case and stablehlo.while inside the graph's one program, against the same code on
+the CPU, forward and backward; data checks inside a branch or loop body, ops with no
+lowering inside a branch, random draws inside a subgraph (refused); associative_scan and
+nested_compile_region's subgraphs (lowered in place)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 
 import torchtpu
@@ -173,11 +175,109 @@ def test_random_draws_inside_a_branch_are_refused_with_the_reason() -> None:
         torch.compile(noisy, backend="tpu")(torch.ones(3, device="tpu"))
 
 
-def test_map_is_refused_with_the_reason() -> None:
+def rnn(x, h0, w, u):
+    def step(h, xt):
+        h = torch.tanh(xt @ w + h @ u)
+        return h, h.clone()
+
+    return scan(step, h0, x, dim=0)
+
+
+def test_scan_runs_a_recurrence_inside_one_program() -> None:
+    torch.manual_seed(4)
+    x, w, u = torch.randn(10, 2, 5), torch.randn(5, 7) * 0.3, torch.randn(7, 7) * 0.3
+    h0 = torch.zeros(2, 7)
+    compiled = torch.compile(rnn, backend="tpu")
+    args = [t.to("tpu") for t in (x, h0, w, u)]
+    compiled(*args)
+    before = torchtpu.debug.metrics()
+    last, states = compiled(*args)
+    want_last, want_states = rnn(x, h0, w, u)
+    torch.testing.assert_close(last.cpu(), want_last, **TOL)
+    torch.testing.assert_close(states.cpu(), want_states, **TOL)
+    assert _delta(before, "num_graph_executions") == 1
+    assert _delta(before, "num_eager_ops") == 0
+
+
+def test_scan_gradients_match_the_cpu() -> None:
+    torch.manual_seed(5)
+    x, h0 = torch.randn(8, 2, 5), torch.zeros(2, 7)
+    w, u = torch.randn(5, 7) * 0.3, torch.randn(7, 7) * 0.3
+    cpu = [w.clone().requires_grad_(), u.clone().requires_grad_()]
+    tpu = [w.to("tpu").requires_grad_(), u.to("tpu").requires_grad_()]
+    rnn(x, h0, *cpu)[1].square().sum().backward()
+    compiled = torch.compile(rnn, backend="tpu")
+    compiled(x.to("tpu"), h0.to("tpu"), *tpu)[1].square().sum().backward()
+    for a, b in zip(tpu, cpu):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_scan_over_another_dim_with_several_carries_and_outputs() -> None:
+    def two(x):
+        def combine(c, xs):
+            return (c[0] + xs[0], c[1] * xs[1]), (c[0] - xs[1], c[1] > 0)
+
+        init = (torch.zeros(6, device=x.device), torch.ones(6, device=x.device))
+        return scan(combine, init, (x, x.flip(1)), dim=1)
+
+    x = torch.randn(6, 5)
+    got = torch.utils._pytree.tree_leaves(torch.compile(two, backend="tpu")(x.to("tpu")))
+    want = torch.utils._pytree.tree_leaves(two(x))
+    assert len(got) == len(want) == 4
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g.cpu(), w, **TOL)
+
+
+def test_map_applies_its_body_to_each_row() -> None:
     from functorch.experimental.control_flow import map as control_map
 
-    def doubled(x):
-        return control_map(lambda r: r * 2 + 1, x)
+    def affine(x, w):
+        return control_map(lambda r, w: r * w + 1, x, w)
 
-    with pytest.raises(Exception, match="map_impl .* is not supported by the tpu backend"):
-        torch.compile(doubled, backend="tpu")(torch.ones(3, 2, device="tpu"))
+    x, w = torch.randn(4, 5), torch.randn(5)
+    torch.testing.assert_close(torch.compile(affine, backend="tpu")(x.to("tpu"), w.to("tpu")).cpu(),
+                               affine(x, w), **TOL)
+
+
+def test_a_failed_check_in_a_scan_body_raises() -> None:
+    def pick(x, i):
+        return scan(lambda c, xs: (c + xs.index_select(0, i), c.sum()),
+                    torch.zeros(2, device=x.device), x, dim=0)
+
+    x = torch.randn(6, 5)
+    compiled = torch.compile(pick, backend="tpu")
+    good = torch.tensor([1, 3])
+    torch.testing.assert_close(compiled(x.to("tpu"), good.to("tpu"))[1].cpu(), pick(x, good)[1],
+                               **TOL)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        compiled(x.to("tpu"), torch.tensor([1, 30], device="tpu"))[1].cpu()
+
+
+def test_associative_scan_and_nested_compile_regions_match_the_cpu() -> None:
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    def running(x):
+        return associative_scan(lambda a, b: a * b + a, x, 0, combine_mode="generic")
+
+    x = torch.rand(7, 3)
+    torch.testing.assert_close(torch.compile(running, backend="tpu")(x.to("tpu")).cpu(),
+                               running(x), **TOL)
+
+    @torch.compiler.nested_compile_region
+    def block(x, w):
+        return (x @ w).sin() * 2
+
+    def twice(x, w):
+        return block(x, w) + block(x + 1, w)
+
+    w = torch.randn(3, 3)
+    cpu = [x.clone().requires_grad_(), w.clone().requires_grad_()]
+    tpu = [x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_()]
+    want = twice(*cpu)
+    got = torch.compile(twice, backend="tpu")(*tpu)
+    torch.testing.assert_close(got.cpu(), want, **TOL)
+    want.sum().backward()
+    got.sum().backward()
+    for a, b in zip(tpu, cpu):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, **TOL)
