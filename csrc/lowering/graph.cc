@@ -273,16 +273,24 @@ class GraphLowerer {
       for (auto& [check, at] : inner) checks.emplace_back(std::move(check), index);
       return results;
     }
-    if (node.regions.size() != 2 || node.tensor_refs.empty()) {
+    if (node.regions.size() != 2 || node.args.empty()) {
       return base::invalid_argument("lowering: " + node.op +
                                     " needs two subgraphs and its tensor arguments");
     }
     base::Status status;
     if (node.op == kCondOp) {
-      Value pred = values.get(node.tensor_refs[0], node.op);
-      if (!(pred.type == TensorType{DType::kBool, {}})) {
-        return base::invalid_argument("lowering: a cond's predicate is " + pred.type.str() +
-                                      ", not a bool scalar");
+      // The predicate: a constant (sizes decided it), or a tensor of one element of any
+      // dtype, true when nonzero (as torch.cond reads it).
+      Value pred;
+      if (node.args[0].kind == ArgKind::kBool) {
+        pred = builder_.constant(node.args[0].int_value != 0 ? 1 : 0, DType::kBool);
+      } else {
+        pred = values.get(node.tensor_refs[0], node.op);
+        if (pred.type.num_elements() != 1) {
+          return base::invalid_argument("lowering: a cond's predicate is " + pred.type.str() +
+                                        ", not one element");
+        }
+        pred = builder_.convert(builder_.reshape(pred, {}), DType::kBool);
       }
       std::vector<Value> operands = tensor_args(node, 1, values);
       // Branch 0 when the predicate holds, else branch 1.

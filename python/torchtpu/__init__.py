@@ -41,6 +41,10 @@ from torchtpu import _fake_kernels  # noqa: E402,F401
 _sharing.register()
 _storage.register()
 _dlpack.register()
+
+from torchtpu import _higher_order  # noqa: E402
+
+_higher_order.register()
 _default_compile.route_default_backend()
 from torchtpu import debug  # noqa: E402
 from torchtpu import models  # noqa: E402  (stdlib-only until a model is converted)

@@ -92,6 +92,14 @@ def _number(expr: Any, values: dict[sympy.Symbol, int]) -> Any:
     return result
 
 
+def _truth(expr: Any, values: dict[sympy.Symbol, int]) -> bool:
+    """A condition on sizes (a SymBool's expression) at the sizes `values`."""
+    result = sympy.sympify(expr).xreplace(values)
+    if result not in (sympy.true, sympy.false):
+        raise UnsupportedGraph(f"tpu compile: condition {expr} depends on unbound symbols")
+    return bool(result)
+
+
 def evaluate(expr: Any, values: dict[sympy.Symbol, int]) -> int:
     if isinstance(expr, (int, bool)):
         return int(expr)
@@ -308,10 +316,6 @@ CONTROL_FLOW = {torch.ops.higher_order.cond: "higher_order::cond",
                 torch.ops.higher_order.invoke_subgraph: "higher_order::invoke_subgraph"}
 
 
-# Control-flow ops whose subgraphs may take sizes beside tensors (dynamic shapes).
-_TAKES_SIZES = (torch.ops.higher_order.cond, torch.ops.higher_order.invoke_subgraph)
-
-
 def _check_subgraph_users(node: torch.fx.Node) -> None:
     """A subgraph attribute may only be read by a control-flow op we lower."""
     others = sorted({str(u.target) for u in node.users if u.target not in CONTROL_FLOW})
@@ -347,6 +351,93 @@ def _add_node(gm: torch.fx.GraphModule, node: torch.fx.Node, ids: dict, next_id:
     return next_id
 
 
+def _subgraph_attrs(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[torch.fx.Node]:
+    return [a for a in node.args if isinstance(a, torch.fx.Node) and a.op == "get_attr"
+            and isinstance(_attr(gm, a.target), torch.fx.GraphModule)]
+
+
+def _tensor_constants(sub: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in sub.graph.nodes
+            if n.op == "get_attr" and isinstance(_attr(sub, n.target), torch.Tensor)]
+
+
+def lift_subgraph_constants(gm: torch.fx.GraphModule) -> None:
+    """Tensor constants inside control-flow subgraphs (a `torch.tensor(...)` written in a
+    branch or loop body) become operands of their node, read from graph constants of `gm`
+    (fed as inputs, as its own constants are): a region reads values only through its
+    inputs. Every subgraph of the node takes every lifted constant as a trailing input (a
+    cond's branches take the same operands; a loop's or scan's trailing inputs are its
+    loop-invariant ones). Subgraphs are copied first, as another node may share them."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in CONTROL_FLOW:
+            continue
+        attrs = _subgraph_attrs(gm, node)
+        for a in attrs:
+            lift_subgraph_constants(_attr(gm, a.target))  # inner nodes' constants first
+        if not any(_tensor_constants(_attr(gm, a.target)) for a in attrs):
+            continue
+        subs = [copy_graph_module(_attr(gm, a.target)) for a in attrs]
+        lifted: list[tuple[int, torch.fx.Node, torch.fx.Node]] = []
+        for k, sub in enumerate(subs):
+            for const in _tensor_constants(sub):
+                value = _attr(sub, const.target)
+                name = _fresh_attr(gm, "_lifted_constant")
+                gm.register_buffer(name, value)
+                with gm.graph.inserting_before(node):
+                    parent = gm.graph.get_attr(name)
+                parent.meta["val"] = value
+                lifted.append((k, const, parent))
+        for k, sub in enumerate(subs):
+            last = [n for n in sub.graph.nodes if n.op == "placeholder"][-1:]
+            for j, (owner, const, parent) in enumerate(lifted):
+                if last:
+                    with sub.graph.inserting_after(last[0]):
+                        ph = sub.graph.placeholder(f"lifted_constant_{j}")
+                else:
+                    with sub.graph.inserting_before(next(iter(sub.graph.nodes))):
+                        ph = sub.graph.placeholder(f"lifted_constant_{j}")
+                ph.meta["val"] = parent.meta["val"]
+                last = [ph]
+                if owner == k:
+                    const.replace_all_uses_with(ph)
+                    sub.graph.erase_node(const)
+            sub.recompile()
+        for a, sub in zip(attrs, subs):
+            name = _fresh_attr(gm, "_lifted_subgraph")
+            gm.add_submodule(name, sub)
+            with gm.graph.inserting_before(node):
+                fresh = gm.graph.get_attr(name)
+            node.replace_input_with(a, fresh)
+            if not a.users:
+                gm.graph.erase_node(a)
+        parents = tuple(p for _, _, p in lifted)
+        args = list(node.args)
+        if node.target is torch.ops.higher_order.invoke_subgraph:
+            args.extend(parents)
+        else:  # cond's operands, a loop's or scan's invariant inputs, map's extra args
+            last_arg = 2 if node.target is torch.ops.higher_order.map_impl else 3
+            args[last_arg] = type(args[last_arg])((*args[last_arg], *parents))
+        node.args = tuple(args)
+    gm.recompile()
+
+
+def copy_graph_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A GraphModule of a copy of `gm`'s graph (nodes and their meta), sharing its
+    attributes: rewriting the copy leaves `gm` as it was."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in gm.graph.nodes:
+        env[node] = graph.node_copy(node, lambda a: env[a])
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _fresh_attr(gm: torch.fx.GraphModule, stem: str) -> str:
+    k = 0
+    while hasattr(gm, f"{stem}{k}"):
+        k += 1
+    return f"{stem}{k}"
+
+
 def _control_flow_node(gm: torch.fx.GraphModule, node: torch.fx.Node, ids: dict, next_id: int,
                        b: _Builder, regions: list) -> tuple[Any, int]:
     """A torch.cond (predicate, operands; true and false branch), while_loop (state,
@@ -356,40 +447,58 @@ def _control_flow_node(gm: torch.fx.GraphModule, node: torch.fx.Node, ids: dict,
     g = _C.GraphNode()
     g.op = CONTROL_FLOW[node.target]
     args, refs = [], []
+
+    def add(a: Any, ref: int) -> None:
+        args.append(a)
+        refs.append(ref)
+
+    def tensor(v: Any, what: str) -> None:
+        if not (isinstance(v, torch.fx.Node) and isinstance(ids.get(v), int)
+                and isinstance(v.meta.get("val"), torch.Tensor)):
+            raise UnsupportedGraph(
+                f"tpu compile: {node.target} ({node.name}) takes {v!r} as {what}, which is "
+                "not a tensor; compiled control flow carries and scans tensors only")
+        a = _C.OpArg()
+        a.kind = _C.ArgKind.tensor
+        a.type = b.tensor_type(v.meta["val"], v.name)
+        add(a, ids[v])
+
+    # fixed: the tensors the node carries or scans; loose: operands its subgraphs read,
+    # which may be sizes (dynamic shapes): constants of this exact-size program, no
+    # argument (the subgraph's placeholder of a size reads it the same way).
     if node.target is torch.ops.higher_order.cond:
         pred, true_graph, false_graph, operands = node.args[:4]
-        values, subgraphs = [pred, *operands], [true_graph, false_graph]
+        fixed, loose, subgraphs = [], list(operands), [true_graph, false_graph]
+        if isinstance(pred, bool) or _is_size(ids, pred):
+            # Known at this program's sizes (a comparison of sizes): a constant predicate.
+            a = _C.OpArg()
+            a.kind = _C.ArgKind.bool
+            a.int_value = int(pred if isinstance(pred, bool) else _truth(ids[pred][1], b.values))
+            add(a, -1)
+        else:
+            tensor(pred, "its predicate")
     elif node.target is torch.ops.higher_order.invoke_subgraph:
         subgraph, _identifier, *operands = node.args
-        values, subgraphs = operands, [subgraph]
+        fixed, loose, subgraphs = [], list(operands), [subgraph]
     elif node.target is torch.ops.higher_order.while_loop:
         cond_graph, body_graph, state, invariant = node.args[:4]
-        values, subgraphs = [*state, *invariant], [cond_graph, body_graph]
+        fixed, loose, subgraphs = list(state), list(invariant), [cond_graph, body_graph]
     else:  # scan over the leading dim of xs; map: the same without a carry
         if node.target is torch.ops.higher_order.scan:
             combine, init, xs, invariant = node.args[:4]
         else:
             (combine, xs, invariant), init = node.args[:3], []
-        values, subgraphs = [*init, *xs, *invariant], [combine]
+        fixed, loose, subgraphs = [*init, *xs], list(invariant), [combine]
         for count in (len(init), len(xs)):
             a = _C.OpArg()
             a.kind = _C.ArgKind.int
             a.int_value = count
-            args.append(a)
-            refs.append(-1)
-    for v in values:
-        if node.target in _TAKES_SIZES and _is_size(ids, v):
-            continue  # a size the subgraph reads: a constant of this exact-size program
-        if not (isinstance(v, torch.fx.Node) and isinstance(ids.get(v), int)
-                and isinstance(v.meta.get("val"), torch.Tensor)):
-            raise UnsupportedGraph(
-                f"tpu compile: {node.target} ({node.name}) takes {v!r}, which is not a tensor; "
-                "compiled control flow takes tensors only (make a size or number a tensor)")
-        a = _C.OpArg()
-        a.kind = _C.ArgKind.tensor
-        a.type = b.tensor_type(v.meta["val"], v.name)
-        args.append(a)
-        refs.append(ids[v])
+            add(a, -1)
+    for v in fixed:
+        tensor(v, "a carried or scanned value")
+    for v in loose:
+        if not _is_size(ids, v):
+            tensor(v, "an operand")
     g.args = args
     g.tensor_refs = refs
     g.list_refs = [[] for _ in refs]

@@ -33,8 +33,10 @@ from torchtpu.dynamo.graph_spec import (
     GraphPlan,
     UnsupportedGraph,
     build_plan,
+    copy_graph_module,
     evaluate,
     free_symbols,
+    lift_subgraph_constants,
 )
 from torchtpu.dynamo.rng_states import unwrap_rng_states
 from torchtpu.dynamo.split import SplitGraph, data_dependent_ops, split_at_eager_ops, unlowered_ops
@@ -50,14 +52,6 @@ class Session:
 
     saved: dict[str, tuple] = field(default_factory=dict)
     forward: GraphRunner | None = None
-
-
-def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    graph = torch.fx.Graph()
-    env: dict[torch.fx.Node, torch.fx.Node] = {}
-    for node in gm.graph.nodes:
-        env[node] = graph.node_copy(node, lambda a: env[a])
-    return torch.fx.GraphModule(gm, graph)
 
 
 def _contiguous_strides(shape: list[int]) -> list[int]:
@@ -143,6 +137,7 @@ class GraphRunner:
                  known_sizes: dict[sympy.Symbol, int] | None = None) -> None:
         unwrap_effects(gm)
         unwrap_rng_states(gm)
+        lift_subgraph_constants(gm)
         self.gm = gm
         self.role = role
         self.session = session or Session()
@@ -179,7 +174,7 @@ class GraphRunner:
         # Collectives see whole tensors: no padded dims in graphs that hold them.
         policy = "off" if found is not None or self.runs_eager_ops else bucket_policy()
         if self.symbols and policy != "off":
-            padded = _copy(gm)
+            padded = copy_graph_module(gm)
             try:
                 self.bucket_plan = plan(padded, self.carried, first_saved)
                 self.padded_gm = padded

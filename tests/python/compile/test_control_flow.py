@@ -281,3 +281,70 @@ def test_associative_scan_and_nested_compile_regions_match_the_cpu() -> None:
     got.sum().backward()
     for a, b in zip(tpu, cpu):
         torch.testing.assert_close(a.grad.cpu(), b.grad, **TOL)
+
+
+@pytest.mark.parametrize("flag", [torch.tensor([True]), torch.tensor([[False]]), torch.tensor(1),
+                                  torch.tensor(0.0)], ids=["1-elem", "1x1", "int", "float"])
+def test_a_predicate_of_one_element_of_any_dtype(flag: torch.Tensor) -> None:
+    def by_flag(x, flag):
+        return torch.cond(flag, lambda x: x + 1, lambda x: x - 1, (x,))
+
+    x = torch.randn(3)
+    got = torch.compile(by_flag, backend="tpu")(x.to("tpu"), flag.to("tpu"))
+    torch.testing.assert_close(got.cpu(), by_flag(x, flag), **TOL)
+
+
+def test_a_predicate_on_sizes_and_while_loops_under_dynamic_shapes() -> None:
+    def by_length(x):
+        return torch.cond(x.shape[0] > 4, lambda x: x * 2, lambda x: x - 1, (x,))
+
+    compiled = torch.compile(by_length, backend="tpu", dynamic=True)
+    for n in (3, 6, 8):
+        x = torch.arange(float(n))
+        torch.testing.assert_close(compiled(x.to("tpu")).cpu(), by_length(x), **TOL)
+
+    def halve(x):
+        return while_loop(lambda k, s: k < s.shape[0], lambda k, s: (k + 1, s * 0.5),
+                          (torch.zeros((), dtype=torch.int64, device=x.device), x.clone()))
+
+    compiled = torch.compile(halve, backend="tpu", dynamic=True)
+    for n in (3, 5):
+        x = torch.ones(n)
+        k, s = compiled(x.to("tpu"))
+        assert int(k.cpu()) == n
+        torch.testing.assert_close(s.cpu(), halve(x)[1], **TOL)
+
+
+def test_cond_under_autocast_eager_and_compiled() -> None:
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+
+    def matmuls(x, w):
+        return torch.cond(x.sum() > 0, lambda x, w: x @ w, lambda x, w: (x @ w).relu(), (x, w))
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = matmuls(x, w)
+    with torch.autocast("tpu", dtype=torch.bfloat16):
+        eager = matmuls(x.to("tpu"), w.to("tpu"))
+        compiled = torch.compile(matmuls, backend="tpu")(x.to("tpu"), w.to("tpu"))
+    for got in (eager, compiled):
+        assert got.dtype == want.dtype == torch.bfloat16
+        torch.testing.assert_close(got.cpu().float(), want.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_tensor_constants_written_inside_subgraphs() -> None:
+    def shifted(x):
+        return torch.cond(x.sum() > 0, lambda x: x + torch.tensor([1.0, 2.0, 3.0], device=x.device),
+                          lambda x: x * 2, (x,))
+
+    def counted(x):
+        return while_loop(lambda k, s: k < torch.tensor(5, dtype=torch.int32),
+                          lambda k, s: (k + 2, s * 2),
+                          (torch.zeros((), dtype=torch.int32, device=x.device), x))
+
+    for x in (torch.ones(3), -torch.ones(3)):
+        got = torch.compile(shifted, backend="tpu")(x.to("tpu"))
+        torch.testing.assert_close(got.cpu(), shifted(x), **TOL)
+    k, s = torch.compile(counted, backend="tpu")(torch.ones(3, device="tpu"))
+    want_k, want_s = counted(torch.ones(3))
+    assert int(k.cpu()) == int(want_k) == 6
+    torch.testing.assert_close(s.cpu(), want_s, **TOL)

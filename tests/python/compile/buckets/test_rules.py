@@ -23,7 +23,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torchtpu.dynamo.buckets import Hazard, plan
 from torchtpu.dynamo.buckets import layout as L
 from torchtpu.dynamo.buckets.rules import RULES
-from torchtpu.dynamo.runner import _copy
+from torchtpu.dynamo.graph_spec import copy_graph_module as _copy
 
 aten = torch.ops.aten
 

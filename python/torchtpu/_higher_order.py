@@ -1,0 +1,17 @@
+"""Higher-order ops (torch.cond, while_loop, scan, ...) let tpu's autocast key fall through
+to their implementations, as PyTorch makes them do for CPU's, CUDA's and XPU's autocast
+keys: under ``torch.autocast("tpu")`` the ops inside their subgraphs are autocast, and the
+higher-order op itself has no autocast kernel to miss."""
+
+from __future__ import annotations
+
+import torch
+
+
+def register() -> None:
+    key = torch._C.DispatchKey.AutocastPrivateUse1
+    keys = torch._ops._HIGHER_ORDER_OP_DEFAULT_FALLTHROUGH_DISPATCH_KEYS
+    if key not in keys:
+        keys.append(key)  # higher-order ops defined from now on
+    for op in list(torch._ops._higher_order_ops.values()):
+        op.fallthrough(key)
