@@ -78,15 +78,8 @@ std::vector<Value> Builder::op_with_region(std::string_view name,
                                            const std::vector<TensorType>& results,
                                            const std::vector<TensorType>& block_args,
                                            const RegionBody& body, std::string_view attrs) {
-  std::vector<Value> outs;
-  for (const TensorType& t : results) outs.push_back(fresh(t));
-  std::string line(indent_, ' ');
-  if (outs.size() == 1) {
-    line += name_of(outs[0]) + " = ";
-  } else if (outs.size() > 1) {
-    // Multi-result ops bind a pack name and read results as %pack#i.
-    line += "%m" + std::to_string(outs[0].id) + ":" + std::to_string(outs.size()) + " = ";
-  }
+  auto [outs, bind] = results_of(results);
+  std::string line = std::string(indent_, ' ') + bind;
   line += "\"" + std::string(name) + "\"(";
   for (size_t i = 0; i < operands.size(); ++i) line += (i ? ", " : "") + name_of(operands[i]);
   line += ")";
@@ -98,10 +91,19 @@ std::vector<Value> Builder::op_with_region(std::string_view name,
   if (!attrs.empty()) line += " {" + std::string(attrs) + "}";
   line += signature(operands, results) + "\n";
   body_ += line;
-  if (outs.size() > 1) {
-    for (size_t i = 0; i < outs.size(); ++i) outs[i] = Value{outs[0].id, outs[i].type, (int)i};
-  }
   return outs;
+}
+
+std::pair<std::vector<Value>, std::string> Builder::results_of(
+    const std::vector<TensorType>& results) {
+  std::vector<Value> outs;
+  for (const TensorType& t : results) outs.push_back(fresh(t));
+  if (outs.size() == 1) return {outs, name_of(outs[0]) + " = "};
+  if (outs.empty()) return {outs, ""};
+  // Several results bind a pack name and read as %pack#i.
+  std::string bind = "%m" + std::to_string(outs[0].id) + ":" + std::to_string(outs.size()) + " = ";
+  for (size_t i = 0; i < outs.size(); ++i) outs[i] = Value{outs[0].id, outs[i].type, (int)i};
+  return {outs, bind};
 }
 
 std::string Builder::region(const std::vector<TensorType>& block_args, const RegionBody& body) {
@@ -130,12 +132,8 @@ std::vector<Value> Builder::while_loop(const std::vector<Value>& init, const Reg
                                        const RegionBody& body) {
   std::vector<TensorType> types;
   for (const Value& v : init) types.push_back(v.type);
-  std::vector<Value> outs;
-  for (const TensorType& t : types) outs.push_back(fresh(t));
-  std::string line(indent_, ' ');
-  line += outs.size() == 1 ? name_of(outs[0]) + " = "
-                           : "%m" + std::to_string(outs[0].id) + ":" +
-                                 std::to_string(outs.size()) + " = ";
+  auto [outs, bind] = results_of(types);
+  std::string line = std::string(indent_, ' ') + bind;
   line += "\"stablehlo.while\"(";
   for (size_t i = 0; i < init.size(); ++i) line += (i ? ", " : "") + name_of(init[i]);
   body_ += line + ") (";
@@ -143,31 +141,18 @@ std::vector<Value> Builder::while_loop(const std::vector<Value>& init, const Reg
   body_ += closing + ", ";
   closing = region(types, body);
   body_ += closing + ")" + signature(init, types) + "\n";
-  if (outs.size() > 1) {
-    for (size_t i = 0; i < outs.size(); ++i) outs[i] = Value{outs[0].id, outs[i].type, (int)i};
-  }
   return outs;
 }
 
 std::vector<Value> Builder::case_of(Value index, const std::vector<TensorType>& results,
                                     const std::vector<RegionBody>& branches) {
-  std::vector<Value> outs;
-  for (const TensorType& t : results) outs.push_back(fresh(t));
-  std::string line(indent_, ' ');
-  if (outs.size() == 1) {
-    line += name_of(outs[0]) + " = ";
-  } else if (outs.size() > 1) {
-    line += "%m" + std::to_string(outs[0].id) + ":" + std::to_string(outs.size()) + " = ";
-  }
-  body_ += line + "\"stablehlo.case\"(" + name_of(index) + ") (";
+  auto [outs, bind] = results_of(results);
+  body_ += std::string(indent_, ' ') + bind + "\"stablehlo.case\"(" + name_of(index) + ") (";
   for (size_t b = 0; b < branches.size(); ++b) {
     std::string closing = region({}, branches[b]);
     body_ += closing + (b + 1 < branches.size() ? ", " : "");
   }
   body_ += ")" + signature({index}, results) + "\n";
-  if (outs.size() > 1) {
-    for (size_t i = 0; i < outs.size(); ++i) outs[i] = Value{outs[0].id, outs[i].type, (int)i};
-  }
   return outs;
 }
 

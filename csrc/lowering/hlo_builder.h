@@ -17,6 +17,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/dtype.h"
@@ -197,6 +198,9 @@ class Builder {
   std::string signature(const std::vector<Value>& operands,
                         const std::vector<TensorType>& results) const;
   Value fresh(const TensorType& t);
+  // Fresh values for an op's `results` and the text that binds them ("%5 = "; several
+  // results: a pack, "%m5:2 = ", whose values read as %m5#i).
+  std::pair<std::vector<Value>, std::string> results_of(const std::vector<TensorType>& results);
   // Appends one region ("{ ^bb0(args): ... stablehlo.return }" without the braces' line
   // endings) whose block takes `block_args` and is filled by `body`.
   std::string region(const std::vector<TensorType>& block_args, const RegionBody& body);

@@ -353,6 +353,22 @@ TEST_F(GraphLoweringFactories, ToCopyConvertsAndCloneKeepsValues) {
   EXPECT_EQ(run1("aten::clone", x, {none_arg()}, x.type).values, x.values);
 }
 
+// One graph node of `spec` (or of one of its regions): `op` over value ids `refs` (-1 for a
+// non-tensor argument), defining `outs` of types `types`.
+lowering::GraphNode graph_node(const std::string& op, std::vector<OpArg> args,
+                               std::vector<int> refs, std::vector<TensorType> types,
+                               std::vector<int> outs) {
+  lowering::GraphNode n;
+  n.op = op;
+  n.args = std::move(args);
+  n.tensor_refs = std::move(refs);
+  n.list_refs.resize(n.args.size());
+  n.scalars.resize(n.args.size());
+  n.out_types = std::move(types);
+  n.out_ids = std::move(outs);
+  return n;
+}
+
 TEST(GraphLowering, EachCheckNamesTheNodeThatRequiredIt) {
   // v2 = neg(x); v3 = index_select(v2, 0, i); v4 = index_select(x, 0, i): checks of nodes
   // 1 and 2, results after the outputs, failing where the index is out of range.
@@ -362,15 +378,9 @@ TEST(GraphLowering, EachCheckNamesTheNodeThatRequiredIt) {
   spec.inputs = {x.type, i.type};
   auto node = [&](const std::string& op, std::vector<OpArg> args, std::vector<int> refs,
                   int out) {
-    lowering::GraphNode n;
-    n.op = op;
-    n.args = std::move(args);
-    n.tensor_refs = std::move(refs);
-    n.list_refs.resize(n.args.size());
-    n.scalars.resize(n.args.size());
-    n.out_types = {op == "aten::neg" ? x.type : type(DType::kF32, {2})};
-    n.out_ids = {out};
-    spec.nodes.push_back(n);
+    spec.nodes.push_back(graph_node(op, std::move(args), std::move(refs),
+                                    {op == "aten::neg" ? x.type : type(DType::kF32, {2})},
+                                    {out}));
   };
   node("aten::neg", {tensor_arg(x)}, {0}, 2);
   node("aten::index_select", {tensor_arg(x), int_arg(0), tensor_arg(i)}, {2, -1, 1}, 3);
@@ -388,22 +398,6 @@ TEST(GraphLowering, EachCheckNamesTheNodeThatRequiredIt) {
   i.values = {1, 3};
   out = run_module(lowered->text, {x, i});
   EXPECT_EQ(out[2].values, (V{1, 1}));
-}
-
-// One graph node of `spec` (or of one of its regions): `op` over value ids `refs` (-1 for a
-// non-tensor argument), defining `outs` of types `types`.
-lowering::GraphNode graph_node(const std::string& op, std::vector<OpArg> args,
-                               std::vector<int> refs, std::vector<TensorType> types,
-                               std::vector<int> outs) {
-  lowering::GraphNode n;
-  n.op = op;
-  n.args = std::move(args);
-  n.tensor_refs = std::move(refs);
-  n.list_refs.resize(n.args.size());
-  n.scalars.resize(n.args.size());
-  n.out_types = std::move(types);
-  n.out_ids = std::move(outs);
-  return n;
 }
 
 // Runs a lowered graph: graph inputs from `inputs`, every scalar parameter `scalar`.
