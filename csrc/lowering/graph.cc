@@ -63,13 +63,13 @@ class GraphValues {
 class NodeSource : public ValueSource {
  public:
   NodeSource(const GraphNode& node, int index, GraphValues& values, Builder& builder,
-             LoweredGraph& out, bool in_region)
+             LoweredGraph& out, bool in_subgraph)
       : node_(node),
         index_(index),
         values_(values),
         builder_(builder),
         out_(out),
-        in_region_(in_region) {}
+        in_subgraph_(in_subgraph) {}
 
   Value tensor(size_t arg, int item) override {
     int id = -1;
@@ -102,11 +102,14 @@ class NodeSource : public ValueSource {
   }
 
   Value rng_state() override {
-    if (in_region_) {
-      // A state parameter would be one draw for every iteration of a loop.
+    if (in_subgraph_) {
+      // A state parameter would be one draw for every iteration of a loop, and one taken
+      // from the generator whichever branch runs. (dynamo/split.py runs such control flow
+      // eagerly; this is the lowering's own refusal.)
       fail(base::unimplemented("lowering: " + node_.op +
-                               " draws random numbers inside a torch.cond branch or "
-                               "while_loop body, which a compiled graph does not support"));
+                               " draws random numbers inside a control-flow subgraph (cond, "
+                               "while_loop, scan, map), which a compiled graph does not "
+                               "support"));
       return builder_.zeros(TensorType{DType::kU64, {2}});
     }
     if (node_.rng_ref >= 0) {
@@ -134,7 +137,7 @@ class NodeSource : public ValueSource {
   GraphValues& values_;
   Builder& builder_;
   LoweredGraph& out_;
-  bool in_region_;
+  bool in_subgraph_;
   base::Status status_;
 };
 
@@ -146,20 +149,25 @@ class GraphLowerer {
  public:
   GraphLowerer(Builder& builder, LoweredGraph& out) : builder_(builder), out_(out) {}
 
-  // Lowers `graph`'s nodes into `values`, their data checks into `checks`. `in_region`:
-  // the graph is a control-flow node's subgraph.
+  // Where a graph's nodes are lowered: the graph itself, or a control-flow node's subgraph
+  // inside a cond's branch or a loop's region (a subgraph called in place takes its
+  // caller's scope).
+  enum class Scope { kGraph, kBranch, kLoop };
+
+  // Lowers `graph`'s nodes into `values`, their data checks into `checks`.
   base::Status lower_nodes(const GraphSpec& graph, GraphValues& values, NodeChecks& checks,
-                           bool in_region) {
+                           Scope scope) {
     for (size_t n = 0; n < graph.nodes.size(); ++n) {
       const GraphNode& node = graph.nodes[n];
       int index = static_cast<int>(n);
       std::vector<Value> results;
       if (node.op == kCondOp || node.op == kWhileOp || node.op == kScanOp ||
           node.op == kInvokeOp) {
-        TORCHTPU_ASSIGN_OR_RETURN(results, control_flow(graph, node, index, values, checks));
+        TORCHTPU_ASSIGN_OR_RETURN(results,
+                                  control_flow(graph, node, index, values, checks, scope));
       } else {
         TORCHTPU_ASSIGN_OR_RETURN(results,
-                                  lower_node(graph, node, index, values, checks, in_region));
+                                  lower_node(graph, node, index, values, checks, scope));
       }
       if (results.size() != node.out_ids.size()) {
         return base::internal_error("lowering: " + node.op + " returned " +
@@ -181,7 +189,7 @@ class GraphLowerer {
  private:
   base::StatusOr<std::vector<Value>> lower_node(const GraphSpec& graph, const GraphNode& node,
                                                 int index, GraphValues& values,
-                                                NodeChecks& checks, bool in_region) {
+                                                NodeChecks& checks, Scope scope) {
     const LoweringFn* fn = find_lowering(node.op);
     if (fn == nullptr) {
       return base::unimplemented("lowering: " + node.op + " has no lowering");
@@ -194,7 +202,7 @@ class GraphLowerer {
                                       std::to_string(graph.num_symbols));
       }
     }
-    NodeSource source(node, index, values, builder_, out_, in_region);
+    NodeSource source(node, index, values, builder_, out_, scope != Scope::kGraph);
     LoweringContext ctx(builder_, node.op, node.args, node.out_types, source);
     TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(ctx));
     if (!builder_.unsupported_error().empty()) {
@@ -211,31 +219,45 @@ class GraphLowerer {
     return results;
   }
 
-  // Whether every check of a subgraph held (an i1 scalar, true without checks).
-  Value all_held(const NodeChecks& checks) {
-    Value ok = builder_.constant(1, DType::kBool);
-    for (const auto& [check, node] : checks) {
-      ok = builder_.binary("and", ok, builder_.all_of(check.ok));
-    }
-    return ok;
-  }
-
-  // The check a control-flow node reports for one subgraph's checks (whose values stay
-  // inside its region): `ok` is the flag the region hands out, the message each distinct
-  // message of the subgraph's checks.
-  static Check summary(Value ok, const std::vector<std::pair<std::string, CheckKind>>& seen) {
-    Check c{std::move(ok), "", seen.front().second};
-    for (const auto& [message, kind] : seen) {
-      if (c.message.find(message) == std::string::npos) {
-        c.message += (c.message.empty() ? "" : "; ") + message;
+  // A subgraph's data checks leave its region as a code: the distinct (message, kind) of
+  // its checks are numbered from 1 (`groups`), and the code, computed inside the region,
+  // is the number of the first group with a failed check, or 0.
+  using CheckGroups = std::vector<std::pair<std::string, CheckKind>>;
+  Value failure_code(const NodeChecks& inner, CheckGroups* groups) {
+    groups->clear();
+    std::vector<Value> held;  // per group: whether all its checks held
+    for (const auto& [check, node] : inner) {
+      std::pair<std::string, CheckKind> key{check.message, check.kind};
+      size_t g = 0;
+      while (g < groups->size() && (*groups)[g] != key) ++g;
+      Value ok = builder_.all_of(check.ok);
+      if (g == groups->size()) {
+        groups->push_back(key);
+        held.push_back(ok);
+      } else {
+        held[g] = builder_.binary("and", held[g], ok);
       }
     }
-    return c;
+    Value code = builder_.constant_i64(0, DType::kI32);
+    for (size_t g = held.size(); g-- > 0;) {
+      code = builder_.select(held[g], code,
+                             builder_.constant_i64(static_cast<int64_t>(g + 1), DType::kI32));
+    }
+    return code;
   }
-  static std::vector<std::pair<std::string, CheckKind>> described(const NodeChecks& checks) {
-    std::vector<std::pair<std::string, CheckKind>> seen;
-    for (const auto& [check, node] : checks) seen.emplace_back(check.message, check.kind);
-    return seen;
+  // The checks node `index` reports for a subgraph whose region handed out `code`: one per
+  // group, failed when the code names it.
+  void report(Value code, const CheckGroups& groups, int index, NodeChecks& checks) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      Value named = builder_.constant_i64(static_cast<int64_t>(g + 1), DType::kI32);
+      checks.emplace_back(
+          Check{builder_.compare(code, named, "NE"), groups[g].first, groups[g].second}, index);
+    }
+  }
+  // A loop's code after one more iteration: the first failure is kept.
+  Value first_failure(Value so_far, Value now) {
+    return builder_.select(
+        builder_.compare(so_far, builder_.constant_i64(0, DType::kI32), "NE"), so_far, now);
   }
 
   // The node's tensor arguments from `first` on, as graph values.
@@ -247,12 +269,13 @@ class GraphLowerer {
     return vs;
   }
 
-  // A cond or while_loop node. The data checks of its subgraphs leave their regions as
-  // flags: one extra result per cond branch (true in the branches not taken), one extra
-  // loop state for a while body (and-ed over the iterations).
+  // A control-flow node: cond, while_loop, scan (and map), invoke_subgraph. The data
+  // checks of its subgraphs leave their regions as failure codes (failure_code): one extra
+  // result per cond branch (0 from the branches not taken), one extra loop state for a
+  // loop's body (its first failure kept).
   base::StatusOr<std::vector<Value>> control_flow(const GraphSpec& graph, const GraphNode& node,
                                                   int index, GraphValues& values,
-                                                  NodeChecks& checks) {
+                                                  NodeChecks& checks, Scope scope) {
     for (int r : node.regions) {
       if (r < 0 || r >= static_cast<int>(graph.regions.size())) {
         return base::invalid_argument("lowering: " + node.op + " names subgraph " +
@@ -268,7 +291,7 @@ class GraphLowerer {
       NodeChecks inner;
       std::vector<Value> results =
           region(graph.regions[node.regions[0]], tensor_args(node, 0, values), node.out_types,
-                 inner, &status, /*in_region=*/false);
+                 inner, &status, scope);
       TORCHTPU_RETURN_IF_ERROR(status);
       for (auto& [check, at] : inner) checks.emplace_back(std::move(check), index);
       return results;
@@ -296,19 +319,20 @@ class GraphLowerer {
       // Branch 0 when the predicate holds, else branch 1.
       Value branch = builder_.select(pred, builder_.constant_i64(0, DType::kI32),
                                      builder_.constant_i64(1, DType::kI32));
+      // One failure code per branch after the outputs (0 from the branches not taken).
       size_t num_branches = node.regions.size();
       std::vector<TensorType> types = node.out_types;
-      types.insert(types.end(), num_branches, TensorType{DType::kBool, {}});
-      std::vector<std::vector<std::pair<std::string, CheckKind>>> seen(num_branches);
+      types.insert(types.end(), num_branches, TensorType{DType::kI32, {}});
+      std::vector<CheckGroups> groups(num_branches);
       std::vector<Builder::RegionBody> branches;
       for (size_t b = 0; b < num_branches; ++b) {
         branches.push_back([&, b](Builder&, const std::vector<Value>&) {
           NodeChecks inner;
-          std::vector<Value> outs =
-              region(graph.regions[node.regions[b]], operands, node.out_types, inner, &status);
-          seen[b] = described(inner);
+          std::vector<Value> outs = region(graph.regions[node.regions[b]], operands,
+                                           node.out_types, inner, &status, Scope::kBranch);
+          Value code = failure_code(inner, &groups[b]);
           for (size_t k = 0; k < num_branches; ++k) {
-            outs.push_back(k == b ? all_held(inner) : builder_.constant(1, DType::kBool));
+            outs.push_back(k == b ? code : builder_.constant_i64(0, DType::kI32));
           }
           return outs;
         });
@@ -317,7 +341,7 @@ class GraphLowerer {
       TORCHTPU_RETURN_IF_ERROR(status);
       size_t num_outputs = node.out_types.size();
       for (size_t b = 0; b < num_branches; ++b) {
-        if (!seen[b].empty()) checks.emplace_back(summary(results[num_outputs + b], seen[b]), index);
+        report(results[num_outputs + b], groups[b], index, checks);
       }
       results.resize(num_outputs);
       return results;
@@ -336,18 +360,19 @@ class GraphLowerer {
       return in;
     };
     const TensorType flag{DType::kBool, {}};
-    // The loop state ends with whether every check of the body held so far.
-    init.push_back(builder_.constant(1, DType::kBool));
+    // The loop state ends with the body's failure code so far.
+    init.push_back(builder_.constant_i64(0, DType::kI32));
     auto without_flag = [&](const std::vector<Value>& state) {
       return std::vector<Value>(state.begin(), state.end() - 1);
     };
-    std::vector<std::pair<std::string, CheckKind>> seen;
+    CheckGroups groups;
     std::vector<Value> results = builder_.while_loop(
         init,
         [&](Builder&, const std::vector<Value>& state) {
           NodeChecks inner;
           std::vector<Value> outs = region(graph.regions[node.regions[0]],
-                                           inputs(without_flag(state)), {flag}, inner, &status);
+                                           inputs(without_flag(state)), {flag}, inner, &status,
+                                           Scope::kLoop);
           if (!inner.empty() && status.ok()) {
             status = base::unimplemented("lowering: a while_loop's condition checks its data (" +
                                          inner.front().first.message +
@@ -359,13 +384,12 @@ class GraphLowerer {
           NodeChecks inner;
           std::vector<Value> outs = region(graph.regions[node.regions[1]],
                                            inputs(without_flag(state)), node.out_types, inner,
-                                           &status);
-          seen = described(inner);
-          outs.push_back(builder_.binary("and", state.back(), all_held(inner)));
+                                           &status, Scope::kLoop);
+          outs.push_back(first_failure(state.back(), failure_code(inner, &groups)));
           return outs;
         });
     TORCHTPU_RETURN_IF_ERROR(status);
-    if (!seen.empty()) checks.emplace_back(summary(results.back(), seen), index);
+    report(results.back(), groups, index, checks);
     results.pop_back();
     return results;
   }
@@ -383,6 +407,9 @@ class GraphLowerer {
     if (node.regions.size() != 1 || node.args.size() < 2 ||
         node.args[0].kind != ArgKind::kInt || node.args[1].kind != ArgKind::kInt) {
       return invalid("needs one subgraph and the counts of its carry and xs");
+    }
+    if (node.args[0].int_value < 0 || node.args[1].int_value < 0) {
+      return invalid("has negative counts");
     }
     const size_t num_carry = static_cast<size_t>(node.args[0].int_value);
     const size_t num_xs = static_cast<size_t>(node.args[1].int_value);
@@ -430,9 +457,9 @@ class GraphLowerer {
     for (size_t k = num_carry; k < node.out_types.size(); ++k) {
       init.push_back(builder_.zeros(node.out_types[k]));
     }
-    init.push_back(builder_.constant(1, DType::kBool));
+    init.push_back(builder_.constant_i64(0, DType::kI32));
     base::Status status;
-    std::vector<std::pair<std::string, CheckKind>> seen;
+    CheckGroups groups;
     std::vector<Value> results = builder_.while_loop(
         init,
         [&](Builder&, const std::vector<Value>& state) {
@@ -456,9 +483,8 @@ class GraphLowerer {
           }
           inputs.insert(inputs.end(), invariant.begin(), invariant.end());
           NodeChecks inner;
-          std::vector<Value> outs =
-              region(graph.regions[node.regions[0]], inputs, want, inner, &status);
-          seen = described(inner);
+          std::vector<Value> outs = region(graph.regions[node.regions[0]], inputs, want, inner,
+                                           &status, Scope::kLoop);
           std::vector<Value> next{builder_.add(i, builder_.constant_i64(1, DType::kI64))};
           next.insert(next.end(), outs.begin(),
                       outs.begin() + static_cast<std::ptrdiff_t>(num_carry));
@@ -471,22 +497,21 @@ class GraphLowerer {
             next.push_back(
                 builder_.op("stablehlo.dynamic_update_slice", operands, stacked.type));
           }
-          next.push_back(builder_.binary("and", state.back(), all_held(inner)));
+          next.push_back(first_failure(state.back(), failure_code(inner, &groups)));
           return next;
         });
     TORCHTPU_RETURN_IF_ERROR(status);
-    if (!seen.empty()) checks.emplace_back(summary(results.back(), seen), index);
+    report(results.back(), groups, index, checks);
     return std::vector<Value>(results.begin() + 1, results.end() - 1);
   }
 
-  // Lowers subgraph `sub` at the builder's position (inside a region being built, unless
-  // `in_region` is false: a subgraph called in place) with
-  // `inputs` as its inputs, its data checks into `checks` (their values live in the
-  // region); returns its outputs, which must have types `want`. A failure
-  // goes to `status` (the first one kept) and yields placeholders of those types.
+  // Lowers subgraph `sub` at the builder's position (inside a region being built, or in
+  // place: `scope`) with `inputs` as its inputs, its data checks into `checks` (their
+  // values live in the region); returns its outputs, which must have types `want`. A
+  // failure goes to `status` (the first one kept) and yields placeholders of those types.
   std::vector<Value> region(const GraphSpec& sub, const std::vector<Value>& inputs,
                             const std::vector<TensorType>& want, NodeChecks& checks,
-                            base::Status* status, bool in_region = true) {
+                            base::Status* status, Scope scope) {
     auto placeholders = [&](base::Status s) {
       if (status->ok()) *status = std::move(s);
       std::vector<Value> vs;
@@ -511,7 +536,7 @@ class GraphLowerer {
       }
       values.set(static_cast<int>(i), inputs[i]);
     }
-    base::Status s = lower_nodes(sub, values, checks, in_region);
+    base::Status s = lower_nodes(sub, values, checks, scope);
     if (!s.ok()) return placeholders(std::move(s));
     std::vector<Value> outs;
     for (int id : sub.outputs) {
@@ -550,7 +575,8 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
   GraphValues values(graph, builder, out);
   NodeChecks checks;
   GraphLowerer lowerer(builder, out);
-  TORCHTPU_RETURN_IF_ERROR(lowerer.lower_nodes(graph, values, checks, /*in_region=*/false));
+  TORCHTPU_RETURN_IF_ERROR(
+      lowerer.lower_nodes(graph, values, checks, GraphLowerer::Scope::kGraph));
   std::vector<Value> results;
   for (const auto& [input, output] : graph.donations) {
     if (input < 0 || input >= static_cast<int>(graph.inputs.size()) || output < 0 ||

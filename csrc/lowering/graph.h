@@ -28,11 +28,13 @@ struct GraphNode {
   // Value id of an int64[2] generator state (seed, offset) the node's random draws read
   // instead of a state of its own: a recomputed random op replays its forward's draws.
   int rng_ref = -1;
-  // A control-flow node (kCondOp: args are the predicate, a bool scalar tensor, then the
-  // operands; kWhileOp: args are the loop state, then the loop-invariant inputs) names its
-  // subgraphs here, as indices into the enclosing GraphSpec's `regions`: the true and
-  // false branch of a cond, the condition and body of a while loop. Each subgraph's inputs
-  // are the node's tensor arguments after a cond's predicate, in order.
+  // A control-flow node (the k*Op names below) names its subgraphs here, as indices into
+  // the enclosing GraphSpec's `regions`: a cond's true and false branch, a while loop's
+  // condition and body, a scan's combine function, a called subgraph. Its arguments: a
+  // cond's predicate (a tensor of one element, or a kBool constant) then its operands,
+  // each branch's inputs; a while loop's state then its loop-invariant inputs, both
+  // regions' inputs; a scan's counts, carry, xs and loop-invariant inputs (the combine
+  // function takes the carry, one row of each xs, the invariant inputs); a call's operands.
   std::vector<int> regions;
 };
 
@@ -60,7 +62,7 @@ struct GraphSpec {
   // size a data check's message names is a bucket's, not the tensor's.
   bool padded = false;
   // Subgraphs of the control-flow nodes (GraphNode::regions). A subgraph has no
-  // donations, reads no size values and makes no data checks or random draws.
+  // donations and reads no size values; random draws are refused inside a cond or loop.
   std::vector<GraphSpec> regions;
 };
 

@@ -14,4 +14,8 @@ def register() -> None:
     if key not in keys:
         keys.append(key)  # higher-order ops defined from now on
     for op in list(torch._ops._higher_order_ops.values()):
-        op.fallthrough(key)
+        # One with an autocast kernel of its own (flex_attention casts its inputs) keeps
+        # its behaviour: it has none for tpu to fall through from.
+        own = torch._C.DispatchKey.AutocastCPU, torch._C.DispatchKey.AutocastCUDA
+        if not any(k in op.py_kernels for k in own):
+            op.fallthrough(key)

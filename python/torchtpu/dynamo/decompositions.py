@@ -88,5 +88,5 @@ def decompositions() -> dict[Any, Any]:
     # functionalization of scan's backward see its combine function alias an input
     # ("scan might be aliasing the input or the output!"), on the CPU with these
     # decompositions too.
-    del table[aten.detach.default]
+    table.pop(aten.detach.default, None)
     return table

@@ -367,11 +367,13 @@ def lift_subgraph_constants(gm: torch.fx.GraphModule) -> None:
     (fed as inputs, as its own constants are): a region reads values only through its
     inputs. Every subgraph of the node takes every lifted constant as a trailing input (a
     cond's branches take the same operands; a loop's or scan's trailing inputs are its
-    loop-invariant ones). Subgraphs are copied first, as another node may share them."""
+    loop-invariant ones). A node's subgraphs are copied before they are rewritten, as
+    another node may share them; constants of nested nodes are first lifted into the
+    subgraph that holds them (in place: that only adds operands read from constants)."""
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in CONTROL_FLOW:
             continue
-        attrs = _subgraph_attrs(gm, node)
+        attrs = list(dict.fromkeys(_subgraph_attrs(gm, node)))
         for a in attrs:
             lift_subgraph_constants(_attr(gm, a.target))  # inner nodes' constants first
         if not any(_tensor_constants(_attr(gm, a.target)) for a in attrs):
@@ -469,6 +471,9 @@ def _control_flow_node(gm: torch.fx.GraphModule, node: torch.fx.Node, ids: dict,
     if node.target is torch.ops.higher_order.cond:
         pred, true_graph, false_graph, operands = node.args[:4]
         fixed, loose, subgraphs = [], list(operands), [true_graph, false_graph]
+        if _is_size(ids, pred) and b.bucketed:
+            raise UnsupportedGraph(f"tpu compile: {node.name}'s predicate depends on sizes, "
+                                   "which a graph padded to buckets does not know")
         if isinstance(pred, bool) or _is_size(ids, pred):
             # Known at this program's sizes (a comparison of sizes): a constant predicate.
             a = _C.OpArg()

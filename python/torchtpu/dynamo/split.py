@@ -57,15 +57,39 @@ def unlowered_ops(gm: torch.fx.GraphModule,
             if name not in names and not _C.has_lowering(name):
                 names.append(name)
         elif node.op == "call_function" and node.target in CONTROL_FLOW:
-            # A cond or while_loop whose subgraphs hold an op with no lowering runs eagerly
-            # as a whole (its subgraphs then run as eager ops).
-            name = CONTROL_FLOW[node.target]
-            inner = [unlowered_ops(getattr(gm, a.target)) for a in node.args
-                     if isinstance(a, torch.fx.Node) and a.op == "get_attr"
-                     and isinstance(getattr(gm, a.target), torch.fx.GraphModule)]
-            if name not in names and any(inner):
+            inner = eager_control_flow(gm, node)
+            name = f"{CONTROL_FLOW[node.target]} ({', '.join(inner)})"
+            if inner and name not in names:
                 names.append(name)
     return names
+
+
+def eager_control_flow(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[str]:
+    """Why control-flow node `node` of `gm` runs eagerly as a whole (its subgraphs then run
+    as eager ops): the ops of its subgraphs, nested ones included, that have no lowering or
+    draw random numbers (one generator state cannot serve a loop's iterations or only the
+    branch taken); empty when it is compiled."""
+    reasons: list[str] = []
+    for a in node.args:
+        if not (isinstance(a, torch.fx.Node) and a.op == "get_attr"):
+            continue
+        sub = getattr(gm, a.target)
+        if not isinstance(sub, torch.fx.GraphModule):
+            continue
+        for n in sub.graph.nodes:
+            if n.op != "call_function":
+                continue
+            if n.target in CONTROL_FLOW:
+                found = eager_control_flow(sub, n)
+            elif isinstance(n.target, torch._ops.OpOverload):
+                name = op_name(n.target)
+                found = [name] if not _C.has_lowering(name) else (
+                    [f"{name}, random"] if torch.Tag.nondeterministic_seeded in n.target.tags
+                    else [])
+            else:
+                found = []
+            reasons += [r for r in found if r not in reasons]
+    return reasons
 
 
 def _unbacked(value: Any) -> bool:
@@ -126,7 +150,8 @@ def counted(op: Any, counter: Counter, key: str) -> Callable[..., Any]:
         counter[key] += 1
         return op(*args, **kwargs)
 
-    run.__name__ = f"out_of_graph_{op._schema.name.split('::')[-1]}"
+    name = op._schema.name if isinstance(op, torch._ops.OpOverload) else op.name()
+    run.__name__ = f"out_of_graph_{name.split('::')[-1]}"
     return run
 
 
@@ -195,14 +220,14 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
         if is_data_dependent(node):
             return True
         if node.op == "call_function" and node.target in CONTROL_FLOW:
-            return CONTROL_FLOW[node.target] in unlowered
+            return bool(eager_control_flow(gm, node))
         return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
                 and op_name(node.target) in unlowered)
 
     def wrap(op: Any) -> Callable[..., Any]:
         # Size arithmetic (operator.ge on sizes, ...) is Python, not an op to count.
         return counted(op, stats, "num_out_of_graph_ops") \
-            if isinstance(op, torch._ops.OpOverload) else op
+            if isinstance(op, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)) else op
 
     split = SplitGraph(gm, runs_eagerly, compile_piece, bind_sizes, wrap=wrap)
     stats["num_graph_unlowered_splits"] += 1

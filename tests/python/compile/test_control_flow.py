@@ -161,19 +161,34 @@ def test_an_unlowered_op_in_a_branch_runs_the_cond_eagerly() -> None:
     torch.manual_seed(3)
     x = torch.randn(4, 4)
     compiled = torch.compile(spectrum, backend="tpu")
+    before = torchtpu.debug.metrics()
     for v in (x.abs(), -x.abs()):
         got = compiled(v.to("tpu")).cpu()
         want = spectrum(v)
         torch.testing.assert_close(got.sort().values, want.sort().values, rtol=1e-4, atol=1e-4)
+    assert _delta(before, "num_out_of_graph_ops") >= 2  # the cond, on each call
 
 
-def test_random_draws_inside_a_branch_are_refused_with_the_reason() -> None:
+def test_random_draws_inside_subgraphs_run_the_node_eagerly() -> None:
+    # One generator state cannot serve a loop's iterations, or only the branch taken: such
+    # a node runs as eager mode runs it, between compiled pieces.
     def noisy(x):
         return torch.cond(x.sum() > 0, lambda x: x + torch.rand_like(x), lambda x: x * 2, (x,))
 
-    with pytest.raises(Exception, match="draws random numbers inside a torch.cond branch"):
-        torch.compile(noisy, backend="tpu")(torch.ones(3, device="tpu"))
+    def dropped(x):
+        return scan(lambda c, r: (c + torch.nn.functional.dropout(r, 0.5), c.clone()),
+                    torch.zeros(4, device=x.device), x, dim=0)
 
+    before = torchtpu.debug.metrics()
+    positive = torch.compile(noisy, backend="tpu")(torch.ones(1000, device="tpu")).cpu()
+    assert ((positive >= 1) & (positive < 2)).all() and positive.std() > 0.1
+    negative = torch.compile(noisy, backend="tpu")(-torch.ones(3, device="tpu")).cpu()
+    torch.testing.assert_close(negative, -2 * torch.ones(3))
+    last, _ = torch.compile(dropped, backend="tpu")(torch.ones(50, 4, device="tpu"))
+    assert 0 < float(last.sum().cpu()) < 400  # about half the 200 ones, scaled by 2
+    assert _delta(before, "num_out_of_graph_ops") >= 3
+    splits = torchtpu.debug.metrics()["graph_unlowered_splits"]
+    assert any(k.startswith("higher_order::cond") and "random" in k for k in splits), splits
 
 def rnn(x, h0, w, u):
     def step(h, xt):
@@ -275,6 +290,13 @@ def test_associative_scan_and_nested_compile_regions_match_the_cpu() -> None:
     cpu = [x.clone().requires_grad_(), w.clone().requires_grad_()]
     tpu = [x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_()]
     want = twice(*cpu)
+    with torch.no_grad():
+        compiled = torch.compile(twice, backend="tpu")
+        compiled(x.to("tpu"), w.to("tpu"))
+        before = torchtpu.debug.metrics()
+        torch.testing.assert_close(compiled(x.to("tpu"), w.to("tpu")).cpu(), want.detach(), **TOL)
+        assert _delta(before, "num_graph_executions") == 1  # both calls in place, one program
+        assert _delta(before, "num_eager_ops") == 0
     got = torch.compile(twice, backend="tpu")(*tpu)
     torch.testing.assert_close(got.cpu(), want, **TOL)
     want.sum().backward()
@@ -348,3 +370,38 @@ def test_tensor_constants_written_inside_subgraphs() -> None:
     want_k, want_s = counted(torch.ones(3))
     assert int(k.cpu()) == int(want_k) == 6
     torch.testing.assert_close(s.cpu(), want_s, **TOL)
+
+
+def test_a_size_predicate_in_a_graph_with_dynamic_dims_is_decided_at_the_true_size() -> None:
+    # The graph runs at exact sizes (no bucket), so x.shape[0] > 6 is never read at a
+    # bucket's size.
+    def f(x, w):
+        return x * 2, torch.cond(x.shape[0] > 6, lambda w: w * 2, lambda w: w - 1, (w,))
+
+    compiled = torch.compile(f, backend="tpu")
+    w = torch.ones(3)
+    for n in (3, 5, 6, 7, 9):
+        x = torch.randn(n)
+        xt = x.to("tpu")
+        torch._dynamo.mark_dynamic(xt, 0)
+        torch.testing.assert_close(compiled(xt, w.to("tpu"))[1].cpu(), f(x, w)[1])
+
+
+def test_checks_of_different_kinds_in_one_branch_raise_their_own_error() -> None:
+    def pick_and_divide(x, i, d):
+        return torch.cond(x.sum() > 0, lambda x, i, d: (x.index_select(0, i), x[:2] // d),
+                          lambda x, i, d: (x[:2] + 0, x[:2] * 1), (x, i, d))
+
+    x = torch.arange(1, 5)
+    compiled = torch.compile(pick_and_divide, backend="tpu")
+    good_i, good_d = torch.tensor([3, 1]), torch.tensor([2, 3])
+    for got, want in zip(compiled(x.to("tpu"), good_i.to("tpu"), good_d.to("tpu")),
+                         pick_and_divide(x, good_i, good_d)):
+        assert torch.equal(got.cpu(), want)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError") as cpu_error:
+        pick_and_divide(x, good_i, torch.tensor([2, 0]))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError") as tpu_error:
+        compiled(x.to("tpu"), good_i.to("tpu"), torch.tensor([2, 0], device="tpu"))[1].cpu()
+    assert type(tpu_error.value) is type(cpu_error.value)
+    with pytest.raises(IndexError, match="index out of range in self"):
+        compiled(x.to("tpu"), torch.tensor([3, 9], device="tpu"), good_d.to("tpu"))[0].cpu()

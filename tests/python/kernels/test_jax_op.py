@@ -217,7 +217,6 @@ def test_static_arguments_of_every_kind(compiled: bool) -> None:
     torch.testing.assert_close(run(x.to("tpu")).cpu(), want, **TOL)
 
 
-
 def _same_and_sum(x):
     return x, jnp.sum(x, dtype=x.dtype)
 

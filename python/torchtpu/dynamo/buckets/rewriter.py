@@ -228,6 +228,10 @@ class Rewriter:
             if isinstance(src, list):
                 self.layouts[node] = src[node.args[1]]
             return node
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            # Control flow (torch.cond, while_loop, scan, ...): its subgraphs and a
+            # predicate on sizes would see bucket sizes.
+            raise Hazard(f"{target} ({node.name}) is control flow, which runs at exact sizes")
         if not isinstance(target, torch._ops.OpOverload) or not _is_tensor_op(val):
             return node  # size arithmetic: graph_spec evaluates it
         if not _touches_symbolic(node):
