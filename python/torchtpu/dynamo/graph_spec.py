@@ -23,25 +23,7 @@ import torch
 import torch.fx
 
 from torchtpu import _C
-
-_DTYPES = {
-    torch.bool: _C.DType.bool,
-    torch.int8: _C.DType.int8,
-    torch.uint8: _C.DType.uint8,
-    torch.int16: _C.DType.int16,
-    torch.uint16: _C.DType.uint16,
-    torch.int32: _C.DType.int32,
-    torch.uint32: _C.DType.uint32,
-    torch.int64: _C.DType.int64,
-    torch.uint64: _C.DType.uint64,
-    torch.float16: _C.DType.float16,
-    torch.bfloat16: _C.DType.bfloat16,
-    torch.float32: _C.DType.float32,
-    torch.float64: _C.DType.float64,
-    torch.complex64: _C.DType.complex64,
-    torch.complex128: _C.DType.complex128,
-}
-
+from torchtpu._dtypes import DTYPES
 
 # Meta key of a node whose random draws read the generator state another node computes
 # (rng_states.py), naming that node: the GraphNode's rng_ref.
@@ -53,9 +35,9 @@ class UnsupportedGraph(NotImplementedError):
 
 
 def _dtype(dtype: torch.dtype, where: str) -> Any:
-    if dtype not in _DTYPES:
+    if dtype not in DTYPES:
         raise UnsupportedGraph(f"tpu compile: dtype {dtype} is not supported ({where})")
-    return _DTYPES[dtype]
+    return DTYPES[dtype]
 
 
 def size_expr(s: Any) -> sympy.Expr:

@@ -5,21 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from torchtpu import _C
+from torchtpu._dtypes import DTYPES
 from torchtpu.kernels.export import JaxOpError
 from torchtpu.kernels.jax_op import find_op
 
-_DTYPES = {
-    _C.DType.bool: torch.bool, _C.DType.int8: torch.int8, _C.DType.uint8: torch.uint8,
-    _C.DType.int16: torch.int16, _C.DType.uint16: torch.uint16, _C.DType.int32: torch.int32,
-    _C.DType.uint32: torch.uint32, _C.DType.int64: torch.int64, _C.DType.uint64: torch.uint64,
-    _C.DType.float16: torch.float16,
-    _C.DType.bfloat16: torch.bfloat16, _C.DType.float32: torch.float32,
-    _C.DType.float64: torch.float64, _C.DType.complex64: torch.complex64,
-    _C.DType.complex128: torch.complex128,
-}
+# The C++ side's dtypes as PyTorch's: the table compiled graphs describe their tensors with.
+_DTYPES = {ours: torch_dtype for torch_dtype, ours in DTYPES.items()}
 
 
 class _Described:
