@@ -35,6 +35,7 @@ def test_cond_takes_each_branch_inside_one_program() -> None:
     torch.manual_seed(0)
     x, w = torch.randn(4, 5), torch.randn(5, 5)
     compiled = torch.compile(gate, backend="tpu")
+    fallbacks = dict(torchtpu.debug.metrics()["fallback_ops"])
     compiled(x.to("tpu"), w.to("tpu"))  # compile
     for sign in (1, -1):
         before = torchtpu.debug.metrics()
@@ -44,7 +45,7 @@ def test_cond_takes_each_branch_inside_one_program() -> None:
         assert _delta(before, "num_compiles") == 0
         assert _delta(before, "num_eager_ops") == 0
     assert gate(x, w).mean() != gate(-x, w).mean()  # both branches were exercised
-    assert torchtpu.debug.metrics()["fallback_ops"] == {}
+    assert torchtpu.debug.metrics()["fallback_ops"] == fallbacks  # nothing ran on the CPU
 
 
 def test_cond_gradients_match_the_cpu() -> None:
