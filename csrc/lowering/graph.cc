@@ -150,9 +150,8 @@ class GraphLowerer {
   GraphLowerer(Builder& builder, LoweredGraph& out) : builder_(builder), out_(out) {}
 
   // Where a graph's nodes are lowered: the graph itself, or a control-flow node's subgraph
-  // inside a cond's branch or a loop's region (a subgraph called in place takes its
-  // caller's scope).
-  enum class Scope { kGraph, kBranch, kLoop };
+  // inside a region (a subgraph called in place takes its caller's scope).
+  enum class Scope { kGraph, kSubgraph };
 
   // Lowers `graph`'s nodes into `values`, their data checks into `checks`.
   base::Status lower_nodes(const GraphSpec& graph, GraphValues& values, NodeChecks& checks,
@@ -329,7 +328,7 @@ class GraphLowerer {
         branches.push_back([&, b](Builder&, const std::vector<Value>&) {
           NodeChecks inner;
           std::vector<Value> outs = region(graph.regions[node.regions[b]], operands,
-                                           node.out_types, inner, &status, Scope::kBranch);
+                                           node.out_types, inner, &status, Scope::kSubgraph);
           Value code = failure_code(inner, &groups[b]);
           for (size_t k = 0; k < num_branches; ++k) {
             outs.push_back(k == b ? code : builder_.constant_i64(0, DType::kI32));
@@ -359,10 +358,10 @@ class GraphLowerer {
       in.insert(in.end(), invariant.begin(), invariant.end());
       return in;
     };
-    const TensorType flag{DType::kBool, {}};
+    const TensorType keep_going{DType::kBool, {}};
     // The loop state ends with the body's failure code so far.
     init.push_back(builder_.constant_i64(0, DType::kI32));
-    auto without_flag = [&](const std::vector<Value>& state) {
+    auto without_code = [&](const std::vector<Value>& state) {
       return std::vector<Value>(state.begin(), state.end() - 1);
     };
     CheckGroups groups;
@@ -371,8 +370,8 @@ class GraphLowerer {
         [&](Builder&, const std::vector<Value>& state) {
           NodeChecks inner;
           std::vector<Value> outs = region(graph.regions[node.regions[0]],
-                                           inputs(without_flag(state)), {flag}, inner, &status,
-                                           Scope::kLoop);
+                                           inputs(without_code(state)), {keep_going}, inner,
+                                           &status, Scope::kSubgraph);
           if (!inner.empty() && status.ok()) {
             status = base::unimplemented("lowering: a while_loop's condition checks its data (" +
                                          inner.front().first.message +
@@ -383,8 +382,8 @@ class GraphLowerer {
         [&](Builder&, const std::vector<Value>& state) {
           NodeChecks inner;
           std::vector<Value> outs = region(graph.regions[node.regions[1]],
-                                           inputs(without_flag(state)), node.out_types, inner,
-                                           &status, Scope::kLoop);
+                                           inputs(without_code(state)), node.out_types, inner,
+                                           &status, Scope::kSubgraph);
           outs.push_back(first_failure(state.back(), failure_code(inner, &groups)));
           return outs;
         });
@@ -484,7 +483,7 @@ class GraphLowerer {
           inputs.insert(inputs.end(), invariant.begin(), invariant.end());
           NodeChecks inner;
           std::vector<Value> outs = region(graph.regions[node.regions[0]], inputs, want, inner,
-                                           &status, Scope::kLoop);
+                                           &status, Scope::kSubgraph);
           std::vector<Value> next{builder_.add(i, builder_.constant_i64(1, DType::kI64))};
           next.insert(next.end(), outs.begin(),
                       outs.begin() + static_cast<std::ptrdiff_t>(num_carry));

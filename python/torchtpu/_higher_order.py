@@ -13,9 +13,9 @@ def register() -> None:
     keys = torch._ops._HIGHER_ORDER_OP_DEFAULT_FALLTHROUGH_DISPATCH_KEYS
     if key not in keys:
         keys.append(key)  # higher-order ops defined from now on
+    # One with an autocast kernel of its own (flex_attention casts its inputs) keeps its
+    # behaviour: it has none for tpu to fall through from.
+    own = torch._C.DispatchKey.AutocastCPU, torch._C.DispatchKey.AutocastCUDA
     for op in list(torch._ops._higher_order_ops.values()):
-        # One with an autocast kernel of its own (flex_attention casts its inputs) keeps
-        # its behaviour: it has none for tpu to fall through from.
-        own = torch._C.DispatchKey.AutocastCPU, torch._C.DispatchKey.AutocastCUDA
         if not any(k in op.py_kernels for k in own):
             op.fallthrough(key)
