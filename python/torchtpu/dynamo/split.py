@@ -2,9 +2,10 @@
 
 Three kinds of node run that way: functional collectives that cannot go into the program
 (dynamo/collectives.py decides, and counts them); ops the lowering table has no entry for
-(`unlowered_ops`: ``special.*`` functions, ``linalg.eig``, ``segment_reduce``, ...), which
-then run as they do in eager mode (a counted CPU fallback, with its warning) instead of
-failing the whole compile; and nodes that make or read a size known only from data
+(`unlowered_ops`: ``special.*`` functions, ``linalg.eig``, ``segment_reduce``, a user's
+custom op, and higher-order ops other than control flow: a mutating custom op's
+``auto_functionalized``, ``print``), which then run as they do in eager mode (a counted CPU
+fallback, with its warning) instead of failing the whole compile; and nodes that make or read a size known only from data
 (`data_dependent_ops`: ``nonzero``, a boolean-mask index, ``.item()`` and the size
 arithmetic and runtime asserts on such values), which a program of static shapes cannot
 hold. The graph is cut with FX's ``split_module`` into runs of eager nodes and runs of
@@ -41,6 +42,14 @@ def op_name(target: Any) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
+def unlowered_higher_order(target: Any) -> str | None:
+    """The name of higher-order op `target` when it is one no graph holds (not control
+    flow, which is lowered): it runs eagerly, as its own Python implementation does."""
+    if isinstance(target, torch._ops.HigherOrderOperator) and target not in CONTROL_FLOW:
+        return f"higher_order::{target.name()}"
+    return None
+
+
 def unlowered_ops(gm: torch.fx.GraphModule,
                   handled: Callable[[torch.fx.Node], bool] = lambda node: False) -> list[str]:
     """The ops of `gm` with no lowering (neither in the lowering table nor a module call
@@ -55,6 +64,10 @@ def unlowered_ops(gm: torch.fx.GraphModule,
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             name = op_name(node.target)
             if name not in names and not _C.has_lowering(name):
+                names.append(name)
+        elif node.op == "call_function" and unlowered_higher_order(node.target):
+            name = unlowered_higher_order(node.target)
+            if name not in names:
                 names.append(name)
         elif node.op == "call_function" and node.target in CONTROL_FLOW:
             inner = eager_control_flow(gm, node)
@@ -87,7 +100,8 @@ def eager_control_flow(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[st
                     [f"{name}, random"] if torch.Tag.nondeterministic_seeded in n.target.tags
                     else [])
             else:
-                found = []
+                hop = unlowered_higher_order(n.target)
+                found = [hop] if hop else []
             reasons += [r for r in found if r not in reasons]
     return reasons
 
@@ -221,6 +235,8 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
             return True
         if node.op == "call_function" and node.target in CONTROL_FLOW:
             return bool(eager_control_flow(gm, node))
+        if node.op == "call_function" and unlowered_higher_order(node.target):
+            return True
         return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
                 and op_name(node.target) in unlowered)
 

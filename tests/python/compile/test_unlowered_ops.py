@@ -70,3 +70,89 @@ def test_a_graph_of_lowered_ops_is_not_cut() -> None:
 def test_unlowered_ops_lists_each_op_once() -> None:
     gm = make_fx(lambda t: torch.special.erfcx(torch.special.erfcx(t)) + t)(torch.randn(3))
     assert split.unlowered_ops(gm) == ["aten::special_erfcx"]
+
+
+# A user's kernels wrapped as custom ops: one mutating its argument (AOTAutograd calls it
+# through ``auto_functionalized``, a higher-order op), one writing an out argument and
+# returning a value, one with a registered gradient. They run eagerly between compiled
+# pieces, as a custom op with no mutation always did.
+@torch.library.custom_op("torchtpu_test::scale_add_", mutates_args=("x",))
+def _scale_add_(x: torch.Tensor, k: float) -> None:
+    x.mul_(k).add_(1)
+
+
+@torch.library.custom_op("torchtpu_test::triple_into", mutates_args=("out",))
+def _triple_into(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    out.copy_(x * 3)
+    return x + 1
+
+
+@_triple_into.register_fake
+def _(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("torchtpu_test::cube", mutates_args=())
+def _cube(x: torch.Tensor) -> torch.Tensor:
+    return x * x * x
+
+
+@_cube.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+_cube.register_autograd(lambda ctx, g: g * 3 * ctx.saved_tensors[0] ** 2,
+                        setup_context=lambda ctx, inputs, output: ctx.save_for_backward(
+                            inputs[0]))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_mutating_custom_ops_run_between_compiled_pieces(dynamic: bool) -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h = x.sin()
+        _scale_add_(h, 2.0)  # a temporary
+        _scale_add_(y, 3.0)  # the caller's tensor
+        _scale_add_(y[0], 10.0)  # a view of it
+        out = torch.empty_like(h)
+        r = _triple_into(h, out)
+        return h * 2, r, out
+
+    torch._dynamo.reset()
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    y_tpu = y.to(TPU)
+    actual = torch.compile(fn, backend="tpu", dynamic=dynamic, fullgraph=True)(x.to(TPU), y_tpu)
+    y_cpu = y.clone()
+    expected = fn(x, y_cpu)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.cpu(), e, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y_tpu.cpu(), y_cpu, rtol=1e-5, atol=1e-5)
+    assert "higher_order::auto_functionalized_v2" in split.unlowered_splits
+
+
+def test_custom_op_with_a_gradient_in_a_compiled_training_step() -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (_cube(x @ w) + w.sum()).mean()
+
+    torch._dynamo.reset()
+    torch.manual_seed(2)
+    x, w = torch.randn(4, 3), torch.randn(3, 3)
+    w_cpu, w_tpu = w.clone().requires_grad_(True), w.to(TPU).requires_grad_(True)
+    fn(x, w_cpu).backward()
+    loss = torch.compile(fn, backend="tpu", fullgraph=True)(x.to(TPU), w_tpu)
+    loss.backward()
+    torch.testing.assert_close(loss.detach().cpu(), fn(x, w).detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w_tpu.grad.cpu(), w_cpu.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_print_inside_a_compiled_graph(capfd: pytest.CaptureFixture) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        torch._higher_order_ops.print("value {}", y.sum())
+        return y + 1
+
+    torch._dynamo.reset()
+    x = torch.arange(3.0)
+    out = torch.compile(fn, backend="tpu", fullgraph=True)(x.to(TPU))
+    torch.testing.assert_close(out.cpu(), x * 2 + 1)
+    assert "value 6." in capfd.readouterr().out
