@@ -50,7 +50,17 @@ std::unique_ptr<Router> make_router(const std::string& host, int port,
                                     int spill_threshold, int block_size, double routed_ttl_s,
                                     int64_t routed_capacity_blocks, double health_interval_s,
                                     double health_timeout_s, int max_attempts,
-                                    int64_t max_request_bytes, py::object tokenizer) {
+                                    int64_t max_request_bytes, double request_timeout_s,
+                                    py::object tokenizer) {
+  // Seconds become int milliseconds: a day at most (a bound well inside int), above 0.
+  auto ms = [](double seconds, const char* what) {
+    if (!(seconds > 0 && seconds <= 86400)) {
+      raise(base::invalid_argument(std::string("router: ") + what + " " +
+                                   std::to_string(seconds) +
+                                   " s is out of range: expected above 0 and at most 86400"));
+    }
+    return static_cast<int>(seconds * 1000);
+  };
   router::RouterConfig c;
   c.host = host;
   if (port < 0 || port > 65535) raise(base::invalid_argument("router: bad port"));
@@ -72,10 +82,15 @@ std::unique_ptr<Router> make_router(const std::string& host, int port,
   c.routing.weights = {weights[0], weights[1], weights[2]};
   c.routing.filter.spill_threshold = spill_threshold;
   c.routing.block_size = block_size;
+  if (!(routed_ttl_s > 0 && routed_ttl_s <= 1e12)) {
+    raise(base::invalid_argument("router: routed TTL " + std::to_string(routed_ttl_s) +
+                                 " s is out of range"));
+  }
   c.routing.index.routed_ttl_ms = static_cast<int64_t>(routed_ttl_s * 1000);
   c.routing.index.routed_capacity_blocks = routed_capacity_blocks;
-  c.health_interval_ms = static_cast<int>(health_interval_s * 1000);
-  c.health_timeout_ms = static_cast<int>(health_timeout_s * 1000);
+  c.health_interval_ms = ms(health_interval_s, "health check interval");
+  c.health_timeout_ms = ms(health_timeout_s, "health check timeout");
+  c.proxy.request_read_timeout_ms = ms(request_timeout_s, "request timeout");
   c.proxy.max_attempts = max_attempts;
   c.proxy.max_request_bytes = max_request_bytes;
   auto r = Router::create(std::move(c), wrap_tokenizer(std::move(tokenizer)));
@@ -96,7 +111,7 @@ PYBIND11_MODULE(_router, m) {
            py::arg("routed_ttl_s") = 30.0, py::arg("routed_capacity_blocks") = 1 << 20,
            py::arg("health_interval_s") = 0.5, py::arg("health_timeout_s") = 2.0,
            py::arg("max_attempts") = 3, py::arg("max_request_bytes") = 4 << 20,
-           py::arg("tokenizer") = py::none())
+           py::arg("request_timeout_s") = 60.0, py::arg("tokenizer") = py::none())
       .def("bind",
            [](Router& r) {
              base::Status s = r.bind();

@@ -1,12 +1,13 @@
 #include "router/health_checker.h"
 
-#include <sys/socket.h>
-#include <sys/time.h>
-
-#include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+
+#include <system_error>
+#include <vector>
+
+#include "router/socket_util.h"
 
 namespace torchtpu::router {
 
@@ -14,25 +15,13 @@ namespace net = boost::asio;
 namespace http = boost::beast::http;
 using tcp = net::ip::tcp;
 
-void set_socket_timeouts(tcp::socket& socket, int timeout_ms) {
-  timeval tv{};
-  tv.tv_sec = timeout_ms / 1000;
-  tv.tv_usec = (timeout_ms % 1000) * 1000;
-  setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
-
 base::StatusOr<std::pair<int, std::string>> http_get(const Endpoint& endpoint,
                                                      const std::string& target, int timeout_ms) {
   net::io_context io;
   boost::system::error_code ec;
-  tcp::resolver resolver(io);
-  auto results = resolver.resolve(endpoint.host, std::to_string(endpoint.port), ec);
-  if (ec) return base::unavailable("cannot resolve " + endpoint.host + ": " + ec.message());
-  tcp::socket socket(io);
-  net::connect(socket, results, ec);
-  if (ec) return base::unavailable("cannot connect: " + ec.message());
-  set_socket_timeouts(socket, timeout_ms);
+  auto connected = connect_to(io, endpoint, timeout_ms);
+  if (!connected.ok()) return connected.status();
+  TimedStream socket(**connected, timeout_ms);
   http::request<http::empty_body> req(http::verb::get, target, 11);
   req.set(http::field::host, endpoint.str());
   http::write(socket, req, ec);
@@ -42,32 +31,44 @@ base::StatusOr<std::pair<int, std::string>> http_get(const Endpoint& endpoint,
   parser.body_limit(16u << 20);
   http::read(socket, buffer, parser, ec);
   if (ec) return base::unavailable("read failed: " + ec.message());
-  socket.shutdown(tcp::socket::shutdown_both, ec);
+  socket.socket().shutdown(tcp::socket::shutdown_both, ec);
   return std::make_pair(static_cast<int>(parser.get().result_int()), parser.get().body());
 }
 
-void HealthChecker::check_all() {
-  for (size_t i = 0; i < replicas_->size(); ++i) {
-    const ReplicaId id = static_cast<ReplicaId>(i);
-    const Endpoint& e = replicas_->config(id).http;
-    auto health = http_get(e, "/health", timeout_ms_);
-    if (!health.ok()) {
-      replicas_->on_health(id, false, {}, health.status().message());
-      continue;
-    }
-    if (health->first != 200) {
-      replicas_->on_health(id, false, {}, "/health answered " + std::to_string(health->first));
-      continue;
-    }
-    auto metrics = http_get(e, "/metrics", timeout_ms_);
-    if (!metrics.ok() || metrics->first != 200) {
-      replicas_->on_health(id, false, {},
-                           "/metrics failed: " + (metrics.ok() ? std::to_string(metrics->first)
-                                                               : metrics.status().message()));
-      continue;
-    }
-    replicas_->on_health(id, true, parse_vllm_metrics(metrics->second), "");
+void HealthChecker::check_one(ReplicaId id) {
+  const Endpoint& e = replicas_->config(id).http;
+  auto health = http_get(e, "/health", timeout_ms_);
+  if (!health.ok()) {
+    replicas_->on_health(id, false, {}, health.status().message());
+    return;
   }
+  if (health->first != 200) {
+    replicas_->on_health(id, false, {}, "/health answered " + std::to_string(health->first));
+    return;
+  }
+  auto metrics = http_get(e, "/metrics", timeout_ms_);
+  if (!metrics.ok() || metrics->first != 200) {
+    replicas_->on_health(id, false, {},
+                         "/metrics failed: " + (metrics.ok() ? std::to_string(metrics->first)
+                                                             : metrics.status().message()));
+    return;
+  }
+  replicas_->on_health(id, true, parse_vllm_metrics(metrics->second), "");
+}
+
+void HealthChecker::check_all() {
+  // Concurrently: a replica that takes the whole timeout (its host drops packets) must not
+  // hold the others' checks, and so their admission after a failure, behind it.
+  std::vector<std::thread> checks;
+  for (size_t i = 1; i < replicas_->size(); ++i) {
+    try {
+      checks.emplace_back([this, i] { check_one(static_cast<ReplicaId>(i)); });
+    } catch (const std::system_error&) {
+      check_one(static_cast<ReplicaId>(i));  // no thread to spare: in turn
+    }
+  }
+  if (replicas_->size() > 0) check_one(0);
+  for (auto& t : checks) t.join();
 }
 
 void HealthChecker::start() {

@@ -1,6 +1,7 @@
 // HealthChecker: one thread that, every `interval_ms`, asks each replica for GET /health and
-// GET /metrics (each bounded by `timeout_ms`) and reports to the ReplicaSet: healthy with
-// its load, or unhealthy with the reason. start() / stop() once each.
+// GET /metrics (connect, write and each read bounded by `timeout_ms`; the replicas checked
+// concurrently) and reports to the ReplicaSet: healthy with its load, or unhealthy with the
+// reason. start() / stop() once each.
 #pragma once
 
 #include <atomic>
@@ -12,7 +13,8 @@
 
 namespace torchtpu::router {
 
-// GET `target` from `endpoint` on a fresh connection; the status and body, or an error.
+// GET `target` from `endpoint` on a fresh connection (connect, write and each read bounded by
+// `timeout_ms`); the status and body, or an error.
 base::StatusOr<std::pair<int, std::string>> http_get(const Endpoint& endpoint,
                                                      const std::string& target, int timeout_ms);
 
@@ -24,9 +26,10 @@ class HealthChecker {
 
   void start();
   void stop();
-  void check_all();  // one round, on the caller's thread
+  void check_all();  // one round, on the caller's thread (and one thread per other replica)
 
  private:
+  void check_one(ReplicaId id);
   ReplicaSet* replicas_;
   int interval_ms_;
   int timeout_ms_;

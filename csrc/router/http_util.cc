@@ -10,7 +10,7 @@ base::StatusOr<Endpoint> parse_http_endpoint(std::string_view url) {
   std::string_view rest = url;
   if (rest.substr(0, 7) == "http://") rest.remove_prefix(7);
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
-  const size_t colon = rest.rfind(':');
+  const size_t colon = rest.rfind(':');  // the port's (an IPv6 host has its own)
   auto bad = [&](const std::string& why) {
     return base::invalid_argument("router: replica address '" + std::string(url) + "': " + why +
                                   " (expected http://HOST:PORT)");
@@ -21,7 +21,16 @@ base::StatusOr<Endpoint> parse_http_endpoint(std::string_view url) {
     return bad("scheme '" + std::string(rest.substr(0, scheme)) + "' is not http");
   }
   if (rest.find('/') != std::string_view::npos) return bad("has a path");
-  if (colon == std::string_view::npos || colon == 0) return bad("no host:port");
+  // An IPv6 literal is bracketed (RFC 3986 3.2.2): [::1]:8001.
+  std::string_view host = rest.substr(0, colon == std::string_view::npos ? 0 : colon);
+  if (!rest.empty() && rest.front() == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos || close + 1 != colon) return bad("bad IPv6 address");
+    host = rest.substr(1, close - 1);
+  } else if (rest.find(':') != colon) {
+    return bad("an IPv6 address must be in brackets");
+  }
+  if (colon == std::string_view::npos || host.empty()) return bad("no host:port");
   unsigned port = 0;
   std::string_view p = rest.substr(colon + 1);
   auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
@@ -29,7 +38,7 @@ base::StatusOr<Endpoint> parse_http_endpoint(std::string_view url) {
     return bad("bad port");
   }
   Endpoint e;
-  e.host = std::string(rest.substr(0, colon));
+  e.host = std::string(host);
   e.port = static_cast<uint16_t>(port);
   return e;
 }

@@ -11,12 +11,16 @@
 namespace torchtpu::router {
 
 struct Endpoint {
-  std::string host;
+  std::string host;  // a name, an IPv4 address or an IPv6 address (without brackets)
   uint16_t port = 0;
-  std::string str() const { return host + ":" + std::to_string(port); }
+  // host:port, an IPv6 address bracketed (as in a URL and a Host header).
+  std::string str() const {
+    const bool v6 = host.find(':') != std::string::npos;
+    return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  }
 };
 
-// "http://host:port" or "host:port" (no path, no https).
+// "http://host:port" or "host:port" (no path, no https); an IPv6 host in brackets.
 base::StatusOr<Endpoint> parse_http_endpoint(std::string_view url);
 
 // What the router reads from a replica's /metrics (vLLM's names); -1 where absent.

@@ -4,7 +4,6 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
-#include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -15,6 +14,7 @@
 #include <optional>
 
 #include "router/http_util.h"
+#include "router/socket_util.h"
 
 namespace torchtpu::router {
 
@@ -24,8 +24,6 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 using Request = http::request<http::string_body>;
 using Clock = std::chrono::steady_clock;
-
-void set_socket_timeouts(tcp::socket& socket, int timeout_ms);  // health_checker.cc
 
 namespace {
 
@@ -69,6 +67,18 @@ bool hop_by_hop(http::field f) {
   }
 }
 
+// Whether a Connection header of `h` lists `name`: such a header is for the next hop only
+// (RFC 9110 7.6.1), never passed on.
+bool named_by_connection(const http::fields& h, beast::string_view name) {
+  for (const auto& f : h) {
+    if (f.name() != http::field::connection) continue;
+    for (const auto& token : http::token_list{f.value()}) {
+      if (beast::iequals(token, name)) return true;
+    }
+  }
+  return false;
+}
+
 // The replica's end-to-end response headers (Location, Allow, ...), for the client; the
 // router sets the framing and its own header itself. A Location on the replica's own
 // origin (a redirect the replica built from the Host the router sent it) becomes a path,
@@ -77,7 +87,10 @@ template <class Message>
 void copy_end_to_end(const http::fields& from, Message& to, const std::string& replica) {
   const std::string origin = "http://" + replica;
   for (const auto& f : from) {
-    if (hop_by_hop(f.name()) || beast::iequals(f.name_string(), kReplicaHeader)) continue;
+    if (hop_by_hop(f.name()) || beast::iequals(f.name_string(), kReplicaHeader) ||
+        named_by_connection(from, f.name_string())) {
+      continue;
+    }
     beast::string_view value = f.value();
     if (f.name() == http::field::location && value.starts_with(origin) &&
         (value.size() == origin.size() || value[origin.size()] == '/')) {
@@ -86,30 +99,6 @@ void copy_end_to_end(const http::fields& from, Message& to, const std::string& r
     }
     to.insert(f.name_string(), value);
   }
-}
-
-// Connects with a deadline: a replica that is gone must not hold a request for long.
-bool connect_with_timeout(tcp::socket& socket, const tcp::endpoint& ep, int timeout_ms,
-                          boost::system::error_code& ec) {
-  socket.open(ep.protocol(), ec);
-  if (ec) return false;
-  socket.non_blocking(true, ec);
-  socket.connect(ep, ec);
-  if (ec == net::error::would_block || ec == net::error::in_progress) {
-    pollfd pfd{socket.native_handle(), POLLOUT, 0};
-    if (::poll(&pfd, 1, timeout_ms) <= 0) {
-      ec = net::error::timed_out;
-      return false;
-    }
-    int err = 0;
-    socklen_t len = sizeof err;
-    getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &err, &len);
-    ec = boost::system::error_code(err, boost::system::system_category());
-  }
-  if (ec) return false;
-  socket.non_blocking(false, ec);
-  socket.set_option(tcp::no_delay(true), ec);
-  return !ec;
 }
 
 // Whether a kept-alive connection with no request on it is still usable. A replica closes
@@ -128,7 +117,7 @@ enum class Wait { kReady, kClientGone, kTimeout };
 // upstream connection, which is how a replica learns to abort the request: it stops
 // generating for a client that left), or `timeout_ms` passes. A client that half-closes its
 // side after sending its request counts as gone, as it does for nginx and vLLM's server.
-Wait wait_upstream(tcp::socket& upstream, tcp::socket& client, int timeout_ms) {
+Wait wait_upstream(TimedStream& upstream, TimedStream& client, int timeout_ms) {
   pollfd fds[2] = {{upstream.native_handle(), POLLIN, 0},
                    {client.native_handle(), POLLRDHUP, 0}};
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -146,28 +135,31 @@ Wait wait_upstream(tcp::socket& upstream, tcp::socket& client, int timeout_ms) {
 
 // Closes a client connection so that the client reads our last response even when it is
 // still sending (a refused oversized body, a header past the limit): closing with unread
-// bytes would send a reset, which can discard the response before the client reads it. So:
-// our side ends, then what the client still sends is read and dropped until it closes too,
-// for at most 2 s or 1 MiB (as web servers' lingering close does).
-void lingering_close(tcp::socket& client) {
+// bytes would send a reset, which can discard the response before the client reads it (a
+// client that writes its whole body before reading, as Python's http.client, requests and
+// httpx do, sees a broken pipe instead of our 413). So: our side ends, then what the client
+// still sends is read and dropped until it closes too, or sends nothing for 2 s, for at most
+// 30 s in all (web servers' lingering close: nginx's lingering_timeout and lingering_time).
+void lingering_close(TimedStream& client) {
   boost::system::error_code ec;
-  client.shutdown(tcp::socket::shutdown_send, ec);
-  const auto deadline = Clock::now() + std::chrono::seconds(2);
-  char sink[16384];
-  for (size_t dropped = 0; !ec && dropped < (1u << 20);) {
+  client.socket().shutdown(tcp::socket::shutdown_send, ec);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  char sink[65536];
+  while (!ec) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     pollfd pfd{client.native_handle(), POLLIN, 0};
-    if (left <= 0 || ::poll(&pfd, 1, static_cast<int>(left)) <= 0) break;
+    if (left <= 0 || ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 2000))) <= 0) {
+      break;
+    }
     const ssize_t n = ::recv(client.native_handle(), sink, sizeof sink, MSG_DONTWAIT);
     if (n <= 0) break;
-    dropped += static_cast<size_t>(n);
   }
-  client.close(ec);
+  client.socket().close(ec);
 }
 
 template <class Body>
-bool write_response(tcp::socket& client, http::response<Body>& res) {
+bool write_response(TimedStream& client, http::response<Body>& res) {
   boost::system::error_code ec;
   res.prepare_payload();
   http::write(client, res, ec);
@@ -176,14 +168,14 @@ bool write_response(tcp::socket& client, http::response<Body>& res) {
 
 // The answer to a HEAD request: the header a GET would get (its Content-Length
 // included) and no body (RFC 9110 9.3.2).
-bool write_head_only(tcp::socket& client, http::response<http::empty_body>& res) {
+bool write_head_only(TimedStream& client, http::response<http::empty_body>& res) {
   boost::system::error_code ec;
   http::response_serializer<http::empty_body> sr(res);
   http::write_header(client, sr, ec);
   return !ec;
 }
 
-bool write_json(tcp::socket& client, int status, std::string body, bool keep_alive,
+bool write_json(TimedStream& client, int status, std::string body, bool keep_alive,
                 const char* content_type = "application/json", bool head = false) {
   if (head) {
     http::response<http::empty_body> res(static_cast<http::status>(status), 11);
@@ -199,7 +191,7 @@ bool write_json(tcp::socket& client, int status, std::string body, bool keep_ali
   return write_response(client, res);
 }
 
-bool write_chunk(tcp::socket& client, net::const_buffer data) {
+bool write_chunk(TimedStream& client, net::const_buffer data) {
   boost::system::error_code ec;
   net::write(client, http::make_chunk(data), ec);
   return !ec;
@@ -234,23 +226,12 @@ std::unique_ptr<Proxy::Socket> Proxy::acquire(ReplicaId id, bool* pooled, std::s
   }
   *pooled = false;
   metrics_->num_upstream_connects++;
-  const Endpoint& e = replicas_->config(id).http;
-  boost::system::error_code ec;
-  tcp::resolver resolver(io_);
-  auto results = resolver.resolve(e.host, std::to_string(e.port), ec);
-  if (ec) {
-    *error = "cannot resolve " + e.host + ": " + ec.message();
+  auto s = connect_to(io_, replicas_->config(id).http, config_.connect_timeout_ms);
+  if (!s.ok()) {
+    *error = s.status().message();
     return nullptr;
   }
-  for (const auto& r : results) {
-    auto s = std::make_unique<Socket>(io_);
-    if (connect_with_timeout(*s, r.endpoint(), config_.connect_timeout_ms, ec)) {
-      set_socket_timeouts(*s, config_.upstream_timeout_ms);
-      return s;
-    }
-  }
-  *error = "cannot connect to " + e.str() + ": " + ec.message();
-  return nullptr;
+  return std::move(*s);
 }
 
 void Proxy::release(ReplicaId id, std::unique_ptr<Socket> socket) {
@@ -262,7 +243,7 @@ void Proxy::release(ReplicaId id, std::unique_ptr<Socket> socket) {
 struct Proxy::Exchange {
   enum class Outcome { kDone, kRetry, kClientGone };
   Proxy* proxy;
-  tcp::socket& client;
+  TimedStream& client;
   const Request& req;
   bool keep_alive;
   Clock::time_point read_at;  // the client's request fully read
@@ -281,7 +262,7 @@ struct Proxy::Exchange {
 
   // Waits for the replica's next bytes unless `buffer` already holds some; false (with `ec`
   // set) when the client hangs up meanwhile or the replica stays silent too long.
-  bool upstream_readable(tcp::socket& upstream, const beast::flat_buffer& buffer,
+  bool upstream_readable(TimedStream& upstream, const beast::flat_buffer& buffer,
                          boost::system::error_code& ec) {
     if (buffer.size() > 0) return true;
     switch (wait_upstream(upstream, client, proxy->config_.upstream_timeout_ms)) {
@@ -302,12 +283,19 @@ struct Proxy::Exchange {
     ReplicaSet& replicas = *proxy->replicas_;
     bool pooled = false;
     std::string error;
-    auto upstream = proxy->acquire(id, &pooled, &error);
-    if (!upstream) return fail(id, error);
+    auto upstream_socket = proxy->acquire(id, &pooled, &error);
+    if (!upstream_socket) return fail(id, error);
+    std::optional<TimedStream> upstream;
+    upstream.emplace(*upstream_socket, proxy->config_.upstream_timeout_ms);
 
-    Request out(req.method(), req.target(), 11);
-    for (const auto& f : req) {
-      if (!hop_by_hop(f.name())) out.set(f.name_string(), f.value());
+    Request out;
+    out.method_string(req.method_string());  // an extension method too, as the client sent it
+    out.target(req.target());
+    out.version(11);
+    for (const auto& f : req) {  // repeated fields (Cookie, ...) each passed on
+      if (!hop_by_hop(f.name()) && !named_by_connection(req, f.name_string())) {
+        out.insert(f.name_string(), f.value());
+      }
     }
     out.set(http::field::host, replicas.config(id).http.str());
     out.keep_alive(true);
@@ -342,18 +330,33 @@ struct Proxy::Exchange {
       if (!ec) break;
       // A kept-alive connection the replica closed meanwhile: once more on a fresh one.
       if (pooled && tries == 0) {
-        upstream = proxy->acquire(id, &pooled, &error);
-        while (upstream && pooled) upstream = proxy->acquire(id, &pooled, &error);
-        if (!upstream) return fail(id, error);
+        upstream.reset();
+        upstream_socket = proxy->acquire(id, &pooled, &error);
+        while (upstream_socket && pooled) upstream_socket = proxy->acquire(id, &pooled, &error);
+        if (!upstream_socket) return fail(id, error);
+        upstream.emplace(*upstream_socket, proxy->config_.upstream_timeout_ms);
         continue;
       }
       return fail(id, "no response: " + ec.message());
     }
 
+    // Informational responses (103 Early Hints, an unasked 100 Continue) come before the
+    // final one: the client gets the final one (as vLLM's own server answers it directly).
+    while (parser->get().result_int() / 100 == 1 &&
+           parser->get().result() != http::status::switching_protocols) {
+      parser.emplace();
+      parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+      parser->skip(req.method() == http::verb::head);
+      if (upstream_readable(*upstream, buffer, ec)) http::read_header(*upstream, buffer, *parser, ec);
+      if (client_gone) return Outcome::kClientGone;
+      if (ec) return fail(id, "no final response after an informational one: " + ec.message());
+    }
     const auto& head = parser->get();
     const int status = static_cast<int>(head.result_int());
-    const std::string content_type(head[http::field::content_type]);
-    const bool stream = content_type.rfind("text/event-stream", 0) == 0;
+    const beast::string_view content_type = head[http::field::content_type];
+    // Media types are case-insensitive (RFC 9110 8.3.1).
+    const bool stream = content_type.size() >= 17 &&
+                        beast::iequals(content_type.substr(0, 17), "text/event-stream");
     char chunk[16384];
     auto read_some = [&](size_t* n) {
       parser->get().body().data = chunk;
@@ -380,7 +383,7 @@ struct Proxy::Exchange {
         failure_body = body;
         return fail(id, "it answered 503");
       }
-      if (parser->keep_alive()) proxy->release(id, std::move(upstream));
+      if (parser->keep_alive()) proxy->release(id, std::move(upstream_socket));
       if (req.method() == http::verb::head) {
         http::response<http::empty_body> res(static_cast<http::status>(status), 11);
         copy_end_to_end(head, res, replicas.config(id).http.str());
@@ -447,7 +450,7 @@ struct Proxy::Exchange {
       net::write(client, http::make_chunk_last(), ec);
       if (ec) return Outcome::kClientGone;
     }
-    if (parser->is_done() && parser->keep_alive()) proxy->release(id, std::move(upstream));
+    if (parser->is_done() && parser->keep_alive()) proxy->release(id, std::move(upstream_socket));
     return Outcome::kDone;
   }
 
@@ -458,15 +461,25 @@ struct Proxy::Exchange {
   }
 };
 
-void Proxy::serve_connection(tcp::socket client) {
+void Proxy::serve_connection(tcp::socket client_socket) {
   boost::system::error_code ec;
-  set_socket_timeouts(client, config_.client_idle_timeout_ms);
-  client.set_option(tcp::no_delay(true), ec);
+  client_socket.set_option(tcp::no_delay(true), ec);
+  client_socket.non_blocking(true, ec);
+  TimedStream client(client_socket, config_.client_idle_timeout_ms);
   beast::flat_buffer buffer;
   while (true) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(static_cast<uint64_t>(config_.max_request_bytes));
     parser.header_limit(64 * 1024);
+    // A request's first byte may come after the keep-alive idle time; from then on the
+    // whole request, header and body, must arrive within request_read_timeout_ms, so a
+    // client that sends a byte now and then holds its connection thread only that long.
+    if (buffer.size() == 0 &&
+        !wait_ready(client.native_handle(), POLLIN, config_.client_idle_timeout_ms,
+                    std::nullopt, ec)) {
+      break;
+    }
+    client.set_deadline(Clock::now() + std::chrono::milliseconds(config_.request_read_timeout_ms));
     // The header first: a client that sent `Expect: 100-continue` waits for our word before
     // its body (RFC 9110 10.1.1); one whose Content-Length is over the limit hears 413 now.
     http::read_header(client, buffer, parser, ec);
@@ -484,10 +497,25 @@ void Proxy::serve_connection(tcp::socket client) {
       }
       http::read(client, buffer, parser, ec);
     }
+    client.set_deadline(std::nullopt);
     if (ec == http::error::body_limit) {
       write_json(client, 413,
                  error_body(413, "the request body exceeds the router's limit of " +
                                      std::to_string(config_.max_request_bytes) + " bytes"),
+                 false);
+      break;
+    }
+    if (ec == http::error::header_limit) {
+      write_json(client, 431, error_body(431, "the request header exceeds the router's limit "
+                                              "of 65536 bytes"),
+                 false);
+      break;
+    }
+    if (ec == net::error::timed_out && parser.got_some()) {
+      write_json(client, 408,
+                 error_body(408, "the request did not arrive whole within " +
+                                     std::to_string(config_.request_read_timeout_ms / 1000) +
+                                     " s of its first byte"),
                  false);
       break;
     }
@@ -505,19 +533,20 @@ void Proxy::serve_connection(tcp::socket client) {
     metrics_->num_requests++;
 
     const bool head_request = req.method() == http::verb::head;
-    if (req.method() == http::verb::get && path_of(req.target()) == "/health") {
+    const bool get_or_head = req.method() == http::verb::get || head_request;
+    if (get_or_head && path_of(req.target()) == "/health") {
       const bool ok = replicas_->any_healthy();
       if (!write_json(client, ok ? 200 : 503,
                       ok ? "{}" : error_body(503, "torchtpu router: no healthy replica"),
-                      keep_alive)) {
+                      keep_alive, "application/json", head_request)) {
         break;
       }
       if (!keep_alive) break;
       continue;
     }
-    if (req.method() == http::verb::get && path_of(req.target()) == "/metrics") {
+    if (get_or_head && path_of(req.target()) == "/metrics") {
       if (!write_json(client, 200, metrics_->render(*replicas_), keep_alive,
-                      "text/plain; version=0.0.4; charset=utf-8")) {
+                      "text/plain; version=0.0.4; charset=utf-8", head_request)) {
         break;
       }
       if (!keep_alive) break;

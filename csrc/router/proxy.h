@@ -1,4 +1,5 @@
-// Proxy: serves one client connection (HTTP/1.1, keep-alive) on the calling thread, blocking.
+// Proxy: serves one client connection (HTTP/1.1, keep-alive) on the calling thread, blocking
+// (every wait bounded: socket_util.h's TimedStream).
 //
 // POST /v1/completions and /v1/chat/completions are routed: the prompt is tokenized (the
 // injected Tokenizer; none or a failure means load-only routing), the ReplicaSet ranks the
@@ -37,7 +38,8 @@ using Tokenizer = std::function<std::optional<std::vector<serve::TokenId>>(
 
 struct ProxyConfig {
   int64_t max_request_bytes = 4 << 20;
-  int client_idle_timeout_ms = 120'000;
+  int client_idle_timeout_ms = 120'000;  // a keep-alive connection's wait for a request
+  int request_read_timeout_ms = 60'000;   // a request, header and body, from its first byte
   int upstream_timeout_ms = 600'000;  // a generation's longest silence
   int connect_timeout_ms = 2'000;
   int max_attempts = 3;

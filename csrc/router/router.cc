@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -16,9 +17,35 @@ namespace torchtpu::router {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
+namespace {
+
+bool same_host(const std::string& a, const std::string& b) {  // host names: ASCII
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 base::StatusOr<std::unique_ptr<Router>> Router::create(RouterConfig config, Tokenizer tokenizer) {
   if (config.replicas.empty()) {
     return base::invalid_argument("router: no replicas; give at least one --replica URL");
+  }
+  for (size_t i = 0; i < config.replicas.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      const Endpoint& a = config.replicas[i].http;
+      const Endpoint& b = config.replicas[j].http;
+      if (a.port == b.port && same_host(a.host, b.host)) {
+        return base::invalid_argument("router: replica " + a.str() + " is given twice (--replica " +
+                                      std::to_string(j + 1) + " and " + std::to_string(i + 1) +
+                                      "); give each replica once");
+      }
+    }
   }
   if (config.health_interval_ms <= 0 || config.health_timeout_ms <= 0) {
     return base::invalid_argument("router: health check interval and timeout must be positive");
@@ -38,9 +65,16 @@ Router::~Router() { stop(); }
 
 base::Status Router::bind() {
   boost::system::error_code ec;
-  const auto address = net::ip::make_address(config_.host, ec);
-  if (ec) {
-    return base::invalid_argument("router: bad --host '" + config_.host + "': " + ec.message());
+  auto address = net::ip::make_address(config_.host, ec);
+  if (ec) {  // a name (localhost): its first address
+    tcp::resolver resolver(io_);
+    auto results = resolver.resolve(config_.host, std::to_string(config_.port), ec);
+    if (ec || results.empty()) {
+      return base::invalid_argument("router: bad --host '" + config_.host + "': " +
+                                    (ec ? ec.message() : "no address") +
+                                    " (give an IP address or a name that resolves)");
+    }
+    address = results.begin()->endpoint().address();
   }
   const tcp::endpoint ep(address, config_.port);
   acceptor_.open(ep.protocol(), ec);

@@ -20,15 +20,19 @@ def _json_arg(text: str):
         raise argparse.ArgumentTypeError(f"not valid JSON ({e})") from None
 
 
-def _int_in(low: int, high: int | None = None):
-    """An argparse type: an int in [low, high] (no upper bound when `high` is None)."""
+_INT32_MAX = 2**31 - 1
+
+
+def _int_in(low: int, high: int = _INT32_MAX):
+    """An argparse type: an int in [low, high] (by default at most int32's largest, which the
+    engine's and router's C++ settings hold)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low or (high is not None and value > high):
-            bound = f"at least {low}" if high is None else f"from {low} to {high}"
+        if value < low or value > high:
+            bound = f"from {low} to {high}"
             raise argparse.ArgumentTypeError(f"{value} is out of range: expected {bound}")
         return value
 
@@ -46,6 +50,18 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not (0 < value < float("inf")):
         raise argparse.ArgumentTypeError(f"{text}: expected a finite number of seconds above 0")
+    return value
+
+
+_DAY = 86400.0
+
+
+def _seconds_to_a_day(text: str) -> float:
+    """An argparse type: seconds above 0, at most a day (the router keeps them as int
+    milliseconds)."""
+    value = _seconds(text)
+    if value > _DAY:
+        raise argparse.ArgumentTypeError(f"{text}: expected at most {_DAY:.0f} seconds")
     return value
 
 
@@ -128,22 +144,26 @@ def _router_parser(sub) -> None:
     p.add_argument("--mode", default="cache-aware", choices=["cache-aware", "round-robin"])
     p.add_argument("--weights", default="3,1,1", metavar="PREFIX,QUEUE,KV",
                    help="scorer weights: prefix affinity, queue depth, KV usage")
-    p.add_argument("--spill-threshold", type=_int_in(-1), default=None, metavar="REQUESTS",
+    p.add_argument("--spill-threshold", type=_int_in(-1, _INT32_MAX), default=None,
+                   metavar="REQUESTS",
                    help="a replica whose queue exceeds the least-loaded replica's by more than "
                         "this is passed over whatever prefix it holds, for one within the bound "
                         "with free KV blocks for the prompt, so a hot prefix spreads without "
                         "evicting other prefixes (default -1: off; e.g. a replica's "
                         "--max-num-seqs when one prefix is hotter than one replica can serve)")
-    p.add_argument("--block-size", type=_int_in(0), default=0,
+    p.add_argument("--block-size", type=_int_in(0, _INT32_MAX), default=0,
                    help="the replicas' KV page size (default: read from their "
                         "vllm:cache_config_info)")
-    p.add_argument("--routed-ttl", type=_seconds, default=30.0, metavar="SECONDS",
+    p.add_argument("--routed-ttl", type=_seconds_to_a_day, default=30.0, metavar="SECONDS",
                    help="how long a routed prompt counts as held by its replica before the "
                         "replica's own KV events confirm it")
-    p.add_argument("--health-interval", type=_seconds, default=0.5, metavar="SECONDS")
-    p.add_argument("--max-request-bytes", type=_int_in(1), default=4 << 20,
+    p.add_argument("--health-interval", type=_seconds_to_a_day, default=0.5, metavar="SECONDS")
+    p.add_argument("--max-request-bytes", type=_int_in(1, 2**62), default=4 << 20,
                    help="the largest request body the router takes (413 above it); match the "
                         "replicas' own --max-request-bytes (default 4 MiB)")
+    p.add_argument("--request-timeout", type=_seconds_to_a_day, default=60.0, metavar="SECONDS",
+                   help="how long a client may take to send a whole request (header and body) "
+                        "from its first byte before it gets 408 (default 60)")
 
 
 def _router_main(args) -> int:
@@ -160,10 +180,10 @@ def _router_main(args) -> int:
 
     try:
         weights = tuple(float(w) for w in args.weights.split(","))
-        if len(weights) != 3 or any(w < 0 for w in weights):
+        if len(weights) != 3 or any(not (0 <= w < float("inf")) for w in weights):
             raise ValueError
     except ValueError:
-        print(f"torchtpu router: --weights {args.weights!r}: expected three non-negative "
+        print(f"torchtpu router: --weights {args.weights!r}: expected three finite non-negative "
               "numbers PREFIX,QUEUE,KV", file=sys.stderr)
         return 2
     try:
@@ -176,7 +196,8 @@ def _router_main(args) -> int:
                           mode=args.mode, weights=weights,
                           spill_threshold=args.spill_threshold, block_size=args.block_size,
                           routed_ttl_s=args.routed_ttl, health_interval_s=args.health_interval,
-                          max_request_bytes=args.max_request_bytes)
+                          max_request_bytes=args.max_request_bytes,
+                          request_timeout_s=args.request_timeout)
     except (ValueError, RuntimeError) as e:
         print(f"torchtpu router: {e}", file=sys.stderr)
         return 2

@@ -38,7 +38,11 @@ def test_quantization_choices(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["serve", "--max-request-sequences", "0"],
-     "--max-request-sequences: 0 is out of range: expected at least 1"),
+     "--max-request-sequences: 0 is out of range: expected from 1 to 2147483647"),
+    # Past what the engine's C++ settings hold: a usage error, not a binding's TypeError.
+    (["serve", "--max-num-seqs", "99999999999999999999"], "--max-num-seqs: 99999999999999999999 "
+     "is out of range"),
+    (["serve", "--num-pages", str(2**31)], "--num-pages: 2147483648 is out of range"),
     (["serve", "--max-num-seqs", "-1"], "--max-num-seqs: -1 is out of range"),
     (["serve", "--max-request-bytes", "0"], "--max-request-bytes: 0 is out of range"),
     (["serve", "--port", "65536"], "--port: 65536 is out of range: expected from 0 to 65535"),
@@ -48,7 +52,7 @@ def test_quantization_choices(capsys):
     (["router", "--replica", "http://127.0.0.1:1", "--health-interval", "inf"],
      "--health-interval: inf: expected a finite number"),
     (["router", "--replica", "http://127.0.0.1:1", "--spill-threshold", "-2"],
-     "--spill-threshold: -2 is out of range: expected at least -1"),
+     "--spill-threshold: -2 is out of range: expected from -1 to 2147483647"),
 ])
 def test_numeric_flags_out_of_range_are_usage_errors(argv, message, capsys):
     """A count, port or interval out of its range stops at the command line (exit 2, the
