@@ -83,6 +83,10 @@ std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& op, int id) {
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       c10::TypePtr t = schema.arguments()[i].type();
       if (info->written[i] && t->kind() == c10::TypeKind::ListType) info->bumped_lists.push_back(i);
+      if (i > 0 && !info->written[i] && t->kind() == c10::TypeKind::ListType &&
+          t->containedType(0)->kind() == c10::TypeKind::TensorType) {
+        info->scalar_tensor_lists.push_back(i);
+      }
     }
   }
   info->structured_functional =

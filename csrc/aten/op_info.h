@@ -47,6 +47,11 @@ struct OpInfo {
   // counters are bumped by the backend kernel (autograd's in-place checks read them), as
   // CUDA's foreach kernels and the CPU's per-tensor path do.
   std::vector<size_t> bumped_lists;
+  // A _foreach_ op's tensor lists after the first that it reads only (other, tensor1, ...):
+  // their 0-dim CPU tensors are scalars, as for a single tensor argument, and move to the
+  // device before the call (CUDA's per-tensor path takes them so: an optimizer whose lr
+  // tensor came back on the CPU from a checkpoint).
+  std::vector<size_t> scalar_tensor_lists;
   // A structured op's functional or in-place form (its CompositeExplicitAutograd-
   // NonFunctional kernel runs the structured meta, then the out= form).
   bool structured_functional = false;

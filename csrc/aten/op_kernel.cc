@@ -352,12 +352,50 @@ void check_generator_device(const OpInfo& info, const c10::FunctionSchema& schem
               c10::DeviceTypeName(c10::DeviceType::PrivateUse1, true), "'");
 }
 
+// The 0-dim CPU tensors in a _foreach_ op's read-only tensor lists (OpInfo::
+// scalar_tensor_lists), moved to the device of the call's first tpu tensor.
+void move_scalar_tensors(const OpInfo& info, const c10::FunctionSchema& schema,
+                         torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, schema.arguments().size());
+  for (size_t i : info.scalar_tensor_lists) {
+    if (!args[i].isTensorList()) continue;
+    c10::List<at::Tensor> list = args[i].toTensorList();
+    bool any = false;
+    for (size_t k = 0; k < list.size() && !any; ++k) {
+      const at::Tensor& t = list.get(k);
+      any = t.defined() && t.device().is_cpu() && t.dim() == 0;
+    }
+    if (!any) continue;
+    std::optional<c10::Device> device;
+    for (const c10::IValue& v : args) {
+      if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList()) {
+          if (t.defined() && t.device().is_privateuseone()) device = t.device();
+          if (device) break;
+        }
+      } else if (v.isTensor() && v.toTensor().defined() &&
+                 v.toTensor().device().is_privateuseone()) {
+        device = v.toTensor().device();
+      }
+      if (device) break;
+    }
+    if (!device) return;
+    c10::List<at::Tensor> moved;
+    moved.reserve(list.size());
+    for (const at::Tensor& t : list) {
+      moved.push_back(t.defined() && t.device().is_cpu() && t.dim() == 0 ? t.to(*device) : t);
+    }
+    (*stack)[stack->size() - schema.arguments().size() + i] = moved;
+  }
+}
+
 }  // namespace
 
 void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpInfo& info = op_info(op);
   const c10::FunctionSchema& schema = op.schema();
   if (info.generator_arg >= 0) check_generator_device(info, schema, *stack);
+  if (!info.scalar_tensor_lists.empty()) move_scalar_tensors(info, schema, stack);
   if (ran_items_in_order(op, info, schema, stack)) return;
   ListVersionBump bump(info, schema, *stack);
   runtime::trace::Label label(info.name.c_str());

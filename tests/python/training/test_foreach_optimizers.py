@@ -261,3 +261,42 @@ def test_list_items_sharing_memory_update_in_list_order_like_cpu() -> None:
     # once, and clip_grad_norm_ over a list naming a gradient twice scaled it once.
     for got, want in zip(_aliased_list_calls(TPU), _aliased_list_calls("cpu")):
         torch.testing.assert_close(got.cpu(), want)
+
+
+def test_zero_dim_cpu_tensors_in_a_foreach_list_are_scalars() -> None:
+    """A list op takes 0-dim CPU tensors among its other tensors, as one tensor argument
+    does and CUDA's per-tensor path does: an optimizer whose lr tensor came back on the CPU
+    from a checkpoint loaded with map_location="cpu" (Adagrad and RAdam build such lists)."""
+    xs = [torch.randn(3), torch.randn(2, 2)]
+    others = [torch.tensor(2.0), torch.tensor(3, dtype=torch.int64)]
+    for op in (torch._foreach_mul, torch._foreach_add, torch._foreach_div,
+               torch._foreach_maximum, torch._foreach_pow):
+        expected = op(xs, others)
+        actual = op([x.to(TPU) for x in xs], others)
+        for a, e in zip(actual, expected):
+            assert a.device.type == TPU and a.dtype == e.dtype
+            torch.testing.assert_close(a.cpu(), e)
+    on_tpu = [x.to(TPU) for x in xs]
+    torch._foreach_addcmul_(on_tpu, on_tpu, [torch.tensor(0.5), torch.tensor(0.5)], value=2)
+    for a, x in zip(on_tpu, xs):
+        torch.testing.assert_close(a.cpu(), x + 2 * x * 0.5)
+
+    for cls in (torch.optim.Adagrad, torch.optim.RAdam, torch.optim.Adam):
+        torch.manual_seed(0)
+        cpu_model = nn.Linear(3, 2)
+        tpu_model = copy.deepcopy(cpu_model).to(TPU)
+        opts = [cls(m.parameters(), lr=torch.tensor(0.01, device=d))
+                for m, d in ((cpu_model, "cpu"), (tpu_model, TPU))]
+        x = torch.randn(4, 3)
+        for step in range(3):
+            for m, opt, d in zip((cpu_model, tpu_model), opts, ("cpu", TPU)):
+                opt.zero_grad()
+                m(x.to(d)).square().sum().backward()
+                opt.step()
+                if step == 0:  # a resume whose checkpoint was loaded onto the CPU
+                    state = copy.deepcopy(opt.state_dict())
+                    for group in state["param_groups"]:
+                        group["lr"] = group["lr"].cpu()
+                    opt.load_state_dict(state)
+        for a, e in zip(tpu_model.parameters(), cpu_model.parameters()):
+            torch.testing.assert_close(a.detach().cpu(), e.detach(), rtol=1e-5, atol=1e-6)
