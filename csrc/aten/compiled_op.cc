@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "aten/call_signature.h"
+#include "aten/cpu_dtypes.h"
 #include "aten/host_transfer.h"
 #include "aten/op_special_cases.h"
 #include "aten/overlap_checks.h"
@@ -112,6 +113,42 @@ bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
 
 }  // namespace
 
+void run_meta(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack& meta_stack) {
+  const std::string& name = info.name;
+  check_index_put_values(name, meta_stack);
+  check_same_dtype_out(name, meta_stack);
+  if (meta_by_equivalent(name, &meta_stack)) {
+    // types from an equivalent op
+  } else if (info.structured_functional) {
+    // A structured op's functional or in-place form: the checks and result types of the
+    // kernel PyTorch runs for it on every backend (the structured meta function, then the
+    // out= form), which the Meta key's kernel does not always repeat (mul_ of a bool tensor
+    // by an int64 one must fail its cast check).
+    op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
+                               meta_stack);
+  } else {
+    op.callBoxed(&meta_stack);
+  }
+}
+
+std::optional<std::string> eager_refusal(const c10::OperatorHandle& op,
+                                         torch::jit::Stack meta_args) {
+  const OpInfo& info = op_info(op);
+  try {
+    if (info.cpu_dtypes != nullptr) check_dtype_like_cpu(*info.cpu_dtypes, meta_args);
+    run_meta(op, info, meta_args);
+  } catch (const c10::NotImplementedError& e) {
+    std::string what = e.what();
+    // No meta kernel is no verdict; a CPU kernel's dtype refusal is one.
+    if (what.find("not implemented for") == std::string::npos) return std::nullopt;
+    return what.substr(0, what.find('\n'));
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return what.substr(0, what.find('\n'));
+  }
+  return std::nullopt;
+}
+
 std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const OpInfo& info,
                                        c10::ArrayRef<c10::IValue> ivalues,
                                        std::vector<OpArg> args, int device, bool compile_now) {
@@ -121,21 +158,8 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const OpIn
   // 1. Meta: validates the call exactly as PyTorch would and yields the result types.
   torch::jit::Stack meta_stack;
   for (const c10::IValue& v : ivalues) meta_stack.push_back(to_meta(v));
-  check_index_put_values(name, meta_stack);
-  check_same_dtype_out(name, meta_stack);
   try {
-    if (meta_by_equivalent(name, &meta_stack)) {
-      // types from an equivalent op
-    } else if (info.structured_functional) {
-      // A structured op's functional or in-place form: the checks and result types of
-      // the kernel PyTorch runs for it on every backend (the structured meta function,
-      // then the out= form), which the Meta key's kernel does not always repeat (mul_ of
-      // a bool tensor by an int64 one must fail its cast check).
-      op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
-                                 meta_stack);
-    } else {
-      op.callBoxed(&meta_stack);
-    }
+    run_meta(op, info, meta_stack);
   } catch (const c10::NotImplementedError& e) {
     throw NeedsFallback{"no meta kernel"};
   } catch (const std::exception& e) {  // c10::Error, or a Python meta kernel's error

@@ -76,4 +76,18 @@ at::Tensor present_tensor(const c10::IValue& v, int j);
 
 bool fallback_is_error();
 
+// PyTorch's validation of a call on meta arguments (`meta_stack`: meta tensors and values in
+// schema order), as eager mode runs it before lowering: the op's meta kernel (the structured
+// meta and out= form for a structured op's functional form), and for a few ops our own
+// checks of what their meta kernels leave out. Leaves the results on the stack; throws what
+// the checks throw.
+void run_meta(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack& meta_stack);
+
+// Why eager mode refuses the call of `op` on `meta_args` (meta tensors and values in schema
+// order) before running anything: the dtypes its CPU kernel refuses (cpu_dtypes.h), or its
+// meta kernel's error (argmax of a bool tensor); nullopt when it would run. A compiled
+// graph's fake tensors run Python meta functions that check less: such a node runs
+// eagerly there, and raises as eager mode does.
+std::optional<std::string> eager_refusal(const c10::OperatorHandle& op, torch::jit::Stack meta_args);
+
 }  // namespace torchtpu::aten

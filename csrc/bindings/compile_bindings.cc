@@ -1,7 +1,9 @@
 // Python glue for compiled graphs: the graph description types and CompiledGraph.
 #include <pybind11/stl.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "aten/compiled_op.h"
 #include "aten/op_special_cases.h"
 #include "compile/bucket_io.h"
 #include "compile/compiled_graph.h"
@@ -12,6 +14,26 @@ namespace py = pybind11;
 using namespace torchtpu;
 
 void bind_compile(py::module& m) {
+  // Why eager mode would refuse a compiled graph's call (aten/compiled_op.h): `name` and
+  // `overload` of the op, its arguments as meta tensors and values.
+  m.def("eager_refusal", [](const std::string& name, const std::string& overload,
+                            const py::tuple& args, const py::dict& kwargs)
+                             -> std::optional<std::string> {
+    auto op = c10::Dispatcher::singleton().findSchema({name, overload});
+    if (!op) return std::nullopt;
+    torch::jit::Stack stack;
+    try {
+      stack = torch::jit::createStackForSchema(op->schema(), torch::jit::tuple_slice(args),
+                                               py::kwargs(kwargs), std::nullopt);
+    } catch (const std::exception&) {
+      return std::nullopt;  // arguments this check cannot stand in for: no verdict
+    }
+    // With the GIL: meta kernels in Python. A Python meta kernel's error reaches here as a
+    // verdict; its exception must not stay set.
+    auto verdict = aten::eager_refusal(*op, std::move(stack));
+    if (PyErr_Occurred()) PyErr_Clear();
+    return verdict;
+  });
   py::enum_<base::DType>(m, "DType")
       .value("bool", base::DType::kBool)
       .value("int8", base::DType::kI8)

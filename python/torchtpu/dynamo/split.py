@@ -42,6 +42,52 @@ def op_name(target: Any) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
+class _NoStandIn(Exception):
+    """An argument a meta stand-in cannot take the place of (a size known only from data)."""
+
+
+def _meta_stand_in(a: Any) -> Any:
+    """What a node argument is at the graph's example sizes, as eager mode would see it: a
+    meta tensor (its dtype, sizes and strides), a size's value."""
+    if isinstance(a, torch.fx.Node):
+        a = a.meta.get("val")
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        hint = a.node.hint
+        if hint is None:
+            raise _NoStandIn
+        return hint
+    if isinstance(a, torch.device):
+        raise _NoStandIn  # a factory's device: the call would go there
+    if isinstance(a, torch.Tensor):
+        sizes = [_meta_stand_in(s) for s in a.shape]
+        strides = [_meta_stand_in(s) for s in a.stride()]
+        return torch.empty_strided(sizes, strides, dtype=a.dtype, device="meta")
+    if isinstance(a, (list, tuple)):
+        return type(a)(_meta_stand_in(x) for x in a)
+    return a
+
+
+def eager_refusal(node: torch.fx.Node) -> str | None:
+    """Why eager mode refuses `node`'s call before running it (the dtypes its CPU kernel
+    refuses: softmax of an int64 tensor; its meta kernel's error: argmax of a bool one),
+    which Dynamo's fake tensors, running Python meta functions, let through: such a node
+    runs eagerly, and raises as eager mode does, instead of its lowering computing."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return None
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    schema = node.target._schema
+    try:
+        with _disable_current_modes():
+            args = _meta_stand_in(tuple(node.args))
+            kwargs = {k: _meta_stand_in(v) for k, v in node.kwargs.items()}
+            if not any(isinstance(x, torch.Tensor) for x in (*args, *kwargs.values())):
+                return None  # a factory: nothing of the caller's to refuse
+            return _C.eager_refusal(schema.name, schema.overload_name, args, kwargs)
+    except _NoStandIn:
+        return None
+
+
 def unlowered_higher_order(target: Any) -> str | None:
     """The name of higher-order op `target` when it is one no graph holds (not control
     flow, which is lowered): it runs eagerly, as its own Python implementation does."""
@@ -63,7 +109,7 @@ def unlowered_ops(gm: torch.fx.GraphModule,
             continue
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             name = op_name(node.target)
-            if name not in names and not _C.has_lowering(name):
+            if name not in names and (not _C.has_lowering(name) or eager_refusal(node)):
                 names.append(name)
         elif node.op == "call_function" and unlowered_higher_order(node.target):
             name = unlowered_higher_order(node.target)
@@ -238,7 +284,8 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
         if node.op == "call_function" and unlowered_higher_order(node.target):
             return True
         return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-                and op_name(node.target) in unlowered)
+                and op_name(node.target) in unlowered
+                and (not _C.has_lowering(op_name(node.target)) or bool(eager_refusal(node))))
 
     def wrap(op: Any) -> Callable[..., Any]:
         # Size arithmetic (operator.ge on sizes, ...) is Python, not an op to count.
@@ -251,8 +298,10 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
         unlowered_splits[name] += 1
     dependent = data_dependent_ops(gm, producers_only=True)
     shown = [n for n in names if n != "aten::_assert_scalar" and n not in dependent]
-    reasons = (["no lowering"] if shown else []) + (
-        ["sizes or positions known only from data"] if dependent else [])
+    refused = [n for n in shown if _C.has_lowering(n)]
+    reasons = (["no lowering"] if len(refused) < len(shown) else []) + (
+        [f"eager mode refuses the arguments of {', '.join(refused)} and raises there"]
+        if refused else []) + (["sizes or positions known only from data"] if dependent else [])
     message = (f"torchtpu: a compiled graph runs {', '.join(shown + dependent)} eagerly "
                f"between compiled pieces ({'; '.join(reasons)}): each call runs one program "
                "per piece and those ops as eager mode runs them")

@@ -7,6 +7,10 @@ inputs. It is exported per signature like any jax_op, so in a compiled training 
 backward graph holds its module too. JAX computes the vjp, so a ``jax.custom_vjp`` rule on
 ``f`` is honoured. Integer inputs get no gradient. The vjp op itself has no backward
 (double backward raises).
+
+Complex values: PyTorch's gradient is the conjugate of JAX's cotangent convention (for
+``f(z) = a*z`` PyTorch gives ``g * conj(a)``, JAX's vjp ``g * a``), so the backward is
+``conj(vjp(conj(g)))``, the identity change for real values.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ def register_vjp(op: JaxOp) -> JaxOp:
     n = len(tensors)
     fn = op.fn
 
-    def vjp(args: list[Any], **static: Any) -> Any:
-        primals, cotangents = args[:n], args[n:]
+    def vjp(arrays: list[Any], /, **static: Any) -> Any:  # a static may be named anything
+        primals, cotangents = arrays[:n], arrays[n:]
         diff = [i for i, a in enumerate(primals) if jnp.issubdtype(a.dtype, jnp.inexact)]
 
         def inexact_outputs(*dp: Any) -> list[Any]:
@@ -47,16 +51,26 @@ def register_vjp(op: JaxOp) -> JaxOp:
             return [o for o in leaves if jnp.issubdtype(o.dtype, jnp.inexact)]
 
         _, pullback = jax.vjp(inexact_outputs, *[primals[i] for i in diff])
-        return list(pullback(list(cotangents)))
+        return [jnp.conj(g) for g in pullback([jnp.conj(c) for c in cotangents])]
 
-    params = [Param("args", "Tensor[]")] + [
+    # The arrays' schema name, unlike any of f's static arguments' names.
+    arrays = "args"
+    while any(p.name == arrays for p in statics):
+        arrays = "_" + arrays
+    params = [Param(arrays, "Tensor[]")] + [
         Param(p.name, p.kind, p.default, keyword_only=True) for p in statics]
     vjp_op = JaxOp(f"{op.qualname}_jax_vjp", vjp, params)
 
-    def setup_context(ctx: Any, inputs: tuple, output: list[torch.Tensor]) -> None:
+    positional = [p for p in op.params if not p.keyword_only]
+
+    def setup_context(ctx: Any, inputs: tuple, output: list[torch.Tensor],
+                      keyword_only_inputs: dict[str, Any] | None = None) -> None:
+        # torch.library passes keyword-only arguments apart (only for an op that has them).
         values = list(inputs)
-        ctx.static = {p.name: v for p, v in zip(op.params, values) if not p.is_tensor}
-        ctx.save_for_backward(*[v for p, v in zip(op.params, values) if p.kind == "Tensor"])
+        ctx.static = {p.name: v for p, v in zip(positional, values) if not p.is_tensor}
+        ctx.static.update({k: v for k, v in (keyword_only_inputs or {}).items()
+                           if any(p.name == k and not p.is_tensor for p in op.params)})
+        ctx.save_for_backward(*[v for p, v in zip(positional, values) if p.kind == "Tensor"])
         ctx.outputs = [(o.shape, o.dtype, o.device) for o in output]
 
     def backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple:

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
 from torchtpu import _C
 from torchtpu.kernels.export import (
@@ -183,9 +182,11 @@ class JaxOp:
         self.params = list(params)
         self._lock = threading.RLock()
         self._exports: dict[tuple, ExportedCall] = {}
-        # Fixed by the first export: fn's output structure and the donation pairs
+        # Fixed by the first export: fn's output structure (its JAX tree, leaves numbered)
+        # with the function rebuilding it from the flat outputs, and the donation pairs
         # (flat tensor input -> output), which every later signature must repeat.
         self._structure: Any = None
+        self._rebuild: Callable[[list[Any]], Any] | None = None
         self._aliases: tuple[tuple[int, int], ...] | None = None
         positional = [i for i, p in enumerate(self.params) if not p.keyword_only]
         self.donated: list[int] = []  # indices into self.params
@@ -213,10 +214,21 @@ class JaxOp:
         with _OPS_LOCK:
             _OPS[qualname] = self
 
+    # An op is registered once per process: a copy is the op itself, a pickle its name.
+    def __copy__(self) -> JaxOp:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> JaxOp:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (_registered, (self.qualname,))
+
     # -- calling -------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         positional, keywords = self._bind(args, kwargs)
+        positional = _scalars_on_device(positional)
         outs = list(self.overload(*positional, **keywords))
         if self.donated:
             values = positional + [keywords[p.name] for p in self.params if p.keyword_only]
@@ -227,7 +239,8 @@ class JaxOp:
                 # in compiled graphs), and the caller gets the argument back.
                 tensor_args[i].copy_(outs[k])
                 outs[k] = tensor_args[i]
-        return pytree.tree_unflatten(outs, self._structure)
+        assert self._rebuild is not None  # the call above exported (or found) the op
+        return self._rebuild(outs)
 
     def _bind(self, args: tuple, kwargs: dict) -> tuple[list[Any], dict[str, Any]]:
         positional = [p for p in self.params if not p.keyword_only]
@@ -300,11 +313,12 @@ class JaxOp:
             if hit is not None:
                 return hit
             call = self._export(key)
-            structure = pytree.tree_structure(
-                pytree.tree_map(lambda _: 0, call.out_structure))
+            structure = call.out_structure
             if self._structure is None:
                 self._structure, self._aliases = structure, call.aliases
-            elif structure != self._structure or call.aliases != self._aliases:
+                self._rebuild = _rebuilder(structure)
+            elif (_shape_of(structure) != _shape_of(self._structure)
+                  or call.aliases != self._aliases):
                 raise JaxOpError(
                     f"torchtpu.jax_op {self.qualname}: the call with {self._describe(key)} "
                     f"returns {_shape_of(structure)} with donation pairs {list(call.aliases)}, "
@@ -371,9 +385,59 @@ class JaxOp:
         return [torch.empty(s.shape, dtype=s.dtype, device=device) for s in call.outputs]
 
 
-def _shape_of(spec: pytree.TreeSpec) -> str:
-    """An output structure with its leaves as '*': ('*', {'mean': '*'})."""
-    return repr(pytree.tree_unflatten(["*"] * spec.num_leaves, spec))
+def _shape_of(structure: Any) -> str:
+    """An output structure (a JAX tree) with its leaves as '*': ('*', {'mean': '*'})."""
+    import jax
+
+    return repr(jax.tree_util.tree_map(lambda _: "*", structure))
+
+
+def _rebuilder(structure: Any) -> Callable[[list[Any]], Any]:
+    """A function of the flat outputs giving fn's output structure (a JAX tree whose leaves
+    are their indices): tuples, lists, namedtuples, dicts and None as plain Python (which
+    Dynamo traces), any other node JAX knows (a registered dataclass) through JAX's own
+    unflatten. PyTorch's pytree is not JAX's: it takes None for a leaf and knows no JAX
+    registrations."""
+    import jax
+
+    if isinstance(structure, int):
+        return lambda outs: outs[structure]
+    if structure is None:
+        return lambda outs: None
+    if isinstance(structure, tuple) and hasattr(structure, "_fields"):
+        items = [_rebuilder(s) for s in structure]
+        kind = type(structure)
+        return lambda outs: kind(*(f(outs) for f in items))
+    if type(structure) in (tuple, list):
+        items = [_rebuilder(s) for s in structure]
+        kind = type(structure)
+        return lambda outs: kind(f(outs) for f in items)
+    if type(structure) is dict:
+        entries = [(k, _rebuilder(v)) for k, v in structure.items()]
+        return lambda outs: {k: f(outs) for k, f in entries}
+    leaves, treedef = jax.tree_util.tree_flatten(structure)
+    return lambda outs: jax.tree_util.tree_unflatten(treedef, [outs[i] for i in leaves])
+
+
+def _scalars_on_device(values: list[Any]) -> list[Any]:
+    """`values` with its 0-dim CPU tensors on the device of its first tpu tensor: an array
+    argument given as a 0-dim CPU tensor beside device tensors, which PyTorch's own ops take
+    as a scalar."""
+    device = next((v.device for v in values
+                   if isinstance(v, torch.Tensor) and v.device.type != "cpu"), None)
+    if device is None:
+        return values
+    return [v.to(device) if isinstance(v, torch.Tensor) and v.device.type == "cpu"
+            and v.dim() == 0 else v for v in values]
+
+
+def _registered(qualname: str) -> JaxOp:
+    """The op `qualname` of this process, for unpickling a reference to it."""
+    op = find_op(qualname)
+    if op is None:
+        raise JaxOpError(f"torchtpu.jax_op {qualname} is not defined in this process: define "
+                         "it (run the jax_op(...) call) before loading what refers to it")
+    return op
 
 
 def find_op(qualname: str) -> JaxOp | None:

@@ -25,8 +25,8 @@ class _Described:
 def _value(op_name: str, name: str, kind: Any, value: Any, schema_kind: str) -> Any:
     if schema_kind == "Tensor":
         if kind != _C.ArgKind.tensor:
-            raise JaxOpError(f"{op_name}: argument {name!r} must be a tpu tensor (a 0-dim CPU "
-                             "tensor is not one), got {kind}")
+            raise JaxOpError(f"{op_name}: argument {name!r} must be a tpu tensor, got "
+                             f"{kind.name if hasattr(kind, 'name') else kind}")
         return _Described(value)
     if schema_kind == "Tensor[]":
         return [_Described(t) for t in value]

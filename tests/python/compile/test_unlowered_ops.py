@@ -156,3 +156,29 @@ def test_print_inside_a_compiled_graph(capfd: pytest.CaptureFixture) -> None:
     out = torch.compile(fn, backend="tpu", fullgraph=True)(x.to(TPU))
     torch.testing.assert_close(out.cpu(), x * 2 + 1)
     assert "value 6." in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("fn, x, error", [
+    # The CPU kernel's dispatch leaves int64 out; eager mode raises its error.
+    (lambda t: t.softmax(0) + 1, torch.arange(4), NotImplementedError),
+    # The meta kernel refuses bool; the Python meta Dynamo's fake tensors run does not.
+    (lambda t: t.argmax() + 1, torch.tensor([False, True]), RuntimeError),
+    (lambda t: t.argmin(0), torch.tensor([True, False]), RuntimeError),
+])
+def test_calls_eager_mode_refuses_raise_as_in_eager_mode(fn, x, error) -> None:
+    torch._dynamo.reset()
+    with pytest.raises(error) as expected:
+        fn(x)
+    with pytest.raises(error) as actual:
+        torch.compile(fn, backend="tpu", dynamic=False)(x.to(TPU))
+    assert str(actual.value).splitlines()[0] == str(expected.value).splitlines()[0]
+
+
+def test_calls_eager_mode_takes_stay_in_the_graph() -> None:
+    # The same ops on arguments eager mode takes are lowered: no cut.
+    torch._dynamo.reset()
+    before = _stats()["num_graph_unlowered_splits"]
+    x = torch.randn(4, 3)
+    out = torch.compile(lambda t: t.softmax(0).argmax(1), backend="tpu")(x.to(TPU))
+    torch.testing.assert_close(out.cpu(), x.softmax(0).argmax(1))
+    assert _stats()["num_graph_unlowered_splits"] == before

@@ -247,3 +247,72 @@ def test_every_documented_dtype_goes_in_and_out(dtype: torch.dtype, compiled: bo
     assert same.dtype == dtype and torch.equal(same.cpu(), x)
     assert total.dtype == dtype and total.shape == ()
     assert torch.equal(total.cpu().to(torch.complex128), want_sum.to(torch.complex128))
+
+
+def _with_none(x):
+    return x + 1, None, {"twice": x * 2, "gone": None}
+
+
+_WITH_NONE = torchtpu.jax_op("tpu_test::with_none", _with_none)
+_AXPY = torchtpu.jax_op("tpu_test::axpy", lambda a, x: a * x + 1)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_outputs_with_none_keep_fns_structure(compiled: bool) -> None:
+    x = torch.randn(3)
+    torch._dynamo.reset()
+    op = torch.compile(_WITH_NONE, backend="tpu") if compiled else _WITH_NONE
+    first, none, rest = op(x.to("tpu"))
+    assert none is None and rest["gone"] is None and set(rest) == {"twice", "gone"}
+    torch.testing.assert_close(first.cpu(), x + 1)
+    torch.testing.assert_close(rest["twice"].cpu(), x * 2)
+
+
+def test_outputs_in_a_structure_registered_with_jax() -> None:
+    import dataclasses
+
+    import jax
+
+    @jax.tree_util.register_dataclass
+    @dataclasses.dataclass
+    class Stats:
+        mean: jax.Array
+        scale: jax.Array
+
+    op = torchtpu.jax_op("tpu_test::stats", lambda x: Stats(x.mean(), x.std()))
+    x = torch.randn(8)
+    out = op(x.to("tpu"))
+    assert isinstance(out, Stats)
+    torch.testing.assert_close(out.mean.cpu(), x.mean(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.scale.cpu(), x.std(unbiased=False), rtol=1e-5, atol=1e-6)
+
+
+def test_a_zero_dim_cpu_tensor_argument_is_a_scalar() -> None:
+    x = torch.randn(4)
+    out = _AXPY(torch.tensor(2.0), x.to("tpu"))
+    assert out.device.type == "tpu"
+    torch.testing.assert_close(out.cpu(), 2.0 * x + 1)
+
+
+class _HoldsAnOp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.op = _AXPY
+        self.a = torch.nn.Parameter(torch.tensor(3.0))
+
+    def forward(self, x):
+        return self.op(self.a, x)
+
+
+def test_a_module_holding_an_op_copies_and_pickles() -> None:
+    import io
+
+    m = _HoldsAnOp().to("tpu")
+    clone = copy.deepcopy(m)
+    assert clone.op is _AXPY
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    x = torch.randn(4)
+    torch.testing.assert_close(loaded(x.to("tpu")).cpu(), 3.0 * x + 1)

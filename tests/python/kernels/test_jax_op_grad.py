@@ -112,3 +112,46 @@ def test_a_pytorch_backward_replaces_jax_vjp(compiled: bool) -> None:
     x = torch.randn(6, requires_grad=True)
     _check(lambda t: SQUARE(t, scale=3.0).sum(), lambda t: (t * t * 3.0).sum(), [x], compiled)
     assert _backward_calls  # the registered backward ran (while tracing, when compiled)
+
+
+_COMPLEX_SCALE = torchtpu.jax_op("tpu_grad_test::complex_scale", lambda z: z * (2 + 3j))
+_COMPLEX_NORM = torchtpu.jax_op("tpu_grad_test::complex_norm",
+                                lambda z: jnp.sum(jnp.abs(z) ** 2))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_complex_gradients_follow_pytorchs_convention(compiled: bool) -> None:
+    # PyTorch's gradient of a complex value is the conjugate of JAX's cotangent: for
+    # f(z) = a*z it is g*conj(a), where JAX's vjp gives g*a.
+    z = torch.tensor([1 + 1j, 2 - 1j], dtype=torch.complex64)
+    g = torch.tensor([1, 1j], dtype=torch.complex64)
+    torch._dynamo.reset()
+    scale = torch.compile(_COMPLEX_SCALE, backend="tpu") if compiled else _COMPLEX_SCALE
+    for op, torch_fn, upstream in ((scale, lambda t: t * (2 + 3j), g),
+                                   (_COMPLEX_NORM, lambda t: t.abs().pow(2).sum(), None)):
+        z_cpu, z_tpu = z.clone().requires_grad_(), z.to("tpu").requires_grad_()
+        torch_fn(z_cpu).backward(upstream)
+        op(z_tpu).backward(None if upstream is None else upstream.to("tpu"))
+        torch.testing.assert_close(z_tpu.grad.cpu(), z_cpu.grad, **TOL)
+
+
+def _scaled(x, *, k: float = 2.0):
+    return x * k
+
+
+def _shifted(x, args: int = 2):  # a static named like the vjp op's own arrays
+    return x + args * x
+
+
+_SCALED = torchtpu.jax_op("tpu_grad_test::scaled", _scaled, static_argnames="k")
+_SHIFTED = torchtpu.jax_op("tpu_grad_test::shifted", _shifted, static_argnames="args")
+
+
+def test_static_arguments_keyword_only_or_named_args_have_gradients() -> None:
+    x = torch.randn(3)
+    for op, torch_fn in ((lambda t: _SCALED(t, k=3.0), lambda t: t * 3.0),
+                         (lambda t: _SHIFTED(t, 3), lambda t: t + 3 * t)):
+        x_cpu, x_tpu = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+        (torch_fn(x_cpu) ** 2).sum().backward()
+        (op(x_tpu) ** 2).sum().backward()
+        torch.testing.assert_close(x_tpu.grad.cpu(), x_cpu.grad, **TOL)
