@@ -83,7 +83,11 @@ c10::IValue to_meta(const c10::IValue& v) {
 
 bool fallback_is_error() {
   const char* mode = std::getenv("TORCHTPU_FALLBACK");
-  return mode != nullptr && std::strcmp(mode, "error") == 0;
+  if (mode == nullptr || *mode == '\0' || std::strcmp(mode, "warn") == 0) return false;
+  TORCH_CHECK(std::strcmp(mode, "error") == 0, "tpu: TORCHTPU_FALLBACK='", mode,
+              "' is not a fallback policy (expected 'warn', the default: an op with no "
+              "lowering runs on the CPU with a warning, or 'error': it raises)");
+  return true;
 }
 
 namespace {

@@ -117,3 +117,16 @@ __all__ = [
     "set_eager_mode",
     "synchronize",
 ]
+
+# Submodules imported on first use (`torchtpu.flops.peak_flops()` after `import torchtpu`):
+# they pull in what `import torchtpu` should not pay for (the serving engine, TorchTitan,
+# Dynamo, a measurement through the plugin).
+_LAZY_SUBMODULES = frozenset({"amp", "dynamo", "flops", "serve", "testing", "train"})
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"torchtpu.{name}")
+    raise AttributeError(f"module 'torchtpu' has no attribute {name!r}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import os
 import sys
 import warnings
 from collections import defaultdict
@@ -27,7 +26,11 @@ from torch._dynamo.backends.common import aot_autograd
 from torchtpu import _C
 from torchtpu.dynamo import collectives as graph_collectives
 from torchtpu.dynamo import split as graph_split
-from torchtpu.dynamo.buckets import bucket_policy, bucket_size  # noqa: F401 (re-exported)
+from torchtpu.dynamo.buckets import (  # noqa: F401 (bucket_policy, bucket_size re-exported)
+    bucket_policy,
+    bucket_size,
+    recompile_limit,
+)
 from torchtpu.dynamo.compile_options import check_compile_kwargs
 from torchtpu.dynamo.decompositions import decompositions
 from torchtpu.dynamo.runner import GraphRunner, Session
@@ -107,7 +110,7 @@ def _note_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
         _recompile_reasons.append(reason)
         log.warning("torchtpu: %s", reason)
     history.append(sig)
-    limit = int(os.environ.get("TORCHTPU_RECOMPILE_LIMIT", "8"))
+    limit = recompile_limit()
     if len(history) > limit and frame not in _warned:
         _warned.add(frame)
         warnings.warn(

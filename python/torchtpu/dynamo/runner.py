@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import operator
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,14 @@ import torch.fx
 
 from torchtpu import _C
 from torchtpu.dynamo import collectives as graph_collectives
-from torchtpu.dynamo.buckets import BucketPlan, Hazard, bucket_policy, bucket_size, plan
+from torchtpu.dynamo.buckets import (
+    BucketPlan,
+    Hazard,
+    bucket_policy,
+    bucket_size,
+    plan,
+    recompile_limit,
+)
 from torchtpu.dynamo.buckets import layout as L
 from torchtpu.dynamo.effects import unwrap_effects
 from torchtpu.dynamo.graph_spec import (
@@ -194,6 +202,7 @@ class GraphRunner:
         self.compiled: dict[tuple[int, ...], tuple[Any, GraphPlan]] = {}
         self.forms: dict[tuple[int, ...], list[Any]] = {}
         self.ran = False
+        self.warned_exact = False  # past TORCHTPU_RECOMPILE_LIMIT programs at exact sizes
         if self.runs_eager_ops:
             self.fallback = split_at_eager_ops(gm, self.unlowered, self._compile_piece,
                                                bind_sizes)
@@ -233,6 +242,8 @@ class GraphRunner:
             self.compiled[key] = (graph, built)
             if self.symbols:
                 log.info("torchtpu: compiled graph for sizes %s", dict(zip(self.symbols, key)))
+            if self.symbols and not self.bucketed:
+                self._warn_exact_sizes()
             dump_dir = os.environ.get("TORCHTPU_DUMP_DIR")
             if dump_dir:
                 os.makedirs(dump_dir, exist_ok=True)
@@ -240,6 +251,21 @@ class GraphRunner:
                 with open(path, "w") as f:
                     f.write(gm.print_readable(print_output=False))
         return self.compiled[key]
+
+    def _warn_exact_sizes(self) -> None:
+        """Past TORCHTPU_RECOMPILE_LIMIT programs of this graph at exact sizes, once: each
+        new size compiles another."""
+        limit = recompile_limit()
+        if self.warned_exact or len(self.compiled) <= limit:
+            return
+        self.warned_exact = True
+        why = self.hazard or ("TORCHTPU_SHAPE_BUCKETS=off" if bucket_policy() == "off"
+                              else "it is not padded to buckets")
+        warnings.warn(
+            f"torchtpu: a compiled graph has compiled {len(self.compiled)} programs, one per "
+            f"exact size (limit {limit}; {why}); every new size compiles another. Sizes of "
+            f"the last: {dict(zip(self.symbols, next(reversed(self.compiled))))}",
+            stacklevel=2)
 
     def _key(self, actual: dict[sympy.Symbol, int]) -> tuple[int, ...]:
         return tuple(bucket_size(actual[s]) if self.bucketed else actual[s] for s in self.symbols)

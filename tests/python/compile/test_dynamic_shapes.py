@@ -579,3 +579,27 @@ def test_scatter_reduce_without_self_keeps_unwritten_positions(reduce: str) -> N
         i, s = torch.randint(1, 6, (n,)), torch.randn(n)
         torch.testing.assert_close(compiled(x.to("tpu"), i.to("tpu"), s.to("tpu")).cpu(),
                                    f(x, i, s))
+
+
+def test_programs_per_exact_size_warn_past_the_recompile_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # With buckets off each new size compiles one more program of the same graph: past
+    # TORCHTPU_RECOMPILE_LIMIT a warning says so, once.
+    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "off")
+    monkeypatch.setenv("TORCHTPU_RECOMPILE_LIMIT", "2")
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (x * 2).sum(0), backend="tpu", dynamic=True)
+    with pytest.warns(UserWarning, match=r"compiled 3 programs, one per exact size \(limit 2; "
+                      r"TORCHTPU_SHAPE_BUCKETS=off\)") as record:
+        for n in (3, 5, 17, 20):
+            x = torch.randn(n, 2)
+            torch.testing.assert_close(f(x.to("tpu")).cpu(), (x * 2).sum(0))
+    assert sum("one per exact size" in str(w.message) for w in record) == 1
+
+
+def test_a_malformed_recompile_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHTPU_RECOMPILE_LIMIT", "abc")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="TORCHTPU_RECOMPILE_LIMIT='abc': expected a whole number"):
+        torch.compile(lambda x: x + 1, backend="tpu")(torch.ones(2, device="tpu"))
+    torch._dynamo.reset()

@@ -322,3 +322,21 @@ def test_packed_sequence_moves_with_tpu_and_is_tpu() -> None:
     want, _ = lstm(packed)
     got, _ = lstm.tpu()(moved)
     torch.testing.assert_close(got.data.cpu(), want.data, rtol=1e-5, atol=1e-5)
+
+
+def test_documented_submodules_are_attributes_after_import_torchtpu() -> None:
+    # `torchtpu.flops.peak_flops()` as the docs write it, without importing the submodule;
+    # `import torchtpu` itself imports none of them.
+    r = run_python("""
+        import sys, torchtpu
+        lazy = ["torchtpu.flops", "torchtpu.serve", "torchtpu.train"]
+        print([m for m in lazy if m in sys.modules])
+        print(callable(torchtpu.flops.peak_flops), torchtpu.serve.__name__)
+        try:
+            torchtpu.no_such_thing
+        except AttributeError as e:
+            print(e)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[]", "True torchtpu.serve",
+                                     "module 'torchtpu' has no attribute 'no_such_thing'"]

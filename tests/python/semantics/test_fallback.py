@@ -125,6 +125,13 @@ def test_fallback_error_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (x + 1).sum().item() == pytest.approx(x.cpu().sum().item() + 24, rel=1e-5)
 
 
+def test_an_unknown_fallback_policy_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.randn(6, 4, device=TPU)
+    monkeypatch.setenv("TORCHTPU_FALLBACK", "bogus")
+    with pytest.raises(RuntimeError, match="TORCHTPU_FALLBACK='bogus' is not a fallback policy"):
+        segment_sums(x)
+
+
 def test_fallback_error_mode_in_fresh_process() -> None:
     r = run_python(
         """

@@ -10,6 +10,7 @@
 """
 
 from torchtpu.dynamo.buckets.plan import BucketPlan, Hazard, OutputForm, plan
-from torchtpu.dynamo.buckets.policy import bucket_policy, bucket_size
+from torchtpu.dynamo.buckets.policy import bucket_policy, bucket_size, recompile_limit
 
-__all__ = ["BucketPlan", "Hazard", "OutputForm", "bucket_policy", "bucket_size", "plan"]
+__all__ = ["BucketPlan", "Hazard", "OutputForm", "bucket_policy", "bucket_size", "plan",
+           "recompile_limit"]

@@ -19,6 +19,22 @@ def bucket_policy() -> str:
     return "pad"
 
 
+def recompile_limit() -> int:
+    """``TORCHTPU_RECOMPILE_LIMIT`` (default 8): past this many graphs of one compiled
+    function, or programs of one graph at exact sizes, a warning says so."""
+    value = os.environ.get("TORCHTPU_RECOMPILE_LIMIT", "").strip()
+    if not value:
+        return 8
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise ValueError(f"TORCHTPU_RECOMPILE_LIMIT={value!r}: expected a whole number of "
+                         "graphs (default 8)")
+    return limit
+
+
 def listed_buckets(value: str) -> list[int]:
     try:
         sizes = sorted(int(x) for x in value.split(",") if x.strip())
