@@ -6,6 +6,7 @@
 
 #include <mutex>
 
+#include "aten/compiled_op.h"
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/dispatch_profile.h"
@@ -140,6 +141,7 @@ PYBIND11_MODULE(_C, m) {
     aten::register_hooks();
     aten::register_direct_lowerings();
     aten::register_profiler();
+    aten::fallback_is_error();  // a malformed TORCHTPU_FALLBACK fails the import, not a run
   });
   m.def("device_count", &aten::device_count_or_zero);
   m.def("in_forked_child", &aten::in_forked_child);

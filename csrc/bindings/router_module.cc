@@ -54,10 +54,10 @@ std::unique_ptr<Router> make_router(const std::string& host, int port,
                                     py::object tokenizer) {
   // Seconds become int milliseconds: a day at most (a bound well inside int), above 0.
   auto ms = [](double seconds, const char* what) {
-    if (!(seconds > 0 && seconds <= 86400)) {
+    if (!(seconds >= 0.001 && seconds <= 86400)) {
       raise(base::invalid_argument(std::string("router: ") + what + " " +
                                    std::to_string(seconds) +
-                                   " s is out of range: expected above 0 and at most 86400"));
+                                   " s is out of range: expected from 0.001 to 86400"));
     }
     return static_cast<int>(seconds * 1000);
   };

@@ -17,11 +17,14 @@ using tcp = net::ip::tcp;
 
 base::StatusOr<std::pair<int, std::string>> http_get(const Endpoint& endpoint,
                                                      const std::string& target, int timeout_ms) {
+  // The whole exchange within `timeout_ms`: a replica that trickles bytes fails it too.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   net::io_context io;
   boost::system::error_code ec;
   auto connected = connect_to(io, endpoint, timeout_ms);
   if (!connected.ok()) return connected.status();
   TimedStream socket(**connected, timeout_ms);
+  socket.set_deadline(deadline);
   http::request<http::empty_body> req(http::verb::get, target, 11);
   req.set(http::field::host, endpoint.str());
   http::write(socket, req, ec);
@@ -72,15 +75,20 @@ void HealthChecker::check_all() {
 }
 
 void HealthChecker::start() {
-  thread_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
-      lock.unlock();
-      check_all();
-      lock.lock();
-      wake_.wait_for(lock, std::chrono::milliseconds(interval_ms_), [this] { return stop_; });
-    }
-  });
+  // A thread per replica, each on its own interval: a replica whose checks take their
+  // whole timeout slows no other's.
+  for (size_t i = 0; i < replicas_->size(); ++i) {
+    threads_.emplace_back([this, i] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!stop_) {
+        wake_.wait_for(lock, std::chrono::milliseconds(interval_ms_), [this] { return stop_; });
+        if (stop_) break;
+        lock.unlock();
+        check_one(static_cast<ReplicaId>(i));
+        lock.lock();
+      }
+    });
+  }
 }
 
 void HealthChecker::stop() {
@@ -89,7 +97,10 @@ void HealthChecker::stop() {
     stop_ = true;
   }
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
 }
 
 }  // namespace torchtpu::router

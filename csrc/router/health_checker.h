@@ -1,20 +1,21 @@
-// HealthChecker: one thread that, every `interval_ms`, asks each replica for GET /health and
-// GET /metrics (connect, write and each read bounded by `timeout_ms`; the replicas checked
-// concurrently) and reports to the ReplicaSet: healthy with its load, or unhealthy with the
-// reason. start() / stop() once each.
+// HealthChecker: a thread per replica that, every `interval_ms`, asks it for GET /health and
+// GET /metrics (each exchange, connect included, within `timeout_ms`) and reports to the
+// ReplicaSet: healthy with its load, or unhealthy with the reason. start() / stop() once
+// each.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "router/replica_set.h"
 
 namespace torchtpu::router {
 
-// GET `target` from `endpoint` on a fresh connection (connect, write and each read bounded by
-// `timeout_ms`); the status and body, or an error.
+// GET `target` from `endpoint` on a fresh connection, the whole exchange within `timeout_ms`
+// (name resolution aside); the status and body, or an error.
 base::StatusOr<std::pair<int, std::string>> http_get(const Endpoint& endpoint,
                                                      const std::string& target, int timeout_ms);
 
@@ -36,7 +37,7 @@ class HealthChecker {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;
-  std::thread thread_;
+  std::vector<std::thread> threads_;  // one per replica
 };
 
 }  // namespace torchtpu::router

@@ -514,8 +514,8 @@ void Proxy::serve_connection(tcp::socket client_socket) {
     if (ec == net::error::timed_out && parser.got_some()) {
       write_json(client, 408,
                  error_body(408, "the request did not arrive whole within " +
-                                     std::to_string(config_.request_read_timeout_ms / 1000) +
-                                     " s of its first byte"),
+                                     std::to_string(config_.request_read_timeout_ms) +
+                                     " ms of its first byte (--request-timeout)"),
                  false);
       break;
     }

@@ -74,7 +74,14 @@ base::Status Router::bind() {
                                     (ec ? ec.message() : "no address") +
                                     " (give an IP address or a name that resolves)");
     }
+    // IPv4 first (localhost is often ::1 first, and clients of 127.0.0.1 would be refused).
     address = results.begin()->endpoint().address();
+    for (const auto& r : results) {
+      if (r.endpoint().address().is_v4()) {
+        address = r.endpoint().address();
+        break;
+      }
+    }
   }
   const tcp::endpoint ep(address, config_.port);
   acceptor_.open(ep.protocol(), ec);

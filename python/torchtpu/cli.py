@@ -57,11 +57,11 @@ _DAY = 86400.0
 
 
 def _seconds_to_a_day(text: str) -> float:
-    """An argparse type: seconds above 0, at most a day (the router keeps them as int
+    """An argparse type: seconds from a millisecond to a day (the router keeps them as int
     milliseconds)."""
     value = _seconds(text)
-    if value > _DAY:
-        raise argparse.ArgumentTypeError(f"{text}: expected at most {_DAY:.0f} seconds")
+    if not 0.001 <= value <= _DAY:
+        raise argparse.ArgumentTypeError(f"{text}: expected from 0.001 to {_DAY:.0f} seconds")
     return value
 
 
@@ -82,7 +82,7 @@ def _serve_parser(sub) -> None:
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                    default=True)
     p.add_argument("--device", default="tpu")
-    p.add_argument("--max-request-bytes", type=_int_in(1), default=4 << 20,
+    p.add_argument("--max-request-bytes", type=_int_in(1, 2**62), default=4 << 20,
                    help="largest request body accepted (a larger one is a 413)")
     p.add_argument("--max-request-sequences", type=_int_in(1), default=1024,
                    help="most sequences one request may ask for: prompts times "

@@ -68,12 +68,19 @@ def _meta_stand_in(a: Any) -> Any:
 
 
 def eager_refusal(node: torch.fx.Node) -> str | None:
-    """Why eager mode refuses `node`'s call before running it (the dtypes its CPU kernel
-    refuses: softmax of an int64 tensor; its meta kernel's error: argmax of a bool one),
-    which Dynamo's fake tensors, running Python meta functions, let through: such a node
-    runs eagerly, and raises as eager mode does, instead of its lowering computing."""
+    """Why eager mode refuses `node`'s call before lowering it (the dtypes its CPU kernel
+    refuses: softmax of an int64 tensor; its C++ meta kernel's error: argmax of a bool
+    one), which Dynamo's fake tensors, running Python meta functions, let through: such a
+    node runs as eager mode runs it (which raises, or for a few meta refusals runs the CPU
+    kernel) instead of its lowering computing a value. Only calls with a bool, integer or
+    complex tensor are checked: a check the fake tensors skip is a dtype check, and a graph
+    of float tensors pays nothing."""
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
         return None
+    values = [a.meta.get("val") for a in node.all_input_nodes]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors or all(t.dtype.is_floating_point for t in tensors):
+        return None  # a factory, or float tensors only
     from torch.utils._python_dispatch import _disable_current_modes
 
     schema = node.target._schema
@@ -81,8 +88,6 @@ def eager_refusal(node: torch.fx.Node) -> str | None:
         with _disable_current_modes():
             args = _meta_stand_in(tuple(node.args))
             kwargs = {k: _meta_stand_in(v) for k, v in node.kwargs.items()}
-            if not any(isinstance(x, torch.Tensor) for x in (*args, *kwargs.values())):
-                return None  # a factory: nothing of the caller's to refuse
             return _C.eager_refusal(schema.name, schema.overload_name, args, kwargs)
     except _NoStandIn:
         return None
@@ -142,7 +147,7 @@ def eager_control_flow(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[st
                 found = eager_control_flow(sub, n)
             elif isinstance(n.target, torch._ops.OpOverload):
                 name = op_name(n.target)
-                found = [name] if not _C.has_lowering(name) else (
+                found = [name] if not _C.has_lowering(name) or eager_refusal(n) else (
                     [f"{name}, random"] if torch.Tag.nondeterministic_seeded in n.target.tags
                     else [])
             else:
@@ -300,7 +305,7 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
     shown = [n for n in names if n != "aten::_assert_scalar" and n not in dependent]
     refused = [n for n in shown if _C.has_lowering(n)]
     reasons = (["no lowering"] if len(refused) < len(shown) else []) + (
-        [f"eager mode refuses the arguments of {', '.join(refused)} and raises there"]
+        [f"eager mode refuses the arguments of {', '.join(refused)} before lowering them"]
         if refused else []) + (["sizes or positions known only from data"] if dependent else [])
     message = (f"torchtpu: a compiled graph runs {', '.join(shown + dependent)} eagerly "
                f"between compiled pieces ({'; '.join(reasons)}): each call runs one program "

@@ -228,7 +228,8 @@ class JaxOp:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         positional, keywords = self._bind(args, kwargs)
-        positional = _scalars_on_device(positional)
+        # (Keyword-only parameters follow the positional ones: a donated index is both.)
+        positional = _scalars_on_device(positional, set(self.donated))
         outs = list(self.overload(*positional, **keywords))
         if self.donated:
             values = positional + [keywords[p.name] for p in self.params if p.keyword_only]
@@ -419,16 +420,25 @@ def _rebuilder(structure: Any) -> Callable[[list[Any]], Any]:
     return lambda outs: jax.tree_util.tree_unflatten(treedef, [outs[i] for i in leaves])
 
 
-def _scalars_on_device(values: list[Any]) -> list[Any]:
-    """`values` with its 0-dim CPU tensors on the device of its first tpu tensor: an array
-    argument given as a 0-dim CPU tensor beside device tensors, which PyTorch's own ops take
-    as a scalar."""
-    device = next((v.device for v in values
-                   if isinstance(v, torch.Tensor) and v.device.type != "cpu"), None)
+def _scalars_on_device(values: list[Any], donated: set[int]) -> list[Any]:
+    """`values` (positional arguments) with their 0-dim CPU tensors, lists' items too, on
+    the device of the first device tensor: an array argument given as a 0-dim CPU tensor
+    beside device tensors, which PyTorch's own ops take as a scalar. A donated argument
+    stays (the caller's tensor is what it updates), and is refused as a CPU tensor."""
+    def tensors(v: Any) -> list[Any]:
+        return list(v) if isinstance(v, (list, tuple)) else [v]
+
+    device = next((t.device for v in values for t in tensors(v)
+                   if isinstance(t, torch.Tensor) and t.device.type != "cpu"), None)
     if device is None:
         return values
-    return [v.to(device) if isinstance(v, torch.Tensor) and v.device.type == "cpu"
-            and v.dim() == 0 else v for v in values]
+
+    def moved(t: Any) -> Any:
+        return t.to(device) if isinstance(t, torch.Tensor) and t.device.type == "cpu" \
+            and t.dim() == 0 else t
+
+    return [v if i in donated else type(v)(moved(t) for t in v) if isinstance(v, (list, tuple))
+            else moved(v) for i, v in enumerate(values)]
 
 
 def _registered(qualname: str) -> JaxOp:

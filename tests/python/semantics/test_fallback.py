@@ -126,8 +126,12 @@ def test_fallback_error_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_an_unknown_fallback_policy_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # At import, before any work: not hours into a job, at its first fallback.
+    r = run_python("import torchtpu", TORCHTPU_FALLBACK="bogus")
+    assert r.returncode != 0
+    assert "TORCHTPU_FALLBACK='bogus' is not a fallback policy" in r.stderr
     x = torch.randn(6, 4, device=TPU)
-    monkeypatch.setenv("TORCHTPU_FALLBACK", "bogus")
+    monkeypatch.setenv("TORCHTPU_FALLBACK", "bogus")  # set after import: at the fallback
     with pytest.raises(RuntimeError, match="TORCHTPU_FALLBACK='bogus' is not a fallback policy"):
         segment_sums(x)
 

@@ -252,8 +252,17 @@ def test_unreachable_and_silent_replicas_do_not_stall_health_checks():
             r = httpx.get(url + "/echo", timeout=10)
             assert r.status_code == 200 and r.headers["x-torchtpu-replica"].endswith(
                 f":{good.port}")
-        metrics = httpx.get(url + "/metrics", timeout=10).text
-        assert "router" in metrics or "replica" in metrics
+        healthy = {line.split("{")[1].split("}")[0]: line.rsplit(" ", 1)[1]
+                   for line in httpx.get(url + "/metrics", timeout=10).text.splitlines()
+                   if line.startswith("torchtpu_router:replica_healthy{")}
+        assert sorted(healthy.values()) == ["0", "0", "1"], healthy
+        # Each replica is checked on its own interval: the good one's death shows within
+        # about one interval, not behind the others' 2 s timeouts.
+        good.close()
+        dead_at = time.monotonic()
+        while httpx.get(url + "/health", timeout=10).status_code == 200:
+            assert time.monotonic() - dead_at < 1.5, "the dead replica is still admitted"
+            time.sleep(0.05)
     finally:
         stop_processes([proc])
         good.close()
@@ -261,6 +270,37 @@ def test_unreachable_and_silent_replicas_do_not_stall_health_checks():
         listener.close()
         for c in fillers:
             c.close()
+
+
+class TricklingReplica(FakeReplica):
+    """Answers /health one byte every 0.3 s: each read is quick, the exchange never ends."""
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                for b in _response("200 OK", b"{}" * 200):
+                    conn.sendall(bytes([b]))
+                    time.sleep(0.3)
+            except OSError:
+                return
+
+
+def test_a_replica_that_trickles_fails_its_check_in_time():
+    good, slow = FakeReplica(), TricklingReplica()
+    start = time.monotonic()
+    proc, url = _start_router([slow.url, good.url], timeout=20)
+    try:
+        assert time.monotonic() - start < 15  # start-up's first round is bounded too
+        good.close()
+        dead_at = time.monotonic()
+        while httpx.get(url + "/health", timeout=10).status_code == 200:
+            assert time.monotonic() - dead_at < 1.5
+            time.sleep(0.05)
+    finally:
+        stop_processes([proc])
+        assert proc.returncode in (0, -15)  # SIGTERM ends it: no check holds it
+        slow.close()
 
 
 def test_ipv6_replicas_and_host_names():
@@ -285,7 +325,7 @@ def test_ipv6_replicas_and_host_names():
      "out of range"),
     (["--replica", "http://127.0.0.1:9", "--spill-threshold", "99999999999"], "out of range"),
     (["--replica", "http://127.0.0.1:9", "--block-size", "99999999999"], "out of range"),
-    (["--replica", "http://127.0.0.1:9", "--health-interval", "1e7"], "at most 86400"),
+    (["--replica", "http://127.0.0.1:9", "--health-interval", "1e7"], "from 0.001 to 86400"),
     (["--replica", "http://127.0.0.1:9", "--weights", "nan,1,1"], "--weights"),
     (["--replica", "http://127.0.0.1:9", "--weights", "inf,1,1"], "--weights"),
     (["--replica", "http://::1:9"], "brackets"),
