@@ -58,36 +58,40 @@ class TimedStream {
 
   template <class MutableBuffers>
   size_t read_some(const MutableBuffers& buffers, boost::system::error_code& ec) {
-    while (true) {
-      const size_t n = socket_.read_some(buffers, ec);
-      if (ec != boost::asio::error::would_block && ec != boost::asio::error::try_again) return n;
-      if (!wait_ready(native_handle(), POLLIN, timeout_ms_, deadline_, ec)) return 0;
-    }
-  }
-  template <class MutableBuffers>
-  size_t read_some(const MutableBuffers& buffers) {
-    boost::system::error_code ec;
-    const size_t n = read_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
+    return when_ready(POLLIN, ec, [&] { return socket_.read_some(buffers, ec); });
   }
   template <class ConstBuffers>
   size_t write_some(const ConstBuffers& buffers, boost::system::error_code& ec) {
-    while (true) {
-      const size_t n = socket_.write_some(buffers, ec);
-      if (ec != boost::asio::error::would_block && ec != boost::asio::error::try_again) return n;
-      if (!wait_ready(native_handle(), POLLOUT, timeout_ms_, deadline_, ec)) return 0;
-    }
+    return when_ready(POLLOUT, ec, [&] { return socket_.write_some(buffers, ec); });
+  }
+  template <class MutableBuffers>
+  size_t read_some(const MutableBuffers& buffers) {
+    return or_throw([&](boost::system::error_code& ec) { return read_some(buffers, ec); });
   }
   template <class ConstBuffers>
   size_t write_some(const ConstBuffers& buffers) {
+    return or_throw([&](boost::system::error_code& ec) { return write_some(buffers, ec); });
+  }
+
+ private:
+  // `io` (a non-blocking read or write) again each time the socket is ready, until it does
+  // not would-block; fails with `timed_out` when the wait runs out.
+  template <class Io>
+  size_t when_ready(short events, boost::system::error_code& ec, Io io) {
+    while (true) {
+      const size_t n = io();
+      if (ec != boost::asio::error::would_block && ec != boost::asio::error::try_again) return n;
+      if (!wait_ready(native_handle(), events, timeout_ms_, deadline_, ec)) return 0;
+    }
+  }
+  template <class Io>
+  static size_t or_throw(Io io) {
     boost::system::error_code ec;
-    const size_t n = write_some(buffers, ec);
+    const size_t n = io(ec);
     if (ec) throw boost::system::system_error(ec);
     return n;
   }
 
- private:
   boost::asio::ip::tcp::socket& socket_;
   int timeout_ms_;
   std::optional<std::chrono::steady_clock::time_point> deadline_;
