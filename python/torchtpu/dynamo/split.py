@@ -4,8 +4,10 @@ Three kinds of node run that way: functional collectives that cannot go into the
 (dynamo/collectives.py decides, and counts them); ops the lowering table has no entry for
 (`unlowered_ops`: ``special.*`` functions, ``linalg.eig``, ``segment_reduce``, a user's
 custom op, and higher-order ops other than control flow: a mutating custom op's
-``auto_functionalized``, ``print``), which then run as they do in eager mode (a counted CPU
-fallback, with its warning) instead of failing the whole compile; and nodes that make or read a size known only from data
+``auto_functionalized``, ``print``) or whose call eager mode refuses before lowering it
+(`eager_refusal`), which then run as they do in eager mode (a counted CPU fallback, with its
+warning; or eager mode's error) instead of failing the whole compile or computing; and
+nodes that make or read a size known only from data
 (`data_dependent_ops`: ``nonzero``, a boolean-mask index, ``.item()`` and the size
 arithmetic and runtime asserts on such values), which a program of static shapes cannot
 hold. The graph is cut with FX's ``split_module`` into runs of eager nodes and runs of
