@@ -4,8 +4,8 @@
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/beast/core/string.hpp>
 
-#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -17,20 +17,6 @@ namespace torchtpu::router {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
-namespace {
-
-bool same_host(const std::string& a, const std::string& b) {  // host names: ASCII
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
 
 base::StatusOr<std::unique_ptr<Router>> Router::create(RouterConfig config, Tokenizer tokenizer) {
   if (config.replicas.empty()) {
@@ -40,7 +26,7 @@ base::StatusOr<std::unique_ptr<Router>> Router::create(RouterConfig config, Toke
     for (size_t j = 0; j < i; ++j) {
       const Endpoint& a = config.replicas[i].http;
       const Endpoint& b = config.replicas[j].http;
-      if (a.port == b.port && same_host(a.host, b.host)) {
+      if (a.port == b.port && boost::beast::iequals(a.host, b.host)) {  // names: ASCII
         return base::invalid_argument("router: replica " + a.str() + " is given twice (--replica " +
                                       std::to_string(j + 1) + " and " + std::to_string(i + 1) +
                                       "); give each replica once");

@@ -19,20 +19,26 @@ def bucket_policy() -> str:
     return "pad"
 
 
+def _int_setting(name: str, default: int, low: int, expected: str) -> int:
+    """Environment variable `name` as an int of at least `low` (`default` when unset);
+    anything else raises ValueError with `expected`."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = low - 1
+    if number < low:
+        raise ValueError(f"{name}={value!r}: {expected}")
+    return number
+
+
 def recompile_limit() -> int:
     """``TORCHTPU_RECOMPILE_LIMIT`` (default 8): past this many graphs of one compiled
     function, or programs of one graph at exact sizes, a warning says so."""
-    value = os.environ.get("TORCHTPU_RECOMPILE_LIMIT", "").strip()
-    if not value:
-        return 8
-    try:
-        limit = int(value)
-    except ValueError:
-        limit = -1
-    if limit < 0:
-        raise ValueError(f"TORCHTPU_RECOMPILE_LIMIT={value!r}: expected a whole number of "
-                         "graphs (default 8)")
-    return limit
+    return _int_setting("TORCHTPU_RECOMPILE_LIMIT", 8, 0,
+                        "expected a whole number of graphs (default 8)")
 
 
 def listed_buckets(value: str) -> list[int]:
@@ -66,14 +72,5 @@ def bucket_size(n: int) -> int:
 
 def min_bucket() -> int:
     """``TORCHTPU_MIN_BUCKET``: the smallest power-of-two bucket (default 16)."""
-    value = os.environ.get("TORCHTPU_MIN_BUCKET", "").strip()
-    if not value:
-        return 16
-    try:
-        b = int(value)
-    except ValueError:
-        b = 0
-    if b < 1:
-        raise ValueError(f"TORCHTPU_MIN_BUCKET={value!r}: expected a positive integer such as "
-                         "'16' (unset it for the default, 16)")
-    return b
+    return _int_setting("TORCHTPU_MIN_BUCKET", 16, 1, "expected a positive integer such as "
+                        "'16' (unset it for the default, 16)")
