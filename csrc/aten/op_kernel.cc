@@ -357,15 +357,13 @@ void check_generator_device(const OpInfo& info, const c10::FunctionSchema& schem
 void move_scalar_tensors(const OpInfo& info, const c10::FunctionSchema& schema,
                          torch::jit::Stack* stack) {
   auto args = torch::jit::last(*stack, schema.arguments().size());
+  auto cpu_scalar = [](const at::Tensor& t) {
+    return t.defined() && t.device().is_cpu() && t.dim() == 0;
+  };
   for (size_t i : info.scalar_tensor_lists) {
     if (!args[i].isTensorList()) continue;
     c10::List<at::Tensor> list = args[i].toTensorList();
-    bool any = false;
-    for (size_t k = 0; k < list.size() && !any; ++k) {
-      const at::Tensor& t = list.get(k);
-      any = t.defined() && t.device().is_cpu() && t.dim() == 0;
-    }
-    if (!any) continue;
+    if (std::none_of(list.begin(), list.end(), cpu_scalar)) continue;
     std::optional<c10::Device> device;
     for (const c10::IValue& v : args) {
       if (v.isTensorList()) {
@@ -383,7 +381,7 @@ void move_scalar_tensors(const OpInfo& info, const c10::FunctionSchema& schema,
     c10::List<at::Tensor> moved;
     moved.reserve(list.size());
     for (const at::Tensor& t : list) {
-      moved.push_back(t.defined() && t.device().is_cpu() && t.dim() == 0 ? t.to(*device) : t);
+      moved.push_back(cpu_scalar(t) ? t.to(*device) : t);
     }
     (*stack)[stack->size() - schema.arguments().size() + i] = moved;
   }
