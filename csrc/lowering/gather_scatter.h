@@ -14,7 +14,8 @@ Value gather(Builder& b, Value operand, Value indices, const Dims& offset_dims,
              const Dims& collapsed, const Dims& start_index_map, int64_t index_vector_dim,
              const Dims& slice_sizes, const Dims& out_dims);
 
-// `combiner` is "" (replace) or a binary stablehlo op name ("add", "maximum", ...).
+// `combiner` is "" (replace) or a binary stablehlo op name ("add", "maximum", ...);
+// "maximum" and "minimum" propagate NaN as torch does.
 Value scatter(Builder& b, Value operand, Value indices, Value updates,
               const Dims& update_window_dims, const Dims& inserted_window_dims,
               const Dims& scatter_dims_to_operand_dims, int64_t index_vector_dim,

@@ -107,7 +107,12 @@ Value scatter(Builder& b, Value operand, Value indices, Value updates,
   return b.op_with_region(
       "stablehlo.scatter", {operand, indices, updates}, {operand.type}, {scalar, scalar},
       [&](Builder& rb, const std::vector<Value>& args) {
-        return std::vector<Value>{combiner.empty() ? args[1] : rb.binary(combiner, args[0], args[1])};
+        // maximum/minimum as torch computes them: a NaN on either side wins (XLA's CPU
+        // maximum returns the other operand when only the second is NaN).
+        if (combiner.empty()) return std::vector<Value>{args[1]};
+        if (combiner == "maximum") return std::vector<Value>{rb.max(args[0], args[1])};
+        if (combiner == "minimum") return std::vector<Value>{rb.min(args[0], args[1])};
+        return std::vector<Value>{rb.binary(combiner, args[0], args[1])};
       },
       "scatter_dimension_numbers = " + nums +
           ", indices_are_sorted = false, unique_indices = false")[0];

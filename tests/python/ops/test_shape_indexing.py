@@ -309,6 +309,23 @@ def test_scatter_sums_of_half_types_accumulate_like_the_cpu(dtype: torch.dtype) 
         assert_same(lambda s, i, v: s.scatter_reduce(1, i, v, reduce), start, idx, x)
 
 
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_max_min_propagate_nan(reduce: str, include_self: bool) -> None:
+    # A NaN scattered into a position wins, as on the CPU, wherever it stands among the
+    # position's sources; with include_self=False a position written only by NaN is NaN,
+    # not the reduction's identity.
+    nan = float("nan")
+    start = torch.tensor([1.0, 2.0, 3.0, nan])
+    index = torch.tensor([0, 0, 1, 2, 2, 3])
+    src = torch.tensor([nan, 5.0, nan, -1.0, nan, 4.0])
+    assert_same(lambda s, i, v: s.scatter_reduce(0, i, v, reduce, include_self=include_self),
+                start, index, src)
+    assert_same(lambda s, i, v: s.scatter_reduce(0, i, v.flip(0), reduce,
+                                                 include_self=include_self),
+                start, index, src)
+
+
 def test_masked_scatter_with_too_short_a_source_raises_like_the_cpu() -> None:
     mask = torch.ones(4, dtype=torch.bool)
     with pytest.raises(RuntimeError, match="Number of elements of source < number of ones"):
