@@ -5,6 +5,7 @@
 // contributions (floor division for integers, as the CPU kernel does).
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
+#include "lowering/gather_scatter.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -17,18 +18,7 @@ Value scatter_along(Builder& b, Value operand, Value index, Value updates, int64
   Value idx = b.reshape(b.convert(index, DType::kI64), {k, 1});
   Dims window;
   for (int64_t d = 0; d < updates.rank(); ++d) if (d != dim) window.push_back(d);
-  TensorType scalar{operand.dtype(), {}};
-  return b.op_with_region(
-      "stablehlo.scatter", {operand, idx, updates}, {operand.type}, {scalar, scalar},
-      [&](Builder& rb, const std::vector<Value>& a) {
-        if (combiner == "maximum") return std::vector<Value>{rb.max(a[0], a[1])};
-        if (combiner == "minimum") return std::vector<Value>{rb.min(a[0], a[1])};
-        return std::vector<Value>{rb.binary(combiner, a[0], a[1])};
-      },
-      "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = " + i64_list(window) +
-          ", inserted_window_dims = [" + std::to_string(dim) +
-          "], scatter_dims_to_operand_dims = [" + std::to_string(dim) +
-          "], index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false")[0];
+  return scatter(b, operand, idx, updates, window, {dim}, {dim}, 1, combiner);
 }
 
 Lowered lower_index_reduce(LoweringContext& c) {
