@@ -131,7 +131,8 @@ void nested_unsupported(const c10::OperatorHandle& op, torch::jit::Stack* /*stac
   refuse_layout(op, "nested tpu tensor: nested tensors are not supported on tpu. "
                     "nn.TransformerEncoder makes one in eval mode with a src_key_padding_mask "
                     "(its sparsity fast path): construct it with enable_nested_tensor=False, "
-                    "or set encoder.use_nested_tensor = False (the results are the same).");
+                    "or set encoder.use_nested_tensor = False (for nn.Transformer: "
+                    "model.encoder.use_nested_tensor = False); the results are the same.");
 }
 
 void quantized_unsupported(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {

@@ -46,6 +46,25 @@ _SCHEMA_VALUES = ("items", "additionalProperties", "additionalItems", "propertyN
                   "unevaluatedProperties", "unevaluatedItems")
 
 
+def _json_types(schema: object) -> set[str] | None:
+    """The JSON types a subschema's `type` allows ("integer" counted as a "number" too), or
+    None when it does not say."""
+    t = schema.get("type") if isinstance(schema, dict) else None
+    names = [t] if isinstance(t, str) else t if isinstance(t, list) else None
+    if not names or not all(isinstance(n, str) for n in names):
+        return None
+    return set(names) | ({"number"} if "integer" in names else set())
+
+
+def _provably_exclusive(branches: list) -> bool:
+    """Whether no value can match two of `branches`: their declared types are disjoint."""
+    types = [_json_types(b) for b in branches]
+    if any(t is None for t in types):
+        return False
+    return all(not (types[i] & types[j])
+               for i in range(len(types)) for j in range(i + 1, len(types)))
+
+
 def unenforced_keywords(schema: object, path: str = "#") -> list[tuple[str, str]]:
     """Where a JSON schema uses what xgrammar would ignore: (keyword, "not at
     #/properties/a") pairs."""
@@ -54,6 +73,14 @@ def unenforced_keywords(schema: object, path: str = "#") -> list[tuple[str, str]
     found = [(k, f"{k} at {path}") for k in UNENFORCED_KEYWORDS if k in schema]
     if isinstance(schema.get("allOf"), list) and len(schema["allOf"]) > 1:
         found.append(("allOf", f"allOf with {len(schema['allOf'])} subschemas at {path}"))
+    # xgrammar enforces oneOf as anyOf (a value matching two branches passes), which is
+    # exact only when no value can match two; and multipleOf on integers only.
+    one_of = schema.get("oneOf")
+    if isinstance(one_of, list) and len(one_of) > 1 and not _provably_exclusive(one_of):
+        found.append(("oneOf", f"oneOf at {path} with {len(one_of)} subschemas not exclusive "
+                               "by type (enforced as anyOf: a value may match several)"))
+    if "multipleOf" in schema and _json_types(schema) != {"integer", "number"}:
+        found.append(("multipleOf", f"multipleOf on a non-integer at {path}"))
     for key in _SCHEMA_MAPS:
         if isinstance(schema.get(key), dict):
             for name, sub in schema[key].items():

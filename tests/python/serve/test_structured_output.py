@@ -108,6 +108,12 @@ def test_compiled_grammars_are_cached_per_schema(served):
     ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}},
      "uniqueItems at #/properties/tags"),
     ({"anyOf": [{"not": {"type": "string"}}]}, "not at #/anyOf/0"),
+    # xgrammar ignores multipleOf on numbers ({"multipleOf": 0.5} gave "481e-4") and enforces
+    # oneOf as anyOf ("-4" matched both of integer and number).
+    ({"type": "number", "multipleOf": 0.5}, "multipleOf on a non-integer at #"),
+    ({"type": "object", "properties": {"n": {"oneOf": [{"type": "integer"},
+                                                       {"type": "number"}]}}},
+     "oneOf at #/properties/n with 2 subschemas not exclusive"),
 ])
 def test_schema_keywords_the_grammar_would_ignore_are_refused(served, schema, named):
     # xgrammar accepted these and constrained nothing ({"allOf": [string, integer]} gave
@@ -124,6 +130,14 @@ def test_schema_keywords_the_grammar_would_ignore_are_refused(served, schema, na
           "required": ["not"]}
     text = _post(served.url, {"prompt": "x", "max_tokens": 20, "guided_json": ok})
     assert isinstance(json.loads(text["choices"][0]["text"])["not"], bool)
+    # multipleOf on integers is enforced, and so is a oneOf whose subschemas' types are
+    # disjoint (anyOf is then the same).
+    ok = {"type": "object", "required": ["m", "o"], "properties": {
+        "m": {"type": "integer", "multipleOf": 3, "minimum": 0, "maximum": 99},
+        "o": {"oneOf": [{"type": "boolean"}, {"type": "null"}]}}}
+    text = _post(served.url, {"prompt": "x", "max_tokens": 40, "guided_json": ok})
+    value = json.loads(text["choices"][0]["text"])
+    assert value["m"] % 3 == 0 and (value["o"] is None or isinstance(value["o"], bool))
 
 
 def test_grammars_beyond_the_size_bound_are_refused(served):
