@@ -51,7 +51,8 @@ def _call_from(obj: object, names: set[str], args_key: str) -> dict | None:
 
 def parse(parser: str, text: str, names: set[str]) -> tuple[str | None, list[dict]]:
     """(content, calls) of an "auto" output. Calls name a known tool; what is left of the
-    text is the content (None when nothing is)."""
+    text around them, trimmed, is the content (None when nothing is). Text without a call
+    is the content as generated, whitespace included, as without tools."""
     calls: list[dict] = []
     content = text
     if parser == "hermes":
@@ -85,6 +86,8 @@ def parse(parser: str, text: str, names: set[str]) -> tuple[str | None, list[dic
         parsed = [_call_from(i, names, "parameters") for i in items]
         if obj is not None and all(parsed):
             calls, content = parsed, ""
+    if not calls:
+        return text, []
     content = content.strip()
     return (content or None), calls
 

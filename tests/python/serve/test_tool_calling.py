@@ -123,6 +123,15 @@ def test_auto_returns_content_when_the_model_calls_nothing(client):
                                        max_tokens=10, temperature=0)
     assert r.choices[0].message.tool_calls is None
     assert r.choices[0].finish_reason in ("stop", "length")
+    # The content is the generated text as is, streamed or not (it was trimmed, and
+    # whitespace alone became null).
+    body = dict(model="tiny", messages=MESSAGES, tools=TOOLS, max_tokens=10, temperature=0,
+                extra_body={"guided_regex": "  hello\n\n"})
+    r = client.chat.completions.create(**body)
+    assert r.choices[0].message.content == "  hello\n\n" and not r.choices[0].message.tool_calls
+    streamed = "".join(c.choices[0].delta.content or "" for c in
+                       client.chat.completions.create(stream=True, **body) if c.choices)
+    assert streamed == "  hello\n\n"
 
 
 def test_tool_errors(server, served):
@@ -168,6 +177,11 @@ def test_tool_errors(server, served):
     ("llama3", "It is noon.", "It is noon.", []),
     ("mistral", '[TOOL_CALLS] [{"name": "get_time", "arguments": {"tz": 4}}]', None,
      [("get_time", {"tz": 4})]),
+    # No call: the text as generated, whitespace included (vLLM's parsers return it as is).
+    ("hermes", "  hello\n", "  hello\n", []),
+    ("hermes", "\n\n\n", "\n\n\n", []),
+    ("llama3", " It is noon. ", " It is noon. ", []),
+    ("mistral", "", "", []),
 ])
 def test_auto_parsers(parser, text, content, calls):
     got_content, got = tools.parse(parser, text, {"a", "get_time"})
