@@ -132,7 +132,9 @@ std::string error_body(int status, std::string_view message) {
                      : status == 417 ? "ExpectationFailedError"
                      : status == 503 ? "ServiceUnavailableError"
                      : status == 502 ? "BadGatewayError"
-                                     : "InternalServerError";
+                     // Other client errors (408, 431) as the server types them.
+                     : status < 500 ? "BadRequestError"
+                                    : "InternalServerError";
   return "{\"error\": {\"message\": \"" + json_escape(message) + "\", \"type\": \"" + type +
          "\", \"param\": null, \"code\": " + std::to_string(status) + "}}";
 }

@@ -151,6 +151,12 @@ TEST(RouterHttpUtil, ParsesReplicaAddressesAndMetrics) {
   EXPECT_EQ(error_body(503, "a \"b\"\n"),
             "{\"error\": {\"message\": \"a \\\"b\\\"\\n\", \"type\": \"ServiceUnavailableError\", "
             "\"param\": null, \"code\": 503}}");
+  // A client error without a type of its own is a BadRequestError, never an internal error.
+  for (int status : {408, 431}) {
+    EXPECT_NE(error_body(status, "m").find("\"type\": \"BadRequestError\""), std::string::npos)
+        << status;
+  }
+  EXPECT_NE(error_body(500, "m").find("InternalServerError"), std::string::npos);
 }
 
 }  // namespace
