@@ -130,18 +130,9 @@ base::Status TcpExchange::connect(Clock::time_point deadline) {
     int fd;
     ~CloseOnExit() { ::close(fd); }
   } closer{lfd};
-  // The store outlives a group (torchrun's), and a group made again after
-  // destroy_process_group() has the same name: every rank's join counts, so the n-th
-  // making of the group reads the addresses of the n-th, not those the last one left.
-  int64_t generation = 0;
-  try {
-    generation = (store_->add("torchtpu_tcp/joins", 1) - 1) / size();
-  } catch (const std::exception& e) {
-    return fail(std::string("the group's store refused this rank's join: ") + e.what());
-  }
-  auto key = [generation](int r) {
-    return "torchtpu_tcp/" + std::to_string(generation) + "/" + std::to_string(r);
-  };
+  // The group's store is its making's own (the creator keys each making of a group apart,
+  // python/torchtpu/distributed.py), so no address a group made earlier left is read.
+  auto key = [](int r) { return "torchtpu_tcp/" + std::to_string(r); };
   try {
     const std::string& me = listening->second;
     store_->set(key(rank_), std::vector<uint8_t>(me.begin(), me.end()));

@@ -570,3 +570,37 @@ def _shapes_gloo_takes(rank: int, world: int, device: str) -> None:
 def test_uneven_reduce_scatter_and_reshaped_all_to_all_as_gloo(device):
     run_ranks(_shapes_gloo_takes, 2, args=(device,), timeout=120,
               backend="gloo" if device == "cpu" else "tpu", pg_timeout_s=20)
+
+
+def _default_group_made_again(rank: int, world: int, port: int) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    # As under torchrun: one store outlives the groups made from it. A group made again
+    # after destroy_process_group() has the same name; its send/recv Gloo connected to the
+    # addresses the last one left and waited out the timeout.
+    dist.destroy_process_group()  # the launcher's
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=30))
+    for making in range(3):
+        dist.init_process_group("tpu", store=store, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=20))
+        t = torch.tensor([rank + 1.0 + making], device="tpu")
+        dist.all_reduce(t)
+        peer = torch.zeros(1, device="tpu")
+        if rank == 0:
+            dist.send(t, 1)
+        else:
+            dist.recv(peer, 0)
+            assert peer.item() == t.item()
+        assert t.item() == 3.0 + 2 * making, (making, t)
+        dist.destroy_process_group()
+    dist.init_process_group("tpu", store=store, rank=rank, world_size=world)  # the launcher's
+
+
+def test_the_default_group_made_again_on_the_same_store():
+    from _launch import free_port
+
+    run_ranks(_default_group_made_again, 2, args=(free_port(),), timeout=120, backend="tpu",
+              pg_timeout_s=20)
