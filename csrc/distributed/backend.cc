@@ -125,7 +125,6 @@ void TpuBackend::trim_p2p_locked() {
 }
 
 std::shared_ptr<CollectiveQueue> TpuBackend::p2p_queue(bool send, int peer, int tag) {
-  if (queue_ == nullptr) return nullptr;  // in-plugin: runs on the calling thread
   std::lock_guard<std::mutex> lock(p2p_mu_);
   auto key = std::make_tuple(send, peer, tag);
   auto it = p2p_queues_.find(key);
@@ -173,7 +172,8 @@ c10::intrusive_ptr<TpuWork> TpuBackend::launch(c10d::OpType type, const char* ti
     dense.copy_back();
     return base::Status::ok_status();
   };
-  if (queue_ == nullptr) {
+  if (queue == nullptr) queue = queue_.get();
+  if (queue == nullptr) {  // an in-plugin collective: on the calling thread
     ok_or_raise(body(*transport_));
     return c10::make_intrusive<TpuWork>(rank_, type, title, std::move(outputs), true);
   }
@@ -224,7 +224,7 @@ c10::intrusive_ptr<TpuWork> TpuBackend::launch(c10d::OpType type, const char* ti
   // Always on the queue's thread, whatever the size: c10d hands the backend no async_op, and a
   // collective run here would block an `async_op=True` caller until every peer joined, which
   // deadlocks programs that signal a peer (a store key, another group) before waiting.
-  (queue != nullptr ? queue : queue_.get())->enqueue(std::move(task));
+  queue->enqueue(std::move(task));
   return work;
 }
 

@@ -121,8 +121,10 @@ class TpuBackend : public c10d::Backend {
   std::shared_ptr<Transport> transport_;
   std::vector<int64_t> global_ranks_;
   std::chrono::milliseconds timeout_;
-  // Host-staged groups only. Point-to-point operations have queues of their own, one per
-  // (direction, peer, tag): a send waits until its peer receives, so on the group's queue
+  // Host-staged groups only: in-plugin collectives run on the calling thread. Point-to-point
+  // operations of both transports have queues of their own, one per (direction, peer,
+  // tag): a send waits until its peer receives (on the calling thread, a send on each rank
+  // before their recvs waited for each other until the timeout), so on the group's queue
   // it held back the recv or collective its peer was waiting for (isend then irecv on both
   // ranks hung), and on one queue for all sends a send of tag 5 held back the send of tag 6
   // its peer received first. Within a key they stay in order, as they must: a message is

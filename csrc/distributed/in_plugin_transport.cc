@@ -470,6 +470,7 @@ base::Status InPluginTransport::point_to_point(at::Tensor& tensor, int peer, int
   int src = sending ? rank_ : peer;
   int dst = sending ? peer : rank_;
   auto key = std::make_tuple(src, dst, tag);
+  std::unique_lock<std::mutex> lock(channels_mu_);  // each (peer, tag) has its own thread
   auto it = channels_.find(key);
   if (it == channels_.end()) {
     std::vector<int64_t> names{src, dst};
@@ -482,7 +483,8 @@ base::Status InPluginTransport::point_to_point(at::Tensor& tensor, int peer, int
                          2, local, names));
     it = channels_.emplace(key, Channel{std::move(rendezvous), local, 0}).first;
   }
-  Channel& channel = it->second;
+  Channel& channel = it->second;  // a map's elements stay where they are
+  lock.unlock();
   TORCHTPU_ASSIGN_OR_RETURN(std::string module,
                             lowering::collective_permute_module(type_of(tensor), 2, {{0, 1}}));
   TORCHTPU_ASSIGN_OR_RETURN(

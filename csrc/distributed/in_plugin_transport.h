@@ -23,12 +23,14 @@
 // memory: no allocation, no copy) when every rank's buffer is held only by its tensor.
 // Counters: num_in_plugin_collectives, in_plugin_collective_bytes (this rank's input),
 // num_in_plugin_donations.
-// Thread safety: one thread (its rank's) uses a transport at a time (transport.h).
+// Thread safety: collectives come from one thread at a time (its rank's, transport.h);
+// send/recv from their (direction, peer, tag) queue's thread (backend.h), beside them.
 #pragma once
 
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -118,6 +120,7 @@ class InPluginTransport final : public Transport {
     int local_rank = 0;
     uint64_t next_seq = 0;
   };
+  std::mutex channels_mu_;
   std::map<std::tuple<int, int, int>, Channel> channels_;
 };
 

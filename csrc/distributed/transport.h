@@ -16,8 +16,8 @@
 // in program order (reading them waits, as for any tpu tensor). A mismatch between ranks
 // (shape, dtype, op) returns kInvalidArgument on every rank, naming the collective, the
 // ranks and the shapes; a peer that does not arrive within the group's timeout returns
-// kUnavailable naming the missing ranks. A transport is used by one thread (its rank's)
-// at a time.
+// kUnavailable naming the missing ranks. A transport's collectives come from one thread
+// (its rank's) at a time; its send/recv from their own queues' threads (backend.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

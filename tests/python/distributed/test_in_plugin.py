@@ -174,6 +174,23 @@ def body(rank, world):
             raise AssertionError("a recv without a source was taken")
         except RuntimeError as e:
             assert "recv without a source" in str(e) and "pass src=" in str(e), e
+    # Every rank posts its isend before its irecv (a ring), and pairs swap through
+    # batch_isend_irecv: a send run on the caller's thread waited for a recv its peer could
+    # post only once its own send returned, until the timeout.
+    seed += 1
+    xs = inputs((3,), torch.float32, seed)
+    got = torch.zeros(3, device="tpu")
+    works = [dist.isend(xs[rank].to("tpu"), dst=(rank + 1) % W, tag=3),
+             dist.irecv(got, src=(rank - 1) % W, tag=3)]
+    for w in works:
+        w.wait()
+    same(got, xs[(rank - 1) % W], "ring isend/irecv")
+    peer = rank ^ 1
+    got = torch.zeros(3, device="tpu")
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, xs[rank].to("tpu"), peer),
+                                     dist.P2POp(dist.irecv, got, peer)]):
+        w.wait()
+    same(got, xs[peer], "batch_isend_irecv")
     dist.barrier()
 
     # Empty tensors on every rank: nothing to move (XLA refuses a collective over a zero
