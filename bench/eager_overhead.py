@@ -29,8 +29,10 @@ is handed off; a 16x16 add (512) is not. The `inline` line times that 16x16 add 
 same path without the hand-off. PJRT's C API has no option to choose. A waiter that slept
 would be woken after the worker (thread switches; their latency follows the machine's load
 and the idle states of its cores, tens of microseconds), so device waits poll first
-(TORCHTPU_POLL_US): the `synced, no polling` line times the synced add in a child process
-with TORCHTPU_POLL_US=0, and the work line counts the synced waits that slept.
+(TORCHTPU_POLL_US): the `no poll` line times the synced add in a child process
+with TORCHTPU_POLL_US=0, and the work line counts the synced waits that slept. The XLA CPU
+plugin can also run every program on the calling thread (its client option `asynchronous`,
+TORCHTPU_CPU_ASYNC=0): the `cpu sync` line times the synced add in a child process so set.
 
     python bench/eager_overhead.py [--iters N] [--quick] [--json PATH]
 
@@ -153,12 +155,13 @@ def _synced_waits(shape: tuple[int, ...], n: int = 200) -> tuple[float, float]:
     return switches, (torchtpu._C.counters().get("device_waits_slept", 0) - slept0) / n
 
 
-def _synced_without_polling(iters: int) -> float | None:
-    """The synced 64x64 add's microseconds in a child process whose waits never poll."""
+def _synced_in_child(iters: int, env: dict[str, str]) -> float | None:
+    """The synced 64x64 add's microseconds in a child process with `env` set (None when
+    it failed)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--synced-only", "--iters", str(iters)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "TORCHTPU_POLL_US": "0"})
+                             env={**os.environ, **env})
         return float(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
@@ -241,11 +244,16 @@ def main() -> None:
     print(f"  {'synced':<9} {parts['synced_total']:>7.2f}   (a wait per op)")
     print(f"  {'inline':<9} {parts['inline_synced_total']:>7.2f}   (a wait per op, 16x16: "
           "run on the calling thread by a CPU plugin)")
-    unpolled = _synced_without_polling(iters)
-    parts["synced_no_polling_total"] = unpolled
-    print(f"  {'no poll':<9} " +
-          (f"{unpolled:>7.2f}" if unpolled is not None else "failed") +
-          "   (a wait per op, in a child process with TORCHTPU_POLL_US=0)")
+    for key, label, env, what in (
+            ("synced_no_polling_total", "no poll", {"TORCHTPU_POLL_US": "0"},
+             "TORCHTPU_POLL_US=0"),
+            ("synced_cpu_sync_total", "cpu sync", {"TORCHTPU_CPU_ASYNC": "0"},
+             "TORCHTPU_CPU_ASYNC=0: every program on the calling thread")):
+        if key == "synced_cpu_sync_total" and info["platform"] != "cpu":
+            continue
+        us = parts[key] = _synced_in_child(iters, env)
+        print(f"  {label:<9} " + (f"{us:>7.2f}" if us is not None else "failed") +
+              f"   (a wait per op, in a child process with {what})")
     counts = _counts()
     if info["platform"] == "cpu" and resource is not None:
         for name, shape in (("synced", (64, 64)), ("synced_16x16", (16, 16))):

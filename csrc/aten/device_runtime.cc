@@ -155,6 +155,16 @@ void ensure_initialized(State& s) {
     }
     options.cpu_device_count = static_cast<int>(v);
   }
+  if (const char* a = std::getenv("TORCHTPU_CPU_ASYNC"); a != nullptr && *a != '\0') {
+    std::string v = a;
+    if (v != "0" && v != "1") {
+      s.init_error = base::invalid_argument(
+          "tpu: TORCHTPU_CPU_ASYNC='" + v + "' is not 0 (a CPU plugin runs each program on "
+          "the calling thread) or 1 (on its worker threads, the default)");
+      return;
+    }
+    options.cpu_asynchronous = v == "1";
+  }
   size_t capacity = runtime::CompileCache::kDefaultMemoryCapacity;
   if (const char* n = std::getenv("TORCHTPU_EXECUTABLE_CACHE_SIZE")) {
     char* end = nullptr;

@@ -38,31 +38,43 @@ base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
   }
   auto p = std::make_shared<CompiledProgram>();
   p->output_bytes = output_bytes;
-  // Only a program that could not fit pays for the question.
-  if (output_bytes > (int64_t{1} << 30)) {
-    // All of it, swap included: a program that could fit by swapping still runs.
-    auto m = device_memory(device);
-    int64_t memory = m.ok() ? m->total_bytes + m->swap_bytes : 0;
-    if (memory > 0 && output_bytes > memory) p->memory_bytes = memory;
-  }
   p->lowered = std::move(lowered);
   p->exe = std::move(exe);
   p->device = device;
   return std::shared_ptr<const CompiledProgram>(std::move(p));
 }
 
+namespace {
+
+// Only a run whose results could not fit pays for the question (the OS's figures).
+constexpr int64_t kAskMemoryAbove = int64_t{1} << 30;
+
+// Raises out-of-memory when `new_bytes` of results exceed the device's free memory, swap
+// included on a CPU plugin (a run that fits by swapping still runs).
+void check_room(const CompiledProgram& program, int64_t new_bytes) {
+  if (new_bytes <= kAskMemoryAbove) return;
+  auto m = device_memory(program.device);
+  if (!m.ok()) return;
+  int64_t room = m->free_bytes + m->swap_bytes;
+  if (new_bytes <= room) return;
+  raise_status(base::Status(base::StatusCode::kResourceExhausted,
+                            "tpu: a program's results take " + std::to_string(new_bytes) +
+                                " bytes, more than the device's free memory (" +
+                                std::to_string(m->free_bytes) + " of " +
+                                std::to_string(m->total_bytes) + " bytes" +
+                                (m->swap_bytes > 0 ? ", and " + std::to_string(m->swap_bytes) +
+                                                         " bytes of swap"
+                                                   : std::string()) +
+                                ")"),
+               program.device);
+}
+
+}  // namespace
+
 std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, ProgramArgs& args,
                                             CheckMode checks,
                                             const std::vector<std::pair<int, int>>& donations,
                                             const std::string& origin) {
-  if (program.memory_bytes > 0) {
-    raise_status(base::Status(
-        base::StatusCode::kResourceExhausted,
-        "tpu: a program's results take " + std::to_string(program.output_bytes) +
-            " bytes, more than the device's whole memory (" +
-            std::to_string(program.memory_bytes) + " bytes)"),
-        program.device);
-  }
   const std::vector<lowering::GraphParam>& params = program.lowered.params;
   c10::SmallVector<runtime::BufferPtr, 8> buffers;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -81,6 +93,7 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
   }
   base::StatusOr<std::vector<runtime::BufferPtr>> outputs = base::internal_error("unset");
   if (program.replicated) {
+    check_room(program, program.output_bytes);
     outputs = program.replicated(program.lowered.text,
                                  std::vector<runtime::BufferPtr>(buffers.begin(), buffers.end()));
     if (!outputs.ok()) {
@@ -110,6 +123,12 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
         donated.emplace_back(input, output);
       }
     }
+    int64_t new_bytes = program.output_bytes;
+    for (const auto& [input, output] : donated) {
+      const lowering::TensorType& t = program.lowered.output_types[output];
+      new_bytes -= t.num_elements() * static_cast<int64_t>(base::dtype_size_bytes(t.dtype));
+    }
+    check_room(program, new_bytes);
     c10::SmallVector<const runtime::Buffer*, 8> raw;
     for (const auto& b : buffers) raw.push_back(b.get());
     outputs = program.exe->execute(raw.data(), raw.size(),

@@ -34,9 +34,11 @@ struct CompiledProgram {
   runtime::ExecutablePtr exe;  // null when `replicated` runs it
   int device = 0;
   ReplicatedRunner replicated;  // set for a program run by several ranks (never donates)
-  // Its outputs' bytes and the device's whole memory, when they exceed it: such a run is
-  // refused (the CPU plugin ran a program with no inputs into a buffer of garbage).
-  int64_t output_bytes = 0, memory_bytes = 0;
+  // Its outputs' bytes. A run whose new results (those not taking a donated input's
+  // place) exceed the device's free memory is refused: the CPU plugin ran a program with no
+  // inputs into a buffer of garbage, and one that fit the machine but not its free memory
+  // was ended by the OS's out-of-memory killer.
+  int64_t output_bytes = 0;
 };
 
 // Executables keep their JIT code mapped, so a process holding thousands (the caches keep

@@ -106,6 +106,8 @@ py::dict plugin_info() {
   d["device_kind"] = c.device_kind(0);
   d["ffi_extension"] = c.plugin().has_ffi_extension();
   d["host_malloc"] = runtime::host_malloc_policy_name();
+  std::optional<bool> cpu_async = c.cpu_asynchronous();
+  d["cpu_async"] = cpu_async.has_value() ? py::cast(*cpu_async) : py::none();
   py::dict attrs;
   for (const auto& [k, v] : c.plugin().attributes()) attrs[py::str(k)] = v;
   d["attributes"] = attrs;

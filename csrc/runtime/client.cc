@@ -110,7 +110,8 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
   // `cpu_device_count` is an option of the XLA CPU plugins only; the others reject options
   // they do not know, by name. Which kind a plugin is shows in its answer, not in its file
   // name: a rejection of this option means "not a CPU plugin", and the client is created
-  // without it (and gets the devices the plugin has). The multi-process options follow it.
+  // without it and `asynchronous` (and gets the devices the plugin has); a CPU plugin that
+  // rejects `asynchronous` alone gets the rest. The multi-process options follow them.
   static const char kCpuDeviceCount[] = "cpu_device_count";
   // A one-value create option; the caller sets its value.
   auto scalar_option = [](const char* name, size_t name_size, PJRT_NamedValue_Type type) {
@@ -126,6 +127,13 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
   named.push_back(
       scalar_option(kCpuDeviceCount, sizeof(kCpuDeviceCount) - 1, PJRT_NamedValue_kInt64));
   named.back().int64_value = options.cpu_device_count;
+  static const char kAsynchronous[] = "asynchronous";
+  if (options.cpu_asynchronous.has_value()) {
+    named.push_back(
+        scalar_option(kAsynchronous, sizeof(kAsynchronous) - 1, PJRT_NamedValue_kBool));
+    named.back().bool_value = *options.cpu_asynchronous;
+  }
+  size_t cpu_options = named.size();  // those only the CPU plugins take
   for (const MultiProcessPlan::Option& o : plan.options) {
     PJRT_NamedValue v{};
     v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
@@ -177,8 +185,19 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
   fill(args, 0);
   base::Status created =
       consume_error(api, api->PJRT_Client_Create(&args), "PJRT_Client_Create");
-  if (!created.ok() && created.message().find(kCpuDeviceCount) != std::string::npos) {
-    fill(args, 1);
+  auto rejected = [&](const char* name) {
+    return !created.ok() && created.message().find(name) != std::string::npos;
+  };
+  if (cpu_options > 1 && rejected(kAsynchronous)) {  // a CPU plugin without the option
+    named.erase(named.begin() + 1);
+    --cpu_options;
+    fill(args, 0);
+    created = consume_error(api, api->PJRT_Client_Create(&args), "PJRT_Client_Create");
+  }
+  std::optional<bool> asynchronous = cpu_options > 1 ? options.cpu_asynchronous : std::nullopt;
+  if (rejected(kCpuDeviceCount)) {
+    asynchronous.reset();
+    fill(args, cpu_options);
     created = consume_error(api, api->PJRT_Client_Create(&args), "PJRT_Client_Create");
   }
   if (!created.ok() && store != nullptr) {
@@ -196,6 +215,7 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
   client->plugin_ = std::move(plugin);
   client->raw_ = args.client;
   client->multi_process_ = store != nullptr;
+  client->cpu_asynchronous_ = asynchronous;
   client->kv_store_ = std::move(store);
 
   PJRT_Client_AddressableDevices_Args devs{};
@@ -316,6 +336,7 @@ base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType
                                                    const std::vector<int64_t>& dims,
                                                    int device_index) const {
   PJRT_Client_BufferFromHostBuffer_Args args{};
+  int64_t enqueue_ns = trace::enabled() ? trace::now_ns() : 0;
   base::Status status = from_host_buffer(data, dtype, dims, device_index,
                                          PJRT_HostBufferSemantics_kImmutableOnlyDuringCall, &args);
   if (!status.ok() && base::is_complex(dtype)) {
@@ -332,7 +353,8 @@ base::StatusOr<BufferPtr> Client::buffer_from_host(const void* data, base::DType
   Event done(plugin_, args.done_with_host_buffer);
   auto buffer = std::make_shared<Buffer>(plugin_, args.buffer, dtype, dims, device_index);
   note_enqueued(device_index, buffer);
-  trace::record(trace::Kind::kHostToDevice, device_index, buffer->size_bytes(), *buffer);
+  trace::record(trace::Kind::kHostToDevice, device_index, buffer->size_bytes(), *buffer,
+                enqueue_ns);
   base::counter_add("num_transfers_to_device");
   base::counter_add("transfer_to_device_bytes", buffer->size_bytes());
   return buffer;
@@ -342,6 +364,7 @@ base::StatusOr<BufferPtr> Client::buffer_from_host_zero_copy(
     const void* data, base::DType dtype, const std::vector<int64_t>& dims, int device_index,
     std::function<void()> release) const {
   PJRT_Client_BufferFromHostBuffer_Args args{};
+  int64_t enqueue_ns = trace::enabled() ? trace::now_ns() : 0;
   base::Status status = from_host_buffer(data, dtype, dims, device_index,
                                          PJRT_HostBufferSemantics_kImmutableZeroCopy, &args);
   if (!status.ok()) {
@@ -369,7 +392,8 @@ base::StatusOr<BufferPtr> Client::buffer_from_host_zero_copy(
     }
   }
   note_enqueued(device_index, buffer);
-  trace::record(trace::Kind::kHostToDevice, device_index, buffer->size_bytes(), *buffer);
+  trace::record(trace::Kind::kHostToDevice, device_index, buffer->size_bytes(), *buffer,
+                enqueue_ns);
   base::counter_add("num_transfers_to_device");
   base::counter_add("transfer_to_device_bytes", buffer->size_bytes());
   return buffer;

@@ -31,6 +31,12 @@ namespace torchtpu::runtime {
 struct ClientOptions {
   // Devices to create on the CPU plugin (option `cpu_device_count`); ignored elsewhere.
   int cpu_device_count = 1;
+  // On the CPU plugin (option `asynchronous`): programs handed to the plugin's worker
+  // threads, the caller going on meanwhile (true), or run on the calling thread, which
+  // returns once they ran (false: no hand-off between threads per program). Unset: the
+  // plugin's default (asynchronous). A CPU plugin that does not know the option runs
+  // without it.
+  std::optional<bool> cpu_asynchronous;
   // A client over the devices of several processes (runtime/kv_store.h). Used only as far
   // as `multi_process_support` (what the plugin's registry entry says it takes) allows:
   // with kNone (the CPU plugins, a plugin given by path) the plugin gets neither the store
@@ -69,6 +75,8 @@ class Client {
   int num_devices() const { return static_cast<int>(devices_.size()); }
   // Whether the plugin was given a key-value store to form a client with other processes.
   bool multi_process() const { return multi_process_; }
+  // ClientOptions::cpu_asynchronous as the plugin took it (nullopt: not sent, or refused).
+  std::optional<bool> cpu_asynchronous() const { return cpu_asynchronous_; }
   // Devices of the whole client (every process's, for a multi-process client); addressable
   // ones are num_devices() of them.
   int num_global_devices() const { return num_global_devices_; }
@@ -132,6 +140,7 @@ class Client {
   std::vector<int> device_ids_;
   int num_global_devices_ = 0;
   bool multi_process_ = false;
+  std::optional<bool> cpu_asynchronous_;
   // The store the plugin's callbacks call (their user_arg); held for the client's life.
   std::shared_ptr<KeyValueStore> kv_store_;
   std::string platform_name_;

@@ -216,6 +216,7 @@ base::Status Executable::run(const Buffer* const* const* args, size_t num_args,
   exec.num_devices = replicas;
   exec.num_args = num_args;
   exec.output_lists = out_lists;
+  int64_t enqueue_ns = trace::enabled() ? trace::now_ns() : 0;
   TORCHTPU_RETURN_IF_ERROR(consume_error(
       plugin_->api(), plugin_->api()->PJRT_LoadedExecutable_Execute(&exec),
       "PJRT_LoadedExecutable_Execute"));
@@ -241,7 +242,8 @@ base::Status Executable::run(const Buffer* const* const* args, size_t num_args,
       int64_t bytes = 0;
       for (size_t i = 0; i < num_args; ++i) bytes += args[r][i]->size_bytes();
       for (const BufferPtr& b : outputs[r]) bytes += b->size_bytes();
-      trace::record(trace::Kind::kProgram, device_indices_[r], bytes, *outputs[r].back());
+      trace::record(trace::Kind::kProgram, device_indices_[r], bytes, *outputs[r].back(),
+                    enqueue_ns);
     }
   }
   return base::Status();

@@ -80,9 +80,9 @@ void add(Pending p) {
 
 }  // namespace
 
-void record(Kind kind, int device, int64_t bytes, const Buffer& ready_on) {
+void record(Kind kind, int device, int64_t bytes, const Buffer& ready_on, int64_t enqueue_ns) {
   if (!enabled()) return;
-  Pending p = make_pending(kind, device, bytes, now_ns());
+  Pending p = make_pending(kind, device, bytes, enqueue_ns);
   auto ready = ready_on.ready_event();
   if (!ready.ok()) return;  // the buffer failed; its error reaches whoever reads it
   std::shared_ptr<std::atomic<int64_t>> end = p.end_ns;

@@ -56,8 +56,10 @@ const char* current_label();
 void push_correlation(uint64_t id);
 void pop_correlation();
 
-// Records `kind` on `device`, enqueued now and ending when `ready_on` is ready.
-void record(Kind kind, int device, int64_t bytes, const Buffer& ready_on);
+// Records `kind` on `device`, enqueued at `enqueue_ns` (now_ns() taken before the call
+// that enqueued it: a CPU plugin running programs on the calling thread returns from it
+// only once the program ran) and ending when `ready_on` is ready.
+void record(Kind kind, int device, int64_t bytes, const Buffer& ready_on, int64_t enqueue_ns);
 // Records work that ran synchronously from `enqueue_ns` until now (a blocking copy).
 void record_completed(Kind kind, int device, int64_t bytes, int64_t enqueue_ns);
 

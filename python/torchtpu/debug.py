@@ -38,7 +38,9 @@ def plugin() -> dict[str, Any]:
     and version, device kind, whether it has the FFI extension (host kernels), and its plugin
     attributes (``xla_version``, ``stablehlo_current_version``, ...); ``host_malloc``: the
     host allocator policy in force ("retain" on a CPU plugin unless
-    ``TORCHTPU_HOST_MALLOC=system``, else "system"; docs/architecture.md)."""
+    ``TORCHTPU_HOST_MALLOC=system``, else "system"; docs/architecture.md); ``cpu_async``:
+    ``TORCHTPU_CPU_ASYNC`` as the CPU plugin took it (False: programs run on the calling
+    thread), None where it was not set or the plugin does not take it."""
     return dict(_C.plugin_info())
 
 
@@ -61,7 +63,9 @@ def _plugin_lines() -> list[str]:
         f"  PJRT C API {info['api_version']}, platform {info['platform']} "
         f"{info['platform_version']}, device kind {info['device_kind']}, "
         f"FFI extension: {'yes' if info['ffi_extension'] else 'no'}, "
-        f"host malloc: {info['host_malloc']}",
+        f"host malloc: {info['host_malloc']}"
+        + ("" if info["cpu_async"] is None else
+           f", programs on {'worker threads' if info['cpu_async'] else 'the calling thread'}"),
     ]
     for key in sorted(attrs):
         lines.append(f"  {key}: {attrs[key]}")

@@ -87,3 +87,43 @@ def test_invalid_budget_is_an_error_at_device_start() -> None:
     assert ("TORCHTPU_POLL_US='soon' is not a polling budget in microseconds "
             "(expected 0..1000000; 0 turns polling off; default 1000)") in out.stderr, (
         out.stderr[-2000:])
+
+
+CPU_SYNC = """
+import json, os, resource, torch, torchtpu
+x = torch.randn(64, 64)
+a = x.to("tpu")
+y = torch.nn.functional.gelu(a @ a + 1).sum(0)
+ok = torch.allclose(y.cpu(), torch.nn.functional.gelu(x @ x + 1).sum(0), atol=1e-4, rtol=1e-4)
+torchtpu.block_until_ready(a + a)
+switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+for _ in range(50):
+    torchtpu.block_until_ready(a + a)
+switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - switches
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                        torch.profiler.ProfilerActivity.PrivateUse1]) as prof:
+    b = torch.randn(768, 768, device="tpu")
+    torchtpu.block_until_ready(b @ b)
+device_us = max((e.device_time_total for e in prof.key_averages() if e.key == "aten::mm"),
+                default=0.0)
+print(json.dumps({"ok": ok, "switches": switches, "device_us": device_us,
+                  "cpu_async": torchtpu.debug.plugin()["cpu_async"]}))
+"""
+
+
+def test_a_cpu_plugin_set_to_run_programs_on_the_calling_thread():
+    # TORCHTPU_CPU_ASYNC=0 (the XLA CPU plugin's `asynchronous` option): the same results,
+    # no hand-off to the plugin's worker threads per program (no thread switches), and the
+    # profiler still times a program by its run (its enqueue
+    # time is taken before the call, which returns only once the program ran).
+    got = {}
+    for value in ("0", "1"):
+        r = run_python(CPU_SYNC, TORCHTPU_CPU_ASYNC=value, TORCHTPU_CACHE_DIR="")
+        assert r.returncode == 0, r.stderr[-2000:]
+        got[value] = json.loads(r.stdout.strip().splitlines()[-1])
+        assert got[value]["ok"] and got[value]["device_us"] > 0, got[value]
+    assert got["0"]["cpu_async"] is False and got["1"]["cpu_async"] is True, got
+    assert got["0"]["switches"] < 5, got  # handed off, each add may switch (18 of 50 seen)
+    r = run_python("import torch, torchtpu; torch.ones(1, device='tpu')",
+                   TORCHTPU_CPU_ASYNC="yes")
+    assert r.returncode != 0 and "TORCHTPU_CPU_ASYNC='yes' is not 0" in r.stderr, r.stderr
