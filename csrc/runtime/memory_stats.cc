@@ -1,5 +1,7 @@
 #include "runtime/memory_stats.h"
 
+#include <malloc.h>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -90,6 +92,10 @@ std::optional<HostMemoryInfo> host_memory_info() {
     long avail = sysconf(_SC_AVPHYS_PAGES);
     info.available_bytes = avail > 0 ? static_cast<int64_t>(avail) * page_size : 0;
   }
+  // Freed memory malloc keeps for this process's reuse (runtime/host_malloc.h retains it):
+  // free for this process's next allocations, though the OS counts it as used.
+  struct mallinfo2 m = mallinfo2();
+  info.available_bytes += static_cast<int64_t>(m.fordblks);
   return info;
 }
 

@@ -42,8 +42,9 @@ struct DeviceMemoryInfo {
   std::optional<int64_t> largest_alloc_size;
 };
 
-// Total and available host memory, bytes (from the OS), for plugins whose device memory is
-// the host's (the CPU plugin).
+// Total and available host memory, bytes, for plugins whose device memory is the host's
+// (the CPU plugin): available is the OS's MemAvailable plus what malloc holds freed for
+// this process's reuse.
 struct HostMemoryInfo {
   int64_t total_bytes = 0;
   int64_t available_bytes = 0;

@@ -56,41 +56,82 @@ def _json_types(schema: object) -> set[str] | None:
     return set(names) | ({"number"} if "integer" in names else set())
 
 
-def _provably_exclusive(branches: list) -> bool:
-    """Whether no value can match two of `branches`: their declared types are disjoint."""
+def _resolved(schema: object, root: object) -> object:
+    """`schema` with a local `$ref` ("#/$defs/Cat") followed, a few levels at most."""
+    for _ in range(8):
+        ref = schema.get("$ref") if isinstance(schema, dict) else None
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            return schema
+        target = root
+        for part in ref[2:].split("/"):
+            target = target.get(part) if isinstance(target, dict) else None
+        schema = target
+    return schema
+
+
+def _tag(schema: object, name: str) -> tuple[bool, object]:
+    """(True, value) when `schema` requires property `name` to be one constant value."""
+    if not isinstance(schema, dict) or name not in (schema.get("required") or []):
+        return False, None
+    prop = (schema.get("properties") or {}).get(name)
+    if isinstance(prop, dict) and "const" in prop:
+        return True, prop["const"]
+    if isinstance(prop, dict) and isinstance(prop.get("enum"), list) and len(prop["enum"]) == 1:
+        return True, prop["enum"][0]
+    return False, None
+
+
+def _provably_exclusive(branches: list, root: object) -> bool:
+    """Whether no value can match two of `branches`: their declared types are disjoint, or
+    each requires one property to be a constant of its own (a discriminated union, as
+    Pydantic writes them)."""
+    branches = [_resolved(b, root) for b in branches]
     types = [_json_types(b) for b in branches]
-    if any(t is None for t in types):
-        return False
-    return all(not (types[i] & types[j])
-               for i in range(len(types)) for j in range(i + 1, len(types)))
+    if all(t is not None for t in types) and all(
+            not (types[i] & types[j]) for i in range(len(types))
+            for j in range(i + 1, len(types))):
+        return True
+    first = branches[0] if isinstance(branches[0], dict) else {}
+    for name in first.get("required") or []:
+        tags = [_tag(b, name) for b in branches]
+        values = [json.dumps(v, sort_keys=True) for ok, v in tags if ok]
+        if len(values) == len(branches) and len(set(values)) == len(values):
+            return True
+    return False
 
 
-def unenforced_keywords(schema: object, path: str = "#") -> list[tuple[str, str]]:
+def unenforced_keywords(schema: object, path: str = "#",
+                        root: object = None) -> list[tuple[str, str]]:
     """Where a JSON schema uses what xgrammar would ignore: (keyword, "not at
-    #/properties/a") pairs."""
+    #/properties/a") pairs. `root`: the whole schema, for local `$ref`s (`schema` itself
+    at the top)."""
     if not isinstance(schema, dict):
         return []
+    root = schema if root is None else root
     found = [(k, f"{k} at {path}") for k in UNENFORCED_KEYWORDS if k in schema]
     if isinstance(schema.get("allOf"), list) and len(schema["allOf"]) > 1:
         found.append(("allOf", f"allOf with {len(schema['allOf'])} subschemas at {path}"))
     # xgrammar enforces oneOf as anyOf (a value matching two branches passes), which is
     # exact only when no value can match two; and multipleOf on integers only.
     one_of = schema.get("oneOf")
-    if isinstance(one_of, list) and len(one_of) > 1 and not _provably_exclusive(one_of):
+    if isinstance(one_of, list) and len(one_of) > 1 and not _provably_exclusive(one_of, root):
         found.append(("oneOf", f"oneOf at {path} with {len(one_of)} subschemas not exclusive "
-                               "by type (enforced as anyOf: a value may match several)"))
-    if "multipleOf" in schema and _json_types(schema) != {"integer", "number"}:
+                               "by type or a constant property (enforced as anyOf: a value "
+                               "may match several)"))
+    t = schema.get("type")
+    declared = [t] if isinstance(t, str) else t if isinstance(t, list) else None
+    if "multipleOf" in schema and (not declared or "number" in declared):
         found.append(("multipleOf", f"multipleOf on a non-integer at {path}"))
     for key in _SCHEMA_MAPS:
         if isinstance(schema.get(key), dict):
             for name, sub in schema[key].items():
-                found += unenforced_keywords(sub, f"{path}/{key}/{name}")
+                found += unenforced_keywords(sub, f"{path}/{key}/{name}", root)
     for key in _SCHEMA_LISTS:
         if isinstance(schema.get(key), list):
             for i, sub in enumerate(schema[key]):
-                found += unenforced_keywords(sub, f"{path}/{key}/{i}")
+                found += unenforced_keywords(sub, f"{path}/{key}/{i}", root)
     for key in _SCHEMA_VALUES:
-        found += unenforced_keywords(schema.get(key), f"{path}/{key}")
+        found += unenforced_keywords(schema.get(key), f"{path}/{key}", root)
     return found
 
 

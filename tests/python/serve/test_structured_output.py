@@ -169,3 +169,25 @@ def test_a_failing_stream_sends_one_error_then_done(served):
             break
         time.sleep(0.05)
     assert busy() == 0
+
+
+def test_what_counts_as_enforced():
+    from torchtpu.serve.structured import unenforced_keywords
+
+    # A discriminated union as Pydantic writes it (branches behind $refs, each requiring
+    # its own constant tag): no value matches two, so anyOf enforces it exactly.
+    tagged = {"$defs": {
+        "Cat": {"type": "object", "required": ["kind", "n"],
+                "properties": {"kind": {"const": "cat"}, "n": {"type": "integer"}}},
+        "Dog": {"type": "object", "required": ["kind"],
+                "properties": {"kind": {"enum": ["dog"]}}}},
+        "type": "object", "required": ["pet"], "properties": {"pet": {
+            "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+            "discriminator": {"propertyName": "kind"}}}}
+    assert unenforced_keywords(tagged) == []
+    same_tag = json.loads(json.dumps(tagged).replace('["dog"]', '["cat"]'))
+    assert [k for k, _ in unenforced_keywords(same_tag)] == ["oneOf"]
+    # multipleOf is enforced where no number (only integers) is allowed.
+    assert unenforced_keywords({"type": ["integer", "null"], "multipleOf": 3}) == []
+    for schema in ({"type": ["integer", "number"], "multipleOf": 0.5}, {"multipleOf": 2}):
+        assert [k for k, _ in unenforced_keywords(schema)] == ["multipleOf"], schema
