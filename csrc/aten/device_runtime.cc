@@ -163,7 +163,14 @@ void ensure_initialized(State& s) {
           "the calling thread) or 1 (on its worker threads, the default)");
       return;
     }
-    options.cpu_asynchronous = v == "1";
+    // A plugin given by path is asked (it may refuse the option: then it runs without);
+    // a known one only if it acts on it.
+    if (known == nullptr || known->takes_asynchronous) {
+      options.cpu_asynchronous = v == "1";
+    } else {
+      LOG(WARNING) << "tpu: TORCHTPU_CPU_ASYNC=" << v << " is ignored: the " << known->name
+                   << " plugin has no such option (lammps-jax-pjrt-cpu has)";
+    }
   }
   size_t capacity = runtime::CompileCache::kDefaultMemoryCapacity;
   if (const char* n = std::getenv("TORCHTPU_EXECUTABLE_CACHE_SIZE")) {

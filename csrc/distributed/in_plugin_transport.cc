@@ -148,7 +148,7 @@ InPluginTransport::InPluginTransport(std::shared_ptr<Rendezvous> group, std::str
       size_(size),
       device_index_(device_index),
       global_ranks_(std::move(global_ranks)),
-      timeout_(timeout) {}
+      timeout_ms_(timeout.count()) {}
 
 InPluginTransport::~InPluginTransport() {
   group_->leave(rank_);
@@ -222,7 +222,7 @@ base::StatusOr<std::vector<runtime::BufferPtr>> InPluginTransport::run(
     return outputs;
   };
   TORCHTPU_ASSIGN_OR_RETURN(Exchanged got, group.exchange(rank, seq, collective, std::move(mine),
-                                                          runner, timeout_));
+                                                          runner, timeout()));
   if (collective == "graph") {
     base::counter_add("num_replicated_graph_executions");
   } else {
@@ -263,7 +263,7 @@ base::StatusOr<std::vector<std::vector<int64_t>>> InPluginTransport::exchange_me
     const std::string& what, std::vector<int64_t> meta) {
   Contribution mine{what, what, device_index_, {}, std::move(meta)};
   TORCHTPU_ASSIGN_OR_RETURN(Exchanged ex, group_->exchange(rank_, next_seq_++, what,
-                                                           std::move(mine), nullptr, timeout_));
+                                                           std::move(mine), nullptr, timeout()));
   return std::move(ex.metas);
 }
 
@@ -391,7 +391,7 @@ base::Status InPluginTransport::all_to_all(at::Tensor& output, const at::Tensor&
     meta.insert(meta.end(), out.begin(), out.end());
     Contribution splits{"all_to_all splits", "all_to_all splits", device_index_, {}, meta};
     TORCHTPU_ASSIGN_OR_RETURN(Exchanged ex, group_->exchange(rank_, next_seq_++, "all_to_all",
-                                                             std::move(splits), nullptr, timeout_));
+                                                             std::move(splits), nullptr, timeout()));
     int64_t max_rows = 1;
     for (int r = 0; r < size_; ++r) {
       const auto& m = ex.metas[r];
@@ -515,7 +515,7 @@ base::Status InPluginTransport::barrier() {
   Contribution mine{"barrier", "barrier", device_index_, {}, {}};
   TORCHTPU_ASSIGN_OR_RETURN(
       Exchanged ignored,
-      group_->exchange(rank_, next_seq_++, "barrier", std::move(mine), nullptr, timeout_));
+      group_->exchange(rank_, next_seq_++, "barrier", std::move(mine), nullptr, timeout()));
   (void)ignored;
   // Work this rank enqueued before the barrier has finished when it returns.
   if (runtime::BufferPtr tail = runtime::queue_tail(device_index_)) {

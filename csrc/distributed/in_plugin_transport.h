@@ -27,6 +27,7 @@
 // send/recv from their (direction, peer, tag) queue's thread (backend.h), beside them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -68,7 +69,9 @@ class InPluginTransport final : public Transport {
   // Unimplemented: a send here meets its recv in a rendezvous of the two ranks it names.
   base::StatusOr<int> recv_any(at::Tensor& tensor, int tag) override;
   base::Status barrier() override;
-  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+  void set_timeout(std::chrono::milliseconds timeout) override {
+    timeout_ms_.store(timeout.count());
+  }
 
   // A whole program over the group (a compiled graph whose collectives span it): every rank
   // calls this as its next collective with its own `args` (on its device) and the same
@@ -112,7 +115,11 @@ class InPluginTransport final : public Transport {
   const int size_;
   const int device_index_;
   const std::vector<int64_t> global_ranks_;
-  std::chrono::milliseconds timeout_;
+  // Read by send/recv on their queues' threads while the rank's thread may set it.
+  std::atomic<int64_t> timeout_ms_;
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(timeout_ms_.load());
+  }
   uint64_t next_seq_ = 0;
   // (source, destination, tag) -> the next message's number and its rendezvous.
   struct Channel {

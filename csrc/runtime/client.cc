@@ -108,7 +108,8 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
   const PJRT_Api* api = plugin->api();
   TORCHTPU_ASSIGN_OR_RETURN(MultiProcessPlan plan, plan_multi_process(options));
   // `cpu_device_count` is an option of the XLA CPU plugins only; the others reject options
-  // they do not know, by name. Which kind a plugin is shows in its answer, not in its file
+  // they do not know, by name (xla-cpu-pjrt ignores them instead: the registry says which
+  // plugins act on `asynchronous`, and only those are sent it). Which kind a plugin is shows in its answer, not in its file
   // name: a rejection of this option means "not a CPU plugin", and the client is created
   // without it and `asynchronous` (and gets the devices the plugin has); a CPU plugin that
   // rejects `asynchronous` alone gets the rest. The multi-process options follow them.

@@ -82,7 +82,8 @@ void add(Pending p) {
 
 void record(Kind kind, int device, int64_t bytes, const Buffer& ready_on, int64_t enqueue_ns) {
   if (!enabled()) return;
-  Pending p = make_pending(kind, device, bytes, enqueue_ns);
+  // 0: the trace started after the caller's enabled() check, during the call.
+  Pending p = make_pending(kind, device, bytes, enqueue_ns != 0 ? enqueue_ns : now_ns());
   auto ready = ready_on.ready_event();
   if (!ready.ok()) return;  // the buffer failed; its error reaches whoever reads it
   std::shared_ptr<std::atomic<int64_t>> end = p.end_ns;

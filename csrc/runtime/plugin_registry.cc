@@ -31,7 +31,8 @@ const std::vector<KnownPlugin>& known_plugins() {
   static const std::vector<KnownPlugin>* plugins = new std::vector<KnownPlugin>{
       {"lammps-jax-pjrt-cpu", "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so", "cpu", true,
        "OpenXLA's CPU plugin built by the lammps-jax project from XLA commit 91888df6 "
-       "(jaxlib 0.11.2's XLA), Apache-2.0"},
+       "(jaxlib 0.11.2's XLA), Apache-2.0",
+       /*takes_asynchronous=*/true},
       {"xla-cpu-pjrt", "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so", "cpu", true,
        "OpenXLA's CPU plugin as published by The OpenXLA Authors (release 0.0.1; "
        "PJRT C API 0.81, StableHLO 1.13.3)"},

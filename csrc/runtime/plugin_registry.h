@@ -30,6 +30,9 @@ struct KnownPlugin {
   std::string platform;       // what it runs on: "cpu", "cuda", "tpu"
   bool is_default = false;    // chosen without TORCHTPU_PJRT_PLUGIN when installed
   std::string provenance;     // who builds it, from which XLA
+  // Whether it acts on the create option `asynchronous` (ClientOptions::cpu_asynchronous):
+  // xla-cpu-pjrt ignores create options it does not know instead of refusing them.
+  bool takes_asynchronous = false;
 };
 
 // Every known plugin; the default candidates first, in order of preference.

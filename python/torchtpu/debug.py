@@ -40,7 +40,7 @@ def plugin() -> dict[str, Any]:
     host allocator policy in force ("retain" on a CPU plugin unless
     ``TORCHTPU_HOST_MALLOC=system``, else "system"; docs/architecture.md); ``cpu_async``:
     ``TORCHTPU_CPU_ASYNC`` as the CPU plugin took it (False: programs run on the calling
-    thread), None where it was not set or the plugin does not take it."""
+    thread), None where it was not set or the plugin has no such option (``xla-cpu-pjrt``)."""
     return dict(_C.plugin_info())
 
 

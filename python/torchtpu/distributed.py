@@ -29,6 +29,7 @@ run before the device starts. The XLA CPU plugins take none and start as usual.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
@@ -58,13 +59,17 @@ _exit.register(_wait_for_detached_collective_threads)
 BACKEND_NAME = "tpu"
 
 
-def _making(store: Any, size: int) -> int:
-    """Which making of the group this is (0, 1, ...). The store outlives a group
+def _making(store: Any, global_ranks: list[int]) -> str:
+    """Which making of the group this is: its members, and n (0, 1, ...) among the makings
+    of a group with these members under this name. The store outlives a group
     (torchrun's), and a group made again after ``destroy_process_group()`` has the same
-    name, so the same keys: every rank's join counts, and the n-th making keeps its keys
-    under its own n, never reading what the last one left (Gloo connected to the old
-    addresses and waited out the group's timeout)."""
-    return (store.add("torchtpu_group/joins", 1) - 1) // size
+    name, so the same keys (a subgroup's name may come back with other members): every
+    member's join counts, and each making keeps its keys under its own members and n,
+    never reading what the last one left (Gloo connected to the old addresses and waited
+    out the group's timeout)."""
+    members = hashlib.sha1(",".join(map(str, global_ranks)).encode()).hexdigest()[:12]
+    n = (store.add(f"torchtpu_group/{members}/joins", 1) - 1) // len(global_ranks)
+    return f"{members}/{n}"
 
 
 def _group_members(store: Any, rank: int, size: int, timeout: timedelta) -> list[str]:
@@ -92,7 +97,7 @@ def _create_backend(opts: Any, backend_options: Any) -> dist.Backend:
     """The creator torch.distributed calls for every group of the ``tpu`` backend."""
     store, rank, size, timeout = opts.store, opts.group_rank, opts.group_size, opts.timeout
     global_ranks = list(opts.global_ranks_in_group) or list(range(size))
-    store = dist.PrefixStore(f"torchtpu/{_making(store, size)}/", store)
+    store = dist.PrefixStore(f"torchtpu/{_making(store, global_ranks)}/", store)
     members = _group_members(store, rank, size, timeout)
     if in_plugin_available() and _ranks_share_a_client(members):
         return _native.TpuBackend.in_plugin(store, rank, size, global_ranks,
