@@ -390,8 +390,9 @@ base::Status InPluginTransport::all_to_all(at::Tensor& output, const at::Tensor&
     std::vector<int64_t> meta = in;
     meta.insert(meta.end(), out.begin(), out.end());
     Contribution splits{"all_to_all splits", "all_to_all splits", device_index_, {}, meta};
-    TORCHTPU_ASSIGN_OR_RETURN(Exchanged ex, group_->exchange(rank_, next_seq_++, "all_to_all",
-                                                             std::move(splits), nullptr, timeout()));
+    TORCHTPU_ASSIGN_OR_RETURN(Exchanged ex,
+                              group_->exchange(rank_, next_seq_++, "all_to_all",
+                                               std::move(splits), nullptr, timeout()));
     int64_t max_rows = 1;
     for (int r = 0; r < size_; ++r) {
       const auto& m = ex.metas[r];

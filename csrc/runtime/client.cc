@@ -109,10 +109,11 @@ base::StatusOr<std::shared_ptr<Client>> Client::create(std::shared_ptr<const Plu
   TORCHTPU_ASSIGN_OR_RETURN(MultiProcessPlan plan, plan_multi_process(options));
   // `cpu_device_count` is an option of the XLA CPU plugins only; the others reject options
   // they do not know, by name (xla-cpu-pjrt ignores them instead: the registry says which
-  // plugins act on `asynchronous`, and only those are sent it). Which kind a plugin is shows in its answer, not in its file
-  // name: a rejection of this option means "not a CPU plugin", and the client is created
-  // without it and `asynchronous` (and gets the devices the plugin has); a CPU plugin that
-  // rejects `asynchronous` alone gets the rest. The multi-process options follow them.
+  // plugins act on `asynchronous`, and only those are sent it). Which kind a plugin is
+  // shows in its answer, not in its file name: a rejection of this option means "not a
+  // CPU plugin", and the client is created without it and `asynchronous` (and gets the
+  // devices the plugin has); a CPU plugin that rejects `asynchronous` alone gets the rest.
+  // The multi-process options follow them.
   static const char kCpuDeviceCount[] = "cpu_device_count";
   // A one-value create option; the caller sets its value.
   auto scalar_option = [](const char* name, size_t name_size, PJRT_NamedValue_Type type) {
