@@ -674,10 +674,10 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recv(std::vector<at::Tensor>& tensors
   DenseArgs dense("recv");
   at::Tensor d = dense.written(t);
   std::shared_ptr<CollectiveQueue> queue = p2p_queue(false, src_rank, tag);
-  auto ticket = queue ? std::make_shared<RecvTicket>(recv_order(tag), false) : nullptr;
+  auto ticket = std::make_shared<RecvTicket>(recv_order(tag), false);
   return launch(c10d::OpType::RECV, "tpu:recv", tensors, std::move(dense),
                 [d, src_rank, tag, ticket](Transport& tr) mutable {
-                  if (ticket) ticket->wait_turn();
+                  ticket->wait_turn();
                   return tr.recv(d, src_rank, tag);
                 },
                 queue.get());
@@ -690,11 +690,11 @@ c10::intrusive_ptr<c10d::Work> TpuBackend::recvAnysource(std::vector<at::Tensor>
   at::Tensor d = dense.written(t);
   auto source = std::make_shared<std::atomic<int>>(-1);
   std::shared_ptr<CollectiveQueue> queue = p2p_queue(false, -1, tag);
-  auto ticket = queue ? std::make_shared<RecvTicket>(recv_order(tag), true) : nullptr;
+  auto ticket = std::make_shared<RecvTicket>(recv_order(tag), true);
   c10::intrusive_ptr<TpuWork> work = launch(
       c10d::OpType::RECVANYSOURCE, "tpu:recv_anysource", tensors, std::move(dense),
       [d, tag, source, ticket](Transport& tr) mutable -> base::Status {
-        if (ticket) ticket->wait_turn();
+        ticket->wait_turn();
         TORCHTPU_ASSIGN_OR_RETURN(int src, tr.recv_any(d, tag));
         source->store(src);
         return base::Status::ok_status();
