@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 
 namespace torchtpu::runtime {
@@ -68,6 +70,113 @@ void reset_accumulated_buffer_memory(int device_index) {
   s.num_allocations = s.num_frees = 0;
 }
 
+namespace {
+
+// The first whitespace-separated number in file `path`; nullopt when absent or not a
+// number ("max" is cgroup v2's "no limit").
+std::optional<int64_t> read_number(const std::string& path) {
+  std::ifstream f(path);
+  int64_t v = 0;
+  if (f >> v) return v;
+  return std::nullopt;
+}
+
+// The value of `key` in a memory.stat file (lines "key value").
+std::optional<int64_t> stat_value(const std::string& dir, const std::string& key) {
+  std::ifstream f(dir + "/memory.stat");
+  std::string k;
+  int64_t v = 0;
+  while (f >> k >> v) {
+    if (k == key) return v;
+  }
+  return std::nullopt;
+}
+
+// cgroup v1 writes "no limit" as LONG_MAX rounded down to a page.
+bool unlimited(int64_t v) { return v >= (int64_t{1} << 62); }
+
+void take(std::optional<CgroupMemory>& best, const CgroupMemory& level) {
+  if (!best) {
+    best = level;
+    return;
+  }
+  best->limit_bytes = std::min(best->limit_bytes, level.limit_bytes);
+  best->available_bytes = std::min(best->available_bytes, level.available_bytes);
+  if (level.swap_bytes) {
+    best->swap_bytes = best->swap_bytes ? std::min(*best->swap_bytes, *level.swap_bytes)
+                                        : *level.swap_bytes;
+  }
+}
+
+// cgroup v2: memory.max of the group and each ancestor up to `root`.
+void cgroup_v2(const std::string& path, const std::string& root,
+               std::optional<CgroupMemory>& best) {
+  std::string rel = path;
+  while (true) {
+    std::string dir = root + (rel == "/" ? std::string() : rel);
+    if (auto limit = read_number(dir + "/memory.max")) {
+      CgroupMemory level;
+      level.limit_bytes = *limit;
+      int64_t used = read_number(dir + "/memory.current").value_or(0);
+      int64_t cache = stat_value(dir, "inactive_file").value_or(0);
+      level.available_bytes = std::clamp<int64_t>(*limit - used + cache, 0, *limit);
+      level.swap_bytes = read_number(dir + "/memory.swap.max");
+      take(best, level);
+    }
+    if (rel.empty() || rel == "/") break;
+    size_t slash = rel.find_last_of('/');
+    rel = slash == 0 || slash == std::string::npos ? "/" : rel.substr(0, slash);
+  }
+}
+
+// cgroup v1: the memory controller's hierarchical limit (ancestors included). Inside a
+// container without a cgroup namespace the group's path names the host's hierarchy while
+// the controller's mount is the container's own group: then the mount itself is read.
+void cgroup_v1(const std::string& path, const std::string& root,
+               std::optional<CgroupMemory>& best) {
+  std::string dir = root + "/memory" + (path == "/" ? std::string() : path);
+  if (!read_number(dir + "/memory.usage_in_bytes")) dir = root + "/memory";
+  auto limit = stat_value(dir, "hierarchical_memory_limit");
+  if (!limit) limit = read_number(dir + "/memory.limit_in_bytes");
+  if (!limit || unlimited(*limit)) return;
+  CgroupMemory level;
+  level.limit_bytes = *limit;
+  int64_t used = read_number(dir + "/memory.usage_in_bytes").value_or(0);
+  int64_t cache = stat_value(dir, "total_inactive_file").value_or(0);
+  level.available_bytes = std::clamp<int64_t>(*limit - used + cache, 0, *limit);
+  auto memsw = stat_value(dir, "hierarchical_memsw_limit");
+  if (memsw && !unlimited(*memsw)) level.swap_bytes = std::max<int64_t>(0, *memsw - *limit);
+  take(best, level);
+}
+
+}  // namespace
+
+std::optional<CgroupMemory> cgroup_memory(const std::string& self_cgroup,
+                                          const std::string& root) {
+  std::optional<CgroupMemory> best;
+  std::istringstream lines(self_cgroup);
+  std::string line;
+  while (std::getline(lines, line)) {
+    // "hierarchy-id:controllers:path"; v2's unified hierarchy is "0::path".
+    size_t first = line.find(':');
+    size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (path.empty() || path[0] != '/') continue;
+    if (line.compare(0, first, "0") == 0 && controllers.empty()) {
+      cgroup_v2(path, root, best);
+      continue;
+    }
+    std::istringstream names(controllers);
+    std::string name;
+    while (std::getline(names, name, ',')) {
+      if (name == "memory") cgroup_v1(path, root, best);
+    }
+  }
+  return best;
+}
+
 std::optional<HostMemoryInfo> host_memory_info() {
   long pages = sysconf(_SC_PHYS_PAGES);
   long page_size = sysconf(_SC_PAGE_SIZE);
@@ -95,7 +204,16 @@ std::optional<HostMemoryInfo> host_memory_info() {
   // Freed memory malloc keeps for this process's reuse (runtime/host_malloc.h retains it):
   // free for this process's next allocations, though the OS counts it as used.
   struct mallinfo2 m = mallinfo2();
-  info.available_bytes += static_cast<int64_t>(m.fordblks);
+  int64_t kept = static_cast<int64_t>(m.fordblks);
+  info.available_bytes += kept;
+  // A container's limit caps both: past it the kernel ends the process.
+  std::ifstream self("/proc/self/cgroup");
+  std::string text((std::istreambuf_iterator<char>(self)), std::istreambuf_iterator<char>());
+  if (auto group = cgroup_memory(text, "/sys/fs/cgroup")) {
+    info.total_bytes = std::min(info.total_bytes, group->limit_bytes);
+    info.available_bytes = std::min(info.available_bytes, group->available_bytes + kept);
+    if (group->swap_bytes) info.swap_bytes = std::min(info.swap_bytes, *group->swap_bytes);
+  }
   return info;
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace torchtpu::runtime {
 
@@ -51,6 +52,21 @@ struct HostMemoryInfo {
   int64_t swap_bytes = 0;  // the swap space's size
 };
 std::optional<HostMemoryInfo> host_memory_info();
+
+// The memory limit of this process's control group (a container's `--memory`), when one
+// is set: the kernel ends a process that passes it whatever the host has free, so the host
+// figures above are capped by it. cgroup v2 (memory.max, the smallest over the group and
+// its ancestors) and v1 (hierarchical_memory_limit); nullopt when no limit is set or the
+// files are absent. `self_cgroup`: /proc/self/cgroup's text; `root`: where the cgroup
+// file systems are mounted.
+struct CgroupMemory {
+  int64_t limit_bytes = 0;
+  int64_t available_bytes = 0;  // the limit less what the group uses, its inactive file
+                                // cache counted as free (the kernel reclaims it first)
+  std::optional<int64_t> swap_bytes;  // swap the group may use; nullopt: not limited
+};
+std::optional<CgroupMemory> cgroup_memory(const std::string& self_cgroup,
+                                          const std::string& root);
 
 // The process's memory mappings (lines of /proc/self/maps) and the kernel's limit on them
 // (vm.max_map_count); nullopt where the OS does not say.

@@ -1,8 +1,11 @@
 // The runtime on the real XLA CPU plugin: load, transfer, compile, execute, errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -87,6 +90,61 @@ TEST(Runtime, DeviceMemoryStatsAreAStatus) {
 // A zero-copy buffer over host memory: the CPU plugin aliases it (nothing is released
 // while the buffer lives), a program reads it, and it is released once, after the buffer
 // and the program's read are gone.
+namespace {
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << text;
+}
+
+}  // namespace
+
+// A container's memory limit caps the host's figures: cgroup v2 (the smallest limit over
+// the group and its ancestors, inactive file cache counted free) and v1 (the hierarchical
+// limit, also when the group's path names the host's hierarchy).
+TEST(Runtime, CgroupMemoryLimitIsRead) {
+  auto root = std::filesystem::temp_directory_path() /
+              ("torchtpu_cgroup_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  EXPECT_FALSE(runtime::cgroup_memory("0::/\n", root.string()).has_value());
+
+  write_file(root / "v2/memory.max", "max\n");  // the container's own group: no limit
+  write_file(root / "v2/job/memory.max", "8000\n");
+  write_file(root / "v2/job/memory.current", "7000\n");
+  write_file(root / "v2/job/memory.stat", "anon 5000\ninactive_file 500\n");
+  write_file(root / "v2/job/memory.swap.max", "max\n");
+  write_file(root / "v2/job/task/memory.max", "max\n");
+  write_file(root / "v2/job/task/memory.current", "6000\n");
+  auto v2 = runtime::cgroup_memory("0::/job/task\n", (root / "v2").string());
+  ASSERT_TRUE(v2.has_value());
+  EXPECT_EQ(v2->limit_bytes, 8000);
+  EXPECT_EQ(v2->available_bytes, 1500);
+  EXPECT_FALSE(v2->swap_bytes.has_value());
+  write_file(root / "v2/job/task/memory.max", "4000\n");
+  write_file(root / "v2/job/task/memory.swap.max", "0\n");
+  v2 = runtime::cgroup_memory("0::/job/task\n", (root / "v2").string());
+  ASSERT_TRUE(v2.has_value());
+  EXPECT_EQ(v2->limit_bytes, 4000);
+  EXPECT_EQ(v2->available_bytes, 0);  // 4000 - 6000 used: nothing, never negative
+  EXPECT_EQ(v2->swap_bytes, 0);
+
+  write_file(root / "v1/memory/memory.usage_in_bytes", "3000\n");
+  write_file(root / "v1/memory/memory.stat",
+             "cache 10\nhierarchical_memory_limit 10000\nhierarchical_memsw_limit "
+             "9223372036854771712\ntotal_inactive_file 200\n");
+  // The host's path of the group does not exist inside the container: its mount is read.
+  auto v1 = runtime::cgroup_memory("12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n",
+                                   (root / "v1").string());
+  ASSERT_TRUE(v1.has_value());
+  EXPECT_EQ(v1->limit_bytes, 10000);
+  EXPECT_EQ(v1->available_bytes, 7200);
+  EXPECT_FALSE(v1->swap_bytes.has_value());
+  write_file(root / "v1/memory/memory.stat", "hierarchical_memory_limit 9223372036854771712\n");
+  EXPECT_FALSE(runtime::cgroup_memory("4:memory:/\n", (root / "v1").string()).has_value());
+  EXPECT_FALSE(runtime::cgroup_memory("garbage\n\n::\n", root.string()).has_value());
+  std::filesystem::remove_all(root);
+}
+
 TEST(Runtime, ZeroCopyBufferReleasesItsHostMemoryOnce) {
   auto client = testing::test_client();
   alignas(64) static float data[6] = {1, 2, 3, 4, 5, 6};
