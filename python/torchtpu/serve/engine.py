@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -194,8 +194,8 @@ class LLMEngine:
     def encode_prompt(self, prompt: str | list[int], add_special_tokens: bool | None = None,
                       tokenizer=None) -> list[int]:
         """Token ids of a prompt; ValueError for ids outside the vocabulary. A text prompt
-        is encoded without special tokens unless that gives nothing (or
-        `add_special_tokens` says otherwise). `tokenizer` defaults to the engine's."""
+        is encoded with the tokenizer's special tokens unless `add_special_tokens` is False
+        (prompts.text_prompt_ids). `tokenizer` defaults to the engine's."""
         if isinstance(prompt, str):
             return text_prompt_ids(tokenizer or self.tokenizer, prompt, add_special_tokens)
         vocab = self.vocab_size
@@ -218,6 +218,13 @@ class LLMEngine:
                     self.tokenizer, self.vocab_size, self.eos_ids,
                     on_compile=self.metrics.grammar_compile.observe)
             return self._grammars
+
+    def with_max_tokens(self, params: SamplingParams, num_prompt_tokens: int) -> SamplingParams:
+        """`params`, max_tokens None (vLLM's: up to the context length) made the tokens the
+        context has left after the prompt. ValueError when min_tokens is more than that."""
+        if params.max_tokens is not None:
+            return params
+        return replace(params, max_tokens=max(1, self.max_model_len - num_prompt_tokens))
 
     def check_length(self, num_prompt_tokens: int, max_tokens: int) -> None:
         if num_prompt_tokens == 0:
@@ -244,6 +251,7 @@ class LLMEngine:
             raise ValueError(f"request id {request_id!r} is already in use")
         params.validate(self.vocab_size)
         ids = self.encode_prompt(prompt)
+        params = self.with_max_tokens(params, len(ids))
         self.check_length(len(ids), params.max_tokens)
         stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
         grammar = None if params.guided is None else self.grammars().state(params.guided)

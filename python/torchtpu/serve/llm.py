@@ -33,6 +33,44 @@ class RequestResult:
     # the prompt_logprobs most likely tokens at its position in top_logprobs.
     prompt_logprobs: list[Sample | None] | None = None
 
+    @property
+    def finished(self) -> bool:
+        """Every sequence has ended (vLLM's RequestOutput.finished)."""
+        return all(o.finish_reason is not None for o in self.outputs)
+
+
+# A prompt as vLLM's offline API takes it: text, token ids, or a dict with one of them
+# (its TextPrompt / TokensPrompt).
+Prompt = str | list[int] | dict
+
+
+def _prompt(prompt: Prompt) -> str | list[int]:
+    """The text or token ids of one prompt; ValueError for a dict this API cannot take."""
+    if not isinstance(prompt, dict):
+        return prompt
+    keys = set(prompt)
+    if keys == {"prompt"} and isinstance(prompt["prompt"], str):
+        return prompt["prompt"]
+    if keys == {"prompt_token_ids"} and isinstance(prompt["prompt_token_ids"], list):
+        return prompt["prompt_token_ids"]
+    raise ValueError(f"a prompt dict takes 'prompt' (text) or 'prompt_token_ids' (a list of "
+                     f"ints), one of them alone; got keys {sorted(map(str, keys))} "
+                     "(multimodal data is not supported)")
+
+
+def _progress(use_tqdm, total: int):
+    """vLLM's progress bar over finished prompts: tqdm (or the callable `use_tqdm` names);
+    None when off or when tqdm is not installed."""
+    if not use_tqdm or total == 0:
+        return None
+    if callable(use_tqdm):
+        return use_tqdm(total=total, desc="Processed prompts")
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc="Processed prompts", dynamic_ncols=True)
+
 
 class LLM:
     """Runs every prompt to completion through one engine (continuous batching).
@@ -50,15 +88,23 @@ class LLM:
     def tokenizer(self):
         return self.engine.tokenizer
 
-    def generate(self, prompts: str | list[int] | Sequence[str | list[int]],
-                 params: SamplingParams | Sequence[SamplingParams] | None = None
-                 ) -> list[RequestResult]:
-        with self._lock:
-            return self._generate(prompts, params)
+    def get_tokenizer(self):
+        """The engine's tokenizer (vLLM's name for it)."""
+        return self.engine.tokenizer
 
-    def _generate(self, prompts, params) -> list[RequestResult]:
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+    def generate(self, prompts: Prompt | Sequence[Prompt],
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 use_tqdm: bool = True) -> list[RequestResult]:
+        """Generates for each prompt (text, token ids, or vLLM's {"prompt": ...} /
+        {"prompt_token_ids": ...}) with its parameters (one for all, or one each), showing a
+        progress bar over finished prompts unless `use_tqdm` is False."""
+        with self._lock:
+            return self._generate(prompts, sampling_params, use_tqdm)
+
+    def _generate(self, prompts, params, use_tqdm) -> list[RequestResult]:
+        if isinstance(prompts, (str, dict)) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
+        prompts = [_prompt(p) for p in prompts]
         if params is None:
             params = SamplingParams()
         if isinstance(params, SamplingParams):
@@ -66,12 +112,15 @@ class LLM:
         if len(params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
         # Everything is checked before anything is queued: a bad prompt loses nothing.
-        encoded = []
+        encoded, resolved = [], []
         for prompt, p in zip(prompts, params):
             p.validate(self.engine.vocab_size)
             ids = self.engine.encode_prompt(prompt)
+            p = self.engine.with_max_tokens(p, len(ids))
             self.engine.check_length(len(ids), p.max_tokens)
             encoded.append(ids)
+            resolved.append(p)
+        params = resolved
         order, results, sequences = [], {}, {}
         try:
             for prompt, ids, p in zip(prompts, encoded, params):
@@ -84,7 +133,12 @@ class LLM:
                 results[rid] = RequestResult(rid, prompt if isinstance(prompt, str) else None,
                                              ids, [CompletionOutput(i, "", [], None)
                                                    for i in range(len(children))])
-            self._run(sequences, results)
+            bar = _progress(use_tqdm, len(order))
+            try:
+                self._run(sequences, results, bar)
+            finally:
+                if bar is not None:
+                    bar.close()
         except BaseException:
             # Interrupted (Ctrl-C) or failed: what this call queued must not stay in the
             # engine, where a step left unapplied would stop every later call.
@@ -100,8 +154,9 @@ class LLM:
         return [results[rid] for rid in order]
 
     def _run(self, sequences: dict[str, tuple[str, int]],
-             results: dict[str, RequestResult]) -> None:
-        """Steps the engine until this call's sequences have finished."""
+             results: dict[str, RequestResult], bar) -> None:
+        """Steps the engine until this call's sequences have finished; `bar` (if any)
+        advances by one at each prompt whose sequences have all ended."""
         while self.engine.has_unfinished():
             for out in self.engine.step():
                 rid, i = sequences[out.request_id]
@@ -116,12 +171,16 @@ class LLM:
                 res.finish_reason = out.finish_reason
                 res.stop_reason = out.stop_reason
                 res.cumulative_logprob = out.cumulative_logprob
+                if bar is not None and out.finish_reason is not None and results[rid].finished:
+                    bar.update(1)
 
     def chat(self, messages: list[dict] | Sequence[list[dict]],
-             params: SamplingParams | None = None) -> list[RequestResult]:
-        """Applies the tokenizer's chat template, then generates."""
+             sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+             use_tqdm: bool = True) -> list[RequestResult]:
+        """Applies the tokenizer's chat template (which writes the special tokens), then
+        generates."""
         convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         prompts = [self.tokenizer.apply_chat_template(c, add_generation_prompt=True,
                                                       tokenize=False) for c in convs]
         ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
-        return self.generate(ids, params)
+        return self.generate(ids, sampling_params, use_tqdm)

@@ -16,11 +16,11 @@ RESERVED_TEMPLATE_KWARGS = {"conversation", "messages", "tokenize", "add_generat
 
 
 def text_prompt_ids(tokenizer, prompt: str, add_special_tokens: bool | None = None) -> list[int]:
-    """A text prompt's ids: without special tokens unless that gives nothing (or
-    `add_special_tokens` says otherwise)."""
-    if add_special_tokens is not None:
-        return tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
-    return tokenizer.encode(prompt, add_special_tokens=False) or tokenizer.encode(prompt)
+    """A text prompt's ids, with the tokenizer's special tokens (a Llama or Mistral
+    tokenizer's BOS) unless `add_special_tokens` is False: vLLM's default for completions
+    and offline prompts, and Hugging Face's `tokenizer(prompt)`. Chat prompts are not text
+    prompts: their template writes the special tokens (prompts.chat_prompt_ids)."""
+    return tokenizer.encode(prompt, add_special_tokens=add_special_tokens is not False)
 
 
 def max_token_bytes(tokenizer) -> int | None:

@@ -20,7 +20,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from torchtpu.serve import errors
 from torchtpu.serve.errors import ApiError
-from torchtpu.serve.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_N, SamplingParams
+from torchtpu.serve.sampling import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_LOGIT_BIAS,
+    MAX_LOGPROBS,
+    MAX_N,
+    SamplingParams,
+)
 from torchtpu.serve.structured import GuidedDecoding
 
 
@@ -127,7 +134,7 @@ class Message(_Model):
 class _Sampling(_Model):
     """Fields both endpoints share."""
     model: str | None = None
-    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    temperature: Annotated[float, Field(ge=0.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     n: Annotated[Int, Field(ge=1, le=MAX_N)] = 1
     best_of: Annotated[Int, Field(ge=1, le=MAX_N)] | None = None
@@ -137,13 +144,14 @@ class _Sampling(_Model):
     stream_options: StreamOptions | None = None
     presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
     frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
-    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = Field(
-        None, description="Token id (as a string) -> bias added to its logit, in [-100, 100].")
+    logit_bias: dict[str, float] | None = Field(
+        None, description="Token id (as a string) -> bias added to its logit, clamped to "
+                          "[-100, 100] (as vLLM does).")
     user: str | None = None
     # vLLM's extras
     top_k: Annotated[Int, Field(ge=-1, le=INT64_MAX)] | None = None
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
-    repetition_penalty: Annotated[float, Field(gt=0.0, le=2.0)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0.0)] | None = None
     stop_token_ids: list[TokenId] | None = None
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
@@ -414,7 +422,7 @@ def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
         if len(digits) > 10 or int(digits) >= 2**31:
             raise ApiError(400, f"'logit_bias' key {key[:40]!r} is larger than any token id",
                            param="logit_bias")
-        out[int(digits)] = bias
+        out[int(digits)] = min(MAX_LOGIT_BIAS, max(-MAX_LOGIT_BIAS, bias))
     return out
 
 

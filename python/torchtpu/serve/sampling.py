@@ -30,7 +30,7 @@ MAX_N = 128                      # OpenAI's limit on n (and here on best_of)
 MAX_STOP_STRINGS = 256
 GREEDY_BELOW = 1e-5              # vLLM's _SAMPLING_EPS
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
-MAX_LOGIT_BIAS = 100.0
+MAX_LOGIT_BIAS = 100.0          # the server's clamp (OpenAI's range; vLLM clamps too)
 _F32_MAX = torch.finfo(torch.float32).max
 
 
@@ -46,7 +46,7 @@ class SamplingError(Exception):
 
 @dataclass
 class SamplingParams:
-    max_tokens: int = 16
+    max_tokens: int | None = 16  # None: up to the model's context length (vLLM's)
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1  # -1 (or 0) keeps every token
@@ -96,18 +96,20 @@ class SamplingParams:
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
             ok = ok and (lo < v if lo_open else lo <= v) and v <= hi
             if not ok:
-                bad(name, v, f"a number in {'(' if lo_open else '['}{lo:g}, {hi:g}]")
+                bad(name, v, f"a finite number in {'(' if lo_open else '['}{lo:g}, {hi:g}]")
 
-        if not is_int(self.max_tokens) or self.max_tokens < 1:
-            bad("max_tokens", self.max_tokens, "an integer >= 1")
-        number("temperature", 0.0, 2.0)
+        if self.max_tokens is not None and (not is_int(self.max_tokens) or self.max_tokens < 1):
+            bad("max_tokens", self.max_tokens, "None or an integer >= 1")
+        # vLLM bounds temperature and repetition_penalty below only (OpenAI's API stops
+        # temperature at 2); logit_bias is any finite number (the server clamps to +-100).
+        number("temperature", 0.0, math.inf)
         number("top_p", 0.0, 1.0, lo_open=True)
         number("min_p", 0.0, 1.0)
         if not is_int(self.top_k) or not -1 <= self.top_k <= INT64_MAX:
             bad("top_k", self.top_k, "-1 (disabled), 0 (disabled) or a positive integer")
         number("presence_penalty", -2.0, 2.0)
         number("frequency_penalty", -2.0, 2.0)
-        number("repetition_penalty", 0.0, 2.0, lo_open=True)
+        number("repetition_penalty", 0.0, math.inf, lo_open=True)
         if self.logprobs is not None and (not is_int(self.logprobs)
                                           or not 0 <= self.logprobs <= MAX_LOGPROBS):
             bad("logprobs", self.logprobs, f"an integer in [0, {MAX_LOGPROBS}]")
@@ -117,8 +119,9 @@ class SamplingParams:
         if self.seed is not None and (not is_int(self.seed)
                                       or not INT64_MIN <= self.seed <= INT64_MAX):
             bad("seed", self.seed, "an integer in [-2**63, 2**63 - 1]")
-        if not is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
-            bad("min_tokens", self.min_tokens, f"an integer in [0, max_tokens={self.max_tokens}]")
+        most = INT64_MAX if self.max_tokens is None else self.max_tokens
+        if not is_int(self.min_tokens) or not 0 <= self.min_tokens <= most:
+            bad("min_tokens", self.min_tokens, f"an integer in [0, max_tokens={most}]")
         if not is_int(self.n) or not 1 <= self.n <= MAX_N:
             bad("n", self.n, f"an integer in [1, {MAX_N}]")
         if self.best_of is not None and (not is_int(self.best_of)
@@ -144,9 +147,8 @@ class SamplingParams:
         for t, b in self.logit_bias.items():
             if not is_int(t) or not 0 <= t < hi:
                 bad("logit_bias", t, f"keyed by {want_ids}")
-            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) \
-                    or abs(b) > MAX_LOGIT_BIAS:
-                bad("logit_bias", b, f"biases in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]")
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
+                bad("logit_bias", b, "finite biases")
 
     @property
     def num_sequences(self) -> int:
@@ -197,6 +199,19 @@ def prompt_logprob_samples(logits: torch.Tensor, targets: list[int], k: int) -> 
     return [Sample(t, lp, top, rank) for t, lp, top, rank in zip(targets, chosen, tops, ranks)]
 
 
+def generator_seed(seed: int) -> int:
+    """The CPU generator's seed for a request's `seed`. The generator (mt19937) keeps only
+    a seed's low 32 bits, so seeds differing above them (5 and 5 + 2**32, -1 and 2**63 - 1)
+    drew the same tokens: seeds in [0, 2**32) are used as they are, others are mixed
+    (splitmix64's finalizer) into 32 bits."""
+    if 0 <= seed < 2**32:
+        return seed
+    z = seed % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return (z ^ (z >> 31)) >> 32
+
+
 class RequestSampler:
     """Draws one request's tokens; keeps the counts its penalties need.
 
@@ -210,7 +225,7 @@ class RequestSampler:
         self.grammar = grammar
         self.generator = torch.Generator()
         seed = params.seed if params.seed is not None else random.getrandbits(63)
-        self.generator.manual_seed(seed)
+        self.generator.manual_seed(generator_seed(seed))
         self.counts: dict[int, int] = {}
         self.num_sampled = 0
         self.prompt_ids = sorted(set(prompt_token_ids)) if params.repetition_penalty != 1.0 \
@@ -230,8 +245,8 @@ class RequestSampler:
             if self._bias is None:
                 self._bias = torch.zeros(vocab)
                 for t, b in p.logit_bias.items():
-                    if t < vocab:
-                        self._bias[t] = float(b)
+                    if t < vocab:  # +-100 already bans or forces a token; more overflows f32
+                        self._bias[t] = max(-MAX_LOGIT_BIAS, min(MAX_LOGIT_BIAS, float(b)))
             x = x + self._bias
         if p.allowed_token_ids is not None:
             if self._allowed is None:

@@ -77,6 +77,10 @@ def c_temperature(e):
     greedy = e.text()
     assert e.text(temperature=1e-30) == greedy
     assert any(t != greedy for t in _seeded_texts(e))
+    # vLLM bounds it below only (OpenAI's API stops at 2): near-uniform draws, finite.
+    assert e.text(temperature=2.5, seed=0) == e.text(temperature=2.5, seed=0)
+    assert e.ok(temperature=1e30, seed=1, ignore_eos=True)["usage"]["completion_tokens"] == 8
+    e.refused("temperature", temperature=-0.1)
 
 
 def c_top_p(e):
@@ -161,17 +165,20 @@ def c_stream_options(e):
                for c in chunks if c["usage"])
 
 
-def c_penalty(name):
+def c_penalty(name, bad=2.5):
     def check(e):
         assert e.text(max_tokens=16, **{name: 2.0}) != e.text(max_tokens=16)
-        e.refused(name, **{name: 2.5})
+        e.refused(name, **{name: bad})
     return check
 
 
 def c_logit_bias(e):
     forced = e.tok.decode([FORCED])
     assert e.text(logit_bias={str(FORCED): 100}) == forced * 8
-    e.refused("logit_bias", logit_bias={str(FORCED): 101})
+    # Past +-100 clamped, as vLLM does (not refused): 1e30 forces like 100, and no value
+    # overflows the logits.
+    assert e.text(logit_bias={str(FORCED): 1e30}) == forced * 8
+    assert forced not in e.text(logit_bias={str(FORCED): -1e30}, max_tokens=16)
 
 
 def c_informational(name, value):
@@ -449,7 +456,7 @@ SHARED = {
     "stream_options": c_stream_options,
     "presence_penalty": c_penalty("presence_penalty"),
     "frequency_penalty": c_penalty("frequency_penalty"),
-    "repetition_penalty": c_penalty("repetition_penalty"), "logit_bias": c_logit_bias,
+    "repetition_penalty": c_penalty("repetition_penalty", bad=0.0), "logit_bias": c_logit_bias,
     "top_k": c_top_k, "min_p": c_min_p, "stop_token_ids": c_stop_token_ids,
     "include_stop_str_in_output": c_include_stop_str_in_output, "ignore_eos": c_ignore_eos,
     "min_tokens": c_min_tokens, "skip_special_tokens": c_skip_special_tokens,

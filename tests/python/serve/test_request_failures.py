@@ -63,7 +63,7 @@ def _run(engine, requests):
 
 def test_add_request_refuses_without_touching_the_scheduler(llm):
     engine = llm.engine
-    for field, value in [("seed", 2**64), ("stop_token_ids", [2**70]), ("temperature", 1e9),
+    for field, value in [("seed", 2**64), ("stop_token_ids", [2**70]), ("temperature", -1.0),
                          ("logit_bias", {2**40: 1.0}), ("top_p", float("nan"))]:
         params = SamplingParams(max_tokens=4)
         setattr(params, field, value)  # as a caller that skipped validation would

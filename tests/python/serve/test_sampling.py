@@ -6,22 +6,52 @@ import pytest
 import torch
 
 from torchtpu.serve.detokenizer import IncrementalDetokenizer
-from torchtpu.serve.sampling import RequestSampler, SamplingParams
+from torchtpu.serve.sampling import RequestSampler, SamplingParams, generator_seed
 
 
 @pytest.mark.parametrize("field,value", [
-    ("temperature", -0.5), ("temperature", 3.0), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -2),
+    ("temperature", -0.5), ("temperature", float("inf")), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -2),
     ("max_tokens", 0), ("presence_penalty", 2.5), ("frequency_penalty", -3.0),
     ("logprobs", 21), ("stop", [""]), ("stop_token_ids", [-1]),
     ("temperature", float("nan")), ("top_p", float("inf")), ("min_p", 1.5),
-    ("repetition_penalty", 0.0), ("seed", 2**64), ("seed", -(2**63) - 1),
-    ("stop_token_ids", [2**70]), ("allowed_token_ids", []), ("logit_bias", {5: 101.0}),
+    ("repetition_penalty", 0.0), ("repetition_penalty", float("inf")), ("seed", 2**64), ("seed", -(2**63) - 1),
+    ("stop_token_ids", [2**70]), ("allowed_token_ids", []), ("logit_bias", {5: float("inf")}),
     ("logit_bias", {-1: 1.0}), ("n", 0), ("n", 129), ("best_of", 0), ("min_tokens", 17),
     ("max_tokens", True), ("top_k", 2**64),
 ])
 def test_invalid_params_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         SamplingParams(**{field: value})
+
+
+def test_vllm_ranges_are_taken():
+    """vLLM bounds temperature and repetition_penalty below only, leaves max_tokens None to
+    the context, and takes any finite logit_bias (clamped to +-100 when applied)."""
+    SamplingParams(temperature=3.0, repetition_penalty=3.0, max_tokens=None, min_tokens=5)
+    logits = torch.tensor([0.0, 5.0, 1.0, 2.0])
+    forced = RequestSampler(SamplingParams(temperature=1.0, seed=0, logit_bias={2: 1e300}))
+    assert {forced.sample(logits).token for _ in range(20)} == {2}
+    banned = RequestSampler(SamplingParams(temperature=0, logit_bias={1: -1e300}))
+    assert banned.sample(logits).token == 3
+    hot = RequestSampler(SamplingParams(temperature=1e30, seed=0))
+    assert len({hot.sample(logits).token for _ in range(200)}) == 4  # near uniform, finite
+
+
+def test_seeds_differing_above_32_bits_draw_differently():
+    """The CPU generator keeps 32 bits of a seed: seeds in [0, 2**32) are kept as they are
+    (earlier outputs unchanged), others mixed into 32 bits, so none collide by truncation."""
+    assert [generator_seed(s) for s in (0, 5, 2**32 - 1)] == [0, 5, 2**32 - 1]
+    pairs = [(5, 5 + 2**32), (7, 7 + 2**40), (-1, 2**63 - 1), (0, 2**32), (-(2**63), 0)]
+    for a, b in pairs:
+        assert generator_seed(a) != generator_seed(b), (a, b)
+    assert all(0 <= generator_seed(s) < 2**32 for p in pairs for s in p)
+    logits = torch.zeros(1000)
+    def draws(seed):
+        s = RequestSampler(SamplingParams(temperature=1.0, seed=seed))
+        return [s.sample(logits).token for _ in range(8)]
+    assert draws(5) != draws(5 + 2**32)
+    gen = torch.Generator().manual_seed(5)  # a seed below 2**32 draws as it did
+    assert draws(5)[0] == torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).item()
 
 
 def test_token_ids_are_checked_against_the_vocabulary():
