@@ -76,6 +76,12 @@ at::Tensor resolved_clone(const at::Tensor& self) {
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   (void)non_blocking;  // transfers are synchronous at the host boundary
   runtime::trace::Label label("aten::_copy_from");
+  // The Conjugate and Negative keys route copies with a math bit to
+  // copy_from_with_math_bits; code running with those keys excluded (AOTAutograd's
+  // runtime replaying a graph's copy_ into a conj() input) reaches here with them set.
+  if (self.is_conj() || self.is_neg() || dst.is_conj() || dst.is_neg()) {
+    return copy_from_with_math_bits(self, dst, non_blocking);
+  }
   check_broadcasts_to(self, dst);
   if (self.numel() == 0 && dst.numel() == 0) {
     // Nothing to move, but a host read all the same: a fused eager graph computing `self`

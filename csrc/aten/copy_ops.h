@@ -6,8 +6,9 @@
 
 namespace torchtpu::aten {
 
+// _copy_from for tpu: a side with a math bit set goes through copy_from_with_math_bits.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
-// _copy_from at the Conjugate and Negative keys. PyTorch's math-bit fallback would resolve
+// _copy_from at the Conjugate and Negative keys (and copy_from's with a bit set). PyTorch's math-bit fallback would resolve
 // `dst` into a clone (the schema does not mark dst as written), so a copy into a
 // conjugate view (x.conj().copy_(y)) would be lost: this resolves the source and stores
 // into dst's elements what its bits read back as the source's value.

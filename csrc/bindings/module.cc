@@ -253,6 +253,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("has_lowering", [](const std::string& name) {
     return lowering::find_lowering(name) != nullptr;  // the table or a module call (jax_op)
   });
+  m.def("accepts_complex", [](const std::string& name) {
+    return lowering::accepts_complex(name);  // its lowering takes complex operands
+  });
   m.def("host_kernels", &aten::registered_host_kernels);
   m.def("op_cache_size", &aten::op_cache_size);
   m.def("release_executables_past", &aten::release_executables_past, py::arg("map_limit"));

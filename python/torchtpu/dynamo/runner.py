@@ -317,6 +317,7 @@ class GraphRunner:
         if self.cpu_inputs:
             device = f"tpu:{self.device}"
             args = tuple(a.to(device) if i in self.cpu_inputs else a for i, a in enumerate(args))
+        args = tuple(_physical(a) for a in args)
         out = self._run_program(args, original)
         if self.cpu_outputs:
             out = tuple(o.cpu() if k in self.cpu_outputs else o for k, o in enumerate(out))
@@ -516,6 +517,16 @@ def _ancestors(node: torch.fx.Node, within: set[torch.fx.Node]) -> set[torch.fx.
                 seen.add(a)
                 stack.append(a)
     return seen
+
+
+def _physical(a: Any) -> Any:
+    """`a` with its conjugate and negative bits applied: the program reads a tensor's
+    stored values, and `x.conj()` (or `x.conj().imag`) stores x's. AOTAutograd saves such
+    views for the backward (of a @ b.mH, a * b.conj()). A resolved input is a copy: the
+    backend writes a mutated input back through the caller's own view (_writing_back)."""
+    if isinstance(a, torch.Tensor) and (a.is_conj() or a.is_neg()):
+        return a.resolve_conj().resolve_neg()
+    return a
 
 
 def _donations(built: GraphPlan, mutated: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -95,6 +95,24 @@ def eager_refusal(node: torch.fx.Node) -> str | None:
         return None
 
 
+def _complex_refused(node: torch.fx.Node, name: str) -> bool:
+    """Whether `node` takes or gives a complex tensor its lowering does not take (complex
+    linalg.inv, solve, eigh, ...): eager mode runs such a call on the CPU, so the graph
+    runs it eagerly too instead of failing to lower."""
+    values = [a.meta.get("val") for a in node.all_input_nodes]
+    out = node.meta.get("val")
+    values += list(out) if isinstance(out, (tuple, list)) else [out]
+    return any(isinstance(v, torch.Tensor) and v.is_complex() for v in values) and \
+        not _C.accepts_complex(name)
+
+
+def _unlowered(node: torch.fx.Node, name: str) -> bool:
+    """Whether op node `node` (op `name`) runs eagerly: no lowering, a complex call its
+    lowering does not take, or arguments eager mode refuses before lowering."""
+    return not _C.has_lowering(name) or _complex_refused(node, name) or \
+        bool(eager_refusal(node))
+
+
 def unlowered_higher_order(target: Any) -> str | None:
     """The name of higher-order op `target` when it is one no graph holds (not control
     flow, which is lowered): it runs eagerly, as its own Python implementation does."""
@@ -116,7 +134,7 @@ def unlowered_ops(gm: torch.fx.GraphModule,
             continue
         if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             name = op_name(node.target)
-            if name not in names and (not _C.has_lowering(name) or eager_refusal(node)):
+            if name not in names and _unlowered(node, name):
                 names.append(name)
         elif node.op == "call_function" and unlowered_higher_order(node.target):
             name = unlowered_higher_order(node.target)
@@ -291,8 +309,7 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
         if node.op == "call_function" and unlowered_higher_order(node.target):
             return True
         return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
-                and op_name(node.target) in unlowered
-                and (not _C.has_lowering(op_name(node.target)) or bool(eager_refusal(node))))
+                and op_name(node.target) in unlowered and _unlowered(node, op_name(node.target)))
 
     def wrap(op: Any) -> Callable[..., Any]:
         # Size arithmetic (operator.ge on sizes, ...) is Python, not an op to count.
@@ -305,8 +322,15 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
         unlowered_splits[name] += 1
     dependent = data_dependent_ops(gm, producers_only=True)
     shown = [n for n in names if n != "aten::_assert_scalar" and n not in dependent]
-    refused = [n for n in shown if _C.has_lowering(n)]
-    reasons = (["no lowering"] if len(refused) < len(shown) else []) + (
+    complex_calls = {op_name(n.target) for n in gm.graph.nodes
+                     if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                     and _complex_refused(n, op_name(n.target))}
+    lowered = [n for n in shown if _C.has_lowering(n)]
+    complex_only = [n for n in lowered if n in complex_calls]
+    refused = [n for n in lowered if n not in complex_calls]
+    reasons = (["no lowering"] if len(lowered) < len(shown) else []) + (
+        [f"{', '.join(complex_only)} not lowered for complex dtypes (eager mode runs them on "
+         "the CPU)"] if complex_only else []) + (
         [f"eager mode refuses the arguments of {', '.join(refused)} before lowering them"]
         if refused else []) + (["sizes or positions known only from data"] if dependent else [])
     message = (f"torchtpu: a compiled graph runs {', '.join(shown + dependent)} eagerly "
