@@ -311,6 +311,20 @@ std::vector<runtime::BufferPtr> read_tensors(c10::ArrayRef<at::Tensor> ts) {
   return out;
 }
 
+namespace {
+
+// Whether `whole`, the buffer a write splices a view into, may be given up to the write
+// (view_write's donate_base): held only by storage `s` and the caller, or only by the
+// caller (a reinterpretation made for the write). Then XLA writes the view in place; any
+// other holder (a value read earlier, a cache, another storage) keeps it, and XLA copies
+// the whole base (a 10-element write into a 1 GiB storage copied the GiB, and held two).
+bool donatable_base(const StorageState& s, const runtime::BufferPtr& whole) {
+  runtime::BufferPtr held = s.buffer();
+  return whole.use_count() == (held.get() == whole.get() ? 3 : 1);
+}
+
+}  // namespace
+
 void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::BufferPtr>& values) {
   if (ts.empty()) return;
   run_checked_pending(ts[0].device().index());
@@ -339,7 +353,8 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
     c10::ScalarType dtype = ts[g[0]].scalar_type();
     ensure_buffer(s, dtype);
     runtime::BufferPtr whole = storage_bytes_as(s, dtype);
-    s.set_buffer(views_write(*whole, vs, pick(ts, g)));
+    bool donate = donatable_base(s, whole);
+    s.set_buffer(views_write(*whole, vs, pick(ts, g), donate));
   }
   for (size_t i = 0; i < ts.size(); ++i) {
     if (!batched[i]) write_tensor(ts[i], values[i]);
@@ -370,7 +385,8 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
   ensure_buffer(s, t.scalar_type());
   // The splice works in t's dtype.
   runtime::BufferPtr whole = storage_bytes_as(s, t.scalar_type());
-  s.set_buffer(view_write(*whole, *value, sizes, strides, t.storage_offset()));
+  bool donate = donatable_base(s, whole) && value.get() != whole.get();
+  s.set_buffer(view_write(*whole, *value, sizes, strides, t.storage_offset(), donate));
 }
 
 void set_storage_nbytes(StorageState& s, int64_t nbytes) {

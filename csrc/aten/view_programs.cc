@@ -12,6 +12,7 @@
 #include "aten/host_transfer.h"
 #include "aten/status_error.h"
 #include "base/lru_map.h"
+#include "base/metrics.h"
 #include "lowering/storage_programs.h"
 #include "runtime/execution_trace.h"
 
@@ -156,6 +157,20 @@ runtime::BufferPtr run(const runtime::Executable& exe, const runtime::Buffer* co
   return run_all(exe, args, n)[0];
 }
 
+// A write program's run; its first argument, the base, donated when `donate_base`.
+runtime::BufferPtr run_write(const runtime::Executable& exe, const runtime::Buffer* const* args,
+                             size_t n, bool donate_base) {
+  if (!donate_base) return run(exe, args, n);
+  const char* outer = runtime::trace::current_label();
+  runtime::trace::Label label(outer != nullptr ? outer : "tpu storage program");
+  std::vector<bool> donate(n, false);
+  donate[0] = true;
+  auto out = exe.execute(std::vector<const runtime::Buffer*>(args, args + n), donate);
+  if (!out.ok()) raise_status(out.status(), exe.device_index());
+  base::counter_add("num_donated_view_writes");
+  return std::move(out).value()[0];
+}
+
 // Offset vectors on the device, cached by value like scalars (a call site reads its views
 // at the same offsets every step): (device, offsets) verified on a hash hit. Guarded by
 // g_offsets_mu.
@@ -212,12 +227,14 @@ runtime::BufferPtr view_reshape(const runtime::Buffer& base, c10::IntArrayRef si
 }
 
 runtime::BufferPtr view_write(const runtime::Buffer& base, const runtime::Buffer& value,
-                              c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+                              c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset,
+                              bool donate_base) {
   runtime::ExecutablePtr exe = program(Kind::kWrite, base, sizes, strides);
   runtime::BufferPtr off = scalar_to_buffer(c10::Scalar(offset), base::DType::kI64,
                                             base.device_index());
   const runtime::Buffer* args[] = {&base, &value, off.get()};
-  return run(*exe, args, 3);
+  bool empty = std::find(sizes.begin(), sizes.end(), 0) != sizes.end();  // nothing aliased
+  return run_write(*exe, args, 3, donate_base && !empty && &value != &base);
 }
 
 std::vector<runtime::BufferPtr> views_read(const runtime::Buffer& base,
@@ -239,14 +256,18 @@ std::vector<runtime::BufferPtr> views_read(const std::vector<const runtime::Buff
 
 runtime::BufferPtr views_write(const runtime::Buffer& base,
                                const std::vector<runtime::BufferPtr>& values,
-                               c10::ArrayRef<at::Tensor> views) {
+                               c10::ArrayRef<at::Tensor> views, bool donate_base) {
   runtime::ExecutablePtr exe =
       many_program(Kind::kWriteMany, {&base}, views, std::vector<size_t>(views.size(), 0));
   runtime::BufferPtr off = offsets_buffer(views, base.device_index());
   std::vector<const runtime::Buffer*> args{&base};
-  for (const runtime::BufferPtr& v : values) args.push_back(v.get());
+  bool shared = false;  // a value that is the base itself cannot be given up with it
+  for (const runtime::BufferPtr& v : values) {
+    args.push_back(v.get());
+    shared |= v.get() == &base;
+  }
   args.push_back(off.get());
-  return run(*exe, args.data(), args.size());
+  return run_write(*exe, args.data(), args.size(), donate_base && !shared);
 }
 
 }  // namespace torchtpu::aten

@@ -20,8 +20,11 @@ runtime::BufferPtr view_read(const runtime::Buffer& base, c10::IntArrayRef sizes
 // `base` reshaped to `sizes` (same element count).
 runtime::BufferPtr view_reshape(const runtime::Buffer& base, c10::IntArrayRef sizes);
 // `base` with the view's elements replaced by `value` (shaped `sizes`), as a new buffer.
+// `donate_base`: the caller holds `base` alone (see donatable_base), and gives it up: XLA
+// then writes the view into its memory instead of copying the whole base.
 runtime::BufferPtr view_write(const runtime::Buffer& base, const runtime::Buffer& value,
-                              c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset);
+                              c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset,
+                              bool donate_base = false);
 
 // Many views (tensors over `base`'s storage) in one program: their values, in order; and
 // `base` with `values[i]` written through views[i], in order (a list op's in-place results
@@ -35,6 +38,6 @@ std::vector<runtime::BufferPtr> views_read(const std::vector<const runtime::Buff
                                            const std::vector<size_t>& base_of);
 runtime::BufferPtr views_write(const runtime::Buffer& base,
                                const std::vector<runtime::BufferPtr>& values,
-                               c10::ArrayRef<at::Tensor> views);
+                               c10::ArrayRef<at::Tensor> views, bool donate_base = false);
 
 }  // namespace torchtpu::aten

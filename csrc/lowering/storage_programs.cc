@@ -232,6 +232,7 @@ std::string strided_write_module(const TensorType& base, const Dims& sizes, cons
   Value value = b.param(TensorType{base.dtype, sizes});
   Value offset = b.param(TensorType{DType::kI64, {}});
   if (numel_of(sizes) == 0) return b.finish({dst});
+  b.alias_param(0, 0);  // a donated base is written in place (view_write)
   Value flat = write_view(b, b.reshape(dst, {base.num_elements()}), value, sizes, strides, offset);
   return b.finish({b.reshape(flat, base.dims)});
 }
@@ -243,6 +244,7 @@ std::string strided_multi_write_module(const TensorType& base,
   std::vector<Value> values;
   for (const ViewShape& v : views) values.push_back(b.param(TensorType{base.dtype, v.sizes}));
   Value offsets = b.param(TensorType{DType::kI64, {static_cast<int64_t>(views.size())}});
+  b.alias_param(0, 0);  // a donated base is written in place (views_write)
   Value flat = b.reshape(dst, {base.num_elements()});
   for (size_t i = 0; i < views.size(); ++i) {
     flat = write_view(b, flat, values[i], views[i].sizes, views[i].strides,

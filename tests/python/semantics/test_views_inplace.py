@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _compare import ALL_DTYPES, assert_close, assert_raises_like_cpu, assert_same, make
+from _compare import ALL_DTYPES, assert_close, assert_raises_like_cpu, assert_same, eager_mode, make
 
 TPU = "tpu"
 
@@ -234,3 +234,57 @@ def test_fills_write_through_expanded_views_like_cpu() -> None:
         assert torch.equal(dev.cpu(), cpu)
     e = assert_raises_like_cpu(lambda t: t.expand(3, 4).uniform_(), torch.zeros(4))
     assert "more than one element" in str(e)
+
+
+def _donated_view_writes() -> int:
+    import torchtpu
+
+    torch.tpu.synchronize()
+    return torchtpu.debug.metrics().get("num_donated_view_writes", 0)
+
+
+@pytest.mark.parametrize("mode", ["op", "fused"])
+def test_a_write_through_a_view_reuses_the_storage_it_holds_alone(mode):
+    """A write into a slice of a storage held by nothing else is spliced into that storage's
+    memory (its buffer donated to the write), not into a copy of the whole storage; values
+    made from the storage before (a clone, a result read from it, another factory tensor of
+    the same shape, which may share a cached buffer) keep their contents. Fused eager
+    records the writes into its graphs instead (values checked, not counts)."""
+    with eager_mode(mode):
+        _write_through_views(counted=mode == "op")
+
+
+def _write_through_views(counted: bool) -> None:
+    base = torch.arange(4096, dtype=torch.float32)
+    x = base.to(TPU)
+    before = _donated_view_writes()
+    x[10:20].fill_(-1.0)
+    x[::512] = 7.0
+    assert not counted or _donated_view_writes() - before == 2
+    expected = base.clone()
+    expected[10:20] = -1.0
+    expected[::512] = 7.0
+    assert torch.equal(x.cpu(), expected)
+
+    kept, doubled, first = x.clone(), x * 2, x[:8]
+    x[:5].zero_()
+    assert torch.equal(kept.cpu(), expected)
+    assert torch.equal(doubled.cpu(), expected * 2)
+    expected[:5] = 0.0
+    assert torch.equal(x.cpu(), expected)
+    assert torch.equal(first.cpu(), expected[:8])  # a view reads the write
+
+    zeros = [torch.zeros(4096, device=TPU) for _ in range(2)]
+    ones = torch.ones(4096, device=TPU)
+    zeros[0][100:200].fill_(3.0)
+    ones[::2] = 0.0
+    assert torch.count_nonzero(zeros[1]).item() == 0 and zeros[0].sum().item() == 300.0
+    assert ones.sum().item() == 2048.0 and torch.ones(4096, device=TPU).sum().item() == 4096.0
+
+    # Views of several items of one storage written by one list op splice in place too.
+    parts = [x[i * 64:(i + 1) * 64] for i in range(3)]
+    before = _donated_view_writes()
+    torch._foreach_add_(parts, 1.0)
+    expected[:192] += 1.0
+    assert torch.equal(x.cpu(), expected)
+    assert not counted or _donated_view_writes() - before >= 1
