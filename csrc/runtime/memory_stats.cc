@@ -129,13 +129,32 @@ void cgroup_v2(const std::string& path, const std::string& root,
   }
 }
 
-// cgroup v1: the memory controller's hierarchical limit (ancestors included). Inside a
-// container without a cgroup namespace the group's path names the host's hierarchy while
-// the controller's mount is the container's own group: then the mount itself is read.
+// cgroup v1: the limit of the group and of each ancestor under the controller's mount
+// (a limit set higher up counts what the groups beside this one use too), and the
+// group's hierarchical limit (ancestors above the mount included). Inside a container
+// without a cgroup namespace the group's path names the host's hierarchy while the
+// controller's mount is the container's own group: then the mount itself is read.
 void cgroup_v1(const std::string& path, const std::string& root,
                std::optional<CgroupMemory>& best) {
-  std::string dir = root + "/memory" + (path == "/" ? std::string() : path);
-  if (!read_number(dir + "/memory.usage_in_bytes")) dir = root + "/memory";
+  std::string mount = root + "/memory";
+  std::string rel = path == "/" ? std::string() : path;
+  if (!read_number(mount + rel + "/memory.usage_in_bytes")) rel.clear();
+  std::string dir = mount + rel;
+  for (std::string up = rel;;) {
+    std::string at = mount + up;
+    auto own = read_number(at + "/memory.limit_in_bytes");
+    if (own && !unlimited(*own)) {
+      CgroupMemory level;
+      level.limit_bytes = *own;
+      int64_t used = read_number(at + "/memory.usage_in_bytes").value_or(0);
+      int64_t cache = stat_value(at, "total_inactive_file").value_or(0);
+      level.available_bytes = std::clamp<int64_t>(*own - used + cache, 0, *own);
+      take(best, level);
+    }
+    if (up.empty()) break;
+    size_t slash = up.find_last_of('/');
+    up = slash == 0 || slash == std::string::npos ? std::string() : up.substr(0, slash);
+  }
   auto limit = stat_value(dir, "hierarchical_memory_limit");
   if (!limit) limit = read_number(dir + "/memory.limit_in_bytes");
   if (!limit || unlimited(*limit)) return;

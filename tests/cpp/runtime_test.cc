@@ -87,9 +87,6 @@ TEST(Runtime, DeviceMemoryStatsAreAStatus) {
   EXPECT_LE(host->available_bytes, host->total_bytes);
 }
 
-// A zero-copy buffer over host memory: the CPU plugin aliases it (nothing is released
-// while the buffer lives), a program reads it, and it is released once, after the buffer
-// and the program's read are gone.
 namespace {
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
@@ -141,10 +138,23 @@ TEST(Runtime, CgroupMemoryLimitIsRead) {
   EXPECT_FALSE(v1->swap_bytes.has_value());
   write_file(root / "v1/memory/memory.stat", "hierarchical_memory_limit 9223372036854771712\n");
   EXPECT_FALSE(runtime::cgroup_memory("4:memory:/\n", (root / "v1").string()).has_value());
+  // A parent's limit counts its other children's usage: the parent has 1000 left.
+  write_file(root / "v1/memory/memory.limit_in_bytes", "20000\n");
+  write_file(root / "v1/memory/memory.usage_in_bytes", "19000\n");
+  write_file(root / "v1/memory/job/memory.limit_in_bytes", "9223372036854771712\n");
+  write_file(root / "v1/memory/job/memory.usage_in_bytes", "500\n");
+  write_file(root / "v1/memory/job/memory.stat", "hierarchical_memory_limit 20000\n");
+  auto nested = runtime::cgroup_memory("4:memory:/job\n", (root / "v1").string());
+  ASSERT_TRUE(nested.has_value());
+  EXPECT_EQ(nested->limit_bytes, 20000);
+  EXPECT_EQ(nested->available_bytes, 1000);
   EXPECT_FALSE(runtime::cgroup_memory("garbage\n\n::\n", root.string()).has_value());
   std::filesystem::remove_all(root);
 }
 
+// A zero-copy buffer over host memory: the CPU plugin aliases it (nothing is released
+// while the buffer lives), a program reads it, and it is released once, after the buffer
+// and the program's read are gone.
 TEST(Runtime, ZeroCopyBufferReleasesItsHostMemoryOnce) {
   auto client = testing::test_client();
   alignas(64) static float data[6] = {1, 2, 3, 4, 5, 6};

@@ -98,8 +98,8 @@ def bind_sizes(placeholders: list[torch.fx.Node], args: tuple[Any, ...]
 
     for node, arg in zip(placeholders, args):
         val = node.meta.get("val")
-        if node.meta.get("effect_token"):
-            continue  # None at run time
+        if node.meta.get("effect_token") or arg is None:
+            continue  # an effect token: None at run time
         if isinstance(val, torch.SymInt):
             bind(val, arg)
         elif isinstance(val, torch.Tensor):

@@ -18,6 +18,7 @@ read from the shape of the tensor an eager run made).
 
 from __future__ import annotations
 
+import copy
 import logging
 import operator
 import warnings
@@ -167,7 +168,7 @@ def eager_control_flow(gm: torch.fx.GraphModule, node: torch.fx.Node) -> list[st
                 found = eager_control_flow(sub, n)
             elif isinstance(n.target, torch._ops.OpOverload):
                 name = op_name(n.target)
-                found = [name] if not _C.has_lowering(name) or eager_refusal(n) else (
+                found = [name] if _unlowered(n, name) else (
                     [f"{name}, random"] if torch.Tag.nondeterministic_seeded in n.target.tags
                     else [])
             else:
@@ -266,6 +267,25 @@ class SplitGraph:
             kind[0] = eager
             return counter[0]
 
+        # A constant the graph returns as it is (the effect token a graph holding linalg.inv
+        # gives back) belongs to no piece, and split_module cannot place it: it is left out
+        # of the split graph and put back into each call's results.
+        self.constants: dict[int, Any] = {}
+        output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+        results = output.args[0]
+        if isinstance(results, (tuple, list)) and any(
+                isinstance(r, torch.fx.Node) and r.op == "get_attr" for r in results):
+            gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+            output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+            kept = []
+            for i, r in enumerate(output.args[0]):
+                if isinstance(r, torch.fx.Node) and r.op == "get_attr":
+                    self.constants[i] = getattr(gm, r.target)
+                else:
+                    kept.append(r)
+            output.args = (tuple(kept),)
+            gm.graph.eliminate_dead_code()
+            gm.recompile()
         parts: dict[torch.fx.Node, int] = {}
         for node in gm.graph.nodes:
             if node.op == "call_function":
@@ -291,7 +311,12 @@ class SplitGraph:
         self.sizes.clear()
         self.sizes.update(self.bind_sizes(self.placeholders, args))
         out = self.split(*args)
-        return out if isinstance(out, tuple) else (out,)
+        out = out if isinstance(out, tuple) else (out,)
+        if self.constants:
+            rest = iter(out)
+            out = tuple(self.constants[i] if i in self.constants else next(rest)
+                        for i in range(len(out) + len(self.constants)))
+        return out
 
 
 def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],

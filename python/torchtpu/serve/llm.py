@@ -1,4 +1,4 @@
-"""The offline API: ``LLM(model).generate(prompts, params)``, shaped like vLLM's."""
+"""The offline API: ``LLM(model).generate(prompts, sampling_params)``, shaped like vLLM's."""
 
 from __future__ import annotations
 

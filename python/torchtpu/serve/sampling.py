@@ -245,7 +245,7 @@ class RequestSampler:
             if self._bias is None:
                 self._bias = torch.zeros(vocab)
                 for t, b in p.logit_bias.items():
-                    if t < vocab:  # +-100 already bans or forces a token; more overflows f32
+                    if t < vocab:  # the server's range: +-100 already bans or forces a token
                         self._bias[t] = max(-MAX_LOGIT_BIAS, min(MAX_LOGIT_BIAS, float(b)))
             x = x + self._bias
         if p.allowed_token_ids is not None:
@@ -264,7 +264,8 @@ class RequestSampler:
             if seen.numel():
                 v = x[seen]
                 x = x.clone()
-                x[seen] = torch.where(v > 0, v / p.repetition_penalty, v * p.repetition_penalty)
+                rp = min(p.repetition_penalty, _F32_MAX)  # past it, 0 * inf would ban a 0 logit
+                x[seen] = torch.where(v > 0, v / rp, v * rp)
         if self.counts and (p.presence_penalty or p.frequency_penalty):
             ids = torch.tensor(list(self.counts.keys()))
             n = torch.tensor(list(self.counts.values()), dtype=torch.float32)
@@ -292,7 +293,8 @@ class RequestSampler:
         if p.temperature < GREEDY_BELOW:
             return raw, None, x
         # Subtracting the max first keeps x / temperature <= 0: no overflow to +inf.
-        x = (x - x.max()) / p.temperature
+        # Past f32's largest a temperature is inf in the row's dtype: -inf / inf is NaN.
+        x = (x - x.max()) / min(p.temperature, _F32_MAX)
         # vLLM's order: min_p (after temperature), then top_k, then top_p.
         if p.min_p > 0.0:
             probs = torch.softmax(x, dim=-1)

@@ -94,3 +94,15 @@ def test_complex_linalg_in_a_graph_runs_as_eager_mode_runs_it(name, fn):
     a = a + 4 * torch.eye(4)
     got = torch.compile(fn, backend="tpu")(a.to("tpu"))
     assert_close(got.cpu(), fn(a), rtol=1e-4, atol=1e-4)
+
+
+def test_complex_linalg_inside_cond_runs_eagerly_too():
+    (a,) = _inputs((4, 4), seed=3)
+    a = a + 4 * torch.eye(4)
+
+    def fn(x):
+        return torch.cond(x.real.sum() > -100, lambda t: (torch.linalg.inv(t) * 2).reshape(16),
+                          lambda t: (t * 3).reshape(16), (x,))
+
+    assert_close(torch.compile(fn, backend="tpu")(a.to("tpu")).cpu(), fn(a), rtol=1e-4,
+                 atol=1e-4)

@@ -35,6 +35,15 @@ def test_vllm_ranges_are_taken():
     assert banned.sample(logits).token == 3
     hot = RequestSampler(SamplingParams(temperature=1e30, seed=0))
     assert len({hot.sample(logits).token for _ in range(200)}) == 4  # near uniform, finite
+    # Past f32's largest, with tokens masked to -inf (-inf / inf would be NaN).
+    s = RequestSampler(SamplingParams(temperature=1e39, seed=0, allowed_token_ids=[1, 2]))
+    assert {s.sample(logits).token for _ in range(50)} == {1, 2}
+    s = RequestSampler(SamplingParams(temperature=1e39, seed=0, min_tokens=2), [0],
+                       stop_token_ids=[3])
+    assert s.sample(logits).token != 3 and s.sample(logits).token != 3
+    # A 0 logit of a seen token under a penalty past f32's largest stays 0 (not banned).
+    pen = RequestSampler(SamplingParams(temperature=0, repetition_penalty=1e39), [2])
+    assert pen.sample(torch.tensor([-1.0, -2.0, 0.0, -3.0])).token == 2
 
 
 def test_seeds_differing_above_32_bits_draw_differently():
