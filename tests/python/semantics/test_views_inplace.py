@@ -267,7 +267,12 @@ def _write_through_views(counted: bool) -> None:
     assert torch.equal(x.cpu(), expected)
 
     kept, doubled, first = x.clone(), x * 2, x[:8]
+    shared = torch.empty_like(x)
+    shared.copy_(x)  # a whole-storage copy hands `shared` x's buffer itself
+    before = _donated_view_writes()
     x[:5].zero_()
+    assert not counted or _donated_view_writes() - before == 0  # another holder: copied
+    assert torch.equal(shared.cpu(), expected)
     assert torch.equal(kept.cpu(), expected)
     assert torch.equal(doubled.cpu(), expected * 2)
     expected[:5] = 0.0
