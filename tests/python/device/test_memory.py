@@ -141,7 +141,10 @@ def test_accelerator_api_reads_the_same_allocator() -> None:
     assert stats["allocated_bytes.all.current"] == torch.tpu.memory_allocated()
     torch.accelerator.reset_peak_memory_stats()
     assert torch.tpu.max_memory_allocated() == torch.tpu.memory_allocated()
-    assert torch.accelerator.get_memory_info() == torch.tpu.mem_get_info()
+    (free, total), (tpu_free, tpu_total) = torch.accelerator.get_memory_info(), \
+        torch.tpu.mem_get_info()
+    # The same figures; free memory moves between the two reads (other processes).
+    assert total == tpu_total and abs(free - tpu_free) < 2**26
     del x
 
 
