@@ -311,19 +311,23 @@ std::vector<runtime::BufferPtr> read_tensors(c10::ArrayRef<at::Tensor> ts) {
   return out;
 }
 
-namespace {
-
-// Whether `whole`, the buffer a write splices a view into, may be given up to the write
-// (view_write's donate_base): held only by storage `s` and the caller, or only by the
-// caller (a reinterpretation made for the write). Then XLA writes the view in place; any
-// other holder (a value read earlier, a cache, another storage) keeps it, and XLA copies
-// the whole base (a 10-element write into a 1 GiB storage copied the GiB, and held two).
-bool donatable_base(const StorageState& s, const runtime::BufferPtr& whole) {
-  runtime::BufferPtr held = s.buffer();
-  return whole.use_count() == (held.get() == whole.get() ? 3 : 1);
-}
-
-}  // namespace
+// A write splicing a view into `whole` gives it up (view_write's donate_base) when it is
+// held only by this state and the call, or only by the call (a reinterpretation made for
+// the write): XLA then writes the view in place. Any other holder (a value read earlier,
+// a cache, another storage) keeps it, and XLA copies the whole base (a 10-element write
+// into a 1 GiB storage copied the GiB, and held two). With the lock held nothing can take
+// a new reference meanwhile; a write that copies lets readers in while it runs.
+void StorageState::write_part(runtime::BufferPtr whole, const PartWriter& write) {
+  std::unique_lock<std::mutex> lock(mu_);
+  bool donate = whole.use_count() == (buffer_.get() == whole.get() ? 2 : 1);
+  if (!donate) lock.unlock();
+  runtime::BufferPtr next = write(whole, donate);
+  whole.reset();
+  if (!lock.owns_lock()) lock.lock();
+  zeros_only_.store(false);
+  buffer_.swap(next);
+  lock.unlock();
+}  // `next`, now the old buffer, is released after the lock
 
 void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::BufferPtr>& values) {
   if (ts.empty()) return;
@@ -352,9 +356,11 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
     }
     c10::ScalarType dtype = ts[g[0]].scalar_type();
     ensure_buffer(s, dtype);
-    runtime::BufferPtr whole = storage_bytes_as(s, dtype);
-    bool donate = donatable_base(s, whole);
-    s.set_buffer(views_write(*whole, vs, pick(ts, g), donate));
+    std::vector<at::Tensor> views = pick(ts, g);
+    s.write_part(storage_bytes_as(s, dtype),
+                 [&](const runtime::BufferPtr& whole, bool donate) {
+                   return views_write(*whole, vs, views, donate);
+                 });
   }
   for (size_t i = 0; i < ts.size(); ++i) {
     if (!batched[i]) write_tensor(ts[i], values[i]);
@@ -384,9 +390,11 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
   }
   ensure_buffer(s, t.scalar_type());
   // The splice works in t's dtype.
-  runtime::BufferPtr whole = storage_bytes_as(s, t.scalar_type());
-  bool donate = donatable_base(s, whole) && value.get() != whole.get();
-  s.set_buffer(view_write(*whole, *value, sizes, strides, t.storage_offset(), donate));
+  s.write_part(storage_bytes_as(s, t.scalar_type()),
+               [&](const runtime::BufferPtr& whole, bool donate) {
+                 return view_write(*whole, *value, sizes, strides, t.storage_offset(),
+                                   donate && value.get() != whole.get());
+               });
 }
 
 void set_storage_nbytes(StorageState& s, int64_t nbytes) {

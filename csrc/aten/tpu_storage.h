@@ -7,15 +7,18 @@
 // buffer until first read (then zeros) or first write.
 // Thread safety: like PyTorch tensors, a storage is not safe for concurrent writes (one
 // of two threads' in-place ops on it may be lost), but its buffer is read and swapped
-// atomically, so such a race never frees a buffer twice or reads a torn pointer.
+// under the state's lock, so such a race never frees a buffer twice or reads a torn
+// pointer, and a write that gives its buffer up to XLA (write_part) holds the lock until
+// the new buffer is in: no reader takes a buffer being given up.
 #pragma once
 
 #include <ATen/Tensor.h>
 #include <c10/core/Allocator.h>
 
-#include <memory>
-
 #include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
 
 #include "runtime/buffer.h"
 
@@ -25,13 +28,25 @@ struct PendingValue;  // fused_eager.h
 
 struct StorageState {
   // The current buffer: null until first read or write.
-  runtime::BufferPtr buffer() const { return std::atomic_load(&buffer_); }
+  runtime::BufferPtr buffer() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return buffer_;
+  }
   // `zeros_only`: the buffer holds only the zeros a read of a never-written storage made
   // (ensure_buffer), or those bytes read as another dtype: no call has written it yet.
   void set_buffer(runtime::BufferPtr b, bool zeros_only = false) {
     zeros_only_.store(zeros_only);
-    std::atomic_store(&buffer_, std::move(b));
+    std::lock_guard<std::mutex> lock(mu_);
+    buffer_.swap(b);  // the old buffer is released by `b`, after the lock
   }
+  // A write into part of the storage: the new buffer is `write(whole, donate)`, where
+  // `whole` is the current buffer or a reinterpretation of it made for this write (the
+  // caller's only copy, moved in). `donate` is true when nothing else holds `whole` (this
+  // state and this call aside); the write may then give it up to XLA, and readers wait
+  // until the new buffer is in.
+  using PartWriter = std::function<runtime::BufferPtr(const runtime::BufferPtr& whole,
+                                                      bool donate)>;
+  void write_part(runtime::BufferPtr whole, const PartWriter& write);
   bool zeros_only() const { return zeros_only_.load(); }  // read by fused eager's undo log
 
   int device_index = 0;
@@ -42,6 +57,7 @@ struct StorageState {
   std::shared_ptr<PendingValue> pending;
 
  private:
+  mutable std::mutex mu_;
   runtime::BufferPtr buffer_;
   std::atomic<bool> zeros_only_{false};
 };

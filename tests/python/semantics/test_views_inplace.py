@@ -293,3 +293,42 @@ def _write_through_views(counted: bool) -> None:
     expected[:192] += 1.0
     assert torch.equal(x.cpu(), expected)
     assert not counted or _donated_view_writes() - before >= 1
+
+
+def test_a_thread_reading_a_storage_another_writes_a_part_of_never_fails():
+    """One thread writes a window of a storage (each write donating the storage's buffer)
+    while another reads a different window: the reader gets the old or the new buffer,
+    never one being given up ("Buffer has been deleted or donated")."""
+    import threading
+    import time
+
+    x = torch.ones(1 << 16, device=TPU)
+    errors: list[BaseException] = []
+    reads = [0]
+    stop = time.monotonic() + 3.0
+
+    def writer() -> None:
+        i = 0
+        try:
+            while time.monotonic() < stop:
+                x[0:4].fill_(float(i))
+                i += 1
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    def reader() -> None:
+        try:
+            while time.monotonic() < stop:
+                assert torch.equal(x[1000:1004].cpu(), torch.ones(4))
+                assert x[2000:2004].sum().item() == 4.0
+                reads[0] += 1
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert reads[0] > 0
