@@ -403,12 +403,16 @@ def _mean(rw: Rewriter, node: torch.fx.Node) -> Any:
         rw.set(node, _reduced(lays, dims, node.target is aten.mean.dim and _keepdim(node, 2)))
         return None
     keep = node.target is aten.mean.dim and _keepdim(node, 2)
-    dtype = node.kwargs.get("dtype")
-    total = rw.call(aten.sum.dim_IntList, (src, dims, keep), {"dtype": dtype} if dtype else {})
+    dtype = node.kwargs.get("dtype") or node.meta["val"].dtype
+    # Half-precision means sum and divide in float32 and round once, as PyTorch's do (a
+    # float16 sum of 40 values of 2000 overflows; bfloat16 sums round at every step).
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    total = rw.call(aten.sum.dim_IntList, (src, dims, keep), {"dtype": wide})
     count = sympy.Integer(1)
     for d in dims:
         count = count * sizes[d]
-    return rw.call(aten.div.Tensor, (total, rw.size(sympy.expand(count))))
+    out = rw.call(aten.div.Tensor, (total, rw.size(sympy.expand(count))))
+    return out if wide == dtype else rw.call(aten._to_copy.default, (out,), {"dtype": dtype})
 
 
 def _reduced(lays: tuple, dims: list[int], keep: bool) -> tuple:

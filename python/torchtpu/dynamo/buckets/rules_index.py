@@ -11,7 +11,13 @@ import torch.fx
 
 from torchtpu.dynamo.buckets import layout as L
 from torchtpu.dynamo.buckets.rewriter import Hazard, Rewriter
-from torchtpu.dynamo.buckets.rules import _dim, _register, _step, broadcast_layouts
+from torchtpu.dynamo.buckets.rules import (
+    _dim,
+    _register,
+    _step,
+    _true_position,
+    broadcast_layouts,
+)
 
 aten = torch.ops.aten
 
@@ -266,11 +272,12 @@ def _positions(rw: Rewriter, like: torch.fx.Node, dim: int, size: sympy.Expr) ->
 def _place(rw: Rewriter, acc: torch.fx.Node, src: torch.fx.Node, dim: int, offset: Any,
            length: sympy.Expr) -> torch.fx.Node:
     """`acc` with positions [offset, offset + length) of `dim` taken from `src` (a true
-    offset: a runtime value)."""
+    offset: a size expression, or a 0-d int64 tensor of the graph)."""
     size = rw.sizes(acc)[dim]
     pos = rw.call(aten.arange.start_step, (0, rw.size(size)),
                   {"dtype": torch.int64, "device": acc.meta["val"].device})
-    rel = rw.call(aten.sub.Tensor, (pos, rw.size(offset)))
+    at_offset = offset if isinstance(offset, torch.fx.Node) else rw.size(offset)
+    rel = rw.call(aten.sub.Tensor, (pos, at_offset))
     inside = rw.call(aten.logical_and.default, (rw.call(aten.ge.Scalar, (rel, 0)),
                                                 rw.call(aten.lt.Scalar, (rel, rw.size(length)))))
     at = rw.call(aten.clamp.default, (rel, 0, rw.size(sympy.expand(length - 1))))
@@ -368,8 +375,10 @@ def _slice_scatter(rw: Rewriter, node: torch.fx.Node) -> Any:
         return None
     if step != 1:
         raise Hazard(f"{node.target} ({node.name}) writes a strided padded window")
-    first = start if L.is_static(start) and int(start) >= 0 else sympy.expand(
-        base_size + start) if L.is_static(start) else start
+    # A negative start counts from the true end (-s, or an int that is negative at run
+    # time), as the read of the same slice does.
+    first = start if L.is_static(start) and int(start) >= 0 else _true_position(
+        rw, start, base_size, base.meta["val"].device)
     out = _place(rw, base, src, dim, first, length)
     return out
 
