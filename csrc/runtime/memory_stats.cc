@@ -108,24 +108,33 @@ void take(std::optional<CgroupMemory>& best, const CgroupMemory& level) {
   }
 }
 
+// A group's figures: its limit, and the limit less what it uses, its inactive file cache
+// counted free (the kernel reclaims it first).
+CgroupMemory level_of(int64_t limit, int64_t used, int64_t cache) {
+  CgroupMemory level;
+  level.limit_bytes = limit;
+  level.available_bytes = std::clamp<int64_t>(limit - used + cache, 0, limit);
+  return level;
+}
+
+// The parent of group path `rel` ("/a/b" -> "/a" -> ""; "" is the top).
+std::string parent_of(const std::string& rel) {
+  size_t slash = rel.find_last_of('/');
+  return slash == 0 || slash == std::string::npos ? std::string() : rel.substr(0, slash);
+}
+
 // cgroup v2: memory.max of the group and each ancestor up to `root`.
 void cgroup_v2(const std::string& path, const std::string& root,
                std::optional<CgroupMemory>& best) {
-  std::string rel = path;
-  while (true) {
-    std::string dir = root + (rel == "/" ? std::string() : rel);
+  for (std::string rel = path == "/" ? std::string() : path;; rel = parent_of(rel)) {
+    std::string dir = root + rel;
     if (auto limit = read_number(dir + "/memory.max")) {
-      CgroupMemory level;
-      level.limit_bytes = *limit;
-      int64_t used = read_number(dir + "/memory.current").value_or(0);
-      int64_t cache = stat_value(dir, "inactive_file").value_or(0);
-      level.available_bytes = std::clamp<int64_t>(*limit - used + cache, 0, *limit);
+      CgroupMemory level = level_of(*limit, read_number(dir + "/memory.current").value_or(0),
+                                    stat_value(dir, "inactive_file").value_or(0));
       level.swap_bytes = read_number(dir + "/memory.swap.max");
       take(best, level);
     }
-    if (rel.empty() || rel == "/") break;
-    size_t slash = rel.find_last_of('/');
-    rel = slash == 0 || slash == std::string::npos ? "/" : rel.substr(0, slash);
+    if (rel.empty()) break;
   }
 }
 
@@ -139,30 +148,23 @@ void cgroup_v1(const std::string& path, const std::string& root,
   std::string mount = root + "/memory";
   std::string rel = path == "/" ? std::string() : path;
   if (!read_number(mount + rel + "/memory.usage_in_bytes")) rel.clear();
-  std::string dir = mount + rel;
-  for (std::string up = rel;;) {
+  auto used_in = [](const std::string& dir) {
+    return read_number(dir + "/memory.usage_in_bytes").value_or(0);
+  };
+  auto cache_in = [](const std::string& dir) {
+    return stat_value(dir, "total_inactive_file").value_or(0);
+  };
+  for (std::string up = rel;; up = parent_of(up)) {
     std::string at = mount + up;
     auto own = read_number(at + "/memory.limit_in_bytes");
-    if (own && !unlimited(*own)) {
-      CgroupMemory level;
-      level.limit_bytes = *own;
-      int64_t used = read_number(at + "/memory.usage_in_bytes").value_or(0);
-      int64_t cache = stat_value(at, "total_inactive_file").value_or(0);
-      level.available_bytes = std::clamp<int64_t>(*own - used + cache, 0, *own);
-      take(best, level);
-    }
+    if (own && !unlimited(*own)) take(best, level_of(*own, used_in(at), cache_in(at)));
     if (up.empty()) break;
-    size_t slash = up.find_last_of('/');
-    up = slash == 0 || slash == std::string::npos ? std::string() : up.substr(0, slash);
   }
+  std::string dir = mount + rel;
   auto limit = stat_value(dir, "hierarchical_memory_limit");
   if (!limit) limit = read_number(dir + "/memory.limit_in_bytes");
   if (!limit || unlimited(*limit)) return;
-  CgroupMemory level;
-  level.limit_bytes = *limit;
-  int64_t used = read_number(dir + "/memory.usage_in_bytes").value_or(0);
-  int64_t cache = stat_value(dir, "total_inactive_file").value_or(0);
-  level.available_bytes = std::clamp<int64_t>(*limit - used + cache, 0, *limit);
+  CgroupMemory level = level_of(*limit, used_in(dir), cache_in(dir));
   auto memsw = stat_value(dir, "hierarchical_memsw_limit");
   if (memsw && !unlimited(*memsw)) level.swap_bytes = std::max<int64_t>(0, *memsw - *limit);
   take(best, level);
