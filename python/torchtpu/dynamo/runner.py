@@ -174,6 +174,11 @@ class GraphRunner:
         # outputs the graph gives on the CPU are copied back.
         self.cpu_inputs = {i for i, n in enumerate(self.placeholders) if _on_cpu(n)}
         self.cpu_outputs = {k for k, r in enumerate(_results(gm)) if _on_cpu(r)}
+        # Inputs with a conjugate or negative bit (x.conj() passed in; the conjugated views
+        # AOTAutograd saves for a backward): fixed per graph (Dynamo guards on a tensor's
+        # dispatch keys), so only these are looked at on each call (_physical).
+        self.math_bit_inputs = {i for i, n in enumerate(self.placeholders)
+                                if _has_math_bit(n.meta.get("val"))}
         # Backward: the forward's saved outputs it takes, with their layouts.
         self.carried = dict(self.session.saved) if role == "backward" else {}
         self.hazard: str | None = None
@@ -317,7 +322,9 @@ class GraphRunner:
         if self.cpu_inputs:
             device = f"tpu:{self.device}"
             args = tuple(a.to(device) if i in self.cpu_inputs else a for i, a in enumerate(args))
-        args = tuple(_physical(a) for a in args)
+        if self.math_bit_inputs:
+            args = tuple(_physical(a) if i in self.math_bit_inputs else a
+                         for i, a in enumerate(args))
         out = self._run_program(args, original)
         if self.cpu_outputs:
             out = tuple(o.cpu() if k in self.cpu_outputs else o for k, o in enumerate(out))
@@ -519,14 +526,16 @@ def _ancestors(node: torch.fx.Node, within: set[torch.fx.Node]) -> set[torch.fx.
     return seen
 
 
+def _has_math_bit(a: Any) -> bool:
+    return isinstance(a, torch.Tensor) and (a.is_conj() or a.is_neg())
+
+
 def _physical(a: Any) -> Any:
     """`a` with its conjugate and negative bits applied: the program reads a tensor's
     stored values, and `x.conj()` (or `x.conj().imag`) stores x's. AOTAutograd saves such
     views for the backward (of a @ b.mH, a * b.conj()). A resolved input is a copy: the
     backend writes a mutated input back through the caller's own view (_writing_back)."""
-    if isinstance(a, torch.Tensor) and (a.is_conj() or a.is_neg()):
-        return a.resolve_conj().resolve_neg()
-    return a
+    return a.resolve_conj().resolve_neg() if _has_math_bit(a) else a
 
 
 def _donations(built: GraphPlan, mutated: list[tuple[int, int]]) -> list[tuple[int, int]]:
