@@ -20,14 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from torchtpu.serve import errors
 from torchtpu.serve.errors import ApiError
-from torchtpu.serve.sampling import (
-    INT64_MAX,
-    INT64_MIN,
-    MAX_LOGIT_BIAS,
-    MAX_LOGPROBS,
-    MAX_N,
-    SamplingParams,
-)
+from torchtpu.serve.sampling import INT64_MAX, INT64_MIN, MAX_LOGPROBS, MAX_N, SamplingParams
 from torchtpu.serve.structured import GuidedDecoding
 
 
@@ -422,7 +415,7 @@ def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
         if len(digits) > 10 or int(digits) >= 2**31:
             raise ApiError(400, f"'logit_bias' key {key[:40]!r} is larger than any token id",
                            param="logit_bias")
-        out[int(digits)] = min(MAX_LOGIT_BIAS, max(-MAX_LOGIT_BIAS, bias))
+        out[int(digits)] = bias  # clamped to +-MAX_LOGIT_BIAS where applied (RequestSampler)
     return out
 
 

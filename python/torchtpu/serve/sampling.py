@@ -30,7 +30,7 @@ MAX_N = 128                      # OpenAI's limit on n (and here on best_of)
 MAX_STOP_STRINGS = 256
 GREEDY_BELOW = 1e-5              # vLLM's _SAMPLING_EPS
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
-MAX_LOGIT_BIAS = 100.0          # the server's clamp (OpenAI's range; vLLM clamps too)
+MAX_LOGIT_BIAS = 100.0           # biases are clamped to +-this (OpenAI's range; vLLM's clamp)
 _F32_MAX = torch.finfo(torch.float32).max
 
 
@@ -101,7 +101,7 @@ class SamplingParams:
         if self.max_tokens is not None and (not is_int(self.max_tokens) or self.max_tokens < 1):
             bad("max_tokens", self.max_tokens, "None or an integer >= 1")
         # vLLM bounds temperature and repetition_penalty below only (OpenAI's API stops
-        # temperature at 2); logit_bias is any finite number (the server clamps to +-100).
+        # temperature at 2); logit_bias is any finite number (clamped to +-100 where applied).
         number("temperature", 0.0, math.inf)
         number("top_p", 0.0, 1.0, lo_open=True)
         number("min_p", 0.0, 1.0)
@@ -245,7 +245,7 @@ class RequestSampler:
             if self._bias is None:
                 self._bias = torch.zeros(vocab)
                 for t, b in p.logit_bias.items():
-                    if t < vocab:  # the server's range: +-100 already bans or forces a token
+                    if t < vocab:  # +-100 already bans or forces a token
                         self._bias[t] = max(-MAX_LOGIT_BIAS, min(MAX_LOGIT_BIAS, float(b)))
             x = x + self._bias
         if p.allowed_token_ids is not None:
