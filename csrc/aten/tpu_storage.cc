@@ -392,8 +392,7 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
   // The splice works in t's dtype.
   s.write_part(storage_bytes_as(s, t.scalar_type()),
                [&](const runtime::BufferPtr& whole, bool donate) {
-                 return view_write(*whole, *value, sizes, strides, t.storage_offset(),
-                                   donate && value.get() != whole.get());
+                 return view_write(*whole, *value, sizes, strides, t.storage_offset(), donate);
                });
 }
 

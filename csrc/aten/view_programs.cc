@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <memory>
@@ -142,33 +143,24 @@ runtime::ExecutablePtr program(Kind kind, const runtime::Buffer& base, c10::IntA
   return compile_and_keep(text, base.device_index(), h);
 }
 
+// Runs a storage program; its first argument (a write's base) donated when `donate_base`.
 std::vector<runtime::BufferPtr> run_all(const runtime::Executable& exe,
-                                        const runtime::Buffer* const* args, size_t n) {
+                                        const runtime::Buffer* const* args, size_t n,
+                                        bool donate_base = false) {
   // Inside an op the program carries the op's name; alone (a view copy, a read) its own.
   const char* outer = runtime::trace::current_label();
   runtime::trace::Label label(outer != nullptr ? outer : "tpu storage program");
-  auto out = exe.execute(args, n);
+  c10::SmallVector<bool, 8> donate(donate_base ? n : 0, false);
+  if (donate_base) donate[0] = true;
+  auto out = exe.execute(args, n, donate_base ? donate.data() : nullptr);
   if (!out.ok()) raise_status(out.status(), exe.device_index());
+  if (donate_base) base::counter_add("num_donated_view_writes");
   return std::move(out).value();
 }
 
 runtime::BufferPtr run(const runtime::Executable& exe, const runtime::Buffer* const* args,
-                       size_t n) {
-  return run_all(exe, args, n)[0];
-}
-
-// A write program's run; its first argument, the base, donated when `donate_base`.
-runtime::BufferPtr run_write(const runtime::Executable& exe, const runtime::Buffer* const* args,
-                             size_t n, bool donate_base) {
-  if (!donate_base) return run(exe, args, n);
-  const char* outer = runtime::trace::current_label();
-  runtime::trace::Label label(outer != nullptr ? outer : "tpu storage program");
-  std::vector<bool> donate(n, false);
-  donate[0] = true;
-  auto out = exe.execute(std::vector<const runtime::Buffer*>(args, args + n), donate);
-  if (!out.ok()) raise_status(out.status(), exe.device_index());
-  base::counter_add("num_donated_view_writes");
-  return std::move(out).value()[0];
+                       size_t n, bool donate_base = false) {
+  return run_all(exe, args, n, donate_base)[0];
 }
 
 // Offset vectors on the device, cached by value like scalars (a call site reads its views
@@ -234,7 +226,7 @@ runtime::BufferPtr view_write(const runtime::Buffer& base, const runtime::Buffer
                                             base.device_index());
   const runtime::Buffer* args[] = {&base, &value, off.get()};
   bool empty = std::find(sizes.begin(), sizes.end(), 0) != sizes.end();  // nothing aliased
-  return run_write(*exe, args, 3, donate_base && !empty && &value != &base);
+  return run(*exe, args, 3, donate_base && !empty && &value != &base);
 }
 
 std::vector<runtime::BufferPtr> views_read(const runtime::Buffer& base,
@@ -267,7 +259,7 @@ runtime::BufferPtr views_write(const runtime::Buffer& base,
     shared |= v.get() == &base;
   }
   args.push_back(off.get());
-  return run_write(*exe, args.data(), args.size(), donate_base && !shared);
+  return run(*exe, args.data(), args.size(), donate_base && !shared);
 }
 
 }  // namespace torchtpu::aten
