@@ -156,9 +156,15 @@ class LLM:
     def _run(self, sequences: dict[str, tuple[str, int]],
              results: dict[str, RequestResult], bar) -> None:
         """Steps the engine until this call's sequences have finished; `bar` (if any)
-        advances by one at each prompt whose sequences have all ended."""
-        while self.engine.has_unfinished():
+        advances by one at each prompt whose sequences have all ended. Requests the caller
+        added to the engine directly are stepped along but not collected."""
+        running = set(sequences)
+        while running and self.engine.has_unfinished():
             for out in self.engine.step():
+                if out.request_id not in running:
+                    continue
+                if out.finish_reason is not None or out.error is not None:
+                    running.discard(out.request_id)
                 rid, i = sequences[out.request_id]
                 res = results[rid].outputs[i]
                 if out.error is not None:

@@ -113,3 +113,19 @@ def test_the_progress_bar_counts_finished_prompts(llm):
     assert [(b.total, b.n, b.closed) for b in bars] == [(3, 3, True)]
     llm.generate([PROMPT], params, use_tqdm=False)
     assert len(bars) == 1
+
+
+def test_generate_beside_requests_added_to_the_engine_directly(llm):
+    greedy = SamplingParams(max_tokens=4, temperature=0)
+    ref = llm.generate(PROMPT, greedy, use_tqdm=False)[0].outputs[0].token_ids
+    ids = llm.tokenizer(PROMPT).input_ids
+    llm.engine.add_request("mine", ids, SamplingParams(max_tokens=40, temperature=0,
+                                                       ignore_eos=True))
+    got = llm.generate(PROMPT, greedy, use_tqdm=False)[0]
+    assert got.outputs[0].token_ids == ref
+    # The direct request was stepped along, not taken: its owner still collects it.
+    collected = []
+    while llm.engine.has_unfinished():
+        collected += [o for o in llm.engine.step() if o.request_id == "mine"]
+    assert collected and collected[-1].finish_reason == "length"
+    assert len(collected[-1].output_token_ids) == 40
