@@ -9,6 +9,10 @@ the small op within 3x the CPU op by op, the matmul within 1.2x. Times are taken
 the minimum over batches is the figure least disturbed by other load on the machine, the
 median is printed beside it.
 
+An in-place update of two rows (`index_copy_`, as a KV cache is written) is timed into a
+64 KiB and a 64 MiB tensor: the op writes into the tensor's own buffer when nothing else
+holds it, so the larger tensor should cost about the same (goal: within 2x).
+
 For the small op it then explains where the microseconds go:
 
     dispatch   PyTorch's dispatcher and Python binding, the result tensor's allocation
@@ -94,6 +98,32 @@ def _case(name: str, op: Callable, shapes: list[tuple[int, ...]], batches: int,
     return {"case": name, "cpu_us": min(cpu), "tpu_us": min(tpu),
             "cpu_median_us": statistics.median(cpu), "tpu_median_us": statistics.median(tpu),
             "ratio": min(tpu) / min(cpu)}
+
+
+def _row_updates(batches: int, per_batch: int) -> list[dict[str, Any]]:
+    """A KV-cache style in-place update (index_copy_ of 2 rows of 1,024 floats) into a
+    64 KiB and a 64 MiB tensor: the op writes into the tensor's own buffer, so its cost
+    should follow the rows, not the tensor (goal: 64 MiB within 2x of 64 KiB on tpu)."""
+    out = []
+    for rows in (16, 16384):
+        times = {}
+        for device in ("cpu", "tpu"):
+            cache = torch.zeros(rows, 1024, device=device)
+            src = torch.ones(2, 1024, device=device)
+            at = torch.tensor([1, rows - 1], device=device)
+
+            def update() -> None:
+                cache.index_copy_(0, at, src)
+                if device == "tpu":
+                    torchtpu.block_until_ready(cache)
+
+            for _ in range(3):
+                update()
+            times[device] = min(_timed_batches(update, batches, per_batch))
+        size = "64 KiB" if rows == 16 else "64 MiB"
+        out.append({"case": f"index_copy_ 2 rows into {size}",
+                    "cpu_us": times["cpu"], "tpu_us": times["tpu"]})
+    return out
 
 
 def _breakdown(batches: int, per_batch: int) -> dict[str, float]:
@@ -236,6 +266,13 @@ def main() -> None:
               f"{r['ratio']:>8.2f} <={goal:>4} {verdict}  {r['cpu_median_us']:>9.1f} / "
               f"{r['tpu_median_us']:.1f}")
 
+    updates = _row_updates(2 if args.quick else batches, 5 if args.quick else per_batch)
+    for r in updates:
+        print(f"{r['case']:<31} cpu {r['cpu_us']:>9.1f} us  tpu {r['tpu_us']:>9.1f} us")
+    grow = updates[1]["tpu_us"] / updates[0]["tpu_us"]
+    print(f"in-place row update, 64 MiB / 64 KiB tensor on tpu: {grow:.2f}x  (goal <= 2: "
+          f"{'met' if grow <= 2 else 'missed'}; cpu {updates[1]['cpu_us'] / updates[0]['cpu_us']:.2f}x)")
+
     parts = _breakdown(batches, per_batch)
     print("add 64x64 on tpu, host microseconds per op:")
     for key in ("dispatch", "key", "bind", "execute", "complete", "wait"):
@@ -265,7 +302,8 @@ def main() -> None:
 
     if args.json:
         record = {"bench": "eager_overhead", "time": time.time(), "commit": _commit(),
-                  "load": load, "quick": args.quick, "cases": rows, "breakdown_us": parts,
+                  "load": load, "quick": args.quick, "cases": rows, "row_updates": updates,
+                  "breakdown_us": parts,
                   "counts_per_op": counts}
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "a") as f:

@@ -115,6 +115,37 @@ bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
   return a && b && a->beforeSets() == b->beforeSets();
 }
 
+// The (graph input, output) pairs of `c` whose output is the new value of the argument the
+// input reads, of the input's own type (a resized `out` is not one), outputs counted as
+// run_compiled takes them: the returns, a list op's written items, then extra_write_args.
+std::vector<std::pair<int, int>> written_inputs(const CompiledOp& c,
+                                                const std::vector<lowering::OpArg>& args) {
+  std::vector<std::pair<int, int>> inputs = lowering::op_inputs(args);
+  std::vector<std::pair<int, int>> out;
+  auto add = [&](int arg, int item, int output) {
+    auto k = std::find(inputs.begin(), inputs.end(), std::make_pair(arg, item));
+    if (k == inputs.end()) return;
+    const lowering::TensorType& t = item < 0 ? args[arg].type : args[arg].list_types[item];
+    if (t == c.out_types.at(output)) out.emplace_back(static_cast<int>(k - inputs.begin()), output);
+  };
+  int next = 0;
+  for (size_t j = 0; j < c.return_defined.size(); ++j) {
+    if (c.return_list_size[j] >= 0) {
+      next += c.return_list_size[j];
+    } else if (c.return_defined[j]) {
+      if (c.return_to_arg[j] >= 0) add(c.return_to_arg[j], -1, next);
+      ++next;
+    }
+  }
+  for (int arg : c.list_write_args) {
+    for (size_t item = 0; item < args[arg].list_types.size(); ++item) {
+      add(arg, static_cast<int>(item), next++);
+    }
+  }
+  for (int arg : c.extra_write_args) add(arg, -1, next++);
+  return out;
+}
+
 }  // namespace
 
 void run_meta(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack& meta_stack) {
@@ -246,7 +277,15 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const OpIn
     }
   }
   // 2. Lower and compile.
-  auto lowered = lowering::lower_op(name, args, compiled->out_types);
+  // A written argument may give its buffer to its new value, unless a failed data check
+  // could leave a partly written value (a check that is not guarded): the call must then
+  // change nothing, so its argument's buffer is kept.
+  compiled->donations = written_inputs(*compiled, args);
+  auto lowered = lowering::lower_op(name, args, compiled->out_types, compiled->donations);
+  if (lowered.ok() && !compiled->donations.empty() && !lowered->checks_guarded) {
+    compiled->donations.clear();
+    lowered = lowering::lower_op(name, args, compiled->out_types);
+  }
   if (!lowered.ok()) {
     // Unimplemented or unsupported cases are fallbacks; a lowering that failed its own
     // invariants is a bug, and running the op elsewhere would hide it.
@@ -348,6 +387,25 @@ class EagerArgs : public ProgramArgs {
     return next_rng_state_buffer(
         given ? *generator_ : default_generator(static_cast<c10::DeviceIndex>(device_)), device_);
   }
+  // A written argument's buffer is given up when nothing else reads it: the whole
+  // storage's buffer held by the storage and this run only (the storage then takes the
+  // output at once), or a view's value read for this run alone. Otherwise XLA copies it
+  // first, as before.
+  bool donatable(int index, const runtime::BufferPtr& b) override {
+    if (b.use_count() == 1) return true;  // read for this run (a window, a reshape)
+    const at::Tensor t = tensor(index);
+    StorageState& s = storage_state(t);
+    runtime::BufferPtr held = s.buffer();  // a third holder while it is looked at
+    if (held.get() != b.get() || held.use_count() != 3 || !covers_storage(t)) return false;
+    whole_.push_back(index);
+    return true;
+  }
+  void donated(int index, const runtime::BufferPtr& output) override {
+    if (std::find(whole_.begin(), whole_.end(), index) != whole_.end()) {
+      storage_state(tensor(index)).set_buffer(output);
+    }
+    base::counter_add("num_donated_inputs");
+  }
 
  private:
   const CompiledOp& c_;
@@ -355,6 +413,7 @@ class EagerArgs : public ProgramArgs {
   int device_;
   const std::optional<at::Generator>& generator_;
   std::vector<runtime::BufferPtr> read_;  // inputs read ahead, by input index
+  c10::SmallVector<int, 2> whole_;        // donated inputs that are their storage's buffer
 
   at::Tensor tensor(size_t k) const {
     const auto& [arg, item] = c_.inputs[k];
@@ -383,7 +442,7 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema,
   std::vector<runtime::BufferPtr> outputs =
       c.out_types.empty()
           ? run_program(c.program(), args, CheckMode::kDeferred, {}, "an earlier call of " + c.name)
-          : run_program(c.program(), args, CheckMode::kNow);
+          : run_program(c.program(), args, CheckMode::kNow, c.donations);
   g_eager_ops.add();
   timer.mark(dispatch_profile::kExecute);
 

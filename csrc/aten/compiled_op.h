@@ -42,6 +42,9 @@ struct CompiledOp {
   std::vector<int> list_write_args;       // a `-> ()` list op's written Tensor(a!)[] args
   std::vector<int> extra_write_args;      // written Tensor(a!) arguments no return names
                                           // (writes_unreturned_args), after the returns
+  // (graph input, output) pairs of a written argument and its new value, of one type: the
+  // program may write the value into the argument's buffer (EagerArgs::donatable).
+  std::vector<std::pair<int, int>> donations;
 
   bool has_checks() const { return !lowered.check_messages.empty(); }
   // The program, compiled on first use (a plugin that rejects it is a torchtpu bug: raises).

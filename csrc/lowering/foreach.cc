@@ -148,7 +148,9 @@ LoweringFn foreach_of(std::string item_op, bool norm_args = false) {
         return base::internal_error("lowering: " + item_op + " gave an unexpected result for " +
                                     "item " + std::to_string(i) + " of " + c.op_name());
       }
-      for (const Check& check : item.checks()) c.require(check.ok, check.message, check.kind);
+      for (const Check& check : item.checks()) {
+        c.require(check.ok, check.message, check.kind, check.guarded);
+      }
       results.push_back(r[0]);
     }
     return results;

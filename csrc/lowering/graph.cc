@@ -608,6 +608,7 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
     out.check_messages.push_back(check.message);
     out.check_kinds.push_back(check.kind);
     out.check_nodes.push_back(node);
+    out.checks_guarded &= check.guarded;
   }
   if (!flags.empty()) {
     results.push_back(flags.size() == 1 ? flags[0] : builder.concatenate(flags, 0));

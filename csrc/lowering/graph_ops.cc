@@ -320,7 +320,7 @@ Result delegate(LoweringContext& c, const std::string& target, std::vector<OpArg
   DelegatedValues values(c, source);
   LoweringContext sub(c.b(), target, args, std::move(out_types), values);
   TORCHTPU_ASSIGN_OR_RETURN(std::vector<Value> results, (*fn)(sub));
-  for (const Check& k : sub.checks()) c.require(k.ok, k.message, k.kind);
+  for (const Check& k : sub.checks()) c.require(k.ok, k.message, k.kind, k.guarded);
   return results;
 }
 

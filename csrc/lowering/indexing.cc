@@ -38,7 +38,9 @@ Dims without(int64_t n, const Dims& skip) {
 }
 
 // `idx` as i64, negative entries wrapped when `wrap`; records the bounds check [0, size),
-// where size is the number of elements of `self` along `size_dims`.
+// where size is the number of elements of `self` along `size_dims`. When any entry is out
+// of range, every entry becomes `size`, which a scatter drops (XLA skips out-of-bounds
+// windows): an update whose check fails writes nothing, so its check is guarded.
 Value checked_index(LoweringContext& c, Value idx, Value self, const Dims& size_dims, bool wrap,
                     const std::string& message, CheckKind kind = CheckKind::kIndexError) {
   Builder& b = c.b();
@@ -49,9 +51,9 @@ Value checked_index(LoweringContext& c, Value idx, Value self, const Dims& size_
   Value zero = fill_i64(b, 0, i.dims());
   Value n = fill_i64(b, size, i.dims());
   if (wrap) i = b.select(b.compare(i, zero, "LT"), b.add(i, n), i);
-  c.require(b.all_of(b.binary("and", b.compare(i, zero, "GE"), b.compare(i, n, "LT"))),
-            message, kind);
-  return i;
+  Value ok = b.all_of(b.binary("and", b.compare(i, zero, "GE"), b.compare(i, n, "LT")));
+  c.require(ok, message, kind, /*guarded=*/true);
+  return b.select(b.broadcast_in_dim(ok, i.dims(), {}), i, n);
 }
 
 std::string bounds_message(const std::string& op, int64_t dim, int64_t size) {

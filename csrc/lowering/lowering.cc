@@ -281,8 +281,8 @@ DType LoweringContext::result_type(const std::vector<size_t>& arg_indices) const
   return r.value_or(DType::kF32);
 }
 
-void LoweringContext::require(Value ok, std::string message, CheckKind kind) {
-  checks_.push_back(Check{ok, std::move(message), kind});
+void LoweringContext::require(Value ok, std::string message, CheckKind kind, bool guarded) {
+  checks_.push_back(Check{ok, std::move(message), kind, guarded});
 }
 
 int64_t wrap_dim(int64_t dim, int64_t rank) {
@@ -330,7 +330,8 @@ std::vector<std::pair<int, int>> op_inputs(const std::vector<OpArg>& args) {
 }
 
 base::StatusOr<LoweredGraph> lower_op(const std::string& op_name, std::vector<OpArg> args,
-                                      std::vector<TensorType> out_types) {
+                                      std::vector<TensorType> out_types,
+                                      std::vector<std::pair<int, int>> donations) {
   GraphSpec spec;
   GraphNode node;
   node.op = op_name;
@@ -354,6 +355,7 @@ base::StatusOr<LoweredGraph> lower_op(const std::string& op_name, std::vector<Op
   node.args = std::move(args);
   node.out_types = std::move(out_types);
   spec.nodes.push_back(std::move(node));
+  spec.donations = std::move(donations);
   return lower_graph(spec, "torchtpu");
 }
 

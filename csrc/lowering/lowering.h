@@ -61,6 +61,10 @@ struct Check {
   Value ok;
   std::string message;
   CheckKind kind = CheckKind::kIndexError;
+  // The lowering leaves every written argument's value as it was when `ok` is false (an
+  // index check whose failure drops every update), so a failed run's results may replace
+  // the arguments' buffers: what lets an in-place op with checks donate them.
+  bool guarded = false;
 };
 
 // What a lowering reads beyond its arguments' types: the Value of a tensor argument, and
@@ -124,8 +128,10 @@ class LoweringContext {
   // Data checks the caller must run after execution (XLA clamps out-of-range indices
   // where PyTorch raises): `ok` is an i1 scalar; when it is false the caller raises
   // `message` as an IndexError-style error (message shape: "index out of range: ...").
-  // `kind` picks the Python exception PyTorch raises for the same condition.
-  void require(Value ok, std::string message, CheckKind kind = CheckKind::kIndexError);
+  // `kind` picks the Python exception PyTorch raises for the same condition; `guarded` as
+  // Check::guarded.
+  void require(Value ok, std::string message, CheckKind kind = CheckKind::kIndexError,
+               bool guarded = false);
   const std::vector<Check>& checks() const { return checks_; }
 
   const std::vector<TensorType>& out_types() const { return out_types_; }
@@ -218,6 +224,8 @@ struct LoweredGraph {
   std::vector<std::string> check_messages;  // one per flag of the check vector
   std::vector<CheckKind> check_kinds;
   std::vector<int> check_nodes;  // per check: the graph node whose lowering required it
+  // Every check is guarded (Check::guarded): a failed run wrote nothing it was given.
+  bool checks_guarded = true;
 };
 
 // The graph inputs of an eager op: its tensor arguments and the items of its Tensor[]
@@ -225,8 +233,11 @@ struct LoweredGraph {
 std::vector<std::pair<int, int>> op_inputs(const std::vector<OpArg>& args);
 
 // Lowers `op_name` with `args` into a module whose @main returns `out_types`: the graph of
-// one node whose inputs are op_inputs(args).
+// one node whose inputs are op_inputs(args). `donations`: (graph input, output) pairs whose
+// output may take the input's buffer (an in-place op's written argument), as
+// GraphSpec::donations.
 base::StatusOr<LoweredGraph> lower_op(const std::string& op_name, std::vector<OpArg> args,
-                                      std::vector<TensorType> out_types);
+                                      std::vector<TensorType> out_types,
+                                      std::vector<std::pair<int, int>> donations = {});
 
 }  // namespace torchtpu::lowering

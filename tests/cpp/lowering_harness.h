@@ -213,6 +213,7 @@ struct RngState {
 struct LoweringRun {
   std::vector<HostTensor> outputs;
   std::vector<bool> checks;  // one per LoweringContext::require, true when it held
+  bool checks_guarded = true;  // LoweredGraph::checks_guarded
   std::string text;
 };
 
@@ -231,6 +232,7 @@ inline LoweringRun run_lowering(const std::string& op, const std::vector<OpArg>&
   EXPECT_TRUE(lowered.ok()) << lowered.status().to_string();
   if (!lowered.ok()) return run;
   run.text = lowered->text;
+  run.checks_guarded = lowered->checks_guarded;
   std::vector<HostTensor> inputs;
   const std::vector<std::pair<int, int>> graph_inputs = lowering::op_inputs(args);
   for (const lowering::GraphParam& p : lowered->params) {

@@ -192,6 +192,21 @@ TEST(IndexingLowering, IndexCopyAndIndexFill) {
   EXPECT_TRUE(all_checks_hold(fill));
 }
 
+// A failed index check writes nothing (every index becomes one a scatter drops), so an
+// in-place update may give the failed run's result its argument's buffer.
+TEST(IndexingLowering, AFailedIndexCheckWritesNothing) {
+  HostTensor self = arange(DType::kF32, {3, 2});
+  HostTensor rows{{DType::kI64, {2}}, {1, 7}};
+  HostTensor src{{DType::kF32, {2, 2}}, {10, 20, 30, 40}};
+  auto copy = run_lowering("aten::index_copy",
+                           {tensor_arg(self), int_arg(0), tensor_arg(rows), tensor_arg(src)},
+                           {self.type}, {{0, self}, {2, rows}, {3, src}});
+  ASSERT_EQ(copy.outputs.size(), 1u);
+  EXPECT_EQ(copy.outputs[0].values, self.values);
+  EXPECT_EQ(copy.checks, (std::vector<bool>{false}));
+  EXPECT_TRUE(copy.checks_guarded);
+}
+
 TEST(IndexingLowering, MaskedFillBroadcastsMask) {
   HostTensor x = arange(DType::kF32, {2, 3});
   HostTensor mask{{DType::kBool, {3}}, {1, 0, 1}};

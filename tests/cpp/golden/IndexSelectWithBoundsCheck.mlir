@@ -13,9 +13,11 @@ module @torchtpu {
       %v13 = "stablehlo.and"(%v11, %v12) : (tensor<i1>, tensor<i1>) -> tensor<i1>
       "stablehlo.return"(%v13) : (tensor<i1>) -> ()
     }) {dimensions = array<i64: 0>} : (tensor<2xi1>, tensor<i1>) -> tensor<i1>
-    %v14 = "stablehlo.reshape"(%v1) : (tensor<2xi64>) -> tensor<2x1xi64>
-    %v15 = "stablehlo.gather"(%v0, %v14) {dimension_numbers = #stablehlo.gather<offset_dims = [0], collapsed_slice_dims = [1], start_index_map = [1], index_vector_dim = 1>, slice_sizes = array<i64: 2, 1>, indices_are_sorted = false} : (tensor<2x3xf32>, tensor<2x1xi64>) -> tensor<2x2xf32>
-    %v16 = "stablehlo.reshape"(%v10) : (tensor<i1>) -> tensor<1xi1>
-    "func.return"(%v15, %v16) : (tensor<2x2xf32>, tensor<1xi1>) -> ()
+    %v14 = "stablehlo.broadcast_in_dim"(%v10) {broadcast_dimensions = array<i64>} : (tensor<i1>) -> tensor<2xi1>
+    %v15 = "stablehlo.select"(%v14, %v1, %v5) : (tensor<2xi1>, tensor<2xi64>, tensor<2xi64>) -> tensor<2xi64>
+    %v16 = "stablehlo.reshape"(%v15) : (tensor<2xi64>) -> tensor<2x1xi64>
+    %v17 = "stablehlo.gather"(%v0, %v16) {dimension_numbers = #stablehlo.gather<offset_dims = [0], collapsed_slice_dims = [1], start_index_map = [1], index_vector_dim = 1>, slice_sizes = array<i64: 2, 1>, indices_are_sorted = false} : (tensor<2x3xf32>, tensor<2x1xi64>) -> tensor<2x2xf32>
+    %v18 = "stablehlo.reshape"(%v10) : (tensor<i1>) -> tensor<1xi1>
+    "func.return"(%v17, %v18) : (tensor<2x2xf32>, tensor<1xi1>) -> ()
   }
 }
