@@ -415,6 +415,11 @@ Result lower_bce(LoweringContext& c) {
   c.require(b.all_of(in_range),
             "binary_cross_entropy: all elements of input should be between 0 and 1",
             CheckKind::kRuntimeError);
+  Value t_in_range =
+      b.binary("and", b.compare(t, b.zeros(t.type), "GE"), b.compare(t, one, "LE"));
+  c.require(b.all_of(t_in_range),
+            "binary_cross_entropy: all elements of target should be between 0 and 1",
+            CheckKind::kRuntimeError);
   Value log_x = b.max(b.unary("log", x), floor);
   Value log_1mx = b.max(b.unary("log", b.sub(one, x)), floor);
   Value loss = b.unary("negate", b.add(b.mul(t, log_x), b.mul(b.sub(one, t), log_1mx)));

@@ -271,7 +271,7 @@ TEST(NnLowering, BinaryCrossEntropyClampsLogAndChecksRange) {
                           {{0, p}, {1, t}, {2, w}});
   ASSERT_EQ(fwd.outputs.size(), 1u);
   expect_values(fwd.outputs[0], {25.3860838}, 1e-6);
-  EXPECT_EQ(fwd.checks, (std::vector<bool>{true}));
+  EXPECT_EQ(fwd.checks, (std::vector<bool>{true, true}));  // input, then target in [0, 1]
   HostTensor g{f64({}), {1}};
   auto bwd = run_lowering("aten::binary_cross_entropy_backward",
                           {tensor_arg(g), tensor_arg(p), tensor_arg(t), tensor_arg(w), int_arg(1)},
@@ -285,7 +285,12 @@ TEST(NnLowering, BinaryCrossEntropyClampsLogAndChecksRange) {
   auto out_of_range = run_lowering("aten::binary_cross_entropy",
                                    {tensor_arg(bad), tensor_arg(t), none_arg(), int_arg(0)},
                                    {f64({4})}, {{0, bad}, {1, t}});
-  EXPECT_EQ(out_of_range.checks, (std::vector<bool>{false}));
+  EXPECT_EQ(out_of_range.checks, (std::vector<bool>{false, true}));
+  HostTensor bad_target{f64({4}), {0, 2, 1, -0.5}};
+  auto target_out_of_range = run_lowering(
+      "aten::binary_cross_entropy", {tensor_arg(p), tensor_arg(bad_target), none_arg(), int_arg(0)},
+      {f64({4})}, {{0, p}, {1, bad_target}});
+  EXPECT_EQ(target_out_of_range.checks, (std::vector<bool>{true, false}));
 }
 
 LoweringRun embedding_backward(int64_t padding_idx, bool scale) {

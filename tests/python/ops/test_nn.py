@@ -248,6 +248,13 @@ def test_binary_cross_entropy() -> None:
                 dtype_tols=ACC_TOLS)
 
 
+@pytest.mark.parametrize("target", [[0.0, 2.0], [0.0, -1.0], [0.5, float("nan")]])
+def test_binary_cross_entropy_refuses_a_target_outside_0_1(target) -> None:
+    e = assert_raises_like_cpu(F.binary_cross_entropy, torch.tensor([0.3, 0.5]),
+                               torch.tensor(target))
+    assert "target should be between 0 and 1" in str(e)
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_embedding(dtype: torch.dtype) -> None:
     weight = make((10, 4), dtype)
