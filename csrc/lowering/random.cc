@@ -278,6 +278,8 @@ std::pair<double, double> dtype_bounds(DType t) {
 int64_t default_to_inclusive(DType t) {
   if (t == DType::kBool) return 1;
   if (base::is_floating(t)) return int64_t{1} << mantissa_digits(t);
+  // int64's max is not a double (the bound rounds up to 2^63, which no int64 holds).
+  if (t == DType::kI64) return std::numeric_limits<int64_t>::max();
   return static_cast<int64_t>(dtype_bounds(t).second);
 }
 

@@ -176,6 +176,20 @@ def test_inplace_random() -> None:
     assert x.cpu().min().item() == 0 and x.cpu().max().item() == 6
 
 
+@pytest.mark.parametrize("args", [(), (5, None)])
+def test_int64_random_without_an_upper_bound_runs_on_tpu(args) -> None:
+    """random_() on int64 draws from [from, 2**63 - 1] on the device (the bound overflowed
+    when taken through a double, and every call ran on the CPU)."""
+    from _compare import fallbacks, new_fallbacks
+
+    before = fallbacks()
+    x = torch.empty(20_000, dtype=torch.int64, device=TPU).random_(*args).cpu()
+    assert not new_fallbacks(before)
+    low = args[0] if args else 0
+    assert x.min().item() >= low and x.max().item() > 2**62  # reaches the upper half
+    assert x.unique().numel() == x.numel()
+
+
 def test_normal_tensor_args() -> None:
     torchtpu.manual_seed(0)
     mean = torch.full((10_000,), 5.0, device=TPU)
