@@ -130,6 +130,14 @@ def _scatter(rw: Rewriter, node: torch.fx.Node) -> Any:
             # A position a padded entry lands on would count as written: it would lose
             # self's value to the reduction's identity.
             fill = None
+    src = node.args[3]
+    if isinstance(src, torch.fx.Node):
+        # XLA reads the source in the index's (padded) shape: a source not padded with it
+        # is smaller than the padded index, and the program is refused.
+        unpadded = [d for d in rw.padded_dims(index) if not rw.of(src)[d]]
+        if unpadded:
+            raise Hazard(f"{node.target} ({node.name}): index dim {unpadded[0]} is padded "
+                         "but its source's is not")
     padded_rows = [d for d in rw.padded_dims(index) if d == dim or d in loose]
     if padded_rows and fill is not None:
         # Padded entries add the reduction's identity wherever they land.

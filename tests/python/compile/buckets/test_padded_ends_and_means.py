@@ -79,3 +79,20 @@ def test_half_precision_means_in_fused_eager():
             got = [t.cpu() for t in _means(x.to("tpu"))]
             for g, e in zip(got, _means(x)):
                 torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+def test_a_scatter_whose_index_varies_and_source_does_not(caplog):
+    """scatter_add with the index's dim symbolic and the source's fixed: the padded index
+    is larger than the source, which XLA refuses; the rule keeps such a graph at exact
+    sizes up front (no refused compile at each new size)."""
+    def f(x, i):
+        return torch.zeros_like(x).scatter_add(1, i, x), x.take_along_dim(i, 1)
+
+    g = torch.compile(f, backend="tpu", dynamic=True)
+    x = torch.randn(3, 8)
+    with caplog.at_level("WARNING"):
+        for n in (2, 3, 5, 7):
+            i = torch.randint(0, 8, (3, n))
+            for got, want in zip(g(x.to("tpu"), i.to("tpu")), f(x, i)):
+                torch.testing.assert_close(got.cpu(), want)
+    assert "XLA did not compile it padded" not in caplog.text
