@@ -387,23 +387,16 @@ class EagerArgs : public ProgramArgs {
     return next_rng_state_buffer(
         given ? *generator_ : default_generator(static_cast<c10::DeviceIndex>(device_)), device_);
   }
-  // A written argument's buffer is given up when nothing else reads it: the whole
-  // storage's buffer held by the storage and this run only (the storage then takes the
-  // output at once), or a view's value read for this run alone. Otherwise XLA copies it
-  // first, as before.
+  // A written argument's buffer is given up when nothing else reads it: a view's value
+  // read for this run alone, or the whole storage's buffer held by the storage and this
+  // run only (the storage, locked meanwhile, takes the output at once). Otherwise XLA
+  // copies it first.
   bool donatable(int index, const runtime::BufferPtr& b) override {
     if (b.use_count() == 1) return true;  // read for this run (a window, a reshape)
-    const at::Tensor t = tensor(index);
-    StorageState& s = storage_state(t);
-    runtime::BufferPtr held = s.buffer();  // a third holder while it is looked at
-    if (held.get() != b.get() || held.use_count() != 3 || !covers_storage(t)) return false;
-    whole_.push_back(index);
-    return true;
+    return donations_.give_up(index, tensor(index), b);
   }
   void donated(int index, const runtime::BufferPtr& output) override {
-    if (std::find(whole_.begin(), whole_.end(), index) != whole_.end()) {
-      storage_state(tensor(index)).set_buffer(output);
-    }
+    donations_.take(index, output);
     base::counter_add("num_donated_inputs");
   }
 
@@ -413,7 +406,7 @@ class EagerArgs : public ProgramArgs {
   int device_;
   const std::optional<at::Generator>& generator_;
   std::vector<runtime::BufferPtr> read_;  // inputs read ahead, by input index
-  c10::SmallVector<int, 2> whole_;        // donated inputs that are their storage's buffer
+  StorageDonations donations_;           // storages whose buffers this run gives up
 
   at::Tensor tensor(size_t k) const {
     const auto& [arg, item] = c_.inputs[k];

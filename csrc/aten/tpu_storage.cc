@@ -329,6 +329,40 @@ void StorageState::write_part(runtime::BufferPtr whole, const PartWriter& write)
   lock.unlock();
 }  // `next`, now the old buffer, is released after the lock
 
+std::unique_lock<std::mutex> StorageState::lock_to_give_up(const runtime::BufferPtr& b) {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (lock.owns_lock() && (buffer_.get() != b.get() || buffer_.use_count() != 2)) lock.unlock();
+  return lock;
+}
+
+void StorageState::give_buffer_to(std::unique_lock<std::mutex>& lock, runtime::BufferPtr output) {
+  zeros_only_.store(false);
+  buffer_.swap(output);
+  lock.unlock();
+}  // `output`, now the old buffer, is released after the lock
+
+bool StorageDonations::give_up(int input, const at::Tensor& t, const runtime::BufferPtr& b) {
+  StorageState& s = storage_state(t);
+  for (const Held& h : held_) {
+    if (h.state == &s) return false;  // locked by this run already (never locked twice)
+  }
+  if (!is_whole_storage(t, s)) return false;
+  std::unique_lock<std::mutex> lock = s.lock_to_give_up(b);
+  if (!lock.owns_lock()) return false;
+  held_.push_back(Held{input, &s, std::move(lock)});
+  return true;
+}
+
+bool StorageDonations::take(int input, const runtime::BufferPtr& output) {
+  for (Held& h : held_) {
+    if (h.input == input && h.lock.owns_lock()) {
+      h.state->give_buffer_to(h.lock, output);
+      return true;
+    }
+  }
+  return false;
+}
+
 void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::BufferPtr>& values) {
   if (ts.empty()) return;
   run_checked_pending(ts[0].device().index());

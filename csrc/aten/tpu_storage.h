@@ -1,19 +1,21 @@
 // Storage of a `tpu` tensor: a PJRT buffer behind a c10::Storage.
 //
 // The DataPtr's context is a StorageState that owns the current buffer. Buffers are
-// immutable values, so an in-place op or a write through a view computes a new buffer
-// for the whole storage and swaps it in; every tensor and view sharing the storage sees
+// values, so an in-place op or a write through a view computes a new buffer for the whole
+// storage and swaps it in (XLA may reuse the old one's memory when nothing else holds it:
+// donation); every tensor and view sharing the storage sees
 // the new value (PyTorch's aliasing semantics). A fresh allocation (torch.empty) has no
 // buffer until first read (then zeros) or first write.
 // Thread safety: like PyTorch tensors, a storage is not safe for concurrent writes (one
 // of two threads' in-place ops on it may be lost), but its buffer is read and swapped
 // under the state's lock, so such a race never frees a buffer twice or reads a torn
-// pointer, and a write that gives its buffer up to XLA (write_part) holds the lock until
-// the new buffer is in: no reader takes a buffer being given up.
+// pointer, and a write that gives its buffer up to XLA (write_part, StorageDonations)
+// holds the lock until the new buffer is in: no reader takes a buffer being given up.
 #pragma once
 
 #include <ATen/Tensor.h>
 #include <c10/core/Allocator.h>
+#include <c10/util/SmallVector.h>
 
 #include <atomic>
 #include <functional>
@@ -47,6 +49,14 @@ struct StorageState {
   using PartWriter = std::function<runtime::BufferPtr(const runtime::BufferPtr& whole,
                                                       bool donate)>;
   void write_part(runtime::BufferPtr whole, const PartWriter& write);
+  // A program's donation of the whole buffer: when `b` is the current buffer and its only
+  // other holder is the caller's run, returns this state locked, so no reader takes the
+  // buffer until the program's output is in (give_buffer_to). Returns an empty lock
+  // otherwise, and when another thread holds the state: it never waits.
+  std::unique_lock<std::mutex> lock_to_give_up(const runtime::BufferPtr& b);
+  // The output of the program `b` was given up to becomes the buffer; `lock` (from
+  // lock_to_give_up) is released.
+  void give_buffer_to(std::unique_lock<std::mutex>& lock, runtime::BufferPtr output);
   bool zeros_only() const { return zeros_only_.load(); }  // read by fused eager's undo log
 
   int device_index = 0;
@@ -67,6 +77,25 @@ c10::Allocator* tpu_allocator();
 // A DataPtr owning a new, bufferless StorageState of `nbytes` on `device_index`: what the
 // allocator hands out.
 c10::DataPtr new_storage_data_ptr(int device_index, int64_t nbytes);
+
+// The storages whose whole buffers one program run gives up (ProgramArgs::donatable of an
+// eager op or a compiled graph): each is locked from its check until its output is in.
+class StorageDonations {
+ public:
+  // Whether `b`, read from `t` for the run (which holds one reference), is the whole
+  // buffer of `t`'s storage held by nothing else; the storage is then locked.
+  bool give_up(int input, const at::Tensor& t, const runtime::BufferPtr& b);
+  // Input `input`'s storage, given up, takes `output`; false when it was not given up.
+  bool take(int input, const runtime::BufferPtr& output);
+
+ private:
+  struct Held {
+    int input;
+    StorageState* state;
+    std::unique_lock<std::mutex> lock;
+  };
+  c10::SmallVector<Held, 2> held_;
+};
 
 // What a tpu storage without a StorageState (not made by our allocator) says when used.
 extern const char* const kNoStorageStateMessage;

@@ -83,19 +83,13 @@ class CompiledGraph::Args : public aten::ProgramArgs {
     return aten::next_rng_state_buffer(
         aten::default_generator(static_cast<c10::DeviceIndex>(g_.device_)), g_.device_);
   }
-  // Held by the input's storage and by the run only, as the whole storage.
+  // Held by the input's storage and by the run only, as the whole storage (locked until
+  // the storage takes the output: no reader takes the buffer given up).
   bool donatable(int index, const runtime::BufferPtr& b) override {
-    const at::Tensor& t = inputs_[index];
-    aten::StorageState& s = aten::storage_state(t);
-    bool whole = lowering::is_whole_buffer_view(
-        s.nbytes / static_cast<int64_t>(t.element_size()),
-        std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
-        std::vector<int64_t>(t.strides().begin(), t.strides().end()), t.storage_offset());
-    runtime::BufferPtr held = s.buffer();  // a third holder while it is looked at
-    return whole && held.get() == b.get() && held.use_count() == 3;
+    return donations_.give_up(index, inputs_[index], b);
   }
   void donated(int index, const runtime::BufferPtr& output) override {
-    aten::storage_state(inputs_[index]).set_buffer(output);
+    donations_.take(index, output);
     base::counter_add("num_donated_inputs");
   }
 
@@ -105,6 +99,7 @@ class CompiledGraph::Args : public aten::ProgramArgs {
   const std::vector<int64_t>& sizes_;
   std::vector<runtime::BufferPtr> read_;
   std::vector<int> uses_;
+  aten::StorageDonations donations_;
 };
 
 std::shared_ptr<CompiledGraph> CompiledGraph::make(const lowering::GraphSpec& spec, int device,

@@ -109,3 +109,43 @@ def test_a_kv_cache_filled_row_by_row(mode):
             cache.index_copy_(1, at.to(TPU), step.to(TPU))
             assert torch.equal(cache[:, : pos + 1].sum(1).cpu(), cache_cpu[:, : pos + 1].sum(1))
         assert torch.equal(cache.cpu(), cache_cpu)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_thread_reading_a_tensor_another_updates_in_place_never_sees_a_given_up_buffer(
+        compiled):
+    """One thread adds 1 in place (each call donating the tensor's buffer) while another
+    reads the tensor: every read is a whole count in range, as on the CPU, never memory a
+    program was given, nor a 'donated' error. The storage stays locked from the check that
+    its buffer can be given up until the program's output is in."""
+    import threading
+
+    step = torch.compile(lambda t: t.add_(1), backend="tpu") if compiled else \
+        (lambda t: t.add_(1))
+    x = torch.zeros(1000, device=TPU)
+    step(x)
+    x.zero_()
+    n, done, bad = 1500, threading.Event(), []
+
+    def writer():
+        try:
+            for _ in range(n):
+                step(x)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    reads = 0
+    while not done.is_set() or reads == 0:
+        try:
+            v = x.cpu()
+        except RuntimeError as e:
+            bad.append(str(e)[:200])
+            continue
+        reads += 1
+        if not ((v >= 0) & (v <= n) & (v == v.round())).all():
+            bad.append(f"values {v[:3].tolist()}")
+    t.join()
+    assert not bad, bad[:3]
+    assert torch.equal(x.cpu(), torch.full((1000,), float(n)))
