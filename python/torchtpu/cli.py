@@ -353,17 +353,37 @@ def main(argv: list[str] | None = None) -> int:
             sock.close()
             print(f"torchtpu serve: {e}", file=sys.stderr)
             return 2
+        except Exception as e:  # noqa: BLE001 - a model folder or setting it cannot start from
+            # (a corrupt config or weights file, sizes past what the engine holds): a clear
+            # line and exit 2, which a supervisor does not restart, instead of a traceback.
+            sock.close()
+            print(f"torchtpu serve: cannot start the engine for {args.model}: "
+                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                  file=sys.stderr)
+            return 2
+        # Listening starts now, with the engine ready: a second server bound to the same
+        # port during its warm-up (SO_REUSEADDR lets bound, unlistened sockets share one)
+        # is refused here, not by uvicorn's traceback.
+        try:
+            sock.listen(2048)
+        except OSError as e:
+            sock.close()
+            engine.close()
+            print(f"torchtpu serve: cannot listen on {args.host}:{args.port}: "
+                  f"{e.strerror or e}; pick another --port", file=sys.stderr)
+            return 2
+        port = sock.getsockname()[1]  # the one the OS chose for --port 0
         print(f"torchtpu serve: {engine.model_name} ({engine.weight_bytes / 2**20:.1f} MiB of "
               f"{engine.decoder.quantization or 'f32'} weights, "
               f"{_huge_pages_fact(engine.decoder.huge_pages)}) warmed up in "
-              f"{engine.warmup_seconds:.1f} s; listening on http://{args.host}:{args.port}",
+              f"{engine.warmup_seconds:.1f} s; listening on http://{args.host}:{port}",
               file=sys.stderr, flush=True)
         if kv_events is not None:
             print(f"torchtpu serve: KV events on {kv_events.endpoint} (topic "
                   f"{kv_events.topic!r})", file=sys.stderr, flush=True)
         # 1 when the engine loop died: a supervisor restarts the server.
         try:
-            return serve(engine, args.host, args.port, max_request_bytes=args.max_request_bytes,
+            return serve(engine, args.host, port, max_request_bytes=args.max_request_bytes,
                          max_request_sequences=args.max_request_sequences, sock=sock)
         finally:
             engine.close()

@@ -61,3 +61,13 @@ def test_numeric_flags_out_of_range_are_usage_errors(argv, message, capsys):
         main(argv)
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config", ["{not json", "[]"])
+def test_a_model_folder_the_engine_cannot_start_from_is_a_clear_error(config, capsys, tmp_path):
+    """A config.json that is corrupt or describes no usable model: one line naming the
+    folder and the error, exit 2 (which a supervisor does not restart), no traceback."""
+    (tmp_path / "config.json").write_text(config)
+    assert main(["serve", "--model", str(tmp_path), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot start the engine for {tmp_path}: " in err and "Traceback" not in err
