@@ -113,10 +113,10 @@ def _note_compile(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> None:
     limit = recompile_limit()
     if len(history) > limit and frame not in _warned:
         _warned.add(frame)
+        last = f" Last change: {_explain_change(history[-2], sig)}" if len(history) > 1 else ""
         warnings.warn(
             f"torchtpu: {frame} has compiled {len(history)} graphs (limit {limit}); inputs whose "
-            "shapes keep changing cause a recompilation storm. Last change: "
-            f"{_explain_change(history[-2], sig)}",
+            f"shapes keep changing cause a recompilation storm.{last}",
             stacklevel=2,
         )
 

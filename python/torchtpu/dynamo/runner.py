@@ -251,10 +251,13 @@ class GraphRunner:
                 self._warn_exact_sizes()
             dump_dir = os.environ.get("TORCHTPU_DUMP_DIR")
             if dump_dir:
-                os.makedirs(dump_dir, exist_ok=True)
                 path = os.path.join(dump_dir, f"graph_{id(graph):x}.fx.txt")
-                with open(path, "w") as f:
-                    f.write(gm.print_readable(print_output=False))
+                try:
+                    os.makedirs(dump_dir, exist_ok=True)
+                    with open(path, "w") as f:
+                        f.write(gm.print_readable(print_output=False))
+                except OSError as e:  # as the C++ side does for the modules: say so, go on
+                    log.warning("torchtpu: could not write %s (TORCHTPU_DUMP_DIR): %s", path, e)
         return self.compiled[key]
 
     def _warn_exact_sizes(self) -> None:

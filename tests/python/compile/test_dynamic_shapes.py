@@ -597,6 +597,29 @@ def test_programs_per_exact_size_warn_past_the_recompile_limit(
     assert sum("one per exact size" in str(w.message) for w in record) == 1
 
 
+def test_a_recompile_limit_of_zero_warns_at_the_first_compile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHTPU_RECOMPILE_LIMIT", "0")
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match=r"has compiled 1 graphs \(limit 0\)"):
+        out = torch.compile(lambda x: x * 2, backend="tpu")(torch.ones(2, device="tpu"))
+    assert out.cpu().tolist() == [2.0, 2.0]
+    torch._dynamo.reset()
+
+
+def test_an_unwritable_dump_dir_is_reported_and_the_compile_goes_on(
+        monkeypatch: pytest.MonkeyPatch, tmp_path, caplog) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("TORCHTPU_DUMP_DIR", str(blocked / "dumps"))
+    torch._dynamo.reset()
+    with caplog.at_level("WARNING"):
+        out = torch.compile(lambda x: x - 1, backend="tpu")(torch.ones(2, device="tpu"))
+    assert out.cpu().tolist() == [0.0, 0.0]
+    assert "(TORCHTPU_DUMP_DIR)" in caplog.text
+    torch._dynamo.reset()
+
+
 def test_a_malformed_recompile_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCHTPU_RECOMPILE_LIMIT", "abc")
     torch._dynamo.reset()
