@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torchtpu
 from _compare import TPU, eager_mode
+
+import torchtpu
 
 
 def _donated() -> int:
