@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "aten/op_special_cases.h"
+#include "aten/tpu_storage.h"
 
 namespace torchtpu::aten {
 namespace {
@@ -55,8 +56,10 @@ void check_list_overlap(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IV
 }
 
 // The bytes of its storage a tensor's elements lie within, and where it is in the lists.
+// `storage` is the StorageState: two StorageImpls may share one (a DLPack import of a
+// tpu tensor is made by from_blob on its data pointer).
 struct Span {
-  const c10::StorageImpl* storage;
+  const void* storage;
   int64_t begin, end;
   size_t position;
   bool written;
@@ -66,7 +69,9 @@ Span span_of(const at::Tensor& t, size_t position, bool written) {
   int64_t extent = 1;
   for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * std::abs(t.stride(d));
   int64_t begin = t.storage_offset() * static_cast<int64_t>(t.element_size());
-  return {t.storage().unsafeGetStorageImpl(), begin,
+  const void* state = find_storage_state(t.storage().data_ptr());
+  return {state != nullptr ? state : static_cast<const void*>(t.storage().unsafeGetStorageImpl()),
+          begin,
           begin + extent * static_cast<int64_t>(t.element_size()), position, written};
 }
 

@@ -150,3 +150,12 @@ def test_a_thread_reading_a_tensor_another_updates_in_place_never_sees_a_given_u
     t.join()
     assert not bad, bad[:3]
     assert torch.equal(x.cpu(), torch.full((1000,), float(n)))
+
+
+def test_a_list_op_over_a_tensor_and_its_dlpack_import_applies_both_writes():
+    """A DLPack import of a tpu tensor is another StorageImpl on the same storage: a list
+    op writing both applies one write after the other, as the CPU does."""
+    for device in ("cpu", TPU):
+        x = torch.arange(6.0, device=device)
+        torch._foreach_add_([x, torch.from_dlpack(x)], 1.0)
+        assert x.cpu().tolist() == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0], device
