@@ -11,6 +11,7 @@
 
 #include "aten/call_signature.h"
 #include "aten/cpu_dtypes.h"
+#include "aten/fused_eager.h"
 #include "aten/host_transfer.h"
 #include "aten/op_special_cases.h"
 #include "aten/overlap_checks.h"
@@ -117,7 +118,8 @@ bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
 
 // The (graph input, output) pairs of `c` whose output is the new value of the argument the
 // input reads, of the input's own type (a resized `out` is not one), outputs counted as
-// run_compiled takes them: the returns, a list op's written items, then extra_write_args.
+// run_compiled takes them: the returns (an op with a list's written items returns nothing,
+// so those come first), then extra_write_args.
 std::vector<std::pair<int, int>> written_inputs(const CompiledOp& c,
                                                 const std::vector<lowering::OpArg>& args) {
   std::vector<std::pair<int, int>> inputs = lowering::op_inputs(args);
@@ -426,6 +428,9 @@ void run_compiled(const CompiledOp& c, const c10::FunctionSchema& schema,
     torch::jit::drop(*stack, num_args);
     return;
   }
+  // Fused eager: a failed data check still pending must be raised before this call writes
+  // (a donating run's storage takes its output inside the run), so nothing is to undo.
+  if (!c.donations.empty()) run_checked_pending(device);
   EagerArgs args(c, ivalues, device, generator);
   args.read_inputs();
   timer.mark(dispatch_profile::kBind);

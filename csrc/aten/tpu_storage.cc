@@ -17,6 +17,7 @@
 #include "aten/tpu_guard.h"
 #include "aten/view_programs.h"
 #include "lowering/storage_programs.h"
+#include "runtime/device_queue.h"
 #include "runtime/execution_trace.h"
 
 namespace torchtpu::aten {
@@ -331,7 +332,15 @@ void StorageState::write_part(runtime::BufferPtr whole, const PartWriter& write)
 
 std::unique_lock<std::mutex> StorageState::lock_to_give_up(const runtime::BufferPtr& b) {
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (lock.owns_lock() && (buffer_.get() != b.get() || buffer_.use_count() != 2)) lock.unlock();
+  if (!lock.owns_lock()) return lock;
+  if (buffer_.get() != b.get()) {
+    lock.unlock();
+    return lock;
+  }
+  // The device queue holds its tail weakly: forgotten first, a stream query or barrier
+  // can no longer take the buffer, and one that took it already shows in the count.
+  runtime::forget_tail(b.get());
+  if (buffer_.use_count() != 2) lock.unlock();
   return lock;
 }
 
@@ -342,7 +351,10 @@ void StorageState::give_buffer_to(std::unique_lock<std::mutex>& lock, runtime::B
 }  // `output`, now the old buffer, is released after the lock
 
 bool StorageDonations::give_up(int input, const at::Tensor& t, const runtime::BufferPtr& b) {
-  StorageState& s = storage_state(t);
+  // Not storage_state(): a value another thread recorded meanwhile (fused eager) would be
+  // computed here, under the locks this run holds. Such a storage is not given up.
+  StorageState& s = recorded_storage_state(t);
+  if (s.pending) return false;
   for (const Held& h : held_) {
     if (h.state == &s) return false;  // locked by this run already (never locked twice)
   }

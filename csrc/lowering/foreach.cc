@@ -149,7 +149,8 @@ LoweringFn foreach_of(std::string item_op, bool norm_args = false) {
                                     "item " + std::to_string(i) + " of " + c.op_name());
       }
       for (const Check& check : item.checks()) {
-        c.require(check.ok, check.message, check.kind, check.guarded);
+        // Not guarded across items: item i's failed check leaves the other items' writes.
+        c.require(check.ok, check.message, check.kind, /*guarded=*/false);
       }
       results.push_back(r[0]);
     }

@@ -41,6 +41,15 @@ BufferPtr last_replicated_output(int device_index) {
   return lookup(tails().last_replicated, device_index);
 }
 
+void forget_tail(const Buffer* buffer) {
+  std::lock_guard<std::mutex> lock(tails().mu);
+  for (auto* v : {&tails().last, &tails().last_replicated}) {
+    for (std::weak_ptr<Buffer>& w : *v) {
+      if (BufferPtr b = w.lock(); b.get() == buffer) w.reset();
+    }
+  }
+}
+
 BufferPtr queue_tail(int device_index) {
   std::lock_guard<std::mutex> lock(tails().mu);
   return lookup(tails().last, device_index);

@@ -21,5 +21,9 @@ BufferPtr queue_tail(int device_index);
 // order a replicated program with the device's later single-device work (a marker enqueued
 // after it was seen to finish first), so waiting for the device waits for this too.
 BufferPtr last_replicated_output(int device_index);
+// Forgets `buffer` as a tail (queries then ask a marker): called before a program is given
+// the buffer (donation), so no thread takes it from the queue and waits on a buffer that
+// is gone. The caller checks that nothing else holds the buffer after this call.
+void forget_tail(const Buffer* buffer);
 
 }  // namespace torchtpu::runtime
