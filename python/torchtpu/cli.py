@@ -339,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"torchtpu serve: cannot listen on {args.host}:{args.port}: "
                   f"{e.strerror or e}; pick another --port", file=sys.stderr)
             return 2
+        args.port = sock.getsockname()[1]  # the one the OS chose for --port 0
         try:
             kv_events = _kv_events_config(args)
             engine = LLMEngine(
@@ -356,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - a model folder or setting it cannot start from
             # (a corrupt config or weights file, sizes past what the engine holds): a clear
             # line and exit 2, which a supervisor does not restart, instead of a traceback.
+            # Runtime failures (the device, its memory) may pass: they stay exit 1.
+            if isinstance(e, (RuntimeError, MemoryError)):
+                raise
             sock.close()
             print(f"torchtpu serve: cannot start the engine for {args.model}: "
                   f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
@@ -372,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"torchtpu serve: cannot listen on {args.host}:{args.port}: "
                   f"{e.strerror or e}; pick another --port", file=sys.stderr)
             return 2
-        port = sock.getsockname()[1]  # the one the OS chose for --port 0
+        port = args.port
         print(f"torchtpu serve: {engine.model_name} ({engine.weight_bytes / 2**20:.1f} MiB of "
               f"{engine.decoder.quantization or 'f32'} weights, "
               f"{_huge_pages_fact(engine.decoder.huge_pages)}) warmed up in "
