@@ -320,6 +320,7 @@ std::vector<runtime::BufferPtr> read_tensors(c10::ArrayRef<at::Tensor> ts) {
 // a new reference meanwhile; a write that copies lets readers in while it runs.
 void StorageState::write_part(runtime::BufferPtr whole, const PartWriter& write) {
   std::unique_lock<std::mutex> lock(mu_);
+  runtime::forget_tail(whole.get());  // as lock_to_give_up: the queue takes it no more
   bool donate = whole.use_count() == (buffer_.get() == whole.get() ? 2 : 1);
   if (!donate) lock.unlock();
   runtime::BufferPtr next = write(whole, donate);
