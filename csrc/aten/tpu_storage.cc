@@ -366,14 +366,10 @@ bool StorageDonations::give_up(int input, const at::Tensor& t, const runtime::Bu
   return true;
 }
 
-bool StorageDonations::take(int input, const runtime::BufferPtr& output) {
+void StorageDonations::take(int input, const runtime::BufferPtr& output) {
   for (Held& h : held_) {
-    if (h.input == input && h.lock.owns_lock()) {
-      h.state->give_buffer_to(h.lock, output);
-      return true;
-    }
+    if (h.input == input && h.lock.owns_lock()) h.state->give_buffer_to(h.lock, output);
   }
-  return false;
 }
 
 void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::BufferPtr>& values) {

@@ -85,8 +85,8 @@ class StorageDonations {
   // Whether `b`, read from `t` for the run (which holds one reference), is the whole
   // buffer of `t`'s storage held by nothing else; the storage is then locked.
   bool give_up(int input, const at::Tensor& t, const runtime::BufferPtr& b);
-  // Input `input`'s storage, given up, takes `output`; false when it was not given up.
-  bool take(int input, const runtime::BufferPtr& output);
+  // Input `input`'s storage, if given up, takes `output`.
+  void take(int input, const runtime::BufferPtr& output);
 
  private:
   struct Held {

@@ -269,6 +269,12 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _cannot_listen(args, e: OSError) -> int:
+    print(f"torchtpu serve: cannot listen on {args.host}:{args.port}: "
+          f"{e.strerror or e}; pick another --port", file=sys.stderr)
+    return 2
+
+
 def _huge_pages_fact(h) -> str:
     """Where the weights' host memory stands with huge pages, for the start-up line."""
     from torchtpu.memory import huge_pages_enabled
@@ -336,9 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sock = _listening_socket(args.host, args.port)
         except OSError as e:
-            print(f"torchtpu serve: cannot listen on {args.host}:{args.port}: "
-                  f"{e.strerror or e}; pick another --port", file=sys.stderr)
-            return 2
+            return _cannot_listen(args, e)
         args.port = sock.getsockname()[1]  # the one the OS chose for --port 0
         try:
             kv_events = _kv_events_config(args)
@@ -373,21 +377,18 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:
             sock.close()
             engine.close()
-            print(f"torchtpu serve: cannot listen on {args.host}:{args.port}: "
-                  f"{e.strerror or e}; pick another --port", file=sys.stderr)
-            return 2
-        port = args.port
+            return _cannot_listen(args, e)
         print(f"torchtpu serve: {engine.model_name} ({engine.weight_bytes / 2**20:.1f} MiB of "
               f"{engine.decoder.quantization or 'f32'} weights, "
               f"{_huge_pages_fact(engine.decoder.huge_pages)}) warmed up in "
-              f"{engine.warmup_seconds:.1f} s; listening on http://{args.host}:{port}",
+              f"{engine.warmup_seconds:.1f} s; listening on http://{args.host}:{args.port}",
               file=sys.stderr, flush=True)
         if kv_events is not None:
             print(f"torchtpu serve: KV events on {kv_events.endpoint} (topic "
                   f"{kv_events.topic!r})", file=sys.stderr, flush=True)
         # 1 when the engine loop died: a supervisor restarts the server.
         try:
-            return serve(engine, args.host, port, max_request_bytes=args.max_request_bytes,
+            return serve(engine, args.host, args.port, max_request_bytes=args.max_request_bytes,
                          max_request_sequences=args.max_request_sequences, sock=sock)
         finally:
             engine.close()
