@@ -76,11 +76,11 @@ bool whole_storage(const at::Tensor& t, const StorageState& s) {
 
 // The type of the storage's value as the recorder sees it (pending or its buffer), or
 // null when it has neither.
-const lowering::TensorType* storage_type(const StorageState& s, lowering::TensorType* scratch) {
-  if (s.pending) return &s.pending->type;
-  runtime::BufferPtr b = s.buffer();
-  if (!b) return nullptr;
-  *scratch = lowering::TensorType{b->dtype(), b->dims()};
+const lowering::TensorType* storage_type(const StorageState::Value& v,
+                                         lowering::TensorType* scratch) {
+  if (v.pending) return &v.pending->type;
+  if (!v.buffer) return nullptr;
+  *scratch = lowering::TensorType{v.buffer->dtype(), v.buffer->dims()};
   return scratch;
 }
 
@@ -89,10 +89,11 @@ const lowering::TensorType* storage_type(const StorageState& s, lowering::Tensor
 bool recordable(const at::Tensor& t, const PendingGraph& g) {
   const StorageState& s = recorded_storage_state(t);
   if (s.device_index != g.device) return false;
+  StorageState::Value v = s.value();
   lowering::TensorType scratch;
-  const lowering::TensorType* type = storage_type(s, &scratch);
-  if (type == nullptr) return !s.pending;  // bufferless: read_tensor fills zeros
-  if (s.pending && s.pending->generation != g.generation) return true;  // computed: a buffer
+  const lowering::TensorType* type = storage_type(v, &scratch);
+  if (type == nullptr) return true;  // bufferless: read_tensor fills zeros
+  if (v.pending && v.pending->generation != g.generation) return true;  // computed: a buffer
   return type->dtype == to_dtype(t.scalar_type()) &&
          type->num_elements() * static_cast<int64_t>(t.element_size()) == s.nbytes;
 }
@@ -125,8 +126,7 @@ class Recorder {
     StorageState& s = recorded_storage_state(t);
     log_write(t, s);
     if (whole_storage(t, s)) {
-      s.pending = value;
-      s.set_buffer(nullptr);
+      s.set_pending(value);
       return;
     }
     int base = whole_value(s, t.scalar_type());
@@ -139,19 +139,18 @@ class Recorder {
     lowering::TensorType type = g_.type_of(base);
     structure_view(n, type);
     int out = add_node(std::move(n), {type});
-    s.pending = pending(out);
-    s.set_buffer(nullptr);
+    s.set_pending(pending(out));
   }
 
   // Keeps s's value before a write (t's storage) while the graph holds a data check, for
   // a failed check to restore.
   void log_write(const at::Tensor& t, const StorageState& s) {
     if (!g_.checked) return;
-    const bool here = s.pending && s.pending->generation == g_.generation;
-    g_.undo.push_back(UndoWrite{t.storage().getWeakStorageImpl(), g_.nodes.size(),
-                                s.pending ? nullptr : s.buffer(), here ? nullptr : s.pending,
-                                here ? s.pending->id : -1,
-                                !s.pending && (!s.buffer() || s.zeros_only())});
+    StorageState::Value v = s.value();
+    const bool here = v.pending && v.pending->generation == g_.generation;
+    g_.undo.push_back(UndoWrite{t.storage().getWeakStorageImpl(), g_.nodes.size(), v.buffer,
+                                here ? nullptr : v.pending, here ? v.pending->id : -1,
+                                !v.pending && (!v.buffer || s.zeros_only())});
   }
 
   int input(const runtime::BufferPtr& b) {
@@ -204,9 +203,9 @@ class Recorder {
 
   // The whole value of storage `s` (read as `dtype`).
   int whole_value(StorageState& s, c10::ScalarType dtype) {
-    if (s.pending && s.pending->generation == g_.generation) return s.pending->id;
-    if (s.pending) materialize(s);  // computed by an earlier graph
-    return input(storage_buffer(s, dtype));
+    std::shared_ptr<PendingValue> v = s.pending();
+    if (v && v->generation == g_.generation) return v->id;
+    return input(storage_buffer(s, dtype));  // computes a value an earlier graph computed
   }
 
   void structure_view(const RecordedNode& n, const lowering::TensorType& base) {
@@ -266,8 +265,12 @@ void undo_since(PendingGraph& g, const Mark& m, const std::string& error) {
     c10::intrusive_ptr<c10::StorageImpl> impl = it->storage.lock();
     StorageState* s = impl ? find_storage_state(impl->data_ptr()) : nullptr;
     if (s == nullptr) continue;  // freed since: nothing can read it
-    s->set_buffer(it->buffer);
-    s->pending = it->id >= 0 ? rec.pending(it->id) : it->earlier;
+    std::shared_ptr<PendingValue> earlier = it->id >= 0 ? rec.pending(it->id) : it->earlier;
+    if (earlier) {
+      s->set_pending(std::move(earlier));
+    } else {
+      s->set_buffer(it->buffer, it->unwritten);
+    }
     if (it->unwritten) {
       // Never written before the undone calls (torch.ones is empty + a recorded fill_):
       // it would read as zeros, a value no call gave it; it reads as failed instead.
@@ -277,7 +280,7 @@ void undo_since(PendingGraph& g, const Mark& m, const std::string& error) {
       failed->id = -1;
       failed->type = lowering::TensorType{base::DType::kU8, {static_cast<int64_t>(s->nbytes)}};
       failed->error = error;
-      s->pending = std::move(failed);
+      s->set_pending(std::move(failed));
     }
   }
   // What the undone calls computed: tensors they returned read as failed.
@@ -309,23 +312,27 @@ void set_eager_mode(EagerMode mode) {
   g_mode.store(static_cast<int>(mode));
 }
 
-void materialize(StorageState& s) {
-  std::shared_ptr<PendingValue> v = s.pending;
-  if (!v) return;
-  if (!v->buffer && v->error.empty()) {
+StorageState::Value materialize(StorageState& s, const std::shared_ptr<PendingValue>& v) {
+  runtime::BufferPtr buffer;
+  std::string error;
+  {
+    // v's buffer and error are written by whichever thread runs its graph, under the lock.
     PendingGraph& g = graph(v->device);
     std::lock_guard<std::recursive_mutex> lock(g.mu);
     if (!v->buffer && v->error.empty() && v->generation == g.generation) run_pending_graph(g);
+    buffer = v->buffer;
+    error = v->error;
   }
-  TORCH_CHECK(v->buffer, "tpu: this tensor's value was to be computed by a fused eager graph "
-              "that failed: ", v->error.empty() ? "it was not run" : v->error);
-  if (s.pending == v) {
-    // A padded graph's output is the row-major prefix of a bucket-sized buffer: the
-    // storage grows to hold it (its tensors view the prefix).
-    if (v->buffer->size_bytes() > s.nbytes) set_storage_nbytes(s, v->buffer->size_bytes());
-    s.set_buffer(v->buffer);
-    s.pending.reset();
-  }
+  TORCH_CHECK(buffer, "tpu: this tensor's value was to be computed by a fused eager graph "
+              "that failed: ", error.empty() ? "it was not run" : error);
+  // A padded graph's output is the row-major prefix of a bucket-sized buffer: the storage
+  // grows to hold it (its tensors view the prefix).
+  if (buffer->size_bytes() > s.nbytes) set_storage_nbytes(s, buffer->size_bytes());
+  return s.resolve(v, std::move(buffer));
+}
+
+void materialize(StorageState& s) {
+  if (std::shared_ptr<PendingValue> v = s.pending()) materialize(s, v);
 }
 
 bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::FunctionSchema& schema,
@@ -480,7 +487,6 @@ bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
     // A buffer the graph would only pass through: dst takes it, as op by op does.
     rec.log_write(dst, d);
     d.set_buffer(g.inputs.at(PendingGraph::input_index(id)));
-    d.pending.reset();
     return true;
   }
   rec.write(dst, id, id >= 0 ? rec.pending(id) : nullptr);

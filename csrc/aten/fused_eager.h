@@ -67,6 +67,10 @@ struct PendingValue {
 
 // Gives `s` its buffer: runs the graph computing its pending value if it has not run.
 void materialize(StorageState& s);
+// The same for the pending value `v` the caller saw in `s` (raises when its graph failed):
+// `v`'s buffer becomes s's unless a write recorded since replaced `v`. Returns s's value
+// after (a buffer, or a newer pending value). Safe with a recorder on another thread.
+StorageState::Value materialize(StorageState& s, const std::shared_ptr<PendingValue>& v);
 
 // Records the call on `stack` (its arguments on top, classified and compiled as `c`) into
 // its device's pending graph, pushing its results. Returns false without touching the

@@ -65,10 +65,8 @@ Value bitcast_flat(Builder& b, Value v, base::DType to) {
 
 }  // namespace
 
-runtime::BufferPtr storage_bytes_as(const StorageState& s, c10::ScalarType dtype,
-                                    const std::vector<int64_t>* dims) {
-  runtime::BufferPtr held = s.buffer();
-  TORCH_INTERNAL_ASSERT(held != nullptr, "tpu: storage_bytes_as needs a buffer");
+runtime::BufferPtr storage_bytes_as(const runtime::BufferPtr& held, int device_index,
+                                    c10::ScalarType dtype, const std::vector<int64_t>* dims) {
   const runtime::Buffer& buf = *held;
   base::DType want = to_dtype(dtype);
   if (buf.dtype() == want) return held;
@@ -81,7 +79,7 @@ runtime::BufferPtr storage_bytes_as(const StorageState& s, c10::ScalarType dtype
   Builder b("torchtpu_reinterpret");
   Value v = bitcast_flat(b, b.param(TensorType{buf.dtype(), buf.dims()}), want);
   if (dims != nullptr && *dims != v.dims()) v = b.reshape(v, *dims);
-  return run_program(b.finish({v}), {&buf}, s.device_index)[0];
+  return run_program(b.finish({v}), {&buf}, device_index)[0];
 }
 
 void resize_storage_bytes(c10::StorageImpl* impl, int64_t nbytes) {
@@ -95,7 +93,7 @@ void resize_storage_bytes(c10::StorageImpl* impl, int64_t nbytes) {
     impl->set_nbytes(nbytes);
     return;
   }
-  if (s->pending) materialize(*s);
+  materialize(*s);
   runtime::BufferPtr held = s->buffer();
   if (held && (nbytes == 0 || held->size_bytes() == 0)) {
     // Nothing is kept: the new storage is all zeros, which a storage without a buffer reads

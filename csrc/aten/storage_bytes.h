@@ -16,11 +16,12 @@
 
 namespace torchtpu::aten {
 
-// The storage's whole buffer as a buffer of `dtype`: of shape `dims` when given (their
-// product must be nbytes / itemsize), else flat; the buffer itself when it already has
-// that dtype. The storage must have a buffer. Raises when its byte count is not a
-// multiple of the dtype's size.
-runtime::BufferPtr storage_bytes_as(const StorageState& s, c10::ScalarType dtype,
+// A storage's whole buffer `held` (on `device_index`) as a buffer of `dtype`: of shape
+// `dims` when given (their product must be its bytes / itemsize), else flat; `held`
+// itself when it already has that dtype. Raises when its byte count is not a multiple of
+// the dtype's size.
+runtime::BufferPtr storage_bytes_as(const runtime::BufferPtr& held, int device_index,
+                                    c10::ScalarType dtype,
                                     const std::vector<int64_t>* dims = nullptr);
 
 // Sets the storage's byte count to `nbytes`: the first min(old, new) bytes are kept, new

@@ -64,14 +64,25 @@ StorageState* new_state(int device_index, int64_t nbytes) {
 }
 
 // The storage's buffer; one that was allocated but never written is first filled with
-// zeros of the reader's dtype.
+// zeros of the reader's dtype. A value another thread recorded since the caller's
+// storage_state() (fused eager) is computed here: a reader never sees a storage without
+// a value just because a write was in flight.
 runtime::BufferPtr ensure_buffer(StorageState& s, c10::ScalarType dtype) {
-  if (runtime::BufferPtr b = s.buffer()) return b;
-  int64_t item = c10::elementSize(dtype);
-  lowering::TensorType t{to_dtype(dtype), {s.nbytes / item}};
-  runtime::BufferPtr zeros = run_program(lowering::zeros_module(t), {}, s.device_index)[0];
-  s.set_buffer(zeros, /*zeros_only=*/true);
-  return zeros;
+  StorageState::Value v = s.value();
+  runtime::BufferPtr zeros;
+  for (;;) {
+    if (v.buffer) return v.buffer;
+    if (v.pending) {
+      v = materialize(s, v.pending);
+      continue;
+    }
+    if (!zeros) {
+      int64_t item = c10::elementSize(dtype);
+      lowering::TensorType t{to_dtype(dtype), {s.nbytes / item}};
+      zeros = run_program(lowering::zeros_module(t), {}, s.device_index)[0];
+    }
+    v = s.fill_if_empty(zeros);
+  }
 }
 
 // Whether (sizes, strides) address their elements in row-major order with no gaps (size-1
@@ -123,7 +134,7 @@ StorageState* live_storage_state(const void* p) {
 
 StorageState& storage_state(const at::Tensor& t) {
   StorageState& s = recorded_storage_state(t);
-  if (s.pending) materialize(s);
+  materialize(s);
   return s;
 }
 
@@ -209,8 +220,10 @@ runtime::BufferPtr storage_buffer(const at::Tensor& t) {
     bool whole = t.storage_offset() == 0 && t.numel() == numel && row_major(sizes, strides) &&
                  numel * static_cast<int64_t>(t.element_size()) == b->size_bytes();
     std::vector<int64_t> dims(sizes.begin(), sizes.end());
-    b = storage_bytes_as(s, t.scalar_type(), whole ? &dims : nullptr);
-    s.set_buffer(b, s.zeros_only());
+    runtime::BufferPtr as = storage_bytes_as(b, s.device_index, t.scalar_type(),
+                                             whole ? &dims : nullptr);
+    s.keep_reinterpretation(b, as);
+    return as;
   }
   return b;
 }
@@ -318,7 +331,49 @@ std::vector<runtime::BufferPtr> read_tensors(c10::ArrayRef<at::Tensor> ts) {
 // a cache, another storage) keeps it, and XLA copies the whole base (a 10-element write
 // into a 1 GiB storage copied the GiB, and held two). With the lock held nothing can take
 // a new reference meanwhile; a write that copies lets readers in while it runs.
+void StorageState::set_buffer(runtime::BufferPtr b, bool zeros_only) {
+  std::shared_ptr<PendingValue> dropped;
+  std::lock_guard<std::mutex> lock(mu_);
+  zeros_only_.store(zeros_only);
+  buffer_.swap(b);
+  pending_.swap(dropped);
+}  // the old buffer (`b`) and pending value are released after the lock
+
+void StorageState::set_pending(std::shared_ptr<PendingValue> v) {
+  runtime::BufferPtr dropped;
+  std::lock_guard<std::mutex> lock(mu_);
+  zeros_only_.store(false);
+  pending_.swap(v);
+  buffer_.swap(dropped);
+}
+
+StorageState::Value StorageState::resolve(const std::shared_ptr<PendingValue>& v,
+                                          runtime::BufferPtr b) {
+  std::shared_ptr<PendingValue> dropped;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending_ == v) {
+    buffer_.swap(b);
+    pending_.swap(dropped);
+  }
+  return Value{buffer_, pending_};
+}
+
+StorageState::Value StorageState::fill_if_empty(runtime::BufferPtr zeros) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!buffer_ && !pending_) {
+    zeros_only_.store(true);
+    buffer_ = std::move(zeros);
+  }
+  return Value{buffer_, pending_};
+}
+
+void StorageState::keep_reinterpretation(const runtime::BufferPtr& from, runtime::BufferPtr as) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (buffer_ == from) buffer_.swap(as);
+}  // `as`, now `from`, is released after the lock
+
 void StorageState::write_part(runtime::BufferPtr whole, const PartWriter& write) {
+  std::shared_ptr<PendingValue> dropped;  // a value recorded while this write ran: replaced
   std::unique_lock<std::mutex> lock(mu_);
   runtime::forget_tail(whole.get());  // as lock_to_give_up: the queue takes it no more
   bool donate = whole.use_count() == (buffer_.get() == whole.get() ? 2 : 1);
@@ -328,6 +383,7 @@ void StorageState::write_part(runtime::BufferPtr whole, const PartWriter& write)
   if (!lock.owns_lock()) lock.lock();
   zeros_only_.store(false);
   buffer_.swap(next);
+  pending_.swap(dropped);
   lock.unlock();
 }  // `next`, now the old buffer, is released after the lock
 
@@ -353,9 +409,9 @@ void StorageState::give_buffer_to(std::unique_lock<std::mutex>& lock, runtime::B
 
 bool StorageDonations::give_up(int input, const at::Tensor& t, const runtime::BufferPtr& b) {
   // Not storage_state(): a value another thread recorded meanwhile (fused eager) would be
-  // computed here, under the locks this run holds. Such a storage is not given up.
+  // computed here, under the locks this run holds. Such a storage holds no buffer, so
+  // lock_to_give_up does not give it up.
   StorageState& s = recorded_storage_state(t);
-  if (s.pending) return false;
   for (const Held& h : held_) {
     if (h.state == &s) return false;  // locked by this run already (never locked twice)
   }
@@ -398,9 +454,11 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
       batched[i] = true;
     }
     c10::ScalarType dtype = ts[g[0]].scalar_type();
-    ensure_buffer(s, dtype);
     std::vector<at::Tensor> views = pick(ts, g);
-    s.write_part(storage_bytes_as(s, dtype),
+    // (One statement apart: a temporary of ensure_buffer's alive in the call would count
+    // as another holder and keep the write from donating the buffer.)
+    runtime::BufferPtr base = storage_bytes_as(ensure_buffer(s, dtype), s.device_index, dtype);
+    s.write_part(std::move(base),
                  [&](const runtime::BufferPtr& whole, bool donate) {
                    return views_write(*whole, vs, views, donate);
                  });
@@ -412,9 +470,9 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
 
 runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype) {
   check_not_forked_child();
-  ensure_buffer(s, dtype);
-  runtime::BufferPtr b = storage_bytes_as(s, dtype);
-  s.set_buffer(b, s.zeros_only());  // the same bytes, read as `dtype`
+  runtime::BufferPtr held = ensure_buffer(s, dtype);
+  runtime::BufferPtr b = storage_bytes_as(held, s.device_index, dtype);
+  s.keep_reinterpretation(held, b);  // the same bytes, read as `dtype`
   return b;
 }
 
@@ -431,9 +489,10 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
     s.set_buffer(value);  // the whole storage: the value becomes its buffer
     return;
   }
-  ensure_buffer(s, t.scalar_type());
-  // The splice works in t's dtype.
-  s.write_part(storage_bytes_as(s, t.scalar_type()),
+  // The splice works in t's dtype (made apart from the call, as in write_tensors).
+  runtime::BufferPtr base =
+      storage_bytes_as(ensure_buffer(s, t.scalar_type()), s.device_index, t.scalar_type());
+  s.write_part(std::move(base),
                [&](const runtime::BufferPtr& whole, bool donate) {
                  return view_write(*whole, *value, sizes, strides, t.storage_offset(), donate);
                });
@@ -463,7 +522,7 @@ at::Tensor wrap_pending(std::shared_ptr<PendingValue> value, c10::ScalarType dty
   int64_t numel = 1;
   for (int64_t d : sizes) numel *= d;
   auto* state = new_state(device, numel * static_cast<int64_t>(c10::elementSize(dtype)));
-  state->pending = std::move(value);
+  state->set_pending(std::move(value));
   c10::Storage storage(c10::Storage::use_byte_size_t(), state->nbytes, make_data_ptr(state),
                        tpu_allocator(), /*resizable=*/true);
   auto t = at::detail::make_tensor<c10::TensorImpl>(

@@ -7,9 +7,9 @@
 // the new value (PyTorch's aliasing semantics). A fresh allocation (torch.empty) has no
 // buffer until first read (then zeros) or first write.
 // Thread safety: like PyTorch tensors, a storage is not safe for concurrent writes (one
-// of two threads' in-place ops on it may be lost), but its buffer is read and swapped
-// under the state's lock, so such a race never frees a buffer twice or reads a torn
-// pointer, and a write that gives its buffer up to XLA (write_part, StorageDonations)
+// of two threads' in-place ops on it may be lost), but its buffer (or pending value) is
+// read and swapped under the state's lock, so such a race never frees a buffer twice,
+// reads a torn pointer or a value no call wrote, and a write that gives its buffer up to XLA (write_part, StorageDonations)
 // holds the lock until the new buffer is in: no reader takes a buffer being given up.
 #pragma once
 
@@ -29,18 +29,44 @@ namespace torchtpu::aten {
 struct PendingValue;  // fused_eager.h
 
 struct StorageState {
-  // The current buffer: null until first read or write.
+  // What the storage holds at one instant: a buffer (null until first read or write), or,
+  // in fused eager mode, the pending value a recorded graph computes. Never both: every
+  // change below sets one and drops the other under the state's lock, so a reader on
+  // another thread sees either the value before a write or the one after it.
+  struct Value {
+    runtime::BufferPtr buffer;
+    std::shared_ptr<PendingValue> pending;
+  };
+  Value value() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Value{buffer_, pending_};
+  }
+  // The current buffer: null until first read or write, and while the value is pending.
   runtime::BufferPtr buffer() const {
     std::lock_guard<std::mutex> lock(mu_);
     return buffer_;
   }
+  std::shared_ptr<PendingValue> pending() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pending_;
+  }
+  // The value becomes `b` (a pending value is dropped: this write replaces it).
   // `zeros_only`: the buffer holds only the zeros a read of a never-written storage made
   // (ensure_buffer), or those bytes read as another dtype: no call has written it yet.
-  void set_buffer(runtime::BufferPtr b, bool zeros_only = false) {
-    zeros_only_.store(zeros_only);
-    std::lock_guard<std::mutex> lock(mu_);
-    buffer_.swap(b);  // the old buffer is released by `b`, after the lock
-  }
+  void set_buffer(runtime::BufferPtr b, bool zeros_only = false);
+  // Fused eager: the value becomes `v`, which a recorded graph computes (the buffer is
+  // dropped). storage_state() runs that graph first, so every reader but the recorder
+  // sees a buffer.
+  void set_pending(std::shared_ptr<PendingValue> v);
+  // `v`'s computed buffer `b` becomes the buffer, if `v` is still the storage's value (a
+  // write recorded since keeps its own). Returns the value after.
+  Value resolve(const std::shared_ptr<PendingValue>& v, runtime::BufferPtr b);
+  // The zeros a read of a never-written storage made become its buffer, if it still holds
+  // nothing (another thread may have written meanwhile). Returns the value after.
+  Value fill_if_empty(runtime::BufferPtr zeros);
+  // `as`, the buffer `from` read as another dtype (the same bytes), replaces `from` if it
+  // is still the buffer, so later reads in that dtype cost nothing.
+  void keep_reinterpretation(const runtime::BufferPtr& from, runtime::BufferPtr as);
   // A write into part of the storage: the new buffer is `write(whole, donate)`, where
   // `whole` is the current buffer or a reinterpretation of it made for this write (the
   // caller's only copy, moved in). `donate` is true when nothing else holds `whole` (this
@@ -61,14 +87,11 @@ struct StorageState {
 
   int device_index = 0;
   int64_t nbytes = 0;
-  // Fused eager: the storage's value is being computed by a recorded graph not run yet
-  // (buffer is then null). storage_state() runs that graph first, so every reader but the
-  // recorder sees a buffer.
-  std::shared_ptr<PendingValue> pending;
 
  private:
   mutable std::mutex mu_;
   runtime::BufferPtr buffer_;
+  std::shared_ptr<PendingValue> pending_;
   std::atomic<bool> zeros_only_{false};
 };
 

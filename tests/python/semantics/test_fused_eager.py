@@ -420,6 +420,40 @@ def test_synchronize_from_another_thread_does_not_deadlock_a_flush() -> None:
     assert r.returncode == 0 and "finished" in r.stdout, r.stdout + r.stderr
 
 
+def test_a_reader_thread_sees_every_value_whole_while_another_records_writes() -> None:
+    # One thread records whole and view writes into a tensor, another reads it (a host
+    # copy, an op, a view): each read is some write's value, never zeros no call wrote, and
+    # the process never crashes (a storage's buffer and pending value change together).
+    from _subprocess import run_python
+
+    r = run_python("""
+        import threading, torch, torchtpu
+        torchtpu.set_eager_mode("fused")
+        x = torch.ones(64, device="tpu")
+        stop = threading.Event()
+        bad = []
+        def writer():
+            k = 0
+            while not stop.is_set():
+                k += 1
+                x.fill_(float(k % 7 + 1))
+                x[8:24].mul_(1.0)
+        def reader():
+            try:
+                for i in range(1500):
+                    v = (x.cpu(), (x * 1).cpu(), x[8:16].cpu())[i % 3]
+                    if not (v[0] >= 1 and bool((v == v[0]).all())):
+                        bad.append(v[:4].tolist())
+            finally:
+                stop.set()
+        ts = [threading.Thread(target=writer), threading.Thread(target=reader)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        print("bad reads", len(bad), bad[:3])
+    """, timeout=240)
+    assert r.returncode == 0 and "bad reads 0 " in r.stdout, r.stdout + r.stderr
+
+
 def test_python_ints_past_int64_as_scalars_over_growing_lengths() -> None:
     # An int in [2**63, 2**64) is a uint64 Scalar in PyTorch. Over lengths 3, 4, 5 a fused
     # graph's shape class goes symbolic; such a scalar stays a constant of the class (never
