@@ -647,6 +647,15 @@ def test_bessel_i_like_cpu(fn, dtype: torch.dtype) -> None:
     assert_same(fn, torch.arange(-5, 6))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_sign_of_zeros_and_nan_is_plus_zero(dtype: torch.dtype) -> None:
+    # XLA's sign keeps -0.0 (1 / sign(-0.0) was -inf) and NaN; PyTorch's is +0.0 for both.
+    x = torch.tensor([-0.0, 0.0, float("nan"), -2.0, 3.0], dtype=dtype)
+    for fn in (torch.sign, torch.sgn, lambda t: t.clone().sign_()):
+        got, want = fn(x.to(TPU)).cpu(), fn(x)
+        assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit()), got
+
+
 def test_sign_gradients_are_zero_tensors_on_the_device() -> None:
     # Autograd gives sgn/sign of a real tensor an _efficientzerotensor gradient: an ordinary
     # zero tensor made on tpu (it ran on the CPU and was copied).
