@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,6 +27,17 @@ bool any_below(const std::vector<int64_t>& p, int64_t floor) {
     if (v < floor) return true;
   }
   return false;
+}
+
+// The CPU kernels' check of a kernel with an empty spatial dim (an empty input takes
+// PyTorch's empty path before any kernel, so it is not checked).
+void check_kernel_size(const at::Tensor& input, c10::IntArrayRef k) {
+  if (input.numel() == 0 || std::find(k.begin(), k.end(), 0) == k.end()) return;
+  constexpr const char* kWhat = "kernel size should be greater than zero, but got";
+  if (k.size() == 3) TORCH_CHECK(false, kWhat, ": ", k[0], " x ", k[1], " x ", k[2], " (TxHxW)");
+  if (k.size() == 2) TORCH_CHECK(false, kWhat, " kernel_height: ", k[0], " kernel_width: ", k[1]);
+  if (k.size() == 1) TORCH_CHECK(false, kWhat, " kernel_height: 1 kernel_width: ", k[0]);
+  TORCH_CHECK(false, kWhat, ": ", k);
 }
 
 }  // namespace
@@ -69,6 +81,7 @@ void check_convolution_like_cpu(c10::ArrayRef<c10::IValue> args) {
                 "Given transposed=", transposed, ", weight of size ", w,
                 ", expected bias to be 1-dimensional with ", w[1] * groups, " elements",
                 ", but got bias of size ", bias.sizes(), " instead");
+    check_kernel_size(input, w.slice(2));
     return;
   }
   TORCH_CHECK(input.size(1) == w[1] * groups, "Given groups=", groups, ", weight of size ", w,
@@ -89,6 +102,7 @@ void check_convolution_like_cpu(c10::ArrayRef<c10::IValue> args) {
   TORCH_CHECK(fits, "Calculated padded input size per channel: (", padded.str(),
               "). Kernel size: (", kernel.str(),
               "). Kernel size can't be greater than actual input size");
+  check_kernel_size(input, w.slice(2));
 }
 
 }  // namespace torchtpu::aten

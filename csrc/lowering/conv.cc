@@ -131,6 +131,9 @@ ConvParams conv_params(LoweringContext& c, size_t first, int64_t nsp) {
 Result lower_convolution(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0), w = c.tensor(1);
+  // An empty result (no batch, or PyTorch's result for an input of 0 channels) is zeros:
+  // a window XLA would build over 0 channels does not have the result's shape.
+  if (c.out_type().num_elements() == 0) return std::vector<Value>{b.zeros(c.out_type())};
   ConvParams p = conv_params(c, 3, x.rank() - 2);
   DType t = c.out_type().dtype;
   Value y = c.bool_arg(6) ? conv_transpose(b, x, w, p, t) : conv_forward(b, x, w, p, t);
@@ -149,6 +152,13 @@ Result lower_convolution_backward(LoweringContext& c) {
                                   ": output_mask must be a list of 3 bools");
   }
   Value gy = c.tensor(0), x = c.tensor(1), w = c.tensor(2);
+  if (gy.type.num_elements() == 0 || x.type.num_elements() == 0 ||
+      w.type.num_elements() == 0) {
+    // A sum over no elements: every gradient is zeros (and those of empty tensors empty).
+    std::vector<Value> out;
+    for (const TensorType& t : c.out_types()) out.push_back(b.zeros(t));
+    return out;
+  }
   int64_t nsp = x.rank() - 2;
   ConvParams p = conv_params(c, 3, nsp);
   bool transposed = c.bool_arg(6);

@@ -305,6 +305,10 @@ _BAD_CONVOLUTIONS = {
         x, w.transpose(0, 1), None, [2, 2], [0, 0], [1, 1], True, [-1, -1], 1),
     "transposed input channels": lambda x, w: F.conv_transpose2d(x, w[:, :1]),
     "transposed bias size": lambda x, w: F.conv_transpose2d(x, w[:2], w[0, 0, 0]),
+    "zero kernel height": lambda x, w: F.conv2d(x, w[:, :, :0]),
+    "zero kernel width, transposed": lambda x, w: F.conv_transpose2d(x, w[:2, :, :, :0]),
+    "zero kernel width, 1d": lambda x, w: F.conv1d(x[..., 0], w[..., 0, :0]),
+    "zero kernel depth, 3d": lambda x, w: F.conv3d(x[:, :, None], w[:, :, None][:, :, :0]),
 }
 
 
@@ -316,6 +320,24 @@ def test_convolution_arguments_refused_like_cpu(name: str) -> None:
     with pytest.raises(type(e)) as cpu:
         _BAD_CONVOLUTIONS[name](_X2, _W2)
     assert str(e).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("x_shape,w_shape", [((1, 0, 5, 5), (3, 0, 3, 3)),
+                                             ((0, 2, 5, 5), (3, 2, 3, 3)),
+                                             ((2, 0, 6), (4, 0, 2))])
+def test_convolution_of_empty_inputs_matches_the_cpu(x_shape, w_shape) -> None:
+    # An input of 0 channels has PyTorch's empty result (its shape is the CPU's, whatever
+    # a window over 0 channels would give), and every gradient of an empty convolution is
+    # zeros; both failed inside the lowering.
+    conv = F.conv2d if len(x_shape) == 4 else F.conv1d
+
+    def run(x, w):
+        x, w = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        y = conv(x, w)
+        y.sum().backward()
+        return y, x.grad, w.grad
+
+    assert_same(run, make(x_shape, torch.float32), make(w_shape, torch.float32))
 
 
 _PATCHES = {
