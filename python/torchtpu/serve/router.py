@@ -34,12 +34,21 @@ class PromptTokenizer:
     """``(target, body) -> token ids | None`` for a /v1/completions or /v1/chat/completions
     body, exactly as ``torchtpu serve`` computes the first prompt's ids (validation,
     chat template, truncation). None for anything it cannot read: the router then routes by
-    load and the replica answers the error."""
+    load and the replica answers the error. A text too long for the model's context, known
+    from its size as the server knows it (``prompts.check_text_fits``), is not tokenized:
+    the replica refuses it in microseconds, and tokenizing megabytes here took seconds and
+    gigabytes per request."""
 
-    def __init__(self, model_path: str) -> None:
-        from transformers import AutoTokenizer
+    def __init__(self, model_path: str, max_model_len: int | None = None) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        from torchtpu.serve import prompts
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.token_bytes = prompts.max_token_bytes(self.tokenizer)
+        # The replicas' --max-model-len is at most the model's positions.
+        self.max_model_len = max_model_len or getattr(
+            AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
         # The first call pays for lazy imports and compiled templates: not a request's job.
         self("/v1/completions", b'{"prompt": "warm up"}')
         self("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "warm up"}]}')
@@ -48,16 +57,23 @@ class PromptTokenizer:
         from torchtpu.serve import prompts, protocol
 
         try:
-            if target == "/v1/chat/completions":
-                req = protocol.ChatCompletionRequest.model_validate_json(body)
+            chat = target == "/v1/chat/completions"
+            req = (protocol.ChatCompletionRequest if chat else
+                   protocol.CompletionRequest).model_validate_json(body)
+            # As the server: a prompt that must fit the context whole (generation.py).
+            must_fit = self.max_model_len is not None and req.truncate_prompt_tokens is None
+            if chat:
                 tools = protocol.tool_dicts(req)
                 ids = prompts.chat_prompt_ids(
                     self.tokenizer, protocol.chat_messages(req), req.add_generation_prompt,
                     req.continue_final_message, req.chat_template_kwargs,
-                    req.add_special_tokens, tools, tools_callable=req.tool_choice != "none")
+                    req.add_special_tokens, tools,
+                    fits=(self.token_bytes, self.max_model_len) if must_fit else None,
+                    tools_callable=req.tool_choice != "none")
             else:
-                req = protocol.CompletionRequest.model_validate_json(body)
                 first = protocol.completion_prompts(req)[0]
+                if isinstance(first, str) and must_fit and not (req.echo and req.max_tokens == 0):
+                    prompts.check_text_fits(first, self.token_bytes, self.max_model_len, "prompt")
                 ids = (prompts.text_prompt_ids(self.tokenizer, first, req.add_special_tokens)
                        if isinstance(first, str) else list(first))
             keep = req.truncate_prompt_tokens

@@ -45,6 +45,24 @@ def test_prompt_tokenizer_gives_none_for_what_the_replica_must_refuse(tiny_llama
     assert tokenizer("/v1/chat/completions", b'{"messages": 3}') is None
 
 
+def test_prompt_tokenizer_does_not_tokenize_what_cannot_fit_the_context(tiny_llama_dir):
+    # A prompt longer than any context, known from its size, is left to the replica (which
+    # refuses it as fast); tokenizing megabytes here took seconds and gigabytes per request.
+    tokenizer = PromptTokenizer(tiny_llama_dir, max_model_len=64)
+    calls = []
+    encode = tokenizer.tokenizer.encode
+    tokenizer.tokenizer.encode = lambda *a, **k: calls.append(len(a[0])) or encode(*a, **k)
+    huge = "ab " * 200_000
+    assert tokenizer("/v1/completions", json.dumps({"prompt": huge}).encode()) is None
+    chat = {"messages": [{"role": "user", "content": huge}]}
+    assert tokenizer("/v1/chat/completions", json.dumps(chat).encode()) is None
+    assert calls == []
+    # Kept when the server would tokenize it too: truncated to its end.
+    ids = tokenizer("/v1/completions", json.dumps(
+        {"prompt": "ab " * 2000, "truncate_prompt_tokens": 5}).encode())
+    assert ids is not None and len(ids) == 5
+
+
 def test_core_groups_are_disjoint_and_cover_the_cpus():
     import os
 
