@@ -1,9 +1,10 @@
 """Structured output through xgrammar: a grammar (JSON schema, any JSON object, regex,
 choice, EBNF) constrains each step's tokens.
 
-``GrammarCache`` compiles grammars for one tokenizer and keeps them per (kind, spec):
-compiling is paid once per schema, and it is done on the server's tokenizer thread before
-the engine sees the request. ``GrammarState`` is one request's matcher: ``allowed()`` is
+``GrammarCache`` compiles grammars for one tokenizer and keeps them per (kind, spec), the
+least recently used dropped past a byte budget (each distinct schema a client sends would
+otherwise stay for the server's life): compiling is paid once per schema while it is in
+use, and it is done on the server's tokenizer thread before the engine sees the request. ``GrammarState`` is one request's matcher: ``allowed()`` is
 the bool mask of tokens the grammar accepts next (applied by the request's sampler on the
 host logits row, so no xgrammar kernel runs), ``accept()`` advances it, ``done`` says the
 grammar reached its end (the engine then finishes the request as "stop"). JSON is compiled
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,6 +33,10 @@ KINDS = ("json", "json_object", "regex", "choice", "grammar")
 # A spec's size bound: xgrammar's compile time grows with the square of it (a 60 KB regex
 # compiled in 1.2 s, 500 KB in 48 s, on one core and in the way of the requests behind it).
 MAX_SPEC_BYTES = 64 * 1024
+
+# What the compiled grammars kept for reuse may take (xgrammar's own measure of each; a
+# 900-choice grammar over a 512-token vocabulary is ~0.5 MB). vLLM's default is the same.
+CACHE_BYTES = 512 << 20
 
 # JSON-schema keywords xgrammar accepts and does not enforce (checked against its matcher:
 # output violating them was accepted, or valid output refused), so a schema using them would
@@ -153,17 +159,21 @@ def available() -> bool:
 
 class GrammarCache:
     def __init__(self, tokenizer, vocab_size: int, stop_token_ids: set[int],
-                 on_compile=None) -> None:
+                 on_compile=None, cache_bytes: int = CACHE_BYTES) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
         self.vocab_size = vocab_size
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
                                                   stop_token_ids=sorted(stop_token_ids))
-        self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=True)
+        # This class is the cache (bounded): xgrammar's own would keep every grammar too.
+        self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         self._tokenizer = tokenizer
         self._control: torch.Tensor | None = None  # tokens with a control character
-        self._compiled: dict[GuidedDecoding, object] = {}
+        # Least recently used first, with each one's size.
+        self._compiled: OrderedDict[GuidedDecoding, tuple[object, int]] = OrderedDict()
+        self.cache_bytes = cache_bytes
+        self.cached_bytes = 0
         self._lock = threading.Lock()
         self.num_compiles = 0
         self.compile_seconds = 0.0
@@ -173,8 +183,9 @@ class GrammarCache:
         """The compiled grammar; ValueError naming what is wrong with the spec."""
         with self._lock:
             hit = self._compiled.get(guided)
-        if hit is not None:
-            return hit
+            if hit is not None:
+                self._compiled.move_to_end(guided)
+                return hit[0]
         import time
 
         size = len(guided.spec.encode())
@@ -201,10 +212,15 @@ class GrammarCache:
             why = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(e).strip())
             raise ValueError(f"serve: the {guided.kind} grammar does not compile: {why}") from None
         seconds = time.perf_counter() - t0
+        size = compiled.memory_size_bytes
         with self._lock:
             self.num_compiles += 1
             self.compile_seconds += seconds
-            self._compiled[guided] = compiled
+            if guided not in self._compiled:  # (another thread may have compiled it too)
+                self._compiled[guided] = (compiled, size)
+                self.cached_bytes += size
+            while self.cached_bytes > self.cache_bytes and len(self._compiled) > 1:
+                self.cached_bytes -= self._compiled.popitem(last=False)[1][1]
         if self._on_compile is not None:
             self._on_compile(seconds)
         return compiled

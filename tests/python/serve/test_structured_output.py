@@ -102,6 +102,30 @@ def test_compiled_grammars_are_cached_per_schema(served):
     assert cache.num_compiles == compiles
 
 
+def test_the_grammar_cache_keeps_to_its_byte_budget(served):
+    # Each distinct schema a client sends was kept for the server's life: the least recently
+    # used grammars are dropped past the budget, and one in use stays cached.
+    cache = served.app.engine.grammars()
+    budget, cache.cache_bytes = cache.cache_bytes, 0
+    try:
+        used = {"prompt": "x", "max_tokens": 4, "guided_choice": ["yes", "no"]}
+        _post(served.url, used)
+        cache.cache_bytes = cache.cached_bytes + 3 * 50_000
+        for i in range(12):
+            _post(served.url, {"prompt": "x", "max_tokens": 4,
+                               "guided_choice": [f"{i}-{k}-" + "x" * 50 for k in range(40)]})
+            _post(served.url, used)
+        assert cache.cached_bytes <= cache.cache_bytes, (cache.cached_bytes, cache.cache_bytes)
+        compiles = cache.num_compiles
+        _post(served.url, used)
+        assert cache.num_compiles == compiles  # the one in use was kept
+        _post(served.url, {"prompt": "x", "max_tokens": 4,
+                           "guided_choice": [f"0-{k}-" + "x" * 50 for k in range(40)]})
+        assert cache.num_compiles == compiles + 1  # an old one was dropped, compiled again
+    finally:
+        cache.cache_bytes = budget
+
+
 @pytest.mark.parametrize("schema,named", [
     ({"allOf": [{"type": "string"}, {"type": "integer"}]}, "allOf with 2 subschemas at #"),
     ({"type": "integer", "if": {"minimum": 0}, "then": {"maximum": 3}}, "if at #"),
