@@ -71,29 +71,42 @@ def default_stream(device: Device = None) -> Stream:
 
 
 def set_stream(stream: torch.Stream) -> None:
-    """Makes ``stream`` current for its device on this thread."""
+    """Makes ``stream`` current for its device on this thread, and its device the current
+    device (as ``torch.cuda.set_stream`` and ``torch.accelerator.set_stream`` do)."""
     if stream.device.type != "tpu":
         raise ValueError(f"tpu: expected a tpu stream, got one on {stream.device}")
-    _C.set_stream(stream.stream_id, stream.device_index)
+    from torchtpu.device import current_device, set_device
+
+    _C.set_stream(stream.stream_id, stream.device_index)  # checks the stream first
+    if stream.device_index != current_device():
+        set_device(stream.device_index)
 
 
 class StreamContext:
     """Context manager (``torch.cuda.StreamContext``'s meaning): ``stream`` is the current
-    stream of its device inside the block; ``None`` changes nothing. Re-entrant."""
+    stream, and its device the current device, inside the block; on exit the device and
+    both devices' streams are what they were. ``None`` changes nothing. Re-entrant."""
 
     def __init__(self, stream: torch.Stream | None) -> None:
         self.stream = stream
-        self._previous: list[Stream] = []
+        self._previous: list[tuple[Stream, Stream | None]] = []
 
     def __enter__(self) -> None:
         if self.stream is None:
             return
-        self._previous.append(current_stream(self.stream.device_index))
+        here = current_stream()  # the current device's
+        there = (current_stream(self.stream.device_index)
+                 if self.stream.device_index != here.device_index else None)
+        self._previous.append((here, there))
         set_stream(self.stream)
 
     def __exit__(self, *exc: object) -> None:
-        if self.stream is not None:
-            set_stream(self._previous.pop())
+        if self.stream is None:
+            return
+        here, there = self._previous.pop()
+        if there is not None:
+            set_stream(there)  # the stream's device gets its stream back
+        set_stream(here)  # and the device current before is current again
 
 
 def stream(s: torch.Stream | None) -> StreamContext:

@@ -50,6 +50,20 @@ def test_two_devices_in_subprocess() -> None:
         with torch.tpu.device(0):
             assert torch.tpu.current_device() == 0
         assert torch.tpu.current_device() == 1
+        # A stream's context and set_stream make its device current, as CUDA's do; on exit
+        # the device and each device's stream are back.
+        torch.tpu.set_device(0)
+        s0, s1 = torch.tpu.Stream(device=0), torch.tpu.Stream(device=1)
+        with torch.tpu.stream(s0):
+            with torch.tpu.stream(s1):
+                assert torch.tpu.current_device() == 1
+                assert torch.zeros(1, device="tpu").device == torch.device("tpu", 1)
+                assert torch.tpu.current_stream() == s1
+            assert torch.tpu.current_device() == 0 and torch.tpu.current_stream() == s0
+            assert torch.tpu.current_stream(1) == torch.tpu.default_stream(1)
+        assert torch.tpu.current_stream(0) == torch.tpu.default_stream(0)
+        torch.tpu.set_stream(s1)
+        assert torch.tpu.current_device() == 1 and torch.tpu.current_stream() == s1
         torch.tpu.synchronize(1)
         print("OK")
         """,
