@@ -51,7 +51,7 @@ std::unique_ptr<Router> make_router(const std::string& host, int port,
                                     int64_t routed_capacity_blocks, double health_interval_s,
                                     double health_timeout_s, int max_attempts,
                                     int64_t max_request_bytes, double request_timeout_s,
-                                    py::object tokenizer) {
+                                    int max_connections, py::object tokenizer) {
   // Seconds become int milliseconds: a day at most (a bound well inside int), above 0.
   auto ms = [](double seconds, const char* what) {
     if (!(seconds >= 0.001 && seconds <= 86400)) {
@@ -93,6 +93,11 @@ std::unique_ptr<Router> make_router(const std::string& host, int port,
   c.proxy.request_read_timeout_ms = ms(request_timeout_s, "request timeout");
   c.proxy.max_attempts = max_attempts;
   c.proxy.max_request_bytes = max_request_bytes;
+  if (max_connections < 1) {
+    raise(base::invalid_argument("router: --max-connections " + std::to_string(max_connections) +
+                                 " must be at least 1"));
+  }
+  c.max_connections = max_connections;
   auto r = Router::create(std::move(c), wrap_tokenizer(std::move(tokenizer)));
   if (!r.ok()) raise(r.status());
   return std::move(r).value();
@@ -111,7 +116,9 @@ PYBIND11_MODULE(_router, m) {
            py::arg("routed_ttl_s") = 30.0, py::arg("routed_capacity_blocks") = 1 << 20,
            py::arg("health_interval_s") = 0.5, py::arg("health_timeout_s") = 2.0,
            py::arg("max_attempts") = 3, py::arg("max_request_bytes") = 4 << 20,
-           py::arg("request_timeout_s") = 60.0, py::arg("tokenizer") = py::none())
+           py::arg("request_timeout_s") = 60.0,
+           py::arg("max_connections") = router::RouterConfig{}.max_connections,
+           py::arg("tokenizer") = py::none())
       .def("bind",
            [](Router& r) {
              base::Status s = r.bind();

@@ -461,7 +461,7 @@ struct Proxy::Exchange {
   }
 };
 
-void Proxy::serve_connection(tcp::socket client_socket) {
+void Proxy::serve_connection(tcp::socket& client_socket, std::atomic<bool>* idle) {
   boost::system::error_code ec;
   client_socket.set_option(tcp::no_delay(true), ec);
   client_socket.non_blocking(true, ec);
@@ -474,10 +474,12 @@ void Proxy::serve_connection(tcp::socket client_socket) {
     // A request's first byte may come after the keep-alive idle time; from then on the
     // whole request, header and body, must arrive within request_read_timeout_ms, so a
     // client that sends a byte now and then holds its connection thread only that long.
-    if (buffer.size() == 0 &&
-        !wait_ready(client.native_handle(), POLLIN, config_.client_idle_timeout_ms,
-                    std::nullopt, ec)) {
-      break;
+    if (buffer.size() == 0) {
+      if (idle != nullptr) idle->store(true);
+      const bool ready = wait_ready(client.native_handle(), POLLIN,
+                                    config_.client_idle_timeout_ms, std::nullopt, ec);
+      if (idle != nullptr) idle->store(false);
+      if (!ready) break;
     }
     client.set_deadline(Clock::now() + std::chrono::milliseconds(config_.request_read_timeout_ms));
     // The header first: a client that sent `Expect: 100-continue` waits for our word before

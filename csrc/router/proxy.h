@@ -19,6 +19,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -50,7 +51,9 @@ class Proxy {
   Proxy(ReplicaSet* replicas, RouterMetrics* metrics, Tokenizer tokenizer, ProxyConfig config);
   ~Proxy();
 
-  void serve_connection(boost::asio::ip::tcp::socket client);
+  // Serves requests on `client` until it closes (the caller closes the socket). `idle`,
+  // when given, is true while the connection waits for a request's first byte.
+  void serve_connection(boost::asio::ip::tcp::socket& client, std::atomic<bool>* idle = nullptr);
 
  private:
   struct Exchange;

@@ -6,6 +6,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/beast/core/string.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -100,19 +101,26 @@ void Router::accept_next() {
 void Router::serve(tcp::socket socket) {
   std::lock_guard<std::mutex> lock(conn_mu_);
   join_ended_connections();
-  if (static_cast<int>(conn_fds_.size()) >= config_.max_connections) {
+  const auto live = std::count_if(conns_.begin(), conns_.end(),
+                                  [](const auto& c) { return !c.second.evicted; });
+  if (live >= config_.max_connections && !evict_idle_connection()) {
     boost::system::error_code ec;
-    socket.close(ec);  // over the limit: the client sees the connection refused
+    socket.close(ec);  // every connection busy: the client sees the connection refused
+    metrics_.num_connections_refused++;
     return;
   }
-  const int fd = socket.native_handle();
+  Connection conn{socket.native_handle(), std::make_shared<std::atomic<bool>>(false)};
   const uint64_t id = next_conn_++;
   std::thread t;
   try {
-    t = std::thread([this, id, fd, s = std::move(socket)]() mutable {
-      proxy_.serve_connection(std::move(s));
+    t = std::thread([this, id, idle = conn.idle, s = std::move(socket)]() mutable {
+      proxy_.serve_connection(s, idle.get());
       std::lock_guard<std::mutex> lock(conn_mu_);
-      conn_fds_.erase(fd);
+      // Closed once out of conns_: the router shuts down only open sockets (a closed
+      // descriptor's number may already be the next accepted connection's).
+      conns_.erase(id);
+      boost::system::error_code ec;
+      s.close(ec);
       conn_ended_.push_back(id);
       conn_done_.notify_all();
     });
@@ -122,8 +130,19 @@ void Router::serve(tcp::socket socket) {
     std::fprintf(stderr, "torchtpu router: cannot start a connection thread: %s\n", e.what());
     return;
   }
-  conn_fds_.insert(fd);
+  conns_.emplace(id, std::move(conn));
   conn_threads_.emplace(id, std::move(t));
+}
+
+bool Router::evict_idle_connection() {
+  for (auto& [id, c] : conns_) {
+    if (c.evicted || !c.idle->load()) continue;
+    ::shutdown(c.fd, SHUT_RDWR);  // its wait for a request ends; its thread closes it
+    c.evicted = true;
+    metrics_.num_connections_evicted++;
+    return true;
+  }
+  return false;
 }
 
 void Router::join_ended_connections() {
@@ -153,8 +172,8 @@ void Router::run(bool handle_signals) {
   io_.run();
   // Connection threads end once their sockets are shut down (a stream in progress ends).
   std::unique_lock<std::mutex> lock(conn_mu_);
-  for (int fd : conn_fds_) ::shutdown(fd, SHUT_RDWR);
-  conn_done_.wait_for(lock, std::chrono::seconds(10), [this] { return conn_fds_.empty(); });
+  for (const auto& [id, c] : conns_) ::shutdown(c.fd, SHUT_RDWR);
+  conn_done_.wait_for(lock, std::chrono::seconds(10), [this] { return conns_.empty(); });
   join_ended_connections();
   if (!conn_threads_.empty()) {
     // Still writing to a replica that does not read after 10 s: left running rather than

@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,7 +37,7 @@ struct RouterConfig {
   int health_interval_ms = 500;
   int health_timeout_ms = 2000;
   int replay_timeout_ms = 2000;
-  int max_connections = 1024;
+  int max_connections = 1024;  // served at once; an idle one makes room for a new one
 };
 
 class Router {
@@ -70,9 +69,21 @@ class Router {
   boost::asio::ip::tcp::acceptor acceptor_;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
+  // A client connection: its socket's descriptor (open while it is in conns_: its thread
+  // closes it only after taking it out) and whether it waits for a request (idle).
+  struct Connection {
+    int fd = -1;
+    std::shared_ptr<std::atomic<bool>> idle;
+    bool evicted = false;  // shut down to make room; its thread is ending
+  };
+  // At the connection limit: shuts down the connection that has waited for a request the
+  // longest (kept-alive or never used), so idle sockets never lock clients out. False when
+  // every connection is busy.
+  bool evict_idle_connection();  // conn_mu_ held
+
   std::mutex conn_mu_;
   std::condition_variable conn_done_;
-  std::set<int> conn_fds_;
+  std::map<uint64_t, Connection> conns_;  // by connection number, oldest first
   // Each connection's thread, by connection number, and the numbers of those whose work
   // has ended (joined at the next connection and at the end of run(), so no thread
   // outlives the router and none piles up).

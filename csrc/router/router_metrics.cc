@@ -91,6 +91,14 @@ std::string RouterMetrics::render(const ReplicaSet& replicas) const {
           "Kept-alive replica connections found closed by the replica when taken for a request "
           "(dropped, a fresh one used).",
           num_stale_upstreams.load());
+  counter("torchtpu_router:connections_evicted_total",
+          "Client connections waiting for a request that were shut down at the connection "
+          "limit to let a new client in.",
+          num_connections_evicted.load());
+  counter("torchtpu_router:connections_refused_total",
+          "New client connections closed at once: the connection limit was reached and every "
+          "connection was busy with a request.",
+          num_connections_refused.load());
   std::string latencies;
   routing_latency.render(latencies, "torchtpu_router:routing_latency_seconds",
                          "From a proxied request read to its upstream request written "

@@ -164,6 +164,10 @@ def _router_parser(sub) -> None:
     p.add_argument("--request-timeout", type=_seconds_to_a_day, default=60.0, metavar="SECONDS",
                    help="how long a client may take to send a whole request (header and body) "
                         "from its first byte before it gets 408 (default 60)")
+    p.add_argument("--max-connections", type=_int_in(1, 65536), default=1024,
+                   help="client connections served at once, a thread each (default 1024); at "
+                        "the limit a new client takes the place of the one idle the longest, "
+                        "and is refused only when every connection is busy")
 
 
 def _router_main(args) -> int:
@@ -197,7 +201,8 @@ def _router_main(args) -> int:
                           spill_threshold=args.spill_threshold, block_size=args.block_size,
                           routed_ttl_s=args.routed_ttl, health_interval_s=args.health_interval,
                           max_request_bytes=args.max_request_bytes,
-                          request_timeout_s=args.request_timeout)
+                          request_timeout_s=args.request_timeout,
+                          max_connections=args.max_connections)
     except (ValueError, RuntimeError) as e:
         print(f"torchtpu router: {e}", file=sys.stderr)
         return 2

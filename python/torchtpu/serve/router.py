@@ -88,7 +88,7 @@ def run_router(replicas: list[dict], *, model_path: str | None, host: str = "127
                spill_threshold: int | None = None, block_size: int = 0,
                routed_ttl_s: float = 30.0, health_interval_s: float = 0.5,
                max_request_bytes: int = 4 << 20, request_timeout_s: float = 60.0,
-               on_listening=None) -> int:
+               max_connections: int = 1024, on_listening=None) -> int:
     """Serves until SIGINT/SIGTERM. `replicas`: dicts with "url" and optionally "events"
     and "replay" (ZMQ endpoints of its KV events). Returns 0."""
     try:
@@ -106,7 +106,8 @@ def run_router(replicas: list[dict], *, model_path: str | None, host: str = "127
         **({} if spill_threshold is None else {"spill_threshold": spill_threshold}),
         block_size=block_size, routed_ttl_s=routed_ttl_s if events else 1e9,
         health_interval_s=health_interval_s, max_request_bytes=max_request_bytes,
-        request_timeout_s=request_timeout_s, tokenizer=tokenizer)
+        request_timeout_s=request_timeout_s, max_connections=max_connections,
+        tokenizer=tokenizer)
     bound = router.bind()
     how = ("KV events" if events else "its routing history (no KV events)") \
         if mode == "cache-aware" else "round-robin"

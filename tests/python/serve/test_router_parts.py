@@ -159,3 +159,41 @@ def test_router_request_size_limit_is_a_flag():
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_idle_connections_at_the_limit_make_room_for_a_new_client():
+    # A thread serves each connection: idle sockets (opened, nothing sent) up to the limit
+    # locked every other client out for the keep-alive wait (120 s). At the limit, the one
+    # idle the longest is shut down for the new client.
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "torchtpu.cli", "router", "--replica",
+                             "http://127.0.0.1:1", "--mode", "round-robin", "--port", str(port),
+                             "--max-connections", "4"], stderr=subprocess.PIPE, text=True)
+    idle = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                httpx.get(url + "/health", timeout=10)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(6)]
+        time.sleep(0.5)
+        for _ in range(3):
+            r = httpx.get(url + "/health", timeout=10)  # no healthy replica: 503, answered
+            assert r.status_code == 503, r.text
+        metrics = httpx.get(url + "/metrics", timeout=10).text
+        evicted = [line for line in metrics.splitlines()
+                   if line.startswith("torchtpu_router:connections_evicted_total ")]
+        assert evicted and float(evicted[0].split()[1]) >= 3, metrics
+    finally:
+        for s in idle:
+            s.close()
+        proc.terminate()
+        proc.wait(30)
