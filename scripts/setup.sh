@@ -192,7 +192,9 @@ else
   say "pip install --no-build-isolation -e . (C++ build, jobs=$CMAKE_BUILD_PARALLEL_LEVEL)"
   rm -f "$stamp"
   start=$SECONDS
-  "${PIP[@]}" install --no-build-isolation -e .
+  # The build imports torch, which would import the torchtpu being replaced (its
+  # torch.backends entry point): a stale or half-built one must not fail the build.
+  TORCH_DEVICE_BACKEND_AUTOLOAD=0 "${PIP[@]}" install --no-build-isolation -e .
   echo "$key" >"$stamp"
   say "torchtpu installed in $((SECONDS - start))s (build dir: $(ls -d build/cp* 2>/dev/null | head -1))"
 fi

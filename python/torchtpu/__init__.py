@@ -14,9 +14,17 @@ import os
 # The XLA plugins log INFO lines to stderr when a client starts; keep warnings and errors.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
+
+def _autoload() -> None:
+    """PyTorch's device-backend autoload calls this at ``import torch`` (the package's
+    ``torch.backends`` entry point): importing torchtpu registers the device. Defined before
+    ``import torch`` below: when torchtpu is imported first, that import autoloads this
+    module while it is still being initialized."""
+
+
 import torch  # noqa: E402
 
-from torchtpu import _plugin
+from torchtpu import _plugin  # noqa: E402
 
 # Torch's own libraries must be loaded before our extension resolves against them.
 from torchtpu import _C  # noqa: E402

@@ -72,6 +72,23 @@ def test_two_devices_in_subprocess() -> None:
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
 
 
+def test_import_torch_loads_the_device() -> None:
+    # The first command on a fresh interpreter needs no `import torchtpu`: PyTorch's
+    # device-backend autoload imports it (the package's torch.backends entry point).
+    r = run_python("""
+        import sys, torch
+        assert "torchtpu" in sys.modules
+        print(torch.zeros(2, device="tpu").add(1).cpu().tolist())
+    """)
+    assert r.returncode == 0 and "[1.0, 1.0]" in r.stdout, r.stderr[-2000:]
+    r = run_python("import sys, torch; print('torchtpu' in sys.modules)",
+                   TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr[-2000:]
+    # torchtpu imported first: its own `import torch` autoloads it half-initialized.
+    r = run_python("import torchtpu, torch; print(torch.ones(1, device='tpu').cpu().item())")
+    assert r.returncode == 0 and "1.0" in r.stdout, r.stderr[-2000:]
+
+
 def test_set_device_out_of_range_raises() -> None:
     with pytest.raises(RuntimeError):
         torchtpu.set_device(torchtpu.device_count())
