@@ -86,6 +86,13 @@ def test_greedy_matches_hf_across_preemption(tiny_llama_dir, hf_reference):
     assert llm.engine.scheduler.num_free_pages == llm.engine.scheduler.num_total_pages
 
 
+def test_max_model_len_past_the_models_positions_is_refused(tiny_llama_dir):
+    # vLLM refuses it too: the tiny model has 1024 positions.
+    with pytest.raises(ValueError, match=r"max_model_len \(1025\) is greater than the "
+                                         r"model's 1024 positions"):
+        LLM(tiny_llama_dir, **{**ENGINE_ARGS, "max_model_len": 1025})
+
+
 def test_a_pool_smaller_than_max_model_len_is_refused_at_start(tiny_llama_dir):
     # As vLLM: a request of the advertised length (or a chat request without max_tokens)
     # could never run.
