@@ -77,8 +77,9 @@ def peak_flops(dtype: torch.dtype = torch.bfloat16, device: int | str | torch.de
         except ValueError:
             raise ValueError(f"torchtpu: TORCHTPU_PEAK_FLOPS must be a number of FLOP/s, got "
                              f"{override!r}") from None
-        if value <= 0:
-            raise ValueError(f"torchtpu: TORCHTPU_PEAK_FLOPS must be positive, got {override!r}")
+        if not 0 < value < float("inf"):  # NaN too
+            raise ValueError(f"torchtpu: TORCHTPU_PEAK_FLOPS must be a positive finite number "
+                             f"of FLOP/s, got {override!r}")
         return value
     if dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"torchtpu: peak_flops takes float32, bfloat16 or float16, got {dtype}")

@@ -95,13 +95,14 @@ def test_bucket_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bucket_policy() == "off"
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS")
     assert bucket_policy() == "pad"
-    monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", "16,x")
-    with pytest.raises(ValueError, match="comma-separated list of positive sizes"):
-        bucket_policy()
+    for bad in ("16,x", f"16,{2**62}"):
+        monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", bad)
+        with pytest.raises(ValueError, match="comma-separated list of positive sizes"):
+            bucket_policy()
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS")
     monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "4")
     assert [bucket_size(n) for n in (1, 4, 5, 9)] == [4, 4, 8, 16]
-    for bad in ("abc", "0", "-8"):  # a bare int() error, or silently 1, before
+    for bad in ("abc", "0", "-8", str(2**62)):  # int() error, silently 1, a TypeError, before
         monkeypatch.setenv("TORCHTPU_MIN_BUCKET", bad)
         with pytest.raises(ValueError, match="TORCHTPU_MIN_BUCKET=.*positive integer"):
             bucket_size(3)

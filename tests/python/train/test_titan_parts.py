@@ -114,9 +114,10 @@ def test_peak_flops_table_and_override(monkeypatch) -> None:
     assert flops.table_peak_flops("cpu") is None
     monkeypatch.setenv("TORCHTPU_PEAK_FLOPS", "1.5e12")
     assert flops.peak_flops(torch.float32) == 1.5e12
-    monkeypatch.setenv("TORCHTPU_PEAK_FLOPS", "fast")
-    with pytest.raises(ValueError, match="TORCHTPU_PEAK_FLOPS"):
-        flops.peak_flops()
+    for bad in ("fast", "nan", "inf", "0"):
+        monkeypatch.setenv("TORCHTPU_PEAK_FLOPS", bad)
+        with pytest.raises(ValueError, match="TORCHTPU_PEAK_FLOPS"):
+            flops.peak_flops()
 
 
 def test_peak_flops_is_measured_once_and_cached(monkeypatch, tmp_path) -> None:

@@ -19,8 +19,14 @@ def bucket_policy() -> str:
     return "pad"
 
 
-def _int_setting(name: str, default: int, low: int, expected: str) -> int:
-    """Environment variable `name` as an int of at least `low` (`default` when unset);
+# A size past it (a bucket of 2**62 elements) would reach the compiler as a size no tensor
+# can have; it failed there with an unreadable TypeError.
+_MAX_SIZE = 2**31 - 1
+
+
+def _int_setting(name: str, default: int, low: int, expected: str,
+                 high: int = _MAX_SIZE) -> int:
+    """Environment variable `name` as an int in [`low`, `high`] (`default` when unset);
     anything else raises ValueError with `expected`."""
     value = os.environ.get(name, "").strip()
     if not value:
@@ -29,8 +35,8 @@ def _int_setting(name: str, default: int, low: int, expected: str) -> int:
         number = int(value)
     except ValueError:
         number = low - 1
-    if number < low:
-        raise ValueError(f"{name}={value!r}: {expected}")
+    if not low <= number <= high:
+        raise ValueError(f"{name}={value!r}: {expected} (at most {high})")
     return number
 
 
@@ -46,9 +52,10 @@ def listed_buckets(value: str) -> list[int]:
         sizes = sorted(int(x) for x in value.split(",") if x.strip())
     except ValueError:
         sizes = []
-    if not sizes or sizes[0] < 1:
+    if not sizes or sizes[0] < 1 or sizes[-1] > _MAX_SIZE:
         raise ValueError(f"TORCHTPU_SHAPE_BUCKETS={value!r}: expected 'auto', 'off' or a "
-                         "comma-separated list of positive sizes such as '16,32,64'")
+                         "comma-separated list of positive sizes such as '16,32,64' (at most "
+                         f"{_MAX_SIZE})")
     return sizes
 
 
