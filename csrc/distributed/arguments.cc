@@ -96,9 +96,16 @@ void check_reduce_op(const std::string& coll, const c10d::ReduceOp& op, const at
   }
   bool bitwise = op.op_ == c10d::ReduceOp::BAND || op.op_ == c10d::ReduceOp::BOR ||
                  op.op_ == c10d::ReduceOp::BXOR;
-  if (bitwise && at::isFloatingType(t.scalar_type())) {
+  if (bitwise && (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()))) {
     invalid(coll, reduce_op_name(op) + " takes integer or bool tensors (got " + shape_text(t) +
                       ")");
+  }
+  // Refused at the call, on every transport (the host-staged one failed in its reduction
+  // at wait(), the in-plugin one inside the program at the first read of the result).
+  if ((op.op_ == c10d::ReduceOp::MIN || op.op_ == c10d::ReduceOp::MAX) &&
+      at::isComplexType(t.scalar_type())) {
+    invalid(coll, reduce_op_name(op) + " is not defined on complex tensors (got " +
+                      shape_text(t) + "); reduce their abs() or real parts instead");
   }
 }
 

@@ -104,19 +104,17 @@ InFlight& in_flight() {
   return *state;
 }
 
-// The references to `value` (what `t` reads as) left once it is a collective's argument,
-// when the collective may take its memory for the result that `t` then holds: the
-// argument's and the storage's (t is its storage's whole buffer), or the argument's alone
-// (a view's value, materialized for the collective). More holders (another tensor sharing
-// the buffer after a copy_) forbid the donation: run() compares at run time.
-long donatable_refs(const at::Tensor& t, const runtime::BufferPtr& value) {
+// Whether `value` (what `t` reads as) may become a collective's result in place, the result
+// then being t's value: t's storage's whole buffer, or a view's value materialized for the
+// collective. run() decides at run time, when nothing else holds it.
+Donor donor_of(const at::Tensor& t, const runtime::BufferPtr& value) {
   aten::StorageState& s = aten::storage_state(t);
-  if (s.buffer().get() != value.get()) return 1;
+  if (s.buffer().get() != value.get()) return Donor{Donor::Kind::kValue};
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
   std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
   bool whole = lowering::is_whole_buffer_view(s.nbytes / static_cast<int64_t>(t.element_size()),
                                               sizes, strides, t.storage_offset());
-  return whole ? 2 : 0;
+  return whole ? Donor{Donor::Kind::kStorage, &s} : Donor{};
 }
 
 }  // namespace
@@ -172,10 +170,10 @@ base::Status InPluginTransport::check_tensor(const char* collective, const char*
 base::StatusOr<std::vector<runtime::BufferPtr>> InPluginTransport::run(
     Rendezvous& group, int rank, uint64_t seq, const std::string& collective,
     const std::string& module, const std::string& description,
-    std::vector<runtime::BufferPtr> args, long donate_refs) {
+    std::vector<runtime::BufferPtr> args, Donor donor) {
   int64_t bytes = 0;
   for (const auto& a : args) bytes += a->size_bytes();
-  Contribution mine{module, description, device_index_, std::move(args), {}, donate_refs};
+  Contribution mine{module, description, device_index_, std::move(args), {}, donor};
   Rendezvous::Runner runner = [&](const std::vector<Contribution>& all)
       -> base::StatusOr<std::vector<std::vector<runtime::BufferPtr>>> {
     std::vector<int> devices;
@@ -205,17 +203,37 @@ base::StatusOr<std::vector<runtime::BufferPtr>> InPluginTransport::run(
     flight.outputs.clear();
     // Every rank's first argument is donated, or none is (one flag per parameter): each
     // must be held by nothing but its contribution and its tensor, which takes the result.
-    std::vector<bool> donate;
+    // A storage's buffer stays locked from that check until the result is in, so a thread
+    // reading the tensor meanwhile never takes a buffer being given up.
+    std::vector<std::unique_lock<std::mutex>> locks(all.size());
     bool all_donate = true;
-    for (const Contribution& c : all) {
-      all_donate &= c.donate_refs > 0 && !c.args.empty() && c.args[0].use_count() == c.donate_refs;
+    for (size_t r = 0; r < all.size() && all_donate; ++r) {
+      const Contribution& c = all[r];
+      if (c.args.empty() || c.donor.kind == Donor::Kind::kNever) {
+        all_donate = false;
+      } else if (c.donor.kind == Donor::Kind::kValue) {
+        all_donate = c.args[0].use_count() == 1;
+      } else {
+        locks[r] = c.donor.storage->lock_to_give_up(c.args[0]);  // never waits
+        all_donate = locks[r].owns_lock();
+      }
     }
+    std::vector<bool> donate;
     if (all_donate) {
       donate.assign(all[0].args.size(), false);
       donate[0] = true;
       base::counter_add("num_in_plugin_donations", static_cast<int64_t>(all.size()));
+    } else {
+      for (auto& l : locks) {
+        if (l.owns_lock()) l.unlock();
+      }
     }
     TORCHTPU_ASSIGN_OR_RETURN(auto outputs, exe->execute_replicated(lists, donate));
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (locks[r].owns_lock() && !outputs[r].empty()) {
+        all[r].donor.storage->give_buffer_to(locks[r], outputs[r][0]);
+      }
+    }
     for (const auto& o : outputs) {
       if (!o.empty()) flight.outputs.push_back(o[0]);
     }
@@ -235,9 +253,9 @@ base::StatusOr<std::vector<runtime::BufferPtr>> InPluginTransport::run(
 base::StatusOr<runtime::BufferPtr> InPluginTransport::run_one(
     Rendezvous& group, int rank, uint64_t seq, const std::string& collective,
     const std::string& module, const std::string& description,
-    std::vector<runtime::BufferPtr> args, long donate_refs) {
+    std::vector<runtime::BufferPtr> args, Donor donor) {
   TORCHTPU_ASSIGN_OR_RETURN(auto outputs, run(group, rank, seq, collective, module, description,
-                                              std::move(args), donate_refs));
+                                              std::move(args), donor));
   if (outputs.size() != 1) {
     return base::internal_error("distributed: in-plugin " + collective + " returned " +
                                 std::to_string(outputs.size()) + " results, expected 1");
@@ -275,7 +293,7 @@ base::Status InPluginTransport::all_reduce(at::Tensor& tensor, const c10d::Reduc
                               lowering::all_reduce_module(type_of(tensor), kind,
                                                           lowering::whole_world(size_)));
     std::vector<runtime::BufferPtr> args{aten::read_tensor(tensor)};
-    long refs = donatable_refs(tensor, args[0]);
+    Donor donor = donor_of(tensor, args[0]);
     if (kind == ReduceKind::kPremulSum) {
       TORCHTPU_ASSIGN_OR_RETURN(auto factor,
                                 premul_factor(op, tensor.scalar_type(), device_index_));
@@ -283,7 +301,7 @@ base::Status InPluginTransport::all_reduce(at::Tensor& tensor, const c10d::Reduc
     }
     TORCHTPU_ASSIGN_OR_RETURN(auto out, run_one(*group_, rank_, next_seq_++, "all_reduce", module,
                                             describe(reduce_description("all_reduce", op), tensor),
-                                            std::move(args), refs));
+                                            std::move(args), donor));
     aten::write_tensor(tensor, out);
     return base::Status::ok_status();
   });

@@ -98,14 +98,14 @@ class InPluginTransport final : public Transport {
                                                       const std::string& module,
                                                       const std::string& description,
                                                       std::vector<runtime::BufferPtr> args,
-                                                      long donate_refs = 0);
+                                                      Donor donor = {});
   // run() of a module with one result.
   base::StatusOr<runtime::BufferPtr> run_one(Rendezvous& group, int rank, uint64_t seq,
                                              const std::string& collective,
                                              const std::string& module,
                                              const std::string& description,
                                              std::vector<runtime::BufferPtr> args,
-                                             long donate_refs = 0);
+                                             Donor donor = {});
   base::Status point_to_point(at::Tensor& tensor, int peer, int tag, bool sending);
   base::Status even_all_to_all(at::Tensor& output, const at::Tensor& input);
 

@@ -29,7 +29,23 @@
 #include "base/status.h"
 #include "runtime/buffer.h"
 
+namespace torchtpu::aten {
+struct StorageState;  // aten/tpu_storage.h
+}  // namespace torchtpu::aten
+
 namespace torchtpu::distributed {
+
+// Whether a contribution's first argument may be given to its program (donated; the
+// result then takes its memory), decided when the program runs.
+struct Donor {
+  enum class Kind {
+    kNever,
+    kValue,    // a value made for this collective (a view's): when nothing else holds it
+    kStorage,  // `storage`'s whole buffer: when nothing but the storage holds it; the storage
+               // stays locked from that check until the result is its buffer
+  } kind = Kind::kNever;
+  aten::StorageState* storage = nullptr;
+};
 
 struct Contribution {
   // What the ranks must agree on, compared exactly (the program text, for instance).
@@ -40,9 +56,7 @@ struct Contribution {
   std::vector<runtime::BufferPtr> args;
   // Small values every rank receives from every rank (all_to_all's splits).
   std::vector<int64_t> meta;
-  // args[0] may be donated to the program when, at run time, exactly this many references
-  // to it remain (the contribution's and its tensor storage's); 0: never.
-  long donate_refs = 0;
+  Donor donor;  // of args[0]
 };
 
 struct Exchanged {

@@ -73,6 +73,14 @@ def _mismatches(rank: int, world: int) -> None:
     with _pytest.raises(ValueError, match="tpu: all_reduce: AVG is not defined on bool"):
         dist.all_reduce(torch.ones(2, device="tpu", dtype=torch.bool), op=dist.ReduceOp.AVG)
 
+    # MIN/MAX of complex numbers, in every collective that reduces (torch's Python layer
+    # refuses them for all_reduce only): at the call, not at wait() or the first read.
+    c = torch.ones(2, dtype=torch.complex64, device="tpu")
+    for call in (lambda: dist.reduce(c, dst=0, op=dist.ReduceOp.MAX),
+                 lambda: dist.reduce_scatter_tensor(c[:1], c, op=dist.ReduceOp.MIN)):
+        with _pytest.raises(ValueError, match="is not defined on complex tensors"):
+            call()
+
     # The group is still in step after every refused collective.
     t = torch.ones(3, device="tpu")
     dist.all_reduce(t)

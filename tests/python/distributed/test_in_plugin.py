@@ -245,6 +245,29 @@ def body(rank, world):
     same(keep, torch.full((8,), float(rank)), "the tensor sharing the buffer")
     assert donations() == d1
 
+    # A thread reading a rank's tensor while all_reduce donates its buffer reads a whole
+    # value, never one being given up (the storage stays locked from the check until the
+    # result is in; without the lock ~1 read in 8 was garbage).
+    import threading
+
+    t = torch.ones(4096, device="tpu")
+    stop, bad = threading.Event(), []
+
+    def reader():
+        while not stop.is_set() and not bad:
+            try:
+                if not bool((t.cpu() == 1).all()):
+                    bad.append("a value no call wrote")
+            except RuntimeError as e:
+                bad.append(str(e))
+    th = threading.Thread(target=reader)
+    th.start()
+    for _ in range(100):
+        dist.all_reduce(t, op=R.MAX)
+    stop.set()
+    th.join()
+    assert not bad, bad
+
     # A rank whose shape differs: every rank raises, naming the ranks and shapes.
     t = torch.ones(5 if rank == 3 else 4, device="tpu")
     try:
