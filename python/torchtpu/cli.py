@@ -42,6 +42,27 @@ def _int_in(low: int, high: int = _INT32_MAX):
 _PORT = _int_in(0, 65535)
 
 
+def _engine_device(text: str) -> str:
+    """An argparse type: a device the engine can run on, ``tpu``, ``tpu:N`` of this
+    machine's, or ``cpu`` (a bogus name or index failed after the model loaded, with a
+    traceback)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("tpu", "cpu"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected tpu, tpu:N or cpu")
+    if device.type == "tpu" and device.index is not None:
+        count = torch.tpu.device_count()
+        if device.index >= count:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: this machine has {count} tpu device(s), tpu:0 to tpu:{count - 1} "
+                "(TORCHTPU_NUM_DEVICES gives the CPU plugin more)")
+    return text
+
+
 def _seconds(text: str) -> float:
     """An argparse type: a finite positive number of seconds."""
     try:
@@ -81,7 +102,8 @@ def _serve_parser(sub) -> None:
                    help="KV pages in the pool (default: enough for max-num-seqs full contexts)")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                    default=True)
-    p.add_argument("--device", default="tpu")
+    p.add_argument("--device", type=_engine_device, default="tpu",
+                   help="tpu (the current device), tpu:N, or cpu")
     p.add_argument("--max-request-bytes", type=_int_in(1, 2**62), default=4 << 20,
                    help="largest request body accepted (a larger one is a 413)")
     p.add_argument("--max-request-sequences", type=_int_in(1), default=1024,

@@ -47,6 +47,10 @@ def test_quantization_choices(capsys):
     (["serve", "--max-request-bytes", "0"], "--max-request-bytes: 0 is out of range"),
     (["serve", "--port", "65536"], "--port: 65536 is out of range: expected from 0 to 65535"),
     (["serve", "--page-size", "1e3"], "--page-size: '1e3' is not an integer"),
+    # A device the engine cannot run on: before the model loads, not a late traceback.
+    (["serve", "--device", "bogus"], "--device: 'bogus': expected tpu, tpu:N or cpu"),
+    (["serve", "--device", "cuda"], "--device: 'cuda': expected tpu, tpu:N or cpu"),
+    (["serve", "--device", "tpu:7"], "--device: 'tpu:7': this machine has 1 tpu device(s)"),
     (["router", "--replica", "http://127.0.0.1:1", "--routed-ttl", "nan"],
      "--routed-ttl: nan: expected a finite number of seconds above 0"),
     (["router", "--replica", "http://127.0.0.1:1", "--health-interval", "inf"],
