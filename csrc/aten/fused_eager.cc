@@ -325,9 +325,6 @@ StorageState::Value materialize(StorageState& s, const std::shared_ptr<PendingVa
   }
   TORCH_CHECK(buffer, "tpu: this tensor's value was to be computed by a fused eager graph "
               "that failed: ", error.empty() ? "it was not run" : error);
-  // A padded graph's output is the row-major prefix of a bucket-sized buffer: the storage
-  // grows to hold it (its tensors view the prefix).
-  if (buffer->size_bytes() > s.nbytes) set_storage_nbytes(s, buffer->size_bytes());
   return s.resolve(v, std::move(buffer));
 }
 

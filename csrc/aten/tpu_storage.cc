@@ -350,12 +350,18 @@ void StorageState::set_pending(std::shared_ptr<PendingValue> v) {
 StorageState::Value StorageState::resolve(const std::shared_ptr<PendingValue>& v,
                                           runtime::BufferPtr b) {
   std::shared_ptr<PendingValue> dropped;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  const int64_t before = nbytes;
   if (pending_ == v) {
+    if (b->size_bytes() > nbytes) nbytes = b->size_bytes();
     buffer_.swap(b);
     pending_.swap(dropped);
   }
-  return Value{buffer_, pending_};
+  Value now{buffer_, pending_};
+  const int64_t after = nbytes;
+  lock.unlock();
+  if (after != before) note_storage_resized(device_index, before, after);
+  return now;
 }
 
 StorageState::Value StorageState::fill_if_empty(runtime::BufferPtr zeros) {

@@ -9,8 +9,9 @@
 // Thread safety: like PyTorch tensors, a storage is not safe for concurrent writes (one
 // of two threads' in-place ops on it may be lost), but its buffer (or pending value) is
 // read and swapped under the state's lock, so such a race never frees a buffer twice,
-// reads a torn pointer or a value no call wrote, and a write that gives its buffer up to XLA (write_part, StorageDonations)
-// holds the lock until the new buffer is in: no reader takes a buffer being given up.
+// reads a torn pointer or a value no call wrote, and a write that gives its buffer up to
+// XLA (write_part, StorageDonations) holds the lock until the new buffer is in: no reader
+// takes a buffer being given up.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -59,7 +60,9 @@ struct StorageState {
   // sees a buffer.
   void set_pending(std::shared_ptr<PendingValue> v);
   // `v`'s computed buffer `b` becomes the buffer, if `v` is still the storage's value (a
-  // write recorded since keeps its own). Returns the value after.
+  // write recorded since keeps its own); a padded graph's output is the row-major prefix of
+  // a bucket-sized buffer, and the storage then grows to hold it (its tensors view the
+  // prefix). Returns the value after.
   Value resolve(const std::shared_ptr<PendingValue>& v, runtime::BufferPtr b);
   // The zeros a read of a never-written storage made become its buffer, if it still holds
   // nothing (another thread may have written meanwhile). Returns the value after.
@@ -128,7 +131,9 @@ extern const char* const kNoStorageStateMessage;
 StorageState* find_storage_state(const c10::DataPtr& dp);
 // The live StorageState whose data pointer is `p`, or null (any other pointer).
 StorageState* live_storage_state(const void* p);
-// The StorageState of a tpu tensor, its pending value computed (fused eager) if it had one.
+// The StorageState of a tpu tensor, its pending value computed (fused eager) if it had one
+// (another thread may record a new one since: readers of its buffer go through
+// storage_buffer / read_tensor, which compute that too).
 StorageState& storage_state(const at::Tensor& t);
 // The same without computing a pending value: for the fused eager recorder only.
 StorageState& recorded_storage_state(const at::Tensor& t);
@@ -140,7 +145,7 @@ runtime::BufferPtr storage_buffer(const at::Tensor& t);
 // view through a small cached program when the tensor is not the whole buffer).
 runtime::BufferPtr read_tensor(const at::Tensor& t);
 // The storage's whole buffer in `dtype` (zeros if it was never written, bitcast if it was
-// written as another dtype); its value must not be pending.
+// written as another dtype; a pending value computed first).
 runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype);
 // Whether read_tensor(t) is its storage's buffer as it is (runs no program).
 bool reads_as_is(const at::Tensor& t);
