@@ -31,11 +31,6 @@ namespace {
 // x-gateway-destination-endpoint on the upstream request; this is the client's view of it).
 constexpr const char* kReplicaHeader = "x-torchtpu-replica";
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
 // The target's path: without its query string ("/v1/completions?x=1" is routed like
 // "/v1/completions", as the replica serves it).
 std::string_view path_of(beast::string_view target) {
@@ -461,7 +456,7 @@ struct Proxy::Exchange {
   }
 };
 
-void Proxy::serve_connection(tcp::socket& client_socket, std::atomic<bool>* idle) {
+void Proxy::serve_connection(tcp::socket& client_socket, std::atomic<int64_t>* idle_since) {
   boost::system::error_code ec;
   client_socket.set_option(tcp::no_delay(true), ec);
   client_socket.non_blocking(true, ec);
@@ -475,10 +470,10 @@ void Proxy::serve_connection(tcp::socket& client_socket, std::atomic<bool>* idle
     // whole request, header and body, must arrive within request_read_timeout_ms, so a
     // client that sends a byte now and then holds its connection thread only that long.
     if (buffer.size() == 0) {
-      if (idle != nullptr) idle->store(true);
+      if (idle_since != nullptr) idle_since->store(steady_ms());
       const bool ready = wait_ready(client.native_handle(), POLLIN,
                                     config_.client_idle_timeout_ms, std::nullopt, ec);
-      if (idle != nullptr) idle->store(false);
+      if (idle_since != nullptr) idle_since->store(0);
       if (!ready) break;
     }
     client.set_deadline(Clock::now() + std::chrono::milliseconds(config_.request_read_timeout_ms));
@@ -563,7 +558,7 @@ void Proxy::serve_connection(tcp::socket& client_socket, std::atomic<bool>* idle
           std::chrono::duration<double>(Clock::now() - read_at).count());
       if (!tokens) metrics_->num_tokenize_failed++;
     }
-    const RouteDecision decision = replicas_->route(tokens ? &*tokens : nullptr, now_ms());
+    const RouteDecision decision = replicas_->route(tokens ? &*tokens : nullptr, steady_ms());
     Exchange ex{this, client, req, keep_alive, read_at};
     Exchange::Outcome outcome = Exchange::Outcome::kRetry;
     int attempts = 0;
@@ -571,7 +566,7 @@ void Proxy::serve_connection(tcp::socket& client_socket, std::atomic<bool>* idle
       if (attempts == config_.max_attempts) break;
       if (attempts++ > 0) metrics_->num_retries++;
       if (routed) metrics_->num_routed++;
-      replicas_->on_dispatch(r.replica, decision, r.matched_blocks, now_ms());
+      replicas_->on_dispatch(r.replica, decision, r.matched_blocks, steady_ms());
       outcome = ex.attempt(r.replica);
       replicas_->on_done(r.replica);
       if (outcome != Exchange::Outcome::kRetry) break;

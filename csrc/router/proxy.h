@@ -51,9 +51,11 @@ class Proxy {
   Proxy(ReplicaSet* replicas, RouterMetrics* metrics, Tokenizer tokenizer, ProxyConfig config);
   ~Proxy();
 
-  // Serves requests on `client` until it closes (the caller closes the socket). `idle`,
-  // when given, is true while the connection waits for a request's first byte.
-  void serve_connection(boost::asio::ip::tcp::socket& client, std::atomic<bool>* idle = nullptr);
+  // Serves requests on `client` until it closes (the caller closes the socket).
+  // `idle_since`, when given, holds steady_ms() of when the connection began to wait for a
+  // request's first byte, and 0 while it reads or serves one.
+  void serve_connection(boost::asio::ip::tcp::socket& client,
+                        std::atomic<int64_t>* idle_since = nullptr);
 
  private:
   struct Exchange;

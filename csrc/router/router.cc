@@ -13,6 +13,8 @@
 #include <system_error>
 #include <thread>
 
+#include "router/socket_util.h"
+
 namespace torchtpu::router {
 
 namespace net = boost::asio;
@@ -109,12 +111,12 @@ void Router::serve(tcp::socket socket) {
     metrics_.num_connections_refused++;
     return;
   }
-  Connection conn{socket.native_handle(), std::make_shared<std::atomic<bool>>(false)};
+  Connection conn{socket.native_handle(), std::make_shared<std::atomic<int64_t>>(0)};
   const uint64_t id = next_conn_++;
   std::thread t;
   try {
-    t = std::thread([this, id, idle = conn.idle, s = std::move(socket)]() mutable {
-      proxy_.serve_connection(s, idle.get());
+    t = std::thread([this, id, idle_since = conn.idle_since, s = std::move(socket)]() mutable {
+      proxy_.serve_connection(s, idle_since.get());
       std::lock_guard<std::mutex> lock(conn_mu_);
       // Closed once out of conns_: the router shuts down only open sockets (a closed
       // descriptor's number may already be the next accepted connection's).
@@ -135,14 +137,20 @@ void Router::serve(tcp::socket socket) {
 }
 
 bool Router::evict_idle_connection() {
+  const int64_t now = steady_ms();
+  Connection* longest = nullptr;
+  int64_t longest_since = now - kMinEvictableIdleMs + 1;
   for (auto& [id, c] : conns_) {
-    if (c.evicted || !c.idle->load()) continue;
-    ::shutdown(c.fd, SHUT_RDWR);  // its wait for a request ends; its thread closes it
-    c.evicted = true;
-    metrics_.num_connections_evicted++;
-    return true;
+    const int64_t since = c.idle_since->load();
+    if (c.evicted || since == 0 || since >= longest_since) continue;
+    longest = &c;
+    longest_since = since;
   }
-  return false;
+  if (longest == nullptr) return false;
+  ::shutdown(longest->fd, SHUT_RDWR);  // its wait for a request ends; its thread closes it
+  longest->evicted = true;
+  metrics_.num_connections_evicted++;
+  return true;
 }
 
 void Router::join_ended_connections() {

@@ -37,7 +37,7 @@ struct RouterConfig {
   int health_interval_ms = 500;
   int health_timeout_ms = 2000;
   int replay_timeout_ms = 2000;
-  int max_connections = 1024;  // served at once; an idle one makes room for a new one
+  int max_connections = 1024;  // served at once; one idle >= 1 s makes room for a new one
 };
 
 class Router {
@@ -70,16 +70,19 @@ class Router {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   // A client connection: its socket's descriptor (open while it is in conns_: its thread
-  // closes it only after taking it out) and whether it waits for a request (idle).
+  // closes it only after taking it out) and since when it waits for a request (steady
+  // clock milliseconds; 0 while it reads or serves one).
   struct Connection {
     int fd = -1;
-    std::shared_ptr<std::atomic<bool>> idle;
+    std::shared_ptr<std::atomic<int64_t>> idle_since;
     bool evicted = false;  // shut down to make room; its thread is ending
   };
   // At the connection limit: shuts down the connection that has waited for a request the
-  // longest (kept-alive or never used), so idle sockets never lock clients out. False when
-  // every connection is busy.
+  // longest (kept-alive or never used), if it has waited kMinEvictableIdleMs at least (a
+  // kept-alive client is not cut off between two requests), so idle sockets never lock
+  // clients out. False when none has.
   bool evict_idle_connection();  // conn_mu_ held
+  static constexpr int64_t kMinEvictableIdleMs = 1000;
 
   std::mutex conn_mu_;
   std::condition_variable conn_done_;

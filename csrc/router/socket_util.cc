@@ -55,6 +55,12 @@ base::StatusOr<std::unique_ptr<tcp::socket>> connect_to(net::io_context& io,
   return base::unavailable("cannot connect to " + endpoint.str() + ": " + ec.message());
 }
 
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 bool wait_ready(int fd, short events, int timeout_ms,
                 const std::optional<std::chrono::steady_clock::time_point>& deadline,
                 boost::system::error_code& ec) {

@@ -31,6 +31,9 @@ bool connect_with_timeout(boost::asio::ip::tcp::socket& socket,
 base::StatusOr<std::unique_ptr<boost::asio::ip::tcp::socket>> connect_to(
     boost::asio::io_context& io, const Endpoint& endpoint, int connect_timeout_ms);
 
+// Milliseconds of the steady clock (routing ages, connections' idle times).
+int64_t steady_ms();
+
 // Waits until `fd` is ready for `events` (POLLIN, POLLOUT), for at most `timeout_ms` and
 // not past `deadline` (when set); false with `ec` = timed_out when it is not.
 bool wait_ready(int fd, short events, int timeout_ms,

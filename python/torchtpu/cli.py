@@ -188,8 +188,8 @@ def _router_parser(sub) -> None:
                         "from its first byte before it gets 408 (default 60)")
     p.add_argument("--max-connections", type=_int_in(1, 65536), default=1024,
                    help="client connections served at once, a thread each (default 1024); at "
-                        "the limit a new client takes the place of the one idle the longest, "
-                        "and is refused only when every connection is busy")
+                        "the limit a new client takes the place of the one idle the longest "
+                        "(1 s at least), and is refused only when none is")
 
 
 def _router_main(args) -> int:

@@ -164,7 +164,7 @@ def test_router_request_size_limit_is_a_flag():
 def test_idle_connections_at_the_limit_make_room_for_a_new_client():
     # A thread serves each connection: idle sockets (opened, nothing sent) up to the limit
     # locked every other client out for the keep-alive wait (120 s). At the limit, the one
-    # idle the longest is shut down for the new client.
+    # idle the longest (1 s at least) is shut down for the new client.
     import socket
     import time
 
@@ -183,8 +183,10 @@ def test_idle_connections_at_the_limit_make_room_for_a_new_client():
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
-        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(6)]
-        time.sleep(0.5)
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        time.sleep(1.2)  # evictable once idle 1 s (a kept-alive client between requests is not)
+        idle += [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        time.sleep(0.2)
         for _ in range(3):
             r = httpx.get(url + "/health", timeout=10)  # no healthy replica: 503, answered
             assert r.status_code == 503, r.text
