@@ -27,7 +27,7 @@ import torch
 from torchtpu.serve.detokenizer import IncrementalDetokenizer
 from torchtpu.serve.kv_events import KvEventPublisher, KvEventsConfig
 from torchtpu.serve.metrics import ServeMetrics
-from torchtpu.serve.prompts import text_prompt_ids
+from torchtpu.serve.prompts import model_positions, text_prompt_ids
 from torchtpu.serve.sampling import (
     RequestSampler,
     Sample,
@@ -133,15 +133,15 @@ class LLMEngine:
             DEFAULT_MODEL if model in (None, DEFAULT_MODEL) else os.path.basename(path.rstrip("/")))
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        positions = hf.config.max_position_embeddings
-        if max_model_len is not None and max_model_len > positions:
+        positions = model_positions(hf.config)
+        if max_model_len is not None and positions is not None and max_model_len > positions:
             # As vLLM refuses: positions past the model's were never trained (a model with
             # learned position embeddings has none to look up).
             raise ValueError(
                 f"max_model_len ({max_model_len}) is greater than the model's "
                 f"{positions} positions (max_position_embeddings in its config.json); use "
                 f"--max-model-len <= {positions}")
-        self.max_model_len = max_model_len or min(positions, 2048)
+        self.max_model_len = max_model_len or min(positions or 2048, 2048)
         self.page_size = page_size
         pages_per_seq = -(-self.max_model_len // page_size)
         self.num_pages = num_pages or max_num_seqs * pages_per_seq

@@ -23,6 +23,20 @@ def text_prompt_ids(tokenizer, prompt: str, add_special_tokens: bool | None = No
     return tokenizer.encode(prompt, add_special_tokens=add_special_tokens is not False)
 
 
+def model_positions(config) -> int | None:
+    """The longest context `config`'s model takes, as vLLM derives it: its position count,
+    times a RoPE scaling factor that extends it (not llama3/longrope, whose scaling is
+    already in the count); None when the config has none."""
+    positions = getattr(config, "max_position_embeddings", None)
+    rope = getattr(config, "rope_scaling", None)
+    if positions is not None and isinstance(rope, dict):
+        kind = rope.get("rope_type", rope.get("type"))
+        factor = rope.get("factor")
+        if kind not in ("llama3", "longrope", "su", "default", None) and factor:
+            positions = int(positions * factor)
+    return positions
+
+
 def max_token_bytes(tokenizer) -> int | None:
     """The most UTF-8 bytes of text one token of `tokenizer` stands for, or None when the
     tokenizer normalizes text before splitting it (then a text's length bounds nothing)."""

@@ -46,9 +46,14 @@ class PromptTokenizer:
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.token_bytes = prompts.max_token_bytes(self.tokenizer)
-        # The replicas' --max-model-len is at most the model's positions.
-        self.max_model_len = max_model_len or getattr(
-            AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+        # The replicas' --max-model-len is at most the model's positions (no bound, only
+        # no early refusal, when the folder has no readable config).
+        if max_model_len is None:
+            try:
+                max_model_len = prompts.model_positions(AutoConfig.from_pretrained(model_path))
+            except (OSError, ValueError):
+                max_model_len = None
+        self.max_model_len = max_model_len
         # The first call pays for lazy imports and compiled templates: not a request's job.
         self("/v1/completions", b'{"prompt": "warm up"}')
         self("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "warm up"}]}')
