@@ -93,6 +93,9 @@ runtime::BufferPtr scalar_to_buffer(const c10::Scalar& s, base::DType dtype, int
     case base::DType::kI16: convert_scalar<int16_t>(s, checked, key.bits); break;
     case base::DType::kI32: convert_scalar<int32_t>(s, checked, key.bits); break;
     case base::DType::kI64: convert_scalar<int64_t>(s, checked, key.bits); break;
+    case base::DType::kU16: convert_scalar<uint16_t>(s, checked, key.bits); break;
+    case base::DType::kU32: convert_scalar<uint32_t>(s, checked, key.bits); break;
+    case base::DType::kU64: convert_scalar<uint64_t>(s, checked, key.bits); break;
     case base::DType::kF16: convert_scalar<c10::Half>(s, checked, key.bits); break;
     case base::DType::kBF16: convert_scalar<c10::BFloat16>(s, checked, key.bits); break;
     case base::DType::kF32: convert_scalar<float>(s, checked, key.bits); break;

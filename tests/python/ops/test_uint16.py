@@ -30,3 +30,17 @@ def test_casts_and_comparisons() -> None:
     assert torch.equal(f.to("tpu").to(torch.uint16).cpu(), f.to(torch.uint16))
     # PyTorch's CPU kernels stop there (no gt, flip, add for uint16), so nothing more is
     # compared here.
+
+
+@pytest.mark.parametrize("dtype,scalars", [
+    (torch.uint16, [65537, -1, 2**40 + 3]),
+    (torch.uint32, [2**33 + 1, -2**40, -1]),
+    (torch.uint64, [-1, 2**64 - 1]),
+])
+def test_comparisons_with_numbers_past_the_dtype_wrap_as_the_cpu(dtype, scalars) -> None:
+    # A number out of the dtype's range wraps (65537 as uint16 is 1), as on the CPU and for
+    # uint8; uint16/32/64 refused it ("cannot be converted ... without overflow").
+    x = torch.tensor([0, 1, 2, 3], dtype=dtype)
+    for s in scalars:
+        for op in (torch.eq, torch.ne):
+            assert torch.equal(op(x.to("tpu"), s).cpu(), op(x, s)), (dtype, s, op)
