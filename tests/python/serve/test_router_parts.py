@@ -2,6 +2,7 @@
 (so its block hashes are the engine's), the launcher's core split and argument pass-through,
 and the command line's errors."""
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -135,7 +136,10 @@ def test_launcher_does_not_restart_a_replica_that_cannot_start(tmp_path, caplog)
     assert not os.path.exists(launcher.dir)  # its endpoints' folder is removed
 
 
-def test_router_request_size_limit_is_a_flag():
+@contextlib.contextmanager
+def _router_process(*flags: str):
+    """`torchtpu router` (round-robin over a replica that is down) with `flags`, answering
+    on the yielded URL; stopped on exit."""
     import socket
     import time
 
@@ -144,21 +148,28 @@ def test_router_request_size_limit_is_a_flag():
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "torchtpu.cli", "router", "--replica",
                              "http://127.0.0.1:1", "--mode", "round-robin", "--port", str(port),
-                             "--max-request-bytes", "1000"], stderr=subprocess.PIPE, text=True)
+                             *flags], stderr=subprocess.PIPE, text=True)
     try:
-        url = f"http://127.0.0.1:{port}/v1/completions"
+        url = f"http://127.0.0.1:{port}"
         for _ in range(300):
             try:
-                r = httpx.post(url, content=json.dumps({"prompt": "x" * 2000}), timeout=10)
+                httpx.get(url + "/health", timeout=10)
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
-        assert r.status_code == 413 and "limit of 1000 bytes" in r.text, r.text
-        r = httpx.post(url, json={"prompt": "x" * 500}, timeout=10)
-        assert r.status_code != 413, r.text  # under the limit: on to the (absent) replica
+        yield url
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_router_request_size_limit_is_a_flag():
+    with _router_process("--max-request-bytes", "1000") as url:
+        r = httpx.post(url + "/v1/completions", content=json.dumps({"prompt": "x" * 2000}),
+                       timeout=10)
+        assert r.status_code == 413 and "limit of 1000 bytes" in r.text, r.text
+        r = httpx.post(url + "/v1/completions", json={"prompt": "x" * 500}, timeout=10)
+        assert r.status_code != 413, r.text  # under the limit: on to the (absent) replica
 
 
 def test_idle_connections_at_the_limit_make_room_for_a_new_client():
@@ -168,34 +179,21 @@ def test_idle_connections_at_the_limit_make_room_for_a_new_client():
     import socket
     import time
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "torchtpu.cli", "router", "--replica",
-                             "http://127.0.0.1:1", "--mode", "round-robin", "--port", str(port),
-                             "--max-connections", "4"], stderr=subprocess.PIPE, text=True)
     idle = []
-    try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                httpx.get(url + "/health", timeout=10)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
-        time.sleep(1.2)  # evictable once idle 1 s (a kept-alive client between requests is not)
-        idle += [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
-        time.sleep(0.2)
-        for _ in range(3):
-            r = httpx.get(url + "/health", timeout=10)  # no healthy replica: 503, answered
-            assert r.status_code == 503, r.text
-        metrics = httpx.get(url + "/metrics", timeout=10).text
-        evicted = [line for line in metrics.splitlines()
-                   if line.startswith("torchtpu_router:connections_evicted_total ")]
-        assert evicted and float(evicted[0].split()[1]) >= 3, metrics
-    finally:
-        for s in idle:
-            s.close()
-        proc.terminate()
-        proc.wait(30)
+    with _router_process("--max-connections", "4") as url:
+        port = int(url.rsplit(":", 1)[1])
+        try:
+            idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+            time.sleep(1.2)  # evictable once idle 1 s (a kept-alive client between requests is not)
+            idle += [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+            time.sleep(0.2)
+            for _ in range(3):
+                r = httpx.get(url + "/health", timeout=10)  # no healthy replica: 503, answered
+                assert r.status_code == 503, r.text
+            metrics = httpx.get(url + "/metrics", timeout=10).text
+            evicted = [line for line in metrics.splitlines()
+                       if line.startswith("torchtpu_router:connections_evicted_total ")]
+            assert evicted and float(evicted[0].split()[1]) >= 3, metrics
+        finally:
+            for s in idle:
+                s.close()
