@@ -325,12 +325,6 @@ std::vector<runtime::BufferPtr> read_tensors(c10::ArrayRef<at::Tensor> ts) {
   return out;
 }
 
-// A write splicing a view into `whole` gives it up (view_write's donate_base) when it is
-// held only by this state and the call, or only by the call (a reinterpretation made for
-// the write): XLA then writes the view in place. Any other holder (a value read earlier,
-// a cache, another storage) keeps it, and XLA copies the whole base (a 10-element write
-// into a 1 GiB storage copied the GiB, and held two). With the lock held nothing can take
-// a new reference meanwhile; a write that copies lets readers in while it runs.
 void StorageState::set_buffer(runtime::BufferPtr b, bool zeros_only) {
   std::shared_ptr<PendingValue> dropped;
   std::lock_guard<std::mutex> lock(mu_);
@@ -378,6 +372,12 @@ void StorageState::keep_reinterpretation(const runtime::BufferPtr& from, runtime
   if (buffer_ == from) buffer_.swap(as);
 }  // `as`, now `from`, is released after the lock
 
+// A write splicing a view into `whole` gives it up (view_write's donate_base) when it is
+// held only by this state and the call, or only by the call (a reinterpretation made for
+// the write): XLA then writes the view in place. Any other holder (a value read earlier,
+// a cache, another storage) keeps it, and XLA copies the whole base (a 10-element write
+// into a 1 GiB storage copied the GiB, and held two). With the lock held nothing can take
+// a new reference meanwhile; a write that copies lets readers in while it runs.
 void StorageState::write_part(runtime::BufferPtr whole, const PartWriter& write) {
   std::shared_ptr<PendingValue> dropped;  // a value recorded while this write ran: replaced
   std::unique_lock<std::mutex> lock(mu_);

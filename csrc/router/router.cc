@@ -107,7 +107,7 @@ void Router::serve(tcp::socket socket) {
                                   [](const auto& c) { return !c.second.evicted; });
   if (live >= config_.max_connections && !evict_idle_connection()) {
     boost::system::error_code ec;
-    socket.close(ec);  // every connection busy: the client sees the connection refused
+    socket.close(ec);  // none idle 1 s to make room: the client sees the connection refused
     metrics_.num_connections_refused++;
     return;
   }

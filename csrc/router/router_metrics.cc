@@ -96,8 +96,8 @@ std::string RouterMetrics::render(const ReplicaSet& replicas) const {
           "limit to let a new client in.",
           num_connections_evicted.load());
   counter("torchtpu_router:connections_refused_total",
-          "New client connections closed at once: the connection limit was reached and every "
-          "connection was busy with a request.",
+          "New client connections closed at once: the connection limit was reached and no "
+          "connection had waited 1 s for a request.",
           num_connections_refused.load());
   std::string latencies;
   routing_latency.render(latencies, "torchtpu_router:routing_latency_seconds",

@@ -42,7 +42,7 @@ class RouterMetrics {
   std::atomic<int64_t> num_upstream_connects{0};   // upstream connections opened
   std::atomic<int64_t> num_stale_upstreams{0};     // kept-alive ones found closed by the replica
   std::atomic<int64_t> num_connections_evicted{0};  // idle clients shut at the connection limit
-  std::atomic<int64_t> num_connections_refused{0};  // new clients refused: all connections busy
+  std::atomic<int64_t> num_connections_refused{0};  // new clients refused: none idle to evict
 
   // Seconds from a proxied request fully read to its upstream request written: what the
   // router adds before a replica sees the request (tokenizing, scoring, connecting).
