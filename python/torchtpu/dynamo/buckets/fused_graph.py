@@ -270,12 +270,15 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple] | Callable[[], list[tuple
                     type(e).__name__, e)
         return None
     classes = _classes.setdefault(device, ShapeClasses(device))
+    evictions = classes.evictions
     try:
         runner, why = classes.runner(graph)
     except Exception as e:  # a torchtpu bug in making it symbolic: the exact program runs
         log.warning("torchtpu: fused graph compiles per exact size: its shape class failed: "
                     "%s: %s", type(e).__name__, e)
         return None
+    if classes.evictions != evictions:
+        _symbolic.clear()  # it would keep the dropped classes' runners alive
     if runner is None:
         return None
     if len(_symbolic) >= 4096:

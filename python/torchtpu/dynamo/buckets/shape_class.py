@@ -34,6 +34,7 @@ import contextlib
 import difflib
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -489,13 +490,18 @@ def sibling(key: tuple, ints: list[int], sizes: list[bool], other_key: tuple,
 class ShapeClasses:
     """The shape classes of recorded graphs on one device: `runner(graph)` says how a recorded
     graph runs. A key holds a few classes (`MAX_PER_KEY`): a graph that fails every
-    symbolic class's guard (an int that was constant changed) starts another."""
+    symbolic class's guard (an int that was constant changed) starts another. The keys of
+    the `MAX_KEYS` structures run most recently are kept (each class holds its first graph
+    and its compiled programs: a program that made new structures without end kept them
+    all, until the process ran out of memory maps); `evictions` counts those dropped."""
 
     MAX_PER_KEY = 8
+    MAX_KEYS = 256
 
     def __init__(self, device: int = 0) -> None:
         self.device = device
-        self.classes: dict[tuple, list[ShapeClass]] = {}
+        self.classes: OrderedDict[tuple, list[ShapeClass]] = OrderedDict()
+        self.evictions = 0
         # Per list of inputs (their dtypes, ranks, devices): the key and ints of the last
         # graph over such inputs, whatever its structure.
         self.last: dict[tuple, tuple[tuple, list[int]]] = {}
@@ -524,7 +530,14 @@ class ShapeClasses:
         and `graph` passes its guard), else None and why `graph` runs at its exact sizes."""
         key, ints, sizes = key_ints_sizes(graph)
         last = self._last(key, ints)
-        classes = self.classes.setdefault(key, [])
+        classes = self.classes.get(key)
+        if classes is None:
+            while len(self.classes) >= self.MAX_KEYS:
+                self.classes.popitem(last=False)  # the structure run least recently
+                self.evictions += 1
+            classes = self.classes[key] = []
+        else:
+            self.classes.move_to_end(key)
         for cls in classes:
             if cls.runner is not None and cls.matches(ints):
                 if ints != cls.first_ints:

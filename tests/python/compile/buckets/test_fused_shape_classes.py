@@ -261,3 +261,28 @@ def test_a_size_of_one_does_not_join_a_class_traced_at_larger_sizes() -> None:
             got = torch.squeeze_copy(x.to("tpu")).cpu()
             assert got.shape == torch.squeeze_copy(x).shape
             torch.testing.assert_close(got, torch.squeeze_copy(x))
+
+
+def test_shape_classes_keep_the_structures_run_most_recently(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    # Each class holds its first graph and compiled programs: a program that made new graph
+    # structures without end kept them all (a segfault at the memory-map limit). Past
+    # MAX_KEYS structures the least recently run is dropped, and results stay right.
+    from torchtpu.dynamo.buckets import fused_graph
+    from torchtpu.dynamo.buckets.shape_class import ShapeClasses
+
+    monkeypatch.setattr(ShapeClasses, "MAX_KEYS", 2)
+    monkeypatch.setattr(fused_graph, "_classes", {})
+    monkeypatch.setattr(fused_graph, "_symbolic", {})
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+    with eager_mode("fused"):
+        for i in range(5):  # 5 structures (which ops), each at 2 lengths (a symbolic class)
+            for n in (9, 12):
+                x = torch.arange(n, dtype=torch.float32)
+                got = x.to("tpu")
+                for b in range(3):
+                    got = got * 1.5 if (i >> b) & 1 else got + 1.0
+                    x = x * 1.5 if (i >> b) & 1 else x + 1.0
+                torch.testing.assert_close(got.cpu(), x)
+        classes = fused_graph._classes[0]
+        assert len(classes.classes) <= 2 and classes.evictions >= 3, classes.evictions
