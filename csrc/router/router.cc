@@ -111,7 +111,8 @@ void Router::serve(tcp::socket socket) {
     metrics_.num_connections_refused++;
     return;
   }
-  Connection conn{socket.native_handle(), std::make_shared<std::atomic<int64_t>>(0)};
+  // Idle from its accept (its thread may start later on a busy host) until its first byte.
+  Connection conn{socket.native_handle(), std::make_shared<std::atomic<int64_t>>(steady_ms())};
   const uint64_t id = next_conn_++;
   std::thread t;
   try {
