@@ -4,10 +4,11 @@ choice, EBNF) constrains each step's tokens.
 ``GrammarCache`` compiles grammars for one tokenizer and keeps them per (kind, spec), the
 least recently used dropped past a byte budget (each distinct schema a client sends would
 otherwise stay for the server's life): compiling is paid once per schema while it is in
-use, and it is done on the server's tokenizer thread before the engine sees the request. ``GrammarState`` is one request's matcher: ``allowed()`` is
-the bool mask of tokens the grammar accepts next (applied by the request's sampler on the
-host logits row, so no xgrammar kernel runs), ``accept()`` advances it, ``done`` says the
-grammar reached its end (the engine then finishes the request as "stop"). JSON is compiled
+use, and it is done on the server's tokenizer thread before the engine sees the request.
+``GrammarState`` is one request's matcher: ``allowed()`` is the bool mask of tokens the
+grammar accepts next (applied by the request's sampler on the host logits row, so no
+xgrammar kernel runs), ``accept()`` advances it, ``done`` says the grammar reached its end
+(the engine then finishes the request as "stop"). JSON is compiled
 without free whitespace between tokens, so a bounded schema always terminates; and as
 xgrammar's JSON-schema grammar lets raw control characters into strings (which json.loads
 and RFC 8259 refuse), tokens that decode to one are masked for the JSON kinds: compact
