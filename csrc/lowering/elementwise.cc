@@ -360,13 +360,12 @@ base::StatusOr<std::vector<Value>> lower_sign(LoweringContext& c) {
   Value x = out_operand(c, 0, t);
   if (t == DType::kBool) return std::vector<Value>{x};
   if (base::is_complex(t)) return std::vector<Value>{complex_sgn(b, x)};
+  Value zero = b.zeros(x.type);
   if (base::is_floating(t)) {
     // PyTorch's sign(NaN) is 0 (XLA's is NaN) and sign(-0.0) is +0.0 (XLA's is -0.0).
-    Value zero = b.zeros(x.type);
     Value nan_or_zero = b.binary("or", b.compare(x, x, "NE"), b.compare(x, zero, "EQ"));
     return std::vector<Value>{b.select(nan_or_zero, zero, b.unary("sign", x))};
   }
-  Value zero = b.zeros(x.type);
   Value pos = b.convert(b.compare(x, zero, "GT"), t);
   Value neg = b.convert(b.compare(x, zero, "LT"), t);
   return std::vector<Value>{b.sub(pos, neg)};

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from torchtpu.serve import protocol, responses, tools
 from torchtpu.serve.async_engine import EngineDeadError, RequestError
 from torchtpu.serve.errors import ApiError
-from torchtpu.serve.prompts import check_text_fits
+from torchtpu.serve.prompts import check_text_fits, must_fit_context
 from torchtpu.serve.sampling import SamplingParams, best_of
 from torchtpu.serve.structured import GuidedDecoding
 
@@ -82,8 +82,7 @@ class Generation:
         tool_dicts = protocol.tool_dicts(req) if chat else []
         # A prompt that must fit the context whole (not truncated, not only echoed) and
         # cannot is refused from its size, before the tokenizer spends seconds on it.
-        must_fit = req.truncate_prompt_tokens is None and (chat or not (
-            req.echo and req.max_tokens == 0))
+        must_fit = must_fit_context(req, chat)
         sources: list = [None] if chat else protocol.completion_prompts(req)
         each = max(req.n, req.best_of or 0)
         if len(sources) * each > server.max_request_sequences:

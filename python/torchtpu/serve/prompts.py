@@ -47,6 +47,14 @@ def max_token_bytes(tokenizer) -> int | None:
                 for t in tokenizer.get_vocab()), default=None)
 
 
+def must_fit_context(req, chat: bool) -> bool:
+    """Whether the prompt of `req` (a chat or a completion request) must fit the context
+    whole, so that one too long for it is refused from its size (``check_text_fits``): not
+    when it is truncated (truncate_prompt_tokens) or only echoed (echo with max_tokens 0)."""
+    return req.truncate_prompt_tokens is None and (chat or not (
+        req.echo and req.max_tokens == 0))
+
+
 def check_text_fits(text: str, token_bytes: int | None, max_model_len: int,
                     param: str) -> None:
     """400 for a text that cannot fit the context, known from its size alone: it has at

@@ -66,7 +66,7 @@ class PromptTokenizer:
             req = (protocol.ChatCompletionRequest if chat else
                    protocol.CompletionRequest).model_validate_json(body)
             # As the server: a prompt that must fit the context whole (generation.py).
-            must_fit = self.max_model_len is not None and req.truncate_prompt_tokens is None
+            must_fit = self.max_model_len is not None and prompts.must_fit_context(req, chat)
             if chat:
                 tools = protocol.tool_dicts(req)
                 ids = prompts.chat_prompt_ids(
@@ -77,7 +77,7 @@ class PromptTokenizer:
                     tools_callable=req.tool_choice != "none")
             else:
                 first = protocol.completion_prompts(req)[0]
-                if isinstance(first, str) and must_fit and not (req.echo and req.max_tokens == 0):
+                if isinstance(first, str) and must_fit:
                     prompts.check_text_fits(first, self.token_bytes, self.max_model_len, "prompt")
                 ids = (prompts.text_prompt_ids(self.tokenizer, first, req.add_special_tokens)
                        if isinstance(first, str) else list(first))
