@@ -185,6 +185,11 @@ void ensure_initialized(State& s) {
     }
     capacity = static_cast<size_t>(v);
   }
+  auto disk_max_bytes = runtime::disk_cache_max_bytes_from_env();
+  if (!disk_max_bytes.ok()) {
+    s.init_error = disk_max_bytes.status();
+    return;
+  }
   if (base::Status polling = runtime::check_poll_budget(); !polling.ok()) {
     s.init_error = polling;
     return;
@@ -230,7 +235,7 @@ void ensure_initialized(State& s) {
     register_host_kernels(**plugin, s.host_kernels);
     lowering::set_widen_half_products(true);
   }
-  s.cache = std::make_unique<runtime::CompileCache>(s.client, capacity);
+  s.cache = std::make_unique<runtime::CompileCache>(s.client, capacity, *disk_max_bytes);
 }
 
 }  // namespace

@@ -39,14 +39,15 @@ void dump_module(uint64_t key, const std::string& module_text) {
 
 }  // namespace
 
-CompileCache::CompileCache(std::shared_ptr<Client> client, size_t memory_capacity)
-    : CompileCache(client, default_disk_cache_dir(), memory_capacity) {}
+CompileCache::CompileCache(std::shared_ptr<Client> client, size_t memory_capacity,
+                           uint64_t disk_max_bytes)
+    : CompileCache(client, default_disk_cache_dir(), memory_capacity, disk_max_bytes) {}
 
 CompileCache::CompileCache(std::shared_ptr<Client> client, const std::string& disk_root,
-                           size_t memory_capacity)
+                           size_t memory_capacity, uint64_t disk_max_bytes)
     : client_(std::move(client)),
       identity_hash_(identity_hash_of(*client_)),
-      disk_(disk_root, identity_hash_),
+      disk_(disk_root, identity_hash_, disk_max_bytes),
       entries_(memory_capacity) {}
 
 uint64_t CompileCache::key_of(const std::string& module_text, int device_index) const {

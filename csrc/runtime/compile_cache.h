@@ -15,8 +15,8 @@
 // The memory tier holds at most `memory_capacity` executables and drops the least
 // recently used one to make room (`num_compile_cache_evictions`): each loaded executable
 // costs the process memory maps, and a workload that makes a new program per shape would
-// otherwise exhaust them. Disk entries are never evicted (delete the directory to reclaim
-// space).
+// otherwise exhaust them. The disk tier is bounded in bytes (TORCHTPU_CACHE_MAX_SIZE; the
+// least recently used entries go, see disk_cache.h).
 // Thread safety: get_or_compile may be called from any thread; two threads missing on the
 // same key may both compile (and both write the same disk entry), and the first insert wins.
 #pragma once
@@ -41,10 +41,13 @@ class CompileCache {
   static constexpr size_t kDefaultMemoryCapacity = 4096;
 
   explicit CompileCache(std::shared_ptr<Client> client,
-                        size_t memory_capacity = kDefaultMemoryCapacity);
-  // Disk tier under `disk_root` ("" disables it).
+                        size_t memory_capacity = kDefaultMemoryCapacity,
+                        uint64_t disk_max_bytes = kDefaultDiskCacheMaxBytes);
+  // Disk tier under `disk_root` ("" disables it), its entries bounded by `disk_max_bytes`
+  // (0: no bound).
   CompileCache(std::shared_ptr<Client> client, const std::string& disk_root,
-               size_t memory_capacity = kDefaultMemoryCapacity);
+               size_t memory_capacity = kDefaultMemoryCapacity,
+               uint64_t disk_max_bytes = kDefaultDiskCacheMaxBytes);
 
   base::StatusOr<ExecutablePtr> get_or_compile(const std::string& module_text, int device_index);
   // A program replicated over `device_indices` (Client::compile's replicated form); the

@@ -1,12 +1,18 @@
 #include "runtime/disk_cache.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "base/hash.h"
 #include "base/metrics.h"
@@ -80,7 +86,61 @@ std::string check_entry(const std::string& bytes, uint64_t key) {
   return "";
 }
 
+// A plugin build's directory under the root: its identity hash, 16 lowercase hex digits
+// (the root also holds other things: converted models, measured peaks).
+bool is_identity_dir(const std::string& name) {
+  return name.size() == 16 && std::all_of(name.begin(), name.end(), [](char c) {
+           return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+         });
+}
+
+bool is_entry(const std::string& name) {
+  constexpr std::string_view kSuffix = ".pjrtexe";
+  return name.size() > kSuffix.size() &&
+         name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
+bool is_temp(const std::string& name) {
+  return !name.empty() && name[0] == '.' && name.find(".tmp.") != std::string::npos;
+}
+
+// A temp file this old was left by a writer that died before its rename.
+constexpr auto kStaleTemp = std::chrono::hours(1);
+
 }  // namespace
+
+base::StatusOr<uint64_t> disk_cache_max_bytes_from_env() {
+  const char* v = std::getenv("TORCHTPU_CACHE_MAX_SIZE");
+  if (v == nullptr || *v == '\0') return kDefaultDiskCacheMaxBytes;
+  std::string text(v);
+  auto invalid = [&] {
+    return base::invalid_argument(
+        "tpu: TORCHTPU_CACHE_MAX_SIZE='" + text +
+        "' is not a size for the compile cache on disk (expected bytes, or a whole number "
+        "with K, M, G or T: \"512M\", \"20G\"; 0 for no bound; default 10G)");
+  };
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) {
+    ++digits;
+  }
+  // 19 digits always fit in 64 bits.
+  if (digits == 0 || digits > 19) return invalid();
+  uint64_t n = std::stoull(text.substr(0, digits));
+  int shift = 0;
+  if (text.size() == digits + 1) {
+    switch (std::toupper(static_cast<unsigned char>(text[digits]))) {
+      case 'K': shift = 10; break;
+      case 'M': shift = 20; break;
+      case 'G': shift = 30; break;
+      case 'T': shift = 40; break;
+      default: return invalid();
+    }
+  } else if (text.size() != digits) {
+    return invalid();
+  }
+  if (n > (UINT64_MAX >> shift)) return invalid();
+  return n << shift;
+}
 
 std::string default_disk_cache_dir() {
   if (const char* dir = std::getenv("TORCHTPU_CACHE_DIR")) {
@@ -95,8 +155,9 @@ std::string default_disk_cache_dir() {
   return "";
 }
 
-DiskCache::DiskCache(std::string root, uint64_t identity_hash) {
-  if (!root.empty()) dir_ = root + "/" + hex16(identity_hash);
+DiskCache::DiskCache(std::string root, uint64_t identity_hash, uint64_t max_bytes)
+    : root_(std::move(root)), max_bytes_(max_bytes), stored_since_trim_(max_bytes / 16) {
+  if (!root_.empty()) dir_ = root_ + "/" + hex16(identity_hash);
 }
 
 std::string DiskCache::path_of(uint64_t key) const {
@@ -124,6 +185,9 @@ std::optional<std::string> DiskCache::load(uint64_t key) const {
     discard(key, why);
     return std::nullopt;
   }
+  // Used now: the trim keeps it over entries used less recently. A read-only cache
+  // directory keeps the old time.
+  ::utimensat(AT_FDCWD, path_of(key).c_str(), nullptr, 0);
   return bytes->substr(kDiskCacheHeaderBytes);
 }
 
@@ -180,7 +244,62 @@ bool DiskCache::store(uint64_t key, const std::string& payload) const {
     return fail(std::string("rename: ") + std::strerror(rename_errno));
   }
   base::counter_add("num_disk_cache_writes");
+  if (max_bytes_ > 0 &&
+      stored_since_trim_.fetch_add(bytes.size()) + bytes.size() >= max_bytes_ / 16 &&
+      !trimming_.exchange(true)) {
+    stored_since_trim_.store(0);
+    trim();
+    trimming_.store(false);
+  }
   return true;
+}
+
+DiskCacheTrim DiskCache::trim() const {
+  namespace fs = std::filesystem;
+  DiskCacheTrim result;
+  if (!enabled() || max_bytes_ == 0) return result;
+  struct Entry {
+    fs::file_time_type used;
+    uint64_t bytes;
+    fs::path path;
+  };
+  std::vector<Entry> entries;
+  const auto now = fs::file_time_type::clock::now();
+  std::error_code ec;
+  for (fs::directory_iterator dir(root_, ec), end; !ec && dir != end; dir.increment(ec)) {
+    std::error_code e;
+    if (!is_identity_dir(dir->path().filename().string()) || !dir->is_directory(e)) continue;
+    for (fs::directory_iterator f(dir->path(), e); !e && f != end; f.increment(e)) {
+      std::error_code fe;
+      std::string name = f->path().filename().string();
+      if (!(is_entry(name) || is_temp(name)) || !f->is_regular_file(fe)) continue;
+      uint64_t bytes = f->file_size(fe);
+      if (fe) continue;
+      fs::file_time_type used = f->last_write_time(fe);
+      if (fe) continue;
+      if (is_temp(name)) {  // a store in flight, or a dead writer's
+        if (now - used > kStaleTemp) fs::remove(f->path(), fe);
+        continue;
+      }
+      entries.push_back({used, bytes, f->path()});
+      result.bytes_before += bytes;
+    }
+  }
+  result.bytes_after = result.bytes_before;
+  if (result.bytes_before <= max_bytes_) return result;
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  const uint64_t target = max_bytes_ / 4 * 3;
+  for (const Entry& entry : entries) {
+    if (result.bytes_after <= target) break;
+    std::error_code e;
+    bool removed = fs::remove(entry.path, e);
+    if (e) continue;  // still there (a permission): it keeps its bytes
+    result.bytes_after -= entry.bytes;  // removed here, or by another process's trim
+    result.files_deleted += removed;
+  }
+  base::counter_add("num_disk_cache_evictions", result.files_deleted);
+  return result;
 }
 
 }  // namespace torchtpu::runtime

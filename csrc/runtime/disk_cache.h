@@ -19,6 +19,16 @@
 // counted in `num_disk_cache_write_failures` and logged on the first failure only (a
 // read-only or full disk would otherwise log once per op).
 //
+// Size bound: the entries under the root (every plugin build's) take at most `max_bytes`
+// (TORCHTPU_CACHE_MAX_SIZE, default 10 GiB; 0: no bound). A load that hits marks its entry
+// as used now (its modification time). A store trims the root once the bytes this
+// process stored since its last trim reach a sixteenth of the bound (and at its first
+// store): the entries are summed, and while they exceed the bound the least recently used
+// are deleted until they take at most three quarters of it (counted in
+// `num_disk_cache_evictions`); temp files a crashed writer left over an hour ago go too.
+// Processes trimming at once may delete a little more than needed; a reader keeps a file
+// it has opened.
+//
 // Concurrency: a store writes a uniquely named temp file in the entry's directory and
 // rename()s it over the entry, so readers in any process see either no file or a whole
 // one, and concurrent writers of the same key simply replace each other's equal bytes.
@@ -30,6 +40,8 @@
 #include <optional>
 #include <string>
 
+#include "base/status.h"
+
 namespace torchtpu::runtime {
 
 inline constexpr uint32_t kDiskCacheFormatVersion = 1;
@@ -39,11 +51,25 @@ inline constexpr size_t kDiskCacheHeaderBytes = 40;
 // $XDG_CACHE_HOME/torchtpu, else $HOME/.cache/torchtpu, else "" (no home: disabled).
 std::string default_disk_cache_dir();
 
+inline constexpr uint64_t kDefaultDiskCacheMaxBytes = uint64_t{10} << 30;
+// TORCHTPU_CACHE_MAX_SIZE: bytes ("1000000"), or with a binary suffix K, M, G or T
+// ("512M", "20G"); 0 for no bound; unset: kDefaultDiskCacheMaxBytes. kInvalidArgument
+// for anything else.
+base::StatusOr<uint64_t> disk_cache_max_bytes_from_env();
+
+struct DiskCacheTrim {
+  uint64_t bytes_before = 0;  // the entries' bytes when the trim began
+  uint64_t bytes_after = 0;
+  int64_t files_deleted = 0;
+};
+
 class DiskCache {
  public:
   // `root` "" disables the cache. `identity_hash` names the plugin build (and platform):
   // entries of different plugin builds live in different subdirectories.
-  DiskCache(std::string root, uint64_t identity_hash);
+  // `max_bytes` bounds the entries under `root` (0: no bound).
+  DiskCache(std::string root, uint64_t identity_hash,
+            uint64_t max_bytes = kDefaultDiskCacheMaxBytes);
 
   bool enabled() const { return !dir_.empty(); }
   // Directory holding this plugin's entries ("" when disabled).
@@ -64,12 +90,23 @@ class DiskCache {
   // for `reason`; store() reports its own failures through this.
   void report_write_failure(uint64_t key, const std::string& reason) const;
 
+  // Deletes the least recently used entries under the root while they exceed the bound
+  // (see above); store() calls it as it goes. Nothing when disabled or unbounded.
+  DiskCacheTrim trim() const;
+
+  uint64_t max_bytes() const { return max_bytes_; }
+
   // The file bytes store() writes; exposed for tests that build damaged entries.
   static std::string encode(uint64_t key, const std::string& payload);
 
  private:
+  std::string root_;
   std::string dir_;
+  uint64_t max_bytes_;
   mutable std::atomic<bool> write_failure_logged_{false};
+  // Bytes stored since the last trim; starts at the threshold so the first store trims.
+  mutable std::atomic<uint64_t> stored_since_trim_;
+  mutable std::atomic<bool> trimming_{false};
 };
 
 }  // namespace torchtpu::runtime

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/metrics.h"
@@ -383,6 +385,115 @@ TEST_F(DiskCacheTest, ConcurrentWritersLeaveOneWholeEntry) {
   ASSERT_TRUE(loaded.has_value());
   EXPECT_EQ(*loaded, payload);
   EXPECT_FALSE(disk.load(6).has_value());
+}
+
+TEST(DiskCacheSize, FollowsEnvironment) {
+  {
+    ScopedEnv size("TORCHTPU_CACHE_MAX_SIZE", nullptr);
+    auto parsed = runtime::disk_cache_max_bytes_from_env();
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, runtime::kDefaultDiskCacheMaxBytes);
+  }
+  const std::vector<std::pair<const char*, uint64_t>> valid = {
+      {"0", 0},
+      {"1000", 1000},
+      {"512M", uint64_t{512} << 20},
+      {"20g", uint64_t{20} << 30},
+      {"3K", 3072},
+      {"2T", uint64_t{2} << 40},
+      {"9999999999999999999", 9999999999999999999ull}};
+  for (const auto& [text, bytes] : valid) {
+    ScopedEnv size("TORCHTPU_CACHE_MAX_SIZE", text);
+    auto parsed = runtime::disk_cache_max_bytes_from_env();
+    ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status().to_string();
+    EXPECT_EQ(*parsed, bytes) << text;
+  }
+  for (const char* text : {"-1", "1.5G", "10GB", "G", "abc", " 1", "1 ", "0x10",
+                           "99999999999999999999", "16777216T", "nan", "inf"}) {
+    ScopedEnv size("TORCHTPU_CACHE_MAX_SIZE", text);
+    auto parsed = runtime::disk_cache_max_bytes_from_env();
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_NE(parsed.status().message().find("TORCHTPU_CACHE_MAX_SIZE='" + std::string(text)),
+              std::string::npos)
+        << parsed.status().to_string();
+  }
+}
+
+// Sets `path`'s modification time (the trim's "last used") to `age` before now.
+void set_age(const std::string& path, std::chrono::seconds age) {
+  fs::last_write_time(path, fs::file_time_type::clock::now() - age);
+}
+
+TEST_F(DiskCacheTest, TrimDeletesLeastRecentlyUsedEntriesOfEveryBuild) {
+  // Ten 1000-byte entries over two plugin builds, the i-th used i hours ago; beside them
+  // what the root holds that is not an entry (converted models, measured peaks) and two
+  // temp files, one of a store in flight, one a dead writer left.
+  std::vector<std::string> entries;
+  for (int i = 0; i < 10; ++i) {
+    std::string dir = root_ + (i % 2 ? "/00000000000000aa" : "/00000000000000bb");
+    fs::create_directories(dir);
+    entries.push_back(dir + "/" + std::string(15, '0') + std::to_string(i) + ".pjrtexe");
+    write_bytes(entries.back(), std::string(1000, 'e'));
+    set_age(entries.back(), std::chrono::hours(i));
+  }
+  fs::create_directories(root_ + "/models");
+  write_bytes(root_ + "/models/weights.safetensors", std::string(100000, 'm'));
+  set_age(root_ + "/models/weights.safetensors", std::chrono::hours(100));
+  std::string fresh_temp = root_ + "/00000000000000aa/.0000000000000001.tmp.1.0";
+  std::string stale_temp = root_ + "/00000000000000aa/.0000000000000002.tmp.1.1";
+  write_bytes(fresh_temp, std::string(1000, 't'));
+  write_bytes(stale_temp, std::string(1000, 't'));
+  set_age(stale_temp, std::chrono::hours(2));
+
+  int64_t evictions = counter_value("num_disk_cache_evictions");
+  runtime::DiskCacheTrim trim = DiskCache(root_, 0xaa, 4000).trim();
+  EXPECT_EQ(trim.bytes_before, 10000u);
+  EXPECT_EQ(trim.bytes_after, 3000u);  // down to three quarters of the bound
+  EXPECT_EQ(trim.files_deleted, 7);
+  EXPECT_EQ(counter_value("num_disk_cache_evictions"), evictions + 7);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(fs::exists(entries[i]), i < 3) << entries[i];
+  EXPECT_TRUE(fs::exists(root_ + "/models/weights.safetensors"));
+  EXPECT_TRUE(fs::exists(fresh_temp));
+  EXPECT_FALSE(fs::exists(stale_temp));
+
+  // Within the bound, or unbounded, a trim deletes nothing.
+  EXPECT_EQ(DiskCache(root_, 0xaa, 3000).trim().files_deleted, 0);
+  EXPECT_EQ(DiskCache(root_, 0xaa, 0).trim().files_deleted, 0);
+  EXPECT_EQ(count_files(root_), 5u);
+}
+
+TEST_F(DiskCacheTest, StoreKeepsTheRecentlyUsedEntriesWithinTheBound) {
+  auto client = testing::test_client();
+  std::string add_path, mul_path;
+  uint64_t entry_bytes = 0;
+  {
+    CompileCache unbounded(client, root_, CompileCache::kDefaultMemoryCapacity, 0);
+    ASSERT_TRUE(unbounded.get_or_compile(add_module(), 0).ok());
+    add_path = unbounded.disk_cache().path_of(unbounded.key_of(add_module(), 0));
+    mul_path = unbounded.disk_cache().path_of(unbounded.key_of(mul_module(), 0));
+    entry_bytes = fs::file_size(add_path);
+  }
+  // Room for one entry and a half: storing the second trims down to one.
+  const uint64_t bound = entry_bytes * 3 / 2;
+  set_age(add_path, std::chrono::hours(1));
+  {
+    CompileCache bounded(client, root_, CompileCache::kDefaultMemoryCapacity, bound);
+    // A disk hit marks its entry as used now.
+    int64_t hits = counter_value("num_compile_cache_hits_disk");
+    ASSERT_TRUE(bounded.get_or_compile(add_module(), 0).ok());
+    EXPECT_EQ(counter_value("num_compile_cache_hits_disk"), hits + 1);
+    EXPECT_LT(fs::file_time_type::clock::now() - fs::last_write_time(add_path),
+              std::chrono::minutes(1));
+    // Storing mul trims: two entries exceed the bound, and the one used less recently goes
+    // (file times can tie within a few milliseconds, so add's is set back).
+    set_age(add_path, std::chrono::seconds(10));
+    int64_t evictions = counter_value("num_disk_cache_evictions");
+    ASSERT_TRUE(bounded.get_or_compile(mul_module(), 0).ok());
+    EXPECT_EQ(counter_value("num_disk_cache_evictions"), evictions + 1);
+  }
+  EXPECT_FALSE(fs::exists(add_path));
+  EXPECT_TRUE(fs::exists(mul_path));
+  EXPECT_LE(fs::file_size(mul_path), bound);
 }
 
 TEST_F(DiskCacheTest, SecondProcessCompilesNothing) {

@@ -3,7 +3,8 @@
 A view's storage offset (``y[i]``, ``x.narrow(0, k, n)``, a row of a printed tensor) is a
 runtime operand of the view programs, so a new offset never means a new compile. The
 executable caches keep at most ``TORCHTPU_EXECUTABLE_CACHE_SIZE`` executables (default
-4096) and count what they evict. Programs are counted as compiles plus disk-cache loads:
+4096) and count what they evict; the compile cache on disk keeps at most
+``TORCHTPU_CACHE_MAX_SIZE`` bytes (default 10 GiB), the least recently used going first. Programs are counted as compiles plus disk-cache loads:
 both are what a cold process pays.
 """
 
@@ -83,3 +84,39 @@ def test_an_invalid_cache_size_is_a_clear_error() -> None:
         TORCHTPU_EXECUTABLE_CACHE_SIZE="lots")
     assert r.returncode == 0, r.stderr
     assert "TORCHTPU_EXECUTABLE_CACHE_SIZE='lots'" in r.stdout, r.stdout
+
+
+def test_the_disk_cache_is_bounded_in_bytes(tmp_path) -> None:
+    r = run_python(
+        """
+        import os, torch, torchtpu
+        root = os.environ["TORCHTPU_CACHE_DIR"]
+        outs = [(torch.arange(float(n), device="tpu") * 3).sum().item() for n in range(1, 41)]
+        assert outs == [3.0 * n * (n - 1) / 2 for n in range(1, 41)], outs
+        total = sum(os.path.getsize(os.path.join(d, f))
+                    for d, _, files in os.walk(root) for f in files if f.endswith(".pjrtexe"))
+        m = torchtpu.debug.metrics()
+        print("bytes", total, "written", m["num_disk_cache_writes"],
+              "evicted", m.get("num_disk_cache_evictions", 0))
+        """,
+        timeout=240, TORCHTPU_CACHE_DIR=str(tmp_path),
+        TORCHTPU_CACHE_MAX_SIZE="256K")
+    assert r.returncode == 0, r.stderr
+    fields = r.stdout.split()
+    total, written, evicted = (int(fields[i]) for i in (1, 3, 5))
+    assert written >= 40 and evicted > 0, r.stdout
+    assert total <= 256 * 1024, r.stdout
+
+
+def test_an_invalid_disk_cache_size_is_a_clear_error() -> None:
+    r = run_python(
+        """
+        import torch, torchtpu
+        try:
+            torch.ones(2, device="tpu")
+        except RuntimeError as e:
+            print("error:", e)
+        """,
+        TORCHTPU_CACHE_MAX_SIZE="10GB")
+    assert r.returncode == 0, r.stderr
+    assert "TORCHTPU_CACHE_MAX_SIZE='10GB' is not a size" in r.stdout, r.stdout
