@@ -281,9 +281,11 @@ class GraphRunner:
     def _constants(self, built: GraphPlan) -> list[Any]:
         """The graph's tensor constants on the device. They live on the CPU in the graph
         module and move on the first run (compiling happens under fake-tensor tracing,
-        where a copy would be fake), then stay."""
-        if built.constants and built.constants[0].device.type != "tpu":
-            built.constants = [c.to(f"tpu:{self.device}") for c in built.constants]
+        where a copy would be fake), then stay. Each moves on its own: a graph can hold
+        constants made on the device beside CPU ones."""
+        device = torch.device("tpu", self.device)
+        if any(c.device != device for c in built.constants):
+            built.constants = [c.to(device) for c in built.constants]
         return built.constants
 
     def _bind(self, args: tuple[Any, ...]) -> dict[sympy.Symbol, int]:

@@ -33,6 +33,13 @@ CASES = {
     "cpu_output": lambda x: (x + 1, W + 1),
     "moved_to_cpu": lambda x: (x * 2).cpu() + W,
     "cpu_scalar": lambda x: x * torch.tensor(3.0),
+    # Constants made in the function, one on the device before one on the CPU.
+    "device_then_cpu_constant": lambda x: (
+        x * torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device)
+        + torch.tensor([5.0, 6.0, 7.0, 8.0]).to(x.device)),
+    "device_constant_and_cpu_constant_out": lambda x: (
+        x * torch.tensor([1.0, 2.0, 3.0, 4.0], device=x.device),
+        torch.tensor([5.0, 6.0, 7.0, 8.0]) * 2),
 }
 
 
