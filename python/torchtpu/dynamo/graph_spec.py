@@ -88,6 +88,16 @@ def evaluate(expr: Any, values: dict[sympy.Symbol, int]) -> int:
     return int(_number(expr, values))
 
 
+def output_value(expr: Any, kind: type, values: dict[sympy.Symbol, int]) -> Any:
+    """A graph output computed from sizes, at the sizes `values`, as the Python value its
+    `kind` (int, float or bool: a SymInt, SymFloat or SymBool) is."""
+    if kind is bool:
+        return _truth(expr, values)
+    if kind is float:
+        return float(_number(expr, values))
+    return evaluate(expr, values)
+
+
 def free_symbols(gm: torch.fx.GraphModule) -> list[sympy.Symbol]:
     """The size symbols of a graph's inputs, in a stable order."""
     found: set[sympy.Symbol] = set()
@@ -111,7 +121,7 @@ class GraphPlan:
     input_placeholders: list[int]
     # Size expression of each runtime size value (evaluated per call).
     slots: list[sympy.Expr] = field(default_factory=list)
-    # Per FX output: ("tensor", k, shape exprs), ("size", expr), ("arg", placeholder
+    # Per FX output: ("tensor", k, shape exprs), ("size", expr, int|float|bool), ("arg", placeholder
     # position, None) or ("const", value).
     output_layout: list[tuple] = field(default_factory=list)
     # Static shape of each C++ input (its bucket shape when padded).
@@ -132,7 +142,7 @@ class GraphPlan:
             layout: list[Any] = []
             for entry in self.output_layout:
                 if entry[0] == "size":
-                    layout.append(evaluate(entry[1], actual))
+                    layout.append(output_value(entry[1], entry[2], actual))
                 elif entry[0] == "tensor":
                     layout.append([evaluate(e, actual) for e in entry[2]])
                 else:
@@ -268,7 +278,10 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
                                    [size_expr(s) for s in r.meta["val"].shape]))
                     outputs.append(ids[r])
                 elif isinstance(r, torch.fx.Node) and isinstance(ids.get(r), tuple):
-                    layout.append(("size", ids[r][1]))
+                    val = r.meta.get("val")
+                    kind = (bool if isinstance(val, (bool, torch.SymBool))
+                            else float if isinstance(val, (float, torch.SymFloat)) else int)
+                    layout.append(("size", ids[r][1], kind))
                 elif isinstance(r, torch.fx.Node):
                     raise UnsupportedGraph(f"tpu compile: output {r.name} is a tuple")
                 else:

@@ -98,3 +98,20 @@ def test_index_add_of_a_dynamic_source(buckets: str) -> None:
     for rows in (4, 7):
         x = torch.randn(rows, 2)
         torch.testing.assert_close(compiled(x.to(TPU)).cpu(), f(x))
+
+
+def test_values_computed_from_a_symbolic_size_keep_their_type(buckets: str) -> None:
+    # A comparison of sizes is a bool (a SymBool), a true division a float, a product an
+    # int, whatever the size; each as the CPU gives it.
+    def fn(x):
+        n = x.shape[0]
+        return x.relu(), n > 1, n == 3, n / 2, n * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="tpu", dynamic=True)
+    for n in (1, 2, 3, 5):
+        x = torch.randn(n, 2)
+        actual, expected = compiled(x.to(TPU)), fn(x)
+        torch.testing.assert_close(actual[0].cpu(), expected[0])
+        assert actual[1:] == expected[1:]
+        assert [type(v) for v in actual[1:]] == [bool, bool, float, int]
