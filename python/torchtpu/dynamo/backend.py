@@ -137,20 +137,21 @@ def _lift_input_mutations(gm: torch.fx.GraphModule) -> list[int]:
     aot_eager compile; in a forward too, for inputs that do not require grad: BatchNorm's
     running statistics). Removes those copies and returns each value as a leading output
     instead; the returned placeholder indices are the inputs `_writing_back` updates from
-    them."""
+    them. A copy the graph also returns (a function that updates its argument in place and
+    returns it) is returned as its input, which holds the value once written back."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     copies = [n for n in gm.graph.nodes
               if n.op == "call_function" and n.target is torch.ops.aten.copy_.default
-              and n.args[0] in placeholders and not n.users]
+              and n.args[0] in placeholders and all(u is output for u in n.users)]
     if not copies:
         return []
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    results = output.args[0]
     values = [n.args[1] for n in copies]
     targets = [placeholders.index(n.args[0]) for n in copies]
     for n in copies:
+        n.replace_all_uses_with(n.args[0])
         gm.graph.erase_node(n)
-    output.args = ((*values, *results),)
+    output.args = ((*values, *output.args[0]),)
     gm.recompile()
     return targets
 

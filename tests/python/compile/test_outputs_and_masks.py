@@ -1,6 +1,7 @@
 """Compiled graphs as users write them, against eager on the CPU: outputs that are views
 of each other share storage as in eager; an output aliasing an input mutated through a
-view, in a graph padded to buckets, at sizes below the bucket; a value assigned through a
+view, in a graph padded to buckets, at sizes below the bucket; an input updated in place
+and returned, in one program; a value assigned through a
 bool mask (`y[y < 0] = 0`); a view with a dim of size 0 in a dynamic graph (torch.cond:
 test_control_flow.py)."""
 
@@ -89,3 +90,36 @@ def test_a_view_with_an_empty_dim_in_a_dynamic_graph() -> None:
         assert out.shape == x[1:, 2:].shape
         torch.testing.assert_close(out.cpu(), x[1:, 2:] * 2)
 
+
+
+def _update_and_return(x, y):
+    x.mul_(2)
+    x[:, 1] = y
+    return x
+
+
+def _update_and_return_twice(x, y):
+    x.add_(y[:, None])
+    return y, x, x * 3, x
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("fn", [_update_and_return, _update_and_return_twice])
+def test_an_input_updated_in_place_and_returned_is_one_program(fn, dynamic: bool) -> None:
+    # AOTAutograd returns such an input through its trailing copy_, which was left in the
+    # graph and run eagerly between two compiled pieces (with a "no lowering" warning).
+    from torchtpu.dynamo.backend import compile_stats
+
+    splits = dict(compile_stats()["graph_unlowered_splits"])
+    f = compiled(fn, dynamic=dynamic)
+    for n in (3, 4, 6):
+        x, y = torch.randn(n, 3), torch.randn(n)
+        tx, ty = x.to(TPU), y.to(TPU)
+        expected, actual = fn(x, y), f(tx, ty)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        actual = actual if isinstance(actual, tuple) else (actual,)
+        for a, e in zip(actual, expected, strict=True):
+            torch.testing.assert_close(a.cpu(), e)
+        torch.testing.assert_close(tx.cpu(), x)
+        assert any(a is tx for a in actual)  # the caller's tensor itself, as in eager
+    assert dict(compile_stats()["graph_unlowered_splits"]) == splits
