@@ -19,6 +19,11 @@ CASES = {
     "item_as_size": lambda x: torch.arange(int((x > 0).sum().item()), device=x.device).float()
     .sum() + x.sum(),
     "item_as_index": lambda x: x[x.argmax().item() // x.shape[1]],
+    # A result whose rows come from data, used in the next piece (its contiguity is not
+    # known when the piece is planned for buckets).
+    "nonzero_plus_one": lambda x: torch.nonzero(x > 0) + 1,
+    "mask_rows_transposed": lambda x: x[x[:, 0] > 0].t() + 1,
+    "argwhere_plus_one": lambda x: torch.argwhere(x > 0) + 1,
 }
 
 

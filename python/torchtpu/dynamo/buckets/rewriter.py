@@ -18,6 +18,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from torch._prims_common import is_contiguous_or_false
 
 from torchtpu.dynamo.buckets import layout as L
 from torchtpu.dynamo.graph_spec import insert_call
@@ -175,8 +176,10 @@ class Rewriter:
         return mask
 
     def contiguous(self, a: torch.fx.Node) -> torch.fx.Node:
-        """`a` as a contiguous tensor (a view needs one; the static program is the same)."""
-        if a.meta["val"].is_contiguous():
+        """`a` as a contiguous tensor (a view needs one; the static program is the same).
+        A size known only at run time (nonzero's row count) leaves contiguity unknown, and
+        asking would guard on the data: then it is copied."""
+        if is_contiguous_or_false(a.meta["val"]):
             return a
         return self.call(torch.ops.aten.clone.default, (a,),
                          {"memory_format": torch.contiguous_format})
