@@ -2,7 +2,9 @@
 // index[i] of self combines with slice i of source by prod, mean, amax or amin. One
 // stablehlo.scatter with the combiner; include_self=False first resets the positions
 // that receive a slice to the combiner's identity; mean divides by the number of
-// contributions (floor division for integers, as the CPU kernel does).
+// contributions (floor division for integers, as the CPU kernel does). Unlike scatter_reduce,
+// the CPU kernel combines in the tensor's own dtype, rounding at each step (its count too:
+// a half count stops at 2048), and so does this: a half product 300 * 300 * 0.001 is inf.
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
 #include "lowering/gather_scatter.h"
@@ -48,25 +50,24 @@ Lowered lower_index_reduce(LoweringContext& c) {
   if (reduce != "prod" && reduce != "mean" && reduce != "amax" && reduce != "amin") {
     return base::invalid_argument("lowering: index_reduce: unknown reduce '" + reduce + "'");
   }
-  DType ct = opmath(t);
-  Value xc = b.convert(x, ct), sc = b.convert(src, ct);
+  Value sc = b.convert(src, t);
   // Positions that receive at least one slice (and, for mean, how many).
-  Value counts = scatter_along(b, b.zeros(TensorType{ct, x.dims()}), idx64,
-                               b.splat(1, TensorType{ct, src.dims()}), dim, "add");
+  Value counts = scatter_along(b, b.zeros(TensorType{t, x.dims()}), idx64,
+                               b.splat(1, TensorType{t, src.dims()}), dim, "add");
   Value hit = b.compare(counts, b.zeros(counts.type), "GT");
-  Value init = xc;
+  Value init = x;
   if (!include_self) {
     double identity = reduce == "prod" ? 1 : 0;
-    Value id = reduce == "amax"   ? b.broadcast_to(b.min_value(ct), x.dims())
-               : reduce == "amin" ? b.broadcast_to(b.max_value(ct), x.dims())
-                                  : b.splat(identity, xc.type);
-    init = b.select(hit, id, xc);
+    Value id = reduce == "amax"   ? b.broadcast_to(b.min_value(t), x.dims())
+               : reduce == "amin" ? b.broadcast_to(b.max_value(t), x.dims())
+                                  : b.splat(identity, x.type);
+    init = b.select(hit, id, x);
   }
   Value r = scatter_along(b, init, idx64, sc, dim, combiner);
   if (reduce == "mean") {
     Value n = include_self ? b.add(counts, b.splat(1, counts.type)) : counts;
     n = b.select(b.compare(n, b.zeros(n.type), "EQ"), b.splat(1, n.type), n);
-    Value q = base::is_floating(ct) ? b.div(r, n) : floor_divide_int(b, r, n);
+    Value q = base::is_floating(t) ? b.div(r, n) : floor_divide_int(b, r, n);
     r = b.select(hit, q, r);
   }
   return std::vector<Value>{b.reshape(b.convert(r, c.out_type().dtype), c.out_type().dims)};

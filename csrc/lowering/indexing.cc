@@ -179,10 +179,10 @@ Result lower_scatter(LoweringContext& c) {
   std::string reduce;
   if (c.op_name().find("scatter_add") != std::string::npos) reduce = "add";
   if (c.num_args() > 4 && c.arg(4).kind == ArgKind::kString) reduce = c.string_arg(4);
-  // Sums of bfloat16/half values accumulate in float32 and round once, as the CPU's
-  // kernel does: 3000 additions of 0.1 into one bfloat16 element stop growing at 32.
-  bool sums = reduce == "add" || reduce == "sum" || reduce == "mean";
-  DType t = sums ? opmath(out.dtype) : out.dtype;
+  // Reductions of bfloat16/half values accumulate in float32 and round once, as the CPU's
+  // kernel does: 3000 additions of 0.1 into one bfloat16 element stop growing at 32, and a
+  // half product 300 * 300 * 0.001 is 90, not inf.
+  DType t = reduce.empty() ? out.dtype : opmath(out.dtype);
   Value self = at_least_1d(b, b.convert(c.tensor(0), t));
   int64_t dim = wrap_dim(c.int_arg(1), self.rank());
   int64_t size = self.dims()[dim];

@@ -309,6 +309,29 @@ def test_scatter_sums_of_half_types_accumulate_like_the_cpu(dtype: torch.dtype) 
         assert_same(lambda s, i, v: s.scatter_reduce(1, i, v, reduce), start, idx, x)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_products_and_index_reduce_of_half_types_round_like_the_cpu(dtype: torch.dtype) -> None:
+    # scatter's products accumulate in float32 like its sums (300 * 300 * 0.001 is 90 in
+    # float16, not inf); index_reduce combines in the tensor's own dtype at each step, its
+    # count too (a float16 mean of 3000 tenths is 256 / 2048), as the CPU's kernel does.
+    big = torch.tensor([300.0, 300.0, 0.001], dtype=dtype)
+    near_one = (1 + torch.rand(200, generator=torch.Generator().manual_seed(0)) * 0.02)
+    tenths = torch.full((3000,), 0.1, dtype=dtype)
+    exact = {dtype: (0.0, 0.0)}
+    for values in (big, near_one.to(dtype)):
+        index = torch.zeros(len(values), dtype=torch.long)
+        one = torch.ones(1, dtype=dtype)
+        for fn in (lambda s, i, v: s.scatter_reduce(0, i, v, "prod"),
+                   lambda s, i, v: s.scatter_reduce(0, i, v, "prod", include_self=False),
+                   lambda s, i, v: s.scatter(0, i, v, reduce="multiply"),
+                   lambda s, i, v: s.index_reduce(0, i, v, "prod")):
+            assert_same(fn, one, index, values, dtype_tols=exact)
+    index = torch.zeros(3000, dtype=torch.long)
+    for include_self in (True, False):
+        assert_same(lambda s, i, v: s.index_reduce(0, i, v, "mean", include_self=include_self),
+                    torch.zeros(1, dtype=dtype), index, tenths, dtype_tols=exact)
+
+
 @pytest.mark.parametrize("reduce", ["amax", "amin"])
 @pytest.mark.parametrize("include_self", [True, False])
 def test_scatter_reduce_max_min_propagate_nan(reduce: str, include_self: bool) -> None:
