@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "aten/status_error.h"
 #include "kernels/gemm.h"
 #include "kernels/host_kernels.h"
 #include "lowering/host_gemm.h"
@@ -325,6 +326,28 @@ base::StatusOr<DeviceMemory> device_memory(int device) {
   return base::unimplemented(
       "the " + client().platform_name() + " plugin reports no memory limit for device " +
       std::to_string(device) + (info.ok() ? std::string() : " (" + info.status().message() + ")"));
+}
+
+void check_results_fit(int device, int64_t new_bytes, bool whole) {
+  // Only a run whose results could not fit pays for the question (the OS's figures).
+  constexpr int64_t kAskMemoryAbove = int64_t{1} << 30;
+  if (new_bytes <= kAskMemoryAbove) return;
+  auto m = device_memory(device);
+  if (!m.ok()) return;
+  int64_t room = (whole ? m->total_bytes : m->free_bytes) + m->swap_bytes;
+  if (new_bytes <= room) return;
+  raise_status(base::Status(base::StatusCode::kResourceExhausted,
+                            "tpu: a program's results take " + std::to_string(new_bytes) +
+                                " bytes, more than the device's " +
+                                (whole ? "whole" : "free") + " memory (" +
+                                std::to_string(whole ? m->total_bytes : m->free_bytes) +
+                                " of " +
+                                std::to_string(m->total_bytes) + " bytes" +
+                                (m->swap_bytes > 0 ? ", and " + std::to_string(m->swap_bytes) +
+                                                         " bytes of swap"
+                                                   : std::string()) +
+                                ")"),
+               device);
 }
 
 bool in_forked_child() { return g_forked_child.load(); }

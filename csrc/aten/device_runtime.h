@@ -42,6 +42,13 @@ struct DeviceMemory {
   int64_t swap_bytes = 0;  // host swap behind a CPU plugin's device memory; 0 elsewhere
 };
 base::StatusOr<DeviceMemory> device_memory(int device);
+// Raises out-of-memory (torch.OutOfMemoryError) when a program about to run on `device`
+// makes `new_bytes` of results that exceed the device's free memory, swap included on a
+// CPU plugin (a run that fits by swapping still runs): there the plugin would write every
+// byte and the OS's out-of-memory killer end the process. Asks only past 1 GiB. `whole`:
+// against its whole memory instead, a figure that does not change, for a program the ranks
+// of a group run together (each checks before they meet; they must all agree).
+void check_results_fit(int device, int64_t new_bytes, bool whole = false);
 // Whether this process is the child of a fork() made after the client started; client()
 // raises there (the plugin's threads were not copied).
 bool in_forked_child();

@@ -44,37 +44,6 @@ base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
   return std::shared_ptr<const CompiledProgram>(std::move(p));
 }
 
-namespace {
-
-// Only a run whose results could not fit pays for the question (the OS's figures).
-constexpr int64_t kAskMemoryAbove = int64_t{1} << 30;
-
-// Raises out-of-memory when `new_bytes` of results exceed the device's free memory, swap
-// included on a CPU plugin (a run that fits by swapping still runs). `whole`: against its
-// whole memory instead, a figure that does not change, for a program the ranks of a group
-// run together (each checks before they meet; they must all agree).
-void check_room(const CompiledProgram& program, int64_t new_bytes, bool whole = false) {
-  if (new_bytes <= kAskMemoryAbove) return;
-  auto m = device_memory(program.device);
-  if (!m.ok()) return;
-  int64_t room = (whole ? m->total_bytes : m->free_bytes) + m->swap_bytes;
-  if (new_bytes <= room) return;
-  raise_status(base::Status(base::StatusCode::kResourceExhausted,
-                            "tpu: a program's results take " + std::to_string(new_bytes) +
-                                " bytes, more than the device's " +
-                                (whole ? "whole" : "free") + " memory (" +
-                                std::to_string(whole ? m->total_bytes : m->free_bytes) +
-                                " of " +
-                                std::to_string(m->total_bytes) + " bytes" +
-                                (m->swap_bytes > 0 ? ", and " + std::to_string(m->swap_bytes) +
-                                                         " bytes of swap"
-                                                   : std::string()) +
-                                ")"),
-               program.device);
-}
-
-}  // namespace
-
 std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, ProgramArgs& args,
                                             CheckMode checks,
                                             const std::vector<std::pair<int, int>>& donations,
@@ -97,7 +66,7 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
   }
   base::StatusOr<std::vector<runtime::BufferPtr>> outputs = base::internal_error("unset");
   if (program.replicated) {
-    check_room(program, program.output_bytes, /*whole=*/true);
+    check_results_fit(program.device, program.output_bytes, /*whole=*/true);
     outputs = program.replicated(program.lowered.text,
                                  std::vector<runtime::BufferPtr>(buffers.begin(), buffers.end()));
     if (!outputs.ok()) {
@@ -132,7 +101,7 @@ std::vector<runtime::BufferPtr> run_program(const CompiledProgram& program, Prog
       const lowering::TensorType& t = program.lowered.output_types[output];
       new_bytes -= t.num_elements() * static_cast<int64_t>(base::dtype_size_bytes(t.dtype));
     }
-    check_room(program, new_bytes);
+    check_results_fit(program.device, new_bytes);
     c10::SmallVector<const runtime::Buffer*, 8> raw;
     for (const auto& b : buffers) raw.push_back(b.get());
     outputs = program.exe->execute(raw.data(), raw.size(),

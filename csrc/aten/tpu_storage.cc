@@ -197,6 +197,8 @@ std::vector<runtime::BufferPtr> run_program(const std::string& module_text,
                                             int device_index) {
   auto exe = compile_cache().get_or_compile(module_text, device_index);
   TORCH_CHECK(exe.ok(), exe.status().message());
+  // The zeros of a large storage never written (fused eager reads one an op overwrites).
+  check_results_fit(device_index, (*exe)->output_bytes());
   // Inside an op the program carries the op's name; alone (a view copy, a read) its own.
   const char* outer = runtime::trace::current_label();
   runtime::trace::Label label(outer != nullptr ? outer : "tpu storage program");

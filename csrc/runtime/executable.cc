@@ -154,6 +154,13 @@ void Executable::read_output_types(const PJRT_Api* api, PJRT_Executable* executa
     shapes.push_back(std::make_shared<const std::vector<int64_t>>(next, next + dims.dim_sizes[k]));
     next += dims.dim_sizes[k];
   }
+  int64_t bytes = 0;
+  for (size_t k = 0; k < num_outputs_; ++k) {
+    int64_t n = base::dtype_size_bytes(dtypes[k]);
+    for (int64_t d : *shapes[k]) n *= d;
+    bytes += n;
+  }
+  output_bytes_ = bytes;
   output_dtypes_ = std::move(dtypes);
   output_dims_ = std::move(shapes);
 }

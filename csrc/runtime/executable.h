@@ -31,6 +31,9 @@ class Executable {
   Executable& operator=(const Executable&) = delete;
 
   size_t num_outputs() const { return num_outputs_; }
+  // The bytes its outputs take (per replica), from the program's output types; 0 when
+  // the plugin cannot say.
+  int64_t output_bytes() const { return output_bytes_; }
 
   // The device of replica 0 (the only one of a program compiled for one device).
   int device_index() const { return device_indices_[0]; }
@@ -75,6 +78,7 @@ class Executable {
   // Empty when the plugin cannot say; each buffer is asked then.
   std::vector<base::DType> output_dtypes_;
   std::vector<std::shared_ptr<const std::vector<int64_t>>> output_dims_;
+  int64_t output_bytes_ = 0;
   // How long the last wait for this program's results took (runtime/poll_wait.h).
   std::shared_ptr<WaitHistory> waits_ = std::make_shared<WaitHistory>();
 };
