@@ -235,8 +235,12 @@ class GrammarCache:
         if g.kind == "regex":
             return c.compile_regex(g.spec)
         if g.kind == "choice":
+            # Each choice an EBNF string literal: JSON's escapes, but characters past ASCII
+            # as they are (the grammar's parser reads a \uXXXX pair of a character past
+            # U+FFFF as two characters, which are not UTF-8).
             choices = json.loads(g.spec)
-            return c.compile_grammar("root ::= " + " | ".join(json.dumps(s) for s in choices))
+            return c.compile_grammar(
+                "root ::= " + " | ".join(json.dumps(s, ensure_ascii=False) for s in choices))
         if g.kind == "grammar":
             return c.compile_grammar(g.spec)
         raise ValueError(f"unknown kind {g.kind!r} (expected one of {', '.join(KINDS)})")

@@ -68,6 +68,9 @@ def test_json_object_chat_streamed_and_not(served):
      lambda t: re.fullmatch(r"(yes|no), because \w{1,5}\.", t)),
     ("guided_choice", ["to be", "not to be", "\u00e9"],
      lambda t: t in ("to be", "not to be", "\u00e9")),
+    # Characters past U+FFFF, quotes, backslashes and newlines come out as given.
+    ("guided_choice", ["a\U0001F600", 'say "hi"\\\n', "\u65e5\U0001F600"],
+     lambda t: t in ("a\U0001F600", 'say "hi"\\\n', "\u65e5\U0001F600")),
     ("guided_grammar", 'root ::= "king" | "queen" (" " [0-9])?',
      lambda t: re.fullmatch(r"king|queen( [0-9])?", t)),
 ])
