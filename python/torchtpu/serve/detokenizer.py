@@ -13,8 +13,8 @@ token boundaries (`clean_up_tokenization_spaces`), or a run of byte-fallback pie
 not UTF-8 and spans two windows, can differ from a one-shot decode there.
 
 Text that could still become a stop string is held back until it is decided. Stop strings
-are looked for only once `min_tokens` tokens are out, and only those ending in text added
-from then on. A step that adds several ids (accepted speculative drafts) is read one id at
+count only where they end in the text of a token after the first `min_tokens` (vLLM's rule,
+as a stop token counts only after them). A step that adds several ids (accepted speculative drafts) is read one id at
 a time, so a stop string ends the output at the id that completes it (`stop_at`), as
 decoding one token at a time would.
 """
@@ -39,7 +39,7 @@ class IncrementalDetokenizer:
         self.stopped = False
         self.stop_string: str | None = None  # the stop string that ended the text
         self.stop_at = 0     # after a stop: how many output ids the text is made of
-        # Text out before `min_tokens` tokens were: a stop string counts only if it ends
+        # The text of the first `min_tokens` tokens: a stop string counts only if it ends
         # after it (vLLM looks for them only in text added from then on).
         self._floor = 0
         # The window is ids[_context:] of the prompt's tail followed by the output ids;
@@ -74,7 +74,7 @@ class IncrementalDetokenizer:
         """The text of the first `n` output ids, cut after the first stop string it
         completes (then `stopped`)."""
         text = self._decode_new(output_ids, n, finished)
-        if self.stop and n < self.min_tokens:
+        if self.stop and n <= self.min_tokens:
             self._floor = len(text)
         elif self.stop:
             hits = [(i, s) for s in self.stop

@@ -241,15 +241,19 @@ def _detokenize(text: str, finish_at: int | None = None, **kw) -> tuple[str, boo
 
 
 @pytest.mark.parametrize("stop,include,min_tokens,want", [
-    # One token per character. The first " named" ends at token 11, before min_tokens: vLLM
+    # One token per character. The first " named" ends at token 11, within min_tokens: vLLM
     # never matches it later (it was found again in the held-back text and the output cut
     # short, or mid-word); the second one, ending at token 22, stops the text.
     ([" named"], False, 12, (" girl named Emma", True)),
     (["l named"], False, 12, (" girl named Emma named", False)),
     ([" named", "zzzzzzzzzzzz"], False, 12, (" girl named Emma", True)),
     ([" named"], False, 16, (" girl named Emma", True)),
-    # A stop string that ends once min_tokens tokens are out counts, even if it began before.
-    ([" named"], False, 11, (" girl", True)),
+    # Ending at the min_tokens-th token is within them too (a stop token there would not
+    # count either).
+    ([" named"], False, 11, (" girl named Emma", True)),
+    # A stop string that ends after the first min_tokens tokens counts, even if it began
+    # within them.
+    ([" named"], False, 10, (" girl", True)),
     ([" Emma"], False, 12, (" girl named", True)),
     ([" Emma"], True, 12, (" girl named Emma", True)),
 ])
