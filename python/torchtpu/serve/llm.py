@@ -7,7 +7,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from torchtpu.serve import prompts
 from torchtpu.serve.engine import LLMEngine
+from torchtpu.serve.errors import ApiError
 from torchtpu.serve.sampling import Sample, SamplingParams, best_of
 
 
@@ -182,11 +184,20 @@ class LLM:
 
     def chat(self, messages: list[dict] | Sequence[list[dict]],
              sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-             use_tqdm: bool = True) -> list[RequestResult]:
-        """Applies the tokenizer's chat template (which writes the special tokens), then
-        generates."""
+             use_tqdm: bool = True, *, chat_template: str | None = None,
+             add_generation_prompt: bool = True, continue_final_message: bool = False,
+             tools: list[dict] | None = None,
+             chat_template_kwargs: dict | None = None) -> list[RequestResult]:
+        """Applies the chat template (the tokenizer's, or `chat_template`, a Jinja text),
+        which writes the special tokens, then generates; vLLM's arguments. ValueError for
+        messages the template refuses, tools it does not render, or `chat_template_kwargs`
+        that set what these arguments do."""
         convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-        prompts = [self.tokenizer.apply_chat_template(c, add_generation_prompt=True,
-                                                      tokenize=False) for c in convs]
-        ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        try:
+            ids = [prompts.chat_prompt_ids(self.tokenizer, c, add_generation_prompt,
+                                           continue_final_message, chat_template_kwargs,
+                                           tools=tools, chat_template=chat_template)
+                   for c in convs]
+        except ApiError as e:
+            raise ValueError(e.message) from None
         return self.generate(ids, sampling_params, use_tqdm)

@@ -76,18 +76,21 @@ def chat_prompt_ids(tokenizer, messages: list[dict], add_generation_prompt: bool
                     add_special_tokens: bool | None = None,
                     tools: list[dict] | None = None,
                     fits: tuple[int | None, int] | None = None,
-                    tools_callable: bool = True) -> list[int]:
+                    tools_callable: bool = True, chat_template: str | None = None) -> list[int]:
     """Token ids of a conversation through the model's chat template. Tools the model may
     call (`tools_callable`: not with tool_choice "none", nor for /tokenize, which shows what
     the template renders), and tool calls in the messages, must change what the template
     renders: a template that drops them would hide them from the model, so that is a 400.
     With `fits` (max_token_bytes,
     max_model_len), a rendered text too long for the context is refused before it is
-    tokenized (``check_text_fits``)."""
+    tokenized (``check_text_fits``). `chat_template` replaces the model's own template (the
+    offline API's; the server takes none from clients)."""
     tok = tokenizer
-    if tok.chat_template is None:
+    if chat_template is None and tok.chat_template is None:
         raise ApiError(400, "this model's tokenizer has no chat template; use "
-                            "/v1/completions")
+                            "/v1/completions (offline: LLM.generate, or LLM.chat with a "
+                            "chat_template)")
+    template = {} if chat_template is None else {"chat_template": chat_template}
     kwargs = dict(kwargs or {})
     reserved = sorted(RESERVED_TEMPLATE_KWARGS & kwargs.keys())
     if reserved:
@@ -98,7 +101,8 @@ def chat_prompt_ids(tokenizer, messages: list[dict], add_generation_prompt: bool
         try:
             return tok.apply_chat_template(
                 msgs, tools=tools, add_generation_prompt=add_generation_prompt,
-                continue_final_message=continue_final_message, tokenize=False, **kwargs)
+                continue_final_message=continue_final_message, tokenize=False,
+                **template, **kwargs)
         except Exception as e:  # noqa: BLE001 - a template error is about these messages
             raise ApiError(400, f"the chat template failed on these messages: "
                                 f"{type(e).__name__}: {e}", param="messages") from None

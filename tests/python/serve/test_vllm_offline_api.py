@@ -76,6 +76,34 @@ def test_vllm_call_forms(llm):
     assert chat[0].finished and len(chat[0].outputs[0].token_ids) == 6
 
 
+def test_chat_takes_vllms_template_arguments(llm):
+    # Each renders the conversation as the tokenizer's apply_chat_template does with the
+    # same arguments; the prompt ids are what the engine ran.
+    tok = llm.tokenizer
+    greedy = SamplingParams(max_tokens=2, temperature=0)
+    conv = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"}]
+
+    def ids(**kw):
+        return tok.encode(tok.apply_chat_template(conv, tokenize=False, **kw),
+                          add_special_tokens=False)
+
+    custom = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    cases = [({}, ids(add_generation_prompt=True)),
+             ({"add_generation_prompt": False}, ids(add_generation_prompt=False)),
+             ({"add_generation_prompt": False, "continue_final_message": True},
+              ids(add_generation_prompt=False, continue_final_message=True)),
+             ({"chat_template": custom}, ids(chat_template=custom))]
+    for kwargs, expected in cases:
+        out = llm.chat(conv, greedy, use_tqdm=False, **kwargs)[0]
+        assert out.prompt_token_ids == expected, kwargs
+    assert len({tuple(e) for _, e in cases}) == len(cases)  # the arguments changed something
+    with pytest.raises(ValueError, match="chat_template_kwargs"):
+        llm.chat(conv, greedy, use_tqdm=False, chat_template_kwargs={"tools": []})
+    with pytest.raises(ValueError, match="chat template failed"):
+        llm.chat(conv, greedy, use_tqdm=False, chat_template="{{ raise_exception('no') }}")
+    assert not llm.engine.has_unfinished()
+
+
 @pytest.mark.parametrize("prompt", [{"prompt": PROMPT, "multi_modal_data": {}},
                                     {"prompt_token_ids": "12"}, {}])
 def test_a_prompt_dict_it_cannot_take_is_refused_and_loses_nothing(llm, prompt):
