@@ -307,6 +307,10 @@ Value integer_power(Builder& b, Value x, Value e) {
 // Complex z^p for a real constant p as PyTorch's CPU kernel: its own forms for 0.5, 3,
 // -0.5, -1 and -2 (sqrt's special values, no overflow of |z|^2 in log), else cpow.
 Value complex_power_by(Builder& b, Value z, double p) {
+  // PyTorch fills ones for an exponent of 0 and copies for 1, whatever the base (0, inf or
+  // NaN, where exp(p * log z) is NaN).
+  if (p == 0) return b.splat(1, z.type);
+  if (p == 1) return z;
   if (p == 0.5) return complex_sqrt(b, z);
   if (p == 3) return b.mul(b.mul(z, z), z);
   if (p == -0.5) return complex_rsqrt(b, z);

@@ -424,6 +424,19 @@ def test_pow_by_real_constant_like_cpu(p: float, dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("p", [0, 0.0, 1, 1.0])
+def test_pow_by_zero_is_one_and_by_one_a_copy_for_every_base(p: float, dtype: torch.dtype
+                                                               ) -> None:
+    # PyTorch fills ones for ** 0 and copies for ** 1: 0, inf and NaN bases too (exp(p log z)
+    # gave NaN there, and ** 1 lost the last bit of finite values).
+    grid = _special_grid(dtype)
+    _same_bits_of_nan((grid.to("tpu") ** p).cpu(), grid ** p)
+    z = grid.to("tpu")
+    z.pow_(p)
+    _same_bits_of_nan(z.cpu(), grid ** p)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
 def test_pow_by_complex_tensor_like_cpu(dtype: torch.dtype) -> None:
     # cpow: 0 ** (1 + i) is 0 and 0 ** 0i NaN (XLA's power gave NaN, then 1).
     base = torch.tensor([0j, 0j, 2 + 1j, -1 + 0j, 3 + 4j], dtype=dtype)
