@@ -19,7 +19,7 @@ using Result = base::StatusOr<std::vector<Value>>;
 Result geqrf(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
-  if (c.tensor_type(0).num_elements() == 0) return linalg::zero_results(c, 2);
+  if (c.tensor_type(0).num_elements() == 0) return linalg::empty_input_results(c, 2);
   auto [packed, taus] = linalg::qr_packed(b, c.tensor(0));
   return std::vector<Value>{packed, taus};
 }
@@ -43,7 +43,7 @@ Result linalg_qr(LoweringContext& c) {
   Builder& b = c.b();
   const std::string& mode = c.string_arg(1);
   Value a = c.tensor(0);
-  if (a.type.num_elements() == 0) return linalg::zero_results(c, 2);
+  if (a.type.num_elements() == 0) return linalg::empty_input_results(c, 2);
   int64_t r = a.rank(), m = a.dims()[r - 2], n = a.dims()[r - 1], k = std::min(m, n);
   auto [packed, taus] = linalg::qr_packed(b, a);
   Dims start(r, 0), step(r, 1);

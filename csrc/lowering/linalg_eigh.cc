@@ -86,7 +86,7 @@ Result linalg_eigh(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
   Value a = c.tensor(0);
-  if (a.type.num_elements() == 0) return linalg::zero_results(c, 2);
+  if (a.type.num_elements() == 0) return linalg::empty_input_results(c, 2);
   bool lower = c.string_arg(1) != "U";
   Dims batch = linalg::batch_dims(a.dims());
   Value x = linalg::flatten_batch(b, a);

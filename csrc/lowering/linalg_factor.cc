@@ -173,7 +173,7 @@ Result linalg_lu_factor_ex(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
   Value a = c.tensor(0);
-  if (a.type.num_elements() == 0) return linalg::zero_results(c, 3);
+  if (a.type.num_elements() == 0) return linalg::empty_input_results(c, 3);
   Dims batch = batch_dims(a.dims());
   linalg::Lu f = linalg::lu_factor(b, flatten_batch(b, a), c.bool_arg(1));
   if (c.bool_arg(2)) {
@@ -220,7 +220,7 @@ Result linalg_lu(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
   Value a = c.tensor(0);
-  if (a.type.num_elements() == 0) return linalg::zero_results(c, 3);
+  if (a.type.num_elements() == 0) return linalg::empty_input_results(c, 3);
   bool pivot = c.bool_arg(1);
   linalg::Lu f = linalg::lu_factor(b, flatten_batch(b, a), pivot);
   return unpack(c, f.lu, f.pivots, true, pivot);
@@ -231,7 +231,7 @@ Result lu_unpack(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
   const TensorType& lu_type = c.tensor_type(0);
-  if (lu_type.num_elements() == 0) return linalg::zero_results(c, 3);
+  if (lu_type.num_elements() == 0) return linalg::empty_input_results(c, 3);
   Value lu = flatten_batch(b, c.tensor(0));
   Value piv = c.tensor(1);
   int64_t nb = lu.dims()[0];
@@ -263,7 +263,7 @@ Result linalg_inv_ex(LoweringContext& c) {
   TORCHTPU_RETURN_IF_ERROR(linalg::require_float(c, c.tensor_type(0).dtype));
   Builder& b = c.b();
   Value a = c.tensor(0);
-  if (a.type.num_elements() == 0) return linalg::zero_results(c, 2);
+  if (a.type.num_elements() == 0) return linalg::empty_input_results(c, 2);
   Dims batch = batch_dims(a.dims());
   Value flat = flatten_batch(b, a);
   linalg::Lu f = linalg::lu_factor(b, flat, true);

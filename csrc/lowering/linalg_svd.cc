@@ -121,7 +121,7 @@ Result linalg_svd(LoweringContext& c) {
   Builder& b = c.b();
   Value a = c.tensor(0);
   bool full = c.bool_arg(1), compute_uv = c.bool_arg(2);
-  if (a.type.num_elements() == 0) return linalg::zero_results(c, 3);
+  if (a.type.num_elements() == 0) return linalg::empty_input_results(c, 3);
   // LAPACK's gesdd reports a NaN in the input as a convergence failure, which PyTorch's
   // CPU kernel raises (an inf it lets through: NaN results, as here).
   c.require(b.unary("not", b.reduce_any(is_nan(b, a), iota_dims(a.rank()))),

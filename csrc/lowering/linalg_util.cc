@@ -316,9 +316,15 @@ base::Status require_float(LoweringContext& c, DType t) {
                              ")");
 }
 
-std::vector<Value> zero_results(LoweringContext& c, int n) {
+std::vector<Value> empty_input_results(LoweringContext& c, int n) {
   std::vector<Value> out;
-  for (int i = 0; i < n; ++i) out.push_back(c.b().zeros(c.out_type(i)));
+  for (int i = 0; i < n; ++i) {
+    const TensorType& t = c.out_type(i);
+    int64_t r = t.rank();
+    bool factor = base::is_floating(t.dtype) || base::is_complex(t.dtype);
+    bool square = r >= 2 && t.dims[r - 1] == t.dims[r - 2] && t.num_elements() > 0;
+    out.push_back(factor && square ? eye(c.b(), t) : c.b().zeros(t));
+  }
   return out;
 }
 

@@ -88,8 +88,11 @@ Value pad_last(Builder& b, Value x, int64_t n);
 // caller falls back to PyTorch's CPU kernel, which supports others or raises its error.
 base::Status require_float(LoweringContext& c, DType t);
 
-// Zeros of the call's first `n` result types: a factorization's results for an empty input.
-std::vector<Value> zero_results(LoweringContext& c, int n);
+// A factorization's first `n` results for an empty input: a square matrix that is not
+// empty (the orthogonal or permutation factor of the side that is not: svd's U of a 3x0
+// input, qr's complete Q, lu's P) is the identity, as on the CPU; the rest are zeros
+// (empty, or an info of 0).
+std::vector<Value> empty_input_results(LoweringContext& c, int n);
 
 // Cyclic Jacobi, shared by eigh and the SVD. `rotate` rotates the pair (p, q) (0-d i64,
 // p < q) of every batch lane of (a, v) and returns {a', v', needed}, needed [B] bool

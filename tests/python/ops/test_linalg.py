@@ -308,6 +308,18 @@ def test_empty_inputs_match_cpu(shape: tuple[int, ...]) -> None:
         assert_same(fn, a)
 
 
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (2, 3, 0), (2, 0, 4)])
+def test_factors_of_an_empty_matrix_are_identities_as_on_the_cpu(shape: tuple[int, ...]
+                                                                  ) -> None:
+    # The orthogonal or permutation factor of the side that is not empty (svd's U of a 3x0
+    # matrix, Vh of a 0x3, qr's complete Q, lu's P) is the identity, not zeros.
+    a = torch.zeros(shape)
+    for fn in (torch.linalg.svd, lambda x: torch.linalg.svd(x, full_matrices=False),
+               lambda x: torch.linalg.qr(x, mode="complete"), torch.linalg.qr, torch.linalg.lu,
+               torch.linalg.lu_factor_ex, lambda x: torch.lu_unpack(*torch.linalg.lu_factor(x))):
+        assert_same(fn, a)
+
+
 # ---- QR, eigh, SVD -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)
