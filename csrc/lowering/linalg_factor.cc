@@ -165,6 +165,13 @@ Result cholesky_inverse(LoweringContext& c) {
   if (out.num_elements() == 0) return std::vector<Value>{b.zeros(out)};
   Value factor = b.convert(c.tensor(0), out.dtype);
   bool upper = !c.is_none(1) && c.bool_arg(1);
+  // A zero on the factor's diagonal: the CPU's LAPACK potri refuses it (NaN otherwise).
+  Value diag = linalg::diagonal(b, factor);
+  c.require(b.unary("not", b.reduce_any(b.compare(diag, b.zeros(diag.type), "EQ"),
+                                        iota_dims(diag.rank()))),
+            "cholesky_inverse: The inversion could not be completed because the input matrix "
+            "is singular (a diagonal element of the factor is zero).",
+            CheckKind::kLinalgError);
   return std::vector<Value>{cholesky_solve_with(b, factor, linalg::eye(b, factor.type), upper)};
 }
 

@@ -191,6 +191,15 @@ def test_cholesky_solve_and_inverse(upper: bool) -> None:
     assert_same(lambda f: torch.cholesky_inverse(f, upper=upper), factor[0], dtype_tols=TOLS)
 
 
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_inverse_of_a_singular_factor_raises_like_cpu(upper: bool) -> None:
+    # A zero on the factor's diagonal: the CPU raises; the program gave NaN.
+    singular = torch.tensor([[1.0, 0.0], [2.0, 0.0]])
+    for factor in (singular, torch.stack([singular, torch.eye(2)])):
+        e = assert_raises_like_cpu(lambda f: torch.cholesky_inverse(f, upper=upper), factor)
+        assert isinstance(e, torch.linalg.LinAlgError) and "singular" in str(e)
+
+
 # ---- LU, solve, inverse, determinants ----------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)
