@@ -107,6 +107,14 @@ void check_reduce_op(const std::string& coll, const c10d::ReduceOp& op, const at
     invalid(coll, reduce_op_name(op) + " is not defined on complex tensors (got " +
                       shape_text(t) + "); reduce their abs() or real parts instead");
   }
+  // PyTorch has no CPU arithmetic for them, which the host-staged reduction runs (its
+  // "add_stub not implemented for 'UInt16'" surfaced at wait()); Gloo refuses them too.
+  at::ScalarType st = t.scalar_type();
+  if (st == at::kUInt16 || st == at::kUInt32 || st == at::kUInt64) {
+    invalid(coll, "reductions of " + std::string(c10::toString(st)) + " tensors are not "
+                  "supported (got " + shape_text(t) + "); convert to a signed integer dtype "
+                  "wide enough for the result (int32 or int64), or broadcast / gather them");
+  }
 }
 
 void check_root(const std::string& coll, int64_t root, int size) {

@@ -81,6 +81,17 @@ def _mismatches(rank: int, world: int) -> None:
         with _pytest.raises(ValueError, match="is not defined on complex tensors"):
             call()
 
+    # Unsigned integers wider than 8 bits: no CPU arithmetic to reduce them with (a CPU
+    # kernel's NotImplementedError came at wait()); broadcasting them works.
+    for dtype in (torch.uint16, torch.uint32, torch.uint64):
+        u = torch.ones(3, dtype=dtype, device="tpu")
+        for call in (lambda: dist.all_reduce(u),
+                     lambda: dist.all_reduce(u, op=dist.ReduceOp.MAX),
+                     lambda: dist.reduce_scatter_tensor(u[:1], u[:world])):
+            with _pytest.raises(ValueError, match="reductions of UInt"):
+                call()
+        dist.broadcast(u, src=0)
+
     # The group is still in step after every refused collective.
     t = torch.ones(3, device="tpu")
     dist.all_reduce(t)
