@@ -234,6 +234,16 @@ class LLMEngine:
             return params
         return replace(params, max_tokens=max(1, self.max_model_len - num_prompt_tokens))
 
+    def within_context(self, params: SamplingParams, num_prompt_tokens: int) -> SamplingParams:
+        """`params` with max_tokens (and min_tokens) no more than the tokens the context has
+        left after the prompt: vLLM's offline API generates up to the context and finishes
+        with "length" (its server refuses instead, as ``check_length`` does). A prompt that
+        fills the context is left to ``check_length``."""
+        room = self.max_model_len - num_prompt_tokens
+        if params.max_tokens is None or room < 1 or params.max_tokens <= room:
+            return params
+        return replace(params, max_tokens=room, min_tokens=min(params.min_tokens, room))
+
     def check_length(self, num_prompt_tokens: int, max_tokens: int) -> None:
         if num_prompt_tokens == 0:
             raise ValueError("the prompt is empty")

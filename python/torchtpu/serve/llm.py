@@ -99,7 +99,8 @@ class LLM:
                  use_tqdm: bool = True) -> list[RequestResult]:
         """Generates for each prompt (text, token ids, or vLLM's {"prompt": ...} /
         {"prompt_token_ids": ...}) with its parameters (one for all, or one each), showing a
-        progress bar over finished prompts unless `use_tqdm` is False."""
+        progress bar over finished prompts unless `use_tqdm` is False. As vLLM's, a request
+        whose max_tokens the context cannot hold generates up to the context ("length")."""
         with self._lock:
             return self._generate(prompts, sampling_params, use_tqdm)
 
@@ -118,7 +119,7 @@ class LLM:
         for prompt, p in zip(prompts, params):
             p.validate(self.engine.vocab_size)
             ids = self.engine.encode_prompt(prompt)
-            p = self.engine.with_max_tokens(p, len(ids))
+            p = self.engine.within_context(self.engine.with_max_tokens(p, len(ids)), len(ids))
             self.engine.check_length(len(ids), p.max_tokens)
             encoded.append(ids)
             resolved.append(p)

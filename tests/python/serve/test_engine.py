@@ -114,8 +114,14 @@ def test_more_requests_than_pages_all_complete(tiny_llama_dir):
 
 def test_prompt_too_long_is_rejected_and_engine_keeps_working(tiny_llama_dir):
     llm = LLM(tiny_llama_dir, **ENGINE_ARGS)
-    with pytest.raises(ValueError, match="maximum context length is 256"):
-        llm.generate([[7] * 250], SamplingParams(max_tokens=10))
+    for prompt in ([7] * 256, [7] * 300):
+        with pytest.raises(ValueError, match="maximum context length is 256"):
+            llm.generate([prompt], SamplingParams(max_tokens=10))
+    # A max_tokens the context cannot hold generates up to it, as vLLM's offline API does
+    # (its server, and ours, refuse the request instead).
+    out = llm.generate([[7] * 250], SamplingParams(max_tokens=10, min_tokens=8,
+                                                   ignore_eos=True))[0].outputs[0]
+    assert len(out.token_ids) == 6 and out.finish_reason == "length"
     out = llm.generate([[7] * 20], SamplingParams(max_tokens=4, temperature=0.0))
     assert len(out[0].outputs[0].token_ids) <= 4
     assert not llm.engine.has_unfinished()
