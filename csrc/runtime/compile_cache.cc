@@ -110,10 +110,20 @@ base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& mo
                                                            const std::vector<int>& device_indices) {
   uint64_t key = key_of(module_text, device_indices);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (ExecutablePtr* hit = entries_.find(key)) {
       base::counter_add("num_compile_cache_hits_memory");
-      return *hit;
+      ExecutablePtr exe = *hit;
+      // Its disk entry is marked used too, now and then: another process's trim would
+      // otherwise take a program this one runs all day for the least recently used.
+      int64_t now = base::monotonic_ns();
+      int64_t& last = disk_touched_[key];
+      if (now - last > kDiskTouchIntervalNs) {
+        last = now;
+        lock.unlock();
+        disk_.touch(key);
+      }
+      return exe;
     }
   }
   ExecutablePtr exe;
@@ -135,6 +145,8 @@ base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& mo
     TORCHTPU_ASSIGN_OR_RETURN(exe, compile_and_store(key, module_text, device_indices));
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (disk_touched_.size() > 4 * entries_.capacity()) disk_touched_.clear();
+  disk_touched_[key] = base::monotonic_ns();  // loaded or stored: the disk entry is new
   auto [kept, dropped] = entries_.insert(key, std::move(exe));
   if (dropped > 0) base::counter_add("num_compile_cache_evictions", static_cast<int64_t>(dropped));
   return *kept;

@@ -79,6 +79,10 @@ class CompileCache {
   DiskCache disk_;
   mutable std::mutex mu_;
   base::LruMap<uint64_t, ExecutablePtr> entries_;
+  // When each key's disk entry was last marked used (monotonic ns; cleared past 4x the
+  // capacity): a memory hit marks it again after kDiskTouchIntervalNs.
+  static constexpr int64_t kDiskTouchIntervalNs = int64_t{300} * 1000 * 1000 * 1000;
+  std::unordered_map<uint64_t, int64_t> disk_touched_;
   std::mutex holders_mu_;  // never held while a holder shrinks (holders take their locks)
   std::vector<std::function<void(size_t)>> holders_;
 };

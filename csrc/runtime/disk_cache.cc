@@ -106,6 +106,9 @@ bool is_temp(const std::string& name) {
 
 // A temp file this old was left by a writer that died before its rename.
 constexpr auto kStaleTemp = std::chrono::hours(1);
+// Under the root: touched by every trim.
+constexpr char kLastTrimFile[] = ".last_trim";
+constexpr auto kTrimInterval = std::chrono::hours(1);
 
 }  // namespace
 
@@ -156,7 +159,7 @@ std::string default_disk_cache_dir() {
 }
 
 DiskCache::DiskCache(std::string root, uint64_t identity_hash, uint64_t max_bytes)
-    : root_(std::move(root)), max_bytes_(max_bytes), stored_since_trim_(max_bytes / 16) {
+    : root_(std::move(root)), max_bytes_(max_bytes) {
   if (!root_.empty()) dir_ = root_ + "/" + hex16(identity_hash);
 }
 
@@ -185,10 +188,13 @@ std::optional<std::string> DiskCache::load(uint64_t key) const {
     discard(key, why);
     return std::nullopt;
   }
-  // Used now: the trim keeps it over entries used less recently. A read-only cache
-  // directory keeps the old time.
-  ::utimensat(AT_FDCWD, path_of(key).c_str(), nullptr, 0);
+  touch(key);
   return bytes->substr(kDiskCacheHeaderBytes);
+}
+
+void DiskCache::touch(uint64_t key) const {
+  // A read-only cache directory keeps the old time.
+  if (enabled()) ::utimensat(AT_FDCWD, path_of(key).c_str(), nullptr, 0);
 }
 
 void DiskCache::discard(uint64_t key, const std::string& reason) const {
@@ -244,17 +250,34 @@ bool DiskCache::store(uint64_t key, const std::string& payload) const {
     return fail(std::string("rename: ") + std::strerror(rename_errno));
   }
   base::counter_add("num_disk_cache_writes");
-  if (max_bytes_ > 0 &&
-      stored_since_trim_.fetch_add(bytes.size()) + bytes.size() >= max_bytes_ / 16 &&
-      !trimming_.exchange(true)) {
-    stored_since_trim_.store(0);
-    trim();
-    trimming_.store(false);
+  if (max_bytes_ > 0) {
+    bool due = stored_since_trim_.fetch_add(bytes.size()) + bytes.size() >= max_bytes_ / 16;
+    // A process's first store trims when no process did for an hour: a run of short
+    // processes, each storing a little, still trims, and a long-lived cache of tens of
+    // thousands of entries is not listed by every process that compiles once.
+    if (!due && !first_store_seen_.exchange(true)) due = last_trim_is_stale();
+    if (due && !trimming_.exchange(true)) {
+      stored_since_trim_.store(0);
+      try {
+        trim_keeping(path);
+      } catch (const std::exception&) {
+        // Out of memory listing the directory: the entry is stored; the next trim retries.
+      }
+      trimming_.store(false);
+    }
   }
   return true;
 }
 
-DiskCacheTrim DiskCache::trim() const {
+bool DiskCache::last_trim_is_stale() const {
+  std::error_code ec;
+  auto last = std::filesystem::last_write_time(root_ + "/" + kLastTrimFile, ec);
+  return ec || std::filesystem::file_time_type::clock::now() - last > kTrimInterval;
+}
+
+DiskCacheTrim DiskCache::trim() const { return trim_keeping(""); }
+
+DiskCacheTrim DiskCache::trim_keeping(const std::string& keep) const {
   namespace fs = std::filesystem;
   DiskCacheTrim result;
   if (!enabled() || max_bytes_ == 0) return result;
@@ -281,11 +304,15 @@ DiskCacheTrim DiskCache::trim() const {
         if (now - used > kStaleTemp) fs::remove(f->path(), fe);
         continue;
       }
-      entries.push_back({used, bytes, f->path()});
       result.bytes_before += bytes;
+      if (f->path() != keep) entries.push_back({used, bytes, f->path()});
     }
   }
   result.bytes_after = result.bytes_before;
+  // When this trim ran, for the next processes' first stores (last_trim_is_stale).
+  std::string marker = root_ + "/" + kLastTrimFile;
+  if (std::FILE* f = std::fopen(marker.c_str(), "ab")) std::fclose(f);
+  ::utimensat(AT_FDCWD, marker.c_str(), nullptr, 0);
   if (result.bytes_before <= max_bytes_) return result;
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return a.used < b.used; });
@@ -293,6 +320,8 @@ DiskCacheTrim DiskCache::trim() const {
   for (const Entry& entry : entries) {
     if (result.bytes_after <= target) break;
     std::error_code e;
+    // Used since it was listed (a load in another process): kept.
+    if (fs::last_write_time(entry.path, e) > entry.used && !e) continue;
     bool removed = fs::remove(entry.path, e);
     if (e) continue;  // still there (a permission): it keeps its bytes
     result.bytes_after -= entry.bytes;  // removed here, or by another process's trim

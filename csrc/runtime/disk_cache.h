@@ -22,12 +22,16 @@
 // Size bound: the entries under the root (every plugin build's) take at most `max_bytes`
 // (TORCHTPU_CACHE_MAX_SIZE, default 10 GiB; 0: no bound). A load that hits marks its entry
 // as used now (its modification time). A store trims the root once the bytes this
-// process stored since its last trim reach a sixteenth of the bound (and at its first
-// store): the entries are summed, and while they exceed the bound the least recently used
-// are deleted until they take at most three quarters of it (counted in
-// `num_disk_cache_evictions`); temp files a crashed writer left over an hour ago go too.
-// Processes trimming at once may delete a little more than needed; a reader keeps a file
-// it has opened.
+// process stored since its last trim reach a sixteenth of the bound, and at its first
+// store when no trim ran for an hour (`<root>/.last_trim`'s time; listing tens of thousands
+// of entries takes ~0.1 s): the entries are summed, and while they exceed the bound the
+// least recently used are deleted until they take at most three quarters of it (counted in
+// `num_disk_cache_evictions`), never the entry the store just wrote nor one used since
+// the listing; temp files a crashed writer left over an hour ago go too. The bound is thus
+// soft: many short processes that each store less than a sixteenth of it may pass it for
+// up to an hour; processes trimming at once may delete a little more than needed; a
+// reader keeps a file it has opened. CompileCache marks an entry its memory tier keeps
+// using as used too (touch()), at most every few minutes.
 //
 // Concurrency: a store writes a uniquely named temp file in the entry's directory and
 // rename()s it over the entry, so readers in any process see either no file or a whole
@@ -90,6 +94,8 @@ class DiskCache {
   // for `reason`; store() reports its own failures through this.
   void report_write_failure(uint64_t key, const std::string& reason) const;
 
+  // Marks the entry for `key` as used now (its modification time), if it exists.
+  void touch(uint64_t key) const;
   // Deletes the least recently used entries under the root while they exceed the bound
   // (see above); store() calls it as it goes. Nothing when disabled or unbounded.
   DiskCacheTrim trim() const;
@@ -104,8 +110,14 @@ class DiskCache {
   std::string dir_;
   uint64_t max_bytes_;
   mutable std::atomic<bool> write_failure_logged_{false};
-  // Bytes stored since the last trim; starts at the threshold so the first store trims.
-  mutable std::atomic<uint64_t> stored_since_trim_;
+  // Whether no process trimmed the root for an hour.
+  bool last_trim_is_stale() const;
+  // trim(), never deleting the file at `keep`.
+  DiskCacheTrim trim_keeping(const std::string& keep) const;
+
+  // Bytes this process stored since its last trim.
+  mutable std::atomic<uint64_t> stored_since_trim_{0};
+  mutable std::atomic<bool> first_store_seen_{false};
   mutable std::atomic<bool> trimming_{false};
 };
 

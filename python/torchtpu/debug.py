@@ -86,6 +86,7 @@ _ROWS = [
     ("num_compile_cache_evictions", "executables evicted (memory tier full)"),
     ("num_disk_cache_writes", "executables written to the disk cache"),
     ("num_disk_cache_corrupt", "corrupt disk cache entries recompiled"),
+    ("num_disk_cache_evictions", "disk cache entries deleted to keep TORCHTPU_CACHE_MAX_SIZE"),
     ("num_op_signatures_compiled", "op signatures compiled"),
     ("num_eager_ops", "eager ops executed on tpu"),
     ("num_executions", "programs executed (ops + copies/views)"),

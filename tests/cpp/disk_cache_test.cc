@@ -80,11 +80,14 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   out << bytes;
 }
 
+// Files under `dir` but the trims' marker (.last_trim, see disk_cache.h).
 size_t count_files(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return 0;
   size_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) n += e.is_regular_file();
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    n += e.is_regular_file() && e.path().filename() != ".last_trim";
+  }
   return n;
 }
 
@@ -494,6 +497,19 @@ TEST_F(DiskCacheTest, StoreKeepsTheRecentlyUsedEntriesWithinTheBound) {
   EXPECT_FALSE(fs::exists(add_path));
   EXPECT_TRUE(fs::exists(mul_path));
   EXPECT_LE(fs::file_size(mul_path), bound);
+}
+
+TEST_F(DiskCacheTest, StoreNeverTrimsTheEntryItWrote) {
+  // A bound smaller than one program: each store keeps its own entry (the one before goes).
+  auto client = testing::test_client();
+  CompileCache tiny(client, root_, CompileCache::kDefaultMemoryCapacity, 1);
+  ASSERT_TRUE(tiny.get_or_compile(add_module(), 0).ok());
+  std::string add_path = tiny.disk_cache().path_of(tiny.key_of(add_module(), 0));
+  EXPECT_TRUE(fs::exists(add_path));
+  ASSERT_TRUE(tiny.get_or_compile(mul_module(), 0).ok());
+  EXPECT_TRUE(fs::exists(tiny.disk_cache().path_of(tiny.key_of(mul_module(), 0))));
+  EXPECT_FALSE(fs::exists(add_path));
+  EXPECT_EQ(count_files(root_), 1u);
 }
 
 TEST_F(DiskCacheTest, SecondProcessCompilesNothing) {
