@@ -62,9 +62,10 @@ void check_not_pinned(std::optional<bool> pin_memory) {
 }
 
 // A float16 tensor's complex view is complex32, which no op here runs: refused at the view
-// (as making one any other way is) rather than by the first op that reads it.
+// (to_dtype raises its NotImplementedError, as for making one any other way) rather than
+// by the first op that reads it.
 at::Tensor view_as_complex(const at::Tensor& self) {
-  if (self.scalar_type() == c10::ScalarType::Half) (void)to_dtype(c10::ScalarType::ComplexHalf);
+  if (self.scalar_type() == c10::ScalarType::Half) to_dtype(c10::ScalarType::ComplexHalf);
   return at::native::view_as_complex(self);
 }
 

@@ -129,6 +129,7 @@ class GraphPlan:
     # Tensor constants of the graph (get_attr nodes: tensors an op built from Python
     # values while tracing), fed after the placeholders as extra C++ inputs.
     constants: list[torch.Tensor] = field(default_factory=list)
+    constants_device: int | None = None  # the tpu index they were moved to (first run)
     # Per tuple of true sizes seen: (size values, per output_layout entry its evaluated
     # shape or size, None for constants). Sympy evaluation costs ~20 us a size, and a
     # training graph has a hundred of them; the sizes repeat from call to call.

@@ -283,9 +283,9 @@ class GraphRunner:
         module and move on the first run (compiling happens under fake-tensor tracing,
         where a copy would be fake), then stay. Each moves on its own: a graph can hold
         constants made on the device beside CPU ones."""
-        device = torch.device("tpu", self.device)
-        if any(c.device != device for c in built.constants):
-            built.constants = [c.to(device) for c in built.constants]
+        if built.constants_device != self.device:
+            built.constants = [c.to(f"tpu:{self.device}") for c in built.constants]
+            built.constants_device = self.device
         return built.constants
 
     def _bind(self, args: tuple[Any, ...]) -> dict[sympy.Symbol, int]:

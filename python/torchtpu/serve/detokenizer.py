@@ -13,10 +13,10 @@ token boundaries (`clean_up_tokenization_spaces`), or a run of byte-fallback pie
 not UTF-8 and spans two windows, can differ from a one-shot decode there.
 
 Text that could still become a stop string is held back until it is decided. Stop strings
-count only where they end in the text of a token after the first `min_tokens` (vLLM's rule,
-as a stop token counts only after them). A step that adds several ids (accepted speculative drafts) is read one id at
-a time, so a stop string ends the output at the id that completes it (`stop_at`), as
-decoding one token at a time would.
+count only where they end in the text of a token after the first `min_tokens` (vLLM's
+rule, as a stop token counts only after them). A step that adds several ids (accepted
+speculative drafts) is read one id at a time, so a stop string ends the output at the id
+that completes it (`stop_at`), as decoding one token at a time would.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from torchtpu.serve import prompts
 from torchtpu.serve.engine import LLMEngine
 from torchtpu.serve.errors import ApiError
+from torchtpu.serve.prompts import chat_prompt_ids
 from torchtpu.serve.sampling import Sample, SamplingParams, best_of
 
 
@@ -195,10 +195,12 @@ class LLM:
         that set what these arguments do."""
         convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         try:
-            ids = [prompts.chat_prompt_ids(self.tokenizer, c, add_generation_prompt,
-                                           continue_final_message, chat_template_kwargs,
-                                           tools=tools, chat_template=chat_template)
+            ids = [chat_prompt_ids(self.tokenizer, c, add_generation_prompt,
+                                   continue_final_message, chat_template_kwargs, tools=tools,
+                                   chat_template=chat_template)
                    for c in convs]
         except ApiError as e:
-            raise ValueError(e.message) from None
+            hint = (" (offline: LLM.generate, or LLM.chat with a chat_template)"
+                    if "no chat template" in e.message else "")
+            raise ValueError(e.message + hint) from None
         return self.generate(ids, sampling_params, use_tqdm)

@@ -88,8 +88,7 @@ def chat_prompt_ids(tokenizer, messages: list[dict], add_generation_prompt: bool
     tok = tokenizer
     if chat_template is None and tok.chat_template is None:
         raise ApiError(400, "this model's tokenizer has no chat template; use "
-                            "/v1/completions (offline: LLM.generate, or LLM.chat with a "
-                            "chat_template)")
+                            "/v1/completions")
     template = {} if chat_template is None else {"chat_template": chat_template}
     kwargs = dict(kwargs or {})
     reserved = sorted(RESERVED_TEMPLATE_KWARGS & kwargs.keys())

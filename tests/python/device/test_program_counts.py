@@ -4,8 +4,8 @@ A view's storage offset (``y[i]``, ``x.narrow(0, k, n)``, a row of a printed ten
 runtime operand of the view programs, so a new offset never means a new compile. The
 executable caches keep at most ``TORCHTPU_EXECUTABLE_CACHE_SIZE`` executables (default
 4096) and count what they evict; the compile cache on disk keeps at most
-``TORCHTPU_CACHE_MAX_SIZE`` bytes (default 10 GiB), the least recently used going first. Programs are counted as compiles plus disk-cache loads:
-both are what a cold process pays.
+``TORCHTPU_CACHE_MAX_SIZE`` bytes (default 10 GiB), the least recently used going first.
+Programs are counted as compiles plus disk-cache loads: both are what a cold process pays.
 """
 
 from __future__ import annotations
