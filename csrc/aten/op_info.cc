@@ -79,6 +79,7 @@ std::unique_ptr<OpInfo> make_info(const c10::OperatorHandle& op, int id) {
                              n.rfind("aten::linspace", 0) == 0 ||
                              n.rfind("aten::logspace", 0) == 0;
   info->writes_unreturned = writes_unreturned_args(n);
+  if (n == "aten::bernoulli_.Tensor") info->moved_cpu_tensors = {1};
   if (n.rfind("aten::_foreach_", 0) == 0) {
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
       c10::TypePtr t = schema.arguments()[i].type();

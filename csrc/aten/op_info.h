@@ -52,6 +52,9 @@ struct OpInfo {
   // device before the call (CUDA's per-tensor path takes them so: an optimizer whose lr
   // tensor came back on the CPU from a checkpoint).
   std::vector<size_t> scalar_tensor_lists;
+  // Tensor arguments PyTorch's CUDA kernel moves to the device itself (bernoulli_'s p): a
+  // CPU one moves to its first argument's device before the call.
+  std::vector<size_t> moved_cpu_tensors;
   // A structured op's functional or in-place form (its CompositeExplicitAutograd-
   // NonFunctional kernel runs the structured meta, then the out= form).
   bool structured_functional = false;

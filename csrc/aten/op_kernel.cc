@@ -394,6 +394,15 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   if (info.generator_arg >= 0) check_generator_device(info, schema, *stack);
   if (!info.scalar_tensor_lists.empty()) move_scalar_tensors(info, schema, stack);
+  for (size_t i : info.moved_cpu_tensors) {
+    size_t n = schema.arguments().size();
+    c10::IValue& v = (*stack)[stack->size() - n + i];
+    const c10::IValue& first = (*stack)[stack->size() - n];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu() &&
+        first.isTensor() && first.toTensor().device().is_privateuseone()) {
+      v = v.toTensor().to(first.toTensor().device());
+    }
+  }
   if (ran_items_in_order(op, info, schema, stack)) return;
   ListVersionBump bump(info, schema, *stack);
   runtime::trace::Label label(info.name.c_str());

@@ -277,6 +277,14 @@ def test_bernoulli_probability_in_range_is_accepted() -> None:
     assert torch.empty(4, device=TPU).bernoulli_(1.0).cpu().eq(1).all()
 
 
+def test_bernoulli_takes_probabilities_on_the_cpu_as_cuda_does() -> None:
+    # CUDA's kernel moves p to the device; it was refused as a device mismatch here.
+    for probs in (torch.tensor([0.0, 1.0, 0.0]), torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]])):
+        out = torch.empty(2, 3, device=TPU).bernoulli_(probs)
+        assert out.device.type == TPU
+        assert torch.equal(out.cpu(), probs.expand(2, 3))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_exponential_never_draws_zero(dtype: torch.dtype) -> None:
     # 2^24 draws at this seed held a uniform draw of exactly 0, which -log1p(-u) turned into
