@@ -95,6 +95,19 @@ struct TpuBackend::RecvOrder {
 
 namespace {
 
+// A transport's refusal names the primitive that ran ("tpu: all_gather: the ranks
+// disagree ..." for a gather); the user called `title` ("tpu:gather"): named first.
+base::Status called_as(const char* title, base::Status s) {
+  if (s.ok() || s.code() != base::StatusCode::kInvalidArgument) return s;
+  const std::string& m = s.message();
+  std::string called = std::string(title).substr(4);
+  size_t colon = m.find(':', 5);
+  if (m.rfind("tpu: ", 0) != 0 || colon == std::string::npos) return s;
+  std::string ran = m.substr(5, colon - 5);
+  if (ran == called) return s;
+  return base::invalid_argument("tpu: " + called + " (run as " + ran + ")" + m.substr(colon));
+}
+
 // One recv's place in its tag's RecvOrder, given up when the recv ends or its task is
 // dropped unrun (a destroyed group's queue cancels it): later recvs never wait for it.
 class RecvTicket {
@@ -167,8 +180,9 @@ c10::intrusive_ptr<TpuWork> TpuBackend::launch(c10d::OpType type, const char* ti
                                                   std::vector<at::Tensor> outputs,
                                                   DenseArgs dense, Body inner,
                                                   CollectiveQueue* queue) {
-  Body body = [inner = std::move(inner), dense = std::move(dense)](Transport& tr) mutable {
-    TORCHTPU_RETURN_IF_ERROR(inner(tr));
+  Body body = [inner = std::move(inner), dense = std::move(dense),
+               title](Transport& tr) mutable {
+    TORCHTPU_RETURN_IF_ERROR(called_as(title, inner(tr)));
     dense.copy_back();
     return base::Status::ok_status();
   };

@@ -39,6 +39,13 @@ def _mismatches(rank: int, world: int) -> None:
         dist.all_reduce(torch.ones(2, device="tpu"),
                         op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX)
 
+    # Collectives that run as another name the one the user called first.
+    n = 2 + rank
+    with _pytest.raises(ValueError, match=r"^tpu: gather \(run as all_gather\): .*shapes"):
+        dist.gather(torch.ones(n, device="tpu"),
+                    [torch.empty(n, device="tpu") for _ in range(world)] if rank == 0 else None,
+                    dst=0)
+
     with _pytest.raises(ValueError, match="sends 1 rows to rank 1, which expects 2"):
         # Rank 0 sends 1 row to rank 1; rank 1 expects 2 from rank 0.
         ins = [1, 1] if rank == 0 else [1, 1]
