@@ -21,6 +21,14 @@ void release_executables_past(int64_t map_limit) {
   base::counter_add("num_map_pressure_releases");
 }
 
+int64_t output_bytes_of(const lowering::LoweredGraph& lowered) {
+  int64_t bytes = 0;
+  for (const lowering::TensorType& t : lowered.output_types) {
+    bytes += t.num_elements() * static_cast<int64_t>(base::dtype_size_bytes(t.dtype));
+  }
+  return bytes;
+}
+
 base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
     lowering::LoweredGraph lowered, int device) {
   // Every 32nd program looks at the process's memory maps (reading them costs about a
@@ -32,12 +40,8 @@ base::StatusOr<std::shared_ptr<const CompiledProgram>> compile_program(
   }
   TORCHTPU_ASSIGN_OR_RETURN(runtime::ExecutablePtr exe,
                             compile_cache().get_or_compile(lowered.text, device));
-  int64_t output_bytes = 0;
-  for (const lowering::TensorType& t : lowered.output_types) {
-    output_bytes += t.num_elements() * static_cast<int64_t>(base::dtype_size_bytes(t.dtype));
-  }
   auto p = std::make_shared<CompiledProgram>();
-  p->output_bytes = output_bytes;
+  p->output_bytes = output_bytes_of(lowered);
   p->lowered = std::move(lowered);
   p->exe = std::move(exe);
   p->device = device;

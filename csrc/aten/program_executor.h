@@ -38,8 +38,11 @@ struct CompiledProgram {
   // place) exceed the device's free memory is refused: the CPU plugin ran a program with no
   // inputs into a buffer of garbage, and one that fit the machine but not its free memory
   // was ended by the OS's out-of-memory killer.
-  int64_t output_bytes = 0;
+  int64_t output_bytes = 0;  // output_bytes_of(lowered)
 };
+
+// The bytes of `lowered`'s outputs (CompiledProgram::output_bytes).
+int64_t output_bytes_of(const lowering::LoweredGraph& lowered);
 
 // Executables keep their JIT code mapped, so a process holding thousands (the caches keep
 // 4096, a program per shape) ran out of the kernel's memory maps (vm.max_map_count) and

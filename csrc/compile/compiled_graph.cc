@@ -136,6 +136,7 @@ std::shared_ptr<CompiledGraph> CompiledGraph::create_replicated(const lowering::
   TORCH_CHECK_NOT_IMPLEMENTED(lowered.ok(), "tpu compile: ", lowered.status().message());
   auto p = std::make_shared<aten::CompiledProgram>();
   p->lowered = std::move(lowered).value();
+  p->output_bytes = aten::output_bytes_of(p->lowered);  // checked against the whole memory
   p->device = device;
   p->replicated = std::move(runner);
   return make(spec, device, std::move(p));
