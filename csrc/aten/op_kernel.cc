@@ -352,6 +352,21 @@ void check_generator_device(const OpInfo& info, const c10::FunctionSchema& schem
               c10::DeviceTypeName(c10::DeviceType::PrivateUse1, true), "'");
 }
 
+// The CPU tensors among an op's arguments that PyTorch's CUDA kernel moves to the device
+// itself (OpInfo::moved_cpu_tensors), moved to the device of its first argument.
+void move_cpu_tensors(const OpInfo& info, const c10::FunctionSchema& schema,
+                      torch::jit::Stack* stack) {
+  size_t n = schema.arguments().size();
+  const c10::IValue& first = (*stack)[stack->size() - n];
+  if (!first.isTensor() || !first.toTensor().device().is_privateuseone()) return;
+  for (size_t i : info.moved_cpu_tensors) {
+    c10::IValue& v = (*stack)[stack->size() - n + i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu()) {
+      v = v.toTensor().to(first.toTensor().device());
+    }
+  }
+}
+
 // The 0-dim CPU tensors in a _foreach_ op's read-only tensor lists (OpInfo::
 // scalar_tensor_lists), moved to the device of the call's first tpu tensor.
 void move_scalar_tensors(const OpInfo& info, const c10::FunctionSchema& schema,
@@ -394,15 +409,7 @@ void tpu_boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   if (info.generator_arg >= 0) check_generator_device(info, schema, *stack);
   if (!info.scalar_tensor_lists.empty()) move_scalar_tensors(info, schema, stack);
-  for (size_t i : info.moved_cpu_tensors) {
-    size_t n = schema.arguments().size();
-    c10::IValue& v = (*stack)[stack->size() - n + i];
-    const c10::IValue& first = (*stack)[stack->size() - n];
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu() &&
-        first.isTensor() && first.toTensor().device().is_privateuseone()) {
-      v = v.toTensor().to(first.toTensor().device());
-    }
-  }
+  if (!info.moved_cpu_tensors.empty()) move_cpu_tensors(info, schema, stack);
   if (ran_items_in_order(op, info, schema, stack)) return;
   ListVersionBump bump(info, schema, *stack);
   runtime::trace::Label label(info.name.c_str());

@@ -111,15 +111,14 @@ base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& mo
   uint64_t key = key_of(module_text, device_indices);
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (ExecutablePtr* hit = entries_.find(key)) {
+    if (Entry* hit = entries_.find(key)) {
       base::counter_add("num_compile_cache_hits_memory");
-      ExecutablePtr exe = *hit;
+      ExecutablePtr exe = hit->exe;
       // Its disk entry is marked used too, now and then: another process's trim would
       // otherwise take a program this one runs all day for the least recently used.
       int64_t now = base::monotonic_ns();
-      int64_t& last = disk_touched_[key];
-      if (now - last > kDiskTouchIntervalNs) {
-        last = now;
+      if (now - hit->disk_touched_ns > kDiskTouchIntervalNs) {
+        hit->disk_touched_ns = now;
         lock.unlock();
         disk_.touch(key);
       }
@@ -145,11 +144,10 @@ base::StatusOr<ExecutablePtr> CompileCache::get_or_compile(const std::string& mo
     TORCHTPU_ASSIGN_OR_RETURN(exe, compile_and_store(key, module_text, device_indices));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (disk_touched_.size() > 4 * entries_.capacity()) disk_touched_.clear();
-  disk_touched_[key] = base::monotonic_ns();  // loaded or stored: the disk entry is new
-  auto [kept, dropped] = entries_.insert(key, std::move(exe));
+  // Loaded or stored: its disk entry was just marked used.
+  auto [kept, dropped] = entries_.insert(key, Entry{std::move(exe), base::monotonic_ns()});
   if (dropped > 0) base::counter_add("num_compile_cache_evictions", static_cast<int64_t>(dropped));
-  return *kept;
+  return kept->exe;
 }
 
 }  // namespace torchtpu::runtime

@@ -78,11 +78,14 @@ class CompileCache {
   uint64_t identity_hash_;
   DiskCache disk_;
   mutable std::mutex mu_;
-  base::LruMap<uint64_t, ExecutablePtr> entries_;
-  // When each key's disk entry was last marked used (monotonic ns; cleared past 4x the
-  // capacity): a memory hit marks it again after kDiskTouchIntervalNs.
+  // A memory hit marks the entry's disk entry used again once kDiskTouchIntervalNs passed
+  // since it was last marked (monotonic ns).
+  struct Entry {
+    ExecutablePtr exe;
+    int64_t disk_touched_ns = 0;
+  };
   static constexpr int64_t kDiskTouchIntervalNs = int64_t{300} * 1000 * 1000 * 1000;
-  std::unordered_map<uint64_t, int64_t> disk_touched_;
+  base::LruMap<uint64_t, Entry> entries_;
   std::mutex holders_mu_;  // never held while a holder shrinks (holders take their locks)
   std::vector<std::function<void(size_t)>> holders_;
 };
