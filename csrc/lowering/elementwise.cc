@@ -375,7 +375,7 @@ base::StatusOr<std::vector<Value>> lower_sign(LoweringContext& c) {
   return std::vector<Value>{b.sub(pos, neg)};
 }
 
-// log2/log10/exp2 through natural log/exp with a constant factor.
+// log2/log10 through the natural log with a constant factor.
 LoweringFn scaled_log(double inv_ln_base) {
   return [inv_ln_base](LoweringContext& c) -> base::StatusOr<std::vector<Value>> {
     Builder& b = c.b();
@@ -393,7 +393,7 @@ base::StatusOr<std::vector<Value>> lower_exp2(LoweringContext& c) {
   Value x = out_operand(c, 0, t);
   constexpr double kLn2 = 0.6931471805599453;
   if (base::is_complex(t)) return std::vector<Value>{to_out(c, complex_exp(b, complex_scale(b, x, kLn2)))};
-  return std::vector<Value>{to_out(c, b.unary("exponential", b.mul(x, b.splat(kLn2, x.type))))};
+  return std::vector<Value>{to_out(c, exp2_real(b, x))};
 }
 
 base::StatusOr<std::vector<Value>> lower_isnan(LoweringContext& c) {

@@ -25,6 +25,41 @@ Value sign_bit(Builder& b, Value x) {
   return b.compare(raw, b.zeros(raw.type), "LT");
 }
 
+// 2^n as its bit pattern, 2^k for |k| at most 100 (float32) / 733 (float64) being normal;
+// n is split into three such factors, so that neither 2^n nor the partial products
+// overflow before the whole product does (0.5 * 2^128 is 2^127 in float32). Past +-300
+// (+-2200) every finite float32 (float64) overflows or underflows whatever the split.
+Value times_power_of_two(Builder& b, Value x, Value n) {
+  const bool f64 = x.dtype() == DType::kF64;
+  const TensorType it{f64 ? DType::kI64 : DType::kI32, x.dims()};
+  const double limit = f64 ? 2200 : 300, bias = f64 ? 1023 : 127, mantissa = f64 ? 52 : 23;
+  Value k = b.clamp(b.splat(-limit, it), b.convert(n, it.dtype), b.splat(limit, it));
+  Value k1 = b.div(k, b.splat(3, it));
+  Value rest = b.sub(k, k1);
+  Value k2 = b.div(rest, b.splat(2, it));
+  auto power = [&](Value e) {
+    Value bits = b.binary("shift_left", b.add(e, b.splat(bias, it)), b.splat(mantissa, it));
+    return b.op("stablehlo.bitcast_convert", {bits}, x.type);
+  };
+  return b.mul(b.mul(b.mul(x, power(k1)), power(k2)), power(b.sub(rest, k2)));
+}
+
+// 2^x as 2^round(x) * exp(f ln 2) with |f| <= 1/2: exp(x ln 2) at once is off by several
+// ulps at integers (2^30 by 960 in float32), where C's exp2 is exact.
+Value exp2_real(Builder& b, Value x) {
+  const DType t = x.dtype();
+  Value w = b.convert(x, t == DType::kF64 ? DType::kF64 : DType::kF32);
+  const double limit = t == DType::kF64 ? 2200 : 300;
+  Value n = b.clamp(b.splat(-limit, w.type), b.unary("round_nearest_even", w),
+                    b.splat(limit, w.type));
+  Value m = b.unary("exponential", b.mul(b.sub(w, n), b.splat(M_LN2, w.type)));
+  Value r = times_power_of_two(b, m, b.convert(n, t == DType::kF64 ? DType::kI64 : DType::kI32));
+  Value inf = b.splat(INFINITY, w.type);  // inf - round(inf) is NaN
+  r = b.select(b.compare(w, inf, "EQ"), inf, r);
+  r = b.select(b.compare(w, b.unary("negate", inf), "EQ"), b.zeros(w.type), r);
+  return b.convert(r, t);
+}
+
 Value copysign(Builder& b, Value x, Value y) {
   Value mag = b.unary("abs", x);
   return b.select(sign_bit(b, y), b.unary("negate", mag), mag);
@@ -204,6 +239,29 @@ Lowered lower_rsub(LoweringContext& c) {
   return std::vector<Value>{to_out_via(c, rt, b.sub(other, self))};
 }
 
+// ldexp(self, other): self * 2^other in the promoted float type, as the CPU kernel: an
+// integer exponent through C's ldexp (cast to int first, so int64 exponents wrap to int32),
+// exact where the product is normal (0.5 * 2^128 is 2^127 in float32); a float exponent
+// times pow(2, other), of other's dtype (0.5 * 2^128.0 is inf when other is float32).
+Lowered lower_ldexp(LoweringContext& c) {
+  Builder& b = c.b();
+  DType rt = c.result_type({0, 1});
+  if (base::is_complex(rt)) {
+    return base::unimplemented("lowering: " + c.op_name() + " of complex tensors");
+  }
+  if (!base::is_floating(rt)) rt = DType::kF32;
+  DType t = opmath(rt);
+  Value x = out_operand(c, 0, t);
+  DType et = c.tensor_type(1).dtype;
+  if (base::is_integral(et) || et == DType::kBool) {
+    Value n = b.convert(out_operand(c, 1, et), DType::kI32);
+    return std::vector<Value>{to_out_via(c, rt, times_power_of_two(b, x, n))};
+  }
+  // pow(2, other) is of other's dtype (float32 2^128.0 is inf even for a float64 self).
+  Value p = round_to(b, exp2_real(b, out_operand(c, 1, opmath(et))), et);
+  return std::vector<Value>{to_out_via(c, rt, b.mul(x, b.convert(p, t)))};
+}
+
 // round(x, decimals): nearbyint on x scaled by 10^decimals, as the CPU kernel does it.
 Lowered lower_round_decimals(LoweringContext& c) {
   Builder& b = c.b();
@@ -216,7 +274,9 @@ Lowered lower_round_decimals(LoweringContext& c) {
   if (decimals == 0) {
     r = b.unary("round_nearest_even", xf);
   } else {
-    Value p = b.splat(std::pow(10.0, static_cast<double>(std::llabs(decimals))), xf.type);
+    // The power is opaque to XLA, which would divide by it as a product with its rounded
+    // reciprocal (round(1.5, 3) was 1.5000001).
+    Value p = b.opaque(b.splat(std::pow(10.0, static_cast<double>(std::llabs(decimals))), xf.type));
     r = decimals > 0 ? b.div(b.unary("round_nearest_even", b.mul(xf, p)), p)
                      : b.mul(b.unary("round_nearest_even", b.div(xf, p)), p);
   }
@@ -584,6 +644,7 @@ void register_elementwise_math_lowerings() {
                     lower_rsub);
   register_lowering({"aten::round.decimals", "aten::round_.decimals", "aten::round.decimals_out"},
                     lower_round_decimals);
+  register_lowering({"aten::ldexp.Tensor", "aten::ldexp_", "aten::ldexp.out"}, lower_ldexp);
   for (auto [name, left] :
        {std::pair{"bitwise_left_shift", true}, {"bitwise_right_shift", false}}) {
     register_with_variants(name, {"Tensor", "Tensor_Scalar"}, shift(left));

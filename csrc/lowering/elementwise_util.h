@@ -107,6 +107,10 @@ Value sign_bit(Builder& b, Value x);
 Value copysign(Builder& b, Value x, Value y);
 Value hypot(Builder& b, Value x, Value y);
 Value log_hypot(Builder& b, Value x, Value y);
+// x * 2^n for a float32/float64 x and an integer n of x's dims, exact wherever the product
+// is a normal number (C's ldexp); 2^x for a real float x, exact at integers (C's exp2).
+Value times_power_of_two(Builder& b, Value x, Value n);
+Value exp2_real(Builder& b, Value x);
 // The real and imaginary parts of z (of a real z: z itself and zeros) (complex.cc).
 Value real_part(Builder& b, Value z);
 Value imag_part(Builder& b, Value z);

@@ -212,7 +212,9 @@ Lowered lower_histc(LoweringContext& c) {
   Value end = b.broadcast_in_dim(r(b.convert(hi, ct)), {n}, {});
   Value in_range = b.binary("and", b.compare(x, start, "GE"), b.compare(x, end, "LE"));
   Value scaled = r(b.mul(r(b.sub(x, start)), r(b.splat(static_cast<double>(bins), v))));
-  Value bin = b.convert(r(b.div(scaled, r(b.sub(end, start)))), DType::kI64);
+  // The width opaque to XLA, which would divide by it as a product with its rounded
+  // reciprocal and so put an element on a bin's edge into the bin below.
+  Value bin = b.convert(r(b.div(scaled, b.opaque(r(b.sub(end, start))))), DType::kI64);
   bin = b.clamp(b.zeros(iv), bin, b.splat(static_cast<double>(bins - 1), iv));
   bin = b.select(in_range, bin, b.splat(static_cast<double>(bins), iv));
   // Counted exactly (in float32 for the 16-bit types) and rounded once: the CPU's 16-bit

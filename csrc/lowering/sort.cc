@@ -76,7 +76,8 @@ std::vector<Value> take_first(Builder& b, const std::pair<Value, Value>& sorted,
 Lowered lower_topk(LoweringContext& c) {
   Builder& b = c.b();
   Value x = at_least_1d(b, c.tensor(0));
-  int64_t k = c.int_arg(1);
+  // A 0-d self gives itself and index 0 for k = 0 too (the CPU's 0-d results).
+  int64_t k = c.tensor_type(0).rank() == 0 ? 1 : c.int_arg(1);
   int64_t dim = wrap_dim(c.int_arg(2), c.tensor_type(0).rank());
   bool largest = c.bool_arg(3);
   auto sorted = sort_with_indices(b, x, dim, largest);

@@ -271,6 +271,54 @@ def test_atan2_exp2_logit() -> None:
     assert_same(torch.logit, make((3, 4), torch.float32, low=0.05, high=0.95))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_exp2_is_exact_at_integers(dtype: torch.dtype) -> None:
+    # exp(x ln 2) was several ulps off at integers (2^30 by 960 in float32); C's exp2 is exact.
+    n = torch.arange(-60, 61, dtype=dtype)
+    assert torch.equal(torch.exp2(n.to(TPU)).cpu(), torch.exp2(n))
+    edges = torch.tensor([127.0, 127.5, -126.0, 200.0, -200.0, float("inf"), float("-inf"),
+                          float("nan"), 0.0, -0.0, 1e30, -1e30], dtype=torch.float32)
+    torch.testing.assert_close(torch.exp2(edges.to(TPU)).cpu(), torch.exp2(edges), equal_nan=True)
+    x = make((64,), torch.float32, low=-20, high=20)
+    torch.testing.assert_close(torch.exp2(x.to(TPU)).cpu(), torch.exp2(x), rtol=2e-7, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_ldexp_like_cpu(dtype: torch.dtype) -> None:
+    # Integer exponents scale exactly (0.5 * 2^128 is 2^127 in float32: it was inf, as
+    # 2^128 overflowed first); int64 exponents wrap to int32 as in the CPU kernel.
+    x = torch.tensor([0.5, 0.0, 3.0, 1.0, -0.75, float("inf"), float("nan"), 1e-30, 6e4],
+                     dtype=torch.float32).to(dtype)
+    for e in ([128, 1000, -1100, 2, -3, -2000, 3, 200, -20],
+              [16, 1, -30, 2**40, -(2**40) + 5, 0, 0, 120, -1],
+              [-1, -2, 0, 1, 2, 3, 4, 5, 6]):
+        e = torch.tensor(e)
+        want = torch.ldexp(x, e)
+        got = torch.ldexp(x.to(TPU), e.to(TPU)).cpu()
+        assert got.dtype == want.dtype
+        # Subnormal results flush to zero on XLA (docs/architecture.md).
+        normal = (want == 0) | (want.abs() >= torch.finfo(want.dtype).tiny) | ~want.isfinite()
+        assert torch.equal(got[normal].isnan(), want[normal].isnan())
+        assert torch.equal(got[normal].nan_to_num(), want[normal].nan_to_num()), (e, got, want)
+    # A float exponent multiplies by pow(2, e) of its own dtype; out= and in place too.
+    e = torch.tensor([128.0, 2.5, -0.5, 3.0, 0.0, 1.0, -1.0, 10.0, 1.0])
+    assert_same(torch.ldexp, x, e)
+    assert_same(lambda a, b: torch.ldexp(a, b, out=torch.empty_like(a)),
+                x, torch.arange(9))
+    assert_same(lambda a, b: a.clone().ldexp_(b), x, torch.arange(9))
+    assert_same(torch.ldexp, torch.tensor([1, 3]), torch.tensor([2, -1]))
+
+
+def test_round_decimals_divides_exactly() -> None:
+    # The division by 10^d ran as a product with its rounded reciprocal: round(1.5, 3) was
+    # 1.5000001 and round(1e30, -2) 9.9999994e29.
+    x = torch.tensor([1.5, 2.675, 12345.678, -0.125, 1e30, 3.14159, 1e-3, 7.0])
+    for d in (-2, -1, 1, 2, 3, 5):
+        for t in (torch.float32, torch.float64):
+            assert torch.equal(torch.round(x.to(t).to(TPU), decimals=d).cpu(),
+                               torch.round(x.to(t), decimals=d)), (d, t)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
 def test_cast(dtype: torch.dtype) -> None:
     x = make((3, 4), torch.float32, low=-4, high=4)

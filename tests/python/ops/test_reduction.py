@@ -335,6 +335,27 @@ def test_histc_like_cpu(dtype: torch.dtype) -> None:
         assert_raises_like_cpu(lambda t: torch.histc(t, **kwargs), x)
 
 
+def test_histc_values_on_bin_edges_like_cpu() -> None:
+    # The bin width divided as a product with its rounded reciprocal: 0.3 in 7 bins over
+    # [-0.3, 1.1] went into bin 2, the CPU's bin 3.
+    for dtype in (torch.float32, torch.float64):
+        for v, bins, lo, hi in [(0.3, 7, -0.3, 1.1), (0.9, 7, -0.3, 1.1), (0.1, 10, 0.0, 1.0),
+                                (0.7, 10, 0.0, 1.0), (2.2, 11, 0.0, 3.3)]:
+            x = torch.full((3,), v, dtype=dtype)
+            assert torch.equal(torch.histc(x.to("tpu"), bins, lo, hi).cpu(),
+                               torch.histc(x, bins, lo, hi)), (dtype, v, bins, lo, hi)
+        x = torch.linspace(-1, 1, 201, dtype=dtype)
+        assert torch.equal(torch.histc(x.to("tpu"), 40, -1, 1).cpu(), torch.histc(x, 40, -1, 1))
+
+
+def test_topk_of_0d_tensor_like_cpu() -> None:
+    x = torch.tensor(3.0)
+    for k in (0, 1):
+        got, want = torch.topk(x.to("tpu"), k), torch.topk(x, k)
+        assert torch.equal(got.values.cpu(), want.values)
+        assert torch.equal(got.indices.cpu(), want.indices)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_histc_of_16_bit_floats_bins_like_cpu(dtype: torch.dtype) -> None:
     # It ran on the CPU (and compiled graphs refused it): the CPU bins in 16-bit
