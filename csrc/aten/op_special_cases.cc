@@ -448,17 +448,41 @@ void check_mm_dtypes(const std::string&, Args args) {
               a.dtype(), " != ", b.dtype());
 }
 
-// searchsorted's sorter: the CPU's checks of its dtype and size (its range is checked by
-// the lowering, on the device).
-void check_searchsorted_sorter(const std::string&, Args args) {
-  if (args[5].isNone()) return;
+// searchsorted's argument checks on the CPU that its meta kernel skips: side's value, a
+// 0-d sequence, out's dtype against out_int32, and the sorter's dtype and size (its range
+// is checked by the lowering, on the device).
+void check_searchsorted(const std::string&, Args args) {
   const at::Tensor& seq = args[0].toTensor();
+  if (!args[4].isNone()) {
+    const std::string side(args[4].toStringRef());
+    TORCH_CHECK(side == "left" || side == "right", "torch.searchsorted(): side can only be "
+                "'left' or 'right' but got ", side);
+    TORCH_CHECK(!args[3].toBool() || side == "right", "torch.searchsorted(): side and right "
+                "can't be set to opposites, got side of ", side, " while right was True");
+  }
+  TORCH_CHECK(seq.dim() != 0, "torch.searchsorted(): boundaries tensor should have positive "
+              "dimension, but got 0 dimension");
+  if (args.size() > 6) {
+    bool out_int32 = args[2].toBool();
+    c10::ScalarType got = args[6].toTensor().scalar_type();
+    TORCH_CHECK(got == (out_int32 ? at::kInt : at::kLong), "torch.searchsorted(): output "
+                "tensor's dtype is wrong, it can only be Int(int32) or Long(int64) depending "
+                "on whether out_int32 flag is True, but we got output tensor's dtype ", got,
+                " and out_int32 flag is ", out_int32 ? "True" : "False");
+  }
+  if (args[5].isNone()) return;
   const at::Tensor& sorter = args[5].toTensor();
   TORCH_CHECK(sorter.sizes() == seq.sizes(), "torch.searchsorted(): boundary and sorter must "
               "have the same size, but got boundary tensor ", seq.sizes(),
               "and got sorter tensor ", sorter.sizes());
   TORCH_CHECK(sorter.scalar_type() == at::kLong, "torch.searchsorted(): sorter must be a tensor "
               "of long dtype but got dtype ", sorter.scalar_type());
+}
+
+// sort's dim (the meta kernel takes any dim; the CPU raises IndexError).
+void check_sort_dim(const std::string& name, Args args) {
+  const bool stable = name.find("stable") != std::string::npos;  // sort.stable(self, *, stable, dim, ...)
+  (void)c10::maybe_wrap_dim(args[stable ? 2 : 1].toInt(), args[0].toTensor().dim());
 }
 
 // randperm(n)'s result type must hold n - 1, and a float type every integer below n.
@@ -577,6 +601,8 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
     add({"aten::uniform_", "aten::uniform", "aten::uniform.out"}, check_uniform_range);
     add({"aten::randperm.generator_out", "aten::randperm.out"}, check_randperm);
     add({"aten::mm", "aten::mm.out"}, check_mm_dtypes);
+    add({"aten::sort", "aten::sort.values", "aten::sort.stable", "aten::sort.values_stable"},
+        check_sort_dim);
     add({"aten::var.correction", "aten::var.correction_out", "aten::std.correction",
          "aten::std.correction_out", "aten::var_mean.correction",
          "aten::var_mean.correction_out", "aten::std_mean.correction",
@@ -591,7 +617,7 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
         check_exponent_fits);
     add({"aten::searchsorted.Tensor", "aten::searchsorted.Tensor_out",
          "aten::searchsorted.Scalar", "aten::searchsorted.Scalar_out"},
-        check_searchsorted_sorter);
+        check_searchsorted);
     add({"aten::bernoulli_.float", "aten::bernoulli.p"}, check_bernoulli_p);
     add({"aten::bucketize.Tensor", "aten::bucketize.Tensor_out", "aten::bucketize.Scalar"},
         check_bucketize);

@@ -146,6 +146,18 @@ def _first_line(e: BaseException) -> str:
     lambda x, i: torch.searchsorted(x, x, sorter=i.to(torch.int32)),
     lambda x, i: torch.searchsorted(x, x, sorter=torch.tensor([0, 1, 2, 5], device=x.device)),
     lambda x, i: torch.searchsorted(x, 0.5, sorter=torch.tensor([0, 1, -1, 3], device=x.device)),
+    # searchsorted's side, a 0-d sequence and out's dtype against out_int32: the meta kernel
+    # took them (side="middle" searched as "left").
+    lambda x, i: torch.searchsorted(x, x, side="middle"),
+    lambda x, i: torch.searchsorted(x, x, side="left", right=True),
+    lambda x, i: torch.searchsorted(x[0], x),
+    lambda x, i: torch.searchsorted(x, x, out_int32=True,
+                                    out=torch.empty(4, dtype=torch.long, device=x.device)),
+    lambda x, i: torch.searchsorted(x, 0.5, out=torch.empty((), dtype=torch.int32, device=x.device)),
+    # sort's dim (an internal compile error before; stable sort was checked).
+    lambda x, i: torch.sort(x, dim=1),
+    lambda x, i: torch.sort(x.view(2, 2), dim=-3),
+    lambda x, i: x.argsort(dim=2, descending=True),
     # Scalars the CPU kernels convert to the tensor's dtype with an overflow check (the
     # lowerings compute float16 in float32, where 1e5 fits: the results were inf or 1).
     lambda x, i: torch.add(x.half(), x.half(), alpha=1e5),
