@@ -328,7 +328,7 @@ base::StatusOr<DeviceMemory> device_memory(int device) {
       std::to_string(device) + (info.ok() ? std::string() : " (" + info.status().message() + ")"));
 }
 
-void check_results_fit(int device, int64_t new_bytes, bool whole) {
+void check_results_fit(int device, int64_t new_bytes, bool whole, const char* what) {
   // Only a run whose results could not fit pays for the question (the OS's figures).
   constexpr int64_t kAskMemoryAbove = int64_t{1} << 30;
   if (new_bytes <= kAskMemoryAbove) return;
@@ -337,7 +337,7 @@ void check_results_fit(int device, int64_t new_bytes, bool whole) {
   int64_t room = (whole ? m->total_bytes : m->free_bytes) + m->swap_bytes;
   if (new_bytes <= room) return;
   raise_status(base::Status(base::StatusCode::kResourceExhausted,
-                            "tpu: a program's results take " + std::to_string(new_bytes) +
+                            "tpu: " + std::string(what) + " " + std::to_string(new_bytes) +
                                 " bytes, more than the device's " +
                                 (whole ? "whole" : "free") + " memory (" +
                                 std::to_string(whole ? m->total_bytes : m->free_bytes) +

@@ -47,8 +47,10 @@ base::StatusOr<DeviceMemory> device_memory(int device);
 // CPU plugin (a run that fits by swapping still runs): there the plugin would write every
 // byte and the OS's out-of-memory killer end the process. Asks only past 1 GiB. `whole`:
 // against its whole memory instead, a figure that does not change, for a program the ranks
-// of a group run together (each checks before they meet; they must all agree).
-void check_results_fit(int device, int64_t new_bytes, bool whole = false);
+// of a group run together (each checks before they meet; they must all agree). `what`
+// names the bytes in the error ("a program's results take", "a new storage takes").
+void check_results_fit(int device, int64_t new_bytes, bool whole = false,
+                       const char* what = "a program's results take");
 // Whether this process is the child of a fork() made after the client started; client()
 // raises there (the plugin's threads were not copied).
 bool in_forked_child();

@@ -74,6 +74,10 @@ class TpuAllocator final : public c10::DeviceAllocator {
     // torch.UntypedStorage(-1) arrives as 2^64 - 1, as it does at the CPU's allocator.
     TORCH_CHECK(static_cast<int64_t>(nbytes) >= 0, "tpu: cannot allocate a storage of ",
                 static_cast<int64_t>(nbytes), " bytes: a size must not be negative");
+    // Refused now, as CUDA's allocator would, not at the first write (a storage's buffer
+    // is made when it is first written or read).
+    check_results_fit(current_device_index(), static_cast<int64_t>(nbytes), false,
+                      "a new storage takes");
     return new_storage_data_ptr(current_device_index(), static_cast<int64_t>(nbytes));
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }

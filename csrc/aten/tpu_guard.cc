@@ -3,6 +3,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
+
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
 #include "aten/fused_eager.h"
@@ -15,13 +17,6 @@ namespace torchtpu::aten {
 namespace {
 
 thread_local int t_current_device = 0;
-
-void check_index(int index) {
-  int n = device_count_or_zero();
-  if (n == 0) client();  // no device at all: raises why (plugin, environment)
-  TORCH_CHECK(index >= 0 && index < n, "tpu: invalid device index ", index, " (have ", n,
-              " tpu devices; set TORCHTPU_NUM_DEVICES for more on the CPU plugin)");
-}
 
 struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
@@ -65,6 +60,17 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     destroy_event(event);
   }
+  // The dtypes a tpu tensor can hold (torch.accelerator.get_device_capability).
+  c10::DeviceCapability getDeviceCapability(c10::Device) const override {
+    c10::DeviceCapability cap;
+    cap.capability_data.capability_bits = 0;
+    for (int i = 0; i < static_cast<int>(c10::NumScalarTypes); ++i) {
+      if (maybe_dtype(static_cast<c10::ScalarType>(i))) {
+        cap.capability_data.capability_bits |= uint64_t{1} << i;
+      }
+    }
+    return cap;
+  }
   bool queryStream(const c10::Stream& s) const override { return query_stream(s); }
   void synchronizeStream(const c10::Stream& s) const override {
     synchronize_device(s.device_index());
@@ -78,17 +84,29 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
 
 }  // namespace
 
+void check_device_index(int index) {
+  // Stream lookups pass here: the count, fixed once the device started, is asked once.
+  static std::atomic<int> known_count{0};
+  int n = known_count.load(std::memory_order_relaxed);
+  if (index >= 0 && index < n) return;
+  n = device_count_or_zero();
+  if (n == 0) client();  // no device at all: raises why (plugin, environment)
+  known_count.store(n, std::memory_order_relaxed);
+  TORCH_CHECK(index >= 0 && index < n, "tpu: invalid device index ", index, " (have ", n,
+              " tpu devices; set TORCHTPU_NUM_DEVICES for more on the CPU plugin)");
+}
+
 int current_device_index() { return t_current_device; }
 
 void set_current_device_index(int index) {
-  check_index(index);
+  check_device_index(index);
   t_current_device = index;
 }
 
 void synchronize_device(int index) {
   // PJRT executes in order per device: a trivial program enqueued now completes after
   // everything enqueued before it.
-  check_index(index);
+  check_device_index(index);
   flush_pending(index);  // fused eager: what was recorded runs now
   // A replicated program (an in-plugin collective) is not ordered with the marker.
   if (runtime::BufferPtr r = runtime::last_replicated_output(index)) {

@@ -107,6 +107,7 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     return default_generator(index < 0 ? current_device_index() : index);
   }
   at::Generator getNewGenerator(c10::DeviceIndex index) const override {
+    if (index >= 0) check_device_index(index);
     return at::make_generator<TpuGeneratorImpl>(index < 0 ? current_device_index() : index);
   }
   // A tensor made over a pointer (at::from_blob, DLPack import): the pointer must be a tpu

@@ -146,7 +146,7 @@ StorageState& recorded_storage_state(const at::Tensor& t) {
   return *s;
 }
 
-base::DType to_dtype(c10::ScalarType t) {
+std::optional<base::DType> maybe_dtype(c10::ScalarType t) {
   switch (t) {
     case c10::ScalarType::Bool: return base::DType::kBool;
     case c10::ScalarType::Char: return base::DType::kI8;
@@ -163,12 +163,17 @@ base::DType to_dtype(c10::ScalarType t) {
     case c10::ScalarType::UInt64: return base::DType::kU64;
     case c10::ScalarType::ComplexFloat: return base::DType::kC64;
     case c10::ScalarType::ComplexDouble: return base::DType::kC128;
-    default: break;
+    default: return std::nullopt;
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu: dtype ", t,
+}
+
+base::DType to_dtype(c10::ScalarType t) {
+  std::optional<base::DType> d = maybe_dtype(t);
+  TORCH_CHECK_NOT_IMPLEMENTED(d.has_value(), "tpu: dtype ", t,
                               " is not supported on the tpu device (supported: bool, int8, "
                               "uint8, int16, uint16, int32, uint32, int64, uint64, float16, "
                               "bfloat16, float32, float64, complex64, complex128)");
+  return *d;
 }
 
 c10::ScalarType to_scalar_type(base::DType t) {

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "runtime/buffer.h"
 
@@ -172,6 +173,8 @@ at::Tensor wrap_pending(std::shared_ptr<PendingValue> value, c10::ScalarType dty
 
 // Scalar type mapping (raises for types the device does not hold).
 base::DType to_dtype(c10::ScalarType t);
+// The same, or nullopt for a dtype a tpu tensor cannot hold.
+std::optional<base::DType> maybe_dtype(c10::ScalarType t);
 c10::ScalarType to_scalar_type(base::DType t);
 
 // Runs a storage program (from lowering/storage_programs.h), cached by its text.

@@ -38,7 +38,9 @@ thread_local std::map<c10::DeviceIndex, c10::StreamId> t_current;
 std::atomic<c10::StreamId> g_next_stream_id{1};  // 0 is the default stream
 
 c10::DeviceIndex index_of(c10::Device d) {
-  return d.has_index() ? d.index() : static_cast<c10::DeviceIndex>(current_device_index());
+  if (!d.has_index()) return static_cast<c10::DeviceIndex>(current_device_index());
+  check_device_index(d.index());
+  return d.index();
 }
 
 // A one-element program on `device`, enqueued after everything before it.
@@ -87,16 +89,6 @@ c10::Stream exchange_stream(c10::Stream stream) {
   // A stream rebuilt from made-up numbers (torch.Stream(stream_id=..., device_index=...))
   // names no stream: refused, as CUDA refuses it, instead of becoming current.
   const c10::DeviceIndex d = index_of(stream.device());
-  // Every stream guard (each autograd node's) passes here: the count, fixed once the device
-  // started, is asked once, not under the runtime's lock at every call.
-  static std::atomic<int> known_count{0};
-  int n = known_count.load(std::memory_order_relaxed);
-  if (n == 0) {
-    n = device_count_or_zero();
-    known_count.store(n, std::memory_order_relaxed);
-  }
-  TORCH_CHECK_VALUE(d >= 0 && d < n, "tpu: no device ", static_cast<int>(d), " (have ", n,
-                    " tpu devices); the stream's device_index must name one");
   TORCH_CHECK_VALUE(stream.id() >= 0 && stream.id() < g_next_stream_id.load(),
                     "tpu: no stream with id ", stream.id(), " on tpu:", static_cast<int>(d),
                     "; make streams with torch.tpu.Stream() or torch.Stream(device=\"tpu\")");

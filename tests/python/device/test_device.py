@@ -181,6 +181,16 @@ def test_manual_seed_out_of_range_is_an_error_like_torch(seed: int) -> None:
     assert torch.tpu.initial_seed() == 2**64 - 1
 
 
+def test_device_capability_lists_the_dtypes_a_tensor_can_hold() -> None:
+    supported = torch.accelerator.get_device_capability("tpu")["supported_dtypes"]
+    for dtype in supported:
+        assert torch.zeros(2, dtype=dtype, device="tpu").dtype == dtype
+    assert {torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64,
+            torch.uint16} <= supported
+    for dtype in (torch.float8_e4m3fn, torch.complex32, torch.qint8):
+        assert dtype not in supported
+
+
 def test_generator_argument() -> None:
     g1 = torch.Generator(device="tpu")
     g1.manual_seed(5)

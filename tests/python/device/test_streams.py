@@ -141,6 +141,16 @@ def test_interprocess_event_says_what_to_do() -> None:
         torch.tpu.Event(interprocess=True)
 
 
+def test_streams_and_generators_of_a_device_that_does_not_exist_are_refused() -> None:
+    # They were made, and work on them ran on device 0 or failed later elsewhere.
+    n = torch.tpu.device_count()
+    for make in (lambda: torch.tpu.current_stream(n), lambda: torch.accelerator.current_stream(n),
+                 lambda: torch.tpu.default_stream(n), lambda: torch.Generator(device=f"tpu:{n}")):
+        with pytest.raises(RuntimeError, match=f"invalid device index {n}"):
+            make()
+    assert torch.Generator(device=f"tpu:{n - 1}").device == torch.device("tpu", n - 1)
+
+
 def test_set_stream_rejects_other_devices() -> None:
     with pytest.raises(ValueError, match="tpu stream"):
         torch.tpu.set_stream(torch.Stream(device="cpu"))
@@ -158,7 +168,7 @@ def test_set_stream_rejects_streams_that_were_never_made() -> None:
     with pytest.raises(ValueError, match="no stream"):
         torch.tpu.set_stream(negative)
     other_device = torch.Stream(stream_id=0, device_index=7, device_type=made.device_type)
-    with pytest.raises(ValueError, match="no device 7"):
+    with pytest.raises(RuntimeError, match="invalid device index 7"):
         torch.tpu.set_stream(other_device)
     assert torch.tpu.current_stream() == torch.tpu.default_stream()  # nothing changed
     torch.tpu.set_stream(made)
