@@ -124,9 +124,12 @@ class Generation:
                                     "'echo': true, to return the prompt)", param="max_tokens")
             echo_only = True
         rest = engine.max_model_len - max(len(p) for p in prompts)
+        # A completion's max_tokens is 16 when absent, and the rest of the context when
+        # null (vLLM's); a chat's is the rest of the context either way.
+        whole_rest = chat or "max_tokens" in req.model_fields_set
         try:
             params = protocol.sampling_params(
-                req, default_max_tokens=rest if chat else min(16, rest))
+                req, default_max_tokens=rest if whole_rest else min(16, rest))
             params.validate(engine.vocab_size)
         except ValueError as e:
             field = str(e).split(" ", 1)[0]
@@ -253,6 +256,7 @@ async def collect(server: OpenAIServer, gen: Generation, rid: str, public_id: st
                 choices.append(choice)
     body = {"id": public_id, "object": "chat.completion" if gen.chat else "text_completion",
             "created": responses.now(), "model": server.engine.model_name, "choices": choices,
+            "system_fingerprint": None,
             "usage": responses.usage(sum(len(p) for p in gen.prompts), completion_tokens)}
     if gen.chat and gen.params.prompt_logprobs is not None:  # vLLM's, in the response
         body["prompt_logprobs"] = responses.prompt_logprobs(gen.prompts[0], prompt_lps[0], tok)

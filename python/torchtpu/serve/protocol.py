@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -53,12 +53,16 @@ class _Model(BaseModel):
     def _null_is_the_default(cls, data: Any) -> Any:
         """OpenAI's schema makes its optional fields nullable, and clients that send every
         field send null for the ones they leave unset (vLLM takes it as the default): an
-        explicit null of a field that has a default is that default. A required field's
-        null stays an error."""
+        explicit null of a field that has a default is that default, except where vLLM
+        gives null a meaning of its own (`_null_kept`). A required field's null stays an
+        error."""
         if not isinstance(data, dict):
             return data
         return {k: v for k, v in data.items()
-                if v is not None or k not in cls.model_fields or cls.model_fields[k].is_required()}
+                if v is not None or k not in cls.model_fields or k in cls._null_kept
+                or cls.model_fields[k].is_required()}
+
+    _null_kept: ClassVar[frozenset[str]] = frozenset()
 
 
 class StreamOptions(_Model):
@@ -187,9 +191,12 @@ class _Sampling(_Model):
 
 
 class CompletionRequest(_Sampling):
+    _null_kept: ClassVar[frozenset[str]] = frozenset({"max_tokens"})  # null: the rest
+
     prompt: str | list[str] | list[Int] | list[list[Int]]
     max_tokens: Annotated[Int, Field(ge=0, le=INT64_MAX)] | None = Field(
-        None, description="Default 16 (capped by the context); 0 only with echo.")
+        None, description="Default 16 (capped by the context); null: the rest of the "
+        "context (as vLLM); 0 only with echo.")
     echo: bool = False
     logprobs: Annotated[Int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
     suffix: Unsupported = None
@@ -353,7 +360,7 @@ def chat_messages(req: ChatCompletionRequest | TokenizeRequest) -> list[dict]:
     for m in req.messages:
         content = m.content
         if isinstance(content, list):
-            content = "".join(part.text for part in content)
+            content = "\n".join(part.text for part in content)  # vLLM's join of text parts
         entry = {"role": m.role, "content": content or ""}
         if m.name is not None:
             entry["name"] = m.name

@@ -211,9 +211,17 @@ class OpenAIServer:
         return app
 
     def _model_card(self) -> dict:
-        return {"id": self.engine.model_name, "object": "model", "created": responses.now(),
-                "owned_by": "torchtpu", "root": self.engine.model_name,
-                "max_model_len": self.engine.max_model_len}
+        created = responses.now()
+        # vLLM's card: OpenAI's fields, the model's root and context, and its permissions.
+        permission = {"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                      "created": created, "allow_create_engine": False,
+                      "allow_sampling": True, "allow_logprobs": True,
+                      "allow_search_indices": False, "allow_view": True,
+                      "allow_fine_tuning": False, "organization": "*", "group": None,
+                      "is_blocking": False}
+        return {"id": self.engine.model_name, "object": "model", "created": created,
+                "owned_by": "torchtpu", "root": self.engine.model_name, "parent": None,
+                "max_model_len": self.engine.max_model_len, "permission": [permission]}
 
     def _no_model(self, name: str) -> ApiError:
         return ApiError(404, f"The model `{name}` does not exist; this server serves "

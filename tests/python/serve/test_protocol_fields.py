@@ -263,6 +263,13 @@ def c_prompt(e):
 
 def c_max_tokens(e):
     assert e.ok(max_tokens=3)["usage"]["completion_tokens"] == 3
+    # Absent: 16 (OpenAI's and vLLM's default); null: the rest of the context (vLLM's).
+    body = {k: v for k, v in e.base.items() if k != "max_tokens"}
+    usage = httpx.post(e.url + e.route, json=body, timeout=60).json()["usage"]
+    assert usage["completion_tokens"] == 16
+    context = httpx.get(e.url + "/v1/models").json()["data"][0]["max_model_len"]
+    usage = httpx.post(e.url + e.route, json=dict(body, max_tokens=None), timeout=60).json()
+    assert usage["usage"]["completion_tokens"] == context - usage["usage"]["prompt_tokens"]
 
 
 def c_echo(e):
@@ -313,8 +320,11 @@ def c_messages(e):
     a = e.ok(messages=[{"role": "user", "content": "Hi"}])["usage"]["prompt_tokens"]
     b = e.ok(messages=[{"role": "user", "content": "Hi there, my good lord"}])
     assert a < b["usage"]["prompt_tokens"]
-    parts = [{"type": "text", "text": "Speak of "}, {"type": "text", "text": "the king."}]
-    assert e.text(messages=[{"role": "user", "content": parts}]) == e.text()
+    # Text parts are joined with newlines, as vLLM joins them (they were run together).
+    parts = [{"type": "text", "text": "Speak of"}, {"type": "text", "text": "the king."}]
+    joined = [{"role": "user", "content": "Speak of\nthe king."}]
+    assert e.ok(messages=[{"role": "user", "content": parts}]) | {"id": 0, "created": 0} == \
+        e.ok(messages=joined) | {"id": 0, "created": 0}
 
 
 def c_max_completion_tokens(e):

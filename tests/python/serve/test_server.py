@@ -29,6 +29,13 @@ def _wait_idle(app, timeout=30):
 def test_models_and_health(server, client):
     assert [m.id for m in client.models.list().data] == ["tiny"]
     assert httpx.get(server[1] + "/health").status_code == 200
+    # vLLM's model card: OpenAI's fields, and root, parent, max_model_len, permission.
+    card = httpx.get(server[1] + "/v1/models").json()["data"][0]
+    assert {"id", "object", "created", "owned_by", "root", "parent", "max_model_len",
+            "permission"} <= set(card) and card["parent"] is None
+    assert card["permission"][0]["object"] == "model_permission"
+    one = httpx.get(server[1] + "/v1/models/tiny").json()
+    assert set(one) == set(card) and one["id"] == "tiny"
 
 
 def test_completion_matches_offline_greedy(server, client):
@@ -44,6 +51,9 @@ def test_completion_matches_offline_greedy(server, client):
                                        max_tokens=12, temperature=0, stream=True)
     text = "".join(c.choices[0].text for c in stream if c.choices)
     assert text == r.choices[0].text
+    # Every field of OpenAI's response object, system_fingerprint as vLLM sends it (null).
+    assert "system_fingerprint" in r.model_dump(exclude_unset=True)
+    assert r.system_fingerprint is None
 
 
 def test_streamed_logprob_offsets_equal_the_whole_responses(client):
