@@ -11,6 +11,12 @@ table, with ours in place of those that compute other values than PyTorch's own 
   mask selects is data, which a compiled graph of static shapes cannot index by; where the
   value is the same for every selected position (it broadcasts over the dims after the
   mask's), the put is a ``where`` over the mask. Other bool puts keep the op (and its error).
+- ``affine_grid_generator``: PyTorch's decomposition makes a size-1 dim's coordinate with
+  ``torch.tensor(0)``, a constant a functional graph cannot hold (aot_autograd refused
+  ``F.affine_grid(theta, (2, 3, 1, 7))``), and so does the C++ composite of its backward
+  (a tensor without data under tracing); ours makes it with ``zeros`` and multiplies as the
+  CPU kernel does (the base grid times theta transposed, one batched matmul). Registered for
+  tpu's autograd key too (as above), autograd differentiates it, not that composite.
 """
 
 from __future__ import annotations
@@ -73,7 +79,34 @@ def _masked_put(x: torch.Tensor, indices: list, values: torch.Tensor,
     return x + torch.where(m, v, 0) if accumulate else torch.where(m, v, x)
 
 
-_CORRECTED = {aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward}
+def _affine_base_grid(size: list, align_corners: bool, like: torch.Tensor) -> torch.Tensor:
+    """affine_grid's base grid, (P, k + 1) for the P positions of `size`'s k = 2 or 3
+    spatial dims: each position's coordinates (x, y[, z], 1), each over [-a, a] (a = 1
+    with align_corners, else (n - 1) / n; 0 for a size-1 dim)."""
+    torch._check(len(size) in (4, 5), lambda: "affine_grid_generator needs 4d (spatial) or "
+                 "5d (volumetric) inputs.")
+    spatial = list(size[2:])
+    opts = {"dtype": like.dtype, "device": like.device}
+
+    def coords(n: int) -> torch.Tensor:
+        if n == 1:
+            return torch.zeros(1, **opts)
+        a = 1.0 if align_corners else (n - 1) / n
+        return torch.linspace(-a, a, n, **opts)
+
+    per_dim = torch.meshgrid(*[coords(n) for n in spatial], indexing="ij")
+    base = torch.stack([*reversed(per_dim), torch.ones(spatial, **opts)], dim=-1)
+    return base.reshape(-1, len(spatial) + 1)
+
+
+def _affine_grid_generator(theta: torch.Tensor, size: list, align_corners: bool) -> torch.Tensor:
+    """The grid, (N, *spatial, k): the base grid times theta transposed."""
+    grid = _affine_base_grid(size, align_corners, theta) @ theta.mT
+    return grid.reshape(size[0], *size[2:], len(size) - 2)
+
+
+_CORRECTED = {aten.multilabel_margin_loss_forward.default: _multilabel_margin_loss_forward,
+              aten.affine_grid_generator.default: _affine_grid_generator}
 
 for _op, _fn in _CORRECTED.items():
     if DispatchKey.AutogradPrivateUse1 not in _op.py_kernels:

@@ -59,3 +59,28 @@ def test_multilabel_margin_loss_in_fused_eager_at_two_sizes() -> None:
             torch.testing.assert_close(got.cpu(), expected)
     finally:
         torchtpu.set_eager_mode(previous)
+
+
+def _grid_and_grad(theta: torch.Tensor, size: tuple, align_corners: bool):
+    theta = theta.detach().requires_grad_()
+    grid = F.affine_grid(theta, size, align_corners=align_corners)
+    (grid * torch.arange(grid.numel(), device=grid.device).reshape(grid.shape).sin()).sum().backward()
+    return grid.detach(), theta.grad
+
+
+# Size-1 dims: PyTorch's decomposition (and the C++ composite of the backward) made their
+# coordinate with torch.tensor(0), which aot_autograd refused in a functional graph.
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("size", [(2, 3, 1, 7), (2, 3, 5, 1), (3, 1, 4, 6), (2, 1, 1, 3, 1),
+                                  (2, 1, 2, 3, 4)], ids=str)
+def test_affine_grid_compiled_matches_the_cpu(size: tuple, dynamic: bool) -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(_grid_and_grad, backend="tpu", dynamic=dynamic)
+    torch.manual_seed(0)
+    k = len(size) - 2
+    theta = torch.randn(size[0], k, k + 1)
+    for align_corners in (False, True):
+        grid, grad = _grid_and_grad(theta, size, align_corners)
+        got_grid, got_grad = compiled(theta.to(TPU), size, align_corners)
+        torch.testing.assert_close(got_grid.cpu(), grid)
+        torch.testing.assert_close(got_grad.cpu(), grad, rtol=1e-5, atol=1e-4)
