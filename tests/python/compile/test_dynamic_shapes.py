@@ -420,12 +420,15 @@ def test_a_value_computed_twice_is_returned_twice_with_true_sizes(
 
 @pytest.mark.parametrize("policy", ["auto", "off"])
 def test_interpolation_whose_scale_is_a_ratio_of_sizes_matches_the_cpu(
-        monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, policy: str) -> None:
     # Nearest interpolation to a fixed size scales indices by in/out: a float computed from
     # a symbolic size, which must not be truncated to an int; a scale factor decomposes
-    # through prims.convert_element_type and true_divide.
+    # through prims.convert_element_type and true_divide. Such a float is a constant of a
+    # program at exact sizes: the plan says so (it tried a padded program, which failed to
+    # lower, and warned).
     monkeypatch.setenv("TORCHTPU_SHAPE_BUCKETS", policy)
     torch._dynamo.reset()
+    caplog.set_level("INFO", logger="torchtpu.compile")
 
     def to_size(x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(x.unsqueeze(0), size=(5, 7), mode="nearest")
@@ -438,6 +441,8 @@ def test_interpolation_whose_scale_is_a_ratio_of_sizes_matches_the_cpu(
         for shape in [(3, 4, 5), (2, 6, 6), (3, 7, 3)]:
             x = torch.randn(shape)
             torch.testing.assert_close(compiled(x.to("tpu")).cpu(), f(x))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    assert (policy == "auto") == ("a float computed from sizes" in caplog.text)
 
 
 def test_symbolic_slice_steps_and_effect_tokens_compile_dynamic() -> None:

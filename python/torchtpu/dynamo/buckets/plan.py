@@ -56,6 +56,7 @@ def plan(gm: torch.fx.GraphModule, carried: dict[str, tuple] | None = None,
     position `first_saved` on are saved for the backward and leave in bucket layout.
     Raises Hazard when padding could change a result; `gm` is then not usable."""
     _require_growing_sizes(gm)
+    _require_no_size_floats(gm)
     rw = Rewriter(gm, RULES, carried)
     env = getattr(rw.fake_mode, "shape_env", None)
     before = dict(env.replacements) if env is not None else {}
@@ -105,6 +106,19 @@ def _require_growing_sizes(gm: torch.fx.GraphModule) -> None:
             if not L.is_static(e) and not _grows_with_symbols(e):
                 raise Hazard(f"{node.name} has size {e}, which shrinks as "
                              f"{', '.join(sorted(map(str, e.free_symbols)))} grows")
+
+
+def _require_no_size_floats(gm: torch.fx.GraphModule) -> None:
+    """Raises Hazard when an ATen op takes a float computed from sizes (an interpolation's
+    in/out ratio): a padded program's runtime sizes are ints, so such a float is a constant
+    of a program at exact sizes (graph_spec refuses it in a padded one). Size arithmetic
+    through floats (floor(s * 1.5)) is not an op's argument and stays."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        for a in (*node.args, *node.kwargs.values()):
+            if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.SymFloat):
+                raise Hazard(f"{node.name} takes {a.name}, a float computed from sizes")
 
 
 def _grows_with_symbols(e: sympy.Expr) -> bool:
