@@ -350,6 +350,10 @@ void check_results_fit(int device, int64_t new_bytes, bool whole, const char* wh
                device);
 }
 
+bool platform_holds(base::DType t) {
+  return t != base::DType::kC128 || client().platform_name() != "tpu";
+}
+
 bool in_forked_child() { return g_forked_child.load(); }
 
 int device_count_or_zero() {

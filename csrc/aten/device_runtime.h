@@ -30,6 +30,8 @@ runtime::CompileCache& compile_cache();
 // Custom-call targets of host kernels (csrc/kernels) the plugin registered: all of them on
 // the CPU platform when its plugin has the PJRT FFI extension, none elsewhere.
 std::vector<std::string> registered_host_kernels();
+// Whether the plugin's platform holds element type `t`: TPUs have no complex128.
+bool platform_holds(base::DType t);
 // Device count without raising: 0 when the plugin cannot be loaded.
 int device_count_or_zero();
 
@@ -43,7 +45,8 @@ struct DeviceMemory {
 };
 base::StatusOr<DeviceMemory> device_memory(int device);
 // Raises out-of-memory (torch.OutOfMemoryError) when a program about to run on `device`
-// makes `new_bytes` of results that exceed the device's free memory, swap included on a
+// makes `new_bytes` of results (or a new storage takes them: the allocator asks too) that
+// exceed the device's free memory, swap included on a
 // CPU plugin (a run that fits by swapping still runs): there the plugin would write every
 // byte and the OS's out-of-memory killer end the process. Asks only past 1 GiB. `whole`:
 // against its whole memory instead, a figure that does not change, for a program the ranks

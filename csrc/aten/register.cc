@@ -4,6 +4,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/TensorFactories.h>
+#include <c10/core/DeviceGuard.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/is_set_to_native.h>
@@ -31,9 +32,9 @@ constexpr c10::DispatchKeySet kTpuKeys(c10::DispatchKey::PrivateUse1);
 // naming the plugin instead of one from its first transfer or compile): TPUs have no
 // complex128. Other gaps surface from the runtime with the plugin named (client.cc).
 void check_plugin_dtype(c10::ScalarType st) {
-  if (st != c10::ScalarType::ComplexDouble) return;
+  if (platform_holds(to_dtype(st))) return;
   const runtime::Client& c = client();
-  TORCH_CHECK_NOT_IMPLEMENTED(c.platform_name() != "tpu", "tpu: dtype ", st,
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu: dtype ", st,
                               " is not supported by the ", c.platform_name(), " plugin (",
                               c.plugin().path(), "): TPUs compute complex64 only; use "
                               "torch.complex64, or keep complex128 tensors on the CPU");
@@ -78,11 +79,10 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   c10::ScalarType st = dtype.value_or(c10::get_default_dtype_as_scalartype());
   to_dtype(st);  // rejects unsupported dtypes with a clear message
   check_plugin_dtype(st);
-  int d = device_of(device);
-  int prev = current_device_index();
-  set_current_device_index(d);  // the allocator places storage on the current device
+  // The allocator places storage on the current device (restored when it raises too).
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1,
+                                     static_cast<c10::DeviceIndex>(device_of(device))));
   at::Tensor t = at::detail::empty_generic(size, tpu_allocator(), kTpuKeys, st, memory_format);
-  set_current_device_index(prev);
   return filled_if_deterministic(t);
 }
 
@@ -94,11 +94,9 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   c10::ScalarType st = dtype.value_or(c10::get_default_dtype_as_scalartype());
   to_dtype(st);
   check_plugin_dtype(st);
-  int d = device_of(device);
-  int prev = current_device_index();
-  set_current_device_index(d);
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1,
+                                     static_cast<c10::DeviceIndex>(device_of(device))));
   at::Tensor t = at::detail::empty_strided_generic(size, stride, tpu_allocator(), kTpuKeys, st);
-  set_current_device_index(prev);
   return filled_if_deterministic(t);
 }
 

@@ -64,8 +64,10 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceCapability getDeviceCapability(c10::Device) const override {
     c10::DeviceCapability cap;
     cap.capability_data.capability_bits = 0;
+    static_assert(static_cast<int>(c10::NumScalarTypes) <= 64);
     for (int i = 0; i < static_cast<int>(c10::NumScalarTypes); ++i) {
-      if (maybe_dtype(static_cast<c10::ScalarType>(i))) {
+      std::optional<base::DType> t = maybe_dtype(static_cast<c10::ScalarType>(i));
+      if (t && platform_holds(*t)) {
         cap.capability_data.capability_bits |= uint64_t{1} << i;
       }
     }

@@ -25,7 +25,7 @@ Value sign_bit(Builder& b, Value x) {
   return b.compare(raw, b.zeros(raw.type), "LT");
 }
 
-// 2^n as its bit pattern, 2^k for |k| at most 100 (float32) / 733 (float64) being normal;
+// 2^n as its bit pattern, 2^k for |k| at most 100 (float32) / 734 (float64) being normal;
 // n is split into three such factors, so that neither 2^n nor the partial products
 // overflow before the whole product does (0.5 * 2^128 is 2^127 in float32). Past +-300
 // (+-2200) every finite float32 (float64) overflows or underflows whatever the split.
@@ -33,7 +33,9 @@ Value times_power_of_two(Builder& b, Value x, Value n) {
   const bool f64 = x.dtype() == DType::kF64;
   const TensorType it{f64 ? DType::kI64 : DType::kI32, x.dims()};
   const double limit = f64 ? 2200 : 300, bias = f64 ? 1023 : 127, mantissa = f64 ? 52 : 23;
-  Value k = b.clamp(b.splat(-limit, it), b.convert(n, it.dtype), b.splat(limit, it));
+  const TensorType wide{DType::kI64, x.dims()};
+  Value k = b.convert(b.clamp(b.splat(-limit, wide), b.convert(n, DType::kI64),
+                              b.splat(limit, wide)), it.dtype);
   Value k1 = b.div(k, b.splat(3, it));
   Value rest = b.sub(k, k1);
   Value k2 = b.div(rest, b.splat(2, it));
@@ -246,10 +248,9 @@ Lowered lower_rsub(LoweringContext& c) {
 Lowered lower_ldexp(LoweringContext& c) {
   Builder& b = c.b();
   DType rt = c.result_type({0, 1});
-  if (base::is_complex(rt)) {
-    return base::unimplemented("lowering: " + c.op_name() + " of complex tensors");
+  if (!base::is_floating(rt)) {  // integer operands: the default dtype, as the result's
+    rt = base::is_floating(c.out_type().dtype) ? c.out_type().dtype : DType::kF32;
   }
-  if (!base::is_floating(rt)) rt = DType::kF32;
   DType t = opmath(rt);
   Value x = out_operand(c, 0, t);
   DType et = c.tensor_type(1).dtype;

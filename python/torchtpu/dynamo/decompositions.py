@@ -89,8 +89,8 @@ def _affine_base_grid(size: list, align_corners: bool, like: torch.Tensor) -> to
     opts = {"dtype": like.dtype, "device": like.device}
 
     def coords(n: int) -> torch.Tensor:
-        if n == 1:
-            return torch.zeros(1, **opts)
+        if n <= 1:
+            return torch.zeros(n, **opts)
         a = 1.0 if align_corners else (n - 1) / n
         return torch.linspace(-a, a, n, **opts)
 

@@ -185,6 +185,20 @@ def test_running_out_of_memory_raises_torchs_out_of_memory_error() -> None:
     torch.testing.assert_close((torch.ones(3, device="tpu") * 2).cpu(), torch.full((3,), 2.0))
 
 
+def test_a_refused_allocation_on_another_device_leaves_the_current_device() -> None:
+    # empty() makes its device current for the allocator; a refusal left it current.
+    r = run_python("""
+        import torch, torchtpu
+        try:
+            torch.empty(2**40, device="tpu:1")
+        except torch.OutOfMemoryError:
+            pass
+        print(torch.tpu.current_device(), torch.ones(2, device="tpu").device)
+    """, TORCHTPU_NUM_DEVICES="2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "tpu:0"]
+
+
 @pytest.mark.parametrize("make", [lambda: torch.arange(2**40, device="tpu"),
                                   lambda: torch.randn(2**40, device="tpu"),
                                   lambda: torch.linspace(0, 1, 2**40, device="tpu")],

@@ -277,7 +277,8 @@ def test_exp2_is_exact_at_integers(dtype: torch.dtype) -> None:
     n = torch.arange(-60, 61, dtype=dtype)
     assert torch.equal(torch.exp2(n.to(TPU)).cpu(), torch.exp2(n))
     edges = torch.tensor([127.0, 127.5, -126.0, 200.0, -200.0, float("inf"), float("-inf"),
-                          float("nan"), 0.0, -0.0, 1e30, -1e30], dtype=torch.float32)
+                          float("nan"), 0.0, -0.0, 1e30, -1e30, 15.0, 16.0, 1023.5, 1024.0,
+                          -1022.0, 2300.0], dtype=dtype)
     torch.testing.assert_close(torch.exp2(edges.to(TPU)).cpu(), torch.exp2(edges), equal_nan=True)
     x = make((64,), torch.float32, low=-20, high=20)
     torch.testing.assert_close(torch.exp2(x.to(TPU)).cpu(), torch.exp2(x), rtol=2e-7, atol=0)
