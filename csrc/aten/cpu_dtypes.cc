@@ -13,7 +13,8 @@ enum class Refused {
   kBool,       // bool only (arithmetic dispatch)
   kBelowInt64,  // bool and the integer dtypes but int64 (avg_pool's float-and-long dispatch)
   kBelowUint8,  // bool and the integer dtypes but uint8 (upsampling's float-and-byte dispatch)
-  kComplex      // the complex dtypes (a rounding division)
+  kComplex,     // the complex dtypes (a rounding division)
+  kBoolOrWideUnsigned  // bool, uint16, uint32, uint64 (integral dispatch: ldexp's exponent)
 };
 
 struct CpuDtypeRule {
@@ -45,6 +46,9 @@ bool refuses(Refused r, c10::ScalarType t) {
     case Refused::kBelowUint8:
       return c10::isIntegralType(t, /*includeBool=*/true) && t != c10::ScalarType::Byte;
     case Refused::kComplex: return c10::isComplexType(t);
+    case Refused::kBoolOrWideUnsigned:
+      return t == c10::ScalarType::Bool || t == c10::ScalarType::UInt16 ||
+             t == c10::ScalarType::UInt32 || t == c10::ScalarType::UInt64;
   }
   return false;
 }
@@ -172,6 +176,8 @@ const std::unordered_map<std::string, CpuDtypeRule>& rules() {
       {"bernoulli.", {"bernoulli_tensor_cpu_p_", Refused::kNonFloat}},
       {"bernoulli.Tensor",
        {"bernoulli_tensor_cpu_p_", Refused::kNonFloat, nullptr, false, nullptr, nullptr, 1}},
+      {"ldexp",
+       {"ldexp_cpu_exp", Refused::kBoolOrWideUnsigned, nullptr, false, nullptr, nullptr, 1}},
       {"convolution", {"", Refused::kBool, nullptr, false, nullptr, convolution_rule}},
       {"convolution_overrideable",
        {"", Refused::kBool, nullptr, false, nullptr, convolution_rule}},

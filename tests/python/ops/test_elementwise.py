@@ -308,6 +308,9 @@ def test_ldexp_like_cpu(dtype: torch.dtype) -> None:
                 x, torch.arange(9))
     assert_same(lambda a, b: a.clone().ldexp_(b), x, torch.arange(9))
     assert_same(torch.ldexp, torch.tensor([1, 3]), torch.tensor([2, -1]))
+    # The CPU's integer exponents: not bool or the wide unsigned types.
+    for t in (torch.bool, torch.uint16, torch.uint32):
+        assert_raises_like_cpu(torch.ldexp, x, torch.ones(9, dtype=t))
 
 
 def test_round_decimals_divides_exactly() -> None:
