@@ -125,12 +125,15 @@ class Generation:
             echo_only = True
         rest = engine.max_model_len - max(len(p) for p in prompts)
         # A completion's max_tokens is 16 when absent, and the rest of the context when
-        # null (vLLM's); a chat's is the rest of the context either way.
+        # null (vLLM's); a chat's is the rest of the context either way. The rest is each
+        # prompt's own (the engine's for max_tokens None); validated against the least.
         whole_rest = chat or "max_tokens" in req.model_fields_set
         try:
             params = protocol.sampling_params(
                 req, default_max_tokens=rest if whole_rest else min(16, rest))
             params.validate(engine.vocab_size)
+            if whole_rest and protocol.requested_max_tokens(req) is None:
+                params = replace(params, max_tokens=None)
         except ValueError as e:
             field = str(e).split(" ", 1)[0]
             raise ApiError(400, str(e), param=field) from None
@@ -166,7 +169,7 @@ class Generation:
         if not echo_only or params.prompt_logprobs is not None:
             for p in prompts:
                 try:
-                    engine.check_length(len(p), params.max_tokens)
+                    engine.check_length(len(p), engine.with_max_tokens(params, len(p)).max_tokens)
                 except ValueError as e:
                     raise ApiError(400, str(e), param="messages" if chat else "prompt") from None
         opts = req.stream_options

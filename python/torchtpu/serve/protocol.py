@@ -426,20 +426,26 @@ def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
     return out
 
 
+def requested_max_tokens(req: CompletionRequest | ChatCompletionRequest) -> int | None:
+    """The completion length the request asks for (a chat's max_completion_tokens wins over
+    its max_tokens), or None."""
+    if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
+        return req.max_completion_tokens
+    return req.max_tokens
+
+
 def sampling_params(req: CompletionRequest | ChatCompletionRequest, *,
                     default_max_tokens: int) -> SamplingParams:
     """The engine's parameters for `req` (already validated by its model). ValueError
     carries what SamplingParams rejects (cross-field rules: min_tokens <= max_tokens,
     best_of >= n)."""
     chat = isinstance(req, ChatCompletionRequest)
+    max_tokens = requested_max_tokens(req)
     if chat:
-        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None \
-            else req.max_tokens
         if req.top_logprobs is not None and req.top_logprobs > 0 and not req.logprobs:
             raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
     else:
-        max_tokens = req.max_tokens
         logprobs = req.logprobs
     prompt_logprobs = req.prompt_logprobs
     if prompt_logprobs is not None:

@@ -270,6 +270,12 @@ def c_max_tokens(e):
     context = httpx.get(e.url + "/v1/models").json()["data"][0]["max_model_len"]
     usage = httpx.post(e.url + e.route, json=dict(body, max_tokens=None), timeout=60).json()
     assert usage["usage"]["completion_tokens"] == context - usage["usage"]["prompt_tokens"]
+    # Each prompt's own rest (it was the longest prompt's rest for all of them).
+    prompts = [[5] * 3, [5] * 40]
+    out = httpx.post(e.url + e.route, json=dict(body, max_tokens=None, prompt=prompts,
+                                                logprobs=0), timeout=120).json()
+    got = [len(c["logprobs"]["tokens"]) for c in sorted(out["choices"], key=lambda c: c["index"])]
+    assert got == [context - 3, context - 40]
 
 
 def c_echo(e):
