@@ -54,6 +54,15 @@ class ModelShape:
     rms_eps: float
     max_position: int
     sliding_window: int | None
+    hidden_act: str = "silu"
+
+
+# The MLP activations of config.hidden_act the layers compute (transformers' ACT2FN names).
+ACTIVATIONS = {
+    "silu": F.silu, "swish": F.silu, "relu": F.relu, "gelu": F.gelu,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+}
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -89,16 +98,19 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                   w_o: torch.Tensor, w_post_norm: torch.Tensor, w_gate_up: torch.Tensor,
                   w_down: torch.Tensor, s_qkv: torch.Tensor | None = None,
                   s_o: torch.Tensor | None = None, s_gate_up: torch.Tensor | None = None,
-                  s_down: torch.Tensor | None = None, *, num_heads: int, num_kv_heads: int,
-                  page_size: int, eps: float, window: int, attention_kernel: bool = False,
-                  int8_kernel: bool = False) -> torch.Tensor:
+                  s_down: torch.Tensor | None = None, b_o: torch.Tensor | None = None,
+                  b_gate_up: torch.Tensor | None = None, b_down: torch.Tensor | None = None,
+                  *, num_heads: int, num_kv_heads: int, page_size: int, eps: float,
+                  window: int, attention_kernel: bool = False, int8_kernel: bool = False,
+                  hidden_act: str = "silu") -> torch.Tensor:
     """One pre-norm decoder layer over a ragged batch of T tokens (h [T, hidden]); writes
     their keys and values into the caches at `slots` (in place: compiled, the caches'
     buffers are donated, so a step costs the rows it writes). `window` > 0 limits attention
     to the last `window` keys. `attention_kernel` computes attention with the host kernel
     ``torchtpu::paged_attention`` (see ``attention_kernel_available``) instead of gathering
     pages in StableHLO; `int8_kernel` runs int8 projections with ``torchtpu::int8_matmul``.
-    The s_* are the int8 weights' scales (None: f32 weights)."""
+    The s_* are the int8 weights' scales (None: f32 weights), the b_* the biases of models
+    that have them (attention_bias: o_proj's; mlp_bias: the MLP's)."""
     tokens = positions.shape[0]
     head_dim = k_cache.shape[-1]
     x = _rms_norm(h, w_in_norm, eps)
@@ -128,11 +140,12 @@ def decoder_layer(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
     else:
         attn = _gathered_attention(q, k_cache, v_cache, pages, positions, query_start,
                                    page_size, window)
-    h = h + linear(attn, w_o, s_o, int8_kernel=int8_kernel)
+    h = h + linear(attn, w_o, s_o, b_o, int8_kernel=int8_kernel)
 
     x = _rms_norm(h, w_post_norm, eps)
-    gate, up = linear(x, w_gate_up, s_gate_up, int8_kernel=int8_kernel).chunk(2, dim=-1)
-    return h + linear(F.silu(gate) * up, w_down, s_down, int8_kernel=int8_kernel)
+    gate, up = linear(x, w_gate_up, s_gate_up, b_gate_up, int8_kernel=int8_kernel).chunk(2, dim=-1)
+    return h + linear(ACTIVATIONS[hidden_act](gate) * up, w_down, s_down, b_down,
+                      int8_kernel=int8_kernel)
 
 
 def decoder_layers(h: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
@@ -266,6 +279,44 @@ def quantize_int8_packed(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 QUANTIZATIONS = (None, "int8")
 
 
+def _window(config) -> int | None:
+    """The attention window every layer has (None: full attention), as transformers decides
+    it: `layer_types` where the config has them (Qwen2's from max_window_layers), else
+    sliding_window unless use_sliding_window is off. A model whose layers differ (some
+    sliding, some full) is refused: every layer here attends alike."""
+    window = getattr(config, "sliding_window", None)
+    if window is not None and not getattr(config, "use_sliding_window", True):
+        window = None
+    kinds = set(getattr(config, "layer_types", None) or [])
+    if kinds and window is not None:
+        if kinds == {"full_attention"}:
+            return None
+        if kinds != {"sliding_attention"}:
+            raise ValueError(f"serve: this model slides attention over {window} tokens in some "
+                             "layers only (config.layer_types / max_window_layers); every layer "
+                             "here attends alike, so it is not supported")
+    return window
+
+
+def _activation(config) -> str:
+    """config.hidden_act, refused unless the layers compute it."""
+    act = getattr(config, "hidden_act", "silu")
+    if act not in ACTIVATIONS:
+        raise ValueError(f"serve: hidden_act {act!r} is not supported; supported: "
+                         f"{', '.join(ACTIVATIONS)}")
+    return act
+
+
+def _check_rope(config) -> None:
+    """Refuses a rope scaling whose frequencies change with the sequence's length (the
+    layers take one inv_freq, computed at load)."""
+    scaling = getattr(config, "rope_scaling", None) or {}
+    rope_type = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
+    if rope_type == "longrope":
+        raise ValueError("serve: rope_scaling 'longrope' is not supported (its frequencies "
+                         "switch past original_max_position_embeddings)")
+
+
 class PagedDecoder:
     """The weights of one decoder model on a device, repacked for `decoder_layer`;
     `quantization` None keeps f32 weights, "int8" stores the linear layers, the embedding
@@ -283,16 +334,15 @@ class PagedDecoder:
         if arch not in SUPPORTED_ARCHITECTURES:
             raise ValueError(f"serve: architecture {arch} is not supported; supported: "
                              f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+        _check_rope(config)
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        window = getattr(config, "sliding_window", None)
-        if window is not None and not getattr(config, "use_sliding_window", True):
-            window = None
         self.shape = ModelShape(
             num_layers=config.num_hidden_layers, hidden=config.hidden_size, num_heads=heads,
             num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
             head_dim=head_dim, vocab_size=config.vocab_size, rms_eps=config.rms_norm_eps,
-            max_position=config.max_position_embeddings, sliding_window=window)
+            max_position=config.max_position_embeddings, sliding_window=_window(config),
+            hidden_act=_activation(config))
         self.device = torch.device(device)
         self.dtype = torch.float32  # activations and the KV cache
         self.quantization = quantization
@@ -329,6 +379,7 @@ class PagedDecoder:
         for layer in base.layers:
             attn, mlp = layer.self_attn, layer.mlp
             biases = [p.bias for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
+            mlp_biases = [p.bias for p in (mlp.gate_proj, mlp.up_proj)]
             w_qkv, s_qkv = linear_weight(torch.cat([attn.q_proj.weight, attn.k_proj.weight,
                                                     attn.v_proj.weight]))
             w_o, s_o = linear_weight(attn.o_proj.weight)
@@ -343,6 +394,9 @@ class PagedDecoder:
                 w_o=w_o, w_post_norm=put(layer.post_attention_layernorm.weight),
                 w_gate_up=w_gate_up, w_down=w_down,
                 s_qkv=s_qkv, s_o=s_o, s_gate_up=s_gate_up, s_down=s_down,
+                b_o=put(attn.o_proj.bias),
+                b_gate_up=put(torch.cat(mlp_biases)) if mlp_biases[0] is not None else None,
+                b_down=put(mlp.down_proj.bias),
             ))
         # Every decode step streams all the weights; where they are host memory (a CPU
         # plugin) they stream faster from huge pages, which the kernel does not give the

@@ -344,6 +344,7 @@ class ModelRunner:
         d, shape = self.decoder, self.decoder.shape
         static = dict(num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
                       page_size=ps, eps=shape.rms_eps, window=self.window,
+                      hidden_act=shape.hidden_act,
                       attention_kernel=self.attention_kernel, int8_kernel=self.int8_kernel)
         h = self._embed(meta, d.embed_weight, d.embed_scale, t, d.embed_columns)
         for g in self.groups:

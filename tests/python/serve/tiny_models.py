@@ -57,9 +57,11 @@ def build_tokenizer(vocab_size: int = 512, chat_template: str = CHATML):
 
 
 def build_model_dir(path: str, arch: str = "llama", seed: int = 0,
-                    chat_template: str = CHATML) -> str:
+                    chat_template: str = CHATML, random_biases: bool = False,
+                    **overrides: object) -> str:
     """Saves a 2-layer random model of `arch` (llama | qwen2 | qwen3 | mistral) and the
-    tokenizer (with `chat_template`) to `path`; returns it."""
+    tokenizer (with `chat_template`) to `path`; returns it. `overrides` are config
+    fields; `random_biases` draws the biases too (they start at zero)."""
     from transformers import (
         LlamaConfig,
         LlamaForCausalLM,
@@ -80,13 +82,15 @@ def build_model_dir(path: str, arch: str = "llama", seed: int = 0,
                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                         max_position_embeddings=1024, eos_token_id=tok.eos_token_id,
                         bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id,
-                        tie_word_embeddings=arch == "llama")
+                        tie_word_embeddings=arch == "llama", **overrides)
     torch.manual_seed(seed)
     model = model_cls(config)
     with torch.no_grad():  # larger logits than the default init: fewer near-ties in argmax
-        for p in model.parameters():
+        for name, p in model.named_parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.08)
+            elif random_biases and name.endswith("bias"):
+                p.normal_(0.0, 0.3)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
