@@ -4,7 +4,6 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/TensorFactories.h>
-#include <c10/core/DeviceGuard.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/is_set_to_native.h>
@@ -12,6 +11,8 @@
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/library.h>
 
 #include "aten/copy_ops.h"
@@ -117,6 +118,25 @@ void boxed_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   tpu_boxed_kernel(op, stack);
 }
 
+// convolution's tracer kernel records nothing (torch.jit.trace leaves that to _convolution,
+// which the CPU's convolution calls) and keeps tracing on: a trace recorded no node (its
+// result became a constant of the trace) and the meta kernel ran traced (sizes as tensors:
+// a TypeError). Traced, it runs as the CPU's does, through _convolution, which records
+// itself and runs its kernels untraced (convolution_overrideable, lowered).
+void convolution_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (!torch::jit::tracer::isTracing()) return tpu_boxed_kernel(op, stack);
+  auto args = torch::jit::last(*stack, 9);
+  const at::Context& ctx = at::globalContext();
+  at::Tensor out = at::_convolution(
+      args[0].toTensor(), args[1].toTensor(), args[2].toOptional<at::Tensor>(),
+      args[3].toIntVector(), args[4].toIntVector(), args[5].toIntVector(), args[6].toBool(),
+      args[7].toIntVector(), args[8].toInt(), ctx.benchmarkCuDNN(),
+      ctx.deterministicCuDNN() || ctx.deterministicAlgorithms(), ctx.userEnabledCuDNN(),
+      ctx.allowTF32CuDNN());
+  torch::jit::drop(*stack, 9);
+  stack->emplace_back(std::move(out));
+}
+
 // Sparse and nested tpu tensors have no kernels: an op that makes or reads one says so and
 // what to do, where the dispatcher said "Could not run ... from the 'Sparsetpu' backend"
 // (and a CSR tensor, whose constructor needs no kernel, failed in repr with a
@@ -200,7 +220,9 @@ void register_direct_lowerings() {
     // The as_strided_copy / _scatter lowerings read self as a dense row-major value (a
     // graph value); PyTorch's kernels address self's memory layout, which eager mode keeps.
     if (base == "as_strided_scatter" || base == "as_strided_copy") continue;
-    lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
+    lib->impl(name.c_str(), name == "convolution"
+                                ? torch::CppFunction::makeFromBoxedFunction<&convolution_kernel>()
+                                : torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
   }
 }
 
