@@ -58,6 +58,14 @@ class Generation:
             calls = calls[:1]
         return content, calls
 
+    def finish_reason(self, reason: str, calls: list[dict]) -> str:
+        """A chat choice's finish reason: "tool_calls" where a stop ended calls the model
+        chose to make (tool_choice auto or required); a named function's call keeps "stop",
+        as OpenAI's and vLLM's."""
+        if calls and reason == "stop" and not isinstance(self.tool_choice, dict):
+            return "tool_calls"
+        return reason
+
     @property
     def echo_logprobs(self) -> bool:
         """Echo with logprobs: the echoed prompt's tokens carry logprobs too."""
@@ -238,7 +246,7 @@ async def collect(server: OpenAIServer, gen: Generation, rid: str, public_id: st
                 message = {"role": "assistant", "content": content}
                 if calls:
                     message["tool_calls"] = calls
-                    reason = "tool_calls" if reason == "stop" else reason
+                reason = gen.finish_reason(reason, calls)
                 choices.append({"index": i * n + j, "message": message,
                                 "logprobs": responses.chat_logprobs(samples, tok)
                                 if want_lp else None, "finish_reason": reason,
@@ -410,8 +418,7 @@ def _tool_chunks(gen: Generation, index: int, text: str, reason: str,
         for start in range(0, len(args), 16):
             out.append({"index": index, "logprobs": None, "finish_reason": None, "delta": {
                 "tool_calls": [{"index": j, "function": {"arguments": args[start:start + 16]}}]}})
-    if calls and reason == "stop":
-        reason = "tool_calls"
+    reason = gen.finish_reason(reason, calls)
     out.append({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason,
                 "stop_reason": stop_reason})
     out[0]["logprobs"] = logprobs

@@ -89,6 +89,10 @@ def test_named_function_and_no_parallel_calls(client):
                                            tool_choice=named, max_tokens=60, seed=seed)
         [(name, args)] = _calls(r.choices[0].message)
         assert name == "get_time"
+        # A named function's call finishes "stop" (OpenAI's and vLLM's), streamed too.
+        assert r.choices[0].finish_reason == "stop"
+        assert _streamed_calls(client, model="tiny", messages=MESSAGES, tools=TOOLS,
+                               tool_choice=named, max_tokens=60, seed=seed)[1] == "stop"
         jsonschema.validate(args, SCHEMAS["get_time"])
         r = client.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS,
                                            tool_choice="required", parallel_tool_calls=False,
