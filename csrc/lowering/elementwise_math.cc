@@ -25,14 +25,20 @@ Value sign_bit(Builder& b, Value x) {
   return b.compare(raw, b.zeros(raw.type), "LT");
 }
 
+namespace {
+// The exponent past which every finite float32 (float64) times 2^n overflows or underflows.
+double power_of_two_limit(DType t) { return t == DType::kF64 ? 2200 : 300; }
+}  // namespace
+
 // 2^n as its bit pattern, 2^k for |k| at most 100 (float32) / 734 (float64) being normal;
-// n is split into three such factors, so that neither 2^n nor the partial products
-// overflow before the whole product does (0.5 * 2^128 is 2^127 in float32). Past +-300
-// (+-2200) every finite float32 (float64) overflows or underflows whatever the split.
+// n (clamped to the limit above) is split into three such factors, so that neither 2^n
+// nor the partial products overflow before the whole product does (0.5 * 2^128 is 2^127
+// in float32).
 Value times_power_of_two(Builder& b, Value x, Value n) {
   const bool f64 = x.dtype() == DType::kF64;
   const TensorType it{f64 ? DType::kI64 : DType::kI32, x.dims()};
-  const double limit = f64 ? 2200 : 300, bias = f64 ? 1023 : 127, mantissa = f64 ? 52 : 23;
+  const double limit = power_of_two_limit(x.dtype()), bias = f64 ? 1023 : 127,
+               mantissa = f64 ? 52 : 23;
   const TensorType wide{DType::kI64, x.dims()};
   Value k = b.convert(b.clamp(b.splat(-limit, wide), b.convert(n, DType::kI64),
                               b.splat(limit, wide)), it.dtype);
@@ -51,7 +57,7 @@ Value times_power_of_two(Builder& b, Value x, Value n) {
 Value exp2_real(Builder& b, Value x) {
   const DType t = x.dtype();
   Value w = b.convert(x, t == DType::kF64 ? DType::kF64 : DType::kF32);
-  const double limit = t == DType::kF64 ? 2200 : 300;
+  const double limit = power_of_two_limit(w.dtype());
   Value n = b.clamp(b.splat(-limit, w.type), b.unary("round_nearest_even", w),
                     b.splat(limit, w.type));
   Value m = b.unary("exponential", b.mul(b.sub(w, n), b.splat(M_LN2, w.type)));
