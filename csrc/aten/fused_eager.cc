@@ -5,10 +5,12 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "aten/compiled_op.h"
 #include "aten/pending_graph.h"
 #include "aten/record_site.h"
+#include "aten/storage_bytes.h"
 #include "aten/tpu_generator.h"
 #include "base/metrics.h"
 
@@ -113,8 +115,10 @@ class Recorder {
   // reads a prefix of it.
   int read(const at::Tensor& t) {
     StorageState& s = recorded_storage_state(t);
-    int base = whole_value(s, t.scalar_type());
-    if (!t.is_view() && whole_storage(t, s) &&
+    const bool whole = whole_storage(t, s);
+    int base = whole_value(s, t.scalar_type(),
+                           whole ? std::optional<c10::IntArrayRef>(t.sizes()) : std::nullopt);
+    if (!t.is_view() && whole &&
         c10::IntArrayRef(g_.type_of(base).dims) == t.sizes()) {
       return base;
     }
@@ -201,10 +205,26 @@ class Recorder {
     return add_node(std::move(n), {lowering::TensorType{to_dtype(t.scalar_type()), n.sizes}});
   }
 
-  // The whole value of storage `s` (read as `dtype`).
-  int whole_value(StorageState& s, c10::ScalarType dtype) {
-    std::shared_ptr<PendingValue> v = s.pending();
-    if (v && v->generation == g_.generation) return v->id;
+  // The whole value of storage `s` (read as `dtype`; `sizes`, when given, those of a
+  // tensor reading all of it, which zeros of a storage never written take).
+  int whole_value(StorageState& s, c10::ScalarType dtype,
+                  std::optional<c10::IntArrayRef> sizes = std::nullopt) {
+    StorageState::Value v = s.value();
+    if (v.pending && v.pending->generation == g_.generation) return v.pending->id;
+    // Never written (torch.ones is empty + fill_): its zeros are a node of the graph, not
+    // a buffer a program per size would fill. The storage keeps no buffer.
+    const int64_t item = static_cast<int64_t>(c10::elementSize(dtype));
+    if (!v.pending && !v.buffer && s.nbytes % item == 0) {
+      RecordedNode n;
+      n.kind = RecordedNode::Kind::kZeros;
+      lowering::TensorType type{to_dtype(dtype), {static_cast<int64_t>(s.nbytes) / item}};
+      if (sizes) type.dims.assign(sizes->begin(), sizes->end());
+      std::vector<int64_t>& w = g_.structure;
+      w.insert(w.end(), {-5, static_cast<int64_t>(type.dtype),
+                         static_cast<int64_t>(type.dims.size())});
+      w.insert(w.end(), type.dims.begin(), type.dims.end());
+      return add_node(std::move(n), {type});
+    }
     return input(storage_buffer(s, dtype));  // computes a value an earlier graph computed
   }
 

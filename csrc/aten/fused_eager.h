@@ -82,6 +82,8 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
 // -1, -2, ..., node values 0, 1, ...).
 struct ExportedNode {
   // "aten::add.Tensor", or "" for a view read: as_strided(base, sizes, strides, offset).
+  // An op writing its argument ("aten::fill_.Scalar") wrote a whole storage: its result is
+  // a new value, its functional form's. A storage no call wrote reads as "aten::zeros".
   std::string op;
   // The schema arguments, each tensor None and each tensor list a list of 0/1 (present).
   std::vector<c10::IValue> args;
@@ -108,7 +110,7 @@ struct ExportedGraph {
 // Runs an exported graph another way (shape buckets, dynamo/buckets/shape_class.py): returns
 // one tensor per output, or nullopt to run it as a fused program of its exact sizes. It is
 // called without fused recording on its thread (its own eager ops run op by op), for graphs
-// of pure ops and view reads only (no in-place writes, no random ops).
+// of ops, view reads and zeros only (no writes into views, no random ops).
 using FusedGraphHook = std::function<std::optional<std::vector<at::Tensor>>(const ExportedGraph&)>;
 void set_fused_graph_hook(FusedGraphHook hook);
 

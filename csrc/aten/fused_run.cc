@@ -19,6 +19,7 @@
 #include "base/lru_map.h"
 #include "base/metrics.h"
 #include "lowering/graph.h"
+#include "lowering/storage_programs.h"
 #include "runtime/execution_trace.h"
 
 namespace torchtpu::aten {
@@ -51,16 +52,15 @@ std::shared_ptr<const FusedGraphHook> g_hook;
 thread_local bool t_in_hook = false;
 const base::Counter g_hook_graphs("num_fused_graphs_run_by_shape_class");
 
-// Whether the hook may take `g`: pure ops and view reads only.
+// Whether the hook may take `g`: ops, view reads and zeros only. An op writing its
+// argument writes a whole storage (a write into a view is a kViewWrite): its result is a
+// value like any other, which the hook computes with the op's functional form.
 bool exportable(const PendingGraph& g) {
   for (const RecordedNode& n : g.nodes) {
     if (n.kind == RecordedNode::Kind::kViewWrite) return false;
     if (n.kind != RecordedNode::Kind::kOp) continue;
     const CompiledOp& c = *n.op;
     if (!c.list_write_args.empty() || !c.extra_write_args.empty()) return false;
-    for (int arg : c.return_to_arg) {
-      if (arg >= 0) return false;
-    }
     for (const GraphParam& p : c.lowered.params) {
       if (p.source == GraphParam::Source::kRngState) return false;
     }
@@ -182,6 +182,15 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
         x.sizes = n.sizes;
         x.strides = n.strides;
         x.offset = n.offset;
+      } else if (n.kind == RecordedNode::Kind::kZeros) {
+        // zeros(size, *, dtype, layout, device, pin_memory)
+        const TensorType& t = g.types.at(n.first_out);
+        x.op = "aten::zeros";
+        x.args = {c10::IValue(t.dims), c10::IValue(static_cast<int64_t>(to_scalar_type(t.dtype))),
+                  c10::IValue(),
+                  c10::IValue(c10::Device(c10::DeviceType::PrivateUse1,
+                                          static_cast<c10::DeviceIndex>(g.device))),
+                  c10::IValue()};
       } else {
         x.op = n.op->name;
         x.args = n.call_args;
@@ -279,6 +288,12 @@ std::shared_ptr<FusedProgram> build(const PendingGraph& g, const std::vector<int
         }
       }
       node.out_types = n.op->out_types;
+    } else if (n.kind == RecordedNode::Kind::kZeros) {
+      node.op = "aten::zeros";
+      node.args.push_back(ints_arg(g.types[n.first_out].dims));
+      node.tensor_refs.assign(node.args.size(), -1);
+      node.list_refs.resize(node.args.size());
+      node.out_types.push_back(g.types[n.first_out]);
     } else {
       bool read = n.kind == RecordedNode::Kind::kViewRead;
       node.op = read ? "aten::as_strided" : "aten::as_strided_scatter";
@@ -392,6 +407,11 @@ std::vector<runtime::BufferPtr> run_op_by_op(const PendingGraph& g, const std::v
     if (n.kind == RecordedNode::Kind::kViewWrite) {
       values[n.first_out] =
           view_write(*value(n.refs[0]), *value(n.refs[1]), n.sizes, n.strides, n.offset);
+      continue;
+    }
+    if (n.kind == RecordedNode::Kind::kZeros) {
+      values[n.first_out] =
+          run_program(lowering::zeros_module(g.types[n.first_out]), {}, g.device).at(0);
       continue;
     }
     runtime::trace::Label label(n.op->name.c_str());

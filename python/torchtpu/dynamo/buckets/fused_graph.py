@@ -39,10 +39,52 @@ class NotAView(Exception):
     """A view read that no chain of view ops expresses."""
 
 
-def _target(name: str) -> Any:
+_targets: dict[str, tuple[Any, list[int]] | str] = {}
+
+
+def _target(name: str) -> tuple[Any, list[int]]:
+    """The op `name` ("aten::add.Tensor") and which of its recorded arguments it takes (all).
+    An op writing an argument wrote a whole storage (the recorder made its result a new
+    value): its functional form computes that value, from the arguments it writes when
+    in place ("aten::fill_.Scalar": "aten::fill.Scalar"), without them for an out variant
+    ("aten::where.self_out": "aten::where.self"). Raises NotAView when it has none."""
+    hit = _targets.get(name)
+    if isinstance(hit, str):
+        raise NotAView(hit)
+    if hit is not None:
+        return hit
     op, _, overload = name.partition(".")
     namespace, _, base = op.partition("::")
-    return getattr(getattr(getattr(torch.ops, namespace), base), overload or "default")
+    ops = getattr(torch.ops, namespace)
+    target = getattr(getattr(ops, base), overload or "default")
+    formals = target._schema.arguments
+    written = [a.alias_info is not None and a.alias_info.is_write for a in formals]
+    keep = list(range(len(formals)))
+    if any(written):
+        if base.endswith("_") and not base.endswith("__"):  # in place
+            packet = getattr(ops, base[:-1], None)
+        elif all(a.kwarg_only for a, w in zip(formals, written) if w):  # out= variant
+            keep = [k for k, w in enumerate(written) if not w]
+            packet = getattr(ops, base, None)
+        else:
+            packet = None
+        want = [(formals[k].name, str(formals[k].type)) for k in keep]
+        functional = None
+        for o in packet.overloads() if packet is not None else []:
+            candidate = getattr(packet, o)
+            schema = candidate._schema
+            if [(a.name, str(a.type)) for a in schema.arguments] == want and not any(
+                    a.alias_info is not None and a.alias_info.is_write for a in schema.arguments) \
+                    and len(schema.returns) == len(target._schema.returns):
+                functional = candidate
+                break
+        if functional is None:
+            why = _targets[name] = (f"{name} writes an argument and has no functional form of "
+                                    "its other arguments")
+            raise NotAView(why)
+        target = functional
+    _targets[name] = (target, keep)
+    return target, keep
 
 
 def _call(g: Graph, target: Any, args: tuple, kwargs: dict | None = None) -> Node:
@@ -203,7 +245,7 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
             env[first] = view_read(g, env[base], shape, list(sizes), list(strides), offset)
             continue
         name, args, reads, first, num = n
-        target = _target(name)
+        target, keep = _target(name)
         args = list(args)
         lists: dict[int, list[Node]] = {}
         for arg, item, vid in reads:
@@ -217,6 +259,7 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
         for arg, present in lists.items():
             it = iter(present)
             args[arg] = [next(it) if m else None for m in args[arg]]
+        args = [args[k] for k in keep]
         schema = target._schema.arguments
         pos = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         kw = {s.name: a for a, s in zip(args, schema) if s.kwarg_only}

@@ -17,7 +17,7 @@ import torch
 from _compare import eager_mode, programs_obtained
 
 from torchtpu.dynamo.buckets import bucket_size
-from torchtpu.dynamo.buckets.fused_graph import NotAView, view_read
+from torchtpu.dynamo.buckets.fused_graph import NotAView, _target, view_read
 from torchtpu.dynamo.buckets.recorded import Graph, TensorMeta
 from torchtpu.dynamo.buckets.shape_class import _evaluator, key_and_ints
 
@@ -175,6 +175,56 @@ def test_op_without_padding_rule_stays_exact(monkeypatch: pytest.MonkeyPatch,
             torch.testing.assert_close(f(x.to("tpu")).cpu(), f(x))
     reasons = [r.getMessage() for r in caplog.records if "per exact size" in r.getMessage()]
     assert reasons and any("flip" in r for r in reasons), reasons
+
+
+def _factories(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Tensors made at the length (torch.ones/zeros/full are an empty tensor and an in-place
+    fill), a causal mask made from it, SDPA (whose softmax makes a scalar tensor), in-place
+    ops on a fresh tensor and an out= variant."""
+    t, dev = x.shape[0], x.device
+    mask = torch.ones(t, t, dtype=torch.bool, device=dev).tril()
+    y = torch.zeros(t, 8, device=dev).add_(x @ w) + torch.full((t, 1), 0.5, device=dev)
+    q = y.view(t, 2, 4).transpose(0, 1)[None]
+    att = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    att2 = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    out = torch.empty(t, 8, device=dev)
+    torch.where(y > 0, y, torch.ones_like(y), out=out)
+    heads = (att + att2)[0].transpose(0, 1).reshape(t, 8)
+    return heads + out + torch.empty(t, 1, device=dev).fill_(2)
+
+
+def test_factories_and_in_place_writes_compile_per_bucket(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A storage no call wrote reads as zeros computed in the graph (no buffer filled per
+    size), and an op writing a whole storage is computed by its functional form: graphs
+    making tensors at the length run padded to buckets like any other."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+    torch.manual_seed(0)
+    w = torch.randn(8, 8)
+    w_t = w.to("tpu")
+    needed_at: dict[int, int] = {}
+    with eager_mode("fused"):
+        for t in range(9, 17):
+            x = torch.randn(t, 8)
+            x_t = x.to("tpu")
+            before = programs_obtained()
+            got = _factories(x_t, w_t).cpu()
+            needed_at[t] = programs_obtained() - before
+            torch.testing.assert_close(got, _factories(x, w), rtol=1e-5, atol=1e-5)
+    # Lengths 9 and 10 compile (exact, then the bucket of 16); the others run its program.
+    assert all(needed_at[t] == 0 for t in range(11, 17)), needed_at
+
+
+def test_in_place_and_out_ops_take_their_functional_forms() -> None:
+    aten = torch.ops.aten
+    assert _target("aten::fill_.Scalar") == (aten.fill.Scalar, [0, 1])
+    assert _target("aten::where.self_out") == (aten.where.self, [0, 1, 2])
+    assert _target("aten::max.dim_max") == (aten.max.dim, [0, 1, 2])
+    assert _target("aten::set_.source_Tensor") == (aten.set.source_Tensor, [0, 1])
+    assert _target("aten::add.Tensor") == (aten.add.Tensor, [0, 1, 2])
+    with pytest.raises(NotAView, match="no functional form"):
+        _target("aten::normal_")  # its functional form takes other arguments
 
 
 def _base_graph() -> tuple[torch.fx.Graph, torch.fx.Node]:
