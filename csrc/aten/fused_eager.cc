@@ -95,6 +95,9 @@ bool recordable(const at::Tensor& t, const PendingGraph& g) {
   lowering::TensorType scratch;
   const lowering::TensorType* type = storage_type(v, &scratch);
   if (type == nullptr) return true;  // bufferless: read_tensor fills zeros
+  // A bool view of another dtype's bytes reads them lossily: such calls run op by op,
+  // whose writes splice into the bytes (storage_bytes.h).
+  if (!keeps_bytes(type->dtype, t.scalar_type())) return false;
   if (v.pending && v.pending->generation != g.generation) return true;  // computed: a buffer
   return type->dtype == to_dtype(t.scalar_type()) &&
          type->num_elements() * static_cast<int64_t>(t.element_size()) == s.nbytes;

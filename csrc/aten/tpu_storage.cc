@@ -229,7 +229,7 @@ runtime::BufferPtr storage_buffer(const at::Tensor& t) {
     std::vector<int64_t> dims(sizes.begin(), sizes.end());
     runtime::BufferPtr as = storage_bytes_as(b, s.device_index, t.scalar_type(),
                                              whole ? &dims : nullptr);
-    s.keep_reinterpretation(b, as);
+    if (keeps_bytes(b->dtype(), t.scalar_type())) s.keep_reinterpretation(b, as);
     return as;
   }
   return b;
@@ -441,6 +441,26 @@ void StorageDonations::take(int input, const runtime::BufferPtr& output) {
   }
 }
 
+namespace {
+
+// The storage's bytes as the buffer a write through a `dtype` view splices into (see
+// splice_dtype).
+runtime::BufferPtr spliced_base(StorageState& s, c10::ScalarType dtype) {
+  runtime::BufferPtr held = ensure_buffer(s, dtype);
+  c10::ScalarType as = splice_dtype(held->dtype(), dtype);
+  return storage_bytes_as(held, s.device_index, as);
+}
+
+// `value`, written through view `t`, in the dtype of the base it splices into.
+runtime::BufferPtr spliced_value(const runtime::BufferPtr& value, const at::Tensor& t,
+                                 base::DType base) {
+  if (value->dtype() == base) return value;
+  std::vector<int64_t> dims(t.sizes().begin(), t.sizes().end());
+  return storage_bytes_as(value, t.device().index(), to_scalar_type(base), &dims);
+}
+
+}  // namespace
+
 void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::BufferPtr>& values) {
   if (ts.empty()) return;
   run_checked_pending(ts[0].device().index());
@@ -466,11 +486,11 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
       vs.push_back(values[i]);
       batched[i] = true;
     }
-    c10::ScalarType dtype = ts[g[0]].scalar_type();
     std::vector<at::Tensor> views = pick(ts, g);
     // (One statement apart: a temporary of ensure_buffer's alive in the call would count
     // as another holder and keep the write from donating the buffer.)
-    runtime::BufferPtr base = storage_bytes_as(ensure_buffer(s, dtype), s.device_index, dtype);
+    runtime::BufferPtr base = spliced_base(s, ts[g[0]].scalar_type());
+    for (size_t k = 0; k < g.size(); ++k) vs[k] = spliced_value(vs[k], ts[g[k]], base->dtype());
     s.write_part(std::move(base),
                  [&](const runtime::BufferPtr& whole, bool donate) {
                    return views_write(*whole, vs, views, donate);
@@ -485,7 +505,7 @@ runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype) {
   check_not_forked_child();
   runtime::BufferPtr held = ensure_buffer(s, dtype);
   runtime::BufferPtr b = storage_bytes_as(held, s.device_index, dtype);
-  s.keep_reinterpretation(held, b);  // the same bytes, read as `dtype`
+  if (keeps_bytes(held->dtype(), dtype)) s.keep_reinterpretation(held, b);  // the same bytes
   return b;
 }
 
@@ -503,11 +523,11 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
     return;
   }
   // The splice works in t's dtype (made apart from the call, as in write_tensors).
-  runtime::BufferPtr base =
-      storage_bytes_as(ensure_buffer(s, t.scalar_type()), s.device_index, t.scalar_type());
+  runtime::BufferPtr base = spliced_base(s, t.scalar_type());
+  runtime::BufferPtr part = spliced_value(value, t, base->dtype());
   s.write_part(std::move(base),
                [&](const runtime::BufferPtr& whole, bool donate) {
-                 return view_write(*whole, *value, sizes, strides, t.storage_offset(), donate);
+                 return view_write(*whole, *part, sizes, strides, t.storage_offset(), donate);
                });
 }
 

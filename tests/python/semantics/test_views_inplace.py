@@ -82,6 +82,29 @@ def test_view_as_other_dtype_aliases_the_bytes(dtype: torch.dtype) -> None:
     assert torch.equal(dev.view(torch.float32).cpu(), cpu)
 
 
+@pytest.mark.parametrize("mode", ["op", "fused"])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.float32])
+def test_bool_view_of_other_bytes_keeps_them(dtype: torch.dtype, mode: str) -> None:
+    """A bool view reads another dtype's non-zero bytes as true; neither that read nor a
+    write through the view changes the bytes it does not write (as on the CPU)."""
+    cpu = torch.tensor([0, 2, 1, 255, 16, 7, 0, 3], dtype=torch.uint8).view(dtype)
+    with eager_mode(mode):
+        dev = cpu.to(TPU)
+        assert dev.view(torch.bool).any().item()
+        assert dev.view(torch.bool).sum().item() == 6  # bytes that are not zero
+        assert torch.equal(dev.cpu(), cpu)
+        cpu.view(torch.bool)[0] = True
+        cpu.view(torch.bool)[5:7] = False
+        dev.view(torch.bool)[0] = True
+        dev.view(torch.bool)[5:7] = False
+        assert torch.equal(dev.cpu().view(torch.uint8), cpu.view(torch.uint8))
+        computed = (dev + 0).view(torch.bool)  # a value a graph computed, read as bool
+        computed[1:3] = torch.tensor([False, True], device=TPU)
+        expected = (cpu + 0).view(torch.bool)
+        expected[1:3] = torch.tensor([False, True])
+        assert torch.equal(computed.view(torch.uint8).cpu(), expected.view(torch.uint8))
+
+
 def test_base_write_seen_by_view() -> None:
     base = torch.arange(6.0).to(TPU)
     v = base.view(2, 3)[:, 1]
