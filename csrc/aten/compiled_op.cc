@@ -236,6 +236,14 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const OpIn
       if (ai && ai->isWrite() && same_alias_set(ai, returns[j].alias_info())) arg = static_cast<int>(i);
     }
     if (returns[j].alias_info() && arg < 0) throw NeedsFallback{"returns a view"};
+    // A meta kernel standing in for the op's own (meta_results.cc) gives the dtype the op
+    // computes, whatever `out` is; PyTorch's kernels refuse an out of another dtype there.
+    if (arg >= 0 && t.defined()) {
+      const at::Tensor& out = ivalues[arg].toTensor();
+      TORCH_CHECK(out.scalar_type() == t.scalar_type(), name, ": expected the out tensor '",
+                  schema.arguments()[arg].name(), "' to have dtype ", t.scalar_type(),
+                  " (what the op computes there), but got ", out.scalar_type(), " instead");
+    }
     if (arg >= 0 && info.shape_from_scalars) {
       // PyTorch's CPU range factories resize `out` only when its element count differs;
       // otherwise they fill it in its own shape (a (2, 2) view takes a 4-step arange).

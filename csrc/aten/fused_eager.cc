@@ -376,7 +376,8 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   size_t next_out = 0;
   auto target_ok = [&](const at::Tensor& t, size_t k) {
     return recordable(t, g) && k < c->out_types.size() &&
-           c10::IntArrayRef(c->out_types[k].dims) == t.sizes();
+           c10::IntArrayRef(c->out_types[k].dims) == t.sizes() &&
+           c->out_types[k].dtype == to_dtype(t.scalar_type());
   };
   for (int arg : c->list_write_args) {
     const c10::List<at::Tensor> targets = ivalues[arg].toTensorList();

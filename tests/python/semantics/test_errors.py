@@ -34,6 +34,27 @@ def test_inplace_dtype_mismatch() -> None:
                            make((3,), torch.int64))
 
 
+@pytest.mark.parametrize("mode", ["op", "fused"])
+@pytest.mark.parametrize("op", [torch.cummax, torch.cummin])
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.int32), (torch.float64, torch.int64)],
+                         ids=["int32_indices", "float64_values"])
+def test_out_of_another_dtype_is_refused_and_left_unwritten(op, dtypes, mode: str) -> None:
+    """An out= tensor of another dtype than the op computes there is refused (in fused mode
+    it took the other dtype's bytes, or a storage of another size)."""
+    def call(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> None:
+        op(x, 1, out=(values, indices))
+
+    x = make((2, 5), torch.float32)
+    values, indices = torch.full((2, 5), 7, dtype=dtypes[0]), torch.full((2, 5), 7, dtype=dtypes[1])
+    with eager_mode(mode):
+        e = assert_raises_like_cpu(call, x, values, indices)
+        assert "expected the out tensor" in str(e), e
+        v, i = values.to(TPU), indices.to(TPU)
+        with pytest.raises(RuntimeError):
+            call(x.to(TPU), v, i)
+        assert torch.equal(v.cpu(), values) and torch.equal(i.cpu(), indices)
+
+
 def test_inplace_broadcast_to_smaller_self() -> None:
     assert_raises_like_cpu(lambda a, b: a.add_(b), make((3,), torch.float32),
                            make((2, 3), torch.float32))
