@@ -142,6 +142,14 @@ StorageState& recorded_storage_state(const at::Tensor& t) {
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
               "tpu: expected a tpu tensor, got one on ", t.device());
   StorageState* s = find_storage_state(t.storage().data_ptr());
+  if (s == nullptr && t.storage().nbytes() == 0) {
+    // A storage of no bytes made elsewhere (the DLPack import of an empty tensor, whose
+    // pointer is null or inside another storage) aliases nothing: it takes a state of its
+    // own (the pointer it replaces is released).
+    t.storage().unsafeGetStorageImpl()->set_data_ptr_noswap(
+        new_storage_data_ptr(t.device().index(), 0));
+    s = find_storage_state(t.storage().data_ptr());
+  }
   TORCH_CHECK(s != nullptr, kNoStorageStateMessage);
   return *s;
 }

@@ -133,15 +133,33 @@ def test_dlpack_protocol_of_a_tpu_tensor() -> None:
     assert torch.arange(3.0).__dlpack_device__() == (DLDeviceType.kDLCPU, 0)
 
 
-def test_dlpack_of_a_view_with_an_offset_says_what_to_export() -> None:
-    # Its pointer lies inside the storage, which a tpu storage cannot alias.
+def test_dlpack_of_a_view_with_an_offset_is_refused_at_the_export() -> None:
+    # Its pointer lies inside the storage, which a tpu storage cannot alias: refused when
+    # exported (not at the imported tensor's first use), naming the copy to export.
     from torch.utils.dlpack import from_dlpack, to_dlpack
 
     view = torch.arange(10.0).to("tpu")[3:7]
-    with pytest.raises(RuntimeError, match=r"DLPack.*view.clone\(\)"):
-        from_dlpack(to_dlpack(view)).cpu()
+    for export in (to_dlpack, torch.to_dlpack, lambda t: t.__dlpack__(), torch.from_dlpack):
+        with pytest.raises(BufferError, match=r"storage offset 3.*copy=True.*clone\(\)"):
+            export(view)
     back = from_dlpack(to_dlpack(view.clone()))
     assert torch.equal(back.cpu(), torch.arange(3.0, 7.0))
+    copied = torch.from_dlpack(view.__dlpack__(copy=True))
+    assert torch.equal(copied.cpu(), torch.arange(3.0, 7.0))
+
+
+@pytest.mark.parametrize("make", [lambda: torch.empty(0, device="tpu"),
+                                  lambda: torch.ones(0, 3, device="tpu"),
+                                  lambda: torch.arange(12.0, device="tpu")[12:]],
+                         ids=["empty", "zero_rows", "empty_view_at_offset"])
+def test_dlpack_round_trip_of_an_empty_tensor(make) -> None:
+    x = make()
+    back = torch.from_dlpack(x)
+    assert back.shape == x.shape and back.device == x.device
+    assert back.cpu().shape == x.shape
+    assert torch.equal(torch.cat([back.reshape(-1), torch.ones(2, device="tpu")]).cpu(),
+                       torch.ones(2))
+    assert (back + 1).shape == x.shape
 
 
 @pytest.mark.parametrize("nbytes", [0, 8, 24, 30])
