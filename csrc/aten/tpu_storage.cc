@@ -77,8 +77,10 @@ runtime::BufferPtr ensure_buffer(StorageState& s, c10::ScalarType dtype) {
       continue;
     }
     if (!zeros) {
+      // Bytes when the reader's elements do not fill the storage (every byte is kept).
       int64_t item = c10::elementSize(dtype);
       lowering::TensorType t{to_dtype(dtype), {s.nbytes / item}};
+      if (s.nbytes % item != 0) t = lowering::TensorType{base::DType::kU8, {s.nbytes}};
       zeros = run_program(lowering::zeros_module(t), {}, s.device_index)[0];
     }
     v = s.fill_if_empty(zeros);
@@ -285,9 +287,12 @@ std::vector<std::vector<size_t>> by_storage(c10::ArrayRef<at::Tensor> ts,
   return groups;
 }
 
+// Whether `t` covers every byte of its storage (a 3-element int16 view of a 7-byte storage
+// does not: its value would drop the last byte).
 bool is_whole_storage(const at::Tensor& t, const StorageState& s) {
-  int64_t storage_numel = s.nbytes / static_cast<int64_t>(t.element_size());
-  return t.storage_offset() == 0 && t.numel() == storage_numel && row_major(t.sizes(), t.strides());
+  return t.storage_offset() == 0 &&
+         t.numel() * static_cast<int64_t>(t.element_size()) == s.nbytes &&
+         row_major(t.sizes(), t.strides());
 }
 
 std::vector<at::Tensor> pick(c10::ArrayRef<at::Tensor> ts, const std::vector<size_t>& idx) {
@@ -525,8 +530,7 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
               t.scalar_type(), " tensor");
   c10::IntArrayRef sizes = t.sizes();
   c10::IntArrayRef strides = t.strides();
-  int64_t storage_numel = s.nbytes / static_cast<int64_t>(t.element_size());
-  if (t.storage_offset() == 0 && t.numel() == storage_numel && row_major(sizes, strides)) {
+  if (is_whole_storage(t, s)) {
     s.set_buffer(value);  // the whole storage: the value becomes its buffer
     return;
   }

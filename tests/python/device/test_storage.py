@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _compare import eager_mode
 
 import torchtpu
 
@@ -284,3 +285,21 @@ def test_resize_as_preserves_the_templates_channels_last() -> None:
 def test_channels_last_of_the_wrong_rank_is_an_error_like_cpu() -> None:
     with pytest.raises(RuntimeError, match="rank 4 tensor"):
         torch.randn(3, 4, device="tpu").clone(memory_format=_CL)
+
+
+@pytest.mark.parametrize("mode", ["op", "fused"])
+def test_wider_view_of_an_odd_sized_storage_loses_no_byte(mode: str) -> None:
+    """A 3-element int16 view of a 7-byte storage does not cover it: a write through it
+    never replaces the storage's buffer by the view's 6 bytes. The device splices in its
+    own dtype, which cannot read 7 bytes as int16: the write is refused, bytes intact."""
+    with eager_mode(mode):
+        x = torch.arange(1, 8, dtype=torch.uint8, device="tpu")
+        with pytest.raises(RuntimeError, match="7 bytes holding uint8 cannot be read as Short"):
+            x[:6].view(torch.int16).fill_(0)
+        assert x.cpu().tolist() == [1, 2, 3, 4, 5, 6, 7]
+        assert (x + 1).cpu().tolist() == [2, 3, 4, 5, 6, 7, 8]
+        s = torch.UntypedStorage(7, device="tpu")
+        with pytest.raises(RuntimeError, match="not a multiple of 2 bytes"):
+            torch.empty(0, dtype=torch.int16, device="tpu").set_(s, 0, (3,)).cpu()
+        assert torch.empty(0, dtype=torch.uint8, device="tpu").set_(s, 0, (7,)).cpu().tolist() \
+            == [0] * 7
