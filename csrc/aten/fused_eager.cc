@@ -385,12 +385,26 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
       if (!target_ok(targets.get(k), next_out++)) return false;
     }
   }
+  // An empty out= tensor with no bytes (at::empty({0}) that a factory's composite passes,
+  // torch.arange's) grows to its result's size, as the op-by-op call resizes it.
+  std::vector<std::pair<at::Tensor, size_t>> grown;
   for (size_t j = 0; j < c->return_defined.size(); ++j) {
     if (c->return_list_size[j] >= 0) {
       next_out += c->return_list_size[j];
     } else if (c->return_defined[j]) {
       int arg = c->return_to_arg[j];
-      if (arg >= 0 && !target_ok(ivalues[arg].toTensor(), next_out)) return false;
+      if (arg >= 0) {
+        const at::Tensor& t = ivalues[arg].toTensor();
+        const bool grows = next_out < c->out_types.size() && t.numel() == 0 &&
+                           t.storage().nbytes() == 0 && !t.is_view() &&
+                           c10::IntArrayRef(c->out_types[next_out].dims) != t.sizes() &&
+                           c->out_types[next_out].dtype == to_dtype(t.scalar_type());
+        if (grows && recordable(t, g)) {
+          grown.emplace_back(t, next_out);
+        } else if (!target_ok(t, next_out)) {
+          return false;
+        }
+      }
       ++next_out;
     }
   }
@@ -411,6 +425,15 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   for (const auto& [arg, item] : c->inputs) {
     n.refs.push_back(
         rec.read(item < 0 ? ivalues[arg].toTensor() : present_tensor(ivalues[arg], item)));
+  }
+  // (After the reads: the op reads its out= tensor at the size its signature has.)
+  for (auto& [t, k] : grown) {
+    const std::vector<int64_t>& dims = c->out_types[k].dims;
+    int64_t numel = 1;
+    for (int64_t d : dims) numel *= d;
+    resize_storage_bytes(t.storage().unsafeGetStorageImpl(),
+                         numel * static_cast<int64_t>(t.element_size()));
+    t.unsafeGetTensorImpl()->set_sizes_contiguous(dims);
   }
   for (const lowering::GraphParam& p : c->lowered.params) {
     if (p.source == lowering::GraphParam::Source::kScalar) {
@@ -493,9 +516,12 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
 }
 
 bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
-  if (eager_mode() != EagerMode::kFused || src.scalar_type() != dst.scalar_type() ||
-      src.sizes() != dst.sizes() || src.device() != dst.device() || src.is_conj() ||
-      src.is_neg() || dst.is_conj() || dst.is_neg()) {
+  // A conversion to another dtype (x.float(), x.to(torch.int32)), but not of complex
+  // values to real ones (copy_ warns that it drops their imaginary parts).
+  const bool converts = src.scalar_type() != dst.scalar_type();
+  if (eager_mode() != EagerMode::kFused || src.sizes() != dst.sizes() ||
+      src.device() != dst.device() || src.is_conj() || src.is_neg() || dst.is_conj() ||
+      dst.is_neg() || (converts && src.is_complex() && !dst.is_complex())) {
     return false;
   }
   PendingGraph& g = graph(dst.device().index());
@@ -504,7 +530,15 @@ bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
   Recorder rec(g);
   int id = rec.read(src);
   StorageState& d = recorded_storage_state(dst);
-  if (id < 0 && whole_storage(dst, d)) {
+  if (converts) {
+    RecordedNode n;
+    n.kind = RecordedNode::Kind::kConvert;
+    n.refs = {id};
+    lowering::TensorType type{to_dtype(dst.scalar_type()), g.type_of(id).dims};
+    std::vector<int64_t>& w = g.structure;
+    w.insert(w.end(), {-6, id, static_cast<int64_t>(type.dtype)});
+    id = rec.add_node(std::move(n), {type});
+  } else if (id < 0 && whole_storage(dst, d)) {
     // A buffer the graph would only pass through: dst takes it, as op by op does.
     rec.log_write(dst, d);
     d.set_buffer(g.inputs.at(PendingGraph::input_index(id)));

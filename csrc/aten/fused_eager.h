@@ -83,7 +83,8 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
 struct ExportedNode {
   // "aten::add.Tensor", or "" for a view read: as_strided(base, sizes, strides, offset).
   // An op writing its argument ("aten::fill_.Scalar") wrote a whole storage: its result is
-  // a new value, its functional form's. A storage no call wrote reads as "aten::zeros".
+  // a new value, its functional form's. A storage no call wrote reads as "aten::zeros", a
+  // copy across dtypes is "aten::_to_copy".
   std::string op;
   // The schema arguments, each tensor None and each tensor list a list of 0/1 (present).
   std::vector<c10::IValue> args;
@@ -106,6 +107,7 @@ struct ExportedGraph {
   std::function<std::vector<ExportedNode>()> nodes;
   std::vector<int> outputs;  // the value ids whose values the run must return
   std::vector<std::vector<int64_t>> dims;  // per value id >= 0: its sizes
+  std::vector<c10::ScalarType> dtypes;     // per value id >= 0: its dtype
 };
 // Runs an exported graph another way (shape buckets, dynamo/buckets/shape_class.py): returns
 // one tensor per output, or nullopt to run it as a fused program of its exact sizes. It is
@@ -114,9 +116,9 @@ struct ExportedGraph {
 using FusedGraphHook = std::function<std::optional<std::vector<at::Tensor>>(const ExportedGraph&)>;
 void set_fused_graph_hook(FusedGraphHook hook);
 
-// Records dst.copy_(src) between tensors of one device, of one dtype and one shape, into
-// their device's pending graph: dst's value becomes src's (through dst's view if it is
-// one). Returns false, recording nothing, when not in fused mode or the copy cannot be
+// Records dst.copy_(src) between tensors of one device and one shape, into their device's
+// pending graph: dst's value becomes src's, converted to dst's dtype (not complex values
+// to real ones), through dst's view if it is one. Returns false, recording nothing, when not in fused mode or the copy cannot be
 // deferred; the caller then copies at once.
 bool record_copy(const at::Tensor& src, const at::Tensor& dst);
 

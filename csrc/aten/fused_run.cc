@@ -52,7 +52,7 @@ std::shared_ptr<const FusedGraphHook> g_hook;
 thread_local bool t_in_hook = false;
 const base::Counter g_hook_graphs("num_fused_graphs_run_by_shape_class");
 
-// Whether the hook may take `g`: ops, view reads and zeros only. An op writing its
+// Whether the hook may take `g`: ops, view reads, zeros and conversions only. An op writing its
 // argument writes a whole storage (a write into a view is a kViewWrite): its result is a
 // value like any other, which the hook computes with the op's functional form.
 bool exportable(const PendingGraph& g) {
@@ -182,6 +182,13 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
         x.sizes = n.sizes;
         x.strides = n.strides;
         x.offset = n.offset;
+      } else if (n.kind == RecordedNode::Kind::kConvert) {
+        // _to_copy(self, *, dtype, layout, device, pin_memory, non_blocking, memory_format)
+        x.op = "aten::_to_copy";
+        x.args = {c10::IValue(),
+                  c10::IValue(static_cast<int64_t>(to_scalar_type(g.types.at(n.first_out).dtype))),
+                  c10::IValue(), c10::IValue(), c10::IValue(), c10::IValue(false), c10::IValue()};
+        x.reads.push_back({0, -1, n.refs[0]});
       } else if (n.kind == RecordedNode::Kind::kZeros) {
         // zeros(size, *, dtype, layout, device, pin_memory)
         const TensorType& t = g.types.at(n.first_out);
@@ -203,7 +210,10 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
     return nodes;
   };
   e.outputs = outputs;
-  for (const TensorType& t : g.types) e.dims.push_back(t.dims);
+  for (const TensorType& t : g.types) {
+    e.dims.push_back(t.dims);
+    e.dtypes.push_back(to_scalar_type(t.dtype));
+  }
   std::optional<std::vector<at::Tensor>> tensors;
   t_in_hook = true;
   try {
@@ -288,6 +298,13 @@ std::shared_ptr<FusedProgram> build(const PendingGraph& g, const std::vector<int
         }
       }
       node.out_types = n.op->out_types;
+    } else if (n.kind == RecordedNode::Kind::kConvert) {
+      node.op = "aten::_to_copy";
+      node.args.push_back(tensor_arg(g.type_of(n.refs[0])));
+      node.tensor_refs.assign(node.args.size(), -1);
+      node.list_refs.resize(node.args.size());
+      node.tensor_refs[0] = id_of(n.refs[0]);
+      node.out_types.push_back(g.types[n.first_out]);
     } else if (n.kind == RecordedNode::Kind::kZeros) {
       node.op = "aten::zeros";
       node.args.push_back(ints_arg(g.types[n.first_out].dims));
@@ -412,6 +429,14 @@ std::vector<runtime::BufferPtr> run_op_by_op(const PendingGraph& g, const std::v
     if (n.kind == RecordedNode::Kind::kZeros) {
       values[n.first_out] =
           run_program(lowering::zeros_module(g.types[n.first_out]), {}, g.device).at(0);
+      continue;
+    }
+    if (n.kind == RecordedNode::Kind::kConvert) {
+      const runtime::BufferPtr& v = value(n.refs[0]);
+      const TensorType& to = g.types[n.first_out];
+      values[n.first_out] = run_program(
+          lowering::convert_module(TensorType{v->dtype(), v->dims()}, to.dtype, to.dims),
+          {v.get()}, g.device).at(0);
       continue;
     }
     runtime::trace::Label label(n.op->name.c_str());

@@ -41,10 +41,12 @@ struct Mark {
 struct RecordedNode {
   // kZeros: what a read of a storage no call has written gives (zeros of its dtype, as
   // many as its bytes hold), computed in the graph: no buffer and no program per size.
-  enum class Kind { kOp, kViewRead, kViewWrite, kZeros } kind = Kind::kOp;
+  // kConvert: a value in another dtype (copy_ across dtypes: x.float()), as
+  // lowering::convert_module gives it op by op.
+  enum class Kind { kOp, kViewRead, kViewWrite, kZeros, kConvert } kind = Kind::kOp;
   std::shared_ptr<const CompiledOp> op;  // kOp
   // kOp: the value each graph input of the op reads (CompiledOp::inputs order).
-  // kViewRead: {base}; kViewWrite: {base, value}; kZeros: none.
+  // kViewRead: {base}; kViewWrite: {base, value}; kZeros: none; kConvert: {value}.
   c10::SmallVector<int, 4> refs;
   // kOp: the values of its scalar and generator parameters, in the order its own program
   // takes them (the fused program's parameters of this node come in the same order).

@@ -197,8 +197,9 @@ PYBIND11_MODULE(_C, m) {
     }
   }, py::arg("device") = -1, no_gil());
   m.def("num_pending_ops", &aten::num_pending_ops);
-  // fn(inputs, nodes, outputs, dims, key) -> list of tensors or None (aten/fused_eager.h):
-  // `nodes()` builds the node list, `key` is the graph's exact key as bytes (or None).
+  // fn(inputs, nodes, outputs, dims, key, dtypes) -> list of tensors or None
+  // (aten/fused_eager.h): `nodes()` builds the node list, `key` is the graph's exact key as
+  // bytes (or None).
   m.def("set_fused_graph_hook", [](py::object fn) {
     if (fn.is_none()) {
       aten::set_fused_graph_hook(nullptr);
@@ -221,9 +222,14 @@ PYBIND11_MODULE(_C, m) {
             return exported_nodes(e);
           });
           py::object key = e.key.empty() ? py::object(py::none()) : py::object(py::bytes(e.key));
+          py::list dtypes;
+          for (c10::ScalarType t : e.dtypes) {
+            dtypes.append(py::reinterpret_borrow<py::object>(
+                reinterpret_cast<PyObject*>(torch::getTHPDtype(t))));
+          }
           py::object out;
           try {
-            out = (*owned)(e.inputs, nodes, e.outputs, e.dims, key);
+            out = (*owned)(e.inputs, nodes, e.outputs, e.dims, key, dtypes);
           } catch (...) {
             *live = false;
             throw;

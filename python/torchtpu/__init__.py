@@ -90,12 +90,12 @@ def set_eager_mode(mode: str) -> None:
 
 
 def _fused_graph_hook(inputs: list, nodes: object, outputs: list, dims: list,
-                      key: bytes | None) -> list | None:
+                      key: bytes | None, dtypes: list) -> list | None:
     """Fused eager graphs not compiled for their exact sizes try their shape class first
     (dynamo/buckets/fused_graph.py; imported on first use)."""
     from torchtpu.dynamo.buckets import fused_graph
 
-    return fused_graph.run(inputs, nodes, outputs, dims, key)
+    return fused_graph.run(inputs, nodes, outputs, dims, key, dtypes)
 
 
 _C.set_fused_graph_hook(_fused_graph_hook)

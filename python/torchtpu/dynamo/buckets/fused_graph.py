@@ -39,15 +39,49 @@ class NotAView(Exception):
     """A view read that no chain of view ops expresses."""
 
 
-_targets: dict[str, tuple[Any, list[int]] | str] = {}
+# A factory's arguments its out= variant takes from the out tensor.
+_FACTORY_KWARGS = ("dtype", "layout", "device", "pin_memory")
 
 
-def _target(name: str) -> tuple[Any, list[int]]:
-    """The op `name` ("aten::add.Tensor") and which of its recorded arguments it takes (all).
-    An op writing an argument wrote a whole storage (the recorder made its result a new
-    value): its functional form computes that value, from the arguments it writes when
-    in place ("aten::fill_.Scalar": "aten::fill.Scalar"), without them for an out variant
-    ("aten::where.self_out": "aten::where.self"). Raises NotAView when it has none."""
+class Target:
+    """How a recorded op runs in the exported graph: `op`, given the recorded arguments
+    `keep` (in order), and, for a factory's out= variant (``arange.start_out``), the dtype
+    and device of the out tensor argument `typed_by`."""
+
+    __slots__ = ("op", "keep", "typed_by")
+
+    def __init__(self, op: Any, keep: list[int], typed_by: int | None = None) -> None:
+        self.op, self.keep, self.typed_by = op, keep, typed_by
+
+
+_targets: dict[str, Target | str] = {}
+
+
+def _functional(packet: Any, want: list[tuple[str, str]], returns: int,
+                factory: bool) -> Any:
+    """The overload of `packet` that writes nothing, returns `returns` values and takes the
+    arguments `want` (names and types), then, when `factory`, only a factory's keywords."""
+    for o in packet.overloads() if packet is not None else []:
+        candidate = getattr(packet, o)
+        schema = candidate._schema
+        args = [(a.name, str(a.type)) for a in schema.arguments]
+        rest = schema.arguments[len(want):]
+        if args[:len(want)] == want and len(schema.returns) == returns and all(
+                a.alias_info is None or not a.alias_info.is_write for a in schema.arguments) \
+                and (not rest or factory and all(a.kwarg_only and a.name in _FACTORY_KWARGS
+                                                 for a in rest)):
+            return candidate
+    return None
+
+
+def _target(name: str) -> Target:
+    """How the op `name` ("aten::add.Tensor") runs: itself, taking all its recorded
+    arguments. An op writing an argument wrote a whole storage (the recorder made its result
+    a new value): its functional form computes that value, from the arguments it writes
+    when in place ("aten::fill_.Scalar": "aten::fill.Scalar"), without them for an out
+    variant ("aten::where.self_out": "aten::where.self"; a factory's, "aten::arange.start_out":
+    "aten::arange.start_step" of the out tensor's dtype and device). Raises NotAView when it
+    has none."""
     hit = _targets.get(name)
     if isinstance(hit, str):
         raise NotAView(hit)
@@ -59,32 +93,26 @@ def _target(name: str) -> tuple[Any, list[int]]:
     target = getattr(getattr(ops, base), overload or "default")
     formals = target._schema.arguments
     written = [a.alias_info is not None and a.alias_info.is_write for a in formals]
-    keep = list(range(len(formals)))
+    found = Target(target, list(range(len(formals))))
     if any(written):
+        returns = len(target._schema.returns)
+        functional = None
         if base.endswith("_") and not base.endswith("__"):  # in place
-            packet = getattr(ops, base[:-1], None)
+            functional = _functional(getattr(ops, base[:-1], None),
+                                     [(a.name, str(a.type)) for a in formals], returns, False)
         elif all(a.kwarg_only for a, w in zip(formals, written) if w):  # out= variant
             keep = [k for k, w in enumerate(written) if not w]
-            packet = getattr(ops, base, None)
-        else:
-            packet = None
-        want = [(formals[k].name, str(formals[k].type)) for k in keep]
-        functional = None
-        for o in packet.overloads() if packet is not None else []:
-            candidate = getattr(packet, o)
-            schema = candidate._schema
-            if [(a.name, str(a.type)) for a in schema.arguments] == want and not any(
-                    a.alias_info is not None and a.alias_info.is_write for a in schema.arguments) \
-                    and len(schema.returns) == len(target._schema.returns):
-                functional = candidate
-                break
+            want = [(formals[k].name, str(formals[k].type)) for k in keep]
+            outs = [k for k, w in enumerate(written) if w]
+            functional = _functional(getattr(ops, base, None), want, returns, len(outs) == 1)
+            found = Target(functional, keep, outs[0] if len(outs) == 1 else None)
         if functional is None:
             why = _targets[name] = (f"{name} writes an argument and has no functional form of "
                                     "its other arguments")
             raise NotAView(why)
-        target = functional
-    _targets[name] = (target, keep)
-    return target, keep
+        found.op = functional
+    _targets[name] = found
+    return found
 
 
 def _call(g: Graph, target: Any, args: tuple, kwargs: dict | None = None) -> Node:
@@ -206,12 +234,14 @@ def feed(inputs: list[torch.Tensor], fed: list[tuple[int, list[int] | None]]
 
 
 def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[int],
-                dims: list[list[int]]) -> tuple[Graph, list[tuple[int, list[int] | None]]]:
+                dims: list[list[int]], dtypes: list[torch.dtype] | None = None
+                ) -> tuple[Graph, list[tuple[int, list[int] | None]]]:
     """The exported pending graph as a graph of aten ops at its recorded sizes (recorded.py:
     its shape class reads it and retraces it, nothing runs it), and the tensors its
     placeholders take. A row-major prefix of an input (a padded graph's output
     read at its true size, a parameter's first rows) is a placeholder of its own, the view
-    of the input: its true size is what varies, not the storage's."""
+    of the input: its true size is what varies, not the storage's. `dims` and `dtypes`:
+    each node value's sizes and dtype."""
     g = Graph()
     env: dict[int, Node] = {}
     fed: list[tuple[int, list[int] | None]] = []
@@ -245,7 +275,8 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
             env[first] = view_read(g, env[base], shape, list(sizes), list(strides), offset)
             continue
         name, args, reads, first, num = n
-        target, keep = _target(name)
+        how = _target(name)
+        target = how.op
         args = list(args)
         lists: dict[int, list[Node]] = {}
         for arg, item, vid in reads:
@@ -259,10 +290,16 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
         for arg, present in lists.items():
             it = iter(present)
             args[arg] = [next(it) if m else None for m in args[arg]]
-        args = [args[k] for k in keep]
+        typed = next((vid for arg, item, vid in reads if arg == how.typed_by), None)
+        args = [args[k] for k in how.keep]
         schema = target._schema.arguments
         pos = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         kw = {s.name: a for a, s in zip(args, schema) if s.kwarg_only}
+        if len(schema) > len(args):  # a factory's out= variant: the out tensor's type
+            if typed is None or (typed >= 0 and dtypes is None):
+                raise NotAView(f"{name}: its out tensor's dtype is unknown")
+            kw["dtype"] = inputs[-typed - 1].dtype if typed < 0 else dtypes[typed]
+            kw["device"] = inputs[0].device
         call = _call(g, target, pos, kw)
         returns = target._schema.returns
         if num == 1 and len(returns) == 1:
@@ -277,8 +314,8 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
 
 
 def run(inputs: list[torch.Tensor], nodes: list[tuple] | Callable[[], list[tuple]],
-        outputs: list[int], dims: list[list[int]], key: bytes | None = None
-        ) -> list[torch.Tensor] | None:
+        outputs: list[int], dims: list[list[int]], key: bytes | None = None,
+        dtypes: list[torch.dtype] | None = None) -> list[torch.Tensor] | None:
     """The hook: the outputs' values when the graph's shape class runs it padded, else None
     (the recorder compiles it at its exact sizes). `nodes` is the node list or builds it;
     `key`, where the recorder could make one, is the graph exactly (equal keys: equal
@@ -304,7 +341,7 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple] | Callable[[], list[tuple
         assert build is not None
         nodes = build()
     try:
-        graph, fed = build_graph(inputs, nodes, outputs, dims)
+        graph, fed = build_graph(inputs, nodes, outputs, dims, dtypes)
     except NotAView as e:
         log.info("torchtpu: fused graph compiles per exact size: %s", e)
         return None

@@ -179,18 +179,22 @@ def test_op_without_padding_rule_stays_exact(monkeypatch: pytest.MonkeyPatch,
 
 def _factories(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Tensors made at the length (torch.ones/zeros/full are an empty tensor and an in-place
-    fill), a causal mask made from it, SDPA (whose softmax makes a scalar tensor), in-place
-    ops on a fresh tensor and an out= variant."""
+    fill; torch.arange writes an empty out= tensor), a causal mask made from it, SDPA (whose
+    softmax makes a scalar tensor), in-place ops on a fresh tensor, an out= variant and
+    conversions to other dtypes (copies across dtypes)."""
     t, dev = x.shape[0], x.device
     mask = torch.ones(t, t, dtype=torch.bool, device=dev).tril()
-    y = torch.zeros(t, 8, device=dev).add_(x @ w) + torch.full((t, 1), 0.5, device=dev)
+    pos = torch.arange(t, device=dev)[:, None] * 0.25 + torch.arange(
+        1, t + 1, device=dev, dtype=torch.float64)[:, None].float()
+    y = torch.zeros(t, 8, device=dev).add_(x @ w) + torch.full((t, 1), 0.5, device=dev) + pos
     q = y.view(t, 2, 4).transpose(0, 1)[None]
     att = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
     att2 = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
     out = torch.empty(t, 8, device=dev)
     torch.where(y > 0, y, torch.ones_like(y), out=out)
     heads = (att + att2)[0].transpose(0, 1).reshape(t, 8)
-    return heads + out + torch.empty(t, 1, device=dev).fill_(2)
+    converted = (y > 0.5).float() + (x * 4).to(torch.int32).double().float()
+    return heads + out + torch.empty(t, 1, device=dev).fill_(2) + converted
 
 
 def test_factories_and_in_place_writes_compile_per_bucket(monkeypatch: pytest.MonkeyPatch
@@ -218,11 +222,18 @@ def test_factories_and_in_place_writes_compile_per_bucket(monkeypatch: pytest.Mo
 
 def test_in_place_and_out_ops_take_their_functional_forms() -> None:
     aten = torch.ops.aten
-    assert _target("aten::fill_.Scalar") == (aten.fill.Scalar, [0, 1])
-    assert _target("aten::where.self_out") == (aten.where.self, [0, 1, 2])
-    assert _target("aten::max.dim_max") == (aten.max.dim, [0, 1, 2])
-    assert _target("aten::set_.source_Tensor") == (aten.set.source_Tensor, [0, 1])
-    assert _target("aten::add.Tensor") == (aten.add.Tensor, [0, 1, 2])
+
+    def how(name: str) -> tuple:
+        t = _target(name)
+        return t.op, t.keep, t.typed_by
+
+    assert how("aten::fill_.Scalar") == (aten.fill.Scalar, [0, 1], None)
+    assert how("aten::where.self_out") == (aten.where.self, [0, 1, 2], 3)
+    assert how("aten::max.dim_max") == (aten.max.dim, [0, 1, 2], None)
+    assert how("aten::set_.source_Tensor") == (aten.set.source_Tensor, [0, 1], None)
+    assert how("aten::add.Tensor") == (aten.add.Tensor, [0, 1, 2], None)
+    # A factory's out= variant: the functional factory, of the out tensor's dtype and device.
+    assert how("aten::arange.start_out") == (aten.arange.start_step, [0, 1, 2], 3)
     with pytest.raises(NotAView, match="no functional form"):
         _target("aten::normal_")  # its functional form takes other arguments
 
