@@ -10,6 +10,10 @@ value 1..64. Each device runs in its own process:
 - cold: an empty compile cache (memory and disk), the first sampling loop;
 - warm: the same loop again in that process (every program already compiled).
 
+``--model nanogpt`` runs the same sizes written as nanoGPT writes them (positions from
+``torch.arange`` of the length, ``F.scaled_dot_product_attention(is_causal=True)``): tensors
+made at every length, which fused mode must not compile per length either.
+
 On ``tpu`` it runs once per mode (``--modes``, default all three): eager ``op`` (each op runs at
 its call) and ``fused`` (ops recorded and run as one graph at each host read,
 ``TORCHTPU_EAGER=fused``), each in its own process with its own empty cache; ``compiled``
@@ -22,7 +26,7 @@ Both devices pick tokens greedily (argmax); it prints how many of the tokens agr
 the first difference (rounding can flip a near tie).
 
     python bench/eager_generation.py [--tokens N] [--layers L] [--d-model D]
-        [--modes op,fused,compiled]
+        [--modes op,fused,compiled] [--model gpt|nanogpt]
 """
 
 from __future__ import annotations
@@ -36,6 +40,43 @@ import tempfile
 import time
 
 import torch
+
+
+class NanoBlock(torch.nn.Module):
+    """nanoGPT's block: pre-norm causal self-attention (SDPA) and a GELU MLP."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc, self.out = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for z in self.qkv(self.ln1(x)).split(c, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+
+
+class NanoGPT(torch.nn.Module):
+    """nanoGPT's model: token and position embeddings (positions from torch.arange)."""
+
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, window: int) -> None:
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(vocab, d), torch.nn.Embedding(window, d)
+        self.blocks = torch.nn.ModuleList(NanoBlock(d, heads) for _ in range(layers))
+        self.ln = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(0, idx.shape[1], dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
 
 
 def sample(model: torch.nn.Module, device: str, tokens: int,
@@ -58,7 +99,10 @@ def child(args: argparse.Namespace) -> dict:
     cfg = Config(vocab_size=65, d_model=args.d_model, num_layers=args.layers, num_heads=4,
                  seq_len=args.window, batch_size=1)
     torch.manual_seed(0)
-    model = GPT(cfg).eval()
+    if args.model == "nanogpt":
+        model = NanoGPT(65, args.d_model, args.layers, 4, args.window).eval()
+    else:
+        model = GPT(cfg).eval()
     if args.child == "cpu":
         cold_tokens, cold = sample(model, "cpu", args.tokens, args.window)
         _, warm = sample(model, "cpu", args.tokens, args.window)
@@ -91,6 +135,9 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--window", type=int, default=64)
+    parser.add_argument("--model", choices=("gpt", "nanogpt"), default="gpt",
+                        help="gpt: compiled_vs_jax.py's decoder (a mask buffer, a position "
+                        "parameter sliced); nanogpt: arange positions and SDPA")
     parser.add_argument("--modes", default="op,fused,compiled",
                         help="modes to run on tpu, comma-separated: op, fused (eager), "
                         "compiled (torch.compile, shape buckets)")
@@ -113,7 +160,7 @@ def main() -> int:
                        TORCHTPU_EAGER="fused" if mode == "fused" else "op")
             child_argv = [os.path.abspath(__file__), "--tokens", str(args.tokens), "--layers",
                           str(args.layers), "--d-model", str(args.d_model), "--window",
-                          str(args.window), "--child", device]
+                          str(args.window), "--model", args.model, "--child", device]
             if mode == "compiled":
                 child_argv.append("--compiled")
             proc = subprocess.run([sys.executable, *child_argv], env=env, capture_output=True,
@@ -125,8 +172,8 @@ def main() -> int:
         rows[name] = json.loads(proc.stdout.strip().splitlines()[-1])
     cpu = rows["cpu"]
     load = os.getloadavg()
-    print(f"GPT {args.layers} layers, d_model {args.d_model}, {args.tokens} tokens from an empty "
-          f"context (window {args.window}), no KV cache; load average {load[0]:.1f} "
+    print(f"{args.model} {args.layers} layers, d_model {args.d_model}, {args.tokens} tokens "
+          f"from an empty context (window {args.window}), no KV cache; load average {load[0]:.1f} "
           f"{load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'device':<14}{'cold s':>10}{'warm s':>10}{'programs cold':>16}{'programs warm':>16}"
           f"{'cold/cpu':>10}{'warm/cpu':>10}{'tokens equal':>14}{'s compiling':>13}")
