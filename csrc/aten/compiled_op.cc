@@ -13,6 +13,7 @@
 #include "aten/cpu_dtypes.h"
 #include "aten/fused_eager.h"
 #include "aten/host_transfer.h"
+#include "aten/interrupts.h"
 #include "aten/op_special_cases.h"
 #include "aten/overlap_checks.h"
 #include "aten/tpu_generator.h"
@@ -180,6 +181,7 @@ std::optional<std::string> eager_refusal(const c10::OperatorHandle& op,
     if (what.find("not implemented for") == std::string::npos) return std::nullopt;
     return what.substr(0, what.find('\n'));
   } catch (const std::exception& e) {
+    if (is_interrupt(e)) throw;
     std::string what = e.what();
     return what.substr(0, what.find('\n'));
   }
@@ -200,6 +202,7 @@ std::shared_ptr<CompiledOp> compile_op(const c10::OperatorHandle& op, const OpIn
   } catch (const c10::NotImplementedError& e) {
     throw NeedsFallback{"no meta kernel"};
   } catch (const std::exception& e) {  // c10::Error, or a Python meta kernel's error
+    if (is_interrupt(e)) throw;  // Ctrl-C while the meta kernel ran: not its verdict
     // The CPU kernel is the reference: where a meta kernel rejects a call, the CPU kernel
     // decides. It raises PyTorch's own error (meta kernels that are Python references word
     // theirs differently), or computes a result the meta kernel wrongly refused

@@ -11,6 +11,7 @@
 #include "aten/compiled_op.h"
 #include "aten/deferred_checks.h"
 #include "aten/device_runtime.h"
+#include "aten/interrupts.h"
 #include "aten/pending_graph.h"
 #include "aten/program_executor.h"
 #include "aten/record_site.h"
@@ -524,9 +525,12 @@ void run_pending_graph(PendingGraph& g) {
     try {
       by_hook = run_by_hook(g, outputs);
     } catch (const std::exception& e) {
-      for (auto& v : held) v->error = e.what();
-      g.reset();
-      throw;
+      // Ctrl-C in the hook's Python code leaves the graph pending, unchanged: a later read
+      // runs it again. Any other failure of the padded run leaves it to the exact program.
+      if (is_interrupt(e)) throw;
+      std::string what = e.what();
+      TORCH_WARN("tpu: a fused graph could not run padded to shape buckets (",
+                 what.substr(0, what.find('\n')), "); it runs at its exact sizes");
     }
     if (by_hook) {
       g_graphs_run.add();

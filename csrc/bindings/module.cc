@@ -1,5 +1,6 @@
 // torchtpu._C: Python glue over the aten and runtime layers. No logic lives here.
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
@@ -11,6 +12,7 @@
 #include "aten/device_runtime.h"
 #include "aten/dispatch_profile.h"
 #include "aten/fused_eager.h"
+#include "aten/interrupts.h"
 #include "aten/op_kernel.h"
 #include "aten/program_executor.h"
 #include "aten/tpu_generator.h"
@@ -134,6 +136,21 @@ py::list known_plugins() {
   return out;
 }
 
+// aten/interrupts.h: a Python KeyboardInterrupt or SystemExit (a BaseException that is no
+// Exception) raised in Python code an op ran, as pybind11 or PyTorch carries it.
+bool python_interrupt(const std::exception& e) {
+  PyObject* type = nullptr;
+  if (const auto* p = dynamic_cast<const py::error_already_set*>(&e)) {
+    type = p->type().ptr();
+  } else if (const auto* p = dynamic_cast<const python_error*>(&e)) {
+    type = p->type;
+  }
+  if (type == nullptr || !Py_IsInitialized()) return false;
+  py::gil_scoped_acquire gil;
+  return PyErr_GivenExceptionMatches(type, PyExc_BaseException) &&
+         !PyErr_GivenExceptionMatches(type, PyExc_Exception);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -144,6 +161,7 @@ PYBIND11_MODULE(_C, m) {
     aten::register_direct_lowerings();
     aten::register_profiler();
     aten::fallback_is_error();  // a malformed TORCHTPU_FALLBACK fails the import, not a run
+    aten::set_interrupt_classifier(&python_interrupt);
   });
   m.def("device_count", &aten::device_count_or_zero);
   m.def("in_forked_child", &aten::in_forked_child);

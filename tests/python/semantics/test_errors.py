@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from _compare import assert_raises_like_cpu, eager_mode, make
+from _compare import assert_raises_like_cpu, eager_mode, fallbacks, make, new_fallbacks
 
 TPU = "tpu"
 
@@ -453,3 +453,30 @@ def test_transformer_encoder_nested_fast_path_names_the_switch() -> None:
         enc.use_nested_tensor = False
         got = enc(x.to(TPU), src_key_padding_mask=pad.to(TPU)).cpu()
     torch.testing.assert_close(got[~pad], want[~pad], rtol=1e-4, atol=1e-5)
+
+
+def test_ctrl_c_in_a_meta_kernel_reaches_the_caller() -> None:
+    """A KeyboardInterrupt raised while an op's Python meta kernel runs (Ctrl-C during the
+    imports an op's first call makes) reaches the caller: it is no verdict of the meta
+    kernel on the call, which would have run the op on the CPU."""
+    import warnings
+
+    x = make((3, 19), torch.float32)
+    x_t = x.to(TPU)
+    lib = torch.library.Library("aten", "IMPL")
+
+    def interrupted(*args: object, **kwargs: object) -> torch.Tensor:
+        raise KeyboardInterrupt
+
+    before = fallbacks()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # overriding the op's registered meta kernel
+            lib.impl("native_layer_norm", interrupted, "Meta")
+        with pytest.raises(KeyboardInterrupt):
+            F.layer_norm(x_t, (19,))
+    finally:
+        lib._destroy()
+    assert new_fallbacks(before) == {}
+    torch.testing.assert_close(F.layer_norm(x_t, (19,)).cpu(), F.layer_norm(x, (19,)))
+    assert new_fallbacks(before) == {}

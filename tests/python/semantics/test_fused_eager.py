@@ -469,3 +469,45 @@ def test_python_ints_past_int64_as_scalars_over_growing_lengths() -> None:
         for n, s in ((6, 1), (7, 2), (8, 2**64 - 1)):
             u = torch.arange(n, dtype=torch.uint8) * 60
             assert torch.equal((u.to(TPU) + s).cpu(), u + s)
+
+
+def _hook_failing_once(error: BaseException):
+    """A fused graph hook that raises `error` at its first call, then is torchtpu's."""
+    calls: list[int] = []
+
+    def hook(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise error
+        return torchtpu._fused_graph_hook(*args)
+
+    return hook
+
+
+def test_ctrl_c_in_the_shape_class_hook_keeps_the_graph_pending() -> None:
+    """A KeyboardInterrupt while a pending graph's shape class runs (Ctrl-C in its Python
+    code) reaches the caller and leaves the graph pending: its values are computed at the
+    next read, not failed for good."""
+    torchtpu._C.set_fused_graph_hook(_hook_failing_once(KeyboardInterrupt()))
+    try:
+        with eager_mode("fused"):
+            x = torch.arange(37.0).to(TPU)
+            y = (x * 0.37).sin().cumsum(0)
+            with pytest.raises(KeyboardInterrupt):
+                y.sum().item()
+            torch.testing.assert_close(y.cpu(), (torch.arange(37.0) * 0.37).sin().cumsum(0))
+    finally:
+        torchtpu._C.set_fused_graph_hook(torchtpu._fused_graph_hook)
+
+
+def test_a_failing_shape_class_leaves_the_graph_to_its_exact_program() -> None:
+    torchtpu._C.set_fused_graph_hook(_hook_failing_once(RuntimeError("padded run failed")))
+    try:
+        with eager_mode("fused"):
+            x = torch.arange(41.0).to(TPU)
+            y = (x * 0.41).cos().cumsum(0)
+            with pytest.warns(UserWarning, match="padded run failed.*exact sizes"):
+                got = y.cpu()
+            torch.testing.assert_close(got, (torch.arange(41.0) * 0.41).cos().cumsum(0))
+    finally:
+        torchtpu._C.set_fused_graph_hook(torchtpu._fused_graph_hook)
