@@ -1,6 +1,7 @@
 #include "aten/fused_eager.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -62,20 +63,6 @@ std::vector<PendingGraph*> all_graphs() {
   return out;
 }
 
-// Whether `t` is its whole storage, row-major from offset 0.
-bool whole_storage(const at::Tensor& t, const StorageState& s) {
-  if (t.storage_offset() != 0 || t.numel() * static_cast<int64_t>(t.element_size()) != s.nbytes) {
-    return false;
-  }
-  int64_t expected = 1;
-  for (int64_t i = t.dim() - 1; i >= 0; --i) {
-    if (t.size(i) == 1) continue;
-    if (t.stride(i) != expected) return false;
-    expected *= t.size(i);
-  }
-  return true;
-}
-
 // The type of the storage's value as the recorder sees it (pending or its buffer), or
 // null when it has neither.
 const lowering::TensorType* storage_type(const StorageState::Value& v,
@@ -118,7 +105,7 @@ class Recorder {
   // reads a prefix of it.
   int read(const at::Tensor& t) {
     StorageState& s = recorded_storage_state(t);
-    const bool whole = whole_storage(t, s);
+    const bool whole = is_whole_storage(t, s);
     int base = whole_value(s, t.scalar_type(),
                            whole ? std::optional<c10::IntArrayRef>(t.sizes()) : std::nullopt);
     if (!t.is_view() && whole &&
@@ -132,7 +119,7 @@ class Recorder {
   void write(const at::Tensor& t, int id, const std::shared_ptr<PendingValue>& value) {
     StorageState& s = recorded_storage_state(t);
     log_write(t, s);
-    if (whole_storage(t, s)) {
+    if (is_whole_storage(t, s)) {
       s.set_pending(value);
       return;
     }
@@ -385,8 +372,21 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
       if (!target_ok(targets.get(k), next_out++)) return false;
     }
   }
-  // An empty out= tensor with no bytes (at::empty({0}) that a factory's composite passes,
-  // torch.arange's) grows to its result's size, as the op-by-op call resizes it.
+  // An empty out= tensor with no bytes and no value (at::empty({0}) that a factory's
+  // composite passes, torch.arange's) grows to its result's size, as the op-by-op call
+  // resizes it; not in a graph whose failed data check could undo the call (a resize is
+  // not undone).
+  auto grows = [&](const at::Tensor& t, size_t k) {
+    if (k >= c->out_types.size() || t.numel() != 0 || t.storage().nbytes() != 0 ||
+        t.is_view() || t.storage_offset() != 0 || g.checked || c->has_checks() ||
+        c10::IntArrayRef(c->out_types[k].dims) == t.sizes() ||
+        c->out_types[k].dtype != to_dtype(t.scalar_type())) {
+      return false;
+    }
+    const StorageState& s = recorded_storage_state(t);
+    StorageState::Value v = s.value();
+    return s.device_index == g.device && !v.pending && !v.buffer;
+  };
   std::vector<std::pair<at::Tensor, size_t>> grown;
   for (size_t j = 0; j < c->return_defined.size(); ++j) {
     if (c->return_list_size[j] >= 0) {
@@ -395,11 +395,7 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
       int arg = c->return_to_arg[j];
       if (arg >= 0) {
         const at::Tensor& t = ivalues[arg].toTensor();
-        const bool grows = next_out < c->out_types.size() && t.numel() == 0 &&
-                           t.storage().nbytes() == 0 && !t.is_view() &&
-                           c10::IntArrayRef(c->out_types[next_out].dims) != t.sizes() &&
-                           c->out_types[next_out].dtype == to_dtype(t.scalar_type());
-        if (grows && recordable(t, g)) {
+        if (grows(t, next_out)) {
           grown.emplace_back(t, next_out);
         } else if (!target_ok(t, next_out)) {
           return false;
@@ -425,15 +421,6 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   for (const auto& [arg, item] : c->inputs) {
     n.refs.push_back(
         rec.read(item < 0 ? ivalues[arg].toTensor() : present_tensor(ivalues[arg], item)));
-  }
-  // (After the reads: the op reads its out= tensor at the size its signature has.)
-  for (auto& [t, k] : grown) {
-    const std::vector<int64_t>& dims = c->out_types[k].dims;
-    int64_t numel = 1;
-    for (int64_t d : dims) numel *= d;
-    resize_storage_bytes(t.storage().unsafeGetStorageImpl(),
-                         numel * static_cast<int64_t>(t.element_size()));
-    t.unsafeGetTensorImpl()->set_sizes_contiguous(dims);
   }
   for (const lowering::GraphParam& p : c->lowered.params) {
     if (p.source == lowering::GraphParam::Source::kScalar) {
@@ -462,6 +449,14 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
     } else {
       n.call_args.push_back(v);
     }
+  }
+  // (Last before the node: the op read its out= tensor at the size its signature has, and
+  // nothing after can fail. The storage has no value: the resize runs nothing.)
+  for (auto& [t, k] : grown) {
+    const std::vector<int64_t>& dims = c->out_types[k].dims;
+    resize_storage_bytes(t.storage().unsafeGetStorageImpl(),
+                         c10::multiply_integers(dims) * static_cast<int64_t>(t.element_size()));
+    t.unsafeGetTensorImpl()->set_sizes_contiguous(dims);
   }
   std::vector<int64_t>& w = g.structure;
   w.push_back(c->uid);
@@ -538,7 +533,7 @@ bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
     std::vector<int64_t>& w = g.structure;
     w.insert(w.end(), {-6, id, static_cast<int64_t>(type.dtype)});
     id = rec.add_node(std::move(n), {type});
-  } else if (id < 0 && whole_storage(dst, d)) {
+  } else if (id < 0 && is_whole_storage(dst, d)) {
     // A buffer the graph would only pass through: dst takes it, as op by op does.
     rec.log_write(dst, d);
     d.set_buffer(g.inputs.at(PendingGraph::input_index(id)));

@@ -112,14 +112,15 @@ struct ExportedGraph {
 // Runs an exported graph another way (shape buckets, dynamo/buckets/shape_class.py): returns
 // one tensor per output, or nullopt to run it as a fused program of its exact sizes. It is
 // called without fused recording on its thread (its own eager ops run op by op), for graphs
-// of ops, view reads and zeros only (no writes into views, no random ops).
+// of ops (those writing a whole storage too), view reads, zeros and conversions only (no
+// writes into views, no random ops).
 using FusedGraphHook = std::function<std::optional<std::vector<at::Tensor>>(const ExportedGraph&)>;
 void set_fused_graph_hook(FusedGraphHook hook);
 
 // Records dst.copy_(src) between tensors of one device and one shape, into their device's
 // pending graph: dst's value becomes src's, converted to dst's dtype (not complex values
-// to real ones), through dst's view if it is one. Returns false, recording nothing, when not in fused mode or the copy cannot be
-// deferred; the caller then copies at once.
+// to real ones), through dst's view if it is one. Returns false, recording nothing, when
+// not in fused mode or the copy cannot be deferred; the caller then copies at once.
 bool record_copy(const at::Tensor& src, const at::Tensor& dst);
 
 // Runs the pending graph of `device`, or of every device.

@@ -528,9 +528,10 @@ void run_pending_graph(PendingGraph& g) {
       // Ctrl-C in the hook's Python code leaves the graph pending, unchanged: a later read
       // runs it again. Any other failure of the padded run leaves it to the exact program.
       if (is_interrupt(e)) throw;
+      // (Once: the exact program is cached, so only a new size of the graph tries again.)
       std::string what = e.what();
-      TORCH_WARN("tpu: a fused graph could not run padded to shape buckets (",
-                 what.substr(0, what.find('\n')), "); it runs at its exact sizes");
+      TORCH_WARN_ONCE("tpu: a fused graph could not run padded to shape buckets (",
+                      what.substr(0, what.find('\n')), "); it runs at its exact sizes");
     }
     if (by_hook) {
       g_graphs_run.add();

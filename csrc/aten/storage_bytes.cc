@@ -69,10 +69,6 @@ bool keeps_bytes(base::DType held, c10::ScalarType dtype) {
   return dtype != c10::ScalarType::Bool || held == base::DType::kBool;
 }
 
-c10::ScalarType splice_dtype(base::DType held, c10::ScalarType dtype) {
-  return keeps_bytes(held, dtype) ? dtype : c10::ScalarType::Byte;
-}
-
 runtime::BufferPtr storage_bytes_as(const runtime::BufferPtr& held, int device_index,
                                     c10::ScalarType dtype, const std::vector<int64_t>* dims) {
   const runtime::Buffer& buf = *held;

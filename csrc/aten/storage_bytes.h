@@ -27,12 +27,8 @@ runtime::BufferPtr storage_bytes_as(const runtime::BufferPtr& held, int device_i
 // Whether `dtype`'s reading of bytes held as `held` gives them back: every reading but a
 // bool one of another dtype's bytes (its non-zero bytes read as true, stored as 1). A
 // storage keeps only such readings as its buffer; a part written through a bool view of
-// another dtype is spliced into its bytes (`splice_dtype`).
+// another dtype is spliced into its bytes.
 bool keeps_bytes(base::DType held, c10::ScalarType dtype);
-
-// The dtype in which a write through a `dtype` view splices into a storage holding `held`:
-// `dtype`, or uint8 for a bool view of another dtype's bytes.
-c10::ScalarType splice_dtype(base::DType held, c10::ScalarType dtype);
 
 // Sets the storage's byte count to `nbytes`: the first min(old, new) bytes are kept, new
 // bytes are zero. Updates the StorageImpl and the state together.

@@ -144,14 +144,6 @@ StorageState& recorded_storage_state(const at::Tensor& t) {
   TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1,
               "tpu: expected a tpu tensor, got one on ", t.device());
   StorageState* s = find_storage_state(t.storage().data_ptr());
-  if (s == nullptr && t.storage().nbytes() == 0) {
-    // A storage of no bytes made elsewhere (the DLPack import of an empty tensor, whose
-    // pointer is null or inside another storage) aliases nothing: it takes a state of its
-    // own (the pointer it replaces is released).
-    t.storage().unsafeGetStorageImpl()->set_data_ptr_noswap(
-        new_storage_data_ptr(t.device().index(), 0));
-    s = find_storage_state(t.storage().data_ptr());
-  }
   TORCH_CHECK(s != nullptr, kNoStorageStateMessage);
   return *s;
 }
@@ -287,14 +279,6 @@ std::vector<std::vector<size_t>> by_storage(c10::ArrayRef<at::Tensor> ts,
   return groups;
 }
 
-// Whether `t` covers every byte of its storage (a 3-element int16 view of a 7-byte storage
-// does not: its value would drop the last byte).
-bool is_whole_storage(const at::Tensor& t, const StorageState& s) {
-  return t.storage_offset() == 0 &&
-         t.numel() * static_cast<int64_t>(t.element_size()) == s.nbytes &&
-         row_major(t.sizes(), t.strides());
-}
-
 std::vector<at::Tensor> pick(c10::ArrayRef<at::Tensor> ts, const std::vector<size_t>& idx) {
   std::vector<at::Tensor> out;
   for (size_t i : idx) out.push_back(ts[i]);
@@ -304,6 +288,14 @@ std::vector<at::Tensor> pick(c10::ArrayRef<at::Tensor> ts, const std::vector<siz
 }  // namespace
 
 bool covers_storage(const at::Tensor& t) { return is_whole_storage(t, storage_state(t)); }
+
+// (Every byte: a 3-element int16 view of a 7-byte storage does not cover it, and its value
+// as the storage's buffer would drop the last byte.)
+bool is_whole_storage(const at::Tensor& t, const StorageState& s) {
+  return t.storage_offset() == 0 &&
+         t.numel() * static_cast<int64_t>(t.element_size()) == s.nbytes &&
+         row_major(t.sizes(), t.strides());
+}
 
 std::vector<runtime::BufferPtr> read_tensors(c10::ArrayRef<at::Tensor> ts) {
   std::vector<runtime::BufferPtr> out(ts.size());
@@ -456,20 +448,38 @@ void StorageDonations::take(int input, const runtime::BufferPtr& output) {
 
 namespace {
 
-// The storage's bytes as the buffer a write through a `dtype` view splices into (see
-// splice_dtype).
-runtime::BufferPtr spliced_base(StorageState& s, c10::ScalarType dtype) {
-  runtime::BufferPtr held = ensure_buffer(s, dtype);
-  c10::ScalarType as = splice_dtype(held->dtype(), dtype);
-  return storage_bytes_as(held, s.device_index, as);
+// Whether a write through a `dtype` view splices into the storage's buffer read as
+// `dtype`: not when that reading would not give the bytes back (a bool view of another
+// dtype's bytes) or cannot be made (bytes that are no whole elements of `dtype`).
+bool splices_in_dtype(StorageState& s, c10::ScalarType dtype) {
+  return keeps_bytes(ensure_buffer(s, dtype)->dtype(), dtype) &&
+         s.nbytes % static_cast<int64_t>(c10::elementSize(dtype)) == 0;
 }
 
-// `value`, written through view `t`, in the dtype of the base it splices into.
-runtime::BufferPtr spliced_value(const runtime::BufferPtr& value, const at::Tensor& t,
-                                 base::DType base) {
-  if (value->dtype() == base) return value;
-  std::vector<int64_t> dims(t.sizes().begin(), t.sizes().end());
-  return storage_bytes_as(value, t.device().index(), to_scalar_type(base), &dims);
+// A partial write of `value` through view `t`: the storage's buffer it splices into, the
+// part and where it goes. In t's dtype, or (splices_in_dtype false) in bytes: the view's
+// geometry in bytes, the value's bytes.
+struct Splice {
+  runtime::BufferPtr base, part;
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+};
+
+Splice splice(StorageState& s, const at::Tensor& t, const runtime::BufferPtr& value) {
+  Splice sp{nullptr, value, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
+            std::vector<int64_t>(t.strides().begin(), t.strides().end()), t.storage_offset()};
+  c10::ScalarType as = t.scalar_type();
+  if (!splices_in_dtype(s, as)) {
+    const int64_t item = static_cast<int64_t>(t.element_size());
+    for (int64_t& stride : sp.strides) stride *= item;
+    sp.sizes.push_back(item);
+    sp.strides.push_back(1);
+    sp.offset *= item;
+    as = c10::ScalarType::Byte;
+    sp.part = storage_bytes_as(value, s.device_index, as, &sp.sizes);
+  }
+  sp.base = storage_bytes_as(ensure_buffer(s, as), s.device_index, as);
+  return sp;
 }
 
 }  // namespace
@@ -493,7 +503,7 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
     StorageState& s = *states[g[0]];
     bool whole_too = false;
     for (size_t i = 0; i < ts.size(); ++i) whole_too |= !partial[i] && states[i] == &s;
-    if (g.size() < 2 || whole_too) continue;
+    if (g.size() < 2 || whole_too || !splices_in_dtype(s, ts[g[0]].scalar_type())) continue;
     std::vector<runtime::BufferPtr> vs;
     for (size_t i : g) {
       vs.push_back(values[i]);
@@ -502,8 +512,8 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
     std::vector<at::Tensor> views = pick(ts, g);
     // (One statement apart: a temporary of ensure_buffer's alive in the call would count
     // as another holder and keep the write from donating the buffer.)
-    runtime::BufferPtr base = spliced_base(s, ts[g[0]].scalar_type());
-    for (size_t k = 0; k < g.size(); ++k) vs[k] = spliced_value(vs[k], ts[g[k]], base->dtype());
+    c10::ScalarType dtype = ts[g[0]].scalar_type();
+    runtime::BufferPtr base = storage_bytes_as(ensure_buffer(s, dtype), s.device_index, dtype);
     s.write_part(std::move(base),
                  [&](const runtime::BufferPtr& whole, bool donate) {
                    return views_write(*whole, vs, views, donate);
@@ -528,18 +538,16 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
   TORCH_CHECK(value->dtype() == to_dtype(t.scalar_type()),
               "tpu: internal: writing a ", base::dtype_name(value->dtype()), " value into a ",
               t.scalar_type(), " tensor");
-  c10::IntArrayRef sizes = t.sizes();
-  c10::IntArrayRef strides = t.strides();
   if (is_whole_storage(t, s)) {
     s.set_buffer(value);  // the whole storage: the value becomes its buffer
     return;
   }
-  // The splice works in t's dtype (made apart from the call, as in write_tensors).
-  runtime::BufferPtr base = spliced_base(s, t.scalar_type());
-  runtime::BufferPtr part = spliced_value(value, t, base->dtype());
+  // (The base made apart from the call, as in write_tensors.)
+  Splice sp = splice(s, t, value);
+  runtime::BufferPtr base = std::move(sp.base);
   s.write_part(std::move(base),
                [&](const runtime::BufferPtr& whole, bool donate) {
-                 return view_write(*whole, *part, sizes, strides, t.storage_offset(), donate);
+                 return view_write(*whole, *sp.part, sp.sizes, sp.strides, sp.offset, donate);
                });
 }
 

@@ -153,6 +153,8 @@ bool reads_as_is(const at::Tensor& t);
 // Whether t addresses its whole storage in row-major order (its buffer, in any shape of
 // t's element count, is t's value reshaped).
 bool covers_storage(const at::Tensor& t);
+// The same of `s`, t's storage: t's bytes are s's, row-major from offset 0.
+bool is_whole_storage(const at::Tensor& t, const StorageState& s);
 // Writes `value` (shape and dtype of `t`) into `t`, through its view if it is one.
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value);
 

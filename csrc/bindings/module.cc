@@ -136,18 +136,22 @@ py::list known_plugins() {
   return out;
 }
 
+// Whether the interpreter may be entered (not before its start, not while it finalizes:
+// taking the GIL then hangs or ends the thread).
+bool python_usable() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
+
 // aten/interrupts.h: a Python KeyboardInterrupt or SystemExit (a BaseException that is no
 // Exception) raised in Python code an op ran, as pybind11 or PyTorch carries it.
 bool python_interrupt(const std::exception& e) {
-  PyObject* type = nullptr;
-  if (const auto* p = dynamic_cast<const py::error_already_set*>(&e)) {
-    type = p->type().ptr();
-  } else if (const auto* p = dynamic_cast<const python_error*>(&e)) {
-    type = p->type;
-  }
-  if (type == nullptr || !Py_IsInitialized()) return false;
+  const auto* pybind = dynamic_cast<const py::error_already_set*>(&e);
+  const auto* torch_error = dynamic_cast<const python_error*>(&e);
+  if ((pybind == nullptr && torch_error == nullptr) || !python_usable()) return false;
   py::gil_scoped_acquire gil;
-  return PyErr_GivenExceptionMatches(type, PyExc_BaseException) &&
+  // A python_error not yet persisted leaves the error set on this thread.
+  PyObject* type = pybind != nullptr ? pybind->type().ptr()
+                   : torch_error->type != nullptr ? torch_error->type
+                                                  : PyErr_Occurred();
+  return type != nullptr && PyErr_GivenExceptionMatches(type, PyExc_BaseException) &&
          !PyErr_GivenExceptionMatches(type, PyExc_Exception);
 }
 
@@ -225,7 +229,7 @@ PYBIND11_MODULE(_C, m) {
     }
     // Dropped with the GIL held; leaked when the interpreter is already finalizing.
     std::shared_ptr<py::object> owned(new py::object(std::move(fn)), [](py::object* o) {
-      if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+      if (!python_usable()) return;
       py::gil_scoped_acquire gil;
       delete o;
     });

@@ -134,19 +134,23 @@ def test_dlpack_protocol_of_a_tpu_tensor() -> None:
     assert torch.arange(3.0).__dlpack_device__() == (DLDeviceType.kDLCPU, 0)
 
 
-def test_dlpack_of_a_view_with_an_offset_is_refused_at_the_export() -> None:
-    # Its pointer lies inside the storage, which a tpu storage cannot alias: refused when
-    # exported (not at the imported tensor's first use), naming the copy to export.
+def test_dlpack_of_a_view_with_an_offset_copies_or_is_refused_at_the_export() -> None:
+    # Its pointer lies inside the storage, which a tpu storage cannot alias: exported as a
+    # copy where the caller allows one (copy=None: "copy if needed", torch.from_dlpack's
+    # default), refused at the export where it asks for an alias, naming the way out.
     from torch.utils.dlpack import from_dlpack, to_dlpack
 
-    view = torch.arange(10.0).to("tpu")[3:7]
-    for export in (to_dlpack, torch.to_dlpack, lambda t: t.__dlpack__(), torch.from_dlpack):
-        with pytest.raises(BufferError, match=r"storage offset 3.*copy=True.*clone\(\)"):
+    base = torch.arange(10.0).to("tpu")
+    view = base[3:7]
+    for export in (to_dlpack, torch.to_dlpack, lambda t: t.__dlpack__(copy=False)):
+        with pytest.raises(BufferError, match=r"storage offset 3.*clone\(\)"):
             export(view)
-    back = from_dlpack(to_dlpack(view.clone()))
-    assert torch.equal(back.cpu(), torch.arange(3.0, 7.0))
-    copied = torch.from_dlpack(view.__dlpack__(copy=True))
-    assert torch.equal(copied.cpu(), torch.arange(3.0, 7.0))
+    for imported in (torch.from_dlpack(view), torch.from_dlpack(view.__dlpack__()),
+                     torch.from_dlpack(view.__dlpack__(copy=True)),
+                     from_dlpack(to_dlpack(view.clone()))):
+        assert torch.equal(imported.cpu(), torch.arange(3.0, 7.0))
+    torch.from_dlpack(view).fill_(0)  # a copy: the base is unchanged
+    assert torch.equal(base.cpu(), torch.arange(10.0))
 
 
 @pytest.mark.parametrize("make", [lambda: torch.empty(0, device="tpu"),
@@ -290,14 +294,17 @@ def test_channels_last_of_the_wrong_rank_is_an_error_like_cpu() -> None:
 @pytest.mark.parametrize("mode", ["op", "fused"])
 def test_wider_view_of_an_odd_sized_storage_loses_no_byte(mode: str) -> None:
     """A 3-element int16 view of a 7-byte storage does not cover it: a write through it
-    never replaces the storage's buffer by the view's 6 bytes. The device splices in its
-    own dtype, which cannot read 7 bytes as int16: the write is refused, bytes intact."""
+    splices its bytes into the storage's (7 bytes are no whole int16 elements), as on the
+    CPU, and never replaces the storage's buffer by the view's 6 bytes."""
     with eager_mode(mode):
-        x = torch.arange(1, 8, dtype=torch.uint8, device="tpu")
-        with pytest.raises(RuntimeError, match="7 bytes holding uint8 cannot be read as Short"):
-            x[:6].view(torch.int16).fill_(0)
-        assert x.cpu().tolist() == [1, 2, 3, 4, 5, 6, 7]
-        assert (x + 1).cpu().tolist() == [2, 3, 4, 5, 6, 7, 8]
+        cpu = torch.arange(1, 8, dtype=torch.uint8)
+        x = cpu.to("tpu")
+        for t in (cpu, x):
+            t[:6].view(torch.int16).fill_(258)  # bytes 2, 1
+            t[2:6].view(torch.int16)[1] = -2  # bytes 254, 255
+        assert x.cpu().tolist() == cpu.tolist() == [2, 1, 2, 1, 254, 255, 7]
+        assert (x + 1).cpu().tolist() == [3, 2, 3, 2, 255, 0, 8]
+        # Read as int16 the 7 bytes cannot be (clear error); as bytes they read as zeros.
         s = torch.UntypedStorage(7, device="tpu")
         with pytest.raises(RuntimeError, match="not a multiple of 2 bytes"):
             torch.empty(0, dtype=torch.int16, device="tpu").set_(s, 0, (3,)).cpu()

@@ -45,13 +45,15 @@ _FACTORY_KWARGS = ("dtype", "layout", "device", "pin_memory")
 
 class Target:
     """How a recorded op runs in the exported graph: `op`, given the recorded arguments
-    `keep` (in order), and, for a factory's out= variant (``arange.start_out``), the dtype
-    and device of the out tensor argument `typed_by`."""
+    `keep` (in order); `writes`: `op` is the functional form of an op writing an argument,
+    whose results take the written tensors' dtypes and sizes; `typed_by`: an out= variant's
+    out tensor argument, whose dtype and device a factory (``arange.start_out``) takes."""
 
-    __slots__ = ("op", "keep", "typed_by")
+    __slots__ = ("op", "keep", "writes", "typed_by")
 
-    def __init__(self, op: Any, keep: list[int], typed_by: int | None = None) -> None:
-        self.op, self.keep, self.typed_by = op, keep, typed_by
+    def __init__(self, op: Any, keep: list[int], writes: bool = False,
+                 typed_by: int | None = None) -> None:
+        self.op, self.keep, self.writes, self.typed_by = op, keep, writes, typed_by
 
 
 _targets: dict[str, Target | str] = {}
@@ -105,12 +107,12 @@ def _target(name: str) -> Target:
             want = [(formals[k].name, str(formals[k].type)) for k in keep]
             outs = [k for k, w in enumerate(written) if w]
             functional = _functional(getattr(ops, base, None), want, returns, len(outs) == 1)
-            found = Target(functional, keep, outs[0] if len(outs) == 1 else None)
+            found = Target(functional, keep, True, outs[0] if len(outs) == 1 else None)
         if functional is None:
             why = _targets[name] = (f"{name} writes an argument and has no functional form of "
                                     "its other arguments")
             raise NotAView(why)
-        found.op = functional
+        found.op, found.writes = functional, True
     _targets[name] = found
     return found
 
@@ -304,11 +306,21 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
         returns = target._schema.returns
         if num == 1 and len(returns) == 1:
             env[first] = call
-            continue
-        if num != len(returns) or any(str(r.type) != "Tensor" for r in returns):
+        elif num != len(returns) or any(str(r.type) != "Tensor" for r in returns):
             raise NotAView(f"{name}: its {num} results are not its {len(returns)} returns")
-        for i in range(num):
-            env[first + i] = g.call_function(operator.getitem, (call, i))
+        else:
+            for i in range(num):
+                env[first + i] = g.call_function(operator.getitem, (call, i))
+        if how.writes:
+            # The written tensors' types: an in-place op keeps self's dtype (h_f16.add_(x_f32)
+            # adds in float32, then casts), a range factory out's shape (arange into 2x2).
+            if dtypes is None:
+                raise NotAView(f"{name}: the dtypes of the tensors it writes are unknown")
+            for v in range(first, first + num):
+                if how.typed_by is not None:
+                    env[v] = _call(g, torch.ops.aten.view.default, (env[v], list(dims[v])))
+                env[v] = _call(g, torch.ops.aten._to_copy.default, (env[v],),
+                               {"dtype": dtypes[v]})
     g.output(tuple(env[v] for v in outputs))
     return g, fed
 
