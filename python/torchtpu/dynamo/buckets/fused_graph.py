@@ -195,7 +195,9 @@ def view_read(g: Graph, base: Node, shape: list[int], sizes: list[int],
         assert not isinstance(fits, str), fits  # an extent-1 dim fits anywhere
         dims, fit = chain, fits
     box, starts = fit
-    x = _call(g, torch.ops.aten.view.default, (base, box))
+    # A reshape: the recorder's values are row-major, a retraced op's fake result need not be
+    # (mul of a transposed view keeps its strides), where a view would fail.
+    x = _call(g, torch.ops.aten.reshape.default, (base, box))
     kept = len(dims)
     for k, d in enumerate(dims):
         # Also a slice covering its box dim: a window read whole is then the same

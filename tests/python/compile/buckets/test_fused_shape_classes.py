@@ -228,6 +228,30 @@ def test_factories_and_in_place_writes_compile_per_bucket(monkeypatch: pytest.Mo
     assert all(needed_at[t] == 0 for t in range(11, 17)), needed_at
 
 
+def test_batched_heads_of_a_transposed_view_compile_per_bucket(monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """nanoGPT's layout with a batch of 2: q = x.view(B, t, H, d).transpose(1, 2), scaled
+    before SDPA flattens it. The scaled value is row-major here, while its retraced fake
+    keeps the transpose's strides: the view read of it is a reshape, not a view."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+    torch.manual_seed(0)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        q = x.view(2, x.shape[1], 4, 8).transpose(1, 2)
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    needed_at: dict[int, int] = {}
+    with eager_mode("fused"):
+        for t in range(9, 17):
+            x = torch.randn(2, t, 32)
+            before = programs_obtained()
+            got = f(x.to("tpu")).cpu()
+            needed_at[t] = programs_obtained() - before
+            torch.testing.assert_close(got, f(x), rtol=1e-4, atol=1e-5)
+    assert all(needed_at[t] == 0 for t in range(11, 17)), needed_at
+
+
 def test_in_place_and_out_ops_take_their_functional_forms() -> None:
     aten = torch.ops.aten
 
