@@ -319,8 +319,8 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
             if dtypes is None:
                 raise NotAView(f"{name}: the dtypes of the tensors it writes are unknown")
             for v in range(first, first + num):
-                if how.typed_by is not None:
-                    env[v] = _call(g, torch.ops.aten.view.default, (env[v], list(dims[v])))
+                if how.typed_by is not None:  # (a reshape: see view_read)
+                    env[v] = _call(g, torch.ops.aten.reshape.default, (env[v], list(dims[v])))
                 env[v] = _call(g, torch.ops.aten._to_copy.default, (env[v],),
                                {"dtype": dtypes[v]})
     g.output(tuple(env[v] for v in outputs))
