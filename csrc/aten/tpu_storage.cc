@@ -448,12 +448,12 @@ void StorageDonations::take(int input, const runtime::BufferPtr& output) {
 
 namespace {
 
-// Whether a write through a `dtype` view splices into the storage's buffer read as
-// `dtype`: not when that reading would not give the bytes back (a bool view of another
-// dtype's bytes) or cannot be made (bytes that are no whole elements of `dtype`).
-bool splices_in_dtype(StorageState& s, c10::ScalarType dtype) {
-  return keeps_bytes(ensure_buffer(s, dtype)->dtype(), dtype) &&
-         s.nbytes % static_cast<int64_t>(c10::elementSize(dtype)) == 0;
+// Whether a write through a `dtype` view splices into the storage's buffer (held as
+// `held`) read as `dtype`: not when that reading would not give the bytes back (a bool
+// view of another dtype's bytes) or cannot be made (bytes that are no whole elements of
+// `dtype`).
+bool splices_in_dtype(const StorageState& s, base::DType held, c10::ScalarType dtype) {
+  return keeps_bytes(held, dtype) && s.nbytes % static_cast<int64_t>(c10::elementSize(dtype)) == 0;
 }
 
 // A partial write of `value` through view `t`: the storage's buffer it splices into, the
@@ -469,7 +469,8 @@ Splice splice(StorageState& s, const at::Tensor& t, const runtime::BufferPtr& va
   Splice sp{nullptr, value, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
             std::vector<int64_t>(t.strides().begin(), t.strides().end()), t.storage_offset()};
   c10::ScalarType as = t.scalar_type();
-  if (!splices_in_dtype(s, as)) {
+  runtime::BufferPtr held = ensure_buffer(s, as);  // (released at return: donatable)
+  if (!splices_in_dtype(s, held->dtype(), as)) {
     const int64_t item = static_cast<int64_t>(t.element_size());
     for (int64_t& stride : sp.strides) stride *= item;
     sp.sizes.push_back(item);
@@ -478,7 +479,7 @@ Splice splice(StorageState& s, const at::Tensor& t, const runtime::BufferPtr& va
     as = c10::ScalarType::Byte;
     sp.part = storage_bytes_as(value, s.device_index, as, &sp.sizes);
   }
-  sp.base = storage_bytes_as(ensure_buffer(s, as), s.device_index, as);
+  sp.base = storage_bytes_as(held, s.device_index, as);
   return sp;
 }
 
@@ -503,7 +504,11 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
     StorageState& s = *states[g[0]];
     bool whole_too = false;
     for (size_t i = 0; i < ts.size(); ++i) whole_too |= !partial[i] && states[i] == &s;
-    if (g.size() < 2 || whole_too || !splices_in_dtype(s, ts[g[0]].scalar_type())) continue;
+    c10::ScalarType dtype = ts[g[0]].scalar_type();
+    if (g.size() < 2 || whole_too ||
+        !splices_in_dtype(s, ensure_buffer(s, dtype)->dtype(), dtype)) {
+      continue;
+    }
     std::vector<runtime::BufferPtr> vs;
     for (size_t i : g) {
       vs.push_back(values[i]);
@@ -512,7 +517,6 @@ void write_tensors(c10::ArrayRef<at::Tensor> ts, const std::vector<runtime::Buff
     std::vector<at::Tensor> views = pick(ts, g);
     // (One statement apart: a temporary of ensure_buffer's alive in the call would count
     // as another holder and keep the write from donating the buffer.)
-    c10::ScalarType dtype = ts[g[0]].scalar_type();
     runtime::BufferPtr base = storage_bytes_as(ensure_buffer(s, dtype), s.device_index, dtype);
     s.write_part(std::move(base),
                  [&](const runtime::BufferPtr& whole, bool donate) {

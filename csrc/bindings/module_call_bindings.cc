@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "aten/interrupts.h"
 #include "lowering/module_call.h"
 
 namespace py = pybind11;
@@ -51,8 +52,7 @@ base::StatusOr<lowering::ModuleFunctions> python_provider(
     py::tuple r = fn(op_name, described, outs);
     return lowering::ModuleFunctions{r[0].cast<std::string>(), r[1].cast<std::string>()};
   } catch (py::error_already_set& e) {
-    // Ctrl-C during the first call's import: the caller's (aten/interrupts.h).
-    if (!e.matches(PyExc_Exception)) throw;
+    if (aten::is_interrupt(e)) throw;  // Ctrl-C during the first call's import: the caller's
     // Export errors surface earlier, in the op's fake implementation; one here means the
     // provider broke its contract.
     return base::internal_error("lowering: the module of " + op_name +
