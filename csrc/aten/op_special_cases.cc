@@ -60,9 +60,46 @@ void type_optional_tensor_lists(const c10::FunctionSchema& schema, torch::jit::S
   }
 }
 
+namespace {
+
+bool is_index_put(const std::string& name) {
+  return name.rfind("aten::index_put", 0) == 0 || name.rfind("aten::_index_put_impl", 0) == 0;
+}
+
+// index_put with one bool mask and a one-element value (`x[x < 0] = 0`): the CPU and CUDA
+// kernels fill through the mask (masked_fill), no host read; the lowering selects the same
+// way (`masked_index_put`). The mask's shape is checked here as expanding it would.
+bool is_masked_fill_form(const std::string& name, const c10::List<std::optional<at::Tensor>>& list,
+                         const at::Tensor& self, const at::Tensor& values) {
+  if (!is_index_put(name) || values.numel() != 1) return false;
+  int64_t dim = 0;
+  const at::Tensor* mask = nullptr;
+  for (const std::optional<at::Tensor>& t : list) {
+    if (!t || !t->defined()) {
+      if (mask == nullptr) ++dim;
+      continue;
+    }
+    if (mask != nullptr || t->scalar_type() != at::kBool || t->device() != self.device()) {
+      return false;
+    }
+    mask = &*t;
+  }
+  if (mask == nullptr) return false;
+  for (int64_t j = 0; j < mask->dim(); ++j) {
+    TORCH_CHECK_INDEX(dim + j < self.dim() && mask->size(j) == self.size(dim + j),
+                      "The shape of the mask ", mask->sizes(), " at index ", j,
+                      " does not match the shape of the indexed tensor ", self.sizes(),
+                      " at index ", dim + j);
+  }
+  return true;
+}
+
+}  // namespace
+
 // CPU index tensors move to the indexed tensor's device. Bool/uint8 masks become the
 // integer index tensors they select, as PyTorch's own indexing does: the mask's nonzero
-// positions are data, so this costs one host round-trip per mask (counted).
+// positions are data, so this costs one host round-trip per mask (counted). Not the mask
+// of an index_put of one value (`is_masked_fill_form`): the program selects through it.
 void expand_index_masks(const c10::FunctionSchema& schema, const std::string& name,
                         torch::jit::Stack* stack) {
   size_t n = schema.arguments().size();
@@ -88,6 +125,10 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
       has_mask |= t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte);
     }
     if (!has_mask) continue;
+    if (is_index_put(name) &&
+        is_masked_fill_form(name, list, self, (*stack)[stack->size() - n + 2].toTensor())) {
+      continue;
+    }
     c10::List<std::optional<at::Tensor>> expanded;
     int64_t dim = 0;
     for (size_t k = 0; k < list.size(); ++k) {
@@ -123,11 +164,11 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
 }
 
 void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> args) {
-  if (name.rfind("aten::index_put", 0) != 0 && name.rfind("aten::_index_put_impl", 0) != 0) {
-    return;
-  }
+  if (!is_index_put(name)) return;
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& values = args[2].toTensor();
+  // A bool mask left for the program (checked by expand_index_masks): one value broadcasts.
+  if (is_masked_fill_form(name, args[1].toOptionalTensorList(), self, values)) return;
   // Integer indices that do not broadcast together: the CPU's IndexError (the meta index
   // kernel below raises a RuntimeError of its own wording).
   std::vector<at::IntArrayRef> shapes;

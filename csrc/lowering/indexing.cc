@@ -511,8 +511,8 @@ Result lower_index(LoweringContext& c) {
 }
 
 // x[mask] = v with one bool mask over consecutive dims of self and one value: a select,
-// with no data-dependent shape (a compiled graph's `y[y < 0] = 0`; eager converts masks
-// to indices on the host before lowering). Nothing when the call is not of that form.
+// with no data-dependent shape (`y[y < 0] = 0`, compiled or eager: eager keeps such masks,
+// others become indices on the host first). Nothing when the call is not of that form.
 std::optional<Value> masked_index_put(LoweringContext& c, Value self, bool accumulate) {
   Builder& b = c.b();
   std::vector<Value> indices = c.tensor_list(1);
