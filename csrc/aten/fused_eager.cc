@@ -342,6 +342,35 @@ void materialize(StorageState& s) {
   if (std::shared_ptr<PendingValue> v = s.pending()) materialize(s, v);
 }
 
+namespace {
+
+// Whether a factory call (reading only storages never written: nanoGPT's arange of
+// positions, a sampler's randn) begins a loop's next iteration: it repeats the graph's first
+// factory call, the same op making results of the same dtypes and ranks, called from the
+// same Python stack. (Not any factory seen before: a causal mask made in every layer would
+// cut the graph per layer; nor another factory of one line: SDPA's mask is ones and two
+// scalar_tensors, all of them fill_.)
+bool starts_next_iteration(const PendingGraph& g, const CompiledOp& c, const RecordSite& site) {
+  // No Python stack (the autograd engine's thread): no loop to tell (a backward's zeros
+  // per layer would cut it per layer).
+  if (record_site_empty(site)) return false;
+  for (const RecordedNode& n : g.nodes) {
+    if (n.kind != RecordedNode::Kind::kOp || !n.factory) continue;
+    const CompiledOp& first = *n.op;
+    if (first.name != c.name || first.out_types.size() != c.out_types.size()) return false;
+    for (size_t k = 0; k < c.out_types.size(); ++k) {
+      if (first.out_types[k].dtype != c.out_types[k].dtype ||
+          first.out_types[k].dims.size() != c.out_types[k].dims.size()) {
+        return false;
+      }
+    }
+    return same_record_site(*n.factory, site);
+  }
+  return false;
+}
+
+}  // namespace
+
 bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::FunctionSchema& schema,
                  torch::jit::Stack* stack, const std::optional<at::Generator>& generator) {
   if (!recording_enabled()) return false;
@@ -351,8 +380,26 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   // capturing takes the interpreter's lock); its checks are read when the graph runs.
   std::shared_ptr<const RecordSite> site;
   if (c->has_checks()) site = capture_record_site();
+  // A factory (its inputs storages no call wrote) is recorded with its site too.
+  bool reads_nothing = true;
+  for (const auto& [arg, item] : c->inputs) {
+    const at::Tensor t =
+        item < 0 ? ivalues[arg].toTensor() : present_tensor(ivalues[arg], item);
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) continue;
+    StorageState::Value v = recorded_storage_state(t).value();
+    reads_nothing &= !v.buffer && !v.pending;
+  }
+  std::shared_ptr<const RecordSite> factory;
+  if (reads_nothing) factory = capture_record_site();
   PendingGraph& g = graph(c->device);
   std::lock_guard<std::recursive_mutex> lock(g.mu);
+  if (factory && starts_next_iteration(g, *c, *factory)) {
+    // A loop that never reads a value (nanoGPT's generate: model, sampling, torch.cat)
+    // would otherwise grow one graph over many iterations, cut at TORCHTPU_FUSED_MAX_OPS at
+    // another place each time: graphs of new structures, each compiled. Run per iteration
+    // instead, graphs of one structure whose shape class covers the lengths.
+    run_pending_graph(g);
+  }
   const Mark mark{g.nodes.size(), g.types.size(), g.inputs.size(), g.structure.size()};
   // Every tensor the call reads or writes must be one the graph can take.
   for (const auto& [arg, item] : c->inputs) {
@@ -374,11 +421,11 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   }
   // An empty out= tensor with no bytes and no value (at::empty({0}) that a factory's
   // composite passes, torch.arange's) grows to its result's size, as the op-by-op call
-  // resizes it; not in a graph whose failed data check could undo the call (a resize is
-  // not undone).
+  // resizes it. A failed data check of an earlier call does not undo the resize: the
+  // tensor keeps its size and reads as failed, as the calls' other results do.
   auto grows = [&](const at::Tensor& t, size_t k) {
     if (k >= c->out_types.size() || t.numel() != 0 || t.storage().nbytes() != 0 ||
-        t.is_view() || t.storage_offset() != 0 || g.checked || c->has_checks() ||
+        t.is_view() || t.storage_offset() != 0 || c->has_checks() ||
         c10::IntArrayRef(c->out_types[k].dims) == t.sizes() ||
         c->out_types[k].dtype != to_dtype(t.scalar_type())) {
       return false;
@@ -413,6 +460,7 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   RecordedNode n;
   n.kind = RecordedNode::Kind::kOp;
   n.op = c;
+  n.factory = std::move(factory);
   if (site) {
     n.mark = mark;
     n.site = std::move(site);

@@ -45,6 +45,9 @@ struct RecordedNode {
   // lowering::convert_module gives it op by op.
   enum class Kind { kOp, kViewRead, kViewWrite, kZeros, kConvert } kind = Kind::kOp;
   std::shared_ptr<const CompiledOp> op;  // kOp
+  // kOp reading only storages no call had written (a factory: arange, randn): where it
+  // was called from (a loop's next iteration calls it from the same place).
+  std::shared_ptr<const RecordSite> factory;
   // kOp: the value each graph input of the op reads (CompiledOp::inputs order).
   // kViewRead: {base}; kViewWrite: {base, value}; kZeros: none; kConvert: {value}.
   c10::SmallVector<int, 4> refs;

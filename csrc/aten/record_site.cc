@@ -38,6 +38,18 @@ std::shared_ptr<const RecordSite> capture_record_site() {
   return site;
 }
 
+bool record_site_empty(const RecordSite& site) { return site.frames.empty(); }
+
+bool same_record_site(const RecordSite& a, const RecordSite& b) {
+  if (a.frames.size() != b.frames.size()) return false;
+  for (size_t i = 0; i < a.frames.size(); ++i) {
+    const RecordSite::Frame& x = a.frames[i];
+    const RecordSite::Frame& y = b.frames[i];
+    if (x.line != y.line || x.file != y.file || x.function != y.function) return false;
+  }
+  return true;
+}
+
 std::string format_record_site(const RecordSite& site) {
   std::string out;
   for (auto it = site.frames.rbegin(); it != site.frames.rend(); ++it) {

@@ -17,5 +17,9 @@ std::shared_ptr<const RecordSite> capture_record_site();
 // Its innermost frames as a Python traceback prints them, outermost first, one
 // `  File "f.py", line 3, in g` line each; "" when it has none.
 std::string format_record_site(const RecordSite& site);
+// Whether two captured sites are the same stack (file, function and line of each frame).
+bool same_record_site(const RecordSite& a, const RecordSite& b);
+// Whether it has no frame (captured on a thread running no Python).
+bool record_site_empty(const RecordSite& site);
 
 }  // namespace torchtpu::aten

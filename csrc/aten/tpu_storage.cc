@@ -537,12 +537,22 @@ runtime::BufferPtr storage_buffer(StorageState& s, c10::ScalarType dtype) {
 }
 
 void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
-  run_checked_pending(t.device().index());  // fused eager: a failed check undoes no such write
   StorageState& s = storage_state(t);
   TORCH_CHECK(value->dtype() == to_dtype(t.scalar_type()),
               "tpu: internal: writing a ", base::dtype_name(value->dtype()), " value into a ",
               t.scalar_type(), " tensor");
-  if (is_whole_storage(t, s)) {
+  const bool whole = is_whole_storage(t, s);
+  // Fused eager: a failed check undoes no such write, so a pending graph holding checks
+  // runs first; not for a first value of a whole storage (`torch.tensor(list, device=)`):
+  // nothing before it is overwritten. (The value read in a scope of its own: a buffer it
+  // held would count as another holder and keep the write from donating it.)
+  bool first_value = false;
+  if (whole) {
+    StorageState::Value before = s.value();
+    first_value = !before.buffer && !before.pending;
+  }
+  if (!first_value) run_checked_pending(t.device().index());
+  if (whole) {
     s.set_buffer(value);  // the whole storage: the value becomes its buffer
     return;
   }

@@ -176,6 +176,36 @@ def test_tensors_first_filled_after_a_failed_check_read_as_failed() -> None:
         assert again.cpu().tolist() == [1.0, 1.0, 1.0]
 
 
+def test_a_graph_holding_checks_keeps_recording_new_tensors() -> None:
+    # After an op with data checks (embedding's index bounds), a host tensor's first value
+    # and arange's empty out= (torch.arange's composite) ran the pending graph first, so a
+    # generation loop ran a graph at every token. Neither overwrites a value a failed check
+    # would have to restore: both are recorded (arange) or written (the host tensor) as is.
+    w = torch.randn(5, 3)
+    with eager_mode("fused"):
+        wt = w.to(TPU)
+        e = F.embedding(torch.tensor([1, 4], device=TPU), wt)
+        graphs, eager = counter("num_fused_graphs_run"), counter("num_eager_ops")
+        host = torch.tensor([[2, 3]], device=TPU)
+        pos = torch.arange(0, 2, device=TPU)
+        assert (counter("num_fused_graphs_run"), counter("num_eager_ops")) == (graphs, eager)
+        assert host.cpu().tolist() == [[2, 3]]
+        assert pos.cpu().tolist() == [0, 1]
+        torch.testing.assert_close(e.cpu(), F.embedding(torch.tensor([1, 4]), w))
+        # A check that fails: the calls after it read as failed; a grown out= keeps its size.
+        bad = F.embedding(torch.tensor([1, 7], device=TPU), wt)
+        host = torch.tensor([5], device=TPU)
+        out = torch.empty(0, device=TPU)
+        pos = torch.arange(2.0, out=out)
+        with pytest.raises(IndexError):
+            bad.cpu()
+        assert host.cpu().tolist() == [5]  # the user's data, not an undone call's
+        assert out.shape == (2,)
+        for t in (pos, out):
+            with pytest.raises(RuntimeError, match="failed a data check"):
+                t.cpu()
+
+
 def test_resizing_a_result_a_shape_class_ran_padded() -> None:
     # A padded graph leaves its output's storage a prefix of the bucket-sized buffer:
     # resize_ and out= compared the new size with the buffer's, so the storage kept its

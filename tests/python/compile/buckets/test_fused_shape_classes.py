@@ -16,6 +16,8 @@ import pytest
 import torch
 from _compare import eager_mode, programs_obtained
 
+import torchtpu
+
 from torchtpu.dynamo.buckets import bucket_size
 from torchtpu.dynamo.buckets.fused_graph import NotAView, _target, view_read
 from torchtpu.dynamo.buckets.recorded import Graph, TensorMeta
@@ -379,3 +381,58 @@ def test_shape_classes_keep_the_structures_run_most_recently(monkeypatch: pytest
                 torch.testing.assert_close(got.cpu(), x)
         classes = fused_graph._classes[0]
         assert len(classes.classes) <= 2 and classes.evictions >= 3, classes.evictions
+
+
+class _TinyGPT(torch.nn.Module):
+    """nanoGPT's shape: arange positions, causal SDPA, a head over the vocabulary."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(17, 8), torch.nn.Embedding(32, 8)
+        self.qkv, self.head = torch.nn.Linear(8, 24), torch.nn.Linear(8, 17)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(0, idx.shape[1], dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        q, k, v = (z.view(1, -1, 2, 4).transpose(1, 2) for z in self.qkv(x).split(8, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.head(x + y.transpose(1, 2).reshape(x.shape))
+
+
+def _generate(model: torch.nn.Module, idx: torch.Tensor, tokens: int) -> torch.Tensor:
+    """nanoGPT's generate (greedy): no value is read until the end."""
+    for _ in range(tokens):
+        logits = model(idx[:, -32:])[:, -1, :] / 0.8
+        v, _ = torch.topk(logits, 5)
+        logits[logits < v[:, [-1]]] = -float("inf")  # one value through a bool mask
+        idx = torch.cat((idx, logits.softmax(-1).argmax(-1, keepdim=True)), dim=1)
+    return idx
+
+
+def test_a_loop_that_never_reads_compiles_per_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A generation loop with no host read is cut into a graph per iteration (at the
+    repeat of its first factory, the positions' arange), and those graphs join their
+    shape class: one graph over every iteration would be cut at the op limit at another
+    place each time, a new program per cut; a fresh host tensor, the arange's out= and the
+    top-k mask's index_put run in the graph without ending it."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+    torch.manual_seed(0)
+    model = _TinyGPT().eval()
+    with torch.no_grad():
+        expected = _generate(model, torch.tensor([[0]]), 24)
+        model.to("tpu")
+        with eager_mode("fused"):
+            graphs = torchtpu._C.counters().get("num_fused_graphs_run", 0)
+            roundtrips = torchtpu._C.counters().get("num_host_roundtrips", 0)
+            before = programs_obtained()
+            got = _generate(model, torch.tensor([[0]], device="tpu"), 24).cpu()
+            programs = programs_obtained() - before
+            ran = torchtpu._C.counters().get("num_fused_graphs_run", 0) - graphs
+            assert torchtpu._C.counters().get("num_host_roundtrips", 0) == roundtrips
+    assert torch.equal(got, expected)
+    assert ran == 24, ran  # one graph per iteration
+    # Lengths 1..24, buckets 8, 16 and 32: 13 programs when written (a length of 1, a
+    # class's first graphs at exact sizes, each bucket's program, and the graphs that
+    # straddle a bucket's end); a program per length would be at least 24.
+    assert programs <= 16, programs
