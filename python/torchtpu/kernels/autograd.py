@@ -70,7 +70,11 @@ def register_vjp(op: JaxOp) -> JaxOp:
         ctx.static = {p.name: v for p, v in zip(positional, values) if not p.is_tensor}
         ctx.static.update({k: v for k, v in (keyword_only_inputs or {}).items()
                            if any(p.name == k and not p.is_tensor for p in op.params)})
-        ctx.save_for_backward(*[v for p, v in zip(positional, values) if p.kind == "Tensor"])
+        # A donated argument takes the op's output in place after this (jax_op's call):
+        # the backward reads its value from before the call, a copy.
+        donated = {op.params[i].name for i in op.donated}
+        ctx.save_for_backward(*[v.clone() if p.name in donated else v
+                                for p, v in zip(positional, values) if p.kind == "Tensor"])
         ctx.outputs = [(o.shape, o.dtype, o.device) for o in output]
 
     def backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple:

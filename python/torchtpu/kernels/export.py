@@ -217,6 +217,14 @@ def _check_version(call: str, text: str) -> None:
     try:
         stablehlo.serialize_portable_artifact_str(text, target)
     except Exception as e:
+        if _version_tuple(target) == _version_tuple(ours):
+            # Nothing to downgrade: the module JAX wrote is not valid StableHLO (Pallas's
+            # interpret mode on a 0-d array writes a dynamic_slice without sizes).
+            raise JaxOpError(
+                f"torchtpu.jax_op {call}: JAX exported a module that is not valid StableHLO "
+                f"(StableHLO {ours}, the plugin's own): {e}; this is a JAX or Pallas "
+                "limitation for these inputs (one known case: a Pallas kernel in interpret mode "
+                "on a 0-d tensor; pass it with shape (1,))") from e
         raise JaxOpError(
             f"torchtpu.jax_op {call}: its module uses StableHLO the plugin cannot read (the "
             f"plugin reads StableHLO {target}, this jaxlib writes {ours}): {e}; use a jax "

@@ -33,6 +33,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -279,8 +280,18 @@ class JaxOp:
                           setup_context: Callable[..., Any] | None = None) -> None:
         """A PyTorch backward for the op, replacing the default ``jax.vjp`` one (the
         arguments of ``torch.library.register_autograd``; ``backward`` gets one gradient
-        list, for the op's ``Tensor[]`` result)."""
-        self.custom_op.register_autograd(backward, setup_context=setup_context)
+        list, for the op's ``Tensor[]`` result; it returns one gradient or None per
+        positional argument)."""
+
+        def trimmed(ctx: Any, *grads: Any) -> Any:
+            # The dispatcher drops trailing arguments equal to their defaults, and
+            # torch.library wants one gradient per argument it passed (needs_input_grad).
+            out = backward(ctx, *grads)
+            if isinstance(out, (tuple, list)) and len(out) > len(ctx.needs_input_grad):
+                out = tuple(out[:len(ctx.needs_input_grad)])
+            return out
+
+        self.custom_op.register_autograd(trimmed, setup_context=setup_context)
 
     # -- signatures and exports -------------------------------------------------------------
 
@@ -309,8 +320,9 @@ class JaxOp:
 
     def exported(self, key: tuple) -> ExportedCall:
         """The export for `key` (exported on first use, then cached)."""
+        cached = _by_bits(key)
         with self._lock:
-            hit = self._exports.get(key)
+            hit = self._exports.get(cached)
             if hit is not None:
                 return hit
             call = self._export(key)
@@ -326,7 +338,7 @@ class JaxOp:
                     f"but an earlier call returned {_shape_of(self._structure)} with "
                     f"{list(self._aliases or ())}; an op's output structure and donations "
                     "must not depend on its inputs")
-            self._exports[key] = call
+            self._exports[cached] = call
             return call
 
     def _describe(self, key: tuple) -> str:
@@ -381,9 +393,27 @@ class JaxOp:
 
     def _fake_impl(self, *args: Any, **kwargs: Any) -> list[torch.Tensor]:
         values = self._values_in_schema_order(args, kwargs)
+        tensors = self._flat_tensors(values)
+        device = tensors[0].device
+        # As eager dispatch refuses them (a compiled graph would run a CPU tensor's call on
+        # tpu and give back a CPU result).
+        for t in tensors[1:]:
+            if t.device != device:
+                raise RuntimeError(f"{self.qualname}: expected all tensors to be on the same "
+                                   f"device, but found at least two devices, {device} and "
+                                   f"{t.device}")
+        if device.type not in ("tpu", "meta"):
+            raise NotImplementedError(f"{self.qualname} runs on tpu tensors only (a jax_op has "
+                                      f"no {device.type} kernel); got {device} tensors: move "
+                                      "them with .to('tpu')")
         call = self.exported(self.key(values))
-        device = self._flat_tensors(values)[0].device
         return [torch.empty(s.shape, dtype=s.dtype, device=device) for s in call.outputs]
+
+
+def _by_bits(key: tuple) -> tuple:
+    """`key` with its floats as their bits: -0.0 and 0.0 are equal numbers but other
+    statics (x / -0.0 is -inf), and a NaN equals no NaN (every call would export again)."""
+    return tuple(("float", struct.pack("<d", v)) if type(v) is float else v for v in key)
 
 
 def _shape_of(structure: Any) -> str:

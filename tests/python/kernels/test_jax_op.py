@@ -4,6 +4,8 @@ and run on the CPU."""
 
 from __future__ import annotations
 
+import math
+
 import copy
 
 import jax.numpy as jnp
@@ -316,3 +318,56 @@ def test_a_module_holding_an_op_copies_and_pickles() -> None:
     loaded = torch.load(buf, weights_only=False)
     x = torch.randn(4)
     torch.testing.assert_close(loaded(x.to("tpu")).cpu(), 3.0 * x + 1)
+
+
+_DIV = torchtpu.jax_op("jaxtest::div_static", lambda x, f=1.0: x / f, static_argnames=("f",))
+
+
+def test_static_floats_are_keyed_by_their_bits() -> None:
+    # -0.0 == 0.0 as numbers: both calls shared one export, and x / 0.0 gave -inf. A NaN
+    # equals no NaN: every call with a fresh NaN exported again.
+    x = torch.ones(2, device="tpu")
+    assert _DIV(x, f=-0.0).cpu().tolist() == [-math.inf, -math.inf]
+    assert _DIV(x, f=0.0).cpu().tolist() == [math.inf, math.inf]
+    _DIV(x, f=float("nan")).cpu()
+    exports = len(_DIV._exports)
+    assert all(math.isnan(v) for v in _DIV(x, f=float("nan")).cpu().tolist())
+    assert len(_DIV._exports) == exports
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_donated_update_has_gradients(compiled: bool) -> None:
+    # The backward read the donated argument after the op had written it (autograd's
+    # "modified by an inplace operation"): it saves the value from before the call.
+    torch._dynamo.reset()
+
+    def step(cache: torch.Tensor, rows: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        WRITE_ROWS(cache, rows, start)
+        return (cache * torch.arange(16.0, device=cache.device)[:, None]).sum()
+
+    run = torch.compile(step, backend="tpu") if compiled else step
+    rows = torch.randn(4, 8)
+    rows_t = rows.to("tpu").requires_grad_()
+    run(torch.zeros(16, 8, device="tpu"), rows_t,
+        torch.tensor([3], dtype=torch.int32, device="tpu")).backward()
+    ref_rows = rows.clone().requires_grad_()
+    _torch_update(torch.zeros(16, 8), ref_rows, torch.tensor([3]))
+    cache = torch.zeros(16, 8)
+    cache[3:7] = ref_rows
+    (cache * torch.arange(16.0)[:, None]).sum().backward()
+    torch.testing.assert_close(rows_t.grad.cpu(), ref_rows.grad, **TOL)
+
+
+_ADD = torchtpu.jax_op("jaxtest::add_devices", lambda x, y: x + y)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_cpu_tensors_are_refused_in_compiled_graphs_too(compiled: bool) -> None:
+    # A compiled graph ran the call on tpu and handed back a CPU tensor.
+    torch._dynamo.reset()
+    run = torch.compile(lambda a, b: _ADD(a, b), backend="tpu") if compiled else _ADD
+    with pytest.raises(Exception, match="same device|expected all tensors"):
+        run(torch.ones(3), torch.ones(3, device="tpu"))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="CPU|cpu"):
+        run(torch.ones(3), torch.ones(3))

@@ -129,3 +129,19 @@ def test_tensor_arguments_are_checked() -> None:
         SOFTMAX(1.0)
     with pytest.raises(TypeError, match="unexpected keyword argument 'rows'"):
         SOFTMAX(torch.ones(8, 8, device="tpu"), rows=4)
+
+
+def test_an_invalid_module_from_jax_is_not_called_a_version_mismatch() -> None:
+    # Pallas's interpret mode on a 0-d array writes a dynamic_slice without sizes: the
+    # message blamed the plugin's StableHLO version, the same as JAX's.
+    from jax.experimental import pallas as pl
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    op = torchtpu.jax_op("jaxerr::pallas_0d", lambda x: pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x))
+    assert op(torch.ones(4, device="tpu")).cpu().tolist() == [2.0] * 4
+    with pytest.raises(JaxOpError, match="not valid StableHLO") as e:
+        op(torch.tensor(3.0, device="tpu"))
+    assert "cannot read" not in str(e.value)

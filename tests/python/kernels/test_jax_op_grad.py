@@ -155,3 +155,19 @@ def test_static_arguments_keyword_only_or_named_args_have_gradients() -> None:
         (torch_fn(x_cpu) ** 2).sum().backward()
         (op(x_tpu) ** 2).sum().backward()
         torch.testing.assert_close(x_tpu.grad.cpu(), x_cpu.grad, **TOL)
+
+
+_SCALE_BY = torchtpu.jax_op("tpu_grad_test::scale_by", lambda x, k=2: x * k,
+                            static_argnames=("k",))
+_SCALE_BY.register_autograd(lambda ctx, g: (g[0] * ctx.k, None),
+                            setup_context=lambda ctx, inputs, output: setattr(
+                                ctx, "k", inputs[1] if len(inputs) > 1 else 2))
+
+
+def test_a_pytorch_backward_with_a_static_at_its_default() -> None:
+    # The docs' one gradient per positional argument: the dispatcher drops a trailing
+    # argument equal to its default, and torch.library refused the extra None.
+    for k in (3, 2):
+        x = torch.ones(3, device="tpu", requires_grad=True)
+        _SCALE_BY(x, k=k).sum().backward()
+        assert x.grad.cpu().tolist() == [float(k)] * 3
