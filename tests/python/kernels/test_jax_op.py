@@ -4,9 +4,8 @@ and run on the CPU."""
 
 from __future__ import annotations
 
-import math
-
 import copy
+import math
 
 import jax.numpy as jnp
 import pytest

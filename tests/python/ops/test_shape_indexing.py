@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torchtpu
 from _compare import ALL_DTYPES, assert_raises_like_cpu, assert_same, make
+
+import torchtpu
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)

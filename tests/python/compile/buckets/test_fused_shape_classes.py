@@ -17,7 +17,6 @@ import torch
 from _compare import eager_mode, programs_obtained
 
 import torchtpu
-
 from torchtpu.dynamo.buckets import bucket_size
 from torchtpu.dynamo.buckets.fused_graph import NotAView, _target, view_read
 from torchtpu.dynamo.buckets.recorded import Graph, TensorMeta
