@@ -55,6 +55,9 @@ class TextFileDataset(IterableDataset, Stateful):
     def __init__(self, *, path: str, split: str, validation_fraction: float,
                  tokenizer: BaseTokenizer, seq_len: int, dp_rank: int, dp_world_size: int,
                  infinite: bool) -> None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise ValueError(f"TextFileDataLoader: seq_len must be a positive number of "
+                             f"tokens, got {seq_len!r}; set --training.seq_len")
         tokens = tokenizer.encode(read_split(path, split, validation_fraction), add_bos=True,
                                   add_eos=True)
         num_samples = (len(tokens) - 1) // seq_len

@@ -83,6 +83,14 @@ class TpuTrainer(Trainer):
         """Loss-curve PNG written under the dump folder at the end (rank 0); empty: none."""
 
     def __init__(self, config: Config) -> None:
+        # TorchTitan takes these unchecked: 0 steps "trained" nothing and wrote an empty
+        # loss curve, -1 failed an assertion of its LR schedule, a batch or sequence of 0
+        # divided by zero.
+        for name in ("steps", "local_batch_size", "seq_len"):
+            value = getattr(config.training, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"torchtpu.train: --training.{name} must be a positive "
+                                 f"integer, got {value!r}")
         super().__init__(config)
         dtype = matmul_dtype(config)
         peak = peak_flops_for(dtype)

@@ -104,6 +104,22 @@ def test_text_file_errors(tmp_path) -> None:
         _dataset(str(short), validation_fraction=0.3, dp_rank=1, dp_world_size=2)
     with pytest.raises(ValueError, match="split of .* is empty"):
         read_split(str(short), "train", 0.9)
+    for bad in (0, -1):  # a ZeroDivisionError / an empty dataset before
+        with pytest.raises(ValueError, match="seq_len must be a positive number"):
+            _dataset(str(short), seq_len=bad)
+
+
+@pytest.mark.parametrize("name, value", [("steps", 0), ("steps", -1), ("local_batch_size", 0),
+                                         ("seq_len", 0)])
+def test_trainer_refuses_counts_below_one(name: str, value: int) -> None:
+    # TorchTitan takes them unchecked: 0 steps wrote an empty loss curve and exited 0,
+    # -1 failed an assertion in its LR schedule, a batch of 0 divided by zero.
+    from torchtpu.train.trainer import TpuTrainer
+
+    config = TpuTrainer.Config()
+    setattr(config.training, name, value)
+    with pytest.raises(ValueError, match=f"--training.{name} must be a positive integer"):
+        TpuTrainer(config)
 
 
 def test_peak_flops_table_and_override(monkeypatch) -> None:
