@@ -116,7 +116,8 @@ def _serve_parser(sub) -> None:
                    help="n-gram speculative decoding, as vLLM's JSON: e.g. "
                         "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
                         "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 4}' "
-                        "(a request opts out with \"speculative\": false)")
+                        "(lookup defaults 2..4; one bound given, the other takes its value, "
+                        "as in vLLM; a request opts out with \"speculative\": false)")
     p.add_argument("--quantization", choices=["int8"], default=None,
                    help="int8: weight-only int8 linear layers, embedding and head (per "
                         "output channel scales); activations and the KV cache stay f32")

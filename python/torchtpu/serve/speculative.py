@@ -19,17 +19,24 @@ from typing import Any
 @dataclass(frozen=True)
 class SpeculativeConfig:
     num_speculative_tokens: int = 4
-    prompt_lookup_min: int = 2
-    prompt_lookup_max: int = 4
+    # Both unset: 2..4. One unset: the other's value, as vLLM's SpeculativeConfig does.
+    prompt_lookup_min: int | None = None
+    prompt_lookup_max: int | None = None
     method: str = "ngram"
 
     def __post_init__(self) -> None:
         def positive_int(name: str) -> int:
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"serve: speculative: {name} must be a positive integer, "
-                                 f"got {v!r}")
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v < 2**31:
+                raise ValueError(f"serve: speculative: {name} must be a positive integer "
+                                 f"below 2**31, got {v!r}")
             return v
+
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is None and hi is None:
+            lo, hi = 2, 4
+        object.__setattr__(self, "prompt_lookup_min", hi if lo is None else lo)
+        object.__setattr__(self, "prompt_lookup_max", lo if hi is None else hi)
 
         if self.method != "ngram":
             raise ValueError(f"serve: speculative: method {self.method!r} is not supported; "

@@ -168,10 +168,19 @@ def test_speculative_config_parses_vllms_shapes_and_says_what_is_wrong():
         SpeculativeConfig.parse({"method": "eagle"})
     with pytest.raises(ValueError, match="unknown key.s. model; known:"):
         SpeculativeConfig.parse({"model": "x"})
+    # One bound given: the other takes its value (vLLM's rule); both unset: 2..4.
+    cfg = SpeculativeConfig.parse({"prompt_lookup_min": 5})
+    assert (cfg.prompt_lookup_min, cfg.prompt_lookup_max) == (5, 5)
+    cfg = SpeculativeConfig.parse({"prompt_lookup_max": 1})
+    assert (cfg.prompt_lookup_min, cfg.prompt_lookup_max) == (1, 1)
+    assert (SpeculativeConfig().prompt_lookup_min, SpeculativeConfig().prompt_lookup_max) == (2, 4)
     with pytest.raises(ValueError, match="prompt_lookup_min .5. must not exceed"):
-        SpeculativeConfig.parse({"prompt_lookup_min": 5})
+        SpeculativeConfig.parse({"prompt_lookup_min": 5, "prompt_lookup_max": 3})
     with pytest.raises(ValueError, match="num_speculative_tokens must be a positive integer"):
         SpeculativeConfig.parse(0)
+    # Past int32 (the scheduler's): a ValueError, not the binding's TypeError.
+    with pytest.raises(ValueError, match="below 2..31"):
+        SpeculativeConfig.parse(2**31)
     with pytest.raises(ValueError, match="speculative must be None, a bool"):
         SpeculativeConfig.parse("ngram")
     with pytest.raises(ValueError, match="speculative must be a bool"):
