@@ -66,31 +66,49 @@ bool is_index_put(const std::string& name) {
   return name.rfind("aten::index_put", 0) == 0 || name.rfind("aten::_index_put_impl", 0) == 0;
 }
 
-// index_put with one bool mask and a one-element value (`x[x < 0] = 0`): the CPU and CUDA
-// kernels fill through the mask (masked_fill), no host read; the lowering selects the same
-// way (`masked_index_put`). The mask's shape is checked here as expanding it would.
-bool is_masked_fill_form(const std::string& name, const c10::List<std::optional<at::Tensor>>& list,
-                         const at::Tensor& self, const at::Tensor& values) {
-  if (!is_index_put(name) || values.numel() != 1) return false;
-  int64_t dim = 0;
+// A mask indexing `self` from dim `dim` on: its sizes must be those dims' (the CPU's
+// IndexError otherwise).
+void check_mask_shape(const at::Tensor& mask, const at::Tensor& self, int64_t dim) {
+  for (int64_t j = 0; j < mask.dim(); ++j) {
+    TORCH_CHECK_INDEX(dim + j < self.dim() && mask.size(j) == self.size(dim + j),
+                      "The shape of the mask ", mask.sizes(), " at index ", j,
+                      " does not match the shape of the indexed tensor ", self.sizes(),
+                      " at index ", dim + j);
+  }
+}
+
+// index_put (args: self, indices, values, accumulate, ...) of one bool mask, a one-element
+// value and no accumulation (`x[x < 0] = 0`): the CPU and CUDA kernels fill through the
+// mask (masked_fill), no host read; the lowering selects the same way (`masked_index_put`).
+// The mask's shape and the index count are checked here as expanding it would check them.
+bool is_masked_fill_form(c10::ArrayRef<c10::IValue> args) {
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& values = args[2].toTensor();
+  if (values.numel() != 1 || (args.size() > 3 && args[3].isBool() && args[3].toBool())) {
+    return false;
+  }
+  const c10::List<std::optional<at::Tensor>> list = args[1].toOptionalTensorList();
+  int64_t dim = 0, indexed = 0;
   const at::Tensor* mask = nullptr;
   for (const std::optional<at::Tensor>& t : list) {
     if (!t || !t->defined()) {
       if (mask == nullptr) ++dim;
+      ++indexed;
       continue;
     }
     if (mask != nullptr || t->scalar_type() != at::kBool || t->device() != self.device()) {
       return false;
     }
     mask = &*t;
+    indexed += t->dim();
   }
   if (mask == nullptr) return false;
-  for (int64_t j = 0; j < mask->dim(); ++j) {
-    TORCH_CHECK_INDEX(dim + j < self.dim() && mask->size(j) == self.size(dim + j),
-                      "The shape of the mask ", mask->sizes(), " at index ", j,
-                      " does not match the shape of the indexed tensor ", self.sizes(),
-                      " at index ", dim + j);
+  // The CPU counts the list's entries, then the dims they index.
+  for (int64_t count : {static_cast<int64_t>(list.size()), indexed}) {
+    TORCH_CHECK_INDEX(count <= self.dim(), "too many indices for tensor of dimension ",
+                      self.dim(), " (got ", count, ")");
   }
+  check_mask_shape(*mask, self, dim);
   return true;
 }
 
@@ -125,10 +143,7 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
       has_mask |= t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte);
     }
     if (!has_mask) continue;
-    if (is_index_put(name) &&
-        is_masked_fill_form(name, list, self, (*stack)[stack->size() - n + 2].toTensor())) {
-      continue;
-    }
+    if (is_index_put(name) && is_masked_fill_form(torch::jit::last(*stack, n))) continue;
     c10::List<std::optional<at::Tensor>> expanded;
     int64_t dim = 0;
     for (size_t k = 0; k < list.size(); ++k) {
@@ -145,12 +160,7 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
         TORCH_WARN("indexing with dtype torch.uint8 is now deprecated, please use a dtype "
                    "torch.bool instead.");
       }
-      for (int64_t j = 0; j < t->dim(); ++j) {
-        TORCH_CHECK_INDEX(dim + j < self.dim() && t->size(j) == self.size(dim + j),
-                          "The shape of the mask ", t->sizes(), " at index ", j,
-                          " does not match the shape of the indexed tensor ", self.sizes(),
-                          " at index ", dim + j);
-      }
+      check_mask_shape(*t, self, dim);
       at::Tensor positions = at::nonzero(t->cpu());
       base::keyed_counter_add("host_roundtrip_ops", name + " (bool mask)");
       base::counter_add("num_host_roundtrips");
@@ -165,10 +175,11 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
 
 void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> args) {
   if (!is_index_put(name)) return;
+  // A bool mask left for the program (checked by expand_index_masks): one value broadcasts
+  // and takes self's dtype (the CPU's masked_fill path).
+  if (is_masked_fill_form(args)) return;
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& values = args[2].toTensor();
-  // A bool mask left for the program (checked by expand_index_masks): one value broadcasts.
-  if (is_masked_fill_form(name, args[1].toOptionalTensorList(), self, values)) return;
   // Integer indices that do not broadcast together: the CPU's IndexError (the meta index
   // kernel below raises a RuntimeError of its own wording).
   std::vector<at::IntArrayRef> shapes;
@@ -197,10 +208,9 @@ void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> 
   TORCH_CHECK(at::is_expandable_to(values.sizes(), result.sizes()),
               "shape mismatch: value tensor of shape ", values.sizes(),
               " cannot be broadcast to indexing result of shape ", result.sizes());
-  // The CPU checks the dtype after the shape. A one-element value is let through: with a
-  // single bool mask the CPU kernel takes its masked_fill path, which casts it, and the
-  // masks are index tensors by now (expand_index_masks), so the two cannot be told apart.
-  TORCH_CHECK(values.numel() == 1 || values.scalar_type() == self.scalar_type(),
+  // The CPU checks the dtype after the shape (its masked_fill path, which casts, returned
+  // above).
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(),
               "Index put requires the source and destination dtypes match, got ",
               self.scalar_type(), " for the destination and ", values.scalar_type(),
               " for the source.");
