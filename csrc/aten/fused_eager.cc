@@ -1,5 +1,6 @@
 #include "aten/fused_eager.h"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 #include <c10/util/accumulate.h>
 
@@ -255,6 +256,7 @@ void PendingGraph::reset() {
   values.clear();
   structure.clear();
   checked = false;
+  first_factory = last_repeat = -1;
   undo.clear();
 }
 
@@ -265,6 +267,8 @@ void PendingGraph::truncate(const Mark& m) {
   for (size_t k = m.inputs; k < inputs.size(); ++k) input_ids.erase(inputs[k].get());
   inputs.resize(m.inputs);
   structure.resize(m.structure);
+  if (first_factory >= static_cast<int>(m.nodes)) first_factory = last_repeat = -1;
+  if (last_repeat >= static_cast<int>(m.nodes)) last_repeat = first_factory;
   while (!undo.empty() && undo.back().nodes > m.nodes) undo.pop_back();
 }
 
@@ -344,28 +348,31 @@ void materialize(StorageState& s) {
 
 namespace {
 
+// A loop's iteration is at least this many calls: a repeat sooner is a loop inside one
+// (Adam's zeros per parameter at its first step, a mask per layer of a small model).
+constexpr size_t kMinIterationCalls = 32;
+
 // Whether a factory call (reading only storages never written: nanoGPT's arange of
-// positions, a sampler's randn) begins a loop's next iteration: it repeats the graph's first
-// factory call, the same op making results of the same dtypes and ranks, called from the
-// same Python stack. (Not any factory seen before: a causal mask made in every layer would
-// cut the graph per layer; nor another factory of one line: SDPA's mask is ones and two
-// scalar_tensors, all of them fill_.)
-bool starts_next_iteration(const PendingGraph& g, const CompiledOp& c, const RecordSite& site) {
-  // No Python stack (the autograd engine's thread): no loop to tell (a backward's zeros
-  // per layer would cut it per layer).
-  if (record_site_empty(site)) return false;
-  for (const RecordedNode& n : g.nodes) {
-    if (n.kind != RecordedNode::Kind::kOp || !n.factory) continue;
-    const CompiledOp& first = *n.op;
-    if (first.name != c.name || first.out_types.size() != c.out_types.size()) return false;
-    for (size_t k = 0; k < c.out_types.size(); ++k) {
-      if (first.out_types[k].dtype != c.out_types[k].dtype ||
-          first.out_types[k].dims.size() != c.out_types[k].dims.size()) {
-        return false;
-      }
+// positions, a sampler's randn), made with autograd off (a generation loop, not a
+// training step), begins a loop's next iteration: it repeats the graph's first factory
+// call (the same op, results of the same dtypes and ranks, called from the same Python
+// stack) at least kMinIterationCalls calls after its last repeat. A sooner repeat is
+// noted as the last.
+bool starts_next_iteration(PendingGraph& g, const CompiledOp& c, const RecordSite& site) {
+  // No Python stack (the autograd engine's thread): no loop to tell.
+  if (g.first_factory < 0 || record_site_empty(site)) return false;
+  const RecordedNode& n = g.nodes.at(static_cast<size_t>(g.first_factory));
+  const CompiledOp& first = *n.op;
+  if (first.name != c.name || first.out_types.size() != c.out_types.size()) return false;
+  for (size_t k = 0; k < c.out_types.size(); ++k) {
+    if (first.out_types[k].dtype != c.out_types[k].dtype ||
+        first.out_types[k].dims.size() != c.out_types[k].dims.size()) {
+      return false;
     }
-    return same_record_site(*n.factory, site);
   }
+  if (!same_record_site(*n.factory, site)) return false;
+  if (g.nodes.size() - static_cast<size_t>(g.last_repeat) >= kMinIterationCalls) return true;
+  g.last_repeat = static_cast<int>(g.nodes.size());
   return false;
 }
 
@@ -380,18 +387,20 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   // capturing takes the interpreter's lock); its checks are read when the graph runs.
   std::shared_ptr<const RecordSite> site;
   if (c->has_checks()) site = capture_record_site();
-  // A factory (its inputs storages no call wrote) is recorded with its site too.
-  bool reads_nothing = true;
+  PendingGraph& g = graph(c->device);
+  // A factory (its inputs storages no call wrote) called with autograd off is recorded
+  // with its site too, when a loop's iteration could begin or end there.
+  bool reads_nothing = !at::GradMode::is_enabled();
   for (const auto& [arg, item] : c->inputs) {
+    if (!reads_nothing) break;
     const at::Tensor t =
         item < 0 ? ivalues[arg].toTensor() : present_tensor(ivalues[arg], item);
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) continue;
     StorageState::Value v = recorded_storage_state(t).value();
-    reads_nothing &= !v.buffer && !v.pending;
+    reads_nothing = !v.buffer && !v.pending;
   }
   std::shared_ptr<const RecordSite> factory;
-  if (reads_nothing) factory = capture_record_site();
-  PendingGraph& g = graph(c->device);
+  if (reads_nothing) factory = site ? site : capture_record_site();
   std::lock_guard<std::recursive_mutex> lock(g.mu);
   if (factory && starts_next_iteration(g, *c, *factory)) {
     // A loop that never reads a value (nanoGPT's generate: model, sampling, torch.cat)
@@ -460,7 +469,8 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   RecordedNode n;
   n.kind = RecordedNode::Kind::kOp;
   n.op = c;
-  n.factory = std::move(factory);
+  const bool is_first_factory = factory && g.first_factory < 0;
+  if (is_first_factory) n.factory = std::move(factory);
   if (site) {
     n.mark = mark;
     n.site = std::move(site);
@@ -511,6 +521,7 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   w.push_back(static_cast<int64_t>(n.refs.size()));
   w.insert(w.end(), n.refs.begin(), n.refs.end());
   int first = rec.add_node(std::move(n), c->out_types);
+  if (is_first_factory) g.first_factory = g.last_repeat = static_cast<int>(g.nodes.size()) - 1;
   g_recorded.add();
 
   // Results: as run_compiled writes them, with pending values.

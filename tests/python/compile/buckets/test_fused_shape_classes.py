@@ -435,3 +435,36 @@ def test_a_loop_that_never_reads_compiles_per_bucket(monkeypatch: pytest.MonkeyP
     # class's first graphs at exact sizes, each bucket's program, and the graphs that
     # straddle a bucket's end); a program per length would be at least 24.
     assert programs <= 16, programs
+
+
+def test_loops_inside_an_iteration_do_not_cut_the_graph() -> None:
+    """A factory repeated sooner than an iteration's length (a mask made in every layer of
+    a small model, Adam's zeros per parameter at its first step) is a loop inside one
+    iteration: the graph runs at the host read only."""
+    blocks = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4)).to("tpu")
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        for b in blocks:  # the graph's first factory is the first block's mask
+            mask = torch.ones(x.shape[0], x.shape[0], dtype=torch.bool, device=x.device).tril()
+            x = torch.relu(b(x.masked_fill(~mask[:, :1], 0.0)))
+        return x
+
+    x = torch.randn(6, 8)
+    with torch.no_grad():
+        with eager_mode("fused"):
+            xt = x.to("tpu")
+            graphs = torchtpu._C.counters().get("num_fused_graphs_run", 0)
+            y = forward(xt)
+            assert torchtpu._C.counters().get("num_fused_graphs_run", 0) == graphs
+            got = y.cpu()
+            params = [torch.nn.Parameter(torch.randn(3, 2, device="tpu")) for _ in range(8)]
+            for p in params:
+                p.grad = torch.ones_like(p)
+            opt = torch.optim.Adam(params, lr=0.1)
+            graphs = torchtpu._C.counters().get("num_fused_graphs_run", 0)
+            opt.step()
+            assert torchtpu._C.counters().get("num_fused_graphs_run", 0) == graphs
+            params[0].cpu()
+        blocks.cpu()
+        torch.testing.assert_close(got, forward(x), rtol=1e-5, atol=1e-5)
+
