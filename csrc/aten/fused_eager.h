@@ -95,6 +95,8 @@ struct ExportedNode {
   int64_t offset = 0;
   int first_out = 0;
   int num_out = 0;
+  // A random op: the input holding the generator state it draws from (ui64[2]), or -1.
+  int rng_input = -1;
 };
 struct ExportedGraph {
   // The graph exactly, as bytes (its structure words, which values are outputs, and every

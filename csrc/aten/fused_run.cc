@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "aten/compiled_op.h"
 #include "aten/deferred_checks.h"
@@ -53,18 +54,30 @@ std::shared_ptr<const FusedGraphHook> g_hook;
 thread_local bool t_in_hook = false;
 const base::Counter g_hook_graphs("num_fused_graphs_run_by_shape_class");
 
+// The position among node `n`'s recorded params of its generator state, -1 when it draws
+// no random numbers, -2 when it draws from several.
+int rng_param(const RecordedNode& n) {
+  int at = -1, k = 0;
+  for (const GraphParam& p : n.op->lowered.params) {
+    if (p.source == GraphParam::Source::kScalar || p.source == GraphParam::Source::kRngState) {
+      if (p.source == GraphParam::Source::kRngState) at = at == -1 ? k : -2;
+      ++k;
+    }
+  }
+  return at;
+}
+
 // Whether the hook may take `g`: ops, view reads, zeros and conversions only. An op writing its
 // argument writes a whole storage (a write into a view is a kViewWrite): its result is a
-// value like any other, which the hook computes with the op's functional form.
+// value like any other, which the hook computes with the op's functional form. A random
+// op's generator state (taken at its call) is an input of the exported graph.
 bool exportable(const PendingGraph& g) {
   for (const RecordedNode& n : g.nodes) {
     if (n.kind == RecordedNode::Kind::kViewWrite) return false;
     if (n.kind != RecordedNode::Kind::kOp) continue;
     const CompiledOp& c = *n.op;
     if (!c.list_write_args.empty() || !c.extra_write_args.empty()) return false;
-    for (const GraphParam& p : c.lowered.params) {
-      if (p.source == GraphParam::Source::kRngState) return false;
-    }
+    if (rng_param(n) == -2) return false;
     // A host 0-dim tensor the user made (not a number PyTorch wrapped) promotes as a
     // tensor of its dtype; the shape class reads host scalars back as Python numbers,
     // which promote as numbers (x * float64 0.1 would be float32 there).
@@ -171,7 +184,17 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
   ExportedGraph e;
   e.key = graph_key(g, outputs);
   for (const runtime::BufferPtr& b : g.inputs) e.inputs.push_back(wrap_buffer(b, to_scalar_type(b->dtype())));
-  e.nodes = [&g] {
+  // Random ops' generator states (ui64[2], taken at their calls): inputs after the graph's.
+  std::unordered_map<const RecordedNode*, int> rng_inputs;
+  for (const RecordedNode& n : g.nodes) {
+    if (n.kind != RecordedNode::Kind::kOp) continue;
+    int k = rng_param(n);
+    if (k < 0) continue;
+    const runtime::BufferPtr& state = n.params.at(static_cast<size_t>(k));
+    rng_inputs.emplace(&n, static_cast<int>(e.inputs.size()));
+    e.inputs.push_back(wrap_buffer(state, to_scalar_type(state->dtype())));
+  }
+  e.nodes = [&g, &rng_inputs] {
     std::vector<ExportedNode> nodes;
     nodes.reserve(g.nodes.size());
     for (const RecordedNode& n : g.nodes) {
@@ -205,6 +228,8 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
         for (size_t k = 0; k < n.op->inputs.size(); ++k) {
           x.reads.push_back({n.op->inputs[k].first, n.op->inputs[k].second, n.refs[k]});
         }
+        auto state = rng_inputs.find(&n);
+        if (state != rng_inputs.end()) x.rng_input = state->second;
       }
       nodes.push_back(std::move(x));
     }

@@ -65,7 +65,8 @@ namespace py = pybind11;
 using namespace torchtpu;
 
 // A fused graph's nodes as the shape-class hook reads them (aten/fused_eager.h): a view
-// read ("", base, sizes, strides, offset, first, num), an op (name, args, reads, first, num).
+// read ("", base, sizes, strides, offset, first, num), an op (name, args, reads, first, num,
+// the input holding its generator state or -1).
 py::list exported_nodes(const aten::ExportedGraph& e) {
   py::list nodes;
   for (const aten::ExportedNode& n : e.nodes()) {
@@ -85,7 +86,7 @@ py::list exported_nodes(const aten::ExportedGraph& e) {
     }
     py::list reads;
     for (const auto& r : n.reads) reads.append(py::make_tuple(r[0], r[1], r[2]));
-    nodes.append(py::make_tuple(n.op, args, reads, n.first_out, n.num_out));
+    nodes.append(py::make_tuple(n.op, args, reads, n.first_out, n.num_out, n.rng_input));
   }
   return nodes;
 }

@@ -3,7 +3,9 @@
 AOTAutograd's partitioner makes a random op that the backward recomputes draw the same
 values twice: in the forward it becomes ``run_and_save_rng_state(op, *args)``, which
 returns ``(state, result)`` and saves the state for the backward, and in the backward
-``run_with_rng_state(state, op, *args)``. Here a node's random draws read a generator
+``run_with_rng_state(state, op, *args)`` (a fused eager graph run by its shape class
+calls its random ops so too, each with the ui64[2] state its eager call took, an input).
+Here a node's random draws read a generator
 state (seed, offset) that the program gets at run time; the state becomes a value of the
 graph: ``torchtpu::rng_state(device)`` gives it as an int64[2] tensor (the forward saves
 it), and the op's node reads it instead of a state of its own (``RNG_FROM`` in its meta
@@ -84,7 +86,7 @@ def unwrap_rng_states(gm: torch.fx.GraphModule) -> None:
             with graph.inserting_before(node):
                 call = graph.call_function(op, tuple(args), dict(node.kwargs))
             call.meta = {"val": result, RNG_FROM: state.name}
-            if state.meta["val"].dtype != torch.int64:
+            if state.meta["val"].dtype not in (torch.int64, torch.uint64):
                 # The backward's input for the forward's saved state.
                 state.meta["val"] = _state_value(result, _device(result))
             node.replace_all_uses_with(call)

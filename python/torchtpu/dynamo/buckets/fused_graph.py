@@ -253,7 +253,8 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
     # graph, whose rule reads them out of the whole parameter).
     prefixes = {n[5]: n for n in nodes if _prefix_view(n) and inputs[-n[1] - 1].dim() == 1}
     used = {r[2] for n in nodes if n[0] != "" for r in n[2]} | set(outputs) | {
-        n[1] for n in nodes if n[0] == "" and n[5] not in prefixes}
+        n[1] for n in nodes if n[0] == "" and n[5] not in prefixes} | {
+        -(n[5] + 1) for n in nodes if n[0] != "" and n[5] >= 0}
 
     def placeholder(k: int, sizes: list[int] | None) -> Node:
         p = g.placeholder(f"in{len(fed)}")
@@ -278,7 +279,7 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
             shape = list(dims[base] if base >= 0 else inputs[-base - 1].shape)
             env[first] = view_read(g, env[base], shape, list(sizes), list(strides), offset)
             continue
-        name, args, reads, first, num = n
+        name, args, reads, first, num, rng = n
         how = _target(name)
         target = how.op
         args = list(args)
@@ -304,7 +305,14 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
                 raise NotAView(f"{name}: its out tensor's dtype is unknown")
             kw["dtype"] = inputs[-typed - 1].dtype if typed < 0 else dtypes[typed]
             kw["device"] = inputs[0].device
-        call = _call(g, target, pos, kw)
+        if rng >= 0:
+            # A random op draws from the generator state its call took (an input): the
+            # shape class's program then draws what the exact program would
+            # (dynamo/rng_states.py reads run_with_rng_state).
+            call = _call(g, torch._prims.rng_prims.run_with_rng_state,
+                         (env[-(rng + 1)], target, *pos), kw)
+        else:
+            call = _call(g, target, pos, kw)
         returns = target._schema.returns
         if num == 1 and len(returns) == 1:
             env[first] = call

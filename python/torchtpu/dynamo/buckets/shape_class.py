@@ -307,12 +307,32 @@ class ShapeClass:
 
         if len(free_symbols(gm)) != len(self.symbols):
             return "tracing specialized a size (a size of 1 on one of the two graphs)"
+        why = _random_over_a_size(gm)
+        if why is not None:
+            return why
 
         runner = GraphRunner(gm, [], device=self.device)
         if runner.hazard:  # no padding rule: exact sizes, the recorder's own programs
             return runner.hazard
         self.runner = runner
         return None
+
+
+def _random_over_a_size(gm: torch.fx.GraphModule) -> str | None:
+    """Why `gm` cannot run padded: a random op whose arguments or results vary in size (its
+    draws at a bucket's size are other numbers than at the true size); None when none."""
+    replay = torch._prims.rng_prims.run_with_rng_state
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is not replay:
+            continue
+        vals = [n.meta.get("val")] + [a.meta.get("val") for a in n.args[2:]
+                                      if isinstance(a, torch.fx.Node)]
+        for v in vals:
+            for t in v if isinstance(v, (tuple, list)) else (v,):
+                if isinstance(t, torch.Tensor) and any(
+                        isinstance(d, torch.SymInt) for d in t.shape):
+                    return f"the random op {n.args[1]} draws at a size that varies"
+    return None
 
 
 def _evaluator(exprs: list[Any], symbols: list[sympy.Symbol]) -> Callable[..., list[int]]:

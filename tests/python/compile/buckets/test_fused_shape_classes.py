@@ -468,3 +468,31 @@ def test_loops_inside_an_iteration_do_not_cut_the_graph() -> None:
         blocks.cpu()
         torch.testing.assert_close(got, forward(x), rtol=1e-5, atol=1e-5)
 
+
+def test_a_sampling_loop_draws_the_numbers_of_op_by_op_at_every_length(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph with a random op joins its shape class when the op's own sizes do not vary
+    (multinomial over the vocabulary): its draws read the generator state its call took,
+    so the tokens are op-by-op mode's; the same loop compiled per length before."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+    torch.manual_seed(0)
+    model = _TinyGPT().eval().to("tpu")
+
+    def sample(tokens: int) -> list[int]:
+        torch.tpu.manual_seed(7)
+        idx = torch.tensor([[0]], device="tpu")
+        for _ in range(tokens):
+            probs = (model(idx[:, -32:])[:, -1, :] / 0.8).softmax(-1)
+            idx = torch.cat((idx, torch.multinomial(probs, 1)), dim=1)
+        return idx[0].tolist()
+
+    with torch.no_grad():
+        with eager_mode("op"):
+            expected = sample(20)
+        with eager_mode("fused"):
+            before = programs_obtained()
+            got = sample(20)
+            programs = programs_obtained() - before
+    assert got == expected
+    assert programs <= 14, programs  # 12 when written; per length, at least 20
