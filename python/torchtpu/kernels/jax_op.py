@@ -285,10 +285,13 @@ class JaxOp:
 
         def trimmed(ctx: Any, *grads: Any) -> Any:
             # The dispatcher drops trailing arguments equal to their defaults, and
-            # torch.library wants one gradient per argument it passed (needs_input_grad).
+            # torch.library wants one gradient per argument it passed (needs_input_grad):
+            # the Nones of the dropped ones go (any other extra is torch.library's error).
             out = backward(ctx, *grads)
-            if isinstance(out, (tuple, list)) and len(out) > len(ctx.needs_input_grad):
-                out = tuple(out[:len(ctx.needs_input_grad)])
+            passed = len(ctx.needs_input_grad)
+            if (isinstance(out, (tuple, list)) and len(out) > passed
+                    and all(g is None for g in out[passed:])):
+                out = tuple(out[:passed])
             return out
 
         self.custom_op.register_autograd(trimmed, setup_context=setup_context)
@@ -411,7 +414,7 @@ class JaxOp:
 
 
 def _by_bits(key: tuple) -> tuple:
-    """`key` with its floats as their bits: -0.0 and 0.0 are equal numbers but other
+    """`key` with its floats as their bits: -0.0 and 0.0 are equal numbers but different
     statics (x / -0.0 is -inf), and a NaN equals no NaN (every call would export again)."""
     return tuple(("float", struct.pack("<d", v)) if type(v) is float else v for v in key)
 

@@ -334,27 +334,26 @@ def test_static_floats_are_keyed_by_their_bits() -> None:
     assert len(_DIV._exports) == exports
 
 
+_SCALE_DONATED = torchtpu.jax_op("jaxtest::scale_donated", lambda c, w: c * w,
+                                 donate_argnums=(0,))
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_donated_update_has_gradients(compiled: bool) -> None:
     # The backward read the donated argument after the op had written it (autograd's
-    # "modified by an inplace operation"): it saves the value from before the call.
+    # "modified by an inplace operation"): it saves the value from before the call, which
+    # the gradient of c * w in w is made of.
     torch._dynamo.reset()
 
-    def step(cache: torch.Tensor, rows: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-        WRITE_ROWS(cache, rows, start)
-        return (cache * torch.arange(16.0, device=cache.device)[:, None]).sum()
+    def step(cache: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        _SCALE_DONATED(cache, w)
+        return (cache * torch.arange(12.0, device=cache.device).view(3, 4)).sum()
 
     run = torch.compile(step, backend="tpu") if compiled else step
-    rows = torch.randn(4, 8)
-    rows_t = rows.to("tpu").requires_grad_()
-    run(torch.zeros(16, 8, device="tpu"), rows_t,
-        torch.tensor([3], dtype=torch.int32, device="tpu")).backward()
-    ref_rows = rows.clone().requires_grad_()
-    _torch_update(torch.zeros(16, 8), ref_rows, torch.tensor([3]))
-    cache = torch.zeros(16, 8)
-    cache[3:7] = ref_rows
-    (cache * torch.arange(16.0)[:, None]).sum().backward()
-    torch.testing.assert_close(rows_t.grad.cpu(), ref_rows.grad, **TOL)
+    cache, w = torch.randn(3, 4), torch.randn(3, 4)
+    w_t = w.to("tpu").requires_grad_()
+    run(cache.to("tpu"), w_t).backward()
+    torch.testing.assert_close(w_t.grad.cpu(), cache * torch.arange(12.0).view(3, 4), **TOL)
 
 
 _ADD = torchtpu.jax_op("jaxtest::add_devices", lambda x, y: x + y)
