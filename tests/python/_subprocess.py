@@ -27,10 +27,20 @@ def run_python(code: str, timeout: float = 120, **env: str) -> subprocess.Comple
                           capture_output=True, text=True, timeout=timeout)
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now that this process has not handed out before: two calls before
+    either port is bound could get the same one (two routers of one test collided)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free port that this process has not handed out before")
 
 
 def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:
