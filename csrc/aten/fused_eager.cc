@@ -257,6 +257,7 @@ void PendingGraph::reset() {
   structure.clear();
   checked = false;
   first_factory = last_repeat = -1;
+  first_factory_site.reset();
   undo.clear();
 }
 
@@ -267,7 +268,10 @@ void PendingGraph::truncate(const Mark& m) {
   for (size_t k = m.inputs; k < inputs.size(); ++k) input_ids.erase(inputs[k].get());
   inputs.resize(m.inputs);
   structure.resize(m.structure);
-  if (first_factory >= static_cast<int>(m.nodes)) first_factory = last_repeat = -1;
+  if (first_factory >= static_cast<int>(m.nodes)) {
+    first_factory = last_repeat = -1;
+    first_factory_site.reset();
+  }
   if (last_repeat >= static_cast<int>(m.nodes)) last_repeat = first_factory;
   while (!undo.empty() && undo.back().nodes > m.nodes) undo.pop_back();
 }
@@ -361,8 +365,7 @@ constexpr size_t kMinIterationCalls = 32;
 bool starts_next_iteration(PendingGraph& g, const CompiledOp& c, const RecordSite& site) {
   // No Python stack (the autograd engine's thread): no loop to tell.
   if (g.first_factory < 0 || record_site_empty(site)) return false;
-  const RecordedNode& n = g.nodes.at(static_cast<size_t>(g.first_factory));
-  const CompiledOp& first = *n.op;
+  const CompiledOp& first = *g.nodes.at(static_cast<size_t>(g.first_factory)).op;
   if (first.name != c.name || first.out_types.size() != c.out_types.size()) return false;
   for (size_t k = 0; k < c.out_types.size(); ++k) {
     if (first.out_types[k].dtype != c.out_types[k].dtype ||
@@ -370,7 +373,7 @@ bool starts_next_iteration(PendingGraph& g, const CompiledOp& c, const RecordSit
       return false;
     }
   }
-  if (!same_record_site(*n.factory, site)) return false;
+  if (!same_record_site(*g.first_factory_site, site)) return false;
   if (g.nodes.size() - static_cast<size_t>(g.last_repeat) >= kMinIterationCalls) return true;
   g.last_repeat = static_cast<int>(g.nodes.size());
   return false;
@@ -469,8 +472,6 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   RecordedNode n;
   n.kind = RecordedNode::Kind::kOp;
   n.op = c;
-  const bool is_first_factory = factory && g.first_factory < 0;
-  if (is_first_factory) n.factory = std::move(factory);
   if (site) {
     n.mark = mark;
     n.site = std::move(site);
@@ -521,7 +522,10 @@ bool record_call(const std::shared_ptr<const CompiledOp>& c, const c10::Function
   w.push_back(static_cast<int64_t>(n.refs.size()));
   w.insert(w.end(), n.refs.begin(), n.refs.end());
   int first = rec.add_node(std::move(n), c->out_types);
-  if (is_first_factory) g.first_factory = g.last_repeat = static_cast<int>(g.nodes.size()) - 1;
+  if (factory && g.first_factory < 0) {
+    g.first_factory = g.last_repeat = static_cast<int>(g.nodes.size()) - 1;
+    g.first_factory_site = std::move(factory);
+  }
   g_recorded.add();
 
   // Results: as run_compiled writes them, with pending values.

@@ -45,10 +45,6 @@ struct RecordedNode {
   // lowering::convert_module gives it op by op.
   enum class Kind { kOp, kViewRead, kViewWrite, kZeros, kConvert } kind = Kind::kOp;
   std::shared_ptr<const CompiledOp> op;  // kOp
-  // The graph's first factory (PendingGraph::first_factory: an op reading only storages
-  // no call had written, arange, randn): where it was called from (a loop's next
-  // iteration calls it from the same place).
-  std::shared_ptr<const RecordSite> factory;
   // kOp: the value each graph input of the op reads (CompiledOp::inputs order).
   // kViewRead: {base}; kViewWrite: {base, value}; kZeros: none; kConvert: {value}.
   c10::SmallVector<int, 4> refs;
@@ -93,8 +89,12 @@ class PendingGraph {
   std::vector<std::weak_ptr<PendingValue>> values;  // per value id >= 0 (expired: dead)
   std::vector<int64_t> structure;
   bool checked = false;          // a recorded op has data checks
-  int first_factory = -1;        // the node of the first factory recorded with its site
-  int last_repeat = -1;          // the graph's size at that factory's last repeat
+  // The first factory call recorded with autograd off (an op reading only storages no
+  // call had written: arange, randn): its node, where it was called from (a loop's next
+  // iteration calls it from the same place), and the graph's size at its last repeat.
+  int first_factory = -1;
+  std::shared_ptr<const RecordSite> first_factory_site;
+  int last_repeat = -1;
   std::vector<UndoWrite> undo;   // writes recorded since the first data-checked op
 
   static int input_id(int k) { return -(k + 1); }
