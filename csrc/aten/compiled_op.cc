@@ -15,6 +15,7 @@
 #include "aten/host_transfer.h"
 #include "aten/interrupts.h"
 #include "aten/op_special_cases.h"
+#include "aten/out_dtypes.h"
 #include "aten/overlap_checks.h"
 #include "aten/tpu_generator.h"
 #include "aten/tpu_storage.h"
@@ -154,7 +155,7 @@ std::vector<std::pair<int, int>> written_inputs(const CompiledOp& c,
 void run_meta(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack& meta_stack) {
   const std::string& name = info.name;
   check_index_put_values(name, meta_stack);
-  check_same_dtype_out(name, meta_stack);
+  check_out_dtypes(op, meta_stack);
   if (meta_by_equivalent(name, &meta_stack)) {
     // types from an equivalent op
   } else if (info.structured_functional) {

@@ -176,6 +176,12 @@ const std::unordered_map<std::string, CpuDtypeRule>& rules() {
       {"bernoulli.", {"bernoulli_tensor_cpu_p_", Refused::kNonFloat}},
       {"bernoulli.Tensor",
        {"bernoulli_tensor_cpu_p_", Refused::kNonFloat, nullptr, false, nullptr, nullptr, 1}},
+      // The kernel dispatches on the result's dtype: out's (argument 3) in the out= forms,
+      // self's in the in-place ones; a functional form's result is never bool.
+      {"cumsum", {"cumsum_out_cpu", Refused::kBool, nullptr, false, nullptr, nullptr, 3}},
+      {"cumprod", {"cumprod_out_cpu", Refused::kBool, nullptr, false, nullptr, nullptr, 3}},
+      {"cumsum_", {"cumsum_out_cpu", Refused::kBool}},
+      {"cumprod_", {"cumprod_out_cpu", Refused::kBool}},
       {"ldexp",
        {"ldexp_cpu_exp", Refused::kBoolOrWideUnsigned, nullptr, false, nullptr, nullptr, 1}},
       {"convolution", {"", Refused::kBool, nullptr, false, nullptr, convolution_rule}},
@@ -194,6 +200,9 @@ const std::unordered_map<std::string, CpuDtypeRule>& rules() {
 const CpuDtypeRule* cpu_dtype_rule(const c10::OperatorName& name) {
   if (name.name.rfind("aten::", 0) != 0) return nullptr;
   std::string op = name.name.substr(6), overload = name.overload_name;
+  const auto& table = rules();
+  auto in_place = table.find(op);  // an in-place form with a rule of its own
+  if (in_place != table.end() && op.back() == '_') return &in_place->second;
   if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') op.pop_back();
   for (const char* suffix : {"_out", "_values"}) {  // an out= overload is its functional's
     size_t n = std::char_traits<char>::length(suffix);
@@ -202,7 +211,6 @@ const CpuDtypeRule* cpu_dtype_rule(const c10::OperatorName& name) {
     }
   }
   if (overload == "out" || overload == "values") overload.clear();
-  const auto& table = rules();
   auto it = table.find(op + "." + overload);
   if (it != table.end()) return &it->second;
   it = table.find(op);

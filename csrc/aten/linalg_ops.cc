@@ -15,6 +15,7 @@
 #include <string>
 
 #include "aten/op_special_cases.h"
+#include "aten/out_dtypes.h"
 #include "base/metrics.h"
 
 namespace torchtpu::aten {
@@ -64,6 +65,9 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_det_out(const at::Tenso
                                                                at::Tensor& result,
                                                                at::Tensor& LU,
                                                                at::Tensor& pivots) {
+  check_out_dtype(result, A.scalar_type());
+  check_out_dtype(LU, A.scalar_type());
+  check_out_dtype(pivots, at::kInt);
   auto info = at::empty({0}, A.options().dtype(at::kInt));
   at::linalg_lu_factor_ex_out(LU, pivots, info, use_transpose(A) ? A.mH() : A);
   at::mul_out(result, lu_det_P(pivots), at::prod(LU.diagonal(0, -2, -1), /*dim=*/-1));
@@ -73,6 +77,10 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_det_out(const at::Tenso
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> linalg_slogdet_out(
     const at::Tensor& A, at::Tensor& sign, at::Tensor& logabsdet, at::Tensor& LU,
     at::Tensor& pivots) {
+  check_out_dtype(sign, A.scalar_type());
+  check_out_dtype(logabsdet, c10::toRealValueType(A.scalar_type()));
+  check_out_dtype(LU, A.scalar_type());
+  check_out_dtype(pivots, at::kInt);
   auto info = at::empty({0}, A.options().dtype(at::kInt));
   at::linalg_lu_factor_ex_out(LU, pivots, info, use_transpose(A) ? A.mH() : A);
   auto diag_U = LU.diagonal(0, -2, -1);

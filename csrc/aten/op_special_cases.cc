@@ -216,20 +216,6 @@ void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> 
               " for the source.");
 }
 
-void check_same_dtype_out(const std::string& name, c10::ArrayRef<c10::IValue> args) {
-  // The structured CPU kernels of these build a unary TensorIterator that requires one
-  // dtype; their Python meta kernels accept any safe cast instead.
-  static const std::unordered_set<std::string> kSameDtype = {
-      "aten::neg.out",  "aten::floor.out", "aten::ceil.out", "aten::trunc.out",
-      "aten::frac.out", "aten::sgn.out",   "aten::round.out", "aten::round.decimals_out",
-      "aten::bitwise_not.out"};
-  if (kSameDtype.count(name) == 0) return;
-  const at::Tensor& self = args[0].toTensor();
-  const at::Tensor& out = args.back().toTensor();
-  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "Found dtype ", out.scalar_type(),
-              " but expected ", self.scalar_type());
-}
-
 bool writes_unreturned_args(const std::string& name) {
   return name == "aten::_amp_foreach_non_finite_check_and_unscale_" ||
          name == "aten::_amp_update_scale_" || name == "aten::_batch_norm_with_update" ||

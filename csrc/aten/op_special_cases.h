@@ -41,11 +41,6 @@ void expand_index_masks(const c10::FunctionSchema& schema, const std::string& na
 // per op signature); a no-op for other ops.
 void check_index_put_values(const std::string& name, c10::ArrayRef<c10::IValue> args);
 
-// Unary out= variants whose CPU kernels require out's dtype to equal self's (neg, floor,
-// ceil, trunc, frac, sgn, round, bitwise_not): raises the CPU's "Found dtype" error. Takes
-// the meta arguments (once per op signature); a no-op for other ops.
-void check_same_dtype_out(const std::string& name, c10::ArrayRef<c10::IValue> args);
-
 // Ops that write a Tensor(a!) argument that none of their returns aliases
 // (_amp_foreach_non_finite_check_and_unscale_'s found_inf, _amp_update_scale_'s
 // growth_tracker, rrelu_with_noise's noise, _batch_norm_with_update's running statistics):
