@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "aten/compiled_op.h"
+#include "aten/host_transfer.h"
 #include "aten/pending_graph.h"
 #include "aten/record_site.h"
 #include "aten/storage_bytes.h"
@@ -131,6 +132,7 @@ class Recorder {
     n.sizes.assign(t.sizes().begin(), t.sizes().end());
     n.strides.assign(t.strides().begin(), t.strides().end());
     n.offset = t.storage_offset();
+    n.params.push_back(offset_buffer(n.offset));
     lowering::TensorType type = g_.type_of(base);
     structure_view(n, type);
     int out = add_node(std::move(n), {type});
@@ -192,6 +194,7 @@ class Recorder {
     n.sizes.assign(t.sizes().begin(), t.sizes().end());
     n.strides.assign(t.strides().begin(), t.strides().end());
     n.offset = t.storage_offset();
+    n.params.push_back(offset_buffer(n.offset));
     structure_view(n, g_.type_of(base));
     return add_node(std::move(n), {lowering::TensorType{to_dtype(t.scalar_type()), n.sizes}});
   }
@@ -227,7 +230,12 @@ class Recorder {
     w.push_back(static_cast<int64_t>(n.sizes.size()));
     w.insert(w.end(), n.sizes.begin(), n.sizes.end());
     w.insert(w.end(), n.strides.begin(), n.strides.end());
-    w.push_back(n.offset);
+  }
+
+  // A view node's offset, the fused program's runtime parameter (not part of the
+  // structure: `out[:, i] = x` for every i is one program).
+  runtime::BufferPtr offset_buffer(int64_t offset) {
+    return scalar_to_buffer(c10::Scalar(offset), base::DType::kI64, g_.device, false);
   }
 
   PendingGraph& g_;

@@ -164,6 +164,11 @@ std::string graph_key(const PendingGraph& g, const std::vector<int>& outputs) {
   append_bits(&key, static_cast<int64_t>(outputs.size()));
   for (int o : outputs) append_bits(&key, o);
   for (const RecordedNode& n : g.nodes) {
+    // A view's offset, not in the structure (a runtime parameter of the fused program), is
+    // a constant of the hook's graph.
+    if (n.kind == RecordedNode::Kind::kViewRead || n.kind == RecordedNode::Kind::kViewWrite) {
+      append_bits(&key, n.offset);
+    }
     append_bits(&key, static_cast<int64_t>(n.call_args.size()));
     for (const c10::IValue& v : n.call_args) {
       if (!encode_arg(v, &key)) return "";
@@ -292,10 +297,10 @@ OpArg ints_arg(const std::vector<int64_t>& v) {
   return a;
 }
 
-OpArg int_arg(int64_t v) {
+OpArg runtime_int_arg() {
   OpArg a;
-  a.kind = ArgKind::kInt;
-  a.int_value = v;
+  a.kind = ArgKind::kScalar;
+  a.scalar_category = lowering::ScalarCategory::kInt;
   return a;
 }
 
@@ -344,7 +349,7 @@ std::shared_ptr<FusedProgram> build(const PendingGraph& g, const std::vector<int
       if (!read) node.args.push_back(tensor_arg(g.type_of(n.refs[1])));
       node.args.push_back(ints_arg(n.sizes));
       node.args.push_back(ints_arg(n.strides));
-      node.args.push_back(int_arg(n.offset));
+      node.args.push_back(runtime_int_arg());  // the offset: the node's parameter
       node.tensor_refs.assign(node.args.size(), -1);
       node.list_refs.resize(node.args.size());
       node.tensor_refs[0] = id_of(n.refs[0]);

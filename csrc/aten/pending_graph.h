@@ -50,6 +50,7 @@ struct RecordedNode {
   c10::SmallVector<int, 4> refs;
   // kOp: the values of its scalar and generator parameters, in the order its own program
   // takes them (the fused program's parameters of this node come in the same order).
+  // Views: the offset (a 0-d i64), a runtime parameter of the fused program.
   c10::SmallVector<runtime::BufferPtr, 2> params;
   // kOp: the call's arguments as ExportedNode::args holds them (fused_eager.h).
   std::vector<c10::IValue> call_args;

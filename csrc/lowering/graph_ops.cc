@@ -202,16 +202,21 @@ Value strided_indices(Builder& b, const Dims& sizes, const Dims& strides, int64_
 
 // as_strided(self, size, stride, storage_offset?): element i of the result is
 // flat(self)[offset + sum(i_k * stride_k)], like the eager strided read
-// (storage_programs.cc). A contiguous window is one slice; anything else one gather.
+// (storage_programs.cc). A contiguous window is one slice; anything else one gather. A
+// fused eager graph's view reads pass the offset as a runtime scalar (the view was valid
+// when recorded): `y[i]` for every i is one program.
 Result lower_as_strided(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
   const TensorType& out = c.out_type();
   const Dims& sizes = c.int_list(1);
   const Dims& strides = c.int_list(2);
-  int64_t offset = c.is_none(3) ? 0 : c.int_arg(3);
   if (out.num_elements() == 0) return one(filled(b, 0, out));
   int64_t n = x.type.num_elements();
+  if (c.arg(3).kind == ArgKind::kScalar) {
+    return one(read_view(b, b.reshape(x, {n}), sizes, strides, c.scalar(3, DType::kI64)));
+  }
+  int64_t offset = c.is_none(3) ? 0 : c.int_arg(3);
   TORCHTPU_RETURN_IF_ERROR(check_strided_window(c.op_name(), sizes, strides, offset, n));
   Value flat = b.reshape(x, {n});
   if (std::optional<DenseBlock> d = dense_block(sizes, strides)) {
@@ -229,19 +234,25 @@ Result lower_as_strided(LoweringContext& c) {
 // as_strided_scatter(self, src, size, stride, storage_offset?): self with the elements
 // as_strided(self, size, stride, storage_offset) addresses replaced by src (self read as a
 // dense row-major value, as above). A contiguous window is one update; anything else one
-// scatter. In graphs only (fused eager writes through views with it): eager mode keeps
-// PyTorch's composite kernel, which addresses self's memory layout.
+// scatter. In graphs only (fused eager writes through views with it, the offset a runtime
+// scalar as above): eager mode keeps PyTorch's composite kernel, which addresses self's
+// memory layout.
 Result lower_as_strided_scatter(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
   const Dims& sizes = c.int_list(2);
   const Dims& strides = c.int_list(3);
-  int64_t offset = c.is_none(4) ? 0 : c.int_arg(4);
   const TensorType& out = c.out_type();
   int64_t count = 1;
   for (int64_t d : sizes) count *= d;
   if (count == 0) return one(x);
   int64_t n = x.type.num_elements();
+  if (c.arg(4).kind == ArgKind::kScalar) {
+    Value flat = write_view(b, b.reshape(x, {n}), b.convert(c.tensor(1), x.dtype()), sizes,
+                            strides, c.scalar(4, DType::kI64));
+    return one(b.reshape(flat, out.dims));
+  }
+  int64_t offset = c.is_none(4) ? 0 : c.int_arg(4);
   TORCHTPU_RETURN_IF_ERROR(check_strided_window(c.op_name(), sizes, strides, offset, n));
   Value src = b.convert(c.tensor(1), x.dtype());
   Value flat = b.reshape(x, {n});

@@ -125,9 +125,6 @@ bool is_whole_buffer_view(int64_t buffer_numel, const Dims& sizes, const Dims& s
   return offset == 0 && numel_of(sizes) == buffer_numel && is_contiguous(sizes, strides);
 }
 
-namespace {
-
-// The view (sizes, strides) at `offset` (a 0-d i64) of `flat`, the storage as 1-D.
 Value read_view(Builder& b, Value flat, const Dims& sizes, const Dims& strides, Value offset) {
   TensorType out{flat.type.dtype, sizes};
   if (numel_of(sizes) == 0) return b.zeros(out);
@@ -143,7 +140,6 @@ Value read_view(Builder& b, Value flat, const Dims& sizes, const Dims& strides, 
   return b.op("stablehlo.gather", {flat, idx}, out, gather_attrs(static_cast<int64_t>(sizes.size())));
 }
 
-// `flat` with the view (sizes, strides) at `offset` replaced by `value`.
 Value write_view(Builder& b, Value flat, Value value, const Dims& sizes, const Dims& strides,
                  Value offset) {
   if (numel_of(sizes) == 0) return flat;
@@ -160,6 +156,8 @@ Value write_view(Builder& b, Value flat, Value value, const Dims& sizes, const D
       [](Builder&, const std::vector<Value>& args) { return std::vector<Value>{args[1]}; },
       scatter_attrs(static_cast<int64_t>(sizes.size())))[0];
 }
+
+namespace {
 
 // Item i of a 1-D i64 vector of offsets, as a 0-d value.
 Value offset_item(Builder& b, Value offsets, int64_t i) {

@@ -50,6 +50,13 @@ std::string math_bits_module(const TensorType& src, bool conj, bool neg);
 // () -> zeros of type `t`.
 std::string zeros_module(const TensorType& t);
 
+// The view (sizes, strides) at `offset` (a 0-d i64, runtime) of `flat`, a storage as 1-D;
+// and `flat` with that view's elements replaced by `value` (of flat's dtype). What the
+// modules above are made of, and what a fused graph's view nodes lower to.
+Value read_view(Builder& b, Value flat, const Dims& sizes, const Dims& strides, Value offset);
+Value write_view(Builder& b, Value flat, Value value, const Dims& sizes, const Dims& strides,
+                 Value offset);
+
 // A view whose elements are one contiguous block of `numel` elements read in another dim
 // order: a transpose or permute of a contiguous window (w.t(), q.transpose(1, 2)), with
 // stride-0 dims broadcast (expand) and size-1 dims free. `block` holds the block's sizes in

@@ -541,3 +541,35 @@ def test_a_failing_shape_class_leaves_the_graph_to_its_exact_program() -> None:
             torch.testing.assert_close(got, (torch.arange(41.0) * 0.41).cos().cumsum(0))
     finally:
         torchtpu._C.set_fused_graph_hook(torchtpu._fused_graph_hook)
+
+
+def test_writes_and_reads_at_a_new_offset_compile_nothing() -> None:
+    # A preallocated output filled column by column and a fixed-size cache written at a
+    # position (`out[:, i] = x`, `cache[i] = k`, read back at another): a view's offset is a
+    # runtime parameter of the fused program, so every position runs one program.
+    w = torch.randn(6, 6)
+    x0 = torch.randn(3, 6)
+    with eager_mode("fused"):
+        wt, x = w.to(TPU), x0.to(TPU)
+        out = torch.zeros(3, 8, device=TPU)
+        cache = torch.zeros(8, 3, 6, device=TPU)
+        sums = []
+        for i in range(8):
+            x = torch.tanh(x @ wt)
+            cache[i] = x
+            out[:, i] = x.sum(1)
+            sums.append((cache[max(i - 1, 0)] * 2).sum())
+            torchtpu.synchronize()
+            if i == 1:
+                compiled = programs_obtained()
+        assert programs_obtained() == compiled
+        got_out, got_cache, got_sums = out.cpu(), cache.cpu(), [s.item() for s in sums]
+    x, out, cache, want = x0, torch.zeros(3, 8), torch.zeros(8, 3, 6), []
+    for i in range(8):
+        x = torch.tanh(x @ w)
+        cache[i] = x
+        out[:, i] = x.sum(1)
+        want.append((cache[max(i - 1, 0)] * 2).sum().item())
+    torch.testing.assert_close(got_out, out)
+    torch.testing.assert_close(got_cache, cache)
+    assert got_sums == pytest.approx(want, rel=1e-5, abs=1e-5)
