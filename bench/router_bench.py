@@ -34,7 +34,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,12 +44,6 @@ import httpx
 WORDS = ("crown court river castle winter honour sword letter father ghost night sea storm "
          "king queen prince poison garden grave player stage madness duty crowd bell tower "
          "harvest market lantern forest bridge window silver mirror thunder candle").split()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_healthy(url: str, timeout: float) -> None:
@@ -282,6 +275,7 @@ def main() -> int:
 
     from transformers import AutoTokenizer
 
+    from torchtpu._ports import free_port
     from torchtpu.serve.engine import resolve_model
     from torchtpu.serve.router import ReplicaLauncher
 

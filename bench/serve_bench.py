@@ -45,7 +45,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,12 +52,6 @@ import tempfile
 import time
 
 import httpx
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def anon_huge_pages_kib(pid: int | str = "self") -> int | None:
@@ -77,6 +70,8 @@ class Server:
     def __init__(self, args, prefix_cache: bool, max_num_seqs: int,
                  timelines: bool = False, extra_args: list[str] | None = None,
                  env: dict[str, str] | None = None) -> None:
+        from torchtpu._ports import free_port
+
         self.port = free_port()
         cmd = [sys.executable, "-m", "torchtpu.cli", "serve", "--port", str(self.port),
                "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(max_num_seqs),

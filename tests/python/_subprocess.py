@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import time
+
+from torchtpu._ports import free_port  # noqa: F401  (the tests import it from here)
 
 REPO_PYTHON = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
@@ -25,22 +26,6 @@ def run_python(code: str, timeout: float = 120, **env: str) -> subprocess.Comple
     full_env.update(env)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
                           capture_output=True, text=True, timeout=timeout)
-
-
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A port free now that this process has not handed out before: two calls before
-    either port is bound could get the same one (two routers of one test collided)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no free port that this process has not handed out before")
 
 
 def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:

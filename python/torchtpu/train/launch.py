@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 
+from torchtpu._ports import free_port
 from torchtpu.train.plot import read_metrics
 
 LOSS = "loss_metrics/global_avg_loss"
@@ -38,12 +38,6 @@ class RunResult:
 
     def metric(self, name: str) -> list[float]:
         return [r[name] for r in self.records if name in r]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 ARENA_MAX_1 = "glibc.malloc.arena_max=1"
@@ -70,7 +64,7 @@ def run(config: str, dump_folder: str, *overrides: str, ranks: int = 1, device: 
     os.makedirs(dump_folder, exist_ok=True)
     log_path = os.path.join(dump_folder, metrics_file.replace(".jsonl", "") + ".log")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), "-m", module,
+           "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", module,
            "--module", "torchtpu.train.configs", "--config", config,
            "--dump_folder", dump_folder, "--metrics.metrics_file", metrics_file, *overrides]
     full_env = dict(os.environ)

@@ -9,19 +9,12 @@ every rank and fails, so no test can hang.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import torch.multiprocessing as mp
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _entry(rank: int, fn: Callable, world_size: int, port: int, backend: str,
@@ -47,6 +40,9 @@ def _entry(rank: int, fn: Callable, world_size: int, port: int, backend: str,
 def run_ranks(fn: Callable, world_size: int = 2, *, args: tuple = (), timeout: float = 150,
               backend: str = "cpu:gloo,tpu:tpu", pg_timeout_s: float = 60,
               env: dict[str, str] | None = None) -> None:
+    # Here, not at the top: a spawned rank imports this module before its env is set.
+    from torchtpu._ports import free_port
+
     ctx = mp.start_processes(
         _entry, args=(fn, world_size, free_port(), backend, pg_timeout_s, env or {}, args),
         nprocs=world_size, join=False, start_method="spawn")

@@ -600,7 +600,7 @@ def _default_group_made_again(rank: int, world: int, port: int) -> None:
 
 
 def test_the_default_group_made_again_on_the_same_store():
-    from _launch import free_port
+    from torchtpu._ports import free_port
 
     run_ranks(_default_group_made_again, 2, args=(free_port(),), timeout=120, backend="tpu",
               pg_timeout_s=20)

@@ -12,7 +12,6 @@ import time
 
 import pytest
 import torch.multiprocessing as mp
-from _launch import free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -70,6 +69,8 @@ def _rank(rank: int, world: int, port: int) -> None:
 
 
 def test_two_processes_exchange_through_the_store_and_cpu_client_is_unaffected():
+    from torchtpu._ports import free_port  # not at the top: the ranks import this module
+
     ctx = mp.start_processes(_rank, args=(2, free_port()), nprocs=2, join=False,
                              start_method="spawn")
     deadline = time.monotonic() + 200

@@ -192,3 +192,13 @@ def test_rank_env_sets_the_arena_limit_without_clobbering() -> None:
     assert launch.rank_env(mine) == mine
     system = {"TORCHTPU_HOST_MALLOC": "system"}
     assert launch.rank_env(system) == system
+
+
+def test_launch_ports_are_never_handed_out_twice() -> None:
+    # The launcher's, the benchmarks' and the tests' one helper: ports picked before any is
+    # bound (two routers, a torchrun master and a server) must differ.
+    from torchtpu._ports import free_port
+
+    ports = [free_port() for _ in range(64)]
+    assert len(set(ports)) == len(ports)
+    assert launch.free_port is free_port
