@@ -122,6 +122,12 @@ void use_tpu_generator_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* 
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& reason) {
   const std::string& name = op_info(op).name;
+  // PyTorch's fallback would say it cannot run the op "with arguments from the 'CPU'
+  // backend", about tensors the user put on tpu.
+  TORCH_CHECK_NOT_IMPLEMENTED(op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU),
+                              "tpu: ", name, " cannot run on tpu (", reason, "), and PyTorch "
+                              "has no CPU kernel of it to fall back to (it implements it for "
+                              "other devices only, such as CUDA)");
   TORCH_CHECK_NOT_IMPLEMENTED(!fallback_is_error(), "tpu: ", name, " cannot run on tpu (", reason,
                               ") and TORCHTPU_FALLBACK=error forbids running it on the CPU; "
                               "unset it (or set TORCHTPU_FALLBACK=warn) to allow the fallback");

@@ -125,6 +125,14 @@ def test_fallback_error_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (x + 1).sum().item() == pytest.approx(x.cpu().sum().item() + 24, rel=1e-5)
 
 
+def test_an_op_with_no_lowering_and_no_cpu_kernel_says_so() -> None:
+    # SyncBatchNorm's kernels exist for CUDA only: PyTorch's fallback would blame "the 'CPU'
+    # backend" for tensors on tpu.
+    with pytest.raises(NotImplementedError, match="batch_norm_stats cannot run on tpu.*no CPU "
+                       "kernel"):
+        torch.batch_norm_stats(torch.randn(4, 16, device="tpu"), 1e-5)
+
+
 def test_an_unknown_fallback_policy_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     # At import, before any work: not hours into a job, at its first fallback.
     r = run_python("import torchtpu", TORCHTPU_FALLBACK="bogus")
