@@ -7,6 +7,7 @@ loop finds its graph in the cache from the second iteration on.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import pytest
@@ -573,3 +574,18 @@ def test_writes_and_reads_at_a_new_offset_compile_nothing() -> None:
     torch.testing.assert_close(got_out, out)
     torch.testing.assert_close(got_cache, cache)
     assert got_sums == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+def test_views_of_an_empty_value_are_read_without_a_warning(caplog) -> None:
+    # A view of an empty storage (an in-place op on z[:], a zero-size batch reshaped) is
+    # the empty value in the view's shape; reading it divided by its zero extent.
+    b = torch.arange(5.0)
+    with eager_mode("fused"), caplog.at_level(logging.WARNING, logger="torchtpu"):
+        z = torch.zeros(0, 5, 1, 1, device=TPU)
+        r = (z.view(0, 5) + b.to(TPU)).cpu()
+        e = torch.zeros(0, device=TPU)
+        e[:].add_(1)
+        s = (torch.ones(4, device=TPU) + e.sum()).cpu()
+    assert r.shape == (0, 5)
+    assert s.tolist() == [1.0] * 4
+    assert not [m for m in caplog.messages if "failed" in m], caplog.messages

@@ -168,6 +168,10 @@ def view_read(g: Graph, base: Node, shape: list[int], sizes: list[int],
     the same view ops at both, so both lengths share a structure. A guess: the
     size-1 dim's place only decides the structure, never the values read.""" 
     numel = math.prod(shape)
+    if numel == 0:  # a view of an empty value is empty: the value in the view's shape
+        if math.prod(sizes):
+            raise NotAView(f"a view of {sizes} of an empty value")
+        return _call(g, torch.ops.aten.reshape.default, (base, list(sizes)))
     base_strides = {math.prod(shape[k + 1:]) for k in range(len(shape))}
     dims = sorted((d for d, n in enumerate(sizes) if n != 1 and strides[d] != 0),
                   key=lambda d: -strides[d])
