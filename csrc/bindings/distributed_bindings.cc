@@ -83,7 +83,7 @@ void bind_distributed(py::module& m) {
             auto transport = std::make_unique<distributed::HostStagedTransport>(
                 gloo, store, global_ranks, to_ms(timeout_s));
             return c10::make_intrusive<distributed::TpuBackend>(
-                std::move(transport), std::move(global_ranks), to_ms(timeout_s));
+                std::move(transport), std::move(global_ranks), to_ms(timeout_s), store);
           },
           py::arg("gloo"), py::arg("store"), py::arg("global_ranks"), py::arg("timeout_s"),
           "A backend whose collectives stage through host memory and the given Gloo backend; "
@@ -101,12 +101,36 @@ void bind_distributed(py::module& m) {
                 key, rank, size, aten::current_device_index(), global_ranks, to_ms(timeout_s));
             if (!transport.ok()) throw std::invalid_argument(transport.status().message());
             return c10::make_intrusive<distributed::TpuBackend>(
-                std::move(transport).value(), std::move(global_ranks), to_ms(timeout_s));
+                std::move(transport).value(), std::move(global_ranks), to_ms(timeout_s), store);
           },
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("global_ranks"),
           py::arg("timeout_s"),
           "A backend for ranks that are threads of this process, each on its own tpu device: "
           "every collective is one StableHLO program over their devices.")
+      .def_static(
+          "set_group_factory",
+          [](py::function make) {
+            // Kept for the process's life (never destroyed without the GIL at exit).
+            auto* held = new py::object(std::move(make));
+            distributed::TpuBackend::set_group_factory(
+                [held](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       const std::vector<int64_t>& global_ranks,
+                       std::chrono::milliseconds timeout) {
+                  py::gil_scoped_acquire gil;
+                  py::object made = (*held)(store, rank, size, global_ranks,
+                                            std::chrono::duration<double>(timeout).count());
+                  return made.cast<c10::intrusive_ptr<c10d::Backend>>();
+                });
+          },
+          py::arg("make"),
+          "Sets how a split group is made: make(store, rank, size, global_ranks, timeout_s) "
+          "returns its backend.")
+      .def_property_readonly(
+          "timeout_s",
+          [](distributed::TpuBackend& b) {
+            return std::chrono::duration<double>(b.getBackendOptions()->timeout).count();
+          },
+          "The group's timeout, in seconds.")
       .def_property_readonly("transport", [](const distributed::TpuBackend& b) {
         return b.transport_kind() == distributed::TransportKind::kInPlugin ? "in_plugin"
                                                                            : "host_staged";

@@ -4,12 +4,15 @@
 #include <ATen/ThreadLocalState.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/headeronly/version.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -44,11 +47,12 @@ const base::Counter kCompleteNs("host_staged_complete_ns");
 }  // namespace
 
 TpuBackend::TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t> global_ranks,
-                       std::chrono::milliseconds timeout)
+                       std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store)
     : c10d::Backend(transport->rank(), transport->size()),
       transport_(std::move(transport)),
       global_ranks_(std::move(global_ranks)),
-      timeout_(timeout) {
+      timeout_(timeout),
+      store_(std::move(store)) {
   if (transport_->kind() == TransportKind::kHostStaged) {
     ok_or_raise(check_poll_budget());
     queue_ = std::make_unique<CollectiveQueue>("pt_tpu_staging");
@@ -168,6 +172,53 @@ void TpuBackend::setTimeout(std::chrono::milliseconds timeout) {
   queue_->enqueue([transport = transport_, timeout](bool cancelled) {
     if (!cancelled) transport->set_timeout(timeout);
   });
+}
+
+namespace {
+
+std::mutex g_factory_mu;
+TpuBackend::GroupFactory* g_factory = nullptr;  // leaked: it may hold a Python callable
+
+}  // namespace
+
+void TpuBackend::set_group_factory(GroupFactory factory) {
+  std::lock_guard<std::mutex> lock(g_factory_mu);
+  g_factory = new GroupFactory(std::move(factory));
+}
+
+bool TpuBackend::supportsSplitting() const {
+  std::lock_guard<std::mutex> lock(g_factory_mu);
+  return g_factory != nullptr;
+}
+
+c10::intrusive_ptr<c10d::Backend> TpuBackend::split(const c10::intrusive_ptr<c10d::Store>&,
+                                                    const std::vector<int>& ranks,
+                                                    const c10::intrusive_ptr<Options>& opts) {
+  const int64_t number = splits_++;
+  auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  if (me == ranks.end()) return nullptr;
+  std::vector<int64_t> global;
+  for (int r : ranks) {
+    TORCH_CHECK(r >= 0 && r < size_, "tpu: cannot split rank ", r, " out of a group of ", size_,
+                " ranks");
+    global.push_back(static_cast<size_t>(r) < global_ranks_.size() ? global_ranks_[r] : r);
+  }
+  GroupFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(g_factory_mu);
+    TORCH_CHECK(g_factory != nullptr, "tpu: splitting a group needs torchtpu.distributed, "
+                "which sets how groups are made; import torchtpu first");
+    factory = *g_factory;
+  }
+  std::chrono::milliseconds timeout = opts ? opts->timeout : timeout_;
+  auto store = c10::make_intrusive<c10d::PrefixStore>("split/" + std::to_string(number) + "/",
+                                                      store_);
+  return factory(store, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()),
+                 global, timeout);
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> TpuBackend::getBackendOptions() {
+  return c10::make_intrusive<Options>(getBackendName(), timeout_);
 }
 
 InPluginTransport* TpuBackend::in_plugin() {

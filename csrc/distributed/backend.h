@@ -37,8 +37,9 @@ class TpuBackend : public c10d::Backend {
   // The order of one tag's point-to-point recvs on a host-staged group (backend.cc).
   struct RecvOrder;
 
+  // `store`: the group's own (the groups split out of it keep their keys under it).
   TpuBackend(std::unique_ptr<Transport> transport, std::vector<int64_t> global_ranks,
-             std::chrono::milliseconds timeout);
+             std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Store> store);
   // Cancels the queued collectives not yet started (their works fail). A collective still
   // running finishes on its own: the queue's thread is joined only when idle, since the
   // destructor may run with Python's lock held (a process group freed from Python) that
@@ -101,6 +102,25 @@ class TpuBackend : public c10d::Backend {
                                                int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // Splitting (torch.distributed.split_group, and DeviceMesh under a default group bound
+  // to a device): a new group of `ranks` (this group's ranks, sorted) made by the group
+  // factory the Python layer sets, as the backend's creator makes any group; null on a
+  // rank outside `ranks`. Its keys live under this group's store and the split's number
+  // (every rank of this group calls split, members or not), not under the store given:
+  // that one is prefixed by a name torch derives from how many groups each process made,
+  // which differs between ranks after a split that left some of them out.
+  using GroupFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      const std::vector<int64_t>& global_ranks, std::chrono::milliseconds timeout)>;
+  static void set_group_factory(GroupFactory factory);
+  bool supportsSplitting() const override;
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  // Sequence numbers are not tracked (each transport orders its own collectives).
+  void setSequenceNumberForGroup() override {}
+
  private:
   // The transport calls of one c10d call, its tensors captured by value.
   using Body = std::function<base::Status(Transport&)>;
@@ -121,6 +141,8 @@ class TpuBackend : public c10d::Backend {
   std::shared_ptr<Transport> transport_;
   std::vector<int64_t> global_ranks_;
   std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  int64_t splits_ = 0;
   // Host-staged groups only: in-plugin collectives run on the calling thread. Point-to-point
   // operations of both transports have queues of their own, one per (direction, peer,
   // tag): a send waits until its peer receives (on the calling thread, a send on each rank

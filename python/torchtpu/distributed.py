@@ -95,8 +95,19 @@ def _ranks_share_a_client(members: list[str]) -> bool:
 
 def _create_backend(opts: Any, backend_options: Any) -> dist.Backend:
     """The creator torch.distributed calls for every group of the ``tpu`` backend."""
-    store, rank, size, timeout = opts.store, opts.group_rank, opts.group_size, opts.timeout
-    global_ranks = list(opts.global_ranks_in_group) or list(range(size))
+    global_ranks = list(opts.global_ranks_in_group) or list(range(opts.group_size))
+    return _make_group(opts.store, opts.group_rank, opts.group_size, global_ranks, opts.timeout)
+
+
+def _split_group(store: Any, rank: int, size: int, global_ranks: list[int],
+                 timeout_s: float) -> dist.Backend:
+    """A group split out of a tpu group (``dist.split_group``; DeviceMesh when the default
+    group is bound to a device): made as the creator makes any group."""
+    return _make_group(store, rank, size, list(global_ranks), timedelta(seconds=timeout_s))
+
+
+def _make_group(store: Any, rank: int, size: int, global_ranks: list[int],
+                timeout: timedelta) -> dist.Backend:
     store = dist.PrefixStore(f"torchtpu/{_making(store, global_ranks)}/", store)
     members = _group_members(store, rank, size, timeout)
     if in_plugin_available() and _ranks_share_a_client(members):
@@ -184,6 +195,17 @@ def _register() -> None:
         return
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True,
                                   devices=["tpu"])
+    _native.TpuBackend.set_group_factory(_split_group)
+
+    class GroupOptions(torch._C._distributed_c10d.Backend.Options):
+        """A tpu group's options (its timeout), which ``split_group`` copies for the groups
+        it makes (the base class cannot be copied)."""
+
+        def __deepcopy__(self, memo: Any) -> GroupOptions:
+            return GroupOptions(self.backend, self._timeout)
+
+    _native.TpuBackend.options = property(
+        lambda b: GroupOptions(BACKEND_NAME, timedelta(seconds=b.timeout_s)))
 
 
 if dist.is_available():

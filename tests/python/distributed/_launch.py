@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 
 
 def _entry(rank: int, fn: Callable, world_size: int, port: int, backend: str,
-           pg_timeout_s: float, env: dict, args: tuple) -> None:
+           pg_timeout_s: float, env: dict, args: tuple, bind_device: bool = False) -> None:
     os.environ.update(env)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -30,7 +30,8 @@ def _entry(rank: int, fn: Callable, world_size: int, port: int, backend: str,
     import torchtpu  # noqa: F401  (registers the tpu backend)
 
     dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=pg_timeout_s))
+                            timeout=timedelta(seconds=pg_timeout_s),
+                            device_id=torch.device("tpu", 0) if bind_device else None)
     try:
         fn(rank, world_size, *args)
     finally:
@@ -39,12 +40,13 @@ def _entry(rank: int, fn: Callable, world_size: int, port: int, backend: str,
 
 def run_ranks(fn: Callable, world_size: int = 2, *, args: tuple = (), timeout: float = 150,
               backend: str = "cpu:gloo,tpu:tpu", pg_timeout_s: float = 60,
-              env: dict[str, str] | None = None) -> None:
+              env: dict[str, str] | None = None, bind_device: bool = False) -> None:
     # Here, not at the top: a spawned rank imports this module before its env is set.
     from torchtpu._ports import free_port
 
     ctx = mp.start_processes(
-        _entry, args=(fn, world_size, free_port(), backend, pg_timeout_s, env or {}, args),
+        _entry, args=(fn, world_size, free_port(), backend, pg_timeout_s, env or {}, args,
+                      bind_device),
         nprocs=world_size, join=False, start_method="spawn")
     deadline = time.monotonic() + timeout
     try:

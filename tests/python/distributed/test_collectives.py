@@ -604,3 +604,37 @@ def test_the_default_group_made_again_on_the_same_store():
 
     run_ranks(_default_group_made_again, 2, args=(free_port(),), timeout=120, backend="tpu",
               pg_timeout_s=20)
+
+
+def _split_groups(rank: int, world: int, partial: bool) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    def summed(group) -> list[float]:
+        t = torch.full((3,), float(rank + 1), device="tpu")
+        dist.all_reduce(t, group=group)
+        return t.cpu().tolist()
+
+    # With the default group bound to a device, DeviceMesh splits it (as under NCCL).
+    mesh = init_device_mesh("tpu", (1, world), mesh_dim_names=("dp", "tp"))
+    assert summed(mesh.get_group("tp")) == [3.0] * 3
+    assert summed(mesh.get_group("dp")) == [float(rank + 1)] * 3  # a group of one rank
+    alone = dist.split_group(split_ranks=[[0], [1]])
+    assert dist.get_world_size(alone) == 1 and summed(alone) == [float(rank + 1)] * 3
+    if partial:
+        # A split leaving rank 0 out: torch then names the next split's group differently
+        # on each rank (it counts each process's groups), which Gloo's split keys by.
+        only_1 = dist.split_group(split_ranks=[[1]])
+        assert (only_1 is None) == (rank == 0)
+    both = dist.split_group(split_ranks=[[1, 0]])
+    assert dist.get_rank(both) == rank and summed(both) == [3.0] * 3
+    out = torch.empty(2 * world, device="tpu")
+    dist.all_gather_into_tensor(out, torch.full((2,), float(rank), device="tpu"), group=both)
+    assert out.cpu().tolist() == [0.0, 0.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("backend", ["tpu", "cpu:gloo,tpu:tpu"])
+def test_groups_split_from_a_group_bound_to_a_device(backend: str) -> None:
+    run_ranks(_split_groups, 2, args=(backend == "tpu",), timeout=150, backend=backend,
+              bind_device=True)
