@@ -61,3 +61,41 @@ def test_ddp_with_unused_parameter_tracking(options):
     # The reducer copies its map of used parameters through memory it pins for the device
     # (and asserts is_pinned()): tpu's pinned allocator must give memory is_pinned() admits.
     run_ranks(_ddp, 2, args=(options,), timeout=240, backend="tpu")
+
+
+def _sync_batch_norm(rank: int, world: int) -> None:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                              torch.nn.ReLU(), torch.nn.Conv2d(4, 2, 1))
+    local = torch.nn.SyncBatchNorm.convert_sync_batchnorm(
+        torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                            torch.nn.ReLU(), torch.nn.Conv2d(4, 2, 1)))
+    local.load_state_dict(ref.state_dict())
+    model = DDP(local.to("tpu"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        # Ranks hold batches of different sizes (3 and 5): the statistics weigh them.
+        xs = torch.randn(8, 3, 6, 6, generator=gen) * 2 + 1
+        lo, hi = (0, 3) if rank == 0 else (3, 8)
+        ref_opt.zero_grad()
+        ref_out = ref(xs)
+        ref_out.square().mean().backward()
+        ref_opt.step()
+        opt.zero_grad()
+        out = model(xs[lo:hi].to("tpu"))
+        # DDP averages gradients over ranks: weigh each rank's loss by its share.
+        (out.square().sum() / ref_out.numel() * world).backward()
+        opt.step()
+        torch.testing.assert_close(out.detach().cpu(), ref_out.detach()[lo:hi],
+                                   rtol=1e-4, atol=1e-4)
+    for (name, p), r in zip(model.module.state_dict().items(), ref.state_dict().values()):
+        torch.testing.assert_close(p.cpu(), r, rtol=1e-4, atol=1e-4, msg=name)
+
+
+def test_sync_batch_norm_matches_batch_norm_over_the_whole_batch():
+    run_ranks(_sync_batch_norm, 2, timeout=240, backend="tpu")

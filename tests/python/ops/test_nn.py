@@ -759,3 +759,29 @@ def test_weight_norm_runs_on_the_device(dtype: torch.dtype, dim: int) -> None:
     torch.testing.assert_close(out.cpu(), ref, rtol=tol, atol=tol)
     for p, q in zip(conv.parameters(), on_tpu.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=10 * tol, atol=10 * tol)
+
+
+def test_sync_batch_norm_kernels_against_batch_norm() -> None:
+    # The CUDA-only ops nn.SyncBatchNorm calls, on one rank's statistics: equal to batch
+    # norm's training output and running statistics (the 2-rank DDP test weighs ranks).
+    x = torch.randn(6, 3, 4, 5, dtype=torch.float32) * 3 + 2
+    w, b = torch.randn(3), torch.randn(3)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    want = torch.nn.functional.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1,
+                                          eps=1e-5)
+    xt = x.to("tpu")
+    mean, invstd = torch.batch_norm_stats(xt, 1e-5)
+    rmt, rvt = torch.zeros(3, device="tpu"), torch.ones(3, device="tpu")
+    n = x.numel() // 3
+    m1, i1 = torch.batch_norm_gather_stats(xt, mean[None], invstd[None], rmt, rvt, 0.1, 1e-5, n)
+    m2, i2 = torch.batch_norm_gather_stats_with_counts(
+        xt, mean[None], invstd[None], None, None, 0.1, 1e-5, torch.tensor([n], device="tpu"))
+    torch.testing.assert_close(m1.cpu(), m2.cpu())
+    torch.testing.assert_close(i1.cpu(), i2.cpu())
+    out = torch.empty(0, device="tpu")
+    torch.batch_norm_elemt(xt, w.to("tpu"), b.to("tpu"), m1, i1, 1e-5, out=out)
+    torch.testing.assert_close(out.cpu(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rmt.cpu(), rm)
+    torch.testing.assert_close(rvt.cpu(), rv)
+    half = torch.batch_norm_stats(xt.half(), 1e-5)
+    assert half[0].dtype == torch.float32 and half[1].dtype == torch.float32

@@ -126,11 +126,10 @@ def test_fallback_error_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_an_op_with_no_lowering_and_no_cpu_kernel_says_so() -> None:
-    # SyncBatchNorm's kernels exist for CUDA only: PyTorch's fallback would blame "the 'CPU'
-    # backend" for tensors on tpu.
-    with pytest.raises(NotImplementedError, match="batch_norm_stats cannot run on tpu.*no CPU "
-                       "kernel"):
-        torch.batch_norm_stats(torch.randn(4, 16, device="tpu"), 1e-5)
+    # A CUDA-only op: PyTorch's fallback would blame "the 'CPU' backend" for tensors on tpu.
+    with pytest.raises(NotImplementedError, match="cudnn_affine_grid_generator cannot run on "
+                       "tpu.*no CPU kernel"):
+        torch.cudnn_affine_grid_generator(torch.randn(1, 2, 3, device="tpu"), 1, 1, 2, 2)
 
 
 def test_an_unknown_fallback_policy_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
