@@ -125,6 +125,10 @@ void bind_distributed(py::module& m) {
           py::arg("make"),
           "Sets how a split group is made: make(store, rank, size, global_ranks, timeout_s) "
           "returns its backend.")
+      // new_group calls it on the ranks left out of a group when the default group can split
+      // (NCCL splits its communicator on every rank); a tpu group is made by its members.
+      .def("perform_nocolor_split", [](distributed::TpuBackend&, const py::object&) {},
+           py::arg("device"))
       .def_property_readonly(
           "timeout_s",
           [](distributed::TpuBackend& b) {

@@ -15,6 +15,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -103,12 +104,13 @@ class TpuBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   // Splitting (torch.distributed.split_group, and DeviceMesh under a default group bound
-  // to a device): a new group of `ranks` (this group's ranks, sorted) made by the group
-  // factory the Python layer sets, as the backend's creator makes any group; null on a
-  // rank outside `ranks`. Its keys live under this group's store and the split's number
-  // (every rank of this group calls split, members or not), not under the store given:
-  // that one is prefixed by a name torch derives from how many groups each process made,
-  // which differs between ranks after a split that left some of them out.
+  // to a device): a new group of `ranks` (this group's ranks; sorted on its members) made
+  // by the group factory the Python layer sets, as the backend's creator makes any group;
+  // null on a rank outside `ranks`. Its keys live under this group's store and the split's
+  // number (every rank of this group calls split, members or not, and in the same order,
+  // as torch requires of split_group), not under the store given: that one is prefixed by
+  // a name torch derives from how many groups each process made, which differs between
+  // ranks after a split that left some of them out.
   using GroupFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
       const std::vector<int64_t>& global_ranks, std::chrono::milliseconds timeout)>;
@@ -142,7 +144,7 @@ class TpuBackend : public c10d::Backend {
   std::vector<int64_t> global_ranks_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
-  int64_t splits_ = 0;
+  std::atomic<int64_t> splits_{0};
   // Host-staged groups only: in-plugin collectives run on the calling thread. Point-to-point
   // operations of both transports have queues of their own, one per (direction, peer,
   // tag): a send waits until its peer receives (on the calling thread, a send on each rank

@@ -623,10 +623,15 @@ def _split_groups(rank: int, world: int, partial: bool) -> None:
     alone = dist.split_group(split_ranks=[[0], [1]])
     assert dist.get_world_size(alone) == 1 and summed(alone) == [float(rank + 1)] * 3
     if partial:
-        # A split leaving rank 0 out: torch then names the next split's group differently
-        # on each rank (it counts each process's groups), which Gloo's split keys by.
+        # A split and a new group leaving rank 0 out (new_group asks the ranks it leaves out
+        # to split too, for NCCL's communicator split): torch then names the next split's
+        # group differently on each rank (it counts each process's groups), which Gloo's
+        # split keys by.
         only_1 = dist.split_group(split_ranks=[[1]])
         assert (only_1 is None) == (rank == 0)
+        one = dist.new_group([1])
+        if rank == 1:
+            assert summed(one) == [2.0] * 3
     both = dist.split_group(split_ranks=[[1, 0]])
     assert dist.get_rank(both) == rank and summed(both) == [3.0] * 3
     out = torch.empty(2 * world, device="tpu")
