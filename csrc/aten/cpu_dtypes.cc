@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <optional>
 #include <unordered_map>
 
 namespace torchtpu::aten {
@@ -33,6 +34,9 @@ struct CpuDtypeRule {
   const CpuDtypeRule* (*by_arguments)(c10::ArrayRef<c10::IValue> args) = nullptr;
   // The argument whose dtype the kernel dispatches on (bernoulli_.Tensor's p).
   size_t dispatch_arg = 0;
+  // For a kernel that dispatches on its result's dtype (cumsum): that dtype for this call,
+  // or nullopt to leave the call to the meta kernel. Replaces dispatch_arg.
+  std::optional<c10::ScalarType> (*result_dtype)(c10::ArrayRef<c10::IValue> args) = nullptr;
 };
 
 namespace {
@@ -93,9 +97,35 @@ const CpuDtypeRule* rounding_div_rule(c10::ArrayRef<c10::IValue> args) {
   return mode == "trunc" ? &trunc : mode == "floor" ? &floor : nullptr;
 }
 
+// cumsum / cumprod (self, dim, dtype) and their out= forms (out last): the result is out,
+// else of the dtype argument, else int64 for an integer or bool self. Where out and the
+// dtype argument disagree, the meta kernel raises the CPU's error.
+std::optional<c10::ScalarType> scan_result_dtype(c10::ArrayRef<c10::IValue> args) {
+  std::optional<c10::ScalarType> asked;
+  if (args.size() > 2 && args[2].isInt()) asked = static_cast<c10::ScalarType>(args[2].toInt());
+  if (args.size() > 3 && args[3].isTensor()) {
+    c10::ScalarType out = args[3].toTensor().scalar_type();
+    if (asked && *asked != out) return std::nullopt;
+    return out;
+  }
+  return asked;
+}
+
+// Their in-place forms: self is the result, and a dtype argument must be self's (else the
+// meta kernel raises the CPU's "Bad in-place call").
+std::optional<c10::ScalarType> scan_in_place_result_dtype(c10::ArrayRef<c10::IValue> args) {
+  if (args.empty() || !args[0].isTensor()) return std::nullopt;
+  c10::ScalarType self = args[0].toTensor().scalar_type();
+  if (args.size() > 2 && args[2].isInt() && args[2].toInt() != static_cast<int64_t>(self)) {
+    return std::nullopt;
+  }
+  return self;
+}
+
 // Keyed by the op's name without namespace and overload, an in-place op's trailing `_`
-// dropped; a key with an overload ("round.decimals", its _out form included) wins, and
-// "bernoulli." is the overload-less form alone.
+// dropped unless the in-place form has a key of its own ("cumsum_"); a key with an overload
+// ("round.decimals", its _out form included) wins, and "bernoulli." is the overload-less
+// form alone.
 const std::unordered_map<std::string, CpuDtypeRule>& rules() {
   static const auto* table = new std::unordered_map<std::string, CpuDtypeRule>{
       {"_softmax", {"softmax_lastdim_kernel_impl", Refused::kNonFloat, "softmax_kernel_impl"}},
@@ -176,12 +206,14 @@ const std::unordered_map<std::string, CpuDtypeRule>& rules() {
       {"bernoulli.", {"bernoulli_tensor_cpu_p_", Refused::kNonFloat}},
       {"bernoulli.Tensor",
        {"bernoulli_tensor_cpu_p_", Refused::kNonFloat, nullptr, false, nullptr, nullptr, 1}},
-      // The kernel dispatches on the result's dtype: out's (argument 3) in the out= forms,
-      // self's in the in-place ones; a functional form's result is never bool.
-      {"cumsum", {"cumsum_out_cpu", Refused::kBool, nullptr, false, nullptr, nullptr, 3}},
-      {"cumprod", {"cumprod_out_cpu", Refused::kBool, nullptr, false, nullptr, nullptr, 3}},
-      {"cumsum_", {"cumsum_out_cpu", Refused::kBool}},
-      {"cumprod_", {"cumprod_out_cpu", Refused::kBool}},
+      {"cumsum", {"cumsum_out_cpu", Refused::kBool, nullptr, false, nullptr, nullptr, 0,
+                  scan_result_dtype}},
+      {"cumprod", {"cumprod_out_cpu", Refused::kBool, nullptr, false, nullptr, nullptr, 0,
+                   scan_result_dtype}},
+      {"cumsum_", {"cumsum_out_cpu", Refused::kBool, nullptr, false, nullptr, nullptr, 0,
+                   scan_in_place_result_dtype}},
+      {"cumprod_", {"cumprod_out_cpu", Refused::kBool, nullptr, false, nullptr, nullptr, 0,
+                    scan_in_place_result_dtype}},
       {"ldexp",
        {"ldexp_cpu_exp", Refused::kBoolOrWideUnsigned, nullptr, false, nullptr, nullptr, 1}},
       {"convolution", {"", Refused::kBool, nullptr, false, nullptr, convolution_rule}},
@@ -222,6 +254,12 @@ void check_dtype_like_cpu(const CpuDtypeRule& call_rule, c10::ArrayRef<c10::IVal
       call_rule.by_arguments != nullptr ? call_rule.by_arguments(args) : &call_rule;
   if (picked == nullptr) return;
   const CpuDtypeRule& rule = *picked;
+  if (rule.result_dtype != nullptr) {
+    std::optional<c10::ScalarType> t = rule.result_dtype(args);
+    TORCH_CHECK_NOT_IMPLEMENTED(!t || !refuses(rule.refused, *t), "\"", rule.kernel,
+                                "\" not implemented for '", c10::toString(*t), "'");
+    return;
+  }
   if (args.size() <= rule.dispatch_arg || !args[rule.dispatch_arg].isTensor()) return;
   const at::Tensor& self = args[rule.dispatch_arg].toTensor();
   if (!self.defined()) return;

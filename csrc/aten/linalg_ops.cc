@@ -61,13 +61,22 @@ at::Tensor lu_det_P(const at::Tensor& pivots) {
       .add_(1);
 }
 
+// The checks of the CPU's structured kernels: A's dtype, then the outs' (`api`: the
+// function named in the message).
+void check_factor_args(const char* api, const at::Tensor& A, const at::Tensor& LU,
+                       const at::Tensor& pivots) {
+  TORCH_CHECK(at::isFloatingType(A.scalar_type()) || at::isComplexType(A.scalar_type()), api,
+              ": Expected a floating point or complex tensor as input. Got ", A.scalar_type());
+  check_out_dtype(LU, A.scalar_type());
+  check_out_dtype(pivots, at::kInt);
+}
+
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_det_out(const at::Tensor& A,
                                                                at::Tensor& result,
                                                                at::Tensor& LU,
                                                                at::Tensor& pivots) {
+  check_factor_args("linalg.det", A, LU, pivots);
   check_out_dtype(result, A.scalar_type());
-  check_out_dtype(LU, A.scalar_type());
-  check_out_dtype(pivots, at::kInt);
   auto info = at::empty({0}, A.options().dtype(at::kInt));
   at::linalg_lu_factor_ex_out(LU, pivots, info, use_transpose(A) ? A.mH() : A);
   at::mul_out(result, lu_det_P(pivots), at::prod(LU.diagonal(0, -2, -1), /*dim=*/-1));
@@ -77,10 +86,9 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_det_out(const at::Tenso
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> linalg_slogdet_out(
     const at::Tensor& A, at::Tensor& sign, at::Tensor& logabsdet, at::Tensor& LU,
     at::Tensor& pivots) {
+  check_factor_args("linalg.slogdet", A, LU, pivots);
   check_out_dtype(sign, A.scalar_type());
   check_out_dtype(logabsdet, c10::toRealValueType(A.scalar_type()));
-  check_out_dtype(LU, A.scalar_type());
-  check_out_dtype(pivots, at::kInt);
   auto info = at::empty({0}, A.options().dtype(at::kInt));
   at::linalg_lu_factor_ex_out(LU, pivots, info, use_transpose(A) ? A.mH() : A);
   auto diag_U = LU.diagonal(0, -2, -1);

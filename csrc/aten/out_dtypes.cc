@@ -87,11 +87,13 @@ std::optional<c10::OperatorHandle> functional_form(const c10::OperatorHandle& op
 
 std::string dtype_name(c10::ScalarType t) { return c10::str(c10::scalarTypeToTypeMeta(t)); }
 
-// The unary ops among them build a TensorIterator of one dtype, which words it so.
+// The unary ops among them build a TensorIterator of one dtype, which words it so (the
+// others word theirs each their own way: ours is the most common one).
 bool found_dtype_wording(const std::string& name) {
   static const std::unordered_set<std::string> kUnary = {
       "aten::neg",  "aten::floor", "aten::ceil",        "aten::trunc",        "aten::frac",
-      "aten::sgn",  "aten::round", "aten::bitwise_not", "aten::conj_physical"};
+      "aten::sgn",  "aten::round", "aten::bitwise_not", "aten::conj_physical", "aten::gelu",
+      "aten::hardshrink", "aten::softshrink", "aten::softplus"};
   return kUnary.count(name) > 0;
 }
 

@@ -12,12 +12,13 @@
 
 namespace torchtpu::aten {
 
-// Raises the CPU's RuntimeError when the call `args` (meta arguments, before the meta kernel
-// runs) of the out= form `op` passes an out tensor of another dtype than its CPU kernel
-// writes. A no-op for ops that cast into out, and for functional and in-place forms.
+// Raises a RuntimeError like the CPU's when the call `args` (meta arguments, before the
+// meta kernel runs) of the out= form `op` passes an out tensor of another dtype than its
+// CPU kernel writes. A no-op for ops that cast into out, and for functional and in-place
+// forms.
 void check_out_dtypes(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
 
-// The same check for a kernel of ours that writes `out` (of argument `name`) in `computed`.
+// The same check for a kernel of ours that writes `out` in `computed`.
 void check_out_dtype(const at::Tensor& out, c10::ScalarType computed);
 
 }  // namespace torchtpu::aten

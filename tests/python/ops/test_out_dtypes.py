@@ -56,6 +56,13 @@ REFUSED = {
     "cumsum_bool_out": lambda x: torch.cumsum(x > 0, 0, out=_out(x, torch.bool)),
     "cumsum_in_place_bool": lambda x: (x > 0).cumsum_(0),
     "cumprod_in_place_bool": lambda x: (x > 0).cumprod_(0),
+    "cumsum_dtype_bool": lambda x: torch.cumsum(x, 0, dtype=torch.bool),
+    "cumsum_in_place_other_dtype": lambda x: (x > 0).cumsum_(0, dtype=torch.int64),
+    "cumsum_out_and_dtype_disagree": lambda x: torch.cumsum(x, 0, dtype=torch.int64,
+                                                            out=_out(x, torch.bool)),
+    "det_of_integers": lambda x: torch.linalg.det(_matrix().long().to(x.device),
+                                                  out=_out(x, x.dtype)),
+    "slogdet_of_integers": lambda x: torch.linalg.slogdet(_matrix().long().to(x.device)),
 }
 
 
