@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import time
 from datetime import timedelta
@@ -240,9 +239,9 @@ def main() -> None:
     ap.add_argument("--max-mb", type=float, default=64)
     ap.add_argument("--repeats", type=int, default=5, help="timed blocks per variant (best)")
     args = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from torchtpu._ports import free_port  # here: the spawned ranks import this module
+
+    port = free_port()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = mp.start_processes(_rank_main, nprocs=2, join=False, start_method="spawn",

@@ -15,8 +15,6 @@ import sys
 import textwrap
 import time
 
-from torchtpu._ports import free_port  # noqa: F401  (the tests import it from here)
-
 REPO_PYTHON = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
 
@@ -26,6 +24,14 @@ def run_python(code: str, timeout: float = 120, **env: str) -> subprocess.Comple
     full_env.update(env)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    """torchtpu._ports.free_port (a port never handed out twice), imported at the call:
+    ranks that run_ranks spawns import this module before their environment is set."""
+    from torchtpu._ports import free_port as pick
+
+    return pick()
 
 
 def wait_healthy(url: str, proc: subprocess.Popen, timeout: float) -> None:

@@ -45,19 +45,17 @@ class RunningServer:
     """An OpenAIServer on a free local port, served by uvicorn on a thread."""
 
     def __init__(self, engine, **server_args) -> None:
-        import socket
         import threading
         import time
 
         import httpx
         import uvicorn
 
+        from torchtpu._ports import free_port
         from torchtpu.serve.server import OpenAIServer
 
         self.app = OpenAIServer(engine, **server_args)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.uvicorn = uvicorn.Server(uvicorn.Config(self.app.app, host="127.0.0.1", port=port,
                                                      log_level="error"))
         self.thread = threading.Thread(target=self.uvicorn.run, daemon=True)

@@ -4,7 +4,6 @@ payload), the payload a positional ``[ts, events, data_parallel_rank]`` whose ev
 tagged by ``"type"``; decoded here with the ``msgpack`` package alone. Also the replay socket
 and the cache metrics llm-d scrapes."""
 
-import socket
 import time
 
 import msgpack
@@ -12,6 +11,7 @@ import pytest
 import zmq
 from conftest import ENGINE_ARGS
 
+from torchtpu._ports import free_port
 from torchtpu.serve import LLMEngine, SamplingParams
 from torchtpu.serve.kv_events import KvEventsConfig
 
@@ -21,9 +21,7 @@ MASK = (1 << 64) - 1
 
 
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 def reference_block_hashes(tokens: list[int], page_size: int) -> list[int]:

@@ -140,12 +140,11 @@ def test_launcher_does_not_restart_a_replica_that_cannot_start(tmp_path, caplog)
 def _router_process(*flags: str):
     """`torchtpu router` (round-robin over a replica that is down) with `flags`, answering
     on the yielded URL; stopped on exit."""
-    import socket
     import time
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from torchtpu._ports import free_port
+
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "torchtpu.cli", "router", "--replica",
                              "http://127.0.0.1:1", "--mode", "round-robin", "--port", str(port),
                              *flags], stderr=subprocess.PIPE, text=True)
