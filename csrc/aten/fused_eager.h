@@ -5,9 +5,9 @@
 // stream query, and when it reaches TORCHTPU_FUSED_MAX_OPS ops (default 1024). It is lowered
 // through the lowering table into one module (the same lowerings as op by op and
 // torch.compile) and cached by its structure: the ops' signatures, which value each reads,
-// the inputs' types and which values are still alive at the run. Scalars and generator
-// states are runtime parameters, so a training loop finds its graphs in the cache step
-// after step. Values no live tensor holds are not outputs: XLA fuses them away.
+// the inputs' types and which values are still alive at the run. Scalars, generator
+// states and views' offsets are runtime parameters, so a training loop finds its graphs in
+// the cache step after step. Values no live tensor holds are not outputs: XLA fuses them away.
 //
 // Semantics are eager's: a result is a tensor at once (its storage's value pending),
 // views and in-place ops work on storages as op by op (a read or write through a view of a
@@ -99,8 +99,9 @@ struct ExportedNode {
   int rng_input = -1;
 };
 struct ExportedGraph {
-  // The graph exactly, as bytes (its structure words, which values are outputs, and every
-  // recorded argument's value): equal keys are equal graphs at equal sizes. Empty when an
+  // The graph exactly, as bytes (its structure words, which values are outputs, every
+  // recorded argument's value and every view's offset): equal keys are equal graphs at
+  // equal sizes. Empty when an
   // argument is of a kind the key does not encode; the hook then keys the graph itself.
   std::string key;
   std::vector<at::Tensor> inputs;
