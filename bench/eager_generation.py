@@ -12,7 +12,11 @@ value 1..64. Each device runs in its own process:
 
 ``--model nanogpt`` runs the same sizes written as nanoGPT writes them (positions from
 ``torch.arange`` of the length, ``F.scaled_dot_product_attention(is_causal=True)``): tensors
-made at every length, which fused mode must not compile per length either.
+made at every length, which fused mode must not compile per length either. ``--model
+kvcache`` decodes with nanoGPT's weights and a fixed-size KV cache per layer instead (one
+token per step, its keys and values written at the step's slot, ``k_cache[:, :, slot] =
+k``, attention over the whole cache under a mask of the slots written; a ring of
+``--window`` slots): every step has the same sizes, only the position moves.
 
 On ``tpu`` it runs once per mode (``--modes``, default all three): eager ``op`` (each op runs at
 its call) and ``fused`` (ops recorded and run as one graph at each host read,
@@ -26,7 +30,7 @@ Both devices pick tokens greedily (argmax); it prints how many of the tokens agr
 the first difference (rounding can flip a near tie).
 
     python bench/eager_generation.py [--tokens N] [--layers L] [--d-model D]
-        [--modes op,fused,compiled] [--model gpt|nanogpt]
+        [--modes op,fused,compiled] [--model gpt|nanogpt|kvcache]
 """
 
 from __future__ import annotations
@@ -79,15 +83,57 @@ class NanoGPT(torch.nn.Module):
         return self.head(self.ln(x))
 
 
+class KVCacheDecoder(torch.nn.Module):
+    """NanoGPT's weights decoding one token per step against a fixed-size KV cache per
+    layer: a ring of `window` slots, each step's keys and values written at its slot."""
+
+    def __init__(self, model: NanoGPT, window: int) -> None:
+        super().__init__()
+        self.model, self.window = model, window
+        d = model.wte.embedding_dim
+        heads = model.blocks[0].heads
+        shape = (len(model.blocks), 1, heads, window, d // heads)
+        self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
+        self.register_buffer("slots", torch.arange(window), persistent=False)
+
+    def reset(self) -> None:
+        self.k_cache.zero_()
+        self.v_cache.zero_()
+
+    def forward(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        slot = position % self.window
+        x = self.model.wte(token) + self.model.wpe.weight[slot]
+        mask = (self.slots <= position).view(1, 1, 1, -1)  # the slots written so far
+        for layer, block in enumerate(self.model.blocks):
+            b, t, c = x.shape
+            q, k, v = (z.view(b, t, block.heads, c // block.heads).transpose(1, 2)
+                       for z in block.qkv(block.ln1(x)).split(c, dim=2))
+            self.k_cache[layer, :, :, slot] = k[:, :, 0]
+            self.v_cache[layer, :, :, slot] = v[:, :, 0]
+            y = torch.nn.functional.scaled_dot_product_attention(
+                q, self.k_cache[layer], self.v_cache[layer], attn_mask=mask)
+            x = x + block.proj(y.transpose(1, 2).reshape(b, t, c))
+            x = x + block.out(torch.nn.functional.gelu(block.fc(block.ln2(x))))
+        return self.model.head(self.model.ln(x))
+
+
 def sample(model: torch.nn.Module, device: str, tokens: int,
            window: int) -> tuple[list[int], float]:
     """Greedy tokens from a start token, and the loop's wall time in seconds."""
     context = [0]
+    kv = getattr(model, "_orig_mod", model)  # torch.compile's wrapper holds the module
+    kv = kv if isinstance(kv, KVCacheDecoder) else None
     start = time.perf_counter()
     with torch.no_grad():
-        for _ in range(tokens):
-            idx = torch.tensor([context[-window:]], device=device)
-            logits = model(idx)[0, -1]
+        if kv is not None:
+            kv.reset()
+        for position in range(tokens):
+            if kv is not None:
+                logits = model(torch.tensor([[context[-1]]], device=device), position)[0, -1]
+            else:
+                idx = torch.tensor([context[-window:]], device=device)
+                logits = model(idx)[0, -1]
             context.append(int(logits.argmax()))
     return context[1:], time.perf_counter() - start
 
@@ -101,6 +147,9 @@ def child(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     if args.model == "nanogpt":
         model = NanoGPT(65, args.d_model, args.layers, 4, args.window).eval()
+    elif args.model == "kvcache":
+        model = KVCacheDecoder(NanoGPT(65, args.d_model, args.layers, 4, args.window),
+                               args.window).eval()
     else:
         model = GPT(cfg).eval()
     if args.child == "cpu":
@@ -135,9 +184,10 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--window", type=int, default=64)
-    parser.add_argument("--model", choices=("gpt", "nanogpt"), default="gpt",
+    parser.add_argument("--model", choices=("gpt", "nanogpt", "kvcache"), default="gpt",
                         help="gpt: compiled_vs_jax.py's decoder (a mask buffer, a position "
-                        "parameter sliced); nanogpt: arange positions and SDPA")
+                        "parameter sliced); nanogpt: arange positions and SDPA; kvcache: "
+                        "nanogpt decoding against a fixed-size KV cache")
     parser.add_argument("--modes", default="op,fused,compiled",
                         help="modes to run on tpu, comma-separated: op, fused (eager), "
                         "compiled (torch.compile, shape buckets)")
@@ -173,7 +223,9 @@ def main() -> int:
     cpu = rows["cpu"]
     load = os.getloadavg()
     print(f"{args.model} {args.layers} layers, d_model {args.d_model}, {args.tokens} tokens "
-          f"from an empty context (window {args.window}), no KV cache; load average {load[0]:.1f} "
+          f"from an empty context (window {args.window}), "
+          f"{'a fixed-size KV cache' if args.model == 'kvcache' else 'no KV cache'}; "
+          f"load average {load[0]:.1f} "
           f"{load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'device':<14}{'cold s':>10}{'warm s':>10}{'programs cold':>16}{'programs warm':>16}"
           f"{'cold/cpu':>10}{'warm/cpu':>10}{'tokens equal':>14}{'s compiling':>13}")
