@@ -20,10 +20,6 @@ STORED_KEYS = {"type", "block_hashes", "parent_block_hash", "token_ids", "block_
 MASK = (1 << 64) - 1
 
 
-def _port() -> int:
-    return free_port()
-
-
 def reference_block_hashes(tokens: list[int], page_size: int) -> list[int]:
     """csrc/serve/block_hash.h written again in Python: FNV-1a over the parent hash (8 bytes
     little-endian) and the page's token ids (4 bytes little-endian each), then splitmix64's
@@ -51,7 +47,7 @@ def reference_block_hashes(tokens: list[int], page_size: int) -> list[int]:
 def engine_with_events(tiny_llama_dir, tmp_path_factory):
     # ipc:// endpoints are bound by the publisher (as tcp://*:N would be) and stay local.
     d = tmp_path_factory.mktemp("kv")
-    config = KvEventsConfig(endpoint=f"ipc://{d}/pub", replay_endpoint=f"tcp://127.0.0.1:{_port()}",
+    config = KvEventsConfig(endpoint=f"ipc://{d}/pub", replay_endpoint=f"tcp://127.0.0.1:{free_port()}",
                             topic="kv@127.0.0.1:8000@tiny")
     engine = LLMEngine(tiny_llama_dir, served_model_name="tiny", kv_events=config, **ENGINE_ARGS)
     sub = zmq.Context.instance().socket(zmq.SUB)
