@@ -171,109 +171,56 @@ Result lower_split(LoweringContext& c) {
   return pieces;
 }
 
-// The elements as_strided(sizes, strides, offset) addresses in a dense row-major value of
-// n elements: all inside it, or an error naming the op.
-base::Status check_strided_window(const std::string& op, const Dims& sizes, const Dims& strides,
-                                  int64_t offset, int64_t n) {
+// The storage offset of an as_strided(_scatter) node whose size and stride lists are
+// arguments `index` - 2 and `index` - 1, over a dense row-major value of n elements: a
+// runtime scalar as it is, or a constant (none is 0) checked to keep the view inside.
+base::StatusOr<Value> view_offset(LoweringContext& c, size_t index, int64_t n) {
+  if (c.arg(index).kind == ArgKind::kScalar) return c.scalar(index, DType::kI64);
+  int64_t offset = c.is_none(index) ? 0 : c.int_arg(index);
+  const Dims& sizes = c.int_list(index - 2);
+  const Dims& strides = c.int_list(index - 1);
   int64_t last = offset;
-  for (size_t k = 0; k < sizes.size(); ++k) last += (sizes[k] - 1) * strides[k];
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k] == 0) return c.b().constant_i64(offset, DType::kI64);  // addresses nothing
+    last += (sizes[k] - 1) * strides[k];
+  }
   if (offset < 0 || last >= n) {
-    return base::invalid_argument("lowering: " + op + ": view reaches element " +
+    return base::invalid_argument("lowering: " + c.op_name() + ": view reaches element " +
                                   std::to_string(last) + " of a value of " + std::to_string(n) +
                                   " elements");
   }
-  return base::Status::ok_status();
-}
-
-// Their flat indices as an i64 [sizes..., 1] value (index_vector_dim last, for a gather or
-// scatter over the flattened value).
-Value strided_indices(Builder& b, const Dims& sizes, const Dims& strides, int64_t offset) {
-  Value idx = b.broadcast_to(b.constant_i64(offset, DType::kI64), sizes);
-  TensorType it{DType::kI64, sizes};
-  for (size_t k = 0; k < sizes.size(); ++k) {
-    if (sizes[k] == 1 || strides[k] == 0) continue;
-    idx = b.add(idx, b.mul(b.iota(it, static_cast<int64_t>(k)),
-                           b.broadcast_to(b.constant_i64(strides[k], DType::kI64), sizes)));
-  }
-  Dims with_vec = sizes;
-  with_vec.push_back(1);
-  return b.reshape(idx, with_vec);
+  return c.b().constant_i64(offset, DType::kI64);
 }
 
 // as_strided(self, size, stride, storage_offset?): element i of the result is
-// flat(self)[offset + sum(i_k * stride_k)], like the eager strided read
-// (storage_programs.cc). A contiguous window is one slice; anything else one gather. A
-// fused eager graph's view reads pass the offset as a runtime scalar (the view was valid
-// when recorded): `y[i]` for every i is one program.
+// flat(self)[offset + sum(i_k * stride_k)], the eager strided read (storage_programs.cc)
+// over self read as a dense row-major value. A constant offset is checked against self's
+// size here; a fused eager graph's view reads pass it as a runtime scalar (the view was
+// valid when recorded), so `y[i]` for every i is one program.
 Result lower_as_strided(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
   const TensorType& out = c.out_type();
-  const Dims& sizes = c.int_list(1);
-  const Dims& strides = c.int_list(2);
   if (out.num_elements() == 0) return one(filled(b, 0, out));
   int64_t n = x.type.num_elements();
-  if (c.arg(3).kind == ArgKind::kScalar) {
-    return one(read_view(b, b.reshape(x, {n}), sizes, strides, c.scalar(3, DType::kI64)));
-  }
-  int64_t offset = c.is_none(3) ? 0 : c.int_arg(3);
-  TORCHTPU_RETURN_IF_ERROR(check_strided_window(c.op_name(), sizes, strides, offset, n));
-  Value flat = b.reshape(x, {n});
-  if (std::optional<DenseBlock> d = dense_block(sizes, strides)) {
-    return one(read_dense_block(b, b.slice(flat, {offset}, {offset + d->numel}, {1}), *d, sizes));
-  }
-  std::string attrs =
-      "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
-      "index_vector_dim = " +
-      std::to_string(sizes.size()) +
-      ">, indices_are_sorted = false, slice_sizes = array<i64: 1>";
-  return one(b.op("stablehlo.gather", {flat, strided_indices(b, sizes, strides, offset)}, out,
-                  attrs));
+  TORCHTPU_ASSIGN_OR_RETURN(Value offset, view_offset(c, 3, n));
+  return one(read_view(b, b.reshape(x, {n}), c.int_list(1), c.int_list(2), offset));
 }
 
 // as_strided_scatter(self, src, size, stride, storage_offset?): self with the elements
-// as_strided(self, size, stride, storage_offset) addresses replaced by src (self read as a
-// dense row-major value, as above). A contiguous window is one update; anything else one
-// scatter. In graphs only (fused eager writes through views with it, the offset a runtime
-// scalar as above): eager mode keeps PyTorch's composite kernel, which addresses self's
-// memory layout.
+// as_strided(self, size, stride, storage_offset) addresses replaced by src, the eager
+// strided write (storage_programs.cc) with the offset as above. In graphs only (fused eager
+// writes through views with it): eager mode keeps PyTorch's composite kernel, which
+// addresses self's memory layout.
 Result lower_as_strided_scatter(LoweringContext& c) {
   Builder& b = c.b();
   Value x = c.tensor(0);
-  const Dims& sizes = c.int_list(2);
-  const Dims& strides = c.int_list(3);
   const TensorType& out = c.out_type();
-  int64_t count = 1;
-  for (int64_t d : sizes) count *= d;
-  if (count == 0) return one(x);
   int64_t n = x.type.num_elements();
-  if (c.arg(4).kind == ArgKind::kScalar) {
-    Value flat = write_view(b, b.reshape(x, {n}), b.convert(c.tensor(1), x.dtype()), sizes,
-                            strides, c.scalar(4, DType::kI64));
-    return one(b.reshape(flat, out.dims));
-  }
-  int64_t offset = c.is_none(4) ? 0 : c.int_arg(4);
-  TORCHTPU_RETURN_IF_ERROR(check_strided_window(c.op_name(), sizes, strides, offset, n));
-  Value src = b.convert(c.tensor(1), x.dtype());
-  Value flat = b.reshape(x, {n});
-  Value result;
-  std::optional<DenseBlock> d = dense_block(sizes, strides);
-  if (d && !d->broadcast) {
-    result = b.op("stablehlo.dynamic_update_slice",
-                  {flat, write_dense_block(b, src, *d), b.constant_i64(offset, DType::kI64)},
-                  flat.type);
-  } else {
-    TensorType scalar{x.dtype(), {}};
-    std::string attrs =
-        "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<"
-        "inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = " +
-        std::to_string(sizes.size()) + ">, unique_indices = false";
-    result = b.op_with_region(
-        "stablehlo.scatter", {flat, strided_indices(b, sizes, strides, offset), src}, {flat.type}, {scalar, scalar},
-        [](Builder&, const std::vector<Value>& args) { return std::vector<Value>{args[1]}; },
-        attrs)[0];
-  }
-  return one(b.reshape(result, out.dims));
+  TORCHTPU_ASSIGN_OR_RETURN(Value offset, view_offset(c, 4, n));
+  Value flat = write_view(b, b.reshape(x, {n}), b.convert(c.tensor(1), x.dtype()), c.int_list(2),
+                          c.int_list(3), offset);
+  return one(b.reshape(flat, out.dims));
 }
 
 // copy(self, src, non_blocking): src converted to self's dtype and broadcast to its shape.

@@ -22,6 +22,18 @@ bool is_contiguous(const Dims& sizes, const Dims& strides) {
   return true;
 }
 
+// A view whose elements are one contiguous block of `numel` elements read in another dim
+// order: a transpose or permute of a contiguous window (w.t(), q.transpose(1, 2)), with
+// stride-0 dims broadcast (expand) and size-1 dims free. `block` holds the block's sizes in
+// memory order (outermost first), `order` the view dim each comes from. Such a view reads
+// and writes as slice + reshape + transpose (+ broadcast), never as an element gather or
+// scatter, which XLA runs far slower. Nullopt for any other view (overlapping or gapped).
+struct DenseBlock {
+  Dims block;
+  Dims order;
+  int64_t numel = 1;
+  bool broadcast = false;  // some dim of size > 1 has stride 0
+};
 // Flat indices (i64) of every element of the view from its first element at the runtime
 // `offset` (0-d i64), shaped `sizes` + [1] for gather/scatter.
 Value flat_indices(Builder& b, const Dims& sizes, const Dims& strides, Value offset) {
@@ -50,8 +62,6 @@ std::string scatter_attrs(int64_t rank) {
          std::to_string(rank) + ">, unique_indices = false";
 }
 
-}  // namespace
-
 std::optional<DenseBlock> dense_block(const Dims& sizes, const Dims& strides) {
   DenseBlock d;
   for (size_t k = 0; k < sizes.size(); ++k) {
@@ -76,8 +86,6 @@ std::optional<DenseBlock> dense_block(const Dims& sizes, const Dims& strides) {
   return d;
 }
 
-namespace {
-
 // The block's dims sorted by view dim, and the transpose from memory order to it.
 void view_order(const DenseBlock& d, Dims* sorted, Dims* perm) {
   *sorted = d.order;
@@ -95,8 +103,7 @@ bool is_identity(const Dims& perm) {
   return true;
 }
 
-}  // namespace
-
+// The view (shape `sizes`) of `window`, the block's elements as a 1-D value.
 Value read_dense_block(Builder& b, Value window, const DenseBlock& d, const Dims& sizes) {
   Dims sorted, perm;
   view_order(d, &sorted, &perm);
@@ -107,6 +114,8 @@ Value read_dense_block(Builder& b, Value window, const DenseBlock& d, const Dims
   return b.broadcast_in_dim(v, sizes, sorted);
 }
 
+// The block's elements (1-D, memory order) holding `value` (shape `sizes`); d has no
+// broadcast dim.
 Value write_dense_block(Builder& b, Value value, const DenseBlock& d) {
   Dims sorted, perm;
   view_order(d, &sorted, &perm);
@@ -119,6 +128,8 @@ Value write_dense_block(Builder& b, Value value, const DenseBlock& d) {
   if (!is_identity(inverse)) v = b.transpose(v, inverse);
   return b.reshape(v, {d.numel});
 }
+
+}  // namespace
 
 bool is_whole_buffer_view(int64_t buffer_numel, const Dims& sizes, const Dims& strides,
                           int64_t offset) {

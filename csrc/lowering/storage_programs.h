@@ -57,25 +57,6 @@ Value read_view(Builder& b, Value flat, const Dims& sizes, const Dims& strides, 
 Value write_view(Builder& b, Value flat, Value value, const Dims& sizes, const Dims& strides,
                  Value offset);
 
-// A view whose elements are one contiguous block of `numel` elements read in another dim
-// order: a transpose or permute of a contiguous window (w.t(), q.transpose(1, 2)), with
-// stride-0 dims broadcast (expand) and size-1 dims free. `block` holds the block's sizes in
-// memory order (outermost first), `order` the view dim each comes from. Such a view reads
-// and writes as slice + reshape + transpose (+ broadcast), never as an element gather or
-// scatter, which XLA runs far slower. Nullopt for any other view (overlapping or gapped).
-struct DenseBlock {
-  Dims block;
-  Dims order;
-  int64_t numel = 1;
-  bool broadcast = false;  // some dim of size > 1 has stride 0
-};
-std::optional<DenseBlock> dense_block(const Dims& sizes, const Dims& strides);
-// The view (shape `sizes`) of `window`, the block's elements as a 1-D value.
-Value read_dense_block(Builder& b, Value window, const DenseBlock& d, const Dims& sizes);
-// The block's elements (1-D, memory order) holding `value` (shape `sizes`); d has no
-// broadcast dim.
-Value write_dense_block(Builder& b, Value value, const DenseBlock& d);
-
 // True when the view (sizes, strides, offset) covers the buffer exactly in row-major
 // order, so the buffer can be used as the view's value after a reshape.
 bool is_whole_buffer_view(int64_t buffer_numel, const Dims& sizes, const Dims& strides,
