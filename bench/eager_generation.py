@@ -16,7 +16,9 @@ made at every length, which fused mode must not compile per length either. ``--m
 kvcache`` decodes with nanoGPT's weights and a fixed-size KV cache per layer instead (one
 token per step, its keys and values written at the step's slot, ``k_cache[:, :, slot] =
 k``, attention over the whole cache under a mask of the slots written; a ring of
-``--window`` slots): every step has the same sizes, only the position moves.
+``--window`` slots): every step has the same sizes, only the position moves. ``--model kvgrow`` attends over
+the slots written so far instead (``k_cache[:, :, :n]``, as Meta's Llama reference model
+reads its cache): the length read grows with the position until the ring is full.
 
 On ``tpu`` it runs once per mode (``--modes``, default all three): eager ``op`` (each op runs at
 its call) and ``fused`` (ops recorded and run as one graph at each host read,
@@ -30,7 +32,7 @@ Both devices pick tokens greedily (argmax); it prints how many of the tokens agr
 the first difference (rounding can flip a near tie).
 
     python bench/eager_generation.py [--tokens N] [--layers L] [--d-model D]
-        [--modes op,fused,compiled] [--model gpt|nanogpt|kvcache]
+        [--modes op,fused,compiled] [--model gpt|nanogpt|kvcache|kvgrow]
 """
 
 from __future__ import annotations
@@ -85,11 +87,14 @@ class NanoGPT(torch.nn.Module):
 
 class KVCacheDecoder(torch.nn.Module):
     """NanoGPT's weights decoding one token per step against a fixed-size KV cache per
-    layer: a ring of `window` slots, each step's keys and values written at its slot."""
+    layer: a ring of `window` slots, each step's keys and values written at its slot.
+    Attention covers the whole cache under a mask of the slots written, or, when `grow`
+    (as Meta's Llama reference model does), the slots written so far only: a slice whose
+    length grows with the position until the ring is full."""
 
-    def __init__(self, model: NanoGPT, window: int) -> None:
+    def __init__(self, model: NanoGPT, window: int, grow: bool = False) -> None:
         super().__init__()
-        self.model, self.window = model, window
+        self.model, self.window, self.grow = model, window, grow
         d = model.wte.embedding_dim
         heads = model.blocks[0].heads
         shape = (len(model.blocks), 1, heads, window, d // heads)
@@ -111,8 +116,13 @@ class KVCacheDecoder(torch.nn.Module):
                        for z in block.qkv(block.ln1(x)).split(c, dim=2))
             self.k_cache[layer, :, :, slot] = k[:, :, 0]
             self.v_cache[layer, :, :, slot] = v[:, :, 0]
-            y = torch.nn.functional.scaled_dot_product_attention(
-                q, self.k_cache[layer], self.v_cache[layer], attn_mask=mask)
+            if self.grow:
+                n = min(position + 1, self.window)
+                y = torch.nn.functional.scaled_dot_product_attention(
+                    q, self.k_cache[layer, :, :, :n], self.v_cache[layer, :, :, :n])
+            else:
+                y = torch.nn.functional.scaled_dot_product_attention(
+                    q, self.k_cache[layer], self.v_cache[layer], attn_mask=mask)
             x = x + block.proj(y.transpose(1, 2).reshape(b, t, c))
             x = x + block.out(torch.nn.functional.gelu(block.fc(block.ln2(x))))
         return self.model.head(self.model.ln(x))
@@ -147,9 +157,9 @@ def child(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     if args.model == "nanogpt":
         model = NanoGPT(65, args.d_model, args.layers, 4, args.window).eval()
-    elif args.model == "kvcache":
+    elif args.model in ("kvcache", "kvgrow"):
         model = KVCacheDecoder(NanoGPT(65, args.d_model, args.layers, 4, args.window),
-                               args.window).eval()
+                               args.window, grow=args.model == "kvgrow").eval()
     else:
         model = GPT(cfg).eval()
     if args.child == "cpu":
@@ -178,16 +188,21 @@ def child(args: argparse.Namespace) -> dict:
             "compile_s": m1.get("compile_time_s", 0.0) - m0.get("compile_time_s", 0.0)}
 
 
+_CACHES = {"kvcache": "a fixed-size KV cache", "kvgrow": "a KV cache read up to the position"}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--window", type=int, default=64)
-    parser.add_argument("--model", choices=("gpt", "nanogpt", "kvcache"), default="gpt",
+    parser.add_argument("--model", choices=("gpt", "nanogpt", "kvcache", "kvgrow"),
+                        default="gpt",
                         help="gpt: compiled_vs_jax.py's decoder (a mask buffer, a position "
                         "parameter sliced); nanogpt: arange positions and SDPA; kvcache: "
-                        "nanogpt decoding against a fixed-size KV cache")
+                        "nanogpt decoding against a fixed-size KV cache; kvgrow: the same "
+                        "cache attended up to the position")
     parser.add_argument("--modes", default="op,fused,compiled",
                         help="modes to run on tpu, comma-separated: op, fused (eager), "
                         "compiled (torch.compile, shape buckets)")
@@ -224,7 +239,7 @@ def main() -> int:
     load = os.getloadavg()
     print(f"{args.model} {args.layers} layers, d_model {args.d_model}, {args.tokens} tokens "
           f"from an empty context (window {args.window}), "
-          f"{'a fixed-size KV cache' if args.model == 'kvcache' else 'no KV cache'}; "
+          f"{_CACHES.get(args.model, 'no KV cache')}; "
           f"load average {load[0]:.1f} "
           f"{load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'device':<14}{'cold s':>10}{'warm s':>10}{'programs cold':>16}{'programs warm':>16}"

@@ -84,7 +84,8 @@ struct ExportedNode {
   // "aten::add.Tensor", or "" for a view read: as_strided(base, sizes, strides, offset).
   // An op writing its argument ("aten::fill_.Scalar") wrote a whole storage: its result is
   // a new value, its functional form's. A storage no call wrote reads as "aten::zeros", a
-  // copy across dtypes is "aten::_to_copy".
+  // copy across dtypes is "aten::_to_copy", a write into a view of a value (the storage's
+  // new value) "aten::as_strided_scatter" with its offset as an int.
   std::string op;
   // The schema arguments, each tensor None and each tensor list a list of 0/1 (present).
   std::vector<c10::IValue> args;

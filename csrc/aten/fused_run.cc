@@ -67,13 +67,12 @@ int rng_param(const RecordedNode& n) {
   return at;
 }
 
-// Whether the hook may take `g`: ops, view reads, zeros and conversions only. An op writing its
-// argument writes a whole storage (a write into a view is a kViewWrite): its result is a
-// value like any other, which the hook computes with the op's functional form. A random
-// op's generator state (taken at its call) is an input of the exported graph.
+// Whether the hook may take `g`: ops, view reads and writes, zeros and conversions. An op
+// writing its argument writes a whole storage (a write into a view is a kViewWrite): its
+// result is a value like any other, which the hook computes with the op's functional form.
+// A random op's generator state (taken at its call) is an input of the exported graph.
 bool exportable(const PendingGraph& g) {
   for (const RecordedNode& n : g.nodes) {
-    if (n.kind == RecordedNode::Kind::kViewWrite) return false;
     if (n.kind != RecordedNode::Kind::kOp) continue;
     const CompiledOp& c = *n.op;
     if (!c.list_write_args.empty() || !c.extra_write_args.empty()) return false;
@@ -211,6 +210,13 @@ std::optional<std::vector<runtime::BufferPtr>> run_by_hook(const PendingGraph& g
         x.sizes = n.sizes;
         x.strides = n.strides;
         x.offset = n.offset;
+      } else if (n.kind == RecordedNode::Kind::kViewWrite) {
+        // as_strided_scatter(self, src, size, stride, storage_offset): the base's new value
+        x.op = "aten::as_strided_scatter";
+        x.args = {c10::IValue(), c10::IValue(), c10::IValue(n.sizes), c10::IValue(n.strides),
+                  c10::IValue(n.offset)};
+        x.reads.push_back({0, -1, n.refs[0]});
+        x.reads.push_back({1, -1, n.refs[1]});
       } else if (n.kind == RecordedNode::Kind::kConvert) {
         // _to_copy(self, *, dtype, layout, device, pin_memory, non_blocking, memory_format)
         x.op = "aten::_to_copy";

@@ -152,26 +152,12 @@ def _box(chain: list[int], unit: set[int], sizes: list[int], strides: list[int],
     return box, starts
 
 
-def view_read(g: Graph, base: Node, shape: list[int], sizes: list[int],
-              strides: list[int], offset: int) -> Node:
-    """``as_strided(base, sizes, strides, offset)`` of the whole row-major value `base` as
-    view ops: the base reshaped into a box whose dims have the view's strides, a slice (or
-    select) per box dim, a permute into the view's order, unsqueezes for its stride-0
-    size-1 dims and an expand for its stride-0 ones. Raises NotAView when the view is not
-    such a box (overlapping or wrapping strides). `shape`: the base's.
-
-    A size-1 dim is a box dim too, placed by its stride: sliced to one element of the
-    extent its stride gives when that stride is one of the base's (a one-row window of a
-    longer parameter; among the dims of its stride in their order), else of an extent-1 dim
-    (PyTorch gives size-1 dims any stride; before the dims of its stride). A dim that is 1
-    at one length and longer at another (a context of one token) then mostly reads through
-    the same view ops at both, so both lengths share a structure. A guess: the
-    size-1 dim's place only decides the structure, never the values read.""" 
+def _view_box(shape: list[int], sizes: list[int], strides: list[int], offset: int
+              ) -> tuple[list[int], list[int], list[int]]:
+    """The box a view of the row-major value of `shape` reads (view_read): its view dims
+    (outermost first), the box's extents and the view's start in each. Raises NotAView
+    when the view is no such box."""
     numel = math.prod(shape)
-    if numel == 0:  # a view of an empty value is empty: the value in the view's shape
-        if math.prod(sizes):
-            raise NotAView(f"a view of {sizes} of an empty value")
-        return _call(g, torch.ops.aten.reshape.default, (base, list(sizes)))
     base_strides = {math.prod(shape[k + 1:]) for k in range(len(shape))}
     dims = sorted((d for d, n in enumerate(sizes) if n != 1 and strides[d] != 0),
                   key=lambda d: -strides[d])
@@ -199,6 +185,30 @@ def view_read(g: Graph, base: Node, shape: list[int], sizes: list[int],
         assert not isinstance(fits, str), fits  # an extent-1 dim fits anywhere
         dims, fit = chain, fits
     box, starts = fit
+    return dims, box, starts
+
+
+def view_read(g: Graph, base: Node, shape: list[int], sizes: list[int],
+              strides: list[int], offset: int) -> Node:
+    """``as_strided(base, sizes, strides, offset)`` of the whole row-major value `base` as
+    view ops: the base reshaped into a box whose dims have the view's strides, a slice (or
+    select) per box dim, a permute into the view's order, unsqueezes for its stride-0
+    size-1 dims and an expand for its stride-0 ones. Raises NotAView when the view is not
+    such a box (overlapping or wrapping strides). `shape`: the base's.
+
+    A size-1 dim is a box dim too, placed by its stride: sliced to one element of the
+    extent its stride gives when that stride is one of the base's (a one-row window of a
+    longer parameter; among the dims of its stride in their order), else of an extent-1 dim
+    (PyTorch gives size-1 dims any stride; before the dims of its stride). A dim that is 1
+    at one length and longer at another (a context of one token) then mostly reads through
+    the same view ops at both, so both lengths share a structure. A guess: the
+    size-1 dim's place only decides the structure, never the values read.""" 
+    numel = math.prod(shape)
+    if numel == 0:  # a view of an empty value is empty: the value in the view's shape
+        if math.prod(sizes):
+            raise NotAView(f"a view of {sizes} of an empty value")
+        return _call(g, torch.ops.aten.reshape.default, (base, list(sizes)))
+    dims, box, starts = _view_box(shape, sizes, strides, offset)
     # A reshape: the recorder's values are row-major, a retraced op's fake result need not be
     # (mul of a transposed view keeps its strides), where a view would fail.
     x = _call(g, torch.ops.aten.reshape.default, (base, box))
@@ -220,6 +230,43 @@ def view_read(g: Graph, base: Node, shape: list[int], sizes: list[int],
     if any(sizes[d] != 1 and strides[d] == 0 for d in range(len(sizes))):
         x = _call(g, torch.ops.aten.expand.default, (x, list(sizes)))
     return x
+
+
+def view_write(g: Graph, base: Node, value: Node, shape: list[int], sizes: list[int],
+               strides: list[int], offset: int) -> Node:
+    """``as_strided_scatter(base, value, sizes, strides, offset)``, the new value of `base`
+    (row-major, of `shape`) after a write of `value` into its view, as view_read's view ops
+    and their scatters: the base reshaped into the view's box, a slice (or select) per box
+    dim, `value` permuted back into box order, then a slice_scatter (or select_scatter) per
+    box dim from the innermost out and the reshape back, which the rule table knows under
+    padding. Raises NotAView for a view that is no box, or a broadcast one (several of its
+    elements one element of the base)."""
+    if not math.prod(sizes):
+        return base  # writes nothing
+    if any(n != 1 and st == 0 for n, st in zip(sizes, strides)):
+        raise NotAView(f"a write through a broadcast view (strides {strides})")
+    dims, box, starts = _view_box(shape, sizes, strides, offset)
+    chain = [_call(g, torch.ops.aten.reshape.default, (base, box))]
+    steps: list[tuple[Any, tuple]] = []  # (scatter, its arguments after base and src)
+    for k, d in enumerate(dims):
+        where = (k, starts[k], starts[k] + sizes[d])
+        chain.append(_call(g, torch.ops.aten.slice.Tensor, (chain[-1], *where)))
+        steps.append((torch.ops.aten.slice_scatter.default, where))
+    for k in range(len(box) - 1, len(dims) - 1, -1):
+        chain.append(_call(g, torch.ops.aten.select.int, (chain[-1], k, starts[k])))
+        steps.append((torch.ops.aten.select_scatter.default, (k, starts[k])))
+    # The value in the read's view order without its unplaced (stride-0, size-1) dims, then
+    # in box order.
+    y = _call(g, torch.ops.aten.reshape.default, (value, [sizes[d] for d in sorted(dims)]))
+    order = sorted(range(len(dims)), key=lambda k: dims[k])
+    if order != list(range(len(dims))):
+        back = [0] * len(order)
+        for i, k in enumerate(order):
+            back[k] = i
+        y = _call(g, torch.ops.aten.permute.default, (y, back))
+    for (scatter, where), outer in zip(reversed(steps), reversed(chain[:-1])):
+        y = _call(g, scatter, (outer, y, *where))
+    return _call(g, torch.ops.aten.reshape.default, (y, list(shape)))
 
 
 def _prefix_view(n: tuple) -> bool:
@@ -284,6 +331,12 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
             env[first] = view_read(g, env[base], shape, list(sizes), list(strides), offset)
             continue
         name, args, reads, first, num, rng = n
+        if name == "aten::as_strided_scatter":  # a write into a view of a value
+            (_, _, base), (_, _, value) = reads
+            shape = list(dims[base] if base >= 0 else inputs[-base - 1].shape)
+            env[first] = view_write(g, env[base], env[value], shape, list(args[2]),
+                                    list(args[3]), args[4])
+            continue
         how = _target(name)
         target = how.op
         args = list(args)
@@ -394,4 +447,4 @@ def run(inputs: list[torch.Tensor], nodes: list[tuple] | Callable[[], list[tuple
         return list(runner(*feed(inputs, fed)))
 
 
-__all__ = ["NotAView", "build_graph", "feed", "run", "view_read"]
+__all__ = ["NotAView", "build_graph", "feed", "run", "view_read", "view_write"]

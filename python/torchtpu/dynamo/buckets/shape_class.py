@@ -276,10 +276,14 @@ class ShapeClass:
             x, y = self.first_ints[k], ints[k]
             if x != y and (x, y) not in pairs:
                 symbol(x, y, k)
-        exprs: list[sympy.Expr] = []
-        for k, (x, y) in enumerate(zip(self.first_ints, ints)):
+        # Ints no input's size gives are fitted smallest change first, so the symbol a
+        # length binds gives the rest (a cache write's offset 8*(t - 1) after the read's
+        # end t), not the other way round.
+        exprs: list[Any] = [None] * len(ints)
+        for k in sorted(range(len(ints)), key=lambda k: abs(ints[k] - self.first_ints[k])):
+            x, y = self.first_ints[k], ints[k]
             if x == y:
-                exprs.append(x)
+                exprs[k] = x
                 continue
             e = _fit(x, y, pairs)
             if e is None:
@@ -288,7 +292,7 @@ class ShapeClass:
                             "or product of its inputs' sizes")
                 e = symbol(x, y, k)
                 self.extra.append(e)
-            exprs.append(e)
+            exprs[k] = e
         self.exprs = exprs
         self._expected = None
         self.symbols = list(pairs.values())

@@ -18,7 +18,7 @@ from _compare import eager_mode, programs_obtained
 
 import torchtpu
 from torchtpu.dynamo.buckets import bucket_size
-from torchtpu.dynamo.buckets.fused_graph import NotAView, _target, view_read
+from torchtpu.dynamo.buckets.fused_graph import NotAView, _target, view_read, view_write
 from torchtpu.dynamo.buckets.recorded import Graph, TensorMeta
 from torchtpu.dynamo.buckets.shape_class import _evaluator, key_and_ints
 
@@ -301,6 +301,76 @@ def test_view_read_is_view_ops(make_view: Callable[[torch.Tensor], torch.Tensor]
     g, p = _base_graph()
     g.output(view_read(g, p, [6, 4], list(v.shape), list(v.stride()), v.storage_offset()))
     torch.testing.assert_close(torch.fx.GraphModule(torch.nn.Module(), g)(base), v)
+
+
+@pytest.mark.parametrize("make_view", [
+    lambda b: b[:, 1:3],
+    lambda b: b[2:5],
+    lambda b: b.t(),
+    lambda b: b.view(4, 2, 3).transpose(0, 1)[:, 1:],
+    lambda b: b[1, 2:4],
+    lambda b: b[3, 2],
+    lambda b: b.view(4, 6)[:, None, 2:],
+    lambda b: b[2:3],
+    lambda b: b[:, 1:2],
+    lambda b: b.view(1, 6, 4)[:, 4:5].transpose(0, 1),
+    lambda b: b.as_strided((2, 1, 4), (4, 5, 1), 8),
+    lambda b: b[:, 1:2].expand(6, 1),
+], ids=["cols", "rows", "t", "split_heads", "row_slice", "element", "unsqueeze", "one_row",
+        "one_col", "one_row_transposed", "size1_any_stride", "expand_size1"])
+def test_view_write_is_view_ops_and_scatters(make_view: Callable[[torch.Tensor], torch.Tensor]
+                                             ) -> None:
+    """`as_strided_scatter` of a whole value (a write into its view) as view ops and their
+    scatters, checked on the CPU against a write through the view itself."""
+    base = torch.arange(24.0).view(6, 4)
+    v = make_view(base)
+    value = -1.0 - torch.arange(float(v.numel())).view(v.shape)
+    g, p = _base_graph()
+    src = g.placeholder("value")
+    src.meta["val"] = TensorMeta(tuple(v.shape), torch.float32, torch.device("cpu"))
+    g.output(view_write(g, p, src, [6, 4], list(v.shape), list(v.stride()), v.storage_offset()))
+    expected = base.clone()
+    make_view(expected).copy_(value)
+    torch.testing.assert_close(torch.fx.GraphModule(torch.nn.Module(), g)(base, value),
+                               expected)
+
+
+def test_write_through_a_broadcast_view_is_refused() -> None:
+    g, p = _base_graph()
+    with pytest.raises(NotAView, match="broadcast"):
+        view_write(g, p, p, [6, 4], [6, 2], [4, 0], 1)
+
+
+def _decode(cache: torch.Tensor, w: torch.Tensor, x: torch.Tensor, pos: int) -> torch.Tensor:
+    """One step of decoding against a preallocated cache: write at `pos`, attend over the
+    first pos + 1 rows."""
+    cache[pos] = (x @ w)[0]
+    ctx = cache[:pos + 1]
+    return (x @ ctx.t()).softmax(-1) @ ctx
+
+
+def test_writes_into_views_compile_per_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache written at a moving position and read up to it (a length and an offset that
+    both vary) joins a shape class: one program per bucket, not one per position."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+    torch.manual_seed(0)
+    w = torch.randn(8, 8)
+    xs = [torch.randn(1, 8) for _ in range(20)]
+    cache, cache_t, w_t = torch.zeros(32, 8), torch.zeros(32, 8, device="tpu"), w.to("tpu")
+    needed_at: dict[int, int] = {}
+    with eager_mode("fused"):
+        for pos, x in enumerate(xs):
+            x_t = x.to("tpu")
+            before = programs_obtained()
+            got = _decode(cache_t, w_t, x_t, pos).cpu()
+            needed_at[pos] = programs_obtained() - before
+            torch.testing.assert_close(got, _decode(cache, w, x, pos), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(cache_t.cpu(), cache, rtol=1e-5, atol=1e-5)
+    # Positions 0 and 1 compile (a length of 1 runs exact; the second graph makes the class
+    # symbolic), then a program per bucket of the length pos + 1: 16 at position 8, 32 at 16.
+    compiled = {p for p, n in needed_at.items() if n}
+    assert compiled <= {0, 1, 2, 8, 16} and sum(needed_at.values()) <= 5, needed_at
 
 
 def _view_key(base_shape: list[int], v: torch.Tensor) -> tuple:
