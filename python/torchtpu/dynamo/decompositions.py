@@ -17,6 +17,9 @@ table, with ours in place of those that compute other values than PyTorch's own 
   (a tensor without data under tracing); ours makes it with ``zeros`` and multiplies as the
   CPU kernel does (the base grid times theta transposed, one batched matmul). Registered for
   tpu's autograd key too (as above), autograd differentiates it, not that composite.
+- ``max_unpool2d`` / ``max_unpool3d`` are not decomposed: their lowering checks the indices
+  as the CPU kernel does (a RuntimeError naming the op), the decomposition's index put
+  raises an IndexError about a flattened dim.
 """
 
 from __future__ import annotations
@@ -122,4 +125,8 @@ def decompositions() -> dict[Any, Any]:
     # ("scan might be aliasing the input or the output!"), on the CPU with these
     # decompositions too.
     table.pop(aten.detach.default, None)
+    # max_unpool: see the module's docstring.
+    for op in (aten.max_unpool2d, aten.max_unpool3d):
+        table.pop(op.default, None)
+        table.pop(op.out, None)
     return table

@@ -82,6 +82,25 @@ def _linalg_mix(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve(a, b) + torch.linalg.inv(a) @ b + torch.linalg.cholesky(spd)
 
 
+@pytest.mark.parametrize("spatial", [2, 3])
+def test_max_unpool_checks_its_indices_as_the_cpu_does(spatial: int) -> None:
+    """max_unpool compiles to its own lowering (not core ATen's decomposition into an index
+    put): values as the CPU's, and an invalid index raises the CPU's RuntimeError."""
+    torch._dynamo.reset()
+    pool, unpool = (F.max_pool2d, F.max_unpool2d) if spatial == 2 else (F.max_pool3d,
+                                                                         F.max_unpool3d)
+    x = torch.randn((1, 2) + (4,) * spatial)
+    y, i = pool(x, 2, return_indices=True)
+    compiled = torch.compile(lambda y, i: unpool(y, i, 2), backend="tpu", dynamic=False)
+    torch.testing.assert_close(compiled(y.to("tpu"), i.to("tpu")).cpu(), unpool(y, i, 2))
+    bad = i.clone()
+    bad.view(-1)[0] = 10_000
+    with pytest.raises(RuntimeError, match="invalid max index") as cpu_error:
+        unpool(y, bad, 2)
+    with pytest.raises(type(cpu_error.value), match=f"max_unpool{spatial}d.*invalid max index"):
+        compiled(y.to("tpu"), bad.to("tpu")).cpu()
+
+
 def test_linalg_error_checks_compile_as_data_checks() -> None:
     # linalg.inv, solve and cholesky check LAPACK's info with aten._linalg_check_errors, an
     # effectful op that AOTAutograd wraps in with_effects (an effect token through the
