@@ -4,10 +4,11 @@ compiled; when its shape class (shape_class.py) is symbolic it runs padded to bu
 new length inside a known bucket compiles nothing.
 
 The graph arrives as the recorder holds it: inputs (tensors over the captured buffers), ops
-with their arguments, and view reads, ``as_strided(base, sizes, strides, offset)`` of a
-whole value. A view read becomes the view ops it is (a reshape of the base into a box, a
-slice or select per dim, a permute, unsqueezes and an expand), which the rule table knows;
-a view that is none of these keeps the graph at its exact sizes. The padded graph's
+with their arguments, view reads, ``as_strided(base, sizes, strides, offset)`` of a whole
+value, and writes into views (``as_strided_scatter``). A view read becomes the view ops it
+is (a reshape of the base into a box, a slice or select per dim, a permute, unsqueezes and
+an expand), a write those view ops and their scatters, which the rule table knows; a view
+that is none of these keeps the graph at its exact sizes. The padded graph's
 outputs come back as row-major prefixes of bucket-sized buffers, which the recorder's
 storages take as they are (no copy, no program per length).
 """
