@@ -3,6 +3,10 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <optional>
+#include <string>
+#include <utility>
+
 #include "aten/compiled_op.h"
 #include "aten/op_special_cases.h"
 #include "compile/bucket_io.h"
@@ -117,6 +121,17 @@ void bind_compile(py::module& m) {
         py::arg("arg_name"),
         "Whether Scalar argument `arg_name` of `op` (\"aten::norm.out\") is structure, a "
         "float argument, rather than runtime data (aten/op_special_cases.h).");
+  m.def(
+      "refused_node",
+      [](const lowering::GraphSpec& spec) -> std::optional<std::pair<int, std::string>> {
+        int node = -1;
+        auto lowered = lowering::lower_graph(spec, "torchtpu_graph", &node);
+        if (lowered.ok() || node < 0) return std::nullopt;
+        return std::make_pair(node, lowered.status().message());
+      },
+      py::arg("spec"),
+      "The node of `spec` whose lowering does not take its call (an unimplemented case, which "
+      "eager mode runs on the CPU) and why, when lowering the graph fails there; else None.");
   py::class_<compile::CompiledGraph, std::shared_ptr<compile::CompiledGraph>>(m, "CompiledGraph")
       .def(py::init(&compile::CompiledGraph::create), py::arg("spec"), py::arg("device"))
       .def("run", &compile::CompiledGraph::run, py::arg("inputs"),

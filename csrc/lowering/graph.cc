@@ -149,6 +149,10 @@ class GraphLowerer {
  public:
   GraphLowerer(Builder& builder, LoweredGraph& out) : builder_(builder), out_(out) {}
 
+  // The graph's node (not inside a subgraph) whose lowering refused its call as an
+  // unimplemented case, when lowering failed there; else -1.
+  int refused_node = -1;
+
   // Where a graph's nodes are lowered: the graph itself, or a control-flow node's subgraph
   // inside a region (a subgraph called in place takes its caller's scope).
   enum class Scope { kGraph, kSubgraph };
@@ -165,8 +169,16 @@ class GraphLowerer {
         TORCHTPU_ASSIGN_OR_RETURN(results,
                                   control_flow(graph, node, index, values, checks, scope));
       } else {
-        TORCHTPU_ASSIGN_OR_RETURN(results,
-                                  lower_node(graph, node, index, values, checks, scope));
+        base::StatusOr<std::vector<Value>> lowered =
+            lower_node(graph, node, index, values, checks, scope);
+        if (!lowered.ok()) {
+          if (scope == Scope::kGraph &&
+              lowered.status().code() == base::StatusCode::kUnimplemented) {
+            refused_node = index;
+          }
+          return lowered.status();
+        }
+        results = std::move(lowered).value();
       }
       if (results.size() != node.out_ids.size()) {
         return base::internal_error("lowering: " + node.op + " returned " +
@@ -568,14 +580,16 @@ class GraphLowerer {
 
 }  // namespace
 
-base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::string& module_name) {
+base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::string& module_name,
+                                         int* refused_node) {
   Builder builder(module_name);
   LoweredGraph out;
   GraphValues values(graph, builder, out);
   NodeChecks checks;
   GraphLowerer lowerer(builder, out);
-  TORCHTPU_RETURN_IF_ERROR(
-      lowerer.lower_nodes(graph, values, checks, GraphLowerer::Scope::kGraph));
+  base::Status lowered = lowerer.lower_nodes(graph, values, checks, GraphLowerer::Scope::kGraph);
+  if (refused_node != nullptr) *refused_node = lowerer.refused_node;
+  TORCHTPU_RETURN_IF_ERROR(lowered);
   std::vector<Value> results;
   for (const auto& [input, output] : graph.donations) {
     if (input < 0 || input >= static_cast<int>(graph.inputs.size()) || output < 0 ||

@@ -66,8 +66,12 @@ struct GraphSpec {
   std::vector<GraphSpec> regions;
 };
 
-// `module_name` names the module (eager ops keep the table's own, "torchtpu").
+// `module_name` names the module (eager ops keep the table's own, "torchtpu"). When lowering
+// fails because a node's lowering does not take its call (an unimplemented case: a dtype
+// or mode it leaves to the CPU in eager mode), `refused_node` gets that node's index
+// (nodes of subgraphs excepted), else -1.
 base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph,
-                                         const std::string& module_name = "torchtpu_graph");
+                                         const std::string& module_name = "torchtpu_graph",
+                                         int* refused_node = nullptr);
 
 }  // namespace torchtpu::lowering

@@ -130,6 +130,8 @@ class GraphPlan:
     # values while tracing), fed after the placeholders as extra C++ inputs.
     constants: list[torch.Tensor] = field(default_factory=list)
     constants_device: int | None = None  # the tpu index they were moved to (first run)
+    # The FX node of each node of `spec` (what a lowering that refuses one names).
+    fx_nodes: list[torch.fx.Node] = field(default_factory=list)
     # Per tuple of true sizes seen: (size values, per output_layout entry its evaluated
     # shape or size, None for constants). Sympy evaluation costs ~20 us a size, and a
     # training graph has a hundred of them; the sizes repeat from call to call.
@@ -263,6 +265,7 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
     next_id = len(inputs)
 
     nodes, outputs, layout, regions = [], [], [], []
+    fx_nodes: list[torch.fx.Node] = []
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "get_attr"):
             continue
@@ -289,6 +292,7 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
                     layout.append(("const", r))
             continue
         next_id = _add_node(gm, node, ids, next_id, b, nodes, regions)
+        fx_nodes.extend([node] * (len(nodes) - len(fx_nodes)))
     spec.nodes = nodes
     spec.regions = regions
     spec.outputs = outputs
@@ -297,7 +301,7 @@ def build_plan(gm: torch.fx.GraphModule, values: dict[sympy.Symbol, int] | None 
     return GraphPlan(
         spec=spec, input_placeholders=input_placeholders, slots=b.slots, output_layout=layout,
         input_bounds=bounds,
-        constants=constants,
+        constants=constants, fx_nodes=fx_nodes,
     )
 
 

@@ -47,7 +47,13 @@ from torchtpu.dynamo.graph_spec import (
     lift_subgraph_constants,
 )
 from torchtpu.dynamo.rng_states import unwrap_rng_states
-from torchtpu.dynamo.split import SplitGraph, data_dependent_ops, split_at_eager_ops, unlowered_ops
+from torchtpu.dynamo.split import (
+    REFUSED,
+    SplitGraph,
+    data_dependent_ops,
+    split_at_eager_ops,
+    unlowered_ops,
+)
 
 log = logging.getLogger("torchtpu.compile")
 
@@ -129,6 +135,15 @@ def _device_of(example_inputs: list[Any]) -> int:
         if isinstance(x, torch.Tensor) and x.device.type == "tpu":
             return x.device.index or 0
     return 0
+
+
+class _Refused(Exception):
+    """Lowering the graph failed at `node` (of the graph lowered), whose lowering does not
+    take its call: `reason`."""
+
+    def __init__(self, node: torch.fx.Node, reason: str, error: Exception) -> None:
+        super().__init__(reason)
+        self.node, self.reason, self.error = node, reason, error
 
 
 class GraphRunner:
@@ -214,7 +229,10 @@ class GraphRunner:
         elif isinstance(found, str):
             self.fallback = self._split(found)
         elif not self.symbols and found is None:
-            self._get(())
+            try:
+                self._get(())
+            except _Refused as r:
+                self._cut_at(r)
 
     @property
     def bucketed(self) -> bool:
@@ -243,7 +261,13 @@ class GraphRunner:
             else:
                 if not self.symbols:
                     built.spec.donations = _donations(built, self.mutated)
-                graph = _C.CompiledGraph(built.spec, self.device)
+                try:
+                    graph = _C.CompiledGraph(built.spec, self.device)
+                except NotImplementedError as e:
+                    refused = _C.refused_node(built.spec)
+                    if refused is None:
+                        raise
+                    raise _Refused(built.fx_nodes[refused[0]], refused[1], e) from None
             self.compiled[key] = (graph, built)
             if self.symbols:
                 log.info("torchtpu: compiled graph for sizes %s", dict(zip(self.symbols, key)))
@@ -296,6 +320,21 @@ class GraphRunner:
             raise UnsupportedGraph(f"tpu compile: cannot read sizes {missing} from the inputs")
         return values
 
+    def _cut_at(self, r: _Refused) -> None:
+        """Runs this graph cut at the node whose lowering refused its call: that node runs
+        as eager mode runs it (on the CPU), the pieces around it compiled (each a runner that
+        does the same at a node its lowering refuses)."""
+        node = next((n for n in self.gm.graph.nodes if n.name == r.node.name), None)
+        if node is None or not isinstance(node.target, torch._ops.OpOverload):
+            raise r.error
+        node.meta[REFUSED] = r.reason.removeprefix("lowering: ")
+        self.use_exact_sizes(f"it runs {node.name} eagerly")
+        self.compiled.clear()
+        self.unlowered = unlowered_ops(self.gm, graph_collectives.is_collective)
+        self.runs_eager_ops = True
+        self.fallback = split_at_eager_ops(self.gm, self.unlowered, self._compile_piece,
+                                           bind_sizes)
+
     def _compile_piece(self, sub: torch.fx.GraphModule, sizes: dict) -> GraphRunner:
         return GraphRunner(sub, [], device=self.device, known_sizes=sizes)
 
@@ -330,7 +369,11 @@ class GraphRunner:
         if self.math_bit_inputs:
             args = tuple(_physical(a) if i in self.math_bit_inputs else a
                          for i, a in enumerate(args))
-        out = self._run_program(args, original)
+        try:
+            out = self._run_program(args, original)
+        except _Refused as r:
+            self._cut_at(r)
+            return self(*original)
         if self.cpu_outputs:
             out = tuple(o.cpu() if k in self.cpu_outputs else o for k, o in enumerate(out))
         return out

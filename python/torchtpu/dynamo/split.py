@@ -107,11 +107,18 @@ def _complex_refused(node: torch.fx.Node, name: str) -> bool:
         not _C.accepts_complex(name)
 
 
+# The meta key of a node whose lowering refused its call when its graph was lowered (an
+# unimplemented case: a dtype or mode the lowering leaves to the CPU, as eager mode runs
+# it): its reason. The graph is then cut there (runner.py).
+REFUSED = "torchtpu_lowering_refused"
+
+
 def _unlowered(node: torch.fx.Node, name: str) -> bool:
     """Whether op node `node` (op `name`) runs eagerly: no lowering, a complex call its
-    lowering does not take, or arguments eager mode refuses before lowering."""
-    return not _C.has_lowering(name) or _complex_refused(node, name) or \
-        bool(eager_refusal(node))
+    lowering does not take, arguments eager mode refuses before lowering, or a call its
+    lowering refused."""
+    return not _C.has_lowering(name) or REFUSED in node.meta or \
+        _complex_refused(node, name) or bool(eager_refusal(node))
 
 
 def unlowered_higher_order(target: Any) -> str | None:
@@ -350,14 +357,17 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
     complex_calls = {op_name(n.target) for n in gm.graph.nodes
                      if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
                      and _complex_refused(n, op_name(n.target))}
+    not_taken = {op_name(n.target): n.meta[REFUSED] for n in gm.graph.nodes
+                 if REFUSED in n.meta}
     lowered = [n for n in shown if _C.has_lowering(n)]
-    complex_only = [n for n in lowered if n in complex_calls]
-    refused = [n for n in lowered if n not in complex_calls]
+    complex_only = [n for n in lowered if n in complex_calls and n not in not_taken]
+    refused = [n for n in lowered if n not in complex_calls and n not in not_taken]
     reasons = (["no lowering"] if len(lowered) < len(shown) else []) + (
         [f"{', '.join(complex_only)} not lowered for complex dtypes (eager mode runs them on "
          "the CPU)"] if complex_only else []) + (
         [f"eager mode refuses the arguments of {', '.join(refused)} before lowering them"]
-        if refused else []) + (["sizes or positions known only from data"] if dependent else [])
+        if refused else []) + [why for why in not_taken.values()] + (
+        ["sizes or positions known only from data"] if dependent else [])
     message = (f"torchtpu: a compiled graph runs {', '.join(shown + dependent)} eagerly "
                f"between compiled pieces ({'; '.join(reasons)}): each call runs one program "
                "per piece and those ops as eager mode runs them")

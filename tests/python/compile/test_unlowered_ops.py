@@ -182,3 +182,27 @@ def test_calls_eager_mode_takes_stay_in_the_graph() -> None:
     out = torch.compile(lambda t: t.softmax(0).argmax(1), backend="tpu")(x.to(TPU))
     torch.testing.assert_close(out.cpu(), x.softmax(0).argmax(1))
     assert _stats()["num_graph_unlowered_splits"] == before
+
+
+def _resize_aa(x: torch.Tensor) -> torch.Tensor:
+    # The antialiased resize of a uint8 image is no lowering's case (PyTorch's uint8 kernel
+    # is a fixed-point one of its own): eager mode runs it on the CPU; lowered ops around it.
+    y = torch.nn.functional.interpolate(x + 1, size=(7, 9), mode="bilinear", antialias=True)
+    return y.float() * 2 + 1
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_call_its_lowering_refuses_runs_eagerly(dynamic: bool) -> None:
+    """A node whose lowering does not take its call (a dtype or mode left to the CPU) runs
+    as eager mode runs it, between compiled pieces, with the lowering's reason; the whole
+    compile does not fail."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    split._warned.clear()
+    compiled = torch.compile(_resize_aa, backend="tpu", dynamic=dynamic)
+    before = fallbacks()
+    with pytest.warns(UserWarning, match="_upsample_bilinear2d_aa of uint8 is not lowered"):
+        for rows in (11, 12, 14):
+            x = torch.randint(0, 250, (1, 3, rows, 13), dtype=torch.uint8)
+            torch.testing.assert_close(compiled(x.to(TPU)).cpu(), _resize_aa(x))
+    assert set(new_fallbacks(before)) == {"aten::_upsample_bilinear2d_aa"}
