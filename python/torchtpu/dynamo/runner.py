@@ -390,10 +390,11 @@ class GraphRunner:
         actual = self._bind(args)
         try:
             graph, built = self._get(self._key(actual))
-        except RuntimeError as e:
+        except (RuntimeError, _Refused) as e:
             if not self.bucketed:
                 raise
-            # A program XLA refuses padded (none known): exact sizes, with the reason.
+            # A program XLA refuses padded (none known), or a lowering refusing a padded
+            # call: exact sizes, with the reason (a call refused at exact sizes too is cut).
             self.use_exact_sizes("XLA did not compile it padded: " + str(e).splitlines()[0])
             graph, built = self._get(self._key(actual))
         if self.bucketed:
