@@ -118,7 +118,17 @@ def _unlowered(node: torch.fx.Node, name: str) -> bool:
     lowering does not take, arguments eager mode refuses before lowering, or a call its
     lowering refused."""
     return not _C.has_lowering(name) or REFUSED in node.meta or \
-        _complex_refused(node, name) or bool(eager_refusal(node))
+        _complex_refused(node, name) or _cpu_draw(node) or bool(eager_refusal(node))
+
+
+def _cpu_draw(node: torch.fx.Node) -> bool:
+    """Whether `node` is a random op drawing a CPU tensor (`torch.rand(3)` with no device in
+    a graph over tpu tensors): it draws from the CPU's generator, as in eager mode, not from
+    the device's, which the graph's program would use."""
+    val = node.meta.get("val")
+    return isinstance(node.target, torch._ops.OpOverload) and \
+        torch.Tag.nondeterministic_seeded in node.target.tags and \
+        isinstance(val, torch.Tensor) and val.device.type == "cpu"
 
 
 def unlowered_higher_order(target: Any) -> str | None:
@@ -359,6 +369,8 @@ def split_at_eager_ops(gm: torch.fx.GraphModule, names: list[str],
                      and _complex_refused(n, op_name(n.target))}
     not_taken = {op_name(n.target): n.meta[REFUSED] for n in gm.graph.nodes
                  if REFUSED in n.meta}
+    not_taken.update({op_name(n.target): "CPU draws take the CPU's generator"
+                      for n in gm.graph.nodes if n.op == "call_function" and _cpu_draw(n)})
     lowered = [n for n in shown if _C.has_lowering(n)]
     complex_only = [n for n in lowered if n in complex_calls and n not in not_taken]
     refused = [n for n in lowered if n not in complex_calls and n not in not_taken]

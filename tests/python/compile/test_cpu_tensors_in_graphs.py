@@ -99,3 +99,23 @@ def test_cpu_table_sliced_at_varying_lengths() -> None:
         torch.testing.assert_close(run(x).cpu(), x.cpu() + table[:n])
     # Lengths 5..9 share a bucket: at most one program per bucket.
     assert torchtpu.debug.metrics()["num_graphs_compiled"] - before <= 3
+
+
+def test_cpu_draws_take_the_cpu_generator() -> None:
+    """Random tensors made on the CPU inside a graph over tpu tensors (an augmentation's
+    `torch.randint(10, (5,))`) draw from the CPU's generator, as in eager mode: the same
+    numbers, and the CPU generator advanced by them."""
+    def fn(x: torch.Tensor) -> tuple:
+        return x + torch.rand(2).to(x.device), torch.randint(10, (5,)), torch.rand(3)
+
+    graph = compiled(fn)
+    torch.manual_seed(5)
+    got = graph(torch.zeros(2, device=TPU))
+    got_next = torch.rand(2)
+    torch.manual_seed(5)
+    expected = fn(torch.zeros(2))
+    expected_next = torch.rand(2)
+    for g, e in zip(got, expected):
+        assert g.device.type == (TPU if e is expected[0] else "cpu")
+        torch.testing.assert_close(g.cpu(), e)
+    torch.testing.assert_close(got_next, expected_next)
