@@ -7,10 +7,9 @@
 // Results have CUDA's shapes (PyTorch's meta kernel gives them off the CPU): max_indices is
 // [B, D] in max mode, else empty. Index i belongs to bag offset2bag[i] = (number of bag
 // starts <= i) - 1; rows equal to padding_idx are left out of every bag (and of its size).
-// A bag is reduced through a [B, N] membership mask: sum and mean as one matmul, max as a
-// masked reduction over [B, N, D] (memory B * N * D: fine for the bag sizes models use,
-// not for one huge bag). Empty bags give zeros (max_indices -1, as CUDA's kernel).
-// Reduced-precision weights accumulate in float32.
+// Each index's row is scattered into its bag (add for sum and mean, maximum for max): time
+// and memory grow with N * D, not with the number of bags times N. Empty bags give zeros
+// (max_indices -1, as CUDA's kernel). Reduced-precision weights accumulate in float32.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -90,61 +89,75 @@ Result embedding_bag(LoweringContext& c) {
     }
   }
 
-  // Bag starts [B] against positions [N]: member[b, i] = offset2bag[i] == b.
-  Value starts = b.slice(offsets, {0}, {bags}, {1});
-  Value pos = b.iota({DType::kI64, {bags, n}}, 1);
-  Value started = b.convert(b.compare(b.broadcast_in_dim(starts, {bags, n}, {0}), pos, "LE"),
-                            DType::kI64);
-  Value offset2bag = b.sub(b.reduce_sum(started, {0}), b.splat(1, {DType::kI64, {n}}));
-  Value bag_id = b.iota({DType::kI64, {bags, n}}, 0);
-  Value member = b.compare(b.broadcast_in_dim(offset2bag, {bags, n}, {1}), bag_id, "EQ");
+  // offset2bag[i] = (number of bag starts <= i) - 1: a binary search of the starts (sorted,
+  // as checked above) per position, O(N log B); every reduction below is a scatter of the
+  // N rows into their bags, O(N * D) whatever the number of bags.
+  Value positions = b.iota({DType::kI64, {n}}, 0);
+  Value offset2bag = b.splat(-1, {DType::kI64, {n}});
+  if (bags > 0) {
+    Value starts = b.reshape(b.slice(offsets, {0}, {bags}, {1}), {1, bags});
+    offset2bag = b.sub(b.reshape(binary_search(b, starts, b.reshape(positions, {1, n}), true),
+                                 {n}),
+                       b.splat(1, {DType::kI64, {n}}));
+  }
+  Value member = b.compare(offset2bag, b.zeros(offset2bag.type), "GE");
   if (last_offset) {  // positions past the final offset belong to no bag
-    Value end = b.slice(offsets, {num_offsets - 1}, {num_offsets}, {1});
-    member = b.binary("and", member,
-                      b.compare(pos, b.broadcast_in_dim(end, {bags, n}, {0}), "LT"));
+    Value end = b.broadcast_in_dim(b.slice(offsets, {num_offsets - 1}, {num_offsets}, {1}),
+                                   {n}, {0});
+    member = b.binary("and", member, b.compare(positions, end, "LT"));
   }
   if (padding_idx >= 0) {
-    Value kept = b.compare(idx, b.splat(static_cast<double>(padding_idx), idx.type), "NE");
-    member = b.binary("and", member, b.broadcast_in_dim(kept, {bags, n}, {1}));
+    member = b.binary("and", member,
+                      b.compare(idx, b.splat(static_cast<double>(padding_idx), idx.type), "NE"));
   }
+  Value bag_of = b.reshape(clamp_index(b, offset2bag, bags), {n, 1});  // scatter coordinates
+  auto into_bags = [&](Value updates, Value init, const std::string& combiner) {
+    Dims window = updates.rank() == 2 ? Dims{1} : Dims{};
+    return scatter(b, init, bag_of, updates, window, {0}, {0}, 1, combiner);
+  };
   // bag_size has an entry per offset (CUDA's shape); a final offset's entry is 0.
-  Value sizes = b.reduce_sum(b.convert(member, DType::kI64), {1});
+  Value sizes = into_bags(b.convert(member, DType::kI64), b.zeros({DType::kI64, {bags}}), "add");
   if (num_offsets > bags) {
     sizes = b.concatenate({sizes, b.zeros({DType::kI64, {num_offsets - bags}})}, 0);
   }
 
   Value rows = b.convert(take_rows(b, c.tensor(0), clamp_index(b, idx, v)), t);
+  Value in_bag = b.broadcast_in_dim(member, {n, d}, {0});
   Value output;
   Value max_indices = b.zeros({index_type, c.out_type(3).dims});
-  if (mode == kMax) {
-    Dims cube{bags, n, d};
-    Value in_bag = b.broadcast_in_dim(member, cube, {0, 1});
-    Value values = b.broadcast_in_dim(rows, cube, {1, 2});
-    Value masked = b.select(in_bag, values, b.broadcast_to(b.min_value(t), cube));
-    Value best = b.reduce_max(masked, {1});  // [B, D]
-    Value nonempty = b.broadcast_in_dim(b.compare(sizes.dims()[0] == bags
-                                                      ? sizes
-                                                      : b.slice(sizes, {0}, {bags}, {1}),
-                                                  b.zeros({DType::kI64, {bags}}), "GT"),
-                                        {bags, d}, {0});
+  if (bags == 0 || n == 0) {  // no bag, or only empty ones: zeros (max_indices -1)
+    output = b.zeros({t, {bags, d}});
+    if (mode == kMax) max_indices = b.splat(-1, {index_type, c.out_type(3).dims});
+  } else if (mode == kMax) {
+    Value lowest = b.broadcast_to(b.min_value(t), {n, d});
+    Value best = into_bags(b.select(in_bag, rows, lowest),
+                           b.broadcast_to(b.min_value(t), {bags, d}), "maximum");  // [B, D]
+    Value nonempty = b.broadcast_in_dim(
+        b.compare(b.slice(sizes, {0}, {bags}, {1}), b.zeros({DType::kI64, {bags}}), "GT"),
+        {bags, d}, {0});
     output = b.select(nonempty, best, b.zeros(best.type));
     // The index (a weight row) of each maximum: the first bag position holding it.
-    Value hit = b.binary("and", in_bag,
-                         b.compare(masked, b.broadcast_in_dim(best, cube, {0, 2}), "EQ"));
-    Value position = b.iota({DType::kI64, cube}, 1);
-    Value first = b.reduce_min(b.select(hit, position, b.splat(static_cast<double>(n),
-                                                                 {DType::kI64, cube})), {1});
-    Value row_of = b.broadcast_in_dim(idx, cube, {1});
-    Value at_first = b.compare(position, b.broadcast_in_dim(first, cube, {0, 2}), "EQ");
-    Value chosen = b.reduce_max(b.select(at_first, row_of, b.splat(-1, {DType::kI64, cube})), {1});
-    max_indices = b.convert(b.select(nonempty, chosen, b.splat(-1, chosen.type)), index_type);
+    Value best_of_row = take_rows(b, best, b.reshape(bag_of, {n}));  // [N, D]
+    Value hit = b.binary("and", in_bag, b.compare(rows, best_of_row, "EQ"));
+    Value none = b.splat(static_cast<double>(n), {DType::kI64, {n, d}});
+    Value first = into_bags(b.select(hit, b.iota({DType::kI64, {n, d}}, 0), none),
+                            b.splat(static_cast<double>(n), {DType::kI64, {bags, d}}),
+                            "minimum");  // [B, D]
+    Value found = b.compare(first, b.splat(static_cast<double>(n), first.type), "LT");
+    Value row_at = b.reshape(
+        gather(b, idx, b.reshape(clamp_index(b, first, n), {bags, d, 1}), {}, {0}, {0}, 2, {1},
+               {bags, d}),
+        {bags, d});
+    Value chosen = b.select(b.binary("and", found, nonempty), row_at, b.splat(-1, row_at.type));
+    max_indices = b.convert(chosen, index_type);
   } else {
     Value weighted = rows;
     if (!c.is_none(6)) {
       Value psw = b.convert(c.tensor(6), t);
       weighted = b.mul(rows, b.broadcast_in_dim(psw, {n, d}, {0}));
     }
-    output = b.dot_general(b.convert(member, t), weighted, {}, {}, {1}, {0}, t);
+    output = into_bags(b.select(in_bag, weighted, b.zeros(weighted.type)),
+                       b.zeros({t, {bags, d}}), "add");
     if (mode == kMean) {
       Value count = b.convert(b.slice(sizes, {0}, {bags}, {1}), t);
       Value safe = b.max(count, b.splat(1, count.type));

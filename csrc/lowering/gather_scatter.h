@@ -14,6 +14,11 @@ Value gather(Builder& b, Value operand, Value indices, const Dims& offset_dims,
              const Dims& collapsed, const Dims& start_index_map, int64_t index_vector_dim,
              const Dims& slice_sizes, const Dims& out_dims);
 
+// For every v of `values` ([rows, k]), the insertion position in its row of `seq`
+// ([rows, n]): the first position whose element is >= v (or > v when `right`). A binary
+// search of ceil(log2(n + 1)) gathers (defined in search.cc).
+Value binary_search(Builder& b, Value seq, Value values, bool right);
+
 // `combiner` is "" (replace) or a binary stablehlo op name ("add", "maximum", ...);
 // "maximum" and "minimum" propagate NaN as torch does.
 Value scatter(Builder& b, Value operand, Value indices, Value updates,

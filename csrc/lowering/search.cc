@@ -15,12 +15,7 @@
 #include "lowering/lowering.h"
 
 namespace torchtpu::lowering {
-namespace {
 
-using Lowered = base::StatusOr<std::vector<Value>>;
-
-// For every v of `values` ([rows, k]), the insertion position in its row of `seq`
-// ([rows, n]): the first position whose element is >= v (or > v when `right`).
 Value binary_search(Builder& b, Value seq, Value values, bool right) {
   int64_t rows = seq.dims()[0], n = seq.dims()[1], k = values.dims()[1];
   TensorType it{DType::kI64, {rows, k}};
@@ -47,6 +42,11 @@ Value binary_search(Builder& b, Value seq, Value values, bool right) {
   }
   return start;
 }
+
+namespace {
+
+using Lowered = base::StatusOr<std::vector<Value>>;
+
 
 // seq[row, sorter[row, j]] for [rows, n] operands: the sequence in sorted order.
 Value apply_sorter(Builder& b, Value seq, Value sorter) {
