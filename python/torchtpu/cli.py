@@ -420,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                          max_request_sequences=args.max_request_sequences, sock=sock)
         finally:
             engine.close()
+            print("torchtpu serve: stopped (requests in flight answered, engine closed)",
+                  file=sys.stderr, flush=True)
     return 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import signal
 import socket
 import threading
 import uuid
@@ -364,6 +365,14 @@ class OpenAIServer:
                                        fits, tools_callable)
 
 
+class _Stopped(Exception):
+    """SIGTERM, raised again by uvicorn once it has drained the requests in flight."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped()
+
+
 def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000, *,
           max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
           max_request_sequences: int = DEFAULT_MAX_REQUEST_SEQUENCES,
@@ -382,9 +391,20 @@ def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000, *,
                        max_request_sequences=max_request_sequences, on_engine_death=died)
     config.app = app.app
     log.info("serve: %s on http://%s:%d", engine.model_name, host, port)
+    # uvicorn drains the requests in flight on SIGINT or SIGTERM, then raises the signal
+    # again for the handler it replaced: Python's SIGINT handler raises KeyboardInterrupt,
+    # and SIGTERM's (the default: the process dies, its cleanup skipped) is made to raise
+    # too, so the shutdown below and the caller's engine.close() run, and serving ends with 0.
+    restore = None
+    if threading.current_thread() is threading.main_thread():
+        restore = signal.signal(signal.SIGTERM, _raise_stopped)
     try:
         server.run(sockets=[sock] if sock is not None else None)
+    except (KeyboardInterrupt, _Stopped):
+        log.info("serve: stopped by a signal after draining the requests in flight")
     finally:
+        if restore is not None:
+            signal.signal(signal.SIGTERM, restore)
         app.shutdown()
     if app.async_engine.dead:
         log.error("serve: exiting with status 1: the engine loop failed (%s)",
