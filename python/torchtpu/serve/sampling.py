@@ -136,8 +136,11 @@ class SamplingParams:
             bad("stop", self.stop, "a list of non-empty strings")
         if len(self.stop) > MAX_STOP_STRINGS:
             bad("stop", f"{len(self.stop)} strings", f"at most {MAX_STOP_STRINGS} strings")
+        # Without the model (checked again with its vocabulary when a request comes):
+        # only what any id must be.
         hi = vocab_size if vocab_size is not None else 2**31
-        want_ids = f"token ids in [0, {hi})"
+        want_ids = (f"token ids in [0, {hi})" if vocab_size is not None
+                    else "token ids (integers from 0, below the model's vocabulary size)")
         if any(not is_int(t) or not 0 <= t < hi for t in self.stop_token_ids):
             bad("stop_token_ids", self.stop_token_ids, f"a list of {want_ids}")
         if self.allowed_token_ids is not None and (

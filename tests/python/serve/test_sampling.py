@@ -366,3 +366,13 @@ def test_the_first_output_token_keeps_its_leading_space_after_the_prompt(real_to
                    for n in range(1, len(output) + 1))
     assert text == " him, him"
     assert real_tokenizer.decode(prompt) + text == real_tokenizer.decode(prompt + output)
+
+
+def test_token_id_errors_name_no_bound_the_model_does_not_have():
+    """Checked before the model is known, a token id list's error names no made-up bound
+    (it said [0, 2147483648)); with the vocabulary, its size."""
+    with pytest.raises(ValueError, match="allowed_token_ids") as e:
+        SamplingParams(allowed_token_ids=[])
+    assert "2147483648" not in str(e.value) and "vocabulary" in str(e.value)
+    with pytest.raises(ValueError, match=r"\[0, 512\)"):
+        SamplingParams(allowed_token_ids=[99999]).validate(vocab_size=512)
