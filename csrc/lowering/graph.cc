@@ -149,8 +149,9 @@ class GraphLowerer {
  public:
   GraphLowerer(Builder& builder, LoweredGraph& out) : builder_(builder), out_(out) {}
 
-  // The graph's node (not inside a subgraph) whose lowering refused its call as an
-  // unimplemented case, when lowering failed there; else -1.
+  // The node of `top` (the graph lowered, not a subgraph) whose lowering refused its call as
+  // an unimplemented case, when lowering failed there; else -1.
+  const GraphSpec* top = nullptr;
   int refused_node = -1;
 
   // Where a graph's nodes are lowered: the graph itself, or a control-flow node's subgraph
@@ -172,8 +173,8 @@ class GraphLowerer {
         base::StatusOr<std::vector<Value>> lowered =
             lower_node(graph, node, index, values, checks, scope);
         if (!lowered.ok()) {
-          if (scope == Scope::kGraph &&
-              lowered.status().code() == base::StatusCode::kUnimplemented) {
+          // (A called subgraph lowers in its caller's scope, its nodes numbered its own way.)
+          if (&graph == top && lowered.status().code() == base::StatusCode::kUnimplemented) {
             refused_node = index;
           }
           return lowered.status();
@@ -587,6 +588,7 @@ base::StatusOr<LoweredGraph> lower_graph(const GraphSpec& graph, const std::stri
   GraphValues values(graph, builder, out);
   NodeChecks checks;
   GraphLowerer lowerer(builder, out);
+  lowerer.top = &graph;
   base::Status lowered = lowerer.lower_nodes(graph, values, checks, GraphLowerer::Scope::kGraph);
   if (refused_node != nullptr) *refused_node = lowerer.refused_node;
   TORCHTPU_RETURN_IF_ERROR(lowered);

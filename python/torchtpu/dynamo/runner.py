@@ -265,7 +265,7 @@ class GraphRunner:
                     graph = _C.CompiledGraph(built.spec, self.device)
                 except NotImplementedError as e:
                     refused = _C.refused_node(built.spec)
-                    if refused is None:
+                    if refused is None or not 0 <= refused[0] < len(built.fx_nodes):
                         raise
                     raise _Refused(built.fx_nodes[refused[0]], refused[1], e) from None
             self.compiled[key] = (graph, built)
@@ -395,7 +395,9 @@ class GraphRunner:
                 raise
             # A program XLA refuses padded (none known), or a lowering refusing a padded
             # call: exact sizes, with the reason (a call refused at exact sizes too is cut).
-            self.use_exact_sizes("XLA did not compile it padded: " + str(e).splitlines()[0])
+            why = f"{e.node.name}'s lowering refused it padded: " if isinstance(e, _Refused) \
+                else "XLA did not compile it padded: "
+            self.use_exact_sizes(why + str(e).splitlines()[0])
             graph, built = self._get(self._key(actual))
         if self.bucketed:
             return self._run_padded(graph, built, args, original, actual)
