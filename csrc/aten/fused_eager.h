@@ -116,8 +116,8 @@ struct ExportedGraph {
 // Runs an exported graph another way (shape buckets, dynamo/buckets/shape_class.py): returns
 // one tensor per output, or nullopt to run it as a fused program of its exact sizes. It is
 // called without fused recording on its thread (its own eager ops run op by op), for graphs
-// of ops (those writing a whole storage too), view reads, zeros and conversions only (no
-// writes into views, no random ops).
+// of ops (those writing a whole storage too, random ops with their generator states as
+// inputs), view reads and writes, zeros and conversions (fused_run.cc `exportable`).
 using FusedGraphHook = std::function<std::optional<std::vector<at::Tensor>>(const ExportedGraph&)>;
 void set_fused_graph_hook(FusedGraphHook hook);
 

@@ -276,11 +276,16 @@ class ShapeClass:
             x, y = self.first_ints[k], ints[k]
             if x != y and (x, y) not in pairs:
                 symbol(x, y, k)
-        # Ints no input's size gives are fitted smallest change first, so the symbol a
-        # length binds gives the rest (a cache write's offset 8*(t - 1) after the read's
-        # end t), not the other way round.
+        # Ints no input's size gives are fitted smallest change first, those that are 0 or
+        # negative last (no symbol: a position from 0), so the symbol a length binds gives
+        # the rest (a cache write's offset 8*(t - 1) or position t - 1 after the read's end
+        # t), not the other way round.
+        def order(k: int) -> tuple[bool, int]:
+            x, y = self.first_ints[k], ints[k]
+            return x <= 0 or y <= 0, abs(y - x)
+
         exprs: list[Any] = [None] * len(ints)
-        for k in sorted(range(len(ints)), key=lambda k: abs(ints[k] - self.first_ints[k])):
+        for k in sorted(range(len(ints)), key=order):
             x, y = self.first_ints[k], ints[k]
             if x == y:
                 exprs[k] = x

@@ -373,6 +373,37 @@ def test_writes_into_views_compile_per_bucket(monkeypatch: pytest.MonkeyPatch) -
     assert compiled <= {0, 1, 2, 8, 16} and sum(needed_at.values()) <= 5, needed_at
 
 
+def _append(ids: torch.Tensor, table: torch.Tensor, token: torch.Tensor, pos: int
+            ) -> torch.Tensor:
+    """A token buffer written at `pos` (an offset that moves by 1 from 0) and read up to it."""
+    ids[pos] = token
+    return table[ids[:pos + 1]].sum(0)
+
+
+def test_a_buffer_written_at_a_position_from_0_compiles_per_bucket(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write's position (0, 1, 2, ...) is no size of its own: it is fitted to the length
+    read (pos + 1), whatever order the two come in."""
+    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
+    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
+    torch.manual_seed(0)
+    table = torch.randn(16, 4)
+    tokens = [torch.tensor(t) for t in torch.randint(0, 16, (20,)).tolist()]
+    ids, ids_t, table_t = torch.zeros(32, dtype=torch.long), torch.zeros(32, dtype=torch.long,
+                                                                          device="tpu"), \
+        table.to("tpu")
+    needed_at: dict[int, int] = {}
+    with eager_mode("fused"):
+        for pos, tok in enumerate(tokens):
+            tok_t = tok.to("tpu")
+            before = programs_obtained()
+            got = _append(ids_t, table_t, tok_t, pos).cpu()
+            needed_at[pos] = programs_obtained() - before
+            torch.testing.assert_close(got, _append(ids, table, tok, pos))
+    compiled = {p for p, n in needed_at.items() if n}
+    assert compiled <= {0, 1, 2, 8, 16} and sum(needed_at.values()) <= 6, needed_at
+
+
 def _view_key(base_shape: list[int], v: torch.Tensor) -> tuple:
     g = Graph()  # as fused eager records it
     p = g.placeholder("base")
