@@ -416,12 +416,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"{kv_events.topic!r})", file=sys.stderr, flush=True)
         # 1 when the engine loop died: a supervisor restarts the server.
         try:
-            return serve(engine, args.host, args.port, max_request_bytes=args.max_request_bytes,
-                         max_request_sequences=args.max_request_sequences, sock=sock)
+            status = serve(engine, args.host, args.port,
+                           max_request_bytes=args.max_request_bytes,
+                           max_request_sequences=args.max_request_sequences, sock=sock)
         finally:
             engine.close()
+        if status == 0:
             print("torchtpu serve: stopped (requests in flight answered, engine closed)",
                   file=sys.stderr, flush=True)
+        return status
     return 0
 
 

@@ -393,18 +393,20 @@ def serve(engine: LLMEngine, host: str = "127.0.0.1", port: int = 8000, *,
     log.info("serve: %s on http://%s:%d", engine.model_name, host, port)
     # uvicorn drains the requests in flight on SIGINT or SIGTERM, then raises the signal
     # again for the handler it replaced: Python's SIGINT handler raises KeyboardInterrupt,
-    # and SIGTERM's (the default: the process dies, its cleanup skipped) is made to raise
-    # too, so the shutdown below and the caller's engine.close() run, and serving ends with 0.
-    restore = None
-    if threading.current_thread() is threading.main_thread():
-        restore = signal.signal(signal.SIGTERM, _raise_stopped)
+    # and SIGTERM's default action (the process dies, its cleanup skipped) is replaced by
+    # one that raises, so the shutdown below and the caller's engine.close() run and serving
+    # ends with 0. A SIGTERM handler the caller installed is left to run instead.
+    replaced = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if replaced:
+        signal.signal(signal.SIGTERM, _raise_stopped)
     try:
         server.run(sockets=[sock] if sock is not None else None)
     except (KeyboardInterrupt, _Stopped):
         log.info("serve: stopped by a signal after draining the requests in flight")
     finally:
-        if restore is not None:
-            signal.signal(signal.SIGTERM, restore)
+        if replaced:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         app.shutdown()
     if app.async_engine.dead:
         log.error("serve: exiting with status 1: the engine loop failed (%s)",
