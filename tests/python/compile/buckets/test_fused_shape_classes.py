@@ -279,21 +279,26 @@ def _base_graph() -> tuple[torch.fx.Graph, torch.fx.Node]:
     return g, p
 
 
-@pytest.mark.parametrize("make_view", [
-    lambda b: b[:, 1:3],
-    lambda b: b[2:5],
-    lambda b: b.t(),
-    lambda b: b.view(4, 2, 3).transpose(0, 1)[:, 1:],
-    lambda b: b[1, 2:4],
-    lambda b: b[3, 2],
-    lambda b: b[:, 1:2].expand(6, 5),
-    lambda b: b.view(4, 6)[:, None, 2:],
-    lambda b: b[2:3],
-    lambda b: b[:, 1:2],
-    lambda b: b.view(1, 6, 4)[:, 4:5].transpose(0, 1),
-    lambda b: b.as_strided((2, 1, 4), (4, 5, 1), 8),
-], ids=["cols", "rows", "t", "split_heads", "row_slice", "element", "expand", "unsqueeze",
-        "one_row", "one_col", "one_row_transposed", "size1_any_stride"])
+# Views of a 6x4 base (id: view), written through as well as read unless broadcast.
+VIEWS = {
+    "cols": lambda b: b[:, 1:3],
+    "rows": lambda b: b[2:5],
+    "t": lambda b: b.t(),
+    "split_heads": lambda b: b.view(4, 2, 3).transpose(0, 1)[:, 1:],
+    "row_slice": lambda b: b[1, 2:4],
+    "element": lambda b: b[3, 2],
+    "unsqueeze": lambda b: b.view(4, 6)[:, None, 2:],
+    "one_row": lambda b: b[2:3],
+    "one_col": lambda b: b[:, 1:2],
+    "one_row_transposed": lambda b: b.view(1, 6, 4)[:, 4:5].transpose(0, 1),
+    "size1_any_stride": lambda b: b.as_strided((2, 1, 4), (4, 5, 1), 8),
+    "expand_size1": lambda b: b[:, 1:2].expand(6, 1),
+}
+BROADCAST = {"expand": lambda b: b[:, 1:2].expand(6, 5)}
+
+
+@pytest.mark.parametrize("make_view", [*VIEWS.values(), *BROADCAST.values()],
+                         ids=[*VIEWS, *BROADCAST])
 def test_view_read_is_view_ops(make_view: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """`as_strided` of a whole value as view ops, checked on the CPU."""
     base = torch.arange(24.0).view(6, 4)
@@ -303,21 +308,7 @@ def test_view_read_is_view_ops(make_view: Callable[[torch.Tensor], torch.Tensor]
     torch.testing.assert_close(torch.fx.GraphModule(torch.nn.Module(), g)(base), v)
 
 
-@pytest.mark.parametrize("make_view", [
-    lambda b: b[:, 1:3],
-    lambda b: b[2:5],
-    lambda b: b.t(),
-    lambda b: b.view(4, 2, 3).transpose(0, 1)[:, 1:],
-    lambda b: b[1, 2:4],
-    lambda b: b[3, 2],
-    lambda b: b.view(4, 6)[:, None, 2:],
-    lambda b: b[2:3],
-    lambda b: b[:, 1:2],
-    lambda b: b.view(1, 6, 4)[:, 4:5].transpose(0, 1),
-    lambda b: b.as_strided((2, 1, 4), (4, 5, 1), 8),
-    lambda b: b[:, 1:2].expand(6, 1),
-], ids=["cols", "rows", "t", "split_heads", "row_slice", "element", "unsqueeze", "one_row",
-        "one_col", "one_row_transposed", "size1_any_stride", "expand_size1"])
+@pytest.mark.parametrize("make_view", VIEWS.values(), ids=VIEWS)
 def test_view_write_is_view_ops_and_scatters(make_view: Callable[[torch.Tensor], torch.Tensor]
                                              ) -> None:
     """`as_strided_scatter` of a whole value (a write into its view) as view ops and their
@@ -349,57 +340,40 @@ def _decode(cache: torch.Tensor, w: torch.Tensor, x: torch.Tensor, pos: int) -> 
     return (x @ ctx.t()).softmax(-1) @ ctx
 
 
-def test_writes_into_views_compile_per_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cache written at a moving position and read up to it (a length and an offset that
-    both vary) joins a shape class: one program per bucket, not one per position."""
+def _append(ids: torch.Tensor, table: torch.Tensor, token: torch.Tensor, pos: int
+            ) -> torch.Tensor:
+    """A token buffer written at `pos` (an offset that moves by 1 from 0) and read up to it."""
+    ids[pos] = token[0, 0]
+    return table[ids[:pos + 1]].sum(0)
+
+
+@pytest.mark.parametrize("step,buffer", [
+    (_decode, lambda: torch.zeros(32, 8)),
+    (_append, lambda: torch.zeros(32, dtype=torch.long)),
+], ids=["cache_rows", "token_buffer"])
+def test_writes_into_views_compile_per_bucket(monkeypatch: pytest.MonkeyPatch,
+                                              step: Callable, buffer: Callable) -> None:
+    """A buffer written at a moving position and read up to it (a length and an offset that
+    both vary; a position from 0 is fitted to the length read, pos + 1) joins a shape class:
+    one program per bucket, not one per position."""
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
     torch.manual_seed(0)
     w = torch.randn(8, 8)
-    xs = [torch.randn(1, 8) for _ in range(20)]
-    cache, cache_t, w_t = torch.zeros(32, 8), torch.zeros(32, 8, device="tpu"), w.to("tpu")
+    xs = [torch.randint(0, 8, (1, 8)) if step is _append else torch.randn(1, 8)
+          for _ in range(20)]
+    cache, cache_t, w_t = buffer(), buffer().to("tpu"), w.to("tpu")
     needed_at: dict[int, int] = {}
     with eager_mode("fused"):
         for pos, x in enumerate(xs):
             x_t = x.to("tpu")
             before = programs_obtained()
-            got = _decode(cache_t, w_t, x_t, pos).cpu()
+            got = step(cache_t, w_t, x_t, pos).cpu()
             needed_at[pos] = programs_obtained() - before
-            torch.testing.assert_close(got, _decode(cache, w, x, pos), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(got, step(cache, w, x, pos), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(cache_t.cpu(), cache, rtol=1e-5, atol=1e-5)
     # Positions 0 and 1 compile (a length of 1 runs exact; the second graph makes the class
     # symbolic), then a program per bucket of the length pos + 1: 16 at position 8, 32 at 16.
-    compiled = {p for p, n in needed_at.items() if n}
-    assert compiled <= {0, 1, 2, 8, 16} and sum(needed_at.values()) <= 5, needed_at
-
-
-def _append(ids: torch.Tensor, table: torch.Tensor, token: torch.Tensor, pos: int
-            ) -> torch.Tensor:
-    """A token buffer written at `pos` (an offset that moves by 1 from 0) and read up to it."""
-    ids[pos] = token
-    return table[ids[:pos + 1]].sum(0)
-
-
-def test_a_buffer_written_at_a_position_from_0_compiles_per_bucket(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The write's position (0, 1, 2, ...) is no size of its own: it is fitted to the length
-    read (pos + 1), whatever order the two come in."""
-    monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
-    monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
-    torch.manual_seed(0)
-    table = torch.randn(16, 4)
-    tokens = [torch.tensor(t) for t in torch.randint(0, 16, (20,)).tolist()]
-    ids, ids_t, table_t = torch.zeros(32, dtype=torch.long), torch.zeros(32, dtype=torch.long,
-                                                                          device="tpu"), \
-        table.to("tpu")
-    needed_at: dict[int, int] = {}
-    with eager_mode("fused"):
-        for pos, tok in enumerate(tokens):
-            tok_t = tok.to("tpu")
-            before = programs_obtained()
-            got = _append(ids_t, table_t, tok_t, pos).cpu()
-            needed_at[pos] = programs_obtained() - before
-            torch.testing.assert_close(got, _append(ids, table, tok, pos))
     compiled = {p for p, n in needed_at.items() if n}
     assert compiled <= {0, 1, 2, 8, 16} and sum(needed_at.values()) <= 6, needed_at
 
