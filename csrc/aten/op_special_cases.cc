@@ -611,6 +611,18 @@ void check_multinomial(const std::string& name, Args args) {
   TORCH_CHECK(n_categories <= (int64_t{1} << 24), "number of categories cannot exceed 2^24");
 }
 
+// The CPU kernel's check that per_sample_weights has weight's dtype; the meta has none.
+void check_embedding_bag(const std::string&, Args args) {
+  if (args.size() < 7 || !args[6].isTensor()) return;
+  const at::Tensor& weight = args[0].toTensor();
+  const at::Tensor& psw = args[6].toTensor();
+  TORCH_CHECK(!psw.defined() || psw.scalar_type() == weight.scalar_type(),
+              "Expected tensor for argument #1 'weight' to have the same type as tensor for "
+              "argument #1 'per_sample_weights'; but type ", weight.scalar_type(),
+              " does not equal ", psw.scalar_type(),
+              " (while checking arguments for embedding_bag)");
+}
+
 }  // namespace
 
 CpuArgumentCheck cpu_argument_check(const std::string& name) {
@@ -629,6 +641,7 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
     add({"aten::masked_scatter", "aten::masked_scatter_", "aten::masked_scatter.out"},
         check_masked_scatter);
     add({"aten::embedding"}, check_embedding);
+    add({"aten::_embedding_bag", "aten::_embedding_bag_forward_only"}, check_embedding_bag);
     add({"aten::max", "aten::max.unary_out", "aten::min", "aten::min.unary_out"},
         check_max_min_nonempty);
     add({"aten::median.dim", "aten::median.dim_values", "aten::nanmedian.dim",

@@ -202,3 +202,15 @@ def test_memory_grows_with_the_ids_not_with_bags_times_ids(mode: str, tmp_path) 
     assert any("embedding_bag" in m or f"tensor<{bags}x{dim}xf32>" in m for m in modules)
     for text in modules:
         assert f"{bags}x{bags * per_bag}x" not in text and f"{bags * per_bag}x{bags}x" not in text
+
+
+def test_per_sample_weights_of_another_dtype_raise_as_on_the_cpu() -> None:
+    weight, ids, offsets = torch.randn(10, 3), torch.tensor([1, 2, 3]), torch.tensor([0, 2])
+    psw = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="same type as tensor for argument #1 "
+                                           "'per_sample_weights'"):
+        F.embedding_bag(ids, weight, offsets, mode="sum", per_sample_weights=psw)
+    with pytest.raises(RuntimeError, match="same type as tensor for argument #1 "
+                                           "'per_sample_weights'.*Float does not equal Double"):
+        F.embedding_bag(ids.to("tpu"), weight.to("tpu"), offsets.to("tpu"), mode="sum",
+                        per_sample_weights=psw.to("tpu"))
