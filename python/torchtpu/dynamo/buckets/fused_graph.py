@@ -270,16 +270,40 @@ def view_write(g: Graph, base: Node, value: Node, shape: list[int], sizes: list[
     return _call(g, torch.ops.aten.reshape.default, (y, list(shape)))
 
 
-def _prefix_view(n: tuple) -> bool:
-    """Whether view read `n` is a row-major prefix of an input: offset 0, contiguous."""
-    if n[0] != "" or n[1] >= 0 or n[4] != 0:
+def _row_major_prefix(sizes: list[int], strides: list[int], offset: int) -> bool:
+    """Whether the view (sizes, strides, offset) is the row-major first elements of its
+    storage: offset 0, contiguous."""
+    if offset != 0:
         return False
     expected = 1
-    for size, stride in zip(reversed(n[2]), reversed(n[3])):
+    for size, stride in zip(reversed(sizes), reversed(strides)):
         if size != 1 and stride != expected:
             return False
         expected *= size
     return True
+
+
+def _reshaped(g: Graph, x: Node, shape: list[int], sizes: list[int]) -> Node:
+    """`x` (of `shape`) in `sizes`: itself when they are equal (a graph writing a padded
+    output's prefix then has the structure of one writing the whole output)."""
+    if list(shape) == list(sizes):
+        return x
+    return _call(g, torch.ops.aten.reshape.default, (x, list(sizes)))
+
+
+def _prefix_of(n: tuple, inputs: list[torch.Tensor]) -> tuple[int, tuple[int, ...]] | None:
+    """The flat input and sizes of node `n` when it reads (a view) or writes
+    (``as_strided_scatter``) a row-major prefix of a 1-d input: a padded graph's output at its
+    true size."""
+    if n[0] == "":
+        base, sizes, strides, offset = n[1], n[2], n[3], n[4]
+    elif n[0] == "aten::as_strided_scatter":
+        base, (sizes, strides, offset) = n[2][0][2], n[1][2:5]
+    else:
+        return None
+    if base >= 0 or inputs[-base - 1].dim() != 1 or not _row_major_prefix(sizes, strides, offset):
+        return None
+    return -base - 1, tuple(sizes)
 
 
 def feed(inputs: list[torch.Tensor], fed: list[tuple[int, list[int] | None]]
@@ -302,9 +326,23 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
     env: dict[int, Node] = {}
     fed: list[tuple[int, list[int] | None]] = []
     # Only of a flat input: a padded graph's output (a parameter's rows are sliced in the
-    # graph, whose rule reads them out of the whole parameter).
-    prefixes = {n[5]: n for n in nodes if _prefix_view(n) and inputs[-n[1] - 1].dim() == 1}
-    used = {r[2] for n in nodes if n[0] != "" for r in n[2]} | set(outputs) | {
+    # graph, whose rule reads them out of the whole parameter). Written too: a graph cut
+    # between an op and its in-place update (SDPA's softmax and its where(..., out=)).
+    prefixes = {n[5] if n[0] == "" else n[3]: p for n in nodes
+                if (p := _prefix_of(n, inputs)) is not None}
+    # A write over a prefix keeps only the prefix (the padding after it is never read), so
+    # not when a value written from it is returned or read whole (a buffer of the caller's,
+    # written at its start).
+    written = {n[3]: n[2][0][2] for n in nodes if n[0] == "aten::as_strided_scatter"}
+    whole = set(outputs) | {r[2] for n in nodes if n[0] != "" for r in n[2]
+                            if n[0] != "aten::as_strided_scatter" or r[0] != 0}
+    for v in whole:
+        while v in written and v not in prefixes:
+            v = written[v]
+        if v in written:
+            prefixes.pop(v, None)
+    used = {r[2] for n in nodes if n[0] != "" for r in n[2]
+            if not (r[0] == 0 and n[3] in prefixes)} | set(outputs) | {
         n[1] for n in nodes if n[0] == "" and n[5] not in prefixes} | {
         -(n[5] + 1) for n in nodes if n[0] != "" and n[5] >= 0}
 
@@ -317,25 +355,44 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
 
     # A prefix in its input's place: a graph reading a whole padded output (a length equal
     # to its bucket) and one reading a prefix of it have the same placeholders.
+    fed_prefix: dict[tuple[int, tuple[int, ...]], Node] = {}
     for k in range(len(inputs)):
         if -(k + 1) in used:
             env[-(k + 1)] = placeholder(k, None)
-        for vid, n in prefixes.items():
-            if n[1] == -(k + 1):
-                env[vid] = placeholder(k, list(n[2]))
+        for p in prefixes.values():
+            if p[0] == k and p not in fed_prefix:
+                fed_prefix[p] = placeholder(k, list(p[1]))
+    # The values that are a prefix's new contents: their shape is the prefix's, the rest of
+    # their storage (padding) is neither read nor returned.
+    cut: dict[int, list[int]] = {}
+
+    def shape_of(v: int) -> list[int]:
+        if v in cut:
+            return cut[v]
+        return list(dims[v] if v >= 0 else inputs[-v - 1].shape)
+
     for n in nodes:
         if n[0] == "":
             _, base, sizes, strides, offset, first, _num = n
             if first in prefixes:
-                continue
-            shape = list(dims[base] if base >= 0 else inputs[-base - 1].shape)
-            env[first] = view_read(g, env[base], shape, list(sizes), list(strides), offset)
+                env[first] = fed_prefix[prefixes[first]]
+            elif base in cut and _row_major_prefix(sizes, strides, offset) and \
+                    math.prod(sizes) == math.prod(cut[base]):
+                env[first] = _reshaped(g, env[base], cut[base], sizes)  # the whole prefix
+            else:
+                env[first] = view_read(g, env[base], shape_of(base), list(sizes),
+                                       list(strides), offset)
             continue
         name, args, reads, first, num, rng = n
         if name == "aten::as_strided_scatter":  # a write into a view of a value
             (_, _, base), (_, _, value) = reads
-            shape = list(dims[base] if base >= 0 else inputs[-base - 1].shape)
-            env[first] = view_write(g, env[base], env[value], shape, list(args[2]),
+            if first in prefixes:  # the whole prefix: the value is its new contents
+                cut[first] = list(prefixes[first][1])
+                env[first] = _reshaped(g, env[value], list(dims[value]), cut[first])
+                continue
+            if base in cut:
+                cut[first] = cut[base]
+            env[first] = view_write(g, env[base], env[value], shape_of(base), list(args[2]),
                                     list(args[3]), args[4])
             continue
         how = _target(name)
