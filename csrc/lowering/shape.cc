@@ -365,8 +365,7 @@ Result lower_select_scatter(LoweringContext& c) {
 }
 
 // unfold_backward(grad, input_sizes, dim, size, step): every window's gradient added back
-// at its positions. The windows' (w, j) -> w * step + j map is a 0/1 matrix, so the sum is
-// one contraction of the gradient with it (exact: each output adds its own terms only).
+// at its positions (Tensor.unfold's and istft's overlap-add).
 Result lower_unfold_backward(LoweringContext& c) {
   Builder& b = c.b();
   Value g = c.tensor(0);
@@ -386,24 +385,37 @@ Result lower_unfold_backward(LoweringContext& c) {
   perm.push_back(dim);
   perm.push_back(rank);
   Value moved = b.transpose(g, perm);
-  Dims flat(moved.dims().begin(), moved.dims().end() - 2);
-  flat.push_back(windows * size);
-  moved = b.reshape(moved, flat);
-  TensorType idx{DType::kI64, {windows * size, length}};
-  Value row = b.iota(idx, 0), col = b.iota(idx, 1);
-  Value s = b.broadcast_to(b.constant_i64(size, DType::kI64), idx.dims);
-  Value stride = b.broadcast_to(b.constant_i64(step, DType::kI64), idx.dims);
-  Value target = b.add(b.mul(b.div(row, s), stride), b.binary("remainder", row, s));
-  Value onehot = b.convert(b.compare(target, col, "EQ"), g.dtype());
-  Dims summed(flat.begin(), flat.end() - 1);
-  summed.push_back(length);
-  std::string attrs = "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = [], "
-                      "rhs_batching_dimensions = [], lhs_contracting_dimensions = [" +
-                      std::to_string(moved.rank() - 1) + "], rhs_contracting_dimensions = [0]>";
-  if (!base::is_integral(g.dtype())) {
-    attrs += ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+  // Overlap-add: each window padded to q * step values (q = ceil(size / step)) is q slabs of
+  // step values; slab a of every window, laid end to end, starts at a * step. Each slab is
+  // padded into place (a negative high pad crops zeros past the end) and the q are summed:
+  // time and memory grow with q * length, not with windows * size * length.
+  int64_t q = (size + step - 1) / step;
+  Dims lead(moved.dims().begin(), moved.dims().end() - 2);
+  auto pad = [&](Value x, int64_t low, int64_t high) {
+    Dims out = x.dims(), lo(out.size(), 0), hi(out.size(), 0);
+    lo.back() = low;
+    hi.back() = high;
+    out.back() += low + high;
+    return b.op("stablehlo.pad", {x, b.zeros(TensorType{x.dtype(), {}})},
+                TensorType{x.dtype(), out},
+                "edge_padding_low = " + i64_array(lo) + ", edge_padding_high = " +
+                    i64_array(hi) + ", interior_padding = " + i64_array(Dims(out.size(), 0)));
+  };
+  Value slabs = pad(moved, 0, q * step - size);  // [..., windows, q * step]
+  Dims split = lead;
+  split.insert(split.end(), {windows, q, step});
+  slabs = b.reshape(slabs, split);
+  Dims flat = lead;
+  flat.push_back(windows * step);
+  Value r;
+  for (int64_t a = 0; a < q; ++a) {
+    Dims start(split.size(), 0), limit = split;
+    start[split.size() - 2] = a;
+    limit[split.size() - 2] = a + 1;
+    Value slab = b.reshape(b.slice(slabs, start, limit, Dims(split.size(), 1)), flat);
+    Value placed = pad(slab, a * step, length - (a + windows) * step);
+    r = a == 0 ? placed : b.add(r, placed);
   }
-  Value r = b.op("stablehlo.dot_general", {moved, onehot}, TensorType{g.dtype(), summed}, attrs);
   Dims back(rank);
   for (int64_t i = 0, k = 0; i < rank; ++i) back[i] = i == dim ? rank - 1 : k++;
   return std::vector<Value>{to_out(c, b.transpose(r, back))};

@@ -4,6 +4,7 @@ stablehlo.fft; forward and backward against PyTorch on the CPU, with CPU fallbac
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -117,7 +118,8 @@ def test_backward(case: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
-@pytest.mark.parametrize("dim,size,step", [(1, 4, 2), (0, 2, 3), (1, 3, 3), (1, 5, 1)])
+@pytest.mark.parametrize("dim,size,step", [(1, 4, 2), (0, 2, 3), (1, 3, 3), (1, 5, 1),
+                                           (1, 2, 4), (0, 7, 1), (1, 9, 2)])
 def test_unfold_backward(dtype: torch.dtype, dim: int, size: int, step: int) -> None:
     # The overlap-add istft runs through (and Tensor.unfold's derivative).
     sizes = [7, 9]
@@ -126,3 +128,39 @@ def test_unfold_backward(dtype: torch.dtype, dim: int, size: int, step: int) -> 
     grad_shape[dim] = windows
     grad = make(grad_shape + [size], dtype)
     same(lambda g: torch.ops.aten.unfold_backward(g, sizes, dim, size, step), grad)
+
+
+def test_istft_of_seconds_of_audio_grows_with_its_length(tmp_path: Any) -> None:
+    """istft's overlap-add (unfold_backward) takes time and memory in proportion to the
+    signal: no program holds a [windows * n_fft, length] map (3 s of 16 kHz audio was
+    10 GB and minutes; 48,000 samples ran out of memory)."""
+    import re
+
+    from _subprocess import run_python
+
+    length, n_fft, hop = 48000, 400, 160
+    code = f"""
+        import torch, torchtpu
+        torch.manual_seed(0)
+        spec = torch.stft(torch.randn(2, {length}), {n_fft}, {hop},
+                          window=torch.hann_window({n_fft}), return_complex=True)
+        signal = torch.randn(1, {length}, requires_grad=True)
+        got = torch.istft(spec.to("tpu"), {n_fft}, {hop},
+                          window=torch.hann_window({n_fft}, device="tpu"), length={length})
+        expected = torch.istft(spec, {n_fft}, {hop}, window=torch.hann_window({n_fft}),
+                               length={length})
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)
+        signal_t = signal.detach().to("tpu").requires_grad_()
+        signal_t.unfold(-1, {n_fft}, {hop}).pow(2).sum().backward()
+        signal.unfold(-1, {n_fft}, {hop}).pow(2).sum().backward()
+        torch.testing.assert_close(signal_t.grad.cpu(), signal.grad)
+    """
+    proc = run_python(code, timeout=300, TORCHTPU_DUMP_DIR=str(tmp_path / "dump"),
+                      TORCHTPU_CACHE_DIR=str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    windows = length // hop + 1
+    largest = 0
+    for path in (tmp_path / "dump").glob("*.mlir"):
+        for dims in re.findall(r"tensor<((?:\d+x)+)[a-z]", path.read_text()):
+            largest = max(largest, math.prod(int(d) for d in dims.rstrip("x").split("x")))
+    assert 0 < largest <= 4 * 2 * windows * n_fft, largest
