@@ -14,21 +14,22 @@
 #include "lowering/lowering.h"
 
 namespace torchtpu::lowering {
+
+ScalarCast fill_cast(const TensorType& out) {
+  return base::is_half_float(out.dtype) && out.num_elements() == 1 ? ScalarCast::kWrapped
+                                                                   : ScalarCast::kChecked;
+}
+
 namespace {
 
 using Result = base::StatusOr<std::vector<Value>>;
 
 // fill_.Scalar(self, value) and fill_.Tensor(self, value): value may be a runtime scalar
-// or a 0-dim tensor. A number out of the dtype's range raises, except, as on the CPU (whose
-// fill of one element takes another path), into one float16/bfloat16 element: inf for
-// 70000.0 in float16, 65504 for 65519.0. scalar_tensor fills so, and through it where with
-// a number branch: where(h > 0, 70000.0, h) is inf where h > 0.
+// or a 0-dim tensor, cast as fill_cast says. scalar_tensor fills so, and through it where
+// with a number branch: where(h > 0, 70000.0, h) is inf where h > 0.
 Result lower_fill(LoweringContext& c) {
   const TensorType& out = c.out_type();
-  ScalarCast cast = base::is_half_float(out.dtype) && out.num_elements() == 1
-                        ? ScalarCast::kWrapped
-                        : ScalarCast::kChecked;
-  return std::vector<Value>{c.operand(1, out.dtype, out.dims, cast)};
+  return std::vector<Value>{c.operand(1, out.dtype, out.dims, fill_cast(out))};
 }
 
 Result lower_zero(LoweringContext& c) { return std::vector<Value>{c.b().zeros(c.out_type())}; }

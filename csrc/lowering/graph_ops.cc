@@ -391,11 +391,12 @@ Result lower_arange(LoweringContext& c) {
 }
 
 // full(size, value), full_like(self, value), new_full(self, size, value) and
-// scalar_tensor(value): the runtime scalar at `arg`, in the out dtype.
+// scalar_tensor(value): the runtime scalar at `arg`, in the out dtype as a fill casts it
+// (where(m, h, 1e30) of float16 h, decomposed to a scalar_tensor, is inf where m is false).
 LoweringFn fill_from(size_t arg) {
   return [arg](LoweringContext& c) -> Result {
     const TensorType& out = c.out_type();
-    return one(c.b().broadcast_to(c.scalar(arg, out.dtype), out.dims));
+    return one(c.b().broadcast_to(c.scalar(arg, out.dtype, fill_cast(out)), out.dims));
   };
 }
 

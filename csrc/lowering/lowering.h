@@ -76,6 +76,10 @@ struct Check {
 // clamp); kWrapped casts as TensorIterator casts a wrapped Python number, as the binary
 // ops' Scalar overloads do (uint8 < 1000 compares with 232, float32 < 1e300 with inf).
 enum class ScalarCast { kChecked, kWrapped };
+// A fill's number in `out`'s dtype (fill_, full, scalar_tensor): checked, except into one
+// float16/bfloat16 element, whose CPU fill takes another path: inf for 70000.0 in float16,
+// 65504 for 65519.0.
+ScalarCast fill_cast(const TensorType& out);
 
 class ValueSource {
  public:

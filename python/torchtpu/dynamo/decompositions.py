@@ -20,6 +20,9 @@ table, with ours in place of those that compute other values than PyTorch's own 
 - ``max_unpool2d`` / ``max_unpool3d`` are not decomposed: their lowering checks the indices
   as the CPU kernel does (a RuntimeError naming the op), the decomposition's index put
   raises an IndexError about a flattened dim.
+- ``nan_to_num`` is not decomposed: its kernel casts the replacements as a wrapped number
+  (``nan=1e39`` into float32 is inf), the decomposition's ``scalar_tensor`` of them raises on
+  an overflow.
 """
 
 from __future__ import annotations
@@ -126,7 +129,7 @@ def decompositions() -> dict[Any, Any]:
     # decompositions too.
     table.pop(aten.detach.default, None)
     # max_unpool: see the module's docstring.
-    for op in (aten.max_unpool2d, aten.max_unpool3d):
+    for op in (aten.max_unpool2d, aten.max_unpool3d, aten.nan_to_num):
         table.pop(op.default, None)
         table.pop(op.out, None)
     return table

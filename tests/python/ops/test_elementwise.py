@@ -752,12 +752,17 @@ def test_mixed_operands_promote_as_the_cpu(dtype: torch.dtype) -> None:
         assert torch.equal(got[~got.isnan()], want[~want.isnan()]), (name, got, want)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_fill_with_a_number_out_of_range_as_the_cpu(dtype: torch.dtype) -> None:
+def test_fill_with_a_number_out_of_range_as_the_cpu(dtype: torch.dtype, compiled: bool
+                                                    ) -> None:
     # The CPU's fill of one float16/bfloat16 element makes inf of a number past the range
     # (and rounds 65519.0 to 65504); of more elements, and of float32, it raises.
-    # scalar_tensor, and where with a number branch, fill one element (tpu raised).
+    # scalar_tensor, and where with a number branch, fill one element (tpu raised), as
+    # graphs do (where's number branch is a scalar_tensor there); nan_to_num casts its
+    # replacements unchecked (its decomposition's scalar_tensor raised in graphs).
     big = 1e39 if dtype != torch.float16 else 70000.0
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0], dtype=dtype)
     for value in (big, 65519.0):
         calls = [lambda d: torch.full((2,), value, dtype=dtype, device=d),
                  lambda d: torch.empty(2, dtype=dtype, device=d).fill_(value),
@@ -765,15 +770,19 @@ def test_fill_with_a_number_out_of_range_as_the_cpu(dtype: torch.dtype) -> None:
                  lambda d: torch.zeros(1, dtype=dtype, device=d).new_full((2,), value),
                  lambda d: torch.scalar_tensor(value, dtype=dtype, device=d),
                  lambda d: torch.where(torch.tensor([True, False], device=d), value,
-                                       torch.zeros(2, dtype=dtype, device=d))]
+                                       torch.zeros(2, dtype=dtype, device=d)),
+                 lambda d: torch.nan_to_num(special.to(d), nan=value, posinf=value,
+                                            neginf=-value)]
         for call in calls:
+            torch._dynamo.reset()
+            on_tpu = torch.compile(call, backend="tpu") if compiled else call
             try:
                 want = call("cpu")
             except RuntimeError:
                 with pytest.raises(RuntimeError, match="without overflow"):
-                    call(TPU)
+                    on_tpu(TPU)
                 continue
-            assert torch.equal(call(TPU).cpu(), want), (value, want)
+            assert torch.equal(on_tpu(TPU).cpu(), want), (value, want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
