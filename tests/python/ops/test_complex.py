@@ -500,6 +500,20 @@ def test_branch_cuts_and_special_values_like_cpu(fn, dtype: torch.dtype) -> None
 
 
 @pytest.mark.parametrize("dtype", COMPLEX)
+@pytest.mark.parametrize("fn", [torch.sin, torch.cos, torch.sinh, torch.cosh],
+                         ids=lambda f: f.__name__)
+def test_hyperbolic_parts_near_overflow_like_cpu(fn, dtype: torch.dtype) -> None:
+    # cosh(89.4 + 0i) is 3.35e38 in complex64 (cosh 710.4 1.67e308 in complex128): XLA's
+    # complex sine and cosine built cosh y from exp(y) and gave inf; sin(1e-30 + 100i) is
+    # finite too (a tiny factor times an overflowing cosh).
+    top = 89.4 if dtype == torch.complex64 else 710.4
+    parts = [0.0, 1e-30, 0.5, -2.0, 88.8, top, -top, 100.0, -100.0, 1e3]
+    z = torch.tensor([complex(a, b) for a in parts for b in parts], dtype=dtype)
+    for inputs in (z, z * 1j):
+        _same_bits_of_nan(fn(inputs.to("tpu")).cpu(), fn(inputs), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX)
 @pytest.mark.parametrize("fn", [torch.div, lambda a, b: torch.addcdiv(a, a, b, value=0.5 - 2j)],
                          ids=["div", "addcdiv"])
 def test_division_special_values_like_cpu(fn, dtype: torch.dtype) -> None:
