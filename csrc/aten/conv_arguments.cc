@@ -40,6 +40,36 @@ void check_kernel_size(const at::Tensor& input, c10::IntArrayRef k) {
   TORCH_CHECK(false, kWhat, ": ", k);
 }
 
+// The CPU's transposed kernels' check: each output_padding below its stride or its
+// dilation (a 1-d convolution runs as a 2-d one of height 1, and says so).
+void check_output_padding(std::vector<int64_t> output_padding, std::vector<int64_t> stride,
+                          std::vector<int64_t> dilation) {
+  bool ok = true;
+  for (size_t i = 0; i < output_padding.size(); ++i) {
+    ok = ok && (output_padding[i] < stride[i] || output_padding[i] < dilation[i]);
+  }
+  if (ok) return;
+  if (output_padding.size() == 1) {
+    output_padding.insert(output_padding.begin(), 0);
+    stride.insert(stride.begin(), 1);
+    dilation.insert(dilation.begin(), 1);
+  }
+  static const char* const kNames[] = {"depth", "height", "width"};
+  size_t n = output_padding.size();
+  std::ostringstream got;
+  auto list = [&](const char* what, const std::vector<int64_t>& v) {
+    for (size_t i = 0; i < n; ++i) {
+      std::string dim = n <= 3 ? kNames[3 - n + i] : std::to_string(i);
+      got << " " << what << "_" << dim << ": " << v[i];
+    }
+  };
+  list("output_padding", output_padding);
+  list("stride", stride);
+  list("dilation", dilation);
+  TORCH_CHECK(false, "output padding must be smaller than either stride or dilation, but got",
+              got.str());
+}
+
 }  // namespace
 
 void check_convolution_like_cpu(c10::ArrayRef<c10::IValue> args) {
@@ -82,6 +112,7 @@ void check_convolution_like_cpu(c10::ArrayRef<c10::IValue> args) {
                 ", expected bias to be 1-dimensional with ", w[1] * groups, " elements",
                 ", but got bias of size ", bias.sizes(), " instead");
     check_kernel_size(input, w.slice(2));
+    check_output_padding(output_padding, stride, dilation);
     return;
   }
   TORCH_CHECK(input.size(1) == w[1] * groups, "Given groups=", groups, ", weight of size ", w,

@@ -303,6 +303,13 @@ _BAD_CONVOLUTIONS = {
         x[0], w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
     "negative output_padding": lambda x, w: torch.ops.aten.convolution(
         x, w.transpose(0, 1), None, [2, 2], [0, 0], [1, 1], True, [-1, -1], 1),
+    "output_padding not below stride or dilation": lambda x, w: F.conv_transpose2d(
+        x, w[:2], stride=(2, 3), output_padding=(2, 1)),
+    "output_padding not below stride, 1d": lambda x, w: F.conv_transpose1d(
+        x[..., 0], w[:2, :, 0], stride=2, dilation=2, output_padding=2),
+    "output_padding not below stride, 3d": lambda x, w: F.conv_transpose3d(
+        x[:, :, None], w[:2, :, None], stride=(2, 1, 3), dilation=(1, 2, 1),
+        output_padding=(1, 2, 3)),
     "transposed input channels": lambda x, w: F.conv_transpose2d(x, w[:, :1]),
     "transposed bias size": lambda x, w: F.conv_transpose2d(x, w[:2], w[0, 0, 0]),
     "zero kernel height": lambda x, w: F.conv2d(x, w[:, :, :0]),
