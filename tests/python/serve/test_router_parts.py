@@ -27,15 +27,19 @@ def test_prompt_tokenizer_matches_the_server(served, tiny_llama_dir, target, bod
     ids = tokenizer(target, json.dumps(body).encode())
     # The server's own view: /tokenize, or the prompt a completion reports it used.
     if "messages" in body:
-        want = httpx.post(served.url + "/tokenize", json={"messages": body["messages"]}).json()
+        want = httpx.post(served.url + "/tokenize", json={"messages": body["messages"]},
+                          timeout=60).json()
         assert ids == want["tokens"]
         return
+    # (The first completion may compile its programs: longer than httpx's 5 s on a busy
+    # machine.)
     r = httpx.post(served.url + "/v1/completions",
-                   json={**body, "max_tokens": 1}).json()
+                   json={**body, "max_tokens": 1}, timeout=120).json()
     assert len(ids) == r["usage"]["prompt_tokens"]
     if isinstance(body["prompt"], str) and "truncate_prompt_tokens" not in body:
         want = httpx.post(served.url + "/tokenize", json={
-            "prompt": body["prompt"], "add_special_tokens": body.get("add_special_tokens")})
+            "prompt": body["prompt"], "add_special_tokens": body.get("add_special_tokens")},
+            timeout=60)
         assert ids == want.json()["tokens"]
 
 
