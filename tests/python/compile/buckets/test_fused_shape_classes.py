@@ -178,6 +178,25 @@ def test_op_without_padding_rule_stays_exact(monkeypatch: pytest.MonkeyPatch,
     assert reasons and any("flip" in r for r in reasons), reasons
 
 
+def _programs_per_length(step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                         lengths: range) -> dict[int, int]:
+    """The programs `step(x, w)` obtains in fused eager mode at each length of x ([t, 8]),
+    each result compared with the CPU's."""
+    torch.manual_seed(0)
+    w = torch.randn(8, 8)
+    w_t = w.to("tpu")
+    needed_at: dict[int, int] = {}
+    with eager_mode("fused"):
+        for t in lengths:
+            x = torch.randn(t, 8)
+            x_t = x.to("tpu")
+            before = programs_obtained()
+            got = step(x_t, w_t).cpu()
+            needed_at[t] = programs_obtained() - before
+            torch.testing.assert_close(got, step(x, w), rtol=1e-5, atol=1e-5)
+    return needed_at
+
+
 def _factories(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Tensors made at the length (torch.ones/zeros/full are an empty tensor and an in-place
     fill; torch.arange writes an empty out= tensor), a causal mask made from it, SDPA (whose
@@ -213,18 +232,7 @@ def test_factories_and_in_place_writes_compile_per_bucket(monkeypatch: pytest.Mo
     making tensors at the length run padded to buckets like any other."""
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
-    torch.manual_seed(0)
-    w = torch.randn(8, 8)
-    w_t = w.to("tpu")
-    needed_at: dict[int, int] = {}
-    with eager_mode("fused"):
-        for t in range(9, 17):
-            x = torch.randn(t, 8)
-            x_t = x.to("tpu")
-            before = programs_obtained()
-            got = _factories(x_t, w_t).cpu()
-            needed_at[t] = programs_obtained() - before
-            torch.testing.assert_close(got, _factories(x, w), rtol=1e-5, atol=1e-5)
+    needed_at = _programs_per_length(_factories, range(9, 17))
     # Lengths 9 and 10 compile (exact, then the bucket of 16); the others run its program.
     assert all(needed_at[t] == 0 for t in range(11, 17)), needed_at
 
@@ -393,17 +401,7 @@ def test_in_place_write_over_a_padded_output_compiles_per_bucket(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TORCHTPU_SHAPE_BUCKETS", raising=False)
     monkeypatch.setenv("TORCHTPU_MIN_BUCKET", "8")
-    torch.manual_seed(0)
-    w = torch.randn(8, 8)
-    w_t = w.to("tpu")
-    needed_at: dict[int, int] = {}
-    with eager_mode("fused"):
-        for t in range(5, 21):
-            x = torch.randn(t, 8)
-            before = programs_obtained()
-            got = _update_after_a_cut(x.to("tpu"), w_t).cpu()
-            needed_at[t] = programs_obtained() - before
-            torch.testing.assert_close(got, _update_after_a_cut(x, w), rtol=1e-5, atol=1e-5)
+    needed_at = _programs_per_length(_update_after_a_cut, range(5, 21))
     # Both graphs compile at the first length (exact) and the second (symbolic), then at the
     # first length of each bucket; a length equal to its bucket (the whole output written)
     # is a prefix of the same structure.
