@@ -8,6 +8,7 @@
 
 #include "lowering/elementwise_util.h"
 #include "lowering/families.h"
+#include "lowering/gather_scatter.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -388,9 +389,28 @@ Result lower_unfold_backward(LoweringContext& c) {
   // Overlap-add: each window padded to q * step values (q = ceil(size / step)) is q slabs of
   // step values; slab a of every window, laid end to end, starts at a * step. Each slab is
   // padded into place (a negative high pad crops zeros past the end) and the q are summed:
-  // time and memory grow with q * length, not with windows * size * length.
+  // time and memory grow with q * length, not with windows * size * length. Past 8 slabs
+  // (a step well below the window) one scatter-add of every element to w * step + j keeps
+  // the program small.
   int64_t q = (size + step - 1) / step;
   Dims lead(moved.dims().begin(), moved.dims().end() - 2);
+  Dims back(rank);
+  for (int64_t i = 0, k = 0; i < rank; ++i) back[i] = i == dim ? rank - 1 : k++;
+  if (q > 8) {
+    int64_t rows = 1;
+    for (int64_t d : lead) rows *= d;
+    TensorType at{DType::kI64, {windows, size}};
+    Value where = b.add(b.mul(b.iota(at, 0), b.splat(static_cast<double>(step), at)),
+                        b.iota(at, 1));
+    Value updates = b.transpose(b.reshape(moved, {rows, windows * size}), {1, 0});
+    Value summed = scatter(b, b.zeros(TensorType{g.dtype(), {length, rows}}),
+                           b.reshape(where, {windows * size, 1}), updates, {1}, {0}, {0}, 1,
+                           "add");
+    Dims flat = lead;
+    flat.push_back(length);
+    Value r = b.reshape(b.transpose(summed, {1, 0}), flat);
+    return std::vector<Value>{to_out(c, b.transpose(r, back))};
+  }
   auto pad = [&](Value x, int64_t low, int64_t high) {
     Dims out = x.dims(), lo(out.size(), 0), hi(out.size(), 0);
     lo.back() = low;
@@ -416,8 +436,6 @@ Result lower_unfold_backward(LoweringContext& c) {
     Value placed = pad(slab, a * step, length - (a + windows) * step);
     r = a == 0 ? placed : b.add(r, placed);
   }
-  Dims back(rank);
-  for (int64_t i = 0, k = 0; i < rank; ++i) back[i] = i == dim ? rank - 1 : k++;
   return std::vector<Value>{to_out(c, b.transpose(r, back))};
 }
 

@@ -128,7 +128,7 @@ def decompositions() -> dict[Any, Any]:
     # ("scan might be aliasing the input or the output!"), on the CPU with these
     # decompositions too.
     table.pop(aten.detach.default, None)
-    # max_unpool: see the module's docstring.
+    # max_unpool and nan_to_num: see the module's docstring.
     for op in (aten.max_unpool2d, aten.max_unpool3d, aten.nan_to_num):
         table.pop(op.default, None)
         table.pop(op.out, None)
