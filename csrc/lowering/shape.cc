@@ -380,6 +380,7 @@ Result lower_unfold_backward(LoweringContext& c) {
   }
   int64_t dim = wrap_dim(c.int_arg(2), rank), size = c.int_arg(3), step = c.int_arg(4);
   int64_t windows = g.dims()[dim], length = out.dims[dim];
+  if (windows == 1) step = size;  // one window: its step is no distance (x.unfold(0, 2, 10**9))
   if (out.num_elements() == 0 || windows * size == 0) return std::vector<Value>{b.zeros(out)};
   Dims perm;
   for (int64_t i = 0; i < rank; ++i) if (i != dim) perm.push_back(i);

@@ -129,7 +129,7 @@ def decompositions() -> dict[Any, Any]:
     # decompositions too.
     table.pop(aten.detach.default, None)
     # max_unpool and nan_to_num: see the module's docstring.
-    for op in (aten.max_unpool2d, aten.max_unpool3d, aten.nan_to_num):
+    for op in (aten.max_unpool2d, aten.max_unpool3d, aten.nan_to_num, aten.nan_to_num_):
         table.pop(op.default, None)
-        table.pop(op.out, None)
+        table.pop(getattr(op, "out", None), None)
     return table

@@ -119,10 +119,11 @@ def test_backward(case: str) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
 @pytest.mark.parametrize("dim,size,step", [(1, 4, 2), (0, 2, 3), (1, 3, 3), (1, 5, 1),
-                                           (1, 2, 4), (0, 7, 1), (1, 9, 2), (1, 9, 1)])
+                                           (1, 2, 4), (0, 7, 1), (1, 9, 2), (1, 9, 1),
+                                           (0, 2, 100)])
 def test_unfold_backward(dtype: torch.dtype, dim: int, size: int, step: int) -> None:
     # The overlap-add istft runs through (and Tensor.unfold's derivative).
-    sizes = [7, 9]
+    sizes = [7, 20]
     windows = (sizes[dim] - size) // step + 1
     grad_shape = list(sizes)
     grad_shape[dim] = windows

@@ -347,6 +347,12 @@ def test_convolution_of_empty_inputs_matches_the_cpu(x_shape, w_shape) -> None:
     assert_same(run, make(x_shape, torch.float32), make(w_shape, torch.float32))
 
 
+def test_transposed_convolution_of_an_empty_batch_skips_the_output_padding_check() -> None:
+    # The CPU's empty path comes before its kernels' output_padding check.
+    assert_same(lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=2),
+                make((0, 4, 5, 5), torch.float32), make((4, 2, 3, 3), torch.float32))
+
+
 _PATCHES = {
     "kernel 2x3": ((2, 3, 7, 9), {"kernel_size": (2, 3)}),
     "dilated, padded, strided": ((2, 3, 7, 9), {"kernel_size": 3, "dilation": 2, "padding": 1,

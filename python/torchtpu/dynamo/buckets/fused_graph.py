@@ -336,6 +336,15 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
     written = {n[3]: n[2][0][2] for n in nodes if n[0] == "aten::as_strided_scatter"}
     whole = set(outputs) | {r[2] for n in nodes if n[0] != "" for r in n[2]
                             if n[0] != "aten::as_strided_scatter" or r[0] != 0}
+    # So is a view reaching past the prefix (buf[:n] written, buf[n:] read).
+    for n in nodes:
+        if n[0] == "" and n[1] in written:
+            root = n[1]
+            while root in written and root not in prefixes:
+                root = written[root]
+            last = n[4] + sum((size - 1) * stride for size, stride in zip(n[2], n[3]))
+            if root in prefixes and math.prod(n[2]) and last >= math.prod(prefixes[root][1]):
+                whole.add(n[1])
     for v in whole:
         while v in written and v not in prefixes:
             v = written[v]
@@ -388,7 +397,7 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
             (_, _, base), (_, _, value) = reads
             if first in prefixes:  # the whole prefix: the value is its new contents
                 cut[first] = list(prefixes[first][1])
-                env[first] = _reshaped(g, env[value], list(dims[value]), cut[first])
+                env[first] = _reshaped(g, env[value], shape_of(value), cut[first])
                 continue
             if base in cut:
                 cut[first] = cut[base]

@@ -18,7 +18,13 @@ from _compare import eager_mode, programs_obtained
 
 import torchtpu
 from torchtpu.dynamo.buckets import bucket_size
-from torchtpu.dynamo.buckets.fused_graph import NotAView, _target, view_read, view_write
+from torchtpu.dynamo.buckets.fused_graph import (
+    NotAView,
+    _target,
+    build_graph,
+    view_read,
+    view_write,
+)
 from torchtpu.dynamo.buckets.recorded import Graph, TensorMeta
 from torchtpu.dynamo.buckets.shape_class import _evaluator, key_and_ints
 
@@ -406,6 +412,26 @@ def test_in_place_write_over_a_padded_output_compiles_per_bucket(
     # first length of each bucket; a length equal to its bucket (the whole output written)
     # is a prefix of the same structure.
     assert all(needed_at[t] == 0 for t in range(7, 21) if t not in (9, 17)), needed_at
+
+
+@pytest.mark.parametrize("after,fed_whole", [
+    ("read in the prefix", False),   # the flat input is fed as its [4, 8] prefix
+    ("returned", True),              # the whole written storage is a result
+    ("read past the prefix", True),  # buf[:32] written, buf[32:40] read
+])
+def test_a_write_over_a_padded_output_keeps_only_the_prefix_when_nothing_reads_past_it(
+        after: str, fed_whole: bool) -> None:
+    flat, value = torch.zeros(64), torch.ones(4, 8)
+    write = ("aten::as_strided_scatter", [None, None, [4, 8], [8, 1], 0],
+             [(0, -1, -1), (1, -1, -2)], 0, 1, -1)
+    view = {"read in the prefix": ("", 0, [4, 8], [8, 1], 0, 1, 1),
+            "returned": None,
+            "read past the prefix": ("", 0, [8], [1], 32, 1, 1)}[after]
+    nodes = [write] + ([view] if view else [])
+    dims = [[64]] + ([list(view[2])] if view else [])
+    _, fed = build_graph([flat, value], nodes, [1 if view else 0], dims,
+                         [torch.float32] * len(dims))
+    assert fed == [(0, None if fed_whole else [4, 8]), (1, None)], fed
 
 
 def _view_key(base_shape: list[int], v: torch.Tensor) -> tuple:
