@@ -123,18 +123,7 @@ def _other_structure_first(f: Callable[..., torch.Tensor], lengths: range,
                            ) -> dict[int, int]:
     """Programs per length of `f(x, w, first)` in fused mode, its first length recording
     another structure over the same inputs; results compared with the CPU's."""
-    torch.manual_seed(0)
-    w = torch.randn(8, 8)
-    w_t = w.to("tpu")
-    needed_at: dict[int, int] = {}
-    with eager_mode("fused"):
-        for t in lengths:
-            x = torch.randn(t, 8)
-            before = programs_obtained()
-            got = f(x.to("tpu"), w_t, t == lengths[0]).cpu()
-            needed_at[t] = programs_obtained() - before
-            torch.testing.assert_close(got, f(x, w, t == lengths[0]), rtol=1e-5, atol=1e-5)
-    return needed_at
+    return _programs_per_length(lambda x, w: f(x, w, x.shape[0] == lengths[0]), lengths)
 
 
 def test_first_graph_takes_its_sizes_from_another_structure(
