@@ -334,22 +334,24 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
     # not when a value written from it is returned or read whole (a buffer of the caller's,
     # written at its start).
     written = {n[3]: n[2][0][2] for n in nodes if n[0] == "aten::as_strided_scatter"}
+
+    def root(v: int) -> int | None:
+        """The prefix write whose storage value `v` is (through later writes into it)."""
+        while v in written and v not in prefixes:
+            v = written[v]
+        return v if v in written else None
+
     whole = set(outputs) | {r[2] for n in nodes if n[0] != "" for r in n[2]
                             if n[0] != "aten::as_strided_scatter" or r[0] != 0}
     # So is a view reaching past the prefix (buf[:n] written, buf[n:] read).
     for n in nodes:
-        if n[0] == "" and n[1] in written:
-            root = n[1]
-            while root in written and root not in prefixes:
-                root = written[root]
+        if n[0] == "" and (w := root(n[1])) is not None and math.prod(n[2]):
             last = n[4] + sum((size - 1) * stride for size, stride in zip(n[2], n[3]))
-            if root in prefixes and math.prod(n[2]) and last >= math.prod(prefixes[root][1]):
+            if last >= math.prod(prefixes[w][1]):
                 whole.add(n[1])
     for v in whole:
-        while v in written and v not in prefixes:
-            v = written[v]
-        if v in written:
-            prefixes.pop(v, None)
+        if (w := root(v)) is not None:
+            prefixes.pop(w)
     used = {r[2] for n in nodes if n[0] != "" for r in n[2]
             if not (r[0] == 0 and n[3] in prefixes)} | set(outputs) | {
         n[1] for n in nodes if n[0] == "" and n[5] not in prefixes} | {
@@ -368,8 +370,8 @@ def build_graph(inputs: list[torch.Tensor], nodes: list[tuple], outputs: list[in
     for k in range(len(inputs)):
         if -(k + 1) in used:
             env[-(k + 1)] = placeholder(k, None)
-        for p in prefixes.values():
-            if p[0] == k and p not in fed_prefix:
+        for vid, p in prefixes.items():  # (a write's new value needs no placeholder)
+            if p[0] == k and p not in fed_prefix and vid not in written:
                 fed_prefix[p] = placeholder(k, list(p[1]))
     # The values that are a prefix's new contents: their shape is the prefix's, the rest of
     # their storage (padding) is neither read nor returned.
