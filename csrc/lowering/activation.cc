@@ -33,6 +33,14 @@ Value scalar_as(LoweringContext& c, size_t i, const Value& like) {
   return c.b().broadcast_to(c.scalar(i, like.dtype()), like.dims());
 }
 
+// Scalar argument `i` converted, with the overflow check, to the output dtype (the CPU
+// kernel's scalar_t.to<>) and then to `like`'s dtype and shape: threshold(half, 0, 1e30)
+// raises as on the CPU instead of filling inf.
+Value checked_scalar_as(LoweringContext& c, size_t i, const Value& like) {
+  Builder& b = c.b();
+  return b.broadcast_to(b.convert(c.scalar(i, c.out_type().dtype), like.dtype()), like.dims());
+}
+
 Value splat_as(Builder& b, double v, const Value& like) { return b.splat(v, like.type); }
 
 // Formulas over the converted operands: x is arg 0 for forward ops; for backward ops grad
@@ -62,7 +70,7 @@ Value relu(LoweringContext& c, Value x) { return c.b().max(x, c.b().zeros(x.type
 // threshold(x, th, value) = x <= th ? value : x; NaN compares false and passes through.
 Value threshold(LoweringContext& c, Value x) {
   Builder& b = c.b();
-  return b.select(b.compare(x, scalar_as(c, 1, x), "LE"), scalar_as(c, 2, x), x);
+  return b.select(b.compare(x, scalar_as(c, 1, x), "LE"), checked_scalar_as(c, 2, x), x);
 }
 
 // threshold_backward(grad, self, th): relu's backward with th = 0.
@@ -279,15 +287,15 @@ Result lower_gelu_backward(LoweringContext& c) {
 
 // ---- shrink, log_sigmoid, logit, glu, prelu ---------------------------------------
 
-// |x| <= lambd, the band hardshrink and softshrink zero out.
-Value in_band(LoweringContext& c, Value x, size_t lambd_arg) {
-  Builder& b = c.b();
-  Value l = scalar_as(c, lambd_arg, x);
+// |x| <= l, the band hardshrink and softshrink zero out.
+Value in_band(Builder& b, Value x, Value l) {
   return b.binary("and", b.compare(x, b.unary("negate", l), "GE"), b.compare(x, l, "LE"));
 }
 
+// hardshrink's CPU kernel converts lambd to scalar_t, with the overflow check.
 Value hardshrink(LoweringContext& c, Value x) {
-  return c.b().select(in_band(c, x, 1), c.b().zeros(x.type), x);
+  Builder& b = c.b();
+  return b.select(in_band(b, x, checked_scalar_as(c, 1, x)), b.zeros(x.type), x);
 }
 
 // softshrink(x, l) = x > l ? x - l : x < -l ? x + l : x * 0 (ATen keeps the zero's sign)
@@ -295,12 +303,13 @@ Value softshrink(LoweringContext& c, Value x) {
   Builder& b = c.b();
   Value l = scalar_as(c, 1, x);
   Value shrunk = b.select(b.compare(x, l, "GT"), b.sub(x, l), b.add(x, l));
-  return b.select(in_band(c, x, 1), b.mul(x, b.zeros(x.type)), shrunk);
+  return b.select(in_band(b, x, l), b.mul(x, b.zeros(x.type)), shrunk);
 }
 
 // Both shrinks have the same derivative: 0 inside the band, 1 outside.
 Value shrink_backward(LoweringContext& c, Value grad, Value self) {
-  return c.b().select(in_band(c, self, 2), c.b().zeros(grad.type), grad);
+  Builder& b = c.b();
+  return b.select(in_band(b, self, scalar_as(c, 2, self)), b.zeros(grad.type), grad);
 }
 
 // log_sigmoid_forward(x) -> (min(x, 0) - log1p(exp(-|x|)), buffer). The buffer is only a

@@ -92,7 +92,8 @@ Lowered lower_searchsorted(LoweringContext& c) {
   Builder& b = c.b();
   bool right = c.bool_arg(3) || (!c.is_none(4) && c.string_arg(4) == "right");
   Value seq = c.tensor(0);
-  Value values = c.arg(1).kind == ArgKind::kTensor ? c.tensor(1) : c.scalar(1, seq.dtype());
+  Value values = c.arg(1).kind == ArgKind::kTensor ? c.tensor(1)
+                                                   : c.scalar(1, seq.dtype(), ScalarCast::kWrapped);
   if (values.rank() == 0) values = b.reshape(values, {1});
   std::optional<Value> sorter;
   if (!c.is_none(5)) {
@@ -117,7 +118,11 @@ Lowered lower_bucketize(LoweringContext& c) {
     return base::invalid_argument("boundaries tensor must be 1 dimension, but got dim(" +
                                   std::to_string(boundaries.rank()) + ")");
   }
-  Value values = c.arg(0).kind == ArgKind::kTensor ? c.tensor(0) : c.scalar(0, boundaries.dtype());
+  // A scalar self becomes a wrapped-number tensor cast to the boundaries' dtype unchecked,
+  // as on the CPU: bucketize(1e30, half boundaries) is past every boundary.
+  Value values = c.arg(0).kind == ArgKind::kTensor
+                     ? c.tensor(0)
+                     : c.scalar(0, boundaries.dtype(), ScalarCast::kWrapped);
   if (values.rank() == 0) values = b.reshape(values, {1});
   return std::vector<Value>{search(c, boundaries, values, c.bool_arg(3))};
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from _compare import FLOAT_DTYPES, assert_raises_like_cpu, assert_same, make
 
 import torchtpu
@@ -633,6 +634,31 @@ def test_binary_scalar_overloads_cast_like_a_wrapped_number(name: str) -> None:
 ])
 def test_scalar_reading_kernels_still_raise_on_overflow(name: str, fn) -> None:
     assert_raises_like_cpu(fn, torch.tensor([0, 2, 255], dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("threshold value", lambda h: F.threshold(h, 0.5, 1e30)),
+    ("hardshrink lambd", lambda h: F.hardshrink(h, 1e30)),
+    ("hardtanh bounds", lambda h: F.hardtanh(h, -1e30, 1e30)),
+])
+def test_half_scalar_arguments_raise_on_overflow_like_cpu(name: str, fn) -> None:
+    # The CPU kernels convert these Scalars to float16 with the overflow check, although
+    # they compute in float32.
+    assert_raises_like_cpu(fn, torch.tensor([0.1, 2.0, -3.0], dtype=torch.float16))
+
+
+def test_half_scalar_arguments_in_range_round_like_cpu() -> None:
+    h = torch.tensor([0.5, 0.50048828125, 0.5009765625, -0.50048828125], dtype=torch.float16)
+    assert_same(lambda x: F.hardshrink(x, 0.5003), h)  # lambd rounded to half first
+    assert_same(lambda x: F.threshold(x, 0.5003, -7.0), h)
+    assert_same(lambda x: F.threshold(x, 0.5, -1e30), h.float())
+
+
+def test_search_scalar_casts_like_a_wrapped_number() -> None:
+    # A scalar searched in half boundaries is a wrapped number: 1e30 becomes inf, unchecked.
+    s = torch.tensor([-1.0, 0.0, 2.0, 60000.0], dtype=torch.float16)
+    assert_same(lambda b: torch.bucketize(1e30, b), s)
+    assert_same(lambda b: torch.searchsorted(b, -1e30), s)
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8,
