@@ -348,6 +348,23 @@ Value Builder::concatenate(const std::vector<Value>& vs, int64_t dim) {
             "dimension = " + std::to_string(dim) + " : i64");
 }
 
+Value Builder::pad(Value v, Value value, const Dims& low, const Dims& high,
+                   const Dims& interior) {
+  Dims between = interior.empty() ? Dims(v.rank(), 0) : interior;
+  Dims out = v.dims();
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t n = out[i];
+    out[i] = low[i] + high[i] + n + (n > 0 ? (n - 1) * between[i] : 0);
+  }
+  auto zero = [](const Dims& d) {
+    return std::all_of(d.begin(), d.end(), [](int64_t x) { return x == 0; });
+  };
+  if (zero(low) && zero(high) && zero(between)) return v;
+  return op("stablehlo.pad", {v, value}, TensorType{v.dtype(), out},
+            "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " + i64_array(high) +
+                ", interior_padding = " + i64_array(between));
+}
+
 Value Builder::iota(const TensorType& t, int64_t dim) {
   return op("stablehlo.iota", {}, t, "iota_dimension = " + std::to_string(dim) + " : i64");
 }

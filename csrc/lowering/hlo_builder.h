@@ -117,6 +117,9 @@ class Builder {
   const Transposed* transposed_from(const Value& v) const;
   Value slice(Value v, const Dims& start, const Dims& limit, const Dims& strides);
   Value concatenate(const std::vector<Value>& vs, int64_t dim);
+  // stablehlo.pad with `value` (a 0-dim value of v's dtype): per dim `low` before, `high`
+  // after (negative amounts crop) and `interior` between elements; empty `interior` is 0.
+  Value pad(Value v, Value value, const Dims& low, const Dims& high, const Dims& interior = {});
   Value iota(const TensorType& t, int64_t dim);
 
   // Elementwise. Operands must already share type (use convert/broadcast_to first).

@@ -43,16 +43,8 @@ base::Status check_pairs(const LoweringContext& c, size_t first, size_t count) {
 }
 
 Value pad_spatial(Builder& b, Value x, const Dims& low, const Dims& high, const Dims& interior) {
-  Dims out = x.dims();
-  for (size_t d = 0; d < 2; ++d) {
-    int64_t n = out[2 + d];
-    out[2 + d] = low[d] + high[d] + n + (n > 0 ? (n - 1) * interior[d] : 0);
-  }
   auto full = [](const Dims& v) { return Dims{0, 0, v[0], v[1]}; };
-  return b.op("stablehlo.pad", {x, b.zeros(TensorType{x.dtype(), {}})},
-              TensorType{x.dtype(), out},
-              "edge_padding_low = " + i64_array(full(low)) + ", edge_padding_high = " +
-                  i64_array(full(high)) + ", interior_padding = " + i64_array(full(interior)));
+  return b.pad(x, b.zeros(TensorType{x.dtype(), {}}), full(low), full(high), full(interior));
 }
 
 // im2col(self, kernel_size, dilation, padding, stride)

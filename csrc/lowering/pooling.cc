@@ -242,9 +242,7 @@ Result lower_avg_pool_backward(LoweringContext& c, int64_t n) {
     start[i] = p.padding[j];
     limit[i] = p.padding[j] + dims[i];
   }
-  Value gp = b.op("stablehlo.pad", {g, b.zeros(TensorType{a, {}})}, TensorType{a, padded},
-                  "edge_padding_high = " + i64_array(hi) + ", edge_padding_low = " +
-                      i64_array(lo) + ", interior_padding = " + i64_array(interior));
+  Value gp = b.pad(g, b.zeros(TensorType{a, {}}), lo, hi, interior);
   Value sums = pool_windows(b, {gp}, {b.zeros(TensorType{a, {}})}, unit, window_out,
                             sum_body())[0];
   Value grad = b.slice(sums, start, limit, Dims(r, 1));

@@ -133,7 +133,7 @@ Result lower_constant_pad_nd(LoweringContext& c) {
                                   std::to_string(pad.size()) + " is odd or longer than 2*rank " +
                                   std::to_string(2 * x.rank()));
   }
-  Dims low(x.rank(), 0), high(x.rank(), 0), interior(x.rank(), 0);
+  Dims low(x.rank(), 0), high(x.rank(), 0);
   for (size_t i = 0; i < pad.size() / 2; ++i) {
     int64_t d = x.rank() - 1 - static_cast<int64_t>(i);
     low[d] = pad[2 * i];
@@ -141,10 +141,7 @@ Result lower_constant_pad_nd(LoweringContext& c) {
   }
   DType t = x.dtype();
   Value value = c.is_none(2) ? b.constant(0, t) : c.scalar(2, t);
-  Value r = b.op("stablehlo.pad", {x, value}, c.out_type(),
-                 "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
-                     i64_array(high) + ", interior_padding = " + i64_array(interior));
-  return std::vector<Value>{r};
+  return std::vector<Value>{b.pad(x, value, low, high)};
 }
 
 // repeat(self, int[] repeats): broadcast into interleaved [r0, s0, r1, s1, ...] and merge
@@ -261,14 +258,10 @@ Result lower_diagonal_scatter(LoweringContext& c) {
   low.push_back(first);
   high.push_back(n1 * n2 - end);
   interior.push_back(n2);
-  std::string attrs = "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
-                      i64_array(high) + ", interior_padding = " + i64_array(interior);
   Value src = b.convert(c.tensor(1), self.dtype());
-  Value placed = b.op("stablehlo.pad", {src, b.constant(0, self.dtype())},
-                      TensorType{self.dtype(), flat_dims}, attrs);
+  Value placed = b.pad(src, b.constant(0, self.dtype()), low, high, interior);
   Value ones = b.splat(1, TensorType{DType::kBool, src.dims()});
-  Value mask = b.op("stablehlo.pad", {ones, b.constant(0, DType::kBool)},
-                    TensorType{DType::kBool, flat_dims}, attrs);
+  Value mask = b.pad(ones, b.constant(0, DType::kBool), low, high, interior);
   Value merged = b.reshape(b.select(mask, placed, flat), planes.dims());
   Dims inverse(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
@@ -291,14 +284,9 @@ Result lower_diag_embed(LoweringContext& c) {
   int64_t n = x.dims().back();
   int64_t m = n + (offset >= 0 ? offset : -offset);
   // Pad the diagonal's dim to the plane's size; padded entries are masked off below.
-  Dims low(x.rank(), 0), high(x.rank(), 0), interior(x.rank(), 0);
+  Dims high(x.rank(), 0);
   high.back() = m - n;
-  Dims padded_dims = x.dims();
-  padded_dims.back() = m;
-  Value padded = b.op("stablehlo.pad", {x, b.constant(0, x.dtype())},
-                      TensorType{x.dtype(), padded_dims},
-                      "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
-                          i64_array(high) + ", interior_padding = " + i64_array(interior));
+  Value padded = b.pad(x, b.constant(0, x.dtype()), Dims(x.rank(), 0), high);
   Dims bdims;
   for (int64_t i = 0; i < out.rank(); ++i) {
     if (i != d1 && i != d2) bdims.push_back(i);
@@ -322,10 +310,8 @@ std::pair<Value, Value> place_along(Builder& b, Value self, Value src, int64_t d
   low[dim] = first;
   high[dim] = size - (first + (len - 1) * step + 1);
   interior[dim] = step - 1;
-  Value placed = b.op("stablehlo.pad", {b.convert(src, self.dtype()), b.constant(0, self.dtype())},
-                      self.type,
-                      "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " +
-                          i64_array(high) + ", interior_padding = " + i64_array(interior));
+  Value placed = b.pad(b.convert(src, self.dtype()), b.constant(0, self.dtype()), low, high,
+                       interior);
   Value rel = b.sub(b.iota(it, dim), b.broadcast_in_dim(b.constant_i64(first, DType::kI64), self.dims(), {}));
   Value zero = filled(b, 0, it);
   Value on_step = b.compare(b.binary("remainder", rel, filled(b, step, it)), zero, "EQ");
@@ -413,14 +399,10 @@ Result lower_unfold_backward(LoweringContext& c) {
     return std::vector<Value>{to_out(c, b.transpose(r, back))};
   }
   auto pad = [&](Value x, int64_t low, int64_t high) {
-    Dims out = x.dims(), lo(out.size(), 0), hi(out.size(), 0);
+    Dims lo(x.rank(), 0), hi(x.rank(), 0);
     lo.back() = low;
     hi.back() = high;
-    out.back() += low + high;
-    return b.op("stablehlo.pad", {x, b.zeros(TensorType{x.dtype(), {}})},
-                TensorType{x.dtype(), out},
-                "edge_padding_low = " + i64_array(lo) + ", edge_padding_high = " +
-                    i64_array(hi) + ", interior_padding = " + i64_array(Dims(out.size(), 0)));
+    return b.pad(x, b.zeros(TensorType{x.dtype(), {}}), lo, hi);
   };
   Value slabs = pad(moved, 0, q * step - size);  // [..., windows, q * step]
   Dims split = lead;
