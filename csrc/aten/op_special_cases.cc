@@ -623,6 +623,21 @@ void check_embedding_bag(const std::string&, Args args) {
               " (while checking arguments for embedding_bag)");
 }
 
+// The CPU's (and CUDA's) _foreach_norm refuses an empty tensor for every norm without an
+// identity: inf itself, and ord < 0 through linalg_vector_norm. The Python meta checks only
+// inf, with other words.
+void check_foreach_norm(const std::string&, Args args) {
+  double ord = args[1].toScalar().toDouble();
+  if (!(ord < 0 || ord == INFINITY)) return;
+  for (const at::Tensor& t : args[0].toTensorList().vec()) {
+    if (t.numel() > 0) continue;
+    TORCH_CHECK(ord != INFINITY, "_foreach_norm cannot compute the infinity norm on an empty "
+                "tensor because the operation does not have an identity");
+    TORCH_CHECK(false, "linalg.vector_norm cannot compute the ", ord,
+                " norm on an empty tensor because the operation does not have an identity");
+  }
+}
+
 }  // namespace
 
 CpuArgumentCheck cpu_argument_check(const std::string& name) {
@@ -674,6 +689,7 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
     add({"aten::complex", "aten::complex.out", "aten::polar", "aten::polar.out"},
         check_complex_parts);
     add({"aten::_assert_async", "aten::_assert_async.msg"}, check_assert_async);
+    add({"aten::_foreach_norm.Scalar"}, check_foreach_norm);
     add({"aten::_amp_update_scale_"}, check_amp_update_scale);
     add({"aten::multinomial", "aten::multinomial.out"}, check_multinomial);
     add({"aten::index_reduce", "aten::index_reduce_", "aten::index_reduce.out"},

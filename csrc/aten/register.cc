@@ -4,6 +4,9 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/TensorFactories.h>
+#include <ATen/ops/_nested_tensor_size_native.h>
+#include <ATen/ops/_nested_tensor_storage_offsets_native.h>
+#include <ATen/ops/_nested_tensor_strides_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/is_set_to_native.h>
@@ -277,6 +280,16 @@ TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&nested_unsupported>());
+}
+
+// A nested tensor's metadata (CPU int64 tensors its impl holds) reads as on any device:
+// autograd reads the sizes when it records a nested result (as_nested_tensor of a tensor
+// that requires grad), where the refusal above, thrown in a noexcept path, aborted Python.
+// Ops on the nested tensor still refuse with the message above.
+TORCH_LIBRARY_IMPL(aten, NestedTensorPrivateUse1, m) {
+  m.impl("_nested_tensor_size", TORCH_FN(at::native::_nested_tensor_size));
+  m.impl("_nested_tensor_strides", TORCH_FN(at::native::_nested_tensor_strides));
+  m.impl("_nested_tensor_storage_offsets", TORCH_FN(at::native::_nested_tensor_storage_offsets));
 }
 
 // The compressed layouts' accessors have CompositeExplicitAutograd kernels, which a fallback

@@ -105,6 +105,8 @@ def free_symbols(gm: torch.fx.GraphModule) -> list[sympy.Symbol]:
         if node.op != "placeholder":
             continue
         val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) and not node.users:
+            continue  # a size input nothing reads (a jagged tensor's ragged size, say)
         sizes = [val] if isinstance(val, torch.SymInt) else (
             list(val.shape) if isinstance(val, torch.Tensor) else [])
         for s in sizes:

@@ -97,6 +97,8 @@ def bind_sizes(placeholders: list[torch.fx.Node], args: tuple[Any, ...]
     def bind(s: Any, n: int) -> None:
         # A symbol Dynamo later found equal to another reads as that one from then on;
         # expressions made before then (this graph's) may hold either.
+        if isinstance(n, torch.SymInt) and n.node.is_nested_int():
+            return  # a jagged tensor's ragged size: a tag, not a number (held by its offsets)
         if isinstance(s, torch.SymInt):
             for e in (getattr(s.node, "_expr", None), s.node.expr):
                 if isinstance(e, sympy.Symbol):

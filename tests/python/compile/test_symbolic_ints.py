@@ -115,3 +115,31 @@ def test_values_computed_from_a_symbolic_size_keep_their_type(buckets: str) -> N
         torch.testing.assert_close(actual[0].cpu(), expected[0])
         assert actual[1:] == expected[1:]
         assert [type(v) for v in actual[1:]] == [bool, bool, float, int]
+
+
+def test_jagged_nested_tensor_compiles_and_matches_aot_eager() -> None:
+    # The graph takes the ragged size (a nested int at run time, no number) as an input it
+    # never reads; binding it failed with "'NestedIntNode' object has no attribute 'int_'".
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*nested tensors is in prototype")
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 4)
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.softmax(lin(t), dim=-1) * 3
+
+    for lengths in ([2, 5], [3, 7, 1]):
+        pieces = [torch.randn(n, 8) for n in lengths]
+        got = {}
+        for dev, backend in (("cpu", "aot_eager"), (TPU, "tpu")):
+            lin.to(dev)
+            nt = torch.nested.nested_tensor([p.to(dev) for p in pieces], layout=torch.jagged,
+                                            requires_grad=True)
+            r = torch.compile(f, backend=backend)(nt)
+            r.values().sum().backward()
+            got[dev] = (r.values().detach().cpu(), nt.grad.values().cpu(), lin.weight.grad.cpu())
+            lin.weight.grad = None
+        for a, b in zip(got["cpu"], got[TPU]):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+        torch._dynamo.reset()

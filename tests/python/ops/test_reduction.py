@@ -172,6 +172,13 @@ def test_vector_norm_empty(p: float) -> None:
     assert_same(lambda t: torch.linalg.vector_norm(t, ord=p, dim=1, keepdim=True), x)
 
 
+@pytest.mark.parametrize("p", [float("-inf"), -1.0, -0.5, float("inf")])
+def test_foreach_norm_without_identity_refuses_an_empty_tensor(p: float) -> None:
+    # The norm would ignore the empty gradient (clip_grad_norm_(..., norm_type=-inf) said 1).
+    assert_raises_like_cpu(lambda a, e: torch._foreach_norm([a, e], p),
+                           torch.tensor([3.0, -1.0]), torch.empty(0))
+
+
 @pytest.mark.parametrize("p", NORM_ORDERS)
 def test_foreach_norm_and_clip_grad_norm(p: float) -> None:
     grads = [make((5, 3), torch.float32), make((7,), torch.float32), make((2, 2, 2), torch.float32)]

@@ -428,6 +428,31 @@ def test_sparse_tensors_are_refused_with_the_reason() -> None:
     torch.testing.assert_close((x.to(TPU) + 1).cpu(), x + 1)
 
 
+def test_strided_nested_tensor_of_a_tensor_that_requires_grad_is_made_then_refused() -> None:
+    # Autograd reads a nested result's sizes when it records it; that read was refused in a
+    # noexcept path and aborted Python (jagged SDPA with grad makes such a tensor). Run in a
+    # child so a regression fails this test instead of killing the run.
+    import subprocess
+    import sys
+
+    code = """
+import warnings, torch
+warnings.simplefilter("ignore")
+a = torch.randn(2, 4, device="tpu", requires_grad=True)
+nt = torch.nested.as_nested_tensor([a, torch.randn(3, 4, device="tpu")])
+assert nt.is_nested and nt.requires_grad
+assert nt._nested_tensor_size().tolist() == [[2, 4], [3, 4]]
+try:
+    nt + 1
+except NotImplementedError as e:
+    assert "nested tensors are not supported on tpu" in str(e), e
+    print("refused")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "refused"
+
+
 def test_rng_state_of_a_missing_device_names_its_index() -> None:
     # The index was streamed as a char ("device \x05").
     for call in (lambda: torch.tpu.get_rng_state(5), lambda: torch.tpu.get_rng_state("tpu:2"),
