@@ -1,13 +1,13 @@
 // multinomial(self, num_samples, replacement, generator): category indices drawn with
 // probabilities proportional to the rows of `self` (1-D: one distribution; 2-D: one per row).
 //
-// Both forms use exponential races: with E_k ~ Exp(1) independent, argmax_k p_k / E_k is
-// category k with probability p_k / sum(p), and sorting p_k / E_k in descending order gives
-// a draw without replacement (the Gumbel-top-k identity; PyTorch's own kernel uses the
-// same trick for replacement=False). Keys are compared as log p_k - log E_k, so tiny
-// probabilities keep their resolution; zero probabilities get -inf and are never drawn
-// while another category is left. With replacement every sample races all categories
-// (rows x samples x categories keys); without, one race per row sorted once.
+// With replacement, as PyTorch's kernels: each sample inverts its row's running sum (a
+// uniform draw scaled by the total, found by binary search), in self's compute type.
+// Without, an exponential race: with E_k ~ Exp(1) independent, sorting p_k / E_k in
+// descending order gives a draw without replacement (the Gumbel-top-k identity, which
+// PyTorch's own kernel uses for replacement=False). Keys are compared as
+// log p_k - log E_k, so tiny probabilities keep their resolution; zero probabilities get
+// -inf and are never drawn while another category is left.
 //
 // PyTorch's data checks are data checks here too: negative, infinite or NaN probabilities,
 // and a row summing to zero, raise RuntimeError with PyTorch's messages.
@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "lowering/families.h"
+#include "lowering/gather_scatter.h"
 #include "lowering/lowering.h"
 #include "lowering/random_bits.h"
+#include "lowering/scan.h"
 
 namespace torchtpu::lowering {
 namespace {
@@ -57,29 +59,28 @@ Result lower_multinomial(LoweringContext& c) {
             CheckKind::kRuntimeError);
 
   RandomBits bits(c);
-  Value log_p = b.unary("log", p);  // -inf where p == 0
-  Value neg_inf_row = b.splat(-INFINITY, p.type);
   Value positive = b.compare(p, b.zeros(p.type), "GT");
   Value result;
   if (replacement) {
-    Dims key_dims{rows, samples, cats};
-    TensorType key_type{t, key_dims};
-    Value e = exponential(b, bits, key_dims, t);
-    Value lp = b.broadcast_in_dim(log_p, key_dims, {0, 2});
-    Value pos = b.broadcast_in_dim(positive, key_dims, {0, 2});
-    Value key = b.select(pos, b.sub(lp, b.unary("log", e)), b.splat(-INFINITY, key_type));
-    // argmax over categories: the smallest index holding the maximum.
-    Value best = b.reduce_max(key, {2});
-    Value at_best = b.compare(key, b.broadcast_in_dim(best, key_dims, {0, 1}), "EQ");
-    Value idx = b.iota(TensorType{DType::kI64, key_dims}, 2);
-    Value none = b.splat(static_cast<double>(cats), idx.type);
-    result = b.reduce_min(b.select(at_best, idx, none), {2});
-    // A row whose keys are all -inf (a failed sum check) would give `cats`; keep it in range.
-    result = b.clamp(b.constant_i64(0, DType::kI64), result,
-                     b.constant_i64(cats - 1, DType::kI64));
+    // The inverse of each row's running sum: u * total for u uniform in [0, 1) falls in
+    // category k's interval [cum_{k-1}, cum_k), found by a binary search (rows x samples
+    // values, not a race per sample over every category). A zero-probability category's
+    // interval is empty, never found. u * total rounding up to total finds no interval:
+    // that is the last positive category's.
+    Value cum = scan(b, p, 1, b.constant(0, t),
+                     [](Builder& sb, Value x, Value y) { return sb.add(x, y); });
+    Value total = b.reshape(b.slice(cum, {0, cats - 1}, {rows, cats}, {1, 1}), {rows});
+    Value u = unit_uniform(b, bits, {rows, samples}, t);
+    Value at = b.mul(u, b.broadcast_in_dim(total, {rows, samples}, {0}));
+    Value found = binary_search(b, cum, at, /*right=*/true);
+    TensorType it{DType::kI64, {rows, cats}};
+    Value last_positive =
+        b.reduce_max(b.select(positive, b.iota(it, 1), b.splat(0, it)), {1});
+    result = b.min(found, b.broadcast_in_dim(last_positive, {rows, samples}, {0}));
   } else {
+    Value log_p = b.unary("log", p);  // -inf where p == 0
     Value e = exponential(b, bits, {rows, cats}, t);
-    Value key = b.select(positive, b.sub(log_p, b.unary("log", e)), neg_inf_row);
+    Value key = b.select(positive, b.sub(log_p, b.unary("log", e)), b.splat(-INFINITY, p.type));
     Value idx = b.iota(TensorType{DType::kI64, {rows, cats}}, 1);
     TensorType key_s{t, {}}, idx_s{DType::kI64, {}};
     std::vector<Value> sorted = b.op_with_region(
