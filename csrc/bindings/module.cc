@@ -37,6 +37,29 @@ void bind_module_calls(pybind11::module& m);
 
 namespace {
 
+// Dynamo's frame callback off for a scope, as torch._dynamo.disable does: a fused graph
+// flushed inside a compiled function's eager part calls the hook, and Dynamo traced
+// torchtpu's own code (graph breaks, "please file an issue" warnings, recompiles).
+class DynamoOff {
+ public:
+  DynamoOff()
+      : set_(py::module_::import("torch._C._dynamo.eval_frame").attr("set_eval_frame")),
+        prior_(set_(py::none())) {}
+  ~DynamoOff() {
+    try {
+      set_(prior_);
+    } catch (const py::error_already_set&) {
+      PyErr_Clear();  // restoring the callback it returned cannot fail
+    }
+  }
+  DynamoOff(const DynamoOff&) = delete;
+  DynamoOff& operator=(const DynamoOff&) = delete;
+
+ private:
+  py::object set_;
+  py::object prior_;
+};
+
 // An op argument as Python would pass it: dtypes, layouts and memory formats (ints on the
 // stack) as their torch objects.
 py::object schema_arg_to_py(const c10::IValue& v, const c10::TypePtr& type) {
@@ -252,6 +275,7 @@ PYBIND11_MODULE(_C, m) {
           }
           py::object out;
           try {
+            DynamoOff off;
             out = (*owned)(e.inputs, nodes, e.outputs, e.dims, key, dtypes);
           } catch (...) {
             *live = false;

@@ -616,3 +616,25 @@ def test_a_sampling_loop_draws_the_numbers_of_op_by_op_at_every_length(
             programs = programs_obtained() - before
     assert got == expected
     assert programs <= 14, programs  # 12 when written; per length, at least 20
+
+
+def test_fused_graph_hook_is_not_traced_by_dynamo() -> None:
+    # A graph break in a compiled function (bincount's data-dependent size) runs that part
+    # eagerly; a fused graph flushed there calls the shape-class hook, which Dynamo traced:
+    # "Dynamo does not know how to trace the builtin ..." warnings and extra frames.
+    import warnings
+
+    torch._dynamo.reset()
+
+    def f(m: torch.Tensor) -> torch.Tensor:
+        ids = torch.randint(0, 3, (100,), device=m.device)
+        return torch.bincount(ids, minlength=3).float() + m
+
+    cf = torch.compile(f, backend="tpu")
+    m = torch.tensor([0.0, 1.0, 2.0], device="tpu")
+    with eager_mode("fused"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert float(cf(m).sum().cpu()) == 103.0
+    assert [str(w.message) for w in caught if "Dynamo" in str(w.message)] == []
+    torch._dynamo.reset()
