@@ -638,6 +638,22 @@ void check_foreach_norm(const std::string&, Args args) {
   }
 }
 
+// masked_fill's CPU checks, in its order: the mask's dtype (the Python meta words it
+// otherwise, and the in-place form took a uint8 mask as bool), the out-of-place form's
+// broadcast of mask with self, a 0-dim value tensor.
+void check_masked_fill(const std::string& name, Args args) {
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& mask = args[1].toTensor();
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, "
+              "but got mask with dtype ", mask.dtype());
+  if (name.rfind("aten::masked_fill_", 0) != 0) (void)at::infer_size(mask.sizes(), self.sizes());
+  if (args[2].isTensor()) {
+    int64_t dim = args[2].toTensor().dim();
+    TORCH_CHECK(dim == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got "
+                "tensor with ", dim, " dimension(s).");
+  }
+}
+
 }  // namespace
 
 CpuArgumentCheck cpu_argument_check(const std::string& name) {
@@ -690,6 +706,9 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
         check_complex_parts);
     add({"aten::_assert_async", "aten::_assert_async.msg"}, check_assert_async);
     add({"aten::_foreach_norm.Scalar"}, check_foreach_norm);
+    add({"aten::masked_fill.Scalar", "aten::masked_fill_.Scalar", "aten::masked_fill.Scalar_out",
+         "aten::masked_fill.Tensor", "aten::masked_fill_.Tensor", "aten::masked_fill.Tensor_out"},
+        check_masked_fill);
     add({"aten::_amp_update_scale_"}, check_amp_update_scale);
     add({"aten::multinomial", "aten::multinomial.out"}, check_multinomial);
     add({"aten::index_reduce", "aten::index_reduce_", "aten::index_reduce.out"},

@@ -127,6 +127,18 @@ def test_masked_fill_inplace_and_scatter() -> None:
     assert_same(lambda t, m, s: t.masked_scatter(m, s), x, mask, make((12,), torch.float32))
 
 
+@pytest.mark.parametrize("name,fn", [
+    ("uint8 mask", lambda t, m: t.masked_fill(m.to(torch.uint8), 1.0)),
+    ("uint8 mask in place", lambda t, m: t.clone().masked_fill_(m.to(torch.uint8), 1.0)),
+    ("mask not broadcastable", lambda t, m: t.masked_fill(m[:, :2], 1.0)),
+    ("mask not broadcastable in place", lambda t, m: t.clone().masked_fill_(m[:, :2], 1.0)),
+    ("1-d value", lambda t, m: t.clone().masked_fill_(m, t[0, :2])),
+])
+def test_masked_fill_refuses_like_cpu(name: str, fn) -> None:
+    # The in-place form took a uint8 mask as bool; the others raised the Python meta's words.
+    assert_raises_like_cpu(fn, make((3, 4), torch.float32), make((3, 4), torch.bool))
+
+
 def test_masked_select_and_nonzero() -> None:
     x = make((3, 4), torch.float32)
     mask = x > 0
