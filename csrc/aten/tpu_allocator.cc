@@ -161,32 +161,69 @@ REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
 c10::DeviceAllocator* tpu_device_allocator() { return &g_allocator; }
 
-void note_storage_allocated(int device_index, int64_t nbytes) {
-  std::lock_guard<std::mutex> lock(registry().mu);
-  StorageStats& s = registry().devices[device_index];
-  add(s.allocation, pool_of(nbytes), 1);
-  add(s.bytes, pool_of(nbytes), nbytes);
+namespace {
+
+// The storage bytes of a device now. Called with the registry's lock held.
+size_t current_bytes(const StorageStats& s) {
+  return static_cast<size_t>(s.bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
 }
 
-void note_storage_resized(int device_index, int64_t old_nbytes, int64_t new_nbytes) {
-  std::lock_guard<std::mutex> lock(registry().mu);
-  StorageStats& s = registry().devices[device_index];
-  size_t old_pool = pool_of(old_nbytes), new_pool = pool_of(new_nbytes);
-  if (old_pool == new_pool) {
-    add(s.bytes, new_pool, new_nbytes - old_nbytes);
-    return;
+// Reports `delta` bytes at `storage` to the profiler when it profiles memory, with the
+// device's totals after the change (outside the registry's lock: the reserved bytes are
+// the runtime's).
+void report_to_profiler(const void* storage, int device_index, int64_t delta,
+                        size_t allocated) {
+  if (delta == 0 || !c10::memoryProfilingEnabled()) return;
+  c10::reportMemoryUsageToProfiler(
+      const_cast<void*>(storage), delta, allocated,
+      static_cast<size_t>(runtime::buffer_memory_stats(device_index).current_bytes),
+      c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_index)));
+}
+
+}  // namespace
+
+void note_storage_allocated(const void* storage, int device_index, int64_t nbytes) {
+  size_t allocated;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    StorageStats& s = registry().devices[device_index];
+    add(s.allocation, pool_of(nbytes), 1);
+    add(s.bytes, pool_of(nbytes), nbytes);
+    allocated = current_bytes(s);
   }
-  add(s.allocation, old_pool, -1);
-  add(s.bytes, old_pool, -old_nbytes);
-  add(s.allocation, new_pool, 1);
-  add(s.bytes, new_pool, new_nbytes);
+  report_to_profiler(storage, device_index, nbytes, allocated);
 }
 
-void note_storage_freed(int device_index, int64_t nbytes) {
-  std::lock_guard<std::mutex> lock(registry().mu);
-  StorageStats& s = registry().devices[device_index];
-  add(s.allocation, pool_of(nbytes), -1);
-  add(s.bytes, pool_of(nbytes), -nbytes);
+void note_storage_resized(const void* storage, int device_index, int64_t old_nbytes,
+                          int64_t new_nbytes) {
+  size_t allocated;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    StorageStats& s = registry().devices[device_index];
+    size_t old_pool = pool_of(old_nbytes), new_pool = pool_of(new_nbytes);
+    if (old_pool == new_pool) {
+      add(s.bytes, new_pool, new_nbytes - old_nbytes);
+    } else {
+      add(s.allocation, old_pool, -1);
+      add(s.bytes, old_pool, -old_nbytes);
+      add(s.allocation, new_pool, 1);
+      add(s.bytes, new_pool, new_nbytes);
+    }
+    allocated = current_bytes(s);
+  }
+  report_to_profiler(storage, device_index, new_nbytes - old_nbytes, allocated);
+}
+
+void note_storage_freed(const void* storage, int device_index, int64_t nbytes) {
+  size_t allocated;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    StorageStats& s = registry().devices[device_index];
+    add(s.allocation, pool_of(nbytes), -1);
+    add(s.bytes, pool_of(nbytes), -nbytes);
+    allocated = current_bytes(s);
+  }
+  report_to_profiler(storage, device_index, -nbytes, allocated);
 }
 
 void note_out_of_memory(int device_index) {

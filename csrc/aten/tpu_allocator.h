@@ -21,10 +21,13 @@ namespace torchtpu::aten {
 
 c10::DeviceAllocator* tpu_device_allocator();
 
-// Called by tpu_storage when a StorageState is created, changes size, or is destroyed.
-void note_storage_allocated(int device_index, int64_t nbytes);
-void note_storage_resized(int device_index, int64_t old_nbytes, int64_t new_nbytes);
-void note_storage_freed(int device_index, int64_t nbytes);
+// Called by tpu_storage when a StorageState (`storage`, its data pointer) is created,
+// changes size, or is destroyed; with the profiler's memory profiling on, each is also a
+// memory event of the device (torch.profiler's profile_memory=True).
+void note_storage_allocated(const void* storage, int device_index, int64_t nbytes);
+void note_storage_resized(const void* storage, int device_index, int64_t old_nbytes,
+                          int64_t new_nbytes);
+void note_storage_freed(const void* storage, int device_index, int64_t nbytes);
 // Called when an allocation or a program's results did not fit on the device (num_ooms).
 void note_out_of_memory(int device_index);
 

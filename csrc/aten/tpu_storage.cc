@@ -41,7 +41,7 @@ void delete_state(void* ctx) {
     std::lock_guard<std::mutex> lock(live().mu);
     live().states.erase(ctx);
   }
-  note_storage_freed(state->device_index, state->nbytes);
+  note_storage_freed(state, state->device_index, state->nbytes);
   delete state;
 }
 
@@ -59,7 +59,7 @@ StorageState* new_state(int device_index, int64_t nbytes) {
     std::lock_guard<std::mutex> lock(live().mu);
     live().states.insert(state);
   }
-  note_storage_allocated(device_index, nbytes);
+  note_storage_allocated(state, device_index, nbytes);
   return state;
 }
 
@@ -366,7 +366,7 @@ StorageState::Value StorageState::resolve(const std::shared_ptr<PendingValue>& v
   Value now{buffer_, pending_};
   const int64_t after = nbytes;
   lock.unlock();
-  if (after != before) note_storage_resized(device_index, before, after);
+  if (after != before) note_storage_resized(this, device_index, before, after);
   return now;
 }
 
@@ -566,7 +566,7 @@ void write_tensor(const at::Tensor& t, const runtime::BufferPtr& value) {
 }
 
 void set_storage_nbytes(StorageState& s, int64_t nbytes) {
-  note_storage_resized(s.device_index, s.nbytes, nbytes);
+  note_storage_resized(&s, s.device_index, s.nbytes, nbytes);
   s.nbytes = nbytes;
 }
 

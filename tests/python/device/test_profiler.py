@@ -153,3 +153,24 @@ def test_legacy_profiler_with_use_device_tpu_times_device_work(capfd) -> None:
     assert events["block"].cpu_time_total > 0 and events["aten::mm"].cpu_time_total > 0
     assert events["block"].device_time_total >= events["aten::mm"].device_time_total > 0
     assert "Self TPU time total" in prof.key_averages().table(row_limit=5)
+
+
+def test_profile_memory_records_device_storages(mats, tmp_path: Path) -> None:
+    # Each storage made or freed is a memory event of the device (profile_memory=True), as
+    # CUDA's allocator reports its blocks: the matmul's and the add's results, then the free.
+    a, b = mats
+    n = 512 * 512 * 4
+    with profile(activities=DEVICE, profile_memory=True) as prof:
+        y = a @ b
+        z = y + 1
+        del y
+        torch.tpu.synchronize()
+    per_op = {e.key: e.device_memory_usage for e in prof.key_averages()}
+    assert per_op["aten::matmul"] == n and per_op["aten::add"] == n
+    memory = [e["args"] for e in _trace(prof, tmp_path) if e.get("name") == "[memory]"]
+    tpu = [m for m in memory if m["Device Type"] != 0]
+    assert tpu and all(m["Device Id"] == 0 for m in tpu)
+    assert [m["Bytes"] for m in tpu] == [n, n, -n]
+    assert tpu[1]["Total Allocated"] - tpu[0]["Total Allocated"] == n
+    assert tpu[2]["Total Allocated"] == tpu[0]["Total Allocated"]
+    assert z.device.type == "tpu"
