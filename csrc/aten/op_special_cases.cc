@@ -443,11 +443,14 @@ void check_alpha_fits(const std::string&, Args args) {
   check_scalar_fits(args[2], t);
 }
 
-// hardtanh(self, min_val, max_val).
-void check_hardtanh_bounds_fit(const std::string&, Args args) {
+// Scalars the CPU kernel converts to self's dtype, with the overflow check, although it
+// computes in float32 for half types: hardtanh(self, min_val, max_val), threshold(self,
+// threshold, value)'s value, hardshrink(self, lambd).
+void check_scalars_fit_self(const std::string& name, Args args) {
   c10::ScalarType t = args[0].toTensor().scalar_type();
+  if (name.rfind("aten::threshold", 0) == 0) return check_scalar_fits(args[2], t);
   check_scalar_fits(args[1], t);
-  check_scalar_fits(args[2], t);
+  if (name.rfind("aten::hardtanh", 0) == 0) check_scalar_fits(args[2], t);
 }
 
 // pow(self, exponent) of a float16 / bfloat16 tensor.
@@ -693,7 +696,9 @@ CpuArgumentCheck cpu_argument_check(const std::string& name) {
          "aten::add_.Scalar", "aten::add.Scalar_out", "aten::sub.Tensor", "aten::sub_.Tensor",
          "aten::sub.out", "aten::sub.Scalar", "aten::sub_.Scalar", "aten::sub.Scalar_out"},
         check_alpha_fits);
-    add({"aten::hardtanh", "aten::hardtanh_", "aten::hardtanh.out"}, check_hardtanh_bounds_fit);
+    add({"aten::hardtanh", "aten::hardtanh_", "aten::hardtanh.out", "aten::threshold",
+         "aten::threshold_", "aten::threshold.out", "aten::hardshrink", "aten::hardshrink.out"},
+        check_scalars_fit_self);
     add({"aten::pow.Tensor_Scalar", "aten::pow_.Scalar", "aten::pow.Tensor_Scalar_out"},
         check_exponent_fits);
     add({"aten::searchsorted.Tensor", "aten::searchsorted.Tensor_out",

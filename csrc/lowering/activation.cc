@@ -33,12 +33,13 @@ Value scalar_as(LoweringContext& c, size_t i, const Value& like) {
   return c.b().broadcast_to(c.scalar(i, like.dtype()), like.dims());
 }
 
-// Scalar argument `i` converted, with the overflow check, to the output dtype (the CPU
-// kernel's scalar_t.to<>) and then to `like`'s dtype and shape: threshold(half, 0, 1e30)
-// raises as on the CPU instead of filling inf.
-Value checked_scalar_as(LoweringContext& c, size_t i, const Value& like) {
+// Scalar argument `i` rounded to the output dtype, then as `like`'s dtype and shape: the
+// CPU kernel converts it to scalar_t although it computes in float32 (hardshrink's lambd;
+// its overflow check is the eager argument check's, aten/op_special_cases.cc).
+Value scalar_rounded_as(LoweringContext& c, size_t i, const Value& like) {
   Builder& b = c.b();
-  return b.broadcast_to(b.convert(c.scalar(i, c.out_type().dtype), like.dtype()), like.dims());
+  Value v = c.scalar(i, c.out_type().dtype, ScalarCast::kWrapped);
+  return b.broadcast_to(b.convert(v, like.dtype()), like.dims());
 }
 
 Value splat_as(Builder& b, double v, const Value& like) { return b.splat(v, like.type); }
@@ -70,7 +71,7 @@ Value relu(LoweringContext& c, Value x) { return c.b().max(x, c.b().zeros(x.type
 // threshold(x, th, value) = x <= th ? value : x; NaN compares false and passes through.
 Value threshold(LoweringContext& c, Value x) {
   Builder& b = c.b();
-  return b.select(b.compare(x, scalar_as(c, 1, x), "LE"), checked_scalar_as(c, 2, x), x);
+  return b.select(b.compare(x, scalar_as(c, 1, x), "LE"), scalar_as(c, 2, x), x);
 }
 
 // threshold_backward(grad, self, th): relu's backward with th = 0.
@@ -292,10 +293,9 @@ Value in_band(Builder& b, Value x, Value l) {
   return b.binary("and", b.compare(x, b.unary("negate", l), "GE"), b.compare(x, l, "LE"));
 }
 
-// hardshrink's CPU kernel converts lambd to scalar_t, with the overflow check.
 Value hardshrink(LoweringContext& c, Value x) {
   Builder& b = c.b();
-  return b.select(in_band(b, x, checked_scalar_as(c, 1, x)), b.zeros(x.type), x);
+  return b.select(in_band(b, x, scalar_rounded_as(c, 1, x)), b.zeros(x.type), x);
 }
 
 // softshrink(x, l) = x > l ? x - l : x < -l ? x + l : x * 0 (ATen keeps the zero's sign)
